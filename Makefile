@@ -1,0 +1,34 @@
+# imshard — `make help` lists the targets.
+GO      ?= go
+BIN     ?= bin/imshard
+CONFIG  ?= config.example.yaml
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.DEFAULT_GOAL := help
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## build bin/imshard
+	$(GO) build -o $(BIN) .
+
+run: ## start local MariaDB + Redis if needed, then `imshard all` on local defaults
+	bash test/services.sh
+	$(GO) run . all --config $(CONFIG)
+
+test: ## every test, against real MariaDB/Redis (started/installed when missing) — the README command
+	bash test/run.sh
+
+lint: ## gofmt, go vet, staticcheck
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+bench: ## Go benchmarks (figures, not pass/fail); see docs/performance.md for `imshard bench`
+	bash test/services.sh
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+
+fmt: ## gofmt every Go file
+	gofmt -w $$(git ls-files '*.go')
+
+.PHONY: help build run test lint bench fmt

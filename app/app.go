@@ -1,0 +1,210 @@
+// Package app is the composition root: it builds the clients, starts the
+// modules of the chosen roles in dependency order, serves operations
+// endpoints, and stops everything in reverse order on shutdown. It is the
+// only place that wires modules together.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
+
+	"github.com/imshard/imshard/config"
+)
+
+// Service is one module's lifecycle: built by its init function (fallible
+// setup), Run until its context ends, Stop to drain. Stop is called after
+// Run's context is cancelled and must leave no goroutine behind.
+type Service interface {
+	Run(ctx context.Context) error
+	Stop(ctx context.Context) error
+}
+
+// ReadyChecker is implemented by services whose dependency /readyz checks.
+type ReadyChecker interface {
+	Ready(ctx context.Context) error
+}
+
+// App holds the process: config, logger, registry and the objects modules
+// share. Fields are filled by init functions in dependency order; a module
+// reads only what its dependencies built.
+type App struct {
+	Config   *config.Config
+	Log      zerolog.Logger
+	Registry *prometheus.Registry
+
+	// APIMux is where HTTP roles register their handlers before API starts.
+	APIMux *http.ServeMux
+
+	clients  clients
+	stopping atomic.Bool
+
+	mu       sync.RWMutex // services and order: /readyz reads them while Start appends
+	services map[string]Service
+	order    []string
+}
+
+// New prepares an App for the given targets (roles, or All).
+func New(cfg *config.Config, log zerolog.Logger) *App {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return &App{Config: cfg, Log: log, Registry: reg, APIMux: http.NewServeMux(), services: map[string]Service{}}
+}
+
+// Start builds and starts every module the targets need. On failure the
+// modules already started are stopped again.
+func (a *App) Start(ctx context.Context, targets []string) error {
+	order, err := StartOrder(targets)
+	if err != nil {
+		return err
+	}
+	for _, name := range order {
+		if err := a.startModule(ctx, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *App) startModule(ctx context.Context, name string) error {
+	init, ok := inits[name]
+	if !ok {
+		a.stop(context.Background())
+		return fmt.Errorf("module %s has no init function", name)
+	}
+	svc, err := init(ctx, a)
+	if err != nil {
+		a.stop(context.Background())
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	a.mu.Lock()
+	a.services[name] = svc
+	a.order = append(a.order, name)
+	a.mu.Unlock()
+	a.Log.Debug().Str("module", name).Msg("module started")
+	return nil
+}
+
+// Modules lists the modules started, in start order.
+func (a *App) Modules() []string {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return append([]string(nil), a.order...)
+}
+
+// Run runs every started module until ctx ends (a signal) or one fails,
+// then shuts down: /readyz turns 503 at once, modules stop in reverse order
+// within http.shutdown_grace. It returns the first module failure, if any.
+func (a *App) Run(ctx context.Context) error {
+	runCtx, cancelAll := context.WithCancel(context.Background())
+	defer cancelAll()
+	type result struct {
+		name string
+		err  error
+	}
+	results := make(chan result, len(a.order))
+	cancels := map[string]context.CancelFunc{}
+	var wg sync.WaitGroup
+	done := map[string]chan struct{}{}
+	for _, name := range a.order {
+		mctx, cancel := context.WithCancel(runCtx)
+		cancels[name] = cancel
+		ch := make(chan struct{})
+		done[name] = ch
+		wg.Add(1)
+		go func(name string, svc Service) {
+			defer wg.Done()
+			defer close(ch)
+			err := svc.Run(mctx)
+			if err != nil && mctx.Err() == nil {
+				results <- result{name, err}
+			}
+		}(name, a.services[name])
+	}
+
+	var failure error
+	select {
+	case <-ctx.Done():
+		a.Log.Info().Msg("shutdown requested")
+	case r := <-results:
+		failure = fmt.Errorf("module %s failed: %w", r.name, r.err)
+		a.Log.Error().Err(r.err).Str("module", r.name).Msg("module failed; shutting down")
+	}
+
+	a.stopping.Store(true)
+	grace := a.Config.HTTP.ShutdownGrace
+	stopCtx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	for i := len(a.order) - 1; i >= 0; i-- {
+		name := a.order[i]
+		cancels[name]()
+		if err := a.services[name].Stop(stopCtx); err != nil {
+			a.Log.Warn().Err(err).Str("module", name).Msg("module stopped with an error")
+		}
+		select {
+		case <-done[name]:
+		case <-stopCtx.Done():
+			a.Log.Warn().Str("module", name).Msg("module did not finish within the shutdown grace")
+		}
+	}
+	wg.Wait()
+	return failure
+}
+
+// stop stops started modules in reverse order (used when Start fails).
+func (a *App) stop(ctx context.Context) {
+	a.stopping.Store(true)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	a.mu.Lock()
+	services, order := a.services, a.order
+	a.services, a.order = map[string]Service{}, nil
+	a.mu.Unlock()
+	for i := len(order) - 1; i >= 0; i-- {
+		_ = services[order[i]].Stop(ctx)
+	}
+}
+
+// Ready reports whether the process should receive traffic: not shutting
+// down, and every started dependency that can be checked answers.
+func (a *App) Ready(ctx context.Context) error {
+	if a.stopping.Load() {
+		return errors.New("shutting down")
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	var errs []error
+	for _, name := range a.order {
+		if rc, ok := a.services[name].(ReadyChecker); ok {
+			if err := rc.Ready(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// toolModules are what one-shot operator commands need: no servers, no loops.
+var toolModules = []string{MySQL, Redis, Routing}
+
+// StartTools starts the clients and the routing core only, for one-shot
+// commands (`imshard shard …`, `route …`). Close stops them.
+func (a *App) StartTools(ctx context.Context) error {
+	for _, name := range toolModules {
+		if err := a.startModule(ctx, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close stops whatever Start or StartTools started, in reverse order.
+func (a *App) Close() { a.stop(context.Background()) }

@@ -1,0 +1,320 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/shardmgr"
+	"github.com/imshard/imshard/modules/tenantdb"
+)
+
+// clients are the shared objects init functions build for later modules.
+type clients struct {
+	pools    *tenantdb.Pools
+	redis    rueidis.Client
+	brokers  []string
+	scripts  *routing.Scripts
+	rmetrics *routing.Metrics
+	catalog  *routing.Catalog
+	alloc    *routing.Allocator
+	shards   *shardmgr.Manager
+}
+
+// holder is the Service of a module that is only a client: nothing to run,
+// something to close, something /readyz checks.
+type holder struct {
+	close func() error
+	ready func(ctx context.Context) error
+}
+
+func (h holder) Run(ctx context.Context) error { <-ctx.Done(); return nil }
+func (h holder) Stop(context.Context) error {
+	if h.close == nil {
+		return nil
+	}
+	return h.close()
+}
+func (h holder) Ready(ctx context.Context) error {
+	if h.ready == nil {
+		return nil
+	}
+	return h.ready(ctx)
+}
+
+// runner is the Service of a module that is one loop.
+type runner struct {
+	run  func(ctx context.Context) error
+	stop func(ctx context.Context) error
+}
+
+func (r runner) Run(ctx context.Context) error { return r.run(ctx) }
+func (r runner) Stop(ctx context.Context) error {
+	if r.stop == nil {
+		return nil
+	}
+	return r.stop(ctx)
+}
+
+// inits builds each module. Each reads only what its dependencies built.
+var inits = map[string]func(ctx context.Context, a *App) (Service, error){
+	Ops:      initOps,
+	MySQL:    initMySQL,
+	Redis:    initRedis,
+	Kafka:    initKafka,
+	Routing:  initRouting,
+	ShardMgr: initShardMgr,
+	API:      initAPI,
+	All:      func(context.Context, *App) (Service, error) { return holder{}, nil },
+}
+
+// Tenants converts the configured tenants for the pools (DSN resolved).
+func Tenants(cfg *config.Config) []tenantdb.Tenant {
+	out := make([]tenantdb.Tenant, 0, len(cfg.Tenants))
+	for _, t := range cfg.Tenants {
+		out = append(out, tenantdb.Tenant{ID: t.ID, DSN: cfg.TenantDSN(t)})
+	}
+	return out
+}
+
+func initMySQL(ctx context.Context, a *App) (Service, error) {
+	c := a.Config.MySQL
+	a.clients.pools = tenantdb.New(tenantdb.Params{
+		MaxOpenConns:    c.MaxOpenConns,
+		MaxIdleConns:    c.MaxIdleConns,
+		ConnMaxIdleTime: c.ConnMaxIdleTime,
+		Log:             a.Log,
+		Registerer:      a.Registry,
+	}, Tenants(a.Config))
+	pools := a.clients.pools
+	return holder{close: pools.Close, ready: func(ctx context.Context) error {
+		ids := pools.IDs()
+		if len(ids) == 0 {
+			return errors.New("no tenant configured")
+		}
+		// opening the first tenant proves the server answers even before
+		// any traffic opened a pool; then every open pool must answer
+		if _, err := pools.DB(ctx, ids[0]); err != nil {
+			return err
+		}
+		return pools.Ping(ctx)
+	}}, nil
+}
+
+// NewRedis builds the Redis client: several addrs mean Redis Cluster.
+func NewRedis(c config.Redis) (rueidis.Client, error) {
+	return rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:  c.Addrs,
+		Password:     c.Password,
+		Dialer:       net.Dialer{Timeout: c.DialTimeout},
+		DisableCache: true,
+		ShuffleInit:  true,
+	})
+}
+
+func initRedis(ctx context.Context, a *App) (Service, error) {
+	rdb, err := NewRedis(a.Config.Redis)
+	if err != nil {
+		return nil, fmt.Errorf("redis %v: %w", a.Config.Redis.Addrs, err)
+	}
+	a.clients.redis = rdb
+	return holder{
+		close: func() error { rdb.Close(); return nil },
+		ready: func(ctx context.Context) error { return rdb.Do(ctx, rdb.B().Ping().Build()).Error() },
+	}, nil
+}
+
+func initKafka(ctx context.Context, a *App) (Service, error) {
+	k := a.Config.Kafka
+	var cluster *kfake.Cluster
+	brokers := k.Brokers
+	if len(brokers) == 0 {
+		var err error
+		cluster, err = StartKafka(k, "")
+		if err != nil {
+			return nil, err
+		}
+		brokers = cluster.ListenAddrs()
+		a.Log.Warn().Strs("brokers", brokers).Str("data_dir", k.DataDir).
+			Msg("kafka.brokers is empty: started the in-process kfake cluster (single-process use only)")
+	}
+	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		if cluster != nil {
+			cluster.Close()
+		}
+		return nil, err
+	}
+	if err := EnsureTopics(ctx, admin, k); err != nil {
+		admin.Close()
+		if cluster != nil {
+			cluster.Close()
+		}
+		return nil, err
+	}
+	a.clients.brokers = brokers
+	return holder{
+		close: func() error {
+			admin.Close()
+			if cluster != nil {
+				cluster.Close()
+			}
+			return nil
+		},
+		ready: func(ctx context.Context) error { return admin.Ping(ctx) },
+	}, nil
+}
+
+// StartKafka starts the kfake stand-in with its log in k.DataDir and the
+// service's topics seeded. addr "" listens on a random loopback port.
+func StartKafka(k config.Kafka, addr string) (*kfake.Cluster, error) {
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.SeedTopics(int32(k.Partitions), k.Topic, k.DLQTopic),
+		kfake.DefaultNumPartitions(k.Partitions),
+	}
+	if k.DataDir != "" {
+		if err := os.MkdirAll(k.DataDir, 0o755); err != nil {
+			return nil, fmt.Errorf("kafka.data_dir: %w", err)
+		}
+		opts = append(opts, kfake.DataDir(k.DataDir))
+	}
+	if addr != "" {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, fmt.Errorf("kafka addr %q: %w", addr, err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, fmt.Errorf("kafka addr %q: bad port", addr)
+		}
+		opts = append(opts, kfake.Ports(p), kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+			return net.Listen(network, net.JoinHostPort(host, port))
+		}))
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("start in-process kafka: %w", err)
+	}
+	return c, nil
+}
+
+// EnsureTopics creates the message and dead-letter topics if missing.
+func EnsureTopics(ctx context.Context, cl *kgo.Client, k config.Kafka) error {
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := adm.CreateTopics(ctx, int32(k.Partitions), int16(k.ReplicationFactor), nil, k.Topic, k.DLQTopic)
+	if err != nil {
+		return fmt.Errorf("kafka: create topics: %w", err)
+	}
+	for _, r := range resp.Sorted() {
+		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("kafka: create topic %s: %w", r.Topic, r.Err)
+		}
+	}
+	return nil
+}
+
+func initRouting(ctx context.Context, a *App) (Service, error) {
+	c := &a.clients
+	c.scripts = routing.NewScripts()
+	c.rmetrics = routing.NewMetrics(a.Registry)
+	c.catalog = routing.NewCatalog(c.pools, 5*time.Second)
+	c.alloc = routing.NewAllocator(routing.AllocatorParams{
+		Redis:       c.redis,
+		DBs:         c.pools,
+		Catalog:     c.catalog,
+		Scripts:     c.scripts,
+		Metrics:     c.rmetrics,
+		Log:         a.Log.With().Str("module", Routing).Logger(),
+		AutoAdvance: a.Config.Shard.AutoAdvance,
+		ReserveStep: a.Config.Send.SeqReserveStep,
+	})
+	alloc := c.alloc
+	return holder{close: func() error { alloc.Close(); return nil }}, nil
+}
+
+// NewShardManager builds the shard manager from the shared clients; the
+// `shard` commands use it without running the patrol.
+func (a *App) NewShardManager() *shardmgr.Manager {
+	c := &a.clients
+	if c.shards != nil {
+		return c.shards
+	}
+	s := a.Config.Shard
+	c.shards = shardmgr.New(shardmgr.Params{
+		Config: shardmgr.Config{
+			MonthsAhead:    s.MonthsAhead,
+			SealingDays:    s.SealingDays,
+			PatrolInterval: s.PatrolInterval,
+			AutoAdvance:    s.AutoAdvance,
+			LockTTL:        s.LockTTL,
+		},
+		Tenants:    c.pools.IDs,
+		DBs:        c.pools,
+		Redis:      c.redis,
+		Catalog:    c.catalog,
+		Allocator:  c.alloc,
+		Scripts:    c.scripts,
+		Metrics:    c.rmetrics,
+		Log:        a.Log.With().Str("module", ShardMgr).Logger(),
+		Registerer: a.Registry,
+	})
+	return c.shards
+}
+
+func initShardMgr(ctx context.Context, a *App) (Service, error) {
+	mg := a.NewShardManager()
+	return runner{run: mg.Run}, nil
+}
+
+func initOps(ctx context.Context, a *App) (Service, error) {
+	return newHTTPServer(a.Config.Metrics.Addr, a.opsHandler(), a)
+}
+
+func initAPI(ctx context.Context, a *App) (Service, error) {
+	return newHTTPServer(a.Config.HTTP.Addr, a.APIMux, a)
+}
+
+// httpServer listens at start (so a taken port fails start-up) and drains
+// in-flight requests on Stop.
+type httpServer struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+func newHTTPServer(addr string, h http.Handler, a *App) (Service, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	a.Log.Info().Str("addr", ln.Addr().String()).Msg("listening")
+	return &httpServer{ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}, nil
+}
+
+func (s *httpServer) Run(ctx context.Context) error {
+	err := s.srv.Serve(s.ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+func (s *httpServer) Stop(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// Addr is where the server listens (useful with port 0 in tests).
+func (s *httpServer) Addr() string { return s.ln.Addr().String() }

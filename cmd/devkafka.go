@@ -1,0 +1,49 @@
+package cmd
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/imshard/imshard/app"
+)
+
+type devKafkaOptions struct {
+	addr    string
+	dataDir string
+}
+
+func newDevKafkaCmd(g *globals) *cobra.Command {
+	o := &devKafkaOptions{}
+	c := &cobra.Command{
+		Use:   "devkafka --addr=127.0.0.1:19092 --data-dir=DIR",
+		Short: "Run the in-process Kafka stand-in as its own process (development and tests; never production)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			cfg, err := g.load(nil)
+			if err != nil {
+				return err
+			}
+			k := cfg.Kafka
+			if o.dataDir != "" {
+				k.DataDir = o.dataDir
+			}
+			cluster, err := app.StartKafka(k, o.addr)
+			if err != nil {
+				return err
+			}
+			defer cluster.Close()
+			log := g.logger(cfg)
+			log.Info().Strs("brokers", cluster.ListenAddrs()).Str("data_dir", k.DataDir).Msg("devkafka listening")
+			fmt.Fprintln(g.stdout, cluster.ListenAddrs()[0])
+			ctx, stop := signalContext()
+			defer stop()
+			<-ctx.Done()
+			log.Info().Msg("devkafka stopping")
+			return nil
+		},
+	}
+	c.Flags().StringVar(&o.addr, "addr", "127.0.0.1:19092", "listen address")
+	c.Flags().StringVar(&o.dataDir, "data-dir", "", "log directory (default kafka.data_dir)")
+	return c
+}

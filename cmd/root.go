@@ -1,0 +1,132 @@
+// Package cmd holds the cobra commands of imshard: each parses its flags,
+// loads the configuration and calls app or one exported module function. No
+// business logic lives here.
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/imshard/imshard/app"
+	"github.com/imshard/imshard/config"
+)
+
+// Exit codes (DESIGN "Command line").
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	ExitUsage   = 2
+)
+
+// UsageError marks bad usage or bad configuration: exit code 2.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+func usagef(format string, args ...any) error {
+	return &UsageError{Err: fmt.Errorf(format, args...)}
+}
+
+// globals are the options every command shares.
+type globals struct {
+	configPath string
+	stdout     io.Writer
+	stderr     io.Writer
+	env        []string
+}
+
+// NewRoot builds the command tree; tests call it with their own writers/env.
+func NewRoot(stdout, stderr io.Writer, env []string) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr, env: env}
+	root := &cobra.Command{
+		Use:           "imshard",
+		Short:         "Month-sharded group-message storage for a multi-tenant IM backend",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVar(&g.configPath, "config", "", "YAML config file (default ./imshard.yaml if present, else built-in local defaults)")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &UsageError{Err: err} })
+	root.AddCommand(
+		newAllCmd(g),
+		newServeCmd(g),
+		newShardCmd(g),
+		newConfigCmd(g),
+		newDevKafkaCmd(g),
+		newVersionCmd(g),
+	)
+	return root
+}
+
+// Execute runs the CLI and returns the process exit code.
+func Execute() int {
+	root := NewRoot(os.Stdout, os.Stderr, nil)
+	err := root.Execute()
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintln(os.Stderr, "imshard:", err)
+	return ExitCode(err)
+}
+
+// ExitCode maps an error from a command to the process exit code.
+func ExitCode(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var ue *UsageError
+	var ke *config.KeyError
+	if errors.As(err, &ue) || errors.As(err, &ke) {
+		return ExitUsage
+	}
+	if isCobraUsage(err) {
+		return ExitUsage
+	}
+	return ExitFailure
+}
+
+// isCobraUsage recognises cobra's own argument errors (unknown command,
+// wrong number of arguments), which it returns as plain errors.
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "accepts ", "requires at least", "invalid argument", "required flag"} {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// load reads and validates the configuration for the given roles; flags maps
+// config keys to this command's flags that override them.
+func (g *globals) load(flags map[string]*pflag.Flag, roles ...string) (*config.Config, error) {
+	cfg, err := config.Load(config.LoadOptions{Path: g.configPath, Env: g.env, Flags: flags})
+	if err != nil {
+		return nil, &UsageError{Err: err}
+	}
+	if err := cfg.Validate(roles...); err != nil {
+		return nil, &UsageError{Err: err}
+	}
+	return cfg, nil
+}
+
+func (g *globals) logger(cfg *config.Config) zerolog.Logger {
+	return app.NewLogger(cfg.Log, g.stderr)
+}
+
+// signalContext ends on SIGINT or SIGTERM.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}

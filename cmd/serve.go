@@ -1,0 +1,91 @@
+package cmd
+
+import (
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/imshard/imshard/app"
+)
+
+// serveOptions are the options of the long-running commands.
+type serveOptions struct {
+	roles       string
+	httpAddr    string
+	metricsAddr string
+}
+
+func (o *serveOptions) bind(c *cobra.Command) map[string]*pflag.Flag {
+	c.Flags().StringVar(&o.httpAddr, "http-addr", "", "API listen address (overrides http.addr)")
+	c.Flags().StringVar(&o.metricsAddr, "metrics-addr", "", "/metrics, /healthz, /readyz listen address (overrides metrics.addr)")
+	return map[string]*pflag.Flag{
+		"http.addr":    c.Flags().Lookup("http-addr"),
+		"metrics.addr": c.Flags().Lookup("metrics-addr"),
+	}
+}
+
+func newAllCmd(g *globals) *cobra.Command {
+	o := &serveOptions{}
+	c := &cobra.Command{
+		Use:   "all",
+		Short: "Run every role in one process (small deployments, demos, tests)",
+		Args:  cobra.NoArgs,
+	}
+	flags := o.bind(c)
+	c.RunE = func(c *cobra.Command, _ []string) error { return g.serve(flags, []string{app.All}) }
+	return c
+}
+
+func newServeCmd(g *globals) *cobra.Command {
+	o := &serveOptions{}
+	c := &cobra.Command{
+		Use:   "serve --roles=ROLE[,ROLE…]",
+		Short: "Run the named roles (" + joinRoles() + ")",
+		Args:  cobra.NoArgs,
+	}
+	flags := o.bind(c)
+	c.Flags().StringVar(&o.roles, "roles", "", "comma-separated roles to run: "+joinRoles()+", or all")
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		roles, err := app.ParseRoles(o.roles)
+		if err != nil {
+			return &UsageError{Err: err}
+		}
+		return g.serve(flags, roles)
+	}
+	return c
+}
+
+func joinRoles() string {
+	out := ""
+	for i, r := range app.Roles() {
+		if i > 0 {
+			out += ", "
+		}
+		out += r
+	}
+	return out
+}
+
+// serve runs the roles until SIGINT/SIGTERM, then drains and returns nil.
+func (g *globals) serve(flags map[string]*pflag.Flag, roles []string) error {
+	validate := roles
+	if len(roles) == 1 && roles[0] == app.All {
+		validate = nil
+	}
+	cfg, err := g.load(flags, validate...)
+	if err != nil {
+		return err
+	}
+	log := g.logger(cfg)
+	ctx, stop := signalContext()
+	defer stop()
+	a := app.New(cfg, log)
+	if err := a.Start(ctx, roles); err != nil {
+		return err
+	}
+	log.Info().Strs("roles", roles).Strs("modules", a.Modules()).Msg("imshard started")
+	if err := a.Run(ctx); err != nil {
+		return err
+	}
+	log.Info().Msg("imshard stopped")
+	return nil
+}

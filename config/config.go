@@ -1,0 +1,214 @@
+// Package config is the one typed configuration tree of the imshard binary.
+//
+// Values come from built-in defaults, an optional YAML file, IMSHARD_* environment
+// variables and command flags, in rising precedence (see Load). Every key has a
+// default, so an empty file is a complete local setup; Validate then checks only the
+// sections the chosen roles use.
+package config
+
+import (
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Config is the whole configuration; the mapstructure tags are the key names of
+// the file, the environment (IMSHARD_ + key upper-cased, dots → _) and flags.
+type Config struct {
+	HTTP        HTTP     `mapstructure:"http"`
+	Metrics     Metrics  `mapstructure:"metrics"`
+	Log         Log      `mapstructure:"log"`
+	MySQL       MySQL    `mapstructure:"mysql"`
+	Redis       Redis    `mapstructure:"redis"`
+	Kafka       Kafka    `mapstructure:"kafka"`
+	Tenants     []Tenant `mapstructure:"tenants"`
+	TenantsFile string   `mapstructure:"tenants_file"`
+	Shard       Shard    `mapstructure:"shard"`
+	Send        Send     `mapstructure:"send"`
+	HotCache    HotCache `mapstructure:"hot_cache"`
+	Persist     Persist  `mapstructure:"persist"`
+	Migrate     Migrate  `mapstructure:"migrate"`
+}
+
+// HTTP is the API listener.
+type HTTP struct {
+	Addr          string        `mapstructure:"addr"`
+	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
+}
+
+// Metrics is the listener for /metrics, /healthz and /readyz, kept apart from the
+// API so probes keep answering while the API drains.
+type Metrics struct {
+	Addr string `mapstructure:"addr"`
+}
+
+// Log selects the zerolog level and output; "auto" means console on a TTY, JSON otherwise.
+type Log struct {
+	Level  string `mapstructure:"level"`
+	Format string `mapstructure:"format"`
+}
+
+// MySQL describes the per-tenant databases.
+type MySQL struct {
+	DSNTemplate     string        `mapstructure:"dsn_template"`
+	MaxOpenConns    int           `mapstructure:"max_open_conns"`
+	MaxIdleConns    int           `mapstructure:"max_idle_conns"`
+	ConnMaxIdleTime time.Duration `mapstructure:"conn_max_idle_time"`
+	// MaxOpenTenants caps how many tenant pools are open at once; beyond it the least
+	// recently used pool is closed, so thousands of tenants do not exhaust MySQL's
+	// max_connections.
+	MaxOpenTenants int `mapstructure:"max_open_tenants"`
+}
+
+// Redis holds the Redis endpoints; several addresses mean Redis Cluster.
+type Redis struct {
+	Addrs       []string      `mapstructure:"addrs"`
+	Password    string        `mapstructure:"password"`
+	DialTimeout time.Duration `mapstructure:"dial_timeout"`
+}
+
+// Kafka holds the message bus settings. No brokers means the in-process kfake
+// cluster, whose log lives in DataDir.
+type Kafka struct {
+	Brokers    []string `mapstructure:"brokers"`
+	Topic      string   `mapstructure:"topic"`
+	DLQTopic   string   `mapstructure:"dlq_topic"`
+	Group      string   `mapstructure:"group"`
+	Partitions int      `mapstructure:"partitions"`
+	DataDir    string   `mapstructure:"data_dir"`
+	// ReplicationFactor is only used when the service creates its topics on a real
+	// cluster; kfake has a single broker.
+	ReplicationFactor int `mapstructure:"replication_factor"`
+}
+
+// Tenant is one tenant; the yaml and json tags are the tenants_file format.
+type Tenant struct {
+	ID        string `mapstructure:"id" yaml:"id" json:"id"`
+	JWTSecret string `mapstructure:"jwt_secret" yaml:"jwt_secret" json:"jwt_secret"`
+	// DSN overrides mysql.dsn_template for this tenant.
+	DSN string `mapstructure:"dsn" yaml:"dsn,omitempty" json:"dsn,omitempty"`
+}
+
+// Shard drives the monthly table manager.
+type Shard struct {
+	MonthsAhead    int           `mapstructure:"months_ahead"`
+	SealingDays    int           `mapstructure:"sealing_days"`
+	PatrolInterval time.Duration `mapstructure:"patrol_interval"`
+	AutoAdvance    bool          `mapstructure:"auto_advance"`
+	LockTTL        time.Duration `mapstructure:"lock_ttl"`
+}
+
+// Send is the send path.
+type Send struct {
+	MaxBodyBytes     int64         `mapstructure:"max_body_bytes"`
+	RecallWindow     time.Duration `mapstructure:"recall_window"`
+	IdempotencyTTL   time.Duration `mapstructure:"idempotency_ttl"`
+	SeqReserveStep   int64         `mapstructure:"seq_reserve_step"`
+	ProduceTimeout   time.Duration `mapstructure:"produce_timeout"`
+	MaxMentions      int           `mapstructure:"max_mentions"`
+	ACLCacheTTL      time.Duration `mapstructure:"acl_cache_ttl"`
+	MaxClockBackward time.Duration `mapstructure:"max_clock_backward"`
+}
+
+// HotCache is the Redis cache of recent messages per topic.
+type HotCache struct {
+	TTL         time.Duration `mapstructure:"ttl"`
+	MaxPerTopic int           `mapstructure:"max_per_topic"`
+}
+
+// Persist is the Kafka → MySQL writer.
+type Persist struct {
+	BatchSize       int           `mapstructure:"batch_size"`
+	BatchLinger     time.Duration `mapstructure:"batch_linger"`
+	MaxRetries      int           `mapstructure:"max_retries"`
+	DedupRetention  time.Duration `mapstructure:"dedup_retention"`
+	RetryBackoff    time.Duration `mapstructure:"retry_backoff"`
+	RetryBackoffMax time.Duration `mapstructure:"retry_backoff_max"`
+}
+
+// Migrate is the legacy-table backfill; RowsPerSecond 0 means unthrottled.
+type Migrate struct {
+	BatchSize     int `mapstructure:"batch_size"`
+	RowsPerSecond int `mapstructure:"rows_per_second"`
+}
+
+// TenantIDPattern is what a tenant id must match: the id becomes part of database
+// names and Redis keys, so it is kept to characters that need no quoting anywhere.
+var TenantIDPattern = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
+
+// minSecretLen is the shortest accepted jwt_secret; shorter HMAC keys are guessable.
+const minSecretLen = 8
+
+// Default returns the built-in local defaults: a single-machine setup against
+// MariaDB and Redis on localhost and the in-process Kafka.
+func Default() Config {
+	return Config{
+		HTTP:    HTTP{Addr: "127.0.0.1:8080", ShutdownGrace: 30 * time.Second},
+		Metrics: Metrics{Addr: "127.0.0.1:9090"},
+		Log:     Log{Level: "info", Format: "auto"},
+		MySQL: MySQL{
+			DSNTemplate:     "root@tcp(127.0.0.1:3306)/imshard_{tenant}?parseTime=true&loc=UTC",
+			MaxOpenConns:    16,
+			MaxIdleConns:    4,
+			ConnMaxIdleTime: 5 * time.Minute,
+			MaxOpenTenants:  256,
+		},
+		Redis: Redis{Addrs: []string{"127.0.0.1:6379"}, DialTimeout: 5 * time.Second},
+		Kafka: Kafka{
+			// Empty but not nil, so that Default() equals a decoded "brokers: []".
+			Brokers:           []string{},
+			Topic:             "imshard.groupmsg",
+			DLQTopic:          "imshard.groupmsg.dlq",
+			Group:             "imshard-persist",
+			Partitions:        16,
+			DataDir:           "./data/kafka",
+			ReplicationFactor: 1,
+		},
+		Tenants: []Tenant{{ID: "demo", JWTSecret: "change-me"}},
+		Shard: Shard{
+			MonthsAhead:    2,
+			SealingDays:    7,
+			PatrolInterval: 24 * time.Hour,
+			AutoAdvance:    true,
+			LockTTL:        30 * time.Second,
+		},
+		Send: Send{
+			MaxBodyBytes:     65536,
+			RecallWindow:     2 * time.Minute,
+			IdempotencyTTL:   24 * time.Hour,
+			SeqReserveStep:   1000,
+			ProduceTimeout:   10 * time.Second,
+			MaxMentions:      1000,
+			ACLCacheTTL:      5 * time.Minute,
+			MaxClockBackward: 5 * time.Second,
+		},
+		HotCache: HotCache{TTL: 24 * time.Hour, MaxPerTopic: 1000},
+		Persist: Persist{
+			BatchSize:       500,
+			BatchLinger:     20 * time.Millisecond,
+			MaxRetries:      10,
+			DedupRetention:  168 * time.Hour,
+			RetryBackoff:    200 * time.Millisecond,
+			RetryBackoffMax: 30 * time.Second,
+		},
+		Migrate: Migrate{BatchSize: 2000, RowsPerSecond: 0},
+	}
+}
+
+// TenantDSN returns the tenant's DSN: its own DSN if set, else the template with
+// {tenant} replaced by the tenant id.
+func (c *Config) TenantDSN(t Tenant) string {
+	if t.DSN != "" {
+		return t.DSN
+	}
+	return strings.ReplaceAll(c.MySQL.DSNTemplate, "{tenant}", t.ID)
+}
+
+// KeyError names the offending key, so an operator knows what to fix and the
+// command can exit 2 ("bad config") rather than 1.
+type KeyError struct {
+	Key string
+	Msg string
+}
+
+func (e *KeyError) Error() string { return "config: " + e.Key + ": " + e.Msg }

@@ -1,0 +1,270 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Limits that are easier to review as names than as literals in the checks.
+const (
+	maxBodyLimit   = 16 << 20 // a message body larger than this belongs in object storage
+	maxPartitions  = 1024
+	maxTopicLen    = 249 // Kafka's own limit on topic names
+	maxMonthsAhead = 24
+	maxSealingDays = 90
+)
+
+// roleSections is which config sections each role reads. mysql, metrics and log are
+// used by every role and always checked.
+func roleSections() map[string][]string {
+	return map[string][]string{
+		"send":     {"http", "redis", "kafka", "tenants", "send", "hot_cache", "shard"},
+		"query":    {"http", "redis", "tenants", "hot_cache"},
+		"persist":  {"redis", "kafka", "tenants", "persist"},
+		"shardmgr": {"redis", "tenants", "shard"},
+		"migrate":  {"tenants", "migrate"},
+	}
+}
+
+// Validate checks the sections the given roles need ("send", "query", "persist",
+// "shardmgr", "migrate"; none or "all" means every section). A process checks only
+// what it runs, so a query node is not refused over a persist setting it never
+// reads. Every problem is reported at once as errors.Join of *KeyError.
+func (c *Config) Validate(roles ...string) error {
+	need := map[string]bool{"mysql": true, "metrics": true, "log": true}
+	byRole := roleSections()
+	var p problems
+	if len(roles) == 0 {
+		roles = []string{"all"}
+	}
+	for _, r := range roles {
+		if r == "all" {
+			for _, secs := range byRole {
+				for _, s := range secs {
+					need[s] = true
+				}
+			}
+			continue
+		}
+		secs, ok := byRole[r]
+		if !ok {
+			p.add("roles", "unknown role %q", r)
+			continue
+		}
+		for _, s := range secs {
+			need[s] = true
+		}
+	}
+
+	if need["http"] {
+		p.listenAddr("http.addr", c.HTTP.Addr)
+		p.durAtLeast("http.shutdown_grace", c.HTTP.ShutdownGrace, 0)
+	}
+	p.listenAddr("metrics.addr", c.Metrics.Addr)
+	p.oneOf("log.level", c.Log.Level, "trace", "debug", "info", "warn", "error")
+	p.oneOf("log.format", c.Log.Format, "auto", "json", "console")
+	c.validateMySQL(&p)
+	if need["redis"] {
+		if len(c.Redis.Addrs) == 0 {
+			p.add("redis.addrs", "at least one address is required")
+		}
+		for i, a := range c.Redis.Addrs {
+			p.dialAddr(fmt.Sprintf("redis.addrs[%d]", i), a)
+		}
+		p.durAtLeast("redis.dial_timeout", c.Redis.DialTimeout, 0)
+	}
+	if need["kafka"] {
+		c.validateKafka(&p)
+	}
+	if need["tenants"] {
+		if len(c.Tenants) == 0 {
+			p.add("tenants", "at least one tenant is required (in tenants or tenants_file)")
+		}
+		p = append(p, tenantProblems(c.Tenants, "")...)
+	}
+	if need["shard"] {
+		p.intRange("shard.months_ahead", int64(c.Shard.MonthsAhead), 0, maxMonthsAhead)
+		p.intRange("shard.sealing_days", int64(c.Shard.SealingDays), 0, maxSealingDays)
+		p.durAtLeast("shard.patrol_interval", c.Shard.PatrolInterval, time.Minute)
+		// The lock is renewed on a timer; below a second renewal jitter alone loses it.
+		p.durAtLeast("shard.lock_ttl", c.Shard.LockTTL, time.Second)
+	}
+	if need["send"] {
+		s := c.Send
+		p.intRange("send.max_body_bytes", s.MaxBodyBytes, 1024, maxBodyLimit)
+		p.durAtLeast("send.recall_window", s.RecallWindow, 0)
+		// Shorter than a client's retry horizon would let a retried send be stored twice.
+		p.durAtLeast("send.idempotency_ttl", s.IdempotencyTTL, time.Minute)
+		p.intRange("send.seq_reserve_step", s.SeqReserveStep, 1, 1_000_000)
+		p.durAbove("send.produce_timeout", s.ProduceTimeout, 0)
+		p.intRange("send.max_mentions", int64(s.MaxMentions), 0, 1<<31-1)
+		p.durAtLeast("send.acl_cache_ttl", s.ACLCacheTTL, 0)
+		p.durAtLeast("send.max_clock_backward", s.MaxClockBackward, 0)
+	}
+	if need["hot_cache"] {
+		p.durAtLeast("hot_cache.ttl", c.HotCache.TTL, 0)
+		p.intRange("hot_cache.max_per_topic", int64(c.HotCache.MaxPerTopic), 0, 1<<31-1)
+	}
+	if need["persist"] {
+		ps := c.Persist
+		p.intRange("persist.batch_size", int64(ps.BatchSize), 1, 10_000)
+		p.durRange("persist.batch_linger", ps.BatchLinger, 0, 10*time.Second)
+		p.intRange("persist.max_retries", int64(ps.MaxRetries), 0, 1<<31-1)
+		p.durAtLeast("persist.dedup_retention", ps.DedupRetention, 0)
+		p.durAtLeast("persist.retry_backoff", ps.RetryBackoff, 0)
+		p.durAtLeast("persist.retry_backoff_max", ps.RetryBackoffMax, ps.RetryBackoff)
+	}
+	if need["migrate"] {
+		p.intRange("migrate.batch_size", int64(c.Migrate.BatchSize), 1, 100_000)
+		p.intRange("migrate.rows_per_second", int64(c.Migrate.RowsPerSecond), 0, 1<<31-1)
+	}
+	return errors.Join(p...)
+}
+
+func (c *Config) validateMySQL(p *problems) {
+	m := c.MySQL
+	// The template is only needed by tenants without their own DSN.
+	usesTemplate := slices.ContainsFunc(c.Tenants, func(t Tenant) bool { return t.DSN == "" })
+	if usesTemplate && !strings.Contains(m.DSNTemplate, "{tenant}") {
+		p.add("mysql.dsn_template", "must contain {tenant} (or every tenant needs its own dsn)")
+	}
+	p.intRange("mysql.max_open_conns", int64(m.MaxOpenConns), 1, 1<<31-1)
+	// Above max_open_conns is harmless: database/sql lowers it to that.
+	p.intRange("mysql.max_idle_conns", int64(m.MaxIdleConns), 0, 1<<31-1)
+	p.durAtLeast("mysql.conn_max_idle_time", m.ConnMaxIdleTime, 0)
+	p.intRange("mysql.max_open_tenants", int64(m.MaxOpenTenants), 1, 1<<31-1)
+}
+
+func (c *Config) validateKafka(p *problems) {
+	k := c.Kafka
+	for i, b := range k.Brokers {
+		p.dialAddr(fmt.Sprintf("kafka.brokers[%d]", i), b)
+	}
+	p.topic("kafka.topic", k.Topic)
+	p.topic("kafka.dlq_topic", k.DLQTopic)
+	if k.Topic != "" && k.Topic == k.DLQTopic {
+		// Dead letters written to the main topic would be consumed and fail again forever.
+		p.add("kafka.dlq_topic", "must differ from kafka.topic")
+	}
+	if k.Group == "" {
+		p.add("kafka.group", "must not be empty")
+	}
+	p.intRange("kafka.partitions", int64(k.Partitions), 1, maxPartitions)
+	p.intRange("kafka.replication_factor", int64(k.ReplicationFactor), 1, 1<<15-1)
+}
+
+// tenantProblems checks ids, uniqueness and secrets; where names the source for
+// lists read from a tenants file.
+func tenantProblems(list []Tenant, where string) []error {
+	var p problems
+	first := map[string]int{}
+	for i, t := range list {
+		key := fmt.Sprintf("tenants[%d]", i)
+		switch j, dup := first[t.ID]; {
+		case !TenantIDPattern.MatchString(t.ID):
+			p.add(key+".id", "invalid tenant id %q%s: must match %s", t.ID, where, TenantIDPattern)
+		case dup:
+			p.add(key+".id", "duplicate tenant id %q%s (first at tenants[%d])", t.ID, where, j)
+		default:
+			first[t.ID] = i
+		}
+		// The secret is never echoed: it would end up in logs.
+		if len(t.JWTSecret) < minSecretLen {
+			p.add(key+".jwt_secret", "must be at least %d bytes%s", minSecretLen, where)
+		}
+	}
+	return p
+}
+
+// problems collects every *KeyError so one run shows an operator all of them.
+type problems []error
+
+func (p *problems) add(key, format string, args ...any) {
+	*p = append(*p, &KeyError{Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (p *problems) intRange(key string, v, lo, hi int64) {
+	if v < lo || v > hi {
+		p.add(key, "must be between %d and %d, got %d", lo, hi, v)
+	}
+}
+
+func (p *problems) durAtLeast(key string, v, lo time.Duration) {
+	if v < lo {
+		p.add(key, "must be at least %s, got %s", fmtDuration(lo), fmtDuration(v))
+	}
+}
+
+func (p *problems) durAbove(key string, v, lo time.Duration) {
+	if v <= lo {
+		p.add(key, "must be greater than %s, got %s", fmtDuration(lo), fmtDuration(v))
+	}
+}
+
+func (p *problems) durRange(key string, v, lo, hi time.Duration) {
+	if v < lo || v > hi {
+		p.add(key, "must be between %s and %s, got %s", fmtDuration(lo), fmtDuration(hi), fmtDuration(v))
+	}
+}
+
+func (p *problems) oneOf(key, v string, allowed ...string) {
+	if !slices.Contains(allowed, v) {
+		p.add(key, "must be one of %s, got %q", strings.Join(allowed, "|"), v)
+	}
+}
+
+// listenAddr allows an empty host (all interfaces) and port 0 (any free port, which
+// tests use).
+func (p *problems) listenAddr(key, addr string) {
+	if _, _, err := splitAddr(addr); err != "" {
+		p.add(key, "%s", err)
+	}
+}
+
+// dialAddr needs a host and a real port.
+func (p *problems) dialAddr(key, addr string) {
+	host, port, err := splitAddr(addr)
+	switch {
+	case err != "":
+		p.add(key, "%s", err)
+	case host == "":
+		p.add(key, "must name a host, got %q", addr)
+	case port == 0:
+		p.add(key, "port must not be 0, got %q", addr)
+	}
+}
+
+func splitAddr(addr string) (string, int, string) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Sprintf("must be host:port, got %q", addr)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return "", 0, fmt.Sprintf("port must be a number 0..65535, got %q", addr)
+	}
+	return host, n, ""
+}
+
+// topic checks Kafka's legal topic names, so a typo fails here rather than at the
+// first produce.
+func (p *problems) topic(key, name string) {
+	if name == "" {
+		p.add(key, "must not be empty")
+		return
+	}
+	ok := len(name) <= maxTopicLen && name != "." && name != ".."
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			ok = false
+		}
+	}
+	if !ok {
+		p.add(key, "invalid Kafka topic %q: up to %d of [a-zA-Z0-9._-]", name, maxTopicLen)
+	}
+}

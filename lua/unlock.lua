@@ -1,0 +1,5 @@
+-- Release a lock only while it holds our token (KEYS[1] lock, ARGV[1] token).
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0

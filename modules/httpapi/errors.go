@@ -1,0 +1,116 @@
+// Package httpapi is what every HTTP role shares: authentication of the
+// tenant's JWT, the error envelope and its codes, and JSON helpers. Typed
+// errors map to API codes here and nowhere else (STYLE rule 9).
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/rs/zerolog"
+
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// Codes of the error envelope (DESIGN "HTTP API v1").
+const (
+	CodeInvalidArgument  = "invalid_argument"
+	CodeUnauthenticated  = "unauthenticated"
+	CodePermissionDenied = "permission_denied"
+	CodeNotFound         = "not_found"
+	CodeConflict         = "conflict"
+	CodeTooLarge         = "too_large"
+	CodeRateLimited      = "rate_limited"
+	CodeUnavailable      = "unavailable"
+	CodeInternal         = "internal"
+)
+
+var codeStatus = map[string]int{
+	CodeInvalidArgument:  http.StatusBadRequest,
+	CodeUnauthenticated:  http.StatusUnauthorized,
+	CodePermissionDenied: http.StatusForbidden,
+	CodeNotFound:         http.StatusNotFound,
+	CodeConflict:         http.StatusConflict,
+	CodeTooLarge:         http.StatusRequestEntityTooLarge,
+	CodeRateLimited:      http.StatusTooManyRequests,
+	CodeUnavailable:      http.StatusServiceUnavailable,
+	CodeInternal:         http.StatusInternalServerError,
+}
+
+// Error is an error with an API code; modules return it for anything the
+// client should see as other than internal.
+type Error struct {
+	Code    string
+	Message string
+	Err     error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return e.Code + ": " + e.Message + ": " + e.Err.Error()
+	}
+	return e.Code + ": " + e.Message
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf builds an *Error with a code and a client-facing message.
+func Errorf(code, msg string) *Error { return &Error{Code: code, Message: msg} }
+
+// Wrap attaches a code and message to a cause kept for logs.
+func Wrap(code, msg string, err error) *Error { return &Error{Code: code, Message: msg, Err: err} }
+
+// Classify maps any error to its API code and client message. Errors of the
+// routing core have fixed meanings; everything unknown is internal, and its
+// text stays in the log, not in the response.
+func Classify(err error) (code, msg string) {
+	var e *Error
+	switch {
+	case errors.As(err, &e):
+		return e.Code, e.Message
+	case errors.Is(err, routing.ErrInvalidTopic):
+		return CodeInvalidArgument, "invalid topic: want ^[A-Za-z0-9_-]{1,64}$"
+	case errors.Is(err, routing.ErrInvalidMonth), errors.Is(err, routing.ErrInvalidTable), errors.Is(err, routing.ErrInvalidTenant):
+		return CodeInvalidArgument, err.Error()
+	case errors.Is(err, routing.ErrNoActiveMonth):
+		return CodeUnavailable, "no active month: the shard manager has not activated one yet"
+	case errors.Is(err, routing.ErrShardNotRegistered):
+		return CodeUnavailable, "month table not ready"
+	}
+	return CodeInternal, "internal error"
+}
+
+// Status is the HTTP status of a code.
+func Status(code string) int {
+	if s, ok := codeStatus[code]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+type envelope struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// WriteError answers with the error envelope; internal and unavailable
+// errors are logged with their cause (once, here, where they are handled).
+func WriteError(w http.ResponseWriter, r *http.Request, log zerolog.Logger, err error) {
+	code, msg := Classify(err)
+	if code == CodeInternal || code == CodeUnavailable {
+		log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Str("code", code).Msg("request failed")
+	}
+	var env envelope
+	env.Error.Code, env.Error.Message = code, msg
+	WriteJSON(w, Status(code), env)
+}
+
+// WriteJSON answers with v as JSON.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,154 @@
+// Package message holds the two shapes a group message takes outside the
+// database: the Kafka event (send → persist, DESIGN "Kafka event") and the
+// API message (every HTTP response, the hot cache, the realtime stream).
+// Send, persist and query share them through this package, not each other.
+package message
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+)
+
+// EventVersion is the "v" of the Kafka event contract.
+const EventVersion = 1
+
+// ID is a 64-bit id that travels as a JSON string (JavaScript clients lose
+// precision above 2^53) and is accepted as a string or a number.
+type ID int64
+
+// MarshalJSON writes the id as a decimal string.
+func (id ID) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + strconv.FormatInt(int64(id), 10) + `"`), nil
+}
+
+// UnmarshalJSON accepts "123" or 123.
+func (id *ID) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
+		s = s[1 : len(s)-1]
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return &json.UnsupportedValueError{Str: "id " + string(b)}
+	}
+	*id = ID(n)
+	return nil
+}
+
+// IDs is a list of ids with the same JSON rules.
+type IDs []ID
+
+// Event is the Kafka record value. shard_month is frozen at allocation and
+// never recomputed by retries, compensation or replays (DESIGN invariant 2).
+type Event struct {
+	V                int             `json:"v"`
+	EventID          string          `json:"event_id"`
+	Tenant           string          `json:"tenant"`
+	Topic            string          `json:"topic"`
+	GroupID          ID              `json:"group_id"`
+	SeqID            int64           `json:"seq_id"`
+	ShardMonth       string          `json:"shard_month"`
+	MessageID        ID              `json:"message_id"`
+	FromUser         ID              `json:"from_user"`
+	ClientMsgID      string          `json:"client_msg_id"`
+	MsgType          string          `json:"msg_type"`
+	Content          json.RawMessage `json:"content"`
+	Head             json.RawMessage `json:"head,omitempty"`
+	MentionedUserIDs IDs             `json:"mentioned_user_ids,omitempty"`
+	MentionAll       bool            `json:"mention_all"`
+	ReplySeqID       *int64          `json:"reply_seqid,omitempty"`
+	RootSeqID        *int64          `json:"root_seqid,omitempty"`
+	CreatedAt        Time            `json:"created_at"`
+}
+
+// Key is the Kafka record key: tenant/topic keeps one topic's events in one
+// partition, in order.
+func (e *Event) Key() []byte { return []byte(e.Tenant + "/" + e.Topic) }
+
+// Status of a message as the API shows it.
+const (
+	StatusNormal   = "normal"
+	StatusRecalled = "recalled"
+	StatusDeleted  = "deleted"
+)
+
+// Message is a message in every API response (DESIGN "HTTP API v1").
+// Recalled and deleted messages carry no content, head or mentions.
+type Message struct {
+	Topic            string          `json:"topic"`
+	Seq              int64           `json:"seq"`
+	MessageID        ID              `json:"message_id"`
+	GroupID          ID              `json:"group_id"`
+	FromUser         ID              `json:"from_user"`
+	ClientMsgID      string          `json:"client_msg_id"`
+	MsgType          string          `json:"msg_type"`
+	Status           string          `json:"status"`
+	Content          json.RawMessage `json:"content"`
+	Head             json.RawMessage `json:"head"`
+	MentionedUserIDs IDs             `json:"mentioned_user_ids"`
+	MentionAll       bool            `json:"mention_all"`
+	ReplySeqID       *int64          `json:"reply_seqid"`
+	RootSeqID        *int64          `json:"root_seqid"`
+	Version          int             `json:"version"`
+	CreatedAt        Time            `json:"created_at"`
+	UpdatedAt        Time            `json:"updated_at"`
+}
+
+// FromEvent is the message an event becomes once stored (version 1).
+func FromEvent(e *Event) Message {
+	m := Message{
+		Topic: e.Topic, Seq: e.SeqID, MessageID: e.MessageID, GroupID: e.GroupID, FromUser: e.FromUser,
+		ClientMsgID: e.ClientMsgID, MsgType: e.MsgType, Status: StatusNormal, Content: e.Content, Head: e.Head,
+		MentionedUserIDs: e.MentionedUserIDs, MentionAll: e.MentionAll, ReplySeqID: e.ReplySeqID,
+		RootSeqID: e.RootSeqID, Version: 1, CreatedAt: e.CreatedAt, UpdatedAt: e.CreatedAt,
+	}
+	return m.Normalized()
+}
+
+// Normalized renders JSON-null fields as the contract wants them and strips
+// the body of tombstones (recalled/deleted carry no content).
+func (m Message) Normalized() Message {
+	if m.Status != StatusNormal && m.Status != "" {
+		m.Content, m.Head, m.MentionedUserIDs = nil, nil, nil
+	}
+	if m.Content == nil {
+		m.Content = json.RawMessage("null")
+	}
+	if m.Head == nil {
+		m.Head = json.RawMessage("null")
+	}
+	if m.MentionedUserIDs == nil {
+		m.MentionedUserIDs = IDs{}
+	}
+	return m
+}
+
+// Time is a UTC instant in RFC 3339 with milliseconds, as the API and the
+// event contract write it; MySQL keeps DATETIME(3), so nothing finer exists.
+type Time struct{ time.Time }
+
+// TimeFormat is the wire format of Time.
+const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// NewTime truncates t to milliseconds in UTC.
+func NewTime(t time.Time) Time { return Time{t.UTC().Truncate(time.Millisecond)} }
+
+// MarshalJSON writes RFC 3339 with milliseconds, UTC ("Z").
+func (t Time) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + t.UTC().Format(TimeFormat) + `"`), nil
+}
+
+// UnmarshalJSON reads any RFC 3339 time.
+func (t *Time) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	p, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return err
+	}
+	*t = NewTime(p)
+	return nil
+}

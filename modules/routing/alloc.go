@@ -1,0 +1,424 @@
+package routing
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	sq "github.com/Masterminds/squirrel"
+	"github.com/redis/rueidis"
+	"github.com/rs/zerolog"
+)
+
+const reservationsTable = "im_seq_reservations"
+
+// Allocation is what one Lua call hands out: the topic's next seq and the
+// month it is frozen to (DESIGN invariant 2).
+type Allocation struct {
+	Seq   int64
+	Month Month
+}
+
+// Errors of activation; `shard activate` prints them as the reason.
+var (
+	ErrMonthNotWritable = errors.New("month table is not writable")
+	ErrMonthInFuture    = errors.New("month is after the Redis-time month")
+	ErrMonthOlder       = errors.New("month is older than the active month")
+)
+
+// AllocatorParams wires an Allocator.
+type AllocatorParams struct {
+	Redis       rueidis.Client
+	DBs         DBs
+	Catalog     *Catalog
+	Scripts     *Scripts
+	Metrics     *Metrics
+	Log         zerolog.Logger
+	AutoAdvance bool  // shard.auto_advance
+	ReserveStep int64 // send.seq_reserve_step
+}
+
+// Allocator hands out (seq, month) pairs. The fast path is one EVALSHA; the
+// slow paths — recovering a lost active month, recording a month switch,
+// seeding a lost counter, extending the durable reservation — touch MySQL
+// and then retry the script.
+type Allocator struct {
+	p     AllocatorParams
+	clock Clock
+
+	wg       sync.WaitGroup
+	inflight sync.Map // tenant/topic → struct{}: one background reservation each
+	closing  chan struct{}
+	stopOnce sync.Once
+}
+
+// NewAllocator builds an allocator; Close waits for background reservations.
+func NewAllocator(p AllocatorParams) *Allocator {
+	if p.ReserveStep <= 0 {
+		p.ReserveStep = 1000
+	}
+	return &Allocator{p: p, clock: NewClock(p.Redis), closing: make(chan struct{})}
+}
+
+// Close stops new background reservations and waits for running ones.
+func (a *Allocator) Close() {
+	a.stopOnce.Do(func() { close(a.closing) })
+	a.wg.Wait()
+}
+
+// maxSlowPaths bounds the retries of one allocation: each slow path fixes one
+// cause, and there are four.
+const maxSlowPaths = 8
+
+// Allocate returns the next seq of topic and the tenant's active month.
+func (a *Allocator) Allocate(ctx context.Context, tenant, topic string) (Allocation, error) {
+	if err := ValidTopic(topic); err != nil {
+		return Allocation{}, err
+	}
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return Allocation{}, err
+	}
+	auto := "0"
+	if a.p.AutoAdvance {
+		auto = "1"
+	}
+	args := []string{auto, strconv.FormatInt(a.p.ReserveStep/2, 10)}
+	ks := []string{keys.ActiveMonth(), keys.ReadyMonths(), keys.Seq(topic), keys.SeqHW(topic), keys.Pending(topic)}
+	for range maxSlowPaths {
+		reply, err := a.p.Scripts.Alloc.Exec(ctx, a.p.Redis, ks, args).ToArray()
+		if err != nil {
+			return Allocation{}, fmt.Errorf("alloc: %w", err)
+		}
+		status, err := reply[0].AsInt64()
+		if err != nil {
+			return Allocation{}, fmt.Errorf("alloc: reply: %w", err)
+		}
+		switch status {
+		case 0:
+			return a.allocated(tenant, topic, keys, reply)
+		case 1:
+			a.p.Metrics.AllocRetries.WithLabelValues("recover").Inc()
+			if _, err := a.RecoverActive(ctx, tenant); err != nil {
+				return Allocation{}, err
+			}
+		case 2:
+			a.p.Metrics.AllocRetries.WithLabelValues("advance").Inc()
+			s, _ := reply[1].ToString()
+			m, err := ParseMonth(s)
+			if err != nil {
+				return Allocation{}, fmt.Errorf("alloc: ready month %q: %w", s, err)
+			}
+			if err := a.Activate(ctx, tenant, m, "auto"); err != nil && !errors.Is(err, ErrMonthOlder) {
+				return Allocation{}, err
+			}
+		case 3:
+			a.p.Metrics.AllocRetries.WithLabelValues("seed").Inc()
+			if err := a.seed(ctx, tenant, topic, keys); err != nil {
+				return Allocation{}, err
+			}
+		case 4:
+			a.p.Metrics.AllocRetries.WithLabelValues("reserve").Inc()
+			hw, _ := reply[1].AsInt64()
+			if err := a.reserve(ctx, tenant, topic, keys, hw); err != nil {
+				return Allocation{}, err
+			}
+		default:
+			return Allocation{}, fmt.Errorf("alloc: unknown status %d", status)
+		}
+	}
+	return Allocation{}, fmt.Errorf("alloc: %s/%s: no allocation after %d slow paths", tenant, topic, maxSlowPaths)
+}
+
+func (a *Allocator) allocated(tenant, topic string, keys Keys, reply []rueidis.RedisMessage) (Allocation, error) {
+	seq, err := reply[1].AsInt64()
+	if err != nil {
+		return Allocation{}, fmt.Errorf("alloc: seq: %w", err)
+	}
+	ms, _ := reply[2].ToString()
+	m, err := ParseMonth(ms)
+	if err != nil {
+		return Allocation{}, fmt.Errorf("alloc: active month %q in Redis: %w", ms, err)
+	}
+	if ask, _ := reply[3].AsInt64(); ask > 0 {
+		a.reserveAhead(tenant, topic, keys, ask)
+	}
+	return Allocation{Seq: seq, Month: m}, nil
+}
+
+// reserveAhead extends the reservation in the background before it runs
+// out, so the synchronous MySQL round trip stays off the hot path.
+func (a *Allocator) reserveAhead(tenant, topic string, keys Keys, hw int64) {
+	id := tenant + "/" + topic
+	if _, busy := a.inflight.LoadOrStore(id, struct{}{}); busy {
+		return
+	}
+	select {
+	case <-a.closing:
+		a.inflight.Delete(id)
+		return
+	default:
+	}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		defer a.inflight.Delete(id)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-a.closing:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		if err := a.reserve(ctx, tenant, topic, keys, hw); err != nil {
+			a.p.Log.Warn().Err(err).Str("tenant", tenant).Str("topic", topic).Msg("background seq reservation failed; the next allocation past the high-water retries it")
+		}
+	}()
+}
+
+// reserve raises the durable high-water to observed+step in MySQL, then in
+// Redis. GREATEST keeps it monotonic and makes concurrent reservations from
+// the same observation collapse into one step.
+func (a *Allocator) reserve(ctx context.Context, tenant, topic string, keys Keys, observed int64) error {
+	db, err := a.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	want := observed + a.p.ReserveStep
+	if _, err := sq.Insert(reservationsTable).Columns("topic", "reserved_hi").Values(topic, want).
+		Suffix("ON DUPLICATE KEY UPDATE reserved_hi = GREATEST(reserved_hi, VALUES(reserved_hi))").
+		RunWith(db).ExecContext(ctx); err != nil {
+		a.p.Metrics.SeqReserve.WithLabelValues("error").Inc()
+		return fmt.Errorf("alloc: reserve %s/%s: %w", tenant, topic, err)
+	}
+	hi, err := reservedHi(ctx, db, topic)
+	if err != nil {
+		return err
+	}
+	a.p.Metrics.SeqReserve.WithLabelValues("ok").Inc()
+	if err := a.p.Scripts.SeqExtend.Exec(ctx, a.p.Redis, []string{keys.Seq(topic), keys.SeqHW(topic)},
+		[]string{strconv.FormatInt(hi, 10)}).Error(); err != nil {
+		return fmt.Errorf("alloc: extend %s/%s: %w", tenant, topic, err)
+	}
+	return nil
+}
+
+// seed restores a lost counter at the durable high-water: every seq ever
+// handed out is at or below it, so the topic resumes above all of them (a
+// forward jump, never a repeat).
+func (a *Allocator) seed(ctx context.Context, tenant, topic string, keys Keys) error {
+	db, err := a.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	hi, err := reservedHi(ctx, db, topic)
+	if err != nil {
+		return err
+	}
+	n, err := a.p.Scripts.SeqInit.Exec(ctx, a.p.Redis, []string{keys.Seq(topic), keys.SeqHW(topic)},
+		[]string{strconv.FormatInt(hi, 10)}).AsInt64()
+	if err != nil {
+		return fmt.Errorf("alloc: seed %s/%s: %w", tenant, topic, err)
+	}
+	if n == 1 && hi > 0 {
+		a.p.Metrics.SeqResumed.Inc()
+		a.p.Log.Warn().Str("tenant", tenant).Str("topic", topic).Int64("resume_above", hi).
+			Msg("seq counter was lost in Redis; resumed above the durable reservation")
+	}
+	return nil
+}
+
+func reservedHi(ctx context.Context, db sq.BaseRunner, topic string) (int64, error) {
+	var hi int64
+	err := sq.Select("reserved_hi").From(reservationsTable).Where(sq.Eq{"topic": topic}).
+		RunWith(db).QueryRowContext(ctx).Scan(&hi)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("alloc: read reservation of %s: %w", topic, err)
+	}
+	return hi, nil
+}
+
+// ReservedHi is the durable seq high-water of a topic (0 if none yet).
+func (a *Allocator) ReservedHi(ctx context.Context, tenant, topic string) (int64, error) {
+	db, err := a.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return 0, err
+	}
+	return reservedHi(ctx, db, topic)
+}
+
+// MarkReady tells Redis that m's table is writable, so allocation may move to
+// it. The shard manager calls it once the table exists and is registered.
+func (a *Allocator) MarkReady(ctx context.Context, tenant string, months ...Month) error {
+	if len(months) == 0 {
+		return nil
+	}
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return err
+	}
+	cmd := a.p.Redis.B().Zadd().Key(keys.ReadyMonths()).ScoreMember()
+	for _, m := range months {
+		cmd = cmd.ScoreMember(float64(m.Int()), m.String())
+	}
+	if err := a.p.Redis.Do(ctx, cmd.Build()).Error(); err != nil {
+		return fmt.Errorf("mark ready %s: %w", tenant, err)
+	}
+	return nil
+}
+
+// ActiveMonth reads the tenant's active month from Redis (zero if unset).
+func (a *Allocator) ActiveMonth(ctx context.Context, tenant string) (Month, error) {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return Month{}, err
+	}
+	s, err := a.p.Redis.Do(ctx, a.p.Redis.B().Get().Key(keys.ActiveMonth()).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return Month{}, nil
+	}
+	if err != nil {
+		return Month{}, fmt.Errorf("active month of %s: %w", tenant, err)
+	}
+	return ParseMonth(s)
+}
+
+// Activate makes m the tenant's active month: forward only, only to a
+// writable month not after the Redis-time month, recorded in MySQL before
+// Redis (DESIGN invariant 3). The already-active month is a no-op.
+func (a *Allocator) Activate(ctx context.Context, tenant string, m Month, source string) error {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return err
+	}
+	now, err := a.clock.Month(ctx)
+	if err != nil {
+		return err
+	}
+	if m.After(now) {
+		return fmt.Errorf("%w: %s > %s", ErrMonthInFuture, m, now)
+	}
+	cur, err := a.ActiveMonth(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if !cur.IsZero() && !m.After(cur) {
+		if m == cur {
+			return nil
+		}
+		return fmt.Errorf("%w: %s < %s", ErrMonthOlder, m, cur)
+	}
+	a.p.Catalog.Invalidate(tenant)
+	_, st, err := a.p.Catalog.Table(ctx, tenant, m)
+	if err != nil {
+		return err
+	}
+	if st != StatusWritable {
+		return fmt.Errorf("%w: %s is %s", ErrMonthNotWritable, m, st)
+	}
+	db, err := a.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if err := RecordActivation(ctx, db, m, source); err != nil {
+		return err
+	}
+	a.p.Catalog.Invalidate(tenant)
+	if err := a.MarkReady(ctx, tenant, m); err != nil {
+		return err
+	}
+	return a.setActive(ctx, tenant, keys, m, now, source)
+}
+
+func (a *Allocator) setActive(ctx context.Context, tenant string, keys Keys, m, now Month, source string) error {
+	reply, err := a.p.Scripts.Activate.Exec(ctx, a.p.Redis, []string{keys.ActiveMonth(), keys.ReadyMonths()},
+		[]string{m.String(), now.String()}).ToArray()
+	if err != nil {
+		return fmt.Errorf("activate %s %s: %w", tenant, m, err)
+	}
+	code, _ := reply[0].AsInt64()
+	detail, _ := reply[1].ToString()
+	switch code {
+	case 1:
+		a.p.Metrics.MonthSwitches.WithLabelValues(source).Inc()
+		a.p.Metrics.ActiveMonth.WithLabelValues(tenant).Set(float64(m.Int()))
+		a.p.Log.Info().Str("tenant", tenant).Str("month", m.String()).Str("source", source).Msg("active month switched")
+		return nil
+	case 0:
+		if detail == m.String() {
+			return nil
+		}
+		return fmt.Errorf("%w: %s < %s", ErrMonthOlder, m, detail)
+	case -1:
+		return fmt.Errorf("%w: %s is not marked ready in Redis", ErrMonthNotWritable, m)
+	default:
+		return fmt.Errorf("%w: %s > %s", ErrMonthInFuture, m, detail)
+	}
+}
+
+// RecoverActive rebuilds the tenant's ready months and active month in Redis
+// from MySQL after Redis lost them: the recorded month, or with auto_advance
+// the newest writable month not after the Redis-time month if that is later
+// (recorded first). With neither, there is no active month.
+func (a *Allocator) RecoverActive(ctx context.Context, tenant string) (Month, error) {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return Month{}, err
+	}
+	db, err := a.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return Month{}, err
+	}
+	shards, err := ListShards(ctx, db)
+	if err != nil {
+		return Month{}, err
+	}
+	now, err := a.clock.Month(ctx)
+	if err != nil {
+		return Month{}, err
+	}
+	var ready []Month
+	var newest Month
+	for _, s := range shards {
+		if s.Status == StatusWritable {
+			ready = append(ready, s.Month)
+			if !s.Month.After(now) {
+				newest = s.Month
+			}
+		}
+	}
+	if err := a.MarkReady(ctx, tenant, ready...); err != nil {
+		return Month{}, err
+	}
+	target, err := RecordedActive(ctx, db)
+	if err != nil {
+		return Month{}, err
+	}
+	source := "recover"
+	if a.p.AutoAdvance && newest.After(target) {
+		if err := RecordActivation(ctx, db, newest, "auto"); err != nil {
+			return Month{}, err
+		}
+		target, source = newest, "auto"
+	}
+	if target.IsZero() {
+		return Month{}, fmt.Errorf("%w for tenant %s: run `imshard shard ensure` (auto_advance) or `imshard shard activate`", ErrNoActiveMonth, tenant)
+	}
+	// The recorded month's table may since have been sealed; the allocation
+	// still returns to it, as MySQL says it was active last.
+	if err := a.MarkReady(ctx, tenant, target); err != nil {
+		return Month{}, err
+	}
+	if err := a.setActive(ctx, tenant, keys, target, now, source); err != nil && !errors.Is(err, ErrMonthOlder) {
+		return Month{}, err
+	}
+	return target, nil
+}

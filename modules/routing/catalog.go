@@ -1,0 +1,284 @@
+package routing
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+)
+
+// Status is a month table's lifecycle state (seed 000 §4, §10):
+// prepared → writable → sealing → sealed (→ archived).
+type Status string
+
+const (
+	StatusPrepared Status = "prepared"
+	StatusWritable Status = "writable"
+	StatusSealing  Status = "sealing"
+	StatusSealed   Status = "sealed"
+	StatusArchived Status = "archived"
+)
+
+// AcceptsWrites reports whether persist may insert into a month in s: the
+// writable month(s) and months still inside their sealing grace.
+func (s Status) AcceptsWrites() bool { return s == StatusWritable || s == StatusSealing }
+
+// Catalog table and columns (seed 000 §3.2).
+const (
+	catalogTable     = "im_group_message_shards"
+	activationsTable = "im_group_message_activations"
+)
+
+// Errors of the catalog check; persist and query map them to retries, 503s
+// or alerts — never to a query against an unregistered table.
+var (
+	ErrShardNotRegistered = errors.New("month table not registered in the catalog")
+	ErrNoActiveMonth      = errors.New("no active month")
+)
+
+// DBs hands out a tenant's database handle (tenantdb.Pools implements it).
+type DBs interface {
+	DB(ctx context.Context, tenant string) (*sql.DB, error)
+}
+
+// Shard is one row of the catalog.
+type Shard struct {
+	Month         Month
+	Table         Table
+	Status        Status
+	RowCount      int64
+	MinCreatedAt  sql.NullTime
+	MaxCreatedAt  sql.NullTime
+	ActivatedAt   sql.NullTime
+	DeactivatedAt sql.NullTime
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+}
+
+// Catalog reads and writes the shard catalog of every tenant. Lookups for
+// the hot paths (persist's write check, query's table check) go through a
+// short-lived per-tenant cache, refreshed on a miss, so an unregistered month
+// costs one catalog read, never a query against the unknown table.
+type Catalog struct {
+	dbs DBs
+	ttl time.Duration
+
+	mu    sync.Mutex
+	cache map[string]catalogSnapshot
+}
+
+type catalogSnapshot struct {
+	at     time.Time
+	status map[Month]Status
+}
+
+// NewCatalog caches lookups for ttl (0 disables the cache).
+func NewCatalog(dbs DBs, ttl time.Duration) *Catalog {
+	return &Catalog{dbs: dbs, ttl: ttl, cache: map[string]catalogSnapshot{}}
+}
+
+// List returns the tenant's catalog, oldest month first, straight from MySQL.
+func (c *Catalog) List(ctx context.Context, tenant string) ([]Shard, error) {
+	db, err := c.dbs.DB(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	return ListShards(ctx, db)
+}
+
+// ListShards reads a catalog from db.
+func ListShards(ctx context.Context, db sq.BaseRunner) ([]Shard, error) {
+	rows, err := sq.Select("shard_month", "table_name", "status", "row_count", "min_created_at",
+		"max_created_at", "activated_at", "deactivated_at", "created_at", "updated_at").
+		From(catalogTable).OrderBy("shard_month").RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: list: %w", err)
+	}
+	defer rows.Close()
+	var out []Shard
+	for rows.Next() {
+		var s Shard
+		var month, name, status string
+		if err := rows.Scan(&month, &name, &status, &s.RowCount, &s.MinCreatedAt, &s.MaxCreatedAt,
+			&s.ActivatedAt, &s.DeactivatedAt, &s.CreatedAt, &s.UpdatedAt); err != nil {
+			return nil, fmt.Errorf("catalog: scan: %w", err)
+		}
+		m, err := ParseMonth(month)
+		if err != nil {
+			return nil, fmt.Errorf("catalog: row %q: %w", month, err)
+		}
+		t, err := ParseTable(name)
+		if err != nil || t.Month() != m {
+			return nil, fmt.Errorf("catalog: row %s names table %q: %w", month, name, ErrInvalidTable)
+		}
+		s.Month, s.Table, s.Status = m, t, Status(status)
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// Table returns the month table of m for tenant if the catalog registers it,
+// with its status. It is the check every dynamic table access passes first.
+func (c *Catalog) Table(ctx context.Context, tenant string, m Month) (Table, Status, error) {
+	t, err := TableFor(m)
+	if err != nil {
+		return Table{}, "", err
+	}
+	if st, ok := c.cached(tenant, m); ok {
+		return t, st, nil
+	}
+	snap, err := c.refresh(ctx, tenant)
+	if err != nil {
+		return Table{}, "", err
+	}
+	st, ok := snap.status[m]
+	if !ok {
+		return Table{}, "", fmt.Errorf("%w: %s", ErrShardNotRegistered, t.Name())
+	}
+	return t, st, nil
+}
+
+// Months returns the registered months of tenant with their statuses, from
+// the cache when fresh.
+func (c *Catalog) Months(ctx context.Context, tenant string) (map[Month]Status, error) {
+	c.mu.Lock()
+	snap, ok := c.cache[tenant]
+	c.mu.Unlock()
+	if !ok || time.Since(snap.at) > c.ttl {
+		var err error
+		if snap, err = c.refresh(ctx, tenant); err != nil {
+			return nil, err
+		}
+	}
+	return snap.status, nil
+}
+
+// SortedMonths is Months as an ordered slice, oldest first.
+func SortedMonths(set map[Month]Status) []Month {
+	out := make([]Month, 0, len(set))
+	for m := range set {
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+	return out
+}
+
+// Invalidate drops the tenant's cached catalog (after DDL or a status change).
+func (c *Catalog) Invalidate(tenant string) {
+	c.mu.Lock()
+	delete(c.cache, tenant)
+	c.mu.Unlock()
+}
+
+func (c *Catalog) cached(tenant string, m Month) (Status, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	snap, ok := c.cache[tenant]
+	if !ok || time.Since(snap.at) > c.ttl {
+		return "", false
+	}
+	st, ok := snap.status[m]
+	return st, ok
+}
+
+func (c *Catalog) refresh(ctx context.Context, tenant string) (catalogSnapshot, error) {
+	shards, err := c.List(ctx, tenant)
+	if err != nil {
+		return catalogSnapshot{}, err
+	}
+	snap := catalogSnapshot{at: time.Now(), status: make(map[Month]Status, len(shards))}
+	for _, s := range shards {
+		snap.status[s.Month] = s.Status
+	}
+	c.mu.Lock()
+	c.cache[tenant] = snap
+	c.mu.Unlock()
+	return snap, nil
+}
+
+// RegisterShard records t in the catalog as prepared, keeping an existing row.
+func RegisterShard(ctx context.Context, db sq.BaseRunner, t Table) error {
+	m := t.Month()
+	_, err := sq.Insert(catalogTable).
+		Columns("shard_month", "table_name", "shard_start", "shard_end", "status").
+		Values(m.String(), t.Name(), m.Start(), m.End(), string(StatusPrepared)).
+		Suffix("ON DUPLICATE KEY UPDATE shard_month = shard_month").
+		RunWith(db).ExecContext(ctx)
+	if err != nil {
+		return fmt.Errorf("catalog: register %s: %w", t.Name(), err)
+	}
+	return nil
+}
+
+// SetStatus moves month m to status to if it is currently in one of from.
+// It reports whether a row changed.
+func SetStatus(ctx context.Context, db sq.BaseRunner, m Month, to Status, from ...Status) (bool, error) {
+	q := sq.Update(catalogTable).Set("status", string(to)).Where(sq.Eq{"shard_month": m.String()})
+	if len(from) > 0 {
+		fs := make([]string, len(from))
+		for i, f := range from {
+			fs[i] = string(f)
+		}
+		q = q.Where(sq.Eq{"status": fs})
+	}
+	if to == StatusSealing {
+		// The sealing grace counts from when the month stopped being active
+		// (stamped at the switch); an unseal restarts it.
+		if slices.Contains(from, StatusSealed) {
+			q = q.Set("deactivated_at", sq.Expr("UTC_TIMESTAMP(3)"))
+		} else {
+			q = q.Set("deactivated_at", sq.Expr("COALESCE(deactivated_at, UTC_TIMESTAMP(3))"))
+		}
+	}
+	res, err := q.RunWith(db).ExecContext(ctx)
+	if err != nil {
+		return false, fmt.Errorf("catalog: set %s %s: %w", m, to, err)
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
+}
+
+// RecordActivation writes the activation of m to MySQL — always before Redis
+// is told (DESIGN invariant 3) — and stamps the catalog: m becomes active,
+// every older active month stops being active (its sealing grace starts).
+func RecordActivation(ctx context.Context, db *sql.DB, m Month, source string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := sq.Insert(activationsTable).Columns("shard_month", "source").Values(m.String(), source).
+		Options("IGNORE").RunWith(tx).ExecContext(ctx); err != nil {
+		return fmt.Errorf("catalog: record activation %s: %w", m, err)
+	}
+	if _, err := sq.Update(catalogTable).Set("activated_at", sq.Expr("UTC_TIMESTAMP(3)")).
+		Where(sq.Eq{"shard_month": m.String(), "activated_at": nil}).RunWith(tx).ExecContext(ctx); err != nil {
+		return fmt.Errorf("catalog: stamp activation %s: %w", m, err)
+	}
+	if _, err := sq.Update(catalogTable).Set("deactivated_at", sq.Expr("UTC_TIMESTAMP(3)")).
+		Where(sq.Lt{"shard_month": m.String()}).
+		Where(sq.NotEq{"activated_at": nil}).Where(sq.Eq{"deactivated_at": nil}).
+		RunWith(tx).ExecContext(ctx); err != nil {
+		return fmt.Errorf("catalog: stamp deactivation before %s: %w", m, err)
+	}
+	return tx.Commit()
+}
+
+// RecordedActive is the newest activation recorded in MySQL (zero if none).
+func RecordedActive(ctx context.Context, db sq.BaseRunner) (Month, error) {
+	var s sql.NullString
+	err := sq.Select("MAX(shard_month)").From(activationsTable).RunWith(db).QueryRowContext(ctx).Scan(&s)
+	if err != nil {
+		return Month{}, fmt.Errorf("catalog: recorded active month: %w", err)
+	}
+	if !s.Valid {
+		return Month{}, nil
+	}
+	return ParseMonth(s.String)
+}

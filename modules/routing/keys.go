@@ -1,0 +1,85 @@
+package routing
+
+import (
+	"encoding/hex"
+	"strconv"
+)
+
+// Keys builds every Redis key of one tenant. All of them carry the hash tag
+// {tenant}, so a tenant's keys share one Redis Cluster slot and one Lua call
+// or pipeline can touch any of them. Request values that may hold arbitrary
+// bytes (client_msg_id) are hex-encoded: no request value shapes a key
+// pattern.
+type Keys struct {
+	prefix string // "im:{tenant}:groupmsg:"
+}
+
+// KeysFor returns the key builder of a tenant; the id must be valid.
+func KeysFor(tenant string) (Keys, error) {
+	if err := ValidTenant(tenant); err != nil {
+		return Keys{}, err
+	}
+	return Keys{prefix: "im:{" + tenant + "}:groupmsg:"}, nil
+}
+
+// TenantPattern is the SCAN pattern matching every key of the tenant; the
+// tenant id is validated, so it carries no glob metacharacters.
+func (k Keys) TenantPattern() string { return k.prefix[:len(k.prefix)-len("groupmsg:")] + "*" }
+
+// ActiveMonth is the tenant's active month (STRING YYYYMM).
+func (k Keys) ActiveMonth() string { return k.prefix + "active_month" }
+
+// ReadyMonths is the ZSET of months the shard manager made writable.
+func (k Keys) ReadyMonths() string { return k.prefix + "ready_months" }
+
+// Seq is a topic's last issued seq (master-only, see lua/alloc.lua).
+func (k Keys) Seq(topic string) string { return k.prefix + "seq:" + topic }
+
+// SeqHW is a topic's durable reservation high-water mirrored in Redis.
+func (k Keys) SeqHW(topic string) string { return k.prefix + "seqhw:" + topic }
+
+// Route is the topic's month routes (ZSET member YYYYMM, score first seq).
+func (k Keys) Route(topic string) string { return k.prefix + "route:" + topic }
+
+// RouteMeta is the topic's month ranges (HASH YYYYMM → min,max,count).
+func (k Keys) RouteMeta(topic string) string { return k.prefix + "route_meta:" + topic }
+
+// Idempotency is the send-dedup key of (topic, from_user, client_msg_id).
+func (k Keys) Idempotency(topic string, fromUser int64, clientMsgID string) string {
+	return k.prefix + "idem:" + topic + ":" + strconv.FormatInt(fromUser, 10) + ":" + hex.EncodeToString([]byte(clientMsgID))
+}
+
+// HotMessages is the topic's 24 h hot cache (ZSET score seq, member JSON).
+func (k Keys) HotMessages(topic string) string { return k.prefix + "hot:" + topic }
+
+// HotRange is the topic's hot-cache coverage record.
+func (k Keys) HotRange(topic string) string { return k.prefix + "hotrange:" + topic }
+
+// Group and Members cache the ACL facts of a topic.
+func (k Keys) Group(topic string) string   { return k.prefix + "acl:group:" + topic }
+func (k Keys) Members(topic string) string { return k.prefix + "acl:members:" + topic }
+
+// Realtime is the pub/sub channel of a topic's new and changed messages.
+func (k Keys) Realtime(topic string) string { return k.prefix + "rt:" + topic }
+
+// Gaps is the topic's set of recorded gap seqs (allocated, never persisted).
+func (k Keys) Gaps(topic string) string { return k.prefix + "gaps:" + topic }
+
+// Pending is the topic's in-flight seqs (ZSET seq → allocation time ms).
+func (k Keys) Pending(topic string) string { return k.prefix + "pending:" + topic }
+
+// ShardLock is the lock one shard manager holds while acting on the tenant.
+func (k Keys) ShardLock() string { return k.prefix + "lock:shardmgr" }
+
+// RouteRepair is the tenant's queue of topics whose Redis route needs repair.
+func (k Keys) RouteRepair() string { return k.prefix + "route_repair" }
+
+// RoutesComplete is the tenant's "routes complete through month M" watermark.
+func (k Keys) RoutesComplete() string { return k.prefix + "routes_complete" }
+
+// Global keys are not tenant data; they live under their own hash tag, which
+// no tenant id can equal ('-' is not allowed in tenant ids).
+const globalPrefix = "im:{-global}:"
+
+// SnowflakeNode is the lease key of a Snowflake node id.
+func SnowflakeNode(node int) string { return globalPrefix + "snowflake:node:" + strconv.Itoa(node) }

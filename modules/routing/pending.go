@@ -1,0 +1,146 @@
+package routing
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Flight tracks the seqs of a topic between allocation and persistence, so
+// that a reader walking forward never jumps over a message still on its way
+// (DESIGN invariant 12). The allocation script adds every seq to the topic's
+// pending set with its allocation time; send marks it acked once Kafka has
+// it; persist removes it after the DB commit. A seq still unacked after the
+// produce timeout will never arrive: it becomes a recorded gap.
+type Flight struct {
+	rdb     rueidis.Client
+	scripts *Scripts
+	timeout time.Duration // send.produce_timeout
+}
+
+// NewFlight builds the tracker; timeout is send.produce_timeout.
+func NewFlight(rdb rueidis.Client, scripts *Scripts, timeout time.Duration) *Flight {
+	return &Flight{rdb: rdb, scripts: scripts, timeout: timeout}
+}
+
+// Unsettled is the watermark when nothing of the topic is in flight.
+const Unsettled = math.MaxInt64
+
+// MarkAcked records that Kafka acknowledged seq: it will be persisted.
+func (f *Flight) MarkAcked(ctx context.Context, tenant, topic string, seq int64) error {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return err
+	}
+	return f.scripts.PendingAck.Exec(ctx, f.rdb, []string{keys.Pending(topic)}, []string{strconv.FormatInt(seq, 10)}).Error()
+}
+
+// MarkPersisted removes seqs of one topic from the pending set after the DB
+// commit made them visible.
+func (f *Flight) MarkPersisted(ctx context.Context, tenant, topic string, seqs ...int64) error {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return err
+	}
+	cmds := make(rueidis.Commands, 0, len(seqs))
+	for _, s := range seqs {
+		v := strconv.FormatInt(s, 10)
+		cmds = append(cmds, f.rdb.B().Zremrangebyscore().Key(keys.Pending(topic)).Min(v).Max(v).Build())
+	}
+	for _, r := range f.rdb.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("pending: persisted %s/%s: %w", tenant, topic, err)
+		}
+	}
+	return nil
+}
+
+// RecordGap marks seq as allocated but never to be persisted: it leaves the
+// pending set and joins the topic's gaps, which readers skip knowingly.
+func (f *Flight) RecordGap(ctx context.Context, tenant, topic string, seq int64) error {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return err
+	}
+	v := strconv.FormatInt(seq, 10)
+	for _, r := range f.rdb.DoMulti(ctx,
+		f.rdb.B().Zadd().Key(keys.Gaps(topic)).ScoreMember().ScoreMember(float64(seq), v).Build(),
+		f.rdb.B().Zremrangebyscore().Key(keys.Pending(topic)).Min(v).Max(v).Build(),
+	) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("pending: gap %s/%s %d: %w", tenant, topic, seq, err)
+		}
+	}
+	return nil
+}
+
+// Gaps lists the recorded gaps of a topic within [lo, hi].
+func (f *Flight) Gaps(ctx context.Context, tenant, topic string, lo, hi int64) ([]int64, error) {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return nil, err
+	}
+	vals, err := f.rdb.Do(ctx, f.rdb.B().Zrange().Key(keys.Gaps(topic)).Min(strconv.FormatInt(lo, 10)).
+		Max(strconv.FormatInt(hi, 10)).Byscore().Build()).AsStrSlice()
+	if err != nil {
+		return nil, fmt.Errorf("pending: gaps %s/%s: %w", tenant, topic, err)
+	}
+	out := make([]int64, 0, len(vals))
+	for _, v := range vals {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// Settled is the topic's settled watermark: every seq at or below it is
+// persisted or a recorded gap, so a forward page may return up to it and no
+// further. Unacked seqs older than the produce timeout are recorded as gaps
+// on the way. Unsettled (MaxInt64) means nothing is in flight.
+func (f *Flight) Settled(ctx context.Context, tenant, topic string) (int64, error) {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return 0, err
+	}
+	now, err := NewClock(f.rdb).Now(ctx)
+	if err != nil {
+		return 0, err
+	}
+	cutoff := now.Add(-f.timeout).UnixMilli()
+	const batch = 100
+	for {
+		// every pass either returns or removes the whole batch it read
+		members, err := f.rdb.Do(ctx, f.rdb.B().Zrange().Key(keys.Pending(topic)).Min("0").
+			Max(strconv.Itoa(batch-1)).Build()).AsStrSlice()
+		if err != nil {
+			return 0, fmt.Errorf("pending: read %s/%s: %w", tenant, topic, err)
+		}
+		if len(members) == 0 {
+			return Unsettled, nil
+		}
+		for _, m := range members {
+			seqStr, at, _ := strings.Cut(m, ":")
+			seq, err := strconv.ParseInt(seqStr, 10, 64)
+			if err != nil {
+				// not ours; drop it rather than stall every reader on it
+				if err := f.rdb.Do(ctx, f.rdb.B().Zrem().Key(keys.Pending(topic)).Member(m).Build()).Error(); err != nil {
+					return 0, err
+				}
+				continue
+			}
+			ms, err := strconv.ParseInt(at, 10, 64)
+			if at == "a" || err != nil || ms >= cutoff {
+				return seq - 1, nil
+			}
+			if err := f.RecordGap(ctx, tenant, topic, seq); err != nil {
+				return 0, err
+			}
+		}
+	}
+}

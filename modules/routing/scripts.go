@@ -1,0 +1,33 @@
+package routing
+
+import (
+	"github.com/redis/rueidis"
+
+	"github.com/imshard/imshard/lua"
+)
+
+// Scripts are the embedded Lua scripts, run with EVALSHA; rueidis falls back
+// to EVAL (which loads the script) when a server answers NOSCRIPT, e.g. after
+// a restart or a failover.
+type Scripts struct {
+	Alloc      *rueidis.Lua
+	Activate   *rueidis.Lua
+	SeqInit    *rueidis.Lua
+	SeqExtend  *rueidis.Lua
+	Unlock     *rueidis.Lua
+	Refresh    *rueidis.Lua
+	PendingAck *rueidis.Lua
+}
+
+// NewScripts prepares every script once per process.
+func NewScripts() *Scripts {
+	return &Scripts{
+		Alloc:      rueidis.NewLuaScript(lua.Alloc),
+		Activate:   rueidis.NewLuaScript(lua.Activate),
+		SeqInit:    rueidis.NewLuaScript(lua.SeqInit),
+		SeqExtend:  rueidis.NewLuaScript(lua.SeqExtend),
+		Unlock:     rueidis.NewLuaScript(lua.Unlock),
+		Refresh:    rueidis.NewLuaScript(lua.Refresh),
+		PendingAck: rueidis.NewLuaScript(lua.PendingAck),
+	}
+}

@@ -1,0 +1,411 @@
+package shardmgr
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+	"github.com/rs/zerolog"
+
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// Config is the shard manager's part of the configuration (shard.*).
+type Config struct {
+	MonthsAhead    int
+	SealingDays    int
+	PatrolInterval time.Duration
+	AutoAdvance    bool
+	LockTTL        time.Duration
+}
+
+// Params wires a Manager.
+type Params struct {
+	Config     Config
+	Tenants    func() []string
+	DBs        routing.DBs
+	Redis      rueidis.Client
+	Catalog    *routing.Catalog
+	Allocator  *routing.Allocator
+	Scripts    *routing.Scripts
+	Metrics    *routing.Metrics
+	Log        zerolog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Manager creates, registers, readies, activates and seals month tables.
+type Manager struct {
+	p     Params
+	m     *metrics
+	clock routing.Clock
+}
+
+// New builds a Manager.
+func New(p Params) *Manager {
+	if p.Config.LockTTL <= 0 {
+		p.Config.LockTTL = 30 * time.Second
+	}
+	return &Manager{p: p, m: newMetrics(p.Registerer), clock: routing.NewClock(p.Redis)}
+}
+
+// Options narrow or widen one sync.
+type Options struct {
+	MonthsAhead int           // months after the current one; <0 means shard.months_ahead
+	From        routing.Month // also cover every month from here on (zero: none)
+}
+
+// Result is what one tenant's sync did.
+type Result struct {
+	Tenant    string
+	Expected  []routing.Month
+	Created   []routing.Month
+	Writable  []routing.Month // promoted from prepared in this sync
+	Changed   []Transition
+	Active    routing.Month
+	Activated bool
+	Err       error
+}
+
+// Sync reconciles every tenant in turn and joins their errors; one tenant's
+// failure does not stop the others.
+func (mg *Manager) Sync(ctx context.Context, opts Options, tenants []string) ([]Result, error) {
+	var results []Result
+	var errs []error
+	for _, t := range tenants {
+		r := mg.SyncTenant(ctx, t, opts)
+		results = append(results, r)
+		if r.Err != nil {
+			errs = append(errs, fmt.Errorf("tenant %s: %w", t, r.Err))
+		}
+	}
+	return results, errors.Join(errs...)
+}
+
+// SyncTenant makes every expected month table of tenant exist, registered
+// and writable, marks them ready in Redis, makes the first activation (with
+// auto_advance) and moves older months through sealing. One manager acts per
+// tenant at a time (a Redis lock with token and expiry); a second one waits,
+// then finds nothing left to do.
+func (mg *Manager) SyncTenant(ctx context.Context, tenant string, opts Options) (res Result) {
+	res.Tenant = tenant
+	start := time.Now()
+	defer func() {
+		mg.m.syncDuration.Observe(time.Since(start).Seconds())
+		if res.Err == nil {
+			mg.m.lastSuccess.WithLabelValues(tenant).SetToCurrentTime()
+		}
+	}()
+	keys, err := routing.KeysFor(tenant)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	lock, err := routing.AcquireLock(ctx, mg.p.Redis, mg.p.Scripts, keys.ShardLock(), mg.p.Config.LockTTL, 2*mg.p.Config.LockTTL)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	defer func() { _ = lock.Release(context.WithoutCancel(ctx)) }()
+	defer mg.p.Catalog.Invalidate(tenant)
+
+	db, err := mg.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	nowT, err := mg.clock.Now(ctx)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	now := routing.MonthOf(nowT)
+	ahead := opts.MonthsAhead
+	if ahead < 0 {
+		ahead = mg.p.Config.MonthsAhead
+	}
+	res.Expected = ExpectedMonths(now, ahead, opts.From)
+
+	if err := mg.ensureTables(ctx, tenant, db, res.Expected, &res); err != nil {
+		res.Err = err
+		// no return: months that did get ready may still be marked, but a
+		// failed month is never marked ready, so no switch reaches it
+	}
+	shards, err := routing.ListShards(ctx, db)
+	if err != nil {
+		res.Err = errors.Join(res.Err, err)
+		return res
+	}
+	var ready []routing.Month
+	newestDue := routing.Month{}
+	for _, s := range shards {
+		if s.Status == routing.StatusWritable {
+			ready = append(ready, s.Month)
+			if !s.Month.After(now) {
+				newestDue = s.Month
+			}
+		}
+	}
+	if err := mg.p.Allocator.MarkReady(ctx, tenant, ready...); err != nil {
+		res.Err = errors.Join(res.Err, err)
+		return res
+	}
+
+	active, err := mg.p.Allocator.ActiveMonth(ctx, tenant)
+	if err != nil {
+		res.Err = errors.Join(res.Err, err)
+		return res
+	}
+	if active.IsZero() {
+		// Redis may have lost it: MySQL knows the recorded month.
+		if m, err := mg.p.Allocator.RecoverActive(ctx, tenant); err == nil {
+			active = m
+		} else if !errors.Is(err, routing.ErrNoActiveMonth) {
+			res.Err = errors.Join(res.Err, err)
+			return res
+		}
+	}
+	if mg.p.Config.AutoAdvance && !newestDue.IsZero() && newestDue.After(active) {
+		if err := mg.p.Allocator.Activate(ctx, tenant, newestDue, "ensure"); err != nil {
+			res.Err = errors.Join(res.Err, err)
+			return res
+		}
+		active, res.Activated = newestDue, true
+	}
+	res.Active = active
+	if !active.IsZero() {
+		mg.p.Metrics.ActiveMonth.WithLabelValues(tenant).Set(float64(active.Int()))
+	}
+
+	grace := time.Duration(mg.p.Config.SealingDays) * 24 * time.Hour
+	for _, tr := range Lifecycle(shards, active, nowT, grace) {
+		from := routing.StatusWritable
+		if tr.To == routing.StatusSealed {
+			from = routing.StatusSealing
+		}
+		ok, err := routing.SetStatus(ctx, db, tr.Month, tr.To, from)
+		if err != nil {
+			res.Err = errors.Join(res.Err, err)
+			continue
+		}
+		if ok {
+			res.Changed = append(res.Changed, tr)
+			mg.m.transitions.WithLabelValues(string(tr.To)).Inc()
+			mg.p.Log.Info().Str("tenant", tenant).Str("month", tr.Month.String()).Str("status", string(tr.To)).Msg("month status changed")
+		}
+	}
+	return res
+}
+
+// ensureTables creates and registers the missing expected tables and makes
+// prepared months writable once their table is confirmed.
+func (mg *Manager) ensureTables(ctx context.Context, tenant string, db *sql.DB, expected []routing.Month, res *Result) error {
+	existing, err := existingTables(ctx, db)
+	if err != nil {
+		return err
+	}
+	shards, err := routing.ListShards(ctx, db)
+	if err != nil {
+		return err
+	}
+	registered := map[routing.Month]routing.Status{}
+	for _, s := range shards {
+		registered[s.Month] = s.Status
+		if !existing[s.Month] && s.Status.AcceptsWrites() {
+			mg.p.Metrics.ShardMissing.WithLabelValues(tenant).Inc()
+			mg.p.Log.Error().Str("tenant", tenant).Str("table", s.Table.Name()).Msg("catalog registers a month table that does not exist; recreating it")
+		}
+	}
+	var errs []error
+	for _, m := range expected {
+		t, err := routing.TableFor(m)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !existing[m] {
+			// DDL runs on its own statement, never inside a business transaction.
+			if _, err := db.ExecContext(ctx, t.CreateDDL()); err != nil {
+				mg.m.ddlFailures.WithLabelValues(tenant).Inc()
+				mg.p.Metrics.ShardMissing.WithLabelValues(tenant).Inc()
+				mg.p.Log.Error().Err(err).Str("tenant", tenant).Str("table", t.Name()).Msg("month table DDL failed; the month stays unready")
+				errs = append(errs, fmt.Errorf("create %s: %w", t.Name(), err))
+				continue
+			}
+			res.Created = append(res.Created, m)
+			mg.m.created.WithLabelValues(tenant).Inc()
+			mg.p.Log.Info().Str("tenant", tenant).Str("table", t.Name()).Msg("month table created")
+		}
+		if _, ok := registered[m]; !ok {
+			if err := routing.RegisterShard(ctx, db, t); err != nil {
+				mg.m.ddlFailures.WithLabelValues(tenant).Inc()
+				errs = append(errs, err)
+				continue
+			}
+			registered[m] = routing.StatusPrepared
+		}
+		if registered[m] == routing.StatusPrepared {
+			ok, err := routing.SetStatus(ctx, db, m, routing.StatusWritable, routing.StatusPrepared)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if ok {
+				res.Writable = append(res.Writable, m)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// existingTables lists the month tables physically present in db.
+func existingTables(ctx context.Context, db *sql.DB) (map[routing.Month]bool, error) {
+	rows, err := sq.Select("TABLE_NAME").From("information_schema.TABLES").
+		Where("TABLE_SCHEMA = DATABASE()").
+		Where(sq.Like{"TABLE_NAME": `im\_group\_messages\_%`}).
+		RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list month tables: %w", err)
+	}
+	defer rows.Close()
+	out := map[routing.Month]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		if t, err := routing.ParseTable(name); err == nil {
+			out[t.Month()] = true
+		}
+	}
+	return out, rows.Err()
+}
+
+// Run patrols every tenant at start, then every patrol interval — every
+// minute near a month boundary — until ctx ends.
+func (mg *Manager) Run(ctx context.Context) error {
+	for {
+		if _, err := mg.Sync(ctx, Options{MonthsAhead: -1}, mg.p.Tenants()); err != nil && ctx.Err() == nil {
+			mg.p.Log.Error().Err(err).Msg("shard patrol failed for some tenants; retrying at the next patrol")
+		}
+		wait := mg.p.Config.PatrolInterval
+		if now, err := mg.clock.Now(ctx); err != nil || nearBoundary(now, time.Hour) {
+			wait = min(wait, time.Minute)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Activate makes month the tenant's active month (`imshard shard activate`).
+func (mg *Manager) Activate(ctx context.Context, tenant string, month routing.Month) error {
+	return mg.p.Allocator.Activate(ctx, tenant, month, "activate")
+}
+
+// ErrActiveMonth refuses to seal the month that takes writes now.
+var ErrActiveMonth = errors.New("the active month cannot be sealed")
+
+// Seal closes a month to writes; late events for it go to the compensation
+// queue until it is unsealed.
+func (mg *Manager) Seal(ctx context.Context, tenant string, month routing.Month) error {
+	active, err := mg.p.Allocator.ActiveMonth(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if month == active {
+		return fmt.Errorf("%w: %s", ErrActiveMonth, month)
+	}
+	return mg.setStatus(ctx, tenant, month, routing.StatusSealed, routing.StatusWritable, routing.StatusSealing)
+}
+
+// Unseal reopens a sealed month for late writes; its sealing grace restarts.
+func (mg *Manager) Unseal(ctx context.Context, tenant string, month routing.Month) error {
+	return mg.setStatus(ctx, tenant, month, routing.StatusSealing, routing.StatusSealed)
+}
+
+func (mg *Manager) setStatus(ctx context.Context, tenant string, month routing.Month, to routing.Status, from ...routing.Status) error {
+	if _, _, err := mg.p.Catalog.Table(ctx, tenant, month); err != nil {
+		return err
+	}
+	db, err := mg.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	ok, err := routing.SetStatus(ctx, db, month, to, from...)
+	mg.p.Catalog.Invalidate(tenant)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		cur, _ := mg.status(ctx, db, month)
+		if cur == to {
+			return nil
+		}
+		return fmt.Errorf("month %s is %s; %s needs one of %v", month, cur, to, from)
+	}
+	mg.p.Log.Info().Str("tenant", tenant).Str("month", month.String()).Str("status", string(to)).Msg("month status set by operator")
+	return nil
+}
+
+func (mg *Manager) status(ctx context.Context, db *sql.DB, month routing.Month) (routing.Status, error) {
+	shards, err := routing.ListShards(ctx, db)
+	if err != nil {
+		return "", err
+	}
+	for _, s := range shards {
+		if s.Month == month {
+			return s.Status, nil
+		}
+	}
+	return "", routing.ErrShardNotRegistered
+}
+
+// Info is one line of `imshard shard list`.
+type Info struct {
+	routing.Shard
+	Exists bool
+	Active bool
+	Rows   int64
+	MinAt  sql.NullTime
+	MaxAt  sql.NullTime
+}
+
+// List reports the catalog of tenant with live row counts and time ranges.
+func (mg *Manager) List(ctx context.Context, tenant string) ([]Info, error) {
+	db, err := mg.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	shards, err := routing.ListShards(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	existing, err := existingTables(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	active, err := mg.p.Allocator.ActiveMonth(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Info, 0, len(shards))
+	for _, s := range shards {
+		in := Info{Shard: s, Exists: existing[s.Month], Active: s.Month == active}
+		if in.Exists {
+			err := sq.Select("COUNT(*)", "MIN(created_at)", "MAX(created_at)").From(s.Table.Quoted()).
+				RunWith(db).QueryRowContext(ctx).Scan(&in.Rows, &in.MinAt, &in.MaxAt)
+			if err != nil {
+				return nil, fmt.Errorf("count %s: %w", s.Table.Name(), err)
+			}
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}

@@ -1,0 +1,41 @@
+package shardmgr
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	lastSuccess  *prometheus.GaugeVec
+	ddlFailures  *prometheus.CounterVec
+	created      *prometheus.CounterVec
+	syncDuration prometheus.Histogram
+	transitions  *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imshard_shardmgr_last_success_timestamp_seconds",
+			Help: "Unix time of the last sync that left every expected month table of the tenant in place.",
+		}, []string{"tenant"}),
+		ddlFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "imshard_shardmgr_ddl_failures_total",
+			Help: "Month-table DDL or catalog writes that failed (no month switch follows).",
+		}, []string{"tenant"}),
+		created: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "imshard_shardmgr_tables_created_total",
+			Help: "Month tables created by the shard manager.",
+		}, []string{"tenant"}),
+		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "imshard_shardmgr_sync_duration_seconds",
+			Help:    "Duration of one tenant's shard sync.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
+		}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "imshard_shardmgr_transitions_total",
+			Help: "Month status changes made by the shard manager, by target status.",
+		}, []string{"status"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.lastSuccess, m.ddlFailures, m.created, m.syncDuration, m.transitions)
+	}
+	return m
+}

@@ -1,0 +1,261 @@
+// Package tenantdb hands out one MySQL pool per tenant: opened lazily on
+// first use (1,000 configured tenants are not 1,000 pools at start), bounded
+// in size, with the tenant's database created if missing and the schema
+// applied once per process. Tenant isolation starts here: a handle is only
+// ever looked up by the tenant id of an authenticated credential.
+package tenantdb
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	imsql "github.com/imshard/imshard/sql"
+)
+
+// ErrUnknownTenant is returned for a tenant id not in the configuration.
+var ErrUnknownTenant = errors.New("unknown tenant")
+
+// Tenant is what the pools need to know of a configured tenant.
+type Tenant struct {
+	ID  string
+	DSN string // fully resolved (template applied)
+}
+
+// Params configures the pools.
+type Params struct {
+	MaxOpenConns    int
+	MaxIdleConns    int
+	ConnMaxIdleTime time.Duration
+	Log             zerolog.Logger
+	Registerer      prometheus.Registerer
+}
+
+// Pools is the set of tenant pools of this process.
+type Pools struct {
+	p Params
+
+	mu      sync.Mutex
+	tenants map[string]Tenant
+	open    map[string]*entry
+
+	opened prometheus.Gauge
+}
+
+type entry struct {
+	once sync.Once
+	db   *sql.DB
+	err  error
+	dsn  string
+}
+
+// New prepares the pools; nothing is opened until a tenant is used.
+func New(p Params, tenants []Tenant) *Pools {
+	if p.MaxIdleConns <= 0 {
+		p.MaxIdleConns = 2
+	}
+	if p.MaxIdleConns > p.MaxOpenConns {
+		p.MaxIdleConns = p.MaxOpenConns
+	}
+	ps := &Pools{p: p, open: map[string]*entry{}}
+	ps.SetTenants(tenants)
+	ps.opened = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "imshard_mysql_tenant_pools_open",
+		Help: "Tenant MySQL pools opened by this process.",
+	})
+	if p.Registerer != nil {
+		p.Registerer.MustRegister(ps.opened)
+	}
+	return ps
+}
+
+// SetTenants replaces the configured tenants (SIGHUP reload). Pools of
+// tenants that were removed are closed; pools whose DSN changed reopen on
+// next use.
+func (ps *Pools) SetTenants(tenants []Tenant) {
+	next := make(map[string]Tenant, len(tenants))
+	for _, t := range tenants {
+		next[t.ID] = t
+	}
+	ps.mu.Lock()
+	var stale []*entry
+	for id, e := range ps.open {
+		if t, ok := next[id]; !ok || t.DSN != e.dsn {
+			stale = append(stale, e)
+			delete(ps.open, id)
+		}
+	}
+	ps.tenants = next
+	ps.mu.Unlock()
+	for _, e := range stale {
+		if e.db != nil {
+			_ = e.db.Close()
+		}
+	}
+}
+
+// IDs lists the configured tenant ids, sorted.
+func (ps *Pools) IDs() []string {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ids := make([]string, 0, len(ps.tenants))
+	for id := range ps.tenants {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// Has reports whether tenant is configured.
+func (ps *Pools) Has(tenant string) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	_, ok := ps.tenants[tenant]
+	return ok
+}
+
+// DB returns the tenant's pool, opening it (and creating the database and
+// schema) on first use. A failed open is retried on the next call.
+func (ps *Pools) DB(ctx context.Context, tenant string) (*sql.DB, error) {
+	ps.mu.Lock()
+	t, ok := ps.tenants[tenant]
+	if !ok {
+		ps.mu.Unlock()
+		return nil, fmt.Errorf("%w: %q", ErrUnknownTenant, tenant)
+	}
+	e, ok := ps.open[tenant]
+	if !ok {
+		e = &entry{dsn: t.DSN}
+		ps.open[tenant] = e
+	}
+	ps.mu.Unlock()
+
+	e.once.Do(func() { e.db, e.err = ps.openTenant(ctx, t) })
+	if e.err != nil {
+		ps.mu.Lock()
+		if ps.open[tenant] == e {
+			delete(ps.open, tenant)
+		}
+		ps.mu.Unlock()
+		return nil, e.err
+	}
+	return e.db, nil
+}
+
+func (ps *Pools) openTenant(ctx context.Context, t Tenant) (*sql.DB, error) {
+	cfg, err := mysql.ParseDSN(t.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("tenant %s: dsn: %w", t.ID, err)
+	}
+	if cfg.DBName == "" {
+		return nil, fmt.Errorf("tenant %s: dsn names no database", t.ID)
+	}
+	normalize(cfg)
+	if err := ps.createDatabase(ctx, t.ID, cfg); err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		return nil, fmt.Errorf("tenant %s: open: %w", t.ID, err)
+	}
+	db.SetMaxOpenConns(ps.p.MaxOpenConns)
+	db.SetMaxIdleConns(ps.p.MaxIdleConns)
+	db.SetConnMaxIdleTime(ps.p.ConnMaxIdleTime)
+	db.SetConnMaxLifetime(time.Hour)
+	if err := Migrate(ctx, db); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("tenant %s: %w", t.ID, err)
+	}
+	ps.opened.Inc()
+	ps.p.Log.Info().Str("tenant", t.ID).Str("database", cfg.DBName).Msg("tenant pool opened")
+	return db, nil
+}
+
+// normalize forces the session settings imshard relies on: UTC times parsed
+// into time.Time, and strict SQL so a bad value fails instead of truncating.
+func normalize(cfg *mysql.Config) {
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	if _, ok := cfg.Params["time_zone"]; !ok {
+		cfg.Params["time_zone"] = "'+00:00'"
+	}
+	if _, ok := cfg.Params["sql_mode"]; !ok {
+		cfg.Params["sql_mode"] = "'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'"
+	}
+	cfg.InterpolateParams = false
+}
+
+// createDatabase makes the tenant database if the account may; an account
+// without CREATE rights on an existing database is fine.
+func (ps *Pools) createDatabase(ctx context.Context, tenant string, cfg *mysql.Config) error {
+	name := cfg.DBName
+	if strings.ContainsAny(name, "`\x00") || len(name) > 64 {
+		return fmt.Errorf("tenant %s: database name %q is not a plain identifier", tenant, name)
+	}
+	admin := cfg.Clone()
+	admin.DBName = ""
+	db, err := sql.Open("mysql", admin.FormatDSN())
+	if err != nil {
+		return fmt.Errorf("tenant %s: open server: %w", tenant, err)
+	}
+	defer db.Close()
+	_, err = db.ExecContext(ctx, strings.Replace(imsql.CreateDatabase(), imsql.DatabasePlaceholder, "`"+name+"`", 1))
+	if err == nil {
+		return nil
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && (me.Number == 1044 || me.Number == 1045 || me.Number == 1227) {
+		ps.p.Log.Warn().Str("tenant", tenant).Err(err).Msg("no right to create the tenant database; using it as it is")
+		return nil
+	}
+	return fmt.Errorf("tenant %s: create database: %w", tenant, err)
+}
+
+// Ping checks every opened pool (readiness): the server of a tenant whose
+// pool is open must answer.
+func (ps *Pools) Ping(ctx context.Context) error {
+	ps.mu.Lock()
+	var dbs []*sql.DB
+	var ids []string
+	for id, e := range ps.open {
+		if e.db != nil {
+			dbs = append(dbs, e.db)
+			ids = append(ids, id)
+		}
+	}
+	ps.mu.Unlock()
+	var errs []error
+	for i, db := range dbs {
+		if err := db.PingContext(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("tenant %s: %w", ids[i], err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close closes every opened pool.
+func (ps *Pools) Close() error {
+	ps.mu.Lock()
+	open := ps.open
+	ps.open = map[string]*entry{}
+	ps.mu.Unlock()
+	var errs []error
+	for _, e := range open {
+		if e.db != nil {
+			errs = append(errs, e.db.Close())
+		}
+	}
+	return errors.Join(errs...)
+}

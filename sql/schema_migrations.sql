@@ -1,0 +1,6 @@
+CREATE TABLE IF NOT EXISTS im_schema_migrations (
+  version INT NOT NULL,
+  name VARCHAR(64) NOT NULL,
+  applied_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  PRIMARY KEY (version)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci

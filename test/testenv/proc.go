@@ -1,0 +1,186 @@
+//go:build unix
+
+package testenv
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// proc is a child server process (redis-server, mariadbd) that can be stopped
+// and started again with the same arguments. Its stdout and stderr are
+// appended to logPath.
+type proc struct {
+	name    string
+	bin     string
+	args    []string
+	logPath string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the current process has exited
+}
+
+// start launches the process. It must not be running.
+func (p *proc) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done != nil {
+		select {
+		case <-p.done:
+		default:
+			return fmt.Errorf("%s is already running (pid %d)", p.name, p.cmd.Process.Pid)
+		}
+	}
+	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(f, "=== testenv %s: starting %s %s\n", time.Now().Format(time.RFC3339Nano), p.bin, strings.Join(p.args, " "))
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", p.bin, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		err := cmd.Wait()
+		fmt.Fprintf(f, "=== testenv %s: %s exited: %v\n", time.Now().Format(time.RFC3339Nano), p.name, err)
+		f.Close()
+		close(done)
+	}()
+	p.cmd, p.done = cmd, done
+	return nil
+}
+
+// exited returns a channel closed once the current process has exited
+// (already closed if it was never started).
+func (p *proc) exited() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return p.done
+}
+
+// stop sends sig to the process group and waits for the process to exit; if
+// it has not exited after grace, it is killed with SIGKILL. Stopping a process
+// that is not running is a no-op.
+func (p *proc) stop(sig syscall.Signal, grace time.Duration) error {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	pid := cmd.Process.Pid
+	if err := syscall.Kill(-pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		_ = cmd.Process.Signal(sig)
+	}
+	select {
+	case <-done:
+		return nil
+	case <-time.After(grace):
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	select {
+	case <-done:
+		if sig == syscall.SIGKILL {
+			return nil
+		}
+		return fmt.Errorf("%s did not exit within %v after %v; killed it", p.name, grace, sig)
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("%s (pid %d) did not exit even after SIGKILL", p.name, pid)
+	}
+}
+
+// logTail returns the last n lines of the process log, indented, for failure
+// messages.
+func (p *proc) logTail(n int) string { return fileTail(p.logPath, n) }
+
+func fileTail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("\t(no log: %v)", err)
+	}
+	defer f.Close()
+	const maxRead = 64 << 10
+	if st, err := f.Stat(); err == nil && st.Size() > maxRead {
+		_, _ = f.Seek(st.Size()-maxRead, io.SeekStart)
+	}
+	b, _ := io.ReadAll(f)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "\t" + strings.Join(lines, "\n\t")
+}
+
+// logContains reports whether the log contains any of the substrings (used to
+// detect a lost race for a free port).
+func (p *proc) logContains(subs ...string) bool {
+	b, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return false
+	}
+	for _, s := range subs {
+		if bytes.Contains(b, []byte(s)) {
+			return true
+		}
+	}
+	return false
+}
+
+// shortTempDir makes a temp dir with a short path (unix socket paths must stay
+// under 108 bytes, which t.TempDir() does not guarantee). It is removed on
+// cleanup; register it before the cleanup that kills processes using it so
+// that it runs after it.
+func shortTempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ims")
+	if err != nil {
+		t.Fatalf("testenv: make temp dir: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("testenv: remove %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// lookBin finds the first of names on PATH or in /usr/sbin, /usr/bin,
+// /usr/local/bin.
+func lookBin(names ...string) (string, error) {
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p, nil
+		}
+		for _, d := range []string{"/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"} {
+			p := d + "/" + n
+			if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+				return p, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("none of %s found on PATH or in /usr/sbin, /usr/bin (run `bash test/services.sh` to install them)", strings.Join(names, ", "))
+}
