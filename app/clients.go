@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/shardmgr"
 	"github.com/imshard/imshard/modules/tenantdb"
@@ -31,6 +32,9 @@ type clients struct {
 	rmetrics *routing.Metrics
 	catalog  *routing.Catalog
 	alloc    *routing.Allocator
+	flight   *routing.Flight
+	routes   *routing.Routes
+	acl      *acl.Checker
 	shards   *shardmgr.Manager
 }
 
@@ -244,6 +248,9 @@ func initRouting(ctx context.Context, a *App) (Service, error) {
 		AutoAdvance: a.Config.Shard.AutoAdvance,
 		ReserveStep: a.Config.Send.SeqReserveStep,
 	})
+	c.flight = routing.NewFlight(c.redis, c.scripts, a.Config.Send.ProduceTimeout)
+	c.routes = routing.NewRoutes(c.redis, c.scripts)
+	c.acl = acl.New(acl.Params{Redis: c.redis, DBs: c.pools, TTL: a.Config.Send.ACLCacheTTL, Log: a.Log.With().Str("module", "acl").Logger()})
 	alloc := c.alloc
 	return holder{close: func() error { alloc.Close(); return nil }}, nil
 }

@@ -43,3 +43,13 @@ var Refresh string
 //
 //go:embed pending_ack.lua
 var PendingAck string
+
+// RouteMerge merges month ranges into a topic's Redis route.
+//
+//go:embed route_merge.lua
+var RouteMerge string
+
+// RouteReplace replaces a topic's Redis route with exactly the given ranges.
+//
+//go:embed route_replace.lua
+var RouteReplace string

@@ -10,24 +10,28 @@ import (
 // to EVAL (which loads the script) when a server answers NOSCRIPT, e.g. after
 // a restart or a failover.
 type Scripts struct {
-	Alloc      *rueidis.Lua
-	Activate   *rueidis.Lua
-	SeqInit    *rueidis.Lua
-	SeqExtend  *rueidis.Lua
-	Unlock     *rueidis.Lua
-	Refresh    *rueidis.Lua
-	PendingAck *rueidis.Lua
+	Alloc        *rueidis.Lua
+	Activate     *rueidis.Lua
+	SeqInit      *rueidis.Lua
+	SeqExtend    *rueidis.Lua
+	Unlock       *rueidis.Lua
+	Refresh      *rueidis.Lua
+	PendingAck   *rueidis.Lua
+	RouteMerge   *rueidis.Lua
+	RouteReplace *rueidis.Lua
 }
 
 // NewScripts prepares every script once per process.
 func NewScripts() *Scripts {
 	return &Scripts{
-		Alloc:      rueidis.NewLuaScript(lua.Alloc),
-		Activate:   rueidis.NewLuaScript(lua.Activate),
-		SeqInit:    rueidis.NewLuaScript(lua.SeqInit),
-		SeqExtend:  rueidis.NewLuaScript(lua.SeqExtend),
-		Unlock:     rueidis.NewLuaScript(lua.Unlock),
-		Refresh:    rueidis.NewLuaScript(lua.Refresh),
-		PendingAck: rueidis.NewLuaScript(lua.PendingAck),
+		Alloc:        rueidis.NewLuaScript(lua.Alloc),
+		Activate:     rueidis.NewLuaScript(lua.Activate),
+		SeqInit:      rueidis.NewLuaScript(lua.SeqInit),
+		SeqExtend:    rueidis.NewLuaScript(lua.SeqExtend),
+		Unlock:       rueidis.NewLuaScript(lua.Unlock),
+		Refresh:      rueidis.NewLuaScript(lua.Refresh),
+		PendingAck:   rueidis.NewLuaScript(lua.PendingAck),
+		RouteMerge:   rueidis.NewLuaScript(lua.RouteMerge),
+		RouteReplace: rueidis.NewLuaScript(lua.RouteReplace),
 	}
 }

@@ -1,0 +1,246 @@
+// Package acl answers "may this user post to / read this topic": the group
+// behind a topic (its id and status) and the user's membership (role, mute).
+// MySQL (im_groups, im_group_members) is the truth; Redis caches it per topic
+// for acl_cache_ttl and every change invalidates the cache, so a removed or
+// muted member loses access at once, not after the TTL.
+package acl
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+	"github.com/redis/rueidis"
+	"github.com/rs/zerolog"
+
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// Group statuses and member roles (DESIGN HTTP contract).
+const (
+	GroupActive    = "active"
+	GroupMuted     = "muted"
+	GroupDissolved = "dissolved"
+
+	RoleMember = "member"
+	RoleAdmin  = "admin"
+	RoleOwner  = "owner"
+)
+
+// ErrNoGroup is returned for a topic that has no group.
+var ErrNoGroup = errors.New("topic has no group")
+
+// Membership is what the ACL knows of (topic, user).
+type Membership struct {
+	GroupID     int64
+	GroupStatus string
+	Role        string
+	MutedUntil  time.Time
+	Member      bool
+}
+
+// Muted reports whether the member may not post at t: muted personally, or
+// the group is muted and the member is not one of its admins/owners.
+func (m Membership) Muted(t time.Time) bool {
+	if m.MutedUntil.After(t) {
+		return true
+	}
+	return m.GroupStatus == GroupMuted && m.Role != RoleAdmin && m.Role != RoleOwner
+}
+
+// Params wires a Checker.
+type Params struct {
+	Redis rueidis.Client
+	DBs   routing.DBs
+	TTL   time.Duration // send.acl_cache_ttl
+	Log   zerolog.Logger
+}
+
+// Checker looks memberships up, Redis first.
+type Checker struct {
+	p Params
+}
+
+// New builds a Checker.
+func New(p Params) *Checker {
+	if p.TTL <= 0 {
+		p.TTL = 5 * time.Minute
+	}
+	return &Checker{p: p}
+}
+
+const (
+	groupsTable  = "im_groups"
+	membersTable = "im_group_members"
+	// a cached "no such row" is stored as this field value
+	absent = "-"
+)
+
+// Lookup returns the membership of userID in topic. The group is cached in
+// a HASH per topic; members in a HASH per topic (field user id), each entry
+// "role|muted_until_ms" or absent.
+func (c *Checker) Lookup(ctx context.Context, tenant, topic string, userID int64) (Membership, error) {
+	keys, err := routing.KeysFor(tenant)
+	if err != nil {
+		return Membership{}, err
+	}
+	uid := strconv.FormatInt(userID, 10)
+	res := c.p.Redis.DoMulti(ctx,
+		c.p.Redis.B().Get().Key(keys.Group(topic)).Build(),
+		c.p.Redis.B().Hget().Key(keys.Members(topic)).Field(uid).Build(),
+	)
+	group, gerr := res[0].ToString()
+	member, merr := res[1].ToString()
+	if gerr == nil && merr == nil {
+		return decode(group, member)
+	}
+	if (gerr != nil && !rueidis.IsRedisNil(gerr)) || (merr != nil && !rueidis.IsRedisNil(merr)) {
+		c.p.Log.Warn().Err(errors.Join(gerr, merr)).Str("tenant", tenant).Msg("acl cache unavailable; reading MySQL")
+	}
+	group, member, err = c.load(ctx, tenant, topic, userID)
+	if err != nil {
+		return Membership{}, err
+	}
+	// best effort: a cache write failure only costs the next lookup a read
+	_ = c.p.Redis.DoMulti(ctx,
+		c.p.Redis.B().Set().Key(keys.Group(topic)).Value(group).Px(c.p.TTL).Build(),
+		c.p.Redis.B().Hset().Key(keys.Members(topic)).FieldValue().FieldValue(uid, member).Build(),
+		c.p.Redis.B().Pexpire().Key(keys.Members(topic)).Milliseconds(c.p.TTL.Milliseconds()).Build(),
+	)
+	return decode(group, member)
+}
+
+func (c *Checker) load(ctx context.Context, tenant, topic string, userID int64) (group, member string, err error) {
+	db, err := c.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return "", "", err
+	}
+	var gid int64
+	var status string
+	err = sq.Select("group_id", "status").From(groupsTable).Where(sq.Eq{"topic": topic}).
+		RunWith(db).QueryRowContext(ctx).Scan(&gid, &status)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		group = absent
+	case err != nil:
+		return "", "", fmt.Errorf("acl: group %s: %w", topic, err)
+	default:
+		group = strconv.FormatInt(gid, 10) + "|" + status
+	}
+	var role string
+	var muted sql.NullTime
+	err = sq.Select("role", "muted_until").From(membersTable).Where(sq.Eq{"topic": topic, "user_id": userID}).
+		RunWith(db).QueryRowContext(ctx).Scan(&role, &muted)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		member = absent
+	case err != nil:
+		return "", "", fmt.Errorf("acl: member %s/%d: %w", topic, userID, err)
+	default:
+		ms := int64(0)
+		if muted.Valid {
+			ms = muted.Time.UnixMilli()
+		}
+		member = role + "|" + strconv.FormatInt(ms, 10)
+	}
+	return group, member, nil
+}
+
+func decode(group, member string) (Membership, error) {
+	if group == absent {
+		return Membership{}, ErrNoGroup
+	}
+	var m Membership
+	gid, status, ok := cut(group)
+	if !ok {
+		return Membership{}, fmt.Errorf("acl: malformed cached group %q", group)
+	}
+	n, err := strconv.ParseInt(gid, 10, 64)
+	if err != nil {
+		return Membership{}, fmt.Errorf("acl: malformed cached group %q", group)
+	}
+	m.GroupID, m.GroupStatus = n, status
+	if member == absent {
+		return m, nil
+	}
+	role, muted, ok := cut(member)
+	if !ok {
+		return Membership{}, fmt.Errorf("acl: malformed cached member %q", member)
+	}
+	ms, err := strconv.ParseInt(muted, 10, 64)
+	if err != nil {
+		return Membership{}, fmt.Errorf("acl: malformed cached member %q", member)
+	}
+	m.Member, m.Role = true, role
+	if ms > 0 {
+		m.MutedUntil = time.UnixMilli(ms).UTC()
+	}
+	return m, nil
+}
+
+func cut(s string) (string, string, bool) { return strings.Cut(s, "|") }
+
+// PutGroup creates or updates the group of topic.
+func (c *Checker) PutGroup(ctx context.Context, tenant, topic string, groupID int64, name, status string) error {
+	db, err := c.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	_, err = sq.Insert(groupsTable).Columns("topic", "group_id", "name", "status").Values(topic, groupID, name, status).
+		Suffix("ON DUPLICATE KEY UPDATE group_id = VALUES(group_id), name = VALUES(name), status = VALUES(status)").
+		RunWith(db).ExecContext(ctx)
+	if err != nil {
+		return fmt.Errorf("acl: put group %s: %w", topic, err)
+	}
+	return c.invalidate(ctx, tenant, topic)
+}
+
+// PutMember adds or updates a member.
+func (c *Checker) PutMember(ctx context.Context, tenant, topic string, userID int64, role string, mutedUntil *time.Time) error {
+	db, err := c.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	var muted any
+	if mutedUntil != nil {
+		muted = mutedUntil.UTC()
+	}
+	_, err = sq.Insert(membersTable).Columns("topic", "user_id", "role", "muted_until").Values(topic, userID, role, muted).
+		Suffix("ON DUPLICATE KEY UPDATE role = VALUES(role), muted_until = VALUES(muted_until)").
+		RunWith(db).ExecContext(ctx)
+	if err != nil {
+		return fmt.Errorf("acl: put member %s/%d: %w", topic, userID, err)
+	}
+	return c.invalidate(ctx, tenant, topic)
+}
+
+// DeleteMember removes a member.
+func (c *Checker) DeleteMember(ctx context.Context, tenant, topic string, userID int64) error {
+	db, err := c.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if _, err := sq.Delete(membersTable).Where(sq.Eq{"topic": topic, "user_id": userID}).RunWith(db).ExecContext(ctx); err != nil {
+		return fmt.Errorf("acl: delete member %s/%d: %w", topic, userID, err)
+	}
+	return c.invalidate(ctx, tenant, topic)
+}
+
+// invalidate drops the topic's cached ACL after MySQL committed a change. A
+// failure is returned: the caller must not report success while a stale
+// grant could outlive the change by a whole TTL.
+func (c *Checker) invalidate(ctx context.Context, tenant, topic string) error {
+	keys, err := routing.KeysFor(tenant)
+	if err != nil {
+		return err
+	}
+	if err := c.p.Redis.Do(ctx, c.p.Redis.B().Del().Key(keys.Group(topic), keys.Members(topic)).Build()).Error(); err != nil {
+		return fmt.Errorf("acl: invalidate %s: %w", topic, err)
+	}
+	return nil
+}

@@ -1,0 +1,188 @@
+package routing
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	sq "github.com/Masterminds/squirrel"
+	"github.com/redis/rueidis"
+)
+
+// MonthRange is the part of a topic that lives in one month table: its
+// first and last seq there and how many rows it holds (seed 000 §3.3–§3.4).
+// A topic's ranges never overlap (DESIGN invariant 4).
+type MonthRange struct {
+	Month  Month
+	MinSeq int64
+	MaxSeq int64
+	Count  int64
+}
+
+// Routes reads and writes the long-lived Redis topic routes (no TTL): the
+// ZSET month → first seq and the HASH month → min/max/count. MySQL's mirror
+// (im_group_message_topic_shards) is the source they are rebuilt from.
+type Routes struct {
+	rdb     rueidis.Client
+	scripts *Scripts
+}
+
+// NewRoutes builds the route store.
+func NewRoutes(rdb rueidis.Client, scripts *Scripts) *Routes {
+	return &Routes{rdb: rdb, scripts: scripts}
+}
+
+func rangeArgs(ranges []MonthRange) []string {
+	args := make([]string, 0, 4*len(ranges))
+	for _, r := range ranges {
+		args = append(args, r.Month.String(), strconv.FormatInt(r.MinSeq, 10),
+			strconv.FormatInt(r.MaxSeq, 10), strconv.FormatInt(r.Count, 10))
+	}
+	return args
+}
+
+// Merge widens the topic's route by ranges (what persist calls after its DB
+// commit, with counts of rows actually inserted).
+func (r *Routes) Merge(ctx context.Context, tenant, topic string, ranges ...MonthRange) error {
+	if len(ranges) == 0 {
+		return nil
+	}
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return err
+	}
+	if err := r.scripts.RouteMerge.Exec(ctx, r.rdb, []string{keys.Route(topic), keys.RouteMeta(topic)}, rangeArgs(ranges)).Error(); err != nil {
+		return fmt.Errorf("routes: merge %s/%s: %w", tenant, topic, err)
+	}
+	return nil
+}
+
+// Replace makes the topic's route exactly ranges (a rebuild).
+func (r *Routes) Replace(ctx context.Context, tenant, topic string, ranges []MonthRange) error {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return err
+	}
+	if err := r.scripts.RouteReplace.Exec(ctx, r.rdb, []string{keys.Route(topic), keys.RouteMeta(topic)}, rangeArgs(ranges)).Error(); err != nil {
+		return fmt.Errorf("routes: replace %s/%s: %w", tenant, topic, err)
+	}
+	return nil
+}
+
+// Delete removes the topic's route (group physically deleted, retention).
+func (r *Routes) Delete(ctx context.Context, tenant, topic string) error {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return err
+	}
+	return r.rdb.Do(ctx, r.rdb.B().Del().Key(keys.Route(topic), keys.RouteMeta(topic)).Build()).Error()
+}
+
+// Load reads the topic's route, oldest month first; found is false when
+// Redis holds no route at all for it. A month present in the ZSET but not in
+// the HASH keeps its first seq and MaxSeq 0 (unknown): callers treat the
+// route as incomplete.
+func (r *Routes) Load(ctx context.Context, tenant, topic string) ([]MonthRange, bool, error) {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return nil, false, err
+	}
+	res := r.rdb.DoMulti(ctx,
+		r.rdb.B().Zrange().Key(keys.Route(topic)).Min("0").Max("-1").Withscores().Build(),
+		r.rdb.B().Hgetall().Key(keys.RouteMeta(topic)).Build(),
+	)
+	zs, err := res[0].AsZScores()
+	if err != nil {
+		return nil, false, fmt.Errorf("routes: load %s/%s: %w", tenant, topic, err)
+	}
+	meta, err := res[1].AsStrMap()
+	if err != nil {
+		return nil, false, fmt.Errorf("routes: load meta %s/%s: %w", tenant, topic, err)
+	}
+	if len(zs) == 0 && len(meta) == 0 {
+		return nil, false, nil
+	}
+	byMonth := map[Month]MonthRange{}
+	for _, z := range zs {
+		m, err := ParseMonth(z.Member)
+		if err != nil {
+			continue // not a month: ignore rather than route to it
+		}
+		byMonth[m] = MonthRange{Month: m, MinSeq: int64(z.Score)}
+	}
+	for field, v := range meta {
+		m, err := ParseMonth(field)
+		if err != nil {
+			continue
+		}
+		mr, ok := ParseRangeValue(v)
+		if !ok {
+			continue
+		}
+		mr.Month = m
+		byMonth[m] = mr
+	}
+	out := make([]MonthRange, 0, len(byMonth))
+	for _, mr := range byMonth {
+		out = append(out, mr)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Month.Before(out[j].Month) })
+	return out, true, nil
+}
+
+// ParseRangeValue reads "min_seq=A,max_seq=B,count=N".
+func ParseRangeValue(v string) (MonthRange, bool) {
+	var mr MonthRange
+	seen := 0
+	for _, part := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(part, "=")
+		if !ok {
+			return MonthRange{}, false
+		}
+		n, err := strconv.ParseInt(val, 10, 64)
+		if err != nil {
+			return MonthRange{}, false
+		}
+		switch k {
+		case "min_seq":
+			mr.MinSeq = n
+		case "max_seq":
+			mr.MaxSeq = n
+		case "count":
+			mr.Count = n
+		default:
+			continue
+		}
+		seen++
+	}
+	return mr, seen == 3
+}
+
+const mirrorTable = "im_group_message_topic_shards"
+
+// LoadMirror reads the topic's ranges from the MySQL mirror, oldest first.
+func LoadMirror(ctx context.Context, db sq.BaseRunner, topic string) ([]MonthRange, error) {
+	rows, err := sq.Select("shard_month", "min_seq", "max_seq", "message_count").From(mirrorTable).
+		Where(sq.Eq{"topic": topic}).OrderBy("shard_month").RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("mirror: load %s: %w", topic, err)
+	}
+	defer rows.Close()
+	var out []MonthRange
+	for rows.Next() {
+		var ms string
+		var mr MonthRange
+		if err := rows.Scan(&ms, &mr.MinSeq, &mr.MaxSeq, &mr.Count); err != nil {
+			return nil, err
+		}
+		m, err := ParseMonth(ms)
+		if err != nil {
+			return nil, fmt.Errorf("mirror: %s: %w", topic, err)
+		}
+		mr.Month = m
+		out = append(out, mr)
+	}
+	return out, rows.Err()
+}
