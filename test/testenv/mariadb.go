@@ -55,19 +55,34 @@ func StartMariaDB(t testing.TB) *MariaDB {
 		userArgs = []string{"--user=root"} // mariadbd refuses to run as root otherwise
 	}
 	// Smaller than the defaults: many of these may run at once.
-	sizing := []string{"--innodb-buffer-pool-size=64M", "--innodb-log-file-size=16M"}
+	// Flushing to the OS on commit (not fsync) and no doublewrite buffer keep
+	// every committed transaction across a process kill (the page cache
+	// survives it), which is what fault tests exercise; only an OS crash could
+	// lose data.
+	sizing := []string{"--innodb-buffer-pool-size=64M", "--innodb-log-file-size=16M",
+		"--innodb-flush-log-at-trx-commit=2", "--innodb-doublewrite=0"}
 
 	installLog := filepath.Join(dir, "install.log")
 	ctx, cancel := context.WithTimeout(context.Background(), mariaDBReadyTimeout)
 	defer cancel()
+	// Own tmpdir: concurrent bootstraps sharing /tmp collide on temp table
+	// files ("Unknown table 'mysql.tmp_user_sys'").
+	tmpDir := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmpDir, 0o755); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
 	args := append([]string{"--no-defaults", "--auth-root-authentication-method=normal",
-		"--datadir=" + m.DataDir, "--skip-test-db"}, userArgs...)
+		"--datadir=" + m.DataDir, "--tmpdir=" + tmpDir, "--skip-test-db"}, userArgs...)
 	args = append(args, sizing...)
 	install := exec.CommandContext(ctx, installer, args...)
+	// On timeout kill the whole group (the script and its bootstrap mariadbd).
+	install.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	install.Cancel = func() error { return syscall.Kill(-install.Process.Pid, syscall.SIGKILL) }
+	install.WaitDelay = 5 * time.Second
 	out, err := install.CombinedOutput()
 	_ = os.WriteFile(installLog, out, 0o644)
 	if err != nil {
-		t.Fatalf("testenv: %s %v: %v\nlog %s:\n%s", installer, args, err, installLog, fileTail(installLog, 30))
+		t.Fatalf("testenv: %s %v: %v\nlog %s:\n%s", installer, args, err, installLog, fileExcerpt(installLog))
 	}
 
 	t.Cleanup(func() {
@@ -83,7 +98,7 @@ func StartMariaDB(t testing.TB) *MariaDB {
 		m.DSNTemplate = dsnTemplate("root", "", "tcp", m.Addr)
 		m.AdminDSN = "root@tcp(" + m.Addr + ")/" + adminDSNParams
 		args := []string{"--no-defaults",
-			"--datadir=" + m.DataDir, "--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1",
+			"--datadir=" + m.DataDir, "--tmpdir=" + tmpDir, "--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1",
 			"--socket=" + filepath.Join(dir, "sock"), "--pid-file=" + filepath.Join(dir, "mariadbd.pid"),
 			"--skip-log-bin", "--skip-name-resolve", // with --no-defaults and no --log-error, errors go to stderr (captured)
 			"--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci",
@@ -101,7 +116,7 @@ func StartMariaDB(t testing.TB) *MariaDB {
 			_ = m.p.stop(syscall.SIGKILL, 10*time.Second)
 			continue
 		}
-		t.Fatalf("testenv: %v\nlog %s:\n%s", err, m.p.logPath, m.p.logTail(30))
+		t.Fatalf("testenv: %v\nlog %s:\n%s", err, m.p.logPath, m.p.logExcerpt())
 	}
 }
 
@@ -136,7 +151,7 @@ func (m *MariaDB) waitReady(deadline time.Time) error {
 func (m *MariaDB) Stop() {
 	m.t.Helper()
 	if err := m.p.stop(syscall.SIGTERM, 60*time.Second); err != nil {
-		m.t.Fatalf("testenv: stop: %v\nlog %s:\n%s", err, m.p.logPath, m.p.logTail(30))
+		m.t.Fatalf("testenv: stop: %v\nlog %s:\n%s", err, m.p.logPath, m.p.logExcerpt())
 	}
 }
 
@@ -156,6 +171,6 @@ func (m *MariaDB) Start() {
 		m.t.Fatalf("testenv: restart: %v", err)
 	}
 	if err := m.waitReady(time.Now().Add(mariaDBReadyTimeout)); err != nil {
-		m.t.Fatalf("testenv: restart: %v\nlog %s:\n%s", err, m.p.logPath, m.p.logTail(30))
+		m.t.Fatalf("testenv: restart: %v\nlog %s:\n%s", err, m.p.logPath, m.p.logExcerpt())
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,21 +47,31 @@ func (p *proc) start() error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(f, "=== testenv %s: starting %s %s\n", time.Now().Format(time.RFC3339Nano), p.bin, strings.Join(p.args, " "))
+	fmt.Fprintf(f, "=== testenv %s: starting %s %s\n", time.Now().Format(time.RFC3339Nano), p.bin, quoteArgs(p.args))
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return fmt.Errorf("start %s: %w", p.bin, err)
-	}
+	// Start and Wait on one goroutine locked to its OS thread: Pdeathsig fires
+	// when the thread that forked the child exits, so that thread must live
+	// exactly as long as the child.
+	started := make(chan error, 1)
 	done := make(chan struct{})
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		defer close(done)
+		defer f.Close()
+		if err := cmd.Start(); err != nil {
+			started <- fmt.Errorf("start %s: %w", p.bin, err)
+			return
+		}
+		started <- nil
 		err := cmd.Wait()
 		fmt.Fprintf(f, "=== testenv %s: %s exited: %v\n", time.Now().Format(time.RFC3339Nano), p.name, err)
-		f.Close()
-		close(done)
 	}()
+	if err := <-started; err != nil {
+		return err
+	}
 	p.cmd, p.done = cmd, done
 	return nil
 }
@@ -113,26 +125,54 @@ func (p *proc) stop(sig syscall.Signal, grace time.Duration) error {
 	}
 }
 
-// logTail returns the last n lines of the process log, indented, for failure
-// messages.
-func (p *proc) logTail(n int) string { return fileTail(p.logPath, n) }
+// logExcerpt returns, indented for failure messages, the error-looking lines
+// of the process log followed by its last lines.
+func (p *proc) logExcerpt() string { return fileExcerpt(p.logPath) }
 
-func fileTail(path string, n int) string {
-	f, err := os.Open(path)
+var errorWords = []string{"ERROR", "Error", "error", "FATAL", "Could not", "Can't", "Aborting", "exited"}
+
+// fileExcerpt returns up to 15 error-looking lines of the file and then its
+// last 15 lines, indented.
+func fileExcerpt(path string) string {
+	b, err := readTail(path, 256<<10)
 	if err != nil {
 		return fmt.Sprintf("\t(no log: %v)", err)
 	}
-	defer f.Close()
-	const maxRead = 64 << 10
-	if st, err := f.Stat(); err == nil && st.Size() > maxRead {
-		_, _ = f.Seek(st.Size()-maxRead, io.SeekStart)
-	}
-	b, _ := io.ReadAll(f)
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
+	var errs []string
+	for _, l := range lines {
+		for _, w := range errorWords {
+			if strings.Contains(l, w) {
+				errs = append(errs, l)
+				break
+			}
+		}
 	}
-	return "\t" + strings.Join(lines, "\n\t")
+	if len(errs) > 15 {
+		errs = errs[:15]
+	}
+	tail := lines
+	if len(tail) > 15 {
+		tail = tail[len(tail)-15:]
+	}
+	var out strings.Builder
+	if len(errs) > 0 {
+		out.WriteString("\t[error lines]\n\t" + strings.Join(errs, "\n\t") + "\n\t[last lines]\n")
+	}
+	out.WriteString("\t" + strings.Join(tail, "\n\t"))
+	return out.String()
+}
+
+func readTail(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > max {
+		_, _ = f.Seek(st.Size()-max, io.SeekStart)
+	}
+	return io.ReadAll(f)
 }
 
 // logContains reports whether the log contains any of the substrings (used to
@@ -183,4 +223,15 @@ func lookBin(names ...string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("none of %s found on PATH or in /usr/sbin, /usr/bin (run `bash test/services.sh` to install them)", strings.Join(names, ", "))
+}
+
+func quoteArgs(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\"'") {
+			a = strconv.Quote(a)
+		}
+		q[i] = a
+	}
+	return strings.Join(q, " ")
 }

@@ -81,7 +81,7 @@ func startRedisIn(t testing.TB, dir string, extra func(port int) []string) *Redi
 			_ = s.p.stop(syscall.SIGKILL, 5*time.Second)
 			continue
 		}
-		t.Fatalf("testenv: %v\nlog %s:\n%s", err, s.p.logPath, s.p.logTail(30))
+		t.Fatalf("testenv: %v\nlog %s:\n%s", err, s.p.logPath, s.p.logExcerpt())
 	}
 }
 
@@ -130,7 +130,7 @@ func (s *RedisServer) Start() {
 		s.t.Fatalf("testenv: restart: %v", err)
 	}
 	if err := s.waitReady(); err != nil {
-		s.t.Fatalf("testenv: restart: %v\nlog %s:\n%s", err, s.p.logPath, s.p.logTail(30))
+		s.t.Fatalf("testenv: restart: %v\nlog %s:\n%s", err, s.p.logPath, s.p.logExcerpt())
 	}
 }
 
@@ -169,7 +169,7 @@ func StartRedisCluster(t testing.TB, n int) []string {
 		t.Helper()
 		var logs strings.Builder
 		for _, s := range nodes {
-			fmt.Fprintf(&logs, "\nlog %s:\n%s", s.p.logPath, s.p.logTail(10))
+			fmt.Fprintf(&logs, "\nlog %s:\n%s", s.p.logPath, s.p.logExcerpt())
 		}
 		t.Fatalf("testenv: redis cluster: "+format+"%s", append(args, logs.String())...)
 	}

@@ -134,7 +134,7 @@ func randomID(t testing.TB) string {
 
 var (
 	sharedMu sync.Mutex
-	sharedOK bool
+	sharedOK = map[string]bool{} // by Redis addr + MySQL DSN
 )
 
 // checkShared fails the test unless both shared servers answer. A success is
@@ -143,7 +143,8 @@ func checkShared(t testing.TB) {
 	t.Helper()
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
-	if sharedOK {
+	key := RedisAddr() + "\x00" + MySQLAdminDSN()
+	if sharedOK[key] {
 		return
 	}
 	var problems []string
@@ -156,7 +157,7 @@ func checkShared(t testing.TB) {
 	if len(problems) > 0 {
 		t.Fatalf("testenv: %s\n(run `bash test/services.sh` to start the test services; missing services are failures, not skips)", strings.Join(problems, "\n"))
 	}
-	sharedOK = true
+	sharedOK[key] = true
 }
 
 func errOr(err error, s string) any {

@@ -1,0 +1,214 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/test/testenv"
+)
+
+// runCLI runs the binary with args and extra env; it returns the exit code
+// and the combined output.
+func runCLI(t *testing.T, env []string, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, imshardBinary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Dir = t.TempDir()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, out.String()
+	case errors.As(err, &ee):
+		return ee.ExitCode(), out.String()
+	}
+	t.Fatalf("run %v: %v\n%s", args, err, out.String())
+	return -1, ""
+}
+
+// tenantConfig writes a config file for one fresh tenant on the shared services.
+func tenantConfig(t *testing.T, tenant string, extra string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "imshard.yaml")
+	body := fmt.Sprintf(`mysql:
+  dsn_template: %q
+redis:
+  addrs: [%q]
+tenants:
+  - {id: %s, jwt_secret: "secret-%s"}
+log: {level: warn}
+%s`, testenv.DSNTemplate(), testenv.RedisAddr(), tenant, tenant, extra)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestShardCommandsEnsureListActivate(t *testing.T) {
+	t.Parallel()
+	tenant := testenv.NewTenant(t)
+	cfg := tenantConfig(t, tenant, "")
+	now, err := routing.NewClock(testenv.Redis(t)).Month(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out := runCLI(t, nil, "--config", cfg, "shard", "ensure", "--months=3")
+	if code != 0 {
+		t.Fatalf("shard ensure: exit %d\n%s", code, out)
+	}
+	if !strings.Contains(out, "created 5") || !strings.Contains(out, "active "+now.String()) {
+		t.Fatalf("first ensure must create prev, current and 3 ahead, and activate the current month:\n%s", out)
+	}
+	code, out = runCLI(t, nil, "--config", cfg, "shard", "ensure", "--months=3")
+	if code != 0 || !strings.Contains(out, "created 0") {
+		t.Fatalf("second ensure must change nothing: exit %d\n%s", code, out)
+	}
+	code, out = runCLI(t, nil, "--config", cfg, "shard", "list")
+	if code != 0 {
+		t.Fatalf("shard list: exit %d\n%s", code, out)
+	}
+	for m := now.Prev(); !m.After(now.Add(3)); m = m.Next() {
+		tb, _ := routing.TableFor(m)
+		if !strings.Contains(out, tb.Name()) {
+			t.Fatalf("shard list lacks %s:\n%s", tb.Name(), out)
+		}
+	}
+	code, out = runCLI(t, nil, "--config", cfg, "shard", "activate", "--tenant", tenant, "--month", now.String())
+	if code != 0 {
+		t.Fatalf("activating the active month is a no-op: exit %d\n%s", code, out)
+	}
+	for _, m := range []routing.Month{now.Next(), now.Prev()} {
+		code, out = runCLI(t, nil, "--config", cfg, "shard", "activate", "--tenant", tenant, "--month", m.String())
+		if code != 1 {
+			t.Fatalf("activate %s: exit %d, want 1 with the reason\n%s", m, code, out)
+		}
+	}
+	code, out = runCLI(t, nil, "--config", cfg, "shard", "activate", "--tenant", tenant, "--month", "202613")
+	if code != 2 || !strings.Contains(out, "202613") {
+		t.Fatalf("bad month: exit %d\n%s", code, out)
+	}
+	code, out = runCLI(t, nil, "--config", cfg, "shard", "seal", "--tenant", tenant, "--month", now.String())
+	if code != 1 || !strings.Contains(out, "active month") {
+		t.Fatalf("sealing the active month must fail: exit %d\n%s", code, out)
+	}
+	code, out = runCLI(t, nil, "--config", cfg, "shard", "seal", "--tenant", tenant, "--month", now.Prev().String())
+	if code != 0 {
+		t.Fatalf("seal: exit %d\n%s", code, out)
+	}
+	code, out = runCLI(t, nil, "--config", cfg, "shard", "unseal", "--tenant", tenant, "--month", now.Prev().String())
+	if code != 0 {
+		t.Fatalf("unseal: exit %d\n%s", code, out)
+	}
+}
+
+func TestConfigErrorsExitTwoNamingTheKey(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	unknown := filepath.Join(dir, "unknown.yaml")
+	if err := os.WriteFile(unknown, []byte("http:\n  adr: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"bad duration from env", []string{"IMSHARD_HTTP_SHUTDOWN_GRACE=abc"}, []string{"config", "check"}, "http.shutdown_grace"},
+		{"bad bool from env", []string{"IMSHARD_SHARD_AUTO_ADVANCE=maybe"}, []string{"config", "check"}, "shard.auto_advance"},
+		{"out of range", []string{"IMSHARD_PERSIST_BATCH_SIZE=0"}, []string{"config", "check"}, "persist.batch_size"},
+		{"unknown key in file", nil, []string{"--config", unknown, "config", "check"}, "http.adr"},
+		{"unknown role", nil, []string{"serve", "--roles=bogus"}, "valid:"},
+		{"unknown flag", nil, []string{"shard", "ensure", "--bogus"}, "bogus"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, out := runCLI(t, c.env, c.args...)
+			if code != 2 || !strings.Contains(out, c.want) {
+				t.Fatalf("exit %d, want 2 naming %q:\n%s", code, c.want, out)
+			}
+		})
+	}
+	code, out := runCLI(t, []string{"IMSHARD_MYSQL_DSN_TEMPLATE=app:s3cret@tcp(db:3306)/im_{tenant}", "IMSHARD_SHARD_MONTHS_AHEAD=5"}, "config", "check")
+	if code != 0 || !strings.Contains(out, "months_ahead: 5") || !strings.Contains(out, "db:3306") || strings.Contains(out, "s3cret") {
+		t.Fatalf("config check must apply nested env overrides and mask secrets: exit %d\n%s", code, out)
+	}
+}
+
+// TestExampleConfigServesAndDrainsOnSIGTERM: `imshard all` with
+// config.example.yaml (ports, data dir and tenant overridden by env) answers
+// /readyz 200, turns it 503 at once on SIGTERM, and exits 0.
+func TestExampleConfigServesAndDrainsOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	tenant := testenv.NewTenant(t)
+	_, file, _, _ := runtime.Caller(0)
+	example := filepath.Join(filepath.Dir(filepath.Dir(file)), "config.example.yaml")
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	opsAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	cmd := exec.Command(imshardBinary(t), "all", "--config", example)
+	cmd.Env = append(os.Environ(),
+		"IMSHARD_HTTP_ADDR="+httpAddr, "IMSHARD_METRICS_ADDR="+opsAddr,
+		"IMSHARD_KAFKA_DATA_DIR="+t.TempDir(),
+		"IMSHARD_MYSQL_DSN_TEMPLATE="+testenv.DSNTemplate(),
+		"IMSHARD_REDIS_ADDRS="+testenv.RedisAddr(),
+		fmt.Sprintf(`IMSHARD_TENANTS=[{"id":%q,"jwt_secret":"secret-%s"}]`, tenant, tenant),
+	)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	readyz := func() int {
+		resp, err := http.Get("http://" + opsAddr + "/readyz")
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for readyz() != http.StatusOK {
+		select {
+		case err := <-exited:
+			t.Fatalf("imshard all exited early: %v\n%s", err, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz never answered 200\n%s", out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("imshard all did not exit 0 on SIGTERM: %v\n%s", err, out.String())
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatalf("imshard all did not stop within its grace\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "imshard stopped") {
+		t.Fatalf("no clean-stop log line:\n%s", out.String())
+	}
+}
