@@ -55,7 +55,7 @@ type Table struct {
 // The legacy single table and its read-only rename (seed 000 §9): fixed
 // constants, never built from input.
 const (
-	LegacyTable       = "im_group_messages"
+	LegacyTable        = "im_group_messages"
 	LegacyRenamedTable = "im_group_messages_legacy"
 )
 
