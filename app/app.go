@@ -45,6 +45,7 @@ type App struct {
 	APIMux *http.ServeMux
 
 	clients  clients
+	tenants  tenantSet
 	stopping atomic.Bool
 
 	mu       sync.RWMutex // services and order: /readyz reads them while Start appends
@@ -56,7 +57,9 @@ type App struct {
 func New(cfg *config.Config, log zerolog.Logger) *App {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return &App{Config: cfg, Log: log, Registry: reg, APIMux: http.NewServeMux(), services: map[string]Service{}}
+	a := &App{Config: cfg, Log: log, Registry: reg, APIMux: http.NewServeMux(), services: map[string]Service{}}
+	a.tenants.set(cfg.Tenants)
+	return a
 }
 
 // Start builds and starts every module the targets need. On failure the
@@ -106,6 +109,7 @@ func (a *App) Modules() []string {
 func (a *App) Run(ctx context.Context) error {
 	runCtx, cancelAll := context.WithCancel(context.Background())
 	defer cancelAll()
+	a.watchReload(runCtx)
 	type result struct {
 		name string
 		err  error
