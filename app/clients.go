@@ -81,6 +81,8 @@ var inits = map[string]func(ctx context.Context, a *App) (Service, error){
 	Kafka:    initKafka,
 	Routing:  initRouting,
 	ShardMgr: initShardMgr,
+	Persist:  initPersist,
+	Query:    initQuery,
 	API:      initAPI,
 	All:      func(context.Context, *App) (Service, error) { return holder{}, nil },
 }
@@ -100,6 +102,7 @@ func initMySQL(ctx context.Context, a *App) (Service, error) {
 		MaxOpenConns:    c.MaxOpenConns,
 		MaxIdleConns:    c.MaxIdleConns,
 		ConnMaxIdleTime: c.ConnMaxIdleTime,
+		MaxOpenTenants:  c.MaxOpenTenants,
 		Log:             a.Log,
 		Registerer:      a.Registry,
 	}, Tenants(a.Config))

@@ -36,6 +36,7 @@ type Params struct {
 	MaxOpenConns    int
 	MaxIdleConns    int
 	ConnMaxIdleTime time.Duration
+	MaxOpenTenants  int // pools open at once; least recently used idle ones close beyond it (0 = no bound)
 	Log             zerolog.Logger
 	Registerer      prometheus.Registerer
 }
@@ -52,11 +53,18 @@ type Pools struct {
 }
 
 type entry struct {
-	once sync.Once
-	db   *sql.DB
-	err  error
-	dsn  string
+	once     sync.Once
+	db       *sql.DB
+	err      error
+	dsn      string
+	lastUsed time.Time // guarded by Pools.mu
+	ready    bool      // guarded by Pools.mu: db is open (set after once ran)
 }
+
+// evictIdle is how long a pool must have gone unasked before the bound may
+// close it: callers fetch the handle per request or per batch, so none still
+// holds a handle it got that long ago.
+const evictIdle = time.Minute
 
 // New prepares the pools; nothing is opened until a tenant is used.
 func New(p Params, tenants []Tenant) *Pools {
@@ -90,16 +98,16 @@ func (ps *Pools) SetTenants(tenants []Tenant) {
 	var stale []*entry
 	for id, e := range ps.open {
 		if t, ok := next[id]; !ok || t.DSN != e.dsn {
-			stale = append(stale, e)
+			if e.ready {
+				stale = append(stale, e)
+			}
 			delete(ps.open, id)
 		}
 	}
 	ps.tenants = next
 	ps.mu.Unlock()
 	for _, e := range stale {
-		if e.db != nil {
-			_ = e.db.Close()
-		}
+		_ = e.db.Close()
 	}
 }
 
@@ -137,18 +145,56 @@ func (ps *Pools) DB(ctx context.Context, tenant string) (*sql.DB, error) {
 		e = &entry{dsn: t.DSN}
 		ps.open[tenant] = e
 	}
+	e.lastUsed = time.Now()
+	var evicted []*entry
+	if !ok {
+		evicted = ps.evictLocked(tenant)
+	}
 	ps.mu.Unlock()
+	for _, old := range evicted {
+		_ = old.db.Close()
+		ps.opened.Dec()
+	}
 
 	e.once.Do(func() { e.db, e.err = ps.openTenant(ctx, t) })
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
 	if e.err != nil {
-		ps.mu.Lock()
 		if ps.open[tenant] == e {
 			delete(ps.open, tenant)
 		}
-		ps.mu.Unlock()
 		return nil, e.err
 	}
+	e.ready = true
 	return e.db, nil
+}
+
+// evictLocked picks the least recently used open pools, idle for at least
+// evictIdle, to close while more than MaxOpenTenants are open.
+func (ps *Pools) evictLocked(keep string) []*entry {
+	if ps.p.MaxOpenTenants <= 0 || len(ps.open) <= ps.p.MaxOpenTenants {
+		return nil
+	}
+	type cand struct {
+		id string
+		e  *entry
+	}
+	var cands []cand
+	for id, e := range ps.open {
+		if id != keep && e.ready && time.Since(e.lastUsed) >= evictIdle {
+			cands = append(cands, cand{id, e})
+		}
+	}
+	sort.Slice(cands, func(i, j int) bool { return cands[i].e.lastUsed.Before(cands[j].e.lastUsed) })
+	var out []*entry
+	for _, c := range cands {
+		if len(ps.open) <= ps.p.MaxOpenTenants {
+			break
+		}
+		delete(ps.open, c.id)
+		out = append(out, c.e)
+	}
+	return out
 }
 
 func (ps *Pools) openTenant(ctx context.Context, t Tenant) (*sql.DB, error) {
@@ -230,7 +276,7 @@ func (ps *Pools) Ping(ctx context.Context) error {
 	var dbs []*sql.DB
 	var ids []string
 	for id, e := range ps.open {
-		if e.db != nil {
+		if e.ready {
 			dbs = append(dbs, e.db)
 			ids = append(ids, id)
 		}
@@ -248,14 +294,17 @@ func (ps *Pools) Ping(ctx context.Context) error {
 // Close closes every opened pool.
 func (ps *Pools) Close() error {
 	ps.mu.Lock()
-	open := ps.open
+	var dbs []*sql.DB
+	for _, e := range ps.open {
+		if e.ready {
+			dbs = append(dbs, e.db)
+		}
+	}
 	ps.open = map[string]*entry{}
 	ps.mu.Unlock()
 	var errs []error
-	for _, e := range open {
-		if e.db != nil {
-			errs = append(errs, e.db.Close())
-		}
+	for _, db := range dbs {
+		errs = append(errs, db.Close())
 	}
 	return errors.Join(errs...)
 }
