@@ -341,17 +341,26 @@ func TestLoadKeyErrors(t *testing.T) {
 	}
 }
 
-func TestLoadReportsAllKeys(t *testing.T) {
-	p := writeFile(t, "c.yaml", "http: {adr: x}\nfoo: 1\n")
-	_, err := load(t, LoadOptions{Path: p, Env: []string{"IMSHARD_NOPE=1", "IMSHARD_NOPE2=1"}})
-	// Unknown env variables are found before the file is decoded; report them first.
-	wantKeyError(t, err, "IMSHARD_NOPE", "")
-	_, err = load(t, LoadOptions{Path: p})
-	wantKeyError(t, err, "http.adr", "")
-	wantKeyError(t, err, "foo", "")
-	_, err = load(t, LoadOptions{Path: writeFile(t, "c.yaml", "http: {shutdown_grace: x}\nmysql: {max_open_conns: y}\n")})
-	wantKeyError(t, err, "http.shutdown_grace", "")
-	wantKeyError(t, err, "mysql.max_open_conns", "")
+// TestLoadReportsEverything: unknown keys, unknown variables and bad values from
+// every source come back together, so an operator fixes them in one pass.
+func TestLoadReportsEverything(t *testing.T) {
+	p := writeFile(t, "c.yaml", "http: {adr: x, shutdown_grace: x}\nfoo: 1\nmysql: {max_open_conns: y}\n")
+	fs := flagSet(t)
+	if err := fs.Set("addr", "many"); err != nil { // a string flag bound to an int key
+		t.Fatal(err)
+	}
+	_, err := load(t, LoadOptions{
+		Path:  p,
+		Env:   []string{"IMSHARD_NOPE=1", "IMSHARD_SHARD_AUTO_ADVANCE=maybe"},
+		Flags: map[string]*pflag.Flag{"shard.months_ahead": fs.Lookup("addr")},
+	})
+	want := []string{"http.adr", "foo", "http.shutdown_grace", "mysql.max_open_conns", "IMSHARD_NOPE", "shard.auto_advance", "shard.months_ahead"}
+	for _, k := range want {
+		wantKeyError(t, err, k, "")
+	}
+	if n := len(keyErrorsOf(err)); n != len(want) {
+		t.Fatalf("want %d problems, got %d: %v", len(want), n, err)
+	}
 }
 
 func TestLoadFileErrors(t *testing.T) {

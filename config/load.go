@@ -17,6 +17,9 @@ import (
 
 const (
 	envPrefix = "IMSHARD_"
+	// testEnvPrefix belongs to the test suite (test/testenv), not to the
+	// configuration: a developer pointing tests elsewhere must not break Load.
+	testEnvPrefix = "IMSHARD_TEST_"
 	// defaultPath is read when --config is not given, and only if it exists, so a
 	// bare `imshard all` in an empty directory runs on the built-in defaults.
 	defaultPath = "imshard.yaml"
@@ -75,17 +78,42 @@ func Load(opts LoadOptions) (*Config, error) {
 		}
 	}
 
-	byEnv := map[string]leaf{}
-	for _, l := range ls {
-		byEnv[l.env()] = l
-	}
 	env := opts.Env
 	if env == nil {
 		env = os.Environ()
 	}
+	errs = append(errs, applyEnv(v, ls, env, origin)...)
+	// Flags after env: both use viper's Set layer, so the later write wins.
+	errs = append(errs, applyFlags(v, ls, opts.Flags, origin)...)
+
+	// Decode even after errors: keys already rejected are absent from the settings,
+	// and the operator gets every bad value in one run instead of one per attempt.
+	cfg, decodeErrs := decode(v.AllSettings(), origin)
+	if errs = append(errs, decodeErrs...); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if cfg.TenantsFile != "" {
+		extra, err := LoadTenantsFile(cfg.TenantsFile)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.Tenants, err = MergeTenants(cfg.Tenants, extra); err != nil {
+			return nil, err
+		}
+	}
+	return cfg, nil
+}
+
+// applyEnv sets every IMSHARD_* variable of env on v and records its origin.
+func applyEnv(v *viper.Viper, ls []leaf, env []string, origin map[string]string) []error {
+	byEnv := make(map[string]leaf, len(ls))
+	for _, l := range ls {
+		byEnv[l.env()] = l
+	}
+	var errs []error
 	for _, kv := range env {
 		name, val, ok := strings.Cut(kv, "=")
-		if !ok || !strings.HasPrefix(name, envPrefix) {
+		if !ok || !strings.HasPrefix(name, envPrefix) || strings.HasPrefix(name, testEnvPrefix) {
 			continue
 		}
 		l, known := byEnv[name]
@@ -107,18 +135,24 @@ func Load(opts LoadOptions) (*Config, error) {
 		v.Set(l.key, x)
 		origin[l.key] = src
 	}
+	return errs
+}
 
-	byKey := map[string]leaf{}
+// applyFlags sets every changed flag on v and records its origin. Unchanged flags
+// are skipped so a flag's own default never overrides the file or env.
+func applyFlags(v *viper.Viper, ls []leaf, flags map[string]*pflag.Flag, origin map[string]string) []error {
+	byKey := make(map[string]leaf, len(ls))
 	for _, l := range ls {
 		byKey[l.key] = l
 	}
-	flagKeys := make([]string, 0, len(opts.Flags))
-	for k := range opts.Flags {
-		flagKeys = append(flagKeys, k)
+	keys := make([]string, 0, len(flags))
+	for k := range flags {
+		keys = append(keys, k)
 	}
-	slices.Sort(flagKeys)
-	for _, key := range flagKeys {
-		f := opts.Flags[key]
+	slices.Sort(keys) // deterministic error order
+	var errs []error
+	for _, key := range keys {
+		f := flags[key]
 		if f == nil || !f.Changed {
 			continue
 		}
@@ -139,28 +173,10 @@ func Load(opts LoadOptions) (*Config, error) {
 			errs = append(errs, annotate(e, src)...)
 			continue
 		}
-		// Set is viper's highest layer; applying flags after env makes them win.
 		v.Set(l.key, x)
 		origin[l.key] = src
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-
-	cfg, err := decode(v.AllSettings(), origin)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.TenantsFile != "" {
-		extra, err := LoadTenantsFile(cfg.TenantsFile)
-		if err != nil {
-			return nil, err
-		}
-		if cfg.Tenants, err = MergeTenants(cfg.Tenants, extra); err != nil {
-			return nil, err
-		}
-	}
-	return cfg, nil
+	return errs
 }
 
 func configPath(p string) (string, error) {
@@ -232,7 +248,7 @@ func lookup(m map[string]any, key string) (any, bool) {
 	return cur, true
 }
 
-func decode(settings map[string]any, origin map[string]string) (*Config, error) {
+func decode(settings map[string]any, origin map[string]string) (*Config, []error) {
 	var cfg Config
 	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
 		DecodeHook:  mapstructure.DecodeHookFuncType(decodeHook),
@@ -240,7 +256,7 @@ func decode(settings map[string]any, origin map[string]string) (*Config, error) 
 		Result:      &cfg,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, []error{fmt.Errorf("config: %w", err)}
 	}
 	if err := dec.Decode(settings); err != nil {
 		return nil, keyErrors(err, origin)
@@ -250,7 +266,7 @@ func decode(settings map[string]any, origin map[string]string) (*Config, error) 
 
 // keyErrors turns mapstructure's error tree into one *KeyError per problem, with
 // the dotted key the operator wrote rather than mapstructure's field path.
-func keyErrors(err error, origin map[string]string) error {
+func keyErrors(err error, origin map[string]string) []error {
 	var out []error
 	var walk func(error)
 	walk = func(e error) {
@@ -292,9 +308,9 @@ func keyErrors(err error, origin map[string]string) error {
 	}
 	walk(err)
 	if len(out) == 0 {
-		return fmt.Errorf("config: %w", err)
+		return []error{fmt.Errorf("config: %w", err)}
 	}
-	return errors.Join(out...)
+	return out
 }
 
 func annotate(errs []error, src string) []error {

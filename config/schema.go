@@ -99,9 +99,11 @@ func normalize(key string, in any, t reflect.Type) (any, []error) {
 			if m[k] == nil {
 				continue
 			}
+			// Keep what is sound below a bad key, so its other values are still
+			// decoded and their problems reported in the same run.
 			v, e := normalize(sub, m[k], ft)
 			errs = append(errs, e...)
-			if len(e) == 0 {
+			if v != nil {
 				out[name] = v
 			}
 		}
