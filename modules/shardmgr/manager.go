@@ -124,11 +124,11 @@ func (mg *Manager) SyncTenant(ctx context.Context, tenant string, opts Options) 
 		return res
 	}
 	now := routing.MonthOf(nowT)
-	ahead := opts.MonthsAhead
-	if ahead < 0 {
-		ahead = mg.p.Config.MonthsAhead
+	monthsAhead := opts.MonthsAhead
+	if monthsAhead < 0 {
+		monthsAhead = mg.p.Config.MonthsAhead
 	}
-	res.Expected = ExpectedMonths(now, ahead, opts.From)
+	res.Expected = ExpectedMonths(now, monthsAhead, opts.From)
 
 	if err := mg.ensureTables(ctx, tenant, db, res.Expected, &res); err != nil {
 		res.Err = err
@@ -142,14 +142,18 @@ func (mg *Manager) SyncTenant(ctx context.Context, tenant string, opts Options) 
 	}
 	var ready []routing.Month
 	newestDue := routing.Month{}
+	ahead := 0
 	for _, s := range shards {
 		if s.Status == routing.StatusWritable {
 			ready = append(ready, s.Month)
 			if !s.Month.After(now) {
 				newestDue = s.Month
+			} else {
+				ahead++
 			}
 		}
 	}
+	mg.m.readyAhead.WithLabelValues(tenant).Set(float64(ahead))
 	if err := mg.p.Allocator.MarkReady(ctx, tenant, ready...); err != nil {
 		res.Err = errors.Join(res.Err, err)
 		return res
@@ -177,8 +181,11 @@ func (mg *Manager) SyncTenant(ctx context.Context, tenant string, opts Options) 
 		active, res.Activated = newestDue, true
 	}
 	res.Active = active
-	if !active.IsZero() {
+	if active.IsZero() {
+		mg.m.activeLag.WithLabelValues(tenant).Set(-1)
+	} else {
 		mg.p.Metrics.ActiveMonth.WithLabelValues(tenant).Set(float64(active.Int()))
+		mg.m.activeLag.WithLabelValues(tenant).Set(float64(now.Sub(active)))
 	}
 
 	grace := time.Duration(mg.p.Config.SealingDays) * 24 * time.Hour

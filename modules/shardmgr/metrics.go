@@ -8,6 +8,8 @@ type metrics struct {
 	created      *prometheus.CounterVec
 	syncDuration prometheus.Histogram
 	transitions  *prometheus.CounterVec
+	readyAhead   *prometheus.GaugeVec
+	activeLag    *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -33,9 +35,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "imshard_shardmgr_transitions_total",
 			Help: "Month status changes made by the shard manager, by target status.",
 		}, []string{"status"}),
+		readyAhead: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imshard_shardmgr_months_ready_ahead",
+			Help: "Writable month tables after the current (Redis-time) month; 0 means next month's table is missing.",
+		}, []string{"tenant"}),
+		activeLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imshard_shardmgr_active_month_lag",
+			Help: "Months the active month trails the Redis-time month (-1: no active month).",
+		}, []string{"tenant"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.lastSuccess, m.ddlFailures, m.created, m.syncDuration, m.transitions)
+		reg.MustRegister(m.lastSuccess, m.ddlFailures, m.created, m.syncDuration, m.transitions, m.readyAhead, m.activeLag)
 	}
 	return m
 }
