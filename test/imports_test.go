@@ -1,0 +1,62 @@
+package test
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/imshard/imshard/"
+
+// roleModules are the one-role packages: they may use the shared packages
+// under modules/ but never each other (STYLE rule 8).
+var roleModules = map[string]bool{"send": true, "persist": true, "query": true, "shardmgr": true, "migrate": true}
+
+// TestImportDirection enforces main → cmd → app → modules/<role> →
+// modules/routing (+ small shared packages) → config, sql, lua.
+func TestImportDirection(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Dir(filepath.Dir(file))
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(filepath.Join(root, "modules"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return err
+		}
+		rel, _ := filepath.Rel(filepath.Join(root, "modules"), path)
+		pkg := strings.Split(filepath.ToSlash(rel), "/")[0]
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			p := strings.Trim(imp.Path.Value, `"`)
+			if !strings.HasPrefix(p, module) {
+				continue
+			}
+			target := strings.TrimPrefix(p, module)
+			switch {
+			case strings.HasPrefix(target, "app") || strings.HasPrefix(target, "cmd") || strings.HasPrefix(target, "test"):
+				t.Errorf("%s imports %s: modules never reach up into app, cmd or test", rel, target)
+			case strings.HasPrefix(target, "modules/"):
+				other := strings.Split(strings.TrimPrefix(target, "modules/"), "/")[0]
+				if other == pkg {
+					continue
+				}
+				if roleModules[other] {
+					t.Errorf("%s imports role module %s: roles talk through routing and small interfaces", rel, other)
+				}
+				if pkg == "routing" {
+					t.Errorf("%s imports %s: routing is the bottom of the module graph", rel, target)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
