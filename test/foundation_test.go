@@ -227,7 +227,7 @@ func TestActiveMonthAndSeqRecoveredAfterRedisKeysDeleted(t *testing.T) {
 	}
 }
 
-func TestSeqNeverReissuedWhenRedisIsFlushedOrRestarted(t *testing.T) {
+func TestSeqNeverReissuedWhenRedisIsFlushedScriptlessOrRestarted(t *testing.T) {
 	t.Parallel()
 	rs := testenv.StartRedis(t)
 	env := shardOnly(t, harness.Options{Mutate: func(c *config.Config) {
@@ -272,6 +272,14 @@ func TestSeqNeverReissuedWhenRedisIsFlushedOrRestarted(t *testing.T) {
 	}
 	mu.Lock()
 	before := len(seen)
+	mu.Unlock()
+	waitFor(t, 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) > before+300 })
+	// a server that forgot the scripts answers NOSCRIPT; EVALSHA falls back to EVAL
+	if err := env.Redis.Do(ctx, env.Redis.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	before = len(seen)
 	mu.Unlock()
 	waitFor(t, 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) > before+300 })
 	rs.Kill()
