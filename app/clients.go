@@ -81,6 +81,7 @@ var inits = map[string]func(ctx context.Context, a *App) (Service, error){
 	Kafka:    initKafka,
 	Routing:  initRouting,
 	ShardMgr: initShardMgr,
+	Persist:  initPersist,
 	API:      initAPI,
 	All:      func(context.Context, *App) (Service, error) { return holder{}, nil },
 }

@@ -17,6 +17,7 @@ const (
 	Routing  = "routing"  // catalog, allocator, route lookup
 	ShardMgr = "shardmgr" // month-table patrol
 	API      = "api"      // the HTTP API server on http.addr
+	Persist  = "persist"  // Kafka → month tables consumer
 	All      = "all"      // every role; no code of its own
 )
 
@@ -30,7 +31,8 @@ var deps = map[string][]string{
 	Routing:  {MySQL, Redis},
 	ShardMgr: {Routing},
 	API:      {Routing},
-	All:      {ShardMgr},
+	Persist:  {Routing, Kafka},
+	All:      {ShardMgr, Persist},
 }
 
 // after orders the API server behind the HTTP roles present, so every
@@ -41,7 +43,7 @@ var after = map[string][]string{
 }
 
 // roles are the modules an operator may name in `serve --roles`.
-var roles = []string{ShardMgr}
+var roles = []string{ShardMgr, Persist}
 
 // httpRoles are the roles that serve the HTTP API; any of them adds API.
 var httpRoles = []string{}

@@ -62,6 +62,7 @@ func NewRoot(stdout, stderr io.Writer, env []string) *cobra.Command {
 	root.AddCommand(
 		newAllCmd(g),
 		newServeCmd(g),
+		newPersistCmd(g),
 		newShardCmd(g),
 		newConfigCmd(g),
 		newDevKafkaCmd(g),

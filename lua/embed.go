@@ -53,3 +53,8 @@ var RouteMerge string
 //
 //go:embed route_replace.lua
 var RouteReplace string
+
+// IdemDone marks an existing send idempotency record done after persist.
+//
+//go:embed idem_done.lua
+var IdemDone string

@@ -19,6 +19,7 @@ type Scripts struct {
 	PendingAck   *rueidis.Lua
 	RouteMerge   *rueidis.Lua
 	RouteReplace *rueidis.Lua
+	IdemDone     *rueidis.Lua
 }
 
 // NewScripts prepares every script once per process.
@@ -33,5 +34,6 @@ func NewScripts() *Scripts {
 		PendingAck:   rueidis.NewLuaScript(lua.PendingAck),
 		RouteMerge:   rueidis.NewLuaScript(lua.RouteMerge),
 		RouteReplace: rueidis.NewLuaScript(lua.RouteReplace),
+		IdemDone:     rueidis.NewLuaScript(lua.IdemDone),
 	}
 }

@@ -1,0 +1,19 @@
+package cmd
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/imshard/imshard/app"
+)
+
+func newPersistCmd(g *globals) *cobra.Command {
+	o := &serveOptions{}
+	c := &cobra.Command{
+		Use:   "persist",
+		Short: "Run the Kafka → MySQL consumer (role persist)",
+		Args:  cobra.NoArgs,
+	}
+	flags := o.bind(c)
+	c.RunE = func(c *cobra.Command, _ []string) error { return g.serve(flags, []string{app.Persist}) }
+	return c
+}

@@ -1,0 +1,78 @@
+package persist
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// ErrMalformed marks an event that can never be stored as it is: it goes to
+// the dead-letter topic at once, with the reason, instead of being retried.
+var ErrMalformed = errors.New("malformed event")
+
+// Column limits of the month table (sql/month_table.sql). An event over them
+// is malformed here rather than a "data too long" error that would fail a
+// whole batch in MySQL.
+const (
+	maxClientMsgID = 64
+	maxMsgType     = 32
+	maxEventID     = 64
+)
+
+// DecodeEvent parses and checks one Kafka record value against the event
+// contract (DESIGN "Kafka event"). It returns the event and its frozen month;
+// the month is taken from the event as it is, never recomputed (invariant 2).
+func DecodeEvent(value []byte) (*message.Event, routing.Month, error) {
+	var e message.Event
+	if err := json.Unmarshal(value, &e); err != nil {
+		return nil, routing.Month{}, fmt.Errorf("%w: json: %v", ErrMalformed, err)
+	}
+	if e.V != message.EventVersion {
+		return nil, routing.Month{}, fmt.Errorf("%w: version %d, want %d", ErrMalformed, e.V, message.EventVersion)
+	}
+	if err := routing.ValidTenant(e.Tenant); err != nil {
+		return nil, routing.Month{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if err := routing.ValidTopic(e.Topic); err != nil {
+		return nil, routing.Month{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	m, err := routing.ParseMonth(e.ShardMonth)
+	if err != nil {
+		return nil, routing.Month{}, fmt.Errorf("%w: shard_month: %v", ErrMalformed, err)
+	}
+	if _, err := routing.TableFor(m); err != nil {
+		return nil, routing.Month{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	switch {
+	case e.SeqID <= 0:
+		return nil, routing.Month{}, fmt.Errorf("%w: seq_id %d", ErrMalformed, e.SeqID)
+	case e.MessageID <= 0:
+		return nil, routing.Month{}, fmt.Errorf("%w: message_id %d", ErrMalformed, e.MessageID)
+	case e.EventID == "" || len(e.EventID) > maxEventID || !ascii(e.EventID):
+		return nil, routing.Month{}, fmt.Errorf("%w: event_id", ErrMalformed)
+	case e.ClientMsgID == "" || len(e.ClientMsgID) > maxClientMsgID || !utf8.ValidString(e.ClientMsgID):
+		return nil, routing.Month{}, fmt.Errorf("%w: client_msg_id", ErrMalformed)
+	case e.MsgType == "" || len(e.MsgType) > maxMsgType || !utf8.ValidString(e.MsgType):
+		return nil, routing.Month{}, fmt.Errorf("%w: msg_type", ErrMalformed)
+	case len(e.Content) == 0 || !json.Valid(e.Content):
+		return nil, routing.Month{}, fmt.Errorf("%w: content is not JSON", ErrMalformed)
+	case len(e.Head) > 0 && !json.Valid(e.Head):
+		return nil, routing.Month{}, fmt.Errorf("%w: head is not JSON", ErrMalformed)
+	case e.CreatedAt.IsZero() || routing.MonthOf(e.CreatedAt.Time).IsZero():
+		return nil, routing.Month{}, fmt.Errorf("%w: created_at", ErrMalformed)
+	}
+	return &e, m, nil
+}
+
+func ascii(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}

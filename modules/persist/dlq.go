@@ -1,0 +1,118 @@
+package persist
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// Dead-letter record headers: why and where from, for `imshard dlq list`.
+const (
+	HeaderReason = "imshard-reason"
+	HeaderError  = "imshard-error"
+	HeaderSource = "imshard-source" // topic/partition/offset of the original
+	HeaderTenant = "imshard-tenant"
+	HeaderAt     = "imshard-failed-at"
+)
+
+// Dead-letter reasons.
+const (
+	reasonMalformed = "malformed"
+)
+
+// deadLetter sends recs to the dead-letter topic with the reason, retrying
+// until the broker has them (they are never dropped), then marks them done.
+func (s *Service) deadLetter(ctx context.Context, recs []*record, reason string, cause error) {
+	errText := ""
+	if cause != nil {
+		errText = truncate(cause.Error(), 1000)
+	}
+	at := time.Now().UTC().Format(time.RFC3339Nano)
+	out := make([]*kgo.Record, len(recs))
+	for i, r := range recs {
+		tenant := ""
+		if r.ev != nil {
+			tenant = r.ev.Tenant
+		}
+		out[i] = &kgo.Record{Topic: s.p.Kafka.DLQTopic, Key: r.key, Value: r.value, Headers: []kgo.RecordHeader{
+			{Key: HeaderReason, Value: []byte(reason)},
+			{Key: HeaderError, Value: []byte(errText)},
+			{Key: HeaderSource, Value: []byte(s.p.Kafka.Topic + "/" + strconv.Itoa(int(r.partition)) + "/" + strconv.FormatInt(r.offset, 10))},
+			{Key: HeaderTenant, Value: []byte(tenant)},
+			{Key: HeaderAt, Value: []byte(at)},
+		}}
+	}
+	for n := 0; ; n++ {
+		err := s.cl.ProduceSync(ctx, out...).FirstErr()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.p.Log.Warn().Err(err).Int("events", len(out)).Msg("persist: dead-letter produce failed; retrying")
+		if !sleep(ctx, backoff(s.p.Config.RetryBackoff, s.p.Config.RetryBackoffMax, n)) {
+			return
+		}
+	}
+	s.m.deadLetter.WithLabelValues(reason).Add(float64(len(recs)))
+	for _, r := range recs {
+		month := ""
+		if r.ev != nil {
+			month = r.month.String()
+			s.gap(ctx, r)
+		}
+		s.m.persisted.WithLabelValues(month, statusDeadLetter).Inc()
+	}
+	s.p.Log.Error().Str("reason", reason).Str("error", errText).Int("events", len(recs)).Msg("persist: events sent to the dead-letter topic")
+	s.finish(recs)
+}
+
+// gap records a seq that has no row (dead-lettered, compensated, duplicate)
+// so readers' settled watermark does not wait for it (DESIGN invariant 12);
+// a later replay that stores it makes it visible again.
+func (s *Service) gap(ctx context.Context, r *record) {
+	rctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	if err := s.p.Flight.RecordGap(rctx, r.ev.Tenant, r.ev.Topic, r.ev.SeqID); err != nil {
+		s.p.Log.Warn().Err(err).Str("tenant", r.ev.Tenant).Str("topic", r.ev.Topic).Msg("persist: record gap failed")
+	}
+}
+
+// compensate queues events of a sealed month in the tenant's compensation
+// table (seed 000 §5.3), byte for byte, until an operator unseals the month
+// and replays them with `imshard dlq replay`.
+func (s *Service) compensate(ctx context.Context, key batchKey, recs []*record, status routing.Status) error {
+	db, err := s.p.DBs.DB(ctx, key.tenant)
+	if err != nil {
+		return err
+	}
+	q := sq.Insert(compensationTable).Columns("event_id", "topic", "seqid", "shard_month", "event", "reason")
+	for _, r := range recs {
+		q = q.Values(r.ev.EventID, r.ev.Topic, r.ev.SeqID, key.month.String(), r.value, "month "+string(status))
+	}
+	if _, err := q.Suffix("ON DUPLICATE KEY UPDATE status = 'pending', reason = VALUES(reason)").
+		RunWith(db).ExecContext(ctx); err != nil {
+		return err
+	}
+	for _, r := range recs {
+		s.gap(ctx, r)
+	}
+	s.m.persisted.WithLabelValues(key.month.String(), statusCompensated).Add(float64(len(recs)))
+	s.p.Log.Warn().Str("tenant", key.tenant).Str("month", key.month.String()).Int("events", len(recs)).
+		Msg("persist: events for a sealed month queued for compensation")
+	s.finish(recs)
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,125 @@
+package persist
+
+import "sync"
+
+// partOffsets tracks one assigned partition's records from poll to done, so
+// that the committed offset only ever covers a contiguous completed prefix
+// (DESIGN invariant 8): a record still in a retrying batch holds back every
+// later offset of its partition, however many of them are already stored.
+// Records finish out of order because one poll is split into batches by
+// tenant and month, and batches run concurrently.
+//
+// One partOffsets lives for one assignment of the partition; a revocation
+// detaches it, so late completions of an abandoned batch change nothing
+// that is committed.
+type partOffsets struct {
+	mu        sync.Mutex
+	revoked   bool
+	last      int64 // highest offset admitted (-1: none)
+	queue     []offsetEntry
+	base      int64           // absolute index of queue[0]
+	index     map[int64]int64 // offset → absolute index in queue
+	committed int64           // next offset already committed (-1: none)
+	commitAt  offsetEntry     // the completed prefix's end, for the commit
+	prefix    bool            // commitAt is set
+}
+
+type offsetEntry struct {
+	off   int64
+	epoch int32
+	done  bool
+}
+
+func newPartOffsets() *partOffsets {
+	return &partOffsets{last: -1, committed: -1, index: map[int64]int64{}}
+}
+
+// admit starts tracking a polled record. It refuses a record of a revoked
+// assignment and any offset not above the last one admitted (a refetch of
+// something already tracked), so each offset is processed once per
+// assignment.
+func (p *partOffsets) admit(off int64, epoch int32) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.revoked || off <= p.last {
+		return false
+	}
+	p.last = off
+	p.index[off] = p.base + int64(len(p.queue))
+	p.queue = append(p.queue, offsetEntry{off: off, epoch: epoch})
+	return true
+}
+
+// complete marks a record done (stored, compensated or dead-lettered) and
+// advances the completed prefix.
+func (p *partOffsets) complete(off int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	abs, ok := p.index[off]
+	if !ok {
+		return
+	}
+	delete(p.index, off)
+	p.queue[abs-p.base].done = true
+	n := 0
+	for n < len(p.queue) && p.queue[n].done {
+		p.commitAt, p.prefix = p.queue[n], true
+		n++
+	}
+	if n > 0 {
+		p.queue = append(p.queue[:0], p.queue[n:]...)
+		p.base += int64(n)
+	}
+}
+
+// toCommit is the offset to commit next (one past the completed prefix) and
+// its leader epoch; ok is false when nothing new completed since the last
+// commit.
+func (p *partOffsets) toCommit() (next int64, epoch int32, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.prefix {
+		return 0, 0, false
+	}
+	next = p.commitAt.off + 1
+	if next <= p.committed {
+		return 0, 0, false
+	}
+	return next, p.commitAt.epoch, true
+}
+
+// committed records that next was committed.
+func (p *partOffsets) markCommitted(next int64) {
+	p.mu.Lock()
+	if next > p.committed {
+		p.committed = next
+	}
+	p.mu.Unlock()
+}
+
+// revoke detaches the assignment: nothing more is admitted, and whatever is
+// still queued is abandoned uncommitted.
+func (p *partOffsets) revoke() {
+	p.mu.Lock()
+	p.revoked = true
+	p.mu.Unlock()
+}
+
+func (p *partOffsets) isRevoked() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.revoked
+}
+
+// outstanding is how many admitted records are not done yet.
+func (p *partOffsets) outstanding() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, e := range p.queue {
+		if !e.done {
+			n++
+		}
+	}
+	return n
+}

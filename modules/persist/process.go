@@ -1,0 +1,234 @@
+package persist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// errNotWritable is a month registered but not (yet) taking writes
+// (prepared): handled like a missing table, retried and alerted.
+var errNotWritable = errors.New("month table is not writable yet")
+
+// process stores one batch, retrying as its failure asks (DESIGN invariant
+// 9: retry with backoff → dead letter; never a silent skip). It returns when
+// every record is done (stored, compensated or dead-lettered) or when ctx
+// ends, in which case the rest stays uncommitted.
+func (s *Service) process(ctx context.Context, key batchKey, recs []*record) {
+	attempts := 0
+	for n := 0; ; n++ {
+		start := time.Now()
+		err := s.try(ctx, key, recs)
+		if err == nil {
+			if s.p.OnBatch != nil {
+				s.p.OnBatch(len(recs), time.Since(start))
+			}
+			return
+		}
+		f := classify(ctx, err)
+		switch f {
+		case aborted:
+			return
+		case fatal:
+			s.deadLetter(ctx, recs, f.String(), err)
+			return
+		case poison:
+			if len(recs) > 1 {
+				// one bad event must not hold back its neighbours: find it
+				for _, r := range recs {
+					s.process(ctx, key, []*record{r})
+				}
+				return
+			}
+			attempts++
+		case missingTable:
+			s.p.Metrics.ShardMissing.WithLabelValues(key.tenant).Inc()
+			attempts++
+		}
+		if f != transient && attempts > s.p.Config.MaxRetries {
+			s.deadLetter(ctx, recs, f.String(), err)
+			return
+		}
+		s.m.retries.WithLabelValues(f.String()).Inc()
+		s.m.persisted.WithLabelValues(key.month.String(), statusRetry).Add(float64(len(recs)))
+		s.p.Log.Warn().Err(err).Str("tenant", key.tenant).Str("month", key.month.String()).
+			Int("events", len(recs)).Int("attempt", n+1).Str("reason", f.String()).Msg("persist: batch failed; retrying")
+		if !sleep(ctx, backoff(s.p.Config.RetryBackoff, s.p.Config.RetryBackoffMax, n)) {
+			return
+		}
+	}
+}
+
+// backoff doubles from base up to limit.
+func backoff(base, limit time.Duration, n int) time.Duration {
+	d := base
+	for i := 0; i < n && d < limit; i++ {
+		d *= 2
+	}
+	return min(max(d, time.Millisecond), max(limit, time.Millisecond))
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// try makes one attempt: catalog check first (seed 000 §5.2 step 2), then
+// the transaction, then the Redis follow-ups. Records are done when it
+// returns nil.
+func (s *Service) try(ctx context.Context, key batchKey, recs []*record) error {
+	table, status, err := s.p.Catalog.Table(ctx, key.tenant, key.month)
+	if err != nil {
+		return err
+	}
+	switch {
+	case status.AcceptsWrites():
+	case status == routing.StatusSealed || status == routing.StatusArchived:
+		return s.compensate(ctx, key, recs, status)
+	default:
+		return fmt.Errorf("%w: %s is %s", errNotWritable, table.Name(), status)
+	}
+	db, err := s.p.DBs.DB(ctx, key.tenant)
+	if err != nil {
+		return err
+	}
+	neighbours, err := s.neighbours(ctx, key)
+	if err != nil {
+		return err
+	}
+	res, err := writeBatch(ctx, db, table, neighbours, recs)
+	if err != nil {
+		return err
+	}
+	s.committed()
+	now := time.Now()
+	for _, r := range res.inserted {
+		s.m.latency.Observe(now.Sub(r.ts).Seconds())
+	}
+	s.m.batchSize.Observe(float64(len(recs)))
+	s.m.batchTime.Observe(time.Since(now).Seconds())
+	if err := s.afterCommit(ctx, key, res); err != nil {
+		return err
+	}
+	m := key.month.String()
+	s.m.persisted.WithLabelValues(m, statusInserted).Add(float64(len(res.inserted)))
+	s.m.persisted.WithLabelValues(m, statusReplayed).Add(float64(len(res.replayed)))
+	s.m.persisted.WithLabelValues(m, statusDuplicate).Add(float64(len(res.dedup)))
+	s.m.dedupHits.Add(float64(len(res.dedup)))
+	s.finish(recs)
+	return nil
+}
+
+// neighbours are the registered months either side of the batch's month
+// that the cross-month dedup probes (store.go); archived months may be gone.
+func (s *Service) neighbours(ctx context.Context, key batchKey) ([]routing.Table, error) {
+	months, err := s.p.Catalog.Months(ctx, key.tenant)
+	if err != nil {
+		return nil, err
+	}
+	var out []routing.Table
+	for _, m := range []routing.Month{key.month.Prev(), key.month.Next()} {
+		st, ok := months[m]
+		if !ok || st == routing.StatusArchived {
+			continue
+		}
+		t, err := routing.TableFor(m)
+		if err != nil {
+			continue // outside the sane range: no such table can exist
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// redisTimeout bounds the Redis follow-ups of a committed batch: a Redis
+// outage sends the work to the repair queue instead of stalling persist.
+const redisTimeout = 3 * time.Second
+
+// afterCommit does seed 000 §5.2 step 8 for a committed batch: Redis routes
+// (counting only rows this commit inserted), the pending set (DESIGN
+// invariant 12) and the idempotency status. Anything that fails goes to the
+// durable repair queue. A redelivered batch (rows already there) may have
+// lost these steps in a crash right after its commit, so its topics are
+// always queued for repair, which rebuilds the route from the MySQL mirror.
+// An error is returned only when even the repair queue cannot be written;
+// the batch is then retried, and finds its rows already stored.
+func (s *Service) afterCommit(ctx context.Context, key batchKey, res writeResult) error {
+	rctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	var repairs []*topicRange
+	inserted := map[string]bool{}
+	for _, tr := range topicRanges(res.inserted) {
+		inserted[tr.topic] = true
+		if err := s.followUp(rctx, key.tenant, tr, true); err != nil {
+			s.p.Log.Warn().Err(err).Str("tenant", key.tenant).Str("topic", tr.topic).Msg("persist: redis update failed; queued for repair")
+			repairs = append(repairs, tr)
+		}
+	}
+	for _, tr := range topicRanges(res.replayed) {
+		_ = s.followUp(rctx, key.tenant, tr, false)
+		repairs = append(repairs, tr)
+	}
+	for _, r := range res.dedup {
+		// the duplicate's seq will never hold a row: a known gap, so readers
+		// do not wait for it
+		if err := s.p.Flight.RecordGap(rctx, key.tenant, r.ev.Topic, r.ev.SeqID); err != nil {
+			s.p.Log.Warn().Err(err).Str("tenant", key.tenant).Msg("persist: record gap of a duplicate failed")
+		}
+	}
+	s.idemDone(rctx, key.tenant, res.dedup)
+	if len(repairs) == 0 {
+		return nil
+	}
+	return s.enqueueRepairs(ctx, key, repairs, "redis follow-up after commit")
+}
+
+// followUp merges the route (when merge is set: the rows are new), clears
+// the pending seqs and marks the idempotency records done.
+func (s *Service) followUp(ctx context.Context, tenant string, tr *topicRange, merge bool) error {
+	if merge {
+		if err := s.p.Routes.Merge(ctx, tenant, tr.topic, tr.MonthRange); err != nil {
+			return err
+		}
+	}
+	seqs := make([]int64, len(tr.recs))
+	for i, r := range tr.recs {
+		seqs[i] = r.ev.SeqID
+	}
+	if err := s.p.Flight.MarkPersisted(ctx, tenant, tr.topic, seqs...); err != nil {
+		return err
+	}
+	return s.idemDone(ctx, tenant, tr.recs)
+}
+
+// idemDone sets the send idempotency records of recs to done.
+func (s *Service) idemDone(ctx context.Context, tenant string, recs []*record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	keys, err := routing.KeysFor(tenant)
+	if err != nil {
+		return err
+	}
+	stmts := make([]rueidis.LuaExec, len(recs))
+	for i, r := range recs {
+		stmts[i] = rueidis.LuaExec{Keys: []string{keys.Idempotency(r.ev.Topic, int64(r.ev.FromUser), r.ev.ClientMsgID)}}
+	}
+	for _, res := range s.p.Scripts.IdemDone.ExecMulti(ctx, s.p.Redis, stmts...) {
+		if err := res.Error(); err != nil {
+			return fmt.Errorf("persist: idempotency done: %w", err)
+		}
+	}
+	return nil
+}

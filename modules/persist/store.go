@@ -1,0 +1,320 @@
+package persist
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// Fixed tables of the tenant database this module writes besides the month
+// tables (sql/migrations/0001_base.sql, 0002_persist_queues.sql).
+const (
+	mirrorTable       = "im_group_message_topic_shards"
+	compensationTable = "im_group_message_compensation"
+	repairTable       = "im_group_message_route_repair"
+)
+
+// writeResult sorts a batch's records by what the transaction did with them.
+type writeResult struct {
+	inserted []*record // new rows, counted in the mirror
+	replayed []*record // this (topic, seq) was already stored: a redelivery
+	dedup    []*record // this client_msg_id is stored under another seq
+}
+
+// errInsertRace is a batch whose slow path still inserted fewer rows than it
+// classified as new: a concurrent writer got in between; retried.
+var errInsertRace = errors.New("persist: concurrent insert changed the batch; retrying")
+
+// writeBatch stores one tenant+month batch in one transaction (seed 000
+// §5.2, DESIGN invariant 8), cheapest scheme that keeps exactly-once:
+//
+//   - No consume-log row per message: the month table's uk_topic_seq already
+//     makes a redelivered event a no-op, and the mirror counts only the rows
+//     the insert actually added, so a replayed batch changes nothing. Kafka
+//     offsets are not stored in the database: one partition carries many
+//     tenants' databases.
+//   - The insert is `INSERT … ON DUPLICATE KEY UPDATE seqid = seqid`, not
+//     INSERT IGNORE: both skip a row that hits a unique key, but IGNORE would
+//     also turn "data too long" or invalid JSON into a silently truncated row.
+//   - Cross-month dedup writes no row either: a client_msg_id retried across
+//     the boundary (Redis forgot the first attempt, so the retry got a new seq
+//     in the next month) is caught by probing the unique key
+//     uk_topic_sender_client_mid of the neighbouring months' tables (previous
+//     and next: an original held in the compensation queue may be stored after
+//     its retry), one indexed read per event in one statement per neighbour,
+//     with shared locks so that two writers racing across the boundary
+//     serialise (one of them deadlocks, retries and then sees the other).
+//     Within a month the same unique key catches it. The probe reaches one
+//     month back; DESIGN's dedup window (persist.dedup_retention, 7 days) is
+//     shorter than a month, so this keeps the dedup table's guarantee.
+//
+// The common case is one probe per neighbour, one insert and one mirror
+// upsert. Only when the insert added fewer rows than expected (a redelivery,
+// or a same-month duplicate) is the batch rolled back and redone on the slow
+// path, which reads the existing keys first to know exactly which rows are
+// new.
+func writeBatch(ctx context.Context, db *sql.DB, table routing.Table, neighbours []routing.Table, recs []*record) (writeResult, error) {
+	sort.Slice(recs, func(i, j int) bool {
+		if recs[i].ev.Topic != recs[j].ev.Topic {
+			return recs[i].ev.Topic < recs[j].ev.Topic
+		}
+		return recs[i].ev.SeqID < recs[j].ev.SeqID
+	})
+	res, ok, err := writeTx(ctx, db, table, neighbours, recs, false)
+	if err != nil || ok {
+		return res, err
+	}
+	res, ok, err = writeTx(ctx, db, table, neighbours, recs, true)
+	if err == nil && !ok {
+		err = errInsertRace
+	}
+	return res, err
+}
+
+// writeTx runs the transaction; ok is false (and the transaction rolled
+// back) when the insert added fewer rows than it was given.
+func writeTx(ctx context.Context, db *sql.DB, table routing.Table, neighbours []routing.Table, recs []*record, slow bool) (writeResult, bool, error) {
+	var res writeResult
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return res, false, fmt.Errorf("persist: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+
+	todo := recs
+	for _, n := range neighbours {
+		var hits []*record
+		if todo, hits, err = probeOtherMonth(ctx, tx, n, todo); err != nil {
+			return res, false, err
+		}
+		res.dedup = append(res.dedup, hits...)
+	}
+	if slow {
+		var replayed, dups []*record
+		if todo, replayed, dups, err = splitExisting(ctx, tx, table, todo); err != nil {
+			return res, false, err
+		}
+		res.replayed = append(res.replayed, replayed...)
+		res.dedup = append(res.dedup, dups...)
+	}
+	if len(todo) > 0 {
+		n, err := insertRows(ctx, tx, table, todo)
+		if err != nil {
+			return res, false, err
+		}
+		if n != int64(len(todo)) {
+			return writeResult{}, false, nil
+		}
+		if err := upsertMirror(ctx, tx, table.Month(), todo); err != nil {
+			return res, false, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return writeResult{}, false, fmt.Errorf("persist: commit %s: %w", table.Name(), err)
+	}
+	res.inserted = todo
+	return res, true, nil
+}
+
+func senderKey(r *record) sq.Eq {
+	return sq.Eq{"topic": r.ev.Topic, "from_user": int64(r.ev.FromUser), "client_msg_id": r.ev.ClientMsgID}
+}
+
+type dedupKey struct {
+	topic    string
+	fromUser int64
+	cmid     string
+}
+
+func keyOf(r *record) dedupKey {
+	return dedupKey{r.ev.Topic, int64(r.ev.FromUser), r.ev.ClientMsgID}
+}
+
+// probeOtherMonth splits recs into those whose client_msg_id is not stored
+// in table t (another month) and those that are (dedup hits).
+func probeOtherMonth(ctx context.Context, tx *sql.Tx, t routing.Table, recs []*record) (rest, hits []*record, err error) {
+	if len(recs) == 0 {
+		return recs, nil, nil
+	}
+	or := make(sq.Or, 0, len(recs))
+	for _, r := range recs {
+		or = append(or, senderKey(r))
+	}
+	rows, err := sq.Select("topic", "from_user", "client_msg_id").From(t.Quoted()).Where(or).
+		Suffix("LOCK IN SHARE MODE").RunWith(tx).QueryContext(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("persist: dedup probe %s: %w", t.Name(), err)
+	}
+	defer rows.Close()
+	found := map[dedupKey]bool{}
+	for rows.Next() {
+		var k dedupKey
+		if err := rows.Scan(&k.topic, &k.fromUser, &k.cmid); err != nil {
+			return nil, nil, fmt.Errorf("persist: dedup probe %s: %w", t.Name(), err)
+		}
+		found[k] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("persist: dedup probe %s: %w", t.Name(), err)
+	}
+	if len(found) == 0 {
+		return recs, nil, nil
+	}
+	rest = make([]*record, 0, len(recs))
+	for _, r := range recs {
+		if found[keyOf(r)] {
+			hits = append(hits, r)
+		} else {
+			rest = append(rest, r)
+		}
+	}
+	return rest, hits, nil
+}
+
+type seqKey struct {
+	topic string
+	seq   int64
+}
+
+// splitExisting reads, with locks, which of recs the month table already
+// holds by (topic, seq) — a redelivery — or by client_msg_id under another
+// seq — a duplicate send; duplicates inside the batch itself keep the first.
+func splitExisting(ctx context.Context, tx *sql.Tx, t routing.Table, recs []*record) (fresh, replayed, dups []*record, err error) {
+	or := make(sq.Or, 0, 2*len(recs))
+	for _, r := range recs {
+		or = append(or, sq.Eq{"topic": r.ev.Topic, "seqid": r.ev.SeqID}, senderKey(r))
+	}
+	rows, err := sq.Select("topic", "seqid", "from_user", "client_msg_id").From(t.Quoted()).Where(or).
+		Suffix("FOR UPDATE").RunWith(tx).QueryContext(ctx)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("persist: read existing %s: %w", t.Name(), err)
+	}
+	defer rows.Close()
+	seqs := map[seqKey]bool{}
+	senders := map[dedupKey]bool{}
+	for rows.Next() {
+		var sk seqKey
+		var dk dedupKey
+		var cmid sql.NullString
+		if err := rows.Scan(&sk.topic, &sk.seq, &dk.fromUser, &cmid); err != nil {
+			return nil, nil, nil, fmt.Errorf("persist: read existing %s: %w", t.Name(), err)
+		}
+		dk.topic, dk.cmid = sk.topic, cmid.String
+		seqs[sk] = true
+		if cmid.Valid {
+			senders[dk] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, nil, fmt.Errorf("persist: read existing %s: %w", t.Name(), err)
+	}
+	for _, r := range recs {
+		sk, dk := seqKey{r.ev.Topic, r.ev.SeqID}, keyOf(r)
+		switch {
+		case seqs[sk]:
+			replayed = append(replayed, r)
+		case senders[dk]:
+			dups = append(dups, r)
+		default:
+			seqs[sk], senders[dk] = true, true
+			fresh = append(fresh, r)
+		}
+	}
+	return fresh, replayed, dups, nil
+}
+
+var insertColumns = []string{"message_id", "topic", "group_id", "seqid", "from_user", "client_msg_id", "msg_type",
+	"content", "head", "mentioned_user_ids", "mention_all", "reply_seqid", "root_seqid", "content_size",
+	"created_at", "updated_at"}
+
+// insertRows adds recs to the month table and returns how many rows it
+// really added (a row that hits a unique key is left as it is and counts 0).
+func insertRows(ctx context.Context, tx *sql.Tx, t routing.Table, recs []*record) (int64, error) {
+	q := sq.Insert(t.Quoted()).Columns(insertColumns...)
+	for _, r := range recs {
+		e := r.ev
+		var head, mentions any
+		if len(e.Head) > 0 && string(e.Head) != "null" {
+			head = string(e.Head)
+		}
+		if len(e.MentionedUserIDs) > 0 {
+			b, err := json.Marshal(e.MentionedUserIDs)
+			if err != nil {
+				return 0, err
+			}
+			mentions = string(b)
+		}
+		created := e.CreatedAt.UTC()
+		q = q.Values(int64(e.MessageID), e.Topic, int64(e.GroupID), e.SeqID, int64(e.FromUser), e.ClientMsgID, e.MsgType,
+			string(e.Content), head, mentions, e.MentionAll, e.ReplySeqID, e.RootSeqID, len(e.Content), created, created)
+	}
+	res, err := q.Suffix("ON DUPLICATE KEY UPDATE seqid = seqid").RunWith(tx).ExecContext(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("persist: insert %s: %w", t.Name(), err)
+	}
+	return res.RowsAffected()
+}
+
+// upsertMirror widens the topics' ranges in the MySQL route mirror by the
+// rows just inserted (seed 000 §5.2's upsert, one row per topic, VALUES()).
+func upsertMirror(ctx context.Context, tx *sql.Tx, m routing.Month, inserted []*record) error {
+	q := sq.Insert(mirrorTable).Columns("topic", "shard_month", "min_seq", "max_seq", "message_count",
+		"min_created_at", "max_created_at")
+	for _, tr := range topicRanges(inserted) {
+		q = q.Values(tr.topic, m.String(), tr.MinSeq, tr.MaxSeq, tr.Count, tr.minAt, tr.maxAt)
+	}
+	_, err := q.Suffix(`ON DUPLICATE KEY UPDATE
+  min_seq = LEAST(min_seq, VALUES(min_seq)),
+  max_seq = GREATEST(max_seq, VALUES(max_seq)),
+  message_count = message_count + VALUES(message_count),
+  min_created_at = LEAST(min_created_at, VALUES(min_created_at)),
+  max_created_at = GREATEST(max_created_at, VALUES(max_created_at))`).RunWith(tx).ExecContext(ctx)
+	if err != nil {
+		return fmt.Errorf("persist: mirror upsert %s: %w", m, err)
+	}
+	return nil
+}
+
+// topicRange is one topic's part of a batch: its month range and times.
+type topicRange struct {
+	topic string
+	routing.MonthRange
+	minAt, maxAt time.Time
+	recs         []*record
+}
+
+// topicRanges groups records by topic, in topic order (the same order every
+// writer locks mirror rows in, so concurrent batches do not deadlock on it).
+func topicRanges(recs []*record) []*topicRange {
+	by := map[string]*topicRange{}
+	var out []*topicRange
+	for _, r := range recs {
+		tr := by[r.ev.Topic]
+		at := r.ev.CreatedAt.UTC()
+		if tr == nil {
+			tr = &topicRange{topic: r.ev.Topic, MonthRange: routing.MonthRange{Month: r.month, MinSeq: r.ev.SeqID, MaxSeq: r.ev.SeqID},
+				minAt: at, maxAt: at}
+			by[r.ev.Topic] = tr
+			out = append(out, tr)
+		}
+		tr.MinSeq, tr.MaxSeq = min(tr.MinSeq, r.ev.SeqID), max(tr.MaxSeq, r.ev.SeqID)
+		if at.Before(tr.minAt) {
+			tr.minAt = at
+		}
+		if at.After(tr.maxAt) {
+			tr.maxAt = at
+		}
+		tr.Count++
+		tr.recs = append(tr.recs, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].topic < out[j].topic })
+	return out
+}
