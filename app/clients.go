@@ -82,6 +82,7 @@ var inits = map[string]func(ctx context.Context, a *App) (Service, error){
 	Routing:  initRouting,
 	ShardMgr: initShardMgr,
 	Persist:  initPersist,
+	Query:    initQuery,
 	API:      initAPI,
 	All:      func(context.Context, *App) (Service, error) { return holder{}, nil },
 }

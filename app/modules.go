@@ -18,6 +18,7 @@ const (
 	ShardMgr = "shardmgr" // month-table patrol
 	API      = "api"      // the HTTP API server on http.addr
 	Persist  = "persist"  // Kafka → month tables consumer
+	Query    = "query"    // GET messages, search, admin routes
 	All      = "all"      // every role; no code of its own
 )
 
@@ -32,21 +33,22 @@ var deps = map[string][]string{
 	ShardMgr: {Routing},
 	API:      {Routing},
 	Persist:  {Routing, Kafka},
-	All:      {ShardMgr, Persist},
+	Query:    {Routing},
+	All:      {ShardMgr, Persist, Query},
 }
 
 // after orders the API server behind the HTTP roles present, so every
 // handler is registered before it listens (and it stops accepting first),
 // without making a role's presence pull in the others.
 var after = map[string][]string{
-	API: {},
+	API: {Query},
 }
 
 // roles are the modules an operator may name in `serve --roles`.
-var roles = []string{ShardMgr, Persist}
+var roles = []string{ShardMgr, Persist, Query}
 
 // httpRoles are the roles that serve the HTTP API; any of them adds API.
-var httpRoles = []string{}
+var httpRoles = []string{Query}
 
 // Roles lists the valid role names, sorted.
 func Roles() []string {

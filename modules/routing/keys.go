@@ -83,3 +83,7 @@ const globalPrefix = "im:{-global}:"
 
 // SnowflakeNode is the lease key of a Snowflake node id.
 func SnowflakeNode(node int) string { return globalPrefix + "snowflake:node:" + strconv.Itoa(node) }
+
+// RoutePattern is the SCAN pattern of every topic route ZSET of the tenant
+// (`imshard route check`); topics carry no glob metacharacters.
+func (k Keys) RoutePattern() string { return k.Route("*") }

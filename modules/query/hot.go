@@ -1,0 +1,107 @@
+package query
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"strconv"
+
+	"github.com/redis/rueidis"
+
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// hotSlack is how many cached rows a page may skip (hidden, deleted, gaps)
+// before the cache read is no longer enough and MySQL answers instead.
+const hotSlack = 16
+
+// hotRead reads, in one round trip, the topic's last issued seq and the
+// cached messages and recorded gaps next to bound, in order o (exclusive of
+// bound), at most n of each. The returned bounds are where the read was
+// complete: a ZSET that returned n entries may hold more beyond the last.
+func (s *Service) hotRead(ctx context.Context, keys routing.Keys, topic string, o Order, bound int64, n int) (Cached, int64, error) {
+	rdb := s.p.Redis
+	b := "(" + strconv.FormatInt(bound, 10)
+	var hot, gaps rueidis.Completed
+	if o == Desc {
+		hot = rdb.B().Zrevrangebyscore().Key(keys.HotMessages(topic)).Max(b).Min("-inf").Withscores().Limit(0, int64(n)).Build()
+		gaps = rdb.B().Zrevrangebyscore().Key(keys.Gaps(topic)).Max(b).Min("-inf").Withscores().Limit(0, int64(n)).Build()
+	} else {
+		hot = rdb.B().Zrangebyscore().Key(keys.HotMessages(topic)).Min(b).Max("+inf").Withscores().Limit(0, int64(n)).Build()
+		gaps = rdb.B().Zrangebyscore().Key(keys.Gaps(topic)).Min(b).Max("+inf").Withscores().Limit(0, int64(n)).Build()
+	}
+	res := rdb.DoMulti(ctx, rdb.B().Get().Key(keys.Seq(topic)).Build(), hot, gaps)
+	last, err := res[0].AsInt64()
+	if rueidis.IsRedisNil(err) {
+		last, err = 0, nil // counter lost: nothing can be proven from the cache
+	}
+	if err != nil {
+		return Cached{}, 0, err
+	}
+	hz, err := res[1].AsZScores()
+	if err != nil {
+		return Cached{}, 0, err
+	}
+	gz, err := res[2].AsZScores()
+	if err != nil {
+		return Cached{}, 0, err
+	}
+	c := Cached{Msgs: make(map[int64]message.Message, len(hz)), Gaps: make(map[int64]bool, len(gz)), Lo: 1, Hi: math.MaxInt64}
+	if o == Desc {
+		c.Hi = bound - 1
+	} else {
+		c.Lo = bound + 1
+	}
+	narrow := func(zs []rueidis.ZScore) {
+		if len(zs) < n {
+			return
+		}
+		edge := int64(zs[len(zs)-1].Score)
+		if o == Desc && edge > c.Lo {
+			c.Lo = edge
+		}
+		if o == Asc && edge < c.Hi {
+			c.Hi = edge
+		}
+	}
+	narrow(hz)
+	narrow(gz)
+	for _, z := range gz {
+		c.Gaps[int64(z.Score)] = true
+	}
+	for _, z := range hz {
+		var m message.Message
+		if err := json.Unmarshal([]byte(z.Member), &m); err != nil || m.Seq != int64(z.Score) {
+			// an entry we cannot read proves nothing: leave the seq uncovered
+			continue
+		}
+		if old, ok := c.Msgs[m.Seq]; ok {
+			m = newer(old, m)
+		}
+		c.Msgs[m.Seq] = m
+	}
+	return c, last, nil
+}
+
+// hotOne reads seq from the cache, if cached.
+func (s *Service) hotOne(ctx context.Context, keys routing.Keys, topic string, seq int64) (message.Message, bool, error) {
+	v := strconv.FormatInt(seq, 10)
+	vals, err := s.p.Redis.Do(ctx, s.p.Redis.B().Zrangebyscore().Key(keys.HotMessages(topic)).Min(v).Max(v).Build()).AsStrSlice()
+	if err != nil {
+		return message.Message{}, false, err
+	}
+	var found message.Message
+	ok := false
+	for _, raw := range vals {
+		var m message.Message
+		if json.Unmarshal([]byte(raw), &m) != nil || m.Seq != seq {
+			continue
+		}
+		if ok {
+			m = newer(found, m)
+		}
+		found, ok = m, true
+	}
+	return found.Normalized(), ok, nil
+}

@@ -1,0 +1,121 @@
+package query
+
+import (
+	"net/http"
+
+	"github.com/rs/zerolog"
+
+	"github.com/imshard/imshard/modules/httpapi"
+)
+
+// Register adds the read routes of the DESIGN contract to mux.
+func (s *Service) Register(mux *http.ServeMux, auth *httpapi.Authenticator, log zerolog.Logger) {
+	h := func(fn httpapi.HandlerFunc) http.Handler { return httpapi.Handle(auth, log, false, fn) }
+	mux.Handle("GET /v1/topics/{topic}/messages", h(s.handleList))
+	mux.Handle("GET /v1/topics/{topic}/messages/{seq}", h(s.handleGet))
+	mux.Handle("GET /v1/topics/{topic}/messages/{seq}/context", h(s.handleContext))
+	mux.Handle("GET /v1/topics/{topic}/search", h(s.handleSearch))
+	mux.Handle("GET /v1/admin/messages/{message_id}", h(s.handleAdminMessage))
+	mux.Handle("GET /v1/admin/shards", h(s.handleShards))
+	mux.Handle("GET /v1/admin/topics/{topic}/route", h(s.handleRoute))
+}
+
+func (s *Service) handleList(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
+	req, err := ParseList(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	topic := r.PathValue("topic")
+	if req.HasSince {
+		page, err := s.Since(r.Context(), p, topic, req.Since, req.Limit)
+		if err != nil {
+			return err
+		}
+		httpapi.WriteJSON(w, http.StatusOK, page)
+		return nil
+	}
+	page, err := s.Before(r.Context(), p, topic, req.Before, req.Limit)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, page)
+	return nil
+}
+
+func pathSeq(r *http.Request) (int64, error) { return ParseCursor("seq", r.PathValue("seq"), 1) }
+
+func (s *Service) handleGet(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
+	seq, err := pathSeq(r)
+	if err != nil {
+		return err
+	}
+	m, err := s.Get(r.Context(), p, r.PathValue("topic"), seq)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, m)
+	return nil
+}
+
+func (s *Service) handleContext(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
+	seq, err := pathSeq(r)
+	if err != nil {
+		return err
+	}
+	nb, na, err := ParseContext(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	ms, err := s.Context(r.Context(), p, r.PathValue("topic"), seq, nb, na)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, struct {
+		Messages any `json:"messages"`
+	}{ms})
+	return nil
+}
+
+func (s *Service) handleSearch(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
+	req, err := ParseSearch(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	page, err := s.Search(r.Context(), p, r.PathValue("topic"), req)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, page)
+	return nil
+}
+
+func (s *Service) handleAdminMessage(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
+	id, err := ParseCursor("message_id", r.PathValue("message_id"), 1)
+	if err != nil {
+		return err
+	}
+	loc, err := s.AdminMessage(r.Context(), p, id)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, loc)
+	return nil
+}
+
+func (s *Service) handleShards(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
+	out, err := s.Shards(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Service) handleRoute(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
+	out, err := s.TopicRoute(r.Context(), p, r.PathValue("topic"))
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
+}

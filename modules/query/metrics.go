@@ -1,0 +1,64 @@
+package query
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Latency sources (seed 000 §11): a page served by the hot cache, by one
+// month table, or by several.
+const (
+	sourceRedis  = "redis"
+	sourceSingle = "single_month"
+	sourceCross  = "cross_month"
+)
+
+// WidePageTables is the most tables a page may touch before it counts as
+// wide (DESIGN invariant 7: counted and alerted).
+const WidePageTables = 3
+
+type metrics struct {
+	tables  prometheus.Histogram
+	latency *prometheus.HistogramVec
+	wide    prometheus.Counter
+	hot     *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		tables: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "group_message_query_tables",
+			Help:    "Month tables one read request touched.",
+			Buckets: []float64{0, 1, 2, 3, 4, 6, 12},
+		}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "group_message_query_latency",
+			Help:    "Read latency in seconds by source: redis (hot cache), single_month, cross_month.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, 1},
+		}, []string{"source"}),
+		wide: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "imshard_query_wide_pages_total",
+			Help: "Read requests that touched more than 3 month tables (alerted: invariant 7).",
+		}),
+		hot: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "imshard_query_hot_cache_total",
+			Help: "List pages the hot cache could answer (hit) or not (miss: MySQL answered).",
+		}, []string{"result"}),
+	}
+	reg.MustRegister(m.tables, m.latency, m.wide, m.hot)
+	return m
+}
+
+// observe records one request that touched n month tables; cached means
+// the hot cache answered.
+func (m *metrics) observe(n int, cached bool, seconds float64) {
+	m.tables.Observe(float64(n))
+	src := sourceCross
+	switch {
+	case cached:
+		src = sourceRedis
+	case n <= 1:
+		src = sourceSingle
+	}
+	m.latency.WithLabelValues(src).Observe(seconds)
+	if n > WidePageTables {
+		m.wide.Inc()
+	}
+}

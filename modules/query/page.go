@@ -1,0 +1,147 @@
+package query
+
+import (
+	"github.com/imshard/imshard/modules/message"
+)
+
+// Order of a page.
+type Order int
+
+const (
+	Desc Order = iota // newest first (before, search)
+	Asc               // oldest first (since, context)
+)
+
+// Merge appends rows read from one more month table to a page being built,
+// keeping it sorted in order and each seq once. Month ranges never overlap
+// (invariant 4), yet a row can be met twice — read from the hot cache and
+// from MySQL, or from a legacy table during a migration — and then the
+// newer version wins.
+func Merge(page, rows []message.Message, o Order) []message.Message {
+	out := make([]message.Message, 0, len(page)+len(rows))
+	i, j := 0, 0
+	for i < len(page) || j < len(rows) {
+		var next message.Message
+		switch {
+		case j == len(rows):
+			next, i = page[i], i+1
+		case i == len(page):
+			next, j = rows[j], j+1
+		case first(page[i].Seq, rows[j].Seq, o):
+			next, i = page[i], i+1
+		case page[i].Seq == rows[j].Seq:
+			next = newer(page[i], rows[j])
+			i, j = i+1, j+1
+		default:
+			next, j = rows[j], j+1
+		}
+		if n := len(out); n > 0 && out[n-1].Seq == next.Seq {
+			out[n-1] = newer(out[n-1], next)
+			continue
+		}
+		out = append(out, next)
+	}
+	return out
+}
+
+// first reports whether a sorts strictly before b in order o.
+func first(a, b int64, o Order) bool {
+	if o == Desc {
+		return a > b
+	}
+	return a < b
+}
+
+func newer(a, b message.Message) message.Message {
+	if b.Version > a.Version || (b.Version == a.Version && b.UpdatedAt.After(a.UpdatedAt.Time)) {
+		return b
+	}
+	return a
+}
+
+// Truncate cuts a page read with one row of lookahead to limit: has_more is
+// whether the lookahead row existed.
+func Truncate(page []message.Message, limit int) ([]message.Message, bool) {
+	if len(page) > limit {
+		return page[:limit], true
+	}
+	return page, false
+}
+
+// NextBefore is a before page's cursor: the last seq scanned, or nil for
+// an empty page (nothing older is visible).
+func NextBefore(page []message.Message) *int64 {
+	if len(page) == 0 {
+		return nil
+	}
+	s := page[len(page)-1].Seq
+	return &s
+}
+
+// NextSince is a since page's cursor: the last seq scanned, or the
+// request's since for an empty page.
+func NextSince(page []message.Message, since int64) int64 {
+	if len(page) == 0 {
+		return since
+	}
+	return page[len(page)-1].Seq
+}
+
+// Hidden is a caller's deletion ranges [Low, Hi) (im_dellog).
+type Hidden [][2]int64
+
+// Hides reports whether seq falls in one of the ranges.
+func (h Hidden) Hides(seq int64) bool {
+	for _, r := range h {
+		if seq >= r[0] && seq < r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// Cached is what the hot cache holds around a page: the messages by seq,
+// the recorded gaps, and the bounds the read covered — messages and gaps
+// were read completely within [Lo, Hi].
+type Cached struct {
+	Msgs map[int64]message.Message
+	Gaps map[int64]bool
+	Lo   int64
+	Hi   int64
+}
+
+// Walk builds a page from the cache starting at seq from, stepping towards
+// stop (inclusive) in order o, with one row of lookahead. It
+// succeeds only if the cache provably covers every seq it passes: each is
+// cached or a recorded gap, within the bounds read. It ends early once the
+// page holds limit+1 visible rows. Deleted rows are skipped unless
+// keepDeleted, hidden ones always.
+func Walk(c Cached, from, stop int64, o Order, limit int, hidden Hidden, keepDeleted bool) ([]message.Message, bool) {
+	step := int64(1)
+	if o == Desc {
+		step = -1
+	}
+	var page []message.Message
+	for s := from; ; s += step {
+		if first(stop, s, o) {
+			return page, true
+		}
+		if s < c.Lo || s > c.Hi {
+			return nil, false
+		}
+		m, ok := c.Msgs[s]
+		if !ok {
+			if !c.Gaps[s] {
+				return nil, false
+			}
+			continue
+		}
+		if hidden.Hides(s) || (m.Status == message.StatusDeleted && !keepDeleted) {
+			continue
+		}
+		page = append(page, m.Normalized())
+		if len(page) > limit {
+			return page, true
+		}
+	}
+}

@@ -1,0 +1,208 @@
+package query
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+func msgs(seqs ...int64) []message.Message {
+	out := make([]message.Message, len(seqs))
+	for i, s := range seqs {
+		out[i] = message.Message{Seq: s, Version: 1, Status: message.StatusNormal}
+	}
+	return out
+}
+
+func seqsOf(ms []message.Message) []int64 {
+	out := make([]int64, len(ms))
+	for i, m := range ms {
+		out[i] = m.Seq
+	}
+	return out
+}
+
+func TestMerge(t *testing.T) {
+	cases := []struct {
+		name      string
+		page, add []int64
+		o         Order
+		want      []int64
+	}{
+		{"append desc", []int64{9, 8}, []int64{5, 4}, Desc, []int64{9, 8, 5, 4}},
+		{"interleave asc", []int64{1, 4}, []int64{2, 3, 5}, Asc, []int64{1, 2, 3, 4, 5}},
+		{"dedup", []int64{5, 4, 3}, []int64{4, 3, 2}, Desc, []int64{5, 4, 3, 2}},
+		{"dup inside one side", nil, []int64{1, 1, 2}, Asc, []int64{1, 2}},
+		{"empty", nil, nil, Asc, []int64{}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := seqsOf(Merge(msgs(c.page...), msgs(c.add...), c.o))
+			if !slices.Equal(got, c.want) {
+				t.Fatalf("got %v, want %v", got, c.want)
+			}
+		})
+	}
+	t.Run("newer version wins", func(t *testing.T) {
+		a, b := msgs(7), msgs(7)
+		b[0].Version, b[0].Status = 2, message.StatusRecalled
+		if got := Merge(a, b, Desc); len(got) != 1 || got[0].Version != 2 {
+			t.Fatalf("got %+v", got)
+		}
+		b[0].UpdatedAt = message.NewTime(time.Now())
+		if got := Merge(b, a, Desc); got[0].Version != 2 {
+			t.Fatalf("older won: %+v", got)
+		}
+	})
+}
+
+func TestTruncateAndCursors(t *testing.T) {
+	page, more := Truncate(msgs(10, 9, 8), 2)
+	if !slices.Equal(seqsOf(page), []int64{10, 9}) || !more {
+		t.Fatalf("truncate: %v %v", seqsOf(page), more)
+	}
+	if n := NextBefore(page); n == nil || *n != 9 {
+		t.Fatalf("next_before = %v", n)
+	}
+	if NextBefore(nil) != nil {
+		t.Fatal("empty before page must have next_before null")
+	}
+	if NextSince(nil, 42) != 42 || NextSince(msgs(43, 44), 42) != 44 {
+		t.Fatal("next_since")
+	}
+	if page, more := Truncate(msgs(1), 5); len(page) != 1 || more {
+		t.Fatal("short page has no more")
+	}
+}
+
+func cached(lo, hi int64, have []int64, gaps []int64) Cached {
+	c := Cached{Msgs: map[int64]message.Message{}, Gaps: map[int64]bool{}, Lo: lo, Hi: hi}
+	for _, m := range msgs(have...) {
+		c.Msgs[m.Seq] = m
+	}
+	for _, g := range gaps {
+		c.Gaps[g] = true
+	}
+	return c
+}
+
+func TestWalkCoverage(t *testing.T) {
+	full := cached(1, 20, []int64{1, 2, 3, 5, 6, 7, 8, 9, 10}, []int64{4})
+	cases := []struct {
+		name       string
+		c          Cached
+		from, stop int64
+		o          Order
+		limit      int
+		hidden     Hidden
+		want       []int64
+		ok         bool
+	}{
+		{"desc page with lookahead", full, 10, 1, Desc, 3, nil, []int64{10, 9, 8, 7}, true},
+		{"desc steps over a recorded gap", full, 6, 1, Desc, 3, nil, []int64{6, 5, 3, 2}, true},
+		{"desc reaches seq 1: complete", full, 3, 1, Desc, 10, nil, []int64{3, 2, 1}, true},
+		{"desc empty range", full, 0, 1, Desc, 10, nil, nil, true},
+		{"hole is not covered", cached(1, 20, []int64{1, 3}, nil), 3, 1, Desc, 10, nil, nil, false},
+		{"outside the bounds read", cached(5, 20, []int64{5, 6}, nil), 6, 1, Desc, 10, nil, nil, false},
+		{"asc to the stop", full, 7, 10, Asc, 10, nil, []int64{7, 8, 9, 10}, true},
+		{"asc stops past the cache", full, 9, 11, Asc, 10, nil, nil, false},
+		{"hidden seqs are skipped", full, 10, 1, Desc, 2, Hidden{{8, 10}}, []int64{10, 7, 6}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, ok := Walk(c.c, c.from, c.stop, c.o, c.limit, c.hidden, false)
+			if ok != c.ok || (ok && !slices.Equal(seqsOf(got), c.want)) {
+				t.Fatalf("got %v %v, want %v %v", seqsOf(got), ok, c.want, c.ok)
+			}
+		})
+	}
+	t.Run("deleted skipped unless kept", func(t *testing.T) {
+		c := cached(1, 3, []int64{1, 2, 3}, nil)
+		m := c.Msgs[2]
+		m.Status = message.StatusDeleted
+		c.Msgs[2] = m
+		got, _ := Walk(c, 3, 1, Desc, 10, nil, false)
+		if !slices.Equal(seqsOf(got), []int64{3, 1}) {
+			t.Fatalf("got %v", seqsOf(got))
+		}
+		got, _ = Walk(c, 3, 1, Desc, 10, nil, true)
+		if !slices.Equal(seqsOf(got), []int64{3, 2, 1}) {
+			t.Fatalf("kept: got %v", seqsOf(got))
+		}
+	})
+}
+
+func TestHidden(t *testing.T) {
+	h := Hidden{{5, 10}, {20, 21}}
+	for seq, want := range map[int64]bool{4: false, 5: true, 9: true, 10: false, 20: true, 21: false} {
+		if h.Hides(seq) != want {
+			t.Errorf("Hides(%d) = %v", seq, !want)
+		}
+	}
+}
+
+func TestSearchMonths(t *testing.T) {
+	at := func(s string) time.Time { tm, _ := time.Parse(time.RFC3339, s); return tm }
+	mirror := []MirrorRange{
+		{MonthRange: routing.MonthRange{Month: routing.MustMonth("202608")}, MinCreatedAt: at("2026-08-01T00:00:00Z"), MaxCreatedAt: at("2026-08-31T23:59:59Z")},
+		// the active month lagged the calendar: September rows in 202608's
+		// successor start late, and 202609 holds a row from October 1st
+		{MonthRange: routing.MonthRange{Month: routing.MustMonth("202609")}, MinCreatedAt: at("2026-09-01T00:00:01Z"), MaxCreatedAt: at("2026-10-01T00:00:02Z")},
+		{MonthRange: routing.MonthRange{Month: routing.MustMonth("202610")}, MinCreatedAt: at("2026-10-01T00:00:03Z"), MaxCreatedAt: at("2026-10-20T00:00:00Z")},
+	}
+	reg := []routing.Month{routing.MustMonth("202607"), routing.MustMonth("202608"), routing.MustMonth("202609"), routing.MustMonth("202610")}
+	got := SearchMonths(mirror, reg, at("2026-10-01T00:00:00Z"), at("2026-10-02T00:00:00Z"))
+	if want := []routing.Month{routing.MustMonth("202610"), routing.MustMonth("202609")}; !slices.Equal(got, want) {
+		t.Fatalf("edge window: got %v, want %v", got, want)
+	}
+	got = SearchMonths(nil, reg, at("2026-09-10T00:00:00Z"), at("2026-10-02T00:00:00Z"))
+	if want := []routing.Month{routing.MustMonth("202610"), routing.MustMonth("202609"), routing.MustMonth("202608")}; !slices.Equal(got, want) {
+		t.Fatalf("no mirror: got %v, want %v", got, want)
+	}
+}
+
+func TestLikePattern(t *testing.T) {
+	if got := likePattern(`50%_off!`); got != `%50!%!_off!!%` {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestFindMonth(t *testing.T) {
+	// months 0..5: ids 100-199, empty, 300-399, 400-499, empty, empty
+	b := []idBounds{{lo: 100, hi: 199}, {empty: true}, {lo: 300, hi: 399}, {lo: 400, hi: 499}, {empty: true}, {empty: true}}
+	calls := 0
+	bounds := func(i int) (idBounds, error) { calls++; return b[i], nil }
+	for id, want := range map[int64]int{150: 0, 350: 2, 499: 3, 250: 2, 50: 0} {
+		got, err := FindMonth(len(b), bounds, id)
+		if err != nil || len(got) == 0 || got[0] != want {
+			t.Errorf("id %d: got %v, want first %d", id, got, want)
+		}
+	}
+	if got, _ := FindMonth(0, bounds, 1); got != nil {
+		t.Fatalf("no months: %v", got)
+	}
+}
+
+func TestCompare(t *testing.T) {
+	m := routing.MustMonth
+	tables := []routing.MonthRange{{Month: m("202608"), MinSeq: 1, MaxSeq: 10, Count: 10}, {Month: m("202609"), MinSeq: 11, MaxSeq: 12, Count: 2}}
+	if d := Compare("t", tables, tables, tables); len(d) != 0 {
+		t.Fatalf("equal views differ: %v", d)
+	}
+	redis := tables[:1]
+	mirror := []routing.MonthRange{tables[0], {Month: m("202609"), MinSeq: 11, MaxSeq: 11, Count: 1}, {Month: m("202610"), MinSeq: 13, MaxSeq: 13, Count: 1}}
+	d := Compare("t", redis, mirror, tables)
+	var got []string
+	for _, x := range d {
+		got = append(got, x.Month+"/"+x.Store)
+	}
+	if want := []string{"202609/mirror", "202609/redis", "202610/mirror"}; !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	if s := d[1].String(); s != "topic t month 202609: redis has none, tables have min=11 max=12 count=2" {
+		t.Fatalf("String = %q", s)
+	}
+}

@@ -1,0 +1,215 @@
+package query
+
+import (
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// Limits of the read API (DESIGN "HTTP API v1").
+const (
+	DefaultLimit   = 50
+	MaxLimit       = 200
+	DefaultContext = 20
+	MaxContext     = 100
+	// MaxSearchDays and MaxSearchMonths bound a search window: at most 92
+	// days, touching at most 3 calendar months (seed 000 §6.6).
+	MaxSearchDays   = 92
+	MaxSearchMonths = 3
+)
+
+// ListRequest is a validated list query: either Before (newest first; zero
+// HasBefore means the latest page) or Since (oldest first).
+type ListRequest struct {
+	Before    int64
+	HasBefore bool
+	Since     int64
+	HasSince  bool
+	Limit     int
+}
+
+func invalid(msg string) error { return httpapi.Errorf(httpapi.CodeInvalidArgument, msg) }
+
+// single returns the one value of key: a repeated parameter is ambiguous,
+// so it is an error; an empty value counts as absent.
+func single(q url.Values, key string) (string, bool, error) {
+	vs, ok := q[key]
+	if !ok {
+		return "", false, nil
+	}
+	if len(vs) != 1 {
+		return "", false, invalid(key + " given more than once")
+	}
+	if vs[0] == "" {
+		return "", false, nil
+	}
+	return vs[0], true, nil
+}
+
+// ParseCursor reads a seq cursor: a decimal int64 of at least min. Signs,
+// spaces, hex and values beyond int64 are rejected (invariant 11).
+func ParseCursor(name, v string, min int64) (int64, error) {
+	if v == "" || len(v) > 19 {
+		return 0, invalid(name + " must be a decimal seq")
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, invalid(name + " must be a decimal seq")
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, invalid(name + " is out of range")
+	}
+	if n < min {
+		return 0, invalid(name + " must be at least " + strconv.FormatInt(min, 10))
+	}
+	return n, nil
+}
+
+// ParseLimit reads a page size in [1, max]; absent means def.
+func ParseLimit(name, v string, present bool, def, max int) (int, error) {
+	if !present {
+		return def, nil
+	}
+	n, err := ParseCursor(name, v, 1)
+	if err != nil || n > int64(max) {
+		return 0, invalid(name + " must be 1.." + strconv.Itoa(max))
+	}
+	return int(n), nil
+}
+
+// ParseList validates ?before=&since=&limit=.
+func ParseList(q url.Values) (ListRequest, error) {
+	var r ListRequest
+	before, hasBefore, err := single(q, "before")
+	if err != nil {
+		return r, err
+	}
+	since, hasSince, err := single(q, "since")
+	if err != nil {
+		return r, err
+	}
+	if hasBefore && hasSince {
+		return r, invalid("before and since are exclusive")
+	}
+	if hasBefore {
+		if r.Before, err = ParseCursor("before", before, 1); err != nil {
+			return r, err
+		}
+		r.HasBefore = true
+	}
+	if hasSince {
+		if r.Since, err = ParseCursor("since", since, 0); err != nil {
+			return r, err
+		}
+		r.HasSince = true
+	}
+	lim, hasLim, err := single(q, "limit")
+	if err != nil {
+		return r, err
+	}
+	r.Limit, err = ParseLimit("limit", lim, hasLim, DefaultLimit, MaxLimit)
+	return r, err
+}
+
+// ParseContext validates ?before=&after= of a context request (counts).
+func ParseContext(q url.Values) (before, after int, err error) {
+	b, hasB, err := single(q, "before")
+	if err != nil {
+		return 0, 0, err
+	}
+	a, hasA, err := single(q, "after")
+	if err != nil {
+		return 0, 0, err
+	}
+	if before, err = parseCount("before", b, hasB); err != nil {
+		return 0, 0, err
+	}
+	after, err = parseCount("after", a, hasA)
+	return before, after, err
+}
+
+func parseCount(name, v string, present bool) (int, error) {
+	if !present {
+		return DefaultContext, nil
+	}
+	n, err := ParseCursor(name, v, 0)
+	if err != nil || n > MaxContext {
+		return 0, invalid(name + " must be 0.." + strconv.Itoa(MaxContext))
+	}
+	return int(n), nil
+}
+
+// SearchRequest is a validated search: text q within [From, To), newest
+// first, below Before when paging.
+type SearchRequest struct {
+	Q         string
+	From, To  time.Time
+	Before    int64
+	HasBefore bool
+	Limit     int
+}
+
+// maxQueryLen bounds the search text; longer needles are abuse, not search.
+const maxQueryLen = 256
+
+// ParseSearch validates ?q=&from=&to=&limit=&before=.
+func ParseSearch(q url.Values) (SearchRequest, error) {
+	var r SearchRequest
+	text, ok, err := single(q, "q")
+	if err != nil {
+		return r, err
+	}
+	if !ok || len(text) > maxQueryLen {
+		return r, invalid("q is required (at most " + strconv.Itoa(maxQueryLen) + " bytes)")
+	}
+	r.Q = text
+	for _, f := range []struct {
+		name string
+		dst  *time.Time
+	}{{"from", &r.From}, {"to", &r.To}} {
+		v, ok, err := single(q, f.name)
+		if err != nil {
+			return r, err
+		}
+		if !ok {
+			return r, invalid(f.name + " is required (RFC 3339)")
+		}
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return r, invalid(f.name + " must be RFC 3339")
+		}
+		*f.dst = t.UTC()
+	}
+	if !r.To.After(r.From) {
+		return r, invalid("to must be after from")
+	}
+	if r.To.Sub(r.From) > MaxSearchDays*24*time.Hour {
+		return r, invalid("the search window is at most " + strconv.Itoa(MaxSearchDays) + " days")
+	}
+	months := monthSpan(r.From, r.To)
+	if months == 0 {
+		return r, invalid("from and to must lie in the years " + strconv.Itoa(routing.MinYear) + ".." + strconv.Itoa(routing.MaxYear))
+	}
+	if months > MaxSearchMonths {
+		return r, invalid("the search window may touch at most " + strconv.Itoa(MaxSearchMonths) + " months")
+	}
+	if v, ok, err := single(q, "before"); err != nil {
+		return r, err
+	} else if ok {
+		if r.Before, err = ParseCursor("before", v, 1); err != nil {
+			return r, err
+		}
+		r.HasBefore = true
+	}
+	lim, hasLim, err := single(q, "limit")
+	if err != nil {
+		return r, err
+	}
+	r.Limit, err = ParseLimit("limit", lim, hasLim, DefaultLimit, MaxLimit)
+	return r, err
+}

@@ -1,0 +1,156 @@
+package query
+
+import (
+	"context"
+	"database/sql"
+	"math"
+	"strings"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// monthSpan is how many calendar months [from, to) touches; 0 if either
+// end lies outside the supported years.
+func monthSpan(from, to time.Time) int {
+	a, b := routing.MonthOf(from), routing.MonthOf(to.Add(-time.Nanosecond))
+	if a.IsZero() || b.IsZero() {
+		return 0
+	}
+	return b.Sub(a) + 1
+}
+
+// likePattern escapes q for LIKE ... ESCAPE '!' and wraps it in %…%: the
+// search text is matched literally, never as a pattern.
+func likePattern(q string) string {
+	r := strings.NewReplacer("!", "!!", "%", "!%", "_", "!_")
+	return "%" + r.Replace(q) + "%"
+}
+
+// SearchMonths picks the months a search of [from, to) reads, newest first.
+// A message's month is the active month when it was sent, which may lag
+// the calendar at a month edge, so months come from the topic's mirror
+// rows (min/max created_at per month) overlapping the window, not from the
+// calendar. A topic the mirror does not know is read in the calendar months
+// of the window and the one before.
+func SearchMonths(mirror []MirrorRange, registered []routing.Month, from, to time.Time) []routing.Month {
+	var out []routing.Month
+	for _, r := range mirror {
+		if !r.MaxCreatedAt.Before(from) && r.MinCreatedAt.Before(to) {
+			out = append(out, r.Month)
+		}
+	}
+	if len(mirror) == 0 {
+		lo, hi := routing.MonthOf(from).Prev(), routing.MonthOf(to.Add(-time.Nanosecond))
+		for _, m := range registered {
+			if !m.Before(lo) && !m.After(hi) {
+				out = append(out, m)
+			}
+		}
+	}
+	return newestFirst(out)
+}
+
+func newestFirst(ms []routing.Month) []routing.Month {
+	out := make([]routing.Month, len(ms))
+	for i, m := range ms {
+		out[len(ms)-1-i] = m
+	}
+	return out
+}
+
+// MirrorRange is one mirror row with its time bounds.
+type MirrorRange struct {
+	routing.MonthRange
+	MinCreatedAt, MaxCreatedAt time.Time
+}
+
+// loadMirror reads the topic's mirror rows, oldest month first.
+func loadMirror(ctx context.Context, db sq.BaseRunner, topic string) ([]MirrorRange, error) {
+	rows, err := sq.Select("shard_month", "min_seq", "max_seq", "message_count", "min_created_at", "max_created_at").
+		From(mirrorTable).Where(sq.Eq{"topic": topic}).OrderBy("shard_month").RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []MirrorRange
+	for rows.Next() {
+		var r MirrorRange
+		var month string
+		if err := rows.Scan(&month, &r.MinSeq, &r.MaxSeq, &r.Count, &r.MinCreatedAt, &r.MaxCreatedAt); err != nil {
+			return nil, err
+		}
+		if r.Month, err = routing.ParseMonth(month); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Search finds messages of topic whose content.text contains q, created in
+// [from, to), newest first, paged with next_before. Each month's query stays
+// inside the topic's created_at range of idx_topic_created; the topic's ACL
+// is checked before any row is read and the caller's deletion ranges apply
+// to every hit.
+func (s *Service) Search(ctx context.Context, p httpapi.Principal, topic string, r SearchRequest) (BeforePage, error) {
+	if err := s.authorize(ctx, p, topic); err != nil {
+		return BeforePage{}, err
+	}
+	start := time.Now()
+	db, err := s.p.DBs.DB(ctx, p.Tenant)
+	if err != nil {
+		return BeforePage{}, err
+	}
+	mirror, err := loadMirror(ctx, db, topic)
+	if err != nil {
+		return BeforePage{}, err
+	}
+	registered, err := s.p.Catalog.Months(ctx, p.Tenant)
+	if err != nil {
+		return BeforePage{}, err
+	}
+	tables, err := s.p.Router.Tables(ctx, p.Tenant, SearchMonths(mirror, routing.SortedMonths(registered), r.From, r.To))
+	if err != nil {
+		return BeforePage{}, err
+	}
+	before := r.Before
+	if !r.HasBefore {
+		before = math.MaxInt64
+	}
+	page, touched, err := s.search(ctx, db, tables, topic, p.UserID, r, before)
+	if err != nil {
+		return BeforePage{}, err
+	}
+	s.m.observe(touched, false, time.Since(start).Seconds())
+	page, more := Truncate(page, r.Limit)
+	return BeforePage{Messages: nonNil(page), NextBefore: NextBefore(page), HasMore: more}, nil
+}
+
+func (s *Service) search(ctx context.Context, db *sql.DB, tables []routing.Table, topic string, user int64, r SearchRequest, before int64) ([]message.Message, int, error) {
+	var page []message.Message
+	touched := 0
+	for _, t := range tables {
+		if len(page) > r.Limit {
+			break
+		}
+		b := sq.Select(columns...).From(t.Quoted()+" AS m FORCE INDEX (idx_topic_created)").
+			Where(sq.Eq{"m.topic": topic, "m.status": message.StatusNormal}).
+			Where(sq.GtOrEq{"m.created_at": r.From}).Where(sq.Lt{"m.created_at": r.To}).
+			Where(sq.Lt{"m.seqid": before}).
+			Where("JSON_UNQUOTE(JSON_EXTRACT(m.content, '$.text')) LIKE ? ESCAPE '!'", likePattern(r.Q)).
+			Where(notHidden, user).
+			OrderBy("m.seqid DESC").Limit(uint64(r.Limit + 1 - len(page)))
+		rows, err := s.st.messages(ctx, db, b)
+		if err != nil {
+			return nil, touched, err
+		}
+		touched++
+		page = Merge(page, rows, Desc)
+	}
+	return page, touched, nil
+}

@@ -1,0 +1,387 @@
+// Package query is the read path (seed 000 §6): every way a client reads a
+// topic's messages — latest/before pages, since pages, one seq, context,
+// search — plus the admin lookups. Clients never learn about months: their
+// cursors are seqs, and the router (modules/routing) maps them to month
+// tables, which are read one at a time, in order, until the page is full.
+package query
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+	"github.com/rs/zerolog"
+
+	"github.com/imshard/imshard/modules/acl"
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// ACL answers membership questions (acl.Checker).
+type ACL interface {
+	Lookup(ctx context.Context, tenant, topic string, userID int64) (acl.Membership, error)
+}
+
+// Params wires a Service.
+type Params struct {
+	Redis      rueidis.Client
+	DBs        routing.DBs
+	Router     *routing.Router
+	Catalog    *routing.Catalog
+	Routes     *routing.Routes
+	Flight     *routing.Flight
+	ACL        ACL
+	Log        zerolog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Service answers reads.
+type Service struct {
+	p  Params
+	m  *metrics
+	st *store
+}
+
+// New builds the service; Close releases its prepared statements.
+func New(p Params) *Service {
+	return &Service{p: p, m: newMetrics(p.Registerer), st: newStore()}
+}
+
+// Close releases the prepared statements.
+func (s *Service) Close() { s.st.close() }
+
+// BeforePage is a newest-first page.
+type BeforePage struct {
+	Messages   []message.Message `json:"messages"`
+	NextBefore *int64            `json:"next_before"`
+	HasMore    bool              `json:"has_more"`
+}
+
+// SincePage is an oldest-first page. Gaps lists the recorded gaps (seqs
+// allocated and never persisted) the page stepped over, so a client knows
+// they will never arrive.
+type SincePage struct {
+	Messages  []message.Message `json:"messages"`
+	NextSince int64             `json:"next_since"`
+	HasMore   bool              `json:"has_more"`
+	Gaps      []int64           `json:"gaps"`
+}
+
+var (
+	errForbidden = httpapi.Errorf(httpapi.CodePermissionDenied, "not a member of this topic")
+	errNotFound  = httpapi.Errorf(httpapi.CodeNotFound, "no such message")
+)
+
+// authorize lets members read their topic and the tenant's admins read any.
+func (s *Service) authorize(ctx context.Context, p httpapi.Principal, topic string) error {
+	if err := routing.ValidTopic(topic); err != nil {
+		return err
+	}
+	if p.Role == httpapi.RoleAdmin {
+		return nil
+	}
+	m, err := s.p.ACL.Lookup(ctx, p.Tenant, topic, p.UserID)
+	if errors.Is(err, acl.ErrNoGroup) {
+		return errForbidden
+	}
+	if err != nil {
+		return err
+	}
+	if !m.Member {
+		return errForbidden
+	}
+	return nil
+}
+
+// Before is the page of up to limit visible messages with seq < before,
+// newest first; before 0 means the latest page.
+func (s *Service) Before(ctx context.Context, p httpapi.Principal, topic string, before int64, limit int) (BeforePage, error) {
+	if err := s.authorize(ctx, p, topic); err != nil {
+		return BeforePage{}, err
+	}
+	start := time.Now()
+	if before <= 0 {
+		before = math.MaxInt64
+	}
+	db, err := s.p.DBs.DB(ctx, p.Tenant)
+	if err != nil {
+		return BeforePage{}, err
+	}
+	page, ok := s.hotBefore(ctx, db, p, topic, before, limit)
+	tables := 0
+	if !ok {
+		q := listQuery{topic: topic, user: p.UserID, order: Desc, bound: before, limit: limit + 1}
+		if page, tables, err = s.scan(ctx, db, p.Tenant, q, func(tr routing.TopicRoute) []routing.Month { return tr.Before(before) }); err != nil {
+			return BeforePage{}, err
+		}
+	}
+	s.m.observe(tables, ok, time.Since(start).Seconds())
+	page, more := Truncate(page, limit)
+	return BeforePage{Messages: nonNil(page), NextBefore: NextBefore(page), HasMore: more}, nil
+}
+
+// Since is the page of up to limit visible messages with seq > since,
+// oldest first, never above the topic's settled watermark (invariant 12):
+// a seq still in flight below a persisted one stops the page, so it cannot
+// be jumped over.
+func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, since int64, limit int) (SincePage, error) {
+	if err := s.authorize(ctx, p, topic); err != nil {
+		return SincePage{}, err
+	}
+	start := time.Now()
+	settled, err := s.p.Flight.Settled(ctx, p.Tenant, topic)
+	if err != nil {
+		return SincePage{}, httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
+	}
+	db, err := s.p.DBs.DB(ctx, p.Tenant)
+	if err != nil {
+		return SincePage{}, err
+	}
+	var page []message.Message
+	ok, tables := false, 0
+	if settled > since {
+		page, ok = s.hotSince(ctx, db, p, topic, since, settled, limit)
+		if !ok {
+			q := listQuery{topic: topic, user: p.UserID, order: Asc, bound: since, upTo: settled, limit: limit + 1}
+			if page, tables, err = s.scan(ctx, db, p.Tenant, q, func(tr routing.TopicRoute) []routing.Month { return tr.Since(since) }); err != nil {
+				return SincePage{}, err
+			}
+		}
+	}
+	s.m.observe(tables, ok, time.Since(start).Seconds())
+	page, more := Truncate(page, limit)
+	next := NextSince(page, since)
+	hi := settled
+	if more {
+		hi = next
+	}
+	var gaps []int64
+	if hi > since {
+		if gaps, err = s.p.Flight.Gaps(ctx, p.Tenant, topic, since+1, hi); err != nil {
+			return SincePage{}, err
+		}
+	}
+	return SincePage{Messages: nonNil(page), NextSince: next, HasMore: more, Gaps: nonNilSeqs(gaps)}, nil
+}
+
+func nonNil(ms []message.Message) []message.Message {
+	if ms == nil {
+		return []message.Message{}
+	}
+	return ms
+}
+
+func nonNilSeqs(s []int64) []int64 {
+	if s == nil {
+		return []int64{}
+	}
+	return s
+}
+
+// scan reads month tables one at a time in the route's order until the
+// page holds q.limit rows: never a UNION over history (invariant 7). It
+// returns the rows and how many tables it touched.
+func (s *Service) scan(ctx context.Context, db *sql.DB, tenant string, q listQuery, pick func(routing.TopicRoute) []routing.Month) ([]message.Message, int, error) {
+	tr, err := s.p.Router.Route(ctx, tenant, q.topic)
+	if err != nil {
+		return nil, 0, err
+	}
+	tables, err := s.p.Router.Tables(ctx, tenant, pick(tr))
+	if err != nil {
+		return nil, 0, err
+	}
+	var page []message.Message
+	touched := 0
+	want := q.limit
+	for _, t := range tables {
+		if len(page) >= want {
+			break
+		}
+		q.limit = want - len(page)
+		rows, err := s.st.messages(ctx, db, q.build(t))
+		if err != nil {
+			return nil, touched, err
+		}
+		touched++
+		page = Merge(page, rows, q.order)
+	}
+	s.repairIfFallback(ctx, tenant, q.topic, tr, len(page) > 0)
+	return page, touched, nil
+}
+
+// repairIfFallback queues a route repair when a topic that neither Redis
+// nor the mirror knows turned out to have rows.
+func (s *Service) repairIfFallback(ctx context.Context, tenant, topic string, tr routing.TopicRoute, found bool) {
+	if tr.Source != routing.RouteFromFallback || !found {
+		return
+	}
+	if err := s.p.Router.QueueRepair(ctx, tenant, topic); err != nil {
+		s.p.Log.Warn().Err(err).Str("tenant", tenant).Str("topic", topic).Msg("queue route repair")
+	}
+}
+
+// hotBefore answers a before page from the hot cache when it provably
+// covers every seq the page spans (seed 000 §6.1); ok false sends the page
+// to MySQL.
+func (s *Service) hotBefore(ctx context.Context, db *sql.DB, p httpapi.Principal, topic string, before int64, limit int) ([]message.Message, bool) {
+	keys, err := routing.KeysFor(p.Tenant)
+	if err != nil {
+		return nil, false
+	}
+	c, last, err := s.hotRead(ctx, keys, topic, Desc, before, limit+1+hotSlack)
+	if err != nil {
+		s.p.Log.Warn().Err(err).Str("topic", topic).Msg("hot cache read failed; reading MySQL")
+		return nil, false
+	}
+	if last == 0 {
+		return s.hotMiss()
+	}
+	top := min(before-1, last)
+	if _, ok := Walk(c, top, 1, Desc, limit, nil, false); !ok {
+		return s.hotMiss()
+	}
+	hidden, err := s.st.hidden(ctx, db, topic, p.UserID, c.Lo)
+	if err != nil {
+		return nil, false
+	}
+	page, ok := Walk(c, top, 1, Desc, limit, hidden, false)
+	if !ok {
+		return s.hotMiss()
+	}
+	s.m.hot.WithLabelValues("hit").Inc()
+	return page, true
+}
+
+// hotSince is hotBefore for a since page, bounded by the settled watermark
+// and the last issued seq.
+func (s *Service) hotSince(ctx context.Context, db *sql.DB, p httpapi.Principal, topic string, since, settled int64, limit int) ([]message.Message, bool) {
+	keys, err := routing.KeysFor(p.Tenant)
+	if err != nil {
+		return nil, false
+	}
+	c, last, err := s.hotRead(ctx, keys, topic, Asc, since, limit+1+hotSlack)
+	if err != nil {
+		s.p.Log.Warn().Err(err).Str("topic", topic).Msg("hot cache read failed; reading MySQL")
+		return nil, false
+	}
+	if last == 0 {
+		return s.hotMiss()
+	}
+	stop := min(settled, last)
+	if _, ok := Walk(c, since+1, stop, Asc, limit, nil, false); !ok {
+		return s.hotMiss()
+	}
+	hidden, err := s.st.hidden(ctx, db, topic, p.UserID, since)
+	if err != nil {
+		return nil, false
+	}
+	page, ok := Walk(c, since+1, stop, Asc, limit, hidden, false)
+	if !ok {
+		return s.hotMiss()
+	}
+	s.m.hot.WithLabelValues("hit").Inc()
+	return page, true
+}
+
+func (s *Service) hotMiss() ([]message.Message, bool) {
+	s.m.hot.WithLabelValues("miss").Inc()
+	return nil, false
+}
+
+// Get is one message by seq: the hot cache, else the month the route
+// names (then its neighbour and the probe months). Recalled and deleted
+// messages come back as tombstones; one the caller hid is not found.
+func (s *Service) Get(ctx context.Context, p httpapi.Principal, topic string, seq int64) (message.Message, error) {
+	if err := s.authorize(ctx, p, topic); err != nil {
+		return message.Message{}, err
+	}
+	start := time.Now()
+	m, tables, err := s.get(ctx, p, topic, seq)
+	s.m.observe(tables, err == nil && tables == 0, time.Since(start).Seconds())
+	return m, err
+}
+
+func (s *Service) get(ctx context.Context, p httpapi.Principal, topic string, seq int64) (message.Message, int, error) {
+	db, err := s.p.DBs.DB(ctx, p.Tenant)
+	if err != nil {
+		return message.Message{}, 0, err
+	}
+	keys, err := routing.KeysFor(p.Tenant)
+	if err != nil {
+		return message.Message{}, 0, err
+	}
+	if m, ok, err := s.hotOne(ctx, keys, topic, seq); err == nil && ok {
+		hidden, err := s.st.hidden(ctx, db, topic, p.UserID, seq)
+		if err != nil {
+			return message.Message{}, 0, err
+		}
+		if hidden.Hides(seq) {
+			return message.Message{}, 0, errNotFound
+		}
+		return m, 0, nil
+	}
+	tr, err := s.p.Router.Route(ctx, p.Tenant, topic)
+	if err != nil {
+		return message.Message{}, 0, err
+	}
+	tables, err := s.p.Router.Tables(ctx, p.Tenant, tr.BySeq(seq))
+	if err != nil {
+		return message.Message{}, 0, err
+	}
+	for i, t := range tables {
+		m, ok, err := s.st.one(ctx, db, t, topic, p.UserID, seq)
+		if err != nil {
+			return message.Message{}, i + 1, err
+		}
+		if ok {
+			s.repairIfFallback(ctx, p.Tenant, topic, tr, true)
+			return m, i + 1, nil
+		}
+	}
+	return message.Message{}, len(tables), errNotFound
+}
+
+// Context is the target message with up to nBefore messages before it and
+// nAfter after it, oldest first, crossing months as needed (seed 000 §6.5).
+// Globally deleted neighbours stay as tombstones, hidden ones are left out.
+func (s *Service) Context(ctx context.Context, p httpapi.Principal, topic string, seq int64, nBefore, nAfter int) ([]message.Message, error) {
+	if err := s.authorize(ctx, p, topic); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	target, touched, err := s.get(ctx, p, topic, seq)
+	if err != nil {
+		return nil, err
+	}
+	db, err := s.p.DBs.DB(ctx, p.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	var older, newer []message.Message
+	if nBefore > 0 {
+		q := listQuery{topic: topic, user: p.UserID, order: Desc, bound: seq, limit: nBefore, keepDeleted: true}
+		var n int
+		if older, n, err = s.scan(ctx, db, p.Tenant, q, func(tr routing.TopicRoute) []routing.Month { return tr.Before(seq) }); err != nil {
+			return nil, err
+		}
+		touched += n
+	}
+	if nAfter > 0 {
+		q := listQuery{topic: topic, user: p.UserID, order: Asc, bound: seq, upTo: routing.Unsettled, limit: nAfter, keepDeleted: true}
+		var n int
+		if newer, n, err = s.scan(ctx, db, p.Tenant, q, func(tr routing.TopicRoute) []routing.Month { return tr.Since(seq) }); err != nil {
+			return nil, err
+		}
+		touched += n
+	}
+	s.m.observe(touched, false, time.Since(start).Seconds())
+	slices.Reverse(older)
+	out := append(older, target)
+	return append(out, newer...), nil
+}

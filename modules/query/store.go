@@ -1,0 +1,222 @@
+package query
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	sq "github.com/Masterminds/squirrel"
+
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// Fixed table names of the read path (never built from input).
+const (
+	dellogTable = "im_dellog"
+	mirrorTable = "im_group_message_topic_shards"
+)
+
+var columns = []string{"m.topic", "m.seqid", "m.message_id", "m.group_id", "m.from_user", "m.client_msg_id",
+	"m.msg_type", "m.status", "m.content", "m.head", "m.mentioned_user_ids", "m.mention_all", "m.reply_seqid",
+	"m.root_seqid", "m.version", "m.created_at", "m.updated_at"}
+
+// notHidden drops rows inside one of the caller's deletion ranges [low, hi):
+// applied in every month table's query (seed 000 §7), so a run hidden by
+// deletions is skipped by the index, never paged through.
+const notHidden = "NOT EXISTS (SELECT 1 FROM " + dellogTable + " AS d WHERE d.topic = m.topic AND d.deletedfor = ? AND d.low <= m.seqid AND d.hi > m.seqid)"
+
+// store runs the read statements. Each distinct statement is prepared once
+// per pool and reused: a page is then one round trip to MySQL instead of
+// prepare, execute and close.
+type store struct {
+	mu    sync.Mutex
+	stmts map[stmtKey]*sql.Stmt
+}
+
+type stmtKey struct {
+	db    *sql.DB
+	query string
+}
+
+// maxStmts caps the prepared statements kept (MySQL's
+// max_prepared_stmt_count is per server); past it statements run unprepared.
+const maxStmts = 512
+
+func newStore() *store { return &store{stmts: map[stmtKey]*sql.Stmt{}} }
+
+func (s *store) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, st := range s.stmts {
+		_ = st.Close()
+		delete(s.stmts, k)
+	}
+}
+
+func (s *store) stmt(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, error) {
+	k := stmtKey{db, query}
+	s.mu.Lock()
+	st, ok := s.stmts[k]
+	full := len(s.stmts) >= maxStmts
+	s.mu.Unlock()
+	if ok || full {
+		return st, nil
+	}
+	st, err := db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if old, ok := s.stmts[k]; ok {
+		_ = st.Close()
+		st = old
+	} else {
+		s.stmts[k] = st
+	}
+	s.mu.Unlock()
+	return st, nil
+}
+
+func (s *store) forget(db *sql.DB, query string) {
+	k := stmtKey{db, query}
+	s.mu.Lock()
+	if st, ok := s.stmts[k]; ok {
+		_ = st.Close()
+		delete(s.stmts, k)
+	}
+	s.mu.Unlock()
+}
+
+// messages runs a SELECT of columns and scans every row.
+func (s *store) messages(ctx context.Context, db *sql.DB, b sq.SelectBuilder) ([]message.Message, error) {
+	query, args, err := b.ToSql()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.run(ctx, db, query, args)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []message.Message
+	for rows.Next() {
+		m, err := scanMessage(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+func (s *store) run(ctx context.Context, db *sql.DB, query string, args []any) (*sql.Rows, error) {
+	st, err := s.stmt(ctx, db, query)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return db.QueryContext(ctx, query, args...)
+	}
+	rows, err := st.QueryContext(ctx, args...)
+	if err != nil {
+		// e.g. the pool was closed (tenant evicted): prepare afresh next time
+		s.forget(db, query)
+	}
+	return rows, err
+}
+
+func scanMessage(rows *sql.Rows) (message.Message, error) {
+	var m message.Message
+	var mid, gid, from int64
+	var cmid sql.NullString
+	var content, head, mentions []byte
+	var reply, root sql.NullInt64
+	if err := rows.Scan(&m.Topic, &m.Seq, &mid, &gid, &from, &cmid, &m.MsgType, &m.Status, &content, &head,
+		&mentions, &m.MentionAll, &reply, &root, &m.Version, &m.CreatedAt.Time, &m.UpdatedAt.Time); err != nil {
+		return m, fmt.Errorf("query: scan: %w", err)
+	}
+	m.MessageID, m.GroupID, m.FromUser, m.ClientMsgID = message.ID(mid), message.ID(gid), message.ID(from), cmid.String
+	if content != nil {
+		m.Content = json.RawMessage(content)
+	}
+	if head != nil {
+		m.Head = json.RawMessage(head)
+	}
+	if len(mentions) > 0 {
+		if err := json.Unmarshal(mentions, &m.MentionedUserIDs); err != nil {
+			return m, fmt.Errorf("query: mentioned_user_ids of %s/%d: %w", m.Topic, m.Seq, err)
+		}
+	}
+	if reply.Valid {
+		m.ReplySeqID = &reply.Int64
+	}
+	if root.Valid {
+		m.RootSeqID = &root.Int64
+	}
+	m.CreatedAt, m.UpdatedAt = message.NewTime(m.CreatedAt.Time), message.NewTime(m.UpdatedAt.Time)
+	return m.Normalized(), nil
+}
+
+// listQuery is one month table's share of a list page.
+type listQuery struct {
+	topic       string
+	user        int64
+	order       Order
+	bound       int64 // exclusive: seq < bound (Desc) or seq > bound (Asc)
+	upTo        int64 // Asc only: seq <= upTo (the settled watermark)
+	limit       int
+	keepDeleted bool // context keeps globally deleted rows as tombstones
+}
+
+func (q listQuery) build(t routing.Table) sq.SelectBuilder {
+	b := sq.Select(columns...).From(t.Quoted() + " AS m").Where(sq.Eq{"m.topic": q.topic})
+	if q.order == Desc {
+		b = b.Where(sq.Lt{"m.seqid": q.bound}).OrderBy("m.seqid DESC")
+	} else {
+		b = b.Where(sq.Gt{"m.seqid": q.bound})
+		if q.upTo < routing.Unsettled {
+			b = b.Where(sq.LtOrEq{"m.seqid": q.upTo})
+		}
+		b = b.OrderBy("m.seqid ASC")
+	}
+	if !q.keepDeleted {
+		b = b.Where(sq.NotEq{"m.status": message.StatusDeleted})
+	}
+	return b.Where(notHidden, q.user).Limit(uint64(q.limit))
+}
+
+// one reads (topic, seq) from t unless the caller hid it.
+func (s *store) one(ctx context.Context, db *sql.DB, t routing.Table, topic string, user, seq int64) (message.Message, bool, error) {
+	ms, err := s.messages(ctx, db, sq.Select(columns...).From(t.Quoted()+" AS m").
+		Where(sq.Eq{"m.topic": topic, "m.seqid": seq}).Where(notHidden, user).Limit(1))
+	if err != nil || len(ms) == 0 {
+		return message.Message{}, false, err
+	}
+	return ms[0], true, nil
+}
+
+// hidden reads the caller's deletion ranges of topic that reach above lo.
+func (s *store) hidden(ctx context.Context, db *sql.DB, topic string, user, lo int64) (Hidden, error) {
+	query, args, err := sq.Select("low", "hi").From(dellogTable).
+		Where(sq.Eq{"topic": topic, "deletedfor": user}).Where(sq.Gt{"hi": lo}).ToSql()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.run(ctx, db, query, args)
+	if err != nil {
+		return nil, fmt.Errorf("query: dellog: %w", err)
+	}
+	defer rows.Close()
+	var h Hidden
+	for rows.Next() {
+		var r [2]int64
+		if err := rows.Scan(&r[0], &r[1]); err != nil {
+			return nil, err
+		}
+		h = append(h, r)
+	}
+	return h, rows.Err()
+}
