@@ -81,6 +81,7 @@ var inits = map[string]func(ctx context.Context, a *App) (Service, error){
 	Kafka:    initKafka,
 	Routing:  initRouting,
 	ShardMgr: initShardMgr,
+	Send:     initSend,
 	Persist:  initPersist,
 	Query:    initQuery,
 	API:      initAPI,

@@ -17,6 +17,7 @@ const (
 	Routing  = "routing"  // catalog, allocator, route lookup
 	ShardMgr = "shardmgr" // month-table patrol
 	API      = "api"      // the HTTP API server on http.addr
+	Send     = "send"     // POST messages, group and member management
 	Persist  = "persist"  // Kafka → month tables consumer
 	Query    = "query"    // GET messages, search, admin routes
 	All      = "all"      // every role; no code of its own
@@ -32,23 +33,24 @@ var deps = map[string][]string{
 	Routing:  {MySQL, Redis},
 	ShardMgr: {Routing},
 	API:      {Routing},
+	Send:     {Routing, Kafka},
 	Persist:  {Routing, Kafka},
 	Query:    {Routing},
-	All:      {ShardMgr, Persist, Query},
+	All:      {ShardMgr, Send, Persist, Query},
 }
 
 // after orders the API server behind the HTTP roles present, so every
 // handler is registered before it listens (and it stops accepting first),
 // without making a role's presence pull in the others.
 var after = map[string][]string{
-	API: {Query},
+	API: {Send, Query},
 }
 
 // roles are the modules an operator may name in `serve --roles`.
-var roles = []string{ShardMgr, Persist, Query}
+var roles = []string{ShardMgr, Send, Persist, Query}
 
 // httpRoles are the roles that serve the HTTP API; any of them adds API.
-var httpRoles = []string{Query}
+var httpRoles = []string{Send, Query}
 
 // Roles lists the valid role names, sorted.
 func Roles() []string {

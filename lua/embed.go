@@ -58,3 +58,33 @@ var RouteReplace string
 //
 //go:embed idem_done.lua
 var IdemDone string
+
+// IdemClaim claims a send's idempotency record or reads the existing one.
+//
+//go:embed idem_claim.lua
+var IdemClaim string
+
+// IdemEvent stores a claimed send's event before it is produced.
+//
+//go:embed idem_event.lua
+var IdemEvent string
+
+// IdemAck records a send's broker ack (or dedup-table hit) and its answer.
+//
+//go:embed idem_ack.lua
+var IdemAck string
+
+// IdemFail marks a pending send's produce as failed.
+//
+//go:embed idem_fail.lua
+var IdemFail string
+
+// IdemRelease drops a claim that allocated nothing.
+//
+//go:embed idem_release.lua
+var IdemRelease string
+
+// IdemRetry prepares the re-produce of a stored, unacknowledged event.
+//
+//go:embed idem_retry.lua
+var IdemRetry string

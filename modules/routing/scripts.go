@@ -20,6 +20,12 @@ type Scripts struct {
 	RouteMerge   *rueidis.Lua
 	RouteReplace *rueidis.Lua
 	IdemDone     *rueidis.Lua
+	IdemClaim    *rueidis.Lua
+	IdemEvent    *rueidis.Lua
+	IdemAck      *rueidis.Lua
+	IdemFail     *rueidis.Lua
+	IdemRelease  *rueidis.Lua
+	IdemRetry    *rueidis.Lua
 }
 
 // NewScripts prepares every script once per process.
@@ -35,5 +41,11 @@ func NewScripts() *Scripts {
 		RouteMerge:   rueidis.NewLuaScript(lua.RouteMerge),
 		RouteReplace: rueidis.NewLuaScript(lua.RouteReplace),
 		IdemDone:     rueidis.NewLuaScript(lua.IdemDone),
+		IdemClaim:    rueidis.NewLuaScript(lua.IdemClaim),
+		IdemEvent:    rueidis.NewLuaScript(lua.IdemEvent),
+		IdemAck:      rueidis.NewLuaScript(lua.IdemAck),
+		IdemFail:     rueidis.NewLuaScript(lua.IdemFail),
+		IdemRelease:  rueidis.NewLuaScript(lua.IdemRelease),
+		IdemRetry:    rueidis.NewLuaScript(lua.IdemRetry),
 	}
 }

@@ -1,0 +1,33 @@
+package app
+
+import (
+	"context"
+
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/send"
+)
+
+func initSend(ctx context.Context, a *App) (Service, error) {
+	c := &a.clients
+	svc, err := send.New(ctx, send.Params{
+		Send:       a.Config.Send,
+		HotCache:   a.Config.HotCache,
+		Brokers:    c.brokers,
+		KafkaTopic: a.Config.Kafka.Topic,
+		Redis:      c.redis,
+		DBs:        c.pools,
+		Catalog:    c.catalog,
+		Allocator:  c.alloc,
+		Flight:     c.flight,
+		Scripts:    c.scripts,
+		ACL:        c.acl,
+		Auth:       httpapi.NewAuthenticator(a.Secrets()),
+		Log:        a.Log.With().Str("module", Send).Logger(),
+		Registerer: a.Registry,
+	})
+	if err != nil {
+		return nil, err
+	}
+	svc.Register(a.APIMux)
+	return svc, nil
+}

@@ -1,0 +1,31 @@
+-- Prepare the re-produce of a stored event whose first attempt is pending or
+-- failed (DESIGN invariant 12: a seq pending past the produce timeout becomes
+-- a gap that readers skip; it must not be stored after all).
+--
+-- KEYS[1] idempotency HASH
+-- KEYS[2] topic pending seqs (ZSET score seq, member "seq:allocms"/"seq:a")
+-- KEYS[3] topic gaps (ZSET score seq)
+-- ARGV[1] seq of the stored event, ARGV[2] owner token, ARGV[3] TTL ms
+--
+-- Replies:
+--   1  re-produce the stored event; its pending entry (if still there) got a
+--      fresh time, so the timeout does not turn it into a gap meanwhile
+--   0  the seq is a recorded gap: the record is reset to a claim of this
+--      attempt, which allocates a new seq (the old one was never stored)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'status', 'pending', 'owner', ARGV[2], 'claimed_at', now)
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return 0
+end
+-- no pending entry and no gap: persist already removed it, nothing to time out
+if redis.call('ZCOUNT', KEYS[2], ARGV[1], ARGV[1]) > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], ARGV[1], ARGV[1])
+  redis.call('ZADD', KEYS[2], ARGV[1], ARGV[1] .. ':' .. now)
+end
+if redis.call('HGET', KEYS[1], 'status') == 'failed' then
+  redis.call('HSET', KEYS[1], 'status', 'pending')
+end
+return 1

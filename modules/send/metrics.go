@@ -1,0 +1,56 @@
+package send
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics of the send role.
+type metrics struct {
+	latency  *prometheus.HistogramVec // imshard_send_latency_seconds{result}
+	total    *prometheus.CounterVec   // imshard_send_total{result}
+	gaps     prometheus.Counter       // imshard_seq_gaps_total
+	postAck  *prometheus.CounterVec   // imshard_send_post_ack_failures_total{step}
+	dedupHit prometheus.Counter       // imshard_send_dedup_table_hits_total
+}
+
+// Result labels besides the API error codes.
+const (
+	resultOK        = "ok"
+	resultDuplicate = "duplicate"
+)
+
+// Post-ack steps whose failures are counted (they never fail the send).
+const (
+	stepPending     = "pending"
+	stepIdempotency = "idempotency"
+	stepHotCache    = "hot_cache"
+	stepPublish     = "publish"
+	// an ack after the seq had timed out into a gap
+	stepLateAfterGap = "late_after_gap"
+)
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "imshard_send_latency_seconds",
+			Help:    "Send request latency, by result (ok, duplicate, or the error code).",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"result"}),
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "imshard_send_total",
+			Help: "Send requests, by result (ok, duplicate, or the error code).",
+		}, []string{"result"}),
+		gaps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "imshard_seq_gaps_total",
+			Help: "Seqs the send path allocated and abandoned, recorded as gaps.",
+		}),
+		postAck: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "imshard_send_post_ack_failures_total",
+			Help: "Failures after the Kafka ack (pending, idempotency, hot_cache, publish, late_after_gap); the send still succeeded.",
+		}, []string{"step"}),
+		dedupHit: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "imshard_send_dedup_table_hits_total",
+			Help: "Retries Redis had forgotten, answered from the MySQL dedup table.",
+		}),
+	}
+	reg.MustRegister(m.latency, m.total, m.gaps, m.postAck, m.dedupHit)
+	return m
+}

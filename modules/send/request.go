@@ -1,0 +1,207 @@
+package send
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/imshard/imshard/modules/acl"
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
+)
+
+// MsgTypes is the msg_type whitelist (docs/api.md). `system` is reserved to
+// the service and admin roles: a plain user must not forge system notices.
+var MsgTypes = []string{"text", "image", "file", "audio", "video", "location", "card", "system", "custom"}
+
+// MaxClientMsgID is the longest client_msg_id in bytes (the column is
+// VARCHAR(64) utf8mb4_bin; 64 bytes never exceed 64 characters).
+const MaxClientMsgID = 64
+
+// Request is the body of POST /v1/topics/{topic}/messages.
+type Request struct {
+	ClientMsgID      string          `json:"client_msg_id"`
+	MsgType          string          `json:"msg_type"`
+	Content          json.RawMessage `json:"content"`
+	Head             json.RawMessage `json:"head"`
+	MentionedUserIDs message.IDs     `json:"mentioned_user_ids"`
+	MentionAll       bool            `json:"mention_all"`
+	ReplySeqID       *int64          `json:"reply_seqid"`
+	RootSeqID        *int64          `json:"root_seqid"`
+	FromUser         *message.ID     `json:"from_user"`
+}
+
+func invalid(format string, args ...any) error {
+	return httpapi.Errorf(httpapi.CodeInvalidArgument, fmt.Sprintf(format, args...))
+}
+
+// decodeStrict decodes exactly one JSON value from r into v: unknown fields,
+// trailing data and a body past the MaxBytesReader limit are errors.
+func decodeStrict(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return bodyError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return bodyError(err)
+		}
+		return invalid("body must be a single JSON object")
+	}
+	return nil
+}
+
+func bodyError(err error) error {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return httpapi.Wrap(httpapi.CodeTooLarge, "body exceeds "+strconv.FormatInt(tooLarge.Limit, 10)+" bytes", err)
+	}
+	if errors.Is(err, io.EOF) {
+		return invalid("empty body")
+	}
+	return httpapi.Wrap(httpapi.CodeInvalidArgument, "invalid JSON body: "+err.Error(), err)
+}
+
+// DecodeSend reads and validates a send request. maxMentions bounds
+// mentioned_user_ids. Nothing about the caller is checked here (see
+// Service.authorize); only the shape of the request.
+func DecodeSend(r io.Reader, maxMentions int) (Request, error) {
+	var req Request
+	if err := decodeStrict(r, &req); err != nil {
+		return Request{}, err
+	}
+	if err := req.validate(maxMentions); err != nil {
+		return Request{}, err
+	}
+	return req, nil
+}
+
+func (req *Request) validate(maxMentions int) error {
+	switch n := len(req.ClientMsgID); {
+	case n == 0:
+		return invalid("client_msg_id is required")
+	case n > MaxClientMsgID:
+		return invalid("client_msg_id exceeds %d bytes", MaxClientMsgID)
+	}
+	if !slices.Contains(MsgTypes, req.MsgType) {
+		return invalid("msg_type must be one of %v", MsgTypes)
+	}
+	if !isObject(req.Content) {
+		return invalid("content must be a JSON object")
+	}
+	if isNull(req.Head) {
+		req.Head = nil
+	} else if !isObject(req.Head) {
+		return invalid("head must be a JSON object or null")
+	}
+	if len(req.MentionedUserIDs) > maxMentions {
+		return invalid("mentioned_user_ids holds more than %d ids", maxMentions)
+	}
+	for _, id := range req.MentionedUserIDs {
+		if id <= 0 {
+			return invalid("mentioned_user_ids must be positive user ids")
+		}
+	}
+	if req.ReplySeqID != nil && *req.ReplySeqID <= 0 {
+		return invalid("reply_seqid must be > 0")
+	}
+	if req.RootSeqID != nil && *req.RootSeqID <= 0 {
+		return invalid("root_seqid must be > 0")
+	}
+	if req.FromUser != nil && *req.FromUser <= 0 {
+		return invalid("from_user must be a positive user id")
+	}
+	return nil
+}
+
+// isObject reports whether raw (already valid JSON, the decoder checked it)
+// is an object.
+func isObject(raw json.RawMessage) bool {
+	t := bytes.TrimLeft(raw, " \t\r\n")
+	return len(t) > 0 && t[0] == '{'
+}
+
+func isNull(raw json.RawMessage) bool {
+	return raw == nil || string(bytes.TrimSpace(raw)) == "null"
+}
+
+// ParseUserID parses a user id path segment: a positive decimal int64.
+func ParseUserID(s string) (int64, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 || strconv.FormatInt(n, 10) != s {
+		return 0, invalid("user id must be a positive decimal integer")
+	}
+	return n, nil
+}
+
+// GroupRequest is the body of PUT /v1/topics/{topic}.
+type GroupRequest struct {
+	GroupID *message.ID `json:"group_id"`
+	Name    string      `json:"name"`
+	Status  string      `json:"status"`
+}
+
+// MaxGroupName is the longest group name in characters (VARCHAR(255)).
+const MaxGroupName = 255
+
+// DecodeGroup reads and validates a group upsert.
+func DecodeGroup(r io.Reader) (GroupRequest, error) {
+	var req GroupRequest
+	if err := decodeStrict(r, &req); err != nil {
+		return GroupRequest{}, err
+	}
+	if req.GroupID == nil || *req.GroupID <= 0 {
+		return GroupRequest{}, invalid("group_id is required and must be positive")
+	}
+	if utf8.RuneCountInString(req.Name) > MaxGroupName {
+		return GroupRequest{}, invalid("name must be at most %d characters", MaxGroupName)
+	}
+	switch req.Status {
+	case acl.GroupActive, acl.GroupMuted, acl.GroupDissolved:
+	default:
+		return GroupRequest{}, invalid("status must be active, muted or dissolved")
+	}
+	return req, nil
+}
+
+// MemberRequest is the body of PUT /v1/topics/{topic}/members/{uid}.
+type MemberRequest struct {
+	Role       string        `json:"role"`
+	MutedUntil *message.Time `json:"muted_until"`
+}
+
+// DecodeMember reads and validates a membership upsert.
+func DecodeMember(r io.Reader) (MemberRequest, error) {
+	var req MemberRequest
+	if err := decodeStrict(r, &req); err != nil {
+		return MemberRequest{}, err
+	}
+	switch req.Role {
+	case acl.RoleMember, acl.RoleAdmin, acl.RoleOwner:
+	default:
+		return MemberRequest{}, invalid("role must be member, admin or owner")
+	}
+	// DATETIME(3) holds years 1000–9999; a zero time would mean "muted
+	// forever from year 1", which no client means.
+	if m := req.MutedUntil; m != nil && (m.Year() < 1970 || m.Year() > 9999) {
+		return MemberRequest{}, invalid("muted_until must be an RFC 3339 time between 1970 and 9999")
+	}
+	return req, nil
+}
+
+// mutedUntil converts the optional mute for acl.PutMember.
+func (m MemberRequest) mutedUntil() *time.Time {
+	if m.MutedUntil == nil {
+		return nil
+	}
+	t := m.MutedUntil.Time
+	return &t
+}

@@ -1,0 +1,168 @@
+package send
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+func codeOf(err error) string {
+	if err == nil {
+		return ""
+	}
+	code, _ := httpapi.Classify(err)
+	return code
+}
+
+func TestDecodeSend(t *testing.T) {
+	const ok = `"client_msg_id":"c1","msg_type":"text","content":{"text":"hi"}`
+	for _, tc := range []struct {
+		name, body, code string
+	}{
+		{"minimal", `{` + ok + `}`, ""},
+		{"all fields", `{` + ok + `,"head":{"a":1},"mentioned_user_ids":["1",2],"mention_all":true,"reply_seqid":3,"root_seqid":1,"from_user":"9"}`, ""},
+		{"null head", `{` + ok + `,"head":null}`, ""},
+		{"empty", ``, "invalid_argument"},
+		{"not json", `hello`, "invalid_argument"},
+		{"truncated", `{"client_msg_id":"c1"`, "invalid_argument"},
+		{"array", `[]`, "invalid_argument"},
+		{"trailing data", `{` + ok + `} {}`, "invalid_argument"},
+		{"unknown field", `{` + ok + `,"seq":5}`, "invalid_argument"},
+		{"missing client_msg_id", `{"msg_type":"text","content":{}}`, "invalid_argument"},
+		{"empty client_msg_id", `{"client_msg_id":"","msg_type":"text","content":{}}`, "invalid_argument"},
+		{"64-byte client_msg_id", `{"client_msg_id":"` + strings.Repeat("a", 64) + `","msg_type":"text","content":{}}`, ""},
+		{"65-byte client_msg_id", `{"client_msg_id":"` + strings.Repeat("a", 65) + `","msg_type":"text","content":{}}`, "invalid_argument"},
+		{"multibyte client_msg_id over 64 bytes", `{"client_msg_id":"` + strings.Repeat("é", 33) + `","msg_type":"text","content":{}}`, "invalid_argument"},
+		{"unknown msg_type", `{"client_msg_id":"c","msg_type":"html","content":{}}`, "invalid_argument"},
+		{"missing msg_type", `{"client_msg_id":"c","content":{}}`, "invalid_argument"},
+		{"missing content", `{"client_msg_id":"c","msg_type":"text"}`, "invalid_argument"},
+		{"string content", `{"client_msg_id":"c","msg_type":"text","content":"hi"}`, "invalid_argument"},
+		{"null content", `{"client_msg_id":"c","msg_type":"text","content":null}`, "invalid_argument"},
+		{"array head", `{` + ok + `,"head":[1]}`, "invalid_argument"},
+		{"bad mention id", `{` + ok + `,"mentioned_user_ids":["x"]}`, "invalid_argument"},
+		{"zero mention id", `{` + ok + `,"mentioned_user_ids":[0]}`, "invalid_argument"},
+		{"too many mentions", `{` + ok + `,"mentioned_user_ids":[1,2,3,4]}`, "invalid_argument"},
+		{"zero reply", `{` + ok + `,"reply_seqid":0}`, "invalid_argument"},
+		{"negative root", `{` + ok + `,"root_seqid":-1}`, "invalid_argument"},
+		{"fractional reply", `{` + ok + `,"reply_seqid":1.5}`, "invalid_argument"},
+		{"zero from_user", `{` + ok + `,"from_user":0}`, "invalid_argument"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeSend(strings.NewReader(tc.body), 3)
+			if got := codeOf(err); got != tc.code {
+				t.Fatalf("code = %q (%v), want %q", got, err, tc.code)
+			}
+		})
+	}
+}
+
+func TestDecodeSendTooLarge(t *testing.T) {
+	body := `{"client_msg_id":"c","msg_type":"text","content":{"text":"` + strings.Repeat("x", 2000) + `"}}`
+	rec := httptest.NewRecorder()
+	r := http.MaxBytesReader(rec, io.NopCloser(strings.NewReader(body)), 1024)
+	_, err := DecodeSend(r, 10)
+	if codeOf(err) != httpapi.CodeTooLarge {
+		t.Fatalf("err = %v, want too_large", err)
+	}
+}
+
+func TestDecodeGroupAndMember(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, code string
+	}{
+		{"ok", `{"group_id":"12","name":"g","status":"active"}`, ""},
+		{"numeric id", `{"group_id":12,"status":"muted"}`, ""},
+		{"missing id", `{"status":"active"}`, "invalid_argument"},
+		{"zero id", `{"group_id":0,"status":"active"}`, "invalid_argument"},
+		{"bad status", `{"group_id":1,"status":"gone"}`, "invalid_argument"},
+		{"long name", `{"group_id":1,"status":"active","name":"` + strings.Repeat("n", 256) + `"}`, "invalid_argument"},
+		{"unknown field", `{"group_id":1,"status":"active","x":1}`, "invalid_argument"},
+	} {
+		t.Run("group/"+tc.name, func(t *testing.T) {
+			_, err := DecodeGroup(strings.NewReader(tc.body))
+			if got := codeOf(err); got != tc.code {
+				t.Fatalf("code = %q (%v), want %q", got, err, tc.code)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name, body, code string
+	}{
+		{"ok", `{"role":"member"}`, ""},
+		{"muted", `{"role":"admin","muted_until":"2030-01-01T00:00:00Z"}`, ""},
+		{"bad role", `{"role":"king"}`, "invalid_argument"},
+		{"bad time", `{"role":"member","muted_until":"tomorrow"}`, "invalid_argument"},
+		{"ancient time", `{"role":"member","muted_until":"0001-01-01T00:00:00Z"}`, "invalid_argument"},
+	} {
+		t.Run("member/"+tc.name, func(t *testing.T) {
+			_, err := DecodeMember(strings.NewReader(tc.body))
+			if got := codeOf(err); got != tc.code {
+				t.Fatalf("code = %q (%v), want %q", got, err, tc.code)
+			}
+		})
+	}
+}
+
+func TestParseUserID(t *testing.T) {
+	for in, ok := range map[string]bool{"1": true, "9223372036854775807": true, "0": false, "-1": false,
+		"01": false, "+1": false, "1e3": false, "": false, "9223372036854775808": false, "a": false} {
+		if _, err := ParseUserID(in); (err == nil) != ok {
+			t.Errorf("ParseUserID(%q) err = %v", in, err)
+		}
+	}
+}
+
+// FuzzDecodeSend: any body either decodes into a request that satisfies every
+// limit or is rejected with invalid_argument — never a panic, never another code.
+func FuzzDecodeSend(f *testing.F) {
+	for _, s := range []string{
+		`{"client_msg_id":"c1","msg_type":"text","content":{"text":"hi"}}`,
+		`{"client_msg_id":"c1","msg_type":"image","content":{},"head":null,"mentioned_user_ids":["1",2],"reply_seqid":3}`,
+		`{"client_msg_id":"","msg_type":"text","content":{}}`, `[]`, `{`, `null`, `{"content":{}} x`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		req, err := DecodeSend(strings.NewReader(body), 5)
+		if err != nil {
+			var e *httpapi.Error
+			if !errors.As(err, &e) || e.Code != httpapi.CodeInvalidArgument {
+				t.Fatalf("unexpected error %v", err)
+			}
+			return
+		}
+		if n := len(req.ClientMsgID); n == 0 || n > MaxClientMsgID {
+			t.Fatalf("client_msg_id of %d bytes accepted", n)
+		}
+		if !isObject(req.Content) || len(req.MentionedUserIDs) > 5 {
+			t.Fatalf("limits not enforced: %+v", req)
+		}
+	})
+}
+
+// FuzzParseIDs: topics and user ids from paths are accepted only in their
+// canonical, safe forms.
+func FuzzParseIDs(f *testing.F) {
+	for _, s := range []string{"a", "a'b", "a b", "x*", "{t}", "a:b", "1", "-5", "007", strings.Repeat("z", 65)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if uid, err := ParseUserID(s); err == nil && (uid <= 0 || s[0] == '0' || s[0] == '+') {
+			t.Fatalf("ParseUserID(%q) = %d", s, uid)
+		}
+		if err := routing.ValidTopic(s); err == nil {
+			for _, c := range []byte(s) {
+				ok := c == '_' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+				if !ok || len(s) > 64 {
+					t.Fatalf("topic %q accepted", s)
+				}
+			}
+		}
+	})
+}

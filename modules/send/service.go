@@ -1,0 +1,126 @@
+// Package send is the send role: POST /v1/topics/{topic}/messages (seed 000
+// §5.1) and the group/member management endpoints. A send is authenticated,
+// validated and authorised, claims its idempotency record, takes a Snowflake
+// id, allocates (seq, month) in one Lua call, produces the event to Kafka
+// and answers only after the broker's ack; the hot cache and the realtime
+// publish follow the ack and never fail the send.
+package send
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+	"github.com/rs/zerolog"
+
+	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/acl"
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// DefaultLeaseTTL is the Snowflake node lease's lifetime; it is renewed at a
+// third of it.
+const DefaultLeaseTTL = 30 * time.Second
+
+// Params wires the send role.
+type Params struct {
+	Send       config.Send
+	HotCache   config.HotCache
+	Brokers    []string
+	KafkaTopic string
+	LeaseTTL   time.Duration // 0 = DefaultLeaseTTL
+
+	Redis      rueidis.Client
+	DBs        routing.DBs
+	Catalog    *routing.Catalog
+	Allocator  *routing.Allocator
+	Flight     *routing.Flight
+	Scripts    *routing.Scripts
+	ACL        *acl.Checker
+	Auth       *httpapi.Authenticator
+	Log        zerolog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Service is the send role.
+type Service struct {
+	p       Params
+	m       *metrics
+	ids     *Snowflake
+	lease   *NodeLease
+	prod    *producer
+	idemTTL string // send.idempotency_ttl in ms, as the scripts take it
+	stale   string // send.produce_timeout in ms
+
+	wg sync.WaitGroup // produces answered 503 but still awaiting their promise
+}
+
+// New leases a Snowflake node id and starts the Kafka producer.
+func New(ctx context.Context, p Params) (*Service, error) {
+	if p.LeaseTTL <= 0 {
+		p.LeaseTTL = DefaultLeaseTTL
+	}
+	s := &Service{
+		p:       p,
+		m:       newMetrics(p.Registerer),
+		ids:     NewSnowflake(p.Send.MaxClockBackward),
+		idemTTL: fmt.Sprint(p.Send.IdempotencyTTL.Milliseconds()),
+		stale:   fmt.Sprint(p.Send.ProduceTimeout.Milliseconds()),
+	}
+	s.lease = NewNodeLease(p.Redis, p.Scripts, p.LeaseTTL, s.ids, p.Log)
+	if err := s.lease.Acquire(ctx); err != nil {
+		return nil, err
+	}
+	prod, err := newProducer(p.Brokers, p.KafkaTopic, p.Send.ProduceTimeout)
+	if err != nil {
+		_ = s.lease.Release(context.Background())
+		return nil, err
+	}
+	s.prod = prod
+	return s, nil
+}
+
+// Register adds the role's routes to mux (Go 1.22 patterns).
+func (s *Service) Register(mux *http.ServeMux) {
+	h := func(fn httpapi.HandlerFunc) http.Handler { return httpapi.Handle(s.p.Auth, s.p.Log, false, fn) }
+	mux.Handle("POST /v1/topics/{topic}/messages", h(s.handleSend))
+	mux.Handle("PUT /v1/topics/{topic}", h(s.handlePutGroup))
+	mux.Handle("PUT /v1/topics/{topic}/members/{uid}", h(s.handlePutMember))
+	mux.Handle("DELETE /v1/topics/{topic}/members/{uid}", h(s.handleDeleteMember))
+}
+
+// Run renews the node lease until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	s.lease.Run(ctx)
+	return nil
+}
+
+// Stop flushes the producer, waits for outstanding promises and gives the
+// node id back. The API server stops before this role, so no send starts.
+func (s *Service) Stop(ctx context.Context) error {
+	s.prod.close(ctx)
+	s.wg.Wait()
+	return s.lease.Release(ctx)
+}
+
+// Ready reports a usable node lease.
+func (s *Service) Ready(context.Context) error {
+	if s.ids.Node() < 0 {
+		return ErrNoNode
+	}
+	return nil
+}
+
+// token is an attempt's owner token in its idempotency claim.
+func token() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,188 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/test/harness"
+)
+
+// sendEnv is a running send role with a service token and helpers that make
+// a test read like its acceptance item.
+type sendEnv struct {
+	*harness.Env
+	svc string // service-role token
+}
+
+func startSend(t *testing.T, opts harness.Options) *sendEnv {
+	t.Helper()
+	if len(opts.Roles) == 0 {
+		opts.Roles = []string{"send"}
+	}
+	e := harness.Start(t, opts)
+	return &sendEnv{Env: e, svc: e.Token(900, "service")}
+}
+
+// group creates or updates the group behind topic.
+func (e *sendEnv) group(topic string, groupID int64, status string) {
+	e.T.Helper()
+	code, body := e.Do("PUT", "/v1/topics/"+topic, e.svc, map[string]any{"group_id": groupID, "name": "g " + topic, "status": status})
+	if code != 200 {
+		e.T.Fatalf("put group %s: %d %s", topic, code, body)
+	}
+}
+
+// member adds or updates a member; mutedUntil may be zero.
+func (e *sendEnv) member(topic string, uid int64, role string, mutedUntil time.Time) {
+	e.T.Helper()
+	body := map[string]any{"role": role}
+	if !mutedUntil.IsZero() {
+		body["muted_until"] = mutedUntil.UTC().Format(time.RFC3339)
+	}
+	code, out := e.Do("PUT", fmt.Sprintf("/v1/topics/%s/members/%d", topic, uid), e.svc, body)
+	if code != 200 {
+		e.T.Fatalf("put member %s/%d: %d %s", topic, uid, code, out)
+	}
+}
+
+// sendBody is a valid send body.
+func sendBody(clientMsgID, text string) map[string]any {
+	return map[string]any{"client_msg_id": clientMsgID, "msg_type": "text", "content": map[string]any{"text": text}}
+}
+
+type sendResp struct {
+	Topic      string     `json:"topic"`
+	Seq        int64      `json:"seq"`
+	MessageID  message.ID `json:"message_id"`
+	ShardMonth string     `json:"shard_month"`
+	CreatedAt  string     `json:"created_at"`
+	Duplicate  bool       `json:"duplicate"`
+	Error      struct {
+		Code string `json:"code"`
+	} `json:"error"`
+}
+
+// send posts a message and decodes the answer (a success or an error).
+func (e *sendEnv) send(token, topic string, body any) (int, sendResp) {
+	e.T.Helper()
+	code, raw := e.Do("POST", "/v1/topics/"+url.PathEscape(topic)+"/messages", token, body)
+	var r sendResp
+	if err := json.Unmarshal(raw, &r); err != nil {
+		e.T.Fatalf("send %s: %d %q: %v", topic, code, raw, err)
+	}
+	return code, r
+}
+
+// mustSend sends and requires a 201.
+func (e *sendEnv) mustSend(token, topic string, body any) sendResp {
+	e.T.Helper()
+	code, r := e.send(token, topic, body)
+	if code != 201 || r.Duplicate {
+		e.T.Fatalf("send to %s: %d %+v", topic, code, r)
+	}
+	return r
+}
+
+// seqKeyExists reports whether Redis holds an allocation counter for topic.
+func (e *sendEnv) seqKeyExists(topic string) bool {
+	e.T.Helper()
+	keys, err := routing.KeysFor(e.Tenant)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	n, err := e.Redis.Do(context.Background(), e.Redis.B().Exists().Key(keys.Seq(topic)).Build()).AsInt64()
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return n == 1
+}
+
+func (e *sendEnv) keys() routing.Keys {
+	k, err := routing.KeysFor(e.Tenant)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return k
+}
+
+// events reads every event of this tenant produced so far, waiting until
+// the record matching done shows up (the caller's last send): Kafka keeps a
+// partition's order, and a topic lives in one partition.
+func (e *sendEnv) events(done func(message.Event) bool) []message.Event {
+	e.T.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.Config.Kafka.Brokers...), kgo.ConsumeTopics(e.Config.Kafka.Topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out []message.Event
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			e.T.Fatalf("events: the awaited event did not arrive; got %d", len(out))
+		}
+		found := false
+		fs.EachRecord(func(r *kgo.Record) {
+			var ev message.Event
+			if err := json.Unmarshal(r.Value, &ev); err != nil {
+				e.T.Fatalf("event %q: %v", r.Value, err)
+			}
+			if ev.Tenant != e.Tenant {
+				return
+			}
+			if want := ev.Tenant + "/" + ev.Topic; string(r.Key) != want {
+				e.T.Errorf("record key %q, want %q", r.Key, want)
+			}
+			out = append(out, ev)
+			found = found || done(ev)
+		})
+		if found {
+			return out
+		}
+	}
+}
+
+// sendByCMID selects the events of one client_msg_id.
+func sendByCMID(evs []message.Event, id string) []message.Event {
+	var out []message.Event
+	for _, ev := range evs {
+		if ev.ClientMsgID == id {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// idemRecord reads the idempotency HASH of one send.
+func (e *sendEnv) idemRecord(topic string, from int64, clientMsgID string) map[string]string {
+	e.T.Helper()
+	m, err := e.Redis.Do(context.Background(), e.Redis.B().Hgetall().Key(e.keys().Idempotency(topic, from, clientMsgID)).Build()).AsStrMap()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		e.T.Fatal(err)
+	}
+	return m
+}
+
+// sendWaitFor polls cond until it holds or the deadline passes.
+func sendWaitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

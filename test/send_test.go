@@ -1,0 +1,513 @@
+package test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/test/harness"
+	"github.com/imshard/imshard/test/testenv"
+)
+
+// Every bad input of issue 3 gets its 4xx code, allocates no seq and
+// produces nothing: afterwards the topic's first real send gets seq 1 and is
+// the first event of the tenant in Kafka.
+func TestSendBadInputsChangeNothing(t *testing.T) {
+	e := startSend(t, harness.Options{Mutate: func(c *config.Config) { c.Send.MaxBodyBytes = 2048 }})
+	const topic, dissolved = "room", "gone"
+	e.group(topic, 1, "active")
+	e.group(dissolved, 2, "active")
+	e.member(topic, 1, "member", time.Time{})
+	e.member(topic, 2, "member", time.Now().Add(time.Hour))
+	e.member(dissolved, 1, "member", time.Time{})
+	e.group(dissolved, 2, "dissolved")
+	user := e.Token(1, "")
+
+	sign := func(claims jwt.MapClaims, secret []byte) string {
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	future := time.Now().Add(time.Hour).Unix()
+	b64 := base64.RawURLEncoding.EncodeToString
+	algNone := b64([]byte(`{"alg":"none","typ":"JWT"}`)) + "." +
+		b64([]byte(fmt.Sprintf(`{"tid":%q,"sub":"1","exp":%d}`, e.Tenant, future))) + "."
+	other := testenv.NewTenant(t)
+
+	big := sendBody("big", strings.Repeat("x", 4096))
+	for _, tc := range []struct {
+		name   string
+		token  string
+		topic  string
+		body   any
+		status int
+		code   string
+	}{
+		{"oversized body", user, topic, big, 413, "too_large"},
+		{"invalid JSON", user, topic, []byte(`{"client_msg_id":`), 400, "invalid_argument"},
+		{"unknown field", user, topic, []byte(`{"client_msg_id":"a","msg_type":"text","content":{},"seq":1}`), 400, "invalid_argument"},
+		{"unknown msg_type", user, topic, map[string]any{"client_msg_id": "a", "msg_type": "html", "content": map[string]any{}}, 400, "invalid_argument"},
+		{"missing client_msg_id", user, topic, map[string]any{"msg_type": "text", "content": map[string]any{}}, 400, "invalid_argument"},
+		{"oversized client_msg_id", user, topic, sendBody(strings.Repeat("c", 65), "x"), 400, "invalid_argument"},
+		{"content not an object", user, topic, map[string]any{"client_msg_id": "a", "msg_type": "text", "content": "hi"}, 400, "invalid_argument"},
+		{"topic with a quote", user, "a'b", sendBody("a", "x"), 400, "invalid_argument"},
+		{"topic with a space", user, "a b", sendBody("a", "x"), 400, "invalid_argument"},
+		{"topic with a glob", user, "x*", sendBody("a", "x"), 400, "invalid_argument"},
+		{"topic with a hash tag", user, "{t}", sendBody("a", "x"), 400, "invalid_argument"},
+		{"topic with a colon", user, "a:b", sendBody("a", "x"), 400, "invalid_argument"},
+		{"topic of 65 chars", user, strings.Repeat("t", 65), sendBody("a", "x"), 400, "invalid_argument"},
+		{"no token", "", topic, sendBody("a", "x"), 401, "unauthenticated"},
+		{"expired token", sign(jwt.MapClaims{"tid": e.Tenant, "sub": "1", "exp": time.Now().Add(-time.Hour).Unix()}, e.Secret), topic, sendBody("a", "x"), 401, "unauthenticated"},
+		{"forged token", sign(jwt.MapClaims{"tid": e.Tenant, "sub": "1", "exp": future}, []byte("wrong")), topic, sendBody("a", "x"), 401, "unauthenticated"},
+		{"alg none", algNone, topic, sendBody("a", "x"), 401, "unauthenticated"},
+		{"other tenant's token", sign(jwt.MapClaims{"tid": other, "sub": "1", "exp": future}, []byte("secret-"+other)), topic, sendBody("a", "x"), 401, "unauthenticated"},
+		{"non-member sender", e.Token(3, ""), topic, sendBody("a", "x"), 403, "permission_denied"},
+		{"muted member", e.Token(2, ""), topic, sendBody("a", "x"), 403, "permission_denied"},
+		{"dissolved group", user, dissolved, sendBody("a", "x"), 403, "permission_denied"},
+		{"no group", user, "nogroup", sendBody("a", "x"), 404, "not_found"},
+		{"from_user by a plain user", user, topic, map[string]any{"client_msg_id": "a", "msg_type": "text", "content": map[string]any{}, "from_user": "2"}, 400, "invalid_argument"},
+		{"system message by a plain user", user, topic, map[string]any{"client_msg_id": "a", "msg_type": "system", "content": map[string]any{}}, 403, "permission_denied"},
+		{"negative reply_seqid", user, topic, map[string]any{"client_msg_id": "a", "msg_type": "text", "content": map[string]any{}, "reply_seqid": -1}, 400, "invalid_argument"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, r := e.send(tc.token, tc.topic, tc.body)
+			if status != tc.status || r.Error.Code != tc.code {
+				t.Fatalf("got %d %q, want %d %q", status, r.Error.Code, tc.status, tc.code)
+			}
+		})
+	}
+	for _, tp := range []string{topic, dissolved, "nogroup"} {
+		if e.seqKeyExists(tp) {
+			t.Errorf("a rejected send allocated on %s", tp)
+		}
+	}
+	if n, err := e.App.Allocator().ReservedHi(context.Background(), e.Tenant, topic); err != nil || n != 0 {
+		t.Errorf("reservation of %s = %d, %v; want none", topic, n, err)
+	}
+	if rec := e.idemRecord(topic, 1, "a"); len(rec) != 0 {
+		t.Errorf("a rejected send left an idempotency record: %v", rec)
+	}
+
+	ok := e.mustSend(user, topic, sendBody("first", "hello"))
+	if ok.Seq != 1 || ok.ShardMonth != e.Start.String() {
+		t.Fatalf("first real send = %+v, want seq 1 in %s", ok, e.Start)
+	}
+	evs := e.events(func(ev message.Event) bool { return ev.ClientMsgID == "first" })
+	if len(evs) != 1 {
+		t.Fatalf("produced %d events before the first real send: %+v", len(evs)-1, evs)
+	}
+	ev := evs[0]
+	if ev.V != 1 || ev.SeqID != 1 || ev.Topic != topic || int64(ev.GroupID) != 1 || int64(ev.FromUser) != 1 ||
+		ev.MessageID != ok.MessageID || ev.ShardMonth != e.Start.String() || ev.EventID == "" || ev.MsgType != "text" {
+		t.Fatalf("event = %+v", ev)
+	}
+}
+
+// A retried client_msg_id answers 200 with the original seq — from Redis,
+// and from the MySQL dedup row once Redis forgot — and produces nothing.
+func TestSendIdempotentRetry(t *testing.T) {
+	e := startSend(t, harness.Options{})
+	e.group("room", 7, "active")
+	e.member("room", 1, "member", time.Time{})
+	user := e.Token(1, "")
+
+	first := e.mustSend(user, "room", sendBody("m1", "hello"))
+	status, again := e.send(user, "room", sendBody("m1", "a different body"))
+	if status != 200 || !again.Duplicate || again.Seq != first.Seq || again.MessageID != first.MessageID ||
+		again.CreatedAt != first.CreatedAt || again.ShardMonth != first.ShardMonth {
+		t.Fatalf("retry = %d %+v, first %+v", status, again, first)
+	}
+	if rec := e.idemRecord("room", 1, "m1"); rec["status"] != "acked" || rec["event"] == "" || rec["resp"] == "" {
+		t.Fatalf("idempotency record = %v", rec)
+	}
+
+	// Redis forgets; persist's dedup row (written here by hand, persist is
+	// not running) still knows the message
+	ctx := context.Background()
+	if err := e.Redis.Do(ctx, e.Redis.B().Del().Key(e.keys().Idempotency("room", 1, "m1")).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sq.Insert("im_group_message_dedup").
+		Columns("topic", "from_user", "client_msg_id", "seqid", "shard_month", "message_id", "status", "expires_at").
+		Values("room", 1, "m1", first.Seq, first.ShardMonth, int64(first.MessageID), "done", time.Now().Add(time.Hour)).
+		RunWith(e.DB).ExecContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	status, fromDB := e.send(user, "room", sendBody("m1", "third body"))
+	if status != 200 || !fromDB.Duplicate || fromDB.Seq != first.Seq || fromDB.MessageID != first.MessageID {
+		t.Fatalf("retry after Redis forgot = %d %+v, first %+v", status, fromDB, first)
+	}
+	if rec := e.idemRecord("room", 1, "m1"); rec["status"] != "done" || rec["resp"] == "" {
+		t.Fatalf("idempotency record not restored from the dedup row: %v", rec)
+	}
+
+	next := e.mustSend(user, "room", sendBody("m2", "next"))
+	if next.Seq != first.Seq+1 {
+		t.Fatalf("a duplicate consumed a seq: next = %d after %d", next.Seq, first.Seq)
+	}
+	evs := e.events(func(ev message.Event) bool { return ev.ClientMsgID == "m2" })
+	if got := sendByCMID(evs, "m1"); len(got) != 1 {
+		t.Fatalf("m1 produced %d times", len(got))
+	}
+}
+
+// A first attempt that stored its event and then died (still pending)
+// is re-produced by the retry: same seq, month and event_id.
+func TestSendRetryReproducesPendingEvent(t *testing.T) {
+	e := startSend(t, harness.Options{})
+	e.group("room", 7, "active")
+	e.member("room", 1, "member", time.Time{})
+	user := e.Token(1, "")
+	ctx := context.Background()
+
+	al, err := e.App.Allocator().Allocate(ctx, e.Tenant, "room")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := message.Event{V: 1, EventID: "evt-crashed", Tenant: e.Tenant, Topic: "room", GroupID: 7, SeqID: al.Seq,
+		ShardMonth: al.Month.String(), MessageID: 12345, FromUser: 1, ClientMsgID: "c1", MsgType: "text",
+		Content: []byte(`{"text":"before the crash"}`), CreatedAt: message.NewTime(time.Now())}
+	raw, _ := json.Marshal(ev)
+	key := e.keys().Idempotency("room", 1, "c1")
+	if err := e.Redis.Do(ctx, e.Redis.B().Hset().Key(key).FieldValue().FieldValue("status", "pending").
+		FieldValue("owner", "dead").FieldValue("event", string(raw)).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+
+	status, r := e.send(user, "room", sendBody("c1", "the retry's body is ignored"))
+	if status != 200 || !r.Duplicate || r.Seq != al.Seq || int64(r.MessageID) != 12345 || r.ShardMonth != al.Month.String() {
+		t.Fatalf("retry of a pending send = %d %+v", status, r)
+	}
+	evs := e.events(func(ev message.Event) bool { return ev.ClientMsgID == "c1" })
+	got := sendByCMID(evs, "c1")
+	if len(got) != 1 || got[0].EventID != "evt-crashed" || got[0].SeqID != al.Seq || string(got[0].Content) != `{"text":"before the crash"}` {
+		t.Fatalf("re-produced %+v", got)
+	}
+	if rec := e.idemRecord("room", 1, "c1"); rec["status"] != "acked" {
+		t.Fatalf("record after the re-produce: %v", rec)
+	}
+}
+
+// brokerSwitch makes a kfake cluster refuse produce requests (with
+// INVALID_RECORD: the client knows nothing was written and fails the record
+// at once) while down.
+type brokerSwitch struct {
+	c    *kfake.Cluster
+	down atomic.Bool
+}
+
+func newBrokerSwitch(t *testing.T) *brokerSwitch {
+	s := &brokerSwitch{c: testenv.KafkaCluster(t)}
+	s.c.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		s.c.KeepControl()
+		if !s.down.Load() {
+			return nil, nil, false
+		}
+		req := kr.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.InvalidRecord.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	return s
+}
+
+// Kafka unavailable: 503, nothing produced; once the broker is back sends
+// work, the failed seq is never reused and times out into a recorded gap.
+func TestSendKafkaUnavailable(t *testing.T) {
+	bs := newBrokerSwitch(t)
+	e := startSend(t, harness.Options{Brokers: bs.c.ListenAddrs(), Mutate: func(c *config.Config) {
+		c.Send.ProduceTimeout = time.Second
+	}})
+	e.group("room", 7, "active")
+	e.member("room", 1, "member", time.Time{})
+	user := e.Token(1, "")
+	before := e.mustSend(user, "room", sendBody("ok1", "x"))
+
+	bs.down.Store(true)
+	status, r := e.send(user, "room", sendBody("lost", "x"))
+	if status != 503 || r.Error.Code != "unavailable" {
+		t.Fatalf("send with Kafka down = %d %+v", status, r)
+	}
+	if rec := e.idemRecord("room", 1, "lost"); rec["status"] != "failed" || rec["event"] == "" {
+		t.Fatalf("record of the failed send = %v", rec)
+	}
+	bs.down.Store(false)
+
+	after := e.mustSend(user, "room", sendBody("ok2", "x"))
+	if after.Seq != before.Seq+2 {
+		t.Fatalf("seq after the failure = %d, want %d (the failed seq is never reused)", after.Seq, before.Seq+2)
+	}
+	evs := e.events(func(ev message.Event) bool { return ev.ClientMsgID == "ok2" })
+	if got := sendByCMID(evs, "lost"); len(got) != 0 {
+		t.Fatalf("the refused send was produced: %+v", got)
+	}
+	failedSeq := before.Seq + 1
+	// persist (not running here) stores the acknowledged seqs around it
+	if err := e.App.Flight().MarkPersisted(context.Background(), e.Tenant, "room", before.Seq, after.Seq); err != nil {
+		t.Fatal(err)
+	}
+	sendWaitFor(t, 10*time.Second, "the failed seq to become a gap", func() bool {
+		if _, err := e.App.Flight().Settled(context.Background(), e.Tenant, "room"); err != nil {
+			t.Fatal(err)
+		}
+		gaps, err := e.App.Flight().Gaps(context.Background(), e.Tenant, "room", failedSeq, failedSeq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(gaps) == 1
+	})
+
+	// a retry after the seq became a gap sends the message for real, under
+	// a new seq: the old one was never stored
+	retried := e.mustSendOrDup(user, "room", sendBody("lost", "x"))
+	if retried.Seq <= after.Seq {
+		t.Fatalf("retry after the gap reused seq %d", retried.Seq)
+	}
+}
+
+// mustSendOrDup accepts 201 or 200 (a retry that ends up sending).
+func (e *sendEnv) mustSendOrDup(token, topic string, body any) sendResp {
+	e.T.Helper()
+	code, r := e.send(token, topic, body)
+	if code != 201 && code != 200 {
+		e.T.Fatalf("send to %s: %d %+v", topic, code, r)
+	}
+	return r
+}
+
+// A retry while the broker is still down re-produces the same event (same
+// seq, same event_id) and succeeds once it is back.
+func TestSendRetryOfFailedProduceKeepsItsSeq(t *testing.T) {
+	bs := newBrokerSwitch(t)
+	e := startSend(t, harness.Options{Brokers: bs.c.ListenAddrs(), Mutate: func(c *config.Config) {
+		c.Send.ProduceTimeout = 2 * time.Second
+	}})
+	e.group("room", 7, "active")
+	e.member("room", 1, "member", time.Time{})
+	user := e.Token(1, "")
+
+	bs.down.Store(true)
+	if status, r := e.send(user, "room", sendBody("c1", "x")); status != 503 {
+		t.Fatalf("send with Kafka down = %d %+v", status, r)
+	}
+	bs.down.Store(false)
+	status, r := e.send(user, "room", sendBody("c1", "x"))
+	if status != 200 || !r.Duplicate || r.Seq != 1 {
+		t.Fatalf("retry = %d %+v, want the first attempt's seq 1", status, r)
+	}
+	evs := e.events(func(ev message.Event) bool { return ev.ClientMsgID == "c1" })
+	if got := sendByCMID(evs, "c1"); len(got) != 1 || got[0].SeqID != 1 {
+		t.Fatalf("events of c1: %+v", got)
+	}
+	if next := e.mustSend(user, "room", sendBody("c2", "x")); next.Seq != 2 {
+		t.Fatalf("next seq = %d, want 2", next.Seq)
+	}
+}
+
+// Concurrent senders on one topic get unique, consecutive seqs.
+func TestSendConcurrentSendersGetConsecutiveSeqs(t *testing.T) {
+	e := startSend(t, harness.Options{})
+	e.group("room", 7, "active")
+	const workers, per = 8, 200
+	for w := range workers {
+		e.member("room", int64(w+1), "member", time.Time{})
+	}
+	seqs := make(chan int64, workers*per)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tok := e.Token(int64(w+1), "")
+			for i := range per {
+				code, r := e.send(tok, "room", sendBody(fmt.Sprintf("w%d-%d", w, i), "x"))
+				if code != 201 {
+					t.Errorf("send: %d %+v", code, r)
+					return
+				}
+				seqs <- r.Seq
+			}
+		}()
+	}
+	wg.Wait()
+	close(seqs)
+	var got []int64
+	for s := range seqs {
+		got = append(got, s)
+	}
+	slices.Sort(got)
+	for i, s := range got {
+		if s != int64(i+1) {
+			t.Fatalf("seq #%d = %d: want 1..%d without gaps or repeats", i, s, workers*per)
+		}
+	}
+	if len(got) != workers*per {
+		t.Fatalf("%d seqs", len(got))
+	}
+}
+
+// FLUSHALL mid-run with concurrent senders: no seq is ever issued twice,
+// and sends resume.
+func TestSendFlushAllNeverReissuesSeq(t *testing.T) {
+	rs := testenv.StartRedis(t)
+	e := startSend(t, harness.Options{Mutate: func(c *config.Config) { c.Redis.Addrs = []string{rs.Addr} }})
+	e.group("room", 7, "active")
+	const workers = 8
+	for w := range workers {
+		e.member("room", int64(w+1), "member", time.Time{})
+	}
+	var (
+		mu      sync.Mutex
+		seen    = map[int64]string{}
+		flushed atomic.Bool
+		after   atomic.Int64
+	)
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tok := e.Token(int64(w+1), "")
+			for i := 0; ctx.Err() == nil; i++ {
+				cmid := fmt.Sprintf("w%d-%d", w, i)
+				code, r := e.send(tok, "room", sendBody(cmid, "x"))
+				if code != 201 {
+					continue // a send racing the flush may fail; it is retried as a new message here
+				}
+				mu.Lock()
+				if prev, dup := seen[r.Seq]; dup {
+					t.Errorf("seq %d issued twice: %s and %s", r.Seq, prev, cmid)
+				}
+				seen[r.Seq] = cmid
+				mu.Unlock()
+				if flushed.Load() {
+					after.Add(1)
+				}
+			}
+		}()
+	}
+	sendWaitFor(t, 20*time.Second, "sends before the flush", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) >= 200 })
+	if err := e.Redis.Do(ctx, e.Redis.B().Flushall().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	flushed.Store(true)
+	sendWaitFor(t, 20*time.Second, "sends to resume after the flush", func() bool { return after.Load() >= 200 })
+	stop()
+	wg.Wait()
+}
+
+// The service role sends for a member with from_user; not for a stranger.
+func TestSendServiceSendsForMember(t *testing.T) {
+	e := startSend(t, harness.Options{})
+	e.group("room", 7, "active")
+	e.member("room", 5, "member", time.Time{})
+	body := func(cmid string, from any) map[string]any {
+		b := sendBody(cmid, "on behalf")
+		b["from_user"] = from
+		return b
+	}
+	r := e.mustSend(e.svc, "room", body("s1", "5"))
+	if status, r := e.send(e.svc, "room", body("s2", 6)); status != 403 || r.Error.Code != "permission_denied" {
+		t.Fatalf("service for a non-member = %d %+v", status, r)
+	}
+	if status, r := e.send(e.Token(5, "admin"), "room", body("s3", "5")); status != 400 {
+		t.Fatalf("admin with from_user = %d %+v", status, r)
+	}
+	evs := e.events(func(ev message.Event) bool { return ev.ClientMsgID == "s1" })
+	got := sendByCMID(evs, "s1")
+	if len(got) != 1 || got[0].FromUser != 5 || got[0].SeqID != r.Seq {
+		t.Fatalf("events = %+v", got)
+	}
+	// the idempotency key is the member's, not the service's
+	if rec := e.idemRecord("room", 5, "s1"); rec["status"] != "acked" {
+		t.Fatalf("record = %v", rec)
+	}
+}
+
+// Group and member endpoints validate every field, need the service or
+// admin role, and take effect at once (the ACL cache is invalidated).
+func TestSendGroupAndMemberEndpoints(t *testing.T) {
+	e := startSend(t, harness.Options{})
+	user := e.Token(1, "")
+	admin := e.Token(99, "admin")
+	for _, tc := range []struct {
+		name, method, path, token string
+		body                      any
+		status                    int
+	}{
+		{"user may not manage groups", "PUT", "/v1/topics/room", user, map[string]any{"group_id": 1, "status": "active"}, 403},
+		{"missing group_id", "PUT", "/v1/topics/room", e.svc, map[string]any{"status": "active"}, 400},
+		{"bad status", "PUT", "/v1/topics/room", e.svc, map[string]any{"group_id": 1, "status": "closed"}, 400},
+		{"bad group_id", "PUT", "/v1/topics/room", e.svc, map[string]any{"group_id": "x", "status": "active"}, 400},
+		{"bad topic", "PUT", "/v1/topics/a:b", e.svc, map[string]any{"group_id": 1, "status": "active"}, 400},
+		{"unknown field", "PUT", "/v1/topics/room", e.svc, map[string]any{"group_id": 1, "status": "active", "owner": 1}, 400},
+		{"member of no group", "PUT", "/v1/topics/room/members/1", e.svc, map[string]any{"role": "member"}, 404},
+		{"user may not manage members", "PUT", "/v1/topics/room/members/1", user, map[string]any{"role": "member"}, 403},
+		{"bad uid", "PUT", "/v1/topics/room/members/0x1", e.svc, map[string]any{"role": "member"}, 400},
+		{"bad role", "PUT", "/v1/topics/room/members/1", e.svc, map[string]any{"role": "god"}, 400},
+		{"bad muted_until", "PUT", "/v1/topics/room/members/1", e.svc, map[string]any{"role": "member", "muted_until": "soon"}, 400},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if status, body := e.Do(tc.method, tc.path, tc.token, tc.body); status != tc.status {
+				t.Fatalf("%s %s = %d %s, want %d", tc.method, tc.path, status, body, tc.status)
+			}
+		})
+	}
+
+	if status, body := e.Do("PUT", "/v1/topics/room", admin, map[string]any{"group_id": "7", "name": "Room", "status": "active"}); status != 200 ||
+		!strings.Contains(string(body), `"group_id":"7"`) {
+		t.Fatalf("admin put group = %d %s", status, body)
+	}
+	e.member("room", 1, "member", time.Time{})
+	e.mustSend(user, "room", sendBody("a", "x")) // fills the ACL cache
+
+	expect := func(what string, want int) {
+		t.Helper()
+		if status, r := e.send(user, "room", sendBody(what, "x")); status != want {
+			t.Fatalf("%s: send = %d %+v, want %d", what, status, r, want)
+		}
+	}
+	e.member("room", 1, "member", time.Now().Add(time.Hour))
+	expect("muted", 403)
+	e.member("room", 1, "admin", time.Time{})
+	e.group("room", 7, "muted")
+	expect("group muted, admin may post", 201)
+	e.member("room", 1, "member", time.Time{})
+	expect("group muted", 403)
+	e.group("room", 7, "active")
+	expect("unmuted", 201)
+	if status, body := e.Do("DELETE", "/v1/topics/room/members/1", e.svc, nil); status != 204 {
+		t.Fatalf("delete member = %d %s", status, body)
+	}
+	expect("removed", 403)
+	e.member("room", 1, "member", time.Time{})
+	e.group("room", 7, "dissolved")
+	expect("dissolved", 403)
+}
