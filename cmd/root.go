@@ -64,6 +64,7 @@ func NewRoot(stdout, stderr io.Writer, env []string) *cobra.Command {
 		newServeCmd(g),
 		newPersistCmd(g),
 		newShardCmd(g),
+		newRouteCmd(g),
 		newConfigCmd(g),
 		newDevKafkaCmd(g),
 		newVersionCmd(g),

@@ -150,7 +150,7 @@ func TestAcceptance08_RecallEditReportFavouriteReachOldMonths(t *testing.T) {
 		if seq > 40 {
 			month = ms[2]
 		}
-		id := rpMessageID(rpCreated(month, seq), seq)
+		id := rpMessageID("acc08", rpCreated(month, seq), seq)
 		var loc query.Located
 		if code := rpGet(t, env, rpAdmin, "admin", "/v1/admin/messages/"+strconv.FormatInt(id, 10), &loc); code != 200 {
 			t.Fatalf("admin lookup of seq %d: %d", seq, code)

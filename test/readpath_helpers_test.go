@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"net/url"
 	"slices"
 	"strconv"
@@ -63,9 +64,12 @@ func rpCreated(m routing.Month, seq int64) time.Time {
 	return m.Start().Add(time.Duration(seq) * time.Second)
 }
 
-// rpMessageID is a time-ordered id, as a snowflake is.
-func rpMessageID(created time.Time, seq int64) int64 {
-	return created.UnixMilli()<<22 | seq&0x3fffff
+// rpMessageID is a time-ordered id, as a snowflake is (the topic stands in
+// for the node bits).
+func rpMessageID(topic string, created time.Time, seq int64) int64 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(topic))
+	return created.UnixMilli()<<22 | int64(h.Sum32()&0x3ff)<<12 | seq&0xfff
 }
 
 // rpInsert writes rows of topic into month m's table and widens the mirror,
@@ -97,7 +101,7 @@ func rpInsert(t testing.TB, env *harness.Env, topic string, m routing.Month, row
 		if r.reply > 0 {
 			reply = r.reply
 		}
-		ins = ins.Values(rpMessageID(r.created, r.seq), topic, 77, r.seq, rpMember, "c"+strconv.FormatInt(r.seq, 10),
+		ins = ins.Values(rpMessageID(topic, r.created, r.seq), topic, 77, r.seq, rpMember, "c"+strconv.FormatInt(r.seq, 10),
 			"text", r.status, string(content), reply, 1, r.created, r.created)
 		if i == 0 || r.created.Before(lo) {
 			lo = r.created

@@ -1,0 +1,146 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/imshard/imshard/app"
+	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/query"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+func newRouteCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{Use: "route", Short: "Check and rebuild Redis topic routes against the MySQL mirror and the month tables"}
+	c.AddCommand(newRouteCheckCmd(g), newRouteRebuildCmd(g))
+	return c
+}
+
+// withRouteCheck loads config, starts the tool modules and hands the route
+// checker to fn.
+func (g *globals) withRouteCheck(fn func(ctx context.Context, cfg *config.Config, rc *query.RouteCheck) error) error {
+	cfg, err := g.load(nil, "query")
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	a := app.New(cfg, g.logger(cfg))
+	if err := a.StartTools(ctx); err != nil {
+		return err
+	}
+	defer a.Close()
+	return fn(ctx, cfg, a.NewRouteCheck())
+}
+
+type routeCheckOptions struct {
+	tenant string
+	topic  string
+	fix    bool
+}
+
+// errDifferences makes `route check` exit 1 when it found a difference it
+// was not asked to fix.
+var errDifferences = errors.New("route differences found (run with --fix to rewrite the mirror and Redis from the month tables)")
+
+func newRouteCheckCmd(g *globals) *cobra.Command {
+	o := &routeCheckOptions{}
+	c := &cobra.Command{
+		Use:   "check [--tenant=T] [--topic=X] [--fix]",
+		Short: "Compare Redis routes, the MySQL mirror and the actual seq ranges of the month tables; print every difference",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if o.topic != "" {
+				if err := routing.ValidTopic(o.topic); err != nil {
+					return usagef("--topic: %v", err)
+				}
+			}
+			return g.withRouteCheck(func(ctx context.Context, cfg *config.Config, rc *query.RouteCheck) error {
+				tenants, err := tenantsFor(cfg, o.tenant)
+				if err != nil {
+					return err
+				}
+				var topics []string
+				if o.topic != "" {
+					topics = []string{o.topic}
+				}
+				found := 0
+				var errs []error
+				for _, t := range tenants {
+					res, err := rc.Check(ctx, t, topics, o.fix, func(d query.Difference) {
+						fmt.Fprintf(g.stdout, "tenant %s: %s\n", t, d)
+					})
+					found += len(res.Differences)
+					fmt.Fprintf(g.stdout, "tenant %s: %d topics checked, %d differences, %d topics fixed\n",
+						t, res.Topics, len(res.Differences), res.Fixed)
+					if err != nil {
+						errs = append(errs, fmt.Errorf("tenant %s: %w", t, err))
+					}
+				}
+				if found > 0 && !o.fix {
+					errs = append(errs, errDifferences)
+				}
+				return errors.Join(errs...)
+			})
+		},
+	}
+	c.Flags().StringVar(&o.tenant, "tenant", "", "only this tenant")
+	c.Flags().StringVar(&o.topic, "topic", "", "only this topic")
+	c.Flags().BoolVar(&o.fix, "fix", false, "rewrite the mirror and the Redis route of each differing topic from the month tables")
+	return c
+}
+
+type routeRebuildOptions struct {
+	tenant string
+	topic  string
+	all    bool
+}
+
+func newRouteRebuildCmd(g *globals) *cobra.Command {
+	o := &routeRebuildOptions{}
+	c := &cobra.Command{
+		Use:   "rebuild --tenant=T (--topic=X | --all)",
+		Short: "Rebuild Redis topic routes from the MySQL mirror",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if (o.topic == "") == !o.all {
+				return usagef("give exactly one of --topic or --all")
+			}
+			var topics []string
+			if o.topic != "" {
+				if err := routing.ValidTopic(o.topic); err != nil {
+					return usagef("--topic: %v", err)
+				}
+				topics = []string{o.topic}
+			}
+			return g.withRouteCheck(func(ctx context.Context, cfg *config.Config, rc *query.RouteCheck) error {
+				if _, err := tenantsFor(cfg, o.tenant); err != nil {
+					return err
+				}
+				last := 0
+				err := rc.Rebuild(ctx, o.tenant, topics, func(done, total int) {
+					// about twenty progress lines however many topics
+					if step := max(1, total/20); done == total || done-last >= step {
+						fmt.Fprintf(g.stdout, "tenant %s: rebuilt %d/%d topics\n", o.tenant, done, total)
+						last = done
+					}
+				})
+				if err != nil {
+					return fmt.Errorf("rebuild routes of %s: %w", o.tenant, err)
+				}
+				if last == 0 {
+					fmt.Fprintf(g.stdout, "tenant %s: the mirror holds no topic\n", o.tenant)
+				}
+				return nil
+			})
+		},
+	}
+	c.Flags().StringVar(&o.tenant, "tenant", "", "tenant id (required)")
+	c.Flags().StringVar(&o.topic, "topic", "", "only this topic")
+	c.Flags().BoolVar(&o.all, "all", false, "every topic of the mirror")
+	_ = c.MarkFlagRequired("tenant")
+	return c
+}

@@ -1,0 +1,130 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/test/harness"
+)
+
+// rpTopicModel is one randomly built topic: which seqs exist, in which
+// month, and which one user may see.
+type rpTopicModel struct {
+	topic   string
+	visible []int64 // ascending: persisted, not globally deleted, not hidden from rpMember
+}
+
+// rpRandomTopic writes a topic of n allocated seqs over up to four months
+// (random switch points), with random gaps (allocated, never persisted),
+// global deletions, recalls and deletion ranges of rpMember.
+func rpRandomTopic(t *testing.T, env *harness.Env, rng *rand.Rand, topic string, n int64) rpTopicModel {
+	t.Helper()
+	rpGroup(t, env, topic)
+	month := env.Start
+	byMonth := map[routing.Month][]rpRow{}
+	status := map[int64]string{}
+	for s := int64(1); s <= n; s++ {
+		if rng.IntN(25) == 0 && month.Before(env.Start.Add(3)) {
+			month = month.Next()
+		}
+		switch r := rng.IntN(100); {
+		case r < 8:
+			continue // a gap
+		case r < 13:
+			status[s] = "deleted"
+		case r < 18:
+			status[s] = "recalled"
+		default:
+			status[s] = "normal"
+		}
+		byMonth[month] = append(byMonth[month], rpRow{seq: s, status: status[s]})
+	}
+	for m, rows := range byMonth {
+		rpInsert(t, env, topic, m, rows...)
+	}
+	var hidden [][2]int64
+	for range rng.IntN(4) {
+		lo := 1 + rng.Int64N(n)
+		hi := lo + 1 + rng.Int64N(max(1, n/5))
+		hidden = append(hidden, [2]int64{lo, hi})
+		rpHide(t, env, topic, rpMember, lo, hi)
+	}
+	model := rpTopicModel{topic: topic}
+	for s := int64(1); s <= n; s++ {
+		st, ok := status[s]
+		if !ok || st == "deleted" || slices.ContainsFunc(hidden, func(r [2]int64) bool { return s >= r[0] && s < r[1] }) {
+			continue
+		}
+		model.visible = append(model.visible, s)
+	}
+	rpSyncRoute(t, env, topic)
+	return model
+}
+
+func (m rpTopicModel) check(t *testing.T, env *harness.Env, rng *rand.Rand, stage string) {
+	t.Helper()
+	limit := 1 + rng.IntN(60)
+	rpExpect(t, fmt.Sprintf("%s: %s since walk, limit %d", m.topic, stage, limit), rpWalkSince(t, env, rpMember, m.topic, limit), m.visible)
+	back := rpWalkBefore(t, env, rpMember, m.topic, limit)
+	slices.Reverse(back)
+	rpExpect(t, fmt.Sprintf("%s: %s before walk, limit %d", m.topic, stage, limit), back, m.visible)
+}
+
+// TestReadPathPropertyPagingMatchesPersisted: for random topics, paging the
+// whole topic with before and with since returns exactly the persisted seqs
+// the user may see, each once, in order — and again after the Redis routes
+// are deleted or corrupted.
+func TestReadPathPropertyPagingMatchesPersisted(t *testing.T) {
+	t.Parallel()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	env := rpStart(t)
+	var models []rpTopicModel
+	for i := range 4 {
+		models = append(models, rpRandomTopic(t, env, rng, "prop"+strconv.Itoa(i), 100+rng.Int64N(200)))
+	}
+	for m := env.Start.Next(); !m.After(env.Start.Add(3)); m = m.Next() {
+		env.Activate(m)
+	}
+	ctx := context.Background()
+	keys, _ := routing.KeysFor(env.Tenant)
+	rdb := env.Redis
+	for _, m := range models {
+		m.check(t, env, rng, "intact routes")
+
+		if err := env.App.Routes().Delete(ctx, env.Tenant, m.topic); err != nil {
+			t.Fatal(err)
+		}
+		m.check(t, env, rng, "routes deleted")
+
+		// corrupted: the newest month dropped (stale), lying max/count, and
+		// entries that are no month at all
+		ranges, _, err := env.App.Routes().Load(ctx, env.Tenant, m.topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ranges) > 1 {
+			ranges = ranges[:len(ranges)-1]
+		}
+		for i := range ranges {
+			ranges[i].MaxSeq, ranges[i].Count = ranges[i].MinSeq, 1
+		}
+		if err := env.App.Routes().Replace(ctx, env.Tenant, m.topic, ranges); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.DoMulti(ctx,
+			rdb.B().Zadd().Key(keys.Route(m.topic)).ScoreMember().ScoreMember(5, "garbage").Build(),
+			rdb.B().Hset().Key(keys.RouteMeta(m.topic)).FieldValue().FieldValue("209913", "nonsense").Build(),
+		)[1].Error(); err != nil {
+			t.Fatal(err)
+		}
+		m.check(t, env, rng, "routes corrupted")
+	}
+}
