@@ -24,3 +24,18 @@ func initPersist(ctx context.Context, a *App) (Service, error) {
 		Registerer: a.Registry,
 	})
 }
+
+// DLQTool starts what `imshard dlq` needs — the tool modules and Kafka —
+// and returns the dead-letter/compensation tool. Close stops them. With
+// kafka.brokers empty this opens the in-process log in kafka.data_dir.
+func (a *App) DLQTool(ctx context.Context) (*persist.Tool, error) {
+	if err := a.StartTools(ctx); err != nil {
+		return nil, err
+	}
+	if err := a.startModule(ctx, Kafka); err != nil {
+		return nil, err
+	}
+	c := &a.clients
+	return persist.NewTool(persist.ToolParams{Kafka: a.Config.Kafka, Brokers: c.brokers, DBs: c.pools,
+		Tenants: c.pools.IDs, Catalog: c.catalog}), nil
+}

@@ -63,6 +63,7 @@ func NewRoot(stdout, stderr io.Writer, env []string) *cobra.Command {
 		newAllCmd(g),
 		newServeCmd(g),
 		newPersistCmd(g),
+		newDLQCmd(g),
 		newShardCmd(g),
 		newRouteCmd(g),
 		newConfigCmd(g),

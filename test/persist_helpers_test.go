@@ -37,15 +37,20 @@ func persistEvent(tenant, topic string, seq int64, m routing.Month, from int64, 
 // persistProduce writes events to the message topic (keyed tenant/topic).
 func persistProduce(t *testing.T, env *harness.Env, evs ...message.Event) {
 	t.Helper()
+	persistProduceTo(t, env.Config.Kafka.Brokers, env.Config.Kafka.Topic, evs...)
+}
+
+func persistProduceTo(t *testing.T, brokers []string, topic string, evs ...message.Event) {
+	t.Helper()
 	recs := make([]*kgo.Record, len(evs))
 	for i := range evs {
 		v, err := json.Marshal(&evs[i])
 		if err != nil {
 			t.Fatal(err)
 		}
-		recs[i] = &kgo.Record{Topic: env.Config.Kafka.Topic, Key: evs[i].Key(), Value: v}
+		recs[i] = &kgo.Record{Topic: topic, Key: evs[i].Key(), Value: v}
 	}
-	persistProduceRecords(t, env.Config.Kafka.Brokers, recs...)
+	persistProduceRecords(t, brokers, recs...)
 }
 
 func persistProduceRecords(t *testing.T, brokers []string, recs ...*kgo.Record) {
@@ -109,10 +114,15 @@ func persistCount(stored map[string]map[int64]routing.Month) int {
 // persistWaitCount waits until the months' tables hold n rows in all.
 func persistWaitCount(t *testing.T, env *harness.Env, n int, d time.Duration, months ...routing.Month) map[string]map[int64]routing.Month {
 	t.Helper()
+	return persistWaitCountIn(t, env.DB, n, d, months...)
+}
+
+func persistWaitCountIn(t *testing.T, db *sql.DB, n int, d time.Duration, months ...routing.Month) map[string]map[int64]routing.Month {
+	t.Helper()
 	var got map[string]map[int64]routing.Month
 	deadline := time.Now().Add(d)
 	for {
-		got = persistStored(t, env.DB, months...)
+		got = persistStored(t, db, months...)
 		if persistCount(got) >= n || time.Now().After(deadline) {
 			break
 		}
@@ -128,6 +138,11 @@ func persistWaitCount(t *testing.T, env *harness.Env, n int, d time.Duration, mo
 // with the month tables and the Redis route with the mirror.
 func persistCheckRoutes(t *testing.T, env *harness.Env, stored map[string]map[int64]routing.Month) {
 	t.Helper()
+	persistCheckRoutesOf(t, env.DB, env.App.Routes(), env.Tenant, stored)
+}
+
+func persistCheckRoutesOf(t *testing.T, db *sql.DB, routes *routing.Routes, tenant string, stored map[string]map[int64]routing.Month) {
+	t.Helper()
 	ctx := context.Background()
 	for topic, seqs := range stored {
 		want := map[routing.Month]*routing.MonthRange{}
@@ -140,7 +155,7 @@ func persistCheckRoutes(t *testing.T, env *harness.Env, stored map[string]map[in
 			r.MinSeq, r.MaxSeq = min(r.MinSeq, seq), max(r.MaxSeq, seq)
 			r.Count++
 		}
-		mirror, err := routing.LoadMirror(ctx, env.DB, topic)
+		mirror, err := routing.LoadMirror(ctx, db, topic)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,10 +168,17 @@ func persistCheckRoutes(t *testing.T, env *harness.Env, stored map[string]map[in
 			}
 		}
 		var route []routing.MonthRange
-		waitFor(t, 10*time.Second, func() bool {
-			route, _, err = env.App.Routes().Load(ctx, env.Tenant, topic)
-			return err == nil && fmt.Sprint(route) == fmt.Sprint(mirror)
-		})
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			route, _, err = routes.Load(ctx, tenant, topic)
+			if err == nil && fmt.Sprint(route) == fmt.Sprint(mirror) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: Redis route %v (%v), mirror %v", topic, route, err, mirror)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }
 

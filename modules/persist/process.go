@@ -107,6 +107,8 @@ func (s *Service) try(ctx context.Context, key batchKey, recs []*record) error {
 	if err != nil {
 		return err
 	}
+	s.routeMu.RLock()
+	defer s.routeMu.RUnlock()
 	res, err := writeBatch(ctx, db, table, neighbours, recs)
 	if err != nil {
 		return err

@@ -138,18 +138,12 @@ func (s *Service) repairTenant(ctx context.Context, tenant string) (int, error) 
 
 // repairOne rebuilds the topic's Redis route from the MySQL mirror (the
 // source of truth, DESIGN invariant 6) and finishes the pending set and the
-// idempotency records of the rows the entry covers. A Merge racing with the
-// rebuild may count a batch twice in route_meta's count (min/max, which
-// routing relies on, stay exact); `imshard route check` reports such drift.
+// idempotency records of the rows the entry covers.
 func (s *Service) repairOne(ctx context.Context, tenant string, db *sql.DB, e repairEntry, rebuild bool) error {
 	rctx, cancel := context.WithTimeout(ctx, redisTimeout)
 	defer cancel()
 	if rebuild {
-		ranges, err := routing.LoadMirror(ctx, db, e.topic)
-		if err != nil {
-			return err
-		}
-		if err := s.p.Routes.Replace(rctx, tenant, e.topic, ranges); err != nil {
+		if err := s.rebuildRoute(ctx, rctx, tenant, db, e.topic); err != nil {
 			return err
 		}
 	}
@@ -193,4 +187,16 @@ func (s *Service) repairOne(ctx context.Context, tenant string, db *sql.DB, e re
 		}
 	}
 	return s.idemDone(rctx, tenant, recs)
+}
+
+// rebuildRoute replaces the Redis route with the mirror while no batch of
+// this process is between its commit and its merge (see routeMu).
+func (s *Service) rebuildRoute(ctx, rctx context.Context, tenant string, db *sql.DB, topic string) error {
+	s.routeMu.Lock()
+	defer s.routeMu.Unlock()
+	ranges, err := routing.LoadMirror(ctx, db, topic)
+	if err != nil {
+		return err
+	}
+	return s.p.Routes.Replace(rctx, tenant, topic, ranges)
 }

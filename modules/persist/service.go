@@ -63,6 +63,14 @@ type Service struct {
 
 	admitted uint64 // records admitted so far (poll goroutine only)
 
+	// routeMu orders route updates: a batch holds it shared from before its
+	// DB commit until its route merge is done; a repair holds it exclusively
+	// while it reads the mirror and replaces the Redis route. So no merge of
+	// a batch the repair's mirror read already includes can land after the
+	// replace and count it twice. (A topic lives in one partition, owned by
+	// one process, so this process-local lock is enough.)
+	routeMu sync.RWMutex
+
 	capMu    sync.Mutex
 	capCond  *sync.Cond
 	inflight int // records polled and not yet done
@@ -110,6 +118,10 @@ func New(p Params) (*Service, error) {
 		kgo.OnPartitionsAssigned(s.assigned),
 		kgo.OnPartitionsRevoked(s.revoked),
 		kgo.OnPartitionsLost(s.lost),
+		// a member that died (kill -9, crash) holds its partitions until its
+		// session expires: keep that short so a restarted or surviving
+		// member takes over within seconds, not Kafka's default 45 s
+		kgo.SessionTimeout(10*time.Second),
 		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0),

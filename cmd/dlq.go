@@ -1,0 +1,127 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/imshard/imshard/app"
+	"github.com/imshard/imshard/modules/persist"
+)
+
+func newDLQCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{Use: "dlq", Short: "List and replay dead letters and compensation entries (events persist could not store)"}
+	c.AddCommand(newDLQListCmd(g), newDLQReplayCmd(g))
+	return c
+}
+
+// withDLQ loads config, starts the clients the tool needs and hands it to fn.
+func (g *globals) withDLQ(tenant string, fn func(ctx context.Context, tool *persist.Tool) error) error {
+	cfg, err := g.load(nil, "persist")
+	if err != nil {
+		return err
+	}
+	if _, err := tenantsFor(cfg, tenant); err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	a := app.New(cfg, g.logger(cfg))
+	defer a.Close()
+	tool, err := a.DLQTool(ctx)
+	if err != nil {
+		return err
+	}
+	return fn(ctx, tool)
+}
+
+type dlqListOptions struct {
+	tenant string
+	limit  int
+}
+
+func newDLQListCmd(g *globals) *cobra.Command {
+	o := &dlqListOptions{}
+	c := &cobra.Command{
+		Use:   "list [--tenant=T] [--limit=N]",
+		Short: "List dead-letter records and compensation entries with their reasons",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if o.limit < 0 {
+				return usagef("--limit must be ≥ 0, got %d", o.limit)
+			}
+			return g.withDLQ(o.tenant, func(ctx context.Context, tool *persist.Tool) error {
+				dls, err := tool.DeadLetters(ctx, o.tenant, o.limit)
+				if err != nil {
+					return err
+				}
+				comps, cerr := tool.Compensations(ctx, o.tenant, o.limit)
+				return errors.Join(printDLQ(g, dls, comps), cerr)
+			})
+		},
+	}
+	c.Flags().StringVar(&o.tenant, "tenant", "", "only this tenant")
+	c.Flags().IntVar(&o.limit, "limit", 100, "at most this many of each kind (0: all)")
+	return c
+}
+
+func printDLQ(g *globals, dls []persist.DeadLetter, comps []persist.Compensation) error {
+	tw := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "DEAD LETTERS (%d)\n", len(dls))
+	fmt.Fprintln(tw, "ID\tTENANT\tTOPIC\tSEQ\tMONTH\tREASON\tFAILED_AT\tERROR")
+	for _, d := range dls {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", d.ID, orDash(d.Tenant), orDash(d.Topic), d.Seq, orDash(d.Month),
+			d.Reason, fmtTime(!d.At.IsZero(), d.At), oneLine(d.Error))
+	}
+	fmt.Fprintf(tw, "\nCOMPENSATION (%d)\n", len(comps))
+	fmt.Fprintln(tw, "ID\tTENANT\tTOPIC\tSEQ\tMONTH\tSTATUS\tREASON\tQUEUED_AT")
+	for _, c := range comps {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", c.ID, c.Tenant, c.Topic, c.Seq, c.Month, c.Status, c.Reason,
+			fmtTime(true, c.At))
+	}
+	return tw.Flush()
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 120 {
+		s = s[:120] + "…"
+	}
+	return orDash(s)
+}
+
+type dlqReplayOptions struct {
+	tenant string
+	id     string
+	all    bool
+}
+
+func newDLQReplayCmd(g *globals) *cobra.Command {
+	o := &dlqReplayOptions{}
+	c := &cobra.Command{
+		Use:   "replay [--tenant=T] (--id=ID | --all)",
+		Short: "Re-inject compensation entries / dead letters into the message topic with their frozen month (idempotent)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if (o.id == "") == !o.all {
+				return usagef("give exactly one of --id or --all")
+			}
+			return g.withDLQ(o.tenant, func(ctx context.Context, tool *persist.Tool) error {
+				rep, err := tool.Replay(ctx, persist.ReplayOptions{Tenant: o.tenant, ID: o.id, All: o.all})
+				fmt.Fprintf(g.stdout, "replayed %d\n", rep.Replayed)
+				for _, s := range rep.Skipped {
+					fmt.Fprintf(g.stdout, "skipped %s\n", s)
+				}
+				return err
+			})
+		},
+	}
+	c.Flags().StringVar(&o.tenant, "tenant", "", "only this tenant")
+	c.Flags().StringVar(&o.id, "id", "", "one entry (comp-TENANT-N or dl-PARTITION-OFFSET, from `dlq list`)")
+	c.Flags().BoolVar(&o.all, "all", false, "every pending compensation entry and every dead letter that is not malformed")
+	return c
+}
