@@ -29,6 +29,10 @@ func MonthTable() string { return mustRead("month_table.sql") }
 // CreateDatabase creates a tenant database if it is missing.
 func CreateDatabase() string { return mustRead("create_database.sql") }
 
+// DropDatabase drops a database (benchmark fixtures only: `imshard bench`
+// builds its own tenant database and removes it afterwards).
+func DropDatabase() string { return mustRead("drop_database.sql") }
+
 // MigrationsTable records which schema versions a tenant database has.
 func MigrationsTable() string { return mustRead("schema_migrations.sql") }
 

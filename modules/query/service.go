@@ -204,7 +204,7 @@ func (s *Service) scan(ctx context.Context, db *sql.DB, tenant string, q listQue
 			break
 		}
 		q.limit = want - len(page)
-		rows, err := s.st.messages(ctx, db, q.build(t))
+		rows, err := s.st.messages(ctx, db, q.build(t.Quoted()))
 		if err != nil {
 			return nil, touched, err
 		}

@@ -171,8 +171,9 @@ type listQuery struct {
 	keepDeleted bool // context keeps globally deleted rows as tombstones
 }
 
-func (q listQuery) build(t routing.Table) sq.SelectBuilder {
-	b := sq.Select(columns...).From(t.Quoted() + " AS m").Where(sq.Eq{"m.topic": q.topic})
+// build is the statement for one table, given as its quoted name.
+func (q listQuery) build(table string) sq.SelectBuilder {
+	b := sq.Select(columns...).From(table + " AS m").Where(sq.Eq{"m.topic": q.topic})
 	if q.order == Desc {
 		b = b.Where(sq.Lt{"m.seqid": q.bound}).OrderBy("m.seqid DESC")
 	} else {

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/rs/zerolog"
+
+	imsql "github.com/imshard/imshard/sql"
 )
 
 // Route sources: where a read learned a topic's months.
@@ -370,4 +373,11 @@ func watermark(res rueidis.RedisResult) (Month, error) {
 		return Month{}, err
 	}
 	return ParseMonth(strconv.Itoa(int(f)))
+}
+
+// LegacyDDL creates the legacy single table (seed 000 §9): the month
+// template's columns under the fixed legacy name, for the migration source
+// and the read benchmark's baseline.
+func LegacyDDL() string {
+	return strings.Replace(imsql.MonthTable(), imsql.TablePlaceholder, "`"+LegacyTable+"`", 1)
 }

@@ -1,0 +1,439 @@
+package query
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+	"github.com/redis/rueidis"
+
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// Groups creates the groups and members the benchmark reads as (acl.Checker).
+type Groups interface {
+	PutGroup(ctx context.Context, tenant, topic string, groupID int64, name, status string) error
+	PutMember(ctx context.Context, tenant, topic string, userID int64, role string, mutedUntil *time.Time) error
+}
+
+// BenchParams shape one `imshard bench query` run. The tenant must be the
+// benchmark's own: its month tables Prev and Cur get the fixture rows.
+type BenchParams struct {
+	Service     *Service
+	Routes      *routing.Routes
+	Groups      Groups
+	Redis       rueidis.Client
+	DB          *sql.DB
+	Tenant      string
+	Prev, Cur   routing.Table
+	BaseURL     string // the query role's API, serving Service
+	Token       string // a member of every fixture topic
+	Topics      int
+	Rows        int
+	Concurrency int
+	Duration    time.Duration
+	Warmup      time.Duration
+	Progress    io.Writer
+}
+
+// BenchResult is one measured run.
+type BenchResult struct {
+	Name     string
+	Count    int
+	Errors   int
+	Elapsed  time.Duration
+	P50, P99 time.Duration
+}
+
+// Rate is the completed operations per second.
+func (r BenchResult) Rate() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Count) / r.Elapsed.Seconds()
+}
+
+// BenchReport holds every run of the read benchmark.
+type BenchReport struct {
+	OneMonth  BenchResult // service: a 50-page inside one month
+	TwoMonths BenchResult // service: a 50-page spanning two months
+	HotCache  BenchResult // service: the latest 50-page from the hot cache
+	HTTP      BenchResult // the same pages as RawMonth, through HTTP
+	RawMonth  BenchResult // raw SQL: the page's statement on its month table
+	RawLegacy BenchResult // raw SQL: the same statement on the single 2M-row table
+}
+
+const benchUser int64 = 1
+
+const (
+	benchPage      = 50
+	benchHotTopics = 100
+	benchHotDepth  = 200
+	benchBatch     = 1000
+)
+
+func benchTopic(i int) string { return fmt.Sprintf("bq%05d", i) }
+
+func (p *BenchParams) logf(format string, args ...any) {
+	if p.Progress != nil {
+		fmt.Fprintf(p.Progress, format+"\n", args...)
+	}
+}
+
+// perTopic is rows per topic per month: half the topic lives in each.
+func (p *BenchParams) perTopic() int64 { return int64(p.Rows / p.Topics / 2) }
+
+// Fixtures reports whether complete fixture rows are already in place (a
+// previous run kept them), and whether anything of them is (a dirty start).
+func (p *BenchParams) Fixtures(ctx context.Context) (complete, dirty bool) {
+	want := p.perTopic() * int64(p.Topics)
+	complete = true
+	for _, c := range []struct {
+		table string
+		rows  int64
+	}{{p.Prev.Quoted(), want}, {p.Cur.Quoted(), want}, {"`" + routing.LegacyTable + "`", 2 * want}} {
+		var n int64
+		if err := sq.Select("COUNT(*)").From(c.table).RunWith(p.DB).QueryRowContext(ctx).Scan(&n); err != nil {
+			complete = false // the legacy table does not exist yet
+			continue
+		}
+		complete = complete && n == c.rows
+		dirty = dirty || n > 0
+	}
+	return complete, dirty
+}
+
+// Build writes the fixture: Topics topics of Rows/Topics messages each, half
+// in the previous month, half in the current one, ids and times growing
+// with seq across all topics (as real traffic interleaves them); the same
+// rows in the legacy single table; the mirror, Redis routes, groups with a
+// member, and the hot cache of the first topics. Rows are made by doubling
+// (INSERT … SELECT of the table onto itself with seq shifted), not one by one.
+func (p *BenchParams) Build(ctx context.Context) error {
+	n := p.perTopic()
+	if n < 2*benchPage {
+		return fmt.Errorf("bench: %d rows over %d topics leaves %d per topic and month; need at least %d", p.Rows, p.Topics, n, 2*benchPage)
+	}
+	start := time.Now()
+	for i, t := range []routing.Table{p.Prev, p.Cur} {
+		if err := p.fillMonth(ctx, t, int64(i)*n, n); err != nil {
+			return err
+		}
+		p.logf("bench: %s filled (%d rows, %s)", t.Name(), n*int64(p.Topics), time.Since(start).Round(time.Second))
+	}
+	if _, err := p.DB.ExecContext(ctx, routing.LegacyDDL()); err != nil {
+		return fmt.Errorf("bench: create legacy table: %w", err)
+	}
+	for _, t := range []routing.Table{p.Prev, p.Cur} {
+		if _, err := sq.Insert("`" + routing.LegacyTable + "`").Select(sq.Select("*").From(t.Quoted()).OrderBy("message_id")).
+			RunWith(p.DB).ExecContext(ctx); err != nil {
+			return fmt.Errorf("bench: legacy copy of %s: %w", t.Name(), err)
+		}
+		p.logf("bench: legacy table has %s's rows (%s)", t.Name(), time.Since(start).Round(time.Second))
+	}
+	for _, t := range []routing.Table{p.Prev, p.Cur} {
+		if _, err := sq.Insert(mirrorTable).
+			Columns("topic", "shard_month", "min_seq", "max_seq", "message_count", "min_created_at", "max_created_at").
+			Select(sq.Select("topic", "'"+t.Month().String()+"'", "MIN(seqid)", "MAX(seqid)", "COUNT(*)", "MIN(created_at)", "MAX(created_at)").
+				From(t.Quoted()).GroupBy("topic")).
+			RunWith(p.DB).ExecContext(ctx); err != nil {
+			return fmt.Errorf("bench: mirror of %s: %w", t.Name(), err)
+		}
+	}
+	for i := range p.Topics {
+		topic := benchTopic(i)
+		if err := p.Routes.Replace(ctx, p.Tenant, topic, []routing.MonthRange{
+			{Month: p.Prev.Month(), MinSeq: 1, MaxSeq: n, Count: n},
+			{Month: p.Cur.Month(), MinSeq: n + 1, MaxSeq: 2 * n, Count: n},
+		}); err != nil {
+			return err
+		}
+		if err := p.Groups.PutGroup(ctx, p.Tenant, topic, int64(i+1), topic, "active"); err != nil {
+			return err
+		}
+		if err := p.Groups.PutMember(ctx, p.Tenant, topic, benchUser, "member", nil); err != nil {
+			return err
+		}
+	}
+	p.logf("bench: mirror, routes and groups written (%s)", time.Since(start).Round(time.Second))
+	return p.fillHotCache(ctx)
+}
+
+// fillMonth writes seqs base+1 … base+n of every topic into t: seq base+1
+// of each topic by multi-row inserts, then doublings.
+func (p *BenchParams) fillMonth(ctx context.Context, t routing.Table, base, n int64) error {
+	m := t.Month()
+	span := m.End().Sub(m.Start()) - time.Minute
+	stepUs := span.Microseconds() / (n * int64(p.Topics))
+	startUs := m.Start().UnixMicro()
+	// created_at and message_id of (topic i = group_id-1, k-th seq of the
+	// month): time grows with k across all topics; the id is a snowflake of
+	// that time with the topic as node bits and the seq as sequence bits
+	createdUs := func(k, gid string) string {
+		return fmt.Sprintf("(%d + ((%s) * %d + (%s) - 1) * %d)", startUs, k, p.Topics, gid, stepUs)
+	}
+	cols := []string{"message_id", "topic", "group_id", "seqid", "from_user", "client_msg_id", "msg_type", "status",
+		"content", "version", "created_at", "updated_at"}
+	ins := sq.Insert(t.Quoted()).Columns(cols...)
+	for i := range p.Topics {
+		us := startUs + int64(i)*stepUs
+		at := time.UnixMicro(us).UTC()
+		seq := base + 1
+		ins = ins.Values(at.UnixMilli()<<22|int64(i&0x3ff)<<12|seq&0xfff, benchTopic(i), i+1, seq, benchUser,
+			"b"+strconv.FormatInt(seq, 10), "text", "normal", fmt.Sprintf(`{"text":"bench message %d"}`, seq), 1, at, at)
+		if (i+1)%benchBatch == 0 || i == p.Topics-1 {
+			if _, err := ins.RunWith(p.DB).ExecContext(ctx); err != nil {
+				return fmt.Errorf("bench: seed %s: %w", t.Name(), err)
+			}
+			ins = sq.Insert(t.Quoted()).Columns(cols...)
+		}
+	}
+	for have := int64(1); have < n; have *= 2 {
+		shift := strconv.FormatInt(have, 10)
+		k := "seqid - " + strconv.FormatInt(base, 10) + " - 1 + " + shift
+		created := createdUs(k, "group_id")
+		sel := sq.Select(
+			"((FLOOR("+created+" / 1000)) << 22) | (((group_id - 1) & 1023) << 12) | ((seqid + "+shift+") & 4095)",
+			"topic", "group_id", "seqid + "+shift, "from_user", "CONCAT('b', seqid + "+shift+")", "msg_type", "status",
+			"JSON_OBJECT('text', CONCAT('bench message ', seqid + "+shift+"))", "version",
+			"FROM_UNIXTIME("+created+" / 1000000)", "FROM_UNIXTIME("+created+" / 1000000)").
+			From(t.Quoted()).Where(sq.LtOrEq{"seqid": base + n - have})
+		if _, err := sq.Insert(t.Quoted()).Columns(cols...).Select(sel).RunWith(p.DB).ExecContext(ctx); err != nil {
+			return fmt.Errorf("bench: double %s: %w", t.Name(), err)
+		}
+	}
+	return nil
+}
+
+// fillHotCache puts the newest messages of the first topics in the hot
+// cache as send does, read back from MySQL.
+func (p *BenchParams) fillHotCache(ctx context.Context) error {
+	keys, err := routing.KeysFor(p.Tenant)
+	if err != nil {
+		return err
+	}
+	last := 2 * p.perTopic()
+	for i := range min(benchHotTopics, p.Topics) {
+		topic := benchTopic(i)
+		q := listQuery{topic: topic, user: benchUser, order: Desc, bound: last + 1, limit: benchHotDepth}
+		ms, err := p.Service.st.messages(ctx, p.DB, q.build(p.Cur.Quoted()))
+		if err != nil {
+			return err
+		}
+		cmd := p.Redis.B().Zadd().Key(keys.HotMessages(topic)).ScoreMember()
+		for _, m := range ms {
+			raw, _ := json.Marshal(m)
+			cmd = cmd.ScoreMember(float64(m.Seq), string(raw))
+		}
+		for _, r := range p.Redis.DoMulti(ctx, cmd.Build(),
+			p.Redis.B().Set().Key(keys.Seq(topic)).Value(strconv.FormatInt(last, 10)).Build()) {
+			if err := r.Error(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// run drives op from Concurrency goroutines for Warmup, then measures it
+// for Duration.
+func (p *BenchParams) run(ctx context.Context, name string, op func(ctx context.Context, rng *rand.Rand) error) BenchResult {
+	p.logf("bench: %s …", name)
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+		errs      int
+		firstErr  error
+	)
+	warmEnd := time.Now().Add(p.Warmup)
+	end := warmEnd.Add(p.Duration)
+	var wg sync.WaitGroup
+	for w := range p.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
+			var mine []time.Duration
+			bad := 0
+			var ferr error
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				if t0.After(end) {
+					break
+				}
+				err := op(ctx, rng)
+				if t0.Before(warmEnd) {
+					continue
+				}
+				if err != nil {
+					bad++
+					if ferr == nil {
+						ferr = err
+					}
+					continue
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			latencies = append(latencies, mine...)
+			errs += bad
+			if firstErr == nil {
+				firstErr = ferr
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		p.logf("bench: %s: %d errors, first: %v", name, errs, firstErr)
+	}
+	slices.Sort(latencies)
+	r := BenchResult{Name: name, Count: len(latencies), Errors: errs, Elapsed: p.Duration}
+	if len(latencies) > 0 {
+		r.P50 = latencies[len(latencies)*50/100]
+		r.P99 = latencies[len(latencies)*99/100]
+	}
+	return r
+}
+
+// Measure runs every read of the report on the fixture.
+func (p *BenchParams) Measure(ctx context.Context) (BenchReport, error) {
+	var rep BenchReport
+	n := p.perTopic()
+	me := httpapi.Principal{Tenant: p.Tenant, UserID: benchUser}
+	topic := func(rng *rand.Rand) string { return benchTopic(rng.IntN(p.Topics)) }
+	// a before cursor whose 50-page stays inside the current month
+	inOne := func(rng *rand.Rand) int64 { return n + 1 + benchPage + rng.Int64N(n-benchPage+1) }
+	// one whose page starts in the current month and ends in the previous
+	inTwo := func(rng *rand.Rand) int64 { return n + 2 + rng.Int64N(benchPage-2) }
+	// a random position in the last two months whose page stays in one
+	// month, and that month's table
+	anywhere := func(rng *rand.Rand) (int64, routing.Table) {
+		if rng.IntN(2) == 0 {
+			return inOne(rng), p.Cur
+		}
+		return benchPage + 1 + rng.Int64N(n-benchPage+1), p.Prev
+	}
+	checkPage := func(got int, err error) error {
+		if err != nil {
+			return err
+		}
+		if got != benchPage {
+			return fmt.Errorf("page of %d messages, want %d", got, benchPage)
+		}
+		return nil
+	}
+	rep.OneMonth = p.run(ctx, "service page, one month", func(ctx context.Context, rng *rand.Rand) error {
+		pg, err := p.Service.Before(ctx, me, topic(rng), inOne(rng), benchPage)
+		return checkPage(len(pg.Messages), err)
+	})
+	rep.TwoMonths = p.run(ctx, "service page, two months", func(ctx context.Context, rng *rand.Rand) error {
+		pg, err := p.Service.Before(ctx, me, topic(rng), inTwo(rng), benchPage)
+		return checkPage(len(pg.Messages), err)
+	})
+	rep.HotCache = p.run(ctx, "service page, hot cache", func(ctx context.Context, rng *rand.Rand) error {
+		pg, err := p.Service.Before(ctx, me, benchTopic(rng.IntN(min(benchHotTopics, p.Topics))), 0, benchPage)
+		return checkPage(len(pg.Messages), err)
+	})
+	raw := func(legacy bool) func(ctx context.Context, rng *rand.Rand) error {
+		return func(ctx context.Context, rng *rand.Rand) error {
+			before, t := anywhere(rng)
+			table := t.Quoted()
+			if legacy {
+				table = "`" + routing.LegacyTable + "`"
+			}
+			q := listQuery{topic: topic(rng), user: benchUser, order: Desc, bound: before, limit: benchPage}
+			ms, err := p.Service.st.messages(ctx, p.DB, q.build(table))
+			return checkPage(len(ms), err)
+		}
+	}
+	rep.RawMonth = p.run(ctx, "raw SQL page, month table", raw(false))
+	rep.RawLegacy = p.run(ctx, "raw SQL page, single legacy table", raw(true))
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * p.Concurrency, MaxConnsPerHost: 2 * p.Concurrency}}
+	defer client.CloseIdleConnections()
+	rep.HTTP = p.run(ctx, "HTTP page", func(ctx context.Context, rng *rand.Rand) error {
+		before, _ := anywhere(rng)
+		url := p.BaseURL + "/v1/topics/" + topic(rng) + "/messages?limit=50&before=" + strconv.FormatInt(before, 10)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+p.Token)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var pg BeforePage
+		if err := json.NewDecoder(resp.Body).Decode(&pg); err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return errors.New(resp.Status)
+		}
+		return checkPage(len(pg.Messages), nil)
+	})
+	return rep, ctx.Err()
+}
+
+// DropFixtures drops the benchmark tenant's whole database.
+func DropFixtures(ctx context.Context, db *sql.DB, drop func(quotedDB string) string) error {
+	var name string
+	if err := sq.Select("DATABASE()").RunWith(db).QueryRowContext(ctx).Scan(&name); err != nil {
+		return err
+	}
+	if !validDatabase(name) {
+		return fmt.Errorf("bench: refusing to drop database %q", name)
+	}
+	_, err := db.ExecContext(ctx, drop("`"+name+"`"))
+	return err
+}
+
+func validDatabase(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for _, c := range name {
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// DropKeys deletes every Redis key of the benchmark tenant.
+func DropKeys(ctx context.Context, rdb rueidis.Client, tenant string) error {
+	keys, err := routing.KeysFor(tenant)
+	if err != nil {
+		return err
+	}
+	for _, node := range rdb.Nodes() {
+		var cursor uint64
+		for {
+			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(keys.TenantPattern()).Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				return err
+			}
+			if len(e.Elements) > 0 {
+				if err := rdb.Do(ctx, rdb.B().Unlink().Key(e.Elements...).Build()).Error(); err != nil {
+					return err
+				}
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return nil
+}
