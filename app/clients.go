@@ -254,7 +254,7 @@ func initRouting(ctx context.Context, a *App) (Service, error) {
 	})
 	c.flight = routing.NewFlight(c.redis, c.scripts, a.Config.Send.ProduceTimeout)
 	c.routes = routing.NewRoutes(c.redis, c.scripts)
-	c.acl = acl.New(acl.Params{Redis: c.redis, DBs: c.pools, TTL: a.Config.Send.ACLCacheTTL, Log: a.Log.With().Str("module", "acl").Logger()})
+	c.acl = acl.New(acl.Params{Redis: c.redis, Scripts: c.scripts, DBs: c.pools, TTL: a.Config.Send.ACLCacheTTL, Log: a.Log.With().Str("module", "acl").Logger()})
 	alloc := c.alloc
 	return holder{close: func() error { alloc.Close(); return nil }}, nil
 }

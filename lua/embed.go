@@ -88,3 +88,8 @@ var IdemRelease string
 //
 //go:embed idem_retry.lua
 var IdemRetry string
+
+// ACLFill fills a topic's ACL cache unless the ACL changed meanwhile.
+//
+//go:embed acl_fill.lua
+var ACLFill string

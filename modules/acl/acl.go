@@ -55,7 +55,8 @@ func (m Membership) Muted(t time.Time) bool {
 
 // Params wires a Checker.
 type Params struct {
-	Redis rueidis.Client
+	Redis   rueidis.Client
+	Scripts *routing.Scripts
 	DBs   routing.DBs
 	TTL   time.Duration // send.acl_cache_ttl
 	Log   zerolog.Logger
@@ -93,25 +94,31 @@ func (c *Checker) Lookup(ctx context.Context, tenant, topic string, userID int64
 	res := c.p.Redis.DoMulti(ctx,
 		c.p.Redis.B().Get().Key(keys.Group(topic)).Build(),
 		c.p.Redis.B().Hget().Key(keys.Members(topic)).Field(uid).Build(),
+		c.p.Redis.B().Get().Key(keys.ACLVersion(topic)).Build(),
 	)
 	group, gerr := res[0].ToString()
 	member, merr := res[1].ToString()
 	if gerr == nil && merr == nil {
 		return decode(group, member)
 	}
-	if (gerr != nil && !rueidis.IsRedisNil(gerr)) || (merr != nil && !rueidis.IsRedisNil(merr)) {
-		c.p.Log.Warn().Err(errors.Join(gerr, merr)).Str("tenant", tenant).Msg("acl cache unavailable; reading MySQL")
+	version, verr := res[2].ToString()
+	if rueidis.IsRedisNil(verr) {
+		version, verr = "", nil
+	}
+	cacheable := verr == nil
+	if (gerr != nil && !rueidis.IsRedisNil(gerr)) || (merr != nil && !rueidis.IsRedisNil(merr)) || verr != nil {
+		c.p.Log.Warn().Err(errors.Join(gerr, merr, verr)).Str("tenant", tenant).Msg("acl cache unavailable; reading MySQL")
 	}
 	group, member, err = c.load(ctx, tenant, topic, userID)
 	if err != nil {
 		return Membership{}, err
 	}
-	// best effort: a cache write failure only costs the next lookup a read
-	_ = c.p.Redis.DoMulti(ctx,
-		c.p.Redis.B().Set().Key(keys.Group(topic)).Value(group).Px(c.p.TTL).Build(),
-		c.p.Redis.B().Hset().Key(keys.Members(topic)).FieldValue().FieldValue(uid, member).Build(),
-		c.p.Redis.B().Pexpire().Key(keys.Members(topic)).Milliseconds(c.p.TTL.Milliseconds()).Build(),
-	)
+	if cacheable {
+		// best effort: a failed or refused fill only costs the next lookup a read
+		_ = c.p.Scripts.ACLFill.Exec(ctx, c.p.Redis,
+			[]string{keys.Group(topic), keys.Members(topic), keys.ACLVersion(topic)},
+			[]string{version, group, uid, member, strconv.FormatInt(c.p.TTL.Milliseconds(), 10)}).Error()
+	}
 	return decode(group, member)
 }
 
@@ -239,8 +246,15 @@ func (c *Checker) invalidate(ctx context.Context, tenant, topic string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.p.Redis.Do(ctx, c.p.Redis.B().Del().Key(keys.Group(topic), keys.Members(topic)).Build()).Error(); err != nil {
-		return fmt.Errorf("acl: invalidate %s: %w", topic, err)
+	// bump the version first: a lookup that read MySQL before this change
+	// can then no longer fill the cache with the old answer
+	for _, r := range c.p.Redis.DoMulti(ctx,
+		c.p.Redis.B().Incr().Key(keys.ACLVersion(topic)).Build(),
+		c.p.Redis.B().Del().Key(keys.Group(topic), keys.Members(topic)).Build(),
+	) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("acl: invalidate %s: %w", topic, err)
+		}
 	}
 	return nil
 }

@@ -59,6 +59,10 @@ func (k Keys) HotRange(topic string) string { return k.prefix + "hotrange:" + to
 func (k Keys) Group(topic string) string   { return k.prefix + "acl:group:" + topic }
 func (k Keys) Members(topic string) string { return k.prefix + "acl:members:" + topic }
 
+// ACLVersion counts ACL changes of a topic: a cache fill computed before a
+// change must not land after it (see modules/acl).
+func (k Keys) ACLVersion(topic string) string { return k.prefix + "acl:version:" + topic }
+
 // Realtime is the pub/sub channel of a topic's new and changed messages.
 func (k Keys) Realtime(topic string) string { return k.prefix + "rt:" + topic }
 

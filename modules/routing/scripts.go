@@ -14,6 +14,7 @@ type Scripts struct {
 	Activate     *rueidis.Lua
 	SeqInit      *rueidis.Lua
 	SeqExtend    *rueidis.Lua
+	ACLFill      *rueidis.Lua
 	Unlock       *rueidis.Lua
 	Refresh      *rueidis.Lua
 	PendingAck   *rueidis.Lua
@@ -35,6 +36,7 @@ func NewScripts() *Scripts {
 		Activate:     rueidis.NewLuaScript(lua.Activate),
 		SeqInit:      rueidis.NewLuaScript(lua.SeqInit),
 		SeqExtend:    rueidis.NewLuaScript(lua.SeqExtend),
+		ACLFill:      rueidis.NewLuaScript(lua.ACLFill),
 		Unlock:       rueidis.NewLuaScript(lua.Unlock),
 		Refresh:      rueidis.NewLuaScript(lua.Refresh),
 		PendingAck:   rueidis.NewLuaScript(lua.PendingAck),
