@@ -1,6 +1,7 @@
 package query
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -375,14 +376,16 @@ func (p *BenchParams) Measure(ctx context.Context) (BenchReport, error) {
 			return err
 		}
 		defer resp.Body.Close()
-		var pg BeforePage
-		if err := json.NewDecoder(resp.Body).Decode(&pg); err != nil {
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
 			return err
 		}
 		if resp.StatusCode != http.StatusOK {
 			return errors.New(resp.Status)
 		}
-		return checkPage(len(pg.Messages), nil)
+		// counting is enough to check the page; decoding it would bill the
+		// client's JSON work to the server under test
+		return checkPage(bytes.Count(body, []byte(`"seq":`)), nil)
 	})
 	return rep, ctx.Err()
 }

@@ -2,7 +2,6 @@ package query
 
 import (
 	"context"
-	"encoding/json"
 	"math"
 	"strconv"
 
@@ -47,7 +46,8 @@ func (s *Service) hotRead(ctx context.Context, keys routing.Keys, topic string, 
 	if err != nil {
 		return Cached{}, 0, err
 	}
-	c := Cached{Msgs: make(map[int64]message.Message, len(hz)), Gaps: make(map[int64]bool, len(gz)), Lo: 1, Hi: math.MaxInt64}
+	c := Cached{Msgs: make(map[int64]message.Message, len(hz)), Raw: make(map[int64][]string, len(hz)),
+		Gaps: make(map[int64]bool, len(gz)), Lo: 1, Hi: math.MaxInt64}
 	if o == Desc {
 		c.Hi = bound - 1
 	} else {
@@ -71,15 +71,8 @@ func (s *Service) hotRead(ctx context.Context, keys routing.Keys, topic string, 
 		c.Gaps[int64(z.Score)] = true
 	}
 	for _, z := range hz {
-		var m message.Message
-		if err := json.Unmarshal([]byte(z.Member), &m); err != nil || m.Seq != int64(z.Score) {
-			// an entry we cannot read proves nothing: leave the seq uncovered
-			continue
-		}
-		if old, ok := c.Msgs[m.Seq]; ok {
-			m = newer(old, m)
-		}
-		c.Msgs[m.Seq] = m
+		seq := int64(z.Score)
+		c.Raw[seq] = append(c.Raw[seq], z.Member)
 	}
 	return c, last, nil
 }
@@ -91,17 +84,7 @@ func (s *Service) hotOne(ctx context.Context, keys routing.Keys, topic string, s
 	if err != nil {
 		return message.Message{}, false, err
 	}
-	var found message.Message
-	ok := false
-	for _, raw := range vals {
-		var m message.Message
-		if json.Unmarshal([]byte(raw), &m) != nil || m.Seq != seq {
-			continue
-		}
-		if ok {
-			m = newer(found, m)
-		}
-		found, ok = m, true
-	}
+	c := Cached{Msgs: map[int64]message.Message{}, Raw: map[int64][]string{seq: vals}}
+	found, ok := c.msg(seq)
 	return found.Normalized(), ok, nil
 }

@@ -1,6 +1,8 @@
 package query
 
 import (
+	"encoding/json"
+
 	"github.com/imshard/imshard/modules/message"
 )
 
@@ -105,9 +107,40 @@ func (h Hidden) Hides(seq int64) bool {
 // were read completely within [Lo, Hi].
 type Cached struct {
 	Msgs map[int64]message.Message
+	Raw  map[int64][]string // members not decoded yet: a page decodes only what it walks
 	Gaps map[int64]bool
 	Lo   int64
 	Hi   int64
+}
+
+// msg is the cached message of seq, decoding (and keeping) it on first use;
+// of several members for one seq the newest wins, and one that does not
+// decode to this seq proves nothing.
+func (c Cached) msg(seq int64) (message.Message, bool) {
+	if m, ok := c.Msgs[seq]; ok {
+		return m, true
+	}
+	raws, ok := c.Raw[seq]
+	if !ok {
+		return message.Message{}, false
+	}
+	var found message.Message
+	ok = false
+	for _, raw := range raws {
+		var m message.Message
+		if json.Unmarshal([]byte(raw), &m) != nil || m.Seq != seq {
+			continue
+		}
+		if ok {
+			m = newer(found, m)
+		}
+		found, ok = m, true
+	}
+	delete(c.Raw, seq)
+	if ok {
+		c.Msgs[seq] = found
+	}
+	return found, ok
 }
 
 // Walk builds a page from the cache starting at seq from, stepping towards
@@ -129,7 +162,7 @@ func Walk(c Cached, from, stop int64, o Order, limit int, hidden Hidden, keepDel
 		if s < c.Lo || s > c.Hi {
 			return nil, false
 		}
-		m, ok := c.Msgs[s]
+		m, ok := c.msg(s)
 		if !ok {
 			if !c.Gaps[s] {
 				return nil, false

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -102,18 +103,24 @@ func (s *Service) authorize(ctx context.Context, p httpapi.Principal, topic stri
 // Before is the page of up to limit visible messages with seq < before,
 // newest first; before 0 means the latest page.
 func (s *Service) Before(ctx context.Context, p httpapi.Principal, topic string, before int64, limit int) (BeforePage, error) {
-	if err := s.authorize(ctx, p, topic); err != nil {
-		return BeforePage{}, err
-	}
 	start := time.Now()
 	if before <= 0 {
 		before = math.MaxInt64
 	}
-	db, err := s.p.DBs.DB(ctx, p.Tenant)
+	keys, db, err := s.open(ctx, p, topic)
 	if err != nil {
 		return BeforePage{}, err
 	}
-	page, ok := s.hotBefore(ctx, db, p, topic, before, limit)
+	var c Cached
+	var last int64
+	var herr error
+	if err := together(
+		func() error { return s.authorize(ctx, p, topic) },
+		func() error { c, last, herr = s.hotRead(ctx, keys, topic, Desc, before, limit+1+hotSlack); return nil },
+	); err != nil {
+		return BeforePage{}, err
+	}
+	page, ok := s.fromCache(ctx, db, p, topic, c, last, herr, min(before-1, last), 1, Desc, limit, c.Lo)
 	tables := 0
 	if !ok {
 		q := listQuery{topic: topic, user: p.UserID, order: Desc, bound: before, limit: limit + 1}
@@ -126,27 +133,73 @@ func (s *Service) Before(ctx context.Context, p httpapi.Principal, topic string,
 	return BeforePage{Messages: nonNil(page), NextBefore: NextBefore(page), HasMore: more}, nil
 }
 
+// open validates the topic and returns the tenant's key builder and pool.
+func (s *Service) open(ctx context.Context, p httpapi.Principal, topic string) (routing.Keys, *sql.DB, error) {
+	if err := routing.ValidTopic(topic); err != nil {
+		return routing.Keys{}, nil, err
+	}
+	keys, err := routing.KeysFor(p.Tenant)
+	if err != nil {
+		return routing.Keys{}, nil, err
+	}
+	db, err := s.p.DBs.DB(ctx, p.Tenant)
+	return keys, db, err
+}
+
+// together runs independent reads at once — the Redis client pipelines
+// them into one round trip — and returns the first error, in order. The
+// membership check runs beside the data reads; nothing read is returned
+// unless it passed.
+func together(fns ...func() error) error {
+	errs := make([]error, len(fns))
+	var wg sync.WaitGroup
+	for i, fn := range fns[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i+1] = fn()
+		}()
+	}
+	errs[0] = fns[0]()
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Since is the page of up to limit visible messages with seq > since,
 // oldest first, never above the topic's settled watermark (invariant 12):
 // a seq still in flight below a persisted one stops the page, so it cannot
 // be jumped over.
 func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, since int64, limit int) (SincePage, error) {
-	if err := s.authorize(ctx, p, topic); err != nil {
+	start := time.Now()
+	keys, db, err := s.open(ctx, p, topic)
+	if err != nil {
 		return SincePage{}, err
 	}
-	start := time.Now()
-	settled, err := s.p.Flight.Settled(ctx, p.Tenant, topic)
-	if err != nil {
-		return SincePage{}, httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
-	}
-	db, err := s.p.DBs.DB(ctx, p.Tenant)
-	if err != nil {
+	var c Cached
+	var last, settled int64
+	var herr error
+	if err := together(
+		func() error { return s.authorize(ctx, p, topic) },
+		func() error {
+			var err error
+			if settled, err = s.p.Flight.Settled(ctx, p.Tenant, topic); err != nil {
+				return httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
+			}
+			return nil
+		},
+		func() error { c, last, herr = s.hotRead(ctx, keys, topic, Asc, since, limit+1+hotSlack); return nil },
+	); err != nil {
 		return SincePage{}, err
 	}
 	var page []message.Message
 	ok, tables := false, 0
 	if settled > since {
-		page, ok = s.hotSince(ctx, db, p, topic, since, settled, limit)
+		page, ok = s.fromCache(ctx, db, p, topic, c, last, herr, since+1, min(settled, last), Asc, limit, since)
 		if !ok {
 			q := listQuery{topic: topic, user: p.UserID, order: Asc, bound: since, upTo: settled, limit: limit + 1}
 			if page, tables, err = s.scan(ctx, db, p.Tenant, q, func(tr routing.TopicRoute) []routing.Month { return tr.Since(since) }); err != nil {
@@ -226,62 +279,28 @@ func (s *Service) repairIfFallback(ctx context.Context, tenant, topic string, tr
 	}
 }
 
-// hotBefore answers a before page from the hot cache when it provably
-// covers every seq the page spans (seed 000 §6.1); ok false sends the page
-// to MySQL.
-func (s *Service) hotBefore(ctx context.Context, db *sql.DB, p httpapi.Principal, topic string, before int64, limit int) ([]message.Message, bool) {
-	keys, err := routing.KeysFor(p.Tenant)
-	if err != nil {
-		return nil, false
-	}
-	c, last, err := s.hotRead(ctx, keys, topic, Desc, before, limit+1+hotSlack)
-	if err != nil {
-		s.p.Log.Warn().Err(err).Str("topic", topic).Msg("hot cache read failed; reading MySQL")
-		return nil, false
-	}
-	if last == 0 {
-		return s.hotMiss()
-	}
-	top := min(before-1, last)
-	if _, ok := Walk(c, top, 1, Desc, limit, nil, false); !ok {
-		return s.hotMiss()
-	}
-	hidden, err := s.st.hidden(ctx, db, topic, p.UserID, c.Lo)
-	if err != nil {
-		return nil, false
-	}
-	page, ok := Walk(c, top, 1, Desc, limit, hidden, false)
-	if !ok {
-		return s.hotMiss()
-	}
-	s.m.hot.WithLabelValues("hit").Inc()
-	return page, true
-}
-
-// hotSince is hotBefore for a since page, bounded by the settled watermark
-// and the last issued seq.
-func (s *Service) hotSince(ctx context.Context, db *sql.DB, p httpapi.Principal, topic string, since, settled int64, limit int) ([]message.Message, bool) {
-	keys, err := routing.KeysFor(p.Tenant)
-	if err != nil {
-		return nil, false
-	}
-	c, last, err := s.hotRead(ctx, keys, topic, Asc, since, limit+1+hotSlack)
-	if err != nil {
-		s.p.Log.Warn().Err(err).Str("topic", topic).Msg("hot cache read failed; reading MySQL")
+// fromCache answers a page from the hot cache read c when it provably
+// covers every seq from `from` to `stop` the page walks (seed 000 §6.1:
+// Redis answers only a complete page); ok false sends the page to MySQL.
+// The caller's deletion ranges reaching above hiddenLo are read only once
+// the cache is known to cover the page.
+func (s *Service) fromCache(ctx context.Context, db *sql.DB, p httpapi.Principal, topic string, c Cached, last int64, herr error,
+	from, stop int64, o Order, limit int, hiddenLo int64) ([]message.Message, bool) {
+	if herr != nil {
+		s.p.Log.Warn().Err(herr).Str("topic", topic).Msg("hot cache read failed; reading MySQL")
 		return nil, false
 	}
 	if last == 0 {
 		return s.hotMiss()
 	}
-	stop := min(settled, last)
-	if _, ok := Walk(c, since+1, stop, Asc, limit, nil, false); !ok {
+	if _, ok := Walk(c, from, stop, o, limit, nil, false); !ok {
 		return s.hotMiss()
 	}
-	hidden, err := s.st.hidden(ctx, db, topic, p.UserID, since)
+	hidden, err := s.st.hidden(ctx, db, topic, p.UserID, hiddenLo)
 	if err != nil {
 		return nil, false
 	}
-	page, ok := Walk(c, since+1, stop, Asc, limit, hidden, false)
+	page, ok := Walk(c, from, stop, o, limit, hidden, false)
 	if !ok {
 		return s.hotMiss()
 	}

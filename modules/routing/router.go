@@ -137,9 +137,22 @@ func (r *Router) Route(ctx context.Context, tenant, topic string) (TopicRoute, e
 	if err != nil {
 		return TopicRoute{}, err
 	}
+	// the route and the bounds are independent reads: issued together, the
+	// client pipelines them into one round trip
+	var active, complete Month
+	var berr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		active, complete, berr = r.bounds(ctx, keys)
+	}()
 	ranges, found, err := r.p.Routes.Load(ctx, tenant, topic)
+	<-done
 	if err != nil {
 		return TopicRoute{}, err
+	}
+	if berr != nil {
+		return TopicRoute{}, berr
 	}
 	tr := TopicRoute{Ranges: ranges, Source: RouteFromRedis}
 	if !found {
@@ -147,10 +160,6 @@ func (r *Router) Route(ctx context.Context, tenant, topic string) (TopicRoute, e
 		if tr, err = r.fromMirror(ctx, tenant, topic); err != nil {
 			return TopicRoute{}, err
 		}
-	}
-	active, complete, err := r.bounds(ctx, keys)
-	if err != nil {
-		return TopicRoute{}, err
 	}
 	registered, err := r.p.Catalog.Months(ctx, tenant)
 	if err != nil {
