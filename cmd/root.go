@@ -69,6 +69,7 @@ func NewRoot(stdout, stderr io.Writer, env []string) *cobra.Command {
 		newConfigCmd(g),
 		newDevKafkaCmd(g),
 		newVersionCmd(g),
+		newBenchCmd(g),
 	)
 	return root
 }

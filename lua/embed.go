@@ -89,6 +89,11 @@ var IdemRelease string
 //go:embed idem_retry.lua
 var IdemRetry string
 
+// IdemSince sets or lowers a tenant's idempotency horizon, master-only.
+//
+//go:embed idem_since.lua
+var IdemSince string
+
 // ACLFill fills a topic's ACL cache unless the ACL changed meanwhile.
 //
 //go:embed acl_fill.lua

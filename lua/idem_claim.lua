@@ -5,10 +5,14 @@
 --         resp (the 201 body, set after the broker ack), owner, claimed_at
 -- ARGV[1] owner token of this attempt
 -- ARGV[2] TTL in milliseconds (send.idempotency_ttl)
+-- KEYS[2] the tenant's idempotency horizon (ms, see idem_since.lua)
 -- ARGV[3] stale bound in milliseconds (send.produce_timeout)
 --
 -- Replies:
---   {1}                         claimed: this attempt allocates
+--   {1, trusted, horizon_set}   claimed: this attempt allocates; trusted = 1
+--                               when the horizon has passed (no record here
+--                               means no earlier send), horizon_set = 0 when
+--                               there is no horizon at all (Redis lost it)
 --   {0, status, event, resp}    a record exists (event/resp may be nil)
 --
 -- A record without event and resp is a claim whose sender has not allocated
@@ -26,4 +30,11 @@ end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'status', 'pending', 'owner', ARGV[1], 'claimed_at', now)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {1}
+local since = redis.call('GET', KEYS[2])
+if not since then
+  return {1, 0, 0}
+end
+if now >= tonumber(since) then
+  return {1, 1, 1}
+end
+return {1, 0, 1}

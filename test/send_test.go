@@ -20,6 +20,7 @@ import (
 
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 	"github.com/imshard/imshard/test/testenv"
 )
@@ -121,50 +122,95 @@ func TestSendBadInputsChangeNothing(t *testing.T) {
 }
 
 // A retried client_msg_id answers 200 with the original seq — from Redis,
-// and from the MySQL dedup row once Redis forgot — and produces nothing.
+// and from MySQL once Redis forgot (a dedup row, or the month table's
+// unique key) — and produces nothing.
 func TestSendIdempotentRetry(t *testing.T) {
 	e := startSend(t, harness.Options{})
 	e.group("room", 7, "active")
 	e.member("room", 1, "member", time.Time{})
 	user := e.Token(1, "")
+	ctx := context.Background()
+	retry := func(cmid string, first sendResp) {
+		t.Helper()
+		status, again := e.send(user, "room", sendBody(cmid, "a different body"))
+		if status != 200 || !again.Duplicate || again.Seq != first.Seq || again.MessageID != first.MessageID ||
+			again.CreatedAt != first.CreatedAt || again.ShardMonth != first.ShardMonth {
+			t.Fatalf("retry of %s = %d %+v, first %+v", cmid, status, again, first)
+		}
+	}
+	// Redis loses the tenant's memory of sends: the record and the horizon
+	forget := func(cmid string) {
+		t.Helper()
+		k := e.keys()
+		if err := e.Redis.Do(ctx, e.Redis.B().Del().Key(k.Idempotency("room", 1, cmid), k.IdemSince()).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	first := e.mustSend(user, "room", sendBody("m1", "hello"))
-	status, again := e.send(user, "room", sendBody("m1", "a different body"))
-	if status != 200 || !again.Duplicate || again.Seq != first.Seq || again.MessageID != first.MessageID ||
-		again.CreatedAt != first.CreatedAt || again.ShardMonth != first.ShardMonth {
-		t.Fatalf("retry = %d %+v, first %+v", status, again, first)
-	}
+	retry("m1", first)
 	if rec := e.idemRecord("room", 1, "m1"); rec["status"] != "acked" || rec["event"] == "" || rec["resp"] == "" {
 		t.Fatalf("idempotency record = %v", rec)
 	}
 
-	// Redis forgets; persist's dedup row (written here by hand, persist is
-	// not running) still knows the message
-	ctx := context.Background()
-	if err := e.Redis.Do(ctx, e.Redis.B().Del().Key(e.keys().Idempotency("room", 1, "m1")).Build()).Error(); err != nil {
+	// a dedup row (seed 000 §3.5) answers once Redis forgot
+	forget("m1")
+	firstAt, err := time.Parse(time.RFC3339Nano, first.CreatedAt)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sq.Insert("im_group_message_dedup").
-		Columns("topic", "from_user", "client_msg_id", "seqid", "shard_month", "message_id", "status", "expires_at").
-		Values("room", 1, "m1", first.Seq, first.ShardMonth, int64(first.MessageID), "done", time.Now().Add(time.Hour)).
+		Columns("topic", "from_user", "client_msg_id", "seqid", "shard_month", "message_id", "status", "expires_at", "created_at").
+		Values("room", 1, "m1", first.Seq, first.ShardMonth, int64(first.MessageID), "done", time.Now().Add(time.Hour), firstAt).
 		RunWith(e.DB).ExecContext(ctx); err != nil {
 		t.Fatal(err)
 	}
-	status, fromDB := e.send(user, "room", sendBody("m1", "third body"))
-	if status != 200 || !fromDB.Duplicate || fromDB.Seq != first.Seq || fromDB.MessageID != first.MessageID {
-		t.Fatalf("retry after Redis forgot = %d %+v, first %+v", status, fromDB, first)
-	}
+	retry("m1", first)
 	if rec := e.idemRecord("room", 1, "m1"); rec["status"] != "done" || rec["resp"] == "" {
-		t.Fatalf("idempotency record not restored from the dedup row: %v", rec)
+		t.Fatalf("idempotency record not restored from MySQL: %v", rec)
 	}
 
-	next := e.mustSend(user, "room", sendBody("m2", "next"))
-	if next.Seq != first.Seq+1 {
-		t.Fatalf("a duplicate consumed a seq: next = %d after %d", next.Seq, first.Seq)
+	// so does the stored message itself (what persist writes), and while
+	// MySQL holds a message that can still be retried, Redis is not trusted
+	// alone: the horizon lies a full idempotency TTL after it
+	second := e.mustSend(user, "room", sendBody("m2", "stored"))
+	created, err := time.Parse(time.RFC3339Nano, second.CreatedAt)
+	if err != nil {
+		t.Fatal(err)
 	}
-	evs := e.events(func(ev message.Event) bool { return ev.ClientMsgID == "m2" })
-	if got := sendByCMID(evs, "m1"); len(got) != 1 {
-		t.Fatalf("m1 produced %d times", len(got))
+	table, err := routing.TableFor(e.Start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sq.Insert(table.Quoted()).
+		Columns("message_id", "topic", "group_id", "seqid", "from_user", "client_msg_id", "content", "created_at", "updated_at").
+		Values(int64(second.MessageID), "room", 7, second.Seq, 1, "m2", `{"text":"stored"}`, created, created).
+		RunWith(e.DB).ExecContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sq.Insert("im_group_message_topic_shards").
+		Columns("topic", "shard_month", "min_seq", "max_seq", "message_count", "min_created_at", "max_created_at").
+		Values("room", e.Start.String(), second.Seq, second.Seq, 1, created, created).
+		RunWith(e.DB).ExecContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	forget("m2")
+	retry("m2", second)
+	want := created.Add(e.Config.Send.IdempotencyTTL).UnixMilli()
+	sendWaitFor(t, 10*time.Second, "the idempotency horizon", func() bool {
+		v, err := e.Redis.Do(ctx, e.Redis.B().Get().Key(e.keys().IdemSince()).Build()).AsInt64()
+		return err == nil && v == want
+	})
+
+	next := e.mustSend(user, "room", sendBody("m3", "next"))
+	if next.Seq != second.Seq+1 {
+		t.Fatalf("a duplicate consumed a seq: next = %d after %d", next.Seq, second.Seq)
+	}
+	evs := e.events(func(ev message.Event) bool { return ev.ClientMsgID == "m3" })
+	for _, cmid := range []string{"m1", "m2"} {
+		if got := sendByCMID(evs, cmid); len(got) != 1 {
+			t.Fatalf("%s produced %d times", cmid, len(got))
+		}
 	}
 }
 

@@ -91,3 +91,8 @@ func SnowflakeNode(node int) string { return globalPrefix + "snowflake:node:" + 
 // RoutePattern is the SCAN pattern of every topic route ZSET of the tenant
 // (`imshard route check`); topics carry no glob metacharacters.
 func (k Keys) RoutePattern() string { return k.Route("*") }
+
+// IdemSince is the Redis-time ms from which this Redis alone answers the
+// tenant's send retries: before it, Redis may have lost idempotency records
+// of messages MySQL holds (master-only, see lua/idem_since.lua).
+func (k Keys) IdemSince() string { return k.prefix + "idem_since" }

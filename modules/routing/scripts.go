@@ -27,6 +27,7 @@ type Scripts struct {
 	IdemFail     *rueidis.Lua
 	IdemRelease  *rueidis.Lua
 	IdemRetry    *rueidis.Lua
+	IdemSince    *rueidis.Lua
 }
 
 // NewScripts prepares every script once per process.
@@ -49,5 +50,6 @@ func NewScripts() *Scripts {
 		IdemFail:     rueidis.NewLuaScript(lua.IdemFail),
 		IdemRelease:  rueidis.NewLuaScript(lua.IdemRelease),
 		IdemRetry:    rueidis.NewLuaScript(lua.IdemRetry),
+		IdemSince:    rueidis.NewLuaScript(lua.IdemSince),
 	}
 }

@@ -8,7 +8,7 @@ type metrics struct {
 	total    *prometheus.CounterVec   // imshard_send_total{result}
 	gaps     prometheus.Counter       // imshard_seq_gaps_total
 	postAck  *prometheus.CounterVec   // imshard_send_post_ack_failures_total{step}
-	dedupHit prometheus.Counter       // imshard_send_dedup_table_hits_total
+	dedupHit prometheus.Counter       // imshard_send_mysql_dedup_hits_total
 }
 
 // Result labels besides the API error codes.
@@ -47,8 +47,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Failures after the Kafka ack (pending, idempotency, hot_cache, publish, late_after_gap); the send still succeeded.",
 		}, []string{"step"}),
 		dedupHit: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "imshard_send_dedup_table_hits_total",
-			Help: "Retries Redis had forgotten, answered from the MySQL dedup table.",
+			Name: "imshard_send_mysql_dedup_hits_total",
+			Help: "Retries Redis had forgotten, answered from MySQL (dedup row or month table).",
 		}),
 	}
 	reg.MustRegister(m.latency, m.total, m.gaps, m.postAck, m.dedupHit)

@@ -147,12 +147,18 @@ func (a *attempt) run(ctx context.Context) (Response, error) {
 	// past the stale bound the claim script takes a dead claim over
 	deadline := time.Now().Add(s.p.Send.ProduceTimeout + time.Second)
 	for {
-		rep, err := s.p.Scripts.IdemClaim.Exec(ctx, s.p.Redis, []string{a.key}, []string{a.owner, s.idemTTL, s.stale}).ToArray()
+		rep, err := s.p.Scripts.IdemClaim.Exec(ctx, s.p.Redis, []string{a.key, a.keys.IdemSince()},
+			[]string{a.owner, s.idemTTL, s.stale}).ToArray()
 		if err != nil {
 			return Response{}, unavailable("idempotency claim failed", err)
 		}
 		if n, _ := rep[0].AsInt64(); n == 1 {
-			return a.fresh(ctx)
+			trusted, _ := rep[1].AsInt64()
+			horizon, _ := rep[2].AsInt64()
+			if horizon == 0 {
+				s.establishHorizon(a.tenant)
+			}
+			return a.fresh(ctx, trusted == 1)
 		}
 		status, _ := rep[1].ToString()
 		event, evErr := rep[2].ToString()
@@ -179,24 +185,36 @@ func (a *attempt) run(ctx context.Context) (Response, error) {
 	}
 }
 
-// fresh sends under a new claim: the MySQL dedup table first (Redis may have
-// forgotten an old send), then id, seq and month, the stored event, produce.
-func (a *attempt) fresh(ctx context.Context) (Response, error) {
+// fresh sends under a new claim: MySQL first unless Redis is trusted to
+// remember every earlier send of the key (its horizon has passed), then id,
+// seq and month, the stored event, produce.
+func (a *attempt) fresh(ctx context.Context, trusted bool) (Response, error) {
 	s := a.s
-	if resp, ok, err := s.fromDedupTable(ctx, a.tenant, a.topic, a.sender, a.req.ClientMsgID); err != nil || ok {
-		if err != nil {
-			a.release()
-			return Response{}, unavailable("dedup lookup failed", err)
-		}
+	if trusted {
+		return a.allocate(ctx)
+	}
+	resp, ok, err := s.fromMySQL(ctx, a.tenant, a.topic, a.sender, a.req.ClientMsgID)
+	switch {
+	case err != nil:
+		a.release()
+		return Response{}, unavailable("dedup lookup failed", err)
+	case ok:
 		s.m.dedupHit.Inc()
 		raw, _ := json.Marshal(resp)
 		if err := s.p.Scripts.IdemAck.Exec(ctx, s.p.Redis, []string{a.key}, []string{"done", "", string(raw), s.idemTTL}).Error(); err != nil {
 			s.m.postAck.WithLabelValues(stepIdempotency).Inc()
-			a.log.Warn().Err(err).Msg("could not restore the idempotency record from the dedup table")
+			a.log.Warn().Err(err).Msg("could not restore the idempotency record from MySQL")
 		}
 		resp.Duplicate = true
 		return resp, nil
 	}
+	return a.allocate(ctx)
+}
+
+// allocate takes id, seq and month, stores the event in the claim and
+// produces it.
+func (a *attempt) allocate(ctx context.Context) (Response, error) {
+	s := a.s
 	id, err := s.ids.Next()
 	if err != nil {
 		a.release()
@@ -255,7 +273,7 @@ func (a *attempt) retry(ctx context.Context, status, raw string) (Response, erro
 	if n == 0 {
 		// the first attempt's seq timed out into a gap and was never stored:
 		// this retry is the message's first real send
-		return a.fresh(ctx)
+		return a.allocate(ctx)
 	}
 	return a.produce(context.WithoutCancel(ctx), &ev, []byte(raw), true)
 }
@@ -337,10 +355,7 @@ func (s *Service) postAck(ctx context.Context, a *attempt, ev *message.Event, ra
 		}
 	}()
 	msg, _ := json.Marshal(message.FromEvent(ev))
-	pub, _ := json.Marshal(struct {
-		Type    string          `json:"type"`
-		Message json.RawMessage `json:"message"`
-	}{"message", msg})
+	pub := `{"type":"message","message":` + string(msg) + `}`
 	rdb, hot := s.p.Redis, a.keys.HotMessages(a.topic)
 	cmds := make(rueidis.Commands, 0, 4)
 	steps := make([]string, 0, 4)
@@ -351,7 +366,7 @@ func (s *Service) postAck(ctx context.Context, a *attempt, ev *message.Event, ra
 			rdb.B().Zremrangebyrank().Key(hot).Start(0).Stop(int64(-hc.MaxPerTopic-1)).Build())
 		steps = append(steps, stepHotCache, stepHotCache, stepHotCache)
 	}
-	cmds = append(cmds, rdb.B().Publish().Channel(a.keys.Realtime(a.topic)).Message(string(pub)).Build())
+	cmds = append(cmds, rdb.B().Publish().Channel(a.keys.Realtime(a.topic)).Message(pub).Build())
 	steps = append(steps, stepPublish)
 	for i, r := range rdb.DoMulti(ctx, cmds...) {
 		if err := r.Error(); err != nil {
@@ -384,39 +399,127 @@ func (a *attempt) release() {
 	}
 }
 
-// fromDedupTable answers a send Redis has no record of from persist's
-// cross-month dedup row, with the message's own created_at when its month
-// table has it.
-func (s *Service) fromDedupTable(ctx context.Context, tenant, topic string, from int64, clientMsgID string) (Response, bool, error) {
+// fromMySQL answers a send Redis has no record of from what MySQL stored:
+// persist's cross-month dedup row (seed 000 §3.5) when there is one, else
+// the month tables' unique key (topic, from_user, client_msg_id) in the
+// active month and the one before — a retry within send.idempotency_ttl
+// cannot reach further back.
+func (s *Service) fromMySQL(ctx context.Context, tenant, topic string, from int64, clientMsgID string) (Response, bool, error) {
 	db, err := s.p.DBs.DB(ctx, tenant)
 	if err != nil {
 		return Response{}, false, err
 	}
+	sender := sq.Eq{"topic": topic, "from_user": from, "client_msg_id": clientMsgID}
+	out := Response{Topic: topic}
 	var (
-		out     = Response{Topic: topic}
-		mid     sql.NullInt64
 		created time.Time
+		rowID   sql.NullInt64
 	)
-	err = sq.Select("seqid", "shard_month", "message_id", "created_at").From(dedupTable).
-		Where(sq.Eq{"topic": topic, "from_user": from, "client_msg_id": clientMsgID}).
-		RunWith(db).QueryRowContext(ctx).Scan(&out.Seq, &out.ShardMonth, &mid, &created)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Response{}, false, nil
-	}
-	if err != nil {
+	err = sq.Select("seqid", "shard_month", "message_id", "created_at").From(dedupTable).Where(sender).
+		RunWith(db).QueryRowContext(ctx).Scan(&out.Seq, &out.ShardMonth, &rowID, &created)
+	var months []routing.Month
+	switch {
+	case err == nil:
+		m, err := routing.ParseMonth(out.ShardMonth)
+		if err != nil {
+			return Response{}, false, fmt.Errorf("send: dedup row month %q: %w", out.ShardMonth, err)
+		}
+		months = []routing.Month{m}
+		sender = sq.Eq{"topic": topic, "seqid": out.Seq}
+	case errors.Is(err, sql.ErrNoRows):
+		active, err := s.p.Allocator.ActiveMonth(ctx, tenant)
+		if err != nil || active.IsZero() {
+			return Response{}, false, err
+		}
+		months = []routing.Month{active, active.Prev()}
+	default:
 		return Response{}, false, fmt.Errorf("send: dedup lookup: %w", err)
 	}
-	out.MessageID, out.CreatedAt = message.ID(mid.Int64), message.NewTime(created)
-	m, err := routing.ParseMonth(out.ShardMonth)
-	if err != nil {
-		return Response{}, false, fmt.Errorf("send: dedup row month %q: %w", out.ShardMonth, err)
-	}
-	if t, _, err := s.p.Catalog.Table(ctx, tenant, m); err == nil {
-		var id int64
-		if err := sq.Select("message_id", "created_at").From(t.Quoted()).Where(sq.Eq{"topic": topic, "seqid": out.Seq}).
-			RunWith(db).QueryRowContext(ctx).Scan(&id, &created); err == nil {
-			out.MessageID, out.CreatedAt = message.ID(id), message.NewTime(created)
+	for _, m := range months {
+		t, _, err := s.p.Catalog.Table(ctx, tenant, m)
+		if errors.Is(err, routing.ErrShardNotRegistered) {
+			continue
 		}
+		if err != nil {
+			return Response{}, false, err
+		}
+		var id int64
+		err = sq.Select("seqid", "message_id", "created_at").From(t.Quoted()).Where(sender).
+			RunWith(db).QueryRowContext(ctx).Scan(&out.Seq, &id, &created)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return Response{}, false, fmt.Errorf("send: dedup probe %s: %w", t.Name(), err)
+		}
+		out.ShardMonth, out.MessageID, out.CreatedAt = m.String(), message.ID(id), message.NewTime(created)
+		return out, true, nil
 	}
-	return out, true, nil
+	if out.Seq > 0 {
+		// a dedup row whose message is not (or no longer) in its month table
+		out.MessageID, out.CreatedAt = message.ID(rowID.Int64), message.NewTime(created)
+		return out, true, nil
+	}
+	return Response{}, false, nil
+}
+
+// mirrorTable is the MySQL mirror of topic routes (seed 000 §3.4).
+const mirrorTable = "im_group_message_topic_shards"
+
+// establishHorizon sets the tenant's idempotency horizon after Redis lost
+// it (or never had it): a claim is trusted without asking MySQL once no
+// message MySQL stored can still be retried, i.e. from the newest stored
+// created_at plus send.idempotency_ttl on — at once if nothing was stored
+// that recently. One computation per tenant at a time, in the background:
+// until it lands, each send asks MySQL itself.
+func (s *Service) establishHorizon(tenant string) {
+	if _, busy := s.horizons.LoadOrStore(tenant, struct{}{}); busy {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.horizons.Delete(tenant)
+		ctx, cancel := context.WithTimeout(context.Background(), postAckTimeout)
+		defer cancel()
+		if err := s.horizon(ctx, tenant); err != nil {
+			s.p.Log.Warn().Err(err).Str("tenant", tenant).Msg("idempotency horizon not set; sends keep asking MySQL")
+		}
+	}()
+}
+
+func (s *Service) horizon(ctx context.Context, tenant string) error {
+	keys, err := routing.KeysFor(tenant)
+	if err != nil {
+		return err
+	}
+	now, err := routing.NewClock(s.p.Redis).Now(ctx)
+	if err != nil {
+		return err
+	}
+	db, err := s.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	active, err := s.p.Allocator.ActiveMonth(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if active.IsZero() {
+		return routing.ErrNoActiveMonth
+	}
+	// the months fromMySQL probes: a retriable message lives in one of them
+	ttl := s.p.Send.IdempotencyTTL
+	var last sql.NullTime
+	if err := sq.Select("MAX(max_created_at)").From(mirrorTable).
+		Where(sq.GtOrEq{"shard_month": active.Prev().String()}).
+		RunWith(db).QueryRowContext(ctx).Scan(&last); err != nil {
+		return fmt.Errorf("send: newest stored message: %w", err)
+	}
+	h := now
+	if last.Valid && last.Time.Add(ttl).After(now) {
+		h = last.Time.Add(ttl)
+	}
+	return s.p.Scripts.IdemSince.Exec(ctx, s.p.Redis, []string{keys.IdemSince()},
+		[]string{strconv.FormatInt(h.UnixMilli(), 10)}).Error()
 }

@@ -59,7 +59,8 @@ type Service struct {
 	idemTTL string // send.idempotency_ttl in ms, as the scripts take it
 	stale   string // send.produce_timeout in ms
 
-	wg sync.WaitGroup // produces answered 503 but still awaiting their promise
+	wg       sync.WaitGroup // background work: produces answered 503, horizons
+	horizons sync.Map       // tenant → struct{}: one horizon computation each
 }
 
 // New leases a Snowflake node id and starts the Kafka producer.
@@ -102,7 +103,7 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// Stop flushes the producer, waits for outstanding promises and gives the
+// Stop flushes the producer, waits for background work and gives the
 // node id back. The API server stops before this role, so no send starts.
 func (s *Service) Stop(ctx context.Context) error {
 	s.prod.close(ctx)

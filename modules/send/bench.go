@@ -1,0 +1,369 @@
+package send
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// BenchParams drive `imshard bench send`: HTTP sends against a running API,
+// and beside them the raw limit of the same work on the same services.
+type BenchParams struct {
+	Concurrency int
+	Duration    time.Duration
+	Warmup      time.Duration
+	Topics      int
+
+	BaseURL string // the API
+	Tenant  string
+	Secret  []byte
+
+	// the services the API uses, for the raw baseline
+	Redis      rueidis.Client
+	Allocator  *routing.Allocator
+	Flight     *routing.Flight
+	Scripts    *routing.Scripts
+	Brokers    []string
+	KafkaTopic string
+	Send       config.Send
+	HotCache   config.HotCache
+
+	Progress io.Writer // one line per phase
+}
+
+// BenchResult is one measured run.
+type BenchResult struct {
+	Name     string
+	Count    int64
+	Errors   int64
+	Elapsed  time.Duration
+	P50, P99 time.Duration
+}
+
+// Rate is completed operations per second.
+func (r BenchResult) Rate() float64 { return float64(r.Count) / r.Elapsed.Seconds() }
+
+// BenchReport is the whole comparison.
+type BenchReport struct {
+	HTTP, Raw, Alloc BenchResult
+}
+
+// Ratio is the HTTP rate over the raw pipeline's (the bar is 0.5).
+func (r BenchReport) Ratio() float64 { return r.HTTP.Rate() / r.Raw.Rate() }
+
+// benchMembers is how many users each benchmark topic has; client k sends
+// as user k mod benchMembers.
+const benchMembers = 16
+
+// Bench prepares the groups, then runs the raw allocation, the raw pipeline
+// and the HTTP sends, each for p.Duration after p.Warmup.
+func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	httpTopics, rawTopics, allocTopics := make([]string, p.Topics), make([]string, p.Topics), make([]string, p.Topics)
+	for i := range p.Topics {
+		httpTopics[i] = fmt.Sprintf("bench-%s-%d", run, i)
+		rawTopics[i] = fmt.Sprintf("raw-%s-%d", run, i)
+		allocTopics[i] = fmt.Sprintf("alloc-%s-%d", run, i)
+	}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: p.Concurrency * 2, MaxIdleConnsPerHost: p.Concurrency * 2}}
+	b := &bench{p: p, hc: hc, run: run}
+	progress := func(format string, args ...any) {
+		if p.Progress != nil {
+			fmt.Fprintf(p.Progress, format+"\n", args...)
+		}
+	}
+	progress("preparing %d groups of %d members", p.Topics, benchMembers)
+	if err := b.setup(ctx, httpTopics); err != nil {
+		return BenchReport{}, err
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if err := b.cleanup(ctx); err != nil {
+			progress("cleanup of the run's Redis keys failed: %v", err)
+		}
+	}()
+	var rep BenchReport
+	var err error
+	progress("raw allocation EVALSHA, %d clients, %s", p.Concurrency, p.Duration)
+	if rep.Alloc, err = b.measure(ctx, "raw allocation (EVALSHA)", func(ctx context.Context, w, i int) error {
+		_, err := p.Allocator.Allocate(ctx, p.Tenant, allocTopics[(w+i)%len(allocTopics)])
+		return err
+	}); err != nil {
+		return rep, err
+	}
+	raw, err := newRawPipeline(p)
+	if err != nil {
+		return rep, err
+	}
+	defer raw.close()
+	progress("raw pipeline (Redis commands + Kafka produce), %d clients, %s", p.Concurrency, p.Duration)
+	if rep.Raw, err = b.measure(ctx, "raw pipeline (Redis + Kafka)", func(ctx context.Context, w, i int) error {
+		return raw.send(ctx, rawTopics[(w+i)%len(rawTopics)], int64(w%benchMembers+1), fmt.Sprintf("%s-%d-%d", b.run, w, i))
+	}); err != nil {
+		return rep, err
+	}
+	progress("HTTP sends, %d clients, %s", p.Concurrency, p.Duration)
+	tokens := make([]string, benchMembers)
+	for u := range tokens {
+		if tokens[u], err = httpapi.Sign(p.Secret, p.Tenant, int64(u+1), "", 24*time.Hour); err != nil {
+			return rep, err
+		}
+	}
+	rep.HTTP, err = b.measure(ctx, "HTTP send (end to end)", func(ctx context.Context, w, i int) error {
+		return b.post(ctx, tokens[w%benchMembers], httpTopics[(w+i)%len(httpTopics)], fmt.Sprintf("%s-%d-%d", b.run, w, i))
+	})
+	return rep, err
+}
+
+type bench struct {
+	p   BenchParams
+	hc  *http.Client
+	run string
+}
+
+func (b *bench) do(ctx context.Context, method, path, token string, body any, want int) error {
+	raw, ok := body.([]byte)
+	if !ok {
+		var err error
+		if raw, err = json.Marshal(body); err != nil {
+			return err
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, method, b.p.BaseURL+path, bytes.NewReader(raw))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, out)
+	}
+	return nil
+}
+
+func (b *bench) setup(ctx context.Context, topics []string) error {
+	svc, err := httpapi.Sign(b.p.Secret, b.p.Tenant, 1<<40, httpapi.RoleService, time.Hour)
+	if err != nil {
+		return err
+	}
+	for i, t := range topics {
+		if err := b.do(ctx, "PUT", "/v1/topics/"+t, svc, map[string]any{"group_id": i + 1, "status": "active"}, http.StatusOK); err != nil {
+			return err
+		}
+		for u := 1; u <= benchMembers; u++ {
+			if err := b.do(ctx, "PUT", fmt.Sprintf("/v1/topics/%s/members/%d", t, u), svc, map[string]any{"role": "member"}, http.StatusOK); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// cleanup unlinks every Redis key of this run (each carries a topic with
+// the run id), so a shared Redis does not keep a benchmark's idempotency
+// records and caches for a day.
+func (b *bench) cleanup(ctx context.Context) error {
+	keys, err := routing.KeysFor(b.p.Tenant)
+	if err != nil {
+		return err
+	}
+	rdb := b.p.Redis
+	var cursor uint64
+	for {
+		e, err := rdb.Do(ctx, rdb.B().Scan().Cursor(cursor).Match(keys.TenantPattern()).Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			return err
+		}
+		var del []string
+		for _, k := range e.Elements {
+			if strings.Contains(k, b.run) {
+				del = append(del, k)
+			}
+		}
+		if len(del) > 0 {
+			if err := rdb.Do(ctx, rdb.B().Unlink().Key(del...).Build()).Error(); err != nil {
+				return err
+			}
+		}
+		if cursor = e.Cursor; cursor == 0 {
+			return nil
+		}
+	}
+}
+
+func (b *bench) post(ctx context.Context, token, topic, clientMsgID string) error {
+	// ids and topics are plain ASCII: the body needs no encoder
+	body := `{"client_msg_id":"` + clientMsgID + `","msg_type":"text","content":{"text":"bench message ` + clientMsgID + `"}}`
+	return b.do(ctx, "POST", "/v1/topics/"+topic+"/messages", token, []byte(body), http.StatusCreated)
+}
+
+// measure runs op from p.Concurrency goroutines: a warm-up, then the timed
+// run. i numbers each goroutine's operations.
+func (b *bench) measure(ctx context.Context, name string, op func(ctx context.Context, w, i int) error) (BenchResult, error) {
+	if b.p.Warmup > 0 {
+		if _, err := b.loop(ctx, b.p.Warmup, -1, op); err != nil {
+			return BenchResult{}, err
+		}
+	}
+	res, err := b.loop(ctx, b.p.Duration, 1<<30, op)
+	res.Name = name
+	return res, err
+}
+
+// loop runs op until d has passed; offset keeps warm-up and timed client
+// message ids apart.
+func (b *bench) loop(ctx context.Context, d time.Duration, offset int, op func(ctx context.Context, w, i int) error) (BenchResult, error) {
+	n := b.p.Concurrency
+	lat := make([][]time.Duration, n)
+	var errs atomic.Int64
+	var firstErr atomic.Value
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			base := rand.IntN(1 << 20)
+			for i := 0; ctx.Err() == nil; i++ {
+				t0 := time.Now()
+				if !t0.Before(deadline) {
+					return
+				}
+				if err := op(ctx, w, offset+base+i); err != nil {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				lat[w] = append(lat[w], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	if err := ctx.Err(); err != nil {
+		return BenchResult{}, err
+	}
+	if len(all) == 0 {
+		return BenchResult{}, fmt.Errorf("bench: nothing succeeded: %v", firstErr.Load())
+	}
+	slices.Sort(all)
+	return BenchResult{Count: int64(len(all)), Errors: errs.Load(), Elapsed: elapsed,
+		P50: all[len(all)/2], P99: all[len(all)*99/100]}, nil
+}
+
+// rawPipeline issues, per message, the Redis commands and the Kafka produce
+// of a send, with the same settings, directly: no HTTP, no JSON request, no
+// JWT, no ACL decision — the limit the HTTP path is measured against.
+type rawPipeline struct {
+	p     BenchParams
+	keys  routing.Keys
+	cl    *kgo.Client
+	ttl   string
+	stale string
+}
+
+func newRawPipeline(p BenchParams) (*rawPipeline, error) {
+	keys, err := routing.KeysFor(p.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(ProducerOpts(p.Brokers, p.KafkaTopic, p.Send.ProduceTimeout)...)
+	if err != nil {
+		return nil, err
+	}
+	return &rawPipeline{p: p, keys: keys, cl: cl,
+		ttl: strconv.FormatInt(p.Send.IdempotencyTTL.Milliseconds(), 10), stale: strconv.FormatInt(p.Send.ProduceTimeout.Milliseconds(), 10)}, nil
+}
+
+func (r *rawPipeline) close() { r.cl.Close() }
+
+func (r *rawPipeline) send(ctx context.Context, topic string, uid int64, clientMsgID string) error {
+	rdb, sc, k := r.p.Redis, r.p.Scripts, r.keys
+	// ACL cache read
+	for _, res := range rdb.DoMulti(ctx, rdb.B().Get().Key(k.Group(topic)).Build(),
+		rdb.B().Hget().Key(k.Members(topic)).Field(strconv.FormatInt(uid, 10)).Build()) {
+		if err := res.Error(); err != nil && !rueidis.IsRedisNil(err) {
+			return err
+		}
+	}
+	// idempotency claim
+	idem := k.Idempotency(topic, uid, clientMsgID)
+	if err := sc.IdemClaim.Exec(ctx, rdb, []string{idem, k.IdemSince()}, []string{"raw", r.ttl, r.stale}).Error(); err != nil {
+		return err
+	}
+	// allocation
+	al, err := r.p.Allocator.Allocate(ctx, r.p.Tenant, topic)
+	if err != nil {
+		return err
+	}
+	ev := &message.Event{V: message.EventVersion, EventID: clientMsgID, Tenant: r.p.Tenant, Topic: topic, GroupID: 1,
+		SeqID: al.Seq, ShardMonth: al.Month.String(), MessageID: message.ID(al.Seq), FromUser: message.ID(uid),
+		ClientMsgID: clientMsgID, MsgType: "text", Content: json.RawMessage(`{"text":"bench message ` + clientMsgID + `"}`),
+		CreatedAt: message.NewTime(time.Now())}
+	raw, _ := json.Marshal(ev)
+	// the event stored in the idempotency record
+	if err := sc.IdemEvent.Exec(ctx, rdb, []string{idem}, []string{"raw", string(raw), r.ttl}).Error(); err != nil {
+		return err
+	}
+	// produce, wait for the ack
+	done := make(chan error, 1)
+	r.cl.Produce(ctx, &kgo.Record{Key: ev.Key(), Value: raw}, func(_ *kgo.Record, err error) { done <- err })
+	if err := <-done; err != nil {
+		return err
+	}
+	// after the ack: pending ack, idempotency ack, hot cache, publish
+	var wg sync.WaitGroup
+	var ackErr, idemErr error
+	wg.Add(2)
+	go func() { defer wg.Done(); ackErr = r.p.Flight.MarkAcked(ctx, r.p.Tenant, topic, al.Seq) }()
+	go func() {
+		defer wg.Done()
+		idemErr = sc.IdemAck.Exec(ctx, rdb, []string{idem}, []string{"acked", string(raw), string(raw), r.ttl}).Error()
+	}()
+	msg, _ := json.Marshal(message.FromEvent(ev))
+	hot := k.HotMessages(topic)
+	for _, res := range rdb.DoMulti(ctx,
+		rdb.B().Zadd().Key(hot).ScoreMember().ScoreMember(float64(al.Seq), string(msg)).Build(),
+		rdb.B().Pexpire().Key(hot).Milliseconds(r.p.HotCache.TTL.Milliseconds()).Build(),
+		rdb.B().Zremrangebyrank().Key(hot).Start(0).Stop(int64(-r.p.HotCache.MaxPerTopic-1)).Build(),
+		rdb.B().Publish().Channel(k.Realtime(topic)).Message(string(msg)).Build()) {
+		if err := res.Error(); err != nil {
+			return err
+		}
+	}
+	wg.Wait()
+	if ackErr != nil {
+		return ackErr
+	}
+	return idemErr
+}
