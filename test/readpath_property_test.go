@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -9,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
+	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 )
@@ -22,7 +26,8 @@ type rpTopicModel struct {
 
 // rpRandomTopic writes a topic of n allocated seqs over up to four months
 // (random switch points), with random gaps (allocated, never persisted),
-// global deletions, recalls and deletion ranges of rpMember.
+// global deletions, recalls, deletion ranges of rpMember and a partial hot
+// cache.
 func rpRandomTopic(t *testing.T, env *harness.Env, rng *rand.Rand, topic string, n int64) rpTopicModel {
 	t.Helper()
 	rpGroup(t, env, topic)
@@ -48,6 +53,7 @@ func rpRandomTopic(t *testing.T, env *harness.Env, rng *rand.Rand, topic string,
 	for m, rows := range byMonth {
 		rpInsert(t, env, topic, m, rows...)
 	}
+	rpRandomHotCache(t, env, rng, topic, n, status)
 	var hidden [][2]int64
 	for range rng.IntN(4) {
 		lo := 1 + rng.Int64N(n)
@@ -65,6 +71,35 @@ func rpRandomTopic(t *testing.T, env *harness.Env, rng *rand.Rand, topic string,
 	}
 	rpSyncRoute(t, env, topic)
 	return model
+}
+
+// rpRandomHotCache caches a random tail of the topic as send does (most
+// seqs, with holes), records some of the never-persisted seqs as gaps and
+// sets the topic's last seq: pages the cache provably covers come from
+// Redis, the others from MySQL — the results must not differ.
+func rpRandomHotCache(t *testing.T, env *harness.Env, rng *rand.Rand, topic string, n int64, status map[int64]string) {
+	t.Helper()
+	ctx := context.Background()
+	keys, _ := routing.KeysFor(env.Tenant)
+	rdb := env.Redis
+	cmds := rueidis.Commands{rdb.B().Set().Key(keys.Seq(topic)).Value(strconv.FormatInt(n, 10)).Build()}
+	for s := n - rng.Int64N(n); s <= n; s++ {
+		st, persisted := status[s]
+		switch {
+		case !persisted && rng.IntN(2) == 0:
+			cmds = append(cmds, rdb.B().Zadd().Key(keys.Gaps(topic)).ScoreMember().ScoreMember(float64(s), strconv.FormatInt(s, 10)).Build())
+		case persisted && rng.IntN(10) > 0:
+			m := message.Message{Topic: topic, Seq: s, MessageID: message.ID(s), Status: st, MsgType: "text", Version: 1,
+				Content: json.RawMessage(`{"text":"message ` + strconv.FormatInt(s, 10) + `"}`)}
+			raw, _ := json.Marshal(m.Normalized())
+			cmds = append(cmds, rdb.B().Zadd().Key(keys.HotMessages(topic)).ScoreMember().ScoreMember(float64(s), string(raw)).Build())
+		}
+	}
+	for _, r := range rdb.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func (m rpTopicModel) check(t *testing.T, env *harness.Env, rng *rand.Rand, stage string) {
@@ -127,4 +162,6 @@ func TestReadPathPropertyPagingMatchesPersisted(t *testing.T) {
 		}
 		m.check(t, env, rng, "routes corrupted")
 	}
+	t.Logf("hot cache: %v pages answered, %v sent to MySQL",
+		rpMetric(t, env, "imshard_query_hot_cache_total", "result=hit"), rpMetric(t, env, "imshard_query_hot_cache_total", "result=miss"))
 }
