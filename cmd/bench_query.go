@@ -1,0 +1,222 @@
+package cmd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime/pprof"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/imshard/imshard/app"
+	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/query"
+	"github.com/imshard/imshard/modules/routing"
+	imsql "github.com/imshard/imshard/sql"
+)
+
+type benchQueryOptions struct {
+	topics      int
+	rows        int
+	concurrency int
+	duration    time.Duration
+	warmup      time.Duration
+	tenant      string
+	keep        bool
+	cpuProfile  string
+}
+
+func newBenchQueryCmd(g *globals) *cobra.Command {
+	o := &benchQueryOptions{}
+	c := &cobra.Command{
+		Use:   "query",
+		Short: "50-message pages: one month, two months, the single legacy table, hot cache, HTTP beside raw SQL",
+		Long: "Builds a fixture in a tenant database of its own (--rows messages over --topics topics, half in the\n" +
+			"previous month's table, half in the current one, and the same rows in one legacy single table), then\n" +
+			"measures p50/p99 and rate of each read with --concurrency readers on random topics and positions.\n" +
+			"The tenant database and its Redis keys are dropped afterwards unless --keep (a kept fixture is reused).",
+		Args: cobra.NoArgs,
+	}
+	c.Flags().IntVar(&o.topics, "topics", 1000, "topics of the fixture")
+	c.Flags().IntVar(&o.rows, "rows", 2_000_000, "messages of the fixture")
+	c.Flags().IntVar(&o.concurrency, "concurrency", 16, "concurrent readers")
+	c.Flags().DurationVar(&o.duration, "duration", 20*time.Second, "measured time of each run")
+	c.Flags().DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time before each run")
+	c.Flags().StringVar(&o.tenant, "tenant", "bench_query", "the benchmark's own tenant (its database is dropped afterwards)")
+	c.Flags().BoolVar(&o.keep, "keep", false, "keep the fixture for the next run (and reuse one that was kept)")
+	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		if o.concurrency < 1 || o.topics < 1 || o.topics > 1024 || o.rows < 1 || o.duration <= 0 {
+			return usagef("--concurrency, --rows and --duration must be positive, --topics 1..1024")
+		}
+		if err := routing.ValidTenant(o.tenant); err != nil {
+			return usagef("--tenant: %v", err)
+		}
+		cfg, err := g.load(nil, "query")
+		if err != nil {
+			return err
+		}
+		ctx, stop := signalContext()
+		defer stop()
+		if o.cpuProfile != "" {
+			f, err := os.Create(o.cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+			defer pprof.StopCPUProfile()
+		}
+		rep, err := runBenchQuery(ctx, cfg, o, g)
+		if err != nil {
+			return err
+		}
+		printBenchQuery(g.stdout, o, rep)
+		return nil
+	}
+	return c
+}
+
+// runBenchQuery starts the clients and the query service with its HTTP
+// handlers for the benchmark tenant, builds or reuses the fixture, measures.
+func runBenchQuery(ctx context.Context, cfg *config.Config, o *benchQueryOptions, g *globals) (query.BenchReport, error) {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	secret := hex.EncodeToString(b[:])
+	tenants := cfg.Tenants[:0:0]
+	for _, t := range cfg.Tenants {
+		if t.ID != o.tenant {
+			tenants = append(tenants, t)
+		}
+	}
+	cfg.Tenants = append(tenants, config.Tenant{ID: o.tenant, JWTSecret: secret})
+	for attempt := 0; ; attempt++ {
+		rep, again, err := benchQueryOnce(ctx, cfg, o, g, []byte(secret), attempt == 0)
+		if !again {
+			return rep, err
+		}
+	}
+}
+
+// benchQueryOnce runs the benchmark on fresh clients; again asks for a
+// second run after it dropped the leftovers of an interrupted one.
+func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOptions, g *globals, secret []byte, first bool) (rep query.BenchReport, again bool, err error) {
+	log := g.logger(cfg)
+	a := app.New(cfg, log)
+	if err := a.StartTools(ctx); err != nil {
+		return rep, false, err
+	}
+	defer a.Close()
+	if err := prepareBenchTenant(ctx, a, o.tenant); err != nil {
+		return rep, false, err
+	}
+	db, err := a.Pools().DB(ctx, o.tenant)
+	if err != nil {
+		return rep, false, err
+	}
+	now, err := routing.NewClock(a.Redis()).Month(ctx)
+	if err != nil {
+		return rep, false, err
+	}
+	prev, _, err := a.Catalog().Table(ctx, o.tenant, now.Prev())
+	if err != nil {
+		return rep, false, err
+	}
+	cur, _, err := a.Catalog().Table(ctx, o.tenant, now)
+	if err != nil {
+		return rep, false, err
+	}
+	svc := a.NewQuery()
+	defer svc.Close()
+	mux := http.NewServeMux()
+	svc.Register(mux, httpapi.NewAuthenticator(a.Secrets()), log)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return rep, false, err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Shutdown(context.Background()) }()
+	token, err := httpapi.Sign(secret, o.tenant, 1, "", 24*time.Hour)
+	if err != nil {
+		return rep, false, err
+	}
+	p := &query.BenchParams{
+		Service: svc, Routes: a.Routes(), Groups: a.ACL(), Redis: a.Redis(), DB: db, Tenant: o.tenant,
+		Prev: prev, Cur: cur, BaseURL: "http://" + ln.Addr().String(), Token: token,
+		Topics: o.topics, Rows: o.rows, Concurrency: o.concurrency, Duration: o.duration, Warmup: o.warmup,
+		Progress: g.stderr,
+	}
+	drop := func() error {
+		return errors.Join(query.DropFixtures(context.WithoutCancel(ctx), db, func(name string) string {
+			return strings.Replace(imsql.DropDatabase(), imsql.DatabasePlaceholder, name, 1)
+		}), query.DropKeys(context.WithoutCancel(ctx), a.Redis(), o.tenant))
+	}
+	complete, dirty := p.Fixtures(ctx)
+	switch {
+	case complete && o.keep:
+		fmt.Fprintf(g.stderr, "bench: reusing the kept fixture of tenant %s\n", o.tenant)
+	case dirty && first:
+		fmt.Fprintf(g.stderr, "bench: dropping an incomplete or unwanted fixture of tenant %s\n", o.tenant)
+		return rep, true, drop()
+	default:
+		if err := p.Build(ctx); err != nil {
+			return rep, false, errors.Join(err, drop())
+		}
+	}
+	rep, err = p.Measure(ctx)
+	if !o.keep {
+		err = errors.Join(err, drop())
+	}
+	return rep, false, err
+}
+
+func printBenchQuery(w io.Writer, o *benchQueryOptions, rep query.BenchReport) {
+	fmt.Fprintf(w, "query bench: rows=%d topics=%d concurrency=%d duration=%s\n", o.rows, o.topics, o.concurrency, o.duration)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "run\tpages\terrors\trate/s\tp50\tp99")
+	for _, r := range []query.BenchResult{rep.OneMonth, rep.TwoMonths, rep.HotCache, rep.RawMonth, rep.RawLegacy, rep.HTTP} {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\n", r.Name, r.Count, r.Errors, r.Rate(),
+			r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond))
+	}
+	_ = tw.Flush()
+	bar := func(name string, ratio, limit float64, atMost bool) {
+		ok := ratio >= limit
+		op := ">="
+		if atMost {
+			ok, op = ratio <= limit, "<="
+		}
+		verdict := "met"
+		if !ok {
+			verdict = "MISSED"
+		}
+		fmt.Fprintf(w, "%-52s %6.2f (bar %s %.2f: %s)\n", name, ratio, op, limit, verdict)
+	}
+	ratio := func(a, b time.Duration) float64 {
+		if b <= 0 {
+			return 0
+		}
+		return float64(a) / float64(b)
+	}
+	bar("two-month p99 / one-month p99", ratio(rep.TwoMonths.P99, rep.OneMonth.P99), 1.5, true)
+	bar("month-table p99 / single-table p99 (raw SQL)", ratio(rep.RawMonth.P99, rep.RawLegacy.P99), 0.5, true)
+	httpShare := 0.0
+	if rep.RawMonth.Rate() > 0 {
+		httpShare = rep.HTTP.Rate() / rep.RawMonth.Rate()
+	}
+	bar("HTTP rate / raw SQL rate", httpShare, 0.5, false)
+	fmt.Fprintf(w, "%-52s %6.2f ms (bar < 2 ms: %s)\n", "hot-cache page p99 (server-side)",
+		float64(rep.HotCache.P99.Microseconds())/1000, map[bool]string{true: "met", false: "MISSED"}[rep.HotCache.P99 < 2*time.Millisecond])
+}
