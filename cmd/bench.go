@@ -6,6 +6,6 @@ import "github.com/spf13/cobra"
 // its raw limit on the same services in the same run (DESIGN "Performance").
 func newBenchCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "bench", Short: "Measure a path beside its raw limit on the same services"}
-	c.AddCommand(newBenchSendCmd(g), newBenchQueryCmd(g))
+	c.AddCommand(newBenchSendCmd(g), newBenchQueryCmd(g), newBenchPersistCmd(g))
 	return c
 }

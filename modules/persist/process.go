@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -169,18 +170,34 @@ const redisTimeout = 3 * time.Second
 func (s *Service) afterCommit(ctx context.Context, key batchKey, res writeResult) error {
 	rctx, cancel := context.WithTimeout(ctx, redisTimeout)
 	defer cancel()
-	var repairs []*topicRange
-	inserted := map[string]bool{}
-	for _, tr := range topicRanges(res.inserted) {
-		inserted[tr.topic] = true
-		if err := s.followUp(rctx, key.tenant, tr, true); err != nil {
-			s.p.Log.Warn().Err(err).Str("tenant", key.tenant).Str("topic", tr.topic).Msg("persist: redis update failed; queued for repair")
-			repairs = append(repairs, tr)
+	// one goroutine per topic: rueidis pipelines their commands on shared
+	// connections, so a batch of 100 topics costs a few round trips, not
+	// hundreds
+	var (
+		mu      sync.Mutex
+		repairs []*topicRange
+		wg      sync.WaitGroup
+	)
+	followUp := func(tr *topicRange, merge bool) {
+		defer wg.Done()
+		err := s.followUp(rctx, key.tenant, tr, merge)
+		if merge && err == nil {
+			return
 		}
+		if err != nil {
+			s.p.Log.Warn().Err(err).Str("tenant", key.tenant).Str("topic", tr.topic).Msg("persist: redis update failed; queued for repair")
+		}
+		mu.Lock()
+		repairs = append(repairs, tr)
+		mu.Unlock()
+	}
+	for _, tr := range topicRanges(res.inserted) {
+		wg.Add(1)
+		go followUp(tr, true)
 	}
 	for _, tr := range topicRanges(res.replayed) {
-		_ = s.followUp(rctx, key.tenant, tr, false)
-		repairs = append(repairs, tr)
+		wg.Add(1)
+		go followUp(tr, false)
 	}
 	for _, r := range res.dedup {
 		// the duplicate's seq will never hold a row: a known gap, so readers
@@ -189,7 +206,8 @@ func (s *Service) afterCommit(ctx context.Context, key batchKey, res writeResult
 			s.p.Log.Warn().Err(err).Str("tenant", key.tenant).Msg("persist: record gap of a duplicate failed")
 		}
 	}
-	s.idemDone(rctx, key.tenant, res.dedup)
+	wg.Wait()
+	_ = s.idemDone(rctx, key.tenant, res.dedup)
 	if len(repairs) == 0 {
 		return nil
 	}

@@ -238,7 +238,21 @@ var insertColumns = []string{"message_id", "topic", "group_id", "seqid", "from_u
 // insertRows adds recs to the month table and returns how many rows it
 // really added (a row that hits a unique key is left as it is and counts 0).
 func insertRows(ctx context.Context, tx *sql.Tx, t routing.Table, recs []*record) (int64, error) {
-	q := sq.Insert(t.Quoted()).Columns(insertColumns...)
+	q, err := insertQuery(t.Quoted(), recs)
+	if err != nil {
+		return 0, err
+	}
+	res, err := q.Suffix("ON DUPLICATE KEY UPDATE seqid = seqid").RunWith(tx).ExecContext(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("persist: insert %s: %w", t.Name(), err)
+	}
+	return res.RowsAffected()
+}
+
+// insertQuery is the multi-row insert of recs into quoted, a month table
+// (or, for the benchmark's baseline, the legacy table of the same template).
+func insertQuery(quoted string, recs []*record) (sq.InsertBuilder, error) {
+	q := sq.Insert(quoted).Columns(insertColumns...)
 	for _, r := range recs {
 		e := r.ev
 		var head, mentions any
@@ -248,7 +262,7 @@ func insertRows(ctx context.Context, tx *sql.Tx, t routing.Table, recs []*record
 		if len(e.MentionedUserIDs) > 0 {
 			b, err := json.Marshal(e.MentionedUserIDs)
 			if err != nil {
-				return 0, err
+				return q, err
 			}
 			mentions = string(b)
 		}
@@ -256,11 +270,7 @@ func insertRows(ctx context.Context, tx *sql.Tx, t routing.Table, recs []*record
 		q = q.Values(int64(e.MessageID), e.Topic, int64(e.GroupID), e.SeqID, int64(e.FromUser), e.ClientMsgID, e.MsgType,
 			string(e.Content), head, mentions, e.MentionAll, e.ReplySeqID, e.RootSeqID, len(e.Content), created, created)
 	}
-	res, err := q.Suffix("ON DUPLICATE KEY UPDATE seqid = seqid").RunWith(tx).ExecContext(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("persist: insert %s: %w", t.Name(), err)
-	}
-	return res.RowsAffected()
+	return q, nil
 }
 
 // upsertMirror widens the topics' ranges in the MySQL route mirror by the

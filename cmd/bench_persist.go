@@ -1,0 +1,174 @@
+package cmd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/imshard/imshard/app"
+	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/persist"
+	"github.com/imshard/imshard/modules/query"
+	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/shardmgr"
+	imsql "github.com/imshard/imshard/sql"
+)
+
+type benchPersistOptions struct {
+	rows, batch, writers, topics, legacyRows int
+	tenant                                   string
+	keep                                     bool
+}
+
+func newBenchPersistCmd(g *globals) *cobra.Command {
+	o := &benchPersistOptions{}
+	c := &cobra.Command{
+		Use:   "persist",
+		Short: "Persist throughput and p50/p99 per batch beside the raw insert and a 2M-row legacy table",
+		Long: "In a tenant database of its own: produces --rows events to a Kafka topic of its own, runs the persist\n" +
+			"role until all are stored, then inserts the same rows with the same batch size and writers directly\n" +
+			"(multi-row INSERT + route-mirror upsert) into a fresh month table, and the same batches into the legacy\n" +
+			"single table im_group_messages pre-filled to --legacy-rows rows. The database is dropped afterwards\n" +
+			"unless --keep (a kept legacy fixture is reused).",
+		Args: cobra.NoArgs,
+	}
+	c.Flags().IntVar(&o.rows, "rows", 200_000, "rows per run")
+	c.Flags().IntVar(&o.batch, "batch", 500, "rows per batch transaction")
+	c.Flags().IntVar(&o.writers, "writers", persist.DefaultWriters, "concurrent batch transactions")
+	c.Flags().IntVar(&o.topics, "topics", 100, "topics the rows are spread over")
+	c.Flags().IntVar(&o.legacyRows, "legacy-rows", 2_000_000, "rows in the legacy table before its run")
+	c.Flags().StringVar(&o.tenant, "tenant", "bench_persist", "the benchmark's own tenant (its database is dropped afterwards)")
+	c.Flags().BoolVar(&o.keep, "keep", false, "keep the tenant database (and the legacy fixture) for the next run")
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		if o.rows < 1 || o.batch < 1 || o.writers < 1 || o.topics < 1 || o.legacyRows < 0 {
+			return usagef("--rows, --batch, --writers and --topics must be positive")
+		}
+		if err := routing.ValidTenant(o.tenant); err != nil {
+			return usagef("--tenant: %v", err)
+		}
+		cfg, err := g.load(nil, "persist")
+		if err != nil {
+			return err
+		}
+		ctx, stop := signalContext()
+		defer stop()
+		rep, err := runBenchPersist(ctx, cfg, o, g)
+		if err != nil {
+			return err
+		}
+		printBenchPersist(g.stdout, o, rep)
+		return nil
+	}
+	return c
+}
+
+func runBenchPersist(ctx context.Context, cfg *config.Config, o *benchPersistOptions, g *globals) (persist.BenchReport, error) {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	suffix := hex.EncodeToString(b[:])
+	tenants := cfg.Tenants[:0:0]
+	for _, t := range cfg.Tenants {
+		if t.ID != o.tenant {
+			tenants = append(tenants, t)
+		}
+	}
+	cfg.Tenants = append(tenants, config.Tenant{ID: o.tenant, JWTSecret: suffix})
+	// a topic and consumer group of the benchmark's own: nothing else reads
+	// its events, and it reads nothing else
+	k := cfg.Kafka
+	k.Topic, k.DLQTopic, k.Group = k.Topic+".bench-"+suffix, k.DLQTopic+".bench-"+suffix, "imshard-bench-"+suffix
+	brokers := k.Brokers
+	if len(brokers) == 0 {
+		k.DataDir = ""
+		cluster, err := app.StartKafka(k, "")
+		if err != nil {
+			return persist.BenchReport{}, err
+		}
+		defer cluster.Close()
+		brokers = cluster.ListenAddrs()
+	} else {
+		admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		if err != nil {
+			return persist.BenchReport{}, err
+		}
+		err = app.EnsureTopics(ctx, admin, k)
+		admin.Close()
+		if err != nil {
+			return persist.BenchReport{}, err
+		}
+	}
+	log := g.logger(cfg)
+	a := app.New(cfg, log)
+	if err := a.StartTools(ctx); err != nil {
+		return persist.BenchReport{}, err
+	}
+	defer a.Close()
+	now, err := routing.NewClock(a.Redis()).Month(ctx)
+	if err != nil {
+		return persist.BenchReport{}, err
+	}
+	if res := a.NewShardManager().SyncTenant(ctx, o.tenant, shardmgr.Options{MonthsAhead: -1}); res.Err != nil {
+		return persist.BenchReport{}, fmt.Errorf("bench: shard ensure: %w", res.Err)
+	}
+	persistMonth, rawMonth := now, now.Next()
+	for _, m := range []routing.Month{persistMonth, rawMonth} {
+		if _, st, err := a.Catalog().Table(ctx, o.tenant, m); err != nil || !st.AcceptsWrites() {
+			return persist.BenchReport{}, fmt.Errorf("bench: month %s not writable (%s, %v)", m, st, err)
+		}
+	}
+	db, err := a.Pools().DB(ctx, o.tenant)
+	if err != nil {
+		return persist.BenchReport{}, err
+	}
+	rep, err := persist.Bench(ctx, persist.BenchParams{
+		Rows: o.rows, Batch: o.batch, Writers: o.writers, Topics: o.topics, LegacyRows: o.legacyRows,
+		Tenant: o.tenant, DB: db, PersistMonth: persistMonth, RawMonth: rawMonth,
+		Kafka: k, Brokers: brokers, DBs: a.Pools(), Redis: a.Redis(), Scripts: a.Scripts(), Catalog: a.Catalog(),
+		Flight: a.Flight(), Routes: a.Routes(), Progress: g.stderr, Log: log,
+	})
+	if !o.keep {
+		cleanup := context.WithoutCancel(ctx)
+		err = errors.Join(err,
+			query.DropFixtures(cleanup, db, func(name string) string {
+				return strings.Replace(imsql.DropDatabase(), imsql.DatabasePlaceholder, name, 1)
+			}),
+			query.DropKeys(cleanup, a.Redis(), o.tenant))
+	}
+	return rep, err
+}
+
+func printBenchPersist(w io.Writer, o *benchPersistOptions, rep persist.BenchReport) {
+	fmt.Fprintf(w, "persist bench: rows=%d batch=%d writers=%d topics=%d legacy fixture=%d rows\n",
+		o.rows, o.batch, o.writers, o.topics, rep.LegacyFixture)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "run\trows\trows/s\tbatch p50\tbatch p99")
+	for _, r := range []persist.BenchResult{rep.Persist, rep.Raw, rep.Legacy} {
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\n", r.Name, r.Rows, r.Rate(), r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond))
+	}
+	_ = tw.Flush()
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "MISSED"
+	}
+	ratio := func(a, b persist.BenchResult) float64 {
+		if b.Rate() == 0 {
+			return 0
+		}
+		return a.Rate() / b.Rate()
+	}
+	pr, ml, pl := ratio(rep.Persist, rep.Raw), ratio(rep.Raw, rep.Legacy), ratio(rep.Persist, rep.Legacy)
+	fmt.Fprintf(w, "persist / raw insert     = %.2f (bar >= 0.60: %s)\n", pr, verdict(pr >= 0.6))
+	fmt.Fprintf(w, "month table / legacy     = %.2f (bar >= 3.00: %s)\n", ml, verdict(ml >= 3))
+	fmt.Fprintf(w, "persist / legacy         = %.2f\n", pl)
+}

@@ -1,0 +1,334 @@
+package persist
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// BenchParams configure `imshard bench persist`: the persist role against
+// the raw multi-row insert of the same rows (same batch size and writers,
+// with the mirror upsert), and the same batches into a legacy single table
+// that already holds LegacyRows rows (DESIGN "Performance").
+type BenchParams struct {
+	Rows, Batch, Writers, Topics int
+	LegacyRows                   int
+	Tenant                       string
+	DB                           *sql.DB // the tenant's database
+	PersistMonth, RawMonth       routing.Month
+	Kafka                        config.Kafka // a topic and group of the benchmark's own
+	Brokers                      []string
+	DBs                          routing.DBs
+	Redis                        rueidis.Client
+	Scripts                      *routing.Scripts
+	Catalog                      *routing.Catalog
+	Flight                       *routing.Flight
+	Routes                       *routing.Routes
+	Progress                     io.Writer
+	Log                          zerolog.Logger
+}
+
+// BenchResult is one measured run.
+type BenchResult struct {
+	Name     string
+	Rows     int
+	Elapsed  time.Duration
+	P50, P99 time.Duration // per batch
+}
+
+// Rate is rows per second.
+func (r BenchResult) Rate() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Rows) / r.Elapsed.Seconds()
+}
+
+// BenchReport holds the three runs.
+type BenchReport struct {
+	Persist, Raw, Legacy BenchResult
+	LegacyFixture        int64 // rows in the legacy table before its run
+}
+
+// Bench runs the three measurements in one process on the same services.
+func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
+	var rep BenchReport
+	evs := benchEvents(p.Tenant, p.Rows, p.Topics, p.PersistMonth, "b")
+	p.logf("producing %d events to %s …", len(evs), p.Kafka.Topic)
+	if err := benchProduce(ctx, p.Brokers, p.Kafka.Topic, evs); err != nil {
+		return rep, err
+	}
+	p.logf("persist: %d writers, batch %d …", p.Writers, p.Batch)
+	var err error
+	if rep.Persist, err = benchPersist(ctx, p, len(evs)); err != nil {
+		return rep, err
+	}
+
+	rawTable, err := routing.TableFor(p.RawMonth)
+	if err != nil {
+		return rep, err
+	}
+	p.logf("raw insert + mirror upsert into %s …", rawTable.Name())
+	raw := benchRecords(benchEvents(p.Tenant, p.Rows, p.Topics, p.RawMonth, "b"))
+	if rep.Raw, err = benchRaw(ctx, p, "raw insert", rawTable.Quoted(), p.RawMonth, raw); err != nil {
+		return rep, err
+	}
+
+	p.logf("legacy fixture: %d rows in %s …", p.LegacyRows, routing.LegacyTable)
+	if rep.LegacyFixture, err = benchLegacyFixture(ctx, p); err != nil {
+		return rep, err
+	}
+	legacy := benchRecords(benchEvents(p.Tenant, p.Rows, p.Topics, p.RawMonth.Next(), "b"))
+	p.logf("same batches into %s …", routing.LegacyTable)
+	rep.Legacy, err = benchRaw(ctx, p, "legacy table", "`"+routing.LegacyTable+"`", p.RawMonth.Next(), legacy)
+	return rep, err
+}
+
+func (p *BenchParams) logf(format string, args ...any) {
+	if p.Progress != nil {
+		fmt.Fprintf(p.Progress, format+"\n", args...)
+	}
+}
+
+// benchEvents are rows messages spread round-robin over topics, with
+// content of a typical chat size.
+func benchEvents(tenant string, rows, topics int, m routing.Month, prefix string) []message.Event {
+	evs := make([]message.Event, rows)
+	now := message.NewTime(time.Now())
+	for i := range evs {
+		topic := prefix + strconv.Itoa(i%topics)
+		seq := int64(i/topics + 1)
+		evs[i] = message.Event{
+			V: message.EventVersion, EventID: fmt.Sprintf("%s-%d-%d", m, i%topics, seq), Tenant: tenant, Topic: topic,
+			GroupID: message.ID(i%topics + 1), SeqID: seq, ShardMonth: m.String(),
+			MessageID: message.ID(int64(m.Int())<<32 | int64(i+1)), FromUser: message.ID(i%50 + 1),
+			ClientMsgID: "c" + strconv.Itoa(i), MsgType: "text",
+			Content:   json.RawMessage(`{"text":"benchmark message number ` + strconv.Itoa(i) + `, about as long as a chat line"}`),
+			CreatedAt: now,
+		}
+	}
+	return evs
+}
+
+func benchRecords(evs []message.Event) []*record {
+	out := make([]*record, len(evs))
+	for i := range evs {
+		m, _ := routing.ParseMonth(evs[i].ShardMonth)
+		out[i] = &record{ev: &evs[i], month: m}
+	}
+	return out
+}
+
+func benchProduce(ctx context.Context, brokers []string, topic string, evs []message.Event) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(1<<20))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	const chunk = 5000
+	for lo := 0; lo < len(evs); lo += chunk {
+		hi := min(lo+chunk, len(evs))
+		recs := make([]*kgo.Record, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			v, err := json.Marshal(&evs[i])
+			if err != nil {
+				return err
+			}
+			recs = append(recs, &kgo.Record{Topic: topic, Key: evs[i].Key(), Value: v})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			return fmt.Errorf("bench: produce: %w", err)
+		}
+	}
+	return nil
+}
+
+// benchPersist runs the real persist Service until it has committed n rows;
+// the clock runs from its first batch's dispatch to its last commit, so the
+// consumer-group join is not billed.
+func benchPersist(ctx context.Context, p BenchParams, n int) (BenchResult, error) {
+	res := BenchResult{Name: "persist", Rows: n}
+	var (
+		mu        sync.Mutex
+		lat       []time.Duration
+		first     time.Time
+		last      time.Time
+		committed atomic.Int64
+		done      = make(chan struct{})
+	)
+	svc, err := New(Params{
+		Config: config.Persist{BatchSize: p.Batch, BatchLinger: 20 * time.Millisecond, MaxRetries: 10,
+			RetryBackoff: 100 * time.Millisecond, RetryBackoffMax: 5 * time.Second},
+		Kafka: p.Kafka, Brokers: p.Brokers, DBs: p.DBs, Tenants: func() []string { return []string{p.Tenant} },
+		Redis: p.Redis, Scripts: p.Scripts, Catalog: p.Catalog, Flight: p.Flight, Routes: p.Routes,
+		Metrics: routing.NewMetrics(prometheus.NewRegistry()), Log: p.Log, Registerer: prometheus.NewRegistry(),
+		Writers: p.Writers,
+		OnBatch: func(k int, d time.Duration) {
+			now := time.Now()
+			mu.Lock()
+			lat = append(lat, d)
+			if first.IsZero() || now.Add(-d).Before(first) {
+				first = now.Add(-d)
+			}
+			last = now
+			mu.Unlock()
+			if committed.Add(int64(k)) == int64(n) {
+				close(done)
+			}
+		},
+	})
+	if err != nil {
+		return res, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	go func() { stopped <- svc.Run(runCtx) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	cancel()
+	_ = svc.Stop(context.Background())
+	<-stopped
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	res.Elapsed = last.Sub(first)
+	res.P50, res.P99 = percentiles(lat)
+	return res, nil
+}
+
+// benchRaw inserts recs in batches of p.Batch with p.Writers goroutines,
+// one transaction per batch: the multi-row insert plus the mirror upsert.
+func benchRaw(ctx context.Context, p BenchParams, name, quoted string, m routing.Month, recs []*record) (BenchResult, error) {
+	res := BenchResult{Name: name, Rows: len(recs)}
+	batches := make(chan []*record)
+	var (
+		mu   sync.Mutex
+		lat  []time.Duration
+		errs []error
+		wg   sync.WaitGroup
+	)
+	start := time.Now()
+	for w := 0; w < p.Writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range batches {
+				t0 := time.Now()
+				err := benchRawBatch(ctx, p.DB, quoted, m, b)
+				mu.Lock()
+				lat = append(lat, time.Since(t0))
+				if err != nil {
+					errs = append(errs, err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for lo := 0; lo < len(recs); lo += p.Batch {
+		batches <- recs[lo:min(lo+p.Batch, len(recs))]
+	}
+	close(batches)
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	res.P50, res.P99 = percentiles(lat)
+	if len(errs) > 0 {
+		return res, fmt.Errorf("bench: %s: %w (and %d more)", name, errs[0], len(errs)-1)
+	}
+	return res, nil
+}
+
+func benchRawBatch(ctx context.Context, db *sql.DB, quoted string, m routing.Month, recs []*record) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	q, err := insertQuery(quoted, recs)
+	if err != nil {
+		return err
+	}
+	if _, err := q.RunWith(tx).ExecContext(ctx); err != nil {
+		return err
+	}
+	if err := upsertMirror(ctx, tx, m, recs); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// benchLegacyFixture creates the legacy table and fills it to p.LegacyRows
+// rows: one multi-row seed, then INSERT … SELECT doubling (new message ids
+// and seqs each round), so 2M rows take a minute, not an hour.
+func benchLegacyFixture(ctx context.Context, p BenchParams) (int64, error) {
+	if _, err := p.DB.ExecContext(ctx, routing.LegacyDDL()); err != nil {
+		return 0, fmt.Errorf("bench: create legacy table: %w", err)
+	}
+	quoted := "`" + routing.LegacyTable + "`"
+	var have int64
+	if err := sq.Select("COUNT(*)").From(quoted).RunWith(p.DB).QueryRowContext(ctx).Scan(&have); err != nil {
+		return 0, err
+	}
+	if have == 0 {
+		seed := benchRecords(benchEvents(p.Tenant, 10_000, 1000, p.RawMonth.Add(-1), "fx"))
+		for lo := 0; lo < len(seed); lo += 1000 {
+			q, err := insertQuery(quoted, seed[lo:min(lo+1000, len(seed))])
+			if err != nil {
+				return 0, err
+			}
+			if _, err := q.RunWith(p.DB).ExecContext(ctx); err != nil {
+				return 0, fmt.Errorf("bench: legacy seed: %w", err)
+			}
+		}
+		have = int64(len(seed))
+	}
+	cols := []string{"message_id", "topic", "group_id", "seqid", "from_user", "client_msg_id", "msg_type", "content",
+		"created_at", "updated_at"}
+	for have < int64(p.LegacyRows) {
+		take := min(have, int64(p.LegacyRows)-have)
+		var maxID, maxSeq int64
+		if err := sq.Select("MAX(message_id)", "MAX(seqid)").From(quoted).RunWith(p.DB).QueryRowContext(ctx).
+			Scan(&maxID, &maxSeq); err != nil {
+			return 0, err
+		}
+		// the copies get ids and seqs above every existing one: no key clashes
+		sel := sq.Select().Column("message_id + ?", maxID).Column("topic").Column("group_id").
+			Column("seqid + ?", maxSeq).Column("from_user").Column("CONCAT(client_msg_id, '-', ?)", have).
+			Column("msg_type").Column("content").Column("created_at").Column("updated_at").
+			From(quoted).OrderBy("message_id").Limit(uint64(take))
+		if _, err := sq.Insert(quoted).Columns(cols...).Select(sel).RunWith(p.DB).ExecContext(ctx); err != nil {
+			return 0, fmt.Errorf("bench: legacy doubling: %w", err)
+		}
+		have += take
+		p.logf("  legacy fixture: %d rows", have)
+	}
+	return have, nil
+}
+
+func percentiles(d []time.Duration) (p50, p99 time.Duration) {
+	if len(d) == 0 {
+		return 0, 0
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return d[len(d)/2], d[min(len(d)-1, len(d)*99/100)]
+}
