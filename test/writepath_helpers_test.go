@@ -129,7 +129,7 @@ func writepathSendMany(t *testing.T, nodes []*sendEnv, topics []string, first in
 // overlap, and that the mirror and Redis routes agree with the tables.
 func writepathCheckStored(t *testing.T, e *sendEnv, sent []writepathSent, months ...routing.Month) map[string]map[int64]routing.Month {
 	t.Helper()
-	stored := persistWaitCount(t, e.Env, len(sent), 90*time.Second, months...)
+	stored := persistWaitCount(t, e.Env, len(sent), 90*time.Second+time.Duration(len(sent))*5*time.Millisecond, months...)
 	for _, s := range sent {
 		if got := stored[s.topic][s.resp.Seq]; got.String() != s.resp.ShardMonth {
 			t.Fatalf("%s seq %d stored in %q, answered month %s", s.topic, s.resp.Seq, got, s.resp.ShardMonth)
