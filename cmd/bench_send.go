@@ -26,6 +26,7 @@ type benchSendOptions struct {
 	duration    time.Duration
 	warmup      time.Duration
 	topics      int
+	rounds      int
 	addr        string
 	tenant      string
 	cpuProfile  string
@@ -45,12 +46,13 @@ func newBenchSendCmd(g *globals) *cobra.Command {
 	c.Flags().DurationVar(&o.duration, "duration", 20*time.Second, "measured time of each run")
 	c.Flags().DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time before each run")
 	c.Flags().IntVar(&o.topics, "topics", 100, "topics (groups) to spread the sends over")
+	c.Flags().IntVar(&o.rounds, "rounds", 4, "HTTP and raw pipeline alternate in this many slices of --duration")
 	c.Flags().StringVar(&o.addr, "addr", "", "API address of a running send role (default: start one in-process)")
 	c.Flags().StringVar(&o.tenant, "tenant", "bench", "tenant to send as (with --addr: a configured tenant)")
 	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (in-process API included) to this file")
 	c.RunE = func(c *cobra.Command, _ []string) error {
-		if o.concurrency < 1 || o.topics < 1 || o.duration <= 0 {
-			return usagef("--concurrency, --topics and --duration must be positive")
+		if o.concurrency < 1 || o.topics < 1 || o.rounds < 1 || o.duration <= 0 {
+			return usagef("--concurrency, --topics, --rounds and --duration must be positive")
 		}
 		cfg, err := g.load(nil, "send")
 		if err != nil {
@@ -140,7 +142,7 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 		brokers = a.Brokers()
 	}
 	return send.Bench(ctx, send.BenchParams{
-		Concurrency: o.concurrency, Duration: o.duration, Warmup: o.warmup, Topics: o.topics,
+		Concurrency: o.concurrency, Duration: o.duration, Warmup: o.warmup, Topics: o.topics, Rounds: o.rounds,
 		BaseURL: baseURL, Tenant: o.tenant, Secret: secret,
 		Redis: a.Redis(), Allocator: a.Allocator(), Flight: a.Flight(), Scripts: a.Scripts(),
 		Brokers: brokers, KafkaTopic: cfg.Kafka.Topic, Send: cfg.Send, HotCache: cfg.HotCache,
@@ -167,7 +169,7 @@ func prepareBenchTenant(ctx context.Context, a *app.App, tenant string) error {
 }
 
 func printBenchSend(w io.Writer, o *benchSendOptions, rep send.BenchReport) {
-	fmt.Fprintf(w, "send bench: concurrency=%d duration=%s topics=%d\n", o.concurrency, o.duration, o.topics)
+	fmt.Fprintf(w, "send bench: concurrency=%d duration=%s topics=%d rounds=%d\n", o.concurrency, o.duration, o.topics, o.rounds)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\tmessages\terrors\trate/s\tp50\tp99")
 	for _, r := range []send.BenchResult{rep.HTTP, rep.Raw, rep.Alloc} {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
@@ -31,6 +30,7 @@ type BenchParams struct {
 	Duration    time.Duration
 	Warmup      time.Duration
 	Topics      int
+	Rounds      int // HTTP and raw alternate in this many slices of Duration
 
 	BaseURL string // the API
 	Tenant  string
@@ -104,33 +104,67 @@ func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
 	var rep BenchReport
 	var err error
 	progress("raw allocation EVALSHA, %d clients, %s", p.Concurrency, p.Duration)
-	if rep.Alloc, err = b.measure(ctx, "raw allocation (EVALSHA)", func(ctx context.Context, w, i int) error {
-		_, err := p.Allocator.Allocate(ctx, p.Tenant, allocTopics[(w+i)%len(allocTopics)])
+	alloc := func(ctx context.Context, w int, n int64) error {
+		_, err := p.Allocator.Allocate(ctx, p.Tenant, allocTopics[n%int64(len(allocTopics))])
 		return err
-	}); err != nil {
+	}
+	if _, err := b.loop(ctx, p.Warmup, alloc); err != nil {
 		return rep, err
 	}
+	s, err := b.loop(ctx, p.Duration, alloc)
+	if err != nil {
+		return rep, err
+	}
+	if rep.Alloc, err = s.result("raw allocation (EVALSHA)"); err != nil {
+		return rep, err
+	}
+
 	raw, err := newRawPipeline(p)
 	if err != nil {
 		return rep, err
 	}
 	defer raw.close()
-	progress("raw pipeline (Redis commands + Kafka produce), %d clients, %s", p.Concurrency, p.Duration)
-	if rep.Raw, err = b.measure(ctx, "raw pipeline (Redis + Kafka)", func(ctx context.Context, w, i int) error {
-		return raw.send(ctx, rawTopics[(w+i)%len(rawTopics)], int64(w%benchMembers+1), fmt.Sprintf("%s-%d-%d", b.run, w, i))
-	}); err != nil {
-		return rep, err
-	}
-	progress("HTTP sends, %d clients, %s", p.Concurrency, p.Duration)
 	tokens := make([]string, benchMembers)
 	for u := range tokens {
 		if tokens[u], err = httpapi.Sign(p.Secret, p.Tenant, int64(u+1), "", 24*time.Hour); err != nil {
 			return rep, err
 		}
 	}
-	rep.HTTP, err = b.measure(ctx, "HTTP send (end to end)", func(ctx context.Context, w, i int) error {
-		return b.post(ctx, tokens[w%benchMembers], httpTopics[(w+i)%len(httpTopics)], fmt.Sprintf("%s-%d-%d", b.run, w, i))
-	})
+	runs := [2]struct {
+		name string
+		op   func(ctx context.Context, w int, n int64) error
+		s    sample
+	}{
+		{name: "raw pipeline (Redis + Kafka)", op: func(ctx context.Context, w int, n int64) error {
+			return raw.send(ctx, rawTopics[n%int64(len(rawTopics))], int64(w%benchMembers+1), b.run+"-"+strconv.FormatInt(n, 10))
+		}},
+		{name: "HTTP send (end to end)", op: func(ctx context.Context, w int, n int64) error {
+			return b.post(ctx, tokens[w%benchMembers], httpTopics[n%int64(len(httpTopics))], b.run+"-"+strconv.FormatInt(n, 10))
+		}},
+	}
+	rounds := max(p.Rounds, 1)
+	progress("raw pipeline and HTTP sends alternating in %d rounds, %d clients, %s each", rounds, p.Concurrency, p.Duration)
+	for i := range runs {
+		if _, err := b.loop(ctx, p.Warmup, runs[i].op); err != nil {
+			return rep, fmt.Errorf("%s: %w", runs[i].name, err)
+		}
+	}
+	// alternating slices, starting with each side in turn, so that load
+	// from elsewhere on a shared machine falls on both alike
+	for r := range rounds {
+		for j := range runs {
+			k := (r + j) % len(runs)
+			s, err := b.loop(ctx, p.Duration/time.Duration(rounds), runs[k].op)
+			if err != nil {
+				return rep, fmt.Errorf("%s: %w", runs[k].name, err)
+			}
+			runs[k].s.add(s)
+		}
+	}
+	if rep.Raw, err = runs[0].s.result(runs[0].name); err != nil {
+		return rep, err
+	}
+	rep.HTTP, err = runs[1].s.result(runs[1].name)
 	return rep, err
 }
 
@@ -138,6 +172,7 @@ type bench struct {
 	p   BenchParams
 	hc  *http.Client
 	run string
+	ops atomic.Int64 // numbers every operation: unique client_msg_ids
 }
 
 func (b *bench) do(ctx context.Context, method, path, token string, body any, want int) error {
@@ -222,40 +257,52 @@ func (b *bench) post(ctx context.Context, token, topic, clientMsgID string) erro
 	return b.do(ctx, "POST", "/v1/topics/"+topic+"/messages", token, []byte(body), http.StatusCreated)
 }
 
-// measure runs op from p.Concurrency goroutines: a warm-up, then the timed
-// run. i numbers each goroutine's operations.
-func (b *bench) measure(ctx context.Context, name string, op func(ctx context.Context, w, i int) error) (BenchResult, error) {
-	if b.p.Warmup > 0 {
-		if _, err := b.loop(ctx, b.p.Warmup, -1, op); err != nil {
-			return BenchResult{}, err
-		}
-	}
-	res, err := b.loop(ctx, b.p.Duration, 1<<30, op)
-	res.Name = name
-	return res, err
+// sample is what one or more timed loops measured.
+type sample struct {
+	lats     []time.Duration
+	errs     int64
+	elapsed  time.Duration
+	firstErr error
 }
 
-// loop runs op until d has passed; offset keeps warm-up and timed client
-// message ids apart.
-func (b *bench) loop(ctx context.Context, d time.Duration, offset int, op func(ctx context.Context, w, i int) error) (BenchResult, error) {
-	n := b.p.Concurrency
-	lat := make([][]time.Duration, n)
+func (s *sample) add(o sample) {
+	s.lats = append(s.lats, o.lats...)
+	s.errs += o.errs
+	s.elapsed += o.elapsed
+	if s.firstErr == nil {
+		s.firstErr = o.firstErr
+	}
+}
+
+func (s sample) result(name string) (BenchResult, error) {
+	if len(s.lats) == 0 {
+		return BenchResult{}, fmt.Errorf("bench: %s: nothing succeeded: %v", name, s.firstErr)
+	}
+	slices.Sort(s.lats)
+	return BenchResult{Name: name, Count: int64(len(s.lats)), Errors: s.errs, Elapsed: s.elapsed,
+		P50: s.lats[len(s.lats)/2], P99: s.lats[len(s.lats)*99/100]}, nil
+}
+
+// loop runs op from p.Concurrency goroutines until d has passed; n numbers
+// every operation of the bench uniquely.
+func (b *bench) loop(ctx context.Context, d time.Duration, op func(ctx context.Context, w int, n int64) error) (sample, error) {
+	workers := b.p.Concurrency
+	lat := make([][]time.Duration, workers)
 	var errs atomic.Int64
 	var firstErr atomic.Value
 	start := time.Now()
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
-	for w := range n {
+	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			base := rand.IntN(1 << 20)
-			for i := 0; ctx.Err() == nil; i++ {
+			for ctx.Err() == nil {
 				t0 := time.Now()
 				if !t0.Before(deadline) {
 					return
 				}
-				if err := op(ctx, w, offset+base+i); err != nil {
+				if err := op(ctx, w, b.ops.Add(1)); err != nil {
 					errs.Add(1)
 					firstErr.CompareAndSwap(nil, err)
 					continue
@@ -265,20 +312,17 @@ func (b *bench) loop(ctx context.Context, d time.Duration, offset int, op func(c
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	var all []time.Duration
-	for _, l := range lat {
-		all = append(all, l...)
-	}
 	if err := ctx.Err(); err != nil {
-		return BenchResult{}, err
+		return sample{}, err
 	}
-	if len(all) == 0 {
-		return BenchResult{}, fmt.Errorf("bench: nothing succeeded: %v", firstErr.Load())
+	out := sample{errs: errs.Load(), elapsed: time.Since(start)}
+	if e, ok := firstErr.Load().(error); ok {
+		out.firstErr = e
 	}
-	slices.Sort(all)
-	return BenchResult{Count: int64(len(all)), Errors: errs.Load(), Elapsed: elapsed,
-		P50: all[len(all)/2], P99: all[len(all)*99/100]}, nil
+	for _, l := range lat {
+		out.lats = append(out.lats, l...)
+	}
+	return out, nil
 }
 
 // rawPipeline issues, per message, the Redis commands and the Kafka produce
