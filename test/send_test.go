@@ -14,6 +14,7 @@ import (
 
 	sq "github.com/Masterminds/squirrel"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -21,6 +22,7 @@ import (
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/send"
 	"github.com/imshard/imshard/test/harness"
 	"github.com/imshard/imshard/test/testenv"
 )
@@ -556,4 +558,86 @@ func TestSendGroupAndMemberEndpoints(t *testing.T) {
 	e.member("room", 1, "member", time.Time{})
 	e.group("room", 7, "dissolved")
 	expect("dissolved", 403)
+}
+
+// Snowflake node ids are leased uniquely across live processes, and a lease
+// lost to a flush is taken again by the renewal.
+func TestSendSnowflakeNodeLeases(t *testing.T) {
+	rs := testenv.StartRedis(t)
+	rdb := testenv.RedisClient(t, rs.Addr)
+	scripts := routing.NewScripts()
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const ttl = 300 * time.Millisecond
+	seen := map[int]bool{}
+	var leases []*send.NodeLease
+	var gens []*send.Snowflake
+	for range 5 {
+		gen := send.NewSnowflake(time.Second)
+		l := send.NewNodeLease(rdb, scripts, ttl, gen, log)
+		if err := l.Acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if seen[gen.Node()] {
+			t.Fatalf("node %d leased twice", gen.Node())
+		}
+		seen[gen.Node()] = true
+		leases, gens = append(leases, l), append(gens, gen)
+	}
+	var wg sync.WaitGroup
+	for _, l := range leases {
+		wg.Add(1)
+		go func() { defer wg.Done(); l.Run(ctx) }()
+	}
+	defer wg.Wait()
+	defer cancel()
+
+	if err := rdb.Do(ctx, rdb.B().Flushall().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	sendWaitFor(t, 10*time.Second, "every lease to be taken again", func() bool {
+		for _, g := range gens {
+			n, err := rdb.Do(ctx, rdb.B().Exists().Key(routing.SnowflakeNode(g.Node())).Build()).AsInt64()
+			if err != nil || n != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	// renewed leases keep minting past their first TTL
+	time.Sleep(2 * ttl)
+	for _, g := range gens {
+		if _, err := g.Next(); err != nil {
+			t.Fatalf("node %d: %v", g.Node(), err)
+		}
+	}
+}
+
+// A claim whose sender died before allocating is taken over once stale; a
+// live one makes the retry wait for it instead of allocating twice.
+func TestSendStaleClaimTakenOver(t *testing.T) {
+	e := startSend(t, harness.Options{Mutate: func(c *config.Config) { c.Send.ProduceTimeout = time.Second }})
+	e.group("room", 7, "active")
+	e.member("room", 1, "member", time.Time{})
+	user := e.Token(1, "")
+	ctx := context.Background()
+	claim := func(cmid string, at time.Time) {
+		t.Helper()
+		if err := e.Redis.Do(ctx, e.Redis.B().Hset().Key(e.keys().Idempotency("room", 1, cmid)).FieldValue().
+			FieldValue("status", "pending").FieldValue("owner", "dead").
+			FieldValue("claimed_at", fmt.Sprint(at.UnixMilli())).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim("old", time.Now().Add(-time.Minute))
+	if r := e.mustSend(user, "room", sendBody("old", "x")); r.Seq != 1 {
+		t.Fatalf("takeover of a stale claim = %+v", r)
+	}
+	claim("live", time.Now())
+	start := time.Now()
+	r := e.mustSend(user, "room", sendBody("live", "x"))
+	if r.Seq != 2 || time.Since(start) < 500*time.Millisecond {
+		t.Fatalf("a live claim was not waited for: %+v after %s", r, time.Since(start))
+	}
 }
