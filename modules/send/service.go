@@ -4,6 +4,16 @@
 // id, allocates (seq, month) in one Lua call, produces the event to Kafka
 // and answers only after the broker's ack; the hot cache and the realtime
 // publish follow the ack and never fail the send.
+//
+// Gaps (DESIGN invariants 1 and 12): a seq is never reused. When the
+// produce fails or times out, the answer is 503 and the idempotency record
+// keeps the event (status failed), so a retry with the same client_msg_id
+// re-produces exactly that event — same seq, month and event_id. A seq no
+// retry re-produces within send.produce_timeout is recorded as a gap by
+// routing.Flight.Settled; a retry arriving after that finds the gap and
+// sends the message afresh under a new seq. The send path itself records a
+// gap only for a seq it abandons before producing (the event could not be
+// stored in the claim), since nothing can ever re-produce that one.
 package send
 
 import (
