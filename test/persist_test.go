@@ -79,7 +79,9 @@ func TestPersistCrossMonthDuplicateStoredOnce(t *testing.T) {
 	)
 	persistWaitCount(t, env, 1, 20*time.Second, m1, m2)
 	// the reverse order: the retry is stored first (its original waited in
-	// the compensation queue), then the original arrives
+	// the compensation queue), then the original arrives — after the switch
+	// that let the retry into m2
+	env.Activate(m2)
 	persistProduce(t, env, persistEvent(env.Tenant, "dup2", 11, m2, 5, "other-id"))
 	persistWaitCount(t, env, 2, 20*time.Second, m1, m2)
 	persistProduce(t, env, persistEvent(env.Tenant, "dup2", 10, m1, 5, "other-id"))

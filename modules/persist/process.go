@@ -135,13 +135,24 @@ func (s *Service) try(ctx context.Context, key batchKey, recs []*record) error {
 
 // neighbours are the registered months either side of the batch's month
 // that the cross-month dedup probes (store.go); archived months may be gone.
+//
+// The next month is probed only when the batch's month is older than the
+// active month. While it is the active month, the next one has never been
+// active, so no send allocated into it and it holds no rows; a retry that
+// lands there after a switch comes later in the same partition, so its own
+// batch runs after this one (scheduler) and finds this one's rows with its
+// previous-month probe. If Redis does not answer, both are probed.
 func (s *Service) neighbours(ctx context.Context, key batchKey) ([]routing.Table, error) {
 	months, err := s.p.Catalog.Months(ctx, key.tenant)
 	if err != nil {
 		return nil, err
 	}
+	candidates := []routing.Month{key.month.Prev()}
+	if active, err := s.activeMonth(ctx, key.tenant); err != nil || key.month.Before(active) {
+		candidates = append(candidates, key.month.Next())
+	}
 	var out []routing.Table
-	for _, m := range []routing.Month{key.month.Prev(), key.month.Next()} {
+	for _, m := range candidates {
 		st, ok := months[m]
 		if !ok || st == routing.StatusArchived {
 			continue
@@ -153,6 +164,21 @@ func (s *Service) neighbours(ctx context.Context, key batchKey) ([]routing.Table
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// activeMonth is the tenant's active month as Redis holds it.
+func (s *Service) activeMonth(ctx context.Context, tenant string) (routing.Month, error) {
+	keys, err := routing.KeysFor(tenant)
+	if err != nil {
+		return routing.Month{}, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	v, err := s.p.Redis.Do(rctx, s.p.Redis.B().Get().Key(keys.ActiveMonth()).Build()).ToString()
+	if err != nil {
+		return routing.Month{}, err
+	}
+	return routing.ParseMonth(v)
 }
 
 // redisTimeout bounds the Redis follow-ups of a committed batch: a Redis
