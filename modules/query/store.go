@@ -42,7 +42,9 @@ type stmtKey struct {
 }
 
 // maxStmts caps the prepared statements kept (MySQL's
-// max_prepared_stmt_count is per server); past it statements run unprepared.
+// max_prepared_stmt_count is per server). Reaching it drops them all — the
+// live ones are prepared again on their next use — so statements of pools
+// closed since (evicted tenants) cannot pin the cache.
 const maxStmts = 512
 
 func newStore() *store { return &store{stmts: map[stmtKey]*sql.Stmt{}} }
@@ -60,9 +62,8 @@ func (s *store) stmt(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, 
 	k := stmtKey{db, query}
 	s.mu.Lock()
 	st, ok := s.stmts[k]
-	full := len(s.stmts) >= maxStmts
 	s.mu.Unlock()
-	if ok || full {
+	if ok {
 		return st, nil
 	}
 	st, err := db.PrepareContext(ctx, query)
@@ -70,13 +71,18 @@ func (s *store) stmt(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, 
 		return nil, err
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if old, ok := s.stmts[k]; ok {
 		_ = st.Close()
-		st = old
-	} else {
-		s.stmts[k] = st
+		return old, nil
 	}
-	s.mu.Unlock()
+	if len(s.stmts) >= maxStmts {
+		for k, old := range s.stmts {
+			_ = old.Close()
+			delete(s.stmts, k)
+		}
+	}
+	s.stmts[k] = st
 	return st, nil
 }
 
@@ -113,19 +119,19 @@ func (s *store) messages(ctx context.Context, db *sql.DB, b sq.SelectBuilder) ([
 }
 
 func (s *store) run(ctx context.Context, db *sql.DB, query string, args []any) (*sql.Rows, error) {
-	st, err := s.stmt(ctx, db, query)
-	if err != nil {
-		return nil, err
-	}
-	if st == nil {
-		return db.QueryContext(ctx, query, args...)
-	}
-	rows, err := st.QueryContext(ctx, args...)
-	if err != nil {
-		// e.g. the pool was closed (tenant evicted): prepare afresh next time
+	for attempt := 0; ; attempt++ {
+		st, err := s.stmt(ctx, db, query)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := st.QueryContext(ctx, args...)
+		if err == nil || attempt > 0 || ctx.Err() != nil {
+			return rows, err
+		}
+		// the statement was dropped meanwhile (cache full, pool closed):
+		// prepare it afresh once
 		s.forget(db, query)
 	}
-	return rows, err
 }
 
 func scanMessage(rows *sql.Rows) (message.Message, error) {
