@@ -2,8 +2,11 @@ package test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/test/testenv"
 )
 
@@ -117,3 +121,125 @@ persist: {batch_size: 25, batch_linger: 5ms, retry_backoff: 10ms, retry_backoff_
 log: {level: warn}
 %s`, testenv.FreePort(t), testenv.FreePort(t), dsnTemplate, testenv.RedisAddr(), broker, tenant, tenant, extra))
 }
+
+// faultsAPI talks to a send process over HTTP, as clients do.
+type faultsAPI struct {
+	base   string
+	secret []byte
+	tenant string
+	svc    string
+	gate   chan struct{}
+}
+
+type faultsSent struct {
+	topic string
+	seq   int64
+	month string
+}
+
+func faultsClient(t *testing.T, base string, secret []byte, tenant string) *faultsAPI {
+	t.Helper()
+	c := &faultsAPI{base: base, secret: secret, tenant: tenant, gate: make(chan struct{})}
+	c.svc = c.token(t, 900, "service")
+	return c
+}
+
+func (c *faultsAPI) token(t *testing.T, uid int64, role string) string {
+	tok, err := httpapi.Sign(c.secret, c.tenant, uid, role, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func (c *faultsAPI) do(method, path, token string, body any) (int, []byte, error) {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	req, err := http.NewRequest(method, c.base+path, bytes.NewReader(raw))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, out, err
+}
+
+func (c *faultsAPI) ready() bool {
+	code, _, err := c.do("PUT", "/v1/topics/probe", c.svc, map[string]any{"group_id": 999, "status": "active"})
+	return err == nil && code == 200
+}
+
+// group creates topic's group with members [from, to).
+func (c *faultsAPI) group(t *testing.T, topic string, gid, from, to int64) {
+	t.Helper()
+	if code, out, err := c.do("PUT", "/v1/topics/"+topic, c.svc, map[string]any{"group_id": gid, "status": "active"}); err != nil || code != 200 {
+		t.Fatalf("put group %s: %d %s %v", topic, code, out, err)
+	}
+	for uid := from; uid < to; uid++ {
+		if code, out, err := c.do("PUT", fmt.Sprintf("/v1/topics/%s/members/%d", topic, uid), c.svc, map[string]any{"role": "member"}); err != nil || code != 200 {
+			t.Fatalf("put member %s/%d: %d %s %v", topic, uid, code, out, err)
+		}
+	}
+}
+
+// sendMany sends perClient messages from each of clients members (uids
+// 1..clients) round-robin over topics; at half-way it closes half and
+// waits for resume. A send that fails is retried with the same
+// client_msg_id until accepted, as a client would.
+func (c *faultsAPI) sendMany(topics []string, clients, perClient int, half chan struct{}) []faultsSent {
+	var (
+		mu     sync.Mutex
+		out    []faultsSent
+		wg     sync.WaitGroup
+		halves sync.WaitGroup
+	)
+	halves.Add(clients)
+	go func() { halves.Wait(); close(half) }()
+	for cl := 0; cl < clients; cl++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			uid := int64(cl + 1)
+			tok, err := httpapi.Sign(c.secret, c.tenant, uid, "", time.Hour)
+			if err != nil {
+				return
+			}
+			for i := 0; i < perClient; i++ {
+				if i == perClient/2 {
+					halves.Done()
+					<-c.gate
+				}
+				topic := topics[(cl+i)%len(topics)]
+				body := map[string]any{"client_msg_id": fmt.Sprintf("u%d-%d", uid, i), "msg_type": "text",
+					"content": map[string]any{"text": "x"}}
+				for attempt := 0; attempt < 50; attempt++ {
+					code, raw, err := c.do("POST", "/v1/topics/"+topic+"/messages", tok, body)
+					var r struct {
+						Seq        int64  `json:"seq"`
+						ShardMonth string `json:"shard_month"`
+					}
+					if err == nil && (code == 201 || code == 200) && json.Unmarshal(raw, &r) == nil {
+						mu.Lock()
+						out = append(out, faultsSent{topic: topic, seq: r.Seq, month: r.ShardMonth})
+						mu.Unlock()
+						break
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// resume lets sendMany go on past half-way.
+func (c *faultsAPI) resume() { close(c.gate) }

@@ -17,57 +17,81 @@ import (
 	"github.com/imshard/imshard/test/testenv"
 )
 
-// The persist process is killed with SIGKILL right after a DB commit (before
-// its Redis follow-ups and offset commit), then again mid-stream; each
-// restart resumes from the committed offsets. In the end every event is
-// stored exactly once, the mirror counts each row once, the repair queue
-// has rebuilt the Redis routes, and nothing is left behind.
+// Send and persist run as separate processes on one devkafka. While
+// clients send over HTTP (with a month switch half-way), the persist process
+// is killed with SIGKILL right after a DB commit (before its Redis follow-ups
+// and offset commit), then again mid-stream; each restart resumes from the
+// committed offsets. In the end every accepted message is stored exactly
+// once in the month its answer named, the mirror counts each row once, the
+// repair queue has rebuilt the Redis routes, and nothing is left behind.
 func TestFaultPersistKilledBetweenCommitsAndMidStream(t *testing.T) {
 	tenant := testenv.NewTenant(t)
 	broker := faultsDevKafka(t)
 	cfg := faultsConfig(t, tenant, broker, testenv.DSNTemplate(), "")
-	now, err := routing.NewClock(testenv.Redis(t)).Month(context.Background())
+	ctx := context.Background()
+	now, err := routing.NewClock(testenv.Redis(t)).Month(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, out := runCLI(t, nil, "shard", "ensure", "--config", cfg, "--from", now.Prev().String()); code != 0 {
-		t.Fatalf("shard ensure: %d\n%s", code, out)
-	}
-	const total = 3000
-	evs := make([]message.Event, 0, total)
-	for i := 0; i < total; i++ {
-		m := now.Prev()
-		if i >= total/2 {
-			m = now
+	m1, m2 := now.Prev(), now
+	for _, args := range [][]string{
+		{"shard", "ensure", "--config", cfg, "--from", m1.String()},
+		{"shard", "activate", "--config", cfg, "--tenant", tenant, "--month", m1.String()},
+	} {
+		if code, out := runCLI(t, nil, args...); code != 0 {
+			t.Fatalf("%v: %d\n%s", args, code, out)
 		}
-		topic := fmt.Sprintf("k%d", i%20)
-		evs = append(evs, persistEvent(tenant, topic, int64(i/20+1), m, int64(i%7), fmt.Sprintf("c%d", i)))
 	}
-	persistProduceTo(t, []string{broker}, config.Default().Kafka.Topic, evs...)
-	db := testenv.OpenDB(t, strings.Replace(testenv.DSNTemplate(), "{tenant}", tenant, 1))
-	count := func() int { return persistCount(persistStored(t, db, now.Prev(), now)) }
+	api := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	sendProc := faultsStart(t, []string{"IMSHARD_HTTP_ADDR=" + api, fmt.Sprintf("IMSHARD_METRICS_ADDR=127.0.0.1:%d", testenv.FreePort(t))},
+		"serve", "--roles=send", "--config", cfg)
+	client := faultsClient(t, "http://"+api, []byte("secret-"+tenant), tenant)
+	waitFor(t, 30*time.Second, func() bool { return client.ready() })
+	topics := []string{"k0", "k1", "k2", "k3", "k4"}
+	for i, tp := range topics {
+		client.group(t, tp, int64(i+1), 1, 21)
+	}
+	persistEnv := []string{fmt.Sprintf("IMSHARD_METRICS_ADDR=127.0.0.1:%d", testenv.FreePort(t))}
 
-	crashed := faultsStart(t, []string{persist.CrashAfterCommitEnv + "=5"}, "persist", "--config", cfg)
+	const clients, perClient = 20, 60
+	sending := make(chan []faultsSent, 1)
+	half := make(chan struct{})
+	go func() { sending <- client.sendMany(topics, clients, perClient, half) }()
+
+	db := testenv.OpenDB(t, strings.Replace(testenv.DSNTemplate(), "{tenant}", tenant, 1))
+	count := func() int { return persistCount(persistStored(t, db, m1, m2)) }
+	crashed := faultsStart(t, append(persistEnv, persist.CrashAfterCommitEnv+"=5"), "persist", "--config", cfg)
 	err = crashed.wait(t, 60*time.Second)
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != -1 {
 		t.Fatalf("persist should have killed itself after its 5th commit: %v\n%s", err, crashed.out.String())
 	}
-	afterCrash := count()
-	if afterCrash == 0 || afterCrash == total {
-		t.Fatalf("after the crash hook %d rows (want some, not all)", afterCrash)
+	<-half
+	if code, out := runCLI(t, nil, "shard", "activate", "--config", cfg, "--tenant", tenant, "--month", m2.String()); code != 0 {
+		t.Fatalf("activate %s: %d\n%s", m2, code, out)
 	}
-
-	mid := faultsStart(t, nil, "persist", "--config", cfg)
-	waitFor(t, 60*time.Second, func() bool { return count() >= afterCrash+total/4 })
+	client.resume()
+	afterCrash := count()
+	mid := faultsStart(t, persistEnv, "persist", "--config", cfg)
+	waitFor(t, 60*time.Second, func() bool { return count() >= afterCrash+clients*perClient/5 })
 	mid.kill9(t)
 
-	last := faultsStart(t, nil, "persist", "--config", cfg)
-	stored := persistWaitCountIn(t, db, total, 90*time.Second, now.Prev(), now)
-	for _, e := range evs {
-		if stored[e.Topic][e.SeqID].String() != e.ShardMonth {
-			t.Fatalf("%s/%d in %s, event says %s", e.Topic, e.SeqID, stored[e.Topic][e.SeqID], e.ShardMonth)
+	last := faultsStart(t, persistEnv, "persist", "--config", cfg)
+	sent := <-sending
+	if len(sent) != clients*perClient {
+		t.Fatalf("accepted %d of %d sends\n%s", len(sent), clients*perClient, sendProc.out.String())
+	}
+	stored := persistWaitCountIn(t, db, len(sent), 90*time.Second, m1, m2)
+	per := map[routing.Month]int{}
+	for _, s := range sent {
+		got := stored[s.topic][s.seq]
+		if got.String() != s.month {
+			t.Fatalf("%s/%d stored in %q, answered month %s", s.topic, s.seq, got, s.month)
 		}
+		per[got]++
+	}
+	if per[m1] == 0 || per[m2] == 0 {
+		t.Fatalf("the switch must split the messages: %v", per)
 	}
 	waitFor(t, 30*time.Second, func() bool {
 		var n int
