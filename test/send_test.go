@@ -14,6 +14,7 @@ import (
 
 	sq "github.com/Masterminds/squirrel"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/redis/rueidis"
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -639,5 +640,70 @@ func TestSendStaleClaimTakenOver(t *testing.T) {
 	r := e.mustSend(user, "room", sendBody("live", "x"))
 	if r.Seq != 2 || time.Since(start) < 500*time.Millisecond {
 		t.Fatalf("a live claim was not waited for: %+v after %s", r, time.Since(start))
+	}
+}
+
+// After the ack the message is in the hot cache (score seq, trimmed to
+// hot_cache.max_per_topic lowest-first, with the cache TTL) and published
+// on the topic's realtime channel.
+func TestSendHotCacheAndRealtime(t *testing.T) {
+	e := startSend(t, harness.Options{Mutate: func(c *config.Config) { c.HotCache.MaxPerTopic = 3 }})
+	e.group("room", 7, "active")
+	e.member("room", 1, "member", time.Time{})
+	user := e.Token(1, "")
+	k := e.keys()
+
+	sub := testenv.RedisClient(t, testenv.RedisAddr())
+	got := make(chan string, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		_ = sub.Receive(ctx, sub.B().Subscribe().Channel(k.Realtime("room")).Build(), func(m rueidis.PubSubMessage) {
+			got <- m.Message
+		})
+	}()
+	sendWaitFor(t, 10*time.Second, "the realtime subscription", func() bool {
+		n, err := e.Redis.Do(ctx, e.Redis.B().PubsubNumsub().Channel(k.Realtime("room")).Build()).AsIntMap()
+		return err == nil && n[k.Realtime("room")] > 0
+	})
+
+	var last sendResp
+	for i := range 5 {
+		last = e.mustSend(user, "room", sendBody(fmt.Sprintf("h%d", i), fmt.Sprintf("hello %d", i)))
+	}
+	members, err := e.Redis.Do(ctx, e.Redis.B().Zrange().Key(k.HotMessages("room")).Min("0").Max("-1").Withscores().Build()).AsZScores()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(members) != 3 || members[0].Score != 3 || members[2].Score != 5 {
+		t.Fatalf("hot cache = %+v, want seqs 3..5", members)
+	}
+	var m message.Message
+	if err := json.Unmarshal([]byte(members[2].Member), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Seq != last.Seq || m.MessageID != last.MessageID || m.Status != "normal" || string(m.Content) != `{"text":"hello 4"}` || m.Version != 1 {
+		t.Fatalf("cached message = %+v", m)
+	}
+	if ttl, err := e.Redis.Do(ctx, e.Redis.B().Pttl().Key(k.HotMessages("room")).Build()).AsInt64(); err != nil ||
+		ttl <= 0 || ttl > e.Config.HotCache.TTL.Milliseconds() {
+		t.Fatalf("hot cache ttl = %d, %v", ttl, err)
+	}
+	for i := range 5 {
+		select {
+		case raw := <-got:
+			var frame struct {
+				Type    string          `json:"type"`
+				Message message.Message `json:"message"`
+			}
+			if err := json.Unmarshal([]byte(raw), &frame); err != nil {
+				t.Fatal(err)
+			}
+			if frame.Type != "message" || frame.Message.Seq != int64(i+1) || frame.Message.ClientMsgID != fmt.Sprintf("h%d", i) {
+				t.Fatalf("frame %d = %s", i, raw)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("realtime frame %d not received", i)
+		}
 	}
 }
