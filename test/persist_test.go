@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -254,4 +255,26 @@ func persistTool(t *testing.T, env *harness.Env) *persist.Tool {
 
 func shardOpts(from routing.Month) shardmgr.Options {
 	return shardmgr.Options{MonthsAhead: -1, From: from}
+}
+
+// Once every month up to m is sealed and no route repair up to it waits,
+// persist advances the tenant's "routes complete through" watermark to m.
+func TestPersistAdvancesRoutesCompleteOverSealedMonths(t *testing.T) {
+	env := persistOnly(t, nil)
+	ctx := context.Background()
+	env.Activate(env.Start.Next())
+	env.Activate(env.Start.Add(2))
+	mg := env.App.NewShardManager()
+	for _, m := range []routing.Month{env.Start.Add(-1), env.Start, env.Start.Next()} {
+		if err := mg.Seal(ctx, env.Tenant, m); err != nil && !errors.Is(err, routing.ErrShardNotRegistered) {
+			t.Fatalf("seal %s: %v", m, err)
+		}
+	}
+	// a committed batch wakes the tenant's pass
+	persistProduce(t, env, persistEvent(env.Tenant, "wm", 1, env.Start.Add(2), 1, "x"))
+	persistWaitCount(t, env, 1, 20*time.Second, env.Start.Add(2))
+	waitFor(t, 20*time.Second, func() bool {
+		m, err := routing.RoutesComplete(ctx, env.Redis, env.Tenant)
+		return err == nil && m == env.Start.Next()
+	})
 }

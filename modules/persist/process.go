@@ -130,6 +130,7 @@ func (s *Service) try(ctx context.Context, key batchKey, recs []*record) error {
 	s.m.persisted.WithLabelValues(m, statusDuplicate).Add(float64(len(res.dedup)))
 	s.m.dedupHits.Add(float64(len(res.dedup)))
 	s.finish(recs)
+	s.touch(key.tenant)
 	return nil
 }
 

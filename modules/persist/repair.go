@@ -26,11 +26,33 @@ func (s *Service) enqueueRepairs(ctx context.Context, key batchKey, trs []*topic
 	if _, err := q.RunWith(db).ExecContext(ctx); err != nil {
 		return fmt.Errorf("persist: queue route repair: %w", err)
 	}
+	s.wake(key.tenant)
+	return nil
+}
+
+// touchEvery bounds how often committed batches wake a tenant's repair
+// pass (which also advances its routes-complete watermark).
+const touchEvery = 5 * time.Second
+
+// touch wakes the tenant's repair pass after a commit, at most every
+// touchEvery.
+func (s *Service) touch(tenant string) {
+	now := time.Now()
+	s.touchMu.Lock()
+	if now.Sub(s.touched[tenant]) < touchEvery {
+		s.touchMu.Unlock()
+		return
+	}
+	s.touched[tenant] = now
+	s.touchMu.Unlock()
+	s.wake(tenant)
+}
+
+func (s *Service) wake(tenant string) {
 	select {
-	case s.dirty <- key.tenant:
+	case s.dirty <- tenant:
 	default: // the periodic scan finds it
 	}
-	return nil
 }
 
 const (
@@ -67,6 +89,9 @@ func (s *Service) repairLoop(ctx context.Context) {
 		}
 		for t := range dirty {
 			left, err := s.repairTenant(ctx, t)
+			if err == nil {
+				err = s.advanceRoutesComplete(ctx, t)
+			}
 			if err != nil {
 				s.p.Log.Debug().Err(err).Str("tenant", t).Msg("persist: route repair pass failed")
 				continue
@@ -199,4 +224,43 @@ func (s *Service) rebuildRoute(ctx, rctx context.Context, tenant string, db *sql
 		return err
 	}
 	return s.p.Routes.Replace(rctx, tenant, topic, ranges)
+}
+
+// advanceRoutesComplete moves the tenant's "routes complete through month
+// m" watermark (routing.MarkRoutesComplete; reads then skip probing months
+// up to m for rows a stale route might not know) to the newest m such that
+// every month up to it is sealed or archived — no more commits reach it,
+// late events go to the compensation queue — and no repair entry up to it
+// is waiting. A replay after `shard unseal` commits and merges in one step;
+// only if that merge fails is the row unrouted until its repair runs.
+func (s *Service) advanceRoutesComplete(ctx context.Context, tenant string) error {
+	shards, err := s.p.Catalog.List(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	var through routing.Month
+	for _, sh := range shards {
+		if sh.Status != routing.StatusSealed && sh.Status != routing.StatusArchived {
+			break
+		}
+		through = sh.Month
+	}
+	if through.IsZero() {
+		return nil
+	}
+	db, err := s.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	var waiting int
+	if err := sq.Select("COUNT(*)").From(repairTable).Where(sq.LtOrEq{"shard_month": through.String()}).
+		RunWith(db).QueryRowContext(ctx).Scan(&waiting); err != nil {
+		return err
+	}
+	if waiting > 0 {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	return routing.MarkRoutesComplete(rctx, s.p.Redis, tenant, through)
 }

@@ -71,6 +71,9 @@ type Service struct {
 	// one process, so this process-local lock is enough.)
 	routeMu sync.RWMutex
 
+	touchMu sync.Mutex
+	touched map[string]time.Time // tenant → last wake-up of its repair pass
+
 	capMu    sync.Mutex
 	capCond  *sync.Cond
 	inflight int // records polled and not yet done
@@ -97,6 +100,7 @@ func New(p Params) (*Service, error) {
 		m:          newMetrics(p.Registerer),
 		crashAfter: crashAfterFromEnv(),
 		parts:      map[int32]*partOffsets{},
+		touched:    map[string]time.Time{},
 		maxIn:      4 * p.Writers * p.Config.BatchSize,
 		in:         make(chan []*record),
 		done:       make(chan *batch, p.Writers),
