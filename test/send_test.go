@@ -707,3 +707,18 @@ func TestSendHotCacheAndRealtime(t *testing.T) {
 		}
 	}
 }
+
+// `imshard bench send` runs end to end (figures are not asserted: they
+// belong to docs/performance.md) and rejects bad usage with exit 2.
+func TestSendBenchCommand(t *testing.T) {
+	tenant := testenv.NewTenant(t)
+	cfg := tenantConfig(t, tenant, "")
+	code, out := runCLI(t, nil, "--config", cfg, "bench", "send", "--tenant", tenant,
+		"--concurrency=2", "--duration=1s", "--warmup=0s", "--topics=2", "--rounds=2")
+	if code != 0 || !strings.Contains(out, "HTTP / raw pipeline = ") || !strings.Contains(out, "raw allocation (EVALSHA)") {
+		t.Fatalf("bench send: exit %d\n%s", code, out)
+	}
+	if code, out := runCLI(t, nil, "--config", cfg, "bench", "send", "--concurrency=0"); code != 2 {
+		t.Fatalf("bench send --concurrency=0: exit %d, want 2\n%s", code, out)
+	}
+}
