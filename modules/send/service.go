@@ -121,9 +121,9 @@ func (s *Service) Stop(ctx context.Context) error {
 	return s.lease.Release(ctx)
 }
 
-// Ready reports a usable node lease.
+// Ready reports a usable node lease: without one no message id is minted.
 func (s *Service) Ready(context.Context) error {
-	if s.ids.Node() < 0 {
+	if !s.ids.Leased() {
 		return ErrNoNode
 	}
 	return nil

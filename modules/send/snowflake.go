@@ -69,17 +69,21 @@ func (s *Snowflake) Extend(validUntil time.Time) { s.validUntil.Store(validUntil
 // Node is the current node id (-1 without a lease).
 func (s *Snowflake) Node() int { return int(s.node.Load()) }
 
+// Leased reports whether a node id is held and still trusted.
+func (s *Snowflake) Leased() bool {
+	return s.node.Load() >= 0 && s.now().UnixNano() <= s.validUntil.Load()
+}
+
 // Next mints an id greater than every id this generator minted before. A
 // clock that stepped back by at most maxBackward is waited out; further
 // back, minting is refused until the clock catches up, since the ids would
 // otherwise have to run ahead of time without bound.
 func (s *Snowflake) Next() (int64, error) {
 	for {
-		now := s.now()
-		node := s.node.Load()
-		if node < 0 || now.UnixNano() > s.validUntil.Load() {
+		if !s.Leased() {
 			return 0, ErrNoNode
 		}
+		now, node := s.now(), s.node.Load()
 		ms := now.Sub(Epoch).Milliseconds()
 		old := s.state.Load()
 		if last := old >> SeqBits; ms < last {

@@ -134,7 +134,13 @@ func TestSnowflakeLease(t *testing.T) {
 	if _, err := s.Next(); err != nil {
 		t.Fatal(err)
 	}
+	if !s.Leased() {
+		t.Fatal("lease not trusted within its horizon")
+	}
 	c.set(c.now().Add(2 * time.Second))
+	if s.Leased() {
+		t.Fatal("lease trusted past its horizon")
+	}
 	if _, err := s.Next(); !errors.Is(err, ErrNoNode) {
 		t.Fatalf("past the lease horizon: %v", err)
 	}
