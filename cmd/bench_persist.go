@@ -44,7 +44,7 @@ func newBenchPersistCmd(g *globals) *cobra.Command {
 	c.Flags().IntVar(&o.rows, "rows", 200_000, "rows per run")
 	c.Flags().IntVar(&o.batch, "batch", 500, "rows per batch transaction")
 	c.Flags().IntVar(&o.writers, "writers", persist.DefaultWriters, "concurrent batch transactions")
-	c.Flags().IntVar(&o.topics, "topics", 100, "topics the rows are spread over")
+	c.Flags().IntVar(&o.topics, "topics", 10_000, "topics the rows (and the legacy fixture's history) are spread over")
 	c.Flags().IntVar(&o.legacyRows, "legacy-rows", 2_000_000, "rows in the legacy table before its run")
 	c.Flags().StringVar(&o.tenant, "tenant", "bench_persist", "the benchmark's own tenant (its database is dropped afterwards)")
 	c.Flags().BoolVar(&o.keep, "keep", false, "keep the tenant database (and the legacy fixture) for the next run")

@@ -70,7 +70,7 @@ type BenchReport struct {
 // Bench runs the three measurements in one process on the same services.
 func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
 	var rep BenchReport
-	evs := benchEvents(p.Tenant, p.Rows, p.Topics, p.PersistMonth, "b")
+	evs := benchEvents(p.Tenant, p.Rows, p.Topics, p.PersistMonth, 0)
 	p.logf("producing %d events to %s …", len(evs), p.Kafka.Topic)
 	if err := benchProduce(ctx, p.Brokers, p.Kafka.Topic, evs); err != nil {
 		return rep, err
@@ -86,16 +86,18 @@ func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
 		return rep, err
 	}
 	p.logf("raw insert + mirror upsert into %s …", rawTable.Name())
-	raw := benchRecords(benchEvents(p.Tenant, p.Rows, p.Topics, p.RawMonth, "b"))
+	raw := benchRecords(benchEvents(p.Tenant, p.Rows, p.Topics, p.RawMonth, 0))
 	if rep.Raw, err = benchRaw(ctx, p, "raw insert", rawTable.Quoted(), p.RawMonth, raw); err != nil {
 		return rep, err
 	}
 
 	p.logf("legacy fixture: %d rows in %s …", p.LegacyRows, routing.LegacyTable)
-	if rep.LegacyFixture, err = benchLegacyFixture(ctx, p); err != nil {
+	var history int64
+	if rep.LegacyFixture, history, err = benchLegacyFixture(ctx, p); err != nil {
 		return rep, err
 	}
-	legacy := benchRecords(benchEvents(p.Tenant, p.Rows, p.Topics, p.RawMonth.Next(), "b"))
+	// the same topics go on where their history in the legacy table ends
+	legacy := benchRecords(benchEvents(p.Tenant, p.Rows, p.Topics, p.RawMonth.Next(), history))
 	p.logf("same batches into %s …", routing.LegacyTable)
 	rep.Legacy, err = benchRaw(ctx, p, "legacy table", "`"+routing.LegacyTable+"`", p.RawMonth.Next(), legacy)
 	return rep, err
@@ -107,19 +109,19 @@ func (p *BenchParams) logf(format string, args ...any) {
 	}
 }
 
-// benchEvents are rows messages spread round-robin over topics, with
-// content of a typical chat size.
-func benchEvents(tenant string, rows, topics int, m routing.Month, prefix string) []message.Event {
+// benchEvents are rows messages spread round-robin over topics, their seqs
+// above seqBase, with content of a typical chat size.
+func benchEvents(tenant string, rows, topics int, m routing.Month, seqBase int64) []message.Event {
 	evs := make([]message.Event, rows)
 	now := message.NewTime(time.Now())
 	for i := range evs {
-		topic := prefix + strconv.Itoa(i%topics)
-		seq := int64(i/topics + 1)
+		topic := "b" + strconv.Itoa(i%topics)
+		seq := seqBase + int64(i/topics+1)
 		evs[i] = message.Event{
 			V: message.EventVersion, EventID: fmt.Sprintf("%s-%d-%d", m, i%topics, seq), Tenant: tenant, Topic: topic,
 			GroupID: message.ID(i%topics + 1), SeqID: seq, ShardMonth: m.String(),
-			MessageID: message.ID(int64(m.Int())<<32 | int64(i+1)), FromUser: message.ID(i%50 + 1),
-			ClientMsgID: "c" + strconv.Itoa(i), MsgType: "text",
+			MessageID: message.ID(int64(m.Int())<<32 | seqBase<<20 | int64(i+1)), FromUser: message.ID(i%50 + 1),
+			ClientMsgID: "c" + strconv.FormatInt(seq, 10), MsgType: "text",
 			Content:   json.RawMessage(`{"text":"benchmark message number ` + strconv.Itoa(i) + `, about as long as a chat line"}`),
 			CreatedAt: now,
 		}
@@ -278,51 +280,59 @@ func benchRawBatch(ctx context.Context, db *sql.DB, quoted string, m routing.Mon
 }
 
 // benchLegacyFixture creates the legacy table and fills it to p.LegacyRows
-// rows: one multi-row seed, then INSERT … SELECT doubling (new message ids
-// and seqs each round), so 2M rows take a minute, not an hour.
-func benchLegacyFixture(ctx context.Context, p BenchParams) (int64, error) {
+// rows of history of the benchmark's own topics, as a legacy table holds it:
+// one multi-row seed, then INSERT … SELECT doubling (each copy continues
+// every topic's seqs above the current maximum), so 2M rows take minutes,
+// not an hour. It returns the rows and the highest seq.
+func benchLegacyFixture(ctx context.Context, p BenchParams) (rows, maxSeq int64, err error) {
 	if _, err := p.DB.ExecContext(ctx, routing.LegacyDDL()); err != nil {
-		return 0, fmt.Errorf("bench: create legacy table: %w", err)
+		return 0, 0, fmt.Errorf("bench: create legacy table: %w", err)
 	}
 	quoted := "`" + routing.LegacyTable + "`"
-	var have int64
-	if err := sq.Select("COUNT(*)").From(quoted).RunWith(p.DB).QueryRowContext(ctx).Scan(&have); err != nil {
-		return 0, err
+	count := func() error {
+		return sq.Select("COUNT(*)", "COALESCE(MAX(seqid), 0)").From(quoted).RunWith(p.DB).QueryRowContext(ctx).
+			Scan(&rows, &maxSeq)
 	}
-	if have == 0 {
-		seed := benchRecords(benchEvents(p.Tenant, 10_000, 1000, p.RawMonth.Add(-1), "fx"))
+	if err := count(); err != nil {
+		return 0, 0, err
+	}
+	if rows == 0 {
+		seed := benchRecords(benchEvents(p.Tenant, min(20_000, max(p.LegacyRows, 1)), p.Topics, p.RawMonth.Add(-1), 0))
 		for lo := 0; lo < len(seed); lo += 1000 {
 			q, err := insertQuery(quoted, seed[lo:min(lo+1000, len(seed))])
 			if err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 			if _, err := q.RunWith(p.DB).ExecContext(ctx); err != nil {
-				return 0, fmt.Errorf("bench: legacy seed: %w", err)
+				return 0, 0, fmt.Errorf("bench: legacy seed: %w", err)
 			}
 		}
-		have = int64(len(seed))
+		if err := count(); err != nil {
+			return 0, 0, err
+		}
 	}
 	cols := []string{"message_id", "topic", "group_id", "seqid", "from_user", "client_msg_id", "msg_type", "content",
 		"created_at", "updated_at"}
-	for have < int64(p.LegacyRows) {
-		take := min(have, int64(p.LegacyRows)-have)
-		var maxID, maxSeq int64
-		if err := sq.Select("MAX(message_id)", "MAX(seqid)").From(quoted).RunWith(p.DB).QueryRowContext(ctx).
-			Scan(&maxID, &maxSeq); err != nil {
-			return 0, err
+	for rows < int64(p.LegacyRows) {
+		take := min(rows, int64(p.LegacyRows)-rows)
+		var maxID int64
+		if err := sq.Select("MAX(message_id)").From(quoted).RunWith(p.DB).QueryRowContext(ctx).Scan(&maxID); err != nil {
+			return 0, 0, err
 		}
 		// the copies get ids and seqs above every existing one: no key clashes
 		sel := sq.Select().Column("message_id + ?", maxID).Column("topic").Column("group_id").
-			Column("seqid + ?", maxSeq).Column("from_user").Column("CONCAT(client_msg_id, '-', ?)", have).
+			Column("seqid + ?", maxSeq).Column("from_user").Column("CONCAT(client_msg_id, '-', ?)", rows).
 			Column("msg_type").Column("content").Column("created_at").Column("updated_at").
 			From(quoted).OrderBy("message_id").Limit(uint64(take))
 		if _, err := sq.Insert(quoted).Columns(cols...).Select(sel).RunWith(p.DB).ExecContext(ctx); err != nil {
-			return 0, fmt.Errorf("bench: legacy doubling: %w", err)
+			return 0, 0, fmt.Errorf("bench: legacy doubling: %w", err)
 		}
-		have += take
-		p.logf("  legacy fixture: %d rows", have)
+		if err := count(); err != nil {
+			return 0, 0, err
+		}
+		p.logf("  legacy fixture: %d rows", rows)
 	}
-	return have, nil
+	return rows, maxSeq, nil
 }
 
 func percentiles(d []time.Duration) (p50, p99 time.Duration) {
