@@ -8,26 +8,18 @@ import (
 	_ "embed"
 )
 
-// Alloc allocates the next seq of a topic together with the tenant's active
-// month (DESIGN invariants 1–3). See alloc.lua for the reply shape.
+// Seq is the seq allocator, a Redis Function library (alloc, seed, extend):
+// the next seq of a topic with the tenant's active month (DESIGN invariants
+// 1–3), fenced by the server incarnation. See seq.lua. Its text carries the
+// placeholder {{version}}, which routing fills with a hash of the text.
 //
-//go:embed alloc.lua
-var Alloc string
+//go:embed seq.lua
+var Seq string
 
 // Activate moves the active month forward to a ready month, never back.
 //
 //go:embed activate.lua
 var Activate string
-
-// SeqInit seeds a topic's seq counter from the durable MySQL reservation.
-//
-//go:embed seq_init.lua
-var SeqInit string
-
-// SeqExtend raises a topic's reserved high-water after MySQL committed it.
-//
-//go:embed seq_extend.lua
-var SeqExtend string
 
 // Unlock deletes a lock key only while it still holds the caller's token.
 //

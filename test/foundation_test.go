@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -477,5 +478,91 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 			t.Fatalf("condition not met within %v", d)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// allocUpTo allocates on topic until the counter reaches at least n and
+// returns the highest seq issued.
+func allocUpTo(t *testing.T, alloc *routing.Allocator, tenant, topic string, n int64) int64 {
+	t.Helper()
+	var last int64
+	for last < n {
+		a, err := alloc.Allocate(context.Background(), tenant, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = a.Seq
+	}
+	return last
+}
+
+// TestSeqNeverReissuedAfterRestartFromSnapshot: a Redis restarted from an
+// RDB snapshot holds counters older than what it issued before the crash;
+// the counters carry the run_id of the server that seeded them, so the
+// restarted server re-seeds them from MySQL instead of counting on.
+func TestSeqNeverReissuedAfterRestartFromSnapshot(t *testing.T) {
+	t.Parallel()
+	rs := testenv.StartRedis(t)
+	env := shardOnly(t, harness.Options{Mutate: func(c *config.Config) {
+		c.Redis.Addrs = []string{rs.Addr}
+		c.Send.SeqReserveStep = 50
+	}})
+	ctx := context.Background()
+	alloc := env.App.Allocator()
+	allocUpTo(t, alloc, env.Tenant, "g", 100)
+	if err := env.Redis.Do(ctx, env.Redis.B().Save().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	issued := allocUpTo(t, alloc, env.Tenant, "g", 200)
+	rs.Kill()
+	rs.Start() // loads the snapshot: counter 100, stamped by the dead server
+	var a routing.Allocation
+	waitFor(t, 20*time.Second, func() bool {
+		var err error
+		a, err = alloc.Allocate(ctx, env.Tenant, "g")
+		return err == nil
+	})
+	if a.Seq <= issued {
+		t.Fatalf("seq %d issued again after a restart from a snapshot (highest before the crash: %d)", a.Seq, issued)
+	}
+}
+
+// TestSeqNeverReissuedAfterFailover: a replica holds the counters its last
+// full sync copied; promoted, it must not count on from them.
+func TestSeqNeverReissuedAfterFailover(t *testing.T) {
+	t.Parallel()
+	master := testenv.StartRedis(t)
+	env := shardOnly(t, harness.Options{Mutate: func(c *config.Config) {
+		c.Redis.Addrs = []string{master.Addr}
+		c.Send.SeqReserveStep = 50
+	}})
+	ctx := context.Background()
+	allocUpTo(t, env.App.Allocator(), env.Tenant, "g", 100)
+	host, port, _ := strings.Cut(master.Addr, ":")
+	replica := testenv.StartRedis(t, "--replicaof", host, port)
+	rep := testenv.RedisClient(t, replica.Addr)
+	waitFor(t, 20*time.Second, func() bool {
+		info, err := rep.Do(ctx, rep.B().Info().Section("replication").Build()).ToString()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+	issued := allocUpTo(t, env.App.Allocator(), env.Tenant, "g", 200) // not replicated: master-only
+	master.Kill()
+	if err := rep.Do(ctx, rep.B().Replicaof().No().One().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	promoted := routing.NewAllocator(routing.AllocatorParams{
+		Redis: rep, DBs: env.App.Pools(), Catalog: env.App.Catalog(), Scripts: env.App.Scripts(),
+		Metrics: env.App.RoutingMetrics(), ReserveStep: 50,
+	})
+	t.Cleanup(promoted.Close)
+	a, err := promoted.Allocate(ctx, env.Tenant, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Seq <= issued {
+		t.Fatalf("promoted replica issued seq %d again (highest on the old master: %d)", a.Seq, issued)
+	}
+	if a.Month != env.Start {
+		t.Fatalf("promoted replica's active month %s, want %s", a.Month, env.Start)
 	}
 }

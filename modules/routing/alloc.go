@@ -87,9 +87,9 @@ func (a *Allocator) Allocate(ctx context.Context, tenant, topic string) (Allocat
 		auto = "1"
 	}
 	args := []string{auto, strconv.FormatInt(a.p.ReserveStep/2, 10)}
-	ks := []string{keys.ActiveMonth(), keys.ReadyMonths(), keys.Seq(topic), keys.SeqHW(topic), keys.Pending(topic)}
+	ks := []string{keys.ActiveMonth(), keys.ReadyMonths(), keys.Seq(topic), keys.SeqHW(topic), keys.Pending(topic), keys.SeqStamp(topic)}
 	for range maxSlowPaths {
-		reply, err := a.p.Scripts.Alloc.Exec(ctx, a.p.Redis, ks, args).ToArray()
+		reply, err := a.p.Scripts.Seq.Alloc(ctx, a.p.Redis, ks, args).ToArray()
 		if err != nil {
 			return Allocation{}, fmt.Errorf("alloc: %w", err)
 		}
@@ -201,16 +201,16 @@ func (a *Allocator) reserve(ctx context.Context, tenant, topic string, keys Keys
 		return err
 	}
 	a.p.Metrics.SeqReserve.WithLabelValues("ok").Inc()
-	if err := a.p.Scripts.SeqExtend.Exec(ctx, a.p.Redis, []string{keys.Seq(topic), keys.SeqHW(topic)},
+	if err := a.p.Scripts.Seq.Extend(ctx, a.p.Redis, []string{keys.Seq(topic), keys.SeqHW(topic), keys.SeqStamp(topic)},
 		[]string{strconv.FormatInt(hi, 10)}).Error(); err != nil {
 		return fmt.Errorf("alloc: extend %s/%s: %w", tenant, topic, err)
 	}
 	return nil
 }
 
-// seed restores a lost counter at the durable high-water: every seq ever
-// handed out is at or below it, so the topic resumes above all of them (a
-// forward jump, never a repeat).
+// seed restores a lost or stale counter at the durable high-water: every
+// seq ever handed out is at or below it, so the topic resumes above all of
+// them (a forward jump, never a repeat).
 func (a *Allocator) seed(ctx context.Context, tenant, topic string, keys Keys) error {
 	db, err := a.p.DBs.DB(ctx, tenant)
 	if err != nil {
@@ -220,7 +220,7 @@ func (a *Allocator) seed(ctx context.Context, tenant, topic string, keys Keys) e
 	if err != nil {
 		return err
 	}
-	n, err := a.p.Scripts.SeqInit.Exec(ctx, a.p.Redis, []string{keys.Seq(topic), keys.SeqHW(topic)},
+	n, err := a.p.Scripts.Seq.Seed(ctx, a.p.Redis, []string{keys.Seq(topic), keys.SeqHW(topic), keys.SeqStamp(topic)},
 		[]string{strconv.FormatInt(hi, 10)}).AsInt64()
 	if err != nil {
 		return fmt.Errorf("alloc: seed %s/%s: %w", tenant, topic, err)

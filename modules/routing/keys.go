@@ -38,6 +38,10 @@ func (k Keys) Seq(topic string) string { return k.prefix + "seq:" + topic }
 // SeqHW is a topic's durable reservation high-water mirrored in Redis.
 func (k Keys) SeqHW(topic string) string { return k.prefix + "seqhw:" + topic }
 
+// SeqStamp is the run_id of the Redis server that seeded the topic's
+// counter: a counter under another stamp is stale (see lua/seq.lua).
+func (k Keys) SeqStamp(topic string) string { return k.prefix + "seqstamp:" + topic }
+
 // Route is the topic's month routes (ZSET member YYYYMM, score first seq).
 func (k Keys) Route(topic string) string { return k.prefix + "route:" + topic }
 

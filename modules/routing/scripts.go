@@ -10,10 +10,8 @@ import (
 // to EVAL (which loads the script) when a server answers NOSCRIPT, e.g. after
 // a restart or a failover.
 type Scripts struct {
-	Alloc        *rueidis.Lua
+	Seq          *SeqLib
 	Activate     *rueidis.Lua
-	SeqInit      *rueidis.Lua
-	SeqExtend    *rueidis.Lua
 	ACLFill      *rueidis.Lua
 	Unlock       *rueidis.Lua
 	Refresh      *rueidis.Lua
@@ -33,10 +31,8 @@ type Scripts struct {
 // NewScripts prepares every script once per process.
 func NewScripts() *Scripts {
 	return &Scripts{
-		Alloc:        rueidis.NewLuaScript(lua.Alloc),
+		Seq:          newSeqLib(),
 		Activate:     rueidis.NewLuaScript(lua.Activate),
-		SeqInit:      rueidis.NewLuaScript(lua.SeqInit),
-		SeqExtend:    rueidis.NewLuaScript(lua.SeqExtend),
 		ACLFill:      rueidis.NewLuaScript(lua.ACLFill),
 		Unlock:       rueidis.NewLuaScript(lua.Unlock),
 		Refresh:      rueidis.NewLuaScript(lua.Refresh),
