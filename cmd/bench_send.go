@@ -38,7 +38,7 @@ func newBenchSendCmd(g *globals) *cobra.Command {
 		Use:   "send",
 		Short: "HTTP send throughput and p50/p99 beside the raw Redis + Kafka pipeline and the raw allocation rate",
 		Long: "Starts the send role in-process (or targets --addr), prepares groups and members for a tenant,\n" +
-			"then measures the raw allocation EVALSHA, the raw per-message pipeline (the same Redis commands and\n" +
+			"then measures the raw allocation FCALL, the raw per-message pipeline (the same Redis commands and\n" +
 			"Kafka produce, issued directly) and HTTP sends, each with the same concurrency on the same services.",
 		Args: cobra.NoArgs,
 	}

@@ -1,6 +1,6 @@
 -- Move the tenant's active month forward to a ready month.
 --
--- KEYS[1] active month, KEYS[2] ready months (see alloc.lua)
+-- KEYS[1] active month, KEYS[2] ready months (see fenced.lua, alloc)
 -- ARGV[1] the month YYYYMM (the caller has recorded it in MySQL already)
 -- ARGV[2] the month of Redis TIME, read by the caller just before
 --

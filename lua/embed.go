@@ -8,13 +8,14 @@ import (
 	_ "embed"
 )
 
-// Seq is the seq allocator, a Redis Function library (alloc, seed, extend):
-// the next seq of a topic with the tenant's active month (DESIGN invariants
-// 1–3), fenced by the server incarnation. See seq.lua. Its text carries the
-// placeholder {{version}}, which routing fills with a hash of the text.
+// Fenced is a Redis Function library of the operations whose master-only
+// state must be fenced by the server incarnation: the seq allocator (alloc,
+// seed, extend; DESIGN invariants 1–3) and the send idempotency claim and
+// horizon. See fenced.lua. Its text carries the placeholder {{version}},
+// which routing fills with a hash of the text.
 //
-//go:embed seq.lua
-var Seq string
+//go:embed fenced.lua
+var Fenced string
 
 // Activate moves the active month forward to a ready month, never back.
 //
@@ -51,10 +52,6 @@ var RouteReplace string
 //go:embed idem_done.lua
 var IdemDone string
 
-// IdemClaim claims a send's idempotency record or reads the existing one.
-//
-//go:embed idem_claim.lua
-var IdemClaim string
 
 // IdemEvent stores a claimed send's event before it is produced.
 //
@@ -81,10 +78,6 @@ var IdemRelease string
 //go:embed idem_retry.lua
 var IdemRetry string
 
-// IdemSince sets or lowers a tenant's idempotency horizon, master-only.
-//
-//go:embed idem_since.lua
-var IdemSince string
 
 // ACLFill fills a topic's ACL cache unless the ACL changed meanwhile.
 //

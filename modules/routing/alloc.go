@@ -41,7 +41,7 @@ type AllocatorParams struct {
 	ReserveStep int64 // send.seq_reserve_step
 }
 
-// Allocator hands out (seq, month) pairs. The fast path is one EVALSHA; the
+// Allocator hands out (seq, month) pairs. The fast path is one FCALL; the
 // slow paths — recovering a lost active month, recording a month switch,
 // seeding a lost counter, extending the durable reservation — touch MySQL
 // and then retry the script.
@@ -89,7 +89,7 @@ func (a *Allocator) Allocate(ctx context.Context, tenant, topic string) (Allocat
 	args := []string{auto, strconv.FormatInt(a.p.ReserveStep/2, 10)}
 	ks := []string{keys.ActiveMonth(), keys.ReadyMonths(), keys.Seq(topic), keys.SeqHW(topic), keys.Pending(topic), keys.SeqStamp(topic)}
 	for range maxSlowPaths {
-		reply, err := a.p.Scripts.Seq.Alloc(ctx, a.p.Redis, ks, args).ToArray()
+		reply, err := a.p.Scripts.Fenced.Alloc(ctx, a.p.Redis, ks, args).ToArray()
 		if err != nil {
 			return Allocation{}, fmt.Errorf("alloc: %w", err)
 		}
@@ -201,7 +201,7 @@ func (a *Allocator) reserve(ctx context.Context, tenant, topic string, keys Keys
 		return err
 	}
 	a.p.Metrics.SeqReserve.WithLabelValues("ok").Inc()
-	if err := a.p.Scripts.Seq.Extend(ctx, a.p.Redis, []string{keys.Seq(topic), keys.SeqHW(topic), keys.SeqStamp(topic)},
+	if err := a.p.Scripts.Fenced.Extend(ctx, a.p.Redis, []string{keys.Seq(topic), keys.SeqHW(topic), keys.SeqStamp(topic)},
 		[]string{strconv.FormatInt(hi, 10)}).Error(); err != nil {
 		return fmt.Errorf("alloc: extend %s/%s: %w", tenant, topic, err)
 	}
@@ -220,7 +220,7 @@ func (a *Allocator) seed(ctx context.Context, tenant, topic string, keys Keys) e
 	if err != nil {
 		return err
 	}
-	n, err := a.p.Scripts.Seq.Seed(ctx, a.p.Redis, []string{keys.Seq(topic), keys.SeqHW(topic), keys.SeqStamp(topic)},
+	n, err := a.p.Scripts.Fenced.Seed(ctx, a.p.Redis, []string{keys.Seq(topic), keys.SeqHW(topic), keys.SeqStamp(topic)},
 		[]string{strconv.FormatInt(hi, 10)}).AsInt64()
 	if err != nil {
 		return fmt.Errorf("alloc: seed %s/%s: %w", tenant, topic, err)

@@ -32,7 +32,7 @@ func (k Keys) ActiveMonth() string { return k.prefix + "active_month" }
 // ReadyMonths is the ZSET of months the shard manager made writable.
 func (k Keys) ReadyMonths() string { return k.prefix + "ready_months" }
 
-// Seq is a topic's last issued seq (master-only, see lua/alloc.lua).
+// Seq is a topic's last issued seq (master-only, fenced: see lua/fenced.lua).
 func (k Keys) Seq(topic string) string { return k.prefix + "seq:" + topic }
 
 // SeqHW is a topic's durable reservation high-water mirrored in Redis.
@@ -98,5 +98,5 @@ func (k Keys) RoutePattern() string { return k.Route("*") }
 
 // IdemSince is the Redis-time ms from which this Redis alone answers the
 // tenant's send retries: before it, Redis may have lost idempotency records
-// of messages MySQL holds (master-only, see lua/idem_since.lua).
+// of messages MySQL holds (master-only, fenced: see lua/fenced.lua).
 func (k Keys) IdemSince() string { return k.prefix + "idem_since" }

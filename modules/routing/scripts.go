@@ -8,9 +8,11 @@ import (
 
 // Scripts are the embedded Lua scripts, run with EVALSHA; rueidis falls back
 // to EVAL (which loads the script) when a server answers NOSCRIPT, e.g. after
-// a restart or a failover.
+// a restart or a failover. Fenced is the one Function library (FCALL,
+// loaded on "not found"), for the operations fenced by the server
+// incarnation.
 type Scripts struct {
-	Seq          *SeqLib
+	Fenced       *FencedLib
 	Activate     *rueidis.Lua
 	ACLFill      *rueidis.Lua
 	Unlock       *rueidis.Lua
@@ -19,19 +21,17 @@ type Scripts struct {
 	RouteMerge   *rueidis.Lua
 	RouteReplace *rueidis.Lua
 	IdemDone     *rueidis.Lua
-	IdemClaim    *rueidis.Lua
 	IdemEvent    *rueidis.Lua
 	IdemAck      *rueidis.Lua
 	IdemFail     *rueidis.Lua
 	IdemRelease  *rueidis.Lua
 	IdemRetry    *rueidis.Lua
-	IdemSince    *rueidis.Lua
 }
 
 // NewScripts prepares every script once per process.
 func NewScripts() *Scripts {
 	return &Scripts{
-		Seq:          newSeqLib(),
+		Fenced:       newFencedLib(),
 		Activate:     rueidis.NewLuaScript(lua.Activate),
 		ACLFill:      rueidis.NewLuaScript(lua.ACLFill),
 		Unlock:       rueidis.NewLuaScript(lua.Unlock),
@@ -40,12 +40,10 @@ func NewScripts() *Scripts {
 		RouteMerge:   rueidis.NewLuaScript(lua.RouteMerge),
 		RouteReplace: rueidis.NewLuaScript(lua.RouteReplace),
 		IdemDone:     rueidis.NewLuaScript(lua.IdemDone),
-		IdemClaim:    rueidis.NewLuaScript(lua.IdemClaim),
 		IdemEvent:    rueidis.NewLuaScript(lua.IdemEvent),
 		IdemAck:      rueidis.NewLuaScript(lua.IdemAck),
 		IdemFail:     rueidis.NewLuaScript(lua.IdemFail),
 		IdemRelease:  rueidis.NewLuaScript(lua.IdemRelease),
 		IdemRetry:    rueidis.NewLuaScript(lua.IdemRetry),
-		IdemSince:    rueidis.NewLuaScript(lua.IdemSince),
 	}
 }

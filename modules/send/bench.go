@@ -103,7 +103,7 @@ func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
 	}()
 	var rep BenchReport
 	var err error
-	progress("raw allocation EVALSHA, %d clients, %s", p.Concurrency, p.Duration)
+	progress("raw allocation FCALL, %d clients, %s", p.Concurrency, p.Duration)
 	alloc := func(ctx context.Context, w int, n int64) error {
 		_, err := p.Allocator.Allocate(ctx, p.Tenant, allocTopics[n%int64(len(allocTopics))])
 		return err
@@ -115,7 +115,7 @@ func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	if rep.Alloc, err = s.result("raw allocation (EVALSHA)"); err != nil {
+	if rep.Alloc, err = s.result("raw allocation (FCALL)"); err != nil {
 		return rep, err
 	}
 
@@ -362,7 +362,7 @@ func (r *rawPipeline) send(ctx context.Context, topic string, uid int64, clientM
 	}
 	// idempotency claim
 	idem := k.Idempotency(topic, uid, clientMsgID)
-	if err := sc.IdemClaim.Exec(ctx, rdb, []string{idem, k.IdemSince()}, []string{"raw", r.ttl, r.stale}).Error(); err != nil {
+	if err := sc.Fenced.IdemClaim(ctx, rdb, []string{idem, k.IdemSince()}, []string{"raw", r.ttl, r.stale}).Error(); err != nil {
 		return err
 	}
 	// allocation

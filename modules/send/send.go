@@ -147,7 +147,7 @@ func (a *attempt) run(ctx context.Context) (Response, error) {
 	// past the stale bound the claim script takes a dead claim over
 	deadline := time.Now().Add(s.p.Send.ProduceTimeout + time.Second)
 	for {
-		rep, err := s.p.Scripts.IdemClaim.Exec(ctx, s.p.Redis, []string{a.key, a.keys.IdemSince()},
+		rep, err := s.p.Scripts.Fenced.IdemClaim(ctx, s.p.Redis, []string{a.key, a.keys.IdemSince()},
 			[]string{a.owner, s.idemTTL, s.stale}).ToArray()
 		if err != nil {
 			return Response{}, unavailable("idempotency claim failed", err)
@@ -520,6 +520,6 @@ func (s *Service) horizon(ctx context.Context, tenant string) error {
 	if last.Valid && last.Time.Add(ttl).After(now) {
 		h = last.Time.Add(ttl)
 	}
-	return s.p.Scripts.IdemSince.Exec(ctx, s.p.Redis, []string{keys.IdemSince()},
+	return s.p.Scripts.Fenced.IdemSince(ctx, s.p.Redis, []string{keys.IdemSince()},
 		[]string{strconv.FormatInt(h.UnixMilli(), 10)}).Error()
 }

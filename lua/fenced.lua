@@ -1,6 +1,7 @@
-#!lua name=imshard_seq_{{version}}
--- The seq allocator: a Redis Function library, not EVAL scripts, because it
--- keeps one piece of state in the Lua VM itself — the server's run_id, read
+#!lua name=imshard_fenced_{{version}}
+-- The fenced library: the seq allocator and the send idempotency claim, as a
+-- Redis Function library rather than EVAL scripts, because they keep one
+-- piece of state in the Lua VM itself — the server's run_id, read
 -- once per process. Topic counters are stamped with the run_id of the server
 -- that seeded them. After a restart (from RDB or AOF), a failover (a replica
 -- holds whatever its last full sync copied) or a restore, the stamp no longer
@@ -141,6 +142,80 @@ local function extend(keys, args)
   return cur
 end
 
+-- idem_claim: claim the idempotency record of one send (topic, from_user,
+-- client_msg_id).
+--
+-- KEYS[1] idempotency HASH: status (pending → acked → done, or failed),
+--         event (the Kafka event JSON, set once seq and month are known),
+--         resp (the 201 body, set after the broker ack), owner, claimed_at
+-- KEYS[2] the tenant's idempotency horizon ("run_id:ms", see idem_since)
+-- ARGV[1] owner token of this attempt
+-- ARGV[2] TTL in milliseconds (send.idempotency_ttl)
+-- ARGV[3] stale bound in milliseconds (send.produce_timeout)
+--
+-- Replies:
+--   {1, trusted, horizon_set}   claimed: this attempt allocates; trusted = 1
+--                               when the horizon has passed (no record here
+--                               means no earlier send), horizon_set = 0 when
+--                               this server incarnation has no horizon (Redis
+--                               lost it, or it came from a snapshot or a
+--                               full sync and may predate lost records)
+--   {0, status, event, resp}    a record exists (event/resp may be nil)
+--
+-- A record without event and resp is a claim whose sender has not allocated
+-- yet; once older than the stale bound its sender died between claim and
+-- allocation (nothing was allocated), so the claim is taken over.
+local function idem_claim(keys, args)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local rec = redis.call('HMGET', keys[1], 'status', 'event', 'resp', 'claimed_at')
+  if rec[2] or rec[3] then
+    return {0, rec[1] or '', rec[2], rec[3]}
+  end
+  if rec[1] and now - tonumber(rec[4] or '0') < tonumber(args[3]) then
+    return {0, rec[1], false, false}
+  end
+  redis.call('DEL', keys[1])
+  redis.call('HSET', keys[1], 'status', 'pending', 'owner', args[1], 'claimed_at', now)
+  redis.call('PEXPIRE', keys[1], args[2])
+  local h = redis.call('GET', keys[2])
+  local stamp, since = nil, nil
+  if h then
+    stamp, since = string.match(h, '^(%w+):(%d+)$')
+  end
+  if stamp ~= incarnation() then
+    return {1, 0, 0}
+  end
+  if now >= tonumber(since) then
+    return {1, 1, 1}
+  end
+  return {1, 0, 1}
+end
+
+-- idem_since: set or lower the tenant's idempotency horizon: from this
+-- Redis-time ms on, a claim that finds no record is a new send without
+-- asking MySQL. Stamped with the server incarnation like the counters: a
+-- restarted, restored or promoted server may lack records the horizon
+-- vouched for, so there it counts as unset until re-established.
+--
+-- KEYS[1] horizon ("run_id:ms"), ARGV[1] proposed horizon ms
+-- Reply: the horizon in force (ms).
+local function idem_since(keys, args)
+  local h = redis.call('GET', keys[1])
+  if h then
+    local stamp, since = string.match(h, '^(%w+):(%d+)$')
+    if stamp == incarnation() and tonumber(since) <= tonumber(args[1]) then
+      return tonumber(since)
+    end
+  end
+  redis.set_repl(redis.REPL_NONE)
+  redis.call('SET', keys[1], incarnation() .. ':' .. args[1])
+  redis.set_repl(redis.REPL_ALL)
+  return tonumber(args[1])
+end
+
 redis.register_function('imshard_alloc_{{version}}', alloc)
 redis.register_function('imshard_seed_{{version}}', seed)
 redis.register_function('imshard_extend_{{version}}', extend)
+redis.register_function('imshard_idem_claim_{{version}}', idem_claim)
+redis.register_function('imshard_idem_since_{{version}}', idem_since)
