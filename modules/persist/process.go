@@ -89,6 +89,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // the transaction, then the Redis follow-ups. Records are done when it
 // returns nil.
 func (s *Service) try(ctx context.Context, key batchKey, recs []*record) error {
+	start := time.Now()
 	table, status, err := s.p.Catalog.Table(ctx, key.tenant, key.month)
 	if err != nil {
 		return err
@@ -104,14 +105,16 @@ func (s *Service) try(ctx context.Context, key batchKey, recs []*record) error {
 	if err != nil {
 		return err
 	}
-	neighbours, err := s.neighbours(ctx, key)
+	neighbours, err := s.neighbours(ctx, key, recs)
 	if err != nil {
 		return err
 	}
+	// held from before the commit until the route merge (see routeMu); the
+	// follow-up goroutine releases it
 	s.routeMu.RLock()
-	defer s.routeMu.RUnlock()
 	res, err := writeBatch(ctx, db, table, neighbours, recs)
 	if err != nil {
+		s.routeMu.RUnlock()
 		return err
 	}
 	s.committed()
@@ -120,51 +123,117 @@ func (s *Service) try(ctx context.Context, key batchKey, recs []*record) error {
 		s.m.latency.Observe(now.Sub(r.ts).Seconds())
 	}
 	s.m.batchSize.Observe(float64(len(recs)))
-	s.m.batchTime.Observe(time.Since(now).Seconds())
-	if err := s.afterCommit(ctx, key, res); err != nil {
-		return err
-	}
-	m := key.month.String()
-	s.m.persisted.WithLabelValues(m, statusInserted).Add(float64(len(res.inserted)))
-	s.m.persisted.WithLabelValues(m, statusReplayed).Add(float64(len(res.replayed)))
-	s.m.persisted.WithLabelValues(m, statusDuplicate).Add(float64(len(res.dedup)))
-	s.m.dedupHits.Add(float64(len(res.dedup)))
-	s.finish(recs)
-	s.touch(key.tenant)
+	s.m.batchTime.Observe(now.Sub(start).Seconds())
+	// The Redis follow-ups run beside the next batch's transaction (the
+	// writer slot is free once the DB committed); the records are done —
+	// their offsets committable — only when the follow-ups are, so a crash
+	// before then replays the batch and repeats them.
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.routeMu.RUnlock()
+		for n := 0; ; n++ {
+			err := s.afterCommit(ctx, key, res)
+			if err == nil {
+				break
+			}
+			s.p.Log.Warn().Err(err).Str("tenant", key.tenant).Msg("persist: follow-up after commit failed; retrying")
+			if !sleep(ctx, backoff(s.p.Config.RetryBackoff, s.p.Config.RetryBackoffMax, n)) {
+				return // abandoned uncommitted: the batch comes again
+			}
+		}
+		m := key.month.String()
+		s.m.persisted.WithLabelValues(m, statusInserted).Add(float64(len(res.inserted)))
+		s.m.persisted.WithLabelValues(m, statusReplayed).Add(float64(len(res.replayed)))
+		s.m.persisted.WithLabelValues(m, statusDuplicate).Add(float64(len(res.dedup)))
+		s.m.dedupHits.Add(float64(len(res.dedup)))
+		s.finish(recs)
+		s.touch(key.tenant)
+	}()
 	return nil
 }
 
 // neighbours are the registered months either side of the batch's month
 // that the cross-month dedup probes (store.go); archived months may be gone.
 //
+// The previous month is probed only if it was ever active (else no send
+// allocated into it and it holds no rows) and the batch's oldest event was
+// created within persist.dedup_retention of the moment it stopped being
+// active: a retry after that is outside the dedup window, as a dedup row
+// would have expired (seed 000 §3.5 keeps them 7–30 days). So in steady
+// state a month's batches probe nothing; in the week after a switch they
+// pay one indexed read per event.
+//
 // The next month is probed only when the batch's month is older than the
 // active month. While it is the active month, the next one has never been
 // active, so no send allocated into it and it holds no rows; a retry that
 // lands there after a switch comes later in the same partition, so its own
 // batch runs after this one (scheduler) and finds this one's rows with its
-// previous-month probe. If Redis does not answer, both are probed.
-func (s *Service) neighbours(ctx context.Context, key batchKey) ([]routing.Table, error) {
-	months, err := s.p.Catalog.Months(ctx, key.tenant)
+// previous-month probe. If Redis does not answer, it is probed.
+func (s *Service) neighbours(ctx context.Context, key batchKey, recs []*record) ([]routing.Table, error) {
+	hist, err := s.history(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	candidates := []routing.Month{key.month.Prev()}
+	var candidates []routing.Month
+	if prev, ok := hist[key.month.Prev()]; ok && prev.ActivatedAt.Valid {
+		oldest := recs[0].ev.CreatedAt.Time
+		for _, r := range recs {
+			if r.ev.CreatedAt.Before(oldest) {
+				oldest = r.ev.CreatedAt.Time
+			}
+		}
+		if !prev.DeactivatedAt.Valid || s.p.Config.DedupRetention <= 0 ||
+			oldest.Before(prev.DeactivatedAt.Time.Add(s.p.Config.DedupRetention)) {
+			candidates = append(candidates, key.month.Prev())
+		}
+	}
 	if active, err := s.activeMonth(ctx, key.tenant); err != nil || key.month.Before(active) {
 		candidates = append(candidates, key.month.Next())
 	}
 	var out []routing.Table
 	for _, m := range candidates {
-		st, ok := months[m]
-		if !ok || st == routing.StatusArchived {
+		sh, ok := hist[m]
+		if !ok || sh.Status == routing.StatusArchived {
 			continue
 		}
-		t, err := routing.TableFor(m)
-		if err != nil {
-			continue // outside the sane range: no such table can exist
-		}
-		out = append(out, t)
+		out = append(out, sh.Table)
 	}
 	return out, nil
+}
+
+// historyTTL is how long a tenant's catalog snapshot (activation times)
+// serves the dedup decision; see history.
+const historyTTL = 5 * time.Second
+
+type shardHistory struct {
+	at     time.Time
+	shards map[routing.Month]routing.Shard
+}
+
+// history is the tenant's catalog with activation times. A snapshot that
+// does not show the batch's month as activated predates that activation and
+// is read again: months activate in order, so a snapshot that shows it also
+// shows every activation of the month before.
+func (s *Service) history(ctx context.Context, key batchKey) (map[routing.Month]routing.Shard, error) {
+	s.histMu.Lock()
+	h, ok := s.hist[key.tenant]
+	s.histMu.Unlock()
+	if ok && time.Since(h.at) < historyTTL && h.shards[key.month].ActivatedAt.Valid {
+		return h.shards, nil
+	}
+	list, err := s.p.Catalog.List(ctx, key.tenant)
+	if err != nil {
+		return nil, err
+	}
+	h = shardHistory{at: time.Now(), shards: make(map[routing.Month]routing.Shard, len(list))}
+	for _, sh := range list {
+		h.shards[sh.Month] = sh
+	}
+	s.histMu.Lock()
+	s.hist[key.tenant] = h
+	s.histMu.Unlock()
+	return h.shards, nil
 }
 
 // activeMonth is the tenant's active month as Redis holds it.

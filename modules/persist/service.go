@@ -71,6 +71,9 @@ type Service struct {
 	// one process, so this process-local lock is enough.)
 	routeMu sync.RWMutex
 
+	histMu sync.Mutex
+	hist   map[string]shardHistory // tenant → catalog snapshot for the dedup probe
+
 	touchMu sync.Mutex
 	touched map[string]time.Time // tenant → last wake-up of its repair pass
 
@@ -101,6 +104,7 @@ func New(p Params) (*Service, error) {
 		crashAfter: crashAfterFromEnv(),
 		parts:      map[int32]*partOffsets{},
 		touched:    map[string]time.Time{},
+		hist:       map[string]shardHistory{},
 		maxIn:      4 * p.Writers * p.Config.BatchSize,
 		in:         make(chan []*record),
 		done:       make(chan *batch, p.Writers),
