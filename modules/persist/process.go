@@ -23,12 +23,8 @@ var errNotWritable = errors.New("month table is not writable yet")
 func (s *Service) process(ctx context.Context, key batchKey, recs []*record) {
 	attempts := 0
 	for n := 0; ; n++ {
-		start := time.Now()
 		err := s.try(ctx, key, recs)
 		if err == nil {
-			if s.p.OnBatch != nil {
-				s.p.OnBatch(len(recs), time.Since(start))
-			}
 			return
 		}
 		f := classify(ctx, err)
@@ -149,6 +145,9 @@ func (s *Service) try(ctx context.Context, key batchKey, recs []*record) error {
 		s.m.dedupHits.Add(float64(len(res.dedup)))
 		s.finish(recs)
 		s.touch(key.tenant)
+		if s.p.OnBatch != nil {
+			s.p.OnBatch(len(recs), time.Since(start))
+		}
 	}()
 	return nil
 }

@@ -42,8 +42,9 @@ type Params struct {
 	Registerer prometheus.Registerer
 	// Writers is how many batch transactions run at once (default 4).
 	Writers int
-	// OnBatch, if set, sees every committed batch: its size and how long it
-	// took from dispatch to commit (the benchmark's p50/p99).
+	// OnBatch, if set, sees every stored batch: its size and how long it
+	// took from dispatch to done — commit and Redis follow-ups (the
+	// benchmark's p50/p99).
 	OnBatch func(n int, d time.Duration)
 }
 
