@@ -130,6 +130,24 @@ func (g *globals) logger(cfg *config.Config) zerolog.Logger {
 	return app.NewLogger(cfg.Log, g.stderr)
 }
 
+// withTools loads the configuration validated for role, starts the clients
+// and the routing core (no servers, no loops) and hands them to fn, for the
+// one-shot operator commands; Ctrl-C cancels fn's context.
+func (g *globals) withTools(role string, fn func(ctx context.Context, cfg *config.Config, a *app.App) error) error {
+	cfg, err := g.load(nil, role)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	a := app.New(cfg, g.logger(cfg))
+	if err := a.StartTools(ctx); err != nil {
+		return err
+	}
+	defer a.Close()
+	return fn(ctx, cfg, a)
+}
+
 // signalContext ends on SIGINT or SIGTERM.
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -22,18 +22,9 @@ func newRouteCmd(g *globals) *cobra.Command {
 // withRouteCheck loads config, starts the tool modules and hands the route
 // checker to fn.
 func (g *globals) withRouteCheck(fn func(ctx context.Context, cfg *config.Config, rc *query.RouteCheck) error) error {
-	cfg, err := g.load(nil, "query")
-	if err != nil {
-		return err
-	}
-	ctx, stop := signalContext()
-	defer stop()
-	a := app.New(cfg, g.logger(cfg))
-	if err := a.StartTools(ctx); err != nil {
-		return err
-	}
-	defer a.Close()
-	return fn(ctx, cfg, a.NewRouteCheck())
+	return g.withTools("query", func(ctx context.Context, cfg *config.Config, a *app.App) error {
+		return fn(ctx, cfg, a.NewRouteCheck())
+	})
 }
 
 type routeCheckOptions struct {

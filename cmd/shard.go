@@ -26,18 +26,9 @@ func newShardCmd(g *globals) *cobra.Command {
 // withShards loads config, starts the tool modules and hands the shard
 // manager to fn; errors from fn are failures (exit 1).
 func (g *globals) withShards(fn func(ctx context.Context, cfg *config.Config, mg *shardmgr.Manager) error) error {
-	cfg, err := g.load(nil, "shardmgr")
-	if err != nil {
-		return err
-	}
-	ctx, stop := signalContext()
-	defer stop()
-	a := app.New(cfg, g.logger(cfg))
-	if err := a.StartTools(ctx); err != nil {
-		return err
-	}
-	defer a.Close()
-	return fn(ctx, cfg, a.NewShardManager())
+	return g.withTools("shardmgr", func(ctx context.Context, cfg *config.Config, a *app.App) error {
+		return fn(ctx, cfg, a.NewShardManager())
+	})
 }
 
 // tenantsFor is every configured tenant, or the one named (which must exist).
