@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,7 +58,8 @@ type Service struct {
 	m  *metrics
 	cl *kgo.Client
 
-	crashAfter int64 // test hook, see crash.go
+	crashAfter int64       // test hook, see crash.go
+	running    atomic.Bool // Run was called
 
 	mu    sync.Mutex
 	parts map[int32]*partOffsets // the current assignment of kafka.topic
@@ -145,6 +147,9 @@ func New(p Params) (*Service, error) {
 // Run consumes until ctx ends, then stops polling, lets the batches in hand
 // finish (Stop bounds how long), commits what completed and leaves the group.
 func (s *Service) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("persist: Run called twice")
+	}
 	defer close(s.finished)
 	loopDone := make(chan struct{})
 	go func() { defer close(loopDone); s.loop() }()
@@ -161,7 +166,9 @@ func (s *Service) Run(ctx context.Context) error {
 	stopCommit()
 	<-commitDone
 	<-repairDone
-	s.commit(context.Background())
+	finalCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	s.commit(finalCtx)
+	cancel()
 	s.cl.Close()
 	s.cancelWork()
 	return nil
@@ -170,6 +177,12 @@ func (s *Service) Run(ctx context.Context) error {
 // Stop waits for Run to drain; when ctx ends first the batches still
 // retrying are abandoned uncommitted (their events come again on restart).
 func (s *Service) Stop(ctx context.Context) error {
+	if s.running.CompareAndSwap(false, true) {
+		// never ran (the process failed to start): nothing to drain
+		s.cancelWork()
+		s.cl.Close()
+		return nil
+	}
 	select {
 	case <-s.finished:
 		return nil

@@ -1,0 +1,37 @@
+package persist
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// A process whose start fails after persist was built stops it without
+// ever running it: Stop must return at once and leave nothing behind.
+func TestStopWithoutRunReturns(t *testing.T) {
+	s, err := New(Params{
+		Config:     config.Default().Persist,
+		Kafka:      config.Default().Kafka,
+		Brokers:    []string{"127.0.0.1:1"},
+		Metrics:    routing.NewMetrics(prometheus.NewRegistry()),
+		Registerer: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Stop(context.Background()) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Stop without Run hangs")
+	}
+}
