@@ -278,3 +278,50 @@ func TestPersistAdvancesRoutesCompleteOverSealedMonths(t *testing.T) {
 		return err == nil && m == env.Start.Next()
 	})
 }
+
+// `imshard dlq list|replay` as an operator runs them: list shows dead
+// letters and compensation entries with their reasons; replay of a still
+// sealed month is refused (exit 1) and, after `shard unseal`, re-injects the
+// entry with its frozen month; no selector is bad usage (exit 2).
+func TestDLQCommandsListAndReplay(t *testing.T) {
+	env := persistOnly(t, nil)
+	ctx := context.Background()
+	old := env.Start
+	env.Activate(old.Next())
+	if err := env.App.NewShardManager().Seal(ctx, env.Tenant, old); err != nil {
+		t.Fatal(err)
+	}
+	env.App.Catalog().Invalidate(env.Tenant)
+	bad := persistEvent(env.Tenant, "cli", 1, old, 1, "bad")
+	bad.V = 9
+	persistProduce(t, env, persistEvent(env.Tenant, "cli", 2, old, 1, "late"), bad)
+	waitFor(t, 20*time.Second, func() bool {
+		return persistMetric(t, env, "group_message_persist_total", `status="compensated"`) == 1 &&
+			persistMetric(t, env, "group_message_dead_letter_total") == 1
+	})
+	cfg := tenantConfig(t, env.Tenant, fmt.Sprintf("kafka: {brokers: [%q], partitions: 4}\n", env.Config.Kafka.Brokers[0]))
+	code, out := runCLI(t, nil, "dlq", "list", "--config", cfg, "--tenant", env.Tenant)
+	if code != 0 || !strings.Contains(out, "malformed") || !strings.Contains(out, "comp-"+env.Tenant+"-") ||
+		!strings.Contains(out, "month sealed") {
+		t.Fatalf("dlq list: %d\n%s", code, out)
+	}
+	if code, out := runCLI(t, nil, "dlq", "replay", "--config", cfg, "--tenant", env.Tenant, "--all"); code != 1 ||
+		!strings.Contains(out, "shard unseal") {
+		t.Fatalf("replay into a sealed month: %d\n%s", code, out)
+	}
+	if code, out := runCLI(t, nil, "dlq", "replay", "--config", cfg); code != 2 {
+		t.Fatalf("replay without a selector: %d\n%s", code, out)
+	}
+	if err := env.App.NewShardManager().Unseal(ctx, env.Tenant, old); err != nil {
+		t.Fatal(err)
+	}
+	env.App.Catalog().Invalidate(env.Tenant)
+	if code, out := runCLI(t, nil, "dlq", "replay", "--config", cfg, "--tenant", env.Tenant, "--all"); code != 0 ||
+		!strings.Contains(out, "replayed 1") {
+		t.Fatalf("replay: %d\n%s", code, out)
+	}
+	stored := persistWaitCount(t, env, 1, 20*time.Second, old, old.Next())
+	if stored["cli"][2] != old {
+		t.Fatalf("replayed event stored in %v, frozen month %s", stored, old)
+	}
+}

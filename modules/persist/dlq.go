@@ -3,6 +3,7 @@ package persist
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
@@ -35,7 +36,7 @@ func (s *Service) deadLetter(ctx context.Context, recs []*record, reason string,
 	at := time.Now().UTC().Format(time.RFC3339Nano)
 	out := make([]*kgo.Record, len(recs))
 	for i, r := range recs {
-		tenant := ""
+		tenant := tenantOfKey(r.key)
 		if r.ev != nil {
 			tenant = r.ev.Tenant
 		}
@@ -115,4 +116,14 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n]
+}
+
+// tenantOfKey is the tenant of a record key "tenant/topic" when it is a
+// valid tenant id: a malformed event is still listed under its tenant.
+func tenantOfKey(key []byte) string {
+	t, _, ok := strings.Cut(string(key), "/")
+	if !ok || routing.ValidTenant(t) != nil {
+		return ""
+	}
+	return t
 }
