@@ -47,14 +47,16 @@ var errInsertRace = errors.New("persist: concurrent insert changed the batch; re
 //   - Cross-month dedup writes no row either: a client_msg_id retried across
 //     the boundary (Redis forgot the first attempt, so the retry got a new seq
 //     in the next month) is caught by probing the unique key
-//     uk_topic_sender_client_mid of the neighbouring months' tables (previous
-//     and next: an original held in the compensation queue may be stored after
-//     its retry), one indexed read per event in one statement per neighbour,
-//     with shared locks so that two writers racing across the boundary
-//     serialise (one of them deadlocks, retries and then sees the other).
-//     Within a month the same unique key catches it. The probe reaches one
-//     month back; DESIGN's dedup window (persist.dedup_retention, 7 days) is
-//     shorter than a month, so this keeps the dedup table's guarantee.
+//     uk_topic_sender_client_mid of the neighbouring months' tables (previous,
+//     and next for late events: an original held in the compensation queue
+//     may be stored after its retry) — only where a duplicate is possible,
+//     see Service.neighbours — one indexed read per event in one statement
+//     per neighbour, with shared locks so that two writers racing across the
+//     boundary serialise (one of them deadlocks, retries and then sees the
+//     other). Within a month the same unique key catches it. The probe
+//     reaches one month back; the dedup window (persist.dedup_retention,
+//     7 days) is shorter than a month, so this keeps the dedup table's
+//     guarantee without its row per message.
 //
 // The common case is one probe per neighbour, one insert and one mirror
 // upsert. Only when the insert added fewer rows than expected (a redelivery,
