@@ -22,12 +22,14 @@ import (
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/query"
 	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/shardmgr"
 	imsql "github.com/imshard/imshard/sql"
 )
 
 type benchQueryOptions struct {
 	topics      int
 	rows        int
+	months      int
 	concurrency int
 	duration    time.Duration
 	warmup      time.Duration
@@ -41,14 +43,16 @@ func newBenchQueryCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "query",
 		Short: "50-message pages: one month, two months, the single legacy table, hot cache, HTTP beside raw SQL",
-		Long: "Builds a fixture in a tenant database of its own (--rows messages over --topics topics, half in the\n" +
-			"previous month's table, half in the current one, and the same rows in one legacy single table), then\n" +
-			"measures p50/p99 and rate of each read with --concurrency readers on random topics and positions.\n" +
+		Long: "Builds a fixture in a tenant database of its own (--rows messages over --topics topics, spread over\n" +
+			"--months month tables ending with the current one, and the same rows in one legacy single table), then\n" +
+			"measures p50/p99 and rate of each read with --concurrency readers on random topics at random\n" +
+			"positions within the last two months.\n" +
 			"The tenant database and its Redis keys are dropped afterwards unless --keep (a kept fixture is reused).",
 		Args: cobra.NoArgs,
 	}
 	c.Flags().IntVar(&o.topics, "topics", 1000, "topics of the fixture")
 	c.Flags().IntVar(&o.rows, "rows", 2_000_000, "messages of the fixture")
+	c.Flags().IntVar(&o.months, "months", 12, "months of history the rows are spread over (at least 2)")
 	c.Flags().IntVar(&o.concurrency, "concurrency", 16, "concurrent readers")
 	c.Flags().DurationVar(&o.duration, "duration", 20*time.Second, "measured time of each run")
 	c.Flags().DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time before each run")
@@ -56,8 +60,8 @@ func newBenchQueryCmd(g *globals) *cobra.Command {
 	c.Flags().BoolVar(&o.keep, "keep", false, "keep the fixture for the next run (and reuse one that was kept)")
 	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	c.RunE = func(c *cobra.Command, _ []string) error {
-		if o.concurrency < 1 || o.topics < 1 || o.topics > 1024 || o.rows < 1 || o.duration <= 0 {
-			return usagef("--concurrency, --rows and --duration must be positive, --topics 1..1024")
+		if o.concurrency < 1 || o.topics < 1 || o.topics > 1024 || o.rows < 1 || o.duration <= 0 || o.months < 2 || o.months > 120 {
+			return usagef("--concurrency, --rows and --duration must be positive, --topics 1..1024, --months 2..120")
 		}
 		if err := routing.ValidTenant(o.tenant); err != nil {
 			return usagef("--tenant: %v", err)
@@ -130,13 +134,18 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 	if err != nil {
 		return rep, false, err
 	}
-	prev, _, err := a.Catalog().Table(ctx, o.tenant, now.Prev())
-	if err != nil {
-		return rep, false, err
+	from := now.Add(1 - o.months)
+	if res := a.NewShardManager().SyncTenant(ctx, o.tenant, shardmgr.Options{MonthsAhead: -1, From: from}); res.Err != nil {
+		return rep, false, fmt.Errorf("bench: shard ensure --from=%s: %w", from, res.Err)
 	}
-	cur, _, err := a.Catalog().Table(ctx, o.tenant, now)
-	if err != nil {
-		return rep, false, err
+	a.Catalog().Invalidate(o.tenant)
+	var tables []routing.Table
+	for _, m := range routing.Range(from, now) {
+		t, _, err := a.Catalog().Table(ctx, o.tenant, m)
+		if err != nil {
+			return rep, false, err
+		}
+		tables = append(tables, t)
 	}
 	svc := a.NewQuery()
 	defer svc.Close()
@@ -155,7 +164,7 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 	}
 	p := &query.BenchParams{
 		Service: svc, Routes: a.Routes(), Groups: a.ACL(), Redis: a.Redis(), DB: db, Tenant: o.tenant,
-		Prev: prev, Cur: cur, BaseURL: "http://" + ln.Addr().String(), Token: token,
+		Tables: tables, BaseURL: "http://" + ln.Addr().String(), Token: token,
 		Topics: o.topics, Rows: o.rows, Concurrency: o.concurrency, Duration: o.duration, Warmup: o.warmup,
 		Progress: g.stderr,
 	}
@@ -163,6 +172,9 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 		return errors.Join(query.DropFixtures(context.WithoutCancel(ctx), db, func(name string) string {
 			return strings.Replace(imsql.DropDatabase(), imsql.DatabasePlaceholder, name, 1)
 		}), query.DropKeys(context.WithoutCancel(ctx), a.Redis(), o.tenant))
+	}
+	if err := p.Check(); err != nil {
+		return rep, false, usagef("%v", err)
 	}
 	complete, dirty := p.Fixtures(ctx)
 	switch {
@@ -184,7 +196,7 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 }
 
 func printBenchQuery(w io.Writer, o *benchQueryOptions, rep query.BenchReport) {
-	fmt.Fprintf(w, "query bench: rows=%d topics=%d concurrency=%d duration=%s\n", o.rows, o.topics, o.concurrency, o.duration)
+	fmt.Fprintf(w, "query bench: rows=%d topics=%d months=%d concurrency=%d duration=%s\n", o.rows, o.topics, o.months, o.concurrency, o.duration)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\tpages\terrors\trate/s\tp50\tp99")
 	for _, r := range []query.BenchResult{rep.OneMonth, rep.TwoMonths, rep.HotCache, rep.RawMonth, rep.RawLegacy, rep.HTTP} {

@@ -5,6 +5,7 @@
 package message
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"time"
@@ -139,10 +140,14 @@ func (t Time) MarshalJSON() ([]byte, error) {
 	return []byte(`"` + t.UTC().Format(TimeFormat) + `"`), nil
 }
 
-// UnmarshalJSON reads any RFC 3339 time.
+// UnmarshalJSON reads any RFC 3339 time. A quoted string without escapes
+// (every time this package writes) is read in place: the hot cache decodes
+// two per cached message on every page it serves.
 func (t *Time) UnmarshalJSON(b []byte) error {
 	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
+	if n := len(b); n >= 2 && b[0] == '"' && b[n-1] == '"' && !bytes.ContainsAny(b[1:n-1], `"\`) {
+		s = string(b[1 : n-1])
+	} else if err := json.Unmarshal(b, &s); err != nil {
 		return err
 	}
 	p, err := time.Parse(time.RFC3339Nano, s)

@@ -29,15 +29,17 @@ type Groups interface {
 }
 
 // BenchParams shape one `imshard bench query` run. The tenant must be the
-// benchmark's own: its month tables Prev and Cur get the fixture rows.
+// benchmark's own: its month tables get the fixture rows.
 type BenchParams struct {
-	Service     *Service
-	Routes      *routing.Routes
-	Groups      Groups
-	Redis       rueidis.Client
-	DB          *sql.DB
-	Tenant      string
-	Prev, Cur   routing.Table
+	Service *Service
+	Routes  *routing.Routes
+	Groups  Groups
+	Redis   rueidis.Client
+	DB      *sql.DB
+	Tenant  string
+	// Tables are the months of history, oldest first, ending with the
+	// current month; pages are read in the last two.
+	Tables      []routing.Table
 	BaseURL     string // the query role's API, serving Service
 	Token       string // a member of every fixture topic
 	Topics      int
@@ -92,18 +94,58 @@ func (p *BenchParams) logf(format string, args ...any) {
 	}
 }
 
-// perTopic is rows per topic per month: half the topic lives in each.
-func (p *BenchParams) perTopic() int64 { return int64(p.Rows / p.Topics / 2) }
+// span is the seqs of every topic in month table j: base+1 … base+n. A
+// topic's Rows/Topics messages are spread evenly over the months, the
+// remainder going to the newest ones, its seqs continuing across months.
+func (p *BenchParams) span(j int) (base, n int64) {
+	total, months := int64(p.Rows/p.Topics), int64(len(p.Tables))
+	each, extra := total/months, total%months
+	for i := range int64(j) {
+		base += each
+		if i >= months-extra {
+			base++
+		}
+	}
+	n = each
+	if int64(j) >= months-extra {
+		n++
+	}
+	return base, n
+}
+
+// last is the newest seq of every topic.
+func (p *BenchParams) last() int64 {
+	base, n := p.span(len(p.Tables) - 1)
+	return base + n
+}
+
+// prev and cur are the two measured months: their table and seq span.
+func (p *BenchParams) prev() (routing.Table, int64, int64) {
+	j := len(p.Tables) - 2
+	base, n := p.span(j)
+	return p.Tables[j], base, n
+}
+
+func (p *BenchParams) cur() (routing.Table, int64, int64) {
+	j := len(p.Tables) - 1
+	base, n := p.span(j)
+	return p.Tables[j], base, n
+}
 
 // Fixtures reports whether complete fixture rows are already in place (a
 // previous run kept them), and whether anything of them is (a dirty start).
 func (p *BenchParams) Fixtures(ctx context.Context) (complete, dirty bool) {
-	want := p.perTopic() * int64(p.Topics)
-	complete = true
-	for _, c := range []struct {
+	type want struct {
 		table string
 		rows  int64
-	}{{p.Prev.Quoted(), want}, {p.Cur.Quoted(), want}, {"`" + routing.LegacyTable + "`", 2 * want}} {
+	}
+	wants := []want{{"`" + routing.LegacyTable + "`", p.last() * int64(p.Topics)}}
+	for j, t := range p.Tables {
+		_, n := p.span(j)
+		wants = append(wants, want{t.Quoted(), n * int64(p.Topics)})
+	}
+	complete = true
+	for _, c := range wants {
 		var n int64
 		if err := sq.Select("COUNT(*)").From(c.table).RunWith(p.DB).QueryRowContext(ctx).Scan(&n); err != nil {
 			complete = false // the legacy table does not exist yet
@@ -115,20 +157,33 @@ func (p *BenchParams) Fixtures(ctx context.Context) (complete, dirty bool) {
 	return complete, dirty
 }
 
-// Build writes the fixture: Topics topics of Rows/Topics messages each, half
-// in the previous month, half in the current one, ids and times growing
-// with seq across all topics (as real traffic interleaves them); the same
-// rows in the legacy single table; the mirror, Redis routes, groups with a
-// member, and the hot cache of the first topics. Rows are made by doubling
-// (INSERT … SELECT of the table onto itself with seq shifted), not one by one.
+// Check rejects a shape whose months are too small for the measured pages.
+func (p *BenchParams) Check() error {
+	if len(p.Tables) < 2 {
+		return fmt.Errorf("bench: %d months of history; need at least 2", len(p.Tables))
+	}
+	if _, n := p.span(0); n < 2*benchPage {
+		return fmt.Errorf("bench: %d rows over %d topics and %d months leaves %d per topic and month; need at least %d",
+			p.Rows, p.Topics, len(p.Tables), n, 2*benchPage)
+	}
+	return nil
+}
+
+// Build writes the fixture: Topics topics of Rows/Topics messages each,
+// spread over the months of Tables as a year of history is, ids and times
+// growing with seq across all topics (as real traffic interleaves them);
+// the same rows in the legacy single table; the mirror, Redis routes,
+// groups with a member, and the hot cache of the first topics. Rows are
+// made by doubling (INSERT … SELECT of the table onto itself with seq
+// shifted), not one by one.
 func (p *BenchParams) Build(ctx context.Context) error {
-	n := p.perTopic()
-	if n < 2*benchPage {
-		return fmt.Errorf("bench: %d rows over %d topics leaves %d per topic and month; need at least %d", p.Rows, p.Topics, n, 2*benchPage)
+	if err := p.Check(); err != nil {
+		return err
 	}
 	start := time.Now()
-	for i, t := range []routing.Table{p.Prev, p.Cur} {
-		if err := p.fillMonth(ctx, t, int64(i)*n, n); err != nil {
+	for j, t := range p.Tables {
+		base, n := p.span(j)
+		if err := p.fillMonth(ctx, t, base, n); err != nil {
 			return err
 		}
 		p.logf("bench: %s filled (%d rows, %s)", t.Name(), n*int64(p.Topics), time.Since(start).Round(time.Second))
@@ -136,14 +191,14 @@ func (p *BenchParams) Build(ctx context.Context) error {
 	if _, err := p.DB.ExecContext(ctx, routing.LegacyDDL()); err != nil {
 		return fmt.Errorf("bench: create legacy table: %w", err)
 	}
-	for _, t := range []routing.Table{p.Prev, p.Cur} {
+	for _, t := range p.Tables {
 		if _, err := sq.Insert("`" + routing.LegacyTable + "`").Select(sq.Select("*").From(t.Quoted()).OrderBy("message_id")).
 			RunWith(p.DB).ExecContext(ctx); err != nil {
 			return fmt.Errorf("bench: legacy copy of %s: %w", t.Name(), err)
 		}
 		p.logf("bench: legacy table has %s's rows (%s)", t.Name(), time.Since(start).Round(time.Second))
 	}
-	for _, t := range []routing.Table{p.Prev, p.Cur} {
+	for _, t := range p.Tables {
 		if _, err := sq.Insert(mirrorTable).
 			Columns("topic", "shard_month", "min_seq", "max_seq", "message_count", "min_created_at", "max_created_at").
 			Select(sq.Select("topic", "'"+t.Month().String()+"'", "MIN(seqid)", "MAX(seqid)", "COUNT(*)", "MIN(created_at)", "MAX(created_at)").
@@ -152,12 +207,14 @@ func (p *BenchParams) Build(ctx context.Context) error {
 			return fmt.Errorf("bench: mirror of %s: %w", t.Name(), err)
 		}
 	}
+	ranges := make([]routing.MonthRange, len(p.Tables))
+	for j, t := range p.Tables {
+		base, n := p.span(j)
+		ranges[j] = routing.MonthRange{Month: t.Month(), MinSeq: base + 1, MaxSeq: base + n, Count: n}
+	}
 	for i := range p.Topics {
 		topic := benchTopic(i)
-		if err := p.Routes.Replace(ctx, p.Tenant, topic, []routing.MonthRange{
-			{Month: p.Prev.Month(), MinSeq: 1, MaxSeq: n, Count: n},
-			{Month: p.Cur.Month(), MinSeq: n + 1, MaxSeq: 2 * n, Count: n},
-		}); err != nil {
+		if err := p.Routes.Replace(ctx, p.Tenant, topic, ranges); err != nil {
 			return err
 		}
 		if err := p.Groups.PutGroup(ctx, p.Tenant, topic, int64(i+1), topic, "active"); err != nil {
@@ -224,11 +281,12 @@ func (p *BenchParams) fillHotCache(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	last := 2 * p.perTopic()
+	last := p.last()
+	cur, _, _ := p.cur()
 	for i := range min(benchHotTopics, p.Topics) {
 		topic := benchTopic(i)
 		q := listQuery{topic: topic, user: benchUser, order: Desc, bound: last + 1, limit: benchHotDepth}
-		ms, err := p.Service.st.messages(ctx, p.DB, q.build(p.Cur.Quoted()))
+		ms, err := p.Service.st.messages(ctx, p.DB, q.build(cur.Quoted()))
 		if err != nil {
 			return err
 		}
@@ -311,20 +369,22 @@ func (p *BenchParams) run(ctx context.Context, name string, op func(ctx context.
 // Measure runs every read of the report on the fixture.
 func (p *BenchParams) Measure(ctx context.Context) (BenchReport, error) {
 	var rep BenchReport
-	n := p.perTopic()
+	prev, prevBase, prevN := p.prev()
+	cur, curBase, curN := p.cur()
 	me := httpapi.Principal{Tenant: p.Tenant, UserID: benchUser}
 	topic := func(rng *rand.Rand) string { return benchTopic(rng.IntN(p.Topics)) }
-	// a before cursor whose 50-page stays inside the current month
-	inOne := func(rng *rand.Rand) int64 { return n + 1 + benchPage + rng.Int64N(n-benchPage+1) }
+	// a before cursor whose 50-page stays inside month base+1 … base+n
+	within := func(rng *rand.Rand, base, n int64) int64 { return base + 1 + benchPage + rng.Int64N(n-benchPage+1) }
+	inOne := func(rng *rand.Rand) int64 { return within(rng, curBase, curN) }
 	// one whose page starts in the current month and ends in the previous
-	inTwo := func(rng *rand.Rand) int64 { return n + 2 + rng.Int64N(benchPage-2) }
+	inTwo := func(rng *rand.Rand) int64 { return curBase + 2 + rng.Int64N(benchPage-2) }
 	// a random position in the last two months whose page stays in one
 	// month, and that month's table
 	anywhere := func(rng *rand.Rand) (int64, routing.Table) {
 		if rng.IntN(2) == 0 {
-			return inOne(rng), p.Cur
+			return inOne(rng), cur
 		}
-		return benchPage + 1 + rng.Int64N(n-benchPage+1), p.Prev
+		return within(rng, prevBase, prevN), prev
 	}
 	checkPage := func(got int, err error) error {
 		if err != nil {

@@ -31,15 +31,13 @@ func (s *Service) handleList(w http.ResponseWriter, r *http.Request, p httpapi.P
 		if err != nil {
 			return err
 		}
-		httpapi.WriteJSON(w, http.StatusOK, page)
-		return nil
+		return writePage(w, page.appendJSON)
 	}
 	page, err := s.Before(r.Context(), p, topic, req.Before, req.Limit)
 	if err != nil {
 		return err
 	}
-	httpapi.WriteJSON(w, http.StatusOK, page)
-	return nil
+	return writePage(w, page.appendJSON)
 }
 
 func pathSeq(r *http.Request) (int64, error) { return ParseCursor("seq", r.PathValue("seq"), 1) }

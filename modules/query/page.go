@@ -1,8 +1,6 @@
 package query
 
 import (
-	"encoding/json"
-
 	"github.com/imshard/imshard/modules/message"
 )
 
@@ -127,8 +125,8 @@ func (c Cached) msg(seq int64) (message.Message, bool) {
 	var found message.Message
 	ok = false
 	for _, raw := range raws {
-		var m message.Message
-		if json.Unmarshal([]byte(raw), &m) != nil || m.Seq != seq {
+		m, err := message.DecodeJSON([]byte(raw))
+		if err != nil || m.Seq != seq {
 			continue
 		}
 		if ok {

@@ -1,0 +1,268 @@
+package message
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"time"
+)
+
+// DecodeJSON reads a message as json.Unmarshal does. The hot cache holds
+// members written by json.Marshal (AppendJSON's layout: every field, in
+// order, no whitespace); those are read without reflection, a tenth of the
+// CPU, and anything else — other layouts, escapes, unknown fields — goes
+// through encoding/json.
+func DecodeJSON(b []byte) (Message, error) {
+	if m, ok := decodeCanonical(b); ok {
+		return m, nil
+	}
+	var m Message
+	err := json.Unmarshal(b, &m)
+	return m, err
+}
+
+// canonical is a reader over the layout AppendJSON writes; any surprise
+// sets bad and the caller falls back.
+type canonical struct {
+	b    []byte
+	keys int
+	bad  bool
+}
+
+func (c *canonical) key(k string) {
+	sep := byte(',')
+	if c.keys == 0 {
+		sep = '{'
+	}
+	c.keys++
+	if c.bad || len(c.b) < len(k)+4 || c.b[0] != sep || c.b[1] != '"' ||
+		string(c.b[2:2+len(k)]) != k || c.b[2+len(k)] != '"' || c.b[3+len(k)] != ':' {
+		c.bad = true
+		return
+	}
+	c.b = c.b[4+len(k):]
+}
+
+// number parses a JSON integer strictly (no '+', no leading zeros).
+func (c *canonical) number(t []byte) int64 {
+	d := t
+	if len(d) > 0 && d[0] == '-' {
+		d = d[1:]
+	}
+	if len(d) == 0 || d[0] < '0' || d[0] > '9' || (d[0] == '0' && len(d) > 1) {
+		c.bad = true
+		return 0
+	}
+	n, err := strconv.ParseInt(string(t), 10, 64)
+	c.bad = c.bad || err != nil
+	return n
+}
+
+func (c *canonical) str(k string) string {
+	c.key(k)
+	if c.bad || len(c.b) == 0 || c.b[0] != '"' {
+		c.bad = true
+		return ""
+	}
+	end := bytes.IndexByte(c.b[1:], '"')
+	if end < 0 {
+		c.bad = true
+		return ""
+	}
+	for _, ch := range c.b[1 : 1+end] {
+		if ch < 0x20 || ch >= 0x80 || ch == '\\' {
+			c.bad = true // escapes and UTF-8 are encoding/json's business
+			return ""
+		}
+	}
+	s := string(c.b[1 : 1+end])
+	c.b = c.b[2+end:]
+	return s
+}
+
+// token is the bytes up to the next ',' or '}' (numbers, literals).
+func (c *canonical) token(k string) []byte {
+	c.key(k)
+	if c.bad {
+		return nil
+	}
+	end := bytes.IndexAny(c.b, ",}")
+	if end <= 0 {
+		c.bad = true
+		return nil
+	}
+	t := c.b[:end]
+	c.b = c.b[end:]
+	return t
+}
+
+func (c *canonical) int(k string) int64 {
+	t := c.token(k)
+	if c.bad {
+		return 0
+	}
+	return c.number(t)
+}
+
+func (c *canonical) id(k string) ID {
+	s := c.str(k)
+	if c.bad {
+		return 0
+	}
+	return ID(c.number([]byte(s)))
+}
+
+func (c *canonical) seq(k string) *int64 {
+	t := c.token(k)
+	if c.bad || string(t) == "null" {
+		return nil
+	}
+	n := c.number(t)
+	return &n
+}
+
+func (c *canonical) time(k string) Time {
+	s := c.str(k)
+	if t, ok := parseTime(s); ok {
+		return t
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	c.bad = c.bad || err != nil
+	return NewTime(t)
+}
+
+// parseTime reads TimeFormat in UTC ("2006-01-02T15:04:05.000Z") only;
+// ok false leaves the string to time.Parse.
+func parseTime(s string) (Time, bool) {
+	if len(s) != len("2006-01-02T15:04:05.000Z") || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' ||
+		s[16] != ':' || s[19] != '.' || s[23] != 'Z' {
+		return Time{}, false
+	}
+	ok := true
+	num := func(a, b int) int {
+		n := 0
+		for _, ch := range []byte(s[a:b]) {
+			if ch < '0' || ch > '9' {
+				ok = false
+			}
+			n = n*10 + int(ch-'0')
+		}
+		return n
+	}
+	y, mo, d, h, mi, sec, ms := num(0, 4), num(5, 7), num(8, 10), num(11, 13), num(14, 16), num(17, 19), num(20, 23)
+	if !ok {
+		return Time{}, false
+	}
+	t := time.Date(y, time.Month(mo), d, h, mi, sec, ms*int(time.Millisecond), time.UTC)
+	// time.Date normalizes out-of-range fields; time.Parse rejects them
+	if t.Year() != y || int(t.Month()) != mo || t.Day() != d || t.Hour() != h || t.Minute() != mi || t.Second() != sec {
+		return Time{}, false
+	}
+	return Time{t}, true
+}
+
+// raw is one JSON value, found by tracking strings and nesting; it is
+// validated as json.Unmarshal validates a json.RawMessage field.
+func (c *canonical) raw(k string) json.RawMessage {
+	c.key(k)
+	if c.bad {
+		return nil
+	}
+	depth, inStr := 0, false
+	for i := 0; i < len(c.b); i++ {
+		switch ch := c.b[i]; {
+		case inStr && ch == '\\':
+			i++
+		case ch == '"':
+			inStr = !inStr
+		case inStr:
+		case ch == '{' || ch == '[':
+			depth++
+		case ch == '}' || ch == ']':
+			if depth == 0 {
+				return c.value(i)
+			}
+			depth--
+		case ch == ',' && depth == 0:
+			return c.value(i)
+		}
+	}
+	c.bad = true
+	return nil
+}
+
+func (c *canonical) value(end int) json.RawMessage {
+	v := c.b[:end]
+	c.b = c.b[end:]
+	if !json.Valid(v) {
+		c.bad = true
+		return nil
+	}
+	return bytes.Clone(v)
+}
+
+func (c *canonical) ids(k string) IDs {
+	c.key(k)
+	if c.bad {
+		return nil
+	}
+	if bytes.HasPrefix(c.b, []byte("null")) {
+		c.b = c.b[4:]
+		return nil
+	}
+	if len(c.b) == 0 || c.b[0] != '[' {
+		c.bad = true
+		return nil
+	}
+	end := bytes.IndexByte(c.b, ']')
+	if end < 0 {
+		c.bad = true
+		return nil
+	}
+	list := c.b[1:end]
+	c.b = c.b[end+1:]
+	out := IDs{}
+	for len(list) > 0 && !c.bad {
+		item := list
+		if i := bytes.IndexByte(list, ','); i >= 0 {
+			item, list = list[:i], list[i+1:]
+		} else {
+			list = nil
+		}
+		if len(item) < 3 || item[0] != '"' || item[len(item)-1] != '"' {
+			c.bad = true
+			break
+		}
+		out = append(out, ID(c.number(item[1:len(item)-1])))
+	}
+	return out
+}
+
+func decodeCanonical(b []byte) (Message, bool) {
+	c := canonical{b: b}
+	var m Message
+	m.Topic = c.str("topic")
+	m.Seq = c.int("seq")
+	m.MessageID = c.id("message_id")
+	m.GroupID = c.id("group_id")
+	m.FromUser = c.id("from_user")
+	m.ClientMsgID = c.str("client_msg_id")
+	m.MsgType = c.str("msg_type")
+	m.Status = c.str("status")
+	m.Content = c.raw("content")
+	m.Head = c.raw("head")
+	m.MentionedUserIDs = c.ids("mentioned_user_ids")
+	switch string(c.token("mention_all")) {
+	case "true":
+		m.MentionAll = true
+	case "false":
+	default:
+		c.bad = true
+	}
+	m.ReplySeqID = c.seq("reply_seqid")
+	m.RootSeqID = c.seq("root_seqid")
+	m.Version = int(c.int("version"))
+	m.CreatedAt = c.time("created_at")
+	m.UpdatedAt = c.time("updated_at")
+	return m, !c.bad && string(c.b) == "}"
+}
