@@ -152,7 +152,7 @@ func Walk(c Cached, from, stop int64, o Order, limit int, hidden Hidden, keepDel
 	if o == Desc {
 		step = -1
 	}
-	var page []message.Message
+	page := make([]message.Message, 0, limit+1)
 	for s := from; ; s += step {
 		if first(stop, s, o) {
 			return page, true

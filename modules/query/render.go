@@ -64,7 +64,8 @@ func (p SincePage) appendJSON(dst []byte) ([]byte, error) {
 	return append(dst, '}'), nil
 }
 
-// writePage answers 200 with the page, as httpapi.WriteJSON would.
+// writePage answers 200 with the page, as httpapi.WriteJSON would (plus
+// its length).
 func writePage(w http.ResponseWriter, render func([]byte) ([]byte, error)) error {
 	bp := renderBufs.Get().(*[]byte)
 	defer renderBufs.Put(bp)
@@ -75,6 +76,8 @@ func writePage(w http.ResponseWriter, render func([]byte) ([]byte, error)) error
 	b = append(b, '\n')
 	*bp = b
 	w.Header().Set("Content-Type", "application/json")
+	// a known length spares the page chunked encoding and a second flush
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
 	return nil
