@@ -47,7 +47,8 @@ func newBenchQueryCmd(g *globals) *cobra.Command {
 			"--months month tables ending with the current one, and the same rows in one legacy single table), then\n" +
 			"measures p50/p99 and rate of each read with --concurrency readers on random topics at random\n" +
 			"positions within the last two months.\n" +
-			"The tenant database and its Redis keys are dropped afterwards unless --keep (a kept fixture is reused).",
+			"The tenant database and its Redis keys are dropped afterwards unless --keep; a complete kept fixture is\n" +
+			"reused by the next run (which drops it unless --keep again).",
 		Args: cobra.NoArgs,
 	}
 	c.Flags().IntVar(&o.topics, "topics", 1000, "topics of the fixture")
@@ -57,7 +58,7 @@ func newBenchQueryCmd(g *globals) *cobra.Command {
 	c.Flags().DurationVar(&o.duration, "duration", 20*time.Second, "measured time of each run")
 	c.Flags().DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time before each run")
 	c.Flags().StringVar(&o.tenant, "tenant", "bench_query", "the benchmark's own tenant (its database is dropped afterwards)")
-	c.Flags().BoolVar(&o.keep, "keep", false, "keep the fixture for the next run (and reuse one that was kept)")
+	c.Flags().BoolVar(&o.keep, "keep", false, "keep the fixture for the next run (a complete kept fixture is always reused)")
 	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		if o.concurrency < 1 || o.topics < 1 || o.topics > 1024 || o.rows < 1 || o.duration <= 0 || o.months < 2 || o.months > 120 {
@@ -178,7 +179,7 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 	}
 	complete, dirty := p.Fixtures(ctx)
 	switch {
-	case complete && o.keep:
+	case complete:
 		fmt.Fprintf(g.stderr, "bench: reusing the kept fixture of tenant %s\n", o.tenant)
 	case dirty && first:
 		fmt.Fprintf(g.stderr, "bench: dropping an incomplete or unwanted fixture of tenant %s\n", o.tenant)
