@@ -1,22 +1,33 @@
--- Merge month ranges into a topic's Redis route (seed 000 §3.3), atomically.
+-- Merge month ranges into the Redis routes of one or more topics of a
+-- tenant (seed 000 §3.3), atomically: persist merges every topic a batch
+-- touched in one call instead of one call per topic.
 --
--- KEYS[1] route (ZSET member YYYYMM, score first seq of that month)
--- KEYS[2] route meta (HASH field YYYYMM, value "min_seq=A,max_seq=B,count=N")
--- ARGV    groups of four: month, min_seq, max_seq, count (count is added:
---         persist passes only rows its commit actually inserted)
-for i = 1, #ARGV, 4 do
-  local month = ARGV[i]
-  local lo, hi, n = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-  redis.call('ZADD', KEYS[1], 'LT', lo, month)
-  local cur = redis.call('HGET', KEYS[2], month)
-  if cur then
-    local clo = tonumber(string.match(cur, 'min_seq=(%d+)'))
-    local chi = tonumber(string.match(cur, 'max_seq=(%d+)'))
-    local cn = tonumber(string.match(cur, 'count=(%d+)'))
-    if clo and clo < lo then lo = clo end
-    if chi and chi > hi then hi = chi end
-    if cn then n = n + cn end
+-- KEYS    pairs per topic: route (ZSET member YYYYMM, score first seq of that
+--         month), route meta (HASH field YYYYMM, value
+--         "min_seq=A,max_seq=B,count=N")
+-- ARGV    per topic, in KEYS order: the number of its ranges, then groups of
+--         four: month, min_seq, max_seq, count (count is added: persist
+--         passes only rows its commit actually inserted)
+local a = 1
+for k = 1, #KEYS, 2 do
+  local route, meta = KEYS[k], KEYS[k + 1]
+  local groups = tonumber(ARGV[a])
+  a = a + 1
+  for _ = 1, groups do
+    local month = ARGV[a]
+    local lo, hi, n = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    a = a + 4
+    redis.call('ZADD', route, 'LT', lo, month)
+    local cur = redis.call('HGET', meta, month)
+    if cur then
+      local clo = tonumber(string.match(cur, 'min_seq=(%d+)'))
+      local chi = tonumber(string.match(cur, 'max_seq=(%d+)'))
+      local cn = tonumber(string.match(cur, 'count=(%d+)'))
+      if clo and clo < lo then lo = clo end
+      if chi and chi > hi then hi = chi end
+      if cn then n = n + cn end
+    end
+    redis.call('HSET', meta, month, string.format('min_seq=%d,max_seq=%d,count=%d', lo, hi, n))
   end
-  redis.call('HSET', KEYS[2], month, string.format('min_seq=%d,max_seq=%d,count=%d', lo, hi, n))
 end
 return 1

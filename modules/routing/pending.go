@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,18 +44,38 @@ func (f *Flight) MarkAcked(ctx context.Context, tenant, topic string, seq int64)
 // MarkPersisted removes seqs of one topic from the pending set after the DB
 // commit made them visible.
 func (f *Flight) MarkPersisted(ctx context.Context, tenant, topic string, seqs ...int64) error {
+	return f.MarkPersistedMany(ctx, tenant, map[string][]int64{topic: seqs})
+}
+
+// MarkPersistedMany does MarkPersisted for many topics of one tenant in one
+// round trip (persist clears a whole batch at once). Each run of
+// consecutive seqs of a topic is one removal: every seq of the run was
+// committed, so nothing still in flight lies inside it.
+func (f *Flight) MarkPersistedMany(ctx context.Context, tenant string, seqs map[string][]int64) error {
 	keys, err := KeysFor(tenant)
 	if err != nil {
 		return err
 	}
-	cmds := make(rueidis.Commands, 0, len(seqs))
-	for _, s := range seqs {
-		v := strconv.FormatInt(s, 10)
-		cmds = append(cmds, f.rdb.B().Zremrangebyscore().Key(keys.Pending(topic)).Min(v).Max(v).Build())
+	var cmds rueidis.Commands
+	for topic, ss := range seqs {
+		sorted := slices.Clone(ss)
+		slices.Sort(sorted)
+		for i := 0; i < len(sorted); {
+			j := i
+			for j+1 < len(sorted) && sorted[j+1] <= sorted[j]+1 {
+				j++
+			}
+			cmds = append(cmds, f.rdb.B().Zremrangebyscore().Key(keys.Pending(topic)).
+				Min(strconv.FormatInt(sorted[i], 10)).Max(strconv.FormatInt(sorted[j], 10)).Build())
+			i = j + 1
+		}
+	}
+	if len(cmds) == 0 {
+		return nil
 	}
 	for _, r := range f.rdb.DoMulti(ctx, cmds...) {
 		if err := r.Error(); err != nil {
-			return fmt.Errorf("pending: persisted %s/%s: %w", tenant, topic, err)
+			return fmt.Errorf("pending: persisted %s: %w", tenant, err)
 		}
 	}
 	return nil

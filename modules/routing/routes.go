@@ -46,15 +46,55 @@ func rangeArgs(ranges []MonthRange) []string {
 // Merge widens the topic's route by ranges (what persist calls after its DB
 // commit, with counts of rows actually inserted).
 func (r *Routes) Merge(ctx context.Context, tenant, topic string, ranges ...MonthRange) error {
-	if len(ranges) == 0 {
-		return nil
-	}
+	return r.MergeMany(ctx, tenant, []TopicRanges{{Topic: topic, Ranges: ranges}})
+}
+
+// TopicRanges are month ranges of one topic, for MergeMany.
+type TopicRanges struct {
+	Topic  string
+	Ranges []MonthRange
+}
+
+// mergeChunk bounds the topics of one merge script call, so that a large
+// batch does not hold Redis in one script for long; the chunks of a call
+// still go out in one round trip.
+const mergeChunk = 128
+
+// MergeMany merges the ranges of many topics of one tenant, as Merge does
+// for each: a 500-event batch over 500 topics costs one round trip instead
+// of 500. Every topic's merge is atomic (a chunk of topics shares one script
+// run; their keys share the tenant hash tag, so this holds on Redis Cluster
+// too). On error some chunks may have been applied: callers repair every
+// topic of the call, and a repair rebuilds from the mirror, so that is safe.
+func (r *Routes) MergeMany(ctx context.Context, tenant string, topics []TopicRanges) error {
 	keys, err := KeysFor(tenant)
 	if err != nil {
 		return err
 	}
-	if err := r.scripts.RouteMerge.Exec(ctx, r.rdb, []string{keys.Route(topic), keys.RouteMeta(topic)}, rangeArgs(ranges)).Error(); err != nil {
-		return fmt.Errorf("routes: merge %s/%s: %w", tenant, topic, err)
+	var stmts []rueidis.LuaExec
+	for len(topics) > 0 {
+		chunk := topics[:min(mergeChunk, len(topics))]
+		topics = topics[len(chunk):]
+		var st rueidis.LuaExec
+		for _, t := range chunk {
+			if len(t.Ranges) == 0 {
+				continue
+			}
+			st.Keys = append(st.Keys, keys.Route(t.Topic), keys.RouteMeta(t.Topic))
+			st.Args = append(st.Args, strconv.Itoa(len(t.Ranges)))
+			st.Args = append(st.Args, rangeArgs(t.Ranges)...)
+		}
+		if len(st.Keys) > 0 {
+			stmts = append(stmts, st)
+		}
+	}
+	if len(stmts) == 0 {
+		return nil
+	}
+	for _, res := range r.scripts.RouteMerge.ExecMulti(ctx, r.rdb, stmts...) {
+		if err := res.Error(); err != nil {
+			return fmt.Errorf("routes: merge %s: %w", tenant, err)
+		}
 	}
 	return nil
 }

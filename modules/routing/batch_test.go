@@ -1,0 +1,182 @@
+package routing_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/test/testenv"
+)
+
+func redisClient(t *testing.T) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{testenv.RedisAddr()}, DisableCache: true})
+	if err != nil {
+		t.Fatalf("redis: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// A multi-topic merge (more topics than one script chunk, some routes
+// already present, several months per topic, a topic without ranges) leaves
+// every route exactly as per-topic merges do.
+func TestMergeManyEqualsPerTopicMerges(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb := redisClient(t)
+	routes := routing.NewRoutes(rdb, routing.NewScripts())
+	single, many := testenv.NewTenant(t), testenv.NewTenant(t)
+	m1, m2 := routing.MustMonth("202607"), routing.MustMonth("202608")
+	const topics = 300
+	var batch []routing.TopicRanges
+	for i := range topics {
+		topic := fmt.Sprintf("t%03d", i)
+		base := int64(i * 1000)
+		if i%3 == 0 { // an existing route the merge widens
+			prior := []routing.MonthRange{{Month: m1, MinSeq: base + 50, MaxSeq: base + 60, Count: 11}}
+			for _, tenant := range []string{single, many} {
+				if err := routes.Merge(ctx, tenant, topic, prior...); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		var ranges []routing.MonthRange
+		switch i % 4 {
+		case 0:
+			ranges = []routing.MonthRange{{Month: m1, MinSeq: base + 1, MaxSeq: base + 70, Count: 59}}
+		case 1:
+			ranges = []routing.MonthRange{{Month: m1, MinSeq: base + 1, MaxSeq: base + 9, Count: 9},
+				{Month: m2, MinSeq: base + 10, MaxSeq: base + 12, Count: 3}}
+		case 2:
+			ranges = []routing.MonthRange{{Month: m2, MinSeq: base + 55, MaxSeq: base + 58, Count: 4}}
+		case 3: // nothing to merge: the topic must stay untouched
+		}
+		batch = append(batch, routing.TopicRanges{Topic: topic, Ranges: ranges})
+		if err := routes.Merge(ctx, single, topic, ranges...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := routes.MergeMany(ctx, many, batch); err != nil {
+		t.Fatal(err)
+	}
+	for i := range topics {
+		topic := fmt.Sprintf("t%03d", i)
+		want, wantFound, err := routes.Load(ctx, single, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, gotFound, err := routes.Load(ctx, many, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gotFound != wantFound || !slices.Equal(got, want) {
+			t.Fatalf("topic %s: MergeMany gave %v (found %v), per-topic merges %v (found %v)", topic, got, gotFound, want, wantFound)
+		}
+		if i%12 == 0 && (len(got) != 1 || got[0] != (routing.MonthRange{Month: m1, MinSeq: int64(i*1000) + 1, MaxSeq: int64(i*1000) + 70, Count: 70})) {
+			t.Fatalf("topic %s: merged route %v", topic, got)
+		}
+	}
+	if err := routes.MergeMany(ctx, many, nil); err != nil {
+		t.Fatalf("empty MergeMany: %v", err)
+	}
+}
+
+// MarkPersistedMany removes exactly the given seqs of each topic (runs of
+// consecutive seqs in one removal) and leaves seqs in between pending.
+func TestMarkPersistedMany(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb := redisClient(t)
+	tenant := testenv.NewTenant(t)
+	keys, err := routing.KeysFor(tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flight := routing.NewFlight(rdb, routing.NewScripts(), time.Minute)
+	for _, topic := range []string{"a", "b", "c"} {
+		for seq := int64(1); seq <= 10; seq++ {
+			v := strconv.FormatInt(seq, 10)
+			if err := rdb.Do(ctx, rdb.B().Zadd().Key(keys.Pending(topic)).ScoreMember().
+				ScoreMember(float64(seq), v+":1").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := flight.MarkPersistedMany(ctx, tenant, map[string][]int64{
+		"a": {7, 1, 2, 3, 5, 8, 3},
+		"b": {10},
+		"c": nil,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := flight.MarkPersisted(ctx, tenant, "c", 4, 6); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"a": {"4:1", "6:1", "9:1", "10:1"},
+		"b": {"1:1", "2:1", "3:1", "4:1", "5:1", "6:1", "7:1", "8:1", "9:1"},
+		"c": {"1:1", "2:1", "3:1", "5:1", "7:1", "8:1", "9:1", "10:1"},
+	}
+	for topic, w := range want {
+		got, err := rdb.Do(ctx, rdb.B().Zrange().Key(keys.Pending(topic)).Min("0").Max("-1").Build()).AsStrSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, w) {
+			t.Fatalf("pending %s = %v, want %v", topic, got, w)
+		}
+	}
+}
+
+// The idempotency-done script marks every existing record of one call and
+// never recreates an expired one.
+func TestIdemDoneManyKeys(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb := redisClient(t)
+	tenant := testenv.NewTenant(t)
+	keys, err := routing.KeysFor(tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ks []string
+	for i := range 5 {
+		k := keys.Idempotency("topic", int64(i), "cm"+strconv.Itoa(i))
+		ks = append(ks, k)
+		if i == 2 {
+			continue // expired
+		}
+		if err := rdb.Do(ctx, rdb.B().Hset().Key(k).FieldValue().FieldValue("status", "acked").FieldValue("event", "{}").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := routing.NewScripts().IdemDone.Exec(ctx, rdb, ks, nil).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 4 {
+		t.Fatalf("marked %d records, want 4", n)
+	}
+	for i, k := range ks {
+		got, err := rdb.Do(ctx, rdb.B().Hgetall().Key(k).Build()).AsStrMap()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 2 {
+			if len(got) != 0 {
+				t.Fatalf("expired record came back: %v", got)
+			}
+			continue
+		}
+		if got["status"] != "done" || got["event"] != "{}" {
+			t.Fatalf("record %d = %v", i, got)
+		}
+	}
+}
