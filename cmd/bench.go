@@ -1,6 +1,15 @@
 package cmd
 
-import "github.com/spf13/cobra"
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"runtime/pprof"
+
+	"github.com/spf13/cobra"
+
+	"github.com/imshard/imshard/config"
+)
 
 // newBenchCmd is the parent of the benchmarks; each measures a path beside
 // its raw limit on the same services in the same run (DESIGN "Performance").
@@ -8,4 +17,38 @@ func newBenchCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "bench", Short: "Measure a path beside its raw limit on the same services"}
 	c.AddCommand(newBenchSendCmd(g), newBenchQueryCmd(g), newBenchPersistCmd(g))
 	return c
+}
+
+// benchTenant makes id one of cfg's tenants with a fresh random secret (a
+// configured tenant of that id is replaced) and returns the secret: a
+// benchmark works in a tenant of its own.
+func benchTenant(cfg *config.Config, id string) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	secret := hex.EncodeToString(b[:])
+	tenants := cfg.Tenants[:0:0]
+	for _, t := range cfg.Tenants {
+		if t.ID != id {
+			tenants = append(tenants, t)
+		}
+	}
+	cfg.Tenants = append(tenants, config.Tenant{ID: id, JWTSecret: secret})
+	return secret
+}
+
+// withCPUProfile runs fn, profiling the CPU into path when it is set.
+func withCPUProfile(path string, fn func() error) error {
+	if path == "" {
+		return fn()
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return err
+	}
+	defer pprof.StopCPUProfile()
+	return fn()
 }

@@ -2,8 +2,6 @@ package cmd
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -72,16 +70,7 @@ func newBenchPersistCmd(g *globals) *cobra.Command {
 }
 
 func runBenchPersist(ctx context.Context, cfg *config.Config, o *benchPersistOptions, g *globals) (persist.BenchReport, error) {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	suffix := hex.EncodeToString(b[:])
-	tenants := cfg.Tenants[:0:0]
-	for _, t := range cfg.Tenants {
-		if t.ID != o.tenant {
-			tenants = append(tenants, t)
-		}
-	}
-	cfg.Tenants = append(tenants, config.Tenant{ID: o.tenant, JWTSecret: suffix})
+	suffix := benchTenant(cfg, o.tenant)[:12]
 	// a topic and consumer group of the benchmark's own: nothing else reads
 	// its events, and it reads nothing else
 	k := cfg.Kafka

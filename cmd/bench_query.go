@@ -2,15 +2,11 @@ package cmd
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -73,23 +69,14 @@ func newBenchQueryCmd(g *globals) *cobra.Command {
 		}
 		ctx, stop := signalContext()
 		defer stop()
-		if o.cpuProfile != "" {
-			f, err := os.Create(o.cpuProfile)
+		return withCPUProfile(o.cpuProfile, func() error {
+			rep, err := runBenchQuery(ctx, cfg, o, g)
 			if err != nil {
 				return err
 			}
-			defer f.Close()
-			if err := pprof.StartCPUProfile(f); err != nil {
-				return err
-			}
-			defer pprof.StopCPUProfile()
-		}
-		rep, err := runBenchQuery(ctx, cfg, o, g)
-		if err != nil {
-			return err
-		}
-		printBenchQuery(g.stdout, o, rep)
-		return nil
+			printBenchQuery(g.stdout, o, rep)
+			return nil
+		})
 	}
 	return c
 }
@@ -97,16 +84,7 @@ func newBenchQueryCmd(g *globals) *cobra.Command {
 // runBenchQuery starts the clients and the query service with its HTTP
 // handlers for the benchmark tenant, builds or reuses the fixture, measures.
 func runBenchQuery(ctx context.Context, cfg *config.Config, o *benchQueryOptions, g *globals) (query.BenchReport, error) {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	secret := hex.EncodeToString(b[:])
-	tenants := cfg.Tenants[:0:0]
-	for _, t := range cfg.Tenants {
-		if t.ID != o.tenant {
-			tenants = append(tenants, t)
-		}
-	}
-	cfg.Tenants = append(tenants, config.Tenant{ID: o.tenant, JWTSecret: secret})
+	secret := benchTenant(cfg, o.tenant)
 	for attempt := 0; ; attempt++ {
 		rep, again, err := benchQueryOnce(ctx, cfg, o, g, []byte(secret), attempt == 0)
 		if !again {

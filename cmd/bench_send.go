@@ -2,13 +2,9 @@ package cmd
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"runtime/pprof"
 	"text/tabwriter"
 	"time"
 
@@ -60,23 +56,14 @@ func newBenchSendCmd(g *globals) *cobra.Command {
 		}
 		ctx, stop := signalContext()
 		defer stop()
-		if o.cpuProfile != "" {
-			f, err := os.Create(o.cpuProfile)
+		return withCPUProfile(o.cpuProfile, func() error {
+			rep, err := runBenchSend(ctx, cfg, o, g)
 			if err != nil {
 				return err
 			}
-			defer f.Close()
-			if err := pprof.StartCPUProfile(f); err != nil {
-				return err
-			}
-			defer pprof.StopCPUProfile()
-		}
-		rep, err := runBenchSend(ctx, cfg, o, g)
-		if err != nil {
-			return err
-		}
-		printBenchSend(g.stdout, o, rep)
-		return nil
+			printBenchSend(g.stdout, o, rep)
+			return nil
+		})
 	}
 	return c
 }
@@ -87,16 +74,7 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 	if o.addr == "" {
 		// a tenant of our own with a one-off secret; its database is kept
 		// (seqs just continue on the next run)
-		var b [16]byte
-		_, _ = rand.Read(b[:])
-		secret = []byte(hex.EncodeToString(b[:]))
-		tenants := cfg.Tenants[:0:0]
-		for _, t := range cfg.Tenants {
-			if t.ID != o.tenant {
-				tenants = append(tenants, t)
-			}
-		}
-		cfg.Tenants = append(tenants, config.Tenant{ID: o.tenant, JWTSecret: string(secret)})
+		secret = []byte(benchTenant(cfg, o.tenant))
 		cfg.HTTP.Addr, cfg.Metrics.Addr = "127.0.0.1:0", "127.0.0.1:0"
 		if len(cfg.Kafka.Brokers) == 0 {
 			cfg.Kafka.DataDir = "" // the in-process Kafka in memory: nothing to clean up
