@@ -52,7 +52,6 @@ var RouteReplace string
 //go:embed idem_done.lua
 var IdemDone string
 
-
 // IdemEvent stores a claimed send's event before it is produced.
 //
 //go:embed idem_event.lua
@@ -77,7 +76,6 @@ var IdemRelease string
 //
 //go:embed idem_retry.lua
 var IdemRetry string
-
 
 // ACLFill fills a topic's ACL cache unless the ACL changed meanwhile.
 //

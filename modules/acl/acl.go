@@ -57,9 +57,9 @@ func (m Membership) Muted(t time.Time) bool {
 type Params struct {
 	Redis   rueidis.Client
 	Scripts *routing.Scripts
-	DBs   routing.DBs
-	TTL   time.Duration // send.acl_cache_ttl
-	Log   zerolog.Logger
+	DBs     routing.DBs
+	TTL     time.Duration // send.acl_cache_ttl
+	Log     zerolog.Logger
 }
 
 // Checker looks memberships up, Redis first.
