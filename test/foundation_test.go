@@ -26,6 +26,19 @@ func shardOnly(t *testing.T, opts harness.Options) *harness.Env {
 	return harness.Start(t, opts)
 }
 
+// privateRedisEnv runs the shard manager against a Redis server of the
+// test's own (to flush, kill or fail over) with a small reservation step,
+// so that several steps are crossed.
+func privateRedisEnv(t *testing.T) (*testenv.RedisServer, *harness.Env) {
+	t.Helper()
+	rs := testenv.StartRedis(t)
+	env := shardOnly(t, harness.Options{Mutate: func(c *config.Config) {
+		c.Redis.Addrs = []string{rs.Addr}
+		c.Send.SeqReserveStep = 50
+	}})
+	return rs, env
+}
+
 // allocN allocates n seqs on topic from each of workers goroutines.
 func allocN(t *testing.T, alloc *routing.Allocator, tenant, topic string, workers, n int) []routing.Allocation {
 	t.Helper()
@@ -230,11 +243,7 @@ func TestActiveMonthAndSeqRecoveredAfterRedisKeysDeleted(t *testing.T) {
 
 func TestSeqNeverReissuedWhenRedisIsFlushedScriptlessOrRestarted(t *testing.T) {
 	t.Parallel()
-	rs := testenv.StartRedis(t)
-	env := shardOnly(t, harness.Options{Mutate: func(c *config.Config) {
-		c.Redis.Addrs = []string{rs.Addr}
-		c.Send.SeqReserveStep = 50
-	}})
+	rs, env := privateRedisEnv(t)
 	alloc := env.App.Allocator()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -502,11 +511,7 @@ func allocUpTo(t *testing.T, alloc *routing.Allocator, tenant, topic string, n i
 // restarted server re-seeds them from MySQL instead of counting on.
 func TestSeqNeverReissuedAfterRestartFromSnapshot(t *testing.T) {
 	t.Parallel()
-	rs := testenv.StartRedis(t)
-	env := shardOnly(t, harness.Options{Mutate: func(c *config.Config) {
-		c.Redis.Addrs = []string{rs.Addr}
-		c.Send.SeqReserveStep = 50
-	}})
+	rs, env := privateRedisEnv(t)
 	ctx := context.Background()
 	alloc := env.App.Allocator()
 	allocUpTo(t, alloc, env.Tenant, "g", 100)
@@ -531,11 +536,7 @@ func TestSeqNeverReissuedAfterRestartFromSnapshot(t *testing.T) {
 // full sync copied; promoted, it must not count on from them.
 func TestSeqNeverReissuedAfterFailover(t *testing.T) {
 	t.Parallel()
-	master := testenv.StartRedis(t)
-	env := shardOnly(t, harness.Options{Mutate: func(c *config.Config) {
-		c.Redis.Addrs = []string{master.Addr}
-		c.Send.SeqReserveStep = 50
-	}})
+	master, env := privateRedisEnv(t)
 	ctx := context.Background()
 	allocUpTo(t, env.App.Allocator(), env.Tenant, "g", 100)
 	host, port, _ := strings.Cut(master.Addr, ":")
