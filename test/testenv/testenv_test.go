@@ -19,7 +19,9 @@ import (
 func TestMain(m *testing.M) {
 	// rueidis' cluster client may still be in the back-off sleep of a
 	// topology refresh (up to 5 s) after Close; it ends on its own.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh"))
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh"),
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"))
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
