@@ -49,10 +49,15 @@ type Allocator struct {
 	p     AllocatorParams
 	clock Clock
 
-	wg       sync.WaitGroup
 	inflight sync.Map // tenant/topic → struct{}: one background reservation each
-	closing  chan struct{}
-	stopOnce sync.Once
+
+	// background reservations run under ctx, which Close cancels; closed
+	// (under mu) keeps a reservation from starting once Close waits
+	ctx    context.Context
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
 }
 
 // NewAllocator builds an allocator; Close waits for background reservations.
@@ -60,12 +65,17 @@ func NewAllocator(p AllocatorParams) *Allocator {
 	if p.ReserveStep <= 0 {
 		p.ReserveStep = 1000
 	}
-	return &Allocator{p: p, clock: NewClock(p.Redis), closing: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Allocator{p: p, clock: NewClock(p.Redis), ctx: ctx, cancel: cancel}
 }
 
-// Close stops new background reservations and waits for running ones.
+// Close stops new background reservations, cancels running ones and waits
+// for them.
 func (a *Allocator) Close() {
-	a.stopOnce.Do(func() { close(a.closing) })
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+	a.cancel()
 	a.wg.Wait()
 }
 
@@ -156,26 +166,18 @@ func (a *Allocator) reserveAhead(tenant, topic string, keys Keys, hw int64) {
 	if _, busy := a.inflight.LoadOrStore(id, struct{}{}); busy {
 		return
 	}
-	select {
-	case <-a.closing:
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
 		a.inflight.Delete(id)
 		return
-	default:
 	}
 	a.wg.Add(1)
+	a.mu.Unlock()
 	go func() {
 		defer a.wg.Done()
 		defer a.inflight.Delete(id)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		go func() {
-			select {
-			case <-a.closing:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		if err := a.reserve(ctx, tenant, topic, keys, hw); err != nil {
+		if err := a.reserve(a.ctx, tenant, topic, keys, hw); err != nil {
 			a.p.Log.Warn().Err(err).Str("tenant", tenant).Str("topic", topic).Msg("background seq reservation failed; the next allocation past the high-water retries it")
 		}
 	}()
