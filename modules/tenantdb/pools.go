@@ -108,6 +108,7 @@ func (ps *Pools) SetTenants(tenants []Tenant) {
 	ps.mu.Unlock()
 	for _, e := range stale {
 		_ = e.db.Close()
+		ps.opened.Dec()
 	}
 }
 
@@ -305,6 +306,7 @@ func (ps *Pools) Close() error {
 	var errs []error
 	for _, db := range dbs {
 		errs = append(errs, db.Close())
+		ps.opened.Dec()
 	}
 	return errors.Join(errs...)
 }
