@@ -32,6 +32,8 @@ func (a *App) NewQuery() *query.Service {
 		Routes:     c.routes,
 		Flight:     c.flight,
 		ACL:        c.acl,
+		Scripts:    c.scripts,
+		HiddenTTL:  a.Config.Send.ACLCacheTTL, // user facts cached as long as memberships
 		Log:        a.Log.With().Str("module", Query).Logger(),
 		Registerer: a.Registry,
 	})

@@ -77,7 +77,9 @@ var IdemRelease string
 //go:embed idem_retry.lua
 var IdemRetry string
 
-// ACLFill fills a topic's ACL cache unless the ACL changed meanwhile.
+// CacheFill fills a read-through cache (a HASH field, optionally a STRING
+// too) unless the cached facts' version changed meanwhile: the ACL cache and
+// the deletion-range cache.
 //
-//go:embed acl_fill.lua
-var ACLFill string
+//go:embed cache_fill.lua
+var CacheFill string

@@ -148,12 +148,11 @@ func rpSyncRoute(t testing.TB, env *harness.Env, topic string) {
 	}
 }
 
-// rpHide records user's deletion range [lo, hi).
+// rpHide hides [lo, hi) from user through POST …/deletions.
 func rpHide(t testing.TB, env *harness.Env, topic string, user, lo, hi int64) {
 	t.Helper()
-	if _, err := sq.Insert("im_dellog").Columns("topic", "deletedfor", "low", "hi").Values(topic, user, lo, hi).
-		RunWith(env.DB).ExecContext(context.Background()); err != nil {
-		t.Fatal(err)
+	if code, body := env.Do("POST", "/v1/topics/"+topic+"/deletions", env.Token(user, ""), map[string]int64{"low": lo, "hi": hi}); code != 200 {
+		t.Fatalf("hide [%d, %d) of %s for %d: %d %s", lo, hi, topic, user, code, body)
 	}
 }
 

@@ -57,7 +57,7 @@ func rpRandomTopic(t *testing.T, env *harness.Env, rng *rand.Rand, topic string,
 	var hidden [][2]int64
 	for range rng.IntN(4) {
 		lo := 1 + rng.Int64N(n)
-		hi := lo + 1 + rng.Int64N(max(1, n/5))
+		hi := min(lo+1+rng.Int64N(max(1, n/5)), n+1) // never past the last seq
 		hidden = append(hidden, [2]int64{lo, hi})
 		rpHide(t, env, topic, rpMember, lo, hi)
 	}

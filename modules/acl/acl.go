@@ -90,16 +90,30 @@ func (c *Checker) Lookup(ctx context.Context, tenant, topic string, userID int64
 	if err != nil {
 		return Membership{}, err
 	}
-	uid := strconv.FormatInt(userID, 10)
-	res := c.p.Redis.DoMulti(ctx,
-		c.p.Redis.B().Get().Key(keys.Group(topic)).Build(),
-		c.p.Redis.B().Hget().Key(keys.Members(topic)).Field(uid).Build(),
-		c.p.Redis.B().Get().Key(keys.ACLVersion(topic)).Build(),
-	)
+	return c.Resolve(ctx, tenant, topic, userID, c.p.Redis.DoMulti(ctx, Cmds(c.p.Redis, keys, topic, userID)...))
+}
+
+// Cmds are the Redis reads of a lookup, for a caller that pipelines them
+// with reads of its own; Resolve finishes the lookup from their results.
+func Cmds(rdb rueidis.Client, keys routing.Keys, topic string, userID int64) []rueidis.Completed {
+	return []rueidis.Completed{
+		rdb.B().Get().Key(keys.Group(topic)).Build(),
+		rdb.B().Hget().Key(keys.Members(topic)).Field(strconv.FormatInt(userID, 10)).Build(),
+		rdb.B().Get().Key(keys.ACLVersion(topic)).Build(),
+	}
+}
+
+// Resolve is the membership the results of Cmds show; on a cache miss it
+// reads MySQL and fills the cache.
+func (c *Checker) Resolve(ctx context.Context, tenant, topic string, userID int64, res []rueidis.RedisResult) (Membership, error) {
 	group, gerr := res[0].ToString()
 	member, merr := res[1].ToString()
 	if gerr == nil && merr == nil {
 		return decode(group, member)
+	}
+	keys, err := routing.KeysFor(tenant)
+	if err != nil {
+		return Membership{}, err
 	}
 	version, verr := res[2].ToString()
 	if rueidis.IsRedisNil(verr) {
@@ -115,9 +129,9 @@ func (c *Checker) Lookup(ctx context.Context, tenant, topic string, userID int64
 	}
 	if cacheable {
 		// best effort: a failed or refused fill only costs the next lookup a read
-		_ = c.p.Scripts.ACLFill.Exec(ctx, c.p.Redis,
-			[]string{keys.Group(topic), keys.Members(topic), keys.ACLVersion(topic)},
-			[]string{version, group, uid, member, strconv.FormatInt(c.p.TTL.Milliseconds(), 10)}).Error()
+		_ = c.p.Scripts.CacheFill.Exec(ctx, c.p.Redis,
+			[]string{keys.ACLVersion(topic), keys.Members(topic), keys.Group(topic)},
+			[]string{version, strconv.FormatInt(c.p.TTL.Milliseconds(), 10), strconv.FormatInt(userID, 10), member, group}).Error()
 	}
 	return decode(group, member)
 }

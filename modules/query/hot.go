@@ -2,11 +2,14 @@ package query
 
 import (
 	"context"
+	"database/sql"
 	"math"
 	"strconv"
 
 	"github.com/redis/rueidis"
 
+	"github.com/imshard/imshard/modules/acl"
+	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 )
@@ -15,11 +18,10 @@ import (
 // before the cache read is no longer enough and MySQL answers instead.
 const hotSlack = 16
 
-// hotRead reads, in one round trip, the topic's last issued seq and the
-// cached messages and recorded gaps next to bound, in order o (exclusive of
-// bound), at most n of each. The returned bounds are where the read was
-// complete: a ZSET that returned n entries may hold more beyond the last.
-func (s *Service) hotRead(ctx context.Context, keys routing.Keys, topic string, o Order, bound int64, n int) (Cached, int64, error) {
+// hotCmds read the topic's last issued seq and the cached messages and
+// recorded gaps next to bound, in order o (exclusive of bound), at most n
+// of each; hotResolve reads their results.
+func (s *Service) hotCmds(keys routing.Keys, topic string, o Order, bound int64, n int) []rueidis.Completed {
 	rdb := s.p.Redis
 	b := "(" + strconv.FormatInt(bound, 10)
 	var hot, gaps rueidis.Completed
@@ -30,7 +32,13 @@ func (s *Service) hotRead(ctx context.Context, keys routing.Keys, topic string, 
 		hot = rdb.B().Zrangebyscore().Key(keys.HotMessages(topic)).Min(b).Max("+inf").Withscores().Limit(0, int64(n)).Build()
 		gaps = rdb.B().Zrangebyscore().Key(keys.Gaps(topic)).Min(b).Max("+inf").Withscores().Limit(0, int64(n)).Build()
 	}
-	res := rdb.DoMulti(ctx, rdb.B().Get().Key(keys.Seq(topic)).Build(), hot, gaps)
+	return []rueidis.Completed{rdb.B().Get().Key(keys.Seq(topic)).Build(), hot, gaps}
+}
+
+// hotResolve is the cache read of hotCmds' results and the topic's last
+// issued seq. The returned bounds are where the read was complete: a ZSET
+// that returned n entries may hold more beyond the last.
+func hotResolve(res []rueidis.RedisResult, o Order, bound int64, n int) (Cached, int64, error) {
 	last, err := res[0].AsInt64()
 	if rueidis.IsRedisNil(err) {
 		last, err = 0, nil // counter lost: nothing can be proven from the cache
@@ -75,6 +83,42 @@ func (s *Service) hotRead(ctx context.Context, keys routing.Keys, topic string, 
 		c.Raw[seq] = append(c.Raw[seq], z.Member)
 	}
 	return c, last, nil
+}
+
+// pageReads is what a list page learns from Redis in one round trip: the
+// caller's membership, the hot cache next to the cursor and the caller's
+// deletion ranges.
+type pageReads struct {
+	c    Cached
+	last int64
+	herr error // the hot-cache read failed: MySQL answers
+	hv   hiddenView
+}
+
+// readPage makes the Redis reads of a list page as one pipeline and fails
+// unless the caller may read the topic; nothing read is used before that.
+func (s *Service) readPage(ctx context.Context, p httpapi.Principal, keys routing.Keys, db *sql.DB, topic string,
+	o Order, bound int64, n int) (pageReads, error) {
+	rdb := s.p.Redis
+	cmds := s.hotCmds(keys, topic, o, bound, n)
+	nh := len(cmds)
+	cmds = append(cmds, s.hiddenCmds(keys, topic, p.UserID)...)
+	na := len(cmds)
+	member := p.Role != httpapi.RoleAdmin
+	if member {
+		cmds = append(cmds, acl.Cmds(rdb, keys, topic, p.UserID)...)
+	}
+	res := rdb.DoMulti(ctx, cmds...)
+	if member {
+		if err := allowed(s.p.ACL.Resolve(ctx, p.Tenant, topic, p.UserID, res[na:])); err != nil {
+			return pageReads{}, err
+		}
+	}
+	var r pageReads
+	r.c, r.last, r.herr = hotResolve(res[:nh], o, bound, n)
+	var err error
+	r.hv, err = s.hiddenResolve(ctx, db, keys, topic, p.UserID, res[nh:na])
+	return r, err
 }
 
 // hotOne reads seq from the cache, if cached.

@@ -15,6 +15,8 @@ func (s *Service) Register(mux *http.ServeMux, auth *httpapi.Authenticator, log 
 	mux.Handle("GET /v1/topics/{topic}/messages/{seq}", h(s.handleGet))
 	mux.Handle("GET /v1/topics/{topic}/messages/{seq}/context", h(s.handleContext))
 	mux.Handle("GET /v1/topics/{topic}/search", h(s.handleSearch))
+	mux.Handle("POST /v1/topics/{topic}/deletions", h(s.handleDeletions))
+	mux.Handle("DELETE /v1/topics/{topic}/messages/{seq}", h(s.handleDelete))
 	mux.Handle("GET /v1/admin/messages/{message_id}", h(s.handleAdminMessage))
 	mux.Handle("GET /v1/admin/shards", h(s.handleShards))
 	mux.Handle("GET /v1/admin/topics/{topic}/route", h(s.handleRoute))
@@ -115,5 +117,46 @@ func (s *Service) handleRoute(w http.ResponseWriter, r *http.Request, p httpapi.
 		return err
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+type hideResponse struct {
+	Topic string `json:"topic"`
+	Low   int64  `json:"low"`
+	Hi    int64  `json:"hi"`
+}
+
+func (s *Service) handleDeletions(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
+	req, err := DecodeDeletion(http.MaxBytesReader(w, r.Body, MaxDeletionBody))
+	if err != nil {
+		return err
+	}
+	topic := r.PathValue("topic")
+	if err := s.Hide(r.Context(), p, topic, req.Low, req.Hi); err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, hideResponse{Topic: topic, Low: req.Low, Hi: req.Hi})
+	return nil
+}
+
+// handleDelete hides one message for the caller (scope=me). The global
+// delete (scope=all) belongs to the message-change path, not built yet.
+func (s *Service) handleDelete(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
+	seq, err := pathSeq(r)
+	if err != nil {
+		return err
+	}
+	scope, err := ParseScope(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	if scope == ScopeAll {
+		return invalid("scope=all (global delete) is not available in this version; scope=me hides the message for you")
+	}
+	topic := r.PathValue("topic")
+	if err := s.Hide(r.Context(), p, topic, seq, seq+1); err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, hideResponse{Topic: topic, Low: seq, Hi: seq + 1})
 	return nil
 }

@@ -1,6 +1,7 @@
 package query
 
 import (
+	"io"
 	"net/url"
 	"strconv"
 	"time"
@@ -212,4 +213,51 @@ func ParseSearch(q url.Values) (SearchRequest, error) {
 	}
 	r.Limit, err = ParseLimit("limit", lim, hasLim, DefaultLimit, MaxLimit)
 	return r, err
+}
+
+// MaxDeletionBody bounds a POST …/deletions body (two numbers).
+const MaxDeletionBody = 1024
+
+// DeletionRange is the body of POST /v1/topics/{topic}/deletions: hide the
+// caller's view of seqs [Low, Hi).
+type DeletionRange struct {
+	Low int64 `json:"low"`
+	Hi  int64 `json:"hi"`
+}
+
+// DecodeDeletion reads and validates a deletion range: both bounds
+// present, 1 <= low < hi.
+func DecodeDeletion(r io.Reader) (DeletionRange, error) {
+	var req struct {
+		Low *int64 `json:"low"`
+		Hi  *int64 `json:"hi"`
+	}
+	if err := httpapi.DecodeStrict(r, &req); err != nil {
+		return DeletionRange{}, err
+	}
+	if req.Low == nil || req.Hi == nil {
+		return DeletionRange{}, invalid("low and hi are required")
+	}
+	if *req.Low < 1 || *req.Hi <= *req.Low {
+		return DeletionRange{}, invalid("a deletion range needs 1 <= low < hi")
+	}
+	return DeletionRange{Low: *req.Low, Hi: *req.Hi}, nil
+}
+
+// Delete scopes of DELETE …/messages/{seq}.
+const (
+	ScopeMe  = "me"
+	ScopeAll = "all"
+)
+
+// ParseScope reads the required scope of a delete: me or all.
+func ParseScope(q url.Values) (string, error) {
+	v, ok, err := single(q, "scope")
+	if err != nil {
+		return "", err
+	}
+	if !ok || (v != ScopeMe && v != ScopeAll) {
+		return "", invalid("scope must be me or all")
+	}
+	return v, nil
 }

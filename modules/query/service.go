@@ -24,9 +24,11 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// ACL answers membership questions (acl.Checker).
+// ACL answers membership questions (acl.Checker); Resolve finishes a
+// lookup whose acl.Cmds were pipelined with the page's own reads.
 type ACL interface {
 	Lookup(ctx context.Context, tenant, topic string, userID int64) (acl.Membership, error)
+	Resolve(ctx context.Context, tenant, topic string, userID int64, res []rueidis.RedisResult) (acl.Membership, error)
 }
 
 // Params wires a Service.
@@ -38,6 +40,8 @@ type Params struct {
 	Routes     *routing.Routes
 	Flight     *routing.Flight
 	ACL        ACL
+	Scripts    *routing.Scripts
+	HiddenTTL  time.Duration // how long a caller's cached deletion ranges live (default 5m)
 	Log        zerolog.Logger
 	Registerer prometheus.Registerer
 }
@@ -87,7 +91,11 @@ func (s *Service) authorize(ctx context.Context, p httpapi.Principal, topic stri
 	if p.Role == httpapi.RoleAdmin {
 		return nil
 	}
-	m, err := s.p.ACL.Lookup(ctx, p.Tenant, topic, p.UserID)
+	return allowed(s.p.ACL.Lookup(ctx, p.Tenant, topic, p.UserID))
+}
+
+// allowed turns a membership lookup into the read permission.
+func allowed(m acl.Membership, err error) error {
 	if errors.Is(err, acl.ErrNoGroup) {
 		return errForbidden
 	}
@@ -111,19 +119,14 @@ func (s *Service) Before(ctx context.Context, p httpapi.Principal, topic string,
 	if err != nil {
 		return BeforePage{}, err
 	}
-	var c Cached
-	var last int64
-	var herr error
-	if err := together(
-		func() error { return s.authorize(ctx, p, topic) },
-		func() error { c, last, herr = s.hotRead(ctx, keys, topic, Desc, before, limit+1+hotSlack); return nil },
-	); err != nil {
+	r, err := s.readPage(ctx, p, keys, db, topic, Desc, before, limit+1+hotSlack)
+	if err != nil {
 		return BeforePage{}, err
 	}
-	page, ok := s.fromCache(ctx, db, p, topic, c, last, herr, min(before-1, last), 1, Desc, limit, c.Lo)
+	page, ok := s.fromCache(ctx, db, p, topic, r, min(before-1, r.last), 1, Desc, limit, r.c.Lo)
 	tables := 0
 	if !ok {
-		q := listQuery{topic: topic, user: p.UserID, order: Desc, bound: before, limit: limit + 1}
+		q := listQuery{topic: topic, user: p.UserID, order: Desc, bound: before, limit: limit + 1, hidNothing: r.hv.none()}
 		if page, tables, err = s.scan(ctx, db, p.Tenant, q, func(tr routing.TopicRoute) []routing.Month { return tr.Before(before) }); err != nil {
 			return BeforePage{}, err
 		}
@@ -146,10 +149,8 @@ func (s *Service) open(ctx context.Context, p httpapi.Principal, topic string) (
 	return keys, db, err
 }
 
-// together runs independent reads at once — the Redis client pipelines
-// them into one round trip — and returns the first error, in order. The
-// membership check runs beside the data reads; nothing read is returned
-// unless it passed.
+// together runs independent reads at once and returns the first error,
+// in order; the first runs on the caller's goroutine.
 func together(fns ...func() error) error {
 	errs := make([]error, len(fns))
 	var wg sync.WaitGroup
@@ -180,11 +181,13 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 	if err != nil {
 		return SincePage{}, err
 	}
-	var c Cached
-	var last, settled int64
-	var herr error
+	var r pageReads
+	var settled int64
 	if err := together(
-		func() error { return s.authorize(ctx, p, topic) },
+		func() (err error) {
+			r, err = s.readPage(ctx, p, keys, db, topic, Asc, since, limit+1+hotSlack)
+			return err
+		},
 		func() error {
 			var err error
 			if settled, err = s.p.Flight.Settled(ctx, p.Tenant, topic); err != nil {
@@ -192,16 +195,15 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 			}
 			return nil
 		},
-		func() error { c, last, herr = s.hotRead(ctx, keys, topic, Asc, since, limit+1+hotSlack); return nil },
 	); err != nil {
 		return SincePage{}, err
 	}
 	var page []message.Message
 	ok, tables := false, 0
 	if settled > since {
-		page, ok = s.fromCache(ctx, db, p, topic, c, last, herr, since+1, min(settled, last), Asc, limit, since)
+		page, ok = s.fromCache(ctx, db, p, topic, r, since+1, min(settled, r.last), Asc, limit, since)
 		if !ok {
-			q := listQuery{topic: topic, user: p.UserID, order: Asc, bound: since, upTo: settled, limit: limit + 1}
+			q := listQuery{topic: topic, user: p.UserID, order: Asc, bound: since, upTo: settled, limit: limit + 1, hidNothing: r.hv.none()}
 			if page, tables, err = s.scan(ctx, db, p.Tenant, q, func(tr routing.TopicRoute) []routing.Month { return tr.Since(since) }); err != nil {
 				return SincePage{}, err
 			}
@@ -282,21 +284,25 @@ func (s *Service) repairIfFallback(ctx context.Context, tenant, topic string, tr
 // fromCache answers a page from the hot cache read c when it provably
 // covers every seq from `from` to `stop` the page walks (seed 000 §6.1:
 // Redis answers only a complete page); ok false sends the page to MySQL.
-// The caller's deletion ranges reaching above hiddenLo are read only once
-// the cache is known to cover the page.
-func (s *Service) fromCache(ctx context.Context, db *sql.DB, p httpapi.Principal, topic string, c Cached, last int64, herr error,
+// The caller's deletion ranges are hv; when the cache did not know them,
+// those reaching above hiddenLo are read from MySQL, only once the hot
+// cache is known to cover the page.
+func (s *Service) fromCache(ctx context.Context, db *sql.DB, p httpapi.Principal, topic string, r pageReads,
 	from, stop int64, o Order, limit int, hiddenLo int64) ([]message.Message, bool) {
-	if herr != nil {
-		s.p.Log.Warn().Err(herr).Str("topic", topic).Msg("hot cache read failed; reading MySQL")
+	c, hv := r.c, r.hv
+	if r.herr != nil {
+		s.p.Log.Warn().Err(r.herr).Str("topic", topic).Msg("hot cache read failed; reading MySQL")
 		return nil, false
 	}
-	if last == 0 {
+	if r.last == 0 {
 		return s.hotMiss()
 	}
-	if _, ok := Walk(c, from, stop, o, limit, nil, false); !ok {
-		return s.hotMiss()
+	if !hv.known {
+		if _, ok := Walk(c, from, stop, o, limit, nil, false); !ok {
+			return s.hotMiss()
+		}
 	}
-	hidden, err := s.st.hidden(ctx, db, topic, p.UserID, hiddenLo)
+	hidden, err := s.hiddenAbove(ctx, db, hv, topic, p.UserID, hiddenLo)
 	if err != nil {
 		return nil, false
 	}
@@ -336,7 +342,11 @@ func (s *Service) get(ctx context.Context, p httpapi.Principal, topic string, se
 		return message.Message{}, 0, err
 	}
 	if m, ok, err := s.hotOne(ctx, keys, topic, seq); err == nil && ok {
-		hidden, err := s.st.hidden(ctx, db, topic, p.UserID, seq)
+		hv, err := s.hiddenOf(ctx, db, keys, topic, p.UserID)
+		if err != nil {
+			return message.Message{}, 0, err
+		}
+		hidden, err := s.hiddenAbove(ctx, db, hv, topic, p.UserID, seq)
 		if err != nil {
 			return message.Message{}, 0, err
 		}

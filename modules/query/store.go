@@ -175,6 +175,7 @@ type listQuery struct {
 	upTo        int64 // Asc only: seq <= upTo (the settled watermark)
 	limit       int
 	keepDeleted bool // context keeps globally deleted rows as tombstones
+	hidNothing  bool // the caller is known to have no deletion range: no anti-join
 }
 
 // build is the statement for one table, given as its quoted name.
@@ -192,7 +193,10 @@ func (q listQuery) build(table string) sq.SelectBuilder {
 	if !q.keepDeleted {
 		b = b.Where(sq.NotEq{"m.status": message.StatusDeleted})
 	}
-	return b.Where(notHidden, q.user).Limit(uint64(q.limit))
+	if !q.hidNothing {
+		b = b.Where(notHidden, q.user)
+	}
+	return b.Limit(uint64(q.limit))
 }
 
 // one reads (topic, seq) from t unless the caller hid it.
@@ -205,10 +209,14 @@ func (s *store) one(ctx context.Context, db *sql.DB, t routing.Table, topic stri
 	return ms[0], true, nil
 }
 
-// hidden reads the caller's deletion ranges of topic that reach above lo.
-func (s *store) hidden(ctx context.Context, db *sql.DB, topic string, user, lo int64) (Hidden, error) {
-	query, args, err := sq.Select("low", "hi").From(dellogTable).
-		Where(sq.Eq{"topic": topic, "deletedfor": user}).Where(sq.Gt{"hi": lo}).ToSql()
+// hidden reads the caller's deletion ranges of topic that reach above lo,
+// at most limit of them (0: all).
+func (s *store) hidden(ctx context.Context, db *sql.DB, topic string, user, lo int64, limit uint64) (Hidden, error) {
+	b := sq.Select("low", "hi").From(dellogTable).Where(sq.Eq{"topic": topic, "deletedfor": user}).Where(sq.Gt{"hi": lo})
+	if limit > 0 {
+		b = b.Limit(limit)
+	}
+	query, args, err := b.ToSql()
 	if err != nil {
 		return nil, err
 	}

@@ -67,6 +67,12 @@ func (k Keys) Members(topic string) string { return k.prefix + "acl:members:" + 
 // change must not land after it (see modules/acl).
 func (k Keys) ACLVersion(topic string) string { return k.prefix + "acl:version:" + topic }
 
+// Hidden caches the callers' deletion ranges of a topic (HASH user id →
+// ranges, see modules/query); HiddenVersion counts their changes, so a fill
+// computed before a change cannot land after it.
+func (k Keys) Hidden(topic string) string        { return k.prefix + "hidden:ranges:" + topic }
+func (k Keys) HiddenVersion(topic string) string { return k.prefix + "hidden:version:" + topic }
+
 // Realtime is the pub/sub channel of a topic's new and changed messages.
 func (k Keys) Realtime(topic string) string { return k.prefix + "rt:" + topic }
 

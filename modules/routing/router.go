@@ -69,6 +69,16 @@ func (tr TopicRoute) Months() []Month {
 	return slices.Compact(out)
 }
 
+// MaxSeq is the highest persisted seq the route's ranges record (0 for
+// none); it lags the seq counter while messages are in flight.
+func (tr TopicRoute) MaxSeq() int64 {
+	var m int64
+	for _, r := range tr.Ranges {
+		m = max(m, r.MaxSeq)
+	}
+	return m
+}
+
 // A month's seqs all lie below the next month's first seq: seq and month
 // are allocated together and the month only moves forward (invariants 1–2).
 // Selection therefore trusts first seqs (ZSET scores, which only ever drop

@@ -14,7 +14,7 @@ import (
 type Scripts struct {
 	Fenced       *FencedLib
 	Activate     *rueidis.Lua
-	ACLFill      *rueidis.Lua
+	CacheFill    *rueidis.Lua
 	Unlock       *rueidis.Lua
 	Refresh      *rueidis.Lua
 	PendingAck   *rueidis.Lua
@@ -33,7 +33,7 @@ func NewScripts() *Scripts {
 	return &Scripts{
 		Fenced:       newFencedLib(),
 		Activate:     rueidis.NewLuaScript(lua.Activate),
-		ACLFill:      rueidis.NewLuaScript(lua.ACLFill),
+		CacheFill:    rueidis.NewLuaScript(lua.CacheFill),
 		Unlock:       rueidis.NewLuaScript(lua.Unlock),
 		Refresh:      rueidis.NewLuaScript(lua.Refresh),
 		PendingAck:   rueidis.NewLuaScript(lua.PendingAck),

@@ -3,10 +3,8 @@ package send
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"slices"
 	"strconv"
 	"time"
@@ -42,40 +40,12 @@ func invalid(format string, args ...any) error {
 	return httpapi.Errorf(httpapi.CodeInvalidArgument, fmt.Sprintf(format, args...))
 }
 
-// decodeStrict decodes exactly one JSON value from r into v: unknown fields,
-// trailing data and a body past the MaxBytesReader limit are errors.
-func decodeStrict(r io.Reader, v any) error {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return bodyError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if err != nil {
-			return bodyError(err)
-		}
-		return invalid("body must be a single JSON object")
-	}
-	return nil
-}
-
-func bodyError(err error) error {
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		return httpapi.Wrap(httpapi.CodeTooLarge, "body exceeds "+strconv.FormatInt(tooLarge.Limit, 10)+" bytes", err)
-	}
-	if errors.Is(err, io.EOF) {
-		return invalid("empty body")
-	}
-	return httpapi.Wrap(httpapi.CodeInvalidArgument, "invalid JSON body: "+err.Error(), err)
-}
-
 // DecodeSend reads and validates a send request. maxMentions bounds
 // mentioned_user_ids. Nothing about the caller is checked here (see
 // Service.authorize); only the shape of the request.
 func DecodeSend(r io.Reader, maxMentions int) (Request, error) {
 	var req Request
-	if err := decodeStrict(r, &req); err != nil {
+	if err := httpapi.DecodeStrict(r, &req); err != nil {
 		return Request{}, err
 	}
 	if err := req.validate(maxMentions); err != nil {
@@ -155,7 +125,7 @@ const MaxGroupName = 255
 // DecodeGroup reads and validates a group upsert.
 func DecodeGroup(r io.Reader) (GroupRequest, error) {
 	var req GroupRequest
-	if err := decodeStrict(r, &req); err != nil {
+	if err := httpapi.DecodeStrict(r, &req); err != nil {
 		return GroupRequest{}, err
 	}
 	if req.GroupID == nil || *req.GroupID <= 0 {
@@ -181,7 +151,7 @@ type MemberRequest struct {
 // DecodeMember reads and validates a membership upsert.
 func DecodeMember(r io.Reader) (MemberRequest, error) {
 	var req MemberRequest
-	if err := decodeStrict(r, &req); err != nil {
+	if err := httpapi.DecodeStrict(r, &req); err != nil {
 		return MemberRequest{}, err
 	}
 	switch req.Role {

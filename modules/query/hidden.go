@@ -1,0 +1,264 @@
+package query
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+	"github.com/redis/rueidis"
+
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// Deletion ranges ("delete for me", seed 000 §7). im_dellog is the truth:
+// one row per hide, [low, hi) of a topic's seqs for one user. Redis caches
+// each caller's ranges of a topic, merged, in a HASH per topic (field user
+// id) for HiddenTTL, filled on a miss by lua/cache_fill.lua unless a hide
+// bumped the topic's version meanwhile. A page then learns the caller's
+// ranges in the same pipelined round trip as the hot cache and the
+// membership, and a month table's statement drops the im_dellog anti-join
+// for a caller who hid nothing. Every hide goes through Hide, which
+// invalidates the entry; a row written into im_dellog by hand is seen once
+// the entry expires (docs/operations.md).
+
+// hiddenCap is the most merged ranges a cache entry holds; a caller with
+// more is cached as hiddenMany and filtered by MySQL on every page.
+const hiddenCap = 32
+
+// hiddenMany is the cache entry of a caller with more than hiddenCap ranges.
+const hiddenMany = "*"
+
+// defaultHiddenTTL is how long a cached entry lives without a hide.
+const defaultHiddenTTL = 5 * time.Minute
+
+// hiddenView is a caller's deletion ranges of a topic as a page uses them.
+type hiddenView struct {
+	ranges Hidden
+	known  bool // ranges are all of them; false: MySQL filters (anti-join)
+}
+
+// none reports a caller known to have hidden nothing.
+func (v hiddenView) none() bool { return v.known && len(v.ranges) == 0 }
+
+// Merged returns the ranges sorted by low, overlapping and adjacent ones
+// joined, empty ones dropped.
+func (h Hidden) Merged() Hidden {
+	var out Hidden
+	for _, r := range h {
+		if r[1] > r[0] {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b [2]int64) int {
+		if a[0] != b[0] {
+			return compareInt(a[0], b[0])
+		}
+		return compareInt(a[1], b[1])
+	})
+	n := 0
+	for _, r := range out {
+		if n > 0 && r[0] <= out[n-1][1] {
+			out[n-1][1] = max(out[n-1][1], r[1])
+			continue
+		}
+		out[n] = r
+		n++
+	}
+	return out[:n]
+}
+
+func compareInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// EncodeHidden is the cache form of merged ranges: "low-hi,low-hi"; the
+// empty string is "hid nothing".
+func EncodeHidden(h Hidden) string {
+	var b strings.Builder
+	for i, r := range h {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(r[0], 10))
+		b.WriteByte('-')
+		b.WriteString(strconv.FormatInt(r[1], 10))
+	}
+	return b.String()
+}
+
+// DecodeHidden parses EncodeHidden's form; anything else is an error (the
+// caller then asks MySQL).
+func DecodeHidden(s string) (Hidden, error) {
+	if s == "" {
+		return Hidden{}, nil
+	}
+	parts := strings.Split(s, ",")
+	if len(parts) > hiddenCap {
+		return nil, fmt.Errorf("query: cached deletion ranges: %d ranges", len(parts))
+	}
+	out := make(Hidden, 0, len(parts))
+	for _, p := range parts {
+		lo, hi, ok := strings.Cut(p, "-")
+		if !ok {
+			return nil, fmt.Errorf("query: cached deletion range %q", p)
+		}
+		l, err1 := strconv.ParseInt(lo, 10, 64)
+		h, err2 := strconv.ParseInt(hi, 10, 64)
+		if err1 != nil || err2 != nil || l < 1 || h <= l {
+			return nil, fmt.Errorf("query: cached deletion range %q", p)
+		}
+		out = append(out, [2]int64{l, h})
+	}
+	return out, nil
+}
+
+// hiddenOf returns the caller's deletion ranges of topic: Redis first, on a
+// miss MySQL, filling the cache.
+func (s *Service) hiddenOf(ctx context.Context, db *sql.DB, keys routing.Keys, topic string, user int64) (hiddenView, error) {
+	return s.hiddenResolve(ctx, db, keys, topic, user, s.p.Redis.DoMulti(ctx, s.hiddenCmds(keys, topic, user)...))
+}
+
+// hiddenCmds read the caller's cache entry and the topic's version.
+func (s *Service) hiddenCmds(keys routing.Keys, topic string, user int64) []rueidis.Completed {
+	rdb := s.p.Redis
+	return []rueidis.Completed{
+		rdb.B().Hget().Key(keys.Hidden(topic)).Field(strconv.FormatInt(user, 10)).Build(),
+		rdb.B().Get().Key(keys.HiddenVersion(topic)).Build(),
+	}
+}
+
+// hiddenResolve is the view hiddenCmds' results show; on a miss it reads
+// MySQL and fills the cache. A Redis failure or a caller with too many
+// ranges gives an unknown view (MySQL filters); a MySQL failure is an error.
+func (s *Service) hiddenResolve(ctx context.Context, db *sql.DB, keys routing.Keys, topic string, user int64, res []rueidis.RedisResult) (hiddenView, error) {
+	cached, err := res[0].ToString()
+	switch {
+	case err == nil && cached == hiddenMany:
+		return hiddenView{}, nil
+	case err == nil:
+		if h, err := DecodeHidden(cached); err == nil {
+			return hiddenView{ranges: h, known: true}, nil
+		}
+		s.p.Log.Warn().Str("topic", topic).Str("entry", cached).Msg("malformed cached deletion ranges; reading MySQL")
+	case !rueidis.IsRedisNil(err):
+		s.p.Log.Warn().Err(err).Str("topic", topic).Msg("deletion-range cache unavailable; MySQL filters")
+		return hiddenView{}, nil
+	}
+	version, verr := res[1].ToString()
+	if rueidis.IsRedisNil(verr) {
+		version, verr = "", nil
+	}
+	all, err := s.st.hidden(ctx, db, topic, user, 0, hiddenReadMax)
+	if err != nil {
+		return hiddenView{}, err
+	}
+	merged := all.Merged()
+	entry, view := EncodeHidden(merged), hiddenView{ranges: merged, known: true}
+	if uint64(len(all)) >= hiddenReadMax || len(merged) > hiddenCap {
+		entry, view = hiddenMany, hiddenView{}
+	}
+	if verr == nil {
+		// best effort: a refused or failed fill only costs the next page a read
+		_ = s.p.Scripts.CacheFill.Exec(ctx, s.p.Redis, []string{keys.HiddenVersion(topic), keys.Hidden(topic)},
+			[]string{version, strconv.FormatInt(s.hiddenTTL().Milliseconds(), 10), strconv.FormatInt(user, 10), entry}).Error()
+	}
+	return view, nil
+}
+
+// hiddenReadMax bounds the im_dellog rows a cache fill reads; a caller with
+// more is cached as hiddenMany.
+const hiddenReadMax uint64 = 4 * hiddenCap
+
+func (s *Service) hiddenTTL() time.Duration {
+	if s.p.HiddenTTL > 0 {
+		return s.p.HiddenTTL
+	}
+	return defaultHiddenTTL
+}
+
+// hiddenAbove is what a hot-cache page filters with: the view's ranges, or
+// the caller's ranges reaching above lo read from MySQL when the view is
+// unknown.
+func (s *Service) hiddenAbove(ctx context.Context, db *sql.DB, v hiddenView, topic string, user, lo int64) (Hidden, error) {
+	if v.known {
+		return v.ranges, nil
+	}
+	return s.st.hidden(ctx, db, topic, user, lo, 0)
+}
+
+// Hide records that p no longer sees topic's seqs [low, hi) (POST
+// …/deletions, DELETE …/messages/{seq}?scope=me). The range must lie
+// within the seqs issued so far: a hide never reaches messages not sent
+// yet. The cache entry is invalidated before and after the insert, and a
+// failure is returned rather than reporting a hide the cache may not show.
+func (s *Service) Hide(ctx context.Context, p httpapi.Principal, topic string, low, hi int64) error {
+	if err := s.authorize(ctx, p, topic); err != nil {
+		return err
+	}
+	if low < 1 || hi <= low {
+		return httpapi.Errorf(httpapi.CodeInvalidArgument, "a deletion range needs 1 <= low < hi")
+	}
+	keys, db, err := s.open(ctx, p, topic)
+	if err != nil {
+		return err
+	}
+	last, err := s.lastSeq(ctx, keys, p.Tenant, topic)
+	if err != nil {
+		return err
+	}
+	if hi > last+1 {
+		return httpapi.Errorf(httpapi.CodeInvalidArgument,
+			fmt.Sprintf("hi %d is past the topic's last seq %d + 1: a deletion range cannot reach messages not sent yet", hi, last))
+	}
+	if err := s.invalidateHidden(ctx, keys, topic, p.UserID); err != nil {
+		return err
+	}
+	if _, err := sq.Insert(dellogTable).Columns("topic", "deletedfor", "low", "hi").Values(topic, p.UserID, low, hi).
+		RunWith(db).ExecContext(ctx); err != nil {
+		return httpapi.Wrap(httpapi.CodeUnavailable, "deletion store unavailable", err)
+	}
+	return s.invalidateHidden(ctx, keys, topic, p.UserID)
+}
+
+// invalidateHidden bumps the topic's version (so a fill computed before
+// cannot land) and drops the user's entry.
+func (s *Service) invalidateHidden(ctx context.Context, keys routing.Keys, topic string, user int64) error {
+	rdb := s.p.Redis
+	for _, r := range rdb.DoMulti(ctx,
+		rdb.B().Incr().Key(keys.HiddenVersion(topic)).Build(),
+		rdb.B().Hdel().Key(keys.Hidden(topic)).Field(strconv.FormatInt(user, 10)).Build()) {
+		if err := r.Error(); err != nil {
+			return httpapi.Wrap(httpapi.CodeUnavailable, "deletion-range cache unavailable; the hide may not show yet, retry it", err)
+		}
+	}
+	return nil
+}
+
+// lastSeq is the topic's last issued seq: the Redis counter, or, when Redis
+// lost it, the highest seq the topic's route knows.
+func (s *Service) lastSeq(ctx context.Context, keys routing.Keys, tenant, topic string) (int64, error) {
+	last, err := s.p.Redis.Do(ctx, s.p.Redis.B().Get().Key(keys.Seq(topic)).Build()).AsInt64()
+	if err == nil {
+		return last, nil
+	}
+	if !rueidis.IsRedisNil(err) {
+		return 0, httpapi.Wrap(httpapi.CodeUnavailable, "seq counter unavailable", err)
+	}
+	tr, err := s.p.Router.Route(ctx, tenant, topic)
+	if err != nil {
+		return 0, err
+	}
+	return tr.MaxSeq(), nil
+}

@@ -1,0 +1,202 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+
+	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/test/harness"
+)
+
+// dellogRows counts the im_dellog rows of (topic, user).
+func dellogRows(t *testing.T, env *harness.Env, topic string, user int64) int {
+	t.Helper()
+	var n int
+	if err := sq.Select("COUNT(*)").From("im_dellog").Where(sq.Eq{"topic": topic, "deletedfor": user}).
+		RunWith(env.DB).QueryRowContext(context.Background()).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// hiddenEntry is the user's cached deletion ranges of topic ("" and false
+// when not cached).
+func hiddenEntry(t *testing.T, env *harness.Env, topic string, user int64) (string, bool) {
+	t.Helper()
+	keys, err := routing.KeysFor(env.Tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := env.App.Redis()
+	v, err := rdb.Do(context.Background(), rdb.B().Hget().Key(keys.Hidden(topic)).Field(strconv.FormatInt(user, 10)).Build()).ToString()
+	if err != nil {
+		return "", false
+	}
+	return v, true
+}
+
+// TestDeletionsValidation: every malformed or out-of-range hide is a 4xx
+// with a code and writes nothing.
+func TestDeletionsValidation(t *testing.T) {
+	t.Parallel()
+	env := rpStart(t)
+	rpGroup(t, env, "delv")
+	rpInsert(t, env, "delv", env.Start, rpSeqs(1, 10)...)
+	tok := env.Token(rpMember, "")
+	for _, c := range []struct {
+		name   string
+		token  string
+		body   any
+		status int
+	}{
+		{"no body", tok, nil, 400},
+		{"not JSON", tok, []byte("{low:1"), 400},
+		{"unknown field", tok, []byte(`{"low":1,"hi":2,"all":true}`), 400},
+		{"two objects", tok, []byte(`{"low":1,"hi":2}{}`), 400},
+		{"low missing", tok, []byte(`{"hi":2}`), 400},
+		{"hi missing", tok, []byte(`{"low":2}`), 400},
+		{"low zero", tok, []byte(`{"low":0,"hi":2}`), 400},
+		{"negative", tok, []byte(`{"low":-5,"hi":2}`), 400},
+		{"empty range", tok, []byte(`{"low":4,"hi":4}`), 400},
+		{"reversed", tok, []byte(`{"low":5,"hi":4}`), 400},
+		{"string seq", tok, []byte(`{"low":"1","hi":2}`), 400},
+		{"past the last seq", tok, []byte(`{"low":5,"hi":12}`), 400},
+		{"huge", tok, []byte(`{"low":1,"hi":99999999999999999999}`), 400},
+		{"too large", tok, []byte(`{"low":1,"hi":2,"x":"` + strings.Repeat("a", 2000) + `"}`), 413},
+		{"stranger", env.Token(rpStranger, ""), []byte(`{"low":1,"hi":2}`), 403},
+		{"no token", "", []byte(`{"low":1,"hi":2}`), 401},
+	} {
+		code, body := env.Do("POST", "/v1/topics/delv/deletions", c.token, c.body)
+		if code != c.status {
+			t.Fatalf("%s: %d %s, want %d", c.name, code, body, c.status)
+		}
+	}
+	for _, c := range []struct {
+		path   string
+		status int
+	}{
+		{"/v1/topics/delv/messages/3", 400},           // scope required
+		{"/v1/topics/delv/messages/3?scope=you", 400}, // unknown scope
+		{"/v1/topics/delv/messages/3?scope=all", 400}, // global delete not built
+		{"/v1/topics/delv/messages/0?scope=me", 400},  // bad seq
+		{"/v1/topics/delv/messages/x?scope=me", 400},  // bad seq
+		{"/v1/topics/delv/messages/11?scope=me", 400}, // not sent yet
+		{"/v1/topics/d%20v/messages/3?scope=me", 400}, // bad topic
+		{"/v1/topics/delv/messages/3?scope=me&scope=me", 400},
+	} {
+		if code, body := env.Do("DELETE", c.path, tok, nil); code != c.status {
+			t.Fatalf("DELETE %s: %d %s, want %d", c.path, code, body, c.status)
+		}
+	}
+	if n := dellogRows(t, env, "delv", rpMember); n != 0 {
+		t.Fatalf("rejected hides wrote %d rows", n)
+	}
+	// the full range up to the last seq is fine, and so is a repeat
+	for range 2 {
+		rpHide(t, env, "delv", rpMember, 1, 11)
+	}
+	rpExpect(t, "everything hidden", rpWalkSince(t, env, rpMember, "delv", 50), nil)
+	rpExpect(t, "the other member is unaffected", rpWalkSince(t, env, rpOther, "delv", 50), rpAsc(1, 10))
+}
+
+// TestDeletionsShowAtOnce: a hide shows on the very next page of every
+// kind — hot cache, MySQL, exact — although the caller's ranges were
+// cached before it; DELETE ?scope=me hides one message.
+func TestDeletionsShowAtOnce(t *testing.T) {
+	t.Parallel()
+	env := harness.Start(t, harness.Options{})
+	rpGroup(t, env, "delnow")
+	tok := env.Token(rpMember, "")
+	for i := range 10 {
+		rpPost(t, env, tok, "delnow", fmt.Sprintf("c%d", i), fmt.Sprintf("text %d", i))
+	}
+	latest := func() []int64 { return rpList(t, env, rpMember, "delnow", url.Values{"limit": {"50"}}).seqs() }
+	rpExpect(t, "latest page (hot cache)", latest(), rpDesc(1, 10))
+	if v, ok := hiddenEntry(t, env, "delnow", rpMember); !ok || v != "" {
+		t.Fatalf("the caller's ranges are not cached as none: %q %v", v, ok)
+	}
+	rpHide(t, env, "delnow", rpMember, 4, 7)
+	rpExpect(t, "latest page right after the hide", latest(), []int64{10, 9, 8, 7, 3, 2, 1})
+	if code, body := env.Do("DELETE", "/v1/topics/delnow/messages/9?scope=me", tok, nil); code != 200 {
+		t.Fatalf("DELETE scope=me: %d %s", code, body)
+	}
+	want := []int64{10, 8, 7, 3, 2, 1}
+	rpExpect(t, "latest page after DELETE scope=me", latest(), want)
+	if v, ok := hiddenEntry(t, env, "delnow", rpMember); !ok || v != "4-7,9-10" {
+		t.Fatalf("cached ranges %q %v, want 4-7,9-10", v, ok)
+	}
+	if code := rpGet(t, env, rpMember, "", "/v1/topics/delnow/messages/9", nil); code != 404 {
+		t.Fatalf("exact read of a hidden message: %d", code)
+	}
+	waitFor(t, 30*time.Second, func() bool { return len(rpWalkSince(t, env, rpOther, "delnow", 50)) == 10 }) // persisted
+	// the same from MySQL: the hot cache gone
+	keys, _ := routing.KeysFor(env.Tenant)
+	rdb := env.App.Redis()
+	if err := rdb.Do(context.Background(), rdb.B().Del().Key(keys.HotMessages("delnow")).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	rpExpect(t, "latest page from MySQL", latest(), want)
+	rpExpect(t, "since walk from MySQL", rpWalkSince(t, env, rpMember, "delnow", 2), []int64{1, 2, 3, 7, 8, 10})
+	rpExpect(t, "the other member sees all", rpWalkSince(t, env, rpOther, "delnow", 50), rpAsc(1, 10))
+}
+
+// TestDeletionsCacheFallbacks: a caller with more ranges than the cache
+// holds, a malformed entry and a stale fill are all answered right, by
+// MySQL where the cache cannot.
+func TestDeletionsCacheFallbacks(t *testing.T) {
+	t.Parallel()
+	env := rpStart(t)
+	rpThreeMonths(t, env, "delfb")
+	var want []int64
+	for s := int64(1); s <= 70; s++ {
+		if s%2 == 1 {
+			want = append(want, s)
+		}
+	}
+	for s := int64(2); s <= 70; s += 2 { // 35 ranges: more than one entry holds
+		rpHide(t, env, "delfb", rpMember, s, s+1)
+	}
+	rpExpect(t, "many ranges", rpWalkSince(t, env, rpMember, "delfb", 7), want)
+	if v, _ := hiddenEntry(t, env, "delfb", rpMember); v != "*" {
+		t.Fatalf("entry of a caller with many ranges: %q", v)
+	}
+	keys, _ := routing.KeysFor(env.Tenant)
+	rdb := env.App.Redis()
+	ctx := context.Background()
+	set := func(v string) {
+		if err := rdb.Do(ctx, rdb.B().Hset().Key(keys.Hidden("delfb")).FieldValue().FieldValue(strconv.FormatInt(rpOther, 10), v).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rpHide(t, env, "delfb", rpOther, 10, 20)
+	for _, bad := range []string{"garbage", "5-3", "1-2,x"} {
+		set(bad)
+		rpExpect(t, "malformed entry "+bad, rpWalkBefore(t, env, rpOther, "delfb", 50), append(rpDesc(20, 70), rpDesc(1, 9)...))
+	}
+	// a fill computed before a hide is refused: the version moved on
+	ver, err := rdb.Do(ctx, rdb.B().Get().Key(keys.HiddenVersion("delfb")).Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rpHide(t, env, "delfb", rpOther, 30, 31)
+	res, err := env.App.Scripts().CacheFill.Exec(ctx, rdb, []string{keys.HiddenVersion("delfb"), keys.Hidden("delfb")},
+		[]string{ver, "60000", strconv.FormatInt(rpOther, 10), "10-20"}).AsInt64()
+	if err != nil || res != 0 {
+		t.Fatalf("stale fill: %d %v, want refused", res, err)
+	}
+	if v, ok := hiddenEntry(t, env, "delfb", rpOther); ok {
+		t.Fatalf("stale fill landed: %q", v)
+	}
+	got := rpWalkBefore(t, env, rpOther, "delfb", 50)
+	rpExpect(t, "after the second hide", got, append(append(rpDesc(31, 70), rpDesc(20, 29)...), rpDesc(1, 9)...))
+	if v, _ := hiddenEntry(t, env, "delfb", rpOther); v != "10-20,30-31" {
+		t.Fatalf("refilled entry %q", v)
+	}
+}
