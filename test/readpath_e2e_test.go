@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -82,9 +83,23 @@ func TestReadPathEndToEndThroughPost(t *testing.T) {
 	if err != nil || !found || len(ranges) != 3 || ranges[0].MinSeq != 1 || ranges[2].MaxSeq != 36 {
 		t.Fatalf("persist merged the route: %v %v %v", ranges, found, err)
 	}
+	// the latest page as the hot cache answers it (members passed through
+	// as they are) and as MySQL answers it: the same JSON
+	latest := func() any {
+		code, body := env.Do("GET", "/v1/topics/e2e/messages?limit=20", tok, nil)
+		var v any
+		if code != 200 || json.Unmarshal(body, &v) != nil {
+			t.Fatalf("latest page: %d %s", code, body)
+		}
+		return v
+	}
+	fromCache := latest()
 	keys, _ := routing.KeysFor(env.Tenant)
 	if err := env.Redis.Do(ctx, env.Redis.B().Del().Key(keys.HotMessages("e2e")).Build()).Error(); err != nil {
 		t.Fatal(err)
+	}
+	if fromMySQL := latest(); !reflect.DeepEqual(fromCache, fromMySQL) {
+		t.Fatalf("hot-cache page\n%v\nMySQL page\n%v", fromCache, fromMySQL)
 	}
 	if err := env.App.Routes().Delete(ctx, env.Tenant, "e2e"); err != nil {
 		t.Fatal(err)

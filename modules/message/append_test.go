@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// plain is Message without its methods: encoding/json renders it by
+// reflection, the reference AppendJSON must match byte for byte.
+type plain Message
+
 func TestAppendJSONIsMarshal(t *testing.T) {
 	seq := int64(7)
 	at := NewTime(time.Date(2026, 11, 30, 1, 2, 3, 456789000, time.UTC))
@@ -39,7 +43,7 @@ func TestAppendJSONIsMarshal(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			m := base
 			change(&m)
-			want, err := json.Marshal(m)
+			want, err := json.Marshal(plain(m))
 			if err != nil {
 				t.Fatal(err)
 			}

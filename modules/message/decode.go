@@ -58,26 +58,30 @@ func (c *canonical) number(t []byte) int64 {
 	return n
 }
 
-func (c *canonical) str(k string) string {
+func (c *canonical) str(k string) string { return string(c.view(k)) }
+
+// view is a string value without its quotes, not copied; escapes and
+// non-ASCII bytes are encoding/json's business.
+func (c *canonical) view(k string) []byte {
 	c.key(k)
 	if c.bad || len(c.b) == 0 || c.b[0] != '"' {
 		c.bad = true
-		return ""
+		return nil
 	}
 	end := bytes.IndexByte(c.b[1:], '"')
 	if end < 0 {
 		c.bad = true
-		return ""
+		return nil
 	}
 	for _, ch := range c.b[1 : 1+end] {
 		if ch < 0x20 || ch >= 0x80 || ch == '\\' {
-			c.bad = true // escapes and UTF-8 are encoding/json's business
-			return ""
+			c.bad = true
+			return nil
 		}
 	}
-	s := string(c.b[1 : 1+end])
+	v := c.b[1 : 1+end]
 	c.b = c.b[2+end:]
-	return s
+	return v
 }
 
 // token is the bytes up to the next ',' or '}' (numbers, literals).
@@ -105,35 +109,50 @@ func (c *canonical) int(k string) int64 {
 }
 
 func (c *canonical) id(k string) ID {
-	s := c.str(k)
+	v := c.view(k)
 	if c.bad {
 		return 0
 	}
-	return ID(c.number([]byte(s)))
+	return ID(c.number(v))
 }
 
 func (c *canonical) seq(k string) *int64 {
-	t := c.token(k)
-	if c.bad || string(t) == "null" {
+	n, ok := c.optInt(k)
+	if !ok {
 		return nil
 	}
-	n := c.number(t)
 	return &n
 }
 
+// optInt is an integer or null (ok false).
+func (c *canonical) optInt(k string) (int64, bool) {
+	t := c.token(k)
+	if c.bad || string(t) == "null" {
+		return 0, false
+	}
+	return c.number(t), true
+}
+
 func (c *canonical) time(k string) Time {
-	s := c.str(k)
-	if t, ok := parseTime(s); ok {
+	v := c.view(k)
+	if t, ok := parseTime(v); ok {
 		return t
 	}
-	t, err := time.Parse(time.RFC3339Nano, s)
+	t, err := time.Parse(time.RFC3339Nano, string(v))
 	c.bad = c.bad || err != nil
 	return NewTime(t)
 }
 
+// fastTime is a time in AppendJSON's own form only.
+func (c *canonical) fastTime(k string) Time {
+	t, ok := parseTime(c.view(k))
+	c.bad = c.bad || !ok
+	return t
+}
+
 // parseTime reads TimeFormat in UTC ("2006-01-02T15:04:05.000Z") only;
 // ok false leaves the string to time.Parse.
-func parseTime(s string) (Time, bool) {
+func parseTime(s []byte) (Time, bool) {
 	if len(s) != len("2006-01-02T15:04:05.000Z") || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' ||
 		s[16] != ':' || s[19] != '.' || s[23] != 'Z' {
 		return Time{}, false
@@ -141,7 +160,7 @@ func parseTime(s string) (Time, bool) {
 	ok := true
 	num := func(a, b int) int {
 		n := 0
-		for _, ch := range []byte(s[a:b]) {
+		for _, ch := range s[a:b] {
 			if ch < '0' || ch > '9' {
 				ok = false
 			}
@@ -164,6 +183,15 @@ func parseTime(s string) (Time, bool) {
 // raw is one JSON value, found by tracking strings and nesting; it is
 // validated as json.Unmarshal validates a json.RawMessage field.
 func (c *canonical) raw(k string) json.RawMessage {
+	v := c.rawView(k)
+	if c.bad {
+		return nil
+	}
+	return bytes.Clone(v)
+}
+
+// rawView is raw's value, not copied.
+func (c *canonical) rawView(k string) []byte {
 	c.key(k)
 	if c.bad {
 		return nil
@@ -191,37 +219,45 @@ func (c *canonical) raw(k string) json.RawMessage {
 	return nil
 }
 
-func (c *canonical) value(end int) json.RawMessage {
+func (c *canonical) value(end int) []byte {
 	v := c.b[:end]
 	c.b = c.b[end:]
 	if !json.Valid(v) {
 		c.bad = true
 		return nil
 	}
-	return bytes.Clone(v)
+	return v
 }
 
 func (c *canonical) ids(k string) IDs {
+	var out IDs
+	if c.eachID(k, func(id ID) { out = append(out, id) }) && out == nil {
+		out = IDs{}
+	}
+	return out
+}
+
+// eachID calls fn with each id of a list of quoted ids; false for null.
+func (c *canonical) eachID(k string, fn func(ID)) bool {
 	c.key(k)
 	if c.bad {
-		return nil
+		return false
 	}
 	if bytes.HasPrefix(c.b, []byte("null")) {
 		c.b = c.b[4:]
-		return nil
+		return false
 	}
 	if len(c.b) == 0 || c.b[0] != '[' {
 		c.bad = true
-		return nil
+		return false
 	}
 	end := bytes.IndexByte(c.b, ']')
 	if end < 0 {
 		c.bad = true
-		return nil
+		return false
 	}
 	list := c.b[1:end]
 	c.b = c.b[end+1:]
-	out := IDs{}
 	for len(list) > 0 && !c.bad {
 		item := list
 		if i := bytes.IndexByte(list, ','); i >= 0 {
@@ -233,9 +269,22 @@ func (c *canonical) ids(k string) IDs {
 			c.bad = true
 			break
 		}
-		out = append(out, ID(c.number(item[1:len(item)-1])))
+		if id := ID(c.number(item[1 : len(item)-1])); fn != nil {
+			fn(id)
+		}
 	}
-	return out
+	return true
+}
+
+func (c *canonical) boolean(k string) bool {
+	switch string(c.token(k)) {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	c.bad = true
+	return false
 }
 
 func decodeCanonical(b []byte) (Message, bool) {
@@ -252,17 +301,49 @@ func decodeCanonical(b []byte) (Message, bool) {
 	m.Content = c.raw("content")
 	m.Head = c.raw("head")
 	m.MentionedUserIDs = c.ids("mentioned_user_ids")
-	switch string(c.token("mention_all")) {
-	case "true":
-		m.MentionAll = true
-	case "false":
-	default:
-		c.bad = true
-	}
+	m.MentionAll = c.boolean("mention_all")
 	m.ReplySeqID = c.seq("reply_seqid")
 	m.RootSeqID = c.seq("root_seqid")
 	m.Version = int(c.int("version"))
 	m.CreatedAt = c.time("created_at")
 	m.UpdatedAt = c.time("updated_at")
 	return m, !c.bad && string(c.b) == "}"
+}
+
+// Peek reads what a page needs of a hot-cache member — seq, version and
+// updated_at — without decoding the rest, and keeps the member itself as
+// the message's rendering (Encoded). It succeeds only for a member in
+// AppendJSON's layout of a normalized message with status normal, whose
+// rendering is then the member as it stands; anything else (tombstones,
+// other layouts, null mentions) is for DecodeJSON. Nested values are
+// still validated: a page never carries broken JSON.
+func Peek(b []byte) (Message, bool) {
+	c := canonical{b: b}
+	var m Message
+	c.view("topic")
+	m.Seq = c.int("seq")
+	c.id("message_id")
+	c.id("group_id")
+	c.id("from_user")
+	c.view("client_msg_id")
+	c.view("msg_type")
+	if string(c.view("status")) != StatusNormal {
+		return Message{}, false
+	}
+	c.rawView("content")
+	c.rawView("head")
+	if !c.eachID("mentioned_user_ids", nil) {
+		return Message{}, false // null renders as [] once normalized
+	}
+	c.boolean("mention_all")
+	c.optInt("reply_seqid")
+	c.optInt("root_seqid")
+	m.Version = int(c.int("version"))
+	c.fastTime("created_at")
+	m.UpdatedAt = c.fastTime("updated_at")
+	if c.bad || string(c.b) != "}" {
+		return Message{}, false
+	}
+	m.Status, m.Encoded = StatusNormal, b
+	return m, true
 }

@@ -3,6 +3,7 @@ package message
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -16,7 +17,7 @@ func TestDecodeJSONIsUnmarshal(t *testing.T) {
 	encoded := func(change func(m *Message)) string {
 		m := base
 		change(&m)
-		b, err := json.Marshal(m)
+		b, err := json.Marshal(plain(m))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,4 +76,107 @@ func TestDecodeJSONIsUnmarshal(t *testing.T) {
 	for name, in := range other {
 		check(name, in, false)
 	}
+}
+
+// peekAgrees checks a peeked member against its full decoding: the same
+// seq, version and updated_at, and a rendering equal to the decoded,
+// normalized message's.
+func peekAgrees(t *testing.T, in []byte, m Message) {
+	t.Helper()
+	full, err := DecodeJSON(in)
+	if err != nil {
+		t.Fatalf("%s peeked but does not decode: %v", in, err)
+	}
+	full = full.Normalized()
+	if m.Seq != full.Seq || m.Version != full.Version || !m.UpdatedAt.Equal(full.UpdatedAt.Time) || m.Status != full.Status {
+		t.Fatalf("peek %+v, decoded %+v", m, full)
+	}
+	got, err := m.AppendJSON(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := full.AppendJSON(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b any
+	if json.Unmarshal(got, &a) != nil || json.Unmarshal(want, &b) != nil || !reflect.DeepEqual(a, b) {
+		t.Fatalf("peeked rendering\n%s\ndecoded rendering\n%s", got, want)
+	}
+}
+
+func TestPeek(t *testing.T) {
+	seq := int64(3)
+	at := NewTime(time.Date(2026, 11, 30, 1, 2, 3, 456e6, time.UTC))
+	base := Message{Topic: "g_1", Seq: 42, MessageID: 1 << 60, GroupID: 9, FromUser: 3, ClientMsgID: "c-1",
+		MsgType: "text", Status: StatusNormal, Content: json.RawMessage(`{"text":"a,b}c]\"d <&>"}`), Version: 2,
+		CreatedAt: at, UpdatedAt: NewTime(at.Add(time.Hour))}
+	encoded := func(change func(m *Message)) []byte {
+		m := base
+		change(&m)
+		b, err := json.Marshal(plain(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for name, in := range map[string][]byte{
+		"normalized": encoded(func(m *Message) { *m = m.Normalized() }),
+		"full": encoded(func(m *Message) {
+			m.Head = json.RawMessage(`[{"a":[1,{}]},"]"]`)
+			m.MentionedUserIDs, m.MentionAll, m.ReplySeqID, m.RootSeqID = IDs{1, 2}, true, &seq, &seq
+		}),
+		"null content": encoded(func(m *Message) { m.Content, m.MentionedUserIDs = nil, IDs{} }),
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, ok := Peek(in)
+			if !ok {
+				t.Fatalf("%s not peeked", in)
+			}
+			if string(m.Encoded) != string(in) {
+				t.Fatal("the member is not passed through as it is")
+			}
+			if r, _ := m.AppendJSON([]byte("x")); string(r) != "x"+string(in) {
+				t.Fatalf("AppendJSON wrote %s", r)
+			}
+			if r, _ := json.Marshal(m); string(r) != string(in) {
+				t.Fatalf("json.Marshal wrote %s", r)
+			}
+			if n := m.Normalized(); string(n.Encoded) != string(in) {
+				t.Fatal("Normalized dropped the rendering")
+			}
+			peekAgrees(t, in, m)
+		})
+	}
+	for name, in := range map[string]string{
+		"tombstone":      string(encoded(func(m *Message) { m.Status = StatusRecalled })),
+		"null mentions":  string(encoded(func(m *Message) { m.MentionedUserIDs = nil })),
+		"escaped string": string(encoded(func(m *Message) { m.ClientMsgID = "a\"b" })),
+		"offset time":    strings.Replace(string(encoded(func(*Message) {})), "04.456Z", "04.456+00:00", 1),
+		"trailing":       string(encoded(func(*Message) {})) + " ",
+		"truncated":      string(encoded(func(*Message) {}))[:120],
+		"reordered":      `{"seq":5,"topic":"x"}`,
+		"bad content":    strings.Replace(string(encoded(func(*Message) {})), `"content":{`, `"content":{{`, 1),
+		"empty":          ``,
+	} {
+		if _, ok := Peek([]byte(in)); ok {
+			t.Errorf("%s: %s peeked", name, in)
+		}
+	}
+}
+
+// FuzzPeek: whatever Peek accepts decodes to the same seq, version and
+// update time, and renders as the decoded message does; nothing panics.
+func FuzzPeek(f *testing.F) {
+	at := NewTime(time.Date(2026, 11, 30, 1, 2, 3, 456e6, time.UTC))
+	m := Message{Topic: "t", Seq: 7, MessageID: 1, GroupID: 2, FromUser: 3, MsgType: "text", Status: StatusNormal,
+		Content: json.RawMessage(`{"text":"hi"}`), MentionedUserIDs: IDs{5}, Version: 1, CreatedAt: at, UpdatedAt: at}
+	b, _ := json.Marshal(plain(m))
+	f.Add(b)
+	f.Add([]byte(`{"topic":"x"}`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if m, ok := Peek(in); ok {
+			peekAgrees(t, in, m)
+		}
+	})
 }

@@ -94,7 +94,16 @@ type Message struct {
 	Version          int             `json:"version"`
 	CreatedAt        Time            `json:"created_at"`
 	UpdatedAt        Time            `json:"updated_at"`
+	// Encoded, when set, is the message's complete rendering, and only
+	// Seq, Status, Version and UpdatedAt of the fields above are filled:
+	// a hot-cache member passed through to the page as it is (Peek).
+	// AppendJSON and MarshalJSON write it.
+	Encoded []byte `json:"-"`
 }
+
+// MarshalJSON renders m as AppendJSON does (so a message with Encoded set
+// renders whole wherever it goes).
+func (m Message) MarshalJSON() ([]byte, error) { return m.AppendJSON(nil) }
 
 // FromEvent is the message an event becomes once stored (version 1).
 func FromEvent(e *Event) Message {
@@ -110,6 +119,9 @@ func FromEvent(e *Event) Message {
 // Normalized renders JSON-null fields as the contract wants them and strips
 // the body of tombstones (recalled/deleted carry no content).
 func (m Message) Normalized() Message {
+	if m.Encoded != nil {
+		return m // Peek passes only normalized members
+	}
 	if m.Status != StatusNormal && m.Status != "" {
 		m.Content, m.Head, m.MentionedUserIDs = nil, nil, nil
 	}

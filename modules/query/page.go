@@ -111,7 +111,7 @@ type Cached struct {
 	Hi   int64
 }
 
-// msg is the cached message of seq, decoding (and keeping) it on first use;
+// msg is the cached message of seq, read (and kept) on first use;
 // of several members for one seq the newest wins, and one that does not
 // decode to this seq proves nothing.
 func (c Cached) msg(seq int64) (message.Message, bool) {
@@ -125,8 +125,15 @@ func (c Cached) msg(seq int64) (message.Message, bool) {
 	var found message.Message
 	ok = false
 	for _, raw := range raws {
-		m, err := message.DecodeJSON([]byte(raw))
-		if err != nil || m.Seq != seq {
+		// a member in the writer's own layout goes to the page as it is
+		m, peeked := message.Peek([]byte(raw))
+		if !peeked {
+			var err error
+			if m, err = message.DecodeJSON([]byte(raw)); err != nil {
+				continue
+			}
+		}
+		if m.Seq != seq {
 			continue
 		}
 		if ok {
