@@ -149,7 +149,7 @@ func Default() Config {
 		MySQL: MySQL{
 			DSNTemplate:     "root@tcp(127.0.0.1:3306)/imshard_{tenant}?parseTime=true&loc=UTC",
 			MaxOpenConns:    16,
-			MaxIdleConns:    4,
+			MaxIdleConns:    16,
 			ConnMaxIdleTime: 5 * time.Minute,
 			MaxOpenTenants:  256,
 		},

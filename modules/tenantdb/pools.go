@@ -68,10 +68,10 @@ const evictIdle = time.Minute
 
 // New prepares the pools; nothing is opened until a tenant is used.
 func New(p Params, tenants []Tenant) *Pools {
-	if p.MaxIdleConns <= 0 {
-		p.MaxIdleConns = 2
-	}
-	if p.MaxIdleConns > p.MaxOpenConns {
+	// 0 keeps every connection the pool may open: a pool that closes
+	// connections under load pays a TCP and auth handshake, and a prepare of
+	// every statement, for each one it opens again
+	if p.MaxIdleConns <= 0 || p.MaxIdleConns > p.MaxOpenConns {
 		p.MaxIdleConns = p.MaxOpenConns
 	}
 	ps := &Pools{p: p, open: map[string]*entry{}}
