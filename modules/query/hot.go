@@ -54,8 +54,7 @@ func hotResolve(res []rueidis.RedisResult, o Order, bound int64, n int) (Cached,
 	if err != nil {
 		return Cached{}, 0, err
 	}
-	c := Cached{Msgs: make(map[int64]message.Message, len(hz)), Raw: make(map[int64][]string, len(hz)),
-		Gaps: make(map[int64]bool, len(gz)), Lo: 1, Hi: math.MaxInt64}
+	c := Cached{Members: hz, Gaps: make(map[int64]bool, len(gz)), Lo: 1, Hi: math.MaxInt64}
 	if o == Desc {
 		c.Hi = bound - 1
 	} else {
@@ -77,10 +76,6 @@ func hotResolve(res []rueidis.RedisResult, o Order, bound int64, n int) (Cached,
 	narrow(gz)
 	for _, z := range gz {
 		c.Gaps[int64(z.Score)] = true
-	}
-	for _, z := range hz {
-		seq := int64(z.Score)
-		c.Raw[seq] = append(c.Raw[seq], z.Member)
 	}
 	return c, last, nil
 }
@@ -124,11 +119,10 @@ func (s *Service) readPage(ctx context.Context, p httpapi.Principal, keys routin
 // hotOne reads seq from the cache, if cached.
 func (s *Service) hotOne(ctx context.Context, keys routing.Keys, topic string, seq int64) (message.Message, bool, error) {
 	v := strconv.FormatInt(seq, 10)
-	vals, err := s.p.Redis.Do(ctx, s.p.Redis.B().Zrangebyscore().Key(keys.HotMessages(topic)).Min(v).Max(v).Build()).AsStrSlice()
+	zs, err := s.p.Redis.Do(ctx, s.p.Redis.B().Zrangebyscore().Key(keys.HotMessages(topic)).Min(v).Max(v).Withscores().Build()).AsZScores()
 	if err != nil {
 		return message.Message{}, false, err
 	}
-	c := Cached{Msgs: map[int64]message.Message{}, Raw: map[int64][]string{seq: vals}}
-	found, ok := c.msg(seq)
+	found, ok := Cached{Members: zs}.msg(seq)
 	return found.Normalized(), ok, nil
 }

@@ -1,6 +1,10 @@
 package query
 
 import (
+	"sort"
+
+	"github.com/redis/rueidis"
+
 	"github.com/imshard/imshard/modules/message"
 )
 
@@ -100,36 +104,31 @@ func (h Hidden) Hides(seq int64) bool {
 	return false
 }
 
-// Cached is what the hot cache holds around a page: the messages by seq,
-// the recorded gaps, and the bounds the read covered — messages and gaps
-// were read completely within [Lo, Hi].
+// Cached is what the hot cache holds around a page: its members as read
+// (score = seq, sorted by score in either direction; several may share a
+// seq), the recorded gaps, and the bounds the read covered — members and
+// gaps were read completely within [Lo, Hi]. Members are read only when a
+// page walks over them.
 type Cached struct {
-	Msgs map[int64]message.Message
-	Raw  map[int64][]string // members not decoded yet: a page decodes only what it walks
-	Gaps map[int64]bool
-	Lo   int64
-	Hi   int64
+	Members []rueidis.ZScore
+	Gaps    map[int64]bool
+	Lo      int64
+	Hi      int64
 }
 
-// msg is the cached message of seq, read (and kept) on first use;
-// of several members for one seq the newest wins, and one that does not
-// decode to this seq proves nothing.
+// msg is the cached message of seq; of several members for one seq the
+// newest wins, and one that does not read back as this seq proves nothing.
+// A member in the writer's own layout goes to the page as it is
+// (message.Peek); others are decoded.
 func (c Cached) msg(seq int64) (message.Message, bool) {
-	if m, ok := c.Msgs[seq]; ok {
-		return m, true
-	}
-	raws, ok := c.Raw[seq]
-	if !ok {
-		return message.Message{}, false
-	}
 	var found message.Message
-	ok = false
-	for _, raw := range raws {
-		// a member in the writer's own layout goes to the page as it is
-		m, peeked := message.Peek([]byte(raw))
+	ok := false
+	for i := c.first(seq); i < len(c.Members) && int64(c.Members[i].Score) == seq; i++ {
+		raw := []byte(c.Members[i].Member)
+		m, peeked := message.Peek(raw)
 		if !peeked {
 			var err error
-			if m, err = message.DecodeJSON([]byte(raw)); err != nil {
+			if m, err = message.DecodeJSON(raw); err != nil {
 				continue
 			}
 		}
@@ -141,11 +140,19 @@ func (c Cached) msg(seq int64) (message.Message, bool) {
 		}
 		found, ok = m, true
 	}
-	delete(c.Raw, seq)
-	if ok {
-		c.Msgs[seq] = found
-	}
 	return found, ok
+}
+
+// first is the index of the first member scored seq (len if none).
+func (c Cached) first(seq int64) int {
+	n := len(c.Members)
+	desc := n > 1 && c.Members[0].Score > c.Members[n-1].Score
+	return sort.Search(n, func(i int) bool {
+		if desc {
+			return int64(c.Members[i].Score) <= seq
+		}
+		return int64(c.Members[i].Score) >= seq
+	})
 }
 
 // Walk builds a page from the cache starting at seq from, stepping towards

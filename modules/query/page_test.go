@@ -1,9 +1,13 @@
 package query
 
 import (
+	"cmp"
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
@@ -78,19 +82,54 @@ func TestTruncateAndCursors(t *testing.T) {
 	}
 }
 
-func cached(lo, hi int64, have []int64, gaps []int64) Cached {
-	c := Cached{Msgs: map[int64]message.Message{}, Gaps: map[int64]bool{}, Lo: lo, Hi: hi}
-	for _, m := range msgs(have...) {
-		c.Msgs[m.Seq] = m
+// cached is a cache read holding messages (as send writes them, newest
+// first as a before page reads them) and gaps within [lo, hi].
+func cached(t *testing.T, lo, hi int64, have []message.Message, gaps []int64) Cached {
+	t.Helper()
+	c := Cached{Gaps: map[int64]bool{}, Lo: lo, Hi: hi}
+	for _, m := range have {
+		b, err := json.Marshal(m.Normalized())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Members = append(c.Members, rueidis.ZScore{Member: string(b), Score: float64(m.Seq)})
 	}
+	slices.SortStableFunc(c.Members, func(a, b rueidis.ZScore) int { return cmp.Compare(b.Score, a.Score) })
 	for _, g := range gaps {
 		c.Gaps[g] = true
 	}
 	return c
 }
 
+func TestCachedMembers(t *testing.T) {
+	old := msgs(5)[0]
+	cur := old
+	cur.Version, cur.Content = 2, json.RawMessage(`{"text":"edited"}`)
+	other := msgs(6)[0]
+	for _, desc := range []bool{true, false} {
+		c := cached(t, 1, 10, []message.Message{other, old, cur}, nil)
+		if !desc {
+			slices.Reverse(c.Members)
+		}
+		m, ok := c.msg(5)
+		if !ok || m.Version != 2 {
+			t.Fatalf("desc=%v: the newer of two members must win: %+v %v", desc, m, ok)
+		}
+		if _, ok := c.msg(4); ok {
+			t.Fatalf("desc=%v: seq 4 found", desc)
+		}
+		if m, ok := c.msg(6); !ok || m.Seq != 6 {
+			t.Fatalf("desc=%v: seq 6: %+v %v", desc, m, ok)
+		}
+	}
+	bad := Cached{Members: []rueidis.ZScore{{Member: `{"seq":`, Score: 3}, {Member: `{"seq":4}`, Score: 3}}}
+	if _, ok := bad.msg(3); ok {
+		t.Fatal("members that do not read back as seq 3 proved it cached")
+	}
+}
+
 func TestWalkCoverage(t *testing.T) {
-	full := cached(1, 20, []int64{1, 2, 3, 5, 6, 7, 8, 9, 10}, []int64{4})
+	full := cached(t, 1, 20, msgs(1, 2, 3, 5, 6, 7, 8, 9, 10), []int64{4})
 	cases := []struct {
 		name       string
 		c          Cached
@@ -105,8 +144,8 @@ func TestWalkCoverage(t *testing.T) {
 		{"desc steps over a recorded gap", full, 6, 1, Desc, 3, nil, []int64{6, 5, 3, 2}, true},
 		{"desc reaches seq 1: complete", full, 3, 1, Desc, 10, nil, []int64{3, 2, 1}, true},
 		{"desc empty range", full, 0, 1, Desc, 10, nil, nil, true},
-		{"hole is not covered", cached(1, 20, []int64{1, 3}, nil), 3, 1, Desc, 10, nil, nil, false},
-		{"outside the bounds read", cached(5, 20, []int64{5, 6}, nil), 6, 1, Desc, 10, nil, nil, false},
+		{"hole is not covered", cached(t, 1, 20, msgs(1, 3), nil), 3, 1, Desc, 10, nil, nil, false},
+		{"outside the bounds read", cached(t, 5, 20, msgs(5, 6), nil), 6, 1, Desc, 10, nil, nil, false},
 		{"asc to the stop", full, 7, 10, Asc, 10, nil, []int64{7, 8, 9, 10}, true},
 		{"asc stops past the cache", full, 9, 11, Asc, 10, nil, nil, false},
 		{"hidden seqs are skipped", full, 10, 1, Desc, 2, Hidden{{8, 10}}, []int64{10, 7, 6}, true},
@@ -120,10 +159,9 @@ func TestWalkCoverage(t *testing.T) {
 		})
 	}
 	t.Run("deleted skipped unless kept", func(t *testing.T) {
-		c := cached(1, 3, []int64{1, 2, 3}, nil)
-		m := c.Msgs[2]
-		m.Status = message.StatusDeleted
-		c.Msgs[2] = m
+		ms := msgs(1, 2, 3)
+		ms[1].Status = message.StatusDeleted
+		c := cached(t, 1, 3, ms, nil)
 		got, _ := Walk(c, 3, 1, Desc, 10, nil, false)
 		if !slices.Equal(seqsOf(got), []int64{3, 1}) {
 			t.Fatalf("got %v", seqsOf(got))
