@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	sq "github.com/Masterminds/squirrel"
 
+	"github.com/imshard/imshard/modules/query"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 )
@@ -198,5 +200,39 @@ func TestDeletionsCacheFallbacks(t *testing.T) {
 	rpExpect(t, "after the second hide", got, append(append(rpDesc(31, 70), rpDesc(20, 29)...), rpDesc(1, 9)...))
 	if v, _ := hiddenEntry(t, env, "delfb", rpOther); v != "10-20,30-31" {
 		t.Fatalf("refilled entry %q", v)
+	}
+}
+
+// TestDeletionsSurviveLostRedis: with every Redis key of the tenant gone —
+// deletion-range and ACL caches, routes, hot cache, counters — pages are
+// rebuilt from MySQL and still hide exactly the caller's ranges.
+func TestDeletionsSurviveLostRedis(t *testing.T) {
+	t.Parallel()
+	env := rpStart(t)
+	rpThreeMonths(t, env, "dellost")
+	rpHide(t, env, "dellost", rpMember, 5, 25)
+	rpHide(t, env, "dellost", rpMember, 50, 51)
+	want := append(append(rpAsc(1, 4), rpAsc(25, 49)...), rpAsc(51, 70)...)
+	check := func(stage string) {
+		t.Helper()
+		rpExpect(t, stage+": since walk", rpWalkSince(t, env, rpMember, "dellost", 6), want)
+		back := rpWalkBefore(t, env, rpMember, "dellost", 9)
+		slices.Reverse(back)
+		rpExpect(t, stage+": before walk", back, want)
+		rpExpect(t, stage+": the other member", rpWalkSince(t, env, rpOther, "dellost", 50), rpAsc(1, 70))
+	}
+	check("cached")
+	if v, ok := hiddenEntry(t, env, "dellost", rpMember); !ok || v != "5-25,50-51" {
+		t.Fatalf("cached ranges %q %v", v, ok)
+	}
+	if err := query.DropKeys(context.Background(), env.Redis, env.Tenant); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := hiddenEntry(t, env, "dellost", rpMember); ok {
+		t.Fatal("the tenant's keys were not dropped")
+	}
+	check("Redis lost")
+	if v, ok := hiddenEntry(t, env, "dellost", rpMember); !ok || v != "5-25,50-51" {
+		t.Fatalf("ranges not cached again from MySQL: %q %v", v, ok)
 	}
 }
