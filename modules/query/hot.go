@@ -84,20 +84,27 @@ func hotResolve(res []rueidis.RedisResult, o Order, bound int64, n int) (Cached,
 // caller's membership, the hot cache next to the cursor and the caller's
 // deletion ranges.
 type pageReads struct {
-	c    Cached
-	last int64
-	herr error // the hot-cache read failed: MySQL answers
-	hv   hiddenView
+	c     Cached
+	last  int64
+	herr  error // the hot-cache read failed: MySQL answers
+	hv    hiddenView
+	route []rueidis.RedisResult // the route's reads, when prefetched (routing.Router.RouteCmds)
 }
 
 // readPage makes the Redis reads of a list page as one pipeline and fails
 // unless the caller may read the topic; nothing read is used before that.
+// withRoute adds the route's reads, for a page likely to need MySQL (a
+// cursor into history): it then costs no round trip of its own.
 func (s *Service) readPage(ctx context.Context, p httpapi.Principal, keys routing.Keys, db *sql.DB, topic string,
-	o Order, bound int64, n int) (pageReads, error) {
+	o Order, bound int64, n int, withRoute bool) (pageReads, error) {
 	rdb := s.p.Redis
 	cmds := s.hotCmds(keys, topic, o, bound, n)
 	nh := len(cmds)
 	cmds = append(cmds, s.hiddenCmds(keys, topic, p.UserID)...)
+	nd := len(cmds)
+	if withRoute {
+		cmds = append(cmds, s.p.Router.RouteCmds(keys, topic)...)
+	}
 	na := len(cmds)
 	member := p.Role != httpapi.RoleAdmin
 	if member {
@@ -109,10 +116,13 @@ func (s *Service) readPage(ctx context.Context, p httpapi.Principal, keys routin
 			return pageReads{}, err
 		}
 	}
-	var r pageReads
+	r := pageReads{route: res[nd:na]}
+	if !withRoute {
+		r.route = nil
+	}
 	r.c, r.last, r.herr = hotResolve(res[:nh], o, bound, n)
 	var err error
-	r.hv, err = s.hiddenResolve(ctx, db, keys, topic, p.UserID, res[nh:na])
+	r.hv, err = s.hiddenResolve(ctx, db, keys, topic, p.UserID, res[nh:nd])
 	return r, err
 }
 

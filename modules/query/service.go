@@ -119,7 +119,8 @@ func (s *Service) Before(ctx context.Context, p httpapi.Principal, topic string,
 	if err != nil {
 		return BeforePage{}, err
 	}
-	r, err := s.readPage(ctx, p, keys, db, topic, Desc, before, limit+1+hotSlack)
+	// a latest page is the hot cache's; a cursor into history likely MySQL's
+	r, err := s.readPage(ctx, p, keys, db, topic, Desc, before, limit+1+hotSlack, before < math.MaxInt64)
 	if err != nil {
 		return BeforePage{}, err
 	}
@@ -127,7 +128,7 @@ func (s *Service) Before(ctx context.Context, p httpapi.Principal, topic string,
 	tables := 0
 	if !ok {
 		q := listQuery{topic: topic, user: p.UserID, order: Desc, bound: before, limit: limit + 1, hidNothing: r.hv.none()}
-		if page, tables, err = s.scan(ctx, db, p.Tenant, q, func(tr routing.TopicRoute) []routing.Month { return tr.Before(before) }); err != nil {
+		if page, tables, err = s.scan(ctx, db, p.Tenant, q, r.route, func(tr routing.TopicRoute) []routing.Month { return tr.Before(before) }); err != nil {
 			return BeforePage{}, err
 		}
 	}
@@ -185,7 +186,7 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 	var settled int64
 	if err := together(
 		func() (err error) {
-			r, err = s.readPage(ctx, p, keys, db, topic, Asc, since, limit+1+hotSlack)
+			r, err = s.readPage(ctx, p, keys, db, topic, Asc, since, limit+1+hotSlack, false)
 			return err
 		},
 		func() error {
@@ -204,7 +205,7 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 		page, ok = s.fromCache(ctx, db, p, topic, r, since+1, min(settled, r.last), Asc, limit, since)
 		if !ok {
 			q := listQuery{topic: topic, user: p.UserID, order: Asc, bound: since, upTo: settled, limit: limit + 1, hidNothing: r.hv.none()}
-			if page, tables, err = s.scan(ctx, db, p.Tenant, q, func(tr routing.TopicRoute) []routing.Month { return tr.Since(since) }); err != nil {
+			if page, tables, err = s.scan(ctx, db, p.Tenant, q, nil, func(tr routing.TopicRoute) []routing.Month { return tr.Since(since) }); err != nil {
 				return SincePage{}, err
 			}
 		}
@@ -241,9 +242,17 @@ func nonNilSeqs(s []int64) []int64 {
 
 // scan reads month tables one at a time in the route's order until the
 // page holds q.limit rows: never a UNION over history (invariant 7). It
-// returns the rows and how many tables it touched.
-func (s *Service) scan(ctx context.Context, db *sql.DB, tenant string, q listQuery, pick func(routing.TopicRoute) []routing.Month) ([]message.Message, int, error) {
-	tr, err := s.p.Router.Route(ctx, tenant, q.topic)
+// returns the rows and how many tables it touched. route holds the route's
+// prefetched reads, or nil to read it now.
+func (s *Service) scan(ctx context.Context, db *sql.DB, tenant string, q listQuery, route []rueidis.RedisResult,
+	pick func(routing.TopicRoute) []routing.Month) ([]message.Message, int, error) {
+	var tr routing.TopicRoute
+	var err error
+	if route != nil {
+		tr, err = s.p.Router.RouteResolve(ctx, tenant, q.topic, route)
+	} else {
+		tr, err = s.p.Router.Route(ctx, tenant, q.topic)
+	}
 	if err != nil {
 		return nil, 0, err
 	}
@@ -396,7 +405,7 @@ func (s *Service) Context(ctx context.Context, p httpapi.Principal, topic string
 	if nBefore > 0 {
 		q := listQuery{topic: topic, user: p.UserID, order: Desc, bound: seq, limit: nBefore, keepDeleted: true}
 		var n int
-		if older, n, err = s.scan(ctx, db, p.Tenant, q, func(tr routing.TopicRoute) []routing.Month { return tr.Before(seq) }); err != nil {
+		if older, n, err = s.scan(ctx, db, p.Tenant, q, nil, func(tr routing.TopicRoute) []routing.Month { return tr.Before(seq) }); err != nil {
 			return nil, err
 		}
 		touched += n
@@ -404,7 +413,7 @@ func (s *Service) Context(ctx context.Context, p httpapi.Principal, topic string
 	if nAfter > 0 {
 		q := listQuery{topic: topic, user: p.UserID, order: Asc, bound: seq, upTo: routing.Unsettled, limit: nAfter, keepDeleted: true}
 		var n int
-		if newer, n, err = s.scan(ctx, db, p.Tenant, q, func(tr routing.TopicRoute) []routing.Month { return tr.Since(seq) }); err != nil {
+		if newer, n, err = s.scan(ctx, db, p.Tenant, q, nil, func(tr routing.TopicRoute) []routing.Month { return tr.Since(seq) }); err != nil {
 			return nil, err
 		}
 		touched += n

@@ -147,22 +147,26 @@ func (r *Router) Route(ctx context.Context, tenant, topic string) (TopicRoute, e
 	if err != nil {
 		return TopicRoute{}, err
 	}
-	// the route and the bounds are independent reads: issued together, the
-	// client pipelines them into one round trip
-	var active, complete Month
-	var berr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		active, complete, berr = r.bounds(ctx, keys)
-	}()
-	ranges, found, err := r.p.Routes.Load(ctx, tenant, topic)
-	<-done
+	return r.RouteResolve(ctx, tenant, topic, r.p.Redis.DoMulti(ctx, r.RouteCmds(keys, topic)...))
+}
+
+// RouteCmds are the Redis reads of Route — the route and the bounds probes
+// need (active month, routes-complete watermark) — for a caller that
+// pipelines them with its own; RouteResolve finishes Route from their
+// results. The topic must be valid.
+func (r *Router) RouteCmds(keys Keys, topic string) []rueidis.Completed {
+	return append(r.boundsCmds(keys), LoadCmds(r.p.Redis, keys, topic)...)
+}
+
+// RouteResolve is Route's answer from the results of RouteCmds.
+func (r *Router) RouteResolve(ctx context.Context, tenant, topic string, res []rueidis.RedisResult) (TopicRoute, error) {
+	active, complete, err := r.boundsResolve(ctx, res[:2])
 	if err != nil {
 		return TopicRoute{}, err
 	}
-	if berr != nil {
-		return TopicRoute{}, berr
+	ranges, found, err := LoadResolve(tenant, topic, res[2:])
+	if err != nil {
+		return TopicRoute{}, err
 	}
 	tr := TopicRoute{Ranges: ranges, Source: RouteFromRedis}
 	if !found {
@@ -205,11 +209,14 @@ func (r *Router) fromMirror(ctx context.Context, tenant, topic string) (TopicRou
 
 // bounds reads the active month (zero if Redis lost it: the Redis-time month
 // stands in) and the "routes complete through" watermark (zero if unset).
-func (r *Router) bounds(ctx context.Context, keys Keys) (active, complete Month, err error) {
-	res := r.p.Redis.DoMulti(ctx,
+func (r *Router) boundsCmds(keys Keys) []rueidis.Completed {
+	return []rueidis.Completed{
 		r.p.Redis.B().Get().Key(keys.ActiveMonth()).Build(),
 		r.p.Redis.B().Zscore().Key(keys.RoutesComplete()).Member(routesCompleteMember).Build(),
-	)
+	}
+}
+
+func (r *Router) boundsResolve(ctx context.Context, res []rueidis.RedisResult) (active, complete Month, err error) {
 	if s, err := res[0].ToString(); err == nil {
 		active, _ = ParseMonth(s)
 	} else if !rueidis.IsRedisNil(err) {

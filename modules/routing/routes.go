@@ -129,10 +129,20 @@ func (r *Routes) Load(ctx context.Context, tenant, topic string) ([]MonthRange, 
 	if err != nil {
 		return nil, false, err
 	}
-	res := r.rdb.DoMulti(ctx,
-		r.rdb.B().Zrange().Key(keys.Route(topic)).Min("0").Max("-1").Withscores().Build(),
-		r.rdb.B().Hgetall().Key(keys.RouteMeta(topic)).Build(),
-	)
+	return LoadResolve(tenant, topic, r.rdb.DoMulti(ctx, LoadCmds(r.rdb, keys, topic)...))
+}
+
+// LoadCmds are the reads of Load, for a caller that pipelines them with
+// its own; LoadResolve reads their results.
+func LoadCmds(rdb rueidis.Client, keys Keys, topic string) []rueidis.Completed {
+	return []rueidis.Completed{
+		rdb.B().Zrange().Key(keys.Route(topic)).Min("0").Max("-1").Withscores().Build(),
+		rdb.B().Hgetall().Key(keys.RouteMeta(topic)).Build(),
+	}
+}
+
+// LoadResolve is Load's answer from the results of LoadCmds.
+func LoadResolve(tenant, topic string, res []rueidis.RedisResult) ([]MonthRange, bool, error) {
 	zs, err := res[0].AsZScores()
 	if err != nil {
 		return nil, false, fmt.Errorf("routes: load %s/%s: %w", tenant, topic, err)
