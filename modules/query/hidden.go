@@ -188,15 +188,6 @@ func (s *Service) hiddenTTL() time.Duration {
 	return defaultHiddenTTL
 }
 
-// hiddenAbove is what a hot-cache page filters with: the view's ranges, or
-// the caller's ranges reaching above lo read from MySQL when the view is
-// unknown.
-func (s *Service) hiddenAbove(ctx context.Context, db *sql.DB, v hiddenView, topic string, user, lo int64) (Hidden, error) {
-	if v.known {
-		return v.ranges, nil
-	}
-	return s.st.hidden(ctx, db, topic, user, lo, 0)
-}
 
 // Hide records that p no longer sees topic's seqs [low, hi) (POST
 // …/deletions, DELETE …/messages/{seq}?scope=me). The range must lie

@@ -14,9 +14,14 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// hotSlack is how many cached rows a page may skip (hidden, deleted, gaps)
-// before the cache read is no longer enough and MySQL answers instead.
-const hotSlack = 16
+// hotSlack is how many cached rows beyond the page's own a first cache
+// read takes, for seqs a page skips (hidden, deleted, gaps); a page that
+// needs more reads hotFurther times as many once more (hotReread) before
+// MySQL answers instead.
+const (
+	hotSlack   = 4
+	hotFurther = 4
+)
 
 // hotCmds read the topic's last issued seq and the cached messages and
 // recorded gaps next to bound, in order o (exclusive of bound), at most n
@@ -64,6 +69,7 @@ func hotResolve(res []rueidis.RedisResult, o Order, bound int64, n int) (Cached,
 		if len(zs) < n {
 			return
 		}
+		c.Full = true
 		edge := int64(zs[len(zs)-1].Score)
 		if o == Desc && edge > c.Lo {
 			c.Lo = edge
@@ -78,6 +84,12 @@ func hotResolve(res []rueidis.RedisResult, o Order, bound int64, n int) (Cached,
 		c.Gaps[int64(z.Score)] = true
 	}
 	return c, last, nil
+}
+
+// hotReread reads the cache next to bound again, n members this time.
+func (s *Service) hotReread(ctx context.Context, keys routing.Keys, topic string, o Order, bound int64, n int) (Cached, error) {
+	c, _, err := hotResolve(s.p.Redis.DoMulti(ctx, s.hotCmds(keys, topic, o, bound, n)...), o, bound, n)
+	return c, err
 }
 
 // pageReads is what a list page learns from Redis in one round trip: the

@@ -2,6 +2,7 @@ package query
 
 import (
 	"sort"
+	"unsafe"
 
 	"github.com/redis/rueidis"
 
@@ -114,6 +115,7 @@ type Cached struct {
 	Gaps    map[int64]bool
 	Lo      int64
 	Hi      int64
+	Full    bool // the read returned all it asked for: more may lie beyond [Lo, Hi]
 }
 
 // msg is the cached message of seq; of several members for one seq the
@@ -124,7 +126,7 @@ func (c Cached) msg(seq int64) (message.Message, bool) {
 	var found message.Message
 	ok := false
 	for i := c.first(seq); i < len(c.Members) && int64(c.Members[i].Score) == seq; i++ {
-		raw := []byte(c.Members[i].Member)
+		raw := bytesOf(c.Members[i].Member)
 		m, peeked := message.Peek(raw)
 		if !peeked {
 			var err error
@@ -142,6 +144,11 @@ func (c Cached) msg(seq int64) (message.Message, bool) {
 	}
 	return found, ok
 }
+
+// bytesOf views a member as bytes without copying it: Peek and DecodeJSON
+// only read their input, and a peeked message's Encoded, which aliases the
+// member, is only ever copied out (AppendJSON). Nothing may write to it.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // first is the index of the first member scored seq (len if none).
 func (c Cached) first(seq int64) int {

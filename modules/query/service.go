@@ -124,7 +124,7 @@ func (s *Service) Before(ctx context.Context, p httpapi.Principal, topic string,
 	if err != nil {
 		return BeforePage{}, err
 	}
-	page, ok := s.fromCache(ctx, db, p, topic, r, min(before-1, r.last), 1, Desc, limit, r.c.Lo)
+	page, ok := s.fromCache(ctx, db, p, keys, topic, r, before, min(before-1, r.last), 1, Desc, limit, r.c.Lo)
 	tables := 0
 	if !ok {
 		q := listQuery{topic: topic, user: p.UserID, order: Desc, bound: before, limit: limit + 1, hidNothing: r.hv.none()}
@@ -202,7 +202,7 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 	var page []message.Message
 	ok, tables := false, 0
 	if settled > since {
-		page, ok = s.fromCache(ctx, db, p, topic, r, since+1, min(settled, r.last), Asc, limit, since)
+		page, ok = s.fromCache(ctx, db, p, keys, topic, r, since, since+1, min(settled, r.last), Asc, limit, since)
 		if !ok {
 			q := listQuery{topic: topic, user: p.UserID, order: Asc, bound: since, upTo: settled, limit: limit + 1, hidNothing: r.hv.none()}
 			if page, tables, err = s.scan(ctx, db, p.Tenant, q, nil, func(tr routing.TopicRoute) []routing.Month { return tr.Since(since) }); err != nil {
@@ -296,9 +296,9 @@ func (s *Service) repairIfFallback(ctx context.Context, tenant, topic string, tr
 // The caller's deletion ranges are hv; when the cache did not know them,
 // those reaching above hiddenLo are read from MySQL, only once the hot
 // cache is known to cover the page.
-func (s *Service) fromCache(ctx context.Context, db *sql.DB, p httpapi.Principal, topic string, r pageReads,
-	from, stop int64, o Order, limit int, hiddenLo int64) ([]message.Message, bool) {
-	c, hv := r.c, r.hv
+func (s *Service) fromCache(ctx context.Context, db *sql.DB, p httpapi.Principal, keys routing.Keys, topic string, r pageReads,
+	bound, from, stop int64, o Order, limit int, hiddenLo int64) ([]message.Message, bool) {
+	c, hidden := r.c, r.hv.ranges
 	if r.herr != nil {
 		s.p.Log.Warn().Err(r.herr).Str("topic", topic).Msg("hot cache read failed; reading MySQL")
 		return nil, false
@@ -306,16 +306,24 @@ func (s *Service) fromCache(ctx context.Context, db *sql.DB, p httpapi.Principal
 	if r.last == 0 {
 		return s.hotMiss()
 	}
-	if !hv.known {
-		if _, ok := Walk(c, from, stop, o, limit, nil, false); !ok {
+	if !r.hv.known {
+		if _, ok := Walk(c, from, stop, o, limit, nil, false); !ok && !c.Full {
 			return s.hotMiss()
 		}
-	}
-	hidden, err := s.hiddenAbove(ctx, db, hv, topic, p.UserID, hiddenLo)
-	if err != nil {
-		return nil, false
+		var err error
+		if hidden, err = s.st.hidden(ctx, db, topic, p.UserID, hiddenLo, 0); err != nil {
+			return nil, false
+		}
 	}
 	page, ok := Walk(c, from, stop, o, limit, hidden, false)
+	if !ok && c.Full && r.hv.known {
+		// the read ended before the page did (seqs it skips in the way):
+		// read further once (with ranges read from MySQL above hiddenLo
+		// only, MySQL answers instead)
+		if c, err := s.hotReread(ctx, keys, topic, o, bound, hotFurther*(limit+1+hotSlack)); err == nil {
+			page, ok = Walk(c, from, stop, o, limit, hidden, false)
+		}
+	}
 	if !ok {
 		return s.hotMiss()
 	}
@@ -355,9 +363,11 @@ func (s *Service) get(ctx context.Context, p httpapi.Principal, topic string, se
 		if err != nil {
 			return message.Message{}, 0, err
 		}
-		hidden, err := s.hiddenAbove(ctx, db, hv, topic, p.UserID, seq)
-		if err != nil {
-			return message.Message{}, 0, err
+		hidden := hv.ranges
+		if !hv.known {
+			if hidden, err = s.st.hidden(ctx, db, topic, p.UserID, seq, 0); err != nil {
+				return message.Message{}, 0, err
+			}
 		}
 		if hidden.Hides(seq) {
 			return message.Message{}, 0, errNotFound
