@@ -188,7 +188,6 @@ func (s *Service) hiddenTTL() time.Duration {
 	return defaultHiddenTTL
 }
 
-
 // Hide records that p no longer sees topic's seqs [low, hi) (POST
 // …/deletions, DELETE …/messages/{seq}?scope=me). The range must lie
 // within the seqs issued so far: a hide never reaches messages not sent
