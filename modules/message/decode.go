@@ -153,31 +153,48 @@ func (c *canonical) fastTime(k string) Time {
 // parseTime reads TimeFormat in UTC ("2006-01-02T15:04:05.000Z") only;
 // ok false leaves the string to time.Parse.
 func parseTime(s []byte) (Time, bool) {
-	if len(s) != len("2006-01-02T15:04:05.000Z") || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' ||
-		s[16] != ':' || s[19] != '.' || s[23] != 'Z' {
-		return Time{}, false
-	}
-	ok := true
-	num := func(a, b int) int {
-		n := 0
-		for _, ch := range s[a:b] {
-			if ch < '0' || ch > '9' {
-				ok = false
-			}
-			n = n*10 + int(ch-'0')
-		}
-		return n
-	}
-	y, mo, d, h, mi, sec, ms := num(0, 4), num(5, 7), num(8, 10), num(11, 13), num(14, 16), num(17, 19), num(20, 23)
+	f, ok := timeFields(s)
 	if !ok {
 		return Time{}, false
 	}
-	t := time.Date(y, time.Month(mo), d, h, mi, sec, ms*int(time.Millisecond), time.UTC)
-	// time.Date normalizes out-of-range fields; time.Parse rejects them
-	if t.Year() != y || int(t.Month()) != mo || t.Day() != d || t.Hour() != h || t.Minute() != mi || t.Second() != sec {
-		return Time{}, false
+	return Time{time.Date(f[0], time.Month(f[1]), f[2], f[3], f[4], f[5], f[6]*int(time.Millisecond), time.UTC)}, true
+}
+
+// timeFields checks that s is a time in TimeFormat, UTC, that time.Parse
+// accepts (no field out of range: no February 30, no second 60), and
+// returns its year, month, day, hour, minute, second and millisecond.
+func timeFields(s []byte) ([7]int, bool) {
+	var f [7]int
+	if len(s) != len("2006-01-02T15:04:05.000Z") || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' ||
+		s[16] != ':' || s[19] != '.' || s[23] != 'Z' {
+		return f, false
 	}
-	return Time{t}, true
+	for i, span := range [7][2]int{{0, 4}, {5, 7}, {8, 10}, {11, 13}, {14, 16}, {17, 19}, {20, 23}} {
+		for _, ch := range s[span[0]:span[1]] {
+			if ch < '0' || ch > '9' {
+				return f, false
+			}
+			f[i] = f[i]*10 + int(ch-'0')
+		}
+	}
+	y, mo, d := f[0], f[1], f[2]
+	if mo < 1 || mo > 12 || d < 1 || d > daysIn(y, mo) || f[3] > 23 || f[4] > 59 || f[5] > 59 {
+		return f, false
+	}
+	return f, true
+}
+
+func daysIn(y, mo int) int {
+	switch mo {
+	case 2:
+		if y%4 == 0 && (y%100 != 0 || y%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
 }
 
 // raw is one JSON value, found by tracking strings and nesting; it is
@@ -339,7 +356,9 @@ func Peek(b []byte) (Message, bool) {
 	c.optInt("reply_seqid")
 	c.optInt("root_seqid")
 	m.Version = int(c.int("version"))
-	c.fastTime("created_at")
+	if _, ok := timeFields(c.view("created_at")); !ok {
+		c.bad = true // a page needs created_at valid, not parsed
+	}
 	m.UpdatedAt = c.fastTime("updated_at")
 	if c.bad || string(c.b) != "}" {
 		return Message{}, false

@@ -180,3 +180,23 @@ func FuzzPeek(f *testing.F) {
 		}
 	})
 }
+
+// TestParseTimeIsTimeParse: the fast time reader accepts exactly what
+// time.Parse accepts of TimeFormat in UTC, to the same instant.
+func TestParseTimeIsTimeParse(t *testing.T) {
+	for _, s := range []string{
+		"2026-11-30T01:02:03.456Z", "2024-02-29T00:00:00.000Z", "2000-02-29T23:59:59.999Z", "0000-01-01T00:00:00.000Z",
+		"2100-02-29T00:00:00.000Z", "2026-02-29T00:00:00.000Z", "2026-04-31T00:00:00.000Z", "2026-12-31T00:00:00.000Z",
+		"2026-13-01T00:00:00.000Z", "2026-00-10T00:00:00.000Z", "2026-01-00T00:00:00.000Z", "2026-01-01T24:00:00.000Z",
+		"2026-01-01T00:60:00.000Z", "2026-01-01T00:00:60.000Z", "2026-01-01T00:00:00.000+00:00", "2026-1-01T00:00:00.0000Z",
+	} {
+		want, werr := time.Parse(time.RFC3339Nano, s)
+		got, ok := parseTime([]byte(s))
+		if ok && (werr != nil || !got.Equal(want)) {
+			t.Errorf("%s: read as %v, time.Parse: %v %v", s, got, want, werr)
+		}
+		if !ok && werr == nil && len(s) == len(TimeFormat)-5 && s[23] == 'Z' {
+			t.Errorf("%s: refused, time.Parse reads it", s)
+		}
+	}
+}
