@@ -106,20 +106,22 @@ func appendString(dst []byte, s string) []byte {
 }
 
 // appendRaw writes a JSON value as json.Marshal does a json.RawMessage:
-// validated, compacted, with <, >, & and U+2028/9 escaped. Already compact
-// ASCII without those is written as it is once validated.
+// validated, compacted, with <, >, & and U+2028/9 escaped. A compact value
+// without those (spaces inside strings and UTF-8 text are fine) is written
+// as it is once validated.
 func appendRaw(dst []byte, raw json.RawMessage) ([]byte, error) {
 	if raw == nil {
 		return append(dst, "null"...), nil
 	}
 	plain := true
 	for _, c := range raw {
-		if c <= ' ' || c >= 0x80 || c == '<' || c == '>' || c == '&' {
+		// 0xE2 leads U+2028/9 (and other characters, which then take the slow path)
+		if c == '<' || c == '>' || c == '&' || c == 0xE2 {
 			plain = false
 			break
 		}
 	}
-	if plain && json.Valid(raw) {
+	if plain && validValue(raw) == len(raw) {
 		return append(dst, raw...), nil
 	}
 	b, err := json.Marshal(raw)

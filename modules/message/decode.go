@@ -207,42 +207,20 @@ func (c *canonical) raw(k string) json.RawMessage {
 	return bytes.Clone(v)
 }
 
-// rawView is raw's value, not copied.
+// rawView is raw's value, not copied. Compact JSON is read by validValue;
+// anything else (whitespace between tokens) is encoding/json's business.
 func (c *canonical) rawView(k string) []byte {
 	c.key(k)
 	if c.bad {
 		return nil
 	}
-	depth, inStr := 0, false
-	for i := 0; i < len(c.b); i++ {
-		switch ch := c.b[i]; {
-		case inStr && ch == '\\':
-			i++
-		case ch == '"':
-			inStr = !inStr
-		case inStr:
-		case ch == '{' || ch == '[':
-			depth++
-		case ch == '}' || ch == ']':
-			if depth == 0 {
-				return c.value(i)
-			}
-			depth--
-		case ch == ',' && depth == 0:
-			return c.value(i)
-		}
-	}
-	c.bad = true
-	return nil
-}
-
-func (c *canonical) value(end int) []byte {
-	v := c.b[:end]
-	c.b = c.b[end:]
-	if !json.Valid(v) {
+	n := validValue(c.b)
+	if n < 0 {
 		c.bad = true
 		return nil
 	}
+	v := c.b[:n]
+	c.b = c.b[n:]
 	return v
 }
 
