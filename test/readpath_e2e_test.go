@@ -71,14 +71,7 @@ func TestReadPathEndToEndThroughPost(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	check := func(stage string) {
-		t.Helper()
-		rpExpect(t, stage+": since walk", rpWalkSince(t, env, rpMember, "e2e", 5), all)
-		back := rpWalkBefore(t, env, rpMember, "e2e", 7)
-		slices.Reverse(back)
-		rpExpect(t, stage+": before walk", back, all)
-	}
-	check("persisted")
+	rpExpectWalks(t, env, "persisted", rpMember, "e2e", 5, all)
 	ranges, found, err := env.App.Routes().Load(ctx, env.Tenant, "e2e")
 	if err != nil || !found || len(ranges) != 3 || ranges[0].MinSeq != 1 || ranges[2].MaxSeq != 36 {
 		t.Fatalf("persist merged the route: %v %v %v", ranges, found, err)
@@ -104,7 +97,7 @@ func TestReadPathEndToEndThroughPost(t *testing.T) {
 	if err := env.App.Routes().Delete(ctx, env.Tenant, "e2e"); err != nil {
 		t.Fatal(err)
 	}
-	check("without hot cache and routes")
+	rpExpectWalks(t, env, "without hot cache and routes", rpMember, "e2e", 7, all)
 	if code := rpGet(t, env, rpMember, "", "/v1/topics/e2e/messages/1", nil); code != 200 {
 		t.Fatalf("oldest message evicted from the cache: %d", code)
 	}

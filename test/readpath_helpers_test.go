@@ -278,6 +278,16 @@ func rpDesc(lo, hi int64) []int64 {
 	return out
 }
 
+// rpExpectWalks pages the whole topic as user with since and with before
+// (limit per page) and expects want, oldest first, from both.
+func rpExpectWalks(t testing.TB, env *harness.Env, stage string, user int64, topic string, limit int, want []int64) {
+	t.Helper()
+	rpExpect(t, fmt.Sprintf("%s: since walk, limit %d", stage, limit), rpWalkSince(t, env, user, topic, limit), want)
+	back := rpWalkBefore(t, env, user, topic, limit)
+	slices.Reverse(back)
+	rpExpect(t, fmt.Sprintf("%s: before walk, limit %d", stage, limit), back, want)
+}
+
 func rpExpect(t testing.TB, what string, got, want []int64) {
 	t.Helper()
 	if !slices.Equal(got, want) {

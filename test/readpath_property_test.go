@@ -3,7 +3,6 @@ package test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -104,11 +103,7 @@ func rpRandomHotCache(t *testing.T, env *harness.Env, rng *rand.Rand, topic stri
 
 func (m rpTopicModel) check(t *testing.T, env *harness.Env, rng *rand.Rand, stage string) {
 	t.Helper()
-	limit := 1 + rng.IntN(60)
-	rpExpect(t, fmt.Sprintf("%s: %s since walk, limit %d", m.topic, stage, limit), rpWalkSince(t, env, rpMember, m.topic, limit), m.visible)
-	back := rpWalkBefore(t, env, rpMember, m.topic, limit)
-	slices.Reverse(back)
-	rpExpect(t, fmt.Sprintf("%s: %s before walk, limit %d", m.topic, stage, limit), back, m.visible)
+	rpExpectWalks(t, env, m.topic+": "+stage, rpMember, m.topic, 1+rng.IntN(60), m.visible)
 }
 
 // TestReadPathPropertyPagingMatchesPersisted: for random topics, paging the
