@@ -290,12 +290,12 @@ func (s *Service) repairIfFallback(ctx context.Context, tenant, topic string, tr
 	}
 }
 
-// fromCache answers a page from the hot cache read c when it provably
-// covers every seq from `from` to `stop` the page walks (seed 000 §6.1:
-// Redis answers only a complete page); ok false sends the page to MySQL.
-// The caller's deletion ranges are hv; when the cache did not know them,
-// those reaching above hiddenLo are read from MySQL, only once the hot
-// cache is known to cover the page.
+// fromCache answers a page from the hot cache read r.c (next to bound)
+// when it provably covers every seq from `from` to `stop` the page walks
+// (seed 000 §6.1: Redis answers only a complete page); ok false sends the
+// page to MySQL. The caller's deletion ranges are r.hv; when Redis did not
+// know them, those reaching above hiddenLo are read from MySQL, only once
+// the hot cache is known to cover the page.
 func (s *Service) fromCache(ctx context.Context, db *sql.DB, p httpapi.Principal, keys routing.Keys, topic string, r pageReads,
 	bound, from, stop int64, o Order, limit int, hiddenLo int64) ([]message.Message, bool) {
 	c, hidden := r.c, r.hv.ranges
