@@ -1,6 +1,7 @@
 package query
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -55,12 +56,7 @@ func (h Hidden) Merged() Hidden {
 			out = append(out, r)
 		}
 	}
-	slices.SortFunc(out, func(a, b [2]int64) int {
-		if a[0] != b[0] {
-			return compareInt(a[0], b[0])
-		}
-		return compareInt(a[1], b[1])
-	})
+	slices.SortFunc(out, func(a, b [2]int64) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) })
 	n := 0
 	for _, r := range out {
 		if n > 0 && r[0] <= out[n-1][1] {
@@ -71,16 +67,6 @@ func (h Hidden) Merged() Hidden {
 		n++
 	}
 	return out[:n]
-}
-
-func compareInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // EncodeHidden is the cache form of merged ranges: "low-hi,low-hi"; the
