@@ -168,6 +168,9 @@ func TestDeletionsCacheFallbacks(t *testing.T) {
 	if v, _ := hiddenEntry(t, env, "delfb", rpMember); v != "*" {
 		t.Fatalf("entry of a caller with many ranges: %q", v)
 	}
+	if rpMetric(t, env, "imshard_query_hidden_cache_total", "result=miss") != 1 || rpMetric(t, env, "imshard_query_hidden_cache_total", "result=many") < 1 {
+		t.Fatal("a miss, then entries of too many ranges, are counted")
+	}
 	keys, _ := routing.KeysFor(env.Tenant)
 	rdb := env.App.Redis()
 	ctx := context.Background()
@@ -227,7 +230,11 @@ func TestDeletionsSurviveLostRedis(t *testing.T) {
 	if _, ok := hiddenEntry(t, env, "dellost", rpMember); ok {
 		t.Fatal("the tenant's keys were not dropped")
 	}
+	hits := rpMetric(t, env, "imshard_query_hidden_cache_total", "result=hit")
 	check("Redis lost")
+	if rpMetric(t, env, "imshard_query_hidden_cache_total", "result=hit") <= hits {
+		t.Fatal("pages after the refill are not counted as hits")
+	}
 	if v, ok := hiddenEntry(t, env, "dellost", rpMember); !ok || v != "5-25,50-51" {
 		t.Fatalf("ranges not cached again from MySQL: %q %v", v, ok)
 	}

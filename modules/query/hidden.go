@@ -132,16 +132,20 @@ func (s *Service) hiddenResolve(ctx context.Context, db *sql.DB, keys routing.Ke
 	cached, err := res[0].ToString()
 	switch {
 	case err == nil && cached == hiddenMany:
+		s.m.hidden.WithLabelValues("many").Inc()
 		return hiddenView{}, nil
 	case err == nil:
 		if h, err := DecodeHidden(cached); err == nil {
+			s.m.hidden.WithLabelValues("hit").Inc()
 			return hiddenView{ranges: h, known: true}, nil
 		}
 		s.p.Log.Warn().Str("topic", topic).Str("entry", cached).Msg("malformed cached deletion ranges; reading MySQL")
 	case !rueidis.IsRedisNil(err):
+		s.m.hidden.WithLabelValues("error").Inc()
 		s.p.Log.Warn().Err(err).Str("topic", topic).Msg("deletion-range cache unavailable; MySQL filters")
 		return hiddenView{}, nil
 	}
+	s.m.hidden.WithLabelValues("miss").Inc()
 	version, verr := res[1].ToString()
 	if rueidis.IsRedisNil(verr) {
 		version, verr = "", nil

@@ -19,6 +19,7 @@ type metrics struct {
 	latency *prometheus.HistogramVec
 	wide    prometheus.Counter
 	hot     *prometheus.CounterVec
+	hidden  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -41,8 +42,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "imshard_query_hot_cache_total",
 			Help: "List pages the hot cache could answer (hit) or not (miss: MySQL answered).",
 		}, []string{"result"}),
+		hidden: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "imshard_query_hidden_cache_total",
+			Help: "Lookups of a caller's deletion ranges: hit, miss (read from MySQL), many (too many to cache: MySQL filters), error (Redis failed: MySQL filters).",
+		}, []string{"result"}),
 	}
-	reg.MustRegister(m.tables, m.latency, m.wide, m.hot)
+	reg.MustRegister(m.tables, m.latency, m.wide, m.hot, m.hidden)
 	return m
 }
 
