@@ -94,27 +94,41 @@ func (s *Service) hotReread(ctx context.Context, keys routing.Keys, topic string
 
 // pageReads is what a list page learns from Redis in one round trip: the
 // caller's membership, the hot cache next to the cursor and the caller's
-// deletion ranges.
+// deletion ranges, and on request the route's reads and the settled
+// watermark.
 type pageReads struct {
-	c     Cached
-	last  int64
-	herr  error // the hot-cache read failed: MySQL answers
-	hv    hiddenView
-	route []rueidis.RedisResult // the route's reads, when prefetched (routing.Router.RouteCmds)
+	c       Cached
+	last    int64
+	herr    error // the hot-cache read failed: MySQL answers
+	hv      hiddenView
+	route   []rueidis.RedisResult // the route's reads, when prefetched (routing.Router.RouteCmds)
+	settled int64                 // the settled watermark, when asked for
+}
+
+// pageAlso asks readPage for more in the same round trip: the route, for a
+// page likely to need MySQL (a cursor into history); the settled
+// watermark, for a since page.
+type pageAlso struct {
+	route, settled bool
 }
 
 // readPage makes the Redis reads of a list page as one pipeline and fails
 // unless the caller may read the topic; nothing read is used before that.
-// withRoute adds the route's reads, for a page likely to need MySQL (a
-// cursor into history): it then costs no round trip of its own.
 func (s *Service) readPage(ctx context.Context, p httpapi.Principal, keys routing.Keys, db *sql.DB, topic string,
-	o Order, bound int64, n int, withRoute bool) (pageReads, error) {
+	o Order, bound int64, n int, also pageAlso) (pageReads, error) {
 	rdb := s.p.Redis
-	cmds := s.hotCmds(keys, topic, o, bound, n)
+	var cmds []rueidis.Completed
+	if also.settled {
+		// before the hot cache's gaps: a gap recorded after this read is
+		// of a seq still pending here, above the watermark
+		cmds = s.p.Flight.SettledCmds(keys, topic)
+	}
+	ns := len(cmds)
+	cmds = append(cmds, s.hotCmds(keys, topic, o, bound, n)...)
 	nh := len(cmds)
 	cmds = append(cmds, s.hiddenCmds(keys, topic, p.UserID)...)
 	nd := len(cmds)
-	if withRoute {
+	if also.route {
 		cmds = append(cmds, s.p.Router.RouteCmds(keys, topic)...)
 	}
 	na := len(cmds)
@@ -128,11 +142,17 @@ func (s *Service) readPage(ctx context.Context, p httpapi.Principal, keys routin
 			return pageReads{}, err
 		}
 	}
-	r := pageReads{route: res[nd:na]}
-	if !withRoute {
-		r.route = nil
+	var r pageReads
+	if also.settled {
+		var err error
+		if r.settled, err = s.p.Flight.SettledResolve(ctx, p.Tenant, topic, res[:ns]); err != nil {
+			return pageReads{}, httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
+		}
 	}
-	r.c, r.last, r.herr = hotResolve(res[:nh], o, bound, n)
+	if also.route {
+		r.route = res[nd:na]
+	}
+	r.c, r.last, r.herr = hotResolve(res[ns:nh], o, bound, n)
 	var err error
 	r.hv, err = s.hiddenResolve(ctx, db, keys, topic, p.UserID, res[nh:nd])
 	return r, err

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"math"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -120,7 +119,7 @@ func (s *Service) Before(ctx context.Context, p httpapi.Principal, topic string,
 		return BeforePage{}, err
 	}
 	// a latest page is the hot cache's; a cursor into history likely MySQL's
-	r, err := s.readPage(ctx, p, keys, db, topic, Desc, before, limit+1+hotSlack, before < math.MaxInt64)
+	r, err := s.readPage(ctx, p, keys, db, topic, Desc, before, limit+1+hotSlack, pageAlso{route: before < math.MaxInt64})
 	if err != nil {
 		return BeforePage{}, err
 	}
@@ -150,28 +149,6 @@ func (s *Service) open(ctx context.Context, p httpapi.Principal, topic string) (
 	return keys, db, err
 }
 
-// together runs independent reads at once and returns the first error,
-// in order; the first runs on the caller's goroutine.
-func together(fns ...func() error) error {
-	errs := make([]error, len(fns))
-	var wg sync.WaitGroup
-	for i, fn := range fns[1:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i+1] = fn()
-		}()
-	}
-	errs[0] = fns[0]()
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Since is the page of up to limit visible messages with seq > since,
 // oldest first, never above the topic's settled watermark (invariant 12):
 // a seq still in flight below a persisted one stops the page, so it cannot
@@ -182,23 +159,11 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 	if err != nil {
 		return SincePage{}, err
 	}
-	var r pageReads
-	var settled int64
-	if err := together(
-		func() (err error) {
-			r, err = s.readPage(ctx, p, keys, db, topic, Asc, since, limit+1+hotSlack, false)
-			return err
-		},
-		func() error {
-			var err error
-			if settled, err = s.p.Flight.Settled(ctx, p.Tenant, topic); err != nil {
-				return httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
-			}
-			return nil
-		},
-	); err != nil {
+	r, err := s.readPage(ctx, p, keys, db, topic, Asc, since, limit+1+hotSlack, pageAlso{settled: true})
+	if err != nil {
 		return SincePage{}, err
 	}
+	settled := r.settled
 	var page []message.Message
 	ok, tables := false, 0
 	if settled > since {

@@ -20,7 +20,12 @@ func NewClock(rdb rueidis.Client) Clock { return Clock{rdb: rdb} }
 
 // Now is the Redis server's time.
 func (c Clock) Now(ctx context.Context) (time.Time, error) {
-	vals, err := c.rdb.Do(ctx, c.rdb.B().Time().Build()).AsStrSlice()
+	return timeOf(c.rdb.Do(ctx, c.rdb.B().Time().Build()))
+}
+
+// timeOf reads the answer of a TIME command.
+func timeOf(res rueidis.RedisResult) (time.Time, error) {
+	vals, err := res.AsStrSlice()
 	if err != nil {
 		return time.Time{}, fmt.Errorf("redis TIME: %w", err)
 	}

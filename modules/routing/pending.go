@@ -120,6 +120,44 @@ func (f *Flight) Gaps(ctx context.Context, tenant, topic string, lo, hi int64) (
 	return out, nil
 }
 
+// settledBatch is how many pending seqs one pass of Settled reads.
+const settledBatch = 100
+
+// SettledCmds are the reads of Settled's first pass (Redis time, the
+// oldest pending seqs), for a caller that pipelines them with its own;
+// SettledResolve finishes Settled from their results.
+func (f *Flight) SettledCmds(keys Keys, topic string) []rueidis.Completed {
+	return []rueidis.Completed{
+		f.rdb.B().Time().Build(),
+		f.rdb.B().Zrange().Key(keys.Pending(topic)).Min("0").Max(strconv.Itoa(settledBatch - 1)).Build(),
+	}
+}
+
+// SettledResolve is Settled from the results of SettledCmds. When the
+// oldest pending seq is still within the produce timeout — the usual case —
+// the answer is in them; otherwise (seqs to record as gaps, foreign
+// members) Settled runs in full.
+func (f *Flight) SettledResolve(ctx context.Context, tenant, topic string, res []rueidis.RedisResult) (int64, error) {
+	now, err := timeOf(res[0])
+	if err != nil {
+		return 0, err
+	}
+	members, err := res[1].AsStrSlice()
+	if err != nil {
+		return 0, fmt.Errorf("pending: read %s/%s: %w", tenant, topic, err)
+	}
+	if len(members) == 0 {
+		return Unsettled, nil
+	}
+	seqStr, at, _ := strings.Cut(members[0], ":")
+	seq, serr := strconv.ParseInt(seqStr, 10, 64)
+	ms, merr := strconv.ParseInt(at, 10, 64)
+	if serr == nil && (at == "a" || merr != nil || ms >= now.Add(-f.timeout).UnixMilli()) {
+		return seq - 1, nil
+	}
+	return f.Settled(ctx, tenant, topic)
+}
+
 // Settled is the topic's settled watermark: every seq at or below it is
 // persisted or a recorded gap, so a forward page may return up to it and no
 // further. Unacked seqs older than the produce timeout are recorded as gaps
@@ -134,11 +172,10 @@ func (f *Flight) Settled(ctx context.Context, tenant, topic string) (int64, erro
 		return 0, err
 	}
 	cutoff := now.Add(-f.timeout).UnixMilli()
-	const batch = 100
 	for {
 		// every pass either returns or removes the whole batch it read
 		members, err := f.rdb.Do(ctx, f.rdb.B().Zrange().Key(keys.Pending(topic)).Min("0").
-			Max(strconv.Itoa(batch-1)).Build()).AsStrSlice()
+			Max(strconv.Itoa(settledBatch-1)).Build()).AsStrSlice()
 		if err != nil {
 			return 0, fmt.Errorf("pending: read %s/%s: %w", tenant, topic, err)
 		}
