@@ -236,7 +236,13 @@ func rpWalkBefore(t testing.TB, env *harness.Env, user int64, topic string, limi
 // rpWalkSince pages the whole topic oldest first from since=0.
 func rpWalkSince(t testing.TB, env *harness.Env, user int64, topic string, limit int) []int64 {
 	t.Helper()
-	var all []int64
+	seqs, _ := rpWalkSinceGaps(t, env, user, topic, limit)
+	return seqs
+}
+
+// rpWalkSinceGaps is rpWalkSince that also gathers the gaps the pages report.
+func rpWalkSinceGaps(t testing.TB, env *harness.Env, user int64, topic string, limit int) (all, gaps []int64) {
+	t.Helper()
 	since := int64(0)
 	for pages := 0; ; pages++ {
 		if pages > 10000 {
@@ -244,6 +250,7 @@ func rpWalkSince(t testing.TB, env *harness.Env, user int64, topic string, limit
 		}
 		p := rpList(t, env, user, topic, url.Values{"since": {strconv.FormatInt(since, 10)}, "limit": {strconv.Itoa(limit)}})
 		all = append(all, p.seqs()...)
+		gaps = append(gaps, p.Gaps...)
 		if p.NextSince == nil {
 			t.Fatalf("since page without next_since: %+v", p)
 		}
@@ -251,14 +258,14 @@ func rpWalkSince(t testing.TB, env *harness.Env, user int64, topic string, limit
 			if *p.NextSince != since || p.HasMore {
 				t.Fatalf("empty since page must echo since %d: %+v", since, p)
 			}
-			return all
+			return all, gaps
 		}
 		if *p.NextSince != p.Messages[len(p.Messages)-1].Seq {
 			t.Fatalf("next_since %d is not the last seq of %v", *p.NextSince, p.seqs())
 		}
 		since = *p.NextSince
 		if !p.HasMore {
-			return all
+			return all, gaps
 		}
 	}
 }

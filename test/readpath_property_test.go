@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"fmt"
 	"encoding/json"
 	"math/rand/v2"
 	"slices"
@@ -21,6 +22,7 @@ import (
 type rpTopicModel struct {
 	topic   string
 	visible []int64 // ascending: persisted, not globally deleted, not hidden from rpMember
+	gaps    []int64 // ascending: the recorded gaps
 }
 
 // rpRandomTopic writes a topic of n allocated seqs over up to four months
@@ -52,7 +54,7 @@ func rpRandomTopic(t *testing.T, env *harness.Env, rng *rand.Rand, topic string,
 	for m, rows := range byMonth {
 		rpInsert(t, env, topic, m, rows...)
 	}
-	rpRandomHotCache(t, env, rng, topic, n, status)
+	gaps := rpRandomHotCache(t, env, rng, topic, n, status)
 	var hidden [][2]int64
 	for range rng.IntN(4) {
 		lo := 1 + rng.Int64N(n)
@@ -60,7 +62,7 @@ func rpRandomTopic(t *testing.T, env *harness.Env, rng *rand.Rand, topic string,
 		hidden = append(hidden, [2]int64{lo, hi})
 		rpHide(t, env, topic, rpMember, lo, hi)
 	}
-	model := rpTopicModel{topic: topic}
+	model := rpTopicModel{topic: topic, gaps: gaps}
 	for s := int64(1); s <= n; s++ {
 		st, ok := status[s]
 		if !ok || st == "deleted" || slices.ContainsFunc(hidden, func(r [2]int64) bool { return s >= r[0] && s < r[1] }) {
@@ -76,7 +78,7 @@ func rpRandomTopic(t *testing.T, env *harness.Env, rng *rand.Rand, topic string,
 // seqs, with holes), records some of the never-persisted seqs as gaps and
 // sets the topic's last seq: pages the cache provably covers come from
 // Redis, the others from MySQL — the results must not differ.
-func rpRandomHotCache(t *testing.T, env *harness.Env, rng *rand.Rand, topic string, n int64, status map[int64]string) {
+func rpRandomHotCache(t *testing.T, env *harness.Env, rng *rand.Rand, topic string, n int64, status map[int64]string) (gaps []int64) {
 	t.Helper()
 	ctx := context.Background()
 	keys, _ := routing.KeysFor(env.Tenant)
@@ -86,6 +88,7 @@ func rpRandomHotCache(t *testing.T, env *harness.Env, rng *rand.Rand, topic stri
 		st, persisted := status[s]
 		switch {
 		case !persisted && rng.IntN(2) == 0:
+			gaps = append(gaps, s)
 			cmds = append(cmds, rdb.B().Zadd().Key(keys.Gaps(topic)).ScoreMember().ScoreMember(float64(s), strconv.FormatInt(s, 10)).Build())
 		case persisted && rng.IntN(10) > 0:
 			m := message.Message{Topic: topic, Seq: s, MessageID: message.ID(s), Status: st, MsgType: "text", Version: 1,
@@ -99,11 +102,16 @@ func rpRandomHotCache(t *testing.T, env *harness.Env, rng *rand.Rand, topic stri
 			t.Fatal(err)
 		}
 	}
+	return gaps
 }
 
 func (m rpTopicModel) check(t *testing.T, env *harness.Env, rng *rand.Rand, stage string) {
 	t.Helper()
-	rpExpectWalks(t, env, m.topic+": "+stage, rpMember, m.topic, 1+rng.IntN(60), m.visible)
+	limit := 1 + rng.IntN(60)
+	rpExpectWalks(t, env, m.topic+": "+stage, rpMember, m.topic, limit, m.visible)
+	// the since pages report every recorded gap once, in order
+	_, gaps := rpWalkSinceGaps(t, env, rpMember, m.topic, limit)
+	rpExpect(t, fmt.Sprintf("%s: %s gaps of the since walk, limit %d", m.topic, stage, limit), gaps, m.gaps)
 }
 
 // TestReadPathPropertyPagingMatchesPersisted: for random topics, paging the

@@ -1,6 +1,7 @@
 package query
 
 import (
+	"slices"
 	"sort"
 	"unsafe"
 
@@ -143,6 +144,18 @@ func (c Cached) msg(seq int64) (message.Message, bool) {
 		found, ok = m, true
 	}
 	return found, ok
+}
+
+// GapsIn lists the recorded gaps read within [lo, hi], ascending.
+func (c Cached) GapsIn(lo, hi int64) []int64 {
+	var out []int64
+	for g := range c.Gaps {
+		if g >= lo && g <= hi {
+			out = append(out, g)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // bytesOf views a member as bytes without copying it: Peek and DecodeJSON

@@ -183,7 +183,13 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 		hi = next
 	}
 	var gaps []int64
-	if hi > since {
+	switch {
+	case hi <= since:
+	case r.herr == nil && hi <= r.c.Hi:
+		// the page's round trip read every gap up to hi, after the
+		// watermark: a seq settled by then that became a gap was one already
+		gaps = r.c.GapsIn(since+1, hi)
+	default:
 		if gaps, err = s.p.Flight.Gaps(ctx, p.Tenant, topic, since+1, hi); err != nil {
 			return SincePage{}, err
 		}
