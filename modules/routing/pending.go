@@ -149,13 +149,24 @@ func (f *Flight) SettledResolve(ctx context.Context, tenant, topic string, res [
 	if len(members) == 0 {
 		return Unsettled, nil
 	}
-	seqStr, at, _ := strings.Cut(members[0], ":")
-	seq, serr := strconv.ParseInt(seqStr, 10, 64)
-	ms, merr := strconv.ParseInt(at, 10, 64)
-	if serr == nil && (at == "a" || merr != nil || ms >= now.Add(-f.timeout).UnixMilli()) {
+	if seq, ours, flying := pendingMember(members[0], now.Add(-f.timeout).UnixMilli()); ours && flying {
 		return seq - 1, nil
 	}
 	return f.Settled(ctx, tenant, topic)
+}
+
+// pendingMember reads a member of a pending set, "seq:allocated_ms" or
+// "seq:a" once acknowledged: ours false for a member that is not one;
+// flying whether it still counts as in flight at cutoff (acknowledged,
+// allocated at or after cutoff, or a time it cannot read).
+func pendingMember(m string, cutoff int64) (seq int64, ours, flying bool) {
+	seqStr, at, _ := strings.Cut(m, ":")
+	seq, err := strconv.ParseInt(seqStr, 10, 64)
+	if err != nil {
+		return 0, false, false
+	}
+	ms, err := strconv.ParseInt(at, 10, 64)
+	return seq, true, at == "a" || err != nil || ms >= cutoff
 }
 
 // Settled is the topic's settled watermark: every seq at or below it is
@@ -183,17 +194,15 @@ func (f *Flight) Settled(ctx context.Context, tenant, topic string) (int64, erro
 			return Unsettled, nil
 		}
 		for _, m := range members {
-			seqStr, at, _ := strings.Cut(m, ":")
-			seq, err := strconv.ParseInt(seqStr, 10, 64)
-			if err != nil {
+			seq, ours, flying := pendingMember(m, cutoff)
+			if !ours {
 				// not ours; drop it rather than stall every reader on it
 				if err := f.rdb.Do(ctx, f.rdb.B().Zrem().Key(keys.Pending(topic)).Member(m).Build()).Error(); err != nil {
 					return 0, err
 				}
 				continue
 			}
-			ms, err := strconv.ParseInt(at, 10, 64)
-			if at == "a" || err != nil || ms >= cutoff {
+			if flying {
 				return seq - 1, nil
 			}
 			if err := f.RecordGap(ctx, tenant, topic, seq); err != nil {
