@@ -57,7 +57,7 @@ func newBenchQueryCmd(g *globals) *cobra.Command {
 	c.Flags().StringVar(&o.tenant, "tenant", "bench_query", "the benchmark's own tenant (its database is dropped afterwards)")
 	c.Flags().BoolVar(&o.keep, "keep", false, "keep the fixture for the next run (a complete kept fixture is always reused)")
 	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
-	c.Flags().StringSliceVar(&o.only, "only", nil, "run only the runs whose name contains one of these (e.g. --only='hot cache,raw SQL')")
+	c.Flags().StringArrayVar(&o.only, "only", nil, "run only the runs whose name contains this (repeatable; run names hold commas, so none are split: --only='service page, hot cache' --only='raw SQL')")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		if o.concurrency < 1 || o.topics < 1 || o.topics > 1024 || o.rows < 1 || o.duration <= 0 || o.months < 2 || o.months > 120 {
 			return usagef("--concurrency, --rows and --duration must be positive, --topics 1..1024, --months 2..120")
