@@ -110,10 +110,13 @@ type Send struct {
 	MaxClockBackward time.Duration `mapstructure:"max_clock_backward"`
 }
 
-// HotCache is the Redis cache of recent messages per topic.
+// HotCache is the Redis cache of recent messages per topic, and each
+// query process's copy of the newest stretch of the topics it reads.
 type HotCache struct {
 	TTL         time.Duration `mapstructure:"ttl"`
 	MaxPerTopic int           `mapstructure:"max_per_topic"`
+	LocalTopics int           `mapstructure:"local_topics"`
+	LocalMaxAge time.Duration `mapstructure:"local_max_age"`
 }
 
 // Persist is the Kafka → MySQL writer.
@@ -182,7 +185,7 @@ func Default() Config {
 			ACLCacheTTL:      5 * time.Minute,
 			MaxClockBackward: 5 * time.Second,
 		},
-		HotCache: HotCache{TTL: 24 * time.Hour, MaxPerTopic: 1000},
+		HotCache: HotCache{TTL: 24 * time.Hour, MaxPerTopic: 1000, LocalTopics: 1024, LocalMaxAge: 10 * time.Second},
 		Persist: Persist{
 			BatchSize:       500,
 			BatchLinger:     20 * time.Millisecond,

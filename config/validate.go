@@ -109,6 +109,8 @@ func (c *Config) Validate(roles ...string) error {
 	if need["hot_cache"] {
 		p.durAtLeast("hot_cache.ttl", c.HotCache.TTL, 0)
 		p.intRange("hot_cache.max_per_topic", int64(c.HotCache.MaxPerTopic), 0, 1<<31-1)
+		p.intRange("hot_cache.local_topics", int64(c.HotCache.LocalTopics), 0, 1<<20)
+		p.durAtLeast("hot_cache.local_max_age", c.HotCache.LocalMaxAge, 0)
 	}
 	if need["persist"] {
 		ps := c.Persist

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -25,14 +26,20 @@ const (
 
 // hotCmds read the topic's last issued seq and the cached messages and
 // recorded gaps next to bound, in order o (exclusive of bound), at most n
-// of each; hotResolve reads their results.
-func (s *Service) hotCmds(keys routing.Keys, topic string, o Order, bound int64, n int) []rueidis.Completed {
+// of each; newest first they stop above floor when it is positive (a
+// read of what lies above a process's copy). hotResolve reads their
+// results.
+func (s *Service) hotCmds(keys routing.Keys, topic string, o Order, bound, floor int64, n int) []rueidis.Completed {
 	rdb := s.p.Redis
 	b := "(" + strconv.FormatInt(bound, 10)
 	var hot, gaps rueidis.Completed
 	if o == Desc {
-		hot = rdb.B().Zrevrangebyscore().Key(keys.HotMessages(topic)).Max(b).Min("-inf").Withscores().Limit(0, int64(n)).Build()
-		gaps = rdb.B().Zrevrangebyscore().Key(keys.Gaps(topic)).Max(b).Min("-inf").Withscores().Limit(0, int64(n)).Build()
+		f := "-inf"
+		if floor > 0 {
+			f = "(" + strconv.FormatInt(floor, 10)
+		}
+		hot = rdb.B().Zrevrangebyscore().Key(keys.HotMessages(topic)).Max(b).Min(f).Withscores().Limit(0, int64(n)).Build()
+		gaps = rdb.B().Zrevrangebyscore().Key(keys.Gaps(topic)).Max(b).Min(f).Withscores().Limit(0, int64(n)).Build()
 	} else {
 		hot = rdb.B().Zrangebyscore().Key(keys.HotMessages(topic)).Min(b).Max("+inf").Withscores().Limit(0, int64(n)).Build()
 		gaps = rdb.B().Zrangebyscore().Key(keys.Gaps(topic)).Min(b).Max("+inf").Withscores().Limit(0, int64(n)).Build()
@@ -43,7 +50,7 @@ func (s *Service) hotCmds(keys routing.Keys, topic string, o Order, bound int64,
 // hotResolve is the cache read of hotCmds' results and the topic's last
 // issued seq. The returned bounds are where the read was complete: a ZSET
 // that returned n entries may hold more beyond the last.
-func hotResolve(res []rueidis.RedisResult, o Order, bound int64, n int) (Cached, int64, error) {
+func hotResolve(res []rueidis.RedisResult, o Order, bound, floor int64, n int) (Cached, int64, error) {
 	last, err := res[0].AsInt64()
 	if rueidis.IsRedisNil(err) {
 		last, err = 0, nil // counter lost: nothing can be proven from the cache
@@ -61,7 +68,7 @@ func hotResolve(res []rueidis.RedisResult, o Order, bound int64, n int) (Cached,
 	}
 	c := Cached{Members: hz, Gaps: make(map[int64]bool, len(gz)), Lo: 1, Hi: math.MaxInt64}
 	if o == Desc {
-		c.Hi = bound - 1
+		c.Lo, c.Hi = max(1, floor+1), bound-1
 	} else {
 		c.Lo = bound + 1
 	}
@@ -88,16 +95,17 @@ func hotResolve(res []rueidis.RedisResult, o Order, bound int64, n int) (Cached,
 
 // hotReread reads the cache next to bound again, n members this time.
 func (s *Service) hotReread(ctx context.Context, keys routing.Keys, topic string, o Order, bound int64, n int) (Cached, error) {
-	c, _, err := hotResolve(s.p.Redis.DoMulti(ctx, s.hotCmds(keys, topic, o, bound, n)...), o, bound, n)
+	c, _, err := hotResolve(s.p.Redis.DoMulti(ctx, s.hotCmds(keys, topic, o, bound, 0, n)...), o, bound, 0, n)
 	return c, err
 }
 
 // pageReads is what a list page learns from Redis in one round trip: the
-// caller's membership, the hot cache next to the cursor and the caller's
-// deletion ranges, and on request the route's reads and the settled
-// watermark.
+// caller's membership, the hot cache next to the cursor (over this
+// process's copy of the newest stretch, when that serves the page) and
+// the caller's deletion ranges, and on request the route's reads and the
+// settled watermark.
 type pageReads struct {
-	c       Cached
+	v       hotView
 	last    int64
 	herr    error // the hot-cache read failed: MySQL answers
 	hv      hiddenView
@@ -114,9 +122,23 @@ type pageAlso struct {
 
 // readPage makes the Redis reads of a list page as one pipeline and fails
 // unless the caller may read the topic; nothing read is used before that.
+// When this process holds a copy of the topic's newest stretch that can
+// serve the page, only what lies above the copy is read.
 func (s *Service) readPage(ctx context.Context, p httpapi.Principal, keys routing.Keys, db *sql.DB, topic string,
 	o Order, bound int64, n int, also pageAlso) (pageReads, error) {
 	rdb := s.p.Redis
+	base := s.recent.get(topicKey{p.Tenant, topic}, time.Now())
+	if base != nil && !base.usable(o, bound, n) {
+		base = nil
+	}
+	hb, floor := bound, int64(0)
+	if base != nil {
+		if o == Desc {
+			floor = base.hi
+		} else {
+			hb = base.hi
+		}
+	}
 	var cmds []rueidis.Completed
 	if also.settled {
 		// before the hot cache's gaps: a gap recorded after this read is
@@ -124,7 +146,7 @@ func (s *Service) readPage(ctx context.Context, p httpapi.Principal, keys routin
 		cmds = s.p.Flight.SettledCmds(keys, topic)
 	}
 	ns := len(cmds)
-	cmds = append(cmds, s.hotCmds(keys, topic, o, bound, n)...)
+	cmds = append(cmds, s.hotCmds(keys, topic, o, hb, floor, n)...)
 	nh := len(cmds)
 	cmds = append(cmds, s.hiddenCmds(keys, topic, p.UserID)...)
 	nd := len(cmds)
@@ -152,7 +174,8 @@ func (s *Service) readPage(ctx context.Context, p httpapi.Principal, keys routin
 	if also.route {
 		r.route = res[nd:na]
 	}
-	r.c, r.last, r.herr = hotResolve(res[ns:nh], o, bound, n)
+	r.v.top, r.last, r.herr = hotResolve(res[ns:nh], o, hb, floor, n)
+	r.v.base = base
 	var err error
 	r.hv, err = s.hiddenResolve(ctx, db, keys, topic, p.UserID, res[nh:nd])
 	return r, err

@@ -10,6 +10,14 @@ const (
 	sourceCross  = "cross_month"
 )
 
+// Results of pages read over this process's copy of a topic's newest
+// stretch (imshard_query_hot_local_total).
+const (
+	localHit      = "hit"      // the copy and the read above it answered
+	localFallback = "fallback" // they fell short: a full cache read followed
+	localReset    = "reset"    // the seq counter went below the copy: dropped
+)
+
 // WidePageTables is the most tables a page may touch before it counts as
 // wide (DESIGN invariant 7: counted and alerted).
 const WidePageTables = 3
@@ -20,9 +28,10 @@ type metrics struct {
 	wide    prometheus.Counter
 	hot     *prometheus.CounterVec
 	hidden  *prometheus.CounterVec
+	local   *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
 	m := &metrics{
 		tables: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "group_message_query_tables",
@@ -46,8 +55,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "imshard_query_hidden_cache_total",
 			Help: "Lookups of a caller's deletion ranges: hit, miss (read from MySQL), many (too many to cache: MySQL filters), error (Redis failed: MySQL filters).",
 		}, []string{"result"}),
+		local: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "imshard_query_hot_local_total",
+			Help: "List pages read over this process's copy of a topic's newest messages: hit (the copy and the Redis read above it answered), fallback (they fell short: a full hot-cache read followed), reset (the topic's seq counter went below the copy: dropped).",
+		}, []string{"result"}),
 	}
-	reg.MustRegister(m.tables, m.latency, m.wide, m.hot, m.hidden)
+	topics := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "imshard_query_hot_local_topics",
+		Help: "Topics whose newest messages this process holds a copy of (at most hot_cache.local_topics).",
+	}, func() float64 { return float64(held()) })
+	reg.MustRegister(m.tables, m.latency, m.wide, m.hot, m.hidden, m.local, topics)
 	return m
 }
 

@@ -175,29 +175,92 @@ func (c Cached) first(seq int64) int {
 	})
 }
 
-// Walk builds a page from the cache starting at seq from, stepping towards
-// stop (inclusive) in order o, with one row of lookahead. It
-// succeeds only if the cache provably covers every seq it passes: each is
-// cached or a recorded gap, within the bounds read. It ends early once the
-// page holds limit+1 visible rows. Deleted rows are skipped unless
-// keepDeleted, hidden ones always.
-func Walk(c Cached, from, stop int64, o Order, limit int, hidden Hidden, keepDeleted bool) ([]message.Message, bool) {
+// hotView is what a page walks: the hot-cache read of its request (top),
+// over this process's copy of the topic's newest stretch when one was
+// used (base): seqs up to base.hi are the copy's, higher ones the read's.
+type hotView struct {
+	top  Cached
+	base *recent
+}
+
+// lo is the lowest seq the view covers.
+func (v hotView) lo() int64 {
+	if v.base != nil {
+		return v.base.lo
+	}
+	return v.top.Lo
+}
+
+// covers reports whether seq lies within what the view read completely.
+func (v hotView) covers(seq int64) bool {
+	if v.base != nil && seq <= v.base.hi {
+		return seq >= v.base.lo
+	}
+	return seq >= v.top.Lo && seq <= v.top.Hi
+}
+
+func (v hotView) msg(seq int64) (message.Message, bool) {
+	if v.base != nil && seq <= v.base.hi {
+		return v.base.msg(seq)
+	}
+	return v.top.msg(seq)
+}
+
+func (v hotView) gap(seq int64) bool {
+	if v.base != nil && seq <= v.base.hi {
+		return v.base.gap(seq)
+	}
+	return v.top.Gaps[seq]
+}
+
+// gapsIn lists the recorded gaps within [lo, hi], ascending, and whether
+// the view covers all of [lo, hi] (else the list proves nothing).
+func (v hotView) gapsIn(lo, hi int64) ([]int64, bool) {
+	if !v.covers(lo) || !v.covers(hi) {
+		return nil, false
+	}
+	var out []int64
+	if v.base != nil && lo <= v.base.hi {
+		i, _ := slices.BinarySearch(v.base.gaps, lo)
+		for _, g := range v.base.gaps[i:] {
+			if g > hi {
+				break
+			}
+			out = append(out, g)
+		}
+		if lo = v.base.hi + 1; lo > hi {
+			return out, true
+		}
+		if !v.covers(lo) {
+			return nil, false // the read above the copy left a hole
+		}
+	}
+	return append(out, v.top.GapsIn(lo, hi)...), true
+}
+
+// walk builds a page from the view starting at seq from, stepping towards
+// stop (inclusive) in order o, with one row of lookahead. It succeeds only
+// if the view provably covers every seq it passes: each is cached or a
+// recorded gap, within the bounds read; on failure miss is the first seq
+// it could not prove. It ends early once the page holds limit+1 visible
+// rows. Deleted rows are skipped unless keepDeleted, hidden ones always.
+func walk(v hotView, from, stop int64, o Order, limit int, hidden Hidden, keepDeleted bool) (page []message.Message, ok bool, miss int64) {
 	step := int64(1)
 	if o == Desc {
 		step = -1
 	}
-	page := make([]message.Message, 0, limit+1)
+	page = make([]message.Message, 0, limit+1)
 	for s := from; ; s += step {
 		if first(stop, s, o) {
-			return page, true
+			return page, true, 0
 		}
-		if s < c.Lo || s > c.Hi {
-			return nil, false
+		if !v.covers(s) {
+			return nil, false, s
 		}
-		m, ok := c.msg(s)
+		m, ok := v.msg(s)
 		if !ok {
-			if !c.Gaps[s] {
-				return nil, false
+			if !v.gap(s) {
+				return nil, false, s
 			}
 			continue
 		}
@@ -206,7 +269,7 @@ func Walk(c Cached, from, stop int64, o Order, limit int, hidden Hidden, keepDel
 		}
 		page = append(page, m.Normalized())
 		if len(page) > limit {
-			return page, true
+			return page, true, 0
 		}
 	}
 }

@@ -41,20 +41,26 @@ type Params struct {
 	ACL        ACL
 	Scripts    *routing.Scripts
 	HiddenTTL  time.Duration // how long a caller's cached deletion ranges live (default 5m)
+	// LocalTopics is how many topics' newest messages the process keeps a
+	// copy of (recent), read for LocalMaxAge at most; either 0 keeps none.
+	LocalTopics int
+	LocalMaxAge time.Duration
 	Log        zerolog.Logger
 	Registerer prometheus.Registerer
 }
 
 // Service answers reads.
 type Service struct {
-	p  Params
-	m  *metrics
-	st *store
+	p      Params
+	m      *metrics
+	st     *store
+	recent *recents
 }
 
 // New builds the service; Close releases its prepared statements.
 func New(p Params) *Service {
-	return &Service{p: p, m: newMetrics(p.Registerer), st: newStore()}
+	rc := newRecents(p.LocalTopics, p.LocalMaxAge)
+	return &Service{p: p, m: newMetrics(p.Registerer, rc.topics), st: newStore(), recent: rc}
 }
 
 // Close releases the prepared statements.
@@ -123,7 +129,7 @@ func (s *Service) Before(ctx context.Context, p httpapi.Principal, topic string,
 	if err != nil {
 		return BeforePage{}, err
 	}
-	page, ok := s.fromCache(ctx, db, p, keys, topic, r, before, min(before-1, r.last), 1, Desc, limit, r.c.Lo)
+	page, ok := s.fromCache(ctx, db, p, keys, topic, r, before, min(before-1, r.last), 1, Desc, limit, r.v.lo())
 	tables := 0
 	if !ok {
 		q := listQuery{topic: topic, user: p.UserID, order: Desc, bound: before, limit: limit + 1, hidNothing: r.hv.none()}
@@ -183,15 +189,19 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 		hi = next
 	}
 	var gaps []int64
-	switch {
-	case hi <= since:
-	case r.herr == nil && hi <= r.c.Hi:
+	if hi > since {
 		// the page's round trip read every gap up to hi, after the
-		// watermark: a seq settled by then that became a gap was one already
-		gaps = r.c.GapsIn(since+1, hi)
-	default:
-		if gaps, err = s.p.Flight.Gaps(ctx, p.Tenant, topic, since+1, hi); err != nil {
-			return SincePage{}, err
+		// watermark (a seq settled by then that became a gap was one
+		// already), or this process's copy below it holds them: gaps are
+		// never taken back
+		read := false
+		if r.herr == nil {
+			gaps, read = r.v.gapsIn(since+1, hi)
+		}
+		if !read {
+			if gaps, err = s.p.Flight.Gaps(ctx, p.Tenant, topic, since+1, hi); err != nil {
+				return SincePage{}, err
+			}
 		}
 	}
 	return SincePage{Messages: nonNil(page), NextSince: next, HasMore: more, Gaps: nonNilSeqs(gaps)}, nil
@@ -261,15 +271,17 @@ func (s *Service) repairIfFallback(ctx context.Context, tenant, topic string, tr
 	}
 }
 
-// fromCache answers a page from the hot cache read r.c (next to bound)
+// fromCache answers a page from the hot cache read r.v (next to bound)
 // when it provably covers every seq from `from` to `stop` the page walks
 // (seed 000 §6.1: Redis answers only a complete page); ok false sends the
 // page to MySQL. The caller's deletion ranges are r.hv; when Redis did not
 // know them, those reaching above hiddenLo are read from MySQL, only once
-// the hot cache is known to cover the page.
+// the hot cache is known to cover the page. A latest page keeps what it
+// proved as this process's copy of the topic's newest stretch, and a page
+// read over a copy extends it.
 func (s *Service) fromCache(ctx context.Context, db *sql.DB, p httpapi.Principal, keys routing.Keys, topic string, r pageReads,
 	bound, from, stop int64, o Order, limit int, hiddenLo int64) ([]message.Message, bool) {
-	c, hidden := r.c, r.hv.ranges
+	v, hidden := r.v, r.hv.ranges
 	if r.herr != nil {
 		s.p.Log.Warn().Err(r.herr).Str("topic", topic).Msg("hot cache read failed; reading MySQL")
 		return nil, false
@@ -277,8 +289,21 @@ func (s *Service) fromCache(ctx context.Context, db *sql.DB, p httpapi.Principal
 	if r.last == 0 {
 		return s.hotMiss()
 	}
+	k := topicKey{p.Tenant, topic}
+	latest := o == Desc && bound == math.MaxInt64
+	now := time.Now()
+	if v.base != nil && v.base.hi > r.last {
+		// the seq counter is below the copy: the copy is of a past the
+		// topic no longer has, and the read above it proves nothing
+		s.recent.drop(k)
+		s.m.local.WithLabelValues(localReset).Inc()
+		return s.hotMiss()
+	}
+	if v.base == nil && latest {
+		v.base = newRecent(v.top, r.last, now)
+	}
 	if !r.hv.known {
-		if _, ok := Walk(c, from, stop, o, limit, nil, false); !ok && !c.Full {
+		if _, ok, miss := walk(v, from, stop, o, limit, nil, false); !ok && v.covers(miss) {
 			return s.hotMiss()
 		}
 		var err error
@@ -286,20 +311,50 @@ func (s *Service) fromCache(ctx context.Context, db *sql.DB, p httpapi.Principal
 			return nil, false
 		}
 	}
-	page, ok := Walk(c, from, stop, o, limit, hidden, false)
-	if !ok && c.Full && r.hv.known {
-		// the read ended before the page did (seqs it skips in the way):
-		// read further once (with ranges read from MySQL above hiddenLo
-		// only, MySQL answers instead)
-		if c, err := s.hotReread(ctx, keys, topic, o, bound, hotFurther*(limit+1+hotSlack)); err == nil {
-			page, ok = Walk(c, from, stop, o, limit, hidden, false)
+	page, ok, miss := walk(v, from, stop, o, limit, hidden, false)
+	if !ok && !v.covers(miss) && r.hv.known {
+		// the read (or the copy) ended before the page did (seqs it skips
+		// in the way): read further once (with ranges read from MySQL
+		// above hiddenLo only, MySQL answers instead)
+		if r.v.base != nil {
+			s.m.local.WithLabelValues(localFallback).Inc()
 		}
+		if c, err := s.hotReread(ctx, keys, topic, o, bound, hotFurther*(limit+1+hotSlack)); err == nil {
+			v = hotView{top: c}
+			if latest {
+				v.base = newRecent(c, r.last, now)
+			}
+			page, ok, _ = walk(v, from, stop, o, limit, hidden, false)
+		}
+	} else if ok && r.v.base != nil {
+		s.m.local.WithLabelValues(localHit).Inc()
 	}
+	s.keepRecent(k, v, r.v.base, latest, r.last, now)
 	if !ok {
 		return s.hotMiss()
 	}
 	s.m.hot.WithLabelValues("hit").Inc()
 	return page, true
+}
+
+// keepRecent keeps what a page's view proved of the topic's newest
+// stretch: its copy extended by the read above it, or — for a latest page
+// whose copy could not reach the topic's last seq that way (the read above
+// it was cut short) — the stretch below the last seq. held is the copy the
+// page was read over (nil if none): kept as it is, it is not stored again.
+func (s *Service) keepRecent(k topicKey, v hotView, held *recent, latest bool, last int64, now time.Time) {
+	if v.base == nil {
+		return
+	}
+	kept := v.base.extend(v.top)
+	if latest && kept.hi < last {
+		if r := newRecent(v.top, last, now); r != nil {
+			kept = r
+		}
+	}
+	if kept != held {
+		s.recent.put(k, kept, now)
+	}
 }
 
 func (s *Service) hotMiss() ([]message.Message, bool) {

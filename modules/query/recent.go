@@ -1,0 +1,232 @@
+package query
+
+import (
+	"hash/maphash"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/imshard/imshard/modules/message"
+)
+
+// recentKeep is the most seqs a process's copy of a topic's newest stretch
+// holds (a page of 100 with its lookahead and slack fits); the oldest go
+// first as the stretch grows.
+const recentKeep = 128
+
+// recent is this process's copy of the newest stretch of a topic's hot
+// cache: the messages (decoded once) and recorded gaps of a seq range
+// [lo, hi] that a cache read proved complete, every seq in it a message or
+// a gap. It is immutable once built and shared by the readers of the
+// topic, who read from Redis only what lies above hi (the delta): a
+// message is never changed once cached and a gap only ever gains its late
+// message, so what the copy knows stays true. That late message — a send
+// acknowledged after its seq timed out into a gap, logged as an error by
+// send — is what a copy can miss, for at most the hot_cache.local_max_age
+// it lives before a full read replaces it.
+type recent struct {
+	seqs []int64           // ascending, the seqs of msgs
+	msgs []message.Message // normalized, one per seq
+	gaps []int64           // ascending
+	lo   int64
+	hi   int64
+	at   time.Time // of the full read it began with; extensions keep it
+}
+
+// newRecent decodes the stretch of c that a page walking down from top
+// passes while every seq is proven (cached or a recorded gap), at most
+// recentKeep seqs; nil when top itself is not proven.
+func newRecent(c Cached, top int64, at time.Time) *recent {
+	r := &recent{hi: top, at: at}
+	s := top
+	for ; s > top-recentKeep && s >= c.Lo && s <= c.Hi; s-- {
+		if m, ok := c.msg(s); ok {
+			r.seqs = append(r.seqs, s)
+			r.msgs = append(r.msgs, m.Normalized())
+		} else if c.Gaps[s] {
+			r.gaps = append(r.gaps, s)
+		} else {
+			break
+		}
+	}
+	if s == top {
+		return nil
+	}
+	r.lo = s + 1
+	slices.Reverse(r.seqs)
+	slices.Reverse(r.msgs)
+	slices.Reverse(r.gaps)
+	return r
+}
+
+// extend is the copy grown by what c proves right above hi, keeping the
+// newest recentKeep seqs; r itself when c proves nothing there.
+func (r *recent) extend(c Cached) *recent {
+	var seqs, gaps []int64
+	var msgs []message.Message
+	s := r.hi + 1
+	for ; s >= c.Lo && s <= c.Hi; s++ {
+		if m, ok := c.msg(s); ok {
+			seqs = append(seqs, s)
+			msgs = append(msgs, m.Normalized())
+		} else if c.Gaps[s] {
+			gaps = append(gaps, s)
+		} else {
+			break
+		}
+	}
+	if s == r.hi+1 {
+		return r
+	}
+	out := &recent{hi: s - 1, at: r.at, lo: max(r.lo, s-recentKeep)}
+	keepFrom := func(seqs []int64) int { i, _ := slices.BinarySearch(seqs, out.lo); return i }
+	i := keepFrom(r.seqs)
+	out.seqs = append(slices.Clip(r.seqs[i:]), seqs...)
+	out.msgs = append(slices.Clip(r.msgs[i:]), msgs...)
+	out.gaps = append(slices.Clip(r.gaps[keepFrom(r.gaps):]), gaps...)
+	return out
+}
+
+// msg is the copy's message of seq.
+func (r *recent) msg(seq int64) (message.Message, bool) {
+	i, ok := slices.BinarySearch(r.seqs, seq)
+	if !ok {
+		return message.Message{}, false
+	}
+	return r.msgs[i], true
+}
+
+func (r *recent) gap(seq int64) bool {
+	_, ok := slices.BinarySearch(r.gaps, seq)
+	return ok
+}
+
+// usable reports whether a page read from bound in order o, n seqs deep,
+// is likely answered by the copy and a delta above it: a newest-first page
+// needs n seqs of the copy below its cursor (or the copy to reach seq 1),
+// an oldest-first page has to start inside the copy or right above it.
+func (r *recent) usable(o Order, bound int64, n int) bool {
+	if o == Asc {
+		return bound+1 >= r.lo && bound <= r.hi
+	}
+	return r.lo <= 1 || min(bound-1, r.hi)-r.lo+1 >= int64(n)
+}
+
+// topicKey names a topic across tenants.
+type topicKey struct{ tenant, topic string }
+
+const recentShards = 16
+
+// recents holds the copies of this process, at most topics of them,
+// the least recently read going first; a copy older than maxAge is not
+// used. Lookups take a shard's read lock only.
+type recents struct {
+	maxAge time.Duration
+	per    int // copies per shard
+	seed   maphash.Seed
+	clock  atomic.Int64 // ticks of use, for eviction
+	count  atomic.Int64
+	shards [recentShards]recentShard
+}
+
+type recentShard struct {
+	mu sync.RWMutex
+	m  map[topicKey]*recentSlot
+}
+
+type recentSlot struct {
+	r    *recent // guarded by the shard's lock
+	used atomic.Int64
+}
+
+// newRecents is the copies' cache; nil (keeping nothing) when topics or
+// maxAge is 0.
+func newRecents(topics int, maxAge time.Duration) *recents {
+	if topics <= 0 || maxAge <= 0 {
+		return nil
+	}
+	c := &recents{maxAge: maxAge, per: (topics + recentShards - 1) / recentShards, seed: maphash.MakeSeed()}
+	for i := range c.shards {
+		c.shards[i].m = make(map[topicKey]*recentSlot)
+	}
+	return c
+}
+
+func (c *recents) shard(k topicKey) *recentShard {
+	return &c.shards[maphash.String(c.seed, k.topic)%recentShards]
+}
+
+// get is the topic's copy, if one is held and young enough.
+func (c *recents) get(k topicKey, now time.Time) *recent {
+	if c == nil {
+		return nil
+	}
+	sh := c.shard(k)
+	sh.mu.RLock()
+	slot := sh.m[k]
+	var r *recent
+	if slot != nil {
+		r = slot.r
+	}
+	sh.mu.RUnlock()
+	if r == nil || now.Sub(r.at) > c.maxAge {
+		return nil
+	}
+	slot.used.Store(c.clock.Add(1))
+	return r
+}
+
+// put keeps r as the topic's copy unless the one held reaches further and
+// is still young; a full shard loses its least recently read copy.
+func (c *recents) put(k topicKey, r *recent, now time.Time) {
+	if c == nil {
+		return
+	}
+	sh := c.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if slot := sh.m[k]; slot != nil {
+		if old := slot.r; old.hi <= r.hi || now.Sub(old.at) > c.maxAge {
+			slot.r = r
+		}
+		return
+	}
+	if len(sh.m) >= c.per {
+		var victim topicKey
+		oldest := int64(-1)
+		for k, s := range sh.m {
+			if u := s.used.Load(); oldest < 0 || u < oldest {
+				victim, oldest = k, u
+			}
+		}
+		delete(sh.m, victim)
+		c.count.Add(-1)
+	}
+	slot := &recentSlot{r: r}
+	slot.used.Store(c.clock.Add(1))
+	sh.m[k] = slot
+	c.count.Add(1)
+}
+
+// drop forgets the topic's copy.
+func (c *recents) drop(k topicKey) {
+	if c == nil {
+		return
+	}
+	sh := c.shard(k)
+	sh.mu.Lock()
+	if _, ok := sh.m[k]; ok {
+		delete(sh.m, k)
+		c.count.Add(-1)
+	}
+	sh.mu.Unlock()
+}
+
+// topics is how many copies are held.
+func (c *recents) topics() int64 {
+	if c == nil {
+		return 0
+	}
+	return c.count.Load()
+}
