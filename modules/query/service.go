@@ -32,21 +32,21 @@ type ACL interface {
 
 // Params wires a Service.
 type Params struct {
-	Redis      rueidis.Client
-	DBs        routing.DBs
-	Router     *routing.Router
-	Catalog    *routing.Catalog
-	Routes     *routing.Routes
-	Flight     *routing.Flight
-	ACL        ACL
-	Scripts    *routing.Scripts
-	HiddenTTL  time.Duration // how long a caller's cached deletion ranges live (default 5m)
+	Redis     rueidis.Client
+	DBs       routing.DBs
+	Router    *routing.Router
+	Catalog   *routing.Catalog
+	Routes    *routing.Routes
+	Flight    *routing.Flight
+	ACL       ACL
+	Scripts   *routing.Scripts
+	HiddenTTL time.Duration // how long a caller's cached deletion ranges live (default 5m)
 	// LocalTopics is how many topics' newest messages the process keeps a
 	// copy of (recent), read for LocalMaxAge at most; either 0 keeps none.
 	LocalTopics int
 	LocalMaxAge time.Duration
-	Log        zerolog.Logger
-	Registerer prometheus.Registerer
+	Log         zerolog.Logger
+	Registerer  prometheus.Registerer
 }
 
 // Service answers reads.
