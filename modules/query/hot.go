@@ -66,7 +66,10 @@ func hotResolve(res []rueidis.RedisResult, o Order, bound, floor int64, n int) (
 	if err != nil {
 		return Cached{}, 0, err
 	}
-	c := Cached{Members: hz, Gaps: make(map[int64]bool, len(gz)), Lo: 1, Hi: math.MaxInt64}
+	c := Cached{Members: hz, Lo: 1, Hi: math.MaxInt64}
+	if len(gz) > 0 {
+		c.Gaps = make(map[int64]bool, len(gz))
+	}
 	if o == Desc {
 		c.Lo, c.Hi = max(1, floor+1), bound-1
 	} else {

@@ -199,20 +199,6 @@ func (v hotView) covers(seq int64) bool {
 	return seq >= v.top.Lo && seq <= v.top.Hi
 }
 
-func (v hotView) msg(seq int64) (message.Message, bool) {
-	if v.base != nil && seq <= v.base.hi {
-		return v.base.msg(seq)
-	}
-	return v.top.msg(seq)
-}
-
-func (v hotView) gap(seq int64) bool {
-	if v.base != nil && seq <= v.base.hi {
-		return v.base.gap(seq)
-	}
-	return v.top.Gaps[seq]
-}
-
 // gapsIn lists the recorded gaps within [lo, hi], ascending, and whether
 // the view covers all of [lo, hi] (else the list proves nothing).
 func (v hotView) gapsIn(lo, hi int64) ([]int64, bool) {
@@ -221,13 +207,7 @@ func (v hotView) gapsIn(lo, hi int64) ([]int64, bool) {
 	}
 	var out []int64
 	if v.base != nil && lo <= v.base.hi {
-		i, _ := slices.BinarySearch(v.base.gaps, lo)
-		for _, g := range v.base.gaps[i:] {
-			if g > hi {
-				break
-			}
-			out = append(out, g)
-		}
+		out = v.base.gapsIn(lo, hi)
 		if lo = v.base.hi + 1; lo > hi {
 			return out, true
 		}
@@ -257,17 +237,27 @@ func walk(v hotView, from, stop int64, o Order, limit int, hidden Hidden, keepDe
 		if !v.covers(s) {
 			return nil, false, s
 		}
-		m, ok := v.msg(s)
-		if !ok {
-			if !v.gap(s) {
-				return nil, false, s
+		var m message.Message
+		if v.base != nil && s <= v.base.hi {
+			p := v.base.at(s)
+			if p == nil {
+				continue // a recorded gap
 			}
-			continue
+			m = *p // normalized when the copy was made
+		} else {
+			found := false
+			if m, found = v.top.msg(s); !found {
+				if !v.top.Gaps[s] {
+					return nil, false, s
+				}
+				continue
+			}
+			m = m.Normalized()
 		}
 		if hidden.Hides(s) || (m.Status == message.StatusDeleted && !keepDeleted) {
 			continue
 		}
-		page = append(page, m.Normalized())
+		page = append(page, m)
 		if len(page) > limit {
 			return page, true, 0
 		}

@@ -26,26 +26,26 @@ const recentKeep = 128
 // send — is what a copy can miss, for at most the hot_cache.local_max_age
 // it lives before a full read replaces it.
 type recent struct {
-	seqs []int64           // ascending, the seqs of msgs
-	msgs []message.Message // normalized, one per seq
-	gaps []int64           // ascending
 	lo   int64
 	hi   int64
-	at   time.Time // of the full read it began with; extensions keep it
+	read time.Time         // of the full read it began with; extensions keep it
+	msgs []message.Message // normalized, ascending
+	idx  []int32           // per seq from lo to hi: its index in msgs, or -1 for a gap
 }
 
 // newRecent decodes the stretch of c that a page walking down from top
 // passes while every seq is proven (cached or a recorded gap), at most
 // recentKeep seqs; nil when top itself is not proven.
-func newRecent(c Cached, top int64, at time.Time) *recent {
-	r := &recent{hi: top, at: at}
+func newRecent(c Cached, top int64, read time.Time) *recent {
+	var msgs []message.Message
+	var idx []int32
 	s := top
 	for ; s > top-recentKeep && s >= c.Lo && s <= c.Hi; s-- {
 		if m, ok := c.msg(s); ok {
-			r.seqs = append(r.seqs, s)
-			r.msgs = append(r.msgs, m.Normalized())
+			idx = append(idx, int32(len(msgs)))
+			msgs = append(msgs, m.Normalized())
 		} else if c.Gaps[s] {
-			r.gaps = append(r.gaps, s)
+			idx = append(idx, -1)
 		} else {
 			break
 		}
@@ -53,25 +53,29 @@ func newRecent(c Cached, top int64, at time.Time) *recent {
 	if s == top {
 		return nil
 	}
-	r.lo = s + 1
-	slices.Reverse(r.seqs)
-	slices.Reverse(r.msgs)
-	slices.Reverse(r.gaps)
-	return r
+	// read newest first: turn both around
+	slices.Reverse(msgs)
+	slices.Reverse(idx)
+	for i, j := range idx {
+		if j >= 0 {
+			idx[i] = int32(len(msgs)) - 1 - j
+		}
+	}
+	return &recent{lo: s + 1, hi: top, read: read, msgs: msgs, idx: idx}
 }
 
 // extend is the copy grown by what c proves right above hi, keeping the
 // newest recentKeep seqs; r itself when c proves nothing there.
 func (r *recent) extend(c Cached) *recent {
-	var seqs, gaps []int64
 	var msgs []message.Message
+	var idx []int32
 	s := r.hi + 1
 	for ; s >= c.Lo && s <= c.Hi; s++ {
 		if m, ok := c.msg(s); ok {
-			seqs = append(seqs, s)
+			idx = append(idx, int32(len(msgs)))
 			msgs = append(msgs, m.Normalized())
 		} else if c.Gaps[s] {
-			gaps = append(gaps, s)
+			idx = append(idx, -1)
 		} else {
 			break
 		}
@@ -79,27 +83,53 @@ func (r *recent) extend(c Cached) *recent {
 	if s == r.hi+1 {
 		return r
 	}
-	out := &recent{hi: s - 1, at: r.at, lo: max(r.lo, s-recentKeep)}
-	keepFrom := func(seqs []int64) int { i, _ := slices.BinarySearch(seqs, out.lo); return i }
-	i := keepFrom(r.seqs)
-	out.seqs = append(slices.Clip(r.seqs[i:]), seqs...)
-	out.msgs = append(slices.Clip(r.msgs[i:]), msgs...)
-	out.gaps = append(slices.Clip(r.gaps[keepFrom(r.gaps):]), gaps...)
+	out := &recent{lo: max(r.lo, s-recentKeep), hi: s - 1, read: r.read}
+	// the kept part of the old stretch, then the new one, re-indexed
+	kept := r.idx[out.lo-r.lo:]
+	drop := int32(0) // messages of the old stretch below out.lo
+	for _, j := range r.idx[:out.lo-r.lo] {
+		if j >= 0 {
+			drop++
+		}
+	}
+	out.msgs = make([]message.Message, 0, len(r.msgs)-int(drop)+len(msgs))
+	out.msgs = append(append(out.msgs, r.msgs[drop:]...), msgs...)
+	out.idx = make([]int32, 0, len(kept)+len(idx))
+	for _, j := range kept {
+		if j >= 0 {
+			j -= drop
+		}
+		out.idx = append(out.idx, j)
+	}
+	base := int32(len(r.msgs)) - drop
+	for _, j := range idx {
+		if j >= 0 {
+			j += base
+		}
+		out.idx = append(out.idx, j)
+	}
 	return out
 }
 
-// msg is the copy's message of seq.
-func (r *recent) msg(seq int64) (message.Message, bool) {
-	i, ok := slices.BinarySearch(r.seqs, seq)
-	if !ok {
-		return message.Message{}, false
+// at is the copy's message of seq, nil for a recorded gap; seq must lie
+// within [lo, hi].
+func (r *recent) at(seq int64) *message.Message {
+	if j := r.idx[seq-r.lo]; j >= 0 {
+		return &r.msgs[j]
 	}
-	return r.msgs[i], true
+	return nil
 }
 
-func (r *recent) gap(seq int64) bool {
-	_, ok := slices.BinarySearch(r.gaps, seq)
-	return ok
+// gapsIn lists the recorded gaps of the copy within [lo, hi] (clipped to
+// the copy), ascending.
+func (r *recent) gapsIn(lo, hi int64) []int64 {
+	var out []int64
+	for s := max(lo, r.lo); s <= min(hi, r.hi); s++ {
+		if r.idx[s-r.lo] < 0 {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // usable reports whether a page read from bound in order o, n seqs deep,
@@ -170,7 +200,7 @@ func (c *recents) get(k topicKey, now time.Time) *recent {
 		r = slot.r
 	}
 	sh.mu.RUnlock()
-	if r == nil || now.Sub(r.at) > c.maxAge {
+	if r == nil || now.Sub(r.read) > c.maxAge {
 		return nil
 	}
 	slot.used.Store(c.clock.Add(1))
@@ -187,7 +217,7 @@ func (c *recents) put(k topicKey, r *recent, now time.Time) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if slot := sh.m[k]; slot != nil {
-		if old := slot.r; old.hi <= r.hi || now.Sub(old.at) > c.maxAge {
+		if old := slot.r; old.hi <= r.hi || now.Sub(old.read) > c.maxAge {
 			slot.r = r
 		}
 		return

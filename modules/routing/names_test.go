@@ -2,6 +2,7 @@ package routing
 
 import (
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -108,14 +109,20 @@ func FuzzParseTable(f *testing.F) {
 }
 
 func FuzzValidTopic(f *testing.F) {
-	for _, s := range []string{"grp_1", "a'b", "{t}", "x*"} {
+	for _, s := range []string{"grp_1", "a'b", "{t}", "x*", "Grp-1", "t\u00e9", strings.Repeat("a", 65)} {
 		f.Add(s)
 	}
+	// DESIGN invariant 5's patterns, which nameOf implements by hand
+	tenant := regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
+	topic := regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 	f.Fuzz(func(t *testing.T, s string) {
-		if ValidTopic(s) != nil {
-			return
+		if got, want := ValidTopic(s) == nil, topic.MatchString(s); got != want {
+			t.Fatalf("ValidTopic(%q) accepts %v, the pattern %v", s, got, want)
 		}
-		if strings.ContainsAny(s, "{}*?[]:'\"` \\\n") || len(s) > 64 || s == "" {
+		if got, want := ValidTenant(s) == nil, tenant.MatchString(s); got != want {
+			t.Fatalf("ValidTenant(%q) accepts %v, the pattern %v", s, got, want)
+		}
+		if ValidTopic(s) == nil && (strings.ContainsAny(s, "{}*?[]:'\"` \\\n") || len(s) > 64 || s == "") {
 			t.Fatalf("ValidTopic accepted %q", s)
 		}
 	})
