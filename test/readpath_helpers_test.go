@@ -13,6 +13,7 @@ import (
 
 	sq "github.com/Masterminds/squirrel"
 
+	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
@@ -33,6 +34,15 @@ const (
 func rpStart(t *testing.T) *harness.Env {
 	t.Helper()
 	return harness.Start(t, harness.Options{Roles: []string{"query"}})
+}
+
+// rpNoCopies runs a second read process for env's tenant that keeps no
+// copy of any topic's newest messages (hot_cache.local_topics 0): its
+// pages come from the hot cache or MySQL as they stand.
+func rpNoCopies(t *testing.T, env *harness.Env) *harness.Env {
+	t.Helper()
+	return harness.Start(t, harness.Options{Roles: []string{"query"}, Tenant: env.Tenant,
+		Mutate: func(c *config.Config) { c.HotCache.LocalTopics = 0 }})
 }
 
 // rpGroup creates topic's group with rpMember and rpOther as members.

@@ -175,47 +175,56 @@ func (c Cached) first(seq int64) int {
 	})
 }
 
-// hotView is what a page walks: the hot-cache read of its request (top),
-// over this process's copy of the topic's newest stretch when one was
-// used (base): seqs up to base.hi are the copy's, higher ones the read's.
+// hotView is what a page walks: the hot-cache read of its request (top)
+// and, when one was used, this process's copy of the topic's newest
+// stretch (base): seqs from base.lo to base.hi are the copy's, all others
+// the read's — above a copy held from before, the read is of what lies
+// above it; below a copy just made from the read, the read may know more.
 type hotView struct {
 	top  Cached
 	base *recent
 }
 
-// lo is the lowest seq the view covers.
+// inBase reports whether the copy answers for seq.
+func (v hotView) inBase(seq int64) bool {
+	return v.base != nil && seq >= v.base.lo && seq <= v.base.hi
+}
+
+// lo is the lowest seq the view may cover.
 func (v hotView) lo() int64 {
 	if v.base != nil {
-		return v.base.lo
+		return min(v.base.lo, v.top.Lo)
 	}
 	return v.top.Lo
 }
 
 // covers reports whether seq lies within what the view read completely.
 func (v hotView) covers(seq int64) bool {
-	if v.base != nil && seq <= v.base.hi {
-		return seq >= v.base.lo
-	}
-	return seq >= v.top.Lo && seq <= v.top.Hi
+	return v.inBase(seq) || seq >= v.top.Lo && seq <= v.top.Hi
 }
 
 // gapsIn lists the recorded gaps within [lo, hi], ascending, and whether
 // the view covers all of [lo, hi] (else the list proves nothing).
 func (v hotView) gapsIn(lo, hi int64) ([]int64, bool) {
-	if !v.covers(lo) || !v.covers(hi) {
-		return nil, false
-	}
 	var out []int64
-	if v.base != nil && lo <= v.base.hi {
-		out = v.base.gapsIn(lo, hi)
-		if lo = v.base.hi + 1; lo > hi {
-			return out, true
+	for lo <= hi {
+		if v.inBase(lo) {
+			out = append(out, v.base.gapsIn(lo, hi)...)
+			lo = v.base.hi + 1
+			continue
 		}
-		if !v.covers(lo) {
-			return nil, false // the read above the copy left a hole
+		// the read's part: up to the copy, if the copy lies above
+		end := hi
+		if v.base != nil && lo < v.base.lo {
+			end = min(hi, v.base.lo-1)
 		}
+		if !v.covers(lo) || !v.covers(end) {
+			return nil, false
+		}
+		out = append(out, v.top.GapsIn(lo, end)...)
+		lo = end + 1
 	}
-	return append(out, v.top.GapsIn(lo, hi)...), true
+	return out, true
 }
 
 // walk builds a page from the view starting at seq from, stepping towards
@@ -238,7 +247,7 @@ func walk(v hotView, from, stop int64, o Order, limit int, hidden Hidden, keepDe
 			return nil, false, s
 		}
 		var m message.Message
-		if v.base != nil && s <= v.base.hi {
+		if v.inBase(s) {
 			p := v.base.at(s)
 			if p == nil {
 				continue // a recorded gap

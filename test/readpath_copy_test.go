@@ -1,0 +1,125 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"reflect"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/test/harness"
+)
+
+// TestCopiesOfNewestMessages: a read process keeps a copy of a topic's
+// newest messages and reads only what lies above it from Redis; a message
+// sent through another process shows on its very next page, and its pages
+// are those of a process holding no copy. When the seq counter falls below
+// the copy (a Redis restored from an older state) the copy goes and MySQL
+// answers.
+func TestCopiesOfNewestMessages(t *testing.T) {
+	t.Parallel()
+	env := harness.Start(t, harness.Options{})
+	reader := harness.Start(t, harness.Options{Roles: []string{"query"}, Tenant: env.Tenant,
+		Mutate: func(c *config.Config) { c.HotCache.LocalMaxAge = time.Hour }})
+	rpGroup(t, env, "copy")
+	tok := env.Token(rpMember, "")
+	for i := range 10 {
+		rpPost(t, env, tok, "copy", fmt.Sprintf("c%d", i), fmt.Sprintf("text %d", i))
+	}
+	latest := func(e *harness.Env, limit int) []int64 {
+		return rpList(t, e, rpMember, "copy", url.Values{"limit": {strconv.Itoa(limit)}}).seqs()
+	}
+	rpExpect(t, "the first latest page", latest(reader, 20), rpDesc(1, 10))
+	for i := int64(11); i <= 15; i++ {
+		seq, _ := rpPost(t, env, tok, "copy", fmt.Sprintf("c%d", i), fmt.Sprintf("text %d", i))
+		rpExpect(t, "the latest page right after a send through another process", latest(reader, 5), rpDesc(seq-4, seq))
+	}
+	if hits := rpMetric(t, reader, "imshard_query_hot_local_total", "result=hit"); hits < 5 {
+		t.Fatalf("%v pages read over the copy, want at least 5", hits)
+	}
+	waitFor(t, 30*time.Second, func() bool { return len(rpWalkSince(t, env, rpMember, "copy", 50)) == 15 }) // persisted
+	rpExpect(t, "a since page from within the copy", rpList(t, reader, rpMember, "copy", url.Values{"since": {"8"}}).seqs(), rpAsc(9, 15))
+	rpExpectWalks(t, reader, "over the copy", rpMember, "copy", 4, rpAsc(1, 15))
+	// the very same JSON as from a process without a copy
+	fresh := rpNoCopies(t, env)
+	for _, q := range []string{"limit=7", "limit=20", "since=3&limit=6", "before=12&limit=5"} {
+		a, b := rpRaw(t, reader, "copy", q), rpRaw(t, fresh, "copy", q)
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("%s: over the copy\n%v\nwithout\n%v", q, a, b)
+		}
+	}
+	// the counter falls below the copy: it is dropped, MySQL answers
+	keys, _ := routing.KeysFor(env.Tenant)
+	ctx := context.Background()
+	setLast := func(seq int64) {
+		if err := env.Redis.Do(ctx, env.Redis.B().Set().Key(keys.Seq("copy")).Value(strconv.FormatInt(seq, 10)).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setLast(5)
+	rpExpect(t, "the latest page with the counter below the copy", latest(reader, 5), rpDesc(11, 15))
+	if n := rpMetric(t, reader, "imshard_query_hot_local_total", "result=reset"); n != 1 {
+		t.Fatalf("copies dropped: %v, want 1", n)
+	}
+	setLast(15)
+	rpExpect(t, "the latest page once the counter is back", latest(reader, 5), rpDesc(11, 15))
+}
+
+// rpRaw is a list page's decoded JSON.
+func rpRaw(t *testing.T, env *harness.Env, topic, query string) any {
+	t.Helper()
+	code, body := env.Do("GET", "/v1/topics/"+topic+"/messages?"+query, env.Token(rpMember, ""), nil)
+	var v any
+	if code != 200 || json.Unmarshal(body, &v) != nil {
+		t.Fatalf("GET %s: %d %s", query, code, body)
+	}
+	return v
+}
+
+// TestCopyReplacedOnceOld: a copy is read for hot_cache.local_max_age at
+// most. A seq the copy holds as a gap whose message was stored after all
+// (a send acknowledged after its produce timeout) shows once a full read
+// replaced the copy.
+func TestCopyReplacedOnceOld(t *testing.T) {
+	t.Parallel()
+	env := harness.Start(t, harness.Options{Roles: []string{"query"},
+		Mutate: func(c *config.Config) { c.HotCache.LocalMaxAge = 2 * time.Second }})
+	rpThreeMonths(t, env, "aged")
+	ctx := context.Background()
+	keys, _ := routing.KeysFor(env.Tenant)
+	rdb := env.Redis
+	cache := func(seq int64, text string) {
+		m := message.Message{Topic: "aged", Seq: seq, MessageID: message.ID(seq), Status: "normal", MsgType: "text",
+			Content: json.RawMessage(`{"text":"` + text + `"}`), Version: 1}
+		raw, _ := json.Marshal(m.Normalized())
+		if err := rdb.Do(ctx, rdb.B().Zadd().Key(keys.HotMessages("aged")).ScoreMember().ScoreMember(float64(seq), string(raw)).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for s := int64(41); s <= 70; s++ {
+		if s != 65 {
+			cache(s, "cached")
+		}
+	}
+	if err := env.App.Flight().RecordGap(ctx, env.Tenant, "aged", 65); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, rdb.B().Set().Key(keys.Seq("aged")).Value("70").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	page := func() []int64 { return rpList(t, env, rpMember, "aged", url.Values{"limit": {"8"}}).seqs() }
+	rpExpect(t, "65 a gap", page(), []int64{70, 69, 68, 67, 66, 64, 63, 62})
+	rpList(t, env, rpMember, "aged", url.Values{"limit": {"20"}}) // a deeper copy
+	rpExpect(t, "over the copy", page(), []int64{70, 69, 68, 67, 66, 64, 63, 62})
+	if rpMetric(t, env, "imshard_query_hot_local_total", "result=hit") < 1 {
+		t.Fatal("no page was read over the copy")
+	}
+	cache(65, "late")
+	waitFor(t, 15*time.Second, func() bool { return reflect.DeepEqual(page(), rpDesc(63, 70)) })
+}
