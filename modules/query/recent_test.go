@@ -125,7 +125,7 @@ func TestRecentUsable(t *testing.T) {
 func TestWalkOverCopy(t *testing.T) {
 	at := time.Unix(100, 0)
 	base := newRecent(cached(t, 1, 20, msgs(11, 12, 14, 15, 16, 17, 18, 19, 20), []int64{13}), 20, at) // [11, 20]
-	above := cached(t, 21, math.MaxInt64-1, msgs(21, 22, 24), nil)                                       // 23 unknown
+	above := cached(t, 21, math.MaxInt64-1, msgs(21, 22, 24), nil)                                     // 23 unknown
 	v := hotView{top: above, base: base}
 	page, ok, _ := walk(v, 22, 1, Desc, 5, nil, false)
 	if !ok || !slices.Equal(seqsOf(page), []int64{22, 21, 20, 19, 18, 17}) {
