@@ -203,19 +203,8 @@ func TestAcceptance10_IncompleteHotCacheFallsBackToMySQL(t *testing.T) {
 	ctx := context.Background()
 	keys, _ := routing.KeysFor(env.Tenant)
 	rdb := env.Redis
-	cache := func(seq int64, text string) {
-		m := message.Message{Topic: "acc10", Seq: seq, MessageID: message.ID(seq), Status: "normal", MsgType: "text",
-			Content: json.RawMessage(`{"text":"` + text + `"}`), Version: 1}
-		raw, _ := json.Marshal(m.Normalized())
-		if err := rdb.Do(ctx, rdb.B().Zadd().Key(keys.HotMessages("acc10")).ScoreMember().ScoreMember(float64(seq), string(raw)).Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	setLast := func(seq int64) {
-		if err := rdb.Do(ctx, rdb.B().Set().Key(keys.Seq("acc10")).Value(strconv.FormatInt(seq, 10)).Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cache := func(seq int64, text string) { rpCache(t, env, "acc10", seq, text) }
+	setLast := func(seq int64) { rpSetLast(t, env, "acc10", seq) }
 	text := func(p rpPage) map[int64]string {
 		out := map[int64]string{}
 		for _, m := range p.Messages {

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/imshard/imshard/config"
-	"github.com/imshard/imshard/modules/message"
-	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 )
 
@@ -55,13 +53,7 @@ func TestCopiesOfNewestMessages(t *testing.T) {
 		}
 	}
 	// the counter falls below the copy: it is dropped, MySQL answers
-	keys, _ := routing.KeysFor(env.Tenant)
-	ctx := context.Background()
-	setLast := func(seq int64) {
-		if err := env.Redis.Do(ctx, env.Redis.B().Set().Key(keys.Seq("copy")).Value(strconv.FormatInt(seq, 10)).Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setLast := func(seq int64) { rpSetLast(t, env, "copy", seq) }
 	setLast(5)
 	rpExpect(t, "the latest page with the counter below the copy", latest(reader, 5), rpDesc(11, 15))
 	if n := rpMetric(t, reader, "imshard_query_hot_local_total", "result=reset"); n != 1 {
@@ -92,16 +84,7 @@ func TestCopyReplacedOnceOld(t *testing.T) {
 		Mutate: func(c *config.Config) { c.HotCache.LocalMaxAge = 2 * time.Second }})
 	rpThreeMonths(t, env, "aged")
 	ctx := context.Background()
-	keys, _ := routing.KeysFor(env.Tenant)
-	rdb := env.Redis
-	cache := func(seq int64, text string) {
-		m := message.Message{Topic: "aged", Seq: seq, MessageID: message.ID(seq), Status: "normal", MsgType: "text",
-			Content: json.RawMessage(`{"text":"` + text + `"}`), Version: 1}
-		raw, _ := json.Marshal(m.Normalized())
-		if err := rdb.Do(ctx, rdb.B().Zadd().Key(keys.HotMessages("aged")).ScoreMember().ScoreMember(float64(seq), string(raw)).Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cache := func(seq int64, text string) { rpCache(t, env, "aged", seq, text) }
 	for s := int64(41); s <= 70; s++ {
 		if s != 65 {
 			cache(s, "cached")
@@ -110,9 +93,7 @@ func TestCopyReplacedOnceOld(t *testing.T) {
 	if err := env.App.Flight().RecordGap(ctx, env.Tenant, "aged", 65); err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.Do(ctx, rdb.B().Set().Key(keys.Seq("aged")).Value("70").Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
+	rpSetLast(t, env, "aged", 70)
 	page := func() []int64 { return rpList(t, env, rpMember, "aged", url.Values{"limit": {"8"}}).seqs() }
 	rpExpect(t, "65 a gap", page(), []int64{70, 69, 68, 67, 66, 64, 63, 62})
 	rpList(t, env, rpMember, "aged", url.Values{"limit": {"20"}}) // a deeper copy

@@ -45,6 +45,28 @@ func rpNoCopies(t *testing.T, env *harness.Env) *harness.Env {
 		Mutate: func(c *config.Config) { c.HotCache.LocalTopics = 0 }})
 }
 
+// rpCache puts a normal message of seq with text in topic's hot cache, as
+// send does once Kafka acknowledged it.
+func rpCache(t testing.TB, env *harness.Env, topic string, seq int64, text string) {
+	t.Helper()
+	keys, _ := routing.KeysFor(env.Tenant)
+	m := message.Message{Topic: topic, Seq: seq, MessageID: message.ID(seq), Status: "normal", MsgType: "text",
+		Content: json.RawMessage(`{"text":"` + text + `"}`), Version: 1}
+	raw, _ := json.Marshal(m.Normalized())
+	if err := env.Redis.Do(context.Background(), env.Redis.B().Zadd().Key(keys.HotMessages(topic)).ScoreMember().ScoreMember(float64(seq), string(raw)).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rpSetLast sets topic's seq counter (the last seq issued).
+func rpSetLast(t testing.TB, env *harness.Env, topic string, seq int64) {
+	t.Helper()
+	keys, _ := routing.KeysFor(env.Tenant)
+	if err := env.Redis.Do(context.Background(), env.Redis.B().Set().Key(keys.Seq(topic)).Value(strconv.FormatInt(seq, 10)).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // rpGroup creates topic's group with rpMember and rpOther as members.
 func rpGroup(t *testing.T, env *harness.Env, topic string) {
 	t.Helper()
