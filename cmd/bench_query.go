@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -177,7 +178,8 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 }
 
 func printBenchQuery(w io.Writer, o *benchQueryOptions, rep query.BenchReport) {
-	fmt.Fprintf(w, "query bench: rows=%d topics=%d months=%d concurrency=%d duration=%s\n", o.rows, o.topics, o.months, o.concurrency, o.duration)
+	fmt.Fprintf(w, "query bench: rows=%d topics=%d months=%d concurrency=%d duration=%s gomaxprocs=%d\n",
+		o.rows, o.topics, o.months, o.concurrency, o.duration, runtime.GOMAXPROCS(0))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\tpages\terrors\trate/s\tp50\tp99")
 	for _, r := range []query.BenchResult{rep.OneMonth, rep.TwoMonths, rep.HotCache, rep.HotSolo, rep.RawMonth, rep.RawLegacy, rep.HTTP} {
