@@ -99,7 +99,6 @@ func Cmds(rdb rueidis.Client, keys routing.Keys, topic string, userID int64) []r
 	return []rueidis.Completed{
 		rdb.B().Get().Key(keys.Group(topic)).Build(),
 		rdb.B().Hget().Key(keys.Members(topic)).Field(strconv.FormatInt(userID, 10)).Build(),
-		rdb.B().Get().Key(keys.ACLVersion(topic)).Build(),
 	}
 }
 
@@ -115,13 +114,16 @@ func (c *Checker) Resolve(ctx context.Context, tenant, topic string, userID int6
 	if err != nil {
 		return Membership{}, err
 	}
-	version, verr := res[2].ToString()
-	if rueidis.IsRedisNil(verr) {
-		version, verr = "", nil
+	var version string
+	var verr error
+	if (gerr != nil && !rueidis.IsRedisNil(gerr)) || (merr != nil && !rueidis.IsRedisNil(merr)) {
+		verr = errors.Join(gerr, merr)
+	} else {
+		version, verr = routing.CacheVersion(ctx, c.p.Redis, keys.ACLVersion(topic))
 	}
 	cacheable := verr == nil
-	if (gerr != nil && !rueidis.IsRedisNil(gerr)) || (merr != nil && !rueidis.IsRedisNil(merr)) || verr != nil {
-		c.p.Log.Warn().Err(errors.Join(gerr, merr, verr)).Str("tenant", tenant).Msg("acl cache unavailable; reading MySQL")
+	if verr != nil {
+		c.p.Log.Warn().Err(verr).Str("tenant", tenant).Msg("acl cache unavailable; reading MySQL")
 	}
 	group, member, err = c.load(ctx, tenant, topic, userID)
 	if err != nil {

@@ -116,13 +116,10 @@ func (s *Service) hiddenOf(ctx context.Context, db *sql.DB, keys routing.Keys, t
 	return s.hiddenResolve(ctx, db, keys, topic, user, s.p.Redis.DoMulti(ctx, s.hiddenCmds(keys, topic, user)...))
 }
 
-// hiddenCmds read the caller's cache entry and the topic's version.
+// hiddenCmds read the caller's cache entry.
 func (s *Service) hiddenCmds(keys routing.Keys, topic string, user int64) []rueidis.Completed {
 	rdb := s.p.Redis
-	return []rueidis.Completed{
-		rdb.B().Hget().Key(keys.Hidden(topic)).Field(strconv.FormatInt(user, 10)).Build(),
-		rdb.B().Get().Key(keys.HiddenVersion(topic)).Build(),
-	}
+	return []rueidis.Completed{rdb.B().Hget().Key(keys.Hidden(topic)).Field(strconv.FormatInt(user, 10)).Build()}
 }
 
 // hiddenResolve is the view hiddenCmds' results show; on a miss it reads
@@ -146,10 +143,7 @@ func (s *Service) hiddenResolve(ctx context.Context, db *sql.DB, keys routing.Ke
 		return hiddenView{}, nil
 	}
 	s.m.hidden.WithLabelValues("miss").Inc()
-	version, verr := res[1].ToString()
-	if rueidis.IsRedisNil(verr) {
-		version, verr = "", nil
-	}
+	version, verr := routing.CacheVersion(ctx, s.p.Redis, keys.HiddenVersion(topic))
 	all, err := s.st.hidden(ctx, db, topic, user, 0, hiddenReadMax)
 	if err != nil {
 		return hiddenView{}, err

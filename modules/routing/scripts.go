@@ -1,6 +1,8 @@
 package routing
 
 import (
+	"context"
+
 	"github.com/redis/rueidis"
 
 	"github.com/imshard/imshard/lua"
@@ -46,4 +48,17 @@ func NewScripts() *Scripts {
 		IdemRelease:  rueidis.NewLuaScript(lua.IdemRelease),
 		IdemRetry:    rueidis.NewLuaScript(lua.IdemRetry),
 	}
+}
+
+// CacheVersion reads the version counter of a read-through cache (ACL,
+// deletion ranges) after a miss and before the source is read: a fill
+// (CacheFill) carrying it is refused once a change bumped it, so a lookup
+// that raced a change never puts the old answer back. A hit needs no
+// version, so lookups read it only here; an error means: do not fill.
+func CacheVersion(ctx context.Context, rdb rueidis.Client, key string) (version string, err error) {
+	version, err = rdb.Do(ctx, rdb.B().Get().Key(key).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", nil
+	}
+	return version, err
 }
