@@ -219,4 +219,8 @@ func printBenchQuery(w io.Writer, o *benchQueryOptions, rep query.BenchReport) {
 				float64(r.P99.Microseconds())/1000, verdict(r.P99 < 2*time.Millisecond))
 		}
 	}
+	if n := runtime.NumCPU(); n <= 4 && runtime.GOMAXPROCS(0) >= n {
+		fmt.Fprintf(w, "note: GOMAXPROCS=%d lets this process use every core; if Redis and MariaDB run on this machine too,\n"+
+			"GOMAXPROCS=%d leaves them one (docs/operations.md, \"Sharing a small VM with Redis\")\n", runtime.GOMAXPROCS(0), max(1, n-1))
+	}
 }
