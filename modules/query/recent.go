@@ -37,20 +37,8 @@ type recent struct {
 // passes while every seq is proven (cached or a recorded gap), at most
 // recentKeep seqs; nil when top itself is not proven.
 func newRecent(c Cached, top int64, read time.Time) *recent {
-	var msgs []message.Message
-	var idx []int32
-	s := top
-	for ; s > top-recentKeep && s >= c.Lo && s <= c.Hi; s-- {
-		if m, ok := c.msg(s); ok {
-			idx = append(idx, int32(len(msgs)))
-			msgs = append(msgs, m.Normalized())
-		} else if c.Gaps[s] {
-			idx = append(idx, -1)
-		} else {
-			break
-		}
-	}
-	if s == top {
+	msgs, idx := proven(c, top, -1)
+	if len(idx) == 0 {
 		return nil
 	}
 	// read newest first: turn both around
@@ -61,16 +49,14 @@ func newRecent(c Cached, top int64, read time.Time) *recent {
 			idx[i] = int32(len(msgs)) - 1 - j
 		}
 	}
-	return &recent{lo: s + 1, hi: top, read: read, msgs: msgs, idx: idx}
+	return &recent{lo: top - int64(len(idx)) + 1, hi: top, read: read, msgs: msgs, idx: idx}
 }
 
-// extend is the copy grown by what c proves right above hi, keeping the
-// newest recentKeep seqs; r itself when c proves nothing there.
-func (r *recent) extend(c Cached) *recent {
-	var msgs []message.Message
-	var idx []int32
-	s := r.hi + 1
-	for ; s >= c.Lo && s <= c.Hi; s++ {
+// proven decodes the seqs of c from `from` on, stepping by step, while each
+// is proven within c's bounds, at most recentKeep of them: the messages in
+// that order and per seq its message's index, or -1 for a recorded gap.
+func proven(c Cached, from, step int64) (msgs []message.Message, idx []int32) {
+	for s := from; len(idx) < recentKeep && s >= c.Lo && s <= c.Hi; s += step {
 		if m, ok := c.msg(s); ok {
 			idx = append(idx, int32(len(msgs)))
 			msgs = append(msgs, m.Normalized())
@@ -80,14 +66,22 @@ func (r *recent) extend(c Cached) *recent {
 			break
 		}
 	}
-	if s == r.hi+1 {
+	return msgs, idx
+}
+
+// extend is the copy grown by what c proves right above hi, keeping the
+// newest recentKeep seqs; r itself when c proves nothing there.
+func (r *recent) extend(c Cached) *recent {
+	msgs, idx := proven(c, r.hi+1, 1)
+	if len(idx) == 0 {
 		return r
 	}
-	out := &recent{lo: max(r.lo, s-recentKeep), hi: s - 1, read: r.read}
+	hi := r.hi + int64(len(idx))
+	out := &recent{lo: max(r.lo, hi-recentKeep+1), hi: hi, read: r.read}
 	// the kept part of the old stretch, then the new one, re-indexed
-	kept := r.idx[out.lo-r.lo:]
+	kept := r.idx[min(out.lo-r.lo, int64(len(r.idx))):]
 	drop := int32(0) // messages of the old stretch below out.lo
-	for _, j := range r.idx[:out.lo-r.lo] {
+	for _, j := range r.idx[:len(r.idx)-len(kept)] {
 		if j >= 0 {
 			drop++
 		}

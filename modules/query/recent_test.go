@@ -91,6 +91,13 @@ func TestRecentExtend(t *testing.T) {
 		}
 	}
 	checkRecent(t, grown, 5, recentKeep+4, kept)
+	// more new seqs than a copy keeps: the copy is the newest of them only
+	// up to what one read proves at a time, nothing of the old stretch
+	var burst []int64
+	for s := int64(11); s <= 11+recentKeep+20; s++ {
+		burst = append(burst, s)
+	}
+	checkRecent(t, base.extend(cached(t, 11, math.MaxInt64-1, msgs(burst...), nil)), 11, 10+recentKeep, nil)
 }
 
 func TestRecentUsable(t *testing.T) {
