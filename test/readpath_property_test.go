@@ -74,23 +74,26 @@ func rpRandomTopic(t *testing.T, env *harness.Env, rng *rand.Rand, topic string,
 	return model
 }
 
-// rpRandomHotCache caches a random tail of the topic as send does (most
-// seqs, with holes), records some of the never-persisted seqs as gaps and
-// sets the topic's last seq: pages the cache provably covers come from
-// Redis, the others from MySQL — the results must not differ.
+// rpRandomHotCache caches a random tail of the topic as send does — every
+// seq, or most with holes — records the never-persisted seqs as gaps (some
+// of them when the cache has holes) and sets the topic's last seq: pages
+// the cache provably covers come from Redis (over a reader's copy of the
+// newest ones, when it keeps copies), the others from MySQL — the results
+// must not differ.
 func rpRandomHotCache(t *testing.T, env *harness.Env, rng *rand.Rand, topic string, n int64, status map[int64]string) (gaps []int64) {
 	t.Helper()
 	ctx := context.Background()
 	keys, _ := routing.KeysFor(env.Tenant)
 	rdb := env.Redis
 	cmds := rueidis.Commands{rdb.B().Set().Key(keys.Seq(topic)).Value(strconv.FormatInt(n, 10)).Build()}
+	holes := rng.IntN(2) == 0
 	for s := n - rng.Int64N(n); s <= n; s++ {
 		st, persisted := status[s]
 		switch {
-		case !persisted && rng.IntN(2) == 0:
+		case !persisted && (!holes || rng.IntN(2) == 0):
 			gaps = append(gaps, s)
 			cmds = append(cmds, rdb.B().Zadd().Key(keys.Gaps(topic)).ScoreMember().ScoreMember(float64(s), strconv.FormatInt(s, 10)).Build())
-		case persisted && rng.IntN(10) > 0:
+		case persisted && (!holes || rng.IntN(10) > 0):
 			m := message.Message{Topic: topic, Seq: s, MessageID: message.ID(s), Status: st, MsgType: "text", Version: 1,
 				Content: json.RawMessage(`{"text":"message ` + strconv.FormatInt(s, 10) + `"}`)}
 			raw, _ := json.Marshal(m.Normalized())
@@ -105,13 +108,18 @@ func rpRandomHotCache(t *testing.T, env *harness.Env, rng *rand.Rand, topic stri
 	return gaps
 }
 
-func (m rpTopicModel) check(t *testing.T, env *harness.Env, rng *rand.Rand, stage string) {
+// check walks the topic through each reader: one keeping copies of the
+// newest messages, one reading the hot cache and MySQL as they stand.
+func (m rpTopicModel) check(t *testing.T, readers []*harness.Env, rng *rand.Rand, stage string) {
 	t.Helper()
 	limit := 1 + rng.IntN(60)
-	rpExpectWalks(t, env, m.topic+": "+stage, rpMember, m.topic, limit, m.visible)
-	// the since pages report every recorded gap once, in order
-	_, gaps := rpWalkSinceGaps(t, env, rpMember, m.topic, limit)
-	rpExpect(t, fmt.Sprintf("%s: %s gaps of the since walk, limit %d", m.topic, stage, limit), gaps, m.gaps)
+	for i, env := range readers {
+		what := fmt.Sprintf("%s: %s (reader %d)", m.topic, stage, i)
+		rpExpectWalks(t, env, what, rpMember, m.topic, limit, m.visible)
+		// the since pages report every recorded gap once, in order
+		_, gaps := rpWalkSinceGaps(t, env, rpMember, m.topic, limit)
+		rpExpect(t, fmt.Sprintf("%s: gaps of the since walk, limit %d", what, limit), gaps, m.gaps)
+	}
 }
 
 // TestReadPathPropertyPagingMatchesPersisted: for random topics, paging the
@@ -134,13 +142,14 @@ func TestReadPathPropertyPagingMatchesPersisted(t *testing.T) {
 	ctx := context.Background()
 	keys, _ := routing.KeysFor(env.Tenant)
 	rdb := env.Redis
+	readers := []*harness.Env{env, rpNoCopies(t, env)}
 	for _, m := range models {
-		m.check(t, env, rng, "intact routes")
+		m.check(t, readers, rng, "intact routes")
 
 		if err := env.App.Routes().Delete(ctx, env.Tenant, m.topic); err != nil {
 			t.Fatal(err)
 		}
-		m.check(t, env, rng, "routes deleted")
+		m.check(t, readers, rng, "routes deleted")
 
 		// corrupted: the newest month dropped (stale), lying max/count, and
 		// entries that are no month at all
@@ -163,8 +172,11 @@ func TestReadPathPropertyPagingMatchesPersisted(t *testing.T) {
 		)[1].Error(); err != nil {
 			t.Fatal(err)
 		}
-		m.check(t, env, rng, "routes corrupted")
+		m.check(t, readers, rng, "routes corrupted")
 	}
-	t.Logf("hot cache: %v pages answered, %v sent to MySQL",
-		rpMetric(t, env, "imshard_query_hot_cache_total", "result=hit"), rpMetric(t, env, "imshard_query_hot_cache_total", "result=miss"))
+	for i, r := range readers {
+		t.Logf("reader %d: hot cache answered %v pages (%v over a copy), sent %v to MySQL", i,
+			rpMetric(t, r, "imshard_query_hot_cache_total", "result=hit"), rpMetric(t, r, "imshard_query_hot_local_total", "result=hit"),
+			rpMetric(t, r, "imshard_query_hot_cache_total", "result=miss"))
+	}
 }
