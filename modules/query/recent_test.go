@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -336,5 +338,38 @@ func TestRecentsEvictLeastRecentlyRead(t *testing.T) {
 	c.put(same[2], r, t0)
 	if c.get(same[0], t0) == nil || c.get(same[2], t0) == nil || c.get(same[1], t0) != nil {
 		t.Fatal("not the least recently read copy was evicted")
+	}
+}
+
+// TestRecentsConcurrent: readers and writers of many topics at once (run
+// with -race): every copy read is one that was put for its topic.
+func TestRecentsConcurrent(t *testing.T) {
+	c := newRecents(64, time.Minute)
+	now := time.Unix(1000, 0)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for range 2000 {
+				n := rng.IntN(200)
+				k, hi := topicKey{"ten", "t" + strconv.Itoa(n)}, int64(n+1) // each topic's copies end at its own hi
+				switch rng.IntN(10) {
+				case 0:
+					c.drop(k)
+				case 1, 2:
+					c.put(k, &recent{lo: 1, hi: hi, read: now, idx: make([]int32, hi)}, now)
+				default:
+					if r := c.get(k, now); r != nil && r.hi != hi {
+						t.Errorf("%s: a copy of another topic", k.topic)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := c.topics(); n < 0 || n > 64+recentShards {
+		t.Fatalf("%d copies counted", n)
 	}
 }
