@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -122,15 +123,25 @@ func initMySQL(ctx context.Context, a *App) (Service, error) {
 	}}, nil
 }
 
-// NewRedis builds the Redis client: several addrs mean Redis Cluster.
+// NewRedis builds the Redis client: several addrs mean Redis Cluster, one
+// "unix:/path" a server on this machine reached through its Unix socket.
 func NewRedis(c config.Redis) (rueidis.Client, error) {
-	return rueidis.NewClient(rueidis.ClientOption{
+	opt := rueidis.ClientOption{
 		InitAddress:  c.Addrs,
 		Password:     c.Password,
 		Dialer:       net.Dialer{Timeout: c.DialTimeout},
 		DisableCache: true,
 		ShuffleInit:  true,
-	})
+	}
+	if len(c.Addrs) == 1 {
+		if path, ok := config.RedisSocket(c.Addrs[0]); ok {
+			opt.InitAddress = []string{path}
+			opt.DialCtxFn = func(ctx context.Context, addr string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
+				return d.DialContext(ctx, "unix", addr)
+			}
+		}
+	}
+	return rueidis.NewClient(opt)
 }
 
 func initRedis(ctx context.Context, a *App) (Service, error) {

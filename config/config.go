@@ -62,10 +62,15 @@ type MySQL struct {
 
 // Redis holds the Redis endpoints; several addresses mean Redis Cluster.
 type Redis struct {
-	Addrs       []string      `mapstructure:"addrs"`
+	Addrs       []string      `mapstructure:"addrs"` // host:port each, or one "unix:/path" (RedisSocket)
 	Password    string        `mapstructure:"password"`
 	DialTimeout time.Duration `mapstructure:"dial_timeout"`
 }
+
+// RedisSocket reports whether a Redis address names a Unix socket
+// ("unix:/run/redis/redis.sock": a server on the same machine, reached
+// without the TCP stack) and returns its path.
+func RedisSocket(addr string) (path string, ok bool) { return strings.CutPrefix(addr, "unix:") }
 
 // Kafka holds the message bus settings. No brokers means the in-process kfake
 // cluster, whose log lives in DataDir.

@@ -404,6 +404,8 @@ func TestValidateRules(t *testing.T) {
 		{"redis addrs empty", func(c *Config) { c.Redis.Addrs = nil }, "redis.addrs"},
 		{"redis addr no host", func(c *Config) { c.Redis.Addrs = []string{"a:1", ":6379"} }, "redis.addrs[1]"},
 		{"redis addr port 0", func(c *Config) { c.Redis.Addrs = []string{"a:0"} }, "redis.addrs[0]"},
+		{"redis socket relative", func(c *Config) { c.Redis.Addrs = []string{"unix:redis.sock"} }, "redis.addrs[0]"},
+		{"redis socket in a cluster", func(c *Config) { c.Redis.Addrs = []string{"a:1", "unix:/run/redis.sock"} }, "redis.addrs[1]"},
 		{"redis dial timeout", func(c *Config) { c.Redis.DialTimeout = -1 }, "redis.dial_timeout"},
 		{"kafka broker", func(c *Config) { c.Kafka.Brokers = []string{"k1"} }, "kafka.brokers[0]"},
 		{"kafka topic empty", func(c *Config) { c.Kafka.Topic = "" }, "kafka.topic"},
@@ -470,6 +472,7 @@ func TestValidateAcceptsEdges(t *testing.T) {
 		mutate func(*Config)
 	}{
 		{"listen on all interfaces, any port", func(c *Config) { c.HTTP.Addr = ":0"; c.Metrics.Addr = "[::1]:0" }},
+		{"redis through its unix socket", func(c *Config) { c.Redis.Addrs = []string{"unix:/run/redis/redis.sock"} }},
 		{"template without {tenant} when every tenant has a dsn", func(c *Config) {
 			c.MySQL.DSNTemplate = ""
 			c.Tenants[0].DSN = "u@tcp(h:3306)/demo"

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,7 +75,16 @@ func (c *Config) Validate(roles ...string) error {
 			p.add("redis.addrs", "at least one address is required")
 		}
 		for i, a := range c.Redis.Addrs {
-			p.dialAddr(fmt.Sprintf("redis.addrs[%d]", i), a)
+			key := fmt.Sprintf("redis.addrs[%d]", i)
+			path, socket := RedisSocket(a)
+			switch {
+			case socket && !filepath.IsAbs(path):
+				p.add(key, "a unix socket needs an absolute path, got %q", a)
+			case socket && len(c.Redis.Addrs) > 1:
+				p.add(key, "a unix socket names one server, not a member of a cluster: give it alone")
+			case !socket:
+				p.dialAddr(key, a)
+			}
 		}
 		p.durAtLeast("redis.dial_timeout", c.Redis.DialTimeout, 0)
 	}
