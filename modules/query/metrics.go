@@ -65,6 +65,9 @@ func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
 		Help: "Topics whose newest messages this process holds a copy of (at most hot_cache.local_topics).",
 	}, func() float64 { return float64(held()) })
 	reg.MustRegister(m.tables, m.latency, m.wide, m.hot, m.hidden, m.local, topics)
+	for _, r := range []string{localHit, localFallback, localReset} {
+		m.local.WithLabelValues(r) // exported as 0 from the start: rates need no first event
+	}
 	return m
 }
 
