@@ -133,6 +133,11 @@ func TestPersistMalformedEventsAreDeadLettered(t *testing.T) {
 	if reasons["malformed"] != 5 || reasons["unknown_tenant"] != 1 || len(dl) != 6 {
 		t.Fatalf("dead letters by reason: %v (%d)", reasons, len(dl))
 	}
+	// nothing written for a tenant this deployment does not serve
+	keys, _ := routing.KeysFor("tnotconfigured")
+	if n, err := env.Redis.Do(context.Background(), env.Redis.B().Exists().Key(keys.Gaps("ok")).Build()).AsInt64(); err != nil || n != 0 {
+		t.Fatalf("a gap recorded for an unknown tenant: %d %v", n, err)
+	}
 }
 
 // Acceptance item 11: an event whose month table is missing is retried with

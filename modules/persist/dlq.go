@@ -62,11 +62,17 @@ func (s *Service) deadLetter(ctx context.Context, recs []*record, reason string,
 		}
 	}
 	s.m.deadLetter.WithLabelValues(reason).Add(float64(len(recs)))
+	// a tenant this deployment does not serve has no readers to unblock and
+	// no key space: a gap would write Redis keys for any tenant id an
+	// event names
+	served := reason != fatal.String()
 	for _, r := range recs {
 		month := ""
 		if r.ev != nil {
 			month = r.month.String()
-			s.gap(ctx, r)
+			if served {
+				s.gap(ctx, r)
+			}
 		}
 		s.m.persisted.WithLabelValues(month, statusDeadLetter).Inc()
 	}
