@@ -142,9 +142,12 @@ type topicKey struct{ tenant, topic string }
 
 const recentShards = 16
 
-// recents holds the copies of this process, at most topics of them,
-// the least recently read going first; a copy older than maxAge is not
-// used. Lookups take a shard's read lock only.
+// recentSample is how many copies a full shard compares to evict one.
+const recentSample = 8
+
+// recents holds the copies of this process, at most topics of them, the
+// least recently read of a sample going first; a copy older than maxAge is
+// not used. Lookups take a shard's read lock only.
 type recents struct {
 	maxAge time.Duration
 	per    int // copies per shard
@@ -217,11 +220,16 @@ func (c *recents) put(k topicKey, r *recent, now time.Time) {
 		return
 	}
 	if len(sh.m) >= c.per {
+		// the least recently read of a few (map order is random): the
+		// eviction costs the same at any local_topics
 		var victim topicKey
-		oldest := int64(-1)
+		oldest, seen := int64(-1), 0
 		for k, s := range sh.m {
 			if u := s.used.Load(); oldest < 0 || u < oldest {
 				victim, oldest = k, u
+			}
+			if seen++; seen == recentSample {
+				break
 			}
 		}
 		delete(sh.m, victim)
