@@ -29,87 +29,59 @@ type recent struct {
 	lo   int64
 	hi   int64
 	read time.Time         // of the full read it began with; extensions keep it
-	msgs []message.Message // normalized, ascending
-	idx  []int32           // per seq from lo to hi: its index in msgs, or -1 for a gap
+	msgs []message.Message // one per seq from lo to hi, normalized; a recorded gap has Seq 0
 }
 
 // newRecent decodes the stretch of c that a page walking down from top
 // passes while every seq is proven (cached or a recorded gap), at most
 // recentKeep seqs; nil when top itself is not proven.
 func newRecent(c Cached, top int64, read time.Time) *recent {
-	msgs, idx := proven(c, top, -1)
-	if len(idx) == 0 {
+	msgs := proven(c, top, -1)
+	if len(msgs) == 0 {
 		return nil
 	}
-	// read newest first: turn both around
-	slices.Reverse(msgs)
-	slices.Reverse(idx)
-	for i, j := range idx {
-		if j >= 0 {
-			idx[i] = int32(len(msgs)) - 1 - j
-		}
-	}
-	return &recent{lo: top - int64(len(idx)) + 1, hi: top, read: read, msgs: msgs, idx: idx}
+	slices.Reverse(msgs) // read newest first
+	return &recent{lo: top - int64(len(msgs)) + 1, hi: top, read: read, msgs: msgs}
 }
 
 // proven decodes the seqs of c from `from` on, stepping by step, while each
-// is proven within c's bounds, at most recentKeep of them: the messages in
-// that order and per seq its message's index, or -1 for a recorded gap.
-func proven(c Cached, from, step int64) (msgs []message.Message, idx []int32) {
-	for s := from; len(idx) < recentKeep && s >= c.Lo && s <= c.Hi; s += step {
+// is proven within c's bounds, at most recentKeep of them, in that order:
+// a message, or a zero Message (Seq 0) for a recorded gap.
+func proven(c Cached, from, step int64) []message.Message {
+	var msgs []message.Message
+	for s := from; len(msgs) < recentKeep && s >= c.Lo && s <= c.Hi; s += step {
 		if m, ok := c.msg(s); ok {
-			idx = append(idx, int32(len(msgs)))
 			msgs = append(msgs, m.Normalized())
 		} else if c.Gaps[s] {
-			idx = append(idx, -1)
+			msgs = append(msgs, message.Message{})
 		} else {
 			break
 		}
 	}
-	return msgs, idx
+	return msgs
 }
 
 // extend is the copy grown by what c proves right above hi, keeping the
 // newest recentKeep seqs; r itself when c proves nothing there.
 func (r *recent) extend(c Cached) *recent {
-	msgs, idx := proven(c, r.hi+1, 1)
-	if len(idx) == 0 {
+	above := proven(c, r.hi+1, 1)
+	if len(above) == 0 {
 		return r
 	}
-	hi := r.hi + int64(len(idx))
-	out := &recent{lo: max(r.lo, hi-recentKeep+1), hi: hi, read: r.read}
-	// the kept part of the old stretch, then the new one, re-indexed
-	kept := r.idx[min(out.lo-r.lo, int64(len(r.idx))):]
-	drop := int32(0) // messages of the old stretch below out.lo
-	for _, j := range r.idx[:len(r.idx)-len(kept)] {
-		if j >= 0 {
-			drop++
-		}
-	}
-	out.msgs = make([]message.Message, 0, len(r.msgs)-int(drop)+len(msgs))
-	out.msgs = append(append(out.msgs, r.msgs[drop:]...), msgs...)
-	out.idx = make([]int32, 0, len(kept)+len(idx))
-	for _, j := range kept {
-		if j >= 0 {
-			j -= drop
-		}
-		out.idx = append(out.idx, j)
-	}
-	base := int32(len(r.msgs)) - drop
-	for _, j := range idx {
-		if j >= 0 {
-			j += base
-		}
-		out.idx = append(out.idx, j)
-	}
-	return out
+	hi := r.hi + int64(len(above))
+	// at most recentKeep new seqs: the kept part of the old stretch starts
+	// within it or right at its end
+	lo := max(r.lo, hi-recentKeep+1)
+	kept := r.msgs[lo-r.lo:]
+	msgs := append(append(make([]message.Message, 0, len(kept)+len(above)), kept...), above...)
+	return &recent{lo: lo, hi: hi, read: r.read, msgs: msgs}
 }
 
 // at is the copy's message of seq, nil for a recorded gap; seq must lie
 // within [lo, hi].
 func (r *recent) at(seq int64) *message.Message {
-	if j := r.idx[seq-r.lo]; j >= 0 {
-		return &r.msgs[j]
+	if m := &r.msgs[seq-r.lo]; m.Seq != 0 {
+		return m
 	}
 	return nil
 }
@@ -119,7 +91,7 @@ func (r *recent) at(seq int64) *message.Message {
 func (r *recent) gapsIn(lo, hi int64) []int64 {
 	var out []int64
 	for s := max(lo, r.lo); s <= min(hi, r.hi); s++ {
-		if r.idx[s-r.lo] < 0 {
+		if r.at(s) == nil {
 			out = append(out, s)
 		}
 	}

@@ -19,8 +19,8 @@ func checkRecent(t *testing.T, r *recent, lo, hi int64, gaps []int64) {
 	if r == nil {
 		t.Fatal("no copy")
 	}
-	if r.lo != lo || r.hi != hi || len(r.idx) != int(hi-lo+1) {
-		t.Fatalf("copy [%d, %d] of %d seqs, want [%d, %d]", r.lo, r.hi, len(r.idx), lo, hi)
+	if r.lo != lo || r.hi != hi || len(r.msgs) != int(hi-lo+1) {
+		t.Fatalf("copy [%d, %d] of %d seqs, want [%d, %d]", r.lo, r.hi, len(r.msgs), lo, hi)
 	}
 	for s := lo; s <= hi; s++ {
 		m := r.at(s)
@@ -278,7 +278,7 @@ func TestRecents(t *testing.T) {
 	c := newRecents(recentShards, time.Minute) // one copy per shard
 	t0 := time.Unix(1000, 0)
 	k := func(topic string) topicKey { return topicKey{"t1", topic} }
-	r := func(hi int64, at time.Time) *recent { return &recent{lo: 1, hi: hi, read: at, idx: make([]int32, hi)} }
+	r := func(hi int64, at time.Time) *recent { return &recent{lo: 1, hi: hi, read: at, msgs: make([]message.Message, hi)} }
 	c.put(k("a"), r(10, t0), t0)
 	if got := c.get(k("a"), t0); got == nil || got.hi != 10 {
 		t.Fatalf("get: %+v", got)
@@ -331,7 +331,7 @@ func TestRecentsEvictLeastRecentlyRead(t *testing.T) {
 			same = append(same, k)
 		}
 	}
-	r := &recent{lo: 1, hi: 1, read: t0, idx: []int32{-1}}
+	r := &recent{lo: 1, hi: 1, read: t0, msgs: make([]message.Message, 1)}
 	c.put(same[0], r, t0)
 	c.put(same[1], r, t0)
 	c.get(same[0], t0)
@@ -359,7 +359,7 @@ func TestRecentsConcurrent(t *testing.T) {
 				case 0:
 					c.drop(k)
 				case 1, 2:
-					c.put(k, &recent{lo: 1, hi: hi, read: now, idx: make([]int32, hi)}, now)
+					c.put(k, &recent{lo: 1, hi: hi, read: now, msgs: make([]message.Message, hi)}, now)
 				default:
 					if r := c.get(k, now); r != nil && r.hi != hi {
 						t.Errorf("%s: a copy of another topic", k.topic)
