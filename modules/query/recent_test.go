@@ -278,7 +278,9 @@ func TestRecents(t *testing.T) {
 	c := newRecents(recentShards, time.Minute) // one copy per shard
 	t0 := time.Unix(1000, 0)
 	k := func(topic string) topicKey { return topicKey{"t1", topic} }
-	r := func(hi int64, at time.Time) *recent { return &recent{lo: 1, hi: hi, read: at, msgs: make([]message.Message, hi)} }
+	r := func(hi int64, at time.Time) *recent {
+		return &recent{lo: 1, hi: hi, read: at, msgs: make([]message.Message, hi)}
+	}
 	c.put(k("a"), r(10, t0), t0)
 	if got := c.get(k("a"), t0); got == nil || got.hi != 10 {
 		t.Fatalf("get: %+v", got)
