@@ -109,6 +109,7 @@ func (s *Service) hotReread(ctx context.Context, keys routing.Keys, topic string
 // settled watermark.
 type pageReads struct {
 	v       hotView
+	at      time.Time // when the reads were sent: a copy made from them is this old
 	last    int64
 	herr    error // the hot-cache read failed: MySQL answers
 	hv      hiddenView
@@ -130,7 +131,8 @@ type pageAlso struct {
 func (s *Service) readPage(ctx context.Context, p httpapi.Principal, keys routing.Keys, db *sql.DB, topic string,
 	o Order, bound int64, n int, also pageAlso) (pageReads, error) {
 	rdb := s.p.Redis
-	base := s.recent.get(topicKey{p.Tenant, topic}, time.Now())
+	at := time.Now()
+	base := s.recent.get(topicKey{p.Tenant, topic}, at)
 	if base != nil && !base.usable(o, bound, n) {
 		base = nil
 	}
@@ -167,7 +169,7 @@ func (s *Service) readPage(ctx context.Context, p httpapi.Principal, keys routin
 			return pageReads{}, err
 		}
 	}
-	var r pageReads
+	r := pageReads{at: at}
 	if also.settled {
 		var err error
 		if r.settled, err = s.p.Flight.SettledResolve(ctx, p.Tenant, topic, res[:ns]); err != nil {

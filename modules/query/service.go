@@ -291,7 +291,7 @@ func (s *Service) fromCache(ctx context.Context, db *sql.DB, p httpapi.Principal
 	}
 	k := topicKey{p.Tenant, topic}
 	latest := o == Desc && bound == math.MaxInt64
-	now := time.Now()
+	now := r.at
 	if v.base != nil && v.base.hi > r.last {
 		// the seq counter is below the copy: the copy is of a past the
 		// topic no longer has, and the read above it proves nothing
