@@ -43,6 +43,10 @@ var codeStatus = map[string]int{
 type Error struct {
 	Code    string
 	Message string
+	// Details is the optional machine-readable part of the envelope, for a
+	// client that needs more than the code: the current version of a
+	// conflicting edit, how long to wait before a retry, a migration state.
+	Details map[string]any
 	Err     error
 }
 
@@ -58,6 +62,12 @@ func (e *Error) Unwrap() error { return e.Err }
 // Errorf builds an *Error with a code and a client-facing message.
 func Errorf(code, msg string) *Error { return &Error{Code: code, Message: msg} }
 
+// WithDetails sets the envelope's details object and returns e.
+func (e *Error) WithDetails(details map[string]any) *Error {
+	e.Details = details
+	return e
+}
+
 // Wrap attaches a code and message to a cause kept for logs.
 func Wrap(code, msg string, err error) *Error { return &Error{Code: code, Message: msg, Err: err} }
 
@@ -65,20 +75,25 @@ func Wrap(code, msg string, err error) *Error { return &Error{Code: code, Messag
 // routing core have fixed meanings; everything unknown is internal, and its
 // text stays in the log, not in the response.
 func Classify(err error) (code, msg string) {
+	code, msg, _ = classify(err)
+	return code, msg
+}
+
+func classify(err error) (code, msg string, details map[string]any) {
 	var e *Error
 	switch {
 	case errors.As(err, &e):
-		return e.Code, e.Message
+		return e.Code, e.Message, e.Details
 	case errors.Is(err, routing.ErrInvalidTopic):
-		return CodeInvalidArgument, "invalid topic: want ^[A-Za-z0-9_-]{1,64}$"
+		return CodeInvalidArgument, "invalid topic: want ^[A-Za-z0-9_-]{1,64}$", nil
 	case errors.Is(err, routing.ErrInvalidMonth), errors.Is(err, routing.ErrInvalidTable), errors.Is(err, routing.ErrInvalidTenant):
-		return CodeInvalidArgument, err.Error()
+		return CodeInvalidArgument, err.Error(), nil
 	case errors.Is(err, routing.ErrNoActiveMonth):
-		return CodeUnavailable, "no active month: the shard manager has not activated one yet"
+		return CodeUnavailable, "no active month: the shard manager has not activated one yet", nil
 	case errors.Is(err, routing.ErrShardNotRegistered):
-		return CodeUnavailable, "month table not ready"
+		return CodeUnavailable, "month table not ready", nil
 	}
-	return CodeInternal, "internal error"
+	return CodeInternal, "internal error", nil
 }
 
 // Status is the HTTP status of a code.
@@ -91,20 +106,21 @@ func Status(code string) int {
 
 type envelope struct {
 	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
+		Code    string         `json:"code"`
+		Message string         `json:"message"`
+		Details map[string]any `json:"details,omitempty"`
 	} `json:"error"`
 }
 
 // WriteError answers with the error envelope; internal and unavailable
 // errors are logged with their cause (once, here, where they are handled).
 func WriteError(w http.ResponseWriter, r *http.Request, log zerolog.Logger, err error) {
-	code, msg := Classify(err)
+	code, msg, details := classify(err)
 	if code == CodeInternal || code == CodeUnavailable {
 		log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Str("code", code).Msg("request failed")
 	}
 	var env envelope
-	env.Error.Code, env.Error.Message = code, msg
+	env.Error.Code, env.Error.Message, env.Error.Details = code, msg, details
 	WriteJSON(w, Status(code), env)
 }
 
