@@ -1,9 +1,11 @@
 package test
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -56,6 +58,52 @@ func TestImportDirection(t *testing.T) {
 				}
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sharedTables are the tenant tables more than one role reads or writes,
+// each with the one file (or package) that holds its name and therefore all
+// its SQL; every other module goes through its typed functions.
+var sharedTables = map[string]string{
+	"im_group_message_topic_shards": "routing/mirror.go",
+	"im_group_message_shards":       "routing/catalog.go",
+	"im_group_message_activations":  "routing/catalog.go",
+	"im_seq_reservations":           "routing/alloc.go",
+	"im_group_message_route_repair": "persist",
+}
+
+// TestSharedTablesHaveOneOwner fails when a shared table's name appears as
+// a string in any non-test file under modules/ other than its owner.
+func TestSharedTablesHaveOneOwner(t *testing.T) {
+	_, self, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(filepath.Dir(self)), "modules")
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(file string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(file, ".go") || strings.HasSuffix(file, "_test.go") {
+			return err
+		}
+		rel, _ := filepath.Rel(root, file)
+		rel = filepath.ToSlash(rel)
+		f, err := parser.ParseFile(fset, file, nil, 0)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			for table, owner := range sharedTables {
+				if strings.Contains(lit.Value, table) && rel != owner && path.Dir(rel) != owner {
+					t.Errorf("%s: names %s, which only %s may touch", fset.Position(lit.Pos()), table, owner)
+				}
+			}
+			return true
+		})
 		return nil
 	})
 	if err != nil {

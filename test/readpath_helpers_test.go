@@ -146,13 +146,9 @@ func rpInsert(t testing.TB, env *harness.Env, topic string, m routing.Month, row
 	if _, err := ins.RunWith(env.DB).ExecContext(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sq.Insert("im_group_message_topic_shards").
-		Columns("topic", "shard_month", "min_seq", "max_seq", "message_count", "min_created_at", "max_created_at").
-		Values(topic, m.String(), minSeq, maxSeq, len(rows), lo, hi).
-		Suffix("ON DUPLICATE KEY UPDATE min_seq = LEAST(min_seq, VALUES(min_seq)), max_seq = GREATEST(max_seq, VALUES(max_seq)), " +
-			"message_count = message_count + VALUES(message_count), min_created_at = LEAST(min_created_at, VALUES(min_created_at)), " +
-			"max_created_at = GREATEST(max_created_at, VALUES(max_created_at))").
-		RunWith(env.DB).ExecContext(ctx); err != nil {
+	if err := routing.WidenMirror(ctx, env.DB, []routing.MirrorRow{{Topic: topic,
+		MonthRange:   routing.MonthRange{Month: m, MinSeq: minSeq, MaxSeq: maxSeq, Count: int64(len(rows))},
+		MinCreatedAt: lo, MaxCreatedAt: hi}}); err != nil {
 		t.Fatal(err)
 	}
 }

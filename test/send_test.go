@@ -192,10 +192,9 @@ func TestSendIdempotentRetry(t *testing.T) {
 		RunWith(e.DB).ExecContext(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sq.Insert("im_group_message_topic_shards").
-		Columns("topic", "shard_month", "min_seq", "max_seq", "message_count", "min_created_at", "max_created_at").
-		Values("room", e.Start.String(), second.Seq, second.Seq, 1, created, created).
-		RunWith(e.DB).ExecContext(ctx); err != nil {
+	if err := routing.WidenMirror(ctx, e.DB, []routing.MirrorRow{{Topic: "room",
+		MonthRange:   routing.MonthRange{Month: e.Start, MinSeq: second.Seq, MaxSeq: second.Seq, Count: 1},
+		MinCreatedAt: created, MaxCreatedAt: created}}); err != nil {
 		t.Fatal(err)
 	}
 	forget("m2")

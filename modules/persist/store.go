@@ -17,7 +17,6 @@ import (
 // Fixed tables of the tenant database this module writes besides the month
 // tables (sql/migrations/0001_base.sql, 0002_persist_queues.sql).
 const (
-	mirrorTable       = "im_group_message_topic_shards"
 	compensationTable = "im_group_message_compensation"
 	repairTable       = "im_group_message_route_repair"
 )
@@ -276,21 +275,16 @@ func insertQuery(quoted string, recs []*record) (sq.InsertBuilder, error) {
 }
 
 // upsertMirror widens the topics' ranges in the MySQL route mirror by the
-// rows just inserted (seed 000 §5.2's upsert, one row per topic, VALUES()).
+// rows just inserted (one row per topic).
 func upsertMirror(ctx context.Context, tx *sql.Tx, m routing.Month, inserted []*record) error {
-	q := sq.Insert(mirrorTable).Columns("topic", "shard_month", "min_seq", "max_seq", "message_count",
-		"min_created_at", "max_created_at")
-	for _, tr := range topicRanges(inserted) {
-		q = q.Values(tr.topic, m.String(), tr.MinSeq, tr.MaxSeq, tr.Count, tr.minAt, tr.maxAt)
+	trs := topicRanges(inserted)
+	rows := make([]routing.MirrorRow, len(trs))
+	for i, tr := range trs {
+		rows[i] = routing.MirrorRow{Topic: tr.topic, MonthRange: tr.MonthRange, MinCreatedAt: tr.minAt, MaxCreatedAt: tr.maxAt}
+		rows[i].Month = m
 	}
-	_, err := q.Suffix(`ON DUPLICATE KEY UPDATE
-  min_seq = LEAST(min_seq, VALUES(min_seq)),
-  max_seq = GREATEST(max_seq, VALUES(max_seq)),
-  message_count = message_count + VALUES(message_count),
-  min_created_at = LEAST(min_created_at, VALUES(min_created_at)),
-  max_created_at = GREATEST(max_created_at, VALUES(max_created_at))`).RunWith(tx).ExecContext(ctx)
-	if err != nil {
-		return fmt.Errorf("persist: mirror upsert %s: %w", m, err)
+	if err := routing.WidenMirror(ctx, tx, rows); err != nil {
+		return fmt.Errorf("persist: %s: %w", m, err)
 	}
 	return nil
 }

@@ -203,12 +203,8 @@ func (p *BenchParams) Build(ctx context.Context) error {
 		p.logf("bench: legacy table has %s's rows (%s)", t.Name(), time.Since(start).Round(time.Second))
 	}
 	for _, t := range p.Tables {
-		if _, err := sq.Insert(mirrorTable).
-			Columns("topic", "shard_month", "min_seq", "max_seq", "message_count", "min_created_at", "max_created_at").
-			Select(sq.Select("topic", "'"+t.Month().String()+"'", "MIN(seqid)", "MAX(seqid)", "COUNT(*)", "MIN(created_at)", "MAX(created_at)").
-				From(t.Quoted()).GroupBy("topic")).
-			RunWith(p.DB).ExecContext(ctx); err != nil {
-			return fmt.Errorf("bench: mirror of %s: %w", t.Name(), err)
+		if err := routing.MirrorFromTable(ctx, p.DB, t); err != nil {
+			return fmt.Errorf("bench: %w", err)
 		}
 	}
 	ranges := make([]routing.MonthRange, len(p.Tables))

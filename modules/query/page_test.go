@@ -184,7 +184,7 @@ func TestHidden(t *testing.T) {
 
 func TestSearchMonths(t *testing.T) {
 	at := func(s string) time.Time { tm, _ := time.Parse(time.RFC3339, s); return tm }
-	mirror := []MirrorRange{
+	mirror := []routing.MirrorRow{
 		{MonthRange: routing.MonthRange{Month: routing.MustMonth("202608")}, MinCreatedAt: at("2026-08-01T00:00:00Z"), MaxCreatedAt: at("2026-08-31T23:59:59Z")},
 		// the active month lagged the calendar: September rows in 202608's
 		// successor start late, and 202609 holds a row from October 1st

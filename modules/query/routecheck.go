@@ -258,8 +258,12 @@ func (c *RouteCheck) allTopics(ctx context.Context, db *sql.DB, tenant string, t
 			return nil, fmt.Errorf("route check: topics of %s: %w", t.Name(), err)
 		}
 	}
-	if err := add(sq.Select("DISTINCT topic").From(mirrorTable).RunWith(db).QueryContext(ctx)); err != nil {
-		return nil, fmt.Errorf("route check: mirror topics: %w", err)
+	mirrored, err := routing.MirrorTopics(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("route check: %w", err)
+	}
+	for _, t := range mirrored {
+		set[t] = true
 	}
 	keys, err := routing.KeysFor(tenant)
 	if err != nil {
@@ -308,9 +312,7 @@ func (c *RouteCheck) Fix(ctx context.Context, tenant, topic string, act []routin
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := sq.Delete(mirrorTable).Where(sq.Eq{"topic": topic}).RunWith(tx).ExecContext(ctx); err != nil {
-		return fmt.Errorf("route fix: clear mirror of %s: %w", topic, err)
-	}
+	rows := make([]routing.MirrorRow, 0, len(act))
 	for _, r := range act {
 		t, err := routing.TableFor(r.Month)
 		if err != nil {
@@ -322,12 +324,10 @@ func (c *RouteCheck) Fix(ctx context.Context, tenant, topic string, act []routin
 			RunWith(tx).QueryRowContext(ctx).Scan(&lo, &hi); err != nil {
 			return fmt.Errorf("route fix: times of %s in %s: %w", topic, t.Name(), err)
 		}
-		if _, err := sq.Insert(mirrorTable).
-			Columns("topic", "shard_month", "min_seq", "max_seq", "message_count", "min_created_at", "max_created_at").
-			Values(topic, r.Month.String(), r.MinSeq, r.MaxSeq, r.Count, lo.Time, hi.Time).
-			RunWith(tx).ExecContext(ctx); err != nil {
-			return fmt.Errorf("route fix: mirror of %s: %w", topic, err)
-		}
+		rows = append(rows, routing.MirrorRow{Topic: topic, MonthRange: r, MinCreatedAt: lo.Time, MaxCreatedAt: hi.Time})
+	}
+	if err := routing.ReplaceMirror(ctx, tx, topic, rows); err != nil {
+		return fmt.Errorf("route fix: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return err
@@ -347,21 +347,8 @@ func (c *RouteCheck) Rebuild(ctx context.Context, tenant string, topics []string
 		return err
 	}
 	if len(topics) == 0 {
-		rows, err := sq.Select("DISTINCT topic").From(mirrorTable).OrderBy("topic").RunWith(db).QueryContext(ctx)
-		if err != nil {
-			return fmt.Errorf("route rebuild: mirror topics: %w", err)
-		}
-		for rows.Next() {
-			var t string
-			if err := rows.Scan(&t); err != nil {
-				rows.Close()
-				return err
-			}
-			topics = append(topics, t)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
+		if topics, err = routing.MirrorTopics(ctx, db); err != nil {
+			return fmt.Errorf("route rebuild: %w", err)
 		}
 	}
 	for i, topic := range topics {

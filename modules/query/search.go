@@ -37,7 +37,7 @@ func likePattern(q string) string {
 // rows (min/max created_at per month) overlapping the window, not from the
 // calendar. A topic the mirror does not know is read in the calendar months
 // of the window and the one before.
-func SearchMonths(mirror []MirrorRange, registered []routing.Month, from, to time.Time) []routing.Month {
+func SearchMonths(mirror []routing.MirrorRow, registered []routing.Month, from, to time.Time) []routing.Month {
 	var out []routing.Month
 	for _, r := range mirror {
 		if !r.MaxCreatedAt.Before(from) && r.MinCreatedAt.Before(to) {
@@ -63,35 +63,6 @@ func newestFirst(ms []routing.Month) []routing.Month {
 	return out
 }
 
-// MirrorRange is one mirror row with its time bounds.
-type MirrorRange struct {
-	routing.MonthRange
-	MinCreatedAt, MaxCreatedAt time.Time
-}
-
-// loadMirror reads the topic's mirror rows, oldest month first.
-func loadMirror(ctx context.Context, db sq.BaseRunner, topic string) ([]MirrorRange, error) {
-	rows, err := sq.Select("shard_month", "min_seq", "max_seq", "message_count", "min_created_at", "max_created_at").
-		From(mirrorTable).Where(sq.Eq{"topic": topic}).OrderBy("shard_month").RunWith(db).QueryContext(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []MirrorRange
-	for rows.Next() {
-		var r MirrorRange
-		var month string
-		if err := rows.Scan(&month, &r.MinSeq, &r.MaxSeq, &r.Count, &r.MinCreatedAt, &r.MaxCreatedAt); err != nil {
-			return nil, err
-		}
-		if r.Month, err = routing.ParseMonth(month); err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
-}
-
 // Search finds messages of topic whose content.text contains q, created in
 // [from, to), newest first, paged with next_before. Each month's query stays
 // inside the topic's created_at range of idx_topic_created; the topic's ACL
@@ -106,7 +77,7 @@ func (s *Service) Search(ctx context.Context, p httpapi.Principal, topic string,
 	if err != nil {
 		return BeforePage{}, err
 	}
-	mirror, err := loadMirror(ctx, db, topic)
+	mirror, err := routing.LoadMirrorRows(ctx, db, topic)
 	if err != nil {
 		return BeforePage{}, err
 	}

@@ -13,11 +13,8 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// Fixed table names of the read path (never built from input).
-const (
-	dellogTable = "im_dellog"
-	mirrorTable = "im_group_message_topic_shards"
-)
+// dellogTable is the fixed table of deletion ranges (never built from input).
+const dellogTable = "im_dellog"
 
 var columns = []string{"m.topic", "m.seqid", "m.message_id", "m.group_id", "m.from_user", "m.client_msg_id",
 	"m.msg_type", "m.status", "m.content", "m.head", "m.mentioned_user_ids", "m.mention_all", "m.reply_seqid",

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	sq "github.com/Masterminds/squirrel"
 	"github.com/redis/rueidis"
 )
 
@@ -208,31 +207,4 @@ func ParseRangeValue(v string) (MonthRange, bool) {
 		seen++
 	}
 	return mr, seen == 3
-}
-
-const mirrorTable = "im_group_message_topic_shards"
-
-// LoadMirror reads the topic's ranges from the MySQL mirror, oldest first.
-func LoadMirror(ctx context.Context, db sq.BaseRunner, topic string) ([]MonthRange, error) {
-	rows, err := sq.Select("shard_month", "min_seq", "max_seq", "message_count").From(mirrorTable).
-		Where(sq.Eq{"topic": topic}).OrderBy("shard_month").RunWith(db).QueryContext(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("mirror: load %s: %w", topic, err)
-	}
-	defer rows.Close()
-	var out []MonthRange
-	for rows.Next() {
-		var ms string
-		var mr MonthRange
-		if err := rows.Scan(&ms, &mr.MinSeq, &mr.MaxSeq, &mr.Count); err != nil {
-			return nil, err
-		}
-		m, err := ParseMonth(ms)
-		if err != nil {
-			return nil, fmt.Errorf("mirror: %s: %w", topic, err)
-		}
-		mr.Month = m
-		out = append(out, mr)
-	}
-	return out, rows.Err()
 }

@@ -463,9 +463,6 @@ func (s *Service) fromMySQL(ctx context.Context, tenant, topic string, from int6
 	return Response{}, false, nil
 }
 
-// mirrorTable is the MySQL mirror of topic routes (seed 000 §3.4).
-const mirrorTable = "im_group_message_topic_shards"
-
 // establishHorizon sets the tenant's idempotency horizon after Redis lost
 // it (or never had it): a claim is trusted without asking MySQL once no
 // message MySQL stored can still be retried, i.e. from the newest stored
@@ -510,15 +507,13 @@ func (s *Service) horizon(ctx context.Context, tenant string) error {
 	}
 	// the months fromMySQL probes: a retriable message lives in one of them
 	ttl := s.p.Send.IdempotencyTTL
-	var last sql.NullTime
-	if err := sq.Select("MAX(max_created_at)").From(mirrorTable).
-		Where(sq.GtOrEq{"shard_month": active.Prev().String()}).
-		RunWith(db).QueryRowContext(ctx).Scan(&last); err != nil {
-		return fmt.Errorf("send: newest stored message: %w", err)
+	last, ok, err := routing.NewestMirrored(ctx, db, active.Prev())
+	if err != nil {
+		return fmt.Errorf("send: %w", err)
 	}
 	h := now
-	if last.Valid && last.Time.Add(ttl).After(now) {
-		h = last.Time.Add(ttl)
+	if ok && last.Add(ttl).After(now) {
+		h = last.Add(ttl)
 	}
 	return s.p.Scripts.Fenced.IdemSince(ctx, s.p.Redis, []string{keys.IdemSince()},
 		[]string{strconv.FormatInt(h.UnixMilli(), 10)}).Error()

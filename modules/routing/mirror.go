@@ -1,0 +1,148 @@
+package routing
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+)
+
+// The route mirror (im_group_message_topic_shards) holds, per topic and
+// month, the seq range, the row count and the created_at bounds of the
+// topic's rows in that month's table. It is the durable source the Redis
+// routes are rebuilt from. This file is the only code that reads or writes
+// it: persist widens it in the transaction that stores rows, reads and the
+// route checker load it, the checker rewrites it from the month tables.
+const mirrorTable = "im_group_message_topic_shards"
+
+var mirrorColumns = []string{"topic", "shard_month", "min_seq", "max_seq", "message_count", "min_created_at", "max_created_at"}
+
+// MirrorRow is one row of the route mirror.
+type MirrorRow struct {
+	Topic string
+	MonthRange
+	MinCreatedAt, MaxCreatedAt time.Time
+}
+
+// LoadMirror reads the topic's ranges from the MySQL mirror, oldest first.
+func LoadMirror(ctx context.Context, db sq.BaseRunner, topic string) ([]MonthRange, error) {
+	rows, err := LoadMirrorRows(ctx, db, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]MonthRange, len(rows))
+	for i, r := range rows {
+		out[i] = r.MonthRange
+	}
+	return out, nil
+}
+
+// LoadMirrorRows reads the topic's mirror rows with their time bounds,
+// oldest month first.
+func LoadMirrorRows(ctx context.Context, db sq.BaseRunner, topic string) ([]MirrorRow, error) {
+	rows, err := sq.Select(mirrorColumns[1:]...).From(mirrorTable).
+		Where(sq.Eq{"topic": topic}).OrderBy("shard_month").RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("mirror: load %s: %w", topic, err)
+	}
+	defer rows.Close()
+	var out []MirrorRow
+	for rows.Next() {
+		var ms string
+		r := MirrorRow{Topic: topic}
+		if err := rows.Scan(&ms, &r.MinSeq, &r.MaxSeq, &r.Count, &r.MinCreatedAt, &r.MaxCreatedAt); err != nil {
+			return nil, fmt.Errorf("mirror: load %s: %w", topic, err)
+		}
+		if r.Month, err = ParseMonth(ms); err != nil {
+			return nil, fmt.Errorf("mirror: %s: %w", topic, err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// WidenMirror adds rows just stored to the mirror, in the caller's
+// transaction: each row widens its topic's range and times in its month and
+// adds its count (one statement; rows in topic order, the order every writer
+// locks mirror rows in, so concurrent writers do not deadlock on them).
+func WidenMirror(ctx context.Context, tx sq.BaseRunner, rows []MirrorRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	q := sq.Insert(mirrorTable).Columns(mirrorColumns...)
+	for _, r := range rows {
+		q = q.Values(r.Topic, r.Month.String(), r.MinSeq, r.MaxSeq, r.Count, r.MinCreatedAt, r.MaxCreatedAt)
+	}
+	_, err := q.Suffix(`ON DUPLICATE KEY UPDATE
+  min_seq = LEAST(min_seq, VALUES(min_seq)),
+  max_seq = GREATEST(max_seq, VALUES(max_seq)),
+  message_count = message_count + VALUES(message_count),
+  min_created_at = LEAST(min_created_at, VALUES(min_created_at)),
+  max_created_at = GREATEST(max_created_at, VALUES(max_created_at))`).RunWith(tx).ExecContext(ctx)
+	if err != nil {
+		return fmt.Errorf("mirror: widen: %w", err)
+	}
+	return nil
+}
+
+// ReplaceMirror makes the topic's mirror rows exactly rows (the route
+// checker's fix, in its transaction).
+func ReplaceMirror(ctx context.Context, tx sq.BaseRunner, topic string, rows []MirrorRow) error {
+	if _, err := sq.Delete(mirrorTable).Where(sq.Eq{"topic": topic}).RunWith(tx).ExecContext(ctx); err != nil {
+		return fmt.Errorf("mirror: clear %s: %w", topic, err)
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	q := sq.Insert(mirrorTable).Columns(mirrorColumns...)
+	for _, r := range rows {
+		q = q.Values(topic, r.Month.String(), r.MinSeq, r.MaxSeq, r.Count, r.MinCreatedAt, r.MaxCreatedAt)
+	}
+	if _, err := q.RunWith(tx).ExecContext(ctx); err != nil {
+		return fmt.Errorf("mirror: rewrite %s: %w", topic, err)
+	}
+	return nil
+}
+
+// MirrorTopics lists every topic the mirror knows, sorted.
+func MirrorTopics(ctx context.Context, db sq.BaseRunner) ([]string, error) {
+	rows, err := sq.Select("DISTINCT topic").From(mirrorTable).OrderBy("topic").RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("mirror: topics: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			return nil, fmt.Errorf("mirror: topics: %w", err)
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// NewestMirrored is the newest created_at the mirror records in month from
+// or later; ok is false when it records none.
+func NewestMirrored(ctx context.Context, db sq.BaseRunner, from Month) (newest time.Time, ok bool, err error) {
+	var last sql.NullTime
+	if err := sq.Select("MAX(max_created_at)").From(mirrorTable).Where(sq.GtOrEq{"shard_month": from.String()}).
+		RunWith(db).QueryRowContext(ctx).Scan(&last); err != nil {
+		return time.Time{}, false, fmt.Errorf("mirror: newest stored message: %w", err)
+	}
+	return last.Time, last.Valid, nil
+}
+
+// MirrorFromTable adds the mirror rows of every topic in month table t,
+// computed from its rows (benchmark fixtures, built in bulk).
+func MirrorFromTable(ctx context.Context, db sq.BaseRunner, t Table) error {
+	if _, err := sq.Insert(mirrorTable).Columns(mirrorColumns...).
+		Select(sq.Select("topic").Column("?", t.Month().String()).
+			Columns("MIN(seqid)", "MAX(seqid)", "COUNT(*)", "MIN(created_at)", "MAX(created_at)").
+			From(t.Quoted()).GroupBy("topic")).RunWith(db).ExecContext(ctx); err != nil {
+		return fmt.Errorf("mirror: from %s: %w", t.Name(), err)
+	}
+	return nil
+}
