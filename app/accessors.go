@@ -55,3 +55,10 @@ func (a *App) listenAddr(module string) string {
 	}
 	return ""
 }
+
+// APIRoutes lists the patterns ("METHOD /path") the started HTTP roles
+// registered on the API server, sorted.
+func (a *App) APIRoutes() []string { return a.APIMux.Patterns() }
+
+// OpsRoutes lists the patterns the operations server serves, sorted.
+func (a *App) OpsRoutes() []string { return a.opsHandler().Patterns() }

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/httpapi"
 )
 
 // Service is one module's lifecycle: built by its init function (fallible
@@ -42,7 +42,7 @@ type App struct {
 	Registry *prometheus.Registry
 
 	// APIMux is where HTTP roles register their handlers before API starts.
-	APIMux *http.ServeMux
+	APIMux *httpapi.Mux
 
 	clients  clients
 	tenants  tenantSet
@@ -57,7 +57,7 @@ type App struct {
 func New(cfg *config.Config, log zerolog.Logger) *App {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	a := &App{Config: cfg, Log: log, Registry: reg, APIMux: http.NewServeMux(), services: map[string]Service{}}
+	a := &App{Config: cfg, Log: log, Registry: reg, APIMux: httpapi.NewMux(), services: map[string]Service{}}
 	a.tenants.set(cfg.Tenants)
 	return a
 }

@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/imshard/imshard/modules/httpapi"
 )
 
 // opsHandler serves the operations endpoints on metrics.addr: /metrics,
 // /healthz (the process is alive) and /readyz (it should get traffic).
-func (a *App) opsHandler() http.Handler {
-	mux := http.NewServeMux()
+func (a *App) opsHandler() *httpapi.Mux {
+	mux := httpapi.NewMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.Registry, promhttp.HandlerOpts{Registry: a.Registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/test/harness"
 	"github.com/imshard/imshard/test/testenv"
 )
 
@@ -122,8 +123,10 @@ log: {level: warn}
 %s`, testenv.FreePort(t), testenv.FreePort(t), dsnTemplate, testenv.RedisAddr(), broker, tenant, tenant, extra))
 }
 
-// faultsAPI talks to a send process over HTTP, as clients do.
+// faultsAPI talks to a send process over HTTP, as clients do; every
+// answer must be one docs/openapi.yaml describes.
 type faultsAPI struct {
+	t      *testing.T
 	base   string
 	secret []byte
 	tenant string
@@ -139,7 +142,7 @@ type faultsSent struct {
 
 func faultsClient(t *testing.T, base string, secret []byte, tenant string) *faultsAPI {
 	t.Helper()
-	c := &faultsAPI{base: base, secret: secret, tenant: tenant, gate: make(chan struct{})}
+	c := &faultsAPI{t: t, base: base, secret: secret, tenant: tenant, gate: make(chan struct{})}
 	c.svc = c.token(t, 900, "service")
 	return c
 }
@@ -169,6 +172,9 @@ func (c *faultsAPI) do(method, path, token string, body any) (int, []byte, error
 	}
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
+	if err == nil {
+		harness.CheckExchange(c.t, req, raw, resp, out)
+	}
 	return resp.StatusCode, out, err
 }
 

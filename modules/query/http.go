@@ -8,8 +8,8 @@ import (
 	"github.com/imshard/imshard/modules/httpapi"
 )
 
-// Register adds the read routes of the DESIGN contract to mux.
-func (s *Service) Register(mux *http.ServeMux, auth *httpapi.Authenticator, log zerolog.Logger) {
+// Register adds the read routes (docs/api.md, docs/openapi.yaml) to mux.
+func (s *Service) Register(mux *httpapi.Mux, auth *httpapi.Authenticator, log zerolog.Logger) {
 	h := func(fn httpapi.HandlerFunc) http.Handler { return httpapi.Handle(auth, log, false, fn) }
 	mux.Handle("GET /v1/topics/{topic}/messages", h(s.handleList))
 	mux.Handle("GET /v1/topics/{topic}/messages/{seq}", h(s.handleGet))

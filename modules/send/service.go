@@ -99,7 +99,7 @@ func New(ctx context.Context, p Params) (*Service, error) {
 }
 
 // Register adds the role's routes to mux (Go 1.22 patterns).
-func (s *Service) Register(mux *http.ServeMux) {
+func (s *Service) Register(mux *httpapi.Mux) {
 	h := func(fn httpapi.HandlerFunc) http.Handler { return httpapi.Handle(s.p.Auth, s.p.Log, false, fn) }
 	mux.Handle("POST /v1/topics/{topic}/messages", h(s.handleSend))
 	mux.Handle("PUT /v1/topics/{topic}", h(s.handlePutGroup))

@@ -187,19 +187,23 @@ func (e *Env) Token(userID int64, role string) string {
 }
 
 // Do sends one API request (body marshalled as JSON unless it is []byte or
-// nil) and returns the status and body.
+// nil) and returns the status and body. The exchange must be one that
+// docs/openapi.yaml describes (OpenAPI.Check); a departure fails the test.
 func (e *Env) Do(method, path, token string, body any) (int, []byte) {
 	e.T.Helper()
-	var rd io.Reader
+	var raw []byte
 	switch b := body.(type) {
 	case nil:
 	case []byte:
-		rd = bytes.NewReader(b)
+		raw = b
 	default:
-		raw, err := json.Marshal(b)
-		if err != nil {
+		var err error
+		if raw, err = json.Marshal(b); err != nil {
 			e.T.Fatalf("harness: marshal: %v", err)
 		}
+	}
+	var rd io.Reader
+	if body != nil {
 		rd = bytes.NewReader(raw)
 	}
 	req, err := http.NewRequest(method, e.BaseURL+path, rd)
@@ -221,5 +225,6 @@ func (e *Env) Do(method, path, token string, body any) (int, []byte) {
 	if err != nil {
 		e.T.Fatalf("harness: read body: %v", err)
 	}
+	CheckExchange(e.T, req, raw, resp, out)
 	return resp.StatusCode, out
 }
