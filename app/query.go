@@ -25,19 +25,20 @@ func (a *App) NewRouter() *routing.Router {
 func (a *App) NewQuery() *query.Service {
 	c := &a.clients
 	return query.New(query.Params{
-		Redis:       c.redis,
-		DBs:         c.pools,
-		Router:      a.NewRouter(),
-		Catalog:     c.catalog,
-		Routes:      c.routes,
-		Flight:      c.flight,
-		ACL:         c.acl,
-		Scripts:     c.scripts,
-		HiddenTTL:   a.Config.Send.ACLCacheTTL, // user facts cached as long as memberships
-		LocalTopics: a.Config.HotCache.LocalTopics,
-		LocalMaxAge: a.Config.HotCache.LocalMaxAge,
-		Log:         a.Log.With().Str("module", Query).Logger(),
-		Registerer:  a.Registry,
+		Redis:        c.redis,
+		DBs:          c.pools,
+		Router:       a.NewRouter(),
+		Catalog:      c.catalog,
+		Routes:       c.routes,
+		Flight:       c.flight,
+		ACL:          c.acl,
+		Scripts:      c.scripts,
+		HiddenTTL:    a.Config.Send.ACLCacheTTL, // user facts cached as long as memberships
+		LocalTopics:  a.Config.HotCache.LocalTopics,
+		LocalMaxAge:  a.Config.HotCache.LocalMaxAge,
+		RecallWindow: a.Config.Send.RecallWindow,
+		Log:          a.Log.With().Str("module", Query).Logger(),
+		Registerer:   a.Registry,
 	})
 }
 

@@ -83,3 +83,15 @@ var IdemRetry string
 //
 //go:embed cache_fill.lua
 var CacheFill string
+
+// MsgChange takes a message out of the hot cache and moves the topic's
+// message version forward before a change commits.
+//
+//go:embed msg_change.lua
+var MsgChange string
+
+// HotPut puts a changed message back into the hot cache after the commit,
+// unless a later change moved the topic's message version on.
+//
+//go:embed hot_put.lua
+var HotPut string

@@ -85,7 +85,7 @@ func TestDeletionsValidation(t *testing.T) {
 	}{
 		{"/v1/topics/delv/messages/3", 400},           // scope required
 		{"/v1/topics/delv/messages/3?scope=you", 400}, // unknown scope
-		{"/v1/topics/delv/messages/3?scope=all", 400}, // global delete not built
+		{"/v1/topics/delv/messages/3?scope=all", 403}, // global delete: admins only
 		{"/v1/topics/delv/messages/0?scope=me", 400},  // bad seq
 		{"/v1/topics/delv/messages/x?scope=me", 400},  // bad seq
 		{"/v1/topics/delv/messages/11?scope=me", 400}, // not sent yet

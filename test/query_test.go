@@ -120,12 +120,16 @@ func TestAcceptance08_RecallEditReportFavouriteReachOldMonths(t *testing.T) {
 	env := rpStart(t)
 	ms := rpThreeMonths(t, env, "acc08")
 	ctx := context.Background()
-	// a recall and an edit applied to the oldest month's rows
-	tbl, _, err := env.App.Catalog().Table(ctx, env.Tenant, ms[0])
-	if err != nil {
+	// a recall (by the group's owner: the sender's window is long past)
+	// and an edit of the oldest month's rows
+	if err := env.App.ACL().PutMember(ctx, env.Tenant, "acc08", rpOther, "owner", nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sq.Update(tbl.Quoted()).Set("status", "recalled").Set("version", 2).Where(sq.Eq{"topic": "acc08", "seqid": 3}).RunWith(env.DB).ExecContext(ctx); err != nil {
+	if code, r := chRecall(t, env, env.Token(rpOther, ""), "acc08", 3, nil); code != 200 || r.Message.Status != "recalled" {
+		t.Fatalf("recall of a message three months old: %d %+v", code, r)
+	}
+	tbl, _, err := env.App.Catalog().Table(ctx, env.Tenant, ms[0])
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sq.Update(tbl.Quoted()).Set("content", `{"text":"edited"}`).Set("version", 3).Where(sq.Eq{"topic": "acc08", "seqid": 4}).RunWith(env.DB).ExecContext(ctx); err != nil {

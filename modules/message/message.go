@@ -169,3 +169,26 @@ func (t *Time) UnmarshalJSON(b []byte) error {
 	*t = NewTime(p)
 	return nil
 }
+
+// Actions of the message-change path.
+const (
+	ActionRecall = "recall"
+	ActionEdit   = "edit"
+	ActionDelete = "delete"
+)
+
+// Change is the event a committed recall, edit or delete for everyone
+// emits on the topic's realtime channel, after the answer's state is in
+// MySQL and no cache serves the old one. ChangeSeq counts the topic's
+// changes from 1 without gaps or repeats (allocated in MySQL with the
+// change): a consumer that missed some resumes from the revisions.
+type Change struct {
+	Topic     string `json:"topic"`
+	Seq       int64  `json:"seq"`
+	MessageID ID     `json:"message_id"`
+	Action    string `json:"action"`
+	Version   int    `json:"version"`
+	ChangeSeq int64  `json:"change_seq"`
+	Actor     ID     `json:"actor"`
+	At        Time   `json:"at"`
+}

@@ -24,11 +24,12 @@ const (
 	hotFurther = 4
 )
 
-// hotCmds read the topic's last issued seq and the cached messages and
-// recorded gaps next to bound, in order o (exclusive of bound), at most n
-// of each; newest first they stop above floor when it is positive (a
-// read of what lies above a process's copy). hotResolve reads their
-// results.
+// hotCmds read the topic's message version (first: whatever the cache
+// read after it shows is at least as new as that version), the last issued
+// seq and the cached messages and recorded gaps next to bound, in order o
+// (exclusive of bound), at most n of each; newest first they stop above
+// floor when it is positive (a read of what lies above a process's copy).
+// hotResolve reads their results.
 func (s *Service) hotCmds(keys routing.Keys, topic string, o Order, bound, floor int64, n int) []rueidis.Completed {
 	rdb := s.p.Redis
 	b := "(" + strconv.FormatInt(bound, 10)
@@ -44,29 +45,36 @@ func (s *Service) hotCmds(keys routing.Keys, topic string, o Order, bound, floor
 		hot = rdb.B().Zrangebyscore().Key(keys.HotMessages(topic)).Min(b).Max("+inf").Withscores().Limit(0, int64(n)).Build()
 		gaps = rdb.B().Zrangebyscore().Key(keys.Gaps(topic)).Min(b).Max("+inf").Withscores().Limit(0, int64(n)).Build()
 	}
-	return []rueidis.Completed{rdb.B().Get().Key(keys.Seq(topic)).Build(), hot, gaps}
+	return []rueidis.Completed{rdb.B().Get().Key(keys.MessagesVersion(topic)).Build(), rdb.B().Get().Key(keys.Seq(topic)).Build(), hot, gaps}
 }
 
 // hotResolve is the cache read of hotCmds' results and the topic's last
 // issued seq. The returned bounds are where the read was complete: a ZSET
 // that returned n entries may hold more beyond the last.
 func hotResolve(res []rueidis.RedisResult, o Order, bound, floor int64, n int) (Cached, int64, error) {
-	last, err := res[0].AsInt64()
+	version, err := res[0].AsInt64()
+	if rueidis.IsRedisNil(err) {
+		version, err = 0, nil // no change within the version's lifetime
+	}
+	if err != nil {
+		return Cached{}, 0, err
+	}
+	last, err := res[1].AsInt64()
 	if rueidis.IsRedisNil(err) {
 		last, err = 0, nil // counter lost: nothing can be proven from the cache
 	}
 	if err != nil {
 		return Cached{}, 0, err
 	}
-	hz, err := res[1].AsZScores()
+	hz, err := res[2].AsZScores()
 	if err != nil {
 		return Cached{}, 0, err
 	}
-	gz, err := res[2].AsZScores()
+	gz, err := res[3].AsZScores()
 	if err != nil {
 		return Cached{}, 0, err
 	}
-	c := Cached{Members: hz, Lo: 1, Hi: math.MaxInt64}
+	c := Cached{Members: hz, Lo: 1, Hi: math.MaxInt64, Version: version}
 	if len(gz) > 0 {
 		c.Gaps = make(map[int64]bool, len(gz))
 	}
@@ -180,6 +188,13 @@ func (s *Service) readPage(ctx context.Context, p httpapi.Principal, keys routin
 		r.route = res[nd:na]
 	}
 	r.v.top, r.last, r.herr = hotResolve(res[ns:nh], o, hb, floor, n)
+	if base != nil && r.herr == nil && base.ver != r.v.top.Version {
+		// a message of the topic changed since the copy was read: the
+		// copy may hold its old version (the page reads the cache afresh)
+		s.recent.drop(topicKey{p.Tenant, topic})
+		s.m.local.WithLabelValues(localChanged).Inc()
+		base = nil
+	}
 	r.v.base = base
 	var err error
 	r.hv, err = s.hiddenResolve(ctx, db, keys, topic, p.UserID, res[nh:nd])

@@ -17,6 +17,7 @@ func (s *Service) Register(mux *httpapi.Mux, auth *httpapi.Authenticator, log ze
 	mux.Handle("GET /v1/topics/{topic}/search", h(s.handleSearch))
 	mux.Handle("POST /v1/topics/{topic}/deletions", h(s.handleDeletions))
 	mux.Handle("DELETE /v1/topics/{topic}/messages/{seq}", h(s.handleDelete))
+	mux.Handle("POST /v1/topics/{topic}/messages/{seq}/recall", h(s.handleRecall))
 	mux.Handle("GET /v1/admin/messages/{message_id}", h(s.handleAdminMessage))
 	mux.Handle("GET /v1/admin/shards", h(s.handleShards))
 	mux.Handle("GET /v1/admin/topics/{topic}/route", h(s.handleRoute))
@@ -139,8 +140,8 @@ func (s *Service) handleDeletions(w http.ResponseWriter, r *http.Request, p http
 	return nil
 }
 
-// handleDelete hides one message for the caller (scope=me). The global
-// delete (scope=all) belongs to the message-change path, not built yet.
+// handleDelete hides one message for the caller (scope=me) or deletes it
+// for everyone (scope=all, role admin).
 func (s *Service) handleDelete(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
 	seq, err := pathSeq(r)
 	if err != nil {
@@ -150,13 +151,39 @@ func (s *Service) handleDelete(w http.ResponseWriter, r *http.Request, p httpapi
 	if err != nil {
 		return err
 	}
-	if scope == ScopeAll {
-		return invalid("scope=all (global delete) is not available in this version; scope=me hides the message for you")
-	}
 	topic := r.PathValue("topic")
+	if scope == ScopeAll {
+		reason, err := ParseReason(r.URL.Query())
+		if err != nil {
+			return err
+		}
+		res, err := s.DeleteAll(r.Context(), p, topic, seq, reason)
+		if err != nil {
+			return err
+		}
+		httpapi.WriteJSON(w, http.StatusOK, res)
+		return nil
+	}
 	if err := s.Hide(r.Context(), p, topic, seq, seq+1); err != nil {
 		return err
 	}
 	httpapi.WriteJSON(w, http.StatusOK, hideResponse{Topic: topic, Low: seq, Hi: seq + 1})
+	return nil
+}
+
+func (s *Service) handleRecall(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
+	seq, err := pathSeq(r)
+	if err != nil {
+		return err
+	}
+	reason, err := DecodeRecall(http.MaxBytesReader(w, r.Body, MaxChangeBody))
+	if err != nil {
+		return err
+	}
+	res, err := s.Recall(r.Context(), p, r.PathValue("topic"), seq, reason)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, res)
 	return nil
 }

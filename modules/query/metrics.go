@@ -16,6 +16,17 @@ const (
 	localHit      = "hit"      // the copy and the read above it answered
 	localFallback = "fallback" // they fell short: a full cache read followed
 	localReset    = "reset"    // the seq counter went below the copy: dropped
+	localChanged  = "changed"  // a message of the topic changed: dropped
+)
+
+// Results and follow-up steps of the change path beside the error codes
+// (imshard_message_changes_total, imshard_message_change_followup_failures_total).
+const (
+	changeOK        = "ok"        // changed
+	changeUnchanged = "unchanged" // a repeated recall or delete: nothing to change
+	changeInFlight  = "in_flight" // the message was not stored yet: 409, retry
+	stepHotPut      = "hot_put"   // the changed message back into the hot cache
+	stepPublish     = "publish"   // the change event on the realtime channel
 )
 
 // WidePageTables is the most tables a page may touch before it counts as
@@ -29,6 +40,10 @@ type metrics struct {
 	hot     *prometheus.CounterVec
 	hidden  *prometheus.CounterVec
 	local   *prometheus.CounterVec
+
+	changes         *prometheus.CounterVec
+	changeLatency   *prometheus.HistogramVec
+	changeFollowups *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
@@ -57,16 +72,32 @@ func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
 		}, []string{"result"}),
 		local: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "imshard_query_hot_local_total",
-			Help: "List pages read over this process's copy of a topic's newest messages: hit (the copy and the Redis read above it answered), fallback (they fell short: a full hot-cache read followed), reset (the topic's seq counter went below the copy: dropped).",
+			Help: "List pages read over this process's copy of a topic's newest messages: hit (the copy and the Redis read above it answered), fallback (they fell short: a full hot-cache read followed), reset (the topic's seq counter went below the copy: dropped), changed (a message of the topic was recalled, edited or deleted since the copy was read: dropped).",
 		}, []string{"result"}),
 	}
+	m.changes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "imshard_message_changes_total",
+		Help: "Message changes by action (recall, edit, delete) and result: ok, unchanged (a repeated recall or delete), in_flight (409: the message was not stored yet), or the error code answered (conflict, permission_denied, not_found, unavailable, ...).",
+	}, []string{"action", "result"})
+	m.changeLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "imshard_message_change_latency",
+		Help:    "Latency in seconds of message changes by action, whatever their result.",
+		Buckets: []float64{.001, .002, .005, .01, .025, .05, .1, .25, 1},
+	}, []string{"action"})
+	m.changeFollowups = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "imshard_message_change_followup_failures_total",
+		Help: "Best-effort steps after a committed change that failed: hot_put (the changed message was not put back into the hot cache: pages read MySQL for it), publish (the change event was not published).",
+	}, []string{"step"})
 	topics := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "imshard_query_hot_local_topics",
 		Help: "Topics whose newest messages this process holds a copy of (at most hot_cache.local_topics).",
 	}, func() float64 { return float64(held()) })
-	reg.MustRegister(m.tables, m.latency, m.wide, m.hot, m.hidden, m.local, topics)
-	for _, r := range []string{localHit, localFallback, localReset} {
+	reg.MustRegister(m.tables, m.latency, m.wide, m.hot, m.hidden, m.local, topics, m.changes, m.changeLatency, m.changeFollowups)
+	for _, r := range []string{localHit, localFallback, localReset, localChanged} {
 		m.local.WithLabelValues(r) // exported as 0 from the start: rates need no first event
+	}
+	for _, step := range []string{stepHotPut, stepPublish} {
+		m.changeFollowups.WithLabelValues(step)
 	}
 	return m
 }

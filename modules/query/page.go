@@ -117,6 +117,9 @@ type Cached struct {
 	Lo      int64
 	Hi      int64
 	Full    bool // the read returned all it asked for: more may lie beyond [Lo, Hi]
+	// Version is the topic's message version read before the members
+	// (routing.Keys.MessagesVersion): they are at least as new as it.
+	Version int64
 }
 
 // msg is the cached message of seq; of several members for one seq the

@@ -1,10 +1,14 @@
 package query
 
 import (
+	"bytes"
+	"errors"
 	"io"
+	"net/http"
 	"net/url"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/routing"
@@ -260,4 +264,46 @@ func ParseScope(q url.Values) (string, error) {
 		return "", invalid("scope must be me or all")
 	}
 	return v, nil
+}
+
+// MaxChangeBody bounds the body of a recall (a reason).
+const MaxChangeBody = 1 << 10
+
+// DecodeRecall reads the optional body of a recall: nothing, or
+// {"reason": "…"} of at most MaxReason characters.
+func DecodeRecall(r io.Reader) (reason string, err error) {
+	body, err := io.ReadAll(r)
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return "", httpapi.Wrap(httpapi.CodeTooLarge, "body exceeds "+strconv.FormatInt(tooLarge.Limit, 10)+" bytes", err)
+	case err != nil:
+		return "", httpapi.Wrap(httpapi.CodeInvalidArgument, "unreadable body", err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return "", nil
+	}
+	var req struct {
+		Reason string `json:"reason"`
+	}
+	if err := httpapi.DecodeStrict(bytes.NewReader(body), &req); err != nil {
+		return "", err
+	}
+	return req.Reason, checkReason(req.Reason)
+}
+
+// ParseReason reads the optional reason of a delete for everyone.
+func ParseReason(q url.Values) (string, error) {
+	v, _, err := single(q, "reason")
+	if err != nil {
+		return "", err
+	}
+	return v, checkReason(v)
+}
+
+func checkReason(reason string) error {
+	if utf8.RuneCountInString(reason) > MaxReason || !utf8.ValidString(reason) {
+		return invalid("reason must be UTF-8 of at most " + strconv.Itoa(MaxReason) + " characters")
+	}
+	return nil
 }

@@ -19,9 +19,12 @@ const recentKeep = 128
 // cache: the messages (decoded once) and recorded gaps of a seq range
 // [lo, hi] that a cache read proved complete, every seq in it a message or
 // a gap. It is immutable once built and shared by the readers of the
-// topic, who read from Redis only what lies above hi (the delta): a
-// message is never changed once cached and a gap only ever gains its late
-// message, so what the copy knows stays true. That late message — a send
+// topic, who read from Redis only what lies above hi (the delta): a cached
+// message changes only through the change path (recall, edit, delete for
+// everyone), which moves the topic's message version forward before it
+// commits, and every page compares the version it reads with the copy's
+// (ver) — a copy of another version is dropped. A gap only ever gains its
+// late message, so what the copy knows stays true. That late message — a send
 // acknowledged after its seq timed out into a gap, logged as an error by
 // send — is what a copy can miss, for at most the hot_cache.local_max_age
 // it lives before a full read replaces it.
@@ -29,6 +32,7 @@ type recent struct {
 	lo   int64
 	hi   int64
 	read time.Time         // of the full read it began with; extensions keep it
+	ver  int64             // the topic's message version its reads were made under
 	msgs []message.Message // one per seq from lo to hi, normalized; a recorded gap has Seq 0
 }
 
@@ -41,7 +45,7 @@ func newRecent(c Cached, top int64, read time.Time) *recent {
 		return nil
 	}
 	slices.Reverse(msgs) // read newest first
-	return &recent{lo: top - int64(len(msgs)) + 1, hi: top, read: read, msgs: msgs}
+	return &recent{lo: top - int64(len(msgs)) + 1, hi: top, read: read, ver: c.Version, msgs: msgs}
 }
 
 // proven decodes the seqs of c from `from` on, stepping by step, while each
@@ -62,8 +66,12 @@ func proven(c Cached, from, step int64) []message.Message {
 }
 
 // extend is the copy grown by what c proves right above hi, keeping the
-// newest recentKeep seqs; r itself when c proves nothing there.
+// newest recentKeep seqs; r itself when c proves nothing there or was read
+// under another message version.
 func (r *recent) extend(c Cached) *recent {
+	if c.Version != r.ver {
+		return r
+	}
 	above := proven(c, r.hi+1, 1)
 	if len(above) == 0 {
 		return r
@@ -74,7 +82,7 @@ func (r *recent) extend(c Cached) *recent {
 	lo := max(r.lo, hi-recentKeep+1)
 	kept := r.msgs[lo-r.lo:]
 	msgs := append(append(make([]message.Message, 0, len(kept)+len(above)), kept...), above...)
-	return &recent{lo: lo, hi: hi, read: r.read, msgs: msgs}
+	return &recent{lo: lo, hi: hi, read: r.read, ver: r.ver, msgs: msgs}
 }
 
 // at is the copy's message of seq, nil for a recorded gap; seq must lie
@@ -176,8 +184,9 @@ func (c *recents) get(k topicKey, now time.Time) *recent {
 	return r
 }
 
-// put keeps r as the topic's copy unless the one held reaches further and
-// is still young; a full shard loses its least recently read copy.
+// put keeps r as the topic's copy unless the one held is of a newer
+// message version, or of the same one, reaches further and is still young;
+// a full shard loses its least recently read copy.
 func (c *recents) put(k topicKey, r *recent, now time.Time) {
 	if c == nil {
 		return
@@ -186,7 +195,7 @@ func (c *recents) put(k topicKey, r *recent, now time.Time) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if slot := sh.m[k]; slot != nil {
-		if old := slot.r; old.hi <= r.hi || now.Sub(old.read) > c.maxAge {
+		if old := slot.r; old.ver < r.ver || old.ver == r.ver && (old.hi <= r.hi || now.Sub(old.read) > c.maxAge) {
 			slot.r = r
 		}
 		return

@@ -321,6 +321,36 @@ func TestRecents(t *testing.T) {
 	}
 }
 
+// TestRecentsMessageVersion: a copy made under a newer message version
+// replaces any held one, one made under an older version never replaces a
+// newer one, and a copy is never extended by a read of another version.
+func TestRecentsMessageVersion(t *testing.T) {
+	c := newRecents(recentShards, time.Minute)
+	t0 := time.Unix(1000, 0)
+	k := topicKey{"t", "a"}
+	r := func(hi, ver int64) *recent { return &recent{lo: 1, hi: hi, read: t0, ver: ver, msgs: make([]message.Message, hi)} }
+	c.put(k, r(10, 1), t0)
+	c.put(k, r(5, 2), t0)
+	if got := c.get(k, t0); got.ver != 2 || got.hi != 5 {
+		t.Fatalf("a shorter copy of a newer version must replace the held one: %+v", got)
+	}
+	c.put(k, r(20, 1), t0)
+	if got := c.get(k, t0); got.ver != 2 {
+		t.Fatal("a copy of an older version replaced a newer one")
+	}
+	at := time.Unix(100, 0)
+	base := newRecent(cached(t, 1, 10, msgs(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), nil), 10, at)
+	delta := cached(t, 11, 20, msgs(11, 12), nil)
+	delta.Version = 7
+	if same := base.extend(delta); same != base {
+		t.Fatal("a copy was extended by a read of another message version")
+	}
+	base.ver = 7
+	if grown := base.extend(delta); grown.hi != 12 || grown.ver != 7 {
+		t.Fatalf("extension under the same version: %+v", grown)
+	}
+}
+
 func TestRecentsEvictLeastRecentlyRead(t *testing.T) {
 	c := newRecents(2*recentShards, time.Minute)
 	t0 := time.Unix(1000, 0)

@@ -45,8 +45,11 @@ type Params struct {
 	// copy of (recent), read for LocalMaxAge at most; either 0 keeps none.
 	LocalTopics int
 	LocalMaxAge time.Duration
-	Log         zerolog.Logger
-	Registerer  prometheus.Registerer
+	// RecallWindow is how long after sending a sender may recall a
+	// message (send.recall_window).
+	RecallWindow time.Duration
+	Log          zerolog.Logger
+	Registerer   prometheus.Registerer
 }
 
 // Service answers reads.

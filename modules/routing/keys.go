@@ -56,6 +56,13 @@ func (k Keys) Idempotency(topic string, fromUser int64, clientMsgID string) stri
 // HotMessages is the topic's 24 h hot cache (ZSET score seq, member JSON).
 func (k Keys) HotMessages(topic string) string { return k.prefix + "hot:" + topic }
 
+// MessagesVersion is the topic's message-change version: the change path
+// (modules/query) sets it to a new, larger value — at least the Redis time
+// in microseconds — before it commits a recall, edit or delete, and every
+// page reads it in its round trip, so a process's copy of the topic's
+// newest messages made under an older version is never used again.
+func (k Keys) MessagesVersion(topic string) string { return k.prefix + "msgver:" + topic }
+
 // HotRange is the topic's hot-cache coverage record.
 func (k Keys) HotRange(topic string) string { return k.prefix + "hotrange:" + topic }
 

@@ -28,6 +28,8 @@ type Scripts struct {
 	IdemFail     *rueidis.Lua
 	IdemRelease  *rueidis.Lua
 	IdemRetry    *rueidis.Lua
+	MsgChange    *rueidis.Lua
+	HotPut       *rueidis.Lua
 }
 
 // NewScripts prepares every script once per process.
@@ -47,6 +49,8 @@ func NewScripts() *Scripts {
 		IdemFail:     rueidis.NewLuaScript(lua.IdemFail),
 		IdemRelease:  rueidis.NewLuaScript(lua.IdemRelease),
 		IdemRetry:    rueidis.NewLuaScript(lua.IdemRetry),
+		MsgChange:    rueidis.NewLuaScript(lua.MsgChange),
+		HotPut:       rueidis.NewLuaScript(lua.HotPut),
 	}
 }
 

@@ -1,0 +1,21 @@
+-- Before a message change (recall, edit, delete for everyone) commits: take
+-- the message out of the topic's hot cache and move the topic's message
+-- version forward, so neither Redis nor any query process's copy of the
+-- newest messages can serve the old version once the change is answered.
+-- The version is at least the Redis time in microseconds and always above
+-- the one it replaces: a version lost with its key (expiry, a flush) is
+-- never handed out again while the clock moves forward.
+--
+-- KEYS[1] hot cache (ZSET score seq), KEYS[2] topic message version (STRING)
+-- ARGV[1] seq, ARGV[2] version ttl ms
+-- returns the new version
+redis.call('ZREMRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[1])
+local t = redis.call('TIME')
+local v = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local cur = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if v <= cur then
+  v = cur + 1
+end
+local s = string.format('%d', v)
+redis.call('SET', KEYS[2], s, 'PX', ARGV[2])
+return s

@@ -1,0 +1,281 @@
+package test
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/test/harness"
+)
+
+// TestChangeRecallInFlight: a message acknowledged to its sender but not
+// stored yet (no persist role runs: it waits in Kafka) is never a 404 for
+// a recall: 409 with details.retry_after_ms, nothing recorded; once
+// persist stored it, the same recall succeeds, and repeating it answers the
+// tombstone again without a second revision.
+func TestChangeRecallInFlight(t *testing.T) {
+	t.Parallel()
+	env := harness.Start(t, harness.Options{Roles: []string{"send", "query"}})
+	rpGroup(t, env, "chfly")
+	tok := env.Token(rpMember, "")
+	seq, _ := rpPost(t, env, tok, "chfly", "c1", "oops")
+	code, r := chRecall(t, env, tok, "chfly", seq, nil)
+	if code != 409 || r.Error.Code != "conflict" || r.Error.Details["retry_after_ms"] == nil {
+		t.Fatalf("recall in flight: %d %+v, want 409 conflict with retry_after_ms", code, r.Error)
+	}
+	if n := chCount(t, env, "im_message_revisions", sq.Eq{"topic": "chfly"}); n != 0 {
+		t.Fatalf("a refused recall wrote %d revisions", n)
+	}
+	harness.Start(t, harness.Options{Roles: []string{"persist"}, Tenant: env.Tenant, Brokers: env.Config.Kafka.Brokers})
+	sendWaitFor(t, 30*time.Second, "the recall once stored", func() bool {
+		code, r = chRecall(t, env, tok, "chfly", seq, map[string]string{"reason": "typo"})
+		return code != 409
+	})
+	if code != 200 || r.Message.Status != message.StatusRecalled || r.Message.Version != 2 || r.ChangeSeq != 1 || string(r.Message.Content) != "null" {
+		t.Fatalf("recall once stored: %d %+v", code, r)
+	}
+	var m message.Message
+	if rpGet(t, env, rpOther, "", chSeqPath("chfly", seq), &m); m.Status != message.StatusRecalled || string(m.Content) != "null" {
+		t.Fatalf("exact lookup after the recall: %+v", m)
+	}
+	p := rpList(t, env, rpOther, "chfly", nil)
+	if len(p.Messages) != 1 || p.Messages[0].Status != message.StatusRecalled || string(p.Messages[0].Content) != "null" {
+		t.Fatalf("list after the recall: %+v", p.Messages)
+	}
+	if code, again := chRecall(t, env, tok, "chfly", seq, nil); code != 200 || again.ChangeSeq != 0 || again.Message.Version != 2 {
+		t.Fatalf("repeated recall: %d %+v", code, again)
+	}
+	revs := chRevisions(t, env, "chfly", seq)
+	if len(revs) != 1 || revs[0].action != "recall" || revs[0].content != `{"text": "oops"}` && revs[0].content != `{"text":"oops"}` ||
+		revs[0].reason != "typo" || revs[0].actor != rpMember || revs[0].version != 2 || revs[0].changeSeq != 1 || revs[0].month == "" {
+		t.Fatalf("revisions: %+v", revs)
+	}
+}
+
+// TestChangeDeleteForEveryone: an admin's delete for everyone clears the
+// message in MySQL and in the hot cache (a tombstone takes its place),
+// lists skip it, lookups show the tombstone, a revision keeps the old
+// content and one change event is published; anyone else gets 403.
+func TestChangeDeleteForEveryone(t *testing.T) {
+	t.Parallel()
+	env := harness.Start(t, harness.Options{})
+	rpGroup(t, env, "chdel")
+	tok := env.Token(rpMember, "")
+	for i := 1; i <= 5; i++ {
+		rpPost(t, env, tok, "chdel", fmt.Sprintf("c%d", i), fmt.Sprintf("secret %d", i))
+	}
+	chWaitSettled(t, env, "chdel")
+	events := chSubscribe(t, env, "chdel")
+	if !chHotHolds(t, env, "chdel", "secret 3") {
+		t.Fatal("the hot cache should hold the message before the delete")
+	}
+	for _, who := range []string{env.Token(rpMember, ""), env.Token(rpOther, ""), env.Token(900, "service")} {
+		if code, r := chDeleteAll(t, env, who, "chdel", 3, ""); code != 403 {
+			t.Fatalf("delete for everyone without the admin role: %d %+v", code, r.Error)
+		}
+	}
+	code, r := chDeleteAll(t, env, env.Token(rpAdmin, "admin"), "chdel", 3, "spam")
+	if code != 200 || r.Message.Status != message.StatusDeleted || r.ChangeSeq != 1 || r.Message.Version != 2 {
+		t.Fatalf("delete for everyone: %d %+v", code, r)
+	}
+	if chHotHolds(t, env, "chdel", "secret 3") {
+		t.Fatalf("the hot cache still holds the deleted content: %v", chHot(t, env, "chdel"))
+	}
+	rpExpect(t, "lists skip the deleted message", rpList(t, env, rpMember, "chdel", nil).seqs(), []int64{5, 4, 2, 1})
+	rpExpect(t, "from MySQL too", rpList(t, env, rpMember, "chdel", url.Values{"before": {"5"}}).seqs(), []int64{4, 2, 1})
+	var m message.Message
+	if rpGet(t, env, rpOther, "", chSeqPath("chdel", 3), &m); m.Status != message.StatusDeleted || string(m.Content) != "null" {
+		t.Fatalf("exact lookup of the deleted message: %+v", m)
+	}
+	tbl, _, err := env.App.Catalog().Table(t.Context(), env.Tenant, env.Start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := chCount(t, env, tbl.Name(), sq.Eq{"topic": "chdel", "seqid": 3, "status": "deleted", "content": nil, "head": nil}); n != 1 {
+		t.Fatalf("MySQL row not cleared: %d", n)
+	}
+	revs := chRevisions(t, env, "chdel", 3)
+	if len(revs) != 1 || revs[0].action != "delete" || !strings.Contains(revs[0].content, "secret 3") || revs[0].reason != "spam" || revs[0].actor != rpAdmin {
+		t.Fatalf("revisions: %+v", revs)
+	}
+	select {
+	case ev := <-events:
+		if ev.Topic != "chdel" || ev.Seq != 3 || ev.Action != "delete" || ev.ChangeSeq != 1 || ev.Version != 2 || ev.MessageID != r.Message.MessageID {
+			t.Fatalf("change event: %+v", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no change event")
+	}
+	if code, again := chDeleteAll(t, env, env.Token(rpAdmin, "admin"), "chdel", 3, ""); code != 200 || again.ChangeSeq != 0 {
+		t.Fatalf("repeated delete: %d %+v", code, again)
+	}
+}
+
+// TestChangeRefusalsChangeNothing: unknown seq 404, non-member 403, member
+// who is not the sender 403, the sender after the recall window 403 naming
+// the window, malformed requests 400 — and not one revision or change_seq
+// written. A group owner and an admin token recall at any time.
+func TestChangeRefusalsChangeNothing(t *testing.T) {
+	t.Parallel()
+	env := rpStart(t)
+	rpThreeMonths(t, env, "chbad")
+	sender := env.Token(rpMember, "")
+	for _, c := range []struct {
+		name   string
+		token  string
+		seq    string
+		body   any
+		status int
+		want   string
+	}{
+		{"unknown seq", sender, "999", nil, 404, "not_found"},
+		{"non-member", env.Token(rpStranger, ""), "3", nil, 403, "permission_denied"},
+		{"member, not the sender", env.Token(rpOther, ""), "3", nil, 403, "permission_denied"},
+		{"sender after the window", sender, "3", nil, 403, "recall_window"},
+		{"bad seq", sender, "x", nil, 400, "invalid_argument"},
+		{"unknown field", sender, "3", map[string]any{"why": "x"}, 400, "invalid_argument"},
+		{"long reason", sender, "3", map[string]any{"reason": strings.Repeat("r", 256)}, 400, "invalid_argument"},
+	} {
+		code, body := env.Do("POST", "/v1/topics/chbad/messages/"+c.seq+"/recall", c.token, c.body)
+		if code != c.status || !strings.Contains(string(body), c.want) {
+			t.Fatalf("%s: %d %s, want %d %s", c.name, code, body, c.status, c.want)
+		}
+	}
+	if n := chCount(t, env, "im_message_revisions", sq.Eq{"topic": "chbad"}); n != 0 {
+		t.Fatalf("refused changes wrote %d revisions", n)
+	}
+	if n := chCount(t, env, "im_topic_changes", sq.Eq{"topic": "chbad"}); n != 0 {
+		t.Fatalf("refused changes allocated a change_seq")
+	}
+	if err := env.App.ACL().PutMember(t.Context(), env.Tenant, "chbad", rpOther, "owner", nil); err != nil {
+		t.Fatal(err)
+	}
+	if code, r := chRecall(t, env, env.Token(rpOther, ""), "chbad", 3, nil); code != 200 || r.ChangeSeq != 1 {
+		t.Fatalf("owner's recall of a months-old message: %d %+v", code, r)
+	}
+	if code, r := chRecall(t, env, env.Token(rpAdmin, "admin"), "chbad", 25, nil); code != 200 || r.ChangeSeq != 2 {
+		t.Fatalf("admin's recall: %d %+v", code, r)
+	}
+	if rpMetric(t, env, "imshard_message_changes_total", "action=recall", "result=permission_denied") != 3 ||
+		rpMetric(t, env, "imshard_message_changes_total", "action=recall", "result=ok") != 2 {
+		t.Fatal("change metrics by action and result")
+	}
+}
+
+// TestChangeCopiesNeverServeOldVersion: a query process keeping copies of
+// the newest messages (not the one changing them) never answers the old
+// version of a message once the change was answered — neither a page read
+// right after it nor any page of readers running alongside that started
+// after the answer.
+func TestChangeCopiesNeverServeOldVersion(t *testing.T) {
+	t.Parallel()
+	env := harness.Start(t, harness.Options{})
+	reader := harness.Start(t, harness.Options{Roles: []string{"query"}, Tenant: env.Tenant})
+	rpGroup(t, env, "chcopy")
+	tok := env.Token(rpMember, "")
+	for i := 1; i <= 30; i++ {
+		rpPost(t, env, tok, "chcopy", fmt.Sprintf("c%d", i), fmt.Sprintf("text %d", i))
+	}
+	chWaitSettled(t, env, "chcopy")
+	admin := env.Token(rpAdmin, "admin")
+	latest := func() rpPage { return rpList(t, reader, rpOther, "chcopy", url.Values{"limit": {"20"}}) }
+	latest()
+	latest()
+	if rpMetric(t, reader, "imshard_query_hot_local_total", "result=hit") < 1 {
+		t.Fatal("the reader should answer from its copy")
+	}
+	if code, r := chRecall(t, env, admin, "chcopy", 28, nil); code != 200 {
+		t.Fatalf("recall: %d %+v", code, r.Error)
+	}
+	for _, m := range latest().Messages {
+		if m.Seq == 28 && m.Status != message.StatusRecalled {
+			t.Fatalf("the reader's copy served the old version: %+v", m)
+		}
+	}
+	if rpMetric(t, reader, "imshard_query_hot_local_total", "result=changed") < 1 {
+		t.Fatal("the change should have ended the reader's copy")
+	}
+
+	// readers alongside: a page started after a change's answer shows it
+	var answered atomic.Int64 // changes answered so far: seqs 27, 26, ... down
+	stop := make(chan struct{})
+	errs := make(chan string, 4)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				done := answered.Load()
+				for _, m := range latest().Messages {
+					if m.Seq > 27-done && m.Seq <= 27 && m.Status != message.StatusRecalled {
+						errs <- fmt.Sprintf("seq %d served as %s after its recall was answered", m.Seq, m.Status)
+						return
+					}
+				}
+			}
+		}()
+	}
+	for i := range int64(8) {
+		if code, r := chRecall(t, env, admin, "chcopy", 27-i, nil); code != 200 {
+			t.Fatalf("recall %d: %d %+v", 27-i, code, r.Error)
+		}
+		answered.Store(i + 1)
+		latest()
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+}
+
+// TestChangeRedisFailureChangesNothing: when the caches cannot be told
+// before the commit (here the hot-cache key holds a value of the wrong
+// type, so the pre-commit script fails), the change answers 503 and
+// nothing is changed: the row, the revisions and the change sequence stay
+// as they were; the retry succeeds once Redis answers again.
+func TestChangeRedisFailureChangesNothing(t *testing.T) {
+	t.Parallel()
+	env := rpStart(t)
+	ms := rpThreeMonths(t, env, "chred")
+	keys, _ := routing.KeysFor(env.Tenant)
+	hot := keys.HotMessages("chred")
+	if err := env.Redis.Do(t.Context(), env.Redis.B().Set().Key(hot).Value("not a zset").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	admin := env.Token(rpAdmin, "admin")
+	if code, r := chRecall(t, env, admin, "chred", 50, nil); code != 503 || r.Error.Code != "unavailable" {
+		t.Fatalf("recall with Redis failing: %d %+v", code, r.Error)
+	}
+	tbl, _, err := env.App.Catalog().Table(t.Context(), env.Tenant, ms[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := chCount(t, env, tbl.Name(), sq.Eq{"topic": "chred", "seqid": 50, "status": "normal", "version": 1}); n != 1 {
+		t.Fatal("the failed recall changed the row")
+	}
+	if n := chCount(t, env, "im_message_revisions", sq.Eq{"topic": "chred"}) + chCount(t, env, "im_topic_changes", sq.Eq{"topic": "chred"}); n != 0 {
+		t.Fatal("the failed recall left a revision or a change_seq")
+	}
+	if err := env.Redis.Do(t.Context(), env.Redis.B().Del().Key(hot).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if code, r := chRecall(t, env, admin, "chred", 50, nil); code != 200 || r.ChangeSeq != 1 {
+		t.Fatalf("the retry: %d %+v", code, r)
+	}
+}
