@@ -328,7 +328,9 @@ func TestRecentsMessageVersion(t *testing.T) {
 	c := newRecents(recentShards, time.Minute)
 	t0 := time.Unix(1000, 0)
 	k := topicKey{"t", "a"}
-	r := func(hi, ver int64) *recent { return &recent{lo: 1, hi: hi, read: t0, ver: ver, msgs: make([]message.Message, hi)} }
+	r := func(hi, ver int64) *recent {
+		return &recent{lo: 1, hi: hi, read: t0, ver: ver, msgs: make([]message.Message, hi)}
+	}
 	c.put(k, r(10, 1), t0)
 	c.put(k, r(5, 2), t0)
 	if got := c.get(k, t0); got.ver != 2 || got.hi != 5 {
