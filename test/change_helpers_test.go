@@ -166,13 +166,6 @@ func chSubscribe(t *testing.T, env *harness.Env, topic string) <-chan message.Ch
 	return out
 }
 
-// chText is the text of a message's content ("" for a tombstone).
-func chText(m message.Message) string {
-	var c struct{ Text string }
-	_ = json.Unmarshal(m.Content, &c)
-	return c.Text
-}
-
 // chHotHolds reports whether a member of topic's hot cache holds s.
 func chHotHolds(t testing.TB, env *harness.Env, topic, s string) bool {
 	t.Helper()
