@@ -2,6 +2,7 @@ package app
 
 import (
 	"github.com/redis/rueidis"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/routing"
@@ -17,8 +18,10 @@ func (a *App) Pools() *tenantdb.Pools { return a.clients.pools }
 // Redis is the Redis client (module redis).
 func (a *App) Redis() rueidis.Client { return a.clients.redis }
 
-// Brokers are the Kafka bootstrap addresses (module kafka).
-func (a *App) Brokers() []string { return a.clients.brokers }
+// KafkaConn are the options every Kafka client connects with: the seed
+// brokers (the in-process cluster's when kafka.brokers is empty), TLS and
+// SASL (module kafka).
+func (a *App) KafkaConn() []kgo.Opt { return a.clients.kafka }
 
 // Scripts are the Lua scripts (module routing).
 func (a *App) Scripts() *routing.Scripts { return a.clients.scripts }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/acl"
@@ -28,7 +31,7 @@ import (
 type clients struct {
 	pools    *tenantdb.Pools
 	redis    rueidis.Client
-	brokers  []string
+	kafka    []kgo.Opt // KafkaOpts of the brokers in use
 	scripts  *routing.Scripts
 	rmetrics *routing.Metrics
 	catalog  *routing.Catalog
@@ -100,7 +103,12 @@ func Tenants(cfg *config.Config) []tenantdb.Tenant {
 
 func initMySQL(ctx context.Context, a *App) (Service, error) {
 	c := a.Config.MySQL
+	tlsCfg, err := c.TLS.Client("mysql.tls")
+	if err != nil {
+		return nil, err
+	}
 	a.clients.pools = tenantdb.New(tenantdb.Params{
+		TLS:             tlsCfg,
 		MaxOpenConns:    c.MaxOpenConns,
 		MaxIdleConns:    c.MaxIdleConns,
 		ConnMaxIdleTime: c.ConnMaxIdleTime,
@@ -125,10 +133,17 @@ func initMySQL(ctx context.Context, a *App) (Service, error) {
 
 // NewRedis builds the Redis client: several addrs mean Redis Cluster, one
 // "unix:/path" a server on this machine reached through its Unix socket.
+// It connects before returning, so a wrong password or certificate fails here.
 func NewRedis(c config.Redis) (rueidis.Client, error) {
+	tlsCfg, err := c.TLS.Client("redis.tls")
+	if err != nil {
+		return nil, err
+	}
 	opt := rueidis.ClientOption{
 		InitAddress:  c.Addrs,
+		Username:     c.Username,
 		Password:     c.Password,
+		TLSConfig:    tlsCfg,
 		Dialer:       net.Dialer{Timeout: c.DialTimeout},
 		DisableCache: true,
 		ShuffleInit:  true,
@@ -159,32 +174,39 @@ func initRedis(ctx context.Context, a *App) (Service, error) {
 func initKafka(ctx context.Context, a *App) (Service, error) {
 	k := a.Config.Kafka
 	var cluster *kfake.Cluster
-	brokers := k.Brokers
-	if len(brokers) == 0 {
+	if len(k.Brokers) == 0 {
 		var err error
 		cluster, err = StartKafka(k, "")
 		if err != nil {
 			return nil, err
 		}
-		brokers = cluster.ListenAddrs()
-		a.Log.Warn().Strs("brokers", brokers).Str("data_dir", k.DataDir).
+		k.Brokers = cluster.ListenAddrs()
+		a.Log.Warn().Strs("brokers", k.Brokers).Str("data_dir", k.DataDir).
 			Msg("kafka.brokers is empty: started the in-process kfake cluster (single-process use only)")
 	}
-	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
+	fail := func(err error) (Service, error) {
 		if cluster != nil {
 			cluster.Close()
 		}
 		return nil, err
+	}
+	conn, err := KafkaOpts(k)
+	if err != nil {
+		return fail(err)
+	}
+	admin, err := kgo.NewClient(conn...)
+	if err != nil {
+		return fail(err)
+	}
+	if err := checkKafka(ctx, admin, k); err != nil {
+		admin.Close()
+		return fail(err)
 	}
 	if err := EnsureTopics(ctx, admin, k); err != nil {
 		admin.Close()
-		if cluster != nil {
-			cluster.Close()
-		}
-		return nil, err
+		return fail(err)
 	}
-	a.clients.brokers = brokers
+	a.clients.kafka = conn
 	return holder{
 		close: func() error {
 			admin.Close()
@@ -195,6 +217,63 @@ func initKafka(ctx context.Context, a *App) (Service, error) {
 		},
 		ready: func(ctx context.Context) error { return admin.Ping(ctx) },
 	}, nil
+}
+
+// KafkaOpts are the connection options every Kafka client of the service
+// starts from: the seed brokers, TLS and SASL of k.
+func KafkaOpts(k config.Kafka) ([]kgo.Opt, error) {
+	opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}
+	tlsCfg, err := k.TLS.Client("kafka.tls")
+	if err != nil {
+		return nil, err
+	}
+	if tlsCfg != nil {
+		opts = append(opts, kgo.DialTLSConfig(tlsCfg))
+	}
+	s := k.SASL
+	switch s.Mechanism {
+	case "":
+	case config.SASLPlain:
+		opts = append(opts, kgo.SASL(plain.Auth{User: s.Username, Pass: s.Password}.AsMechanism()))
+	case config.SASLScramSHA256:
+		opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: s.Password}.AsSha256Mechanism()))
+	case config.SASLScramSHA512:
+		opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism()))
+	default:
+		return nil, &config.KeyError{Key: "kafka.sasl.mechanism", Msg: fmt.Sprintf("unsupported %q", s.Mechanism)}
+	}
+	return opts, nil
+}
+
+// checkKafka makes one attempt to reach a broker, so that a certificate or a
+// credential the brokers refuse stops the start at once with its reason,
+// rather than being retried until a timeout hides it. A broker that is merely
+// not up yet (refused, timed out) is left to the retries of what follows.
+func checkKafka(ctx context.Context, cl *kgo.Client, k config.Kafka) error {
+	err := cl.Ping(ctx)
+	if err == nil || !kafkaRejected(err, k) {
+		return nil
+	}
+	return fmt.Errorf("kafka %v refused the connection (check kafka.tls and kafka.sasl): %w", k.Brokers, err)
+}
+
+// kafkaRejected tells errors no retry can cure.
+func kafkaRejected(err error, k config.Kafka) bool {
+	var (
+		first  *kgo.ErrFirstReadEOF
+		verify *tls.CertificateVerificationError
+		alert  tls.AlertError
+		header tls.RecordHeaderError
+	)
+	switch {
+	case errors.As(err, &first), errors.As(err, &verify), errors.As(err, &alert), errors.As(err, &header):
+		return true // TLS on one side only, or a certificate not trusted
+	case errors.Is(err, kerr.SaslAuthenticationFailed), errors.Is(err, kerr.UnsupportedSaslMechanism), errors.Is(err, kerr.IllegalSaslState):
+		return true
+	case k.SASL.Mechanism != "" && errors.Is(err, io.EOF):
+		return true // some brokers drop a client that failed to authenticate without an answer
+	}
+	return false
 }
 
 // StartKafka starts the kfake stand-in with its log in k.DataDir and the

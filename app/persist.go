@@ -11,7 +11,7 @@ func initPersist(ctx context.Context, a *App) (Service, error) {
 	return persist.New(persist.Params{
 		Config:     a.Config.Persist,
 		Kafka:      a.Config.Kafka,
-		Brokers:    c.brokers,
+		KafkaConn:  c.kafka,
 		DBs:        c.pools,
 		Tenants:    c.pools.IDs,
 		Redis:      c.redis,
@@ -36,6 +36,6 @@ func (a *App) DLQTool(ctx context.Context) (*persist.Tool, error) {
 		return nil, err
 	}
 	c := &a.clients
-	return persist.NewTool(persist.ToolParams{Kafka: a.Config.Kafka, Brokers: c.brokers, DBs: c.pools,
+	return persist.NewTool(persist.ToolParams{Kafka: a.Config.Kafka, KafkaConn: c.kafka, DBs: c.pools,
 		Tenants: c.pools.IDs, Catalog: c.catalog}), nil
 }

@@ -12,7 +12,7 @@ func initSend(ctx context.Context, a *App) (Service, error) {
 	svc, err := send.New(ctx, send.Params{
 		Send:       a.Config.Send,
 		HotCache:   a.Config.HotCache,
-		Brokers:    c.brokers,
+		KafkaConn:  c.kafka,
 		KafkaTopic: a.Config.Kafka.Topic,
 		Redis:      c.redis,
 		DBs:        c.pools,

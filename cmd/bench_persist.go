@@ -75,17 +75,22 @@ func runBenchPersist(ctx context.Context, cfg *config.Config, o *benchPersistOpt
 	// its events, and it reads nothing else
 	k := cfg.Kafka
 	k.Topic, k.DLQTopic, k.Group = k.Topic+".bench-"+suffix, k.DLQTopic+".bench-"+suffix, "imshard-bench-"+suffix
-	brokers := k.Brokers
-	if len(brokers) == 0 {
+	external := len(k.Brokers) > 0
+	if !external {
 		k.DataDir = ""
 		cluster, err := app.StartKafka(k, "")
 		if err != nil {
 			return persist.BenchReport{}, err
 		}
 		defer cluster.Close()
-		brokers = cluster.ListenAddrs()
-	} else {
-		admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		k.Brokers = cluster.ListenAddrs()
+	}
+	conn, err := app.KafkaOpts(k)
+	if err != nil {
+		return persist.BenchReport{}, err
+	}
+	if external {
+		admin, err := kgo.NewClient(conn...)
 		if err != nil {
 			return persist.BenchReport{}, err
 		}
@@ -121,7 +126,7 @@ func runBenchPersist(ctx context.Context, cfg *config.Config, o *benchPersistOpt
 	rep, err := persist.Bench(ctx, persist.BenchParams{
 		Rows: o.rows, Batch: o.batch, Writers: o.writers, Topics: o.topics, LegacyRows: o.legacyRows,
 		Tenant: o.tenant, DB: db, PersistMonth: persistMonth, RawMonth: rawMonth,
-		Kafka: k, Brokers: brokers, DBs: a.Pools(), Redis: a.Redis(), Scripts: a.Scripts(), Catalog: a.Catalog(),
+		Kafka: k, KafkaConn: conn, DBs: a.Pools(), Redis: a.Redis(), Scripts: a.Scripts(), Catalog: a.Catalog(),
 		Flight: a.Flight(), Routes: a.Routes(), Progress: g.stderr, Log: log,
 	})
 	if !o.keep {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/imshard/imshard/app"
 	"github.com/imshard/imshard/config"
@@ -97,6 +98,7 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 	}
 	a := app.New(cfg, g.logger(cfg))
 	baseURL := "http://" + o.addr
+	var conn []kgo.Opt
 	if o.addr == "" {
 		if err := a.Start(ctx, []string{app.Send}); err != nil {
 			return send.BenchReport{}, err
@@ -109,21 +111,22 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 		if err := prepareBenchTenant(ctx, a, o.tenant); err != nil {
 			return send.BenchReport{}, err
 		}
+		conn = a.KafkaConn()
 	} else {
 		if err := a.StartTools(ctx); err != nil {
 			return send.BenchReport{}, err
 		}
 		defer a.Close()
-	}
-	brokers := cfg.Kafka.Brokers
-	if len(brokers) == 0 {
-		brokers = a.Brokers()
+		var err error
+		if conn, err = app.KafkaOpts(cfg.Kafka); err != nil {
+			return send.BenchReport{}, err
+		}
 	}
 	return send.Bench(ctx, send.BenchParams{
 		Concurrency: o.concurrency, Duration: o.duration, Warmup: o.warmup, Topics: o.topics, Rounds: o.rounds,
 		BaseURL: baseURL, Tenant: o.tenant, Secret: secret,
 		Redis: a.Redis(), Allocator: a.Allocator(), Flight: a.Flight(), Scripts: a.Scripts(),
-		Brokers: brokers, KafkaTopic: cfg.Kafka.Topic, Send: cfg.Send, HotCache: cfg.HotCache,
+		KafkaConn: conn, KafkaTopic: cfg.Kafka.Topic, Send: cfg.Send, HotCache: cfg.HotCache,
 		Progress: g.stderr,
 	})
 }

@@ -58,13 +58,19 @@ type MySQL struct {
 	// recently used pool is closed, so thousands of tenants do not exhaust MySQL's
 	// max_connections.
 	MaxOpenTenants int `mapstructure:"max_open_tenants"`
+	// TLS applies to the connections of every tenant.
+	TLS TLS `mapstructure:"tls"`
 }
 
 // Redis holds the Redis endpoints; several addresses mean Redis Cluster.
 type Redis struct {
-	Addrs       []string      `mapstructure:"addrs"` // host:port each, or one "unix:/path" (RedisSocket)
+	Addrs []string `mapstructure:"addrs"` // host:port each, or one "unix:/path" (RedisSocket)
+	// Username is a Redis 6+ ACL user; empty means the default user (AUTH with
+	// the password alone).
+	Username    string        `mapstructure:"username"`
 	Password    string        `mapstructure:"password"`
 	DialTimeout time.Duration `mapstructure:"dial_timeout"`
+	TLS         TLS           `mapstructure:"tls"`
 }
 
 // RedisSocket reports whether a Redis address names a Unix socket
@@ -83,7 +89,37 @@ type Kafka struct {
 	DataDir    string   `mapstructure:"data_dir"`
 	// ReplicationFactor is only used when the service creates its topics on a real
 	// cluster; kfake has a single broker.
-	ReplicationFactor int `mapstructure:"replication_factor"`
+	ReplicationFactor int  `mapstructure:"replication_factor"`
+	SASL              SASL `mapstructure:"sasl"`
+	TLS               TLS  `mapstructure:"tls"`
+}
+
+// SASL mechanisms the Kafka client speaks.
+const (
+	SASLPlain       = "PLAIN"
+	SASLScramSHA256 = "SCRAM-SHA-256"
+	SASLScramSHA512 = "SCRAM-SHA-512"
+)
+
+// SASL is the Kafka client's authentication; an empty Mechanism means none.
+type SASL struct {
+	Mechanism string `mapstructure:"mechanism"`
+	Username  string `mapstructure:"username"`
+	Password  string `mapstructure:"password"`
+}
+
+// TLS is one client's TLS settings, the same for Kafka, Redis and MySQL. The
+// server's certificate is always verified: against CAFile when set, else the
+// system roots.
+type TLS struct {
+	Enabled bool   `mapstructure:"enabled"`
+	CAFile  string `mapstructure:"ca_file"`
+	// CertFile and KeyFile are a client certificate, for servers that require one.
+	CertFile string `mapstructure:"cert_file"`
+	KeyFile  string `mapstructure:"key_file"`
+	// ServerName is the name the server's certificate must carry; empty means
+	// the host of the address dialled.
+	ServerName string `mapstructure:"server_name"`
 }
 
 // Tenant is one tenant; the yaml and json tags are the tenants_file format.

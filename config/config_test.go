@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"errors"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/imshard/imshard/test/testenv"
 )
 
 const examplePath = "../config.example.yaml"
@@ -452,6 +455,39 @@ func TestValidateRules(t *testing.T) {
 		{"migrate batch size low", func(c *Config) { c.Migrate.BatchSize = 0 }, "migrate.batch_size"},
 		{"migrate batch size high", func(c *Config) { c.Migrate.BatchSize = 100_001 }, "migrate.batch_size"},
 		{"migrate rows per second", func(c *Config) { c.Migrate.RowsPerSecond = -1 }, "migrate.rows_per_second"},
+		{"kafka sasl unknown mechanism", func(c *Config) { withSASL(c, "GSSAPI", "u", "p") }, "kafka.sasl.mechanism"},
+		{"kafka sasl lower-case mechanism", func(c *Config) { withSASL(c, "scram-sha-256", "u", "p") }, "kafka.sasl.mechanism"},
+		{"kafka sasl without username", func(c *Config) { withSASL(c, SASLScramSHA256, "", "p") }, "kafka.sasl.username"},
+		{"kafka sasl without password", func(c *Config) { withSASL(c, SASLScramSHA512, "u", "") }, "kafka.sasl.password"},
+		{"kafka sasl credentials without mechanism", func(c *Config) { withSASL(c, "", "u", "p") }, "kafka.sasl.mechanism"},
+		{"kafka sasl plain in clear", func(c *Config) { withSASL(c, SASLPlain, "u", "p") }, "kafka.sasl.mechanism"},
+		{"kafka sasl without brokers", func(c *Config) { withSASL(c, SASLScramSHA256, "u", "p"); c.Kafka.Brokers = nil }, "kafka.sasl.mechanism"},
+		{"kafka tls without brokers", func(c *Config) { c.Kafka.TLS.Enabled = true }, "kafka.tls.enabled"},
+		{"kafka tls file while off", func(c *Config) { c.Kafka.Brokers = []string{"k:9092"}; c.Kafka.TLS.CAFile = "/etc/ca.pem" }, "kafka.tls.enabled"},
+		{"kafka tls server name while off", func(c *Config) { c.Kafka.TLS.ServerName = "kafka" }, "kafka.tls.enabled"},
+		{"kafka tls cert without key", func(c *Config) { withKafkaTLS(c); c.Kafka.TLS.CertFile = "/etc/c.pem" }, "kafka.tls.key_file"},
+		{"kafka tls ca missing", func(c *Config) { withKafkaTLS(c); c.Kafka.TLS.CAFile = "/nonexistent/ca.pem" }, "kafka.tls.ca_file"},
+		{"kafka tls ca not pem", func(c *Config) { withKafkaTLS(c); c.Kafka.TLS.CAFile = examplePath }, "kafka.tls.ca_file"},
+		{"kafka tls client cert unreadable", func(c *Config) {
+			withKafkaTLS(c)
+			c.Kafka.TLS.CertFile, c.Kafka.TLS.KeyFile = examplePath, examplePath
+		}, "kafka.tls.cert_file"},
+		{"redis username without password", func(c *Config) { c.Redis.Username = "imshard" }, "redis.password"},
+		{"redis tls key without cert", func(c *Config) { c.Redis.TLS.Enabled = true; c.Redis.TLS.KeyFile = "/etc/k.pem" }, "redis.tls.cert_file"},
+		{"redis tls over a unix socket", func(c *Config) {
+			c.Redis.Addrs = []string{"unix:/run/redis/redis.sock"}
+			c.Redis.TLS.Enabled = true
+		}, "redis.tls.enabled"},
+		{"mysql tls file while off", func(c *Config) { c.MySQL.TLS.KeyFile = "/etc/k.pem" }, "mysql.tls.enabled"},
+		{"mysql tls ca missing", func(c *Config) { c.MySQL.TLS = TLS{Enabled: true, CAFile: "/nonexistent/ca.pem"} }, "mysql.tls.ca_file"},
+		{"mysql tls and a template choosing tls", func(c *Config) {
+			c.MySQL.TLS.Enabled = true
+			c.MySQL.DSNTemplate += "&tls=skip-verify"
+		}, "mysql.dsn_template"},
+		{"mysql tls and a tenant dsn choosing tls", func(c *Config) {
+			c.MySQL.TLS.Enabled = true
+			c.Tenants[0].DSN = "u@tcp(h:3306)/demo?tls=true"
+		}, "tenants[0].dsn"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -463,6 +499,46 @@ func TestValidateRules(t *testing.T) {
 				t.Errorf("want exactly one problem, got %d: %v", n, err)
 			}
 		})
+	}
+}
+
+func withSASL(c *Config, mechanism, user, pass string) {
+	c.Kafka.Brokers = []string{"k:9092"}
+	c.Kafka.SASL = SASL{Mechanism: mechanism, Username: user, Password: pass}
+}
+
+func withKafkaTLS(c *Config) {
+	c.Kafka.Brokers = []string{"k:9092"}
+	c.Kafka.TLS.Enabled = true
+}
+
+// TestTLSClient loads a CA and a client certificate the way every client
+// connects; a section that is off gives no TLS at all.
+func TestTLSClient(t *testing.T) {
+	pki := testenv.NewPKI(t)
+	sec := TLS{Enabled: true, CAFile: pki.CAFile, CertFile: pki.ClientCertFile, KeyFile: pki.ClientKeyFile, ServerName: "db.internal"}
+	c := Default()
+	c.Kafka.Brokers = []string{"k:9093"}
+	c.Kafka.TLS, c.Redis.TLS, c.MySQL.TLS = sec, sec, sec
+	c.Kafka.SASL = SASL{Mechanism: SASLPlain, Username: "imshard", Password: "kafka-pw"}
+	c.Redis.Username, c.Redis.Password = "imshard", "redis-pw"
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := sec.Client("kafka.tls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc.RootCAs == nil || len(tc.Certificates) != 1 || tc.ServerName != "db.internal" || tc.MinVersion != tls.VersionTLS12 || tc.InsecureSkipVerify {
+		t.Fatalf("tls config = %+v", tc)
+	}
+	// Without a CA file the system roots verify the server.
+	tc, err = TLS{Enabled: true}.Client("redis.tls")
+	if err != nil || tc == nil || tc.RootCAs != nil || tc.InsecureSkipVerify {
+		t.Fatalf("system roots: %+v, %v", tc, err)
+	}
+	if tc, err := (TLS{CAFile: pki.CAFile}).Client("mysql.tls"); tc != nil || err != nil {
+		t.Fatalf("TLS off gave %+v, %v", tc, err)
 	}
 }
 
@@ -562,6 +638,7 @@ func TestValidateByRole(t *testing.T) {
 func TestMasked(t *testing.T) {
 	c := Default()
 	c.Redis.Password = "redis-pw-123"
+	c.Kafka.SASL = SASL{Mechanism: SASLScramSHA512, Username: "imshard", Password: "kafka-pw-321"}
 	c.MySQL.DSNTemplate = "app:tmpl-pw-456@tcp(db:3306)/imshard_{tenant}?parseTime=true"
 	c.Tenants = []Tenant{
 		{ID: "demo", JWTSecret: "jwt-secret-789"},
@@ -574,12 +651,12 @@ func TestMasked(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := string(out)
-	for _, secret := range []string{"redis-pw-123", "tmpl-pw-456", "jwt-secret-789", "jwt-secret-abc", "dsn-pw-def"} {
+	for _, secret := range []string{"redis-pw-123", "kafka-pw-321", "tmpl-pw-456", "jwt-secret-789", "jwt-secret-abc", "dsn-pw-def"} {
 		if strings.Contains(s, secret) {
 			t.Errorf("Masked output contains secret %q:\n%s", secret, s)
 		}
 	}
-	for _, kept := range []string{"app:****@tcp(db:3306)/imshard_{tenant}?parseTime=true", "acme:****@tcp(db2:3306)/acme", "id: acme", "shutdown_grace: 30s", "patrol_interval: 24h", "batch_linger: 20ms", "127.0.0.1:8080", "brokers: []"} {
+	for _, kept := range []string{"app:****@tcp(db:3306)/imshard_{tenant}?parseTime=true", "acme:****@tcp(db2:3306)/acme", "id: acme", "shutdown_grace: 30s", "patrol_interval: 24h", "batch_linger: 20ms", "127.0.0.1:8080", "brokers: []", "mechanism: SCRAM-SHA-512", "username: imshard"} {
 		if !strings.Contains(s, kept) {
 			t.Errorf("Masked output lacks %q:\n%s", kept, s)
 		}
@@ -592,6 +669,7 @@ func TestMasked(t *testing.T) {
 	back := mustLoad(t, LoadOptions{Path: writeFile(t, "masked.yaml", s)})
 	want := c
 	want.Redis.Password = "****"
+	want.Kafka.SASL.Password = "****"
 	want.MySQL.DSNTemplate = "app:****@tcp(db:3306)/imshard_{tenant}?parseTime=true"
 	want.Tenants = []Tenant{{ID: "demo", JWTSecret: "****"}, {ID: "acme", JWTSecret: "****", DSN: "acme:****@tcp(db2:3306)/acme"}}
 	if !reflect.DeepEqual(*back, want) {

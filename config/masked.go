@@ -14,13 +14,14 @@ import (
 const mask = "****"
 
 // Masked renders the effective config as YAML, keys in file order, for `imshard
-// config check` and startup logs. Secrets (tenant jwt_secret, redis password, the
-// password inside any DSN) become "****"; empty ones stay empty so an operator can
+// config check` and startup logs. Secrets (tenant jwt_secret, the Redis and Kafka
+// SASL passwords, the password inside any DSN) become "****"; empty ones stay empty so an operator can
 // still see that a secret is missing. The output loads back with Load.
 func (c *Config) Masked() ([]byte, error) {
 	m := *c
 	m.Redis.Addrs = append([]string(nil), c.Redis.Addrs...)
 	m.Redis.Password = maskSecret(c.Redis.Password)
+	m.Kafka.SASL.Password = maskSecret(c.Kafka.SASL.Password)
 	m.MySQL.DSNTemplate = maskDSN(c.MySQL.DSNTemplate)
 	m.Tenants = make([]Tenant, len(c.Tenants))
 	for i, t := range c.Tenants {

@@ -87,6 +87,7 @@ func (c *Config) Validate(roles ...string) error {
 			}
 		}
 		p.durAtLeast("redis.dial_timeout", c.Redis.DialTimeout, 0)
+		c.validateRedisAuth(&p)
 	}
 	if need["kafka"] {
 		c.validateKafka(&p)
@@ -150,6 +151,47 @@ func (c *Config) validateMySQL(p *problems) {
 	p.intRange("mysql.max_idle_conns", int64(m.MaxIdleConns), 0, 1<<31-1)
 	p.durAtLeast("mysql.conn_max_idle_time", m.ConnMaxIdleTime, 0)
 	p.intRange("mysql.max_open_tenants", int64(m.MaxOpenTenants), 1, 1<<31-1)
+	p.tlsSection("mysql.tls", m.TLS)
+	if m.TLS.Enabled {
+		// One setting for every tenant: a DSN choosing its own TLS would make
+		// which one applies a guess.
+		dsns := []struct{ key, dsn string }{{"mysql.dsn_template", m.DSNTemplate}}
+		for i, t := range c.Tenants {
+			dsns = append(dsns, struct{ key, dsn string }{fmt.Sprintf("tenants[%d].dsn", i), t.DSN})
+		}
+		for _, d := range dsns {
+			if dsnParam(d.dsn, "tls") {
+				p.add(d.key, "sets tls= while mysql.tls is enabled: remove it, mysql.tls applies to every tenant")
+			}
+		}
+	}
+}
+
+// dsnParam reports whether a go-sql-driver DSN carries the named parameter.
+func dsnParam(dsn, name string) bool {
+	_, query, ok := strings.Cut(dsn[strings.LastIndexByte(dsn, '/')+1:], "?")
+	if !ok {
+		return false
+	}
+	for kv := range strings.SplitSeq(query, "&") {
+		if k, _, _ := strings.Cut(kv, "="); k == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Config) validateRedisAuth(p *problems) {
+	r := c.Redis
+	if r.Username != "" && r.Password == "" {
+		p.add("redis.password", "is required with redis.username")
+	}
+	p.tlsSection("redis.tls", r.TLS)
+	if len(r.Addrs) == 1 && r.TLS.Enabled {
+		if _, socket := RedisSocket(r.Addrs[0]); socket {
+			p.add("redis.tls.enabled", "a unix socket does not use TLS: disable it or give host:port addresses")
+		}
+	}
 }
 
 func (c *Config) validateKafka(p *problems) {
@@ -168,6 +210,35 @@ func (c *Config) validateKafka(p *problems) {
 	}
 	p.intRange("kafka.partitions", int64(k.Partitions), 1, maxPartitions)
 	p.intRange("kafka.replication_factor", int64(k.ReplicationFactor), 1, 1<<15-1)
+	p.tlsSection("kafka.tls", k.TLS)
+	s := k.SASL
+	switch s.Mechanism {
+	case "":
+		if s.Username != "" || s.Password != "" {
+			p.add("kafka.sasl.mechanism", "is empty but kafka.sasl.username or password is set: name the mechanism (%s|%s|%s)", SASLPlain, SASLScramSHA256, SASLScramSHA512)
+		}
+	case SASLPlain, SASLScramSHA256, SASLScramSHA512:
+		if s.Username == "" {
+			p.add("kafka.sasl.username", "is required with kafka.sasl.mechanism %s", s.Mechanism)
+		}
+		if s.Password == "" {
+			p.add("kafka.sasl.password", "is required with kafka.sasl.mechanism %s", s.Mechanism)
+		}
+		if s.Mechanism == SASLPlain && !k.TLS.Enabled {
+			p.add("kafka.sasl.mechanism", "PLAIN sends the password in clear: enable kafka.tls (or use SCRAM)")
+		}
+	default:
+		p.add("kafka.sasl.mechanism", "must be one of %s|%s|%s or empty, got %q", SASLPlain, SASLScramSHA256, SASLScramSHA512, s.Mechanism)
+	}
+	if len(k.Brokers) == 0 {
+		// The in-process stand-in listens in plaintext without authentication.
+		if k.TLS.Enabled {
+			p.add("kafka.tls.enabled", "needs kafka.brokers: the in-process Kafka speaks no TLS")
+		}
+		if s.Mechanism != "" {
+			p.add("kafka.sasl.mechanism", "needs kafka.brokers: the in-process Kafka has no SASL")
+		}
+	}
 }
 
 // tenantProblems checks ids, uniqueness and secrets; where names the source for

@@ -254,7 +254,7 @@ func TestPersistRouteRepairQueueDrainsAfterRedisFailure(t *testing.T) {
 func persistTool(t *testing.T, env *harness.Env) *persist.Tool {
 	t.Helper()
 	a := env.App
-	return persist.NewTool(persist.ToolParams{Kafka: env.Config.Kafka, Brokers: env.Config.Kafka.Brokers,
+	return persist.NewTool(persist.ToolParams{Kafka: env.Config.Kafka, KafkaConn: a.KafkaConn(),
 		DBs: a.Pools(), Tenants: a.Pools().IDs, Catalog: a.Catalog()})
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -34,7 +35,7 @@ type BenchParams struct {
 	DB                           *sql.DB // the tenant's database
 	PersistMonth, RawMonth       routing.Month
 	Kafka                        config.Kafka // a topic and group of the benchmark's own
-	Brokers                      []string
+	KafkaConn                    []kgo.Opt
 	DBs                          routing.DBs
 	Redis                        rueidis.Client
 	Scripts                      *routing.Scripts
@@ -72,7 +73,7 @@ func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
 	var rep BenchReport
 	evs := benchEvents(p.Tenant, p.Rows, p.Topics, p.PersistMonth, 0)
 	p.logf("producing %d events to %s …", len(evs), p.Kafka.Topic)
-	if err := benchProduce(ctx, p.Brokers, p.Kafka.Topic, evs); err != nil {
+	if err := benchProduce(ctx, p.KafkaConn, p.Kafka.Topic, evs); err != nil {
 		return rep, err
 	}
 	p.logf("persist: %d writers, batch %d …", p.Writers, p.Batch)
@@ -138,8 +139,8 @@ func benchRecords(evs []message.Event) []*record {
 	return out
 }
 
-func benchProduce(ctx context.Context, brokers []string, topic string, evs []message.Event) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(1<<20))
+func benchProduce(ctx context.Context, conn []kgo.Opt, topic string, evs []message.Event) error {
+	cl, err := kgo.NewClient(append(slices.Clone(conn), kgo.ProducerBatchMaxBytes(1<<20))...)
 	if err != nil {
 		return err
 	}
@@ -179,7 +180,7 @@ func benchPersist(ctx context.Context, p BenchParams, n int) (BenchResult, error
 	svc, err := New(Params{
 		Config: config.Persist{BatchSize: p.Batch, BatchLinger: 20 * time.Millisecond, MaxRetries: 10,
 			RetryBackoff: 100 * time.Millisecond, RetryBackoffMax: 5 * time.Second},
-		Kafka: p.Kafka, Brokers: p.Brokers, DBs: p.DBs, Tenants: func() []string { return []string{p.Tenant} },
+		Kafka: p.Kafka, KafkaConn: p.KafkaConn, DBs: p.DBs, Tenants: func() []string { return []string{p.Tenant} },
 		Redis: p.Redis, Scripts: p.Scripts, Catalog: p.Catalog, Flight: p.Flight, Routes: p.Routes,
 		Metrics: routing.NewMetrics(prometheus.NewRegistry()), Log: p.Log, Registerer: prometheus.NewRegistry(),
 		Writers: p.Writers,

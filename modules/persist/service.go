@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,7 @@ import (
 type Params struct {
 	Config     config.Persist
 	Kafka      config.Kafka // topic, dlq_topic, group
-	Brokers    []string
+	KafkaConn  []kgo.Opt    // seed brokers, TLS, SASL
 	DBs        routing.DBs
 	Tenants    func() []string // configured tenants: the repair worker's first scan
 	Redis      rueidis.Client
@@ -117,8 +118,7 @@ func New(p Params) (*Service, error) {
 	}
 	s.capCond = sync.NewCond(&s.capMu)
 	s.work, s.cancelWork = context.WithCancel(context.Background())
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(p.Brokers...),
+	cl, err := kgo.NewClient(append(slices.Clone(p.KafkaConn),
 		kgo.ConsumerGroup(p.Kafka.Group),
 		kgo.ConsumeTopics(p.Kafka.Topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -136,7 +136,7 @@ func New(p Params) (*Service, error) {
 		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("persist: kafka client: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/routing"
@@ -17,7 +18,7 @@ func TestStopWithoutRunReturns(t *testing.T) {
 	s, err := New(Params{
 		Config:     config.Default().Persist,
 		Kafka:      config.Default().Kafka,
-		Brokers:    []string{"127.0.0.1:1"},
+		KafkaConn:  []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")},
 		Metrics:    routing.NewMetrics(prometheus.NewRegistry()),
 		Registerer: prometheus.NewRegistry(),
 	})

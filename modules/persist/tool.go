@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,11 +20,11 @@ import (
 
 // ToolParams are what the operator's `imshard dlq` commands need.
 type ToolParams struct {
-	Kafka   config.Kafka
-	Brokers []string
-	DBs     routing.DBs
-	Tenants func() []string
-	Catalog *routing.Catalog
+	Kafka     config.Kafka
+	KafkaConn []kgo.Opt // seed brokers, TLS, SASL: every Kafka client of the service connects alike
+	DBs       routing.DBs
+	Tenants   func() []string
+	Catalog   *routing.Catalog
 }
 
 // Tool lists and replays dead letters and compensation entries.
@@ -66,8 +67,8 @@ type Compensation struct {
 // DeadLetters reads the dead-letter topic from its start (the tenant's
 // records only when tenant is set), at most limit records (0: all).
 func (t *Tool) DeadLetters(ctx context.Context, tenant string, limit int) ([]DeadLetter, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(t.p.Brokers...), kgo.ConsumeTopics(t.p.Kafka.DLQTopic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl, err := kgo.NewClient(append(slices.Clone(t.p.KafkaConn), kgo.ConsumeTopics(t.p.Kafka.DLQTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +214,7 @@ var ErrNotFound = errors.New("no such entry")
 // skipped (unseal it first); skips make the returned error non-nil.
 func (t *Tool) Replay(ctx context.Context, o ReplayOptions) (ReplayReport, error) {
 	var rep ReplayReport
-	cl, err := kgo.NewClient(kgo.SeedBrokers(t.p.Brokers...), kgo.RequiredAcks(kgo.AllISRAcks()))
+	cl, err := kgo.NewClient(append(slices.Clone(t.p.KafkaConn), kgo.RequiredAcks(kgo.AllISRAcks()))...)
 	if err != nil {
 		return rep, err
 	}

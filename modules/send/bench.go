@@ -41,7 +41,7 @@ type BenchParams struct {
 	Allocator  *routing.Allocator
 	Flight     *routing.Flight
 	Scripts    *routing.Scripts
-	Brokers    []string
+	KafkaConn  []kgo.Opt
 	KafkaTopic string
 	Send       config.Send
 	HotCache   config.HotCache
@@ -341,7 +341,7 @@ func newRawPipeline(p BenchParams) (*rawPipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(ProducerOpts(p.Brokers, p.KafkaTopic, p.Send.ProduceTimeout)...)
+	cl, err := kgo.NewClient(ProducerOpts(p.KafkaConn, p.KafkaTopic, p.Send.ProduceTimeout)...)
 	if err != nil {
 		return nil, err
 	}

@@ -3,16 +3,17 @@ package send
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// ProducerOpts are the franz-go settings of the send path; `imshard bench
-// send` produces its raw baseline with exactly these.
-func ProducerOpts(brokers []string, topic string, timeout time.Duration) []kgo.Opt {
-	return []kgo.Opt{
-		kgo.SeedBrokers(brokers...),
+// ProducerOpts are the franz-go settings of the send path on top of the
+// connection (brokers, TLS, SASL); `imshard bench send` produces its raw
+// baseline with exactly these.
+func ProducerOpts(conn []kgo.Opt, topic string, timeout time.Duration) []kgo.Opt {
+	return append(slices.Clone(conn),
 		kgo.DefaultProduceTopic(topic),
 		// acks=all with the idempotent producer (franz-go's default once
 		// acks=all): a broker retry never writes an event twice
@@ -22,7 +23,7 @@ func ProducerOpts(brokers []string, topic string, timeout time.Duration) []kgo.O
 		kgo.ProducerLinger(0),
 		kgo.RecordDeliveryTimeout(timeout),
 		kgo.ProduceRequestTimeout(timeout),
-	}
+	)
 }
 
 // producer produces events asynchronously; each call gets its own promise,
@@ -32,8 +33,8 @@ type producer struct {
 	timeout time.Duration
 }
 
-func newProducer(brokers []string, topic string, timeout time.Duration) (*producer, error) {
-	cl, err := kgo.NewClient(ProducerOpts(brokers, topic, timeout)...)
+func newProducer(conn []kgo.Opt, topic string, timeout time.Duration) (*producer, error) {
+	cl, err := kgo.NewClient(ProducerOpts(conn, topic, timeout)...)
 	if err != nil {
 		return nil, fmt.Errorf("send: kafka producer: %w", err)
 	}

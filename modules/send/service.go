@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/acl"
@@ -43,7 +44,7 @@ const DefaultLeaseTTL = 30 * time.Second
 type Params struct {
 	Send       config.Send
 	HotCache   config.HotCache
-	Brokers    []string
+	KafkaConn  []kgo.Opt // seed brokers, TLS, SASL
 	KafkaTopic string
 	LeaseTTL   time.Duration // 0 = DefaultLeaseTTL
 
@@ -89,7 +90,7 @@ func New(ctx context.Context, p Params) (*Service, error) {
 	if err := s.lease.Acquire(ctx); err != nil {
 		return nil, err
 	}
-	prod, err := newProducer(p.Brokers, p.KafkaTopic, p.Send.ProduceTimeout)
+	prod, err := newProducer(p.KafkaConn, p.KafkaTopic, p.Send.ProduceTimeout)
 	if err != nil {
 		_ = s.lease.Release(context.Background())
 		return nil, err

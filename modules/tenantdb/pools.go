@@ -7,6 +7,7 @@ package tenantdb
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -33,6 +34,9 @@ type Tenant struct {
 
 // Params configures the pools.
 type Params struct {
+	// TLS, when set, encrypts every tenant's connections and verifies the
+	// server's certificate (its ServerName defaults to the DSN's host).
+	TLS             *tls.Config
 	MaxOpenConns    int
 	MaxIdleConns    int
 	ConnMaxIdleTime time.Duration
@@ -207,10 +211,13 @@ func (ps *Pools) openTenant(ctx context.Context, t Tenant) (*sql.DB, error) {
 		return nil, fmt.Errorf("tenant %s: dsn names no database", t.ID)
 	}
 	normalize(cfg)
+	if ps.p.TLS != nil {
+		cfg.TLS = ps.p.TLS.Clone()
+	}
 	if err := ps.createDatabase(ctx, t.ID, cfg); err != nil {
 		return nil, err
 	}
-	db, err := sql.Open("mysql", cfg.FormatDSN())
+	db, err := open(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("tenant %s: open: %w", t.ID, err)
 	}
@@ -244,6 +251,16 @@ func normalize(cfg *mysql.Config) {
 	cfg.InterpolateParams = false
 }
 
+// open opens a pool from the parsed configuration itself rather than its DSN
+// text, which cannot carry a TLS configuration.
+func open(cfg *mysql.Config) (*sql.DB, error) {
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(conn), nil
+}
+
 // createDatabase makes the tenant database if the account may; an account
 // without CREATE rights on an existing database is fine.
 func (ps *Pools) createDatabase(ctx context.Context, tenant string, cfg *mysql.Config) error {
@@ -253,7 +270,7 @@ func (ps *Pools) createDatabase(ctx context.Context, tenant string, cfg *mysql.C
 	}
 	admin := cfg.Clone()
 	admin.DBName = ""
-	db, err := sql.Open("mysql", admin.FormatDSN())
+	db, err := open(admin)
 	if err != nil {
 		return fmt.Errorf("tenant %s: open server: %w", tenant, err)
 	}
