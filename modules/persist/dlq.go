@@ -57,7 +57,7 @@ func (s *Service) deadLetter(ctx context.Context, recs []*record, reason string,
 			return
 		}
 		s.p.Log.Warn().Err(err).Int("events", len(out)).Msg("persist: dead-letter produce failed; retrying")
-		if !sleep(ctx, backoff(s.p.Config.RetryBackoff, s.p.Config.RetryBackoffMax, n)) {
+		if !sleep(ctx, s.retryDelay(n)) {
 			return
 		}
 	}

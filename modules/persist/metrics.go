@@ -64,7 +64,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "imshard_persist_retries_total",
-			Help: "Failed batch attempts that will be retried, by reason (transient, shard_missing, rejected).",
+			Help: "Failed batch attempts that will be retried, by class (transient, shard_missing, unclassified); refused data is never retried.",
 		}, []string{"reason"}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "imshard_persist_consumer_lag",

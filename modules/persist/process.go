@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -16,10 +17,12 @@ import (
 // (prepared): handled like a missing table, retried and alerted.
 var errNotWritable = errors.New("month table is not writable yet")
 
-// process stores one batch, retrying as its failure asks (DESIGN invariant
-// 9: retry with backoff → dead letter; never a silent skip). It returns when
-// every record is done (stored, compensated or dead-lettered) or when ctx
-// ends, in which case the rest stays uncommitted.
+// process stores one batch, retrying as its failure asks (never a silent
+// skip): transient failures are retried with backoff and jitter for as long
+// as they last; events the database refuses are found by splitting the
+// batch and dead-lettered at once (isolate), so the rest is stored. It
+// returns when every record is done (stored, compensated or dead-lettered)
+// or when ctx ends, in which case the rest stays uncommitted.
 func (s *Service) process(ctx context.Context, key batchKey, recs []*record) {
 	attempts := 0
 	for n := 0; ; n++ {
@@ -34,31 +37,71 @@ func (s *Service) process(ctx context.Context, key batchKey, recs []*record) {
 		case fatal:
 			s.deadLetter(ctx, recs, f.String(), err)
 			return
-		case poison:
-			if len(recs) > 1 {
-				// one bad event must not hold back its neighbours: find it
-				for _, r := range recs {
-					s.process(ctx, key, []*record{r})
-				}
-				return
-			}
-			attempts++
+		case permanent:
+			s.isolate(ctx, key, recs, err, false)
+			return
 		case missingTable:
 			s.p.Metrics.ShardMissing.WithLabelValues(key.tenant).Inc()
 			attempts++
+		case unclassified:
+			attempts++
 		}
 		if f != transient && attempts > s.p.Config.MaxRetries {
-			s.deadLetter(ctx, recs, f.String(), err)
+			if f == missingTable {
+				s.deadLetter(ctx, recs, f.String(), err)
+			} else {
+				s.isolate(ctx, key, recs, err, true)
+			}
 			return
 		}
 		s.m.retries.WithLabelValues(f.String()).Inc()
 		s.m.persisted.WithLabelValues(key.month.String(), statusRetry).Add(float64(len(recs)))
 		s.p.Log.Warn().Err(err).Str("tenant", key.tenant).Str("month", key.month.String()).
 			Int("events", len(recs)).Int("attempt", n+1).Str("reason", f.String()).Msg("persist: batch failed; retrying")
-		if !sleep(ctx, backoff(s.p.Config.RetryBackoff, s.p.Config.RetryBackoffMax, n)) {
+		if !sleep(ctx, s.retryDelay(n)) {
 			return
 		}
 	}
+}
+
+// isolate handles recs that failed together with err, a refusal of their
+// data (or, when exhausted, an error that outlasted persist.max_retries):
+// a single event is dead-lettered at once with reason "rejected" and its
+// seq recorded as a gap; a larger batch is halved and each half tried
+// again, so k refused events among n cost about 2·k·log2(n) attempts and
+// every other event is stored. A half that fails otherwise (the database
+// went away meanwhile) goes back to process and its retries.
+func (s *Service) isolate(ctx context.Context, key batchKey, recs []*record, err error, exhausted bool) {
+	if len(recs) == 1 {
+		s.deadLetter(ctx, recs, permanent.String(), err)
+		return
+	}
+	s.p.Log.Warn().Err(err).Str("tenant", key.tenant).Str("month", key.month.String()).
+		Int("events", len(recs)).Msg("persist: batch refused; splitting it to find the events refused")
+	mid := len(recs) / 2
+	for _, half := range [][]*record{recs[:mid:mid], recs[mid:]} {
+		err := s.try(ctx, key, half)
+		if err == nil {
+			continue
+		}
+		switch f := classify(ctx, err); {
+		case f == aborted:
+			return
+		case f == permanent || (exhausted && f == unclassified):
+			s.isolate(ctx, key, half, err, exhausted)
+		default:
+			s.process(ctx, key, half)
+		}
+	}
+}
+
+// retryDelay is the wait before retry n (0-based): exponential from
+// persist.retry_backoff up to retry_backoff_max, with jitter — a uniformly
+// random half of it — so that writers that failed together (a deadlock, a
+// database coming back) do not retry in lockstep.
+func (s *Service) retryDelay(n int) time.Duration {
+	d := backoff(s.p.Config.RetryBackoff, s.p.Config.RetryBackoffMax, n)
+	return d/2 + rand.N(d/2+1)
 }
 
 // backoff doubles from base up to limit.
@@ -134,7 +177,7 @@ func (s *Service) try(ctx context.Context, key batchKey, recs []*record) error {
 				break
 			}
 			s.p.Log.Warn().Err(err).Str("tenant", key.tenant).Msg("persist: follow-up after commit failed; retrying")
-			if !sleep(ctx, backoff(s.p.Config.RetryBackoff, s.p.Config.RetryBackoffMax, n)) {
+			if !sleep(ctx, s.retryDelay(n)) {
 				return // abandoned uncommitted: the batch comes again
 			}
 		}

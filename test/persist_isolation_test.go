@@ -1,0 +1,155 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/imshard/imshard/app"
+	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/persist"
+	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/shardmgr"
+	"github.com/imshard/imshard/test/harness"
+	"github.com/imshard/imshard/test/testenv"
+)
+
+// isoTwoTenants runs every role for a fresh tenant B (the harness tenant,
+// which sends over HTTP) and serves a second tenant A from the same
+// processes — sharing the Kafka partitions and the persist writers — whose
+// events the test produces straight to Kafka. dsnA, if set, is A's own DSN.
+func isoTwoTenants(t *testing.T, dsnA string, mutate func(*config.Config)) (env *sendEnv, tenantA string) {
+	t.Helper()
+	tenantA = testenv.NewTenant(t)
+	env = startSend(t, harness.Options{Roles: []string{app.All}, Mutate: func(c *config.Config) {
+		c.Tenants = append(c.Tenants, config.Tenant{ID: tenantA, JWTSecret: "secret-" + tenantA, DSN: dsnA})
+		// small batches: A's events fill every writer, as a busy tenant's do
+		c.Persist.BatchSize = 5
+		if mutate != nil {
+			mutate(c)
+		}
+	}})
+	return env, tenantA
+}
+
+// isoEnsure creates A's month tables from m on and activates m.
+func isoEnsure(t *testing.T, env *sendEnv, tenant string, m routing.Month) {
+	t.Helper()
+	ctx := context.Background()
+	mg := env.App.NewShardManager()
+	if res := mg.SyncTenant(ctx, tenant, shardmgr.Options{MonthsAhead: -1, From: m}); res.Err != nil {
+		t.Fatalf("shard ensure %s: %v", tenant, res.Err)
+	}
+	if err := mg.Activate(ctx, tenant, m); err != nil {
+		t.Fatalf("activate %s: %v", tenant, err)
+	}
+}
+
+// isoSendB sends n messages to topic as a member of B and returns their seqs.
+func isoSendB(t *testing.T, env *sendEnv, topic string, uid int64, n int) []int64 {
+	t.Helper()
+	tok := env.Token(uid, "")
+	var seqs []int64
+	for i := 0; i < n; i++ {
+		r := env.mustSend(tok, topic, sendBody(fmt.Sprintf("%s-%d-%d", topic, uid, i), "b"+strconv.Itoa(i)))
+		seqs = append(seqs, r.Seq)
+	}
+	return seqs
+}
+
+// isoWaitSince waits (bounded) until B's since walk of topic lists want —
+// the readers' settled watermark has passed every message — and B's month
+// table holds them.
+func isoWaitSince(t *testing.T, env *sendEnv, topic string, uid int64, want []int64, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		got := rpWalkSince(t, env.Env, uid, topic, 50)
+		if fmt.Sprint(got) == fmt.Sprint(want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B's since walk of %s: %v, want %v (stuck behind tenant A)", topic, got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := len(persistStored(t, env.DB, env.Start)[topic]); n != len(want) {
+		t.Fatalf("B's %s: %d rows stored, want %d", topic, n, len(want))
+	}
+}
+
+// Events of tenant A that the database refuses — here a CHECK constraint
+// the test adds to A's month table, so that they pass every check before
+// the database, as content MariaDB's json_valid refuses does — spread over
+// many topics and every writer: each refused event is dead-lettered at once
+// (no retry) with reason "rejected" and its seq recorded as a gap, A's other
+// events in the same batches are stored, and tenant B, sending meanwhile,
+// is stored and readable through since pages within seconds.
+func TestPersistRefusedEventsAreDeadLetteredAtOnceAndOthersProceed(t *testing.T) {
+	env, tenantA := isoTwoTenants(t, "", func(c *config.Config) {
+		c.Persist.MaxRetries = 1000 // a refusal must not wait for retries to run out
+	})
+	ctx := context.Background()
+	m := env.Start
+	isoEnsure(t, env, tenantA, m)
+	dbA, err := env.App.Pools().DB(ctx, tenantA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, _ := routing.TableFor(m)
+	if _, err := dbA.Exec("ALTER TABLE " + table.Quoted() + " ADD CONSTRAINT test_refuse CHECK (msg_type <> 'refused')"); err != nil {
+		t.Fatal(err)
+	}
+	const topicsA, perTopic = 12, 5
+	var evs []message.Event
+	refused := map[string]int64{}
+	for i := 0; i < topicsA; i++ {
+		topic := fmt.Sprintf("a%d", i)
+		for seq := int64(1); seq <= perTopic; seq++ {
+			e := persistEvent(tenantA, topic, seq, m, 1, fmt.Sprintf("c%d", seq))
+			if seq == int64(1+i%perTopic) {
+				e.MsgType = "refused"
+				refused[topic] = seq
+			}
+			evs = append(evs, e)
+		}
+	}
+	persistProduce(t, env.Env, evs...)
+
+	topicB := "b-room"
+	env.group(topicB, 42, "active")
+	env.member(topicB, 7, "member", time.Time{})
+	seqs := isoSendB(t, env, topicB, 7, 20)
+	isoWaitSince(t, env, topicB, 7, seqs, 20*time.Second)
+
+	waitFor(t, 20*time.Second, func() bool {
+		return persistMetric(t, env.Env, "group_message_dead_letter_total", `reason="rejected"`) == topicsA
+	})
+	stored := persistWaitCountIn(t, dbA, len(evs)-topicsA, 20*time.Second, m)
+	for topic, seq := range refused {
+		if _, ok := stored[topic][seq]; ok {
+			t.Fatalf("refused event %s/%d stored", topic, seq)
+		}
+		gaps, err := env.App.Flight().Gaps(ctx, tenantA, topic, 0, 100)
+		if err != nil || fmt.Sprint(gaps) != fmt.Sprint([]int64{seq}) {
+			t.Fatalf("%s: gaps %v (%v), want the refused seq %d", topic, gaps, err, seq)
+		}
+	}
+	if n := persistMetric(t, env.Env, "imshard_persist_retries_total"); n != 0 {
+		t.Fatalf("a refusal was retried: %v retries", n)
+	}
+	dl := persistDeadLetters(t, env.Env)
+	if len(dl) != topicsA {
+		t.Fatalf("%d dead letters, want %d", len(dl), topicsA)
+	}
+	for _, r := range dl {
+		if persistHeader(r, persist.HeaderReason) != "rejected" || persistHeader(r, persist.HeaderTenant) != tenantA ||
+			!strings.Contains(persistHeader(r, persist.HeaderError), "4025") {
+			t.Fatalf("dead letter headers: %v", r.Headers)
+		}
+	}
+}
