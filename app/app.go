@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,7 @@ type App struct {
 
 	clients  clients
 	tenants  tenantSet
+	reload   reloader
 	stopping atomic.Bool
 
 	mu       sync.RWMutex // services and order: /readyz reads them while Start appends
@@ -59,6 +61,7 @@ func New(cfg *config.Config, log zerolog.Logger) *App {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a := &App{Config: cfg, Log: log, Registry: reg, APIMux: httpapi.NewMux(), services: map[string]Service{}}
 	a.tenants.set(cfg.Tenants)
+	a.reload.live = cfg
 	return a
 }
 
@@ -104,8 +107,10 @@ func (a *App) Modules() []string {
 }
 
 // Run runs every started module until ctx ends (a signal) or one fails,
-// then shuts down: /readyz turns 503 at once, modules stop in reverse order
-// within http.shutdown_grace. It returns the first module failure, if any.
+// then shuts down: /readyz turns 503 at once; a process serving the API keeps
+// serving for http.shutdown_delay so load balancers drain it; then modules
+// stop in reverse order (the API listener first) within http.shutdown_grace.
+// It returns the first module failure, if any.
 func (a *App) Run(ctx context.Context) error {
 	runCtx, cancelAll := context.WithCancel(context.Background())
 	defer cancelAll()
@@ -144,6 +149,12 @@ func (a *App) Run(ctx context.Context) error {
 	}
 
 	a.stopping.Store(true)
+	if delay := a.Config.HTTP.ShutdownDelay; delay > 0 && slices.Contains(a.order, API) {
+		// /readyz already answers 503; the API keeps serving until the load
+		// balancer has seen that and stopped sending new requests here.
+		a.Log.Info().Dur("shutdown_delay", delay).Msg("not ready: draining from the load balancer")
+		time.Sleep(delay)
+	}
 	grace := a.Config.HTTP.ShutdownGrace
 	stopCtx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()

@@ -12,12 +12,11 @@ import (
 )
 
 // NewLogger builds the process logger: JSON, or human-readable console
-// output when log.format is console, or auto and w is a terminal.
+// output when log.format is console, or auto and w is a terminal. Its level is
+// the process-wide one (SetLogLevel), so a reload changes it for every logger
+// derived from it.
 func NewLogger(c config.Log, w io.Writer) zerolog.Logger {
-	level, err := zerolog.ParseLevel(c.Level)
-	if err != nil {
-		level = zerolog.InfoLevel
-	}
+	SetLogLevel(c.Level)
 	console := c.Format == "console"
 	if c.Format == "auto" || c.Format == "" {
 		if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
@@ -27,5 +26,15 @@ func NewLogger(c config.Log, w io.Writer) zerolog.Logger {
 	if console {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
 	}
-	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+	return zerolog.New(w).With().Timestamp().Logger()
+}
+
+// SetLogLevel sets the level of every logger of the process (log.level; an
+// unknown level means info, which Validate prevents).
+func SetLogLevel(level string) {
+	l, err := zerolog.ParseLevel(level)
+	if err != nil {
+		l = zerolog.InfoLevel
+	}
+	zerolog.SetGlobalLevel(l)
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/imshard/imshard/config"
 )
 
-// Exit codes (DESIGN "Command line").
+// Exit codes: 0 ok, 1 failure, 2 bad usage or bad configuration.
 const (
 	ExitOK      = 0
 	ExitFailure = 1

@@ -1,10 +1,15 @@
 package cmd
 
 import (
+	"os"
+	"os/signal"
+	"syscall"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/imshard/imshard/app"
+	"github.com/imshard/imshard/config"
 )
 
 // serveOptions are the options of the long-running commands.
@@ -66,12 +71,27 @@ func joinRoles() string {
 }
 
 // serve runs the roles until SIGINT/SIGTERM, then drains and returns nil.
+// SIGHUP, from the first instant, re-reads the configuration and applies what
+// can change live; it never stops the process.
 func (g *globals) serve(flags map[string]*pflag.Flag, roles []string) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	validate := roles
 	if len(roles) == 1 && roles[0] == app.All {
 		validate = nil
 	}
-	cfg, err := g.load(flags, validate...)
+	load := func() (*config.Config, error) {
+		cfg, err := g.load(flags, validate...)
+		if err != nil {
+			return nil, err
+		}
+		if err := cfg.ValidateServe(roles...); err != nil {
+			return nil, &UsageError{Err: err}
+		}
+		return cfg, nil
+	}
+	cfg, err := load()
 	if err != nil {
 		return err
 	}
@@ -79,6 +99,7 @@ func (g *globals) serve(flags map[string]*pflag.Flag, roles []string) error {
 	ctx, stop := signalContext()
 	defer stop()
 	a := app.New(cfg, log)
+	a.ReloadOn(hup, load)
 	if err := a.Start(ctx, roles); err != nil {
 		return err
 	}

@@ -30,9 +30,12 @@ type Config struct {
 	Migrate     Migrate  `mapstructure:"migrate"`
 }
 
-// HTTP is the API listener.
+// HTTP is the API listener. On a stop signal /readyz answers 503 for
+// ShutdownDelay while the API still serves, so a load balancer stops sending
+// before the listener closes; in-flight requests then have ShutdownGrace.
 type HTTP struct {
 	Addr          string        `mapstructure:"addr"`
+	ShutdownDelay time.Duration `mapstructure:"shutdown_delay"`
 	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
 }
 
@@ -180,6 +183,15 @@ type Migrate struct {
 // names and Redis keys, so it is kept to characters that need no quoting anywhere.
 var TenantIDPattern = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
 
+// DemoTenant is the built-in tenant of a local setup. It only stands in for a
+// tenant list nobody gave: Load drops it when a tenants_file is set, and a
+// process running anything less than every role refuses its secret
+// (ValidateServe), so it never serves a real deployment.
+var DemoTenant = Tenant{ID: "demo", JWTSecret: DemoSecret}
+
+// DemoSecret is the demo tenant's jwt_secret, public in the docs.
+const DemoSecret = "change-me"
+
 // minSecretLen is the shortest accepted jwt_secret; shorter HMAC keys are guessable.
 const minSecretLen = 8
 
@@ -187,7 +199,7 @@ const minSecretLen = 8
 // MariaDB and Redis on localhost and the in-process Kafka.
 func Default() Config {
 	return Config{
-		HTTP:    HTTP{Addr: "127.0.0.1:8080", ShutdownGrace: 30 * time.Second},
+		HTTP:    HTTP{Addr: "127.0.0.1:8080", ShutdownDelay: 5 * time.Second, ShutdownGrace: 30 * time.Second},
 		Metrics: Metrics{Addr: "127.0.0.1:9090"},
 		Log:     Log{Level: "info", Format: "auto"},
 		MySQL: MySQL{
@@ -208,7 +220,7 @@ func Default() Config {
 			DataDir:           "./data/kafka",
 			ReplicationFactor: 1,
 		},
-		Tenants: []Tenant{{ID: "demo", JWTSecret: "change-me"}},
+		Tenants: []Tenant{DemoTenant},
 		Shard: Shard{
 			MonthsAhead:    2,
 			SealingDays:    7,

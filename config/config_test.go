@@ -396,6 +396,7 @@ func TestValidateRules(t *testing.T) {
 		{"http addr not host:port", func(c *Config) { c.HTTP.Addr = "localhost" }, "http.addr"},
 		{"http addr bad port", func(c *Config) { c.HTTP.Addr = "localhost:http" }, "http.addr"},
 		{"http shutdown grace negative", func(c *Config) { c.HTTP.ShutdownGrace = -time.Second }, "http.shutdown_grace"},
+		{"http shutdown delay negative", func(c *Config) { c.HTTP.ShutdownDelay = -time.Second }, "http.shutdown_delay"},
 		{"metrics addr", func(c *Config) { c.Metrics.Addr = "" }, "metrics.addr"},
 		{"log level", func(c *Config) { c.Log.Level = "verbose" }, "log.level"},
 		{"log format", func(c *Config) { c.Log.Format = "xml" }, "log.format"},

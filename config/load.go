@@ -39,7 +39,8 @@ type LoadOptions struct {
 }
 
 // Load builds the effective Config from defaults, the file, IMSHARD_* variables and
-// changed flags, then merges tenants_file into Tenants. It does not Validate: which
+// changed flags, then merges tenants_file into Tenants (dropping the built-in demo
+// tenant, see DemoTenant). It does not Validate: which
 // sections must be sound depends on the roles the caller runs.
 //
 // Every problem with a value is a *KeyError naming the dotted key (or the unknown
@@ -93,6 +94,12 @@ func Load(opts LoadOptions) (*Config, error) {
 		return nil, errors.Join(errs...)
 	}
 	if cfg.TenantsFile != "" {
+		// The demo tenant is a default, not a choice: an operator who
+		// configures only tenants_file (or keeps the example's tenants
+		// beside it) must not find it accepting tokens.
+		if slices.Equal(cfg.Tenants, Default().Tenants) {
+			cfg.Tenants = []Tenant{}
+		}
 		extra, err := LoadTenantsFile(cfg.TenantsFile)
 		if err != nil {
 			return nil, err

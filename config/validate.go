@@ -64,6 +64,7 @@ func (c *Config) Validate(roles ...string) error {
 
 	if need["http"] {
 		p.listenAddr("http.addr", c.HTTP.Addr)
+		p.durAtLeast("http.shutdown_delay", c.HTTP.ShutdownDelay, 0)
 		p.durAtLeast("http.shutdown_grace", c.HTTP.ShutdownGrace, 0)
 	}
 	p.listenAddr("metrics.addr", c.Metrics.Addr)
@@ -135,6 +136,39 @@ func (c *Config) Validate(roles ...string) error {
 	if need["migrate"] {
 		p.intRange("migrate.batch_size", int64(c.Migrate.BatchSize), 1, 100_000)
 		p.intRange("migrate.rows_per_second", int64(c.Migrate.RowsPerSecond), 0, 1<<31-1)
+	}
+	return errors.Join(p...)
+}
+
+// ValidateServe checks what only a long-running process of a split
+// deployment must refuse, on top of Validate: roles are those of `serve
+// --roles` ("all", or any of send, query, persist, shardmgr). A process that
+// runs every role (all) is the single-machine setup and passes.
+//
+//   - kafka.brokers empty starts an in-process Kafka private to this process:
+//     a send-only process would acknowledge messages no persist process ever
+//     reads, and a persist-only one would wait for events that never come.
+//     With both roles in one process the private broker is the whole bus.
+//   - the demo secret is public, so a tenant using it would accept anyone's
+//     token.
+func (c *Config) ValidateServe(roles ...string) error {
+	if len(roles) == 0 || slices.Contains(roles, "all") {
+		return nil
+	}
+	var p problems
+	send, persist := slices.Contains(roles, "send"), slices.Contains(roles, "persist")
+	if len(c.Kafka.Brokers) == 0 && send != persist {
+		role, other := "send", "persist"
+		if persist {
+			role, other = "persist", "send"
+		}
+		p.add("kafka.brokers", "is empty, so this %s process would start an in-process Kafka of its own that no %s process shares; "+
+			"list the cluster's brokers (for development, run `imshard devkafka` and point kafka.brokers at its address)", role, other)
+	}
+	for i, t := range c.Tenants {
+		if t.JWTSecret == DemoSecret {
+			p.add(fmt.Sprintf("tenants[%d].jwt_secret", i), "tenant %q uses the public demo secret, accepted only by `imshard all`; give it a secret of its own", t.ID)
+		}
 	}
 	return errors.Join(p...)
 }

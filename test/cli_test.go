@@ -153,7 +153,7 @@ func TestConfigErrorsExitTwoNamingTheKey(t *testing.T) {
 
 // TestExampleConfigServesAndDrainsOnSIGTERM: `imshard all` with
 // config.example.yaml (ports, data dir and tenant overridden by env) answers
-// /readyz 200, turns it 503 at once on SIGTERM, and exits 0.
+// /readyz 200, turns it 503 on SIGTERM for http.shutdown_delay, and exits 0.
 func TestExampleConfigServesAndDrainsOnSIGTERM(t *testing.T) {
 	t.Parallel()
 	tenant := testenv.NewTenant(t)
@@ -199,6 +199,15 @@ func TestExampleConfigServesAndDrainsOnSIGTERM(t *testing.T) {
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
+	}
+	// the example's http.shutdown_delay keeps it up, not ready, for a while
+	for readyz() != http.StatusServiceUnavailable {
+		select {
+		case err := <-exited:
+			t.Fatalf("imshard all exited without answering /readyz 503 during http.shutdown_delay: %v\n%s", err, out.String())
+		default:
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	select {
 	case err := <-exited:

@@ -65,6 +65,25 @@ func (p *faultsProc) kill9(t *testing.T) {
 	p.wait(t, 10*time.Second)
 }
 
+// running reports whether the process has not exited.
+func (p *faultsProc) running() bool {
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		return false
+	default:
+		return true
+	}
+}
+
+// signal sends sig to the process, as systemctl does (SIGHUP on reload).
+func (p *faultsProc) signal(t *testing.T, sig os.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %v to %v: %v", sig, p.cmd.Args, err)
+	}
+}
+
 // wait waits for the process to exit and returns its error.
 func (p *faultsProc) wait(t *testing.T, d time.Duration) error {
 	t.Helper()

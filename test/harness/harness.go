@@ -117,6 +117,7 @@ func Config(t testing.TB, tenant string, opts Options) *config.Config {
 	def := config.Default()
 	cfg := &def
 	cfg.HTTP.Addr = "127.0.0.1:0"
+	cfg.HTTP.ShutdownDelay = 0 // no load balancer to drain from
 	cfg.HTTP.ShutdownGrace = 10 * time.Second
 	cfg.Metrics.Addr = "127.0.0.1:0"
 	cfg.MySQL.DSNTemplate = testenv.DSNTemplate()

@@ -1,0 +1,93 @@
+package app
+
+import (
+	"context"
+	"os"
+	"slices"
+
+	"github.com/imshard/imshard/config"
+)
+
+// liveKeys are the configuration keys a reload applies to a running process;
+// any other change waits for a restart.
+var liveKeys = []string{"log.level", "tenants", "tenants_file"}
+
+// ReloadOn makes Run apply the configuration load returns each time sig
+// delivers (SIGHUP in the binary: `systemctl reload`). load must read every
+// source again (file, tenants_file, environment, flags) and validate the
+// result as at start-up. The caller subscribes sig before starting, so a
+// signal that arrives while modules start is applied once they run rather
+// than killing the process.
+func (a *App) ReloadOn(sig <-chan os.Signal, load func() (*config.Config, error)) {
+	a.reload.sig, a.reload.load = sig, load
+}
+
+// reloader is what ReloadOn set, plus the configuration in effect: the
+// start-up one with every reload's live keys applied.
+type reloader struct {
+	sig  <-chan os.Signal
+	load func() (*config.Config, error)
+	live *config.Config
+}
+
+// watchReload applies a reload per signal until ctx ends. A reload that
+// fails (unreadable file, invalid value) is logged and changes nothing: a
+// reload never stops the process.
+func (a *App) watchReload(ctx context.Context) {
+	if a.reload.sig == nil {
+		return
+	}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-a.reload.sig:
+				next, err := a.reload.load()
+				if err != nil {
+					a.Log.Error().Err(err).Msg("configuration reload failed; nothing changed")
+					continue
+				}
+				a.Reload(next)
+			}
+		}
+	}()
+}
+
+// Reload applies next, the configuration as read again: tenants added or
+// changed in it and log.level take effect at once; every other changed key is
+// logged with "restart needed" (and again on each reload until a restart
+// applies it). A tenant missing from next keeps serving until a restart, so
+// no in-flight request loses its database.
+func (a *App) Reload(next *config.Config) {
+	live := a.reload.live
+	merged, err := config.MergeTenants(live.Tenants, next.Tenants)
+	if err != nil {
+		a.Log.Error().Err(err).Msg("configuration reload failed; nothing changed")
+		return
+	}
+	for _, t := range live.Tenants {
+		if !slices.ContainsFunc(next.Tenants, func(n config.Tenant) bool { return n.ID == t.ID }) {
+			a.Log.Warn().Str("key", "tenants").Str("tenant", t.ID).Msg("tenant removed from the configuration keeps serving: restart needed")
+		}
+	}
+	applied := *live
+	applied.Tenants, applied.TenantsFile = merged, next.TenantsFile
+	a.tenants.set(merged)
+	if a.clients.pools != nil {
+		a.clients.pools.SetTenants(Tenants(&applied))
+	}
+	if next.Log.Level != live.Log.Level {
+		SetLogLevel(next.Log.Level)
+		applied.Log.Level = next.Log.Level
+	}
+	changed := config.Changed(live, next)
+	a.Log.Debug().Strs("keys", changed).Msg("configuration keys changed")
+	for _, key := range changed {
+		if !slices.Contains(liveKeys, key) {
+			a.Log.Warn().Str("key", key).Msg("configuration key changed: restart needed")
+		}
+	}
+	a.reload.live = &applied
+	a.Log.Info().Int("tenants", len(merged)).Str("log_level", applied.Log.Level).Msg("configuration reloaded")
+}

@@ -1,0 +1,166 @@
+package test
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/test/testenv"
+)
+
+// TestSplitProcessWithoutBrokersExitsTwo: a process running exactly one of
+// send and persist with kafka.brokers empty would start a Kafka of its own
+// that the other role never shares; it refuses to start, naming the key and
+// the development stand-in.
+func TestSplitProcessWithoutBrokersExitsTwo(t *testing.T) {
+	t.Parallel()
+	tenant := testenv.NewTenant(t)
+	cfg := tenantConfig(t, tenant, "")
+	for _, args := range [][]string{{"serve", "--roles=send,query"}, {"serve", "--roles=send"}, {"persist"}, {"serve", "--roles=persist,shardmgr"}} {
+		code, out := runCLI(t, nil, append([]string{"--config", cfg}, args...)...)
+		if code != 2 || !strings.Contains(out, "kafka.brokers") || !strings.Contains(out, "imshard devkafka") {
+			t.Fatalf("%v with kafka.brokers empty: exit %d, want 2 naming kafka.brokers and imshard devkafka:\n%s", args, code, out)
+		}
+	}
+}
+
+// TestDemoSecretRefusedOutsideAll: the built-in demo tenant's public secret
+// is accepted only by `imshard all`.
+func TestDemoSecretRefusedOutsideAll(t *testing.T) {
+	t.Parallel()
+	code, out := runCLI(t, nil, "serve", "--roles=query") // no config: the demo tenant
+	if code != 2 || !strings.Contains(out, "tenants[0].jwt_secret") || !strings.Contains(out, `"demo"`) {
+		t.Fatalf("serve --roles=query with the demo tenant: exit %d, want 2 naming tenants[0].jwt_secret:\n%s", code, out)
+	}
+	tenant := testenv.NewTenant(t)
+	cfg := tenantConfig(t, tenant, "")
+	env := []string{fmt.Sprintf(`IMSHARD_TENANTS=[{"id":%q,"jwt_secret":"secret-%s"},{"id":"other","jwt_secret":"change-me"}]`, tenant, tenant)}
+	code, out = runCLI(t, env, "--config", cfg, "serve", "--roles=shardmgr")
+	if code != 2 || !strings.Contains(out, "tenants[1].jwt_secret") {
+		t.Fatalf("serve --roles=shardmgr with a change-me tenant: exit %d, want 2 naming tenants[1].jwt_secret:\n%s", code, out)
+	}
+}
+
+// TestSIGHUPReloadsAndNeverExits: `systemctl reload` sends SIGHUP. With no
+// tenants_file it changes nothing and the process keeps serving; after the
+// file changes, a new tenant and log.level apply at once and every other
+// changed key is named as needing a restart.
+func TestSIGHUPReloadsAndNeverExits(t *testing.T) {
+	t.Parallel()
+	tenant, added := testenv.NewTenant(t), testenv.NewTenant(t)
+	dir := t.TempDir()
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	opsAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	cfgPath := filepath.Join(dir, "imshard.yaml")
+	writeConfig := func(level, grace, extra string) {
+		t.Helper()
+		body := fmt.Sprintf("http: {addr: %q, shutdown_delay: 0s, shutdown_grace: %s}\nmetrics: {addr: %q}\nlog: {level: %s, format: json}\n"+
+			"mysql: {dsn_template: %q}\nredis: {addrs: [%q]}\ntenants: [{id: %s, jwt_secret: secret-%s}]\n%s",
+			httpAddr, grace, opsAddr, level, testenv.DSNTemplate(), testenv.RedisAddr(), tenant, tenant, extra)
+		if err := os.WriteFile(cfgPath, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeConfig("info", "10s", "")
+	p := faultsStart(t, nil, "serve", "--roles=query", "--config", cfgPath)
+	waitReadyz(t, p, opsAddr)
+
+	// SIGHUP with nothing changed and no tenants_file: reloaded, still serving.
+	p.signal(t, syscall.SIGHUP)
+	waitLog(t, p, 1, "configuration reloaded")
+	if !p.running() {
+		t.Fatalf("SIGHUP stopped the process\n%s", p.out.String())
+	}
+	shards := func(id string) int {
+		tok, err := httpapi.Sign([]byte("secret-"+id), id, 1, "admin", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest(http.MethodGet, "http://"+httpAddr+"/v1/admin/shards", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("the API stopped answering: %v\n%s", err, p.out.String())
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := shards(tenant); code != http.StatusOK {
+		t.Fatalf("configured tenant: %d", code)
+	}
+	if code := shards(added); code != http.StatusUnauthorized {
+		t.Fatalf("a tenant not configured yet: %d, want 401", code)
+	}
+
+	// Add a tenant through a new tenants_file, raise the log level, change a
+	// key that only a restart applies.
+	tenantsFile := filepath.Join(dir, "tenants.yaml")
+	if err := os.WriteFile(tenantsFile, []byte(fmt.Sprintf("- {id: %s, jwt_secret: secret-%s}\n", added, added)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	writeConfig("debug", "11s", "tenants_file: "+tenantsFile+"\n")
+	p.signal(t, syscall.SIGHUP)
+	waitLog(t, p, 2, "configuration reloaded")
+	if code := shards(added); code != http.StatusOK {
+		t.Fatalf("tenant added by SIGHUP: %d, want 200\n%s", code, p.out.String())
+	}
+	if code := shards(tenant); code != http.StatusOK {
+		t.Fatalf("the first tenant after the reload: %d", code)
+	}
+	log := p.out.String()
+	if !strings.Contains(log, `"key":"http.shutdown_grace"`) || !strings.Contains(log, "restart needed") {
+		t.Fatalf("the changed http.shutdown_grace must be logged as needing a restart:\n%s", log)
+	}
+	if strings.Contains(log, `"key":"log.level"`) || strings.Contains(log, `"key":"tenants_file"`) {
+		t.Fatalf("live keys must not be logged as needing a restart:\n%s", log)
+	}
+	if strings.Count(log, `"level":"debug"`) == 0 || strings.Count(log, `"message":"configuration keys changed"`) != 1 {
+		t.Fatalf("log.level debug was not applied (no debug line after the reload):\n%s", log)
+	}
+
+	// A reload that fails (an invalid file) changes nothing and does not stop.
+	writeConfig("loud", "11s", "")
+	p.signal(t, syscall.SIGHUP)
+	waitLog(t, p, 1, "configuration reload failed")
+	if code := shards(added); code != http.StatusOK {
+		t.Fatalf("a failed reload must keep the tenants: %d", code)
+	}
+	p.signal(t, syscall.SIGTERM)
+	if err := p.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, p.out.String())
+	}
+}
+
+// waitReadyz waits until /readyz at opsAddr answers 200, failing the test if
+// the process exits first.
+func waitReadyz(t *testing.T, p *faultsProc, opsAddr string) {
+	t.Helper()
+	waitFor(t, time.Minute, func() bool {
+		if !p.running() {
+			t.Fatalf("exited before ready\n%s", p.out.String())
+		}
+		resp, err := http.Get("http://" + opsAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// waitLog waits until the process log holds msg at least n times.
+func waitLog(t *testing.T, p *faultsProc, n int, msg string) {
+	t.Helper()
+	waitFor(t, time.Minute, func() bool {
+		if !p.running() {
+			t.Fatalf("exited while waiting for %q\n%s", msg, p.out.String())
+		}
+		return strings.Count(p.out.String(), msg) >= n
+	})
+}
