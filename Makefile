@@ -3,18 +3,21 @@ GO      ?= go
 BIN     ?= bin/imshard
 CONFIG  ?= config.example.yaml
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# the version `imshard version` / `--version` print: the nearest tag, else the commit
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/imshard/imshard/cmd.Version=$(VERSION)
 
 .DEFAULT_GOAL := help
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## build bin/imshard
-	$(GO) build -o $(BIN) .
+build: ## build bin/imshard with its version stamped
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) .
 
 run: ## start local MariaDB + Redis if needed, then `imshard all` on local defaults
 	bash test/services.sh
-	$(GO) run . all --config $(CONFIG)
+	$(GO) run -ldflags "$(LDFLAGS)" . all --config $(CONFIG)
 
 test: ## every test, against real MariaDB/Redis (started/installed when missing) — the README command
 	bash test/run.sh

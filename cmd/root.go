@@ -52,9 +52,11 @@ func NewRoot(stdout, stderr io.Writer, env []string) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "imshard",
 		Short:         "Month-sharded group-message storage for a multi-tenant IM backend",
+		Version:       Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate(versionLine())
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.configPath, "config", "", "YAML config file (default ./imshard.yaml if present, else built-in local defaults)")
@@ -68,6 +70,7 @@ func NewRoot(stdout, stderr io.Writer, env []string) *cobra.Command {
 		newRouteCmd(g),
 		newConfigCmd(g),
 		newDevKafkaCmd(g),
+		newTokenCmd(g),
 		newVersionCmd(g),
 		newBenchCmd(g),
 	)
