@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/redis/rueidis"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -117,6 +118,17 @@ func initMySQL(ctx context.Context, a *App) (Service, error) {
 		Registerer:      a.Registry,
 	}, Tenants(a.Config))
 	pools := a.clients.pools
+	// One connection at start, so that a certificate or a password the server
+	// refuses stops the start with its reason; a server that is not up yet is
+	// left to readiness and the pools, which open on first use.
+	if ids := pools.IDs(); len(ids) > 0 {
+		if err := pools.Reach(ctx, ids[0]); err != nil {
+			if mysqlRejected(err) {
+				return nil, fmt.Errorf("mysql refused the connection (check the DSN's user and password, and mysql.tls): %w", err)
+			}
+			a.Log.Warn().Err(err).Msg("mysql not reachable yet; tenant pools open on first use")
+		}
+	}
 	return holder{close: pools.Close, ready: func(ctx context.Context) error {
 		ids := pools.IDs()
 		if len(ids) == 0 {
@@ -257,17 +269,31 @@ func checkKafka(ctx context.Context, cl *kgo.Client, k config.Kafka) error {
 	return fmt.Errorf("kafka %v refused the connection (check kafka.tls and kafka.sasl): %w", k.Brokers, err)
 }
 
-// kafkaRejected tells errors no retry can cure.
-func kafkaRejected(err error, k config.Kafka) bool {
+// tlsRejected tells a TLS handshake that failed for good: a certificate not
+// trusted, or TLS spoken on one side only.
+func tlsRejected(err error) bool {
 	var (
-		first  *kgo.ErrFirstReadEOF
 		verify *tls.CertificateVerificationError
 		alert  tls.AlertError
 		header tls.RecordHeaderError
 	)
+	return errors.As(err, &verify) || errors.As(err, &alert) || errors.As(err, &header)
+}
+
+// mysqlRejected tells errors no retry can cure: TLS, or the server refusing
+// the account (wrong password, or a user that requires TLS connecting
+// without it).
+func mysqlRejected(err error) bool {
+	var me *mysql.MySQLError
+	return tlsRejected(err) || errors.Is(err, mysql.ErrNoTLS) || errors.As(err, &me) && me.Number == 1045
+}
+
+// kafkaRejected tells errors no retry can cure.
+func kafkaRejected(err error, k config.Kafka) bool {
+	var first *kgo.ErrFirstReadEOF
 	switch {
-	case errors.As(err, &first), errors.As(err, &verify), errors.As(err, &alert), errors.As(err, &header):
-		return true // TLS on one side only, or a certificate not trusted
+	case tlsRejected(err), errors.As(err, &first):
+		return true
 	case errors.Is(err, kerr.SaslAuthenticationFailed), errors.Is(err, kerr.UnsupportedSaslMechanism), errors.Is(err, kerr.IllegalSaslState):
 		return true
 	case k.SASL.Mechanism != "" && errors.Is(err, io.EOF):

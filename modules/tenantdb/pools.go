@@ -202,7 +202,9 @@ func (ps *Pools) evictLocked(keep string) []*entry {
 	return out
 }
 
-func (ps *Pools) openTenant(ctx context.Context, t Tenant) (*sql.DB, error) {
+// tenantConfig parses a tenant's DSN and applies the session settings and
+// the TLS configuration imshard connects with.
+func (ps *Pools) tenantConfig(t Tenant) (*mysql.Config, error) {
 	cfg, err := mysql.ParseDSN(t.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("tenant %s: dsn: %w", t.ID, err)
@@ -213,6 +215,39 @@ func (ps *Pools) openTenant(ctx context.Context, t Tenant) (*sql.DB, error) {
 	normalize(cfg)
 	if ps.p.TLS != nil {
 		cfg.TLS = ps.p.TLS.Clone()
+	}
+	return cfg, nil
+}
+
+// Reach connects once to the server of tenant, without selecting its
+// database, and returns what went wrong: a certificate or a password the
+// server refuses shows here, before any pool is opened.
+func (ps *Pools) Reach(ctx context.Context, tenant string) error {
+	ps.mu.Lock()
+	t, ok := ps.tenants[tenant]
+	ps.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownTenant, tenant)
+	}
+	cfg, err := ps.tenantConfig(t)
+	if err != nil {
+		return err
+	}
+	db, err := server(cfg)
+	if err != nil {
+		return fmt.Errorf("tenant %s: open server: %w", tenant, err)
+	}
+	defer db.Close()
+	if err := db.PingContext(ctx); err != nil {
+		return fmt.Errorf("tenant %s: %w", tenant, err)
+	}
+	return nil
+}
+
+func (ps *Pools) openTenant(ctx context.Context, t Tenant) (*sql.DB, error) {
+	cfg, err := ps.tenantConfig(t)
+	if err != nil {
+		return nil, err
 	}
 	if err := ps.createDatabase(ctx, t.ID, cfg); err != nil {
 		return nil, err
@@ -261,6 +296,13 @@ func open(cfg *mysql.Config) (*sql.DB, error) {
 	return sql.OpenDB(conn), nil
 }
 
+// server opens a handle on cfg's server without selecting a database.
+func server(cfg *mysql.Config) (*sql.DB, error) {
+	admin := cfg.Clone()
+	admin.DBName = ""
+	return open(admin)
+}
+
 // createDatabase makes the tenant database if the account may; an account
 // without CREATE rights on an existing database is fine.
 func (ps *Pools) createDatabase(ctx context.Context, tenant string, cfg *mysql.Config) error {
@@ -268,9 +310,7 @@ func (ps *Pools) createDatabase(ctx context.Context, tenant string, cfg *mysql.C
 	if strings.ContainsAny(name, "`\x00") || len(name) > 64 {
 		return fmt.Errorf("tenant %s: database name %q is not a plain identifier", tenant, name)
 	}
-	admin := cfg.Clone()
-	admin.DBName = ""
-	db, err := open(admin)
+	db, err := server(cfg)
 	if err != nil {
 		return fmt.Errorf("tenant %s: open server: %w", tenant, err)
 	}

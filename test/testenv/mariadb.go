@@ -35,9 +35,10 @@ type MariaDB struct {
 }
 
 // StartMariaDB initialises a temp datadir with mariadb-install-db, starts
-// mariadbd on a free 127.0.0.1 port and waits until root can log in over TCP.
-// It is killed and its datadir removed on cleanup.
-func StartMariaDB(t testing.TB) *MariaDB {
+// mariadbd on a free 127.0.0.1 port with extraArgs added (e.g. --ssl-cert=…)
+// and waits until root can log in over TCP. It is killed and its datadir
+// removed on cleanup.
+func StartMariaDB(t testing.TB, extraArgs ...string) *MariaDB {
 	t.Helper()
 	begin := time.Now()
 	installer, err := lookBin("mariadb-install-db", "mysql_install_db")
@@ -103,7 +104,7 @@ func StartMariaDB(t testing.TB) *MariaDB {
 			"--skip-log-bin", "--skip-name-resolve", // with --no-defaults and no --log-error, errors go to stderr (captured)
 			"--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci",
 		}
-		args = append(append(args, userArgs...), sizing...)
+		args = append(append(append(args, userArgs...), sizing...), extraArgs...)
 		m.p = &proc{name: "mariadbd " + m.Addr, bin: server, args: args, logPath: filepath.Join(dir, "mariadbd.log")}
 		if err := m.p.start(); err != nil {
 			t.Fatalf("testenv: %v", err)
