@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Ensures the dev/test services are up: MariaDB and Redis, installing them with
 # apt-get where missing (fresh Debian). Idempotent: running services are only
-# reported. Only the default local addresses are ever started.
+# reported. Only the default local addresses are ever started. Also installs
+# systemd-analyze (package systemd), which checks the shipped units; where it
+# cannot be installed the unit test says so when it skips.
 #
 #   IMSHARD_TEST_MYSQL_ADDR  default 127.0.0.1:3306
 #   IMSHARD_TEST_REDIS_ADDR  default 127.0.0.1:6379
@@ -152,5 +154,18 @@ ensure_redis() {
   say "redis: $did"
 }
 
+# ------------------------------------------------------- systemd-analyze ---
+ensure_systemd_analyze() {
+  have systemd-analyze && return 0
+  # A subshell: apt_install dies on failure, which here only means the units
+  # go unchecked (the test reports it), not that the suite cannot run.
+  if (apt_install systemd) && have systemd-analyze; then
+    say "systemd-analyze: installed"
+  else
+    say "WARNING: systemd-analyze could not be installed; the docs/systemd units will not be verified"
+  fi
+}
+
 ensure_mysql
 ensure_redis
+ensure_systemd_analyze
