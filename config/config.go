@@ -171,6 +171,7 @@ type Persist struct {
 	DedupRetention  time.Duration `mapstructure:"dedup_retention"`
 	RetryBackoff    time.Duration `mapstructure:"retry_backoff"`
 	RetryBackoffMax time.Duration `mapstructure:"retry_backoff_max"`
+	MaxParked       int           `mapstructure:"max_parked"`
 }
 
 // Migrate is the legacy-table backfill; RowsPerSecond 0 means unthrottled.
@@ -246,6 +247,7 @@ func Default() Config {
 			DedupRetention:  168 * time.Hour,
 			RetryBackoff:    200 * time.Millisecond,
 			RetryBackoffMax: 30 * time.Second,
+			MaxParked:       50_000,
 		},
 		Migrate: Migrate{BatchSize: 2000, RowsPerSecond: 0},
 	}

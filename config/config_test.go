@@ -453,6 +453,7 @@ func TestValidateRules(t *testing.T) {
 		{"persist dedup retention", func(c *Config) { c.Persist.DedupRetention = -1 }, "persist.dedup_retention"},
 		{"persist retry backoff", func(c *Config) { c.Persist.RetryBackoff = -1 }, "persist.retry_backoff"},
 		{"persist retry backoff max", func(c *Config) { c.Persist.RetryBackoffMax = c.Persist.RetryBackoff - 1 }, "persist.retry_backoff_max"},
+		{"persist max parked", func(c *Config) { c.Persist.MaxParked = 0 }, "persist.max_parked"},
 		{"migrate batch size low", func(c *Config) { c.Migrate.BatchSize = 0 }, "migrate.batch_size"},
 		{"migrate batch size high", func(c *Config) { c.Migrate.BatchSize = 100_001 }, "migrate.batch_size"},
 		{"migrate rows per second", func(c *Config) { c.Migrate.RowsPerSecond = -1 }, "migrate.rows_per_second"},

@@ -132,6 +132,7 @@ func (c *Config) Validate(roles ...string) error {
 		p.durAtLeast("persist.dedup_retention", ps.DedupRetention, 0)
 		p.durAtLeast("persist.retry_backoff", ps.RetryBackoff, 0)
 		p.durAtLeast("persist.retry_backoff_max", ps.RetryBackoffMax, ps.RetryBackoff)
+		p.intRange("persist.max_parked", int64(ps.MaxParked), 1, 1<<31-1)
 	}
 	if need["migrate"] {
 		p.intRange("migrate.batch_size", int64(c.Migrate.BatchSize), 1, 100_000)

@@ -2,11 +2,14 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/imshard/imshard/app"
 	"github.com/imshard/imshard/config"
@@ -18,14 +21,14 @@ import (
 	"github.com/imshard/imshard/test/testenv"
 )
 
-// isoTwoTenants runs every role for a fresh tenant B (the harness tenant,
-// which sends over HTTP) and serves a second tenant A from the same
-// processes — sharing the Kafka partitions and the persist writers — whose
-// events the test produces straight to Kafka. dsnA, if set, is A's own DSN.
-func isoTwoTenants(t *testing.T, dsnA string, mutate func(*config.Config)) (env *sendEnv, tenantA string) {
+// isoTwoTenants runs every role for tenant B (the harness tenant, which
+// sends over HTTP; "" = a fresh one) and serves a second tenant A from the
+// same processes — sharing the Kafka partitions and the persist writers —
+// whose events the test produces straight to Kafka. dsnA, if set, is A's
+// own DSN; brokers, if set, is the Kafka of an earlier run.
+func isoTwoTenants(t *testing.T, tenantB, tenantA, dsnA string, brokers []string, mutate func(*config.Config)) *sendEnv {
 	t.Helper()
-	tenantA = testenv.NewTenant(t)
-	env = startSend(t, harness.Options{Roles: []string{app.All}, Mutate: func(c *config.Config) {
+	return startSend(t, harness.Options{Roles: []string{app.All}, Tenant: tenantB, Brokers: brokers, Mutate: func(c *config.Config) {
 		c.Tenants = append(c.Tenants, config.Tenant{ID: tenantA, JWTSecret: "secret-" + tenantA, DSN: dsnA})
 		// small batches: A's events fill every writer, as a busy tenant's do
 		c.Persist.BatchSize = 5
@@ -33,7 +36,6 @@ func isoTwoTenants(t *testing.T, dsnA string, mutate func(*config.Config)) (env 
 			mutate(c)
 		}
 	}})
-	return env, tenantA
 }
 
 // isoEnsure creates A's month tables from m on and activates m.
@@ -49,12 +51,13 @@ func isoEnsure(t *testing.T, env *sendEnv, tenant string, m routing.Month) {
 	}
 }
 
-// isoSendB sends n messages to topic as a member of B and returns their seqs.
-func isoSendB(t *testing.T, env *sendEnv, topic string, uid int64, n int) []int64 {
+// isoSendB sends messages first..first+n-1 to topic as a member of B and
+// returns their seqs.
+func isoSendB(t *testing.T, env *sendEnv, topic string, uid int64, first, n int) []int64 {
 	t.Helper()
 	tok := env.Token(uid, "")
 	var seqs []int64
-	for i := 0; i < n; i++ {
+	for i := first; i < first+n; i++ {
 		r := env.mustSend(tok, topic, sendBody(fmt.Sprintf("%s-%d-%d", topic, uid, i), "b"+strconv.Itoa(i)))
 		seqs = append(seqs, r.Seq)
 	}
@@ -77,9 +80,11 @@ func isoWaitSince(t *testing.T, env *sendEnv, topic string, uid int64, want []in
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := len(persistStored(t, env.DB, env.Start)[topic]); n != len(want) {
+	stored := persistStored(t, env.DB, env.Start)
+	if n := len(stored[topic]); n != len(want) {
 		t.Fatalf("B's %s: %d rows stored, want %d", topic, n, len(want))
 	}
+	persistCheckRoutes(t, env.Env, stored)
 }
 
 // Events of tenant A that the database refuses — here a CHECK constraint
@@ -90,7 +95,8 @@ func isoWaitSince(t *testing.T, env *sendEnv, topic string, uid int64, want []in
 // events in the same batches are stored, and tenant B, sending meanwhile,
 // is stored and readable through since pages within seconds.
 func TestPersistRefusedEventsAreDeadLetteredAtOnceAndOthersProceed(t *testing.T) {
-	env, tenantA := isoTwoTenants(t, "", func(c *config.Config) {
+	tenantA := testenv.NewTenant(t)
+	env := isoTwoTenants(t, "", tenantA, "", nil, func(c *config.Config) {
 		c.Persist.MaxRetries = 1000 // a refusal must not wait for retries to run out
 	})
 	ctx := context.Background()
@@ -123,7 +129,7 @@ func TestPersistRefusedEventsAreDeadLetteredAtOnceAndOthersProceed(t *testing.T)
 	topicB := "b-room"
 	env.group(topicB, 42, "active")
 	env.member(topicB, 7, "member", time.Time{})
-	seqs := isoSendB(t, env, topicB, 7, 20)
+	seqs := isoSendB(t, env, topicB, 7, 0, 20)
 	isoWaitSince(t, env, topicB, 7, seqs, 20*time.Second)
 
 	waitFor(t, 20*time.Second, func() bool {
@@ -151,5 +157,90 @@ func TestPersistRefusedEventsAreDeadLetteredAtOnceAndOthersProceed(t *testing.T)
 			!strings.Contains(persistHeader(r, persist.HeaderError), "4025") {
 			t.Fatalf("dead letter headers: %v", r.Headers)
 		}
+	}
+}
+
+// isoProduceEverywhere produces perTopic events of tenant in month m to one
+// topic per partition of the message topic ("<prefix><partition>", seqs
+// from first), so that every partition carries some: whatever another
+// tenant sends shares a partition with them.
+func isoProduceEverywhere(t *testing.T, env *sendEnv, tenant, prefix string, m routing.Month, first, perTopic int64) []message.Event {
+	t.Helper()
+	var evs []message.Event
+	var recs []*kgo.Record
+	for p := int32(0); p < int32(env.Config.Kafka.Partitions); p++ {
+		for seq := first; seq < first+perTopic; seq++ {
+			e := persistEvent(tenant, fmt.Sprintf("%s%d", prefix, p), seq, m, 1, fmt.Sprintf("c%d", seq))
+			v, err := json.Marshal(&e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs = append(evs, e)
+			recs = append(recs, &kgo.Record{Topic: env.Config.Kafka.Topic, Partition: p, Key: e.Key(), Value: v})
+		}
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(env.Config.Kafka.Brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// Tenant A's database goes down (a private mariadbd, stopped) while its
+// events keep coming on every partition: A is parked — its events wait,
+// uncommitted — and tenant B, sharing those partitions and the writers, is
+// stored and readable through since pages within seconds. A restart of the
+// service while A is still down re-delivers from the first parked event
+// (B's events after it come again and are replays, applied once) and B
+// proceeds again; when A's database is back, A's events are stored exactly
+// once and nothing was dead-lettered.
+func TestPersistTenantOutageParksOnlyThatTenant(t *testing.T) {
+	mdb := testenv.StartMariaDB(t)
+	tenantA, tenantB := testenv.NewTenant(t), testenv.NewTenant(t)
+	dsnA := strings.Replace(mdb.DSNTemplate, "{tenant}", tenantA, 1)
+	fast := func(c *config.Config) {
+		c.Persist.RetryBackoff = 10 * time.Millisecond
+		c.Persist.RetryBackoffMax = 200 * time.Millisecond
+	}
+	env := isoTwoTenants(t, tenantB, tenantA, dsnA, nil, fast)
+	m := env.Start
+	isoEnsure(t, env, tenantA, m)
+	dbA := testenv.OpenDB(t, dsnA)
+	evs := isoProduceEverywhere(t, env, tenantA, "a", m, 1, 5)
+	persistWaitCountIn(t, dbA, len(evs), 20*time.Second, m)
+
+	mdb.Stop()
+	evs = append(evs, isoProduceEverywhere(t, env, tenantA, "a", m, 6, 10)...)
+	waitFor(t, 20*time.Second, func() bool { return persistMetric(t, env.Env, "imshard_persist_parked_tenants") == 1 })
+	topicB := "b-room"
+	env.group(topicB, 42, "active")
+	env.member(topicB, 7, "member", time.Time{})
+	seqs := isoSendB(t, env, topicB, 7, 0, 20)
+	isoWaitSince(t, env, topicB, 7, seqs, 20*time.Second)
+	if n := persistMetric(t, env.Env, "imshard_persist_retries_total", `reason="transient"`); n == 0 {
+		t.Fatal("A's batches were not retried")
+	}
+
+	// restart while A is down: the committed offsets stop at A's first
+	// parked event, so B's stored events after it are delivered again
+	env.Stop()
+	env = isoTwoTenants(t, tenantB, tenantA, dsnA, env.Config.Kafka.Brokers, fast)
+	seqs = append(seqs, isoSendB(t, env, topicB, 7, 20, 10)...)
+	isoWaitSince(t, env, topicB, 7, seqs, 20*time.Second)
+	waitFor(t, 20*time.Second, func() bool {
+		return persistMetric(t, env.Env, "group_message_persist_total", `status="replayed"`) > 0
+	})
+
+	mdb.Start()
+	stored := persistWaitCountIn(t, dbA, len(evs), 30*time.Second, m)
+	persistCheckRoutesOf(t, dbA, env.App.Routes(), tenantA, stored)
+	persistCheckRoutes(t, env.Env, persistStored(t, env.DB, m))
+	waitFor(t, 20*time.Second, func() bool { return persistMetric(t, env.Env, "imshard_persist_parked_tenants") == 0 })
+	if n := persistMetric(t, env.Env, "group_message_dead_letter_total"); n != 0 {
+		t.Fatalf("%v events dead-lettered during an outage", n)
 	}
 }

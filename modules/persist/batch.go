@@ -33,6 +33,13 @@ type batch struct {
 	recs  []*record
 	since time.Time // when the first record joined: the linger runs from here
 	first uint64    // admission order of its first record
+
+	// set by the scheduler and process for a batch that ran
+	probe    bool      // dispatched as its parked tenant's probe
+	attempts int       // failed attempts of a class with a limit (missing table, unclassified)
+	retry    []*record // what the attempt left to retry (nil: all done)
+	fail     failure   // why, when retry is set
+	err      error     // the error, when retry is set
 }
 
 // grouper accumulates records into batches by tenant + month; a batch is
@@ -108,11 +115,21 @@ func (g *grouper) wait(now time.Time) (time.Duration, bool) {
 // probe of one would otherwise miss the other's uncommitted rows (an
 // original and its retry across the boundary sit in the same partition, so
 // within one process this ordering is all it takes; see store.go).
+//
+// A tenant whose batch failed and must be retried is parked: its batches
+// stay queued (uncommitted) while every other tenant's run, and once its
+// backoff has passed one batch — the one that failed, first in its queue —
+// runs as a probe. The probe's success resumes the tenant; its failure
+// parks it again with a longer backoff. So a tenant whose database is down
+// costs one writer per backoff period, not every writer for as long as the
+// outage lasts.
 type scheduler struct {
 	writers int
 	queue   []*batch
 	running int
 	tenants map[string]tenantRun
+	lanes   map[string]*lane // parked tenants
+	changed bool             // the parked batches changed since parked() was read
 }
 
 type tenantRun struct {
@@ -120,39 +137,62 @@ type tenantRun struct {
 	n     int
 }
 
-func newScheduler(writers int) *scheduler {
-	return &scheduler{writers: max(1, writers), tenants: map[string]tenantRun{}}
+// lane is a parked tenant's retry state.
+type lane struct {
+	until   time.Time // its probe may run from then on
+	fails   int       // consecutive failed attempts: the backoff's exponent
+	probing bool      // its probe is running
 }
 
-func (s *scheduler) push(b *batch) { s.queue = append(s.queue, b) }
+func newScheduler(writers int) *scheduler {
+	return &scheduler{writers: max(1, writers), tenants: map[string]tenantRun{}, lanes: map[string]*lane{}}
+}
 
-// next takes the first queued batch that may run now, in queue order; a
-// batch never overtakes an older queued batch of its tenant.
-func (s *scheduler) next() *batch {
+func (s *scheduler) push(b *batch) {
+	s.queue = append(s.queue, b)
+	if s.lanes[b.key.tenant] != nil {
+		s.changed = true
+	}
+}
+
+// next takes the first queued batch that may run at now, in queue order; a
+// batch never overtakes an older queued batch of its tenant, and a parked
+// tenant runs only its probe, once its backoff has passed.
+func (s *scheduler) next(now time.Time) *batch {
 	if s.running >= s.writers {
 		return nil
 	}
 	var blocked map[string]bool
 	for i, b := range s.queue {
-		tr, busy := s.tenants[b.key.tenant]
-		if blocked[b.key.tenant] || (busy && tr.month != b.key.month) {
+		t := b.key.tenant
+		tr, busy := s.tenants[t]
+		l := s.lanes[t]
+		if blocked[t] || (busy && tr.month != b.key.month) || (l != nil && (l.probing || now.Before(l.until))) {
 			if blocked == nil {
 				blocked = map[string]bool{}
 			}
-			blocked[b.key.tenant] = true
+			blocked[t] = true
 			continue
+		}
+		if l != nil {
+			l.probing, b.probe = true, true
+			s.changed = true
 		}
 		s.queue = append(s.queue[:i], s.queue[i+1:]...)
 		s.running++
-		s.tenants[b.key.tenant] = tenantRun{month: b.key.month, n: tr.n + 1}
+		s.tenants[t] = tenantRun{month: b.key.month, n: tr.n + 1}
 		return b
 	}
 	return nil
 }
 
-// done releases a batch taken by next.
+// done releases a batch taken by next (a parked tenant's probe included:
+// park or resume says what follows it).
 func (s *scheduler) done(b *batch) {
 	s.running--
+	if l := s.lanes[b.key.tenant]; l != nil && b.probe {
+		l.probing = false
+	}
 	tr := s.tenants[b.key.tenant]
 	if tr.n <= 1 {
 		delete(s.tenants, b.key.tenant)
@@ -162,4 +202,66 @@ func (s *scheduler) done(b *batch) {
 	s.tenants[b.key.tenant] = tr
 }
 
-func (s *scheduler) idle() bool { return s.running == 0 && len(s.queue) == 0 }
+// park queues b (done, with records left to retry) ahead of its tenant's
+// other batches and parks the tenant for delay(n), n its consecutive
+// failures so far; it returns the delay.
+func (s *scheduler) park(b *batch, now time.Time, delay func(n int) time.Duration) time.Duration {
+	l := s.lanes[b.key.tenant]
+	if l == nil {
+		l = &lane{}
+		s.lanes[b.key.tenant] = l
+	}
+	d := delay(l.fails)
+	l.fails++
+	s.changed = true
+	l.until = now.Add(d)
+	b.probe = false
+	s.queue = append([]*batch{b}, s.queue...)
+	return d
+}
+
+// resume ends the tenant's parking when b, its probe, succeeded; it reports
+// whether it did.
+func (s *scheduler) resume(b *batch) bool {
+	if !b.probe || s.lanes[b.key.tenant] == nil {
+		return false
+	}
+	b.probe = false
+	delete(s.lanes, b.key.tenant)
+	s.changed = true
+	return true
+}
+
+// wake is how long until the next parked tenant's backoff ends; ok is false
+// when none is still to end. (A probe whose backoff has ended and that next
+// did not take waits for a writer or its tenant's other month: a batch's
+// end wakes the loop then.)
+func (s *scheduler) wake(now time.Time) (d time.Duration, ok bool) {
+	for _, l := range s.lanes {
+		if l.probing || !l.until.After(now) {
+			continue
+		}
+		if w := l.until.Sub(now); !ok || w < d {
+			d, ok = w, true
+		}
+	}
+	return d, ok
+}
+
+// parked is how many tenants are parked and how many events wait queued
+// behind them, by partition.
+func (s *scheduler) parked() (tenants int, events map[*partOffsets]int) {
+	events = map[*partOffsets]int{}
+	for _, b := range s.queue {
+		if s.lanes[b.key.tenant] != nil {
+			for _, r := range b.recs {
+				events[r.part]++
+			}
+		}
+	}
+	return len(s.lanes), events
+}
+
+// idle reports that no batch runs; after next returned nil, whatever is
+// still queued belongs to parked tenants.
+func (s *scheduler) idle() bool { return s.running == 0 }

@@ -27,6 +27,10 @@ type metrics struct {
 	retries    *prometheus.CounterVec // imshard_persist_retries_total{reason}
 	lag        *prometheus.GaugeVec   // imshard_persist_consumer_lag{partition}
 	repairs    *prometheus.CounterVec // imshard_persist_route_repairs_total{result}
+
+	parkedTenants prometheus.Gauge // imshard_persist_parked_tenants
+	parkedEvents  prometheus.Gauge // imshard_persist_parked_events
+	pollPaused    prometheus.Gauge // imshard_persist_poll_paused
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -74,8 +78,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "imshard_persist_route_repairs_total",
 			Help: "Route repair queue entries processed, by result (done, failed).",
 		}, []string{"result"}),
+		parkedTenants: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "imshard_persist_parked_tenants",
+			Help: "Tenants whose events wait for a retry (their database down or refusing everyone, a month table missing) while other tenants' events are stored.",
+		}),
+		parkedEvents: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "imshard_persist_parked_events",
+			Help: "Events held in memory, uncommitted, behind parked tenants (at most persist.max_parked).",
+		}),
+		pollPaused: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "imshard_persist_poll_paused",
+			Help: "1 while persist stops polling Kafka because its in-flight or parked events are at their limit: every tenant waits.",
+		}),
 	}
 	reg.MustRegister(m.persisted, m.latency, m.dedupHits, m.deadLetter, m.backlog, m.batchSize, m.batchTime,
-		m.retries, m.lag, m.repairs)
+		m.retries, m.lag, m.repairs, m.parkedTenants, m.parkedEvents, m.pollPaused)
 	return m
 }

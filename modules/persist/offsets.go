@@ -22,6 +22,7 @@ type partOffsets struct {
 	committed int64           // next offset already committed (-1: none)
 	commitAt  offsetEntry     // the completed prefix's end, for the commit
 	prefix    bool            // commitAt is set
+	parked    int             // admitted records queued behind parked tenants
 }
 
 type offsetEntry struct {
@@ -122,4 +123,22 @@ func (p *partOffsets) outstanding() int {
 		}
 	}
 	return n
+}
+
+// setParked records how many of the partition's records wait behind parked
+// tenants: a revocation does not wait for them (they may wait for a
+// database for hours); the next owner gets them from the committed offset.
+func (p *partOffsets) setParked(n int) {
+	p.mu.Lock()
+	p.parked = n
+	p.mu.Unlock()
+}
+
+// pending is how many admitted records are not done yet and not parked:
+// what a revocation waits for.
+func (p *partOffsets) pending() int {
+	n := p.outstanding()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return max(0, n-p.parked)
 }

@@ -70,3 +70,19 @@ func TestPartOffsetsRevokedAdmitsNothing(t *testing.T) {
 		t.Fatalf("outstanding %d", p.outstanding())
 	}
 }
+
+func TestRevocationDoesNotWaitForParkedRecords(t *testing.T) {
+	p := newPartOffsets()
+	for off := int64(0); off < 3; off++ {
+		p.admit(off, 0)
+	}
+	p.setParked(2)
+	if p.outstanding() != 3 || p.pending() != 1 {
+		t.Fatalf("outstanding %d, pending %d", p.outstanding(), p.pending())
+	}
+	p.complete(2)
+	p.setParked(0)
+	if p.pending() != 2 {
+		t.Fatalf("pending %d", p.pending())
+	}
+}

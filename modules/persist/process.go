@@ -17,50 +17,47 @@ import (
 // (prepared): handled like a missing table, retried and alerted.
 var errNotWritable = errors.New("month table is not writable yet")
 
-// process stores one batch, retrying as its failure asks (never a silent
-// skip): transient failures are retried with backoff and jitter for as long
-// as they last; events the database refuses are found by splitting the
-// batch and dead-lettered at once (isolate), so the rest is stored. It
-// returns when every record is done (stored, compensated or dead-lettered)
-// or when ctx ends, in which case the rest stays uncommitted.
-func (s *Service) process(ctx context.Context, key batchKey, recs []*record) {
-	attempts := 0
-	for n := 0; ; n++ {
-		err := s.try(ctx, key, recs)
-		if err == nil {
-			return
+// process makes one attempt at b and settles what it can (never a silent
+// skip): stored, compensated, or — for events the database refuses, found
+// by splitting the batch (isolate) — dead-lettered at once, so the rest is
+// stored. What is left to retry (the database is down or busy, the month
+// table is missing, an error persist does not know) is left in b.retry with
+// its failure; the loop then parks the tenant and retries after a backoff
+// with jitter, while other tenants' batches keep running. When ctx ends the
+// rest stays uncommitted.
+func (s *Service) process(ctx context.Context, b *batch) {
+	b.retry, b.err = nil, nil
+	err := s.try(ctx, b.key, b.recs)
+	if err == nil {
+		return
+	}
+	f := classify(ctx, err)
+	switch f {
+	case aborted:
+		return
+	case fatal:
+		s.deadLetter(ctx, b.recs, f.String(), err)
+		return
+	case permanent:
+		b.retry, f, err = s.isolate(ctx, b.key, b.recs, err, false)
+	case missingTable, unclassified:
+		if f == missingTable {
+			s.p.Metrics.ShardMissing.WithLabelValues(b.key.tenant).Inc()
 		}
-		f := classify(ctx, err)
-		switch f {
-		case aborted:
-			return
-		case fatal:
-			s.deadLetter(ctx, recs, f.String(), err)
-			return
-		case permanent:
-			s.isolate(ctx, key, recs, err, false)
-			return
-		case missingTable:
-			s.p.Metrics.ShardMissing.WithLabelValues(key.tenant).Inc()
-			attempts++
-		case unclassified:
-			attempts++
+		b.attempts++
+		switch {
+		case b.attempts <= s.p.Config.MaxRetries:
+			b.retry = b.recs
+		case f == missingTable:
+			s.deadLetter(ctx, b.recs, f.String(), err)
+		default:
+			b.retry, f, err = s.isolate(ctx, b.key, b.recs, err, true)
 		}
-		if f != transient && attempts > s.p.Config.MaxRetries {
-			if f == missingTable {
-				s.deadLetter(ctx, recs, f.String(), err)
-			} else {
-				s.isolate(ctx, key, recs, err, true)
-			}
-			return
-		}
-		s.m.retries.WithLabelValues(f.String()).Inc()
-		s.m.persisted.WithLabelValues(key.month.String(), statusRetry).Add(float64(len(recs)))
-		s.p.Log.Warn().Err(err).Str("tenant", key.tenant).Str("month", key.month.String()).
-			Int("events", len(recs)).Int("attempt", n+1).Str("reason", f.String()).Msg("persist: batch failed; retrying")
-		if !sleep(ctx, s.retryDelay(n)) {
-			return
-		}
+	default:
+		b.retry = b.recs
+	}
+	if len(b.retry) > 0 {
+		b.fail, b.err = f, err
 	}
 }
 
@@ -69,30 +66,42 @@ func (s *Service) process(ctx context.Context, key batchKey, recs []*record) {
 // a single event is dead-lettered at once with reason "rejected" and its
 // seq recorded as a gap; a larger batch is halved and each half tried
 // again, so k refused events among n cost about 2·k·log2(n) attempts and
-// every other event is stored. A half that fails otherwise (the database
-// went away meanwhile) goes back to process and its retries.
-func (s *Service) isolate(ctx context.Context, key batchKey, recs []*record, err error, exhausted bool) {
+// every other event is stored. It returns the records that failed
+// otherwise (the database went away meanwhile), with that failure.
+func (s *Service) isolate(ctx context.Context, key batchKey, recs []*record, err error, exhausted bool) (rest []*record, f failure, ferr error) {
 	if len(recs) == 1 {
 		s.deadLetter(ctx, recs, permanent.String(), err)
-		return
+		return nil, permanent, nil
 	}
 	s.p.Log.Warn().Err(err).Str("tenant", key.tenant).Str("month", key.month.String()).
 		Int("events", len(recs)).Msg("persist: batch refused; splitting it to find the events refused")
 	mid := len(recs) / 2
+	f = permanent
 	for _, half := range [][]*record{recs[:mid:mid], recs[mid:]} {
 		err := s.try(ctx, key, half)
 		if err == nil {
 			continue
 		}
-		switch f := classify(ctx, err); {
-		case f == aborted:
-			return
-		case f == permanent || (exhausted && f == unclassified):
-			s.isolate(ctx, key, half, err, exhausted)
-		default:
-			s.process(ctx, key, half)
+		hf := classify(ctx, err)
+		switch {
+		case hf == aborted:
+			return nil, aborted, err
+		case hf == fatal:
+			s.deadLetter(ctx, half, hf.String(), err)
+			continue
+		case hf == permanent || (exhausted && hf == unclassified):
+			var r []*record
+			if r, hf, err = s.isolate(ctx, key, half, err, exhausted); len(r) == 0 {
+				continue
+			}
+			half = r
 		}
+		if hf == aborted {
+			return nil, aborted, err
+		}
+		rest, f, ferr = append(rest, half...), hf, err
 	}
+	return rest, f, ferr
 }
 
 // retryDelay is the wait before retry n (0-based): exponential from

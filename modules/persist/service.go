@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -81,10 +82,12 @@ type Service struct {
 	touchMu sync.Mutex
 	touched map[string]time.Time // tenant → last wake-up of its repair pass
 
-	capMu    sync.Mutex
-	capCond  *sync.Cond
-	inflight int // records polled and not yet done
-	maxIn    int
+	capMu     sync.Mutex
+	capCond   *sync.Cond
+	inflight  int // records polled and not yet done
+	parked    int // of them, queued behind parked tenants
+	maxIn     int // records in flight outside parked tenants
+	maxParked int // records queued behind parked tenants
 
 	in         chan []*record
 	done       chan *batch
@@ -110,6 +113,7 @@ func New(p Params) (*Service, error) {
 		touched:    map[string]time.Time{},
 		hist:       map[string]shardHistory{},
 		maxIn:      4 * p.Writers * p.Config.BatchSize,
+		maxParked:  p.Config.MaxParked,
 		in:         make(chan []*record),
 		done:       make(chan *batch, p.Writers),
 		commitKick: make(chan struct{}, 1),
@@ -256,15 +260,55 @@ func (s *Service) admit(fs kgo.Fetches) []*record {
 	return out
 }
 
-// waitCapacity holds polling while too many records are in flight (a
-// tenant database that is down must not fill the memory).
+// waitCapacity holds polling while too many records are in flight. Records
+// queued behind parked tenants have a budget of their own
+// (persist.max_parked): one tenant's outage does not use up the capacity the
+// others flow through, until it has parked that many events — then polling
+// waits for everyone, as memory is bounded.
 func (s *Service) waitCapacity(ctx context.Context) bool {
 	s.capMu.Lock()
 	defer s.capMu.Unlock()
-	for s.inflight >= s.maxIn && ctx.Err() == nil && s.work.Err() == nil {
+	for (s.inflight-s.parked >= s.maxIn || s.parked >= s.maxParked) && ctx.Err() == nil && s.work.Err() == nil {
+		s.m.pollPaused.Set(1)
 		s.capCond.Wait()
 	}
+	s.m.pollPaused.Set(0)
 	return ctx.Err() == nil && s.work.Err() == nil
+}
+
+// setParked publishes, when the scheduler's parked batches changed, the
+// parked tenants and events: to the metrics, the polling budget and each
+// partition (revocations do not wait for parked records). prev holds the
+// partitions' counts published last; loop goroutine only.
+func (s *Service) setParked(sch *scheduler, prev map[*partOffsets]int) {
+	if !sch.changed {
+		return
+	}
+	sch.changed = false
+	tenants, byPart := sch.parked()
+	events := 0
+	for po, n := range byPart {
+		events += n
+		if prev[po] != n {
+			po.setParked(n)
+		}
+	}
+	for po := range prev {
+		if _, ok := byPart[po]; !ok {
+			po.setParked(0)
+		}
+	}
+	clear(prev)
+	maps.Copy(prev, byPart)
+	s.m.parkedTenants.Set(float64(tenants))
+	s.m.parkedEvents.Set(float64(events))
+	s.capMu.Lock()
+	changed := s.parked != events
+	s.parked = events
+	s.capMu.Unlock()
+	if changed {
+		s.capCond.Broadcast()
+	}
 }
 
 // finish marks records done: their offsets may be committed.
@@ -290,22 +334,32 @@ func (s *Service) release(n int) {
 	s.capCond.Broadcast()
 }
 
-// loop groups records into batches and hands them to writers.
+// loop groups records into batches and hands them to writers; a batch that
+// comes back with records to retry parks its tenant (scheduler).
 func (s *Service) loop() {
 	g := newGrouper(s.p.Config.BatchSize, s.p.Config.BatchLinger)
 	sch := newScheduler(s.p.Writers)
+	parked := map[*partOffsets]int{}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	// on return, parked tenants' batches are abandoned uncommitted: they
+	// come again from the committed offsets
 	in := s.in
 	for {
-		for b := sch.next(); b != nil; b = sch.next() {
+		now := time.Now()
+		for b := sch.next(now); b != nil; b = sch.next(now) {
 			s.dispatch(sch, b)
 		}
+		s.setParked(sch, parked)
 		if in == nil && sch.idle() {
 			return
 		}
 		var due <-chan time.Time
-		if d, ok := g.wait(time.Now()); ok {
+		d, ok := g.wait(now)
+		if w, waiting := sch.wake(now); waiting && (!ok || w < d) {
+			d, ok = w, true
+		}
+		if ok {
 			timer.Reset(d)
 			due = timer.C
 		}
@@ -342,8 +396,27 @@ func (s *Service) loop() {
 			}
 		case b := <-s.done:
 			sch.done(b)
+			s.settle(sch, b)
 		}
 	}
+}
+
+// settle parks the tenant of a batch that left records to retry, or resumes
+// a parked tenant whose probe went through.
+func (s *Service) settle(sch *scheduler, b *batch) {
+	k := b.key
+	if len(b.retry) == 0 || b.fail == aborted || s.work.Err() != nil {
+		if sch.resume(b) {
+			s.p.Log.Info().Str("tenant", k.tenant).Msg("persist: tenant resumed")
+		}
+		return
+	}
+	b.recs, b.retry = b.retry, nil
+	d := sch.park(b, time.Now(), s.retryDelay)
+	s.m.retries.WithLabelValues(b.fail.String()).Inc()
+	s.m.persisted.WithLabelValues(k.month.String(), statusRetry).Add(float64(len(b.recs)))
+	s.p.Log.Warn().Err(b.err).Str("tenant", k.tenant).Str("month", k.month.String()).Int("events", len(b.recs)).
+		Str("reason", b.fail.String()).Dur("retry_in", d).Msg("persist: batch failed; tenant parked, others proceed")
 }
 
 func (s *Service) dispatch(sch *scheduler, b *batch) {
@@ -362,7 +435,7 @@ func (s *Service) dispatch(sch *scheduler, b *batch) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.process(s.work, b.key, b.recs)
+		s.process(s.work, b)
 		s.done <- b
 	}()
 }
@@ -378,14 +451,15 @@ func (s *Service) assigned(_ context.Context, _ *kgo.Client, m map[string][]int3
 }
 
 // revoked runs before partitions move to another member: the batches that
-// hold their records get a bounded time to finish, the completed prefix is
-// committed, and whatever is left is abandoned uncommitted — the new owner
-// reprocesses it, and the unique keys make that a no-op.
+// hold their records get a bounded time to finish (records parked behind a
+// tenant that waits for a retry are not waited for), the completed prefix
+// is committed, and whatever is left is abandoned uncommitted — the new
+// owner reprocesses it, and the unique keys make that a no-op.
 func (s *Service) revoked(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
 	parts := s.detach(m)
 	deadline := time.Now().Add(revokeWait)
 	for _, po := range parts {
-		for po.outstanding() > 0 && time.Now().Before(deadline) && ctx.Err() == nil && s.work.Err() == nil {
+		for po.pending() > 0 && time.Now().Before(deadline) && ctx.Err() == nil && s.work.Err() == nil {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
