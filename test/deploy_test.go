@@ -233,8 +233,9 @@ func (in unitInstance) checkRunsShipped(t *testing.T, p *faultsProc, etc string)
 // the shard manager as separate processes with their own env files, an
 // `imshard devkafka` standing in for Kafka. Clients send through both APIs
 // (retrying on the other one, as behind a load balancer) while one persist
-// is killed with SIGKILL and restarted (Restart=on-failure), another is
-// reloaded with SIGHUP; then SIGTERM stops everything. Every acknowledged
+// is killed with SIGKILL and restarted (Restart=on-failure), every other
+// process is reloaded with SIGHUP, then an API is killed with SIGKILL
+// mid-traffic and restarted; finally SIGTERM stops everything. Every acknowledged
 // message is stored once, under the seq it was acknowledged with, and no
 // client message is stored twice.
 func TestDeploySplitRolesFromShippedUnits(t *testing.T) {
@@ -350,11 +351,26 @@ persist: {batch_size: 25, batch_linger: 5ms, retry_backoff: 10ms, retry_backoff_
 	months := []routing.Month{now.Prev(), now, now.Next()}
 	waitFor(t, time.Minute, func() bool { return persistCount(persistStored(t, db, months...)) > 0 })
 	procs["persist"].kill9(t)
-	procs["persist-2"].signal(t, syscall.SIGHUP)
+	reloaded := []string{"persist-2", "api", "api-2", "shardmgr"}
+	for _, name := range reloaded {
+		procs[name].signal(t, syscall.SIGHUP)
+	}
 	close(gate)
-	waitLog(t, procs["persist-2"], 1, "configuration reloaded")
+	for _, name := range reloaded {
+		waitLog(t, procs[name], 1, "configuration reloaded")
+	}
 	procs["persist"] = inst["persist"].start(t)
+	// Three quarters in: an API dies mid-request; its clients retry on the
+	// other one, and systemd brings it back.
+	waitFor(t, time.Minute, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked) >= clients*perClient*3/4
+	})
+	procs["api-2"].kill9(t)
+	procs["api-2"] = inst["api-2"].start(t)
 	waitReadyz(t, procs["persist"], inst["persist"].opsAddr)
+	waitReadyz(t, procs["api-2"], inst["api-2"].opsAddr)
 
 	select {
 	case <-sendsDone:
