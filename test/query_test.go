@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 
 	sq "github.com/Masterminds/squirrel"
@@ -162,6 +163,33 @@ func TestAcceptance08_RecallEditReportFavouriteReachOldMonths(t *testing.T) {
 		if loc.Message.Seq != seq || loc.ShardMonth != month.String() || int64(loc.Message.MessageID) != id {
 			t.Fatalf("admin lookup of seq %d: %+v", seq, loc)
 		}
+	}
+	// the admin lookup adds the revisions; members find messages of their
+	// topic by id, nobody else learns that the id exists
+	id3 := rpMessageID("acc08", rpCreated(ms[0], 3), 3)
+	var loc query.Located
+	rpGet(t, env, rpAdmin, "admin", "/v1/admin/messages/"+strconv.FormatInt(id3, 10), &loc)
+	if len(loc.Revisions) != 1 || loc.Revisions[0].Action != "recall" || loc.Revisions[0].ShardMonth != ms[0].String() ||
+		!strings.Contains(string(loc.Revisions[0].Content), "message 3") || int64(loc.Revisions[0].Actor) != rpOther {
+		t.Fatalf("revisions of the recalled message: %+v", loc.Revisions)
+	}
+	for _, seq := range []int64{3, 41} {
+		month := map[int64]routing.Month{3: ms[0], 41: ms[2]}[seq]
+		path := "/v1/messages/" + strconv.FormatInt(rpMessageID("acc08", rpCreated(month, seq), seq), 10)
+		var m message.Message
+		if code := rpGet(t, env, rpMember, "", path, &m); code != 200 || m.Seq != seq || (seq == 3) != (m.Status == "recalled") {
+			t.Fatalf("member's lookup of seq %d by id: %d %+v", seq, code, m)
+		}
+		if code := rpGet(t, env, rpStranger, "", path, nil); code != 404 {
+			t.Fatalf("a stranger's lookup by id: %d, want 404", code)
+		}
+	}
+	rpHide(t, env, "acc08", rpMember, 41, 42)
+	if code := rpGet(t, env, rpMember, "", "/v1/messages/"+strconv.FormatInt(rpMessageID("acc08", rpCreated(ms[2], 41), 41), 10), nil); code != 404 {
+		t.Fatalf("lookup by id of a message the caller hid: %d, want 404", code)
+	}
+	if code := rpGet(t, env, rpMember, "", "/v1/messages/12345", nil); code != 404 {
+		t.Fatalf("member's lookup of an unknown id: %d", code)
 	}
 	if code := rpGet(t, env, rpAdmin, "admin", "/v1/admin/messages/12345", nil); code != 404 {
 		t.Fatalf("unknown id: %d", code)

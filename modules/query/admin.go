@@ -3,6 +3,8 @@ package query
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"fmt"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
@@ -21,10 +23,26 @@ func requireAdmin(p httpapi.Principal) error {
 	return nil
 }
 
-// Located is a message found by its id, with the month table holding it.
+// Located is a message found by its id, with the month table holding it
+// and (for the admin lookup) every change made to it, oldest first.
 type Located struct {
 	Message    message.Message `json:"message"`
 	ShardMonth string          `json:"shard_month"`
+	Revisions  []Revision      `json:"revisions"`
+}
+
+// Revision is one change of a message (im_message_revisions): the content
+// and head as they were before it, who made it and why.
+type Revision struct {
+	ChangeSeq  int64           `json:"change_seq"`
+	Action     string          `json:"action"`
+	Version    int             `json:"version"`
+	Content    json.RawMessage `json:"content"`
+	Head       json.RawMessage `json:"head"`
+	Actor      message.ID      `json:"actor"`
+	Reason     *string         `json:"reason"`
+	ShardMonth string          `json:"shard_month"`
+	CreatedAt  message.Time    `json:"created_at"`
 }
 
 // idBounds are a month table's smallest and largest message_id.
@@ -77,7 +95,8 @@ func FindMonth(n int, bounds func(i int) (idBounds, error), id int64) ([]int, er
 }
 
 // AdminMessage locates any message of the tenant by its snowflake id
-// (reports, favourites, file references), tombstones included.
+// (reports, favourites, file references), tombstones included, with its
+// revisions.
 func (s *Service) AdminMessage(ctx context.Context, p httpapi.Principal, id int64) (Located, error) {
 	if err := requireAdmin(p); err != nil {
 		return Located{}, err
@@ -86,12 +105,63 @@ func (s *Service) AdminMessage(ctx context.Context, p httpapi.Principal, id int6
 	if err != nil {
 		return Located{}, err
 	}
-	set, err := s.p.Catalog.Months(ctx, p.Tenant)
+	loc, err := s.locate(ctx, db, p.Tenant, id)
+	if err != nil {
+		return Located{}, err
+	}
+	loc.Revisions, err = revisions(ctx, db, id)
+	return loc, err
+}
+
+// MessageByID is a message of a topic the caller may read, found by its
+// snowflake id in whatever month holds it (reply previews, favourites,
+// file references), tombstones included. A message the caller may not
+// read — another topic's, or one the caller hid — is not found: the answer
+// never tells that an id exists elsewhere.
+func (s *Service) MessageByID(ctx context.Context, p httpapi.Principal, id int64) (message.Message, error) {
+	db, err := s.p.DBs.DB(ctx, p.Tenant)
+	if err != nil {
+		return message.Message{}, err
+	}
+	loc, err := s.locate(ctx, db, p.Tenant, id)
+	if err != nil {
+		return message.Message{}, err
+	}
+	m := loc.Message
+	if err := s.authorize(ctx, p, m.Topic); err != nil {
+		if code, _ := httpapi.Classify(err); code == httpapi.CodePermissionDenied {
+			return message.Message{}, errNotFound
+		}
+		return message.Message{}, err
+	}
+	keys, err := routing.KeysFor(p.Tenant)
+	if err != nil {
+		return message.Message{}, err
+	}
+	hv, err := s.hiddenOf(ctx, db, keys, m.Topic, p.UserID)
+	if err != nil {
+		return message.Message{}, err
+	}
+	hidden := hv.ranges
+	if !hv.known {
+		if hidden, err = s.st.hidden(ctx, db, m.Topic, p.UserID, m.Seq, 0); err != nil {
+			return message.Message{}, err
+		}
+	}
+	if hidden.Hides(m.Seq) {
+		return message.Message{}, errNotFound
+	}
+	return m, nil
+}
+
+// locate finds the message id in the tenant's month tables (FindMonth).
+func (s *Service) locate(ctx context.Context, db *sql.DB, tenant string, id int64) (Located, error) {
+	set, err := s.p.Catalog.Months(ctx, tenant)
 	if err != nil {
 		return Located{}, err
 	}
 	months := routing.SortedMonths(set)
-	tables, err := s.p.Router.Tables(ctx, p.Tenant, months)
+	tables, err := s.p.Router.Tables(ctx, tenant, months)
 	if err != nil {
 		return Located{}, err
 	}
@@ -124,6 +194,42 @@ func (s *Service) AdminMessage(ctx context.Context, p httpapi.Principal, id int6
 		}
 	}
 	return Located{}, errNotFound
+}
+
+// revisions reads the changes of message id, oldest first.
+func revisions(ctx context.Context, db *sql.DB, id int64) ([]Revision, error) {
+	rows, err := sq.Select("change_seq", "action", "version", "content", "head", "actor", "reason", "COALESCE(shard_month, '')", "created_at").
+		From(revisionsTable).Where(sq.Eq{"message_id": id}).OrderBy("change_seq", "id").
+		RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("query: revisions: %w", err)
+	}
+	defer rows.Close()
+	out := []Revision{}
+	for rows.Next() {
+		var r Revision
+		var content, head []byte
+		var actor int64
+		var reason sql.NullString
+		if err := rows.Scan(&r.ChangeSeq, &r.Action, &r.Version, &content, &head, &actor, &reason, &r.ShardMonth, &r.CreatedAt.Time); err != nil {
+			return nil, fmt.Errorf("query: revisions: %w", err)
+		}
+		r.Content, r.Head, r.Actor = rawOrNull(content), rawOrNull(head), message.ID(actor)
+		if reason.Valid {
+			r.Reason = &reason.String
+		}
+		r.CreatedAt = message.NewTime(r.CreatedAt.Time)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// rawOrNull is a JSON column's value, JSON null for SQL NULL.
+func rawOrNull(b []byte) json.RawMessage {
+	if b == nil {
+		return json.RawMessage("null")
+	}
+	return json.RawMessage(b)
 }
 
 // ShardInfo is one catalog row as the admin API shows it.

@@ -18,6 +18,7 @@ func (s *Service) Register(mux *httpapi.Mux, auth *httpapi.Authenticator, log ze
 	mux.Handle("POST /v1/topics/{topic}/deletions", h(s.handleDeletions))
 	mux.Handle("DELETE /v1/topics/{topic}/messages/{seq}", h(s.handleDelete))
 	mux.Handle("POST /v1/topics/{topic}/messages/{seq}/recall", h(s.handleRecall))
+	mux.Handle("GET /v1/messages/{message_id}", h(s.handleMessageByID))
 	mux.Handle("GET /v1/admin/messages/{message_id}", h(s.handleAdminMessage))
 	mux.Handle("GET /v1/admin/shards", h(s.handleShards))
 	mux.Handle("GET /v1/admin/topics/{topic}/route", h(s.handleRoute))
@@ -100,6 +101,19 @@ func (s *Service) handleAdminMessage(w http.ResponseWriter, r *http.Request, p h
 		return err
 	}
 	httpapi.WriteJSON(w, http.StatusOK, loc)
+	return nil
+}
+
+func (s *Service) handleMessageByID(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
+	id, err := ParseCursor("message_id", r.PathValue("message_id"), 1)
+	if err != nil {
+		return err
+	}
+	m, err := s.MessageByID(r.Context(), p, id)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, m)
 	return nil
 }
 
