@@ -244,3 +244,33 @@ func TestPersistTenantOutageParksOnlyThatTenant(t *testing.T) {
 		t.Fatalf("%v events dead-lettered during an outage", n)
 	}
 }
+
+// An error persist does not know (here: a column the insert names dropped
+// from the month table, as a botched schema change would) is retried like
+// a transient one — the tenant parked — but only persist.max_retries times;
+// then the events still refused are dead-lettered as "rejected" and the
+// tenant resumes.
+func TestPersistUnknownErrorRetriesThenDeadLetters(t *testing.T) {
+	env := persistOnly(t, func(c *config.Config) { c.Persist.MaxRetries = 2 })
+	table, _ := routing.TableFor(env.Start)
+	if _, err := env.DB.Exec("ALTER TABLE " + table.Quoted() + " DROP COLUMN content_size"); err != nil {
+		t.Fatal(err)
+	}
+	var evs []message.Event
+	for seq := int64(1); seq <= 4; seq++ {
+		evs = append(evs, persistEvent(env.Tenant, "drift", seq, env.Start, 1, fmt.Sprint(seq)))
+	}
+	persistProduce(t, env, evs...)
+	waitFor(t, 20*time.Second, func() bool {
+		return persistMetric(t, env, "group_message_dead_letter_total", `reason="rejected"`) == 4
+	})
+	if n := persistMetric(t, env, "imshard_persist_retries_total", `reason="unclassified"`); n != 2 {
+		t.Fatalf("%v retries, want persist.max_retries = 2", n)
+	}
+	waitFor(t, 10*time.Second, func() bool { return persistMetric(t, env, "imshard_persist_parked_tenants") == 0 })
+	for _, r := range persistDeadLetters(t, env) {
+		if !strings.Contains(persistHeader(r, persist.HeaderError), "1054") {
+			t.Fatalf("dead letter error: %v", r.Headers)
+		}
+	}
+}

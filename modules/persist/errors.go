@@ -113,11 +113,14 @@ func classify(ctx context.Context, err error) failure {
 	if errors.Is(err, tenantdb.ErrUnknownTenant) {
 		return fatal
 	}
-	if errors.Is(err, errInsertRace) {
-		// a real race passes on the next attempt; a row that collides on a
-		// unique key persist cannot see (message_id alone) never does, and
-		// must end in the dead letters
-		return unclassified
+	if errors.Is(err, errInsertCollision) {
+		// the slow path reads the existing keys with locks, so no concurrent
+		// writer can slip in between: a row still not inserted collides on
+		// a key persist cannot tell apart (message_id alone, or a
+		// client_msg_id the column's collation compares equal to another)
+		// and will on every attempt. Splitting the batch tries each part
+		// again, which a race would pass.
+		return permanent
 	}
 	if errors.Is(err, mysql.ErrPktTooLarge) {
 		// the driver refused to send a statement over max_allowed_packet

@@ -62,7 +62,7 @@ func TestClassifyByErrorNumber(t *testing.T) {
 		{"month not writable", fmt.Errorf("%w: prepared", errNotWritable), missingTable},
 		// neither
 		{"unknown column (schema drift)", serverErr(1054), unclassified},
-		{"insert race", errInsertRace, unclassified},
+		{"insert collides on a key persist cannot see", errInsertCollision, permanent},
 		{"unknown tenant", fmt.Errorf("x: %w", tenantdb.ErrUnknownTenant), fatal},
 	} {
 		t.Run(c.name, func(t *testing.T) {

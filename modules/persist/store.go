@@ -28,9 +28,10 @@ type writeResult struct {
 	dedup    []*record // this client_msg_id is stored under another seq
 }
 
-// errInsertRace is a batch whose slow path still inserted fewer rows than it
-// classified as new: a concurrent writer got in between; retried.
-var errInsertRace = errors.New("persist: concurrent insert changed the batch; retrying")
+// errInsertCollision is a batch whose slow path still inserted fewer rows than it
+// classified as new: a row collides on a key the slow path does not read
+// (see classify).
+var errInsertCollision = errors.New("persist: rows collide on a unique key with rows the batch did not find")
 
 // writeBatch stores one tenant+month batch in one transaction (seed 000
 // §5.2, DESIGN invariant 8), cheapest scheme that keeps exactly-once:
@@ -75,7 +76,7 @@ func writeBatch(ctx context.Context, db *sql.DB, table routing.Table, neighbours
 	}
 	res, ok, err = writeTx(ctx, db, table, neighbours, recs, true)
 	if err == nil && !ok {
-		err = errInsertRace
+		err = errInsertCollision
 	}
 	return res, err
 }
