@@ -48,18 +48,18 @@ func (a *App) watchReload(ctx context.Context) {
 					a.Log.Error().Err(err).Msg("configuration reload failed; nothing changed")
 					continue
 				}
-				a.Reload(next)
+				a.applyReload(next)
 			}
 		}
 	}()
 }
 
-// Reload applies next, the configuration as read again: tenants added or
+// applyReload applies next, the configuration as read again: tenants added or
 // changed in it and log.level take effect at once; every other changed key is
 // logged with "restart needed" (and again on each reload until a restart
 // applies it). A tenant missing from next keeps serving until a restart, so
 // no in-flight request loses its database.
-func (a *App) Reload(next *config.Config) {
+func (a *App) applyReload(next *config.Config) {
 	live := a.reload.live
 	merged, err := config.MergeTenants(live.Tenants, next.Tenants)
 	if err != nil {

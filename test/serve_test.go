@@ -124,12 +124,22 @@ func TestSIGHUPReloadsAndNeverExits(t *testing.T) {
 		t.Fatalf("log.level debug was not applied (no debug line after the reload):\n%s", log)
 	}
 
-	// A reload that fails (an invalid file) changes nothing and does not stop.
+	// A reload that fails (an invalid value) changes nothing and does not stop.
 	writeConfig("loud", "11s", "")
 	p.signal(t, syscall.SIGHUP)
 	waitLog(t, p, 1, "configuration reload failed")
 	if code := shards(added); code != http.StatusOK {
 		t.Fatalf("a failed reload must keep the tenants: %d", code)
+	}
+	// The demo secret is refused on reload as at start.
+	if err := os.WriteFile(tenantsFile, []byte("- {id: sneaky, jwt_secret: change-me}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	writeConfig("debug", "11s", "tenants_file: "+tenantsFile+"\n")
+	p.signal(t, syscall.SIGHUP)
+	waitLog(t, p, 2, "configuration reload failed")
+	if log := p.out.String(); !strings.Contains(log, "tenants[1].jwt_secret") {
+		t.Fatalf("the reload must name the tenant with the demo secret:\n%s", log)
 	}
 	p.signal(t, syscall.SIGTERM)
 	if err := p.wait(t, 30*time.Second); err != nil {
