@@ -39,6 +39,10 @@ func TestStopDrainsFromTheLoadBalancer(t *testing.T) {
 		t.Fatalf("/readyz before the stop: %d", code)
 	}
 	apiAddr := strings.TrimPrefix(e.BaseURL, "http://")
+	body, err := json.Marshal(sendBody("in-flight", "hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); e.Stop() }()
@@ -46,16 +50,8 @@ func TestStopDrainsFromTheLoadBalancer(t *testing.T) {
 
 	waitFor(t, time.Minute, func() bool { return readyz() == http.StatusServiceUnavailable })
 	// Not ready, yet still serving: a load balancer that has not noticed yet
-	// loses nothing.
-	if code, r := e.send(user, "room", sendBody("during-delay", "hi")); code != http.StatusCreated {
-		t.Fatalf("the API must keep serving during http.shutdown_delay: %d %+v", code, r)
-	}
-	// A request whose handler is running (headers read, body still coming)
-	// when the listener closes...
-	body, err := json.Marshal(sendBody("in-flight", "hello"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// loses nothing. One request begins (headers and part of its body sent:
+	// its handler runs, waiting for the rest), another completes.
 	inflight, err := net.Dial("tcp", apiAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +62,10 @@ func TestStopDrainsFromTheLoadBalancer(t *testing.T) {
 	if _, err := inflight.Write(append([]byte(head), body[:5]...)); err != nil {
 		t.Fatal(err)
 	}
+	if code, r := e.send(user, "room", sendBody("during-delay", "hi")); code != http.StatusCreated {
+		t.Fatalf("the API must keep serving during http.shutdown_delay: %d %+v", code, r)
+	}
+	// The listener closes after the delay; the request in flight...
 	waitFor(t, time.Minute, func() bool {
 		c, err := net.Dial("tcp", apiAddr)
 		if err == nil {
