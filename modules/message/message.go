@@ -7,6 +7,7 @@ package message
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strconv"
 	"time"
 )
@@ -31,7 +32,7 @@ func (id *ID) UnmarshalJSON(b []byte) error {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return &json.UnsupportedValueError{Str: "id " + string(b)}
+		return typeError(b, reflect.TypeFor[ID]())
 	}
 	*id = ID(n)
 	return nil
@@ -160,11 +161,11 @@ func (t *Time) UnmarshalJSON(b []byte) error {
 	if n := len(b); n >= 2 && b[0] == '"' && b[n-1] == '"' && !bytes.ContainsAny(b[1:n-1], `"\`) {
 		s = string(b[1 : n-1])
 	} else if err := json.Unmarshal(b, &s); err != nil {
-		return err
+		return typeError(b, reflect.TypeFor[Time]())
 	}
 	p, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return err
+		return typeError(b, reflect.TypeFor[Time]())
 	}
 	*t = NewTime(p)
 	return nil
@@ -191,4 +192,32 @@ type Change struct {
 	ChangeSeq int64  `json:"change_seq"`
 	Actor     ID     `json:"actor"`
 	At        Time   `json:"at"`
+}
+
+// typeError is the error of a JSON value b that is no t: a decoder adds the
+// field it was meant for, so a client can be told which one is wrong.
+func typeError(b []byte, t reflect.Type) error {
+	value, c := "null", byte('n')
+	if len(b) > 0 {
+		c = b[0]
+	}
+	switch {
+	case c == '"':
+		value = "string"
+		if len(b) <= 40 {
+			value += " " + string(b)
+		}
+	case c == '{':
+		value = "object"
+	case c == '[':
+		value = "array"
+	case c == 't' || c == 'f':
+		value = "bool"
+	case c != 'n':
+		value = "number"
+		if len(b) <= 40 {
+			value += " " + string(b)
+		}
+	}
+	return &json.UnmarshalTypeError{Value: value, Type: t}
 }

@@ -18,7 +18,6 @@ var ErrMalformed = errors.New("malformed event")
 // is malformed here rather than a "data too long" error that would fail a
 // whole batch in MySQL.
 const (
-	maxClientMsgID = 64
 	maxMsgType     = 32
 	maxEventID     = 64
 )
@@ -54,16 +53,17 @@ func DecodeEvent(value []byte) (*message.Event, routing.Month, error) {
 		return nil, routing.Month{}, fmt.Errorf("%w: message_id %d", ErrMalformed, e.MessageID)
 	case e.EventID == "" || len(e.EventID) > maxEventID || !ascii(e.EventID):
 		return nil, routing.Month{}, fmt.Errorf("%w: event_id", ErrMalformed)
-	case e.ClientMsgID == "" || len(e.ClientMsgID) > maxClientMsgID || !utf8.ValidString(e.ClientMsgID):
-		return nil, routing.Month{}, fmt.Errorf("%w: client_msg_id", ErrMalformed)
 	case e.MsgType == "" || len(e.MsgType) > maxMsgType || !utf8.ValidString(e.MsgType):
 		return nil, routing.Month{}, fmt.Errorf("%w: msg_type", ErrMalformed)
-	case len(e.Content) == 0 || !json.Valid(e.Content):
-		return nil, routing.Month{}, fmt.Errorf("%w: content is not JSON", ErrMalformed)
-	case len(e.Head) > 0 && !json.Valid(e.Head):
-		return nil, routing.Month{}, fmt.Errorf("%w: head is not JSON", ErrMalformed)
 	case e.CreatedAt.IsZero() || routing.MonthOf(e.CreatedAt.Time).IsZero():
 		return nil, routing.Month{}, fmt.Errorf("%w: created_at", ErrMalformed)
+	}
+	// what send refuses is refused here once more: the database would
+	if err := message.CheckClientMsgID(e.ClientMsgID); err != nil {
+		return nil, routing.Month{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if err := message.CheckStored(e.Content, e.Head); err != nil {
+		return nil, routing.Month{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	return &e, m, nil
 }

@@ -1,10 +1,11 @@
 package persist
 
 import (
-	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/imshard/imshard/modules/message"
 )
 
 const validEvent = `{"v":1,"event_id":"e1","tenant":"acme","topic":"room-1","group_id":"7","seq_id":12,` +
@@ -29,6 +30,12 @@ func TestDecodeEvent(t *testing.T) {
 		"client_msg_id":    {`"client_msg_id":"c1"`, `"client_msg_id":"` + strings.Repeat("x", 65) + `"`},
 		"msg_type":         {`"msg_type":"text"`, `"msg_type":""`},
 		"content":          {`"content":{"text":"hi"},`, ``},
+		"content too deep": {`"content":{"text":"hi"}`, `"content":` + strings.Repeat(`{"a":`, 32) + `1` + strings.Repeat(`}`, 32)},
+		"lone surrogate":   {`"content":{"text":"hi"}`, `"content":{"text":"\ud800"}`},
+		"not UTF-8":        {`"content":{"text":"hi"}`, "\"content\":{\"text\":\"\xff\xfe\"}"},
+		"repeated key":     {`"content":{"text":"hi"}`, `"content":{"text":"hi","text":"ho"}`},
+		"head too deep":    {`"mention_all"`, `"head":` + strings.Repeat(`[`, 32) + strings.Repeat(`]`, 32) + `,"mention_all"`},
+		"padded id":        {`"client_msg_id":"c1"`, `"client_msg_id":"c1 "`},
 		"created_at":       {`"created_at":"2026-01-31T23:59:59.999Z"`, `"created_at":"0001-01-01T00:00:00Z"`},
 		"event id missing": {`"event_id":"e1",`, ``},
 	} {
@@ -60,7 +67,7 @@ func FuzzDecodeEvent(f *testing.F) {
 			}
 			return
 		}
-		if !m.Valid() || m.String() != ev.ShardMonth || !json.Valid(ev.Content) || ev.SeqID <= 0 {
+		if !m.Valid() || m.String() != ev.ShardMonth || message.CheckStored(ev.Content, ev.Head) != nil || ev.SeqID <= 0 {
 			t.Fatalf("accepted a bad event: %+v", ev)
 		}
 	})

@@ -1,7 +1,6 @@
 package send
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,10 +17,6 @@ import (
 // MsgTypes is the msg_type whitelist (docs/api.md). `system` is reserved to
 // the service and admin roles: a plain user must not forge system notices.
 var MsgTypes = []string{"text", "image", "file", "audio", "video", "location", "card", "system", "custom"}
-
-// MaxClientMsgID is the longest client_msg_id in bytes (the column is
-// VARCHAR(64) utf8mb4_bin; 64 bytes never exceed 64 characters).
-const MaxClientMsgID = 64
 
 // Request is the body of POST /v1/topics/{topic}/messages.
 type Request struct {
@@ -55,22 +50,17 @@ func DecodeSend(r io.Reader, maxMentions int) (Request, error) {
 }
 
 func (req *Request) validate(maxMentions int) error {
-	switch n := len(req.ClientMsgID); {
-	case n == 0:
-		return invalid("client_msg_id is required")
-	case n > MaxClientMsgID:
-		return invalid("client_msg_id exceeds %d bytes", MaxClientMsgID)
+	if err := message.CheckClientMsgID(req.ClientMsgID); err != nil {
+		return invalid("%s", err.Error())
 	}
 	if !slices.Contains(MsgTypes, req.MsgType) {
 		return invalid("msg_type must be one of %v", MsgTypes)
 	}
-	if !isObject(req.Content) {
-		return invalid("content must be a JSON object")
+	if err := message.CheckStored(req.Content, req.Head); err != nil {
+		return invalid("%s", err.Error())
 	}
-	if isNull(req.Head) {
+	if message.IsNull(req.Head) {
 		req.Head = nil
-	} else if !isObject(req.Head) {
-		return invalid("head must be a JSON object or null")
 	}
 	if len(req.MentionedUserIDs) > maxMentions {
 		return invalid("mentioned_user_ids holds more than %d ids", maxMentions)
@@ -90,17 +80,6 @@ func (req *Request) validate(maxMentions int) error {
 		return invalid("from_user must be a positive user id")
 	}
 	return nil
-}
-
-// isObject reports whether raw (already valid JSON, the decoder checked it)
-// is an object.
-func isObject(raw json.RawMessage) bool {
-	t := bytes.TrimLeft(raw, " \t\r\n")
-	return len(t) > 0 && t[0] == '{'
-}
-
-func isNull(raw json.RawMessage) bool {
-	return raw == nil || string(bytes.TrimSpace(raw)) == "null"
 }
 
 // ParseUserID parses a user id path segment: a positive decimal int64.

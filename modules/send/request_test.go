@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -52,6 +53,21 @@ func TestDecodeSend(t *testing.T) {
 		{"negative root", `{` + ok + `,"root_seqid":-1}`, "invalid_argument"},
 		{"fractional reply", `{` + ok + `,"reply_seqid":1.5}`, "invalid_argument"},
 		{"zero from_user", `{` + ok + `,"from_user":0}`, "invalid_argument"},
+		{"client_msg_id with a trailing space", `{"client_msg_id":"pad-1 ","msg_type":"text","content":{}}`, "invalid_argument"},
+		{"client_msg_id with a leading space", `{"client_msg_id":" pad-1","msg_type":"text","content":{}}`, "invalid_argument"},
+		{"client_msg_id with a trailing tab", `{"client_msg_id":"pad-1\t","msg_type":"text","content":{}}`, "invalid_argument"},
+		{"client_msg_id with a trailing no-break space", `{"client_msg_id":"pad-1\u00a0","msg_type":"text","content":{}}`, "invalid_argument"},
+		{"client_msg_id with an inner space", `{"client_msg_id":"pad 1","msg_type":"text","content":{}}`, ""},
+		{"content nested 31 deep", `{"client_msg_id":"c","msg_type":"text","content":` + nest(31) + `}`, ""},
+		{"content nested 32 deep", `{"client_msg_id":"c","msg_type":"text","content":` + nest(32) + `}`, "invalid_argument"},
+		{"head nested 32 deep", `{` + ok + `,"head":` + nest(32) + `}`, "invalid_argument"},
+		{"lone surrogate in content", `{"client_msg_id":"c","msg_type":"text","content":{"text":"\ud800"}}`, "invalid_argument"},
+		{"surrogate pair in content", `{"client_msg_id":"c","msg_type":"text","content":{"text":"\ud83d\ude00"}}`, ""},
+		{"invalid UTF-8 in content", "{\"client_msg_id\":\"c\",\"msg_type\":\"text\",\"content\":{\"text\":\"\xff\xfe\"}}", "invalid_argument"},
+		{"invalid UTF-8 in client_msg_id", "{\"client_msg_id\":\"c\xff\",\"msg_type\":\"text\",\"content\":{}}", "invalid_argument"},
+		{"repeated client_msg_id", `{"client_msg_id":"a",` + ok + `}`, "invalid_argument"},
+		{"repeated key in content", `{"client_msg_id":"c","msg_type":"text","content":{"t":1,"t":2}}`, "invalid_argument"},
+		{"repeated key in head", `{` + ok + `,"head":{"q":{"x":1,"x":1}}}`, "invalid_argument"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := DecodeSend(strings.NewReader(tc.body), 3)
@@ -59,6 +75,40 @@ func TestDecodeSend(t *testing.T) {
 				t.Fatalf("code = %q (%v), want %q", got, err, tc.code)
 			}
 		})
+	}
+}
+
+// nest is an object nested n levels deep.
+func nest(n int) string {
+	return strings.Repeat(`{"a":`, n-1) + `{}` + strings.Repeat(`}`, n-1)
+}
+
+// Every refusal says what is wrong in the API's words: the field and what
+// it must be, never the decoder's Go types.
+func TestDecodeSendMessages(t *testing.T) {
+	const ok = `"client_msg_id":"c1","msg_type":"text","content":{"text":"hi"}`
+	for _, tc := range []struct{ body, msg string }{
+		{`{` + ok + `,"reply_seqid":"3"}`, `field "reply_seqid": expected an integer, got string`},
+		{`{` + ok + `,"reply_seqid":1.5}`, `field "reply_seqid": expected an integer, got number 1.5`},
+		{`{"client_msg_id":7,"msg_type":"text","content":{}}`, `field "client_msg_id": expected a string, got number`},
+		{`{` + ok + `,"mention_all":"yes"}`, `field "mention_all": expected true or false, got string`},
+		{`{` + ok + `,"mentioned_user_ids":{}}`, `field "mentioned_user_ids": expected an array, got object`},
+		{`{` + ok + `,"mentioned_user_ids":["bob"]}`, `field "mentioned_user_ids": expected a decimal id (a string or a number), got string "bob"`},
+		{`{` + ok + `,"from_user":true}`, `field "from_user": expected a decimal id (a string or a number), got bool`},
+		{`[1]`, `body: expected a JSON object, got array`},
+		{`{` + ok + `,"seq":5}`, `unknown field "seq"`},
+		{`{` + ok + `} {}`, `body must be a single valid JSON object`},
+		{`{"client_msg_id":"a",` + ok + `}`, `body repeats the key "client_msg_id" in one object`},
+		{`{"client_msg_id":"c","msg_type":"text","content":` + nest(32) + `}`, `content nests objects and arrays deeper than 31 levels`},
+		{`{"client_msg_id":"c","msg_type":"text","content":{"t":"\udc00"}}`, `body holds a lone UTF-16 surrogate escape (\udc00)`},
+		{"{\"client_msg_id\":\"c\",\"msg_type\":\"text\",\"content\":{\"text\":\"\xff\xfe\"}}", `body holds bytes that are not UTF-8`},
+		{`{"client_msg_id":"pad-1 ","msg_type":"text","content":{}}`, `client_msg_id must not begin or end with white space`},
+	} {
+		_, err := DecodeSend(strings.NewReader(tc.body), 3)
+		_, msg := httpapi.Classify(err)
+		if msg != tc.msg {
+			t.Errorf("%s: message %q, want %q", tc.body, msg, tc.msg)
+		}
 	}
 }
 
@@ -125,6 +175,8 @@ func FuzzDecodeSend(f *testing.F) {
 		`{"client_msg_id":"c1","msg_type":"text","content":{"text":"hi"}}`,
 		`{"client_msg_id":"c1","msg_type":"image","content":{},"head":null,"mentioned_user_ids":["1",2],"reply_seqid":3}`,
 		`{"client_msg_id":"","msg_type":"text","content":{}}`, `[]`, `{`, `null`, `{"content":{}} x`,
+		`{"client_msg_id":"c ","msg_type":"text","content":{"a":[[{"b":"\ud83d\ude00"}]]},"head":{"x":1,"y":{}}}`,
+		`{"client_msg_id":1,"reply_seqid":"2","from_user":[],"mentioned_user_ids":[{}],"mention_all":0}`,
 	} {
 		f.Add(s)
 	}
@@ -135,12 +187,15 @@ func FuzzDecodeSend(f *testing.F) {
 			if !errors.As(err, &e) || e.Code != httpapi.CodeInvalidArgument {
 				t.Fatalf("unexpected error %v", err)
 			}
+			if strings.Contains(e.Message, "json:") || strings.Contains(e.Message, "Go ") {
+				t.Fatalf("message in the decoder's words: %q", e.Message)
+			}
 			return
 		}
-		if n := len(req.ClientMsgID); n == 0 || n > MaxClientMsgID {
-			t.Fatalf("client_msg_id of %d bytes accepted", n)
+		if err := message.CheckClientMsgID(req.ClientMsgID); err != nil {
+			t.Fatalf("client_msg_id %q accepted: %v", req.ClientMsgID, err)
 		}
-		if !isObject(req.Content) || len(req.MentionedUserIDs) > 5 {
+		if message.CheckStored(req.Content, req.Head) != nil || len(req.MentionedUserIDs) > 5 {
 			t.Fatalf("limits not enforced: %+v", req)
 		}
 	})
