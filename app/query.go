@@ -50,7 +50,7 @@ func (a *App) NewRouteCheck() *query.RouteCheck {
 
 func initQuery(ctx context.Context, a *App) (Service, error) {
 	svc := a.NewQuery()
-	svc.Register(a.APIMux, httpapi.NewAuthenticator(a.Secrets()), a.Log.With().Str("module", Query).Logger())
+	svc.Register(a.APIMux, httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL), a.Log.With().Str("module", Query).Logger())
 	return runner{
 		run:  func(ctx context.Context) error { <-ctx.Done(); return nil },
 		stop: func(context.Context) error { svc.Close(); return nil },

@@ -132,7 +132,7 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 	svc := a.NewQuery()
 	defer svc.Close()
 	mux := httpapi.NewMux()
-	svc.Register(mux, httpapi.NewAuthenticator(a.Secrets()), log)
+	svc.Register(mux, httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL), log)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return rep, false, err

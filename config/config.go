@@ -16,6 +16,7 @@ import (
 // the file, the environment (IMSHARD_ + key upper-cased, dots → _) and flags.
 type Config struct {
 	HTTP        HTTP     `mapstructure:"http"`
+	Auth        Auth     `mapstructure:"auth"`
 	Metrics     Metrics  `mapstructure:"metrics"`
 	Log         Log      `mapstructure:"log"`
 	MySQL       MySQL    `mapstructure:"mysql"`
@@ -37,6 +38,13 @@ type HTTP struct {
 	Addr          string        `mapstructure:"addr"`
 	ShutdownDelay time.Duration `mapstructure:"shutdown_delay"`
 	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
+}
+
+// Auth is how API credentials (the tenants' JWTs) are checked.
+type Auth struct {
+	// MaxTokenTTL is the longest lifetime a token may have: exp − iat, or
+	// exp − now for a token without iat.
+	MaxTokenTTL time.Duration `mapstructure:"max_token_ttl"`
 }
 
 // Metrics is the listener for /metrics, /healthz and /readyz, kept apart from the
@@ -201,6 +209,7 @@ const minSecretLen = 8
 func Default() Config {
 	return Config{
 		HTTP:    HTTP{Addr: "127.0.0.1:8080", ShutdownDelay: 5 * time.Second, ShutdownGrace: 30 * time.Second},
+		Auth:    Auth{MaxTokenTTL: 24 * time.Hour},
 		Metrics: Metrics{Addr: "127.0.0.1:9090"},
 		Log:     Log{Level: "info", Format: "auto"},
 		MySQL: MySQL{

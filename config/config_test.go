@@ -148,7 +148,7 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 	for i := 0; i < len(doc.Content[0].Content); i += 2 {
 		top = append(top, doc.Content[0].Content[i].Value)
 	}
-	want := []string{"http", "metrics", "log", "mysql", "redis", "kafka", "tenants", "tenants_file", "shard", "send", "hot_cache", "persist", "migrate"}
+	want := []string{"http", "auth", "metrics", "log", "mysql", "redis", "kafka", "tenants", "tenants_file", "shard", "send", "hot_cache", "persist", "migrate"}
 	if !slices.Equal(top, want) {
 		t.Errorf("top-level keys %v, want %v", top, want)
 	}
@@ -431,6 +431,8 @@ func TestValidateRules(t *testing.T) {
 		{"sealing days", func(c *Config) { c.Shard.SealingDays = 91 }, "shard.sealing_days"},
 		{"patrol interval", func(c *Config) { c.Shard.PatrolInterval = 59 * time.Second }, "shard.patrol_interval"},
 		{"lock ttl", func(c *Config) { c.Shard.LockTTL = 999 * time.Millisecond }, "shard.lock_ttl"},
+		{"max token ttl low", func(c *Config) { c.Auth.MaxTokenTTL = 59 * time.Second }, "auth.max_token_ttl"},
+		{"max token ttl high", func(c *Config) { c.Auth.MaxTokenTTL = 367 * 24 * time.Hour }, "auth.max_token_ttl"},
 		{"max body low", func(c *Config) { c.Send.MaxBodyBytes = 1023 }, "send.max_body_bytes"},
 		{"max body high", func(c *Config) { c.Send.MaxBodyBytes = 16<<20 + 1 }, "send.max_body_bytes"},
 		{"seq reserve step low", func(c *Config) { c.Send.SeqReserveStep = 0 }, "send.seq_reserve_step"},

@@ -24,8 +24,8 @@ const (
 // used by every role and always checked.
 func roleSections() map[string][]string {
 	return map[string][]string{
-		"send":     {"http", "redis", "kafka", "tenants", "send", "hot_cache", "shard"},
-		"query":    {"http", "redis", "tenants", "hot_cache"},
+		"send":     {"http", "auth", "redis", "kafka", "tenants", "send", "hot_cache", "shard"},
+		"query":    {"http", "auth", "redis", "tenants", "hot_cache"},
 		"persist":  {"redis", "kafka", "tenants", "persist"},
 		"shardmgr": {"redis", "tenants", "shard"},
 		"migrate":  {"tenants", "migrate"},
@@ -66,6 +66,9 @@ func (c *Config) Validate(roles ...string) error {
 		p.listenAddr("http.addr", c.HTTP.Addr)
 		p.durAtLeast("http.shutdown_delay", c.HTTP.ShutdownDelay, 0)
 		p.durAtLeast("http.shutdown_grace", c.HTTP.ShutdownGrace, 0)
+	}
+	if need["auth"] {
+		p.durRange("auth.max_token_ttl", c.Auth.MaxTokenTTL, time.Minute, 366*24*time.Hour)
 	}
 	p.listenAddr("metrics.addr", c.Metrics.Addr)
 	p.oneOf("log.level", c.Log.Level, "trace", "debug", "info", "warn", "error")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -29,32 +30,82 @@ type Principal struct {
 // Secrets looks up a tenant's JWT secret; ok is false for unknown tenants.
 type Secrets func(tenant string) (secret []byte, ok bool)
 
-// Claims of an imshard token.
+// Claims of an imshard token. Times are RFC 7519 NumericDates: JSON
+// numbers of seconds since the epoch (a string is refused).
 type Claims struct {
-	Tenant string `json:"tid"`
-	Role   string `json:"role,omitempty"`
-	jwt.RegisteredClaims
+	Tenant    string       `json:"tid"`
+	Subject   string       `json:"sub"`
+	Role      string       `json:"role,omitempty"`
+	ExpiresAt *NumericDate `json:"exp,omitempty"`
+	IssuedAt  *NumericDate `json:"iat,omitempty"`
+	NotBefore *NumericDate `json:"nbf,omitempty"`
 }
+
+// NumericDate is a JWT time claim that must be a JSON number.
+type NumericDate struct{ jwt.NumericDate }
+
+// NewNumericDate is t as a claim, truncated to the second.
+func NewNumericDate(t time.Time) *NumericDate { return &NumericDate{*jwt.NewNumericDate(t)} }
+
+// UnmarshalJSON accepts a JSON number only: RFC 7519 defines NumericDate
+// as one, and a quoted "1700000000" is a client bug better told than
+// guessed at.
+func (d *NumericDate) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '-' && (b[0] < '0' || b[0] > '9') {
+		return errors.New("a NumericDate claim must be a JSON number")
+	}
+	return d.NumericDate.UnmarshalJSON(b)
+}
+
+func (d *NumericDate) jwt() *jwt.NumericDate {
+	if d == nil {
+		return nil
+	}
+	return &d.NumericDate
+}
+
+// The jwt.Claims methods: the library validates exp, nbf and iat.
+
+func (c *Claims) GetExpirationTime() (*jwt.NumericDate, error) { return c.ExpiresAt.jwt(), nil }
+func (c *Claims) GetIssuedAt() (*jwt.NumericDate, error)       { return c.IssuedAt.jwt(), nil }
+func (c *Claims) GetNotBefore() (*jwt.NumericDate, error)      { return c.NotBefore.jwt(), nil }
+func (c *Claims) GetIssuer() (string, error)                   { return "", nil }
+func (c *Claims) GetSubject() (string, error)                  { return c.Subject, nil }
+func (c *Claims) GetAudience() (jwt.ClaimStrings, error)       { return nil, nil }
 
 // Authenticator verifies HS256 tokens with the secret of the tenant they
 // name, so a token signed for one tenant can never act in another.
 type Authenticator struct {
 	secrets Secrets
+	maxTTL  time.Duration
 	leeway  time.Duration
+	now     func() time.Time
 }
 
-// NewAuthenticator verifies with secrets; leeway tolerates clock skew on exp.
-func NewAuthenticator(secrets Secrets) *Authenticator {
-	return &Authenticator{secrets: secrets, leeway: 30 * time.Second}
+// Leeway is the clock skew tolerated on exp, nbf, iat and the lifetime.
+const Leeway = 30 * time.Second
+
+// NewAuthenticator verifies with secrets; maxTTL (auth.max_token_ttl) is
+// the longest lifetime a token may have.
+func NewAuthenticator(secrets Secrets, maxTTL time.Duration) *Authenticator {
+	return &Authenticator{secrets: secrets, maxTTL: maxTTL, leeway: Leeway, now: time.Now}
 }
 
 var errUnauth = Errorf(CodeUnauthenticated, "missing or invalid credentials")
 
+// subPattern is a user id as sub must write it: a positive decimal
+// without sign, leading zeros or spaces, at most 19 digits.
+var subPattern = regexp.MustCompile(`^[1-9][0-9]{0,18}$`)
+
 // Verify parses and checks a token: HS256 only, signed with the secret of its
-// own tid, unexpired (exp required), sub a decimal user id, role known.
+// own tid; exp required, a number, not past (within the leeway); iat, when
+// present, a number not in the future; a lifetime — exp − iat, or exp − now
+// without iat — of at most maxTTL (plus the leeway); sub a user id matching
+// ^[1-9][0-9]{0,18}$ that fits in 63 bits; role known.
 func (a *Authenticator) Verify(token string) (Principal, error) {
 	var claims Claims
-	parser := jwt.NewParser(jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired(), jwt.WithLeeway(a.leeway))
+	parser := jwt.NewParser(jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(), jwt.WithLeeway(a.leeway), jwt.WithTimeFunc(a.now))
 	_, err := parser.ParseWithClaims(token, &claims, func(t *jwt.Token) (any, error) {
 		c, ok := t.Claims.(*Claims)
 		if !ok || c.Tenant == "" {
@@ -69,8 +120,15 @@ func (a *Authenticator) Verify(token string) (Principal, error) {
 	if err != nil {
 		return Principal{}, Wrap(CodeUnauthenticated, "missing or invalid credentials", err)
 	}
+	from := a.now()
+	if claims.IssuedAt != nil {
+		from = claims.IssuedAt.Time
+	}
+	if claims.ExpiresAt.Sub(from) > a.maxTTL+a.leeway {
+		return Principal{}, Errorf(CodeUnauthenticated, "token lifetime exceeds "+a.maxTTL.String())
+	}
 	uid, err := strconv.ParseInt(claims.Subject, 10, 64)
-	if err != nil || uid <= 0 {
+	if err != nil || !subPattern.MatchString(claims.Subject) {
 		return Principal{}, Wrap(CodeUnauthenticated, "sub must be a positive decimal user id", err)
 	}
 	switch claims.Role {
@@ -85,10 +143,12 @@ func (a *Authenticator) Verify(token string) (Principal, error) {
 // ?access_token= where allowQuery (WebSocket upgrades cannot set headers).
 func Token(r *http.Request, allowQuery bool) string {
 	if h := r.Header.Get("Authorization"); h != "" {
-		if tok, ok := strings.CutPrefix(h, "Bearer "); ok {
-			return strings.TrimSpace(tok)
+		// the scheme is case-insensitive (RFC 9110 §11.1): Bearer, bearer, BEARER
+		scheme, tok, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			return ""
 		}
-		return ""
+		return strings.TrimSpace(tok)
 	}
 	if allowQuery {
 		return r.URL.Query().Get("access_token")
@@ -120,10 +180,8 @@ func PrincipalFrom(ctx context.Context) (Principal, bool) {
 
 // Sign makes a token (tests, `imshard bench`, operator tooling).
 func Sign(secret []byte, tenant string, userID int64, role string, ttl time.Duration) (string, error) {
-	claims := Claims{Tenant: tenant, Role: role, RegisteredClaims: jwt.RegisteredClaims{
-		Subject:   strconv.FormatInt(userID, 10),
-		ExpiresAt: jwt.NewNumericDate(time.Now().Add(ttl)),
-		IssuedAt:  jwt.NewNumericDate(time.Now()),
-	}}
+	now := time.Now()
+	claims := &Claims{Tenant: tenant, Role: role, Subject: strconv.FormatInt(userID, 10),
+		ExpiresAt: NewNumericDate(now.Add(ttl)), IssuedAt: NewNumericDate(now)}
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
 }

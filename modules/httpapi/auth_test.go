@@ -1,8 +1,10 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,37 +32,75 @@ func sign(t *testing.T, method jwt.SigningMethod, key any, claims jwt.Claims) st
 }
 
 func TestVerify(t *testing.T) {
-	auth := NewAuthenticator(testSecrets)
-	exp := jwt.NewNumericDate(time.Now().Add(time.Hour))
-	claims := func(tid, sub, role string, exp *jwt.NumericDate) Claims {
-		return Claims{Tenant: tid, Role: role, RegisteredClaims: jwt.RegisteredClaims{Subject: sub, ExpiresAt: exp}}
+	auth := NewAuthenticator(testSecrets, 24*time.Hour)
+	now := time.Now()
+	auth.now = func() time.Time { return now }
+	key := []byte("acme-secret-123")
+	exp := now.Add(time.Hour).Unix()
+	// claims are the claims of a good user token with the given changes
+	// (a nil value removes the claim)
+	claims := func(changes ...any) jwt.MapClaims {
+		c := jwt.MapClaims{"tid": "acme", "sub": "42", "role": "service", "exp": exp, "iat": now.Unix()}
+		for i := 0; i < len(changes); i += 2 {
+			if changes[i+1] == nil {
+				delete(c, changes[i].(string))
+			} else {
+				c[changes[i].(string)] = changes[i+1]
+			}
+		}
+		return c
 	}
-	good, _ := Sign([]byte("acme-secret-123"), "acme", 42, RoleService, time.Hour)
-	none := sign(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, claims("acme", "42", "", exp))
+	hs256 := func(changes ...any) string { return sign(t, jwt.SigningMethodHS256, key, claims(changes...)) }
+	good, _ := Sign(key, "acme", 42, RoleService, time.Hour)
+	none := sign(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, claims())
+	day := 24 * time.Hour
 	tests := []struct {
 		name  string
 		token string
-		ok    bool
+		uid   int64 // 0: refused
 	}{
-		{"valid service token", good, true},
-		{"expired", sign(t, jwt.SigningMethodHS256, []byte("acme-secret-123"), claims("acme", "42", "", jwt.NewNumericDate(time.Now().Add(-time.Hour)))), false},
-		{"no exp", sign(t, jwt.SigningMethodHS256, []byte("acme-secret-123"), claims("acme", "42", "", nil)), false},
-		{"forged with another secret", sign(t, jwt.SigningMethodHS256, []byte("wrong-secret"), claims("acme", "42", "", exp)), false},
-		{"signed by another tenant's secret", sign(t, jwt.SigningMethodHS256, []byte("other-secret-456"), claims("acme", "42", "", exp)), false},
-		{"unknown tenant", sign(t, jwt.SigningMethodHS256, []byte("acme-secret-123"), claims("nobody", "42", "", exp)), false},
-		{"alg none", none, false},
-		{"HS512 not allowed", sign(t, jwt.SigningMethodHS512, []byte("acme-secret-123"), claims("acme", "42", "", exp)), false},
-		{"non-numeric sub", sign(t, jwt.SigningMethodHS256, []byte("acme-secret-123"), claims("acme", "bob", "", exp)), false},
-		{"negative sub", sign(t, jwt.SigningMethodHS256, []byte("acme-secret-123"), claims("acme", "-1", "", exp)), false},
-		{"unknown role", sign(t, jwt.SigningMethodHS256, []byte("acme-secret-123"), claims("acme", "42", "root", exp)), false},
-		{"garbage", "a.b.c", false},
-		{"empty", "", false},
+		{"valid service token", good, 42},
+		{"valid, claims written by hand", hs256(), 42},
+		{"no iat: exp - now within the limit", hs256("iat", nil), 42},
+		{"lifetime exactly the limit", hs256("iat", now.Unix(), "exp", now.Add(day).Unix()), 42},
+		{"lifetime over the limit by the leeway", hs256("iat", now.Unix(), "exp", now.Add(day+Leeway+time.Second).Unix()), 0},
+		{"old token, lifetime the limit", hs256("iat", now.Add(-day+time.Minute).Unix(), "exp", now.Add(time.Minute).Unix()), 42},
+		{"no iat, exp a year away", hs256("iat", nil, "exp", now.Add(365*day).Unix()), 0},
+		{"exp in the year 9999", hs256("exp", time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC).Unix()), 0},
+		{"exp with a fraction", hs256("exp", float64(exp)+0.5), 42},
+		{"exp as a string", hs256("exp", strconv.FormatInt(exp, 10)), 0},
+		{"iat as a string", hs256("iat", strconv.FormatInt(now.Unix(), 10)), 0},
+		{"exp null", hs256("exp", json.RawMessage("null")), 0},
+		{"iat in the future, exp within the limit of it", hs256("iat", now.Add(10*day).Unix(), "exp", now.Add(10*day+time.Hour).Unix()), 0},
+		{"expired", hs256("exp", now.Add(-time.Hour).Unix(), "iat", now.Add(-2*time.Hour).Unix()), 0},
+		{"expired within the leeway", hs256("exp", now.Add(-Leeway/2).Unix(), "iat", now.Add(-time.Hour).Unix()), 42},
+		{"no exp", hs256("exp", nil), 0},
+		{"not yet valid", hs256("nbf", now.Add(time.Hour).Unix()), 0},
+		{"forged with another secret", sign(t, jwt.SigningMethodHS256, []byte("wrong-secret"), claims()), 0},
+		{"signed by another tenant's secret", sign(t, jwt.SigningMethodHS256, []byte("other-secret-456"), claims()), 0},
+		{"unknown tenant", hs256("tid", "nobody"), 0},
+		{"no tenant", hs256("tid", nil), 0},
+		{"alg none", none, 0},
+		{"HS512 not allowed", sign(t, jwt.SigningMethodHS512, key, claims()), 0},
+		{"non-numeric sub", hs256("sub", "bob"), 0},
+		{"negative sub", hs256("sub", "-1"), 0},
+		{"zero sub", hs256("sub", "0"), 0},
+		{"sub with a plus", hs256("sub", "+42"), 0},
+		{"sub with a leading zero", hs256("sub", "042"), 0},
+		{"sub with a space", hs256("sub", " 42"), 0},
+		{"sub as a number", hs256("sub", 42), 0},
+		{"sub of 19 digits", hs256("sub", "9223372036854775807"), 9223372036854775807},
+		{"sub past int64", hs256("sub", "9223372036854775808"), 0},
+		{"sub of 20 digits", hs256("sub", "10000000000000000000"), 0},
+		{"unknown role", hs256("role", "root"), 0},
+		{"garbage", "a.b.c", 0},
+		{"empty", "", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p, err := auth.Verify(tt.token)
-			if tt.ok {
-				if err != nil || p.Tenant != "acme" || p.UserID != 42 || p.Role != RoleService {
+			if tt.uid != 0 {
+				if err != nil || p.Tenant != "acme" || p.UserID != tt.uid || p.Role != RoleService {
 					t.Fatalf("Verify = %+v, %v", p, err)
 				}
 				return
@@ -86,6 +126,16 @@ func TestToken(t *testing.T) {
 	if Token(r, true) != "" {
 		t.Fatal("non-bearer scheme must not authenticate")
 	}
+	// the scheme is case-insensitive; anything else about the header is not
+	for h, want := range map[string]string{
+		"bearer h": "h", "BEARER h": "h", "BeArEr h": "h", "Bearer  h ": "h",
+		"Bearerh": "", "Bearer": "", "Bear h": "", "Bearer\th": "",
+	} {
+		r.Header.Set("Authorization", h)
+		if got := Token(r, false); got != want {
+			t.Errorf("Authorization %q: token %q, want %q", h, got, want)
+		}
+	}
 }
 
 func TestClassifyAndWriteError(t *testing.T) {
@@ -110,11 +160,25 @@ func FuzzVerify(f *testing.F) {
 	for _, s := range []string{good, "a.b.c", "", "eyJhbGciOiJub25lIn0.e30."} {
 		f.Add(s)
 	}
-	auth := NewAuthenticator(testSecrets)
+	f.Add(`eyJhbGciOiJIUzI1NiJ9.eyJ0aWQiOiJhY21lIiwic3ViIjoiNDIiLCJleHAiOiIxIn0.x`)
+	auth := NewAuthenticator(testSecrets, time.Hour)
 	f.Fuzz(func(t *testing.T, tok string) {
 		p, err := auth.Verify(tok)
-		if err == nil && (p.Tenant == "" || p.UserID <= 0) {
+		if err != nil {
+			if code, _ := Classify(err); code != CodeUnauthenticated {
+				t.Fatalf("%q: %v", tok, err)
+			}
+			return
+		}
+		if p.Tenant == "" || p.UserID <= 0 || !subPattern.MatchString(strconv.FormatInt(p.UserID, 10)) {
 			t.Fatalf("accepted %q as %+v", tok, p)
+		}
+		// what was accepted was signed by the tenant's key, expires, and
+		// lives at most the limit
+		var c Claims
+		if _, _, err := jwt.NewParser().ParseUnverified(tok, &c); err != nil || c.ExpiresAt == nil ||
+			time.Until(c.ExpiresAt.Time) > time.Hour+Leeway {
+			t.Fatalf("accepted %q: %+v %v", tok, c, err)
 		}
 	})
 }
