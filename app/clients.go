@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"time"
@@ -408,40 +407,3 @@ func initShardMgr(ctx context.Context, a *App) (Service, error) {
 	mg := a.NewShardManager()
 	return runner{run: mg.Run}, nil
 }
-
-func initOps(ctx context.Context, a *App) (Service, error) {
-	return newHTTPServer(a.Config.Metrics.Addr, a.opsHandler(), a)
-}
-
-func initAPI(ctx context.Context, a *App) (Service, error) {
-	return newHTTPServer(a.Config.HTTP.Addr, a.APIMux, a)
-}
-
-// httpServer listens at start (so a taken port fails start-up) and drains
-// in-flight requests on Stop.
-type httpServer struct {
-	srv *http.Server
-	ln  net.Listener
-}
-
-func newHTTPServer(addr string, h http.Handler, a *App) (Service, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", addr, err)
-	}
-	a.Log.Info().Str("addr", ln.Addr().String()).Msg("listening")
-	return &httpServer{ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}, nil
-}
-
-func (s *httpServer) Run(ctx context.Context) error {
-	err := s.srv.Serve(s.ln)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
-}
-
-func (s *httpServer) Stop(ctx context.Context) error { return s.srv.Shutdown(ctx) }
-
-// Addr is where the server listens (useful with port 0 in tests).
-func (s *httpServer) Addr() string { return s.ln.Addr().String() }

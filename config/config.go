@@ -34,10 +34,17 @@ type Config struct {
 // HTTP is the API listener. On a stop signal /readyz answers 503 for
 // ShutdownDelay while the API still serves, so a load balancer stops sending
 // before the listener closes; in-flight requests then have ShutdownGrace.
+// The timeouts bound what a slow or idle client costs (the operations
+// listener uses them too); MaxConns caps the API's connections at once.
 type HTTP struct {
-	Addr          string        `mapstructure:"addr"`
-	ShutdownDelay time.Duration `mapstructure:"shutdown_delay"`
-	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
+	Addr              string        `mapstructure:"addr"`
+	ShutdownDelay     time.Duration `mapstructure:"shutdown_delay"`
+	ShutdownGrace     time.Duration `mapstructure:"shutdown_grace"`
+	ReadHeaderTimeout time.Duration `mapstructure:"read_header_timeout"`
+	ReadTimeout       time.Duration `mapstructure:"read_timeout"`
+	WriteTimeout      time.Duration `mapstructure:"write_timeout"`
+	IdleTimeout       time.Duration `mapstructure:"idle_timeout"`
+	MaxConns          int           `mapstructure:"max_conns"`
 }
 
 // Auth is how API credentials (the tenants' JWTs) are checked.
@@ -208,7 +215,9 @@ const minSecretLen = 8
 // MariaDB and Redis on localhost and the in-process Kafka.
 func Default() Config {
 	return Config{
-		HTTP:    HTTP{Addr: "127.0.0.1:8080", ShutdownDelay: 5 * time.Second, ShutdownGrace: 30 * time.Second},
+		HTTP: HTTP{Addr: "127.0.0.1:8080", ShutdownDelay: 5 * time.Second, ShutdownGrace: 30 * time.Second,
+			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
+			IdleTimeout: 60 * time.Second, MaxConns: 10000},
 		Auth:    Auth{MaxTokenTTL: 24 * time.Hour},
 		Metrics: Metrics{Addr: "127.0.0.1:9090"},
 		Log:     Log{Level: "info", Format: "auto"},

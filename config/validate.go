@@ -64,8 +64,14 @@ func (c *Config) Validate(roles ...string) error {
 
 	if need["http"] {
 		p.listenAddr("http.addr", c.HTTP.Addr)
-		p.durAtLeast("http.shutdown_delay", c.HTTP.ShutdownDelay, 0)
-		p.durAtLeast("http.shutdown_grace", c.HTTP.ShutdownGrace, 0)
+		h := c.HTTP
+		p.durAtLeast("http.shutdown_delay", h.ShutdownDelay, 0)
+		p.durAtLeast("http.shutdown_grace", h.ShutdownGrace, 0)
+		p.durRange("http.read_header_timeout", h.ReadHeaderTimeout, 100*time.Millisecond, time.Hour)
+		p.durRange("http.read_timeout", h.ReadTimeout, h.ReadHeaderTimeout, time.Hour)
+		p.durRange("http.write_timeout", h.WriteTimeout, 100*time.Millisecond, time.Hour)
+		p.durRange("http.idle_timeout", h.IdleTimeout, 100*time.Millisecond, time.Hour)
+		p.intRange("http.max_conns", int64(h.MaxConns), 1, 1<<20)
 	}
 	if need["auth"] {
 		p.durRange("auth.max_token_ttl", c.Auth.MaxTokenTTL, time.Minute, 366*24*time.Hour)
@@ -117,6 +123,11 @@ func (c *Config) Validate(roles ...string) error {
 		p.durAtLeast("send.idempotency_ttl", s.IdempotencyTTL, time.Minute)
 		p.intRange("send.seq_reserve_step", s.SeqReserveStep, 1, 1_000_000)
 		p.durAbove("send.produce_timeout", s.ProduceTimeout, 0)
+		// a send waits up to the produce timeout for Kafka before it answers
+		if need["http"] && c.HTTP.WriteTimeout < s.ProduceTimeout+time.Second {
+			p.add("http.write_timeout", "must be at least send.produce_timeout + 1s (%s), got %s",
+				fmtDuration(s.ProduceTimeout+time.Second), fmtDuration(c.HTTP.WriteTimeout))
+		}
 		p.intRange("send.max_mentions", int64(s.MaxMentions), 0, 1<<31-1)
 		p.durAtLeast("send.acl_cache_ttl", s.ACLCacheTTL, 0)
 		p.durAtLeast("send.max_clock_backward", s.MaxClockBackward, 0)
