@@ -18,8 +18,8 @@ var ErrMalformed = errors.New("malformed event")
 // is malformed here rather than a "data too long" error that would fail a
 // whole batch in MySQL.
 const (
-	maxMsgType     = 32
-	maxEventID     = 64
+	maxMsgType = 32
+	maxEventID = 64
 )
 
 // DecodeEvent parses and checks one Kafka record value against the event
