@@ -100,14 +100,11 @@ var transientErrors = map[uint16]string{
 	3024: "ER_QUERY_TIMEOUT",     // MySQL max_execution_time
 }
 
-// erNoSuchTable is a month table that is registered but not there.
-const erNoSuchTable = 1146
-
 func classify(ctx context.Context, err error) failure {
 	if ctx.Err() != nil {
 		return aborted
 	}
-	if errors.Is(err, routing.ErrShardNotRegistered) || errors.Is(err, errNotWritable) {
+	if errors.Is(err, routing.ErrShardNotRegistered) || errors.Is(err, errNotWritable) || tenantdb.IsNoSuchTable(err) {
 		return missingTable
 	}
 	if errors.Is(err, tenantdb.ErrUnknownTenant) {
@@ -129,8 +126,6 @@ func classify(ctx context.Context, err error) failure {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		switch {
-		case me.Number == erNoSuchTable:
-			return missingTable
 		case permanentErrors[me.Number] != "":
 			return permanent
 		case transientErrors[me.Number] != "":
