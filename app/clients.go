@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -407,3 +409,75 @@ func initShardMgr(ctx context.Context, a *App) (Service, error) {
 	mg := a.NewShardManager()
 	return runner{run: mg.Run}, nil
 }
+
+func initOps(ctx context.Context, a *App) (Service, error) {
+	// probes and scrapes must get through while the API is saturated: no
+	// connection cap here, the same timeouts
+	return newHTTPServer(a.Config.Metrics.Addr, a.opsHandler(), a.Config.HTTP, 0, nil, a)
+}
+
+func initAPI(ctx context.Context, a *App) (Service, error) {
+	open := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "imshard_http_open_connections",
+		Help: "Connections the API server holds open (at most http.max_conns; more wait to be accepted).",
+	})
+	if err := a.Registry.Register(open); err != nil {
+		return nil, err
+	}
+	return newHTTPServer(a.Config.HTTP.Addr, a.APIMux, a.Config.HTTP, a.Config.HTTP.MaxConns, open, a)
+}
+
+// httpServer listens at start (so a taken port fails start-up) and drains
+// in-flight requests on Stop.
+//
+// What a slow or idle client may cost is bounded by the http.* timeouts:
+// headers within read_header_timeout, the whole request within
+// read_timeout, the handler and its answer within write_timeout, and a
+// keep-alive connection closes after idle_timeout without a request; the
+// API accepts at most max_conns connections at once. A long-lived route (a
+// WebSocket or event stream) must lift the read and write deadlines of its
+// own connection before it upgrades or streams:
+//
+//	rc := http.ResponseController(w)
+//	_ = rc.SetReadDeadline(time.Time{})
+//	_ = rc.SetWriteDeadline(time.Time{})
+//
+// (TestHTTPLongLivedRouteLiftsDeadlines shows it working) and keep its own
+// liveness checks (pings) instead.
+type httpServer struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+// newHTTPServer listens on addr; maxConns > 0 caps the connections held
+// at once, counted in open (if set).
+func newHTTPServer(addr string, h http.Handler, c config.HTTP, maxConns int, open prometheus.Gauge, a *App) (Service, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	if maxConns > 0 {
+		ln = newLimitListener(ln, maxConns, open)
+	}
+	a.Log.Info().Str("addr", ln.Addr().String()).Msg("listening")
+	return &httpServer{ln: ln, srv: &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: c.ReadHeaderTimeout,
+		ReadTimeout:       c.ReadTimeout,
+		WriteTimeout:      c.WriteTimeout,
+		IdleTimeout:       c.IdleTimeout,
+	}}, nil
+}
+
+func (s *httpServer) Run(ctx context.Context) error {
+	err := s.srv.Serve(s.ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+func (s *httpServer) Stop(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// Addr is where the server listens (useful with port 0 in tests).
+func (s *httpServer) Addr() string { return s.ln.Addr().String() }

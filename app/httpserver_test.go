@@ -30,14 +30,15 @@ func serveHTTP(t *testing.T, c config.HTTP, maxConns int, open prometheus.Gauge,
 		t.Fatal(err)
 	}
 	s := svc.(*httpServer)
+	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Run(context.Background()) }()
+	go func() { done <- s.Run(ctx) }()
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		stop()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = s.srv.Close()
-		_ = s.Stop(ctx)
-		if err := <-done; err != nil {
+		_ = s.Stop(sctx)
+		if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			t.Errorf("Run: %v", err)
 		}
 	})
