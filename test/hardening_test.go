@@ -2,6 +2,9 @@ package test
 
 import (
 	"context"
+	"fmt"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,5 +40,32 @@ func TestSendAfterRedisLossWithMonthTableMissing(t *testing.T) {
 	evs := e.events(func(ev message.Event) bool { return ev.ClientMsgID == "three" })
 	if got := sendByCMID(evs, "two"); len(got) != 1 || got[0].ShardMonth != e.Start.String() {
 		t.Fatalf("events of the send: %+v", got)
+	}
+}
+
+// Read-your-own-write when the hot cache is incomplete: after the topic's
+// hot key is gone (idle past hot_cache.ttl), a message is sent and a
+// latest page read at once includes it, though MySQL does not have it yet
+// (no persist runs here: every message stays in Kafka) — in the process
+// that took the send and in another that keeps no copies.
+func TestLatestPageShowsOwnSendAfterHotKeyExpired(t *testing.T) {
+	e := startSend(t, harness.Options{Roles: []string{"send", "query"}})
+	e.group("room", 1, "active")
+	e.member("room", 1, "member", time.Time{})
+	user := e.Token(1, "")
+	other := rpNoCopies(t, e.Env)
+	hot := e.keys().HotMessages("room")
+	for i := range 20 {
+		if err := e.Redis.Do(context.Background(), e.Redis.B().Del().Key(hot).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		text := fmt.Sprint("message ", i)
+		r := e.mustSend(user, "room", sendBody(fmt.Sprint("m", i), text))
+		for name, env := range map[string]*harness.Env{"sender's process": e.Env, "another process": other} {
+			page := rpList(t, env, 1, "room", url.Values{"limit": {"5"}})
+			if len(page.Messages) == 0 || page.Messages[0].Seq != r.Seq || !strings.Contains(string(page.Messages[0].Content), text) {
+				t.Fatalf("send %d (seq %d), latest page of the %s: %v", i, r.Seq, name, page.seqs())
+			}
+		}
 	}
 }

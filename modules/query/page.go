@@ -1,6 +1,7 @@
 package query
 
 import (
+	"cmp"
 	"slices"
 	"sort"
 	"unsafe"
@@ -228,6 +229,33 @@ func (v hotView) gapsIn(lo, hi int64) ([]int64, bool) {
 		lo = end + 1
 	}
 	return out, true
+}
+
+// held lists the messages the view holds with seq below `below`, newest
+// first, without globally deleted ones. A message is in the hot cache
+// before its send answers 201 but in MySQL only once persisted: a page the
+// view cannot prove complete, which MySQL answers, adds these so that a
+// reader whose request starts after the 201 sees the message.
+func (v hotView) held(below int64) []message.Message {
+	var fromCopy, fromRead []message.Message
+	if v.base != nil {
+		for s := min(v.base.hi, below-1); s >= v.base.lo; s-- {
+			if m := v.base.at(s); m != nil && m.Status != message.StatusDeleted {
+				fromCopy = append(fromCopy, *m)
+			}
+		}
+	}
+	for i, z := range v.top.Members {
+		s := int64(z.Score)
+		if s >= below || v.inBase(s) || i > 0 && int64(v.top.Members[i-1].Score) == s {
+			continue
+		}
+		if m, ok := v.top.msg(s); ok && m.Status != message.StatusDeleted {
+			fromRead = append(fromRead, m.Normalized())
+		}
+	}
+	slices.SortFunc(fromRead, func(a, b message.Message) int { return cmp.Compare(b.Seq, a.Seq) })
+	return Merge(fromCopy, fromRead, Desc)
 }
 
 // walk builds a page from the view starting at seq from, stepping towards

@@ -139,10 +139,38 @@ func (s *Service) Before(ctx context.Context, p httpapi.Principal, topic string,
 		if page, tables, err = s.scan(ctx, db, p.Tenant, q, r.route, func(tr routing.TopicRoute) []routing.Month { return tr.Before(before) }); err != nil {
 			return BeforePage{}, err
 		}
+		if page, err = s.withHeld(ctx, db, p, topic, r, before, page); err != nil {
+			return BeforePage{}, err
+		}
 	}
 	s.m.observe(tables, ok, time.Since(start).Seconds())
 	page, more := Truncate(page, limit)
 	return BeforePage{Messages: nonNil(page), NextBefore: NextBefore(page), HasMore: more}, nil
+}
+
+// withHeld adds to a newest-first page read from MySQL what the page's
+// hot-cache read holds below before and MySQL did not return (messages
+// acknowledged but not persisted yet), minus what the caller hid.
+func (s *Service) withHeld(ctx context.Context, db *sql.DB, p httpapi.Principal, topic string, r pageReads,
+	before int64, page []message.Message) ([]message.Message, error) {
+	held := r.v.held(before)
+	if len(held) == 0 {
+		return page, nil
+	}
+	hidden := r.hv.ranges
+	if !r.hv.known {
+		var err error
+		if hidden, err = s.st.hidden(ctx, db, topic, p.UserID, held[len(held)-1].Seq, 0); err != nil {
+			return nil, err
+		}
+	}
+	visible := held[:0]
+	for _, m := range held {
+		if !hidden.Hides(m.Seq) {
+			visible = append(visible, m)
+		}
+	}
+	return Merge(page, visible, Desc), nil
 }
 
 // open validates the topic and returns the tenant's key builder and pool.
