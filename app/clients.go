@@ -438,7 +438,7 @@ func initAPI(ctx context.Context, a *App) (Service, error) {
 // WebSocket or event stream) must lift the read and write deadlines of its
 // own connection before it upgrades or streams:
 //
-//	rc := http.ResponseController(w)
+//	rc := http.NewResponseController(w)
 //	_ = rc.SetReadDeadline(time.Time{})
 //	_ = rc.SetWriteDeadline(time.Time{})
 //
