@@ -135,7 +135,7 @@ func runBenchPersist(ctx context.Context, cfg *config.Config, o *benchPersistOpt
 			query.DropFixtures(cleanup, db, func(name string) string {
 				return strings.Replace(imsql.DropDatabase(), imsql.DatabasePlaceholder, name, 1)
 			}),
-			query.DropKeys(cleanup, a.Redis(), o.tenant))
+			routing.DropTenantKeys(cleanup, a.Redis(), o.tenant))
 	}
 	return rep, err
 }

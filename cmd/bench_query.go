@@ -153,7 +153,7 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 	drop := func() error {
 		return errors.Join(query.DropFixtures(context.WithoutCancel(ctx), db, func(name string) string {
 			return strings.Replace(imsql.DropDatabase(), imsql.DatabasePlaceholder, name, 1)
-		}), query.DropKeys(context.WithoutCancel(ctx), a.Redis(), o.tenant))
+		}), routing.DropTenantKeys(context.WithoutCancel(ctx), a.Redis(), o.tenant))
 	}
 	if err := p.Check(); err != nil {
 		return rep, false, usagef("%v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,7 +16,7 @@ import (
 
 func newRouteCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "route", Short: "Check and rebuild Redis topic routes against the MySQL mirror and the month tables"}
-	c.AddCommand(newRouteCheckCmd(g), newRouteRebuildCmd(g))
+	c.AddCommand(newRouteCheckCmd(g), newRouteRebuildCmd(g), newRouteRestoreCmd(g))
 	return c
 }
 
@@ -132,6 +133,68 @@ func newRouteRebuildCmd(g *globals) *cobra.Command {
 	c.Flags().StringVar(&o.tenant, "tenant", "", "tenant id (required)")
 	c.Flags().StringVar(&o.topic, "topic", "", "only this topic")
 	c.Flags().BoolVar(&o.all, "all", false, "every topic of the mirror")
+	_ = c.MarkFlagRequired("tenant")
+	return c
+}
+
+type routeRestoreOptions struct {
+	tenant     string
+	kafkaSince string
+	seqMargin  int64
+}
+
+func newRouteRestoreCmd(g *globals) *cobra.Command {
+	o := &routeRestoreOptions{seqMargin: -1}
+	c := &cobra.Command{
+		Use:   "restore --tenant=T [--kafka-since=TIME] [--seq-margin=N]",
+		Short: "After restoring a tenant database from a dump: raise every topic's seq reservation above the dump and Kafka, rebuild the tenant's Redis state",
+		Long: `Run with the tenant's database restored and no process serving the tenant.
+Every topic's durable seq reservation is raised to the highest seq the dump or
+the tenant's events in kafka.topic (read from --kafka-since, default: the whole
+retention) hold for it, plus --seq-margin (default send.seq_reserve_step); then
+the tenant's Redis keys are dropped and the active month, the ready months and
+the topic routes are rebuilt from MySQL. Running it twice is harmless.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if c.Flags().Changed("seq-margin") && o.seqMargin < 0 {
+				return usagef("--seq-margin must be at least 0, got %d", o.seqMargin)
+			}
+			var since time.Time
+			if o.kafkaSince != "" {
+				t, err := time.Parse(time.RFC3339, o.kafkaSince)
+				if err != nil {
+					return usagef("--kafka-since: want an RFC 3339 time such as 2026-03-01T02:00:00Z, got %q", o.kafkaSince)
+				}
+				since = t
+			}
+			cfg, err := g.load(nil, "send", "persist")
+			if err != nil {
+				return err
+			}
+			if _, err := tenantsFor(cfg, o.tenant); err != nil {
+				return err
+			}
+			margin := o.seqMargin
+			if margin < 0 {
+				margin = cfg.Send.SeqReserveStep
+			}
+			ctx, stop := signalContext()
+			defer stop()
+			a := app.New(cfg, g.logger(cfg))
+			defer a.Close()
+			_, err = a.RestoreTenant(ctx, o.tenant, app.RestoreOptions{KafkaSince: since, SeqMargin: margin,
+				Progress: func(format string, args ...any) {
+					fmt.Fprintf(g.stdout, "tenant %s: %s\n", o.tenant, fmt.Sprintf(format, args...))
+				}})
+			if err != nil {
+				return fmt.Errorf("restore %s: %w", o.tenant, err)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&o.tenant, "tenant", "", "tenant id (required)")
+	c.Flags().StringVar(&o.kafkaSince, "kafka-since", "", "read the tenant's events from this time (RFC 3339; at or before the dump's start) instead of the topic's start")
+	c.Flags().Int64Var(&o.seqMargin, "seq-margin", -1, "added above the highest seq found per topic (default send.seq_reserve_step)")
 	_ = c.MarkFlagRequired("tenant")
 	return c
 }

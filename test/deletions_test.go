@@ -11,7 +11,6 @@ import (
 
 	sq "github.com/Masterminds/squirrel"
 
-	"github.com/imshard/imshard/modules/query"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 )
@@ -226,7 +225,7 @@ func TestDeletionsSurviveLostRedis(t *testing.T) {
 	if v, ok := hiddenEntry(t, env, "dellost", rpMember); !ok || v != "5-25,50-51" {
 		t.Fatalf("cached ranges %q %v", v, ok)
 	}
-	if err := query.DropKeys(context.Background(), env.Redis, env.Tenant); err != nil {
+	if err := routing.DropTenantKeys(context.Background(), env.Redis, env.Tenant); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := hiddenEntry(t, env, "dellost", rpMember); ok {

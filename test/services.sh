@@ -97,6 +97,10 @@ ensure_mysql() {
     apt_install mariadb-server mariadb-client
   fi
   [ -n "$(mariadbd_bin)" ] && have mariadb-install-db || die "mariadbd / mariadb-install-db still missing after installing mariadb-server"
+  # The restore drill dumps and loads a tenant database with the client tools.
+  if [ -z "$(mysql_client)" ] || ! { have mariadb-dump || have mysqldump; }; then
+    apt_install mariadb-client
+  fi
 
   if mysql_alive; then
     did="already running at $MYSQL_ADDR"

@@ -1,7 +1,9 @@
 package persist
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -67,41 +69,14 @@ type Compensation struct {
 // DeadLetters reads the dead-letter topic from its start (the tenant's
 // records only when tenant is set), at most limit records (0: all).
 func (t *Tool) DeadLetters(ctx context.Context, tenant string, limit int) ([]DeadLetter, error) {
-	cl, err := kgo.NewClient(append(slices.Clone(t.p.KafkaConn), kgo.ConsumeTopics(t.p.Kafka.DLQTopic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, t.p.Kafka.DLQTopic)
-	if err != nil {
-		return nil, fmt.Errorf("dlq: end offsets: %w", err)
-	}
-	left := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			left[o.Partition] = o.Offset
-		}
-	})
 	var out []DeadLetter
-	for len(left) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		for _, fe := range fs.Errors() {
-			return nil, fmt.Errorf("dlq: read: %w", fe.Err)
-		}
-		for _, r := range fs.Records() {
-			if r.Offset+1 >= left[r.Partition] {
-				delete(left, r.Partition)
-			}
-			d := deadLetterOf(r)
-			if tenant != "" && d.Tenant != tenant {
-				continue
-			}
+	err := t.scan(ctx, t.p.Kafka.DLQTopic, time.Time{}, func(r *kgo.Record) {
+		if d := deadLetterOf(r); tenant == "" || d.Tenant == tenant {
 			out = append(out, d)
 		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dlq: %w", err)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Partition != out[j].Partition {
@@ -113,6 +88,101 @@ func (t *Tool) DeadLetters(ctx context.Context, tenant string, limit int) ([]Dea
 		out = out[:limit]
 	}
 	return out, nil
+}
+
+// scan reads topic from since (from its start when zero) up to its end as
+// of the call, handing every record to fn.
+func (t *Tool) scan(ctx context.Context, topic string, since time.Time, fn func(*kgo.Record)) error {
+	from := kgo.NewOffset().AtStart()
+	if !since.IsZero() {
+		from = kgo.NewOffset().AfterMilli(since.UnixMilli())
+	}
+	cl, err := kgo.NewClient(append(slices.Clone(t.p.KafkaConn), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(from))...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("end offsets of %s: %w", topic, err)
+	}
+	var starts kadm.ListedOffsets
+	if since.IsZero() {
+		starts, err = adm.ListStartOffsets(ctx, topic)
+	} else {
+		starts, err = adm.ListOffsetsAfterMilli(ctx, since.UnixMilli(), topic)
+	}
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("start offsets of %s: %w", topic, err)
+	}
+	// the partitions with records to read, and the offset each ends at
+	left := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if s, ok := starts.Lookup(topic, o.Partition); ok && o.Offset > s.Offset {
+			left[o.Partition] = o.Offset
+		}
+	})
+	for len(left) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		for _, fe := range fs.Errors() {
+			return fmt.Errorf("read %s: %w", topic, fe.Err)
+		}
+		for _, r := range fs.Records() {
+			end, ok := left[r.Partition]
+			if !ok {
+				continue // past the end taken at the start
+			}
+			if r.Offset+1 >= end {
+				delete(left, r.Partition)
+			}
+			fn(r)
+		}
+	}
+	return nil
+}
+
+// IssuedSeqs reads the message topic from since (from its start when zero)
+// and returns, for each topic of tenant, the highest seq an event carries,
+// and how many of the tenant's events it read. Every seq a send acknowledged
+// is in an event, so this is the highest seq any client may hold — as far
+// back as the topic's retention reaches. Events are read for their tenant,
+// topic and seq only, so events of any version count.
+func (t *Tool) IssuedSeqs(ctx context.Context, tenant string, since time.Time) (map[string]int64, int, error) {
+	prefix := []byte(tenant + "/") // message.Event.Key
+	seqs := map[string]int64{}
+	n := 0
+	err := t.scan(ctx, t.p.Kafka.Topic, since, func(r *kgo.Record) {
+		if !bytes.HasPrefix(r.Key, prefix) {
+			return
+		}
+		var ev struct {
+			Tenant string `json:"tenant"`
+			Topic  string `json:"topic"`
+			SeqID  int64  `json:"seq_id"`
+		}
+		if err := json.Unmarshal(r.Value, &ev); err != nil || ev.Tenant != tenant {
+			return // not an event of the tenant's
+		}
+		if err := routing.ValidTopic(ev.Topic); err != nil {
+			return
+		}
+		n++
+		seqs[ev.Topic] = max(seqs[ev.Topic], ev.SeqID)
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("issued seqs: %w", err)
+	}
+	return seqs, n, nil
 }
 
 func deadLetterOf(r *kgo.Record) DeadLetter {

@@ -484,29 +484,3 @@ func validDatabase(name string) bool {
 	}
 	return true
 }
-
-// DropKeys deletes every Redis key of the benchmark tenant.
-func DropKeys(ctx context.Context, rdb rueidis.Client, tenant string) error {
-	keys, err := routing.KeysFor(tenant)
-	if err != nil {
-		return err
-	}
-	for _, node := range rdb.Nodes() {
-		var cursor uint64
-		for {
-			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(keys.TenantPattern()).Count(1000).Build()).AsScanEntry()
-			if err != nil {
-				return err
-			}
-			if len(e.Elements) > 0 {
-				if err := rdb.Do(ctx, rdb.B().Unlink().Key(e.Elements...).Build()).Error(); err != nil {
-					return err
-				}
-			}
-			if cursor = e.Cursor; cursor == 0 {
-				break
-			}
-		}
-	}
-	return nil
-}

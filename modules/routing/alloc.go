@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -255,6 +256,60 @@ func (a *Allocator) ReservedHi(ctx context.Context, tenant, topic string) (int64
 		return 0, err
 	}
 	return reservedHi(ctx, db, topic)
+}
+
+// RaiseReservations lifts the durable high-water of every topic that has a
+// reservation, or a seq in issued, to its highest known seq plus margin —
+// the restore of a tenant database from a dump, whose reservations are as old
+// as the dump while seqs went on being handed out (and, for topics created
+// since, recorded nowhere in it). It only ever raises (GREATEST), so running
+// it twice is harmless. It returns the high-water of each topic.
+func (a *Allocator) RaiseReservations(ctx context.Context, tenant string, issued map[string]int64, margin int64) (map[string]int64, error) {
+	db, err := a.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := sq.Select("topic", "reserved_hi").From(reservationsTable).RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("alloc: read reservations: %w", err)
+	}
+	hi := map[string]int64{}
+	for rows.Next() {
+		var topic string
+		var v int64
+		if err := rows.Scan(&topic, &v); err != nil {
+			_ = rows.Close()
+			return nil, fmt.Errorf("alloc: read reservations: %w", err)
+		}
+		hi[topic] = v
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, fmt.Errorf("alloc: read reservations: %w", err)
+	}
+	for topic, seq := range issued {
+		if err := ValidTopic(topic); err != nil {
+			return nil, err
+		}
+		hi[topic] = max(hi[topic], seq)
+	}
+	topics := make([]string, 0, len(hi))
+	for topic := range hi {
+		hi[topic] += margin
+		topics = append(topics, topic)
+	}
+	slices.Sort(topics)
+	const chunk = 500
+	for lo := 0; lo < len(topics); lo += chunk {
+		ins := sq.Insert(reservationsTable).Columns("topic", "reserved_hi")
+		for _, topic := range topics[lo:min(lo+chunk, len(topics))] {
+			ins = ins.Values(topic, hi[topic])
+		}
+		if _, err := ins.Suffix("ON DUPLICATE KEY UPDATE reserved_hi = GREATEST(reserved_hi, VALUES(reserved_hi))").
+			RunWith(db).ExecContext(ctx); err != nil {
+			return nil, fmt.Errorf("alloc: raise reservations of %s: %w", tenant, err)
+		}
+	}
+	return hi, nil
 }
 
 // MarkReady tells Redis that m's table is writable, so allocation may move to

@@ -1,8 +1,11 @@
 package routing
 
 import (
+	"context"
 	"encoding/hex"
 	"strconv"
+
+	"github.com/redis/rueidis"
 )
 
 // Keys builds every Redis key of one tenant. All of them carry the hash tag
@@ -25,6 +28,34 @@ func KeysFor(tenant string) (Keys, error) {
 // TenantPattern is the SCAN pattern matching every key of the tenant; the
 // tenant id is validated, so it carries no glob metacharacters.
 func (k Keys) TenantPattern() string { return k.prefix[:len(k.prefix)-len("groupmsg:")] + "*" }
+
+// DropTenantKeys deletes every Redis key of the tenant on every node: a
+// benchmark's clean-up, and a tenant restore's (the keys describe the state
+// before the restore; the service rebuilds them from MySQL).
+func DropTenantKeys(ctx context.Context, rdb rueidis.Client, tenant string) error {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return err
+	}
+	for _, node := range rdb.Nodes() {
+		var cursor uint64
+		for {
+			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(keys.TenantPattern()).Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				return err
+			}
+			if len(e.Elements) > 0 {
+				if err := rdb.Do(ctx, rdb.B().Unlink().Key(e.Elements...).Build()).Error(); err != nil {
+					return err
+				}
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return nil
+}
 
 // ActiveMonth is the tenant's active month (STRING YYYYMM).
 func (k Keys) ActiveMonth() string { return k.prefix + "active_month" }
