@@ -62,6 +62,10 @@ func New(cfg *config.Config, log zerolog.Logger) *App {
 	a := &App{Config: cfg, Log: log, Registry: reg, APIMux: httpapi.NewMux(), services: map[string]Service{}}
 	a.tenants.set(cfg.Tenants)
 	a.reload.live = cfg
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "imshard_ready",
+		Help: "1 when the process would answer /readyz 200 at this scrape, 0 when it would answer 503 (a dependency down, draining, shutting down).",
+	}, a.readyValue))
 	return a
 }
 

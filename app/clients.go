@@ -358,6 +358,7 @@ func initRouting(ctx context.Context, a *App) (Service, error) {
 	c := &a.clients
 	c.scripts = routing.NewScripts()
 	c.rmetrics = routing.NewMetrics(a.Registry)
+	c.rmetrics.ExportTenants(c.pools.IDs())
 	c.catalog = routing.NewCatalog(c.pools, 5*time.Second)
 	c.alloc = routing.NewAllocator(routing.AllocatorParams{
 		Redis:       c.redis,
@@ -407,6 +408,7 @@ func (a *App) NewShardManager() *shardmgr.Manager {
 
 func initShardMgr(ctx context.Context, a *App) (Service, error) {
 	mg := a.NewShardManager()
+	mg.ExportTenants(a.clients.pools.IDs())
 	return runner{run: mg.Run}, nil
 }
 

@@ -11,6 +11,9 @@ import (
 	"github.com/imshard/imshard/modules/httpapi"
 )
 
+// readyTimeout bounds one readiness check of the dependencies.
+const readyTimeout = 3 * time.Second
+
 // opsHandler serves the operations endpoints on metrics.addr: /metrics,
 // /healthz (the process is alive) and /readyz (it should get traffic).
 func (a *App) opsHandler() *httpapi.Mux {
@@ -20,7 +23,7 @@ func (a *App) opsHandler() *httpapi.Mux {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
 		if err := a.Ready(ctx); err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": err.Error()})
@@ -29,6 +32,17 @@ func (a *App) opsHandler() *httpapi.Mux {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	return mux
+}
+
+// readyValue is /readyz as a number for the imshard_ready gauge: the same
+// check, at scrape time.
+func (a *App) readyValue() float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if a.Ready(ctx) != nil {
+		return 0
+	}
+	return 1
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -77,6 +77,7 @@ func (a *App) applyReload(next *config.Config) {
 	if a.clients.pools != nil {
 		a.clients.pools.SetTenants(Tenants(&applied))
 	}
+	a.exportTenants(merged)
 	if next.Log.Level != live.Log.Level {
 		SetLogLevel(next.Log.Level)
 		applied.Log.Level = next.Log.Level
@@ -90,4 +91,19 @@ func (a *App) applyReload(next *config.Config) {
 	}
 	a.reload.live = &applied
 	a.Log.Info().Int("tenants", len(merged)).Str("log_level", applied.Log.Level).Msg("configuration reloaded")
+}
+
+// exportTenants creates the tenant-labelled series of the modules started
+// for tenants a reload added, at 0, as their start did for the others.
+func (a *App) exportTenants(tenants []config.Tenant) {
+	ids := make([]string, 0, len(tenants))
+	for _, t := range tenants {
+		ids = append(ids, t.ID)
+	}
+	if a.clients.rmetrics != nil {
+		a.clients.rmetrics.ExportTenants(ids)
+	}
+	if a.clients.shards != nil && slices.Contains(a.Modules(), ShardMgr) {
+		a.clients.shards.ExportTenants(ids)
+	}
 }

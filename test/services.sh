@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Ensures the dev/test services are up: MariaDB and Redis, installing them with
-# apt-get where missing (fresh Debian). Idempotent: running services are only
-# reported. Only the default local addresses are ever started. Also installs
-# systemd-analyze (package systemd), which checks the shipped units; where it
-# cannot be installed the unit test says so when it skips.
+# apt-get where missing (fresh Debian), and promtool (the alert rules' tests).
+# Idempotent: running services are only reported. Only the default local
+# addresses are ever started. Also installs systemd-analyze (package systemd),
+# which checks the shipped units; where it cannot be installed the unit test
+# says so when it skips.
 #
 #   IMSHARD_TEST_MYSQL_ADDR  default 127.0.0.1:3306
 #   IMSHARD_TEST_REDIS_ADDR  default 127.0.0.1:6379
@@ -170,6 +171,26 @@ ensure_systemd_analyze() {
   fi
 }
 
+# --------------------------------------------------------------- promtool ---
+# The alert rules and their unit tests (docs/alerts.yml, docs/alerts_test.yml) are checked
+# with promtool from Debian's prometheus package. The package would start a Prometheus
+# server on :9090 (imshard's metrics port): a policy-rc.d that refuses service starts is put
+# in place for the install when none exists.
+ensure_promtool() {
+  local policy=/usr/sbin/policy-rc.d
+  if ! have promtool; then
+    if ! as_root test -e "$policy"; then
+      printf '#!/bin/sh\nexit 101\n' | as_root tee "$policy" >/dev/null
+      as_root chmod 755 "$policy"
+      trap 'as_root rm -f /usr/sbin/policy-rc.d' EXIT
+    fi
+    apt_install prometheus
+  fi
+  have promtool || die "promtool still missing after installing prometheus"
+  say "promtool: $(promtool --version 2>&1 | head -n 1)"
+}
+
 ensure_mysql
 ensure_redis
 ensure_systemd_analyze
+ensure_promtool

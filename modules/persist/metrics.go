@@ -14,8 +14,8 @@ const (
 	statusRetry       = "retry"       // an attempt failed and will be retried
 )
 
-// metrics are the persist role's. The group_message_* names are seed 000
-// §11's, kept as written so its alerts apply unchanged.
+// metrics are the persist role's. The group_message_* names are kept
+// stable: dashboards and alert rules (docs/alerts.yml) use them.
 type metrics struct {
 	persisted  *prometheus.CounterVec // group_message_persist_total{month,status}
 	latency    prometheus.Histogram   // group_message_persist_latency
@@ -33,7 +33,9 @@ type metrics struct {
 	pollPaused    prometheus.Gauge // imshard_persist_poll_paused
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics registers the role's metrics; inFlight counts the records
+// polled and not yet done (imshard_persist_in_flight_records).
+func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 	m := &metrics{
 		persisted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "group_message_persist_total",
@@ -91,7 +93,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "1 while persist stops polling Kafka because its in-flight or parked events are at their limit: every tenant waits.",
 		}),
 	}
+	inFlightGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "imshard_persist_in_flight_records",
+		Help: "Records polled from Kafka and not yet stored, compensated or dead-lettered (work persist holds).",
+	}, inFlight)
 	reg.MustRegister(m.persisted, m.latency, m.dedupHits, m.deadLetter, m.backlog, m.batchSize, m.batchTime,
-		m.retries, m.lag, m.repairs, m.parkedTenants, m.parkedEvents, m.pollPaused)
+		m.retries, m.lag, m.repairs, m.parkedTenants, m.parkedEvents, m.pollPaused, inFlightGauge)
+	// exported as 0 from the start, so an alert sees the first one as an increase
+	for _, r := range []string{reasonMalformed, missingTable.String(), permanent.String(), fatal.String()} {
+		m.deadLetter.WithLabelValues(r)
+	}
+	for _, f := range []failure{transient, missingTable, unclassified} {
+		m.retries.WithLabelValues(f.String())
+	}
 	return m
 }

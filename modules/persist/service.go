@@ -107,7 +107,6 @@ func New(p Params) (*Service, error) {
 	}
 	s := &Service{
 		p:          p,
-		m:          newMetrics(p.Registerer),
 		crashAfter: crashAfterFromEnv(),
 		parts:      map[int32]*partOffsets{},
 		touched:    map[string]time.Time{},
@@ -121,6 +120,7 @@ func New(p Params) (*Service, error) {
 		finished:   make(chan struct{}),
 	}
 	s.capCond = sync.NewCond(&s.capMu)
+	s.m = newMetrics(p.Registerer, s.inFlight)
 	s.work, s.cancelWork = context.WithCancel(context.Background())
 	cl, err := kgo.NewClient(append(slices.Clone(p.KafkaConn),
 		kgo.ConsumerGroup(p.Kafka.Group),
@@ -323,6 +323,13 @@ func (s *Service) finish(recs []*record) {
 	}
 }
 
+// inFlight is the number of records polled and not yet done.
+func (s *Service) inFlight() float64 {
+	s.capMu.Lock()
+	defer s.capMu.Unlock()
+	return float64(s.inflight)
+}
+
 // release returns capacity for records done or dropped.
 func (s *Service) release(n int) {
 	if n == 0 {
@@ -489,6 +496,8 @@ func (s *Service) detach(m map[string][]int32) map[int32]*partOffsets {
 			out[p] = po
 			delete(s.parts, p)
 		}
+		// the partition's lag is its new owner's to report
+		s.m.lag.DeleteLabelValues(strconv.Itoa(int(p)))
 	}
 	return out
 }

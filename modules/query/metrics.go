@@ -1,8 +1,13 @@
 package query
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
 
-// Latency sources (seed 000 §11): a page served by the hot cache, by one
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
+)
+
+// Latency sources: a page served by the hot cache, by one
 // month table, or by several.
 const (
 	sourceRedis  = "redis"
@@ -98,6 +103,11 @@ func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
 	}
 	for _, step := range []string{stepHotPut, stepPublish} {
 		m.changeFollowups.WithLabelValues(step)
+	}
+	for _, action := range []string{message.ActionRecall, message.ActionEdit, message.ActionDelete} {
+		for _, result := range []string{httpapi.CodeUnavailable, httpapi.CodeInternal} {
+			m.changes.WithLabelValues(action, result) // the failure alert sees a first one as an increase
+		}
 	}
 	return m
 }

@@ -4,8 +4,8 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Metrics shared by several modules live here, registered once per process,
 // so that `imshard all` (every role in one registry) registers each name once.
-// The group_message_* names are the seed's (§11), kept as written so the
-// seed's alerts apply unchanged.
+// The group_message_* names are kept stable: dashboards and alert rules
+// (docs/alerts.yml) use them.
 type Metrics struct {
 	ShardMissing  *prometheus.CounterVec // group_message_shard_missing_total{tenant}
 	RouteMiss     prometheus.Counter     // group_message_route_miss_total
@@ -55,5 +55,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.ShardMissing, m.RouteMiss, m.RouteRebuild, m.SeqReserve, m.SeqResumed,
 		m.MonthSwitches, m.ActiveMonth, m.AllocRetries)
+	for _, r := range []string{"ok", "error"} {
+		m.SeqReserve.WithLabelValues(r) // exported as 0 from the start: the first error is an increase
+	}
 	return m
+}
+
+// ExportTenants creates the tenant-labelled counters of tenants at 0 (an
+// existing series keeps its value), so that an alert on a tenant's first
+// increment, increase(…) > 0, sees it rise from 0. The process calls it at
+// start and for the tenants a reload adds.
+func (m *Metrics) ExportTenants(tenants []string) {
+	for _, t := range tenants {
+		m.ShardMissing.WithLabelValues(t)
+	}
 }

@@ -1,6 +1,10 @@
 package send
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/imshard/imshard/modules/httpapi"
+)
 
 // metrics of the send role.
 type metrics struct {
@@ -52,5 +56,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	reg.MustRegister(m.latency, m.total, m.gaps, m.postAck, m.dedupHit)
+	// exported as 0 from the start: the error-rate alert divides by them and
+	// sees a first failure as an increase
+	for _, r := range []string{resultOK, resultDuplicate, httpapi.CodeUnavailable, httpapi.CodeInternal} {
+		m.total.WithLabelValues(r)
+	}
 	return m
 }

@@ -49,3 +49,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	return m
 }
+
+// ExportTenants creates the tenant-labelled series of tenants (an existing
+// series keeps its value): the counters at 0, so an alert sees a tenant's
+// first DDL failure as an increase, and the last-success time at 0 ("never"),
+// so a tenant whose sync never succeeds is visible from the start. The
+// process calls it at start and for the tenants a reload adds.
+func (mg *Manager) ExportTenants(tenants []string) {
+	for _, t := range tenants {
+		mg.m.ddlFailures.WithLabelValues(t)
+		mg.m.created.WithLabelValues(t)
+		mg.m.lastSuccess.WithLabelValues(t).Add(0)
+	}
+}
