@@ -37,6 +37,7 @@ func (a *App) NewQuery() *query.Service {
 		LocalTopics:  a.Config.HotCache.LocalTopics,
 		LocalMaxAge:  a.Config.HotCache.LocalMaxAge,
 		RecallWindow: a.Config.Send.RecallWindow,
+		MaxEditBody:  a.Config.Send.MaxBodyBytes,
 		Log:          a.Log.With().Str("module", Query).Logger(),
 		Registerer:   a.Registry,
 	})

@@ -62,6 +62,25 @@ func chDeleteAll(t testing.TB, env *harness.Env, token, topic string, seq int64,
 	return code, chDecode(t, out)
 }
 
+// chEdit edits (topic, seq) with token: body is sent as it is.
+func chEdit(t testing.TB, env *harness.Env, token, topic string, seq int64, body any) (int, chResult) {
+	t.Helper()
+	code, out := env.Do("PATCH", chSeqPath(topic, seq), token, body)
+	return code, chDecode(t, out)
+}
+
+// chEditBody is a valid edit body setting the text.
+func chEditBody(text string, expected int) map[string]any {
+	return map[string]any{"content": map[string]any{"text": text}, "expected_version": expected}
+}
+
+// chText is the text of a message's content ("" for a tombstone).
+func chText(m message.Message) string {
+	var c struct{ Text string }
+	_ = json.Unmarshal(m.Content, &c)
+	return c.Text
+}
+
 // chRevision is one im_message_revisions row.
 type chRevision struct {
 	action, reason, month string

@@ -3,6 +3,7 @@ package test
 import (
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -172,7 +173,7 @@ func TestChangeRefusalsChangeNothing(t *testing.T) {
 
 // TestChangeCopiesNeverServeOldVersion: a query process keeping copies of
 // the newest messages (not the one changing them) never answers the old
-// version of a message once the change was answered — neither a page read
+// version of a message once its recall or edit was answered — neither a page read
 // right after it nor any page of readers running alongside that started
 // after the answer.
 func TestChangeCopiesNeverServeOldVersion(t *testing.T) {
@@ -205,7 +206,9 @@ func TestChangeCopiesNeverServeOldVersion(t *testing.T) {
 	}
 
 	// readers alongside: a page started after a change's answer shows it
-	var answered atomic.Int64 // changes answered so far: seqs 27, 26, ... down
+	var answered atomic.Int64 // recalls answered so far: seqs 27, 26, ... down
+	var edited atomic.Int64   // the version of seq 19 answered last
+	edited.Store(1)
 	stop := make(chan struct{})
 	errs := make(chan string, 4)
 	var wg sync.WaitGroup
@@ -219,10 +222,14 @@ func TestChangeCopiesNeverServeOldVersion(t *testing.T) {
 					return
 				default:
 				}
-				done := answered.Load()
+				done, version := answered.Load(), edited.Load()
 				for _, m := range latest().Messages {
 					if m.Seq > 27-done && m.Seq <= 27 && m.Status != message.StatusRecalled {
 						errs <- fmt.Sprintf("seq %d served as %s after its recall was answered", m.Seq, m.Status)
+						return
+					}
+					if m.Seq == 19 && (int64(m.Version) < version || m.Version > 1 && chText(m) != fmt.Sprintf("edit %d", m.Version)) {
+						errs <- fmt.Sprintf("seq 19 served as version %d %q after version %d was answered", m.Version, chText(m), version)
 						return
 					}
 				}
@@ -234,6 +241,10 @@ func TestChangeCopiesNeverServeOldVersion(t *testing.T) {
 			t.Fatalf("recall %d: %d %+v", 27-i, code, r.Error)
 		}
 		answered.Store(i + 1)
+		if code, r := chEdit(t, env, tok, "chcopy", 19, chEditBody(fmt.Sprintf("edit %d", i+2), int(i+1))); code != 200 {
+			t.Fatalf("edit %d: %d %+v", i+2, code, r.Error)
+		}
+		edited.Store(i + 2)
 		latest()
 	}
 	close(stop)
@@ -277,5 +288,109 @@ func TestChangeRedisFailureChangesNothing(t *testing.T) {
 	}
 	if code, r := chRecall(t, env, admin, "chred", 50, nil); code != 200 || r.ChangeSeq != 1 {
 		t.Fatalf("the retry: %d %+v", code, r)
+	}
+}
+
+// TestChangeEditConcurrentOneVersion: four edits based on the same
+// version race; exactly one is answered 200, the others 409 with the
+// version they lost to, and only the winner left a revision.
+func TestChangeEditConcurrentOneVersion(t *testing.T) {
+	t.Parallel()
+	env := rpStart(t)
+	rpThreeMonths(t, env, "chrace")
+	tok := env.Token(rpMember, "")
+	codes := make([]int, 4)
+	results := make([]chResult, 4)
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i], results[i] = chEdit(t, env, tok, "chrace", 30, chEditBody(fmt.Sprintf("edit %d", i), 1))
+		}()
+	}
+	wg.Wait()
+	won := -1
+	for i, code := range codes {
+		switch {
+		case code == 200 && won < 0:
+			won = i
+		case code == 409 && results[i].Error.Details["current_version"] == float64(2):
+		default:
+			t.Fatalf("edit %d: %d %+v (codes %v)", i, code, results[i].Error, codes)
+		}
+	}
+	if won < 0 {
+		t.Fatalf("no edit won: %v", codes)
+	}
+	var m message.Message
+	rpGet(t, env, rpOther, "", chSeqPath("chrace", 30), &m)
+	if m.Version != 2 || chText(m) != fmt.Sprintf("edit %d", won) {
+		t.Fatalf("stored after the race: %+v, winner %d", m, won)
+	}
+	if revs := chRevisions(t, env, "chrace", 30); len(revs) != 1 || revs[0].action != "edit" || !strings.Contains(revs[0].content, "message 30") {
+		t.Fatalf("revisions: %+v", revs)
+	}
+}
+
+// TestChangeEditRules: only the sender edits (or a service token naming
+// the sender); the body is checked as a send's; a recalled message and a
+// stale version are conflicts; refusals change nothing.
+func TestChangeEditRules(t *testing.T) {
+	t.Parallel()
+	env := rpStart(t)
+	rpThreeMonths(t, env, "chedit")
+	sender, svc := env.Token(rpMember, ""), env.Token(900, "service")
+	deep := strings.Repeat(`{"a":`, 40) + "1" + strings.Repeat("}", 40)
+	for _, c := range []struct {
+		name   string
+		token  string
+		seq    int64
+		body   any
+		status int
+		want   string
+	}{
+		{"member, not the sender", env.Token(rpOther, ""), 10, chEditBody("x", 1), 403, "permission_denied"},
+		{"non-member", env.Token(rpStranger, ""), 10, chEditBody("x", 1), 403, "permission_denied"},
+		{"admin token", env.Token(rpAdmin, "admin"), 10, chEditBody("x", 1), 403, "permission_denied"},
+		{"service for another member", svc, 10, map[string]any{"content": map[string]any{}, "expected_version": 1, "from_user": rpOther}, 403, "permission_denied"},
+		{"from_user without the service role", sender, 10, map[string]any{"content": map[string]any{}, "expected_version": 1, "from_user": rpMember}, 400, "invalid_argument"},
+		{"unknown seq", sender, 999, chEditBody("x", 1), 404, "not_found"},
+		{"content not an object", sender, 10, map[string]any{"content": "hi", "expected_version": 1}, 400, "content"},
+		{"content missing", sender, 10, map[string]any{"expected_version": 1}, 400, "content"},
+		{"head not an object", sender, 10, map[string]any{"content": map[string]any{}, "head": []int{1}, "expected_version": 1}, 400, "head"},
+		{"content nested too deep", sender, 10, []byte(`{"content":` + deep + `,"expected_version":1}`), 400, "nest"},
+		{"expected_version missing", sender, 10, map[string]any{"content": map[string]any{}}, 400, "expected_version"},
+		{"mentions are not editable", sender, 10, map[string]any{"content": map[string]any{}, "expected_version": 1, "mentioned_user_ids": []int{5}}, 400, "invalid_argument"},
+		{"stale version", sender, 10, chEditBody("x", 3), 409, "current_version"},
+	} {
+		code, out := env.Do("PATCH", chSeqPath("chedit", c.seq), c.token, c.body)
+		if code != c.status || !strings.Contains(string(out), c.want) {
+			t.Fatalf("%s: %d %s, want %d %s", c.name, code, out, c.status, c.want)
+		}
+	}
+	if n := chCount(t, env, "im_message_revisions", sq.Eq{"topic": "chedit"}) + chCount(t, env, "im_topic_changes", sq.Eq{"topic": "chedit"}); n != 0 {
+		t.Fatalf("refused edits wrote %d rows", n)
+	}
+	// the service role edits for the sender; head null clears it, absent keeps it
+	code, r := chEdit(t, env, svc, "chedit", 10, map[string]any{"content": map[string]any{"text": "by service"}, "head": map[string]any{"h": 1},
+		"expected_version": 1, "from_user": strconv.FormatInt(rpMember, 10)})
+	if code != 200 || r.Message.Version != 2 || string(r.Message.Head) != `{"h":1}` || r.ChangeSeq != 1 {
+		t.Fatalf("service edit: %d %+v", code, r)
+	}
+	if code, r = chEdit(t, env, sender, "chedit", 10, chEditBody("again", 2)); code != 200 || string(r.Message.Head) != `{"h":1}` {
+		t.Fatalf("edit keeping the head: %d %+v", code, r)
+	}
+	if code, r = chEdit(t, env, sender, "chedit", 10, map[string]any{"content": map[string]any{"text": "x"}, "head": nil, "expected_version": 3}); code != 200 || string(r.Message.Head) != "null" {
+		t.Fatalf("edit clearing the head: %d %+v", code, r)
+	}
+	if revs := chRevisions(t, env, "chedit", 10); len(revs) != 3 || revs[2].actor != rpMember || revs[0].actor != rpMember {
+		t.Fatalf("revisions: %+v", revs)
+	}
+	if code, _ := chRecall(t, env, env.Token(rpAdmin, "admin"), "chedit", 11, nil); code != 200 {
+		t.Fatal("recall")
+	}
+	if code, r := chEdit(t, env, sender, "chedit", 11, chEditBody("x", 2)); code != 409 || r.Error.Code != "conflict" {
+		t.Fatalf("edit of a recalled message: %d %+v", code, r.Error)
 	}
 }

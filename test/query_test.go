@@ -133,8 +133,8 @@ func TestAcceptance08_RecallEditReportFavouriteReachOldMonths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sq.Update(tbl.Quoted()).Set("content", `{"text":"edited"}`).Set("version", 3).Where(sq.Eq{"topic": "acc08", "seqid": 4}).RunWith(env.DB).ExecContext(ctx); err != nil {
-		t.Fatal(err)
+	if code, r := chEdit(t, env, env.Token(rpMember, ""), "acc08", 4, chEditBody("edited", 1)); code != 200 || r.Message.Version != 2 {
+		t.Fatalf("edit of a message three months old: %d %+v", code, r)
 	}
 	var m message.Message
 	rpGet(t, env, rpMember, "", "/v1/topics/acc08/messages/3", &m)
@@ -142,9 +142,16 @@ func TestAcceptance08_RecallEditReportFavouriteReachOldMonths(t *testing.T) {
 		t.Fatalf("recalled tombstone from the oldest month: %+v", m)
 	}
 	rpGet(t, env, rpMember, "", "/v1/topics/acc08/messages/4", &m)
-	if string(m.Content) != `{"text":"edited"}` || m.Version != 3 {
+	if chText(m) != "edited" || m.Version != 2 || !m.UpdatedAt.After(m.CreatedAt.Time) {
 		t.Fatalf("edited message: %+v", m)
 	}
+	if n := chCount(t, env, tbl.Name(), sq.Eq{"topic": "acc08", "seqid": 4, "version": 2}); n != 1 {
+		t.Fatal("the edit is not in the oldest month's table")
+	}
+	if code, r := chDeleteAll(t, env, env.Token(rpAdmin, "admin"), "acc08", 5, "report"); code != 200 || r.Message.Status != "deleted" {
+		t.Fatalf("delete for everyone of a message three months old: %d %+v", code, r)
+	}
+	rpExpect(t, "lists skip the deleted message", rpList(t, env, rpMember, "acc08", url.Values{"before": {"7"}, "limit": {"3"}}).seqs(), []int64{6, 4, 3})
 	// reports, favourites and file references hold message ids: the admin
 	// lookup finds them in any month
 	for _, seq := range []int64{1, 3, 20, 21, 40, 41, 70} {

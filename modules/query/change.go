@@ -385,5 +385,15 @@ func (s *Service) afterChange(ctx context.Context, keys routing.Keys, c changeRe
 	}
 }
 
+// defaultMaxEditBody is send.max_body_bytes' default.
+const defaultMaxEditBody = 64 << 10
+
+func (s *Service) maxEditBody() int64 {
+	if s.p.MaxEditBody > 0 {
+		return s.p.MaxEditBody
+	}
+	return defaultMaxEditBody
+}
+
 // afterChangeTimeout bounds the best-effort steps after a commit.
 const afterChangeTimeout = 5 * time.Second

@@ -17,6 +17,7 @@ func (s *Service) Register(mux *httpapi.Mux, auth *httpapi.Authenticator, log ze
 	mux.Handle("GET /v1/topics/{topic}/search", h(s.handleSearch))
 	mux.Handle("POST /v1/topics/{topic}/deletions", h(s.handleDeletions))
 	mux.Handle("DELETE /v1/topics/{topic}/messages/{seq}", h(s.handleDelete))
+	mux.Handle("PATCH /v1/topics/{topic}/messages/{seq}", h(s.handleEdit))
 	mux.Handle("POST /v1/topics/{topic}/messages/{seq}/recall", h(s.handleRecall))
 	mux.Handle("GET /v1/messages/{message_id}", h(s.handleMessageByID))
 	mux.Handle("GET /v1/admin/messages/{message_id}", h(s.handleAdminMessage))
@@ -195,6 +196,23 @@ func (s *Service) handleRecall(w http.ResponseWriter, r *http.Request, p httpapi
 		return err
 	}
 	res, err := s.Recall(r.Context(), p, r.PathValue("topic"), seq, reason)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, res)
+	return nil
+}
+
+func (s *Service) handleEdit(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
+	seq, err := pathSeq(r)
+	if err != nil {
+		return err
+	}
+	req, err := DecodeEdit(http.MaxBytesReader(w, r.Body, s.maxEditBody()))
+	if err != nil {
+		return err
+	}
+	res, err := s.Edit(r.Context(), p, r.PathValue("topic"), seq, req)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -306,4 +307,29 @@ func checkReason(reason string) error {
 		return invalid("reason must be UTF-8 of at most " + strconv.Itoa(MaxReason) + " characters")
 	}
 	return nil
+}
+
+// DecodeEdit reads and validates the body of an edit: content required,
+// head optional (absent keeps the message's head, null clears it), both
+// checked as a send's are (message.CheckStored); expected_version required;
+// from_user, when given, a positive id. Nothing else — mentions, msg_type —
+// is editable: any other field is refused.
+func DecodeEdit(r io.Reader) (EditRequest, error) {
+	var req EditRequest
+	if err := httpapi.DecodeStrict(r, &req); err != nil {
+		return EditRequest{}, err
+	}
+	if req.ExpectedVersion == nil || *req.ExpectedVersion < 1 {
+		return EditRequest{}, invalid("expected_version is required: the version of the message the edit is based on (>= 1)")
+	}
+	if req.Content == nil {
+		return EditRequest{}, invalid("content is required")
+	}
+	if err := message.CheckStored(req.Content, req.Head); err != nil {
+		return EditRequest{}, invalid(err.Error())
+	}
+	if req.FromUser != nil && *req.FromUser <= 0 {
+		return EditRequest{}, invalid("from_user must be a positive user id")
+	}
+	return req, nil
 }
