@@ -40,11 +40,12 @@ func newBenchQueryCmd(g *globals) *cobra.Command {
 	o := &benchQueryOptions{}
 	c := &cobra.Command{
 		Use:   "query",
-		Short: "50-message pages: one month, two months, the single legacy table, hot cache, HTTP beside raw SQL",
+		Short: "50-message pages (one month, two months, the single legacy table, hot cache, HTTP) and edits/recalls, beside raw SQL",
 		Long: "Builds a fixture in a tenant database of its own (--rows messages over --topics topics, spread over\n" +
 			"--months month tables ending with the current one, and the same rows in one legacy single table), then\n" +
 			"measures p50/p99 and rate of each read with --concurrency readers on random topics at random\n" +
-			"positions within the last two months.\n" +
+			"positions within the last two months; then edits and recalls of messages of any month through the service\n" +
+			"beside the raw SELECT … FOR UPDATE + UPDATE + revision INSERT transaction (these change the fixture).\n" +
 			"The tenant database and its Redis keys are dropped afterwards unless --keep; a complete kept fixture is\n" +
 			"reused by the next run (which drops it unless --keep again).",
 		Args: cobra.NoArgs,
@@ -171,6 +172,9 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 		}
 	}
 	rep, err = p.Measure(ctx)
+	if err == nil {
+		rep.Changes, err = p.MeasureChanges(ctx)
+	}
 	if !o.keep {
 		err = errors.Join(err, drop())
 	}
@@ -182,7 +186,8 @@ func printBenchQuery(w io.Writer, o *benchQueryOptions, rep query.BenchReport) {
 		o.rows, o.topics, o.months, o.concurrency, o.duration, runtime.GOMAXPROCS(0))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\tpages\terrors\trate/s\tp50\tp99")
-	for _, r := range []query.BenchResult{rep.OneMonth, rep.TwoMonths, rep.HotCache, rep.HotSolo, rep.RawMonth, rep.RawLegacy, rep.HTTP} {
+	for _, r := range []query.BenchResult{rep.OneMonth, rep.TwoMonths, rep.HotCache, rep.HotSolo, rep.RawMonth, rep.RawLegacy, rep.HTTP,
+		rep.Changes.Edit, rep.Changes.Recall, rep.Changes.RawEdit} {
 		if r.Skipped {
 			continue
 		}
@@ -213,6 +218,8 @@ func printBenchQuery(w io.Writer, o *benchQueryOptions, rep query.BenchReport) {
 	ratio("two-month p99 / one-month p99", rep.TwoMonths, rep.OneMonth, 1.5, true, p99)
 	ratio("month-table p99 / single-table p99 (raw SQL)", rep.RawMonth, rep.RawLegacy, 0.5, true, p99)
 	ratio("HTTP rate / raw SQL rate", rep.HTTP, rep.RawMonth, 0.5, false, rate)
+	ratio("service edits/s / raw edit transactions/s", rep.Changes.Edit, rep.Changes.RawEdit, 0.6, false, rate)
+	ratio("service recalls/s / raw edit transactions/s", rep.Changes.Recall, rep.Changes.RawEdit, 0.6, false, rate)
 	for _, r := range []query.BenchResult{rep.HotCache, rep.HotSolo} {
 		if !r.Skipped {
 			fmt.Fprintf(w, "%-52s %6.2f ms (bar < 2 ms: %s)\n", r.Name+" p99",

@@ -79,6 +79,7 @@ type BenchReport struct {
 	HTTP      BenchResult // the same pages as RawMonth, through HTTP
 	RawMonth  BenchResult // raw SQL: the page's statement on its month table
 	RawLegacy BenchResult // raw SQL: the same statement on the single 2M-row table
+	Changes   ChangeReport
 }
 
 const benchUser int64 = 1

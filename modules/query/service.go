@@ -51,8 +51,8 @@ type Params struct {
 	// MaxEditBody bounds an edit's body as send.max_body_bytes bounds a
 	// send's (default 64 KiB).
 	MaxEditBody int64
-	Log          zerolog.Logger
-	Registerer   prometheus.Registerer
+	Log         zerolog.Logger
+	Registerer  prometheus.Registerer
 }
 
 // Service answers reads.

@@ -1,0 +1,148 @@
+package query
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// The change runs of `imshard bench query`: edits and recalls through the
+// service (the whole change path: membership, in-flight check, route, the
+// locked row, revision, change_seq, the Redis script before the commit,
+// the hot-cache put and the event after it) beside the raw transaction on
+// the same fixture — SELECT … FOR UPDATE, UPDATE, the revision INSERT.
+// Every operation takes a row no earlier one touched, spread over every
+// month of the fixture, so an edit is always based on version 1 and a
+// recall never meets a recalled message.
+
+// ChangeReport holds the change runs.
+type ChangeReport struct {
+	Edit    BenchResult // service: PATCH's path, a message of any month
+	Recall  BenchResult // service: recall's path, a message of any month
+	RawEdit BenchResult // raw SQL: the edit's transaction without the caches
+}
+
+// rows hands out fixture rows, each once: the k-th is topic k mod Topics
+// at a seq that strides through the topic's whole history.
+type benchRows struct {
+	next   atomic.Int64
+	topics int64
+	last   int64
+	stride int64
+}
+
+func newBenchRows(topics int, last int64) *benchRows {
+	stride := int64(7919) // coprime to last: steps through every seq once
+	for gcd(stride, last) != 1 {
+		stride++
+	}
+	return &benchRows{topics: int64(topics), last: last, stride: stride}
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// take is the next row no operation had; false when all were had.
+func (r *benchRows) take() (topic string, seq int64, ok bool) {
+	k := r.next.Add(1) - 1
+	if k >= r.topics*r.last {
+		return "", 0, false
+	}
+	return benchTopic(int(k % r.topics)), 1 + (k/r.topics*r.stride)%r.last, true
+}
+
+// tableOf is the month table holding seq.
+func (p *BenchParams) tableOf(seq int64) routing.Table {
+	for j := range p.Tables {
+		if base, n := p.span(j); seq <= base+n {
+			return p.Tables[j]
+		}
+	}
+	return p.Tables[len(p.Tables)-1]
+}
+
+var errBenchRowsUsed = errors.New("bench: every fixture row was changed; use a larger fixture or shorter runs")
+
+// MeasureChanges runs the change runs on the fixture (which they change:
+// a kept fixture holds edited and recalled rows afterwards).
+func (p *BenchParams) MeasureChanges(ctx context.Context) (ChangeReport, error) {
+	var rep ChangeReport
+	rows := newBenchRows(p.Topics, p.last())
+	sender := httpapi.Principal{Tenant: p.Tenant, UserID: benchUser}
+	service := httpapi.Principal{Tenant: p.Tenant, UserID: benchUser, Role: httpapi.RoleService}
+	one := 1
+	rep.Edit = p.run(ctx, "service edit, any month", p.Concurrency, func(ctx context.Context, _ *rand.Rand) error {
+		topic, seq, ok := rows.take()
+		if !ok {
+			return errBenchRowsUsed
+		}
+		content := json.RawMessage(`{"text":"edited ` + strconv.FormatInt(seq, 10) + `"}`)
+		res, err := p.Service.Edit(ctx, sender, topic, seq, EditRequest{Content: content, ExpectedVersion: &one})
+		if err == nil && res.ChangeSeq == 0 {
+			err = fmt.Errorf("edit of %s/%d changed nothing", topic, seq)
+		}
+		return err
+	})
+	rep.Recall = p.run(ctx, "service recall, any month", p.Concurrency, func(ctx context.Context, _ *rand.Rand) error {
+		topic, seq, ok := rows.take()
+		if !ok {
+			return errBenchRowsUsed
+		}
+		res, err := p.Service.Recall(ctx, service, topic, seq, "bench")
+		if err == nil && res.ChangeSeq == 0 {
+			err = fmt.Errorf("recall of %s/%d changed nothing", topic, seq)
+		}
+		return err
+	})
+	rep.RawEdit = p.run(ctx, "raw SQL edit transaction", p.Concurrency, func(ctx context.Context, _ *rand.Rand) error {
+		topic, seq, ok := rows.take()
+		if !ok {
+			return errBenchRowsUsed
+		}
+		return p.rawEdit(ctx, p.tableOf(seq), topic, seq)
+	})
+	return rep, ctx.Err()
+}
+
+// rawEdit is an edit's transaction and nothing else: the row locked, the
+// update, the revision.
+func (p *BenchParams) rawEdit(ctx context.Context, t routing.Table, topic string, seq int64) error {
+	tx, err := p.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	old, _, err := lockMessage(ctx, tx, []routing.Table{t}, topic, seq)
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	content := `{"text":"edited ` + strconv.FormatInt(seq, 10) + `"}`
+	if _, err := sq.Update(t.Quoted()).Set("content", content).Set("version", old.Version+1).Set("updated_at", now).
+		Where(sq.Eq{"topic": topic, "seqid": seq}).RunWith(tx).ExecContext(ctx); err != nil {
+		return err
+	}
+	if _, err := sq.Insert(revisionsTable).
+		Columns("topic", "shard_month", "seqid", "message_id", "action", "version", "content", "head", "actor", "change_seq", "created_at").
+		Values(topic, t.Month().String(), seq, int64(old.MessageID), message.ActionEdit, old.Version+1, nullJSON(old.Content),
+			nullJSON(old.Head), benchUser, 0, now).
+		RunWith(tx).ExecContext(ctx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
