@@ -112,3 +112,36 @@ func FuzzParseCursor(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeChangeBodies(t *testing.T) {
+	for body, want := range map[string]string{"": "", "  ": "", `{}`: "", `{"reason":"spam"}`: "spam"} {
+		if got, err := DecodeRecall(strings.NewReader(body)); err != nil || got != want {
+			t.Fatalf("recall body %q: %q %v", body, got, err)
+		}
+	}
+	for _, body := range []string{`{"reason":1}`, `{"why":"x"}`, `[]`, `{"reason":"` + strings.Repeat("é", 256) + `"}`, `{}{}`} {
+		if _, err := DecodeRecall(strings.NewReader(body)); !isInvalid(err) {
+			t.Fatalf("recall body %q: %v, want invalid_argument", body, err)
+		}
+	}
+	req, err := DecodeEdit(strings.NewReader(`{"content":{"text":"x"},"expected_version":3}`))
+	if err != nil || *req.ExpectedVersion != 3 || req.Head != nil || req.FromUser != nil {
+		t.Fatalf("edit without head: %+v %v", req, err)
+	}
+	if req, err = DecodeEdit(strings.NewReader(`{"content":{},"head":null,"expected_version":1,"from_user":"7"}`)); err != nil ||
+		string(req.Head) != "null" || *req.FromUser != 7 {
+		t.Fatalf("edit clearing the head for a member: %+v %v", req, err)
+	}
+	for _, body := range []string{
+		`{"content":{}}`, `{"content":{},"expected_version":0}`, `{"expected_version":1}`, `{"content":[],"expected_version":1}`,
+		`{"content":{},"head":"x","expected_version":1}`, `{"content":{},"expected_version":1,"from_user":0}`,
+		`{"content":{},"expected_version":1,"mention_all":true}`, `{"content":{"a":1,"a":2},"expected_version":1}`,
+	} {
+		if _, err := DecodeEdit(strings.NewReader(body)); !isInvalid(err) {
+			t.Fatalf("edit body %s: %v, want invalid_argument", body, err)
+		}
+	}
+	if _, err := ParseReason(url.Values{"reason": {"a", "b"}}); !isInvalid(err) {
+		t.Fatal("a repeated reason")
+	}
+}
