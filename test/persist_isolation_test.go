@@ -274,3 +274,36 @@ func TestPersistUnknownErrorRetriesThenDeadLetters(t *testing.T) {
 		}
 	}
 }
+
+// The limit of parking: events parked behind a waiting tenant are held in
+// memory, at most persist.max_parked; at it the process stops polling (for
+// every tenant) and says so (imshard_persist_poll_paused, alert
+// ImshardPersistStalled) until the tenant resumes — then everything is
+// stored, once.
+func TestPersistParkedBudgetPausesPollingUntilTheTenantResumes(t *testing.T) {
+	env := persistOnly(t, func(c *config.Config) {
+		c.Persist.MaxRetries = 1 << 20
+		c.Persist.MaxParked = 3
+		c.Persist.BatchSize = 2
+	})
+	table, _ := routing.TableFor(env.Start)
+	if _, err := env.DB.Exec("DROP TABLE " + table.Quoted()); err != nil {
+		t.Fatal(err)
+	}
+	var evs []message.Event
+	for seq := int64(1); seq <= 20; seq++ {
+		evs = append(evs, persistEvent(env.Tenant, fmt.Sprintf("p%d", seq%5), seq, env.Start, 1, fmt.Sprint(seq)))
+	}
+	persistProduce(t, env, evs[:19]...)
+	waitFor(t, 20*time.Second, func() bool { return persistMetric(t, env, "imshard_persist_parked_events") >= 3 })
+	persistProduce(t, env, evs[19]) // the next poll finds the budget used up
+	waitFor(t, 20*time.Second, func() bool { return persistMetric(t, env, "imshard_persist_poll_paused") == 1 })
+	if res := env.App.NewShardManager().SyncTenant(context.Background(), env.Tenant, shardOpts(env.Start)); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	stored := persistWaitCount(t, env, len(evs), 30*time.Second, env.Start)
+	persistCheckRoutes(t, env, stored)
+	waitFor(t, 10*time.Second, func() bool {
+		return persistMetric(t, env, "imshard_persist_poll_paused") == 0 && persistMetric(t, env, "imshard_persist_parked_tenants") == 0
+	})
+}

@@ -105,6 +105,11 @@ func New(p Params) (*Service, error) {
 	if p.Writers <= 0 {
 		p.Writers = DefaultWriters
 	}
+	if p.Config.MaxParked <= 0 {
+		// unset (a caller that builds its own config): the default budget,
+		// never a zero one that would stop polling for good
+		p.Config.MaxParked = config.Default().Persist.MaxParked
+	}
 	s := &Service{
 		p:          p,
 		crashAfter: crashAfterFromEnv(),

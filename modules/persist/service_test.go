@@ -36,3 +36,22 @@ func TestStopWithoutRunReturns(t *testing.T) {
 		t.Fatal("Stop without Run hangs")
 	}
 }
+
+// A caller that builds its own persist config without max_parked (the
+// benchmark) gets the default budget, not a zero one that never polls.
+func TestUnsetParkedBudgetIsTheDefault(t *testing.T) {
+	s, err := New(Params{
+		Config:     config.Persist{BatchSize: 10},
+		Kafka:      config.Default().Kafka,
+		KafkaConn:  []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")},
+		Metrics:    routing.NewMetrics(prometheus.NewRegistry()),
+		Registerer: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Stop(context.Background()) }()
+	if s.maxParked != config.Default().Persist.MaxParked || s.maxParked <= 0 {
+		t.Fatalf("max parked %d", s.maxParked)
+	}
+}
