@@ -22,8 +22,9 @@ func Token(cfg *config.Config, tenant string, sub int64, role string, ttl time.D
 	default:
 		return "", fmt.Errorf("role must be %s or %s (or none for a plain user), got %q", httpapi.RoleService, httpapi.RoleAdmin, role)
 	}
-	if ttl <= 0 {
-		return "", fmt.Errorf("ttl must be positive, got %s", ttl)
+	if ttl <= 0 || ttl > cfg.Auth.MaxTokenTTL {
+		// a longer lifetime is refused by the API (auth.max_token_ttl)
+		return "", fmt.Errorf("ttl must be positive and at most auth.max_token_ttl (%s), got %s", cfg.Auth.MaxTokenTTL, ttl)
 	}
 	var ids []string
 	for _, t := range cfg.Tenants {

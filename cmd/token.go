@@ -41,7 +41,7 @@ any topic and the admin routes; none is a plain user).`,
 	c.Flags().StringVar(&tenant, "tenant", "", "tenant id (one of the configured tenants)")
 	c.Flags().Int64Var(&sub, "sub", 0, "user id (a positive integer)")
 	c.Flags().StringVar(&role, "role", "", "service or admin; empty for a plain user")
-	c.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token is valid")
+	c.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token is valid (at most auth.max_token_ttl)")
 	_ = c.MarkFlagRequired("tenant")
 	_ = c.MarkFlagRequired("sub")
 	return c

@@ -59,6 +59,7 @@ func TestTokenCommandSignsForTheTenant(t *testing.T) {
 		{[]string{"--tenant", env.Tenant, "--sub=0"}, "sub must be a positive user id"},
 		{[]string{"--tenant", env.Tenant, "--sub=1", "--role=root"}, "role must be service or admin"},
 		{[]string{"--tenant", env.Tenant, "--sub=1", "--ttl=-1h"}, "ttl must be positive"},
+		{[]string{"--tenant", env.Tenant, "--sub=1", "--ttl=25h"}, "at most auth.max_token_ttl (24h0m0s), got 25h0m0s"},
 	} {
 		code, out := runCLI(t, nil, append([]string{"--config", cfg, "token"}, c.args...)...)
 		if code != 2 || !strings.Contains(out, c.says) {
