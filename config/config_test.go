@@ -433,7 +433,7 @@ func TestValidateRules(t *testing.T) {
 		{"lock ttl", func(c *Config) { c.Shard.LockTTL = 999 * time.Millisecond }, "shard.lock_ttl"},
 		{"read header timeout", func(c *Config) { c.HTTP.ReadHeaderTimeout = 0 }, "http.read_header_timeout"},
 		{"read timeout below header timeout", func(c *Config) { c.HTTP.ReadTimeout = 5 * time.Second }, "http.read_timeout"},
-		{"write timeout below produce timeout", func(c *Config) { c.HTTP.WriteTimeout = 10 * time.Second }, "http.write_timeout"},
+		{"write timeout below produce timeout", func(c *Config) { c.HTTP.WriteTimeout = 15 * time.Second }, "http.write_timeout"},
 		{"idle timeout", func(c *Config) { c.HTTP.IdleTimeout = 0 }, "http.idle_timeout"},
 		{"max conns", func(c *Config) { c.HTTP.MaxConns = 0 }, "http.max_conns"},
 		{"max token ttl low", func(c *Config) { c.Auth.MaxTokenTTL = 59 * time.Second }, "auth.max_token_ttl"},

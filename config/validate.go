@@ -123,10 +123,11 @@ func (c *Config) Validate(roles ...string) error {
 		p.durAtLeast("send.idempotency_ttl", s.IdempotencyTTL, time.Minute)
 		p.intRange("send.seq_reserve_step", s.SeqReserveStep, 1, 1_000_000)
 		p.durAbove("send.produce_timeout", s.ProduceTimeout, 0)
-		// a send waits up to the produce timeout for Kafka before it answers
-		if need["http"] && c.HTTP.WriteTimeout < s.ProduceTimeout+time.Second {
-			p.add("http.write_timeout", "must be at least send.produce_timeout + 1s (%s), got %s",
-				fmtDuration(s.ProduceTimeout+time.Second), fmtDuration(c.HTTP.WriteTimeout))
+		// a send waits up to the produce timeout for Kafka and up to 5 s
+		// more for its Redis bookkeeping before it answers
+		if need["http"] && c.HTTP.WriteTimeout < s.ProduceTimeout+6*time.Second {
+			p.add("http.write_timeout", "must be at least send.produce_timeout + 6s (%s), got %s",
+				fmtDuration(s.ProduceTimeout+6*time.Second), fmtDuration(c.HTTP.WriteTimeout))
 		}
 		p.intRange("send.max_mentions", int64(s.MaxMentions), 0, 1<<31-1)
 		p.durAtLeast("send.acl_cache_ttl", s.ACLCacheTTL, 0)
