@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -258,7 +259,36 @@ func TestStorableAgainstMariaDB(t *testing.T) {
 		}
 		return content, nil
 	}
-	for _, tc := range storableCases {
+	// generated values: CheckJSON's verdict decides what the server must do
+	// (a repeated key is our own rule: the server's answer proves nothing)
+	cases := storableCases
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for i := range 300 {
+		v := randomJSON(rnd, 0)
+		if i%10 == 0 {
+			// around the nesting limit
+			for range rnd.IntN(8) + MaxNesting - 5 {
+				v = `{"n":[` + v + `]}`
+			}
+			v = v[len(`{"n":[`) : len(v)-len(`]}`)]
+		}
+		refusal := ""
+		if err := CheckJSON([]byte(v), MaxNesting); err != nil {
+			refusal = err.Error()
+		}
+		cases = append(cases, struct {
+			value   string
+			refusal string
+			mariadb bool
+		}{v, refusal, refusal != "" && !strings.Contains(refusal, "repeats")})
+	}
+	verdicts := map[string]int{}
+	for _, tc := range cases {
+		reason, _, _ := strings.Cut(tc.refusal, " (")
+		verdicts[reason]++
+	}
+	t.Logf("verdicts (\"\" = accepted): %v", verdicts)
+	for _, tc := range cases {
 		v := []byte(tc.value)
 		var serverValid sql.NullBool
 		if err := db.QueryRowContext(ctx, "SELECT JSON_VALID(?)", v).Scan(&serverValid); err != nil {
@@ -289,4 +319,79 @@ func TestStorableAgainstMariaDB(t *testing.T) {
 			}
 		}
 	}
+}
+
+// randomJSON is a JSON-like object nested up to 34 levels, with strings of
+// every kind of character and escape — lone surrogates and bytes that are
+// not UTF-8 now and then — numbers of every form and, rarely, a repeated key.
+func randomJSON(r *rand.Rand, depth int) string {
+	var b strings.Builder
+	b.WriteString("{")
+	n := r.IntN(4)
+	if depth < 34 && r.IntN(3) > 0 {
+		n = max(n, 1)
+	}
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		key := randomString(r)
+		if i > 0 && r.IntN(40) == 0 {
+			key = `"k0"`
+		} else if i == 0 && r.IntN(2) == 0 {
+			key = `"k0"`
+		}
+		b.WriteString(key + ":" + randomValue(r, depth+1))
+	}
+	b.WriteString("}")
+	return b.String()
+}
+
+func randomValue(r *rand.Rand, depth int) string {
+	switch k := r.IntN(10); {
+	case depth < 34 && k < 3:
+		return randomJSON(r, depth)
+	case depth < 34 && k < 5:
+		var b strings.Builder
+		b.WriteString("[")
+		for i := range r.IntN(3) + 1 {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(randomValue(r, depth+1))
+		}
+		b.WriteString("]")
+		return b.String()
+	case k < 7:
+		return randomString(r)
+	case k < 9:
+		return []string{"0", "-0", "1.5e-7", "123456789012345678901234567890", "-1E+400", "1e-400", "42", "0.000"}[r.IntN(8)]
+	}
+	return []string{"true", "false", "null"}[r.IntN(3)]
+}
+
+func randomString(r *rand.Rand) string {
+	var b strings.Builder
+	b.WriteString(`"`)
+	for range r.IntN(6) {
+		switch k := r.IntN(20); {
+		case k < 6:
+			b.WriteByte(byte('a' + r.IntN(26)))
+		case k < 9:
+			chars := []rune("é你😀\u2028\ufeff\uffff\U0010ffff<>&")
+			b.WriteRune(chars[r.IntN(len(chars))])
+		case k < 12:
+			b.WriteString([]string{`\"`, `\\`, `\/`, `\b`, `\f`, `\n`, `\r`, `\t`, `\u0000`, `\u001f`, `\u00e9`}[r.IntN(11)])
+		case k < 14:
+			b.WriteString(fmt.Sprintf(`\u%04x\u%04x`, 0xD800+r.IntN(0x400), 0xDC00+r.IntN(0x400))) // a pair
+		case k == 14 && r.IntN(4) == 0:
+			b.WriteString(fmt.Sprintf(`\u%04x`, 0xD800+r.IntN(0x800))) // a lone half
+		case k == 15 && r.IntN(8) == 0:
+			b.WriteString([]string{"\xff", "\xfe", "\xc3"}[r.IntN(3)]) // not UTF-8
+		default:
+			b.WriteString(" ")
+		}
+	}
+	b.WriteString(`"`)
+	return b.String()
 }
