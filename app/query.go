@@ -8,7 +8,7 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// NewRouter builds the read router of seed 000 §8 from the shared clients.
+// NewRouter builds the read path's shard router from the shared clients.
 func (a *App) NewRouter() *routing.Router {
 	c := &a.clients
 	return routing.NewRouter(routing.RouterParams{

@@ -12,7 +12,7 @@ import (
 )
 
 // newBenchCmd is the parent of the benchmarks; each measures a path beside
-// its raw limit on the same services in the same run (DESIGN "Performance").
+// its raw limit on the same services in the same run (docs/performance.md).
 func newBenchCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "bench", Short: "Measure a path beside its raw limit on the same services"}
 	c.AddCommand(newBenchSendCmd(g), newBenchQueryCmd(g), newBenchPersistCmd(g))

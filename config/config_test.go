@@ -133,8 +133,9 @@ func TestExampleFileIsDefault(t *testing.T) {
 	}
 }
 
-// TestExampleDocumentsEveryKey keeps the example complete and in DESIGN order as
-// keys are added to Config.
+// TestExampleDocumentsEveryKey keeps the example complete, every key
+// commented, and its sections in their documented order as keys are added
+// to Config.
 func TestExampleDocumentsEveryKey(t *testing.T) {
 	b, err := os.ReadFile(examplePath)
 	if err != nil {

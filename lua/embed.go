@@ -10,7 +10,7 @@ import (
 
 // Fenced is a Redis Function library of the operations whose master-only
 // state must be fenced by the server incarnation: the seq allocator (alloc,
-// seed, extend; DESIGN invariants 1–3) and the send idempotency claim and
+// seed, extend; invariants 1–3 in docs/invariants.md) and the send idempotency claim and
 // horizon. See fenced.lua. Its text carries the placeholder {{version}},
 // which routing fills with a hash of the text.
 //

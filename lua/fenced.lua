@@ -44,7 +44,7 @@ end
 -- KEYS[3] topic last seq, KEYS[4] topic reserved high-water,
 -- KEYS[5] topic pending seqs (ZSET score seq, member "seq:allocation_ms"):
 --         allocated but not yet persisted; readers stop below the lowest
---         (DESIGN invariant 12)
+--         (invariant 12, docs/invariants.md)
 -- KEYS[6] topic counter stamp (run_id of the server that seeded it)
 -- ARGV[1] "1" when shard.auto_advance is on
 -- ARGV[2] low-water distance: below it the reply asks for a reservation ahead

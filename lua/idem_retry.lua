@@ -1,5 +1,5 @@
 -- Prepare the re-produce of a stored event whose first attempt is pending or
--- failed (DESIGN invariant 12: a seq pending past the produce timeout becomes
+-- failed (invariant 12, docs/invariants.md: a seq pending past the produce timeout becomes
 -- a gap that readers skip; it must not be stored after all).
 --
 -- KEYS[1] idempotency HASH

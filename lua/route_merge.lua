@@ -1,5 +1,5 @@
 -- Merge month ranges into the Redis routes of one or more topics of a
--- tenant (seed 000 §3.3), atomically: persist merges every topic a batch
+-- tenant, atomically: persist merges every topic a batch
 -- touched in one call instead of one call per topic.
 --
 -- KEYS    pairs per topic: route (ZSET member YYYYMM, score first seq of that

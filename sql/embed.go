@@ -22,8 +22,8 @@ const TablePlaceholder = "{{table}}"
 // CreateDatabase; the caller quotes a name it has validated.
 const DatabasePlaceholder = "{{database}}"
 
-// MonthTable is the month-table template (seed 000 §3.1, with utf8mb4_bin on
-// topic and client_msg_id so MySQL compares them byte-exact as Redis does).
+// MonthTable is the month-table template (utf8mb4_bin on topic and
+// client_msg_id, so MySQL compares them byte-exact as Redis does).
 func MonthTable() string { return mustRead("month_table.sql") }
 
 // CreateDatabase creates a tenant database if it is missing.

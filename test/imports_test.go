@@ -15,7 +15,7 @@ import (
 const module = "github.com/imshard/imshard/"
 
 // roleModules are the one-role packages: they may use the shared packages
-// under modules/ but never each other (STYLE rule 8).
+// under modules/ but never each other.
 var roleModules = map[string]bool{"send": true, "persist": true, "query": true, "shardmgr": true, "migrate": true}
 
 // TestImportDirection enforces main → cmd → app → modules/<role> →

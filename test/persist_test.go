@@ -33,7 +33,7 @@ func persistOnly(t *testing.T, mutate func(*config.Config)) *harness.Env {
 
 // Events carry their month frozen at allocation: persist writes each to that
 // month's table whatever the active month is when it consumes them
-// (acceptance item 2's persist half), exactly once even when Kafka delivers
+// (month-edge scenario 2's persist half), exactly once even when Kafka delivers
 // them again, and the mirror and Redis routes agree with the tables.
 func TestPersistStoresEachEventOnceInItsFrozenMonth(t *testing.T) {
 	env := persistOnly(t, nil)
@@ -140,7 +140,7 @@ func TestPersistMalformedEventsAreDeadLettered(t *testing.T) {
 	}
 }
 
-// Acceptance item 11: an event whose month table is missing is retried with
+// Month-edge scenario 11 (docs/invariants.md): an event whose month table is missing is retried with
 // backoff, counted in group_message_shard_missing_total, stored once the
 // table appears — and after persist.max_retries it goes to the dead-letter
 // topic with the reason, never skipped.

@@ -15,7 +15,7 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// Acceptance items of seed 000 §12 owned by the read path, end to end
+// Month-edge scenarios of the read path (docs/invariants.md), end to end
 // through HTTP against MariaDB and Redis.
 
 func TestAcceptance04_Latest50AcrossTwoMonths(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 )
 
 // sendEnv is a running send role with a service token and helpers that make
-// a test read like its acceptance item.
+// a test read like the behaviour it checks.
 type sendEnv struct {
 	*harness.Env
 	svc string // service-role token

@@ -29,7 +29,7 @@ import (
 	"github.com/imshard/imshard/test/testenv"
 )
 
-// Every bad input of issue 3 gets its 4xx code, allocates no seq and
+// Every bad input gets its 4xx code, allocates no seq and
 // produces nothing: afterwards the topic's first real send gets seq 1 and is
 // the first event of the tenant in Kafka.
 func TestSendBadInputsChangeNothing(t *testing.T) {
@@ -157,7 +157,7 @@ func TestSendIdempotentRetry(t *testing.T) {
 		t.Fatalf("idempotency record = %v", rec)
 	}
 
-	// a dedup row (seed 000 §3.5) answers once Redis forgot
+	// a dedup row answers once Redis forgot
 	forget("m1")
 	firstAt, err := time.Parse(time.RFC3339Nano, first.CreatedAt)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/imshard/imshard/test/harness"
 )
 
-// Acceptance item 1: messages sent at the end of one month and the start of
+// Month-edge scenario 1 (docs/invariants.md): messages sent at the end of one month and the start of
 // the next (the switch driven by `shard activate`, never the calendar) land
 // in their own month tables with one continuous seq.
 func TestAcceptance01_MonthEdgeContinuousSeq(t *testing.T) {
@@ -43,7 +43,7 @@ func TestAcceptance01_MonthEdgeContinuousSeq(t *testing.T) {
 	writepathCheckStored(t, e, sent, m1, m2)
 }
 
-// Acceptance item 2: an event produced in one month and consumed after the
+// Month-edge scenario 2 (docs/invariants.md): an event produced in one month and consumed after the
 // switch still goes to its frozen month.
 func TestAcceptance02_LateConsumeKeepsFrozenMonth(t *testing.T) {
 	e := writepathStart(t, harness.Options{Roles: []string{app.Send}})
@@ -65,7 +65,7 @@ func TestAcceptance02_LateConsumeKeepsFrozenMonth(t *testing.T) {
 	}
 }
 
-// Acceptance item 3: one client_msg_id retried across the month boundary is
+// Month-edge scenario 3 (docs/invariants.md): one client_msg_id retried across the month boundary is
 // stored once — whether Redis still remembers the first attempt (same seq,
 // duplicate), or forgot it after it was persisted (MySQL answers), or forgot
 // it while the first attempt was still on its way (a second seq is issued in
@@ -141,7 +141,7 @@ func TestAcceptance03_RetryAcrossBoundaryStoredOnce(t *testing.T) {
 	})
 }
 
-// Acceptance item 13: a 10,000-member group, 50 members sending 40 messages
+// Month-edge scenario 13 (docs/invariants.md): a 10,000-member group, 50 members sending 40 messages
 // each at once to its topic: unique consecutive seqs, each message stored
 // exactly once.
 func TestAcceptance13_TenThousandMemberGroupUnderConcurrency(t *testing.T) {
@@ -161,7 +161,7 @@ func TestAcceptance13_TenThousandMemberGroupUnderConcurrency(t *testing.T) {
 	writepathCheckStored(t, e, sent, e.Start)
 }
 
-// Acceptance item 15: two nodes sending across a month switch agree on the
+// Month-edge scenario 15 (docs/invariants.md): two nodes sending across a month switch agree on the
 // active month, never issue a seq twice, and every topic's month ranges do
 // not overlap — in the answers and in the tables.
 func TestAcceptance15_NodesAgreeAcrossMonthSwitch(t *testing.T) {
@@ -189,7 +189,7 @@ func TestAcceptance15_NodesAgreeAcrossMonthSwitch(t *testing.T) {
 	writepathCheckStored(t, a, sent, m1, m2)
 }
 
-// Issue 3's done-when at test scale: 2,000 messages from 50 concurrent
+// The write path at test scale: 2,000 messages from 50 concurrent
 // clients to 100 topics with a month switch forced half-way are in MySQL
 // exactly once each, in their event's month, and Redis routes and the MySQL
 // mirror agree with the tables. IMSHARD_WRITEPATH_PER_CLIENT=400 makes it

@@ -21,7 +21,7 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// Group statuses and member roles (DESIGN HTTP contract).
+// Group statuses and member roles (docs/api.md).
 const (
 	GroupActive    = "active"
 	GroupMuted     = "muted"

@@ -20,7 +20,7 @@ const (
 )
 
 // Principal is who a request acts as. The tenant comes only from here —
-// from the verified credential — never from a parameter (DESIGN invariant 10).
+// from the verified credential — never from a parameter (invariant 10, docs/invariants.md).
 type Principal struct {
 	Tenant string
 	UserID int64

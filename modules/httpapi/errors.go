@@ -1,6 +1,6 @@
 // Package httpapi is what every HTTP role shares: authentication of the
 // tenant's JWT, the error envelope and its codes, and JSON helpers. Typed
-// errors map to API codes here and nowhere else (STYLE rule 9).
+// errors map to API codes here and nowhere else.
 package httpapi
 
 import (
@@ -13,7 +13,7 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// Codes of the error envelope (DESIGN "HTTP API v1").
+// Codes of the error envelope (docs/api.md).
 const (
 	CodeInvalidArgument  = "invalid_argument"
 	CodeUnauthenticated  = "unauthenticated"

@@ -1,5 +1,5 @@
 // Package message holds the two shapes a group message takes outside the
-// database: the Kafka event (send → persist, DESIGN "Kafka event") and the
+// database: the Kafka event (send → persist, docs/events.md) and the
 // API message (every HTTP response, the hot cache, the realtime stream).
 // Send, persist and query share them through this package, not each other.
 package message
@@ -42,7 +42,7 @@ func (id *ID) UnmarshalJSON(b []byte) error {
 type IDs []ID
 
 // Event is the Kafka record value. shard_month is frozen at allocation and
-// never recomputed by retries, compensation or replays (DESIGN invariant 2).
+// never recomputed by retries, compensation or replays (invariant 2, docs/invariants.md).
 type Event struct {
 	V                int             `json:"v"`
 	EventID          string          `json:"event_id"`
@@ -75,7 +75,7 @@ const (
 	StatusDeleted  = "deleted"
 )
 
-// Message is a message in every API response (DESIGN "HTTP API v1").
+// Message is a message in every API response (docs/api.md).
 // Recalled and deleted messages carry no content, head or mentions.
 type Message struct {
 	Topic            string          `json:"topic"`

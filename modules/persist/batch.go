@@ -22,7 +22,7 @@ type record struct {
 }
 
 // batchKey is what one transaction may cover: one tenant database, one
-// month table (seed 000 §5.2: 按 tenant + shard_month 分组批量写入).
+// month table.
 type batchKey struct {
 	tenant string
 	month  routing.Month

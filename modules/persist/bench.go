@@ -27,7 +27,7 @@ import (
 // BenchParams configure `imshard bench persist`: the persist role against
 // the raw multi-row insert of the same rows (same batch size and writers,
 // with the mirror upsert), and the same batches into a legacy single table
-// that already holds LegacyRows rows (DESIGN "Performance").
+// that already holds LegacyRows rows (docs/performance.md).
 type BenchParams struct {
 	Rows, Batch, Writers, Topics int
 	LegacyRows                   int

@@ -23,7 +23,7 @@ const (
 )
 
 // DecodeEvent parses and checks one Kafka record value against the event
-// contract (DESIGN "Kafka event"). It returns the event and its frozen month;
+// contract (docs/events.md). It returns the event and its frozen month;
 // the month is taken from the event as it is, never recomputed (invariant 2).
 func DecodeEvent(value []byte) (*message.Event, routing.Month, error) {
 	var e message.Event

@@ -81,7 +81,7 @@ func (s *Service) deadLetter(ctx context.Context, recs []*record, reason string,
 }
 
 // gap records a seq that has no row (dead-lettered, compensated, duplicate)
-// so readers' settled watermark does not wait for it (DESIGN invariant 12);
+// so readers' settled watermark does not wait for it (invariant 12, docs/invariants.md);
 // a later replay that stores it makes it visible again.
 func (s *Service) gap(ctx context.Context, r *record) {
 	rctx, cancel := context.WithTimeout(ctx, redisTimeout)
@@ -92,7 +92,7 @@ func (s *Service) gap(ctx context.Context, r *record) {
 }
 
 // compensate queues events of a sealed month in the tenant's compensation
-// table (seed 000 §5.3), byte for byte, until an operator unseals the month
+// table, byte for byte, until an operator unseals the month
 // and replays them with `imshard dlq replay`.
 func (s *Service) compensate(ctx context.Context, key batchKey, recs []*record, status routing.Status) error {
 	db, err := s.p.DBs.DB(ctx, key.tenant)

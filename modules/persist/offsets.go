@@ -4,7 +4,7 @@ import "sync"
 
 // partOffsets tracks one assigned partition's records from poll to done, so
 // that the committed offset only ever covers a contiguous completed prefix
-// (DESIGN invariant 8): a record still in a retrying batch holds back every
+// (invariant 8, docs/invariants.md): a record still in a retrying batch holds back every
 // later offset of its partition, however many of them are already stored.
 // Records finish out of order because one poll is split into batches by
 // tenant and month, and batches run concurrently.

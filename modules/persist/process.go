@@ -133,7 +133,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// try makes one attempt: catalog check first (seed 000 §5.2 step 2), then
+// try makes one attempt: catalog check first, then
 // the transaction, then the Redis follow-ups. Records are done when it
 // returns nil.
 func (s *Service) try(ctx context.Context, key batchKey, recs []*record) error {
@@ -211,7 +211,7 @@ func (s *Service) try(ctx context.Context, key batchKey, recs []*record) error {
 // allocated into it and it holds no rows) and the batch's oldest event was
 // created within persist.dedup_retention of the moment it stopped being
 // active: a retry after that is outside the dedup window, as a dedup row
-// would have expired (seed 000 §3.5 keeps them 7–30 days). So in steady
+// would have expired. So in steady
 // state a month's batches probe nothing; in the week after a switch they
 // pay one indexed read per event.
 //
@@ -306,9 +306,9 @@ func (s *Service) activeMonth(ctx context.Context, tenant string) (routing.Month
 // outage sends the work to the repair queue instead of stalling persist.
 const redisTimeout = 3 * time.Second
 
-// afterCommit does seed 000 §5.2 step 8 for a committed batch: Redis routes
-// (counting only rows this commit inserted), the pending set (DESIGN
-// invariant 12) and the idempotency status. Anything that fails goes to the
+// afterCommit does the Redis follow-ups of a committed batch: routes
+// (counting only rows this commit inserted), the pending set (invariant 12,
+// docs/invariants.md) and the idempotency status. Anything that fails goes to the
 // durable repair queue. A redelivered batch (rows already there) may have
 // lost these steps in a crash right after its commit, so its topics are
 // always queued for repair, which rebuilds the route from the MySQL mirror.

@@ -162,7 +162,7 @@ func (s *Service) repairTenant(ctx context.Context, tenant string) (int, error) 
 }
 
 // repairOne rebuilds the topic's Redis route from the MySQL mirror (the
-// source of truth, DESIGN invariant 6) and finishes the pending set and the
+// source of truth, invariant 6, docs/invariants.md) and finishes the pending set and the
 // idempotency records of the rows the entry covers.
 func (s *Service) repairOne(ctx context.Context, tenant string, db *sql.DB, e repairEntry, rebuild bool) error {
 	rctx, cancel := context.WithTimeout(ctx, redisTimeout)

@@ -1,4 +1,4 @@
-// Package persist is the Kafka → MySQL writer (seed 000 §5.2–§5.3): a
+// Package persist is the Kafka → MySQL writer: a
 // consumer group with manual commits that stores each event in the month
 // table its shard_month names, exactly once in effect on an at-least-once
 // log, then updates the Redis routes, the pending set and the idempotency

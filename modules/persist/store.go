@@ -33,8 +33,8 @@ type writeResult struct {
 // (see classify).
 var errInsertCollision = errors.New("persist: rows collide on a unique key with rows the batch did not find")
 
-// writeBatch stores one tenant+month batch in one transaction (seed 000
-// §5.2, DESIGN invariant 8), cheapest scheme that keeps exactly-once:
+// writeBatch stores one tenant+month batch in one transaction (invariant 8,
+// docs/invariants.md), the cheapest scheme that keeps exactly-once:
 //
 //   - No consume-log row per message: the month table's uk_topic_seq already
 //     makes a redelivered event a no-op, and the mirror counts only the rows

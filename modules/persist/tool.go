@@ -278,8 +278,8 @@ type ReplayReport struct {
 var ErrNotFound = errors.New("no such entry")
 
 // Replay re-injects the selected entries into the message topic exactly as
-// they were produced: the frozen shard_month is never recomputed (DESIGN
-// invariant 2), and the unique keys make a replay of something already
+// they were produced: the frozen shard_month is never recomputed (invariant
+// 2, docs/invariants.md), and the unique keys make a replay of something already
 // stored a no-op. A compensation entry whose month is still sealed is
 // skipped (unseal it first); skips make the returned error non-nil.
 func (t *Tool) Replay(ctx context.Context, o ReplayOptions) (ReplayReport, error) {

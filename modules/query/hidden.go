@@ -17,7 +17,7 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// Deletion ranges ("delete for me", seed 000 §7). im_dellog is the truth:
+// Deletion ranges ("delete for me"). im_dellog is the truth:
 // one row per hide, [low, hi) of a topic's seqs for one user. Redis caches
 // each caller's ranges of a topic, merged, in a HASH per topic (field user
 // id) for HiddenTTL, filled on a miss by lua/cache_fill.lua unless a hide

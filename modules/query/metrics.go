@@ -35,7 +35,7 @@ const (
 )
 
 // WidePageTables is the most tables a page may touch before it counts as
-// wide (DESIGN invariant 7: counted and alerted).
+// wide (invariant 7, docs/invariants.md: counted and alerted).
 const WidePageTables = 3
 
 type metrics struct {

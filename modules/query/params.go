@@ -15,14 +15,14 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// Limits of the read API (DESIGN "HTTP API v1").
+// Limits of the read API (docs/api.md).
 const (
 	DefaultLimit   = 50
 	MaxLimit       = 200
 	DefaultContext = 20
 	MaxContext     = 100
 	// MaxSearchDays and MaxSearchMonths bound a search window: at most 92
-	// days, touching at most 3 calendar months (seed 000 §6.6).
+	// days, touching at most 3 calendar months.
 	MaxSearchDays   = 92
 	MaxSearchMonths = 3
 )

@@ -15,7 +15,7 @@ import (
 
 // RouteCheck compares and repairs the three views of a topic's months: the
 // Redis route, the MySQL mirror and the actual seq ranges in the month
-// tables, which are the truth (DESIGN invariant 6).
+// tables, which are the truth (invariant 6, docs/invariants.md).
 type RouteCheck struct {
 	Redis   rueidis.Client
 	Routes  *routing.Routes

@@ -1,4 +1,4 @@
-// Package query is the read path (seed 000 §6): every way a client reads a
+// Package query is the read path: every way a client reads a
 // topic's messages — latest/before pages, since pages, one seq, context,
 // search — plus the admin lookups. Clients never learn about months: their
 // cursors are seqs, and the router (modules/routing) maps them to month
@@ -307,7 +307,7 @@ func (s *Service) repairIfFallback(ctx context.Context, tenant, topic string, tr
 
 // fromCache answers a page from the hot cache read r.v (next to bound)
 // when it provably covers every seq from `from` to `stop` the page walks
-// (seed 000 §6.1: Redis answers only a complete page); ok false sends the
+// (Redis answers only a complete page); ok false sends the
 // page to MySQL. The caller's deletion ranges are r.hv; when Redis did not
 // know them, those reaching above hiddenLo are read from MySQL, only once
 // the hot cache is known to cover the page. A latest page keeps what it
@@ -456,7 +456,7 @@ func (s *Service) get(ctx context.Context, p httpapi.Principal, topic string, se
 }
 
 // Context is the target message with up to nBefore messages before it and
-// nAfter after it, oldest first, crossing months as needed (seed 000 §6.5).
+// nAfter after it, oldest first, crossing months as needed.
 // Globally deleted neighbours stay as tombstones, hidden ones are left out.
 func (s *Service) Context(ctx context.Context, p httpapi.Principal, topic string, seq int64, nBefore, nAfter int) ([]message.Message, error) {
 	if err := s.authorize(ctx, p, topic); err != nil {

@@ -21,7 +21,7 @@ var columns = []string{"m.topic", "m.seqid", "m.message_id", "m.group_id", "m.fr
 	"m.root_seqid", "m.version", "m.created_at", "m.updated_at"}
 
 // notHidden drops rows inside one of the caller's deletion ranges [low, hi):
-// applied in every month table's query (seed 000 §7), so a run hidden by
+// applied in every month table's query, so a run hidden by
 // deletions is skipped by the index, never paged through.
 const notHidden = "NOT EXISTS (SELECT 1 FROM " + dellogTable + " AS d WHERE d.topic = m.topic AND d.deletedfor = ? AND d.low <= m.seqid AND d.hi > m.seqid)"
 

@@ -17,7 +17,7 @@ import (
 const reservationsTable = "im_seq_reservations"
 
 // Allocation is what one Lua call hands out: the topic's next seq and the
-// month it is frozen to (DESIGN invariant 2).
+// month it is frozen to (invariant 2, docs/invariants.md).
 type Allocation struct {
 	Seq   int64
 	Month Month
@@ -350,7 +350,7 @@ func (a *Allocator) ActiveMonth(ctx context.Context, tenant string) (Month, erro
 
 // Activate makes m the tenant's active month: forward only, only to a
 // writable month not after the Redis-time month, recorded in MySQL before
-// Redis (DESIGN invariant 3). The already-active month is a no-op.
+// Redis (invariant 3, docs/invariants.md). The already-active month is a no-op.
 func (a *Allocator) Activate(ctx context.Context, tenant string, m Month, source string) error {
 	keys, err := KeysFor(tenant)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	sq "github.com/Masterminds/squirrel"
 )
 
-// Status is a month table's lifecycle state (seed 000 §4, §10):
+// Status is a month table's lifecycle state:
 // prepared → writable → sealing → sealed (→ archived).
 type Status string
 
@@ -29,7 +29,7 @@ const (
 // writable month(s) and months still inside their sealing grace.
 func (s Status) AcceptsWrites() bool { return s == StatusWritable || s == StatusSealing }
 
-// Catalog table and columns (seed 000 §3.2).
+// Catalog table and columns.
 const (
 	catalogTable     = "im_group_message_shards"
 	activationsTable = "im_group_message_activations"
@@ -245,7 +245,7 @@ func SetStatus(ctx context.Context, db sq.BaseRunner, m Month, to Status, from .
 }
 
 // RecordActivation writes the activation of m to MySQL — always before Redis
-// is told (DESIGN invariant 3) — and stamps the catalog: m becomes active,
+// is told (invariant 3, docs/invariants.md) — and stamps the catalog: m becomes active,
 // every older active month stops being active (its sealing grace starts).
 func RecordActivation(ctx context.Context, db *sql.DB, m Month, source string) error {
 	tx, err := db.BeginTx(ctx, nil)

@@ -10,7 +10,7 @@ import (
 )
 
 // Clock is Redis TIME: months come from the one clock every node shares,
-// never from a node's own (DESIGN invariant 3).
+// never from a node's own (invariant 3, docs/invariants.md).
 type Clock struct {
 	rdb rueidis.Client
 }

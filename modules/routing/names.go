@@ -9,7 +9,7 @@ import (
 	imsql "github.com/imshard/imshard/sql"
 )
 
-// Identifiers and request values imshard accepts (DESIGN invariant 5).
+// Identifiers and request values imshard accepts (invariant 5, docs/invariants.md).
 // Tenants (^[a-z0-9_]{1,32}$) and topics (^[A-Za-z0-9_-]{1,64}$) are
 // checked by nameOf: every request checks both, and a regexp was a few
 // percent of a hot-cache page's CPU.
@@ -68,7 +68,7 @@ type Table struct {
 	month Month
 }
 
-// The legacy single table and its read-only rename (seed 000 §9): fixed
+// The legacy single table and its read-only rename: fixed
 // constants, never built from input.
 const (
 	LegacyTable        = "im_group_messages"

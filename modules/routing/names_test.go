@@ -86,7 +86,7 @@ func TestKeysShareTheTenantHashTag(t *testing.T) {
 		}
 	}
 	if k.ActiveMonth() != "im:{acme}:groupmsg:active_month" || k.Route("g") != "im:{acme}:groupmsg:route:g" {
-		t.Error("seed §3.3 key names changed")
+		t.Error("the documented Redis key names changed (docs/architecture.md)")
 	}
 	if _, err := KeysFor("a}b"); err == nil {
 		t.Error("a tenant id with a brace must be refused")
@@ -112,7 +112,7 @@ func FuzzValidTopic(f *testing.F) {
 	for _, s := range []string{"grp_1", "a'b", "{t}", "x*", "Grp-1", "t\u00e9", strings.Repeat("a", 65)} {
 		f.Add(s)
 	}
-	// DESIGN invariant 5's patterns, which nameOf implements by hand
+	// invariant 5, docs/invariants.md's patterns, which nameOf implements by hand
 	tenant := regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
 	topic := regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 	f.Fuzz(func(t *testing.T, s string) {

@@ -14,7 +14,7 @@ import (
 
 // Flight tracks the seqs of a topic between allocation and persistence, so
 // that a reader walking forward never jumps over a message still on its way
-// (DESIGN invariant 12). The allocation script adds every seq to the topic's
+// (invariant 12, docs/invariants.md). The allocation script adds every seq to the topic's
 // pending set with its allocation time; send marks it acked once Kafka has
 // it; persist removes it after the DB commit. A seq still unacked after the
 // produce timeout will never arrive: it becomes a recorded gap.

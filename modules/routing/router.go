@@ -24,7 +24,7 @@ const (
 
 // FallbackMonths bounds the scan when neither Redis nor the MySQL mirror
 // knows a topic: the active month and the ones just before it, never all
-// history (seed 000 §6.4).
+// history.
 const FallbackMonths = 3
 
 // RouterParams wires a Router.
@@ -37,7 +37,7 @@ type RouterParams struct {
 	Log     zerolog.Logger
 }
 
-// Router is the GroupMessageShardRouter of seed 000 §8: every dynamic table
+// Router is the read path's shard router: every dynamic table
 // access of a read goes through it, so every table it hands out is built by
 // this package from a month and registered in the catalog.
 type Router struct {
@@ -51,7 +51,7 @@ func NewRouter(p RouterParams) *Router { return &Router{p: p} }
 // the Redis route (or the mirror it was refilled from); Probe are registered
 // months the route may not know yet — months after the tenant's "routes
 // complete" watermark (or, without one, after the route's newest month) up
-// to the active month — which a read must still reach (DESIGN invariant 7).
+// to the active month — which a read must still reach (invariant 7, docs/invariants.md).
 type TopicRoute struct {
 	Ranges []MonthRange // oldest first, never overlapping
 	Probe  []Month      // oldest first, none of them in Ranges
@@ -110,7 +110,7 @@ func (tr TopicRoute) Since(since int64) []Month {
 }
 
 // BySeq lists the months that may hold seq, most likely first: the route
-// month whose first seq is the largest not above seq (§6.4), the month
+// month whose first seq is the largest not above seq, the month
 // after it (its first seq may be stale-high while late rows land), then the
 // probe months.
 func (tr TopicRoute) BySeq(seq int64) []Month {
@@ -285,9 +285,9 @@ func (r *Router) tables(ctx context.Context, tenant string, months []Month) ([]T
 	return out, nil
 }
 
-// WriteTable is the table of an event's frozen shard_month (invariant 2).
-// Unlike seed §8 it takes no created_at: the month is never recomputed from
-// a time, only checked against the catalog.
+// WriteTable is the table of an event's frozen shard_month (invariant 2,
+// docs/invariants.md). It takes no created_at: the month is never
+// recomputed from a time, only checked against the catalog.
 func (r *Router) WriteTable(ctx context.Context, tenant, shardMonth string) (Table, error) {
 	m, err := ParseMonth(shardMonth)
 	if err != nil {
@@ -401,7 +401,7 @@ func watermark(res rueidis.RedisResult) (Month, error) {
 	return ParseMonth(strconv.Itoa(int(f)))
 }
 
-// LegacyDDL creates the legacy single table (seed 000 §9): the month
+// LegacyDDL creates the legacy single table: the month
 // template's columns under the fixed legacy name, for the migration source
 // and the read benchmark's baseline.
 func LegacyDDL() string {

@@ -11,8 +11,8 @@ import (
 )
 
 // MonthRange is the part of a topic that lives in one month table: its
-// first and last seq there and how many rows it holds (seed 000 §3.3–§3.4).
-// A topic's ranges never overlap (DESIGN invariant 4).
+// first and last seq there and how many rows it holds.
+// A topic's ranges never overlap (invariant 4, docs/invariants.md).
 type MonthRange struct {
 	Month  Month
 	MinSeq int64

@@ -37,7 +37,7 @@ func responseOf(ev *message.Event) Response {
 	return Response{Topic: ev.Topic, Seq: ev.SeqID, MessageID: ev.MessageID, ShardMonth: ev.ShardMonth, CreatedAt: ev.CreatedAt}
 }
 
-// dedupTable is persist's cross-month idempotency table (seed 000 §3.5).
+// dedupTable is persist's cross-month idempotency table.
 const dedupTable = "im_group_message_dedup"
 
 // produceGrace lets the client fail a record at its deadline before the
@@ -72,7 +72,7 @@ func (s *Service) handleSend(w http.ResponseWriter, r *http.Request, p httpapi.P
 }
 
 // send runs every check before anything is claimed or allocated: a
-// rejected request changes nothing (DESIGN invariant 11).
+// rejected request changes nothing (invariant 11, docs/invariants.md).
 func (s *Service) send(w http.ResponseWriter, r *http.Request, p httpapi.Principal) (Response, error) {
 	topic := r.PathValue("topic")
 	if err := routing.ValidTopic(topic); err != nil {
@@ -321,7 +321,7 @@ func (a *attempt) settle(ctx context.Context, ev *message.Event, raw []byte, err
 	s.postAck(ctx, a, ev, raw, resp)
 	if late {
 		// the timeout may already have made this seq a gap that readers
-		// walked past (DESIGN invariant 12); the message is stored anyway
+		// walked past (invariant 12, docs/invariants.md); the message is stored anyway
 		if gaps, err := s.p.Flight.Gaps(ctx, a.tenant, a.topic, ev.SeqID, ev.SeqID); err == nil && len(gaps) > 0 {
 			s.m.postAck.WithLabelValues(stepLateAfterGap).Inc()
 			a.log.Error().Int64("seq", ev.SeqID).Msg("kafka acknowledged a send after its seq was recorded as a gap")
@@ -332,9 +332,9 @@ func (a *attempt) settle(ctx context.Context, ev *message.Event, raw []byte, err
 }
 
 // postAck records the ack and feeds the readers. Everything here is best
-// effort (seed 000 §5.3: the hot cache never rolls anything back; a reader
-// falls back to MySQL by seq), issued concurrently so the auto-pipeline
-// carries it in about one round trip.
+// effort (the hot cache never rolls anything back; a reader falls back to
+// MySQL by seq), issued concurrently so the auto-pipeline carries it in
+// about one round trip.
 func (s *Service) postAck(ctx context.Context, a *attempt, ev *message.Event, raw []byte, resp Response) {
 	fail := func(step string, err error) {
 		s.m.postAck.WithLabelValues(step).Inc()
@@ -401,7 +401,7 @@ func (a *attempt) release() {
 }
 
 // fromMySQL answers a send Redis has no record of from what MySQL stored:
-// persist's cross-month dedup row (seed 000 §3.5) when there is one, else
+// persist's cross-month dedup row when there is one, else
 // the month tables' unique key (topic, from_user, client_msg_id) in the
 // active month and the one before — a retry within send.idempotency_ttl
 // cannot reach further back.

@@ -1,11 +1,11 @@
-// Package send is the send role: POST /v1/topics/{topic}/messages (seed 000
-// §5.1) and the group/member management endpoints. A send is authenticated,
+// Package send is the send role: POST /v1/topics/{topic}/messages and the
+// group/member management endpoints (docs/api.md). A send is authenticated,
 // validated and authorised, claims its idempotency record, takes a Snowflake
 // id, allocates (seq, month) in one Lua call, produces the event to Kafka
 // and answers only after the broker's ack; the hot cache and the realtime
 // publish follow the ack and never fail the send.
 //
-// Gaps (DESIGN invariants 1 and 12): a seq is never reused. When the
+// Gaps (invariants 1 and 12, docs/invariants.md): a seq is never reused. When the
 // produce fails or times out, the answer is 503 and the idempotency record
 // keeps the event (status failed), so a retry with the same client_msg_id
 // re-produces exactly that event — same seq, month and event_id. A seq no

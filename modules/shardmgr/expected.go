@@ -35,8 +35,8 @@ type Transition struct {
 	To    routing.Status
 }
 
-// Lifecycle decides status changes from the catalog and the active month
-// (seed 000 §4, §10): every writable month older than the active one starts
+// Lifecycle decides status changes from the catalog and the active month:
+// every writable month older than the active one starts
 // sealing; a sealing month whose grace (counted from when it stopped being
 // active) has passed becomes sealed. Prepared months are promoted by the
 // sync itself once their table exists. Pure, for table tests.

@@ -1,5 +1,5 @@
--- Catalog of month tables (seed 000 §3.2). activated_at / deactivated_at are
--- ours: the sealing grace starts when a month stops being active (DESIGN inv. 3).
+-- Catalog of month tables. activated_at / deactivated_at are
+-- ours: the sealing grace starts when a month stops being active (invariant 3, docs/invariants.md).
 CREATE TABLE IF NOT EXISTS im_group_message_shards (
   shard_month CHAR(6) NOT NULL COMMENT 'UTC 月份 YYYYMM',
   table_name VARCHAR(64) NOT NULL,
@@ -19,7 +19,7 @@ CREATE TABLE IF NOT EXISTS im_group_message_shards (
   UNIQUE KEY uk_table_name (table_name)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci
 ;
--- Every activation of a month, written before Redis is told (DESIGN inv. 3):
+-- Every activation of a month, written before Redis is told (invariant 3, docs/invariants.md):
 -- the newest row is the month a lost Redis recovers.
 CREATE TABLE IF NOT EXISTS im_group_message_activations (
   shard_month CHAR(6) NOT NULL,
@@ -28,7 +28,7 @@ CREATE TABLE IF NOT EXISTS im_group_message_activations (
   PRIMARY KEY (shard_month)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci
 ;
--- MySQL mirror of topic month routes (seed 000 §3.4).
+-- MySQL mirror of topic month routes.
 CREATE TABLE IF NOT EXISTS im_group_message_topic_shards (
   topic VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
   shard_month CHAR(6) NOT NULL,
@@ -45,7 +45,7 @@ CREATE TABLE IF NOT EXISTS im_group_message_topic_shards (
   KEY idx_month_topic (shard_month, topic)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci
 ;
--- Cross-month idempotency (seed 000 §3.5).
+-- Cross-month idempotency.
 CREATE TABLE IF NOT EXISTS im_group_message_dedup (
   topic VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
   from_user BIGINT NOT NULL,
@@ -87,7 +87,7 @@ CREATE TABLE IF NOT EXISTS im_dellog (
   KEY idx_topic_user_low (topic, deletedfor, low)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci
 ;
--- Edit / recall history, with the month the message lives in (seed 000 §7).
+-- Edit / recall history, with the month the message lives in.
 CREATE TABLE IF NOT EXISTS im_message_revisions (
   id BIGINT NOT NULL AUTO_INCREMENT,
   topic VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,

@@ -1,4 +1,4 @@
--- Events for a sealed month wait here (seed 000 §5.3: 补偿队列) until an
+-- Events for a sealed month wait here until an
 -- operator unseals the month and runs `imshard dlq replay`. The event is kept
 -- byte for byte, so a replay re-injects it with its frozen shard_month.
 -- (topic, seqid) is unique: a redelivered event does not queue twice.
@@ -20,7 +20,7 @@ CREATE TABLE IF NOT EXISTS im_group_message_compensation (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci
 ;
 -- Redis follow-ups (route merge, pending → persisted, idempotency done) that
--- failed after a committed batch (seed 000 §5.3: 独立修复重试). The persist
+-- failed after a committed batch. The persist
 -- role works them off; group_message_route_repair_backlog is their count.
 CREATE TABLE IF NOT EXISTS im_group_message_route_repair (
   id BIGINT NOT NULL AUTO_INCREMENT,
