@@ -14,7 +14,9 @@ import (
 // newBenchCmd is the parent of the benchmarks; each measures a path beside
 // its raw limit on the same services in the same run (docs/performance.md).
 func newBenchCmd(g *globals) *cobra.Command {
-	c := &cobra.Command{Use: "bench", Short: "Measure a path beside its raw limit on the same services"}
+	c := &cobra.Command{Use: "bench", Short: "Measure a path beside its raw limit on the same services",
+		Example: "  imshard bench send --duration=10s\n  imshard bench query --only='raw SQL'",
+	}
 	c.AddCommand(newBenchSendCmd(g), newBenchQueryCmd(g), newBenchPersistCmd(g))
 	return c
 }

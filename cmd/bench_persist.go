@@ -30,8 +30,9 @@ type benchPersistOptions struct {
 func newBenchPersistCmd(g *globals) *cobra.Command {
 	o := &benchPersistOptions{}
 	c := &cobra.Command{
-		Use:   "persist",
-		Short: "Persist throughput and p50/p99 per batch beside the raw insert and a 2M-row legacy table",
+		Use:     "persist",
+		Short:   "Persist throughput and p50/p99 per batch beside the raw insert and a 2M-row legacy table",
+		Example: "  imshard bench persist\n  imshard bench persist --rows=50000 --legacy-rows=200000 --keep",
 		Long: "In a tenant database of its own: produces --rows events to a Kafka topic of its own, runs the persist\n" +
 			"role until all are stored, then inserts the same rows with the same batch size and writers directly\n" +
 			"(multi-row INSERT + route-mirror upsert) into a fresh month table, and the same batches into the legacy\n" +

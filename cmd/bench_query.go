@@ -39,8 +39,9 @@ type benchQueryOptions struct {
 func newBenchQueryCmd(g *globals) *cobra.Command {
 	o := &benchQueryOptions{}
 	c := &cobra.Command{
-		Use:   "query",
-		Short: "50-message pages (one month, two months, the single legacy table, hot cache, HTTP) and edits/recalls, beside raw SQL",
+		Use:     "query",
+		Short:   "50-message pages (one month, two months, the single legacy table, hot cache, HTTP) and edits/recalls, beside raw SQL",
+		Example: "  imshard bench query\n  imshard bench query --keep --only='service page, hot cache' --warmup=5s --duration=15s",
 		Long: "Builds a fixture in a tenant database of its own (--rows messages over --topics topics, spread over\n" +
 			"--months month tables ending with the current one, and the same rows in one legacy single table), then\n" +
 			"measures p50/p99 and rate of each read with --concurrency readers on random topics at random\n" +

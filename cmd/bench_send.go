@@ -32,8 +32,9 @@ type benchSendOptions struct {
 func newBenchSendCmd(g *globals) *cobra.Command {
 	o := &benchSendOptions{}
 	c := &cobra.Command{
-		Use:   "send",
-		Short: "HTTP send throughput and p50/p99 beside the raw Redis + Kafka pipeline and the raw allocation rate",
+		Use:     "send",
+		Short:   "HTTP send throughput and p50/p99 beside the raw Redis + Kafka pipeline and the raw allocation rate",
+		Example: "  imshard bench send\n  imshard bench send --concurrency=16 --duration=10s --rounds=2",
 		Long: "Starts the send role in-process (or targets --addr), prepares groups and members for a tenant,\n" +
 			"then measures the raw allocation FCALL, the raw per-message pipeline (the same Redis commands and\n" +
 			"Kafka produce, issued directly) and HTTP sends, each with the same concurrency on the same services.",

@@ -5,11 +5,14 @@ import (
 )
 
 func newConfigCmd(g *globals) *cobra.Command {
-	c := &cobra.Command{Use: "config", Short: "Inspect the configuration"}
+	c := &cobra.Command{Use: "config", Short: "Inspect the configuration",
+		Example: "  imshard config check --config /etc/imshard/imshard.yaml",
+	}
 	c.AddCommand(&cobra.Command{
-		Use:   "check",
-		Short: "Validate the configuration and print the effective values (secrets masked)",
-		Args:  cobra.NoArgs,
+		Use:     "check",
+		Short:   "Validate the configuration and print the effective values (secrets masked)",
+		Example: "  imshard config check\n  IMSHARD_SHARD_AUTO_ADVANCE=false imshard config check --config /etc/imshard/imshard.yaml",
+		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			cfg, err := g.load(nil)
 			if err != nil {

@@ -16,9 +16,10 @@ type devKafkaOptions struct {
 func newDevKafkaCmd(g *globals) *cobra.Command {
 	o := &devKafkaOptions{}
 	c := &cobra.Command{
-		Use:   "devkafka --addr=127.0.0.1:19092 --data-dir=DIR",
-		Short: "Run the in-process Kafka stand-in as its own process (development and tests; never production)",
-		Args:  cobra.NoArgs,
+		Use:     "devkafka --addr=127.0.0.1:19092 --data-dir=DIR",
+		Short:   "Run the in-process Kafka stand-in as its own process (development and tests; never production)",
+		Example: "  imshard devkafka --addr=127.0.0.1:19092 --data-dir=/tmp/imshard-kafka",
+		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			cfg, err := g.load(nil)
 			if err != nil {

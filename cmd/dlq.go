@@ -14,7 +14,9 @@ import (
 )
 
 func newDLQCmd(g *globals) *cobra.Command {
-	c := &cobra.Command{Use: "dlq", Short: "List and replay dead letters and compensation entries (events persist could not store)"}
+	c := &cobra.Command{Use: "dlq", Short: "List and replay dead letters and compensation entries (events persist could not store)",
+		Example: "  imshard dlq list --tenant=acme\n  imshard dlq replay --tenant=acme --all",
+	}
 	c.AddCommand(newDLQListCmd(g), newDLQReplayCmd(g))
 	return c
 }
@@ -47,9 +49,10 @@ type dlqListOptions struct {
 func newDLQListCmd(g *globals) *cobra.Command {
 	o := &dlqListOptions{}
 	c := &cobra.Command{
-		Use:   "list [--tenant=T] [--limit=N]",
-		Short: "List dead-letter records and compensation entries with their reasons",
-		Args:  cobra.NoArgs,
+		Use:     "list [--tenant=T] [--limit=N]",
+		Short:   "List dead-letter records and compensation entries with their reasons",
+		Example: "  imshard dlq list\n  imshard dlq list --tenant=acme --limit=20",
+		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if o.limit < 0 {
 				return usagef("--limit must be ≥ 0, got %d", o.limit)
@@ -103,9 +106,10 @@ type dlqReplayOptions struct {
 func newDLQReplayCmd(g *globals) *cobra.Command {
 	o := &dlqReplayOptions{}
 	c := &cobra.Command{
-		Use:   "replay [--tenant=T] (--id=ID | --all)",
-		Short: "Re-inject compensation entries / dead letters into the message topic with their frozen month (idempotent)",
-		Args:  cobra.NoArgs,
+		Use:     "replay [--tenant=T] (--id=ID | --all)",
+		Short:   "Re-inject compensation entries / dead letters into the message topic with their frozen month (idempotent)",
+		Example: "  imshard dlq replay --id=dl-3-1187\n  imshard dlq replay --tenant=acme --all",
+		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if (o.id == "") == !o.all {
 				return usagef("give exactly one of --id or --all")
@@ -121,7 +125,7 @@ func newDLQReplayCmd(g *globals) *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&o.tenant, "tenant", "", "only this tenant")
-	c.Flags().StringVar(&o.id, "id", "", "one entry (comp-TENANT-N or dl-PARTITION-OFFSET, from `dlq list`)")
+	c.Flags().StringVar(&o.id, "id", "", "one entry: its `ID` as imshard dlq list prints it (comp-TENANT-N or dl-PARTITION-OFFSET)")
 	c.Flags().BoolVar(&o.all, "all", false, "every pending compensation entry and every dead letter that is not malformed")
 	return c
 }

@@ -21,11 +21,14 @@ import (
 	"github.com/imshard/imshard/config"
 )
 
-// Exit codes: 0 ok, 1 failure, 2 bad usage or bad configuration.
+// Exit codes (README, "Commands").
 const (
 	ExitOK      = 0
-	ExitFailure = 1
-	ExitUsage   = 2
+	ExitFailure = 1 // the command failed; `route check`: it found a difference
+	ExitUsage   = 2 // bad usage or bad configuration
+	// ExitUnchecked: a check (`route check`) could not be made — a store
+	// did not answer — so finding no difference proves nothing.
+	ExitUnchecked = 3
 )
 
 // UsageError marks bad usage or bad configuration: exit code 2.
@@ -33,6 +36,12 @@ type UsageError struct{ Err error }
 
 func (e *UsageError) Error() string { return e.Err.Error() }
 func (e *UsageError) Unwrap() error { return e.Err }
+
+// UncheckedError marks a check that could not be made: exit code 3.
+type UncheckedError struct{ Err error }
+
+func (e *UncheckedError) Error() string { return "could not check: " + e.Err.Error() }
+func (e *UncheckedError) Unwrap() error { return e.Err }
 
 func usagef(format string, args ...any) error {
 	return &UsageError{Err: fmt.Errorf(format, args...)}
@@ -50,8 +59,11 @@ type globals struct {
 func NewRoot(stdout, stderr io.Writer, env []string) *cobra.Command {
 	g := &globals{stdout: stdout, stderr: stderr, env: env}
 	root := &cobra.Command{
-		Use:           "imshard",
-		Short:         "Month-sharded group-message storage for a multi-tenant IM backend",
+		Use:   "imshard",
+		Short: "Month-sharded group-message storage for a multi-tenant IM backend",
+		Example: `  imshard all --config config.example.yaml          # every role in one process
+  imshard serve --roles=send,query                   # the API roles only
+  imshard token --tenant=demo --sub=1 --role=service # a token for curl`,
 		Version:       Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -97,6 +109,10 @@ func ExitCode(err error) int {
 	var ke *config.KeyError
 	if errors.As(err, &ue) || errors.As(err, &ke) {
 		return ExitUsage
+	}
+	var ce *UncheckedError
+	if errors.As(err, &ce) {
+		return ExitUnchecked
 	}
 	if isCobraUsage(err) {
 		return ExitUsage

@@ -15,7 +15,9 @@ import (
 )
 
 func newRouteCmd(g *globals) *cobra.Command {
-	c := &cobra.Command{Use: "route", Short: "Check and rebuild Redis topic routes against the MySQL mirror and the month tables"}
+	c := &cobra.Command{Use: "route", Short: "Check and rebuild Redis topic routes against the MySQL mirror and the month tables",
+		Example: "  imshard route check --tenant=acme\n  imshard route rebuild --tenant=acme --all",
+	}
 	c.AddCommand(newRouteCheckCmd(g), newRouteRebuildCmd(g), newRouteRestoreCmd(g))
 	return c
 }
@@ -35,22 +37,23 @@ type routeCheckOptions struct {
 }
 
 // errDifferences makes `route check` exit 1 when it found a difference it
-// was not asked to fix.
+// was not asked to fix (and could check everything it was asked to).
 var errDifferences = errors.New("route differences found (run with --fix to rewrite the mirror and Redis from the month tables)")
 
 func newRouteCheckCmd(g *globals) *cobra.Command {
 	o := &routeCheckOptions{}
 	c := &cobra.Command{
-		Use:   "check [--tenant=T] [--topic=X] [--fix]",
-		Short: "Compare Redis routes, the MySQL mirror and the actual seq ranges of the month tables; print every difference",
-		Args:  cobra.NoArgs,
+		Use:     "check [--tenant=T] [--topic=X] [--fix]",
+		Short:   "Compare Redis routes, the MySQL mirror and the actual seq ranges of the month tables; print every difference",
+		Example: "  imshard route check                         # every tenant; exit 1: differences, 3: could not check\n  imshard route check --tenant=acme --topic=room-42 --fix",
+		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if o.topic != "" {
 				if err := routing.ValidTopic(o.topic); err != nil {
 					return usagef("--topic: %v", err)
 				}
 			}
-			return g.withRouteCheck(func(ctx context.Context, cfg *config.Config, rc *query.RouteCheck) error {
+			err := g.withRouteCheck(func(ctx context.Context, cfg *config.Config, rc *query.RouteCheck) error {
 				tenants, err := tenantsFor(cfg, o.tenant)
 				if err != nil {
 					return err
@@ -72,11 +75,25 @@ func newRouteCheckCmd(g *globals) *cobra.Command {
 						errs = append(errs, fmt.Errorf("tenant %s: %w", t, err))
 					}
 				}
-				if found > 0 && !o.fix {
-					errs = append(errs, errDifferences)
+				if len(errs) > 0 {
+					return &UncheckedError{Err: errors.Join(errs...)}
 				}
-				return errors.Join(errs...)
+				if found > 0 && !o.fix {
+					return errDifferences
+				}
+				return nil
 			})
+			var ue *UsageError
+			var ke *config.KeyError
+			if err == nil || errors.Is(err, errDifferences) || errors.As(err, &ue) || errors.As(err, &ke) {
+				return err
+			}
+			// the stores did not answer, at start or during the check
+			var ce *UncheckedError
+			if !errors.As(err, &ce) {
+				err = &UncheckedError{Err: err}
+			}
+			return err
 		},
 	}
 	c.Flags().StringVar(&o.tenant, "tenant", "", "only this tenant")
@@ -94,9 +111,10 @@ type routeRebuildOptions struct {
 func newRouteRebuildCmd(g *globals) *cobra.Command {
 	o := &routeRebuildOptions{}
 	c := &cobra.Command{
-		Use:   "rebuild --tenant=T (--topic=X | --all)",
-		Short: "Rebuild Redis topic routes from the MySQL mirror",
-		Args:  cobra.NoArgs,
+		Use:     "rebuild --tenant=T (--topic=X | --all)",
+		Short:   "Rebuild Redis topic routes from the MySQL mirror",
+		Example: "  imshard route rebuild --tenant=acme --all\n  imshard route rebuild --tenant=acme --topic=room-42",
+		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if (o.topic == "") == !o.all {
 				return usagef("give exactly one of --topic or --all")
@@ -146,8 +164,9 @@ type routeRestoreOptions struct {
 func newRouteRestoreCmd(g *globals) *cobra.Command {
 	o := &routeRestoreOptions{seqMargin: -1}
 	c := &cobra.Command{
-		Use:   "restore --tenant=T [--kafka-since=TIME] [--seq-margin=N]",
-		Short: "After restoring a tenant database from a dump: raise every topic's seq reservation above the dump and Kafka, rebuild the tenant's Redis state",
+		Use:     "restore --tenant=T [--kafka-since=TIME] [--seq-margin=N]",
+		Short:   "After restoring a tenant database from a dump: raise every topic's seq reservation above the dump and Kafka, rebuild the tenant's Redis state",
+		Example: "  imshard route restore --tenant=acme --kafka-since=2026-03-01T02:00:00Z",
 		Long: `Run with the tenant's database restored and no process serving the tenant.
 Every topic's durable seq reservation is raised to the highest seq the dump or
 the tenant's events in kafka.topic (read from --kafka-since, default: the whole

@@ -19,23 +19,27 @@ type serveOptions struct {
 	metricsAddr string
 }
 
-func (o *serveOptions) bind(c *cobra.Command) map[string]*pflag.Flag {
-	c.Flags().StringVar(&o.httpAddr, "http-addr", "", "API listen address (overrides http.addr)")
+// bind adds the listen-address flags; api is false for a command that
+// serves no API (persist), which then offers no API flag.
+func (o *serveOptions) bind(c *cobra.Command, api bool) map[string]*pflag.Flag {
 	c.Flags().StringVar(&o.metricsAddr, "metrics-addr", "", "/metrics, /healthz, /readyz listen address (overrides metrics.addr)")
-	return map[string]*pflag.Flag{
-		"http.addr":    c.Flags().Lookup("http-addr"),
-		"metrics.addr": c.Flags().Lookup("metrics-addr"),
+	flags := map[string]*pflag.Flag{"metrics.addr": c.Flags().Lookup("metrics-addr")}
+	if api {
+		c.Flags().StringVar(&o.httpAddr, "http-addr", "", "API listen address (overrides http.addr)")
+		flags["http.addr"] = c.Flags().Lookup("http-addr")
 	}
+	return flags
 }
 
 func newAllCmd(g *globals) *cobra.Command {
 	o := &serveOptions{}
 	c := &cobra.Command{
-		Use:   "all",
-		Short: "Run every role in one process (small deployments, demos, tests)",
-		Args:  cobra.NoArgs,
+		Use:     "all",
+		Short:   "Run every role in one process (small deployments, demos, tests)",
+		Example: "  imshard all --config config.example.yaml",
+		Args:    cobra.NoArgs,
 	}
-	flags := o.bind(c)
+	flags := o.bind(c, true)
 	c.RunE = func(c *cobra.Command, _ []string) error { return g.serve(flags, []string{app.All}) }
 	return c
 }
@@ -43,11 +47,12 @@ func newAllCmd(g *globals) *cobra.Command {
 func newServeCmd(g *globals) *cobra.Command {
 	o := &serveOptions{}
 	c := &cobra.Command{
-		Use:   "serve --roles=ROLE[,ROLE…]",
-		Short: "Run the named roles (" + joinRoles() + ")",
-		Args:  cobra.NoArgs,
+		Use:     "serve --roles=ROLE[,ROLE…]",
+		Short:   "Run the named roles (" + joinRoles() + ")",
+		Example: "  imshard serve --roles=send,query --http-addr=:8080 --metrics-addr=:9090\n  imshard serve --roles=shardmgr --metrics-addr=:9092",
+		Args:    cobra.NoArgs,
 	}
-	flags := o.bind(c)
+	flags := o.bind(c, true)
 	c.Flags().StringVar(&o.roles, "roles", "", "comma-separated roles to run: "+joinRoles()+", or all")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		roles, err := app.ParseRoles(o.roles)

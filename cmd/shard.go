@@ -17,7 +17,9 @@ import (
 )
 
 func newShardCmd(g *globals) *cobra.Command {
-	c := &cobra.Command{Use: "shard", Short: "Create, list, activate and seal month tables"}
+	c := &cobra.Command{Use: "shard", Short: "Create, list, activate and seal month tables",
+		Example: "  imshard shard ensure\n  imshard shard list --tenant=acme",
+	}
 	c.AddCommand(newShardEnsureCmd(g), newShardListCmd(g), newShardActivateCmd(g),
 		newShardSealCmd(g, "seal"), newShardSealCmd(g, "unseal"))
 	return c
@@ -63,9 +65,10 @@ type shardEnsureOptions struct {
 func newShardEnsureCmd(g *globals) *cobra.Command {
 	o := &shardEnsureOptions{}
 	c := &cobra.Command{
-		Use:   "ensure [--months=N] [--from=YYYYMM] [--tenant=T]",
-		Short: "Create and register the previous, current and next N month tables of every tenant",
-		Args:  cobra.NoArgs,
+		Use:     "ensure [--months=N] [--from=YYYYMM] [--tenant=T]",
+		Short:   "Create and register the previous, current and next N month tables of every tenant",
+		Example: "  imshard shard ensure\n  imshard shard ensure --tenant=acme --months=3 --from=202601",
+		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			opts := shardmgr.Options{MonthsAhead: -1}
 			if c.Flags().Changed("months") {
@@ -129,9 +132,10 @@ func orDash(s string) string {
 func newShardListCmd(g *globals) *cobra.Command {
 	var tenant string
 	c := &cobra.Command{
-		Use:   "list [--tenant=T]",
-		Short: "List month tables: status, rows, min/max created_at",
-		Args:  cobra.NoArgs,
+		Use:     "list [--tenant=T]",
+		Short:   "List month tables: status, rows, min/max created_at",
+		Example: "  imshard shard list --tenant=acme",
+		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return g.withShards(func(ctx context.Context, cfg *config.Config, mg *shardmgr.Manager) error {
 				tenants, err := tenantsFor(cfg, tenant)
@@ -193,9 +197,10 @@ func (o *monthOptions) bind(c *cobra.Command) {
 func newShardActivateCmd(g *globals) *cobra.Command {
 	o := &monthOptions{}
 	c := &cobra.Command{
-		Use:   "activate --tenant=T --month=YYYYMM",
-		Short: "Move the tenant's active month forward to a writable month (the only way with shard.auto_advance: false)",
-		Args:  cobra.NoArgs,
+		Use:     "activate --tenant=T --month=YYYYMM",
+		Short:   "Move the tenant's active month forward to a writable month (the only way with shard.auto_advance: false)",
+		Example: "  imshard shard activate --tenant=acme --month=202612",
+		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			m, err := parseMonthFlag("month", o.month)
 			if err != nil {
@@ -224,9 +229,10 @@ func newShardSealCmd(g *globals, verb string) *cobra.Command {
 		short = "Reopen a sealed month for late writes (its sealing grace restarts)"
 	}
 	c := &cobra.Command{
-		Use:   verb + " --tenant=T --month=YYYYMM",
-		Short: short,
-		Args:  cobra.NoArgs,
+		Use:     verb + " --tenant=T --month=YYYYMM",
+		Short:   short,
+		Example: "  imshard shard " + verb + " --tenant=acme --month=202610",
+		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			m, err := parseMonthFlag("month", o.month)
 			if err != nil {
