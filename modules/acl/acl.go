@@ -233,13 +233,54 @@ func (c *Checker) PutMember(ctx context.Context, tenant, topic string, userID in
 	if mutedUntil != nil {
 		muted = mutedUntil.UTC()
 	}
-	_, err = sq.Insert(membersTable).Columns("topic", "user_id", "role", "muted_until").Values(topic, userID, role, muted).
-		Suffix("ON DUPLICATE KEY UPDATE role = VALUES(role), muted_until = VALUES(muted_until)").
-		RunWith(db).ExecContext(ctx)
+	err = inTx(ctx, db, func(tx *sql.Tx) error {
+		res, err := sq.Insert(membersTable).Columns("topic", "user_id", "role", "muted_until").Values(topic, userID, role, muted).
+			Suffix("ON DUPLICATE KEY UPDATE role = VALUES(role), muted_until = VALUES(muted_until)").
+			RunWith(tx).ExecContext(ctx)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return err // an update of an existing member: not a join
+		}
+		// a join: the read cursor starts at the topic's last stored
+		// message, so history is not unread
+		last, err := routing.LastStoredSeq(ctx, tx, topic)
+		if err != nil {
+			return err
+		}
+		return touchCursor(ctx, tx, topic, userID, last)
+	})
 	if err != nil {
 		return fmt.Errorf("acl: put member %s/%d: %w", topic, userID, err)
 	}
 	return c.invalidate(ctx, tenant, topic)
+}
+
+// cursorsTable is the read state (im_user_read_cursors): a join sets the
+// member's cursor, a join or a leave moves its updated_at, which is what a
+// device sync compares with.
+const cursorsTable = "im_user_read_cursors"
+
+// touchCursor raises the user's read cursor of topic to at least seq and
+// marks the row changed.
+func touchCursor(ctx context.Context, tx sq.BaseRunner, topic string, userID, seq int64) error {
+	_, err := sq.Insert(cursorsTable).Columns("user_id", "topic", "read_seq").Values(userID, topic, seq).
+		Suffix("ON DUPLICATE KEY UPDATE read_seq = GREATEST(read_seq, VALUES(read_seq)), updated_at = CURRENT_TIMESTAMP(3)").
+		RunWith(tx).ExecContext(ctx)
+	return err
+}
+
+func inTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
 
 // DeleteMember removes a member.
@@ -248,7 +289,17 @@ func (c *Checker) DeleteMember(ctx context.Context, tenant, topic string, userID
 	if err != nil {
 		return err
 	}
-	if _, err := sq.Delete(membersTable).Where(sq.Eq{"topic": topic, "user_id": userID}).RunWith(db).ExecContext(ctx); err != nil {
+	err = inTx(ctx, db, func(tx *sql.Tx) error {
+		res, err := sq.Delete(membersTable).Where(sq.Eq{"topic": topic, "user_id": userID}).RunWith(tx).ExecContext(ctx)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		return touchCursor(ctx, tx, topic, userID, 0) // a sync reports the leave
+	})
+	if err != nil {
 		return fmt.Errorf("acl: delete member %s/%d: %w", topic, userID, err)
 	}
 	return c.invalidate(ctx, tenant, topic)

@@ -223,7 +223,13 @@ func (s *Service) invalidateHidden(ctx context.Context, keys routing.Keys, topic
 // lastSeq is the topic's last issued seq: the Redis counter, or, when Redis
 // lost it, the highest seq the topic's route knows.
 func (s *Service) lastSeq(ctx context.Context, keys routing.Keys, tenant, topic string) (int64, error) {
-	last, err := s.p.Redis.Do(ctx, s.p.Redis.B().Get().Key(keys.Seq(topic)).Build()).AsInt64()
+	return s.lastSeqResolve(ctx, tenant, topic, s.p.Redis.Do(ctx, s.p.Redis.B().Get().Key(keys.Seq(topic)).Build()))
+}
+
+// lastSeqResolve finishes lastSeq from the counter's GET, pipelined by a
+// caller with reads of its own.
+func (s *Service) lastSeqResolve(ctx context.Context, tenant, topic string, res rueidis.RedisResult) (int64, error) {
+	last, err := res.AsInt64()
 	if err == nil {
 		return last, nil
 	}

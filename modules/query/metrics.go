@@ -49,6 +49,8 @@ type metrics struct {
 	changes         *prometheus.CounterVec
 	changeLatency   *prometheus.HistogramVec
 	changeFollowups *prometheus.CounterVec
+
+	readState *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
@@ -93,11 +95,16 @@ func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
 		Name: "imshard_message_change_followup_failures_total",
 		Help: "Best-effort steps after a committed change that failed: hot_put (the changed message was not put back into the hot cache: pages read MySQL for it), publish (the change event was not published).",
 	}, []string{"step"})
+	m.readState = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "imshard_read_state_latency",
+		Help:    "Latency in seconds of the read-state requests that succeeded, by op: read (a cursor move), unread (every badge), topics (a topic list page), sync (a device sync), prefs (a preferences change).",
+		Buckets: []float64{.001, .002, .005, .01, .02, .05, .1, .25, 1},
+	}, []string{"op"})
 	topics := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "imshard_query_hot_local_topics",
 		Help: "Topics whose newest messages this process holds a copy of (at most hot_cache.local_topics).",
 	}, func() float64 { return float64(held()) })
-	reg.MustRegister(m.tables, m.latency, m.wide, m.hot, m.hidden, m.local, topics, m.changes, m.changeLatency, m.changeFollowups)
+	reg.MustRegister(m.tables, m.latency, m.wide, m.hot, m.hidden, m.local, topics, m.changes, m.changeLatency, m.changeFollowups, m.readState)
 	for _, r := range []string{localHit, localFallback, localReset, localChanged} {
 		m.local.WithLabelValues(r) // exported as 0 from the start: rates need no first event
 	}

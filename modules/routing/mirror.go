@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
@@ -61,6 +62,87 @@ func LoadMirrorRows(ctx context.Context, db sq.BaseRunner, topic string) ([]Mirr
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// mirrorBatch is the most topics one statement of LoadMirrorMany names.
+const mirrorBatch = 500
+
+// TopicMirror is what the mirror says of one topic: its rows, oldest month
+// first, and when persist last widened any of them.
+type TopicMirror struct {
+	Rows      []MirrorRow
+	ChangedAt time.Time
+}
+
+// LastSeq is the highest stored seq (0 for none).
+func (t TopicMirror) LastSeq() int64 {
+	var m int64
+	for _, r := range t.Rows {
+		m = max(m, r.MaxSeq)
+	}
+	return m
+}
+
+// LastAt is the newest stored created_at (zero for none).
+func (t TopicMirror) LastAt() time.Time {
+	var m time.Time
+	for _, r := range t.Rows {
+		if r.MaxCreatedAt.After(m) {
+			m = r.MaxCreatedAt
+		}
+	}
+	return m
+}
+
+// LoadMirrorMany reads the mirror rows of many topics (a user's topic
+// list), one statement per mirrorBatch topics; a topic with no stored
+// message is absent from the map.
+func LoadMirrorMany(ctx context.Context, db sq.BaseRunner, topics []string) (map[string]TopicMirror, error) {
+	out := make(map[string]TopicMirror, len(topics))
+	for lo := 0; lo < len(topics); lo += mirrorBatch {
+		part := topics[lo:min(len(topics), lo+mirrorBatch)]
+		if err := loadMirrorPart(ctx, db, part, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func loadMirrorPart(ctx context.Context, db sq.BaseRunner, topics []string, out map[string]TopicMirror) error {
+	rows, err := sq.Select(append(slices.Clone(mirrorColumns), "updated_at")...).From(mirrorTable).
+		Where(sq.Eq{"topic": topics}).OrderBy("topic", "shard_month").RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return fmt.Errorf("mirror: load many: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ms string
+		var r MirrorRow
+		var changed time.Time
+		if err := rows.Scan(&r.Topic, &ms, &r.MinSeq, &r.MaxSeq, &r.Count, &r.MinCreatedAt, &r.MaxCreatedAt, &changed); err != nil {
+			return fmt.Errorf("mirror: load many: %w", err)
+		}
+		if r.Month, err = ParseMonth(ms); err != nil {
+			return fmt.Errorf("mirror: %s: %w", r.Topic, err)
+		}
+		t := out[r.Topic]
+		t.Rows = append(t.Rows, r)
+		if changed.After(t.ChangedAt) {
+			t.ChangedAt = changed
+		}
+		out[r.Topic] = t
+	}
+	return rows.Err()
+}
+
+// LastStoredSeq is the topic's highest stored seq (0 for none).
+func LastStoredSeq(ctx context.Context, db sq.BaseRunner, topic string) (int64, error) {
+	var last sql.NullInt64
+	if err := sq.Select("MAX(max_seq)").From(mirrorTable).Where(sq.Eq{"topic": topic}).
+		RunWith(db).QueryRowContext(ctx).Scan(&last); err != nil {
+		return 0, fmt.Errorf("mirror: last seq of %s: %w", topic, err)
+	}
+	return last.Int64, nil
 }
 
 // WidenMirror adds rows just stored to the mirror, in the caller's

@@ -1,0 +1,526 @@
+package query
+
+// Read state (docs/api.md "Read state"): each user's read cursor per
+// topic, shared by all their devices; exact unread counts; the topic list
+// a client opens with; one-call sync for a device that was away.
+//
+// Groups are read-diffusion: a message is stored once, and nothing is
+// written per member when it is sent. Everything here is computed at read
+// time from what exists anyway: the user's cursor rows
+// (im_user_read_cursors, one index range per user), their memberships, the
+// route mirror persist keeps in the transaction that stores the rows (the
+// last stored seq and newest created_at of each topic) and the month
+// tables' (topic, seqid) and (topic, from_user, seqid) indexes. The unread
+// count of a topic is the walk down from its last stored seq to the cursor,
+// capped at UnreadCap; the mention count reads the same rows' mention
+// columns (each message's own row is its mention index entry).
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/imshard/imshard/modules/acl"
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// UnreadCap is the largest unread count answered exactly; a topic with
+// more answers UnreadCap with unread_capped (a client shows "999+").
+const UnreadCap = 999
+
+// Limits of the topic list and sync pages.
+const (
+	DefaultTopicsLimit = 50
+	MaxTopicsLimit     = 200
+	// readWorkers is how many topics of one request are counted at once.
+	readWorkers = 4
+	// SyncHorizon is the oldest sync token answered with changes; an
+	// older one answers reset (refetch the topic list).
+	SyncHorizon = 30 * 24 * time.Hour
+)
+
+// InboxTopic is one topic of the caller's list, or of a sync.
+type InboxTopic struct {
+	Topic         string           `json:"topic"`
+	Removed       bool             `json:"removed,omitempty"` // sync only: left, removed or dissolved
+	LastSeq       int64            `json:"last_seq"`
+	LastMessage   *message.Message `json:"last_message"`
+	ReadSeq       int64            `json:"read_seq"`
+	Unread        int              `json:"unread"`
+	UnreadCapped  bool             `json:"unread_capped"`
+	MentionUnread int              `json:"mention_unread"`
+	Pinned        bool             `json:"pinned"`
+	MutedUntil    *message.Time    `json:"muted_until"`
+	ActivityAt    message.Time     `json:"activity_at"`
+}
+
+// TopicsPage is a page of the topic list.
+type TopicsPage struct {
+	Topics     []InboxTopic `json:"topics"`
+	NextCursor *string      `json:"next_cursor"`
+}
+
+// UnreadTopic is one badge.
+type UnreadTopic struct {
+	Topic         string `json:"topic"`
+	Unread        int    `json:"unread"`
+	UnreadCapped  bool   `json:"unread_capped"`
+	MentionUnread int    `json:"mention_unread"`
+}
+
+// UnreadSummary is every badge of the caller: topics with nothing unread
+// are left out; Total is the sum (TotalCapped when a topic is capped).
+type UnreadSummary struct {
+	Total       int           `json:"total"`
+	TotalCapped bool          `json:"total_capped"`
+	Topics      []UnreadTopic `json:"topics"`
+}
+
+// ReadCursor is the answer of a cursor move.
+type ReadCursor struct {
+	Topic   string `json:"topic"`
+	ReadSeq int64  `json:"read_seq"`
+}
+
+// SyncPage is the answer of a device sync.
+type SyncPage struct {
+	Reset   bool         `json:"reset"`
+	Topics  []InboxTopic `json:"topics"`
+	Token   string       `json:"token"`
+	HasMore bool         `json:"has_more"`
+}
+
+// MarkRead moves the caller's cursor of topic to seq: members only, never
+// above the topic's last issued seq, never down (a lower seq answers the
+// cursor as it is). One pipelined Redis round trip (membership, last seq)
+// and one MySQL statement; the answer follows the commit.
+func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic string, seq int64) (ReadCursor, error) {
+	start := time.Now()
+	keys, db, err := s.open(ctx, p, topic)
+	if err != nil {
+		return ReadCursor{}, err
+	}
+	cmds := acl.Cmds(s.p.Redis, keys, topic, p.UserID)
+	res := s.p.Redis.DoMulti(ctx, append(cmds, s.p.Redis.B().Get().Key(keys.Seq(topic)).Build())...)
+	if err := allowed(s.p.ACL.Resolve(ctx, p.Tenant, topic, p.UserID, res[:len(cmds)])); err != nil {
+		return ReadCursor{}, err
+	}
+	last, err := s.lastSeqResolve(ctx, p.Tenant, topic, res[len(cmds)])
+	if err != nil {
+		return ReadCursor{}, err
+	}
+	if seq > last {
+		return ReadCursor{}, httpapi.Errorf(httpapi.CodeInvalidArgument, "seq is above the topic's last seq").
+			WithDetails(map[string]any{"last_seq": last})
+	}
+	cur, err := markRead(ctx, db, p.UserID, topic, seq)
+	if err != nil {
+		return ReadCursor{}, httpapi.Wrap(httpapi.CodeUnavailable, "read cursor store unavailable", err)
+	}
+	s.m.readState.WithLabelValues("read").Observe(time.Since(start).Seconds())
+	return ReadCursor{Topic: topic, ReadSeq: cur}, nil
+}
+
+// Prefs is a preferences change; a nil field stays as it is.
+type Prefs struct {
+	Pinned         *bool
+	NotifyMute     *time.Time
+	ClearNotifyMut bool // notify_muted_until: null
+}
+
+// SetPrefs sets the caller's own preferences of topic and answers the
+// topic as the list shows it.
+func (s *Service) SetPrefs(ctx context.Context, p httpapi.Principal, topic string, pr Prefs) (InboxTopic, error) {
+	start := time.Now()
+	if err := s.authorize(ctx, p, topic); err != nil {
+		return InboxTopic{}, err
+	}
+	_, db, err := s.open(ctx, p, topic)
+	if err != nil {
+		return InboxTopic{}, err
+	}
+	if err := putPrefs(ctx, db, p.UserID, topic, pr.Pinned, pr.NotifyMute, pr.ClearNotifyMut); err != nil {
+		return InboxTopic{}, httpapi.Wrap(httpapi.CodeUnavailable, "read state store unavailable", err)
+	}
+	readSeq, pinned, mute, err := readState(ctx, db, p.UserID, topic)
+	if err != nil {
+		return InboxTopic{}, err
+	}
+	mirrors, err := routing.LoadMirrorMany(ctx, db, []string{topic})
+	if err != nil {
+		return InboxTopic{}, err
+	}
+	u := userTopic{topic: topic, readSeq: readSeq, pinned: pinned, notifyMute: mute, mirror: mirrors[topic]}
+	out := []InboxTopic{{}}
+	if err := s.fill(ctx, db, p, []userTopic{u}, out); err != nil {
+		return InboxTopic{}, err
+	}
+	s.m.readState.WithLabelValues("prefs").Observe(time.Since(start).Seconds())
+	return out[0], nil
+}
+
+// Unread is every badge of the caller.
+func (s *Service) Unread(ctx context.Context, p httpapi.Principal) (UnreadSummary, error) {
+	start := time.Now()
+	db, err := s.p.DBs.DB(ctx, p.Tenant)
+	if err != nil {
+		return UnreadSummary{}, err
+	}
+	all, err := s.loadTopics(ctx, db, p.UserID)
+	if err != nil {
+		return UnreadSummary{}, err
+	}
+	all = slices.DeleteFunc(all, func(u userTopic) bool { return u.status == acl.GroupDissolved })
+	counts := make([]unreadCount, len(all))
+	err = parallel(ctx, len(all), func(i int) error {
+		var err error
+		counts[i], err = s.countUnread(ctx, db, p.Tenant, p.UserID, all[i])
+		return err
+	})
+	if err != nil {
+		return UnreadSummary{}, err
+	}
+	out := UnreadSummary{Topics: []UnreadTopic{}}
+	for i, c := range counts {
+		if c.unread == 0 {
+			continue
+		}
+		out.Total += c.unread
+		out.TotalCapped = out.TotalCapped || c.capped
+		out.Topics = append(out.Topics, UnreadTopic{Topic: all[i].topic, Unread: c.unread, UnreadCapped: c.capped, MentionUnread: c.mentions})
+	}
+	slices.SortFunc(out.Topics, func(a, b UnreadTopic) int { return compareStrings(a.Topic, b.Topic) })
+	s.m.readState.WithLabelValues("unread").Observe(time.Since(start).Seconds())
+	return out, nil
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// fill computes the list entries of us into out (same length): counts and
+// last message, readWorkers topics at a time.
+func (s *Service) fill(ctx context.Context, db *sql.DB, p httpapi.Principal, us []userTopic, out []InboxTopic) error {
+	return parallel(ctx, len(us), func(i int) error {
+		u := us[i]
+		c, err := s.countUnread(ctx, db, p.Tenant, p.UserID, u)
+		if err != nil {
+			return err
+		}
+		lm, err := s.lastMessage(ctx, db, p.Tenant, p.UserID, u)
+		if err != nil {
+			return err
+		}
+		st := InboxTopic{Topic: u.topic, LastSeq: u.mirror.LastSeq(), LastMessage: lm, ReadSeq: c.readSeq,
+			Unread: c.unread, UnreadCapped: c.capped, MentionUnread: c.mentions, Pinned: u.pinned,
+			ActivityAt: message.NewTime(u.activity())}
+		if u.notifyMute.Valid {
+			t := message.NewTime(u.notifyMute.Time)
+			st.MutedUntil = &t
+		}
+		out[i] = st
+		return nil
+	})
+}
+
+// parallel runs fn(0..n-1), readWorkers at a time; the first error wins.
+func parallel(ctx context.Context, n int, fn func(i int) error) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	next := 0
+	for range min(n, readWorkers) {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				i := next
+				next++
+				stop := first != nil || i >= n || ctx.Err() != nil
+				mu.Unlock()
+				if stop {
+					return
+				}
+				if err := fn(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+// listCursor pins a topic list snapshot: the moment of the first page and
+// the sort key of the last topic served.
+type listCursor struct {
+	Snapshot int64  `json:"s"` // unix ms
+	Pinned   bool   `json:"p"`
+	Activity int64  `json:"a"` // unix ms
+	Topic    string `json:"t"`
+}
+
+var errBadCursor = httpapi.Errorf(httpapi.CodeInvalidArgument, "cursor is not one this API handed out")
+
+func encodeOpaque(v any) string {
+	b, _ := json.Marshal(v) // plain structs of numbers and strings
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeOpaque(s string, v any) error {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || json.Unmarshal(b, v) != nil {
+		return errBadCursor
+	}
+	return nil
+}
+
+// listed is a topic with its sort key at the snapshot.
+type listed struct {
+	u   userTopic
+	act time.Time
+}
+
+// before reports whether a sorts before b: pinned first, then newest
+// activity, then topic.
+func (a listed) before(b listed) bool {
+	if a.u.pinned != b.u.pinned {
+		return a.u.pinned
+	}
+	if !a.act.Equal(b.act) {
+		return a.act.After(b.act)
+	}
+	return a.u.topic < b.u.topic
+}
+
+// Topics is a page of the caller's topic list: every group they are a
+// member of that is not dissolved, pinned first, then newest activity. The
+// cursor pins the first page's moment: a topic active since is placed by
+// its activity at that moment, so later messages do not reshuffle the
+// pages being read (they arrive through sync).
+func (s *Service) Topics(ctx context.Context, p httpapi.Principal, limit int, cursor string) (TopicsPage, error) {
+	start := time.Now()
+	var cur listCursor
+	if cursor != "" {
+		if err := decodeOpaque(cursor, &cur); err != nil || cur.Topic == "" {
+			return TopicsPage{}, errBadCursor
+		}
+	} else {
+		cur.Snapshot = time.Now().UnixMilli()
+	}
+	snap := time.UnixMilli(cur.Snapshot)
+	db, err := s.p.DBs.DB(ctx, p.Tenant)
+	if err != nil {
+		return TopicsPage{}, err
+	}
+	all, err := s.loadTopics(ctx, db, p.UserID)
+	if err != nil {
+		return TopicsPage{}, err
+	}
+	var ls []listed
+	for _, u := range all {
+		if u.status == acl.GroupDissolved {
+			continue
+		}
+		act, ok, err := s.activityAt(ctx, db, p.Tenant, u, snap)
+		if err != nil {
+			return TopicsPage{}, err
+		}
+		if ok {
+			ls = append(ls, listed{u, act})
+		}
+	}
+	slices.SortFunc(ls, func(a, b listed) int {
+		if a.before(b) {
+			return -1
+		}
+		return 1
+	})
+	if cursor != "" {
+		after := listed{userTopic{topic: cur.Topic, pinned: cur.Pinned}, time.UnixMilli(cur.Activity)}
+		i, _ := slices.BinarySearchFunc(ls, after, func(e, t listed) int {
+			if e.u.topic == t.u.topic && e.u.pinned == t.u.pinned && e.act.Equal(t.act) {
+				return 0
+			}
+			if e.before(t) {
+				return -1
+			}
+			return 1
+		})
+		for i < len(ls) && !after.before(ls[i]) {
+			i++
+		}
+		ls = ls[i:]
+	}
+	page := TopicsPage{Topics: []InboxTopic{}}
+	if len(ls) > limit {
+		last := ls[limit-1]
+		next := encodeOpaque(listCursor{Snapshot: cur.Snapshot, Pinned: last.u.pinned, Activity: last.act.UnixMilli(), Topic: last.u.topic})
+		page.NextCursor = &next
+		ls = ls[:limit]
+	}
+	us := make([]userTopic, len(ls))
+	for i, l := range ls {
+		us[i] = l.u
+	}
+	page.Topics = make([]InboxTopic, len(us))
+	if err := s.fill(ctx, db, p, us, page.Topics); err != nil {
+		return TopicsPage{}, err
+	}
+	for i, l := range ls {
+		page.Topics[i].ActivityAt = message.NewTime(l.act)
+	}
+	s.m.readState.WithLabelValues("topics").Observe(time.Since(start).Seconds())
+	return page, nil
+}
+
+// activityAt is u's activity as it was at snap (truncated to ms): its
+// newest stored message created at or before snap, else when the caller
+// joined; ok is false for a topic joined after snap. Only a topic active
+// since snap costs a read (the (topic, created_at) index of its newest
+// months).
+func (s *Service) activityAt(ctx context.Context, db *sql.DB, tenant string, u userTopic, snap time.Time) (time.Time, bool, error) {
+	if act := u.activity().Truncate(time.Millisecond); !act.After(snap) {
+		return act, true, nil
+	}
+	var months []routing.Month
+	for _, r := range slices.Backward(u.mirror.Rows) {
+		if !r.MinCreatedAt.After(snap) {
+			months = append(months, r.Month)
+		}
+	}
+	tables, err := s.p.Router.Tables(ctx, tenant, months)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	for _, t := range tables {
+		at, ok, err := s.st.newestAt(ctx, db, t, u.topic, snap)
+		if err != nil {
+			return time.Time{}, false, err
+		}
+		if ok {
+			return at.Truncate(time.Millisecond), true, nil
+		}
+	}
+	if u.joinedAt.After(snap) {
+		return time.Time{}, false, nil
+	}
+	return u.joinedAt.Truncate(time.Millisecond), true, nil
+}
+
+// syncToken is where a device's last sync ended: every change up to Since
+// was reported, and of the changes at exactly Since those up to Topic.
+type syncToken struct {
+	Since int64  `json:"s"` // unix ms, MySQL's clock
+	Topic string `json:"t,omitempty"`
+}
+
+// Sync answers the caller's topics whose last seq, read cursor, membership
+// or preferences changed after the token (all of them without one),
+// oldest change first, with the token to pass next time.
+func (s *Service) Sync(ctx context.Context, p httpapi.Principal, token string, limit int) (SyncPage, error) {
+	start := time.Now()
+	var tok syncToken
+	if token != "" {
+		if err := decodeOpaque(token, &tok); err != nil {
+			return SyncPage{}, err
+		}
+	}
+	db, err := s.p.DBs.DB(ctx, p.Tenant)
+	if err != nil {
+		return SyncPage{}, err
+	}
+	// the next token's time first: a change stamped before it and not
+	// committed yet belongs to a transaction still running, which the
+	// horizon stays below
+	horizon, err := syncHorizon(ctx, db)
+	if err != nil {
+		return SyncPage{}, err
+	}
+	if token != "" && horizon.Sub(time.UnixMilli(tok.Since)) > SyncHorizon {
+		s.m.readState.WithLabelValues("sync").Observe(time.Since(start).Seconds())
+		return SyncPage{Reset: true, Topics: []InboxTopic{}, Token: encodeOpaque(syncToken{Since: horizon.UnixMilli()})}, nil
+	}
+	all, err := s.loadTopics(ctx, db, p.UserID)
+	if err != nil {
+		return SyncPage{}, err
+	}
+	if err := s.addTopicChanges(ctx, db, all); err != nil {
+		return SyncPage{}, err
+	}
+	left, err := leftTopics(ctx, db, p.UserID, time.UnixMilli(tok.Since))
+	if err != nil {
+		return SyncPage{}, err
+	}
+	type change struct {
+		at      int64
+		u       userTopic
+		removed bool
+	}
+	var chs []change
+	member := map[string]bool{}
+	for _, u := range all {
+		member[u.topic] = true
+		chs = append(chs, change{u.changedAt.UnixMilli(), u, u.status == acl.GroupDissolved})
+	}
+	for _, l := range left {
+		if !member[l.topic] {
+			chs = append(chs, change{l.at.UnixMilli(), userTopic{topic: l.topic}, true})
+		}
+	}
+	chs = slices.DeleteFunc(chs, func(c change) bool {
+		return token != "" && (c.at < tok.Since || (c.at == tok.Since && c.u.topic <= tok.Topic))
+	})
+	slices.SortFunc(chs, func(a, b change) int {
+		if a.at != b.at {
+			return int(math.Max(-1, math.Min(1, float64(a.at-b.at))))
+		}
+		return compareStrings(a.u.topic, b.u.topic)
+	})
+	out := SyncPage{Topics: []InboxTopic{}}
+	next := syncToken{Since: horizon.UnixMilli()}
+	if len(chs) > limit {
+		chs = chs[:limit]
+		last := chs[limit-1]
+		next, out.HasMore = syncToken{Since: last.at, Topic: last.u.topic}, true
+	}
+	var live []userTopic
+	var at []int
+	out.Topics = make([]InboxTopic, len(chs))
+	for i, c := range chs {
+		if c.removed {
+			out.Topics[i] = InboxTopic{Topic: c.u.topic, Removed: true, ActivityAt: message.NewTime(c.u.activity())}
+			continue
+		}
+		live, at = append(live, c.u), append(at, i)
+	}
+	states := make([]InboxTopic, len(live))
+	if err := s.fill(ctx, db, p, live, states); err != nil {
+		return SyncPage{}, err
+	}
+	for j, i := range at {
+		out.Topics[i] = states[j]
+	}
+	out.Token = encodeOpaque(next)
+	s.m.readState.WithLabelValues("sync").Observe(time.Since(start).Seconds())
+	return out, nil
+}

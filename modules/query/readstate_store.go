@@ -1,0 +1,415 @@
+package query
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// Fixed tables of the read state (never built from input).
+const (
+	cursorsTable  = "im_user_read_cursors"
+	membersTable  = "im_group_members"
+	groupsTable   = "im_groups"
+	changesTable  = "im_topic_changes"
+	unreadWalkRow = 256 // rows one statement of the unread walk reads
+)
+
+// userTopic is one topic of the caller's list as MySQL holds it: the
+// membership, the group's status, the caller's cursor and preferences, and
+// what the route mirror says of the stored messages.
+type userTopic struct {
+	topic      string
+	status     string // the group's
+	readSeq    int64
+	pinned     bool
+	notifyMute sql.NullTime
+	joinedAt   time.Time
+	changedAt  time.Time // newest of membership, group, cursor and stored messages
+	mirror     routing.TopicMirror
+}
+
+// activity is what the topic list sorts by: the newest stored message,
+// else the moment the caller joined.
+func (u userTopic) activity() time.Time {
+	if t := u.mirror.LastAt(); !t.IsZero() {
+		return t
+	}
+	return u.joinedAt
+}
+
+// loadTopics reads every topic user is a member of (one index range of
+// im_group_members joined with the group and the cursor) and their
+// mirrors; dissolved groups are kept, flagged by status, for sync.
+func (s *Service) loadTopics(ctx context.Context, db *sql.DB, user int64) ([]userTopic, error) {
+	rows, err := sq.Select("m.topic", "g.status", "m.created_at",
+		"GREATEST(m.updated_at, g.updated_at, COALESCE(c.updated_at, m.updated_at))",
+		"COALESCE(c.read_seq, 0)", "COALESCE(c.pinned, 0)", "c.notify_muted_until").
+		From(membersTable + " AS m").
+		Join(groupsTable + " AS g ON g.topic = m.topic").
+		LeftJoin(cursorsTable + " AS c ON c.user_id = m.user_id AND c.topic = m.topic").
+		Where(sq.Eq{"m.user_id": user}).RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("query: topics of %d: %w", user, err)
+	}
+	defer rows.Close()
+	var out []userTopic
+	for rows.Next() {
+		var u userTopic
+		if err := rows.Scan(&u.topic, &u.status, &u.joinedAt, &u.changedAt, &u.readSeq, &u.pinned, &u.notifyMute); err != nil {
+			return nil, fmt.Errorf("query: topics of %d: %w", user, err)
+		}
+		out = append(out, u)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	names := make([]string, len(out))
+	for i, u := range out {
+		names[i] = u.topic
+	}
+	mirrors, err := routing.LoadMirrorMany(ctx, db, names)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].mirror = mirrors[out[i].topic]
+		if out[i].mirror.ChangedAt.After(out[i].changedAt) {
+			out[i].changedAt = out[i].mirror.ChangedAt
+		}
+	}
+	return out, nil
+}
+
+// unreadCount is the caller's unread state of one topic.
+type unreadCount struct {
+	readSeq  int64 // the cursor, moved up to the caller's own newest message
+	unread   int
+	mentions int
+	capped   bool // more than UnreadCap unread: unread is UnreadCap
+}
+
+// countUnread counts the messages of u the caller has not read: stored,
+// above the cursor and above the caller's own newest message (sending
+// reads everything before it), neither recalled nor deleted for everyone,
+// not hidden by the caller. Gaps have no row, so they never count. It
+// walks the month tables holding seqs above the cursor newest first and
+// stops at UnreadCap+1: a badge costs at most that many index entries.
+func (s *Service) countUnread(ctx context.Context, db *sql.DB, tenant string, user int64, u userTopic) (unreadCount, error) {
+	out := unreadCount{readSeq: u.readSeq}
+	if u.mirror.LastSeq() <= u.readSeq {
+		return out, nil
+	}
+	tables, err := s.tablesAbove(ctx, tenant, u.mirror, u.readSeq)
+	if err != nil {
+		return out, err
+	}
+	for _, t := range tables {
+		own, err := s.st.ownNewest(ctx, db, t, u.topic, user, u.readSeq)
+		if err != nil {
+			return out, err
+		}
+		if own > 0 {
+			out.readSeq = own
+			break
+		}
+	}
+	for _, t := range tables {
+		bound := int64(math.MaxInt64)
+		for {
+			n, last, err := s.st.unreadRows(ctx, db, t, u.topic, user, out.readSeq, bound, &out)
+			if err != nil || out.capped {
+				return out, err
+			}
+			if n < unreadWalkRow {
+				break
+			}
+			bound = last
+		}
+	}
+	return out, nil
+}
+
+// tablesAbove is the month tables that hold seqs above seq, newest first
+// (the mirror is written in the transaction that stores the rows, so its
+// max_seq is exact).
+func (s *Service) tablesAbove(ctx context.Context, tenant string, m routing.TopicMirror, seq int64) ([]routing.Table, error) {
+	var months []routing.Month
+	for _, r := range slices.Backward(m.Rows) {
+		if r.MaxSeq > seq {
+			months = append(months, r.Month)
+		}
+	}
+	return s.p.Router.Tables(ctx, tenant, months)
+}
+
+// lastMessage is the newest stored message of u the caller may see: a
+// recalled one as its tombstone; deleted for everyone and hidden ones are
+// skipped.
+func (s *Service) lastMessage(ctx context.Context, db *sql.DB, tenant string, user int64, u userTopic) (*message.Message, error) {
+	tables, err := s.tablesAbove(ctx, tenant, u.mirror, 0)
+	if err != nil {
+		return nil, err
+	}
+	q := listQuery{topic: u.topic, user: user, order: Desc, bound: math.MaxInt64, limit: 1}
+	for _, t := range tables {
+		ms, err := s.st.messages(ctx, db, q.build(t.Quoted()))
+		if err != nil {
+			return nil, err
+		}
+		if len(ms) > 0 {
+			return &ms[0], nil
+		}
+	}
+	return nil, nil
+}
+
+// ownNewest is the caller's newest seq above after in t (0: none), from
+// the (topic, from_user, seqid) index alone.
+func (s *store) ownNewest(ctx context.Context, db *sql.DB, t routing.Table, topic string, user, after int64) (int64, error) {
+	query, args, err := sq.Select("COALESCE(MAX(seqid), 0)").From(t.Quoted()).
+		Where(sq.Eq{"topic": topic, "from_user": user}).Where(sq.Gt{"seqid": after}).ToSql()
+	if err != nil {
+		return 0, err
+	}
+	rows, err := s.run(ctx, db, query, args)
+	if err != nil {
+		return 0, fmt.Errorf("query: own newest of %s: %w", topic, err)
+	}
+	defer rows.Close()
+	var seq int64
+	for rows.Next() {
+		if err := rows.Scan(&seq); err != nil {
+			return 0, err
+		}
+	}
+	return seq, rows.Err()
+}
+
+// unreadRows reads up to unreadWalkRow rows of t with after < seq < before
+// the caller did not hide, newest first, and adds the unread among them to
+// c (stopping once c is capped). It returns the rows read and the lowest seq.
+func (s *store) unreadRows(ctx context.Context, db *sql.DB, t routing.Table, topic string, user, after, before int64, c *unreadCount) (int, int64, error) {
+	query, args, err := sq.Select("m.seqid", "m.status", "m.mention_all", "m.mentioned_user_ids").From(t.Quoted()+" AS m").
+		Where(sq.Eq{"m.topic": topic}).Where(sq.Gt{"m.seqid": after}).Where(sq.Lt{"m.seqid": before}).
+		Where(notHidden, user).OrderBy("m.seqid DESC").Limit(unreadWalkRow).ToSql()
+	if err != nil {
+		return 0, 0, err
+	}
+	rows, err := s.run(ctx, db, query, args)
+	if err != nil {
+		return 0, 0, fmt.Errorf("query: unread of %s: %w", topic, err)
+	}
+	defer rows.Close()
+	n, last := 0, before
+	for rows.Next() {
+		var seq int64
+		var status string
+		var all bool
+		var mentions []byte
+		if err := rows.Scan(&seq, &status, &all, &mentions); err != nil {
+			return 0, 0, err
+		}
+		n, last = n+1, seq
+		if status != message.StatusNormal || c.capped {
+			continue
+		}
+		if c.unread == UnreadCap {
+			c.capped = true
+			continue
+		}
+		c.unread++
+		if all || mentionsUser(mentions, user) {
+			c.mentions++
+		}
+	}
+	return n, last, rows.Err()
+}
+
+// mentionsUser reports whether the stored mentioned_user_ids name user.
+func mentionsUser(raw []byte, user int64) bool {
+	if len(raw) == 0 {
+		return false
+	}
+	var ids message.IDs
+	if json.Unmarshal(raw, &ids) != nil {
+		return false
+	}
+	return slices.Contains(ids, message.ID(user))
+}
+
+// markRead moves the caller's cursor of topic up to seq (never down) in
+// one statement and returns the cursor it holds afterwards: the
+// LAST_INSERT_ID(expr) form hands the row's value back with the result.
+func markRead(ctx context.Context, db *sql.DB, user int64, topic string, seq int64) (int64, error) {
+	res, err := sq.Insert(cursorsTable).Columns("user_id", "topic", "read_seq").Values(user, topic, seq).
+		Suffix("ON DUPLICATE KEY UPDATE read_seq = LAST_INSERT_ID(GREATEST(read_seq, VALUES(read_seq)))").
+		RunWith(db).ExecContext(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("query: read cursor %s/%d: %w", topic, user, err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 1 {
+		return seq, nil // inserted
+	}
+	return res.LastInsertId()
+}
+
+// putPrefs sets the caller's preferences of topic; nil leaves one as it is.
+func putPrefs(ctx context.Context, db *sql.DB, user int64, topic string, pinned *bool, mute *time.Time, clearMute bool) error {
+	cols, vals, upd := []string{"user_id", "topic"}, []any{user, topic}, ""
+	if pinned != nil {
+		cols, vals = append(cols, "pinned"), append(vals, *pinned)
+		upd = "pinned = VALUES(pinned)"
+	}
+	if mute != nil || clearMute {
+		var v any
+		if mute != nil {
+			v = mute.UTC()
+		}
+		cols, vals = append(cols, "notify_muted_until"), append(vals, v)
+		if upd != "" {
+			upd += ", "
+		}
+		upd += "notify_muted_until = VALUES(notify_muted_until)"
+	}
+	_, err := sq.Insert(cursorsTable).Columns(cols...).Values(vals...).
+		Suffix("ON DUPLICATE KEY UPDATE " + upd).RunWith(db).ExecContext(ctx)
+	if err != nil {
+		return fmt.Errorf("query: preferences %s/%d: %w", topic, user, err)
+	}
+	return nil
+}
+
+// readState is the caller's cursor row of one topic (zero if none).
+func readState(ctx context.Context, db *sql.DB, user int64, topic string) (readSeq int64, pinned bool, mute sql.NullTime, err error) {
+	err = sq.Select("read_seq", "pinned", "notify_muted_until").From(cursorsTable).
+		Where(sq.Eq{"user_id": user, "topic": topic}).RunWith(db).QueryRowContext(ctx).Scan(&readSeq, &pinned, &mute)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = nil
+	}
+	return readSeq, pinned, mute, err
+}
+
+// newestAt is the created_at of topic's newest message in t created at or
+// before at ((topic, created_at) index).
+func (s *store) newestAt(ctx context.Context, db *sql.DB, t routing.Table, topic string, at time.Time) (time.Time, bool, error) {
+	query, args, err := sq.Select("MAX(created_at)").From(t.Quoted()).
+		Where(sq.Eq{"topic": topic}).Where(sq.LtOrEq{"created_at": at.UTC()}).ToSql()
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	rows, err := s.run(ctx, db, query, args)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("query: activity of %s: %w", topic, err)
+	}
+	defer rows.Close()
+	var v sql.NullTime
+	for rows.Next() {
+		if err := rows.Scan(&v); err != nil {
+			return time.Time{}, false, err
+		}
+	}
+	return v.Time, v.Valid, rows.Err()
+}
+
+// syncSafety is how far below MySQL's clock a sync token stays when the
+// running transactions cannot be read (no PROCESS privilege), and the least
+// it stays below in any case: a statement stamps updated_at when it starts
+// and commits a moment later.
+const (
+	syncFallbackMargin = 5 * time.Second
+	syncMinMargin      = 50 * time.Millisecond
+)
+
+// syncHorizon is the time a new sync token may carry: below every change
+// not committed yet — MySQL's clock, and not after the start of the oldest
+// transaction still running in the tenant's database (its changes are
+// stamped after it started and become visible only when it commits).
+func syncHorizon(ctx context.Context, db *sql.DB) (time.Time, error) {
+	var now time.Time
+	if err := db.QueryRowContext(ctx, "SELECT NOW(3)").Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("query: sync horizon: %w", err)
+	}
+	var oldest sql.NullTime
+	err := sq.Select("MIN(t.trx_started)").From("information_schema.innodb_trx AS t").
+		Join("information_schema.processlist AS p ON p.id = t.trx_mysql_thread_id").
+		Where("p.db = DATABASE()").RunWith(db).QueryRowContext(ctx).Scan(&oldest)
+	if err != nil {
+		return now.Add(-syncFallbackMargin), nil
+	}
+	h := now.Add(-syncMinMargin)
+	if oldest.Valid && oldest.Time.Add(-time.Millisecond).Before(h) {
+		h = oldest.Time.Add(-time.Millisecond)
+	}
+	return h, nil
+}
+
+// addTopicChanges moves each topic's change time up to its last message
+// change (recall, edit, delete for everyone: im_topic_changes).
+func (s *Service) addTopicChanges(ctx context.Context, db *sql.DB, us []userTopic) error {
+	idx := make(map[string]int, len(us))
+	names := make([]string, len(us))
+	for i, u := range us {
+		idx[u.topic], names[i] = i, u.topic
+	}
+	for lo := 0; lo < len(names); lo += 500 {
+		rows, err := sq.Select("topic", "updated_at").From(changesTable).
+			Where(sq.Eq{"topic": names[lo:min(len(names), lo+500)]}).RunWith(db).QueryContext(ctx)
+		if err != nil {
+			return fmt.Errorf("query: topic changes: %w", err)
+		}
+		for rows.Next() {
+			var t string
+			var at time.Time
+			if err := rows.Scan(&t, &at); err != nil {
+				rows.Close()
+				return err
+			}
+			if u := &us[idx[t]]; at.After(u.changedAt) {
+				u.changedAt = at
+			}
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// leftTopic is a cursor row changed after a time (a leave touches it).
+type leftTopic struct {
+	topic string
+	at    time.Time
+}
+
+// leftTopics lists the caller's cursor rows changed after since; the
+// caller keeps those of topics it is no longer a member of.
+func leftTopics(ctx context.Context, db *sql.DB, user int64, since time.Time) ([]leftTopic, error) {
+	rows, err := sq.Select("topic", "updated_at").From(cursorsTable).
+		Where(sq.Eq{"user_id": user}).Where(sq.Gt{"updated_at": since.UTC()}).RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("query: cursors of %d: %w", user, err)
+	}
+	defer rows.Close()
+	var out []leftTopic
+	for rows.Next() {
+		var l leftTopic
+		if err := rows.Scan(&l.topic, &l.at); err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}

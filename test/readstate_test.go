@@ -1,0 +1,232 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// rsModel is what the unread counts must be, computed from every
+// operation the test made.
+type rsModel struct {
+	last   int64 // the topic's last seq, gaps included
+	msgs   map[int64]*rsMsg
+	hidden map[int64][][2]int64 // user → [low, hi)
+	cursor map[int64]int64
+}
+
+type rsMsg struct {
+	from     int64
+	status   string
+	mentions []int64
+	all      bool
+}
+
+func (m *rsModel) hides(user, seq int64) bool {
+	for _, r := range m.hidden[user] {
+		if r[0] <= seq && seq < r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// unread is the expected (unread, mention_unread, read_seq) of user.
+func (m *rsModel) unread(user int64) (int, int, int64) {
+	c := m.cursor[user]
+	for seq, msg := range m.msgs {
+		if msg.from == user && seq > c {
+			c = seq
+		}
+	}
+	n, men := 0, 0
+	for seq, msg := range m.msgs {
+		if seq <= c || msg.status != "normal" || m.hides(user, seq) {
+			continue
+		}
+		n++
+		if msg.all || slices.Contains(msg.mentions, user) {
+			men++
+		}
+	}
+	return n, men, c
+}
+
+// newest is the seq of the newest message user may see (0: none).
+func (m *rsModel) newest(user int64) int64 {
+	var best int64
+	for seq, msg := range m.msgs {
+		if seq > best && msg.status != "deleted" && !m.hides(user, seq) {
+			best = seq
+		}
+	}
+	return best
+}
+
+// TestReadStateUnreadExact: random sends by three users (some mentioning),
+// gaps, recalls, deletes for everyone, hides for one user and cursor moves
+// from two devices; after each round every user's badge, cursor and last
+// message equal the model's.
+func TestReadStateUnreadExact(t *testing.T) {
+	env := rsStart(t)
+	const topic = "rsexact"
+	users := []int64{11, 12, 13}
+	env.group(topic, 501, "active")
+	for _, u := range users {
+		env.member(topic, u, "member", time.Time{})
+	}
+	admin := env.Token(99, "admin")
+	m := &rsModel{msgs: map[int64]*rsMsg{}, hidden: map[int64][][2]int64{}, cursor: map[int64]int64{}}
+	rng := rand.New(rand.NewPCG(15, 1))
+	ctx := context.Background()
+	sent := 0
+	for round := range 6 {
+		for range 12 {
+			switch op := rng.IntN(100); {
+			case op < 55: // a send
+				from := users[rng.IntN(len(users))]
+				body := sendBody(fmt.Sprintf("c-%d", sent), "hello")
+				msg := &rsMsg{from: from, status: "normal"}
+				if rng.IntN(4) == 0 {
+					msg.mentions = []int64{users[rng.IntN(len(users))]}
+					body["mentioned_user_ids"] = []string{strconv.FormatInt(msg.mentions[0], 10)}
+				}
+				if rng.IntN(10) == 0 {
+					msg.all = true
+					body["mention_all"] = true
+				}
+				sent++
+				r := env.mustSend(env.Token(from, ""), topic, body)
+				m.msgs[r.Seq], m.last = msg, r.Seq
+			case op < 62: // a gap: a seq issued that no message will ever use
+				n, err := env.Redis.Do(ctx, env.Redis.B().Incr().Key(env.keys().Seq(topic)).Build()).AsInt64()
+				if err != nil {
+					t.Fatal(err)
+				}
+				m.last = n
+			case op < 72: // a recall by the sender
+				if seq, msg := rsPick(rng, m, "normal"); msg != nil {
+					chWaitSettled(t, env.Env, topic)
+					if code, r := chRecall(t, env.Env, env.Token(msg.from, ""), topic, seq, nil); code != 200 {
+						t.Fatalf("recall %d: %d %+v", seq, code, r)
+					}
+					msg.status = "recalled"
+				}
+			case op < 80: // a delete for everyone
+				if seq, msg := rsPick(rng, m, ""); msg != nil && msg.status != "deleted" {
+					chWaitSettled(t, env.Env, topic)
+					code, out := env.Do("DELETE", chSeqPath(topic, seq)+"?scope=all", admin, nil)
+					if code != 200 {
+						t.Fatalf("delete %d: %d %s", seq, code, out)
+					}
+					msg.status = "deleted"
+				}
+			case op < 88: // user 11 hides a range
+				if m.last > 0 {
+					lo := 1 + rng.Int64N(m.last)
+					hi := min(m.last+1, lo+1+rng.Int64N(3))
+					code, out := env.Do("POST", "/v1/topics/"+topic+"/deletions", env.Token(11, ""), map[string]any{"low": lo, "hi": hi})
+					if code != 200 {
+						t.Fatalf("hide: %d %s", code, out)
+					}
+					m.hidden[11] = append(m.hidden[11], [2]int64{lo, hi})
+				}
+			default: // a cursor move from one of two devices of a random user
+				if m.last > 0 {
+					u := users[rng.IntN(len(users))]
+					seq := rng.Int64N(m.last + 1)
+					code, got := rsRead(t, env, u, topic, seq)
+					m.cursor[u] = max(m.cursor[u], seq)
+					if code != 200 || got != m.cursor[u] {
+						t.Fatalf("read %d to %d: %d, cursor %d, want %d", u, seq, code, got, m.cursor[u])
+					}
+				}
+			}
+		}
+		chWaitSettled(t, env.Env, topic)
+		for _, u := range users {
+			n, men, rs := m.unread(u)
+			sum, by := rsUnread(t, env, u)
+			if by[topic].Unread != n || by[topic].MentionUnread != men || sum.Total != n {
+				t.Fatalf("round %d user %d: unread %+v total %d, want %d (mentions %d)", round, u, by[topic], sum.Total, n, men)
+			}
+			list := rsTopics(t, env, u, 10)
+			if len(list) != 1 {
+				t.Fatalf("user %d: list %+v", u, list)
+			}
+			got := list[0]
+			var lastSeq int64
+			if got.LastMessage != nil {
+				lastSeq = got.LastMessage.Seq
+			}
+			if got.Unread != n || got.MentionUnread != men || got.ReadSeq != rs || lastSeq != m.newest(u) {
+				t.Fatalf("round %d user %d: list entry unread %d mentions %d read_seq %d last message %d; want %d %d %d %d",
+					round, u, got.Unread, got.MentionUnread, got.ReadSeq, lastSeq, n, men, rs, m.newest(u))
+			}
+			if lm := got.LastMessage; lm != nil && lm.Status == "recalled" && len(lm.Content) > 0 {
+				t.Fatalf("recalled last message carries its content: %s", lm.Content)
+			}
+		}
+	}
+}
+
+// rsPick is a random message of the model with status (any if "").
+func rsPick(rng *rand.Rand, m *rsModel, status string) (int64, *rsMsg) {
+	var seqs []int64
+	for seq, msg := range m.msgs {
+		if status == "" || msg.status == status {
+			seqs = append(seqs, seq)
+		}
+	}
+	if len(seqs) == 0 {
+		return 0, nil
+	}
+	slices.Sort(seqs)
+	seq := seqs[rng.IntN(len(seqs))]
+	return seq, m.msgs[seq]
+}
+
+// TestReadCursorMonotonicAndBounded: concurrent moves from two devices end
+// at the highest seq asked; a lower seq answers the cursor as it is; a seq
+// above the topic's last is a 400 that changes nothing; a non-member is
+// refused.
+func TestReadCursorMonotonicAndBounded(t *testing.T) {
+	env := rsStart(t)
+	const topic = "rsmono"
+	env.group(topic, 502, "active")
+	env.member(topic, 21, "member", time.Time{})
+	env.member(topic, 22, "member", time.Time{})
+	var last int64
+	for i := range 40 {
+		last = env.mustSend(env.Token(22, ""), topic, sendBody(fmt.Sprintf("m-%d", i), "x")).Seq
+	}
+	var wg sync.WaitGroup
+	for dev := range 2 {
+		wg.Go(func() {
+			for s := int64(dev + 1); s <= last; s += 2 {
+				if code, got := rsRead(t, env, 21, topic, s); code != 200 || got < s {
+					t.Errorf("read %d: %d cursor %d", s, code, got)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if code, got := rsRead(t, env, 21, topic, 3); code != 200 || got != last {
+		t.Fatalf("lower seq: %d cursor %d, want %d", code, got, last)
+	}
+	if code, _ := rsRead(t, env, 21, topic, last+1); code != 400 {
+		t.Fatalf("seq above the last: %d", code)
+	}
+	if code, _ := rsRead(t, env, 23, topic, 1); code != 403 {
+		t.Fatalf("non-member: %d", code)
+	}
+	var n int64
+	if err := env.DB.QueryRow("SELECT read_seq FROM im_user_read_cursors WHERE user_id = 21 AND topic = ?", topic).Scan(&n); err != nil || n != last {
+		t.Fatalf("stored cursor %d (%v), want %d", n, err, last)
+	}
+}
