@@ -15,6 +15,7 @@ import (
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/tenantdb"
 )
 
 // The message-change path: recall, edit and delete for everyone, for a
@@ -191,6 +192,22 @@ func (s *Service) change(ctx context.Context, p httpapi.Principal, c changeReq) 
 	if err != nil {
 		return ChangeResult{}, err
 	}
+	for attempt := 1; ; attempt++ {
+		res, err := s.changeTx(ctx, db, keys, tables, c, flying)
+		// a deadlock rolled the transaction back before the caches were
+		// told (its statements come first): run it again
+		if !tenantdb.IsDeadlock(err) || attempt == maxChangeAttempts {
+			return res, err
+		}
+	}
+}
+
+// maxChangeAttempts is how often a change's transaction runs when MySQL
+// resolves deadlocks against it.
+const maxChangeAttempts = 3
+
+// changeTx is steps 3 to 5 of a change.
+func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, tables []routing.Table, c changeReq, flying bool) (ChangeResult, error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)

@@ -35,6 +35,13 @@ func IsNoSuchTable(err error) bool {
 	return errors.As(err, &me) && me.Number == 1146
 }
 
+// IsDeadlock reports whether err is the server's deadlock (ER_LOCK_DEADLOCK,
+// 1213): it rolled the transaction back, which may simply run again.
+func IsDeadlock(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1213
+}
+
 // Tenant is what the pools need to know of a configured tenant.
 type Tenant struct {
 	ID  string
