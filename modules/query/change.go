@@ -10,6 +10,7 @@ import (
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
+	"github.com/redis/rueidis"
 
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/httpapi"
@@ -183,12 +184,19 @@ func (s *Service) change(ctx context.Context, p httpapi.Principal, c changeReq) 
 	if err != nil {
 		return ChangeResult{}, err
 	}
-	// read before the month tables: see step 2
-	flying, err := s.p.Flight.InFlight(ctx, p.Tenant, c.topic, c.seq)
+	// the pending set is read before the month tables (see step 2), in one
+	// round trip with the route
+	res := s.p.Redis.DoMulti(ctx, append([]rueidis.Completed{s.p.Flight.InFlightCmd(keys, c.topic, c.seq)},
+		s.p.Router.RouteCmds(keys, c.topic)...)...)
+	flying, err := routing.InFlightResolve(res[0])
 	if err != nil {
 		return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "in-flight check unavailable", err)
 	}
-	tables, err := s.p.Router.CandidateTablesBySeq(ctx, p.Tenant, c.topic, c.seq)
+	tr, err := s.p.Router.RouteResolve(ctx, p.Tenant, c.topic, res[1:])
+	if err != nil {
+		return ChangeResult{}, err
+	}
+	tables, err := s.p.Router.Tables(ctx, p.Tenant, tr.BySeq(c.seq))
 	if err != nil {
 		return ChangeResult{}, err
 	}
@@ -381,22 +389,24 @@ func writeChange(ctx context.Context, tx *sql.Tx, t routing.Table, c changeReq, 
 func (s *Service) afterChange(ctx context.Context, keys routing.Keys, c changeReq, next message.Message, changeSeq int64, version string) {
 	ctx, cancel := context.WithTimeout(ctx, afterChangeTimeout)
 	defer cancel()
-	member, err := json.Marshal(next)
-	if err == nil {
-		err = s.p.Scripts.HotPut.Exec(ctx, s.p.Redis, []string{keys.HotMessages(c.topic), keys.MessagesVersion(c.topic)},
-			[]string{strconv.FormatInt(c.seq, 10), string(member), version}).Error()
-	}
-	if err != nil {
-		s.m.changeFollowups.WithLabelValues(stepHotPut).Inc()
-		s.p.Log.Warn().Err(err).Str("topic", c.topic).Int64("seq", c.seq).Msg("changed message not put back into the hot cache; pages read MySQL for it")
-	}
+	member, _ := json.Marshal(next)
 	ev, _ := json.Marshal(struct {
 		Type   string         `json:"type"`
 		Change message.Change `json:"change"`
 	}{"change", message.Change{Topic: c.topic, Seq: c.seq, MessageID: next.MessageID, Action: c.action, Version: next.Version,
 		ChangeSeq: changeSeq, Actor: message.ID(c.actor), At: next.UpdatedAt}})
 	rdb := s.p.Redis
-	if err := rdb.Do(ctx, rdb.B().Publish().Channel(keys.Realtime(c.topic)).Message(string(ev)).Build()).Error(); err != nil {
+	// both in one round trip: issued together, the client pipelines them
+	published := make(chan error, 1)
+	go func() {
+		published <- rdb.Do(ctx, rdb.B().Publish().Channel(keys.Realtime(c.topic)).Message(string(ev)).Build()).Error()
+	}()
+	if err := s.p.Scripts.HotPut.Exec(ctx, rdb, []string{keys.HotMessages(c.topic), keys.MessagesVersion(c.topic)},
+		[]string{strconv.FormatInt(c.seq, 10), string(member), version}).Error(); err != nil {
+		s.m.changeFollowups.WithLabelValues(stepHotPut).Inc()
+		s.p.Log.Warn().Err(err).Str("topic", c.topic).Int64("seq", c.seq).Msg("changed message not put back into the hot cache; pages read MySQL for it")
+	}
+	if err := <-published; err != nil {
 		s.m.changeFollowups.WithLabelValues(stepPublish).Inc()
 		s.p.Log.Warn().Err(err).Str("topic", c.topic).Int64("change_seq", changeSeq).Msg("change event not published; consumers resume from the revisions")
 	}

@@ -212,19 +212,21 @@ func (f *Flight) Settled(ctx context.Context, tenant, topic string) (int64, erro
 	}
 }
 
-// InFlight reports whether seq of topic is still in flight: allocated and
-// neither persisted nor recorded as a gap yet (in the pending set). Persist
-// commits a row before it clears its seq here, so a seq found neither here
-// nor in its month table afterwards was never stored.
-func (f *Flight) InFlight(ctx context.Context, tenant, topic string, seq int64) (bool, error) {
-	keys, err := KeysFor(tenant)
-	if err != nil {
-		return false, err
-	}
+// InFlightCmd reads whether seq of topic is still in flight: allocated and
+// neither persisted nor recorded as a gap yet (in the pending set), for a
+// caller that pipelines it with its own reads; InFlightResolve reads its
+// result. Persist commits a row before it clears its seq here, so a seq
+// found neither here nor in its month table afterwards was never stored.
+func (f *Flight) InFlightCmd(keys Keys, topic string, seq int64) rueidis.Completed {
 	v := strconv.FormatInt(seq, 10)
-	n, err := f.rdb.Do(ctx, f.rdb.B().Zcount().Key(keys.Pending(topic)).Min(v).Max(v).Build()).AsInt64()
+	return f.rdb.B().Zcount().Key(keys.Pending(topic)).Min(v).Max(v).Build()
+}
+
+// InFlightResolve is InFlightCmd's answer.
+func InFlightResolve(res rueidis.RedisResult) (bool, error) {
+	n, err := res.AsInt64()
 	if err != nil {
-		return false, fmt.Errorf("pending: in flight %s/%s %d: %w", tenant, topic, seq, err)
+		return false, fmt.Errorf("pending: in flight: %w", err)
 	}
 	return n > 0, nil
 }
