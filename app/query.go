@@ -5,6 +5,7 @@ import (
 
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/query"
+	"github.com/imshard/imshard/modules/query/stream"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -49,11 +50,39 @@ func (a *App) NewRouteCheck() *query.RouteCheck {
 	return &query.RouteCheck{Redis: c.redis, Routes: c.routes, Catalog: c.catalog, DBs: c.pools}
 }
 
+// initQuery serves the read routes and the realtime stream (its catch-up
+// is the read path): on stop the stream's sockets close with 1001 within
+// the stop context (http.shutdown_grace), after the API listener closed.
 func initQuery(ctx context.Context, a *App) (Service, error) {
 	svc := a.NewQuery()
-	svc.Register(a.APIMux, httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL), a.Log.With().Str("module", Query).Logger())
+	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
+	log := a.Log.With().Str("module", Query).Logger()
+	svc.Register(a.APIMux, auth, log)
+	st := a.Config.Stream
+	rt := stream.New(stream.Params{
+		Redis: a.clients.redis,
+		Query: svc,
+		Limits: stream.Limits{
+			MaxConnections:    st.MaxConnections,
+			MaxTopics:         st.MaxTopics,
+			SendQueue:         st.SendQueue,
+			WriteTimeout:      st.WriteTimeout,
+			PingInterval:      st.PingInterval,
+			IdleTimeout:       st.IdleTimeout,
+			ACLCheckInterval:  st.ACLCheckInterval,
+			MaxCatchups:       st.MaxCatchups,
+			MaxCatchupChanges: st.MaxCatchupChanges,
+		},
+		Log:        log,
+		Registerer: a.Registry,
+	})
+	rt.Register(a.APIMux, auth)
 	return runner{
-		run:  func(ctx context.Context) error { <-ctx.Done(); return nil },
-		stop: func(context.Context) error { svc.Close(); return nil },
+		run: func(ctx context.Context) error { <-ctx.Done(); return nil },
+		stop: func(ctx context.Context) error {
+			rt.Close(ctx)
+			svc.Close()
+			return nil
+		},
 	}, nil
 }

@@ -27,6 +27,7 @@ type Config struct {
 	Shard       Shard    `mapstructure:"shard"`
 	Send        Send     `mapstructure:"send"`
 	HotCache    HotCache `mapstructure:"hot_cache"`
+	Stream      Stream   `mapstructure:"stream"`
 	Persist     Persist  `mapstructure:"persist"`
 	Migrate     Migrate  `mapstructure:"migrate"`
 }
@@ -178,6 +179,21 @@ type HotCache struct {
 	LocalMaxAge time.Duration `mapstructure:"local_max_age"`
 }
 
+// Stream is the realtime WebSocket stream the query role serves: limits
+// per process and per socket, heartbeats, and how often memberships of the
+// watched topics are re-checked.
+type Stream struct {
+	MaxConnections    int           `mapstructure:"max_connections"`
+	MaxTopics         int           `mapstructure:"max_topics"`
+	SendQueue         int           `mapstructure:"send_queue"`
+	WriteTimeout      time.Duration `mapstructure:"write_timeout"`
+	PingInterval      time.Duration `mapstructure:"ping_interval"`
+	IdleTimeout       time.Duration `mapstructure:"idle_timeout"`
+	ACLCheckInterval  time.Duration `mapstructure:"acl_check_interval"`
+	MaxCatchups       int           `mapstructure:"max_catchups"`
+	MaxCatchupChanges int           `mapstructure:"max_catchup_changes"`
+}
+
 // Persist is the Kafka → MySQL writer.
 type Persist struct {
 	BatchSize       int           `mapstructure:"batch_size"`
@@ -258,6 +274,17 @@ func Default() Config {
 			MaxClockBackward: 5 * time.Second,
 		},
 		HotCache: HotCache{TTL: 24 * time.Hour, MaxPerTopic: 1000, LocalTopics: 1024, LocalMaxAge: 10 * time.Second},
+		Stream: Stream{
+			MaxConnections:    10_000,
+			MaxTopics:         500,
+			SendQueue:         256,
+			WriteTimeout:      10 * time.Second,
+			PingInterval:      20 * time.Second,
+			IdleTimeout:       60 * time.Second,
+			ACLCheckInterval:  500 * time.Millisecond,
+			MaxCatchups:       64,
+			MaxCatchupChanges: 1000,
+		},
 		Persist: Persist{
 			BatchSize:       500,
 			BatchLinger:     20 * time.Millisecond,

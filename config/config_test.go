@@ -149,7 +149,7 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 	for i := 0; i < len(doc.Content[0].Content); i += 2 {
 		top = append(top, doc.Content[0].Content[i].Value)
 	}
-	want := []string{"http", "auth", "metrics", "log", "mysql", "redis", "kafka", "tenants", "tenants_file", "shard", "send", "hot_cache", "persist", "migrate"}
+	want := []string{"http", "auth", "metrics", "log", "mysql", "redis", "kafka", "tenants", "tenants_file", "shard", "send", "hot_cache", "stream", "persist", "migrate"}
 	if !slices.Equal(top, want) {
 		t.Errorf("top-level keys %v, want %v", top, want)
 	}
@@ -610,6 +610,7 @@ func TestValidateByRole(t *testing.T) {
 		{"shard", func(c *Config) { c.Shard.LockTTL = 0 }, "shard.lock_ttl", []string{"send", "shardmgr"}},
 		{"send", func(c *Config) { c.Send.ProduceTimeout = 0 }, "send.produce_timeout", []string{"send"}},
 		{"hot_cache", func(c *Config) { c.HotCache.TTL = -1 }, "hot_cache.ttl", []string{"send", "query"}},
+		{"stream", func(c *Config) { c.Stream.IdleTimeout = c.Stream.PingInterval - 1 }, "stream.idle_timeout", []string{"query"}},
 		{"persist", func(c *Config) { c.Persist.BatchSize = 0 }, "persist.batch_size", []string{"persist"}},
 		{"migrate", func(c *Config) { c.Migrate.BatchSize = 0 }, "migrate.batch_size", []string{"migrate"}},
 		{"mysql always", func(c *Config) { c.MySQL.MaxOpenConns = 0 }, "mysql.max_open_conns", []string{"send", "query", "persist", "shardmgr", "migrate"}},

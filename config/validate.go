@@ -25,7 +25,7 @@ const (
 func roleSections() map[string][]string {
 	return map[string][]string{
 		"send":     {"http", "auth", "redis", "kafka", "tenants", "send", "hot_cache", "shard"},
-		"query":    {"http", "auth", "redis", "tenants", "hot_cache"},
+		"query":    {"http", "auth", "redis", "tenants", "hot_cache", "stream"},
 		"persist":  {"redis", "kafka", "tenants", "persist"},
 		"shardmgr": {"redis", "tenants", "shard"},
 		"migrate":  {"tenants", "migrate"},
@@ -138,6 +138,18 @@ func (c *Config) Validate(roles ...string) error {
 		p.intRange("hot_cache.max_per_topic", int64(c.HotCache.MaxPerTopic), 0, 1<<31-1)
 		p.intRange("hot_cache.local_topics", int64(c.HotCache.LocalTopics), 0, 1<<20)
 		p.durAtLeast("hot_cache.local_max_age", c.HotCache.LocalMaxAge, 0)
+	}
+	if need["stream"] {
+		st := c.Stream
+		p.intRange("stream.max_connections", int64(st.MaxConnections), 0, 1<<31-1)
+		p.intRange("stream.max_topics", int64(st.MaxTopics), 1, 100_000)
+		p.intRange("stream.send_queue", int64(st.SendQueue), 1, 1<<20)
+		p.durAbove("stream.write_timeout", st.WriteTimeout, 0)
+		p.durAbove("stream.ping_interval", st.PingInterval, 0)
+		p.durAtLeast("stream.idle_timeout", st.IdleTimeout, st.PingInterval)
+		p.durAbove("stream.acl_check_interval", st.ACLCheckInterval, 0)
+		p.intRange("stream.max_catchups", int64(st.MaxCatchups), 1, 1<<20)
+		p.intRange("stream.max_catchup_changes", int64(st.MaxCatchupChanges), 1, 1<<20)
 	}
 	if need["persist"] {
 		ps := c.Persist

@@ -155,7 +155,7 @@ func chSubscribe(t *testing.T, env *harness.Env, topic string) <-chan message.Ch
 	t.Cleanup(func() { cancel(); <-done })
 	go func() {
 		defer close(done)
-		_ = env.Redis.Receive(ctx, env.Redis.B().Subscribe().Channel(ch).Build(), func(m rueidis.PubSubMessage) {
+		_ = env.Redis.Receive(ctx, env.Redis.B().Ssubscribe().Channel(ch).Build(), func(m rueidis.PubSubMessage) {
 			if m.Message == "probe" {
 				select {
 				case probes <- struct{}{}:
@@ -174,7 +174,7 @@ func chSubscribe(t *testing.T, env *harness.Env, topic string) <-chan message.Ch
 	}()
 	// subscribed once a probe comes back
 	sendWaitFor(t, 10*time.Second, "subscription", func() bool {
-		_ = env.Redis.Do(ctx, env.Redis.B().Publish().Channel(ch).Message("probe").Build()).Error()
+		_ = env.Redis.Do(ctx, env.Redis.B().Spublish().Channel(ch).Message("probe").Build()).Error()
 		select {
 		case <-probes:
 			return true

@@ -660,12 +660,12 @@ func TestSendHotCacheAndRealtime(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		_ = sub.Receive(ctx, sub.B().Subscribe().Channel(k.Realtime("room")).Build(), func(m rueidis.PubSubMessage) {
+		_ = sub.Receive(ctx, sub.B().Ssubscribe().Channel(k.Realtime("room")).Build(), func(m rueidis.PubSubMessage) {
 			got <- m.Message
 		})
 	}()
 	sendWaitFor(t, 10*time.Second, "the realtime subscription", func() bool {
-		n, err := e.Redis.Do(ctx, e.Redis.B().PubsubNumsub().Channel(k.Realtime("room")).Build()).AsIntMap()
+		n, err := e.Redis.Do(ctx, e.Redis.B().PubsubShardnumsub().Channel(k.Realtime("room")).Build()).AsIntMap()
 		return err == nil && n[k.Realtime("room")] > 0
 	})
 

@@ -25,6 +25,9 @@ type Principal struct {
 	Tenant string
 	UserID int64
 	Role   string
+	// Expires is the credential's exp: a long-lived connection (the
+	// realtime stream) ends there.
+	Expires time.Time
 }
 
 // Secrets looks up a tenant's JWT secret; ok is false for unknown tenants.
@@ -136,7 +139,7 @@ func (a *Authenticator) Verify(token string) (Principal, error) {
 	default:
 		return Principal{}, Errorf(CodeUnauthenticated, "unknown role claim")
 	}
-	return Principal{Tenant: claims.Tenant, UserID: uid, Role: claims.Role}, nil
+	return Principal{Tenant: claims.Tenant, UserID: uid, Role: claims.Role, Expires: claims.ExpiresAt.Time}, nil
 }
 
 // Token extracts the bearer token of r: the Authorization header, or

@@ -399,7 +399,7 @@ func (s *Service) afterChange(ctx context.Context, keys routing.Keys, c changeRe
 	// both in one round trip: issued together, the client pipelines them
 	published := make(chan error, 1)
 	go func() {
-		published <- rdb.Do(ctx, rdb.B().Publish().Channel(keys.Realtime(c.topic)).Message(string(ev)).Build()).Error()
+		published <- rdb.Do(ctx, rdb.B().Spublish().Channel(keys.Realtime(c.topic)).Message(string(ev)).Build()).Error()
 	}()
 	if err := s.p.Scripts.HotPut.Exec(ctx, rdb, []string{keys.HotMessages(c.topic), keys.MessagesVersion(c.topic)},
 		[]string{strconv.FormatInt(c.seq, 10), string(member), version}).Error(); err != nil {
@@ -424,3 +424,61 @@ func (s *Service) maxEditBody() int64 {
 
 // afterChangeTimeout bounds the best-effort steps after a commit.
 const afterChangeTimeout = 5 * time.Second
+
+// Changes is a topic's changes after a change_seq, oldest first, as the
+// realtime channel announces them, and the topic's last change_seq.
+type Changes struct {
+	Changes []message.Change
+	Last    int64
+	// More is set when more than the limit asked for follow.
+	More bool
+}
+
+// ChangesSince reads up to limit changes of topic with change_seq > after
+// from the revisions (kept as long as the tenant's data), for members of
+// the topic and admins: how a follower that missed change events catches
+// up.
+func (s *Service) ChangesSince(ctx context.Context, p httpapi.Principal, topic string, after int64, limit int) (Changes, error) {
+	if err := s.authorize(ctx, p, topic); err != nil {
+		return Changes{}, err
+	}
+	db, err := s.p.DBs.DB(ctx, p.Tenant)
+	if err != nil {
+		return Changes{}, err
+	}
+	var out Changes
+	err = sq.Select("change_seq").From(topicChangesTable).Where(sq.Eq{"topic": topic}).
+		RunWith(db).QueryRowContext(ctx).Scan(&out.Last)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return Changes{}, fmt.Errorf("query: topic changes: %w", err)
+	}
+	if out.Last <= after {
+		return out, nil
+	}
+	rows, err := sq.Select("change_seq", "seqid", "message_id", "action", "version", "actor", "created_at").
+		From(revisionsTable).Where(sq.And{sq.Eq{"topic": topic}, sq.Gt{"change_seq": after}}).
+		OrderBy("change_seq").Limit(uint64(limit) + 1).RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return Changes{}, fmt.Errorf("query: changes: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		c := message.Change{Topic: topic}
+		var id, actor int64
+		if err := rows.Scan(&c.ChangeSeq, &c.Seq, &id, &c.Action, &c.Version, &actor, &c.At.Time); err != nil {
+			return Changes{}, fmt.Errorf("query: changes: %w", err)
+		}
+		c.MessageID, c.Actor, c.At = message.ID(id), message.ID(actor), message.NewTime(c.At.Time)
+		out.Changes = append(out.Changes, c)
+	}
+	if len(out.Changes) > limit {
+		out.Changes, out.More = out.Changes[:limit], true
+	}
+	return out, rows.Err()
+}
+
+// Authorize answers whether p may read topic (members of its group, the
+// tenant's admins): nil, or the error a read would answer.
+func (s *Service) Authorize(ctx context.Context, p httpapi.Principal, topic string) error {
+	return s.authorize(ctx, p, topic)
+}

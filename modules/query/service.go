@@ -87,6 +87,11 @@ type SincePage struct {
 	NextSince int64             `json:"next_since"`
 	HasMore   bool              `json:"has_more"`
 	Gaps      []int64           `json:"gaps"`
+	// Through is the highest seq the page accounts for: every seq from
+	// since+1 to it was returned, is a listed gap, or is not visible to
+	// the caller (hidden, deleted for everyone). A follower (the stream)
+	// continues from it; it is at least NextSince.
+	Through int64 `json:"-"`
 }
 
 var (
@@ -238,7 +243,16 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 			}
 		}
 	}
-	return SincePage{Messages: nonNil(page), NextSince: next, HasMore: more, Gaps: nonNilSeqs(gaps)}, nil
+	through := hi
+	if !more && settled == routing.Unsettled {
+		// nothing was in flight: everything issued before the read is settled
+		through = r.issued
+	}
+	through = max(through, next)
+	if len(gaps) > 0 {
+		through = max(through, gaps[len(gaps)-1])
+	}
+	return SincePage{Messages: nonNil(page), NextSince: next, HasMore: more, Gaps: nonNilSeqs(gaps), Through: through}, nil
 }
 
 func nonNil(ms []message.Message) []message.Message {

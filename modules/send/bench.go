@@ -400,7 +400,7 @@ func (r *rawPipeline) send(ctx context.Context, topic string, uid int64, clientM
 		rdb.B().Zadd().Key(hot).ScoreMember().ScoreMember(float64(al.Seq), string(msg)).Build(),
 		rdb.B().Pexpire().Key(hot).Milliseconds(r.p.HotCache.TTL.Milliseconds()).Build(),
 		rdb.B().Zremrangebyrank().Key(hot).Start(0).Stop(int64(-r.p.HotCache.MaxPerTopic-1)).Build(),
-		rdb.B().Publish().Channel(k.Realtime(topic)).Message(string(msg)).Build()) {
+		rdb.B().Spublish().Channel(k.Realtime(topic)).Message(string(msg)).Build()) {
 		if err := res.Error(); err != nil {
 			return err
 		}

@@ -367,7 +367,7 @@ func (s *Service) postAck(ctx context.Context, a *attempt, ev *message.Event, ra
 			rdb.B().Zremrangebyrank().Key(hot).Start(0).Stop(int64(-hc.MaxPerTopic-1)).Build())
 		steps = append(steps, stepHotCache, stepHotCache, stepHotCache)
 	}
-	cmds = append(cmds, rdb.B().Publish().Channel(a.keys.Realtime(a.topic)).Message(pub).Build())
+	cmds = append(cmds, rdb.B().Spublish().Channel(a.keys.Realtime(a.topic)).Message(pub).Build())
 	steps = append(steps, stepPublish)
 	for i, r := range rdb.DoMulti(ctx, cmds...) {
 		if err := r.Error(); err != nil {

@@ -1,0 +1,622 @@
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// conn is one socket. Its pump goroutine owns the topics it follows and
+// writes every frame but pings; the hub hands it events through inbox,
+// the bounded send queue: a socket whose queue is full when the hub
+// offers it one more event is closed with 1008 "slow consumer", so a
+// stalled reader costs at most send_queue frames of memory.
+type conn struct {
+	s      *Server
+	ws     *websocket.Conn
+	p      httpapi.Principal
+	single bool // a /v1/topics/{topic}/stream socket: it ends with its topic
+
+	inbox chan event
+	ctl   chan control
+
+	topics map[string]*follow // pump only
+	behind bool               // pump only: some topic waits for a seq in flight
+
+	lastSeen atomic.Int64 // unix nanos of the last sign of life from the peer
+
+	closeOnce sync.Once
+	done      chan struct{}
+}
+
+// follow is one topic of one socket. The pump alone reads and writes its
+// cursors; the hub only holds it as a key.
+type follow struct {
+	c     *conn
+	topic string
+	ch    *channel
+
+	cursor  int64 // every seq up to it was delivered, is a gap, or is not visible
+	changes int64 // the last change_seq delivered; -1 when the client gave none
+	seen    int64 // the highest seq known to exist (a live message above cursor)
+	held    map[int64]event
+}
+
+// control is a request the reader passes to the pump.
+type control struct {
+	subscribe   map[string]cursors
+	unsubscribe []string
+}
+
+// cursors are where a client resumes a topic.
+type cursors struct {
+	Since        *int64 `json:"since"`
+	ChangesSince *int64 `json:"changes_since"`
+}
+
+// Close codes and reasons the server ends a socket with.
+const (
+	reasonSlow    = "slow consumer"
+	reasonExpired = "token expired"
+	reasonIdle    = "idle timeout"
+	reasonDenied  = "permission denied"
+	reasonStop    = "server shutting down"
+	reasonGone    = "closed by the client"
+)
+
+func (c *conn) alive() { c.lastSeen.Store(time.Now().UnixNano()) }
+
+// push offers an event from the hub; a full queue closes the socket.
+func (c *conn) push(ev event) {
+	select {
+	case c.inbox <- ev:
+	default:
+		select {
+		case <-c.done:
+			c.s.m.dropped.Inc()
+			return
+		default:
+		}
+		c.s.m.dropped.Inc()
+		c.s.m.slow.Inc()
+		c.end(websocket.StatusPolicyViolation, reasonSlow)
+	}
+}
+
+// end closes the socket once with code and reason, without waiting: the
+// close frame follows whatever frame is being written.
+func (c *conn) end(code websocket.StatusCode, reason string) {
+	c.closeOnce.Do(func() {
+		c.s.m.closes.WithLabelValues(reason).Inc()
+		close(c.done)
+		go func() { _ = c.ws.Close(code, reason) }()
+	})
+}
+
+// run serves the socket until it ends: the reader and the keeper beside
+// the pump. first are the topics to follow from the start.
+func (c *conn) run(ctx context.Context, first map[string]cursors) {
+	// reads from storage and the hub end with the socket; the WebSocket's
+	// own reads and writes never take this context (cancelling one would
+	// drop the connection before its close frame)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); c.read() }()
+	go func() { defer wg.Done(); c.keep(ctx) }()
+	if first != nil {
+		c.subscribe(ctx, first)
+	}
+	c.pump(ctx)
+	c.end(websocket.StatusGoingAway, reasonStop)
+	for _, f := range c.topics {
+		c.s.hub.leave(f)
+		c.s.m.follows.Dec()
+	}
+	c.topics = nil
+	wg.Wait()
+}
+
+// pump handles events and requests in order until the socket ends.
+func (c *conn) pump(ctx context.Context) {
+	retry := time.NewTicker(holdRetry)
+	defer retry.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-ctx.Done():
+			return
+		case ev := <-c.inbox:
+			c.handle(ctx, ev)
+		case r := <-c.ctl:
+			if r.subscribe != nil {
+				c.subscribe(ctx, r.subscribe)
+			}
+			for _, t := range r.unsubscribe {
+				c.unsubscribe(t)
+			}
+		case <-retry.C:
+			if c.behind {
+				c.fillAll(ctx)
+			}
+		}
+	}
+}
+
+// handle applies one hub event to its topic.
+func (c *conn) handle(ctx context.Context, ev event) {
+	f := ev.f
+	if c.topics[f.topic] != f {
+		return // unsubscribed since
+	}
+	switch ev.kind {
+	case evMessage:
+		switch {
+		case ev.seq <= f.cursor:
+			return // caught up already
+		case ev.seq == f.cursor+1:
+			if c.send(ev.raw, ev.created) {
+				f.cursor = ev.seq
+				c.drain(ctx, f)
+			}
+		default:
+			// a lower seq is still on its way: hold this one until the
+			// lower ones arrive, are stored or are recorded as gaps
+			f.seen = max(f.seen, ev.seq)
+			if len(f.held) < c.s.lim.SendQueue {
+				f.held[ev.seq] = ev
+			}
+			c.fill(ctx, f)
+		}
+	case evChange:
+		if f.changes < 0 || ev.changeSeq == f.changes+1 {
+			// a held copy of the changed message is outdated: storage has
+			// the new version
+			delete(f.held, ev.seq)
+			if c.send(ev.raw, time.Time{}) {
+				f.changes = ev.changeSeq
+			}
+		} else if ev.changeSeq > f.changes {
+			delete(f.held, ev.seq)
+			c.catchUpChanges(ctx, f)
+		}
+	case evResync:
+		// publications may have been lost while Redis was away: read up
+		// to what was issued by now
+		c.expect(ctx, f)
+		c.fill(ctx, f)
+		if f.changes >= 0 {
+			c.catchUpChanges(ctx, f)
+		}
+	case evACL:
+		if err := c.s.q.Authorize(ctx, c.p, f.topic); err != nil {
+			c.deny(f.topic, err)
+		}
+	}
+}
+
+// expect makes the topic read storage until it reaches the last seq
+// issued by now.
+func (c *conn) expect(ctx context.Context, f *follow) {
+	if last, err := c.s.lastIssued(ctx, c.p.Tenant, f.topic); err == nil {
+		f.seen = max(f.seen, last)
+	} else {
+		f.seen = max(f.seen, f.cursor+1) // unknown: read again until it answers
+	}
+	c.updateBehind()
+}
+
+// drain sends held messages that follow the cursor.
+func (c *conn) drain(ctx context.Context, f *follow) {
+	for {
+		ev, ok := f.held[f.cursor+1]
+		if !ok {
+			break
+		}
+		delete(f.held, ev.seq)
+		if !c.send(ev.raw, ev.created) {
+			return
+		}
+		f.cursor = ev.seq
+	}
+	for s := range f.held {
+		if s <= f.cursor {
+			delete(f.held, s)
+		}
+	}
+	c.updateBehind()
+}
+
+func (c *conn) updateBehind() {
+	c.behind = false
+	for _, f := range c.topics {
+		if f.seen > f.cursor {
+			c.behind = true
+			return
+		}
+	}
+}
+
+func (c *conn) fillAll(ctx context.Context) {
+	for _, f := range c.topics {
+		if f.seen > f.cursor {
+			c.fill(ctx, f)
+		}
+	}
+}
+
+// fill reads the topic forward from its cursor through the read path (the
+// settled watermark stops it below a seq still in flight), sends what it
+// finds and the recorded gaps, then what is held above. It needs one of
+// the per-process catch-up slots.
+func (c *conn) fill(ctx context.Context, f *follow) {
+	if !c.s.acquire(ctx) {
+		return
+	}
+	defer c.s.release()
+	c.s.m.catchups.Inc()
+	for {
+		page, err := c.s.q.Since(ctx, c.p, f.topic, f.cursor, pageSize)
+		if err != nil {
+			if denied(err) {
+				c.deny(f.topic, err)
+				return
+			}
+			// storage unavailable: the held messages wait, the next retry
+			// reads again
+			c.s.m.catchupErrors.Inc()
+			c.s.log.Debug().Err(err).Str("topic", f.topic).Msg("stream: catch-up read failed; retrying")
+			f.seen = max(f.seen, f.cursor+1)
+			c.behind = true
+			return
+		}
+		gaps := page.Gaps
+		for _, m := range page.Messages {
+			for len(gaps) > 0 && gaps[0] < m.Seq {
+				if !c.sendGaps(ctx, f, &gaps, m.Seq) {
+					return
+				}
+			}
+			if m.Seq <= f.cursor {
+				continue
+			}
+			b, _ := m.AppendJSON([]byte(`{"type":"message","message":`))
+			if !c.send(append(b, '}'), time.Time{}) {
+				return
+			}
+			f.cursor = m.Seq
+		}
+		if !c.sendGaps(ctx, f, &gaps, page.Through+1) {
+			return
+		}
+		f.cursor = max(f.cursor, page.Through)
+		if !page.HasMore {
+			break
+		}
+	}
+	c.drain(ctx, f)
+}
+
+// sendGaps sends the gaps below stop as gap frames, one per run of
+// consecutive seqs, and moves the cursor over them.
+func (c *conn) sendGaps(ctx context.Context, f *follow, gaps *[]int64, stop int64) bool {
+	g := *gaps
+	for len(g) > 0 && g[0] < stop {
+		from, to := g[0], g[0]
+		g = g[1:]
+		for len(g) > 0 && g[0] == to+1 && g[0] < stop {
+			to, g = g[0], g[1:]
+		}
+		if to <= f.cursor {
+			continue
+		}
+		from = max(from, f.cursor+1)
+		b, _ := json.Marshal(gapFrame{Type: "gap", Topic: f.topic, From: from, To: to})
+		if !c.send(b, time.Time{}) {
+			return false
+		}
+		f.cursor = to
+	}
+	*gaps = g
+	return true
+}
+
+// catchUpChanges sends the topic's changes after the change cursor from
+// the revisions; a backlog beyond max_catchup_changes, or a cursor ahead
+// of the topic's changes, is a reset frame instead: the client reloads
+// what it shows of the topic and continues from the reset's change_seq.
+func (c *conn) catchUpChanges(ctx context.Context, f *follow) {
+	if !c.s.acquire(ctx) {
+		return
+	}
+	defer c.s.release()
+	ch, err := c.s.q.ChangesSince(ctx, c.p, f.topic, f.changes, c.s.lim.MaxCatchupChanges)
+	if err != nil {
+		if denied(err) {
+			c.deny(f.topic, err)
+			return
+		}
+		c.sendError(f.topic, err)
+		return
+	}
+	if ch.More || f.changes > ch.Last {
+		b, _ := json.Marshal(resetFrame{Type: "reset", Topic: f.topic, ChangeSeq: ch.Last})
+		if c.send(b, time.Time{}) {
+			f.changes = ch.Last
+		}
+		return
+	}
+	for _, x := range ch.Changes {
+		b, _ := json.Marshal(changeFrame{Type: "change", Change: x})
+		if !c.send(b, time.Time{}) {
+			return
+		}
+		f.changes = x.ChangeSeq
+	}
+}
+
+// subscribe follows topics: for each, join the hub first (so nothing
+// published from now on is missed: it queues in the inbox), check the
+// caller may read it, then catch up from storage; the queued live events
+// at or below the cursor are then skipped.
+func (c *conn) subscribe(ctx context.Context, topics map[string]cursors) {
+	for topic, cur := range topics {
+		if _, ok := c.topics[topic]; ok {
+			continue
+		}
+		if err := routing.ValidTopic(topic); err != nil {
+			c.sendError(topic, err)
+			continue
+		}
+		if len(c.topics) >= c.s.lim.MaxTopics {
+			c.sendError(topic, httpapi.Errorf(httpapi.CodeInvalidArgument, "at most stream.max_topics ("+strconv.Itoa(c.s.lim.MaxTopics)+") topics per socket"))
+			continue
+		}
+		f := &follow{c: c, topic: topic, changes: -1, held: map[int64]event{}}
+		if err := c.s.hub.join(ctx, f); err != nil {
+			c.sendError(topic, err)
+			continue
+		}
+		c.topics[topic] = f
+		c.s.m.follows.Inc()
+		if err := c.s.q.Authorize(ctx, c.p, topic); err != nil {
+			c.deny(topic, err)
+			continue
+		}
+		// what was issued before the subscription is read from storage
+		// (published before it, those never come live), waiting for seqs
+		// still in flight; without a since the client starts from there
+		last, err := c.s.lastIssued(ctx, c.p.Tenant, topic)
+		if err != nil {
+			c.sendError(topic, err)
+			c.unsubscribe(topic)
+			continue
+		}
+		f.seen = last
+		if cur.Since == nil {
+			f.cursor = last
+		} else {
+			f.cursor = *cur.Since
+			c.fill(ctx, f)
+		}
+		if cur.ChangesSince != nil {
+			f.changes = *cur.ChangesSince
+			c.catchUpChanges(ctx, f)
+		}
+		b, _ := json.Marshal(liveFrame{Type: "live", Topic: topic, Seq: f.cursor, ChangeSeq: max(f.changes, 0)})
+		c.send(b, time.Time{})
+	}
+}
+
+func (c *conn) unsubscribe(topic string) {
+	f, ok := c.topics[topic]
+	if !ok {
+		return
+	}
+	delete(c.topics, topic)
+	c.s.hub.leave(f)
+	c.s.m.follows.Dec()
+	c.updateBehind()
+}
+
+// deny stops a topic the caller may no longer read: an error frame, and on
+// a single-topic socket the end of the socket.
+func (c *conn) deny(topic string, err error) {
+	c.sendError(topic, err)
+	c.unsubscribe(topic)
+	if c.single {
+		c.end(websocket.StatusPolicyViolation, reasonDenied)
+	}
+}
+
+// send writes one frame; false when the socket ended. created, when set,
+// is the message's creation time for the delivery lag. A write that takes
+// longer than write_timeout ends the socket.
+func (c *conn) send(frame []byte, created time.Time) bool {
+	select {
+	case <-c.done:
+		return false
+	default:
+	}
+	wctx, cancel := context.WithTimeout(context.Background(), c.s.lim.WriteTimeout)
+	err := c.ws.Write(wctx, websocket.MessageText, frame)
+	cancel()
+	if err != nil {
+		c.end(websocket.StatusPolicyViolation, reasonSlow)
+		return false
+	}
+	c.s.m.sent.Inc()
+	if !created.IsZero() {
+		c.s.m.lag.Observe(time.Since(created).Seconds())
+	}
+	return true
+}
+
+func (c *conn) sendError(topic string, err error) {
+	code, msg := httpapi.Classify(err)
+	if code == httpapi.CodeInternal || code == httpapi.CodeUnavailable {
+		c.s.log.Warn().Err(err).Str("topic", topic).Msg("stream: topic failed")
+	}
+	b, _ := json.Marshal(errorFrame{Type: "error", Topic: topic, Code: code, Detail: msg})
+	c.send(b, time.Time{})
+}
+
+// denied reports an error that says the caller may not read the topic.
+func denied(err error) bool {
+	code, _ := httpapi.Classify(err)
+	return code == httpapi.CodePermissionDenied
+}
+
+// read takes the client's requests (multi-topic sockets subscribe and
+// unsubscribe); anything read is a sign of life.
+func (c *conn) read() {
+	for {
+		_, b, err := c.ws.Read(context.Background())
+		if err != nil {
+			c.end(websocket.StatusNormalClosure, reasonGone)
+			return
+		}
+		c.alive()
+		var req struct {
+			Type   string          `json:"type"`
+			Topics json.RawMessage `json:"topics"`
+		}
+		if json.Unmarshal(b, &req) != nil {
+			c.requestError("not a JSON object")
+			continue
+		}
+		var r control
+		switch req.Type {
+		case "pong":
+			continue
+		case "subscribe":
+			if c.single || json.Unmarshal(req.Topics, &r.subscribe) != nil || len(r.subscribe) == 0 || negative(r.subscribe) {
+				c.requestError(`subscribe needs "topics": {"<topic>": {"since": 0, "changes_since": 0}} (cursors >= 0) on a /v1/stream socket`)
+				continue
+			}
+		case "unsubscribe":
+			if c.single || json.Unmarshal(req.Topics, &r.unsubscribe) != nil {
+				c.requestError(`unsubscribe needs "topics": ["<topic>", …] on a /v1/stream socket`)
+				continue
+			}
+		default:
+			c.requestError("unknown request type " + strconv.Quote(req.Type))
+			continue
+		}
+		select {
+		case c.ctl <- r:
+		case <-c.done:
+			return
+		}
+	}
+}
+
+func negative(topics map[string]cursors) bool {
+	for _, cur := range topics {
+		if (cur.Since != nil && *cur.Since < 0) || (cur.ChangesSince != nil && *cur.ChangesSince < 0) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *conn) requestError(msg string) {
+	b, _ := json.Marshal(errorFrame{Type: "error", Code: httpapi.CodeInvalidArgument, Detail: msg})
+	// from the reader: a concurrent write is safe
+	c.send(b, time.Time{})
+}
+
+// keep sends heartbeats, closes a socket whose peer went quiet, and ends
+// the socket when its token expires.
+func (c *conn) keep(ctx context.Context) {
+	ping := time.NewTicker(c.s.lim.PingInterval)
+	defer ping.Stop()
+	var expired <-chan time.Time
+	if !c.p.Expires.IsZero() {
+		t := time.NewTimer(time.Until(c.p.Expires))
+		defer t.Stop()
+		expired = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.done:
+			return
+		case <-expired:
+			c.end(websocket.StatusPolicyViolation, reasonExpired)
+			return
+		case <-ping.C:
+			if time.Since(time.Unix(0, c.lastSeen.Load())) > c.s.lim.IdleTimeout {
+				c.end(websocket.StatusPolicyViolation, reasonIdle)
+				return
+			}
+			c.send(pingFrame, time.Time{})
+			go func() {
+				pctx, cancel := context.WithTimeout(ctx, c.s.lim.PingInterval)
+				defer cancel()
+				if c.ws.Ping(pctx) == nil {
+					c.alive()
+				}
+			}()
+		}
+	}
+}
+
+var pingFrame = []byte(`{"type":"ping"}`)
+
+// pageSize is how many messages one catch-up read asks for.
+const pageSize = 200
+
+var errHubClosed = errors.New("stream: shutting down")
+
+type gapFrame struct {
+	Type  string `json:"type"`
+	Topic string `json:"topic"`
+	From  int64  `json:"from_seq"`
+	To    int64  `json:"to_seq"`
+}
+
+type resetFrame struct {
+	Type      string `json:"type"`
+	Topic     string `json:"topic"`
+	ChangeSeq int64  `json:"change_seq"`
+}
+
+type changeFrame struct {
+	Type   string         `json:"type"`
+	Change message.Change `json:"change"`
+}
+
+type liveFrame struct {
+	Type      string `json:"type"`
+	Topic     string `json:"topic"`
+	Seq       int64  `json:"seq"`
+	ChangeSeq int64  `json:"change_seq"`
+}
+
+type errorFrame struct {
+	Type   string `json:"type"`
+	Topic  string `json:"topic,omitempty"`
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+}

@@ -1,0 +1,246 @@
+// Package stream is the realtime WebSocket stream of the query role
+// (docs/api.md, "Realtime stream"): members follow topics and receive new
+// and changed messages as they happen, resuming after a reconnect from
+// their cursors without a gap or a repeat. It runs in the query role
+// because its catch-up is the query read path (since pages under the
+// settled watermark, the revisions) and its authorization the read's.
+package stream
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+	"github.com/rs/zerolog"
+
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/query"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// Limits are the stream.* settings.
+type Limits struct {
+	MaxConnections    int
+	MaxTopics         int
+	SendQueue         int
+	WriteTimeout      time.Duration
+	PingInterval      time.Duration
+	IdleTimeout       time.Duration
+	ACLCheckInterval  time.Duration
+	MaxCatchups       int
+	MaxCatchupChanges int
+}
+
+// Params wires a Server.
+type Params struct {
+	Redis      rueidis.Client
+	Query      *query.Service
+	Limits     Limits
+	Log        zerolog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Server serves the stream routes.
+type Server struct {
+	rdb rueidis.Client
+	q   *query.Service
+	lim Limits
+	log zerolog.Logger
+	m   *metrics
+	hub *Hub
+
+	catchups chan struct{} // slots for concurrent catch-ups
+	open     atomic.Int64
+
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
+	stopping bool
+	active   sync.WaitGroup
+}
+
+// New builds the server and its hub; Close ends both.
+func New(p Params) *Server {
+	m := newMetrics(p.Registerer)
+	return &Server{rdb: p.Redis, q: p.Query, lim: p.Limits, log: p.Log, m: m,
+		hub:      newHub(p.Redis, m, p.Log, p.Limits.ACLCheckInterval),
+		catchups: make(chan struct{}, p.Limits.MaxCatchups), conns: map[*conn]struct{}{}}
+}
+
+// Register adds the stream routes to mux. Both accept ?access_token=,
+// since browsers cannot set headers on a WebSocket.
+func (s *Server) Register(mux *httpapi.Mux, auth *httpapi.Authenticator) {
+	h := func(fn httpapi.HandlerFunc) http.Handler { return httpapi.Handle(auth, s.log, true, fn) }
+	mux.Handle("GET /v1/topics/{topic}/stream", h(s.handleTopic))
+	mux.Handle("GET /v1/stream", h(s.handleMany))
+}
+
+// holdRetry is how often a socket waiting for a seq still in flight reads
+// the topic again (the seq is stored, or becomes a recorded gap).
+const holdRetry = 50 * time.Millisecond
+
+// Refusal reasons of imshard_stream_refused_total.
+const (
+	refusedMax      = "max_connections"
+	refusedStopping = "shutting_down"
+)
+
+func (s *Server) handleTopic(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
+	q := r.URL.Query()
+	var cur cursors
+	for _, k := range []struct {
+		name string
+		dst  **int64
+	}{{"since", &cur.Since}, {"changes_since", &cur.ChangesSince}} {
+		if !q.Has(k.name) {
+			continue
+		}
+		if len(q[k.name]) > 1 {
+			return httpapi.Errorf(httpapi.CodeInvalidArgument, k.name+" given twice")
+		}
+		v, err := query.ParseCursor(k.name, q.Get(k.name), 0)
+		if err != nil {
+			return err
+		}
+		*k.dst = &v
+	}
+	topic := r.PathValue("topic")
+	if err := s.q.Authorize(r.Context(), p, topic); err != nil {
+		return err
+	}
+	return s.serve(w, r, p, true, map[string]cursors{topic: cur})
+}
+
+func (s *Server) handleMany(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
+	q := r.URL.Query()
+	if len(q["topics"]) > 1 {
+		return httpapi.Errorf(httpapi.CodeInvalidArgument, "topics given twice: list them comma-separated")
+	}
+	first := map[string]cursors{}
+	if v := q.Get("topics"); v != "" {
+		for _, t := range strings.Split(v, ",") {
+			if err := routing.ValidTopic(t); err != nil {
+				return err
+			}
+			first[t] = cursors{}
+		}
+	}
+	if len(first) > s.lim.MaxTopics {
+		return httpapi.Errorf(httpapi.CodeInvalidArgument, "more topics than stream.max_topics allows")
+	}
+	return s.serve(w, r, p, false, first)
+}
+
+// serve upgrades the request and runs the socket until it ends.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, p httpapi.Principal, single bool, first map[string]cursors) error {
+	if !isUpgrade(r) {
+		return httpapi.Errorf(httpapi.CodeInvalidArgument, "a WebSocket upgrade request is required (Connection: Upgrade, Upgrade: websocket)")
+	}
+	if n := s.open.Add(1); n > int64(s.lim.MaxConnections) {
+		s.open.Add(-1)
+		s.m.refused.WithLabelValues(refusedMax).Inc()
+		return httpapi.Errorf(httpapi.CodeUnavailable, "this process holds stream.max_connections sockets: retry (another process may take it)")
+	}
+	defer s.open.Add(-1)
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		s.m.refused.WithLabelValues(refusedStopping).Inc()
+		return httpapi.Errorf(httpapi.CodeUnavailable, "shutting down")
+	}
+	s.active.Add(1)
+	s.mu.Unlock()
+	defer s.active.Done()
+
+	// the API server's read and write timeouts are for requests: the
+	// upgraded connection keeps none (heartbeats and write_timeout apply)
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		// tokens, never cookies, authenticate: a page of another origin
+		// cannot act for a user without the user's token
+		InsecureSkipVerify: true,
+		CompressionMode:    websocket.CompressionDisabled,
+	})
+	if err != nil {
+		return nil // Accept answered the request
+	}
+	ws.SetReadLimit(readLimit)
+	c := &conn{s: s, ws: ws, p: p, single: single, inbox: make(chan event, s.lim.SendQueue),
+		ctl: make(chan control), topics: map[string]*follow{}, done: make(chan struct{})}
+	c.alive()
+	s.mu.Lock()
+	stopping := s.stopping
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	if stopping {
+		c.end(websocket.StatusGoingAway, reasonStop)
+	}
+	s.m.sockets.Inc()
+	c.run(context.WithoutCancel(r.Context()), first)
+	s.m.sockets.Dec()
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	return nil
+}
+
+// readLimit bounds one client request (a subscribe of max_topics topics
+// with their cursors fits).
+const readLimit = 1 << 20
+
+func isUpgrade(r *http.Request) bool {
+	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket") &&
+		strings.Contains(strings.ToLower(r.Header.Get("Connection")), "upgrade")
+}
+
+// Close ends every socket with 1001 and waits for them (until ctx ends),
+// then the hub's subscriptions.
+func (s *Server) Close(ctx context.Context) {
+	s.mu.Lock()
+	s.stopping = true
+	for c := range s.conns {
+		c.end(websocket.StatusGoingAway, reasonStop)
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.active.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.log.Warn().Msg("stream: sockets still closing at the end of the shutdown grace")
+	}
+	s.hub.close()
+}
+
+// acquire takes a catch-up slot (stream.max_catchups), waiting its turn.
+func (s *Server) acquire(ctx context.Context) bool {
+	select {
+	case s.catchups <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (s *Server) release() { <-s.catchups }
+
+// lastIssued is the topic's last issued seq (0 if none or unknown): where
+// a client that gave no since starts.
+func (s *Server) lastIssued(ctx context.Context, tenant, topic string) (int64, error) {
+	keys, err := routing.KeysFor(tenant)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.rdb.Do(ctx, s.rdb.B().Get().Key(keys.Seq(topic)).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	return n, err
+}
