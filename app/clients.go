@@ -436,7 +436,8 @@ func initAPI(ctx context.Context, a *App) (Service, error) {
 // headers within read_header_timeout, the whole request within
 // read_timeout, the handler and its answer within write_timeout, and a
 // keep-alive connection closes after idle_timeout without a request; the
-// API accepts at most max_conns connections at once. A long-lived route (a
+// API accepts at most max_conns connections at once, a hijacked (upgraded)
+// connection no longer counted among them. A long-lived route (a
 // WebSocket or event stream) must lift the read and write deadlines of its
 // own connection before it upgrades or streams:
 //
@@ -468,6 +469,7 @@ func newHTTPServer(addr string, h http.Handler, c config.HTTP, maxConns int, ope
 		ReadTimeout:       c.ReadTimeout,
 		WriteTimeout:      c.WriteTimeout,
 		IdleTimeout:       c.IdleTimeout,
+		ConnState:         releaseHijacked,
 	}}, nil
 }
 

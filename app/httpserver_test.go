@@ -215,6 +215,43 @@ func TestHTTPConnectionCap(t *testing.T) {
 	}
 }
 
+// A hijacked connection (an upgraded WebSocket) no longer takes one of the
+// max_conns slots: with a cap of 1, a second client is answered while the
+// first connection is held hijacked.
+func TestHTTPHijackedLeavesTheCap(t *testing.T) {
+	c := shortTimeouts()
+	held := make(chan net.Conn, 1)
+	addr := serveHTTP(t, c, 1, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hijack" {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				held <- conn
+			}
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	first, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	if _, err := io.WriteString(first, "GET /hijack HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	conn := <-held
+	defer conn.Close()
+	client := &http.Client{Timeout: 20 * time.Second}
+	resp, err := client.Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatalf("a request while the only slot's connection is hijacked: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
 // A long-lived route lifts its own connection's deadlines and streams past
 // the write timeout (the way a WebSocket route is meant to).
 func TestHTTPLongLivedRouteLiftsDeadlines(t *testing.T) {

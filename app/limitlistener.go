@@ -2,6 +2,7 @@ package app
 
 import (
 	"net"
+	"net/http"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,8 +46,7 @@ func (l *limitListener) Close() error {
 	return l.Listener.Close()
 }
 
-// limitConn gives its slot back when closed (once, however often Close is
-// called).
+// limitConn gives its slot back when closed or hijacked (once).
 type limitConn struct {
 	net.Conn
 	l    *limitListener
@@ -55,11 +55,26 @@ type limitConn struct {
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
+	c.release()
+	return err
+}
+
+// release gives the slot back. A hijacked connection (an upgraded
+// WebSocket) releases it at once: long-lived sockets are counted by their
+// own limit (stream.max_connections), not the HTTP connection cap.
+func (c *limitConn) release() {
 	c.once.Do(func() {
 		<-c.l.slots
 		if c.l.open != nil {
 			c.l.open.Dec()
 		}
 	})
-	return err
+}
+
+// releaseHijacked is the http.Server ConnState hook that frees the slot of
+// a hijacked connection.
+func releaseHijacked(c net.Conn, state http.ConnState) {
+	if lc, ok := c.(*limitConn); ok && state == http.StateHijacked {
+		lc.release()
+	}
 }
