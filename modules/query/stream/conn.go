@@ -27,7 +27,7 @@ type conn struct {
 	p      httpapi.Principal
 	single bool // a /v1/topics/{topic}/stream socket: it ends with its topic
 
-	inbox chan event
+	inbox chan delivery
 	ctl   chan control
 
 	topics map[string]*follow // pump only
@@ -49,7 +49,10 @@ type follow struct {
 	cursor  int64 // every seq up to it was delivered, is a gap, or is not visible
 	changes int64 // the last change_seq delivered; -1 when the client gave none
 	seen    int64 // the highest seq known to exist (a live message above cursor)
-	held    map[int64]event
+	held    map[int64]*event
+	// recheck: a membership check failed for a reason other than a
+	// refusal (Redis, MySQL); it is made again at the next retry tick
+	recheck bool
 }
 
 // control is a request the reader passes to the pump.
@@ -72,14 +75,15 @@ const (
 	reasonDenied  = "permission denied"
 	reasonStop    = "server shutting down"
 	reasonGone    = "closed by the client"
+	reasonRetry   = "try again later"
 )
 
 func (c *conn) alive() { c.lastSeen.Store(time.Now().UnixNano()) }
 
 // push offers an event from the hub; a full queue closes the socket.
-func (c *conn) push(ev event) {
+func (c *conn) push(d delivery) {
 	select {
-	case c.inbox <- ev:
+	case c.inbox <- d:
 	default:
 		select {
 		case <-c.done:
@@ -145,8 +149,8 @@ func (c *conn) pump(ctx context.Context) {
 			return
 		case <-ctx.Done():
 			return
-		case ev := <-c.inbox:
-			c.handle(ctx, ev)
+		case d := <-c.inbox:
+			c.handle(ctx, d.f, d.ev)
 		case r := <-c.ctl:
 			if r.subscribe != nil {
 				c.subscribe(ctx, r.subscribe)
@@ -155,16 +159,13 @@ func (c *conn) pump(ctx context.Context) {
 				c.unsubscribe(t)
 			}
 		case <-retry.C:
-			if c.behind {
-				c.fillAll(ctx)
-			}
+			c.retry(ctx)
 		}
 	}
 }
 
 // handle applies one hub event to its topic.
-func (c *conn) handle(ctx context.Context, ev event) {
-	f := ev.f
+func (c *conn) handle(ctx context.Context, f *follow, ev *event) {
 	if c.topics[f.topic] != f {
 		return // unsubscribed since
 	}
@@ -180,12 +181,14 @@ func (c *conn) handle(ctx context.Context, ev event) {
 			}
 		default:
 			// a lower seq is still on its way: hold this one until the
-			// lower ones arrive, are stored or are recorded as gaps
+			// lower ones arrive (usually next: concurrent sends publish in
+			// any order), are stored or are recorded as gaps — the retry
+			// tick reads the topic from storage meanwhile
 			f.seen = max(f.seen, ev.seq)
 			if len(f.held) < c.s.lim.SendQueue {
 				f.held[ev.seq] = ev
 			}
-			c.fill(ctx, f)
+			c.behind = true
 		}
 	case evChange:
 		if f.changes < 0 || ev.changeSeq == f.changes+1 {
@@ -208,9 +211,29 @@ func (c *conn) handle(ctx context.Context, ev event) {
 			c.catchUpChanges(ctx, f)
 		}
 	case evACL:
-		if err := c.s.q.Authorize(ctx, c.p, f.topic); err != nil {
-			c.deny(f.topic, err)
+		c.check(ctx, f)
+	}
+}
+
+// check makes sure the caller may still read the topic.
+func (c *conn) check(ctx context.Context, f *follow) {
+	err := c.s.q.Authorize(ctx, c.p, f.topic)
+	f.recheck = err != nil && !denied(err)
+	if err != nil && !f.recheck {
+		c.deny(f.topic, err)
+	}
+}
+
+// retry reads again the topics waiting for a seq in flight and checks the
+// memberships that could not be checked.
+func (c *conn) retry(ctx context.Context) {
+	for _, f := range c.topics {
+		if f.recheck {
+			c.check(ctx, f)
 		}
+	}
+	if c.behind {
+		c.fillAll(ctx)
 	}
 }
 
@@ -391,15 +414,17 @@ func (c *conn) subscribe(ctx context.Context, topics map[string]cursors) {
 			c.sendError(topic, httpapi.Errorf(httpapi.CodeInvalidArgument, "at most stream.max_topics ("+strconv.Itoa(c.s.lim.MaxTopics)+") topics per socket"))
 			continue
 		}
-		f := &follow{c: c, topic: topic, changes: -1, held: map[int64]event{}}
+		f := &follow{c: c, topic: topic, changes: -1, held: map[int64]*event{}}
 		if err := c.s.hub.join(ctx, f); err != nil {
-			c.sendError(topic, err)
+			c.topics[topic] = f // for refuse
+			c.s.m.follows.Inc()
+			c.refuse(topic, err)
 			continue
 		}
 		c.topics[topic] = f
 		c.s.m.follows.Inc()
 		if err := c.s.q.Authorize(ctx, c.p, topic); err != nil {
-			c.deny(topic, err)
+			c.refuse(topic, err)
 			continue
 		}
 		// what was issued before the subscription is read from storage
@@ -407,8 +432,7 @@ func (c *conn) subscribe(ctx context.Context, topics map[string]cursors) {
 		// still in flight; without a since the client starts from there
 		last, err := c.s.lastIssued(ctx, c.p.Tenant, topic)
 		if err != nil {
-			c.sendError(topic, err)
-			c.unsubscribe(topic)
+			c.refuse(topic, err)
 			continue
 		}
 		f.seen = last
@@ -436,6 +460,21 @@ func (c *conn) unsubscribe(topic string) {
 	c.s.hub.leave(f)
 	c.s.m.follows.Dec()
 	c.updateBehind()
+}
+
+// refuse stops a topic that could not be followed: an error frame, and
+// on a single-topic socket the end of the socket (1008 when refused, 1013
+// "try again later" when storage or Redis failed).
+func (c *conn) refuse(topic string, err error) {
+	if denied(err) {
+		c.deny(topic, err)
+		return
+	}
+	c.sendError(topic, err)
+	c.unsubscribe(topic)
+	if c.single {
+		c.end(websocket.StatusTryAgainLater, reasonRetry)
+	}
 }
 
 // deny stops a topic the caller may no longer read: an error frame, and on

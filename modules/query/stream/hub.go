@@ -33,14 +33,21 @@ const (
 	evACL                 // the topic's memberships changed: check the caller's again
 )
 
-// event is one thing a follower learns from the hub.
+// event is one thing the hub learns about a topic, shared by every
+// follower it is offered to.
 type event struct {
-	f         *follow
 	kind      kind
 	seq       int64 // evMessage, evChange: the message's seq
 	changeSeq int64 // evChange
 	created   time.Time
 	raw       []byte
+}
+
+// delivery is an event offered to one follower: two words, so a socket's
+// queue of send_queue deliveries stays small.
+type delivery struct {
+	f  *follow
+	ev *event
 }
 
 // published is the part of a realtime publication the hub reads.
@@ -225,7 +232,7 @@ func (h *Hub) receive(ctx context.Context, c *channel) {
 		c.readyOnce.Do(func() { close(c.ready); first = true })
 		if !first {
 			h.m.resubscribes.Inc()
-			c.offer(event{kind: evResync})
+			c.offer(&event{kind: evResync})
 		}
 	})
 	backoff := 50 * time.Millisecond
@@ -258,7 +265,7 @@ func (h *Hub) dispatch(c *channel, raw string) {
 		h.log.Warn().Err(err).Str("channel", c.name).Msg("unreadable realtime publication dropped")
 		return
 	}
-	ev := event{raw: []byte(raw)}
+	ev := &event{raw: []byte(raw)}
 	switch p.Type {
 	case "message":
 		ev.kind, ev.seq, ev.created = evMessage, p.Message.Seq, p.Message.CreatedAt.Time
@@ -271,13 +278,11 @@ func (h *Hub) dispatch(c *channel, raw string) {
 }
 
 // offer gives ev to every follower without waiting for any.
-func (c *channel) offer(ev event) {
+func (c *channel) offer(ev *event) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	for f := range c.subs {
-		e := ev
-		e.f = f
-		f.c.push(e)
+		f.c.push(delivery{f: f, ev: ev})
 	}
 }
 
@@ -329,7 +334,7 @@ func (h *Hub) watchACL(every time.Duration) {
 			c.acl = v
 			h.mu.Unlock()
 			if moved {
-				c.offer(event{kind: evACL})
+				c.offer(&event{kind: evACL})
 			}
 		}
 	}

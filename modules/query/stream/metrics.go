@@ -69,7 +69,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Redis subscriptions made again after a lost connection; each makes its sockets catch up from storage.",
 		}),
 	}
-	for _, r := range []string{reasonSlow, reasonExpired, reasonIdle, reasonDenied, reasonStop, reasonGone} {
+	for _, r := range []string{reasonSlow, reasonExpired, reasonIdle, reasonDenied, reasonStop, reasonGone, reasonRetry} {
 		m.closes.WithLabelValues(r)
 	}
 	for _, r := range []string{refusedMax, refusedStopping} {

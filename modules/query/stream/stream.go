@@ -172,7 +172,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, p httpapi.Princip
 		return nil // Accept answered the request
 	}
 	ws.SetReadLimit(readLimit)
-	c := &conn{s: s, ws: ws, p: p, single: single, inbox: make(chan event, s.lim.SendQueue),
+	c := &conn{s: s, ws: ws, p: p, single: single, inbox: make(chan delivery, s.lim.SendQueue),
 		ctl: make(chan control), topics: map[string]*follow{}, done: make(chan struct{})}
 	c.alive()
 	s.mu.Lock()
