@@ -179,13 +179,20 @@ func (s *Service) try(ctx context.Context, key batchKey, recs []*record) error {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer s.routeMu.RUnlock()
-		for n := 0; ; n++ {
-			err := s.afterCommit(ctx, key, res)
+		repairs := s.afterCommit(ctx, key, res)
+		// the merge is done: a repair may replace routes again (routeMu).
+		// Only the durable repair queue is retried, and without the lock:
+		// a tenant database gone right after the commit then holds back
+		// this batch's offsets, not — through a repair waiting for the lock,
+		// which blocks every later reader — every tenant's batches; and the
+		// Redis steps are not repeated (a second merge would count twice).
+		s.routeMu.RUnlock()
+		for n := 0; len(repairs) > 0; n++ {
+			err := s.enqueueRepairs(ctx, key, repairs, "redis follow-up after commit")
 			if err == nil {
 				break
 			}
-			s.p.Log.Warn().Err(err).Str("tenant", key.tenant).Msg("persist: follow-up after commit failed; retrying")
+			s.p.Log.Warn().Err(err).Str("tenant", key.tenant).Msg("persist: queueing route repairs after commit failed; retrying")
 			if !sleep(ctx, s.retryDelay(n)) {
 				return // abandoned uncommitted: the batch comes again
 			}
@@ -308,19 +315,18 @@ const redisTimeout = 3 * time.Second
 
 // afterCommit does the Redis follow-ups of a committed batch: routes
 // (counting only rows this commit inserted), the pending set (invariant 12,
-// docs/invariants.md) and the idempotency status. Anything that fails goes to the
-// durable repair queue. A redelivered batch (rows already there) may have
-// lost these steps in a crash right after its commit, so its topics are
-// always queued for repair, which rebuilds the route from the MySQL mirror.
-// An error is returned only when even the repair queue cannot be written;
-// the batch is then retried, and finds its rows already stored.
+// docs/invariants.md) and the idempotency status. It returns the topics to
+// queue in the durable repair queue: those whose steps failed, and those of
+// a redelivered batch (rows already there), which may have lost these steps
+// in a crash right after its commit — a repair rebuilds the route from the
+// MySQL mirror.
 //
 // A batch is one tenant's, and all its keys share the tenant hash tag, so
 // each step covers every topic of the batch in one round trip (with 10,000
 // topics a 500-event batch touches ~500 topics: three calls, not 1,500).
 // The order per topic is kept: route merged, then pending cleared, then
 // idempotency done; a topic whose step fails skips the rest and is repaired.
-func (s *Service) afterCommit(ctx context.Context, key batchKey, res writeResult) error {
+func (s *Service) afterCommit(ctx context.Context, key batchKey, res writeResult) []*topicRange {
 	rctx, cancel := context.WithTimeout(ctx, redisTimeout)
 	defer cancel()
 	inserted, replayed := topicRanges(res.inserted), topicRanges(res.replayed)
@@ -368,10 +374,7 @@ func (s *Service) afterCommit(ctx context.Context, key batchKey, res writeResult
 		}
 	}
 	_ = s.idemDone(rctx, key.tenant, res.dedup)
-	if len(repairs) == 0 {
-		return nil
-	}
-	return s.enqueueRepairs(ctx, key, repairs, "redis follow-up after commit")
+	return repairs
 }
 
 // idemDoneChunk bounds the records of one idempotency script call.
