@@ -1,6 +1,7 @@
 package test
 
 import (
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -100,5 +101,31 @@ func TestOpenAPIRejectsDepartures(t *testing.T) {
 		} else {
 			t.Logf("%s: %v", c.name, err)
 		}
+	}
+}
+
+// TestOpsEndpointsMatchOpenAPI: the operations server's real answers are
+// the ones docs/openapi.yaml describes (the API's are checked by every
+// end-to-end test through harness.Env.Do).
+func TestOpsEndpointsMatchOpenAPI(t *testing.T) {
+	env := harness.Start(t, harness.Options{Roles: []string{"query"}})
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		req, err := http.NewRequest("GET", env.OpsURL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: %d %s", path, resp.StatusCode, body)
+		}
+		harness.CheckExchange(t, req, nil, resp, body)
 	}
 }

@@ -139,8 +139,12 @@ func (o *OpenAPI) Check(req *http.Request, reqBody []byte, status int, header ht
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
+		shown := respBody
+		if len(shown) > 600 {
+			shown = append(shown[:600:600], "…"...)
+		}
 		return fmt.Errorf("%s %s (operation %s %s in docs/openapi.yaml) answered %d %s: %w",
-			req.Method, req.URL.RequestURI(), route.Method, route.Path, status, respBody, err)
+			req.Method, req.URL.RequestURI(), route.Method, route.Path, status, shown, err)
 	}
 	return nil
 }
