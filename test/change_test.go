@@ -166,7 +166,8 @@ func TestChangeRefusalsChangeNothing(t *testing.T) {
 		t.Fatalf("admin's recall: %d %+v", code, r)
 	}
 	if rpMetric(t, env, "imshard_message_changes_total", "action=recall", "result=permission_denied") != 3 ||
-		rpMetric(t, env, "imshard_message_changes_total", "action=recall", "result=ok") != 2 {
+		rpMetric(t, env, "imshard_message_changes_total", "action=recall", "result=ok") != 2 ||
+		rpMetric(t, env, "imshard_message_changes_total", "action=recall", "result=invalid_argument") != 3 {
 		t.Fatal("change metrics by action and result")
 	}
 }

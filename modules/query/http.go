@@ -6,6 +6,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
 )
 
 // Register adds the read routes (docs/api.md, docs/openapi.yaml) to mux.
@@ -169,16 +170,13 @@ func (s *Service) handleDelete(w http.ResponseWriter, r *http.Request, p httpapi
 	}
 	topic := r.PathValue("topic")
 	if scope == ScopeAll {
-		reason, err := ParseReason(r.URL.Query())
-		if err != nil {
-			return err
-		}
-		res, err := s.DeleteAll(r.Context(), p, topic, seq, reason)
-		if err != nil {
-			return err
-		}
-		httpapi.WriteJSON(w, http.StatusOK, res)
-		return nil
+		return s.answerChange(w, message.ActionDelete, func() (ChangeResult, error) {
+			reason, err := ParseReason(r.URL.Query())
+			if err != nil {
+				return ChangeResult{}, err
+			}
+			return s.DeleteAll(r.Context(), p, topic, seq, reason)
+		})
 	}
 	if err := s.Hide(r.Context(), p, topic, seq, seq+1); err != nil {
 		return err
@@ -188,32 +186,36 @@ func (s *Service) handleDelete(w http.ResponseWriter, r *http.Request, p httpapi
 }
 
 func (s *Service) handleRecall(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
-	seq, err := pathSeq(r)
-	if err != nil {
-		return err
-	}
-	reason, err := DecodeRecall(http.MaxBytesReader(w, r.Body, MaxChangeBody))
-	if err != nil {
-		return err
-	}
-	res, err := s.Recall(r.Context(), p, r.PathValue("topic"), seq, reason)
-	if err != nil {
-		return err
-	}
-	httpapi.WriteJSON(w, http.StatusOK, res)
-	return nil
+	return s.answerChange(w, message.ActionRecall, func() (ChangeResult, error) {
+		seq, err := pathSeq(r)
+		if err != nil {
+			return ChangeResult{}, err
+		}
+		reason, err := DecodeRecall(http.MaxBytesReader(w, r.Body, MaxChangeBody))
+		if err != nil {
+			return ChangeResult{}, err
+		}
+		return s.Recall(r.Context(), p, r.PathValue("topic"), seq, reason)
+	})
 }
 
 func (s *Service) handleEdit(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
-	seq, err := pathSeq(r)
-	if err != nil {
-		return err
-	}
-	req, err := DecodeEdit(http.MaxBytesReader(w, r.Body, s.maxEditBody()))
-	if err != nil {
-		return err
-	}
-	res, err := s.Edit(r.Context(), p, r.PathValue("topic"), seq, req)
+	return s.answerChange(w, message.ActionEdit, func() (ChangeResult, error) {
+		seq, err := pathSeq(r)
+		if err != nil {
+			return ChangeResult{}, err
+		}
+		req, err := DecodeEdit(http.MaxBytesReader(w, r.Body, s.maxEditBody()))
+		if err != nil {
+			return ChangeResult{}, err
+		}
+		return s.Edit(r.Context(), p, r.PathValue("topic"), seq, req)
+	})
+}
+
+// answerChange runs one change request, counts it and answers it.
+func (s *Service) answerChange(w http.ResponseWriter, action string, fn func() (ChangeResult, error)) error {
+	res, err := s.counted(action, fn)
 	if err != nil {
 		return err
 	}
