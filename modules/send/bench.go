@@ -289,7 +289,9 @@ func (b *bench) loop(ctx context.Context, d time.Duration, op func(ctx context.C
 	workers := b.p.Concurrency
 	lat := make([][]time.Duration, workers)
 	var errs atomic.Int64
-	var firstErr atomic.Value
+	// each worker keeps its own first error: errors of different types
+	// never meet in one shared value
+	firstErrs := make([]error, workers)
 	start := time.Now()
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
@@ -304,7 +306,9 @@ func (b *bench) loop(ctx context.Context, d time.Duration, op func(ctx context.C
 				}
 				if err := op(ctx, w, b.ops.Add(1)); err != nil {
 					errs.Add(1)
-					firstErr.CompareAndSwap(nil, err)
+					if firstErrs[w] == nil {
+						firstErrs[w] = err
+					}
 					continue
 				}
 				lat[w] = append(lat[w], time.Since(t0))
@@ -316,8 +320,10 @@ func (b *bench) loop(ctx context.Context, d time.Duration, op func(ctx context.C
 		return sample{}, err
 	}
 	out := sample{errs: errs.Load(), elapsed: time.Since(start)}
-	if e, ok := firstErr.Load().(error); ok {
-		out.firstErr = e
+	for _, e := range firstErrs {
+		if e != nil && out.firstErr == nil {
+			out.firstErr = e
+		}
 	}
 	for _, l := range lat {
 		out.lats = append(out.lats, l...)
