@@ -115,7 +115,7 @@ func (s *Service) search(ctx context.Context, db *sql.DB, tables []routing.Table
 			Where(sq.Lt{"m.seqid": before}).
 			Where("JSON_UNQUOTE(JSON_EXTRACT(m.content, '$.text')) LIKE ? ESCAPE '!'", likePattern(r.Q)).
 			Where(notHidden, user).
-			OrderBy("m.seqid DESC").Limit(uint64(r.Limit + 1 - len(page)))
+			OrderBy("m.seqid DESC").Suffix("LIMIT ?", r.Limit+1-len(page))
 		rows, err := s.st.messages(ctx, db, b)
 		if err != nil {
 			return nil, touched, err

@@ -5,9 +5,9 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"sync"
 
 	sq "github.com/Masterminds/squirrel"
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
@@ -27,10 +27,11 @@ const notHidden = "NOT EXISTS (SELECT 1 FROM " + dellogTable + " AS d WHERE d.to
 
 // store runs the read statements. Each distinct statement is prepared once
 // per pool and reused: a page is then one round trip to MySQL instead of
-// prepare, execute and close.
+// prepare, execute and close. Values, the page size included, are bound as
+// parameters, so the statements are a handful of shapes per table, not one
+// per limit.
 type store struct {
-	mu    sync.Mutex
-	stmts map[stmtKey]*sql.Stmt
+	stmts *lru.Cache[stmtKey, *sql.Stmt]
 }
 
 type stmtKey struct {
@@ -39,59 +40,41 @@ type stmtKey struct {
 }
 
 // maxStmts caps the prepared statements kept (MySQL's
-// max_prepared_stmt_count is per server). Reaching it drops them all — the
-// live ones are prepared again on their next use — so statements of pools
-// closed since (evicted tenants) cannot pin the cache.
+// max_prepared_stmt_count is per server). Beyond it the least recently used
+// one is closed — it is prepared again on its next use — so statements of
+// pools closed since (evicted tenants) age out.
 const maxStmts = 512
 
-func newStore() *store { return &store{stmts: map[stmtKey]*sql.Stmt{}} }
-
-func (s *store) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for k, st := range s.stmts {
-		_ = st.Close()
-		delete(s.stmts, k)
+func newStore() *store {
+	c, err := lru.NewWithEvict(maxStmts, func(_ stmtKey, st *sql.Stmt) { _ = st.Close() })
+	if err != nil {
+		panic(err) // only for a size below 1
 	}
+	return &store{stmts: c}
 }
+
+func (s *store) close() { s.stmts.Purge() }
 
 func (s *store) stmt(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, error) {
 	k := stmtKey{db, query}
-	s.mu.Lock()
-	st, ok := s.stmts[k]
-	s.mu.Unlock()
-	if ok {
+	if st, ok := s.stmts.Get(k); ok {
 		return st, nil
 	}
 	st, err := db.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if old, ok := s.stmts[k]; ok {
+	if old, ok, _ := s.stmts.PeekOrAdd(k, st); ok {
+		// another reader prepared it meanwhile
 		_ = st.Close()
 		return old, nil
 	}
-	if len(s.stmts) >= maxStmts {
-		for k, old := range s.stmts {
-			_ = old.Close()
-			delete(s.stmts, k)
-		}
-	}
-	s.stmts[k] = st
 	return st, nil
 }
 
-func (s *store) forget(db *sql.DB, query string) {
-	k := stmtKey{db, query}
-	s.mu.Lock()
-	if st, ok := s.stmts[k]; ok {
-		_ = st.Close()
-		delete(s.stmts, k)
-	}
-	s.mu.Unlock()
-}
+// forget drops a statement that failed (closed by an eviction meanwhile,
+// or its pool closed), closing it.
+func (s *store) forget(db *sql.DB, query string) { s.stmts.Remove(stmtKey{db, query}) }
 
 // messages runs a SELECT of columns and scans every row.
 func (s *store) messages(ctx context.Context, db *sql.DB, b sq.SelectBuilder) ([]message.Message, error) {
@@ -193,7 +176,7 @@ func (q listQuery) build(table string) sq.SelectBuilder {
 	if !q.hidNothing {
 		b = b.Where(notHidden, q.user)
 	}
-	return b.Limit(uint64(q.limit))
+	return b.Suffix("LIMIT ?", q.limit)
 }
 
 // one reads (topic, seq) from t unless the caller hid it.
@@ -211,7 +194,7 @@ func (s *store) one(ctx context.Context, db *sql.DB, t routing.Table, topic stri
 func (s *store) hidden(ctx context.Context, db *sql.DB, topic string, user, lo int64, limit uint64) (Hidden, error) {
 	b := sq.Select("low", "hi").From(dellogTable).Where(sq.Eq{"topic": topic, "deletedfor": user}).Where(sq.Gt{"hi": lo})
 	if limit > 0 {
-		b = b.Limit(limit)
+		b = b.Suffix("LIMIT ?", limit)
 	}
 	query, args, err := b.ToSql()
 	if err != nil {

@@ -1,0 +1,48 @@
+package query
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/tenantdb"
+	"github.com/imshard/imshard/test/testenv"
+)
+
+// TestStatementsPerShapeNotPerLimit: pages of many different sizes reuse
+// one prepared statement per statement shape.
+func TestStatementsPerShapeNotPerLimit(t *testing.T) {
+	ctx := context.Background()
+	tenant := testenv.NewTenant(t)
+	if _, err := testenv.MySQL(t).ExecContext(ctx, "CREATE DATABASE "+testenv.TenantDBPrefix+tenant); err != nil {
+		t.Fatal(err)
+	}
+	db := testenv.OpenDB(t, strings.ReplaceAll(testenv.DSNTemplate(), "{tenant}", tenant))
+	if err := tenantdb.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	table, err := routing.TableFor(routing.MustMonth("202601"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, table.CreateDDL()); err != nil {
+		t.Fatal(err)
+	}
+	s := newStore()
+	defer s.close()
+	for limit := 1; limit <= 60; limit++ {
+		for _, hidNothing := range []bool{false, true} {
+			q := listQuery{topic: "t", user: 1, order: Desc, bound: 100, limit: limit, hidNothing: hidNothing}
+			if _, err := s.messages(ctx, db, q.build(table.Quoted())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.hidden(ctx, db, "t", 1, 0, uint64(limit)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.stmts.Len(); n != 3 {
+		t.Fatalf("%d prepared statements for 3 shapes read with 60 page sizes", n)
+	}
+}
