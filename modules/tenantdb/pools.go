@@ -19,6 +19,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"golang.org/x/sync/singleflight"
 
 	imsql "github.com/imshard/imshard/sql"
 )
@@ -67,19 +68,25 @@ type Pools struct {
 
 	mu      sync.Mutex
 	tenants map[string]Tenant
-	open    map[string]*entry
+	open    map[string]*entry // pools ready to use
+
+	// opening coalesces the opens of one tenant (and DSN): every caller
+	// waits for the same attempt, which runs with a context of its own
+	opening singleflight.Group
 
 	opened prometheus.Gauge
 }
 
 type entry struct {
-	once     sync.Once
 	db       *sql.DB
-	err      error
 	dsn      string
 	lastUsed time.Time // guarded by Pools.mu
-	ready    bool      // guarded by Pools.mu: db is open (set after once ran)
 }
+
+// openTimeout bounds one attempt to open a tenant's pool: create the
+// database, connect, apply the schema (which may wait schemaLockWait for
+// another process applying it).
+const openTimeout = 2 * schemaLockWait * time.Second
 
 // evictIdle is how long a pool must have gone unasked before the bound may
 // close it: callers fetch the handle per request or per batch, so none still
@@ -118,9 +125,7 @@ func (ps *Pools) SetTenants(tenants []Tenant) {
 	var stale []*entry
 	for id, e := range ps.open {
 		if t, ok := next[id]; !ok || t.DSN != e.dsn {
-			if e.ready {
-				stale = append(stale, e)
-			}
+			stale = append(stale, e)
 			delete(ps.open, id)
 		}
 	}
@@ -153,7 +158,10 @@ func (ps *Pools) Has(tenant string) bool {
 }
 
 // DB returns the tenant's pool, opening it (and creating the database and
-// schema) on first use. A failed open is retried on the next call.
+// schema) on first use. Concurrent first uses share one open, which runs
+// with its own context and deadline: a caller that gives up (its context
+// ends) gets its context's error and leaves the open running for the
+// others. A failed open is retried on the next call.
 func (ps *Pools) DB(ctx context.Context, tenant string) (*sql.DB, error) {
 	ps.mu.Lock()
 	t, ok := ps.tenants[tenant]
@@ -161,33 +169,56 @@ func (ps *Pools) DB(ctx context.Context, tenant string) (*sql.DB, error) {
 		ps.mu.Unlock()
 		return nil, fmt.Errorf("%w: %q", ErrUnknownTenant, tenant)
 	}
-	e, ok := ps.open[tenant]
-	if !ok {
-		e = &entry{dsn: t.DSN}
-		ps.open[tenant] = e
-	}
-	e.lastUsed = time.Now()
-	var evicted []*entry
-	if !ok {
-		evicted = ps.evictLocked(tenant)
+	if e, ok := ps.open[tenant]; ok {
+		e.lastUsed = time.Now()
+		ps.mu.Unlock()
+		return e.db, nil
 	}
 	ps.mu.Unlock()
+	res := ps.opening.DoChan(tenant+"\x00"+t.DSN, func() (any, error) { return ps.openAndAdd(t) })
+	select {
+	case r := <-res:
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		return r.Val.(*sql.DB), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// openAndAdd opens the tenant's pool and adds it to the open ones, closing
+// the least recently used beyond the bound.
+func (ps *Pools) openAndAdd(t Tenant) (*sql.DB, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	defer cancel()
+	db, err := ps.openTenant(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	ps.mu.Lock()
+	if cur, ok := ps.tenants[t.ID]; !ok || cur.DSN != t.DSN {
+		ps.mu.Unlock()
+		_ = db.Close()
+		return nil, fmt.Errorf("tenant %s: its configuration changed while its pool opened; try again", t.ID)
+	}
+	if e, ok := ps.open[t.ID]; ok {
+		// an earlier open finished between our caller's look and this one
+		e.lastUsed = time.Now()
+		ps.mu.Unlock()
+		_ = db.Close()
+		return e.db, nil
+	}
+	ps.open[t.ID] = &entry{db: db, dsn: t.DSN, lastUsed: time.Now()}
+	evicted := ps.evictLocked(t.ID)
+	ps.mu.Unlock()
+	ps.opened.Inc()
+	ps.p.Log.Info().Str("tenant", t.ID).Msg("tenant pool opened")
 	for _, old := range evicted {
 		_ = old.db.Close()
 		ps.opened.Dec()
 	}
-
-	e.once.Do(func() { e.db, e.err = ps.openTenant(ctx, t) })
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if e.err != nil {
-		if ps.open[tenant] == e {
-			delete(ps.open, tenant)
-		}
-		return nil, e.err
-	}
-	e.ready = true
-	return e.db, nil
+	return db, nil
 }
 
 // evictLocked picks the least recently used open pools, idle for at least
@@ -202,7 +233,7 @@ func (ps *Pools) evictLocked(keep string) []*entry {
 	}
 	var cands []cand
 	for id, e := range ps.open {
-		if id != keep && e.ready && time.Since(e.lastUsed) >= evictIdle {
+		if id != keep && time.Since(e.lastUsed) >= evictIdle {
 			cands = append(cands, cand{id, e})
 		}
 	}
@@ -280,8 +311,6 @@ func (ps *Pools) openTenant(ctx context.Context, t Tenant) (*sql.DB, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("tenant %s: %w", t.ID, err)
 	}
-	ps.opened.Inc()
-	ps.p.Log.Info().Str("tenant", t.ID).Str("database", cfg.DBName).Msg("tenant pool opened")
 	return db, nil
 }
 
@@ -350,10 +379,8 @@ func (ps *Pools) Ping(ctx context.Context) error {
 	var dbs []*sql.DB
 	var ids []string
 	for id, e := range ps.open {
-		if e.ready {
-			dbs = append(dbs, e.db)
-			ids = append(ids, id)
-		}
+		dbs = append(dbs, e.db)
+		ids = append(ids, id)
 	}
 	ps.mu.Unlock()
 	var errs []error
@@ -370,9 +397,7 @@ func (ps *Pools) Close() error {
 	ps.mu.Lock()
 	var dbs []*sql.DB
 	for _, e := range ps.open {
-		if e.ready {
-			dbs = append(dbs, e.db)
-		}
+		dbs = append(dbs, e.db)
 	}
 	ps.open = map[string]*entry{}
 	ps.mu.Unlock()

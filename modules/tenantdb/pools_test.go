@@ -3,9 +3,11 @@ package tenantdb
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -63,5 +65,64 @@ func TestPoolsOpenLazilyCreateDatabaseAndMigrate(t *testing.T) {
 	}
 	if ids := ps.IDs(); len(ids) != 1 || ids[0] != b {
 		t.Fatalf("IDs = %v", ids)
+	}
+}
+
+// TestPoolsFirstCallerGivingUpDoesNotFailOthers: a caller whose context
+// ends while the tenant's pool opens gets its own error; a caller waiting
+// for the same open gets the pool.
+func TestPoolsFirstCallerGivingUpDoesNotFailOthers(t *testing.T) {
+	ctx := context.Background()
+	tenant := testenv.NewTenant(t)
+	ps := newPools(t, tenant)
+	// hold the schema lock, so the open waits in Migrate
+	admin, err := testenv.MySQL(t).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	lock := "imshard_schema:" + testenv.TenantDBPrefix + tenant
+	var got int
+	if err := admin.QueryRowContext(ctx, "SELECT GET_LOCK(?, 10)", lock).Scan(&got); err != nil || got != 1 {
+		t.Fatalf("GET_LOCK = %d, %v", got, err)
+	}
+	first, cancel := context.WithCancel(ctx)
+	firstErr := make(chan error, 1)
+	go func() { _, err := ps.DB(first, tenant); firstErr <- err }()
+	waitUntil(t, "the open to wait for the schema lock", func() bool {
+		var n int
+		if err := admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = ? AND STATE = 'User lock'",
+			testenv.TenantDBPrefix+tenant).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	})
+	secondErr := make(chan error, 1)
+	go func() { _, err := ps.DB(ctx, tenant); secondErr <- err }()
+	waitUntil(t, "the second caller to wait for the open", func() bool { return callersIn("tenantdb.(*Pools).DB(") == 2 })
+	cancel()
+	if err := <-firstErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first caller: %v, want its context's error", err)
+	}
+	if _, err := admin.ExecContext(ctx, "DO RELEASE_LOCK(?)", lock); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-secondErr; err != nil {
+		t.Fatalf("second caller got the first caller's failure: %v", err)
+	}
+}
+
+// callersIn counts the goroutines whose stack holds frame.
+func callersIn(frame string) int {
+	buf := make([]byte, 1<<20)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), frame)
+}
+
+func waitUntil(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
 	}
 }
