@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
+	"golang.org/x/sync/singleflight"
 )
 
 // Status is a month table's lifecycle state:
@@ -63,14 +65,20 @@ type Shard struct {
 
 // Catalog reads and writes the shard catalog of every tenant. Lookups for
 // the hot paths (persist's write check, query's table check) go through a
-// short-lived per-tenant cache, refreshed on a miss, so an unregistered month
-// costs one catalog read, never a query against the unknown table.
+// short-lived per-tenant snapshot, so an unregistered month costs no query
+// against the unknown table. A month the snapshot lacks is looked up again
+// only once the snapshot is older than a fifth of the ttl (a month is
+// registered well before anything writes to it), and concurrent refreshes
+// of one tenant share one read of MySQL.
 type Catalog struct {
 	dbs DBs
 	ttl time.Duration
 
 	mu    sync.Mutex
 	cache map[string]catalogSnapshot
+	gen   map[string]uint64 // per tenant, bumped by Invalidate
+
+	loads singleflight.Group
 }
 
 type catalogSnapshot struct {
@@ -78,9 +86,13 @@ type catalogSnapshot struct {
 	status map[Month]Status
 }
 
+// catalogReadTimeout bounds one shared catalog read: it runs for every
+// caller waiting on it, so not with any one caller's deadline.
+const catalogReadTimeout = 10 * time.Second
+
 // NewCatalog caches lookups for ttl (0 disables the cache).
 func NewCatalog(dbs DBs, ttl time.Duration) *Catalog {
-	return &Catalog{dbs: dbs, ttl: ttl, cache: map[string]catalogSnapshot{}}
+	return &Catalog{dbs: dbs, ttl: ttl, cache: map[string]catalogSnapshot{}, gen: map[string]uint64{}}
 }
 
 // List returns the tenant's catalog, oldest month first, straight from MySQL.
@@ -130,12 +142,12 @@ func (c *Catalog) Table(ctx context.Context, tenant string, m Month) (Table, Sta
 	if err != nil {
 		return Table{}, "", err
 	}
-	if st, ok := c.cached(tenant, m); ok {
-		return t, st, nil
-	}
-	snap, err := c.refresh(ctx, tenant)
-	if err != nil {
-		return Table{}, "", err
+	snap, ok := c.snapshot(tenant, c.ttl)
+	if _, known := snap.status[m]; !ok || (!known && time.Since(snap.at) > c.ttl/5) {
+		var err error
+		if snap, err = c.refresh(ctx, tenant); err != nil {
+			return Table{}, "", err
+		}
 	}
 	st, ok := snap.status[m]
 	if !ok {
@@ -147,14 +159,12 @@ func (c *Catalog) Table(ctx context.Context, tenant string, m Month) (Table, Sta
 // Months returns the registered months of tenant with their statuses, from
 // the cache when fresh.
 func (c *Catalog) Months(ctx context.Context, tenant string) (map[Month]Status, error) {
-	c.mu.Lock()
-	snap, ok := c.cache[tenant]
-	c.mu.Unlock()
-	if !ok || time.Since(snap.at) > c.ttl {
-		var err error
-		if snap, err = c.refresh(ctx, tenant); err != nil {
-			return nil, err
-		}
+	if snap, ok := c.snapshot(tenant, c.ttl); ok {
+		return snap.status, nil
+	}
+	snap, err := c.refresh(ctx, tenant)
+	if err != nil {
+		return nil, err
 	}
 	return snap.status, nil
 }
@@ -169,37 +179,60 @@ func SortedMonths(set map[Month]Status) []Month {
 	return out
 }
 
-// Invalidate drops the tenant's cached catalog (after DDL or a status change).
+// Invalidate drops the tenant's cached catalog (after DDL or a status
+// change); a read already under way when it is called is not used.
 func (c *Catalog) Invalidate(tenant string) {
 	c.mu.Lock()
 	delete(c.cache, tenant)
+	c.gen[tenant]++
 	c.mu.Unlock()
 }
 
-func (c *Catalog) cached(tenant string, m Month) (Status, bool) {
+// snapshot is the tenant's cached catalog if it is younger than maxAge.
+func (c *Catalog) snapshot(tenant string, maxAge time.Duration) (catalogSnapshot, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	snap, ok := c.cache[tenant]
-	if !ok || time.Since(snap.at) > c.ttl {
-		return "", false
+	if !ok || time.Since(snap.at) > maxAge {
+		return catalogSnapshot{}, false
 	}
-	st, ok := snap.status[m]
-	return st, ok
+	return snap, true
 }
 
+// refresh reads the tenant's catalog from MySQL, one read at a time per
+// tenant: callers arriving while one runs wait for it (each for at most
+// its own context).
 func (c *Catalog) refresh(ctx context.Context, tenant string) (catalogSnapshot, error) {
-	shards, err := c.List(ctx, tenant)
-	if err != nil {
-		return catalogSnapshot{}, err
-	}
-	snap := catalogSnapshot{at: time.Now(), status: make(map[Month]Status, len(shards))}
-	for _, s := range shards {
-		snap.status[s.Month] = s.Status
-	}
 	c.mu.Lock()
-	c.cache[tenant] = snap
+	gen := c.gen[tenant]
 	c.mu.Unlock()
-	return snap, nil
+	res := c.loads.DoChan(tenant+"\x00"+strconv.FormatUint(gen, 10), func() (any, error) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), catalogReadTimeout)
+		defer cancel()
+		shards, err := c.List(rctx, tenant)
+		if err != nil {
+			return catalogSnapshot{}, err
+		}
+		snap := catalogSnapshot{at: time.Now(), status: make(map[Month]Status, len(shards))}
+		for _, s := range shards {
+			snap.status[s.Month] = s.Status
+		}
+		c.mu.Lock()
+		if c.gen[tenant] == gen {
+			c.cache[tenant] = snap
+		}
+		c.mu.Unlock()
+		return snap, nil
+	})
+	select {
+	case r := <-res:
+		if r.Err != nil {
+			return catalogSnapshot{}, r.Err
+		}
+		return r.Val.(catalogSnapshot), nil
+	case <-ctx.Done():
+		return catalogSnapshot{}, ctx.Err()
+	}
 }
 
 // RegisterShard records t in the catalog as prepared, keeping an existing row.
