@@ -22,8 +22,11 @@ import (
 )
 
 // Service is one module's lifecycle: built by its init function (fallible
-// setup), Run until its context ends, Stop to drain. Stop is called after
-// Run's context is cancelled and must leave no goroutine behind.
+// setup), Run until its context ends — then drain, bounded by the module
+// itself, and return — and Stop to release what it holds. Stop is called
+// only after Run returned (or when Run never started, because start-up
+// failed) and must leave no goroutine behind. A Run that returns while its
+// context is still live is a failure that stops the process.
 type Service interface {
 	Run(ctx context.Context) error
 	Stop(ctx context.Context) error
@@ -110,11 +113,13 @@ func (a *App) Modules() []string {
 	return append([]string(nil), a.order...)
 }
 
-// Run runs every started module until ctx ends (a signal) or one fails,
-// then shuts down: /readyz turns 503 at once; a process serving the API keeps
+// Run runs every started module until ctx ends (a signal) or one fails —
+// returns an error, or returns at all, before it is asked to stop — then
+// shuts down: /readyz turns 503 at once; a process serving the API keeps
 // serving for http.shutdown_delay so load balancers drain it; then modules
-// stop in reverse order (the API listener first) within http.shutdown_grace.
-// It returns the first module failure, if any.
+// stop in reverse order (the API listener first), each first asked to finish
+// (its Run's context cancelled) and, once its Run returned, stopped, all
+// within http.shutdown_grace. It returns the first module failure, if any.
 func (a *App) Run(ctx context.Context) error {
 	runCtx, cancelAll := context.WithCancel(context.Background())
 	defer cancelAll()
@@ -137,7 +142,10 @@ func (a *App) Run(ctx context.Context) error {
 			defer wg.Done()
 			defer close(ch)
 			err := svc.Run(mctx)
-			if err != nil && mctx.Err() == nil {
+			if mctx.Err() == nil {
+				if err == nil {
+					err = errors.New("returned before the process was stopping")
+				}
 				results <- result{name, err}
 			}
 		}(name, a.services[name])
@@ -165,16 +173,20 @@ func (a *App) Run(ctx context.Context) error {
 	for i := len(a.order) - 1; i >= 0; i-- {
 		name := a.order[i]
 		cancels[name]()
-		if err := a.services[name].Stop(stopCtx); err != nil {
-			a.Log.Warn().Err(err).Str("module", name).Msg("module stopped with an error")
-		}
 		select {
 		case <-done[name]:
 		case <-stopCtx.Done():
-			a.Log.Warn().Str("module", name).Msg("module did not finish within the shutdown grace")
+			// its Stop would race a Run still under way: leave both
+			a.Log.Error().Str("module", name).Msg("module did not finish within the shutdown grace; not stopped")
+			continue
+		}
+		if err := a.services[name].Stop(stopCtx); err != nil {
+			a.Log.Warn().Err(err).Str("module", name).Msg("module stopped with an error")
 		}
 	}
-	wg.Wait()
+	if stopCtx.Err() == nil {
+		wg.Wait()
+	}
 	return failure
 }
 

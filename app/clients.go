@@ -429,8 +429,9 @@ func initAPI(ctx context.Context, a *App) (Service, error) {
 	return newHTTPServer(a.Config.HTTP.Addr, a.APIMux, a.Config.HTTP, a.Config.HTTP.MaxConns, open, a)
 }
 
-// httpServer listens at start (so a taken port fails start-up) and drains
-// in-flight requests on Stop.
+// httpServer listens at start (so a taken port fails start-up); when its
+// Run is asked to finish it stops accepting and drains in-flight requests
+// within http.shutdown_grace.
 //
 // What a slow or idle client may cost is bounded by the http.* timeouts:
 // headers within read_header_timeout, the whole request within
@@ -448,8 +449,9 @@ func initAPI(ctx context.Context, a *App) (Service, error) {
 // (TestHTTPLongLivedRouteLiftsDeadlines shows it working) and keep its own
 // liveness checks (pings) instead.
 type httpServer struct {
-	srv *http.Server
-	ln  net.Listener
+	srv   *http.Server
+	ln    net.Listener
+	grace time.Duration
 }
 
 // newHTTPServer listens on addr; maxConns > 0 caps the connections held
@@ -470,18 +472,35 @@ func newHTTPServer(addr string, h http.Handler, c config.HTTP, maxConns int, ope
 		WriteTimeout:      c.WriteTimeout,
 		IdleTimeout:       c.IdleTimeout,
 		ConnState:         releaseHijacked,
-	}}, nil
+	}, grace: c.ShutdownGrace}, nil
 }
 
 func (s *httpServer) Run(ctx context.Context) error {
-	err := s.srv.Serve(s.ln)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
+	served := make(chan error, 1)
+	go func() { served <- s.srv.Serve(s.ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
 	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.grace)
+	defer cancel()
+	err := s.srv.Shutdown(sctx)
+	if err != nil {
+		_ = s.srv.Close() // the grace is over: drop what is still open
+	}
+	<-served
 	return err
 }
 
-func (s *httpServer) Stop(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+// Stop closes the listener of a server that never ran; after Run it has
+// nothing left to do.
+func (s *httpServer) Stop(context.Context) error {
+	if err := s.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
+}
 
 // Addr is where the server listens (useful with port 0 in tests).
 func (s *httpServer) Addr() string { return s.ln.Addr().String() }

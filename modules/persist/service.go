@@ -169,6 +169,10 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() { defer close(repairDone); s.repairLoop(ctx) }()
 
 	s.poll(ctx)
+	// asked to finish: batches still retrying after drainTimeout are
+	// abandoned uncommitted (their events come again on restart)
+	abandon := time.AfterFunc(drainTimeout, func() { s.cancelWork(); s.capCond.Broadcast() })
+	defer abandon.Stop()
 	close(s.in)
 	<-loopDone
 	s.wg.Wait()
@@ -183,8 +187,9 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// Stop waits for Run to drain; when ctx ends first the batches still
-// retrying are abandoned uncommitted (their events come again on restart).
+// Stop waits for Run to drain (Run bounds that by drainTimeout itself);
+// when ctx ends first the batches still retrying are abandoned uncommitted
+// (their events come again on restart).
 func (s *Service) Stop(ctx context.Context) error {
 	if s.running.CompareAndSwap(false, true) {
 		// never ran (the process failed to start): nothing to drain
