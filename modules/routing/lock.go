@@ -26,6 +26,9 @@ type Lock struct {
 // ErrLockBusy is returned when another holder keeps the lock past the wait.
 var ErrLockBusy = errors.New("lock held by another process")
 
+// ErrLockLost ends the context of Keep when the lock is no longer ours.
+var ErrLockLost = errors.New("lock lost")
+
 // AcquireLock takes key, retrying until wait has passed (wait 0 tries once).
 func AcquireLock(ctx context.Context, rdb rueidis.Client, scripts *Scripts, key string, ttl, wait time.Duration) (*Lock, error) {
 	var b [16]byte
@@ -62,4 +65,38 @@ func (l *Lock) Refresh(ctx context.Context) (bool, error) {
 // Release frees the lock if this holder still owns it.
 func (l *Lock) Release(ctx context.Context) error {
 	return l.scripts.Unlock.Exec(ctx, l.rdb, []string{l.key}, []string{l.token}).Error()
+}
+
+// Keep holds the lock while work runs longer than its TTL: it refreshes the
+// lock every third of the TTL until stop is called. The context it returns
+// ends, with cause ErrLockLost, as soon as the lock is not ours any more (a
+// refresh finds another token or none) or no refresh has succeeded for a
+// whole TTL (Redis unreachable: someone else may hold it by now); work
+// fenced by the lock runs under that context and stops there.
+func (l *Lock) Keep(ctx context.Context) (held context.Context, stop func()) {
+	held, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(l.ttl / 3)
+		defer tick.Stop()
+		lastOK := time.Now()
+		for {
+			select {
+			case <-held.Done():
+				return
+			case <-tick.C:
+			}
+			start := time.Now()
+			ok, err := l.Refresh(held)
+			switch {
+			case err == nil && ok:
+				lastOK = start
+			case err == nil, time.Since(lastOK) >= l.ttl:
+				cancel(fmt.Errorf("%w: %s", ErrLockLost, l.key))
+				return
+			}
+		}
+	}()
+	return held, func() { cancel(nil); <-done }
 }

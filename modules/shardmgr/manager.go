@@ -89,8 +89,9 @@ func (mg *Manager) Sync(ctx context.Context, opts Options, tenants []string) ([]
 // SyncTenant makes every expected month table of tenant exist, registered
 // and writable, marks them ready in Redis, makes the first activation (with
 // auto_advance) and moves older months through sealing. One manager acts per
-// tenant at a time (a Redis lock with token and expiry); a second one waits,
-// then finds nothing left to do.
+// tenant at a time (a Redis lock with token and expiry, kept while the sync
+// runs; the sync stops if it is lost); a second one waits, then finds
+// nothing left to do.
 func (mg *Manager) SyncTenant(ctx context.Context, tenant string, opts Options) (res Result) {
 	res.Tenant = tenant
 	start := time.Now()
@@ -112,6 +113,15 @@ func (mg *Manager) SyncTenant(ctx context.Context, tenant string, opts Options) 
 	}
 	defer func() { _ = lock.Release(context.WithoutCancel(ctx)) }()
 	defer mg.p.Catalog.Invalidate(tenant)
+	// DDL may outlast the lock's TTL: keep it, and stop if it is lost
+	held, stopKeeping := lock.Keep(ctx)
+	defer stopKeeping()
+	defer func() {
+		if cause := context.Cause(held); errors.Is(cause, routing.ErrLockLost) {
+			res.Err = errors.Join(cause, res.Err)
+		}
+	}()
+	ctx = held
 
 	db, err := mg.p.DBs.DB(ctx, tenant)
 	if err != nil {
