@@ -3,11 +3,13 @@ package query
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	sq "github.com/Masterminds/squirrel"
+	"github.com/go-sql-driver/mysql"
 	"github.com/redis/rueidis"
 
 	"github.com/imshard/imshard/modules/routing"
@@ -125,16 +127,36 @@ func (c *RouteCheck) tables(ctx context.Context, tenant string) ([]routing.Table
 // actual reads the topic's real ranges: MIN/MAX/COUNT per month table, an
 // index-only read of uk_topic_seq.
 func actual(ctx context.Context, db *sql.DB, tables []routing.Table, topic string) ([]routing.MonthRange, error) {
-	var out []routing.MonthRange
+	rows, err := actualRows(ctx, db, tables, topic, false)
+	out := make([]routing.MonthRange, len(rows))
+	for i, r := range rows {
+		out[i] = r.MonthRange
+	}
+	return out, err
+}
+
+// actualRows reads the topic's real ranges as mirror rows. forFix adds the
+// created_at bounds and reads with shared locks (in the caller's
+// transaction): the latest committed rows, and no new row of the topic in
+// these tables until the transaction ends.
+func actualRows(ctx context.Context, db sq.BaseRunner, tables []routing.Table, topic string, forFix bool) ([]routing.MirrorRow, error) {
+	var out []routing.MirrorRow
 	for _, t := range tables {
 		var lo, hi sql.NullInt64
+		var first, last sql.NullTime
 		var n int64
-		if err := sq.Select("MIN(seqid)", "MAX(seqid)", "COUNT(*)").From(t.Quoted()).Where(sq.Eq{"topic": topic}).
-			RunWith(db).QueryRowContext(ctx).Scan(&lo, &hi, &n); err != nil {
+		q := sq.Select("MIN(seqid)", "MAX(seqid)", "COUNT(*)").From(t.Quoted()).Where(sq.Eq{"topic": topic})
+		dest := []any{&lo, &hi, &n}
+		if forFix {
+			q = q.Columns("MIN(created_at)", "MAX(created_at)").Suffix("LOCK IN SHARE MODE")
+			dest = append(dest, &first, &last)
+		}
+		if err := q.RunWith(db).QueryRowContext(ctx).Scan(dest...); err != nil {
 			return nil, fmt.Errorf("route check: %s: %w", t.Name(), err)
 		}
 		if n > 0 {
-			out = append(out, routing.MonthRange{Month: t.Month(), MinSeq: lo.Int64, MaxSeq: hi.Int64, Count: n})
+			out = append(out, routing.MirrorRow{Topic: topic, MonthRange: routing.MonthRange{Month: t.Month(), MinSeq: lo.Int64, MaxSeq: hi.Int64, Count: n},
+				MinCreatedAt: first.Time, MaxCreatedAt: last.Time})
 		}
 	}
 	return out, nil
@@ -222,7 +244,7 @@ func (c *RouteCheck) Check(ctx context.Context, tenant string, topics []string, 
 		}
 		res.Differences = append(res.Differences, diffs...)
 		if fix && len(diffs) > 0 {
-			if err := c.Fix(ctx, tenant, topic, act); err != nil {
+			if err := c.Fix(ctx, tenant, topic); err != nil {
 				return res, err
 			}
 			res.Fixed++
@@ -301,41 +323,62 @@ func (c *RouteCheck) allTopics(ctx context.Context, db *sql.DB, tenant string, t
 }
 
 // Fix rewrites the topic's mirror rows and Redis route from its actual
-// ranges, in that order (MySQL first: Redis is rebuilt from it).
-func (c *RouteCheck) Fix(ctx context.Context, tenant, topic string, act []routing.MonthRange) error {
+// ranges. It is safe while persist stores rows of the topic: in one
+// transaction it reads the ranges of every month table with shared locks
+// (a locking read sees every committed row and keeps new rows of the topic
+// out until it ends) and rewrites the mirror rows, then replaces the Redis
+// route before committing, so a batch that waited for the locks merges its
+// rows into the new route after it. A batch committed just before the read
+// may still merge its rows into Redis afterwards: the ranges stay exact, its
+// count is added twice until the next check.
+func (c *RouteCheck) Fix(ctx context.Context, tenant, topic string) error {
 	db, err := c.DBs.DB(ctx, tenant)
 	if err != nil {
 		return err
 	}
+	tables, err := c.tables(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	for attempt := 1; ; attempt++ {
+		err := c.fixTx(ctx, db, tables, tenant, topic)
+		var me *mysql.MySQLError
+		if err == nil || attempt == fixAttempts || !errors.As(err, &me) || (me.Number != 1213 && me.Number != 1205) {
+			return err
+		}
+		// a deadlock or lock wait timeout against concurrent writers: again
+	}
+}
+
+// fixAttempts bounds the retries of a fix that lost a deadlock.
+const fixAttempts = 5
+
+func (c *RouteCheck) fixTx(ctx context.Context, db *sql.DB, tables []routing.Table, tenant, topic string) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
-	rows := make([]routing.MirrorRow, 0, len(act))
-	for _, r := range act {
-		t, err := routing.TableFor(r.Month)
-		if err != nil {
-			return err
-		}
-		var lo, hi sql.NullTime
-		// idx_topic_created makes both ends an index-only read
-		if err := sq.Select("MIN(created_at)", "MAX(created_at)").From(t.Quoted()).Where(sq.Eq{"topic": topic}).
-			RunWith(tx).QueryRowContext(ctx).Scan(&lo, &hi); err != nil {
-			return fmt.Errorf("route fix: times of %s in %s: %w", topic, t.Name(), err)
-		}
-		rows = append(rows, routing.MirrorRow{Topic: topic, MonthRange: r, MinCreatedAt: lo.Time, MaxCreatedAt: hi.Time})
+	rows, err := actualRows(ctx, tx, tables, topic, true)
+	if err != nil {
+		return err
 	}
 	if err := routing.ReplaceMirror(ctx, tx, topic, rows); err != nil {
 		return fmt.Errorf("route fix: %w", err)
 	}
-	if err := tx.Commit(); err != nil {
+	if len(rows) == 0 {
+		err = c.Routes.Delete(ctx, tenant, topic)
+	} else {
+		act := make([]routing.MonthRange, len(rows))
+		for i, r := range rows {
+			act[i] = r.MonthRange
+		}
+		err = c.Routes.Replace(ctx, tenant, topic, act)
+	}
+	if err != nil {
 		return err
 	}
-	if len(act) == 0 {
-		return c.Routes.Delete(ctx, tenant, topic)
-	}
-	return c.Routes.Replace(ctx, tenant, topic, act)
+	return tx.Commit()
 }
 
 // Rebuild refills Redis routes from the mirror: the given topics, or every
