@@ -52,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"step"}),
 		dedupHit: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "imshard_send_mysql_dedup_hits_total",
-			Help: "Retries Redis had forgotten, answered from MySQL (dedup row or month table).",
+			Help: "Retries Redis had forgotten, answered from MySQL (the month tables).",
 		}),
 	}
 	reg.MustRegister(m.latency, m.total, m.gaps, m.postAck, m.dedupHit)

@@ -37,8 +37,6 @@ func responseOf(ev *message.Event) Response {
 	return Response{Topic: ev.Topic, Seq: ev.SeqID, MessageID: ev.MessageID, ShardMonth: ev.ShardMonth, CreatedAt: ev.CreatedAt}
 }
 
-// dedupTable is persist's cross-month idempotency table.
-const dedupTable = "im_group_message_dedup"
 
 // produceGrace lets the client fail a record at its deadline before the
 // handler gives up on the promise.
@@ -401,7 +399,6 @@ func (a *attempt) release() {
 }
 
 // fromMySQL answers a send Redis has no record of from what MySQL stored:
-// persist's cross-month dedup row when there is one, else
 // the month tables' unique key (topic, from_user, client_msg_id) in the
 // active month and the one before — a retry within send.idempotency_ttl
 // cannot reach further back.
@@ -412,31 +409,12 @@ func (s *Service) fromMySQL(ctx context.Context, tenant, topic string, from int6
 	}
 	sender := sq.Eq{"topic": topic, "from_user": from, "client_msg_id": clientMsgID}
 	out := Response{Topic: topic}
-	var (
-		created time.Time
-		rowID   sql.NullInt64
-	)
-	err = sq.Select("seqid", "shard_month", "message_id", "created_at").From(dedupTable).Where(sender).
-		RunWith(db).QueryRowContext(ctx).Scan(&out.Seq, &out.ShardMonth, &rowID, &created)
-	var months []routing.Month
-	switch {
-	case err == nil:
-		m, err := routing.ParseMonth(out.ShardMonth)
-		if err != nil {
-			return Response{}, false, fmt.Errorf("send: dedup row month %q: %w", out.ShardMonth, err)
-		}
-		months = []routing.Month{m}
-		sender = sq.Eq{"topic": topic, "seqid": out.Seq}
-	case errors.Is(err, sql.ErrNoRows):
-		active, err := s.p.Allocator.ActiveMonth(ctx, tenant)
-		if err != nil || active.IsZero() {
-			return Response{}, false, err
-		}
-		months = []routing.Month{active, active.Prev()}
-	default:
-		return Response{}, false, fmt.Errorf("send: dedup lookup: %w", err)
+	var created time.Time
+	active, err := s.p.Allocator.ActiveMonth(ctx, tenant)
+	if err != nil || active.IsZero() {
+		return Response{}, false, err
 	}
-	for _, m := range months {
+	for _, m := range []routing.Month{active, active.Prev()} {
 		t, _, err := s.p.Catalog.Table(ctx, tenant, m)
 		if errors.Is(err, routing.ErrShardNotRegistered) {
 			continue
@@ -456,11 +434,6 @@ func (s *Service) fromMySQL(ctx context.Context, tenant, topic string, from int6
 			return Response{}, false, fmt.Errorf("send: dedup probe %s: %w", t.Name(), err)
 		}
 		out.ShardMonth, out.MessageID, out.CreatedAt = m.String(), message.ID(id), message.NewTime(created)
-		return out, true, nil
-	}
-	if out.Seq > 0 {
-		// a dedup row whose message is not (or no longer) in its month table
-		out.MessageID, out.CreatedAt = message.ID(rowID.Int64), message.NewTime(created)
 		return out, true, nil
 	}
 	return Response{}, false, nil

@@ -52,6 +52,14 @@ func TestPoolsOpenLazilyCreateDatabaseAndMigrate(t *testing.T) {
 	if err != nil || v < 1 {
 		t.Fatalf("schema version %d (%v)", v, err)
 	}
+	// tables nothing writes are not kept
+	for _, dead := range []string{"im_group_message_dedup", "im_group_message_consume_log"} {
+		var n int
+		if err := admin.QueryRow("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+			"imshard_"+a, dead).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("%s exists after migrating (%d, %v)", dead, n, err)
+		}
+	}
 	// applying again (another process starting) changes nothing
 	if err := Migrate(context.Background(), db); err != nil {
 		t.Fatal(err)
