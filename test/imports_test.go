@@ -2,12 +2,14 @@ package test
 
 import (
 	"go/ast"
+	"go/build"
 	"go/parser"
 	"go/token"
 	"os"
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -108,5 +110,25 @@ func TestSharedTablesHaveOneOwner(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCrashHookOnlyInTestBuilds: the fault tests' crash hook is compiled
+// only with the imshard_testhooks build tag, so a shipped binary cannot be
+// made to kill itself by its environment.
+func TestCrashHookOnlyInTestBuilds(t *testing.T) {
+	_, self, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(filepath.Dir(self)), "modules", "persist")
+	for _, tags := range [][]string{nil, {"imshard_testhooks"}} {
+		ctx := build.Default
+		ctx.BuildTags = tags
+		pkg, err := ctx.ImportDir(dir, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hook, inert := slices.Contains(pkg.GoFiles, "crash_hook.go"), slices.Contains(pkg.GoFiles, "crash_nohook.go")
+		if hook != (tags != nil) || inert == (tags != nil) {
+			t.Fatalf("tags %v build %v", tags, pkg.GoFiles)
+		}
 	}
 }

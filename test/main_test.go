@@ -37,7 +37,8 @@ func imshardBinary(t testing.TB) string {
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Dir(filepath.Dir(file))
 		binPath = filepath.Join(binDir, "imshard")
-		cmd := exec.Command("go", "build", "-o", binPath, ".")
+		// with the fault tests' hooks (modules/persist/crash_hook.go)
+		cmd := exec.Command("go", "build", "-tags", "imshard_testhooks", "-o", binPath, ".")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			binErr = &buildError{out: string(out), err: err}

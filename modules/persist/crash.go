@@ -2,25 +2,17 @@ package persist
 
 import (
 	"os"
-	"strconv"
 	"sync/atomic"
 )
 
-// CrashAfterCommitEnv is a test-only hook for the fault tests: with
-// IMSHARD_TEST_CRASH_AFTER_COMMIT=N the persist process kills itself with
-// SIGKILL right after its Nth batch transaction committed — after the DB
-// commit, before the Redis follow-ups and the offset commit, the window a
-// crash must not turn into a loss or a duplicate. Unset (or not a positive
-// number) it does nothing; production never sets it.
+// CrashAfterCommitEnv is a hook for the fault tests, honoured only by a
+// binary built with the build tag imshard_testhooks (crash_hook.go; the test
+// suite builds its binary so): with IMSHARD_TEST_CRASH_AFTER_COMMIT=N the
+// persist process kills itself with SIGKILL right after its Nth batch
+// transaction committed — after the DB commit, before the Redis follow-ups
+// and the offset commit, the window a crash must not turn into a loss or a
+// duplicate. A shipped binary (built without the tag) never reads it.
 const CrashAfterCommitEnv = "IMSHARD_TEST_CRASH_AFTER_COMMIT"
-
-func crashAfterFromEnv() int64 {
-	n, err := strconv.ParseInt(os.Getenv(CrashAfterCommitEnv), 10, 64)
-	if err != nil || n <= 0 {
-		return 0
-	}
-	return n
-}
 
 var commitsSeen atomic.Int64
 

@@ -37,7 +37,6 @@ func responseOf(ev *message.Event) Response {
 	return Response{Topic: ev.Topic, Seq: ev.SeqID, MessageID: ev.MessageID, ShardMonth: ev.ShardMonth, CreatedAt: ev.CreatedAt}
 }
 
-
 // produceGrace lets the client fail a record at its deadline before the
 // handler gives up on the promise.
 const produceGrace = 250 * time.Millisecond
