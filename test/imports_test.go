@@ -75,7 +75,7 @@ var sharedTables = map[string]string{
 	"im_group_message_shards":       "routing/catalog.go",
 	"im_group_message_activations":  "routing/catalog.go",
 	"im_seq_reservations":           "routing/alloc.go",
-	"im_group_message_route_repair": "persist",
+	"im_group_message_route_repair": "routing/repairqueue.go",
 }
 
 // TestSharedTablesHaveOneOwner fails when a shared table's name appears as

@@ -56,7 +56,7 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 		}, []string{"reason"}),
 		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "group_message_route_repair_backlog",
-			Help: "Entries in the tenant's Redis route repair queue (im_group_message_route_repair).",
+			Help: "Entries in the tenant's durable route repair queue (Redis follow-ups of committed batches still to redo).",
 		}, []string{"tenant"}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "imshard_persist_batch_size",

@@ -19,12 +19,12 @@ func (s *Service) enqueueRepairs(ctx context.Context, key batchKey, trs []*topic
 	if err != nil {
 		return err
 	}
-	q := sq.Insert(repairTable).Columns("topic", "shard_month", "min_seq", "max_seq", "reason")
-	for _, tr := range trs {
-		q = q.Values(tr.topic, key.month.String(), tr.MinSeq, tr.MaxSeq, reason)
+	entries := make([]routing.RouteRepair, len(trs))
+	for i, tr := range trs {
+		entries[i] = routing.RouteRepair{Topic: tr.topic, Month: key.month, MinSeq: tr.MinSeq, MaxSeq: tr.MaxSeq}
 	}
-	if _, err := q.RunWith(db).ExecContext(ctx); err != nil {
-		return fmt.Errorf("persist: queue route repair: %w", err)
+	if err := routing.QueueRouteRepairs(ctx, db, reason, entries); err != nil {
+		return fmt.Errorf("persist: %w", err)
 	}
 	s.wake(key.tenant)
 	return nil
@@ -103,13 +103,6 @@ func (s *Service) repairLoop(ctx context.Context) {
 	}
 }
 
-type repairEntry struct {
-	id       int64
-	topic    string
-	month    string
-	min, max int64
-}
-
 // repairTenant works off up to repairBatch entries and returns how many are
 // left (the backlog gauge).
 func (s *Service) repairTenant(ctx context.Context, tenant string) (int, error) {
@@ -117,44 +110,28 @@ func (s *Service) repairTenant(ctx context.Context, tenant string) (int, error) 
 	if err != nil {
 		return 0, err
 	}
-	rows, err := sq.Select("id", "topic", "shard_month", "min_seq", "max_seq").From(repairTable).
-		OrderBy("id").Limit(repairBatch).RunWith(db).QueryContext(ctx)
+	entries, err := routing.RouteRepairs(ctx, db, repairBatch)
 	if err != nil {
-		return 0, err
-	}
-	var entries []repairEntry
-	for rows.Next() {
-		var e repairEntry
-		if err := rows.Scan(&e.id, &e.topic, &e.month, &e.min, &e.max); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		entries = append(entries, e)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return 0, err
 	}
 	done := map[string]bool{} // one route rebuild per topic and pass
 	for _, e := range entries {
-		err := s.repairOne(ctx, tenant, db, e, !done[e.topic])
+		err := s.repairOne(ctx, tenant, db, e, !done[e.Topic])
 		if err != nil {
 			s.m.repairs.WithLabelValues("failed").Inc()
-			if _, uerr := sq.Update(repairTable).Set("attempts", sq.Expr("attempts + 1")).
-				Set("last_error", truncate(err.Error(), 500)).Where(sq.Eq{"id": e.id}).
-				RunWith(db).ExecContext(ctx); uerr != nil {
+			if uerr := routing.RouteRepairFailed(ctx, db, e.ID, truncate(err.Error(), 500)); uerr != nil {
 				return 0, uerr
 			}
 			break // Redis is likely still down: try again next pass
 		}
-		done[e.topic] = true
-		if _, err := sq.Delete(repairTable).Where(sq.Eq{"id": e.id}).RunWith(db).ExecContext(ctx); err != nil {
+		done[e.Topic] = true
+		if err := routing.RouteRepairDone(ctx, db, e.ID); err != nil {
 			return 0, err
 		}
 		s.m.repairs.WithLabelValues("done").Inc()
 	}
-	var left int
-	if err := sq.Select("COUNT(*)").From(repairTable).RunWith(db).QueryRowContext(ctx).Scan(&left); err != nil {
+	left, err := routing.RouteRepairBacklog(ctx, db, routing.Month{})
+	if err != nil {
 		return 0, err
 	}
 	s.m.backlog.WithLabelValues(tenant).Set(float64(left))
@@ -164,24 +141,20 @@ func (s *Service) repairTenant(ctx context.Context, tenant string) (int, error) 
 // repairOne rebuilds the topic's Redis route from the MySQL mirror (the
 // source of truth, invariant 6, docs/invariants.md) and finishes the pending set and the
 // idempotency records of the rows the entry covers.
-func (s *Service) repairOne(ctx context.Context, tenant string, db *sql.DB, e repairEntry, rebuild bool) error {
+func (s *Service) repairOne(ctx context.Context, tenant string, db *sql.DB, e routing.RouteRepair, rebuild bool) error {
 	rctx, cancel := context.WithTimeout(ctx, redisTimeout)
 	defer cancel()
 	if rebuild {
-		if err := s.rebuildRoute(ctx, rctx, tenant, db, e.topic); err != nil {
+		if err := s.rebuildRoute(ctx, rctx, tenant, db, e.Topic); err != nil {
 			return err
 		}
 	}
-	m, err := routing.ParseMonth(e.month)
-	if err != nil {
-		return err
-	}
-	table, _, err := s.p.Catalog.Table(ctx, tenant, m)
+	table, _, err := s.p.Catalog.Table(ctx, tenant, e.Month)
 	if err != nil {
 		return err
 	}
 	rows, err := sq.Select("seqid", "from_user", "client_msg_id").From(table.Quoted()).
-		Where(sq.Eq{"topic": e.topic}).Where(sq.GtOrEq{"seqid": e.min}).Where(sq.LtOrEq{"seqid": e.max}).
+		Where(sq.Eq{"topic": e.Topic}).Where(sq.GtOrEq{"seqid": e.MinSeq}).Where(sq.LtOrEq{"seqid": e.MaxSeq}).
 		RunWith(db).QueryContext(ctx)
 	if err != nil {
 		return err
@@ -196,7 +169,7 @@ func (s *Service) repairOne(ctx context.Context, tenant string, db *sql.DB, e re
 			rows.Close()
 			return err
 		}
-		ev.Topic, ev.FromUser, ev.ClientMsgID = e.topic, message.ID(from), cmid.String
+		ev.Topic, ev.FromUser, ev.ClientMsgID = e.Topic, message.ID(from), cmid.String
 		seqs = append(seqs, ev.SeqID)
 		if cmid.Valid {
 			recs = append(recs, &record{ev: &ev})
@@ -207,7 +180,7 @@ func (s *Service) repairOne(ctx context.Context, tenant string, db *sql.DB, e re
 		return err
 	}
 	if len(seqs) > 0 {
-		if err := s.p.Flight.MarkPersisted(rctx, tenant, e.topic, seqs...); err != nil {
+		if err := s.p.Flight.MarkPersisted(rctx, tenant, e.Topic, seqs...); err != nil {
 			return err
 		}
 	}
@@ -252,9 +225,8 @@ func (s *Service) advanceRoutesComplete(ctx context.Context, tenant string) erro
 	if err != nil {
 		return err
 	}
-	var waiting int
-	if err := sq.Select("COUNT(*)").From(repairTable).Where(sq.LtOrEq{"shard_month": through.String()}).
-		RunWith(db).QueryRowContext(ctx).Scan(&waiting); err != nil {
+	waiting, err := routing.RouteRepairBacklog(ctx, db, through)
+	if err != nil {
 		return err
 	}
 	if waiting > 0 {

@@ -14,12 +14,9 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// Fixed tables of the tenant database this module writes besides the month
-// tables (sql/migrations/0001_base.sql, 0002_persist_queues.sql).
-const (
-	compensationTable = "im_group_message_compensation"
-	repairTable       = "im_group_message_route_repair"
-)
+// compensationTable is the fixed table of events held for sealed months
+// (sql/migrations/0002_persist_queues.sql).
+const compensationTable = "im_group_message_compensation"
 
 // writeResult sorts a batch's records by what the transaction did with them.
 type writeResult struct {
