@@ -31,27 +31,10 @@ func TestShardLockKeptWhileSyncRuns(t *testing.T) {
 	defer a.Close()
 	// the sync's first use of the tenant database waits for the schema
 	// lock this test holds: work that takes as long as the test wants
-	admin, err := testenv.MySQL(t).Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	schemaLock := "imshard_schema:" + testenv.TenantDBPrefix + tenant
-	var got int
-	if err := admin.QueryRowContext(ctx, "SELECT GET_LOCK(?, 10)", schemaLock).Scan(&got); err != nil || got != 1 {
-		t.Fatalf("GET_LOCK = %d, %v", got, err)
-	}
-	defer func() { _, _ = admin.ExecContext(ctx, "DO RELEASE_LOCK(?)", schemaLock) }()
+	lock := testenv.HoldSchemaLock(t, tenant)
 	results := make(chan shardmgr.Result, 1)
 	go func() { results <- a.NewShardManager().SyncTenant(ctx, tenant, shardmgr.Options{MonthsAhead: -1}) }()
-	waitFor(t, 20*time.Second, func() bool {
-		var n int
-		if err := admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = ? AND STATE = 'User lock'",
-			testenv.TenantDBPrefix+tenant).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n == 1
-	})
+	waitFor(t, 20*time.Second, func() bool { return lock.Waiters() == 1 })
 	keys, err := routing.KeysFor(tenant)
 	if err != nil {
 		t.Fatal(err)

@@ -2,11 +2,9 @@ package query
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/imshard/imshard/modules/routing"
-	"github.com/imshard/imshard/modules/tenantdb"
 	"github.com/imshard/imshard/test/testenv"
 )
 
@@ -14,14 +12,7 @@ import (
 // one prepared statement per statement shape.
 func TestStatementsPerShapeNotPerLimit(t *testing.T) {
 	ctx := context.Background()
-	tenant := testenv.NewTenant(t)
-	if _, err := testenv.MySQL(t).ExecContext(ctx, "CREATE DATABASE "+testenv.TenantDBPrefix+tenant); err != nil {
-		t.Fatal(err)
-	}
-	db := testenv.OpenDB(t, strings.ReplaceAll(testenv.DSNTemplate(), "{tenant}", tenant))
-	if err := tenantdb.Migrate(ctx, db); err != nil {
-		t.Fatal(err)
-	}
+	_, db := testenv.MigratedTenantDB(t)
 	table, err := routing.TableFor(routing.MustMonth("202601"))
 	if err != nil {
 		t.Fatal(err)

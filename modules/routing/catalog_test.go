@@ -4,14 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/imshard/imshard/modules/routing"
-	imsql "github.com/imshard/imshard/sql"
 	"github.com/imshard/imshard/test/testenv"
 )
 
@@ -30,22 +28,7 @@ func (c *countingDBs) DB(context.Context, string) (*sql.DB, error) {
 // register, many at once and many in a row, read MySQL once, not once each.
 func TestCatalogMissesShareOneRead(t *testing.T) {
 	ctx := context.Background()
-	tenant := testenv.NewTenant(t)
-	if _, err := testenv.MySQL(t).ExecContext(ctx, "CREATE DATABASE "+testenv.TenantDBPrefix+tenant); err != nil {
-		t.Fatal(err)
-	}
-	db := testenv.OpenDB(t, strings.ReplaceAll(testenv.DSNTemplate(), "{tenant}", tenant))
-	steps, err := imsql.Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, st := range steps {
-		for _, q := range st.Statements {
-			if _, err := db.ExecContext(ctx, q); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	tenant, db := testenv.MigratedTenantDB(t)
 	known, unknown := routing.MustMonth("202601"), routing.MustMonth("202602")
 	table, _ := routing.TableFor(known)
 	if err := routing.RegisterShard(ctx, db, table); err != nil {

@@ -84,27 +84,11 @@ func TestPoolsFirstCallerGivingUpDoesNotFailOthers(t *testing.T) {
 	tenant := testenv.NewTenant(t)
 	ps := newPools(t, tenant)
 	// hold the schema lock, so the open waits in Migrate
-	admin, err := testenv.MySQL(t).Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	lock := "imshard_schema:" + testenv.TenantDBPrefix + tenant
-	var got int
-	if err := admin.QueryRowContext(ctx, "SELECT GET_LOCK(?, 10)", lock).Scan(&got); err != nil || got != 1 {
-		t.Fatalf("GET_LOCK = %d, %v", got, err)
-	}
+	lock := testenv.HoldSchemaLock(t, tenant)
 	first, cancel := context.WithCancel(ctx)
 	firstErr := make(chan error, 1)
 	go func() { _, err := ps.DB(first, tenant); firstErr <- err }()
-	waitUntil(t, "the open to wait for the schema lock", func() bool {
-		var n int
-		if err := admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = ? AND STATE = 'User lock'",
-			testenv.TenantDBPrefix+tenant).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n == 1
-	})
+	waitUntil(t, "the open to wait for the schema lock", func() bool { return lock.Waiters() == 1 })
 	secondErr := make(chan error, 1)
 	go func() { _, err := ps.DB(ctx, tenant); secondErr <- err }()
 	waitUntil(t, "the second caller to wait for the open", func() bool { return callersIn("tenantdb.(*Pools).DB(") == 2 })
@@ -112,9 +96,7 @@ func TestPoolsFirstCallerGivingUpDoesNotFailOthers(t *testing.T) {
 	if err := <-firstErr; !errors.Is(err, context.Canceled) {
 		t.Fatalf("first caller: %v, want its context's error", err)
 	}
-	if _, err := admin.ExecContext(ctx, "DO RELEASE_LOCK(?)", lock); err != nil {
-		t.Fatal(err)
-	}
+	lock.Release()
 	if err := <-secondErr; err != nil {
 		t.Fatalf("second caller got the first caller's failure: %v", err)
 	}
