@@ -28,12 +28,11 @@ func roleSections() map[string][]string {
 		"query":    {"http", "auth", "redis", "tenants", "hot_cache", "stream"},
 		"persist":  {"redis", "kafka", "tenants", "persist"},
 		"shardmgr": {"redis", "tenants", "shard"},
-		"migrate":  {"tenants", "migrate"},
 	}
 }
 
 // Validate checks the sections the given roles need ("send", "query", "persist",
-// "shardmgr", "migrate"; none or "all" means every section). A process checks only
+// "shardmgr"; none or "all" means every section). A process checks only
 // what it runs, so a query node is not refused over a persist setting it never
 // reads. Every problem is reported at once as errors.Join of *KeyError.
 func (c *Config) Validate(roles ...string) error {
@@ -160,10 +159,6 @@ func (c *Config) Validate(roles ...string) error {
 		p.durAtLeast("persist.retry_backoff", ps.RetryBackoff, 0)
 		p.durAtLeast("persist.retry_backoff_max", ps.RetryBackoffMax, ps.RetryBackoff)
 		p.intRange("persist.max_parked", int64(ps.MaxParked), 1, 1<<31-1)
-	}
-	if need["migrate"] {
-		p.intRange("migrate.batch_size", int64(c.Migrate.BatchSize), 1, 100_000)
-		p.intRange("migrate.rows_per_second", int64(c.Migrate.RowsPerSecond), 0, 1<<31-1)
 	}
 	return errors.Join(p...)
 }
