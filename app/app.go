@@ -173,9 +173,7 @@ func (a *App) Run(ctx context.Context) error {
 	for i := len(a.order) - 1; i >= 0; i-- {
 		name := a.order[i]
 		cancels[name]()
-		select {
-		case <-done[name]:
-		case <-stopCtx.Done():
+		if !waitDone(stopCtx, done[name]) {
 			// its Stop would race a Run still under way: leave both
 			a.Log.Error().Str("module", name).Msg("module did not finish within the shutdown grace; not stopped")
 			continue
@@ -188,6 +186,22 @@ func (a *App) Run(ctx context.Context) error {
 		wg.Wait()
 	}
 	return failure
+}
+
+// waitDone reports whether done closes before ctx ends (a done already
+// closed counts even when ctx has ended too).
+func waitDone(ctx context.Context, done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+	}
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // stop stops started modules in reverse order (used when Start fails).

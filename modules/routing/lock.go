@@ -88,7 +88,9 @@ func (l *Lock) Keep(ctx context.Context) (held context.Context, stop func()) {
 			case <-tick.C:
 			}
 			start := time.Now()
-			ok, err := l.Refresh(held)
+			rctx, cancelRefresh := context.WithTimeout(held, l.ttl/3)
+			ok, err := l.Refresh(rctx)
+			cancelRefresh()
 			switch {
 			case err == nil && ok:
 				lastOK = start
