@@ -45,36 +45,6 @@ CREATE TABLE IF NOT EXISTS im_group_message_topic_shards (
   KEY idx_month_topic (shard_month, topic)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci
 ;
--- Cross-month idempotency.
-CREATE TABLE IF NOT EXISTS im_group_message_dedup (
-  topic VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-  from_user BIGINT NOT NULL,
-  client_msg_id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-  seqid BIGINT NOT NULL,
-  shard_month CHAR(6) NOT NULL,
-  message_id BIGINT NULL,
-  status VARCHAR(16) NOT NULL DEFAULT 'pending',
-  expires_at DATETIME(3) NOT NULL,
-  created_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
-  updated_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)
-    ON UPDATE CURRENT_TIMESTAMP(3),
-  PRIMARY KEY (topic, from_user, client_msg_id),
-  KEY idx_expires (expires_at),
-  KEY idx_topic_seq (topic, seqid)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci
-;
--- What the persist role has applied, by event id: the exactly-once effect
--- for events that are not plain inserts guarded by uk_topic_seq.
-CREATE TABLE IF NOT EXISTS im_group_message_consume_log (
-  event_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-  topic VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-  seqid BIGINT NOT NULL,
-  shard_month CHAR(6) NOT NULL,
-  applied_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
-  PRIMARY KEY (event_id),
-  KEY idx_applied (applied_at)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci
-;
 -- Per-user deleted seq ranges [low, hi).
 CREATE TABLE IF NOT EXISTS im_dellog (
   id BIGINT NOT NULL AUTO_INCREMENT,
