@@ -483,9 +483,16 @@ func (s *httpServer) Run(ctx context.Context) error {
 		return err
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), s.grace)
-	defer cancel()
+	sctx := context.Background() // no grace: in-flight requests finish unhurried (the App bounds its wait)
+	if s.grace > 0 {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(sctx, s.grace)
+		defer cancel()
+	}
 	err := s.srv.Shutdown(sctx)
+	if errors.Is(err, net.ErrClosed) {
+		err = nil // the listener was closed already (a Stop without Run's end)
+	}
 	if err != nil {
 		_ = s.srv.Close() // the grace is over: drop what is still open
 	}
