@@ -234,6 +234,13 @@ func TestReadStateSyncSevenOf200(t *testing.T) {
 			t.Fatalf("%s removed %v", topic, removed[topic])
 		}
 	}
+	// a hide changes what the caller's unread and last message are
+	if code, out := env.Do("POST", "/v1/topics/"+topics[1]+"/deletions", env.Token(user, ""), map[string]any{"low": read.Seq, "hi": read.Seq + 1}); code != 200 {
+		t.Fatalf("hide: %d %s", code, out)
+	}
+	if p := rsSync(t, env, user, p.Token, 50); !slices.ContainsFunc(p.Topics, func(e query.InboxTopic) bool { return e.Topic == topics[1] }) {
+		t.Fatalf("sync after a hide: %+v", p.Topics)
+	}
 }
 
 // rsRowCounts counts the rows of every table of the tenant's database.

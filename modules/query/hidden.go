@@ -203,6 +203,11 @@ func (s *Service) Hide(ctx context.Context, p httpapi.Principal, topic string, l
 		RunWith(db).ExecContext(ctx); err != nil {
 		return httpapi.Wrap(httpapi.CodeUnavailable, "deletion store unavailable", err)
 	}
+	// the caller's unread count and last message of the topic may change:
+	// their devices' next sync reports the topic
+	if err := touchReadState(ctx, db, p.UserID, topic); err != nil {
+		return httpapi.Wrap(httpapi.CodeUnavailable, "read state store unavailable", err)
+	}
 	return s.invalidateHidden(ctx, keys, topic, p.UserID)
 }
 

@@ -413,3 +413,11 @@ func leftTopics(ctx context.Context, db *sql.DB, user int64, since time.Time) ([
 	}
 	return out, rows.Err()
 }
+
+// touchReadState marks the caller's read state of topic changed (a hide),
+// so a device sync reports the topic.
+func touchReadState(ctx context.Context, db *sql.DB, user int64, topic string) error {
+	_, err := sq.Insert(cursorsTable).Columns("user_id", "topic").Values(user, topic).
+		Suffix("ON DUPLICATE KEY UPDATE updated_at = CURRENT_TIMESTAMP(3)").RunWith(db).ExecContext(ctx)
+	return err
+}

@@ -1,0 +1,225 @@
+package query
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// InboxBenchParams shape one `imshard bench inbox` run: a fixture of Users
+// users, each a member of MinPer..MaxPer of Topics topics (the first
+// HeavyUsers in exactly MaxPer), Messages stored messages per topic in the
+// current month's table, and cursors leaving a fifth of the memberships
+// with something unread. The tenant must be the benchmark's own.
+type InboxBenchParams struct {
+	Service     *Service
+	DB          *sql.DB
+	Tenant      string
+	Table       routing.Table // the current month's
+	Users       int
+	Topics      int
+	MinPer      int
+	MaxPer      int
+	HeavyUsers  int
+	Messages    int
+	Concurrency int
+	Duration    time.Duration
+	Warmup      time.Duration
+	Progress    io.Writer
+}
+
+// InboxBenchReport holds the runs of the read-state benchmark.
+type InboxBenchReport struct {
+	Unread    BenchResult // service: GET /v1/me/unread's answer
+	RawUnread BenchResult // raw SQL: the same counts in one statement
+	List      BenchResult // service: the first topic-list page of 50
+	RawList   BenchResult // raw SQL: the same page in one statement
+	Read      BenchResult // service: a read-cursor move
+	Rows      int64       // memberships of the fixture
+}
+
+func inboxTopic(i int) string { return fmt.Sprintf("bi%05d", i) }
+
+const inboxOutsider int64 = 9_000_000 // sends most fixture messages
+
+func (p *InboxBenchParams) logf(format string, args ...any) {
+	if p.Progress != nil {
+		fmt.Fprintf(p.Progress, format+"\n", args...)
+	}
+}
+
+// Build writes the fixture with multi-row INSERTs.
+func (p *InboxBenchParams) Build(ctx context.Context) (int64, error) {
+	rng := rand.New(rand.NewPCG(15, 15))
+	flush := func(prefix string, vals *[]string) error {
+		if len(*vals) == 0 {
+			return nil
+		}
+		_, err := p.DB.ExecContext(ctx, prefix+strings.Join(*vals, ","))
+		*vals = (*vals)[:0]
+		return err
+	}
+	p.logf("bench: %d groups", p.Topics)
+	var vals []string
+	for i := range p.Topics {
+		vals = append(vals, fmt.Sprintf("('%s', %d, 'active')", inboxTopic(i), i+1))
+		if len(vals) == 1000 || i == p.Topics-1 {
+			if err := flush("INSERT INTO "+groupsTable+" (topic, group_id, status) VALUES ", &vals); err != nil {
+				return 0, err
+			}
+		}
+	}
+	p.logf("bench: %d messages per topic in %s", p.Messages, p.Table.Name())
+	base := time.Now().Add(-time.Hour).UTC()
+	id := base.UnixNano()
+	for i := range p.Topics {
+		for s := 1; s <= p.Messages; s++ {
+			from := inboxOutsider
+			if rng.IntN(10) == 0 {
+				from = int64(1 + rng.IntN(p.Users))
+			}
+			mention := "NULL"
+			if rng.IntN(20) == 0 {
+				mention = fmt.Sprintf("'[\"%d\"]'", 1+rng.IntN(p.Users))
+			}
+			id++
+			at := base.Add(time.Duration(rng.Int64N(int64(time.Hour)))).Format("2006-01-02 15:04:05.000")
+			vals = append(vals, fmt.Sprintf("(%d, '%s', %d, %d, %d, 'text', '{\"text\":\"hello\"}', %s, '%s', '%s')",
+				id, inboxTopic(i), i+1, s, from, mention, at, at))
+			if len(vals) == 1000 {
+				if err := flush("INSERT INTO "+p.Table.Quoted()+" (message_id, topic, group_id, seqid, from_user, msg_type, content, mentioned_user_ids, created_at, updated_at) VALUES ", &vals); err != nil {
+					return 0, err
+				}
+			}
+		}
+	}
+	if err := flush("INSERT INTO "+p.Table.Quoted()+" (message_id, topic, group_id, seqid, from_user, msg_type, content, mentioned_user_ids, created_at, updated_at) VALUES ", &vals); err != nil {
+		return 0, err
+	}
+	if err := routing.MirrorFromTable(ctx, p.DB, p.Table); err != nil {
+		return 0, err
+	}
+	p.logf("bench: %d users in %d..%d topics each", p.Users, p.MinPer, p.MaxPer)
+	var rows int64
+	var cursors []string
+	for u := 1; u <= p.Users; u++ {
+		n := p.MaxPer
+		if u > p.HeavyUsers {
+			n = p.MinPer + rng.IntN(p.MaxPer-p.MinPer+1)
+		}
+		for _, t := range rng.Perm(p.Topics)[:n] {
+			vals = append(vals, fmt.Sprintf("('%s', %d)", inboxTopic(t), u))
+			read := p.Messages
+			if rng.IntN(5) == 0 {
+				read = rng.IntN(p.Messages)
+			}
+			cursors = append(cursors, fmt.Sprintf("(%d, '%s', %d)", u, inboxTopic(t), read))
+			rows++
+		}
+		if len(vals) >= 2000 || u == p.Users {
+			if err := flush("INSERT INTO "+membersTable+" (topic, user_id) VALUES ", &vals); err != nil {
+				return 0, err
+			}
+			if err := flush("INSERT INTO "+cursorsTable+" (user_id, topic, read_seq) VALUES ", &cursors); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return rows, nil
+}
+
+// rawUnread is one statement that answers GET /v1/me/unread for a user
+// on the fixture's single month table: counts above the cursor and the
+// user's own newest message, hidden ranges and deleted messages excluded.
+func (p *InboxBenchParams) rawUnread() string {
+	t := p.Table.Quoted()
+	return "SELECT c.topic, COUNT(*), SUM(m.mention_all OR JSON_CONTAINS(COALESCE(m.mentioned_user_ids, '[]'), JSON_QUOTE(CAST(? AS CHAR)))) " +
+		"FROM " + membersTable + " AS g JOIN " + groupsTable + " AS gr ON gr.topic = g.topic AND gr.status <> 'dissolved' " +
+		"JOIN " + cursorsTable + " AS c ON c.user_id = g.user_id AND c.topic = g.topic " +
+		"JOIN " + t + " AS m ON m.topic = c.topic AND m.seqid > c.read_seq AND m.status = 'normal' " +
+		"AND m.seqid > COALESCE((SELECT MAX(o.seqid) FROM " + t + " AS o WHERE o.topic = c.topic AND o.from_user = g.user_id), 0) " +
+		"AND " + notHidden + " WHERE g.user_id = ? GROUP BY c.topic LIMIT 1000"
+}
+
+// rawList is one statement that answers the first topic-list page:
+// activity order, last seq and last message, unread per topic.
+func (p *InboxBenchParams) rawList() string {
+	t := p.Table.Quoted()
+	return "SELECT c.topic, c.pinned, MAX(m.created_at) AS act, MAX(m.seqid), " +
+		"(SELECT l.content FROM " + t + " AS l WHERE l.topic = c.topic AND l.status <> 'deleted' ORDER BY l.seqid DESC LIMIT 1), " +
+		"SUM(m.seqid > c.read_seq AND m.status = 'normal' AND m.from_user <> g.user_id) " +
+		"FROM " + membersTable + " AS g JOIN " + groupsTable + " AS gr ON gr.topic = g.topic AND gr.status <> 'dissolved' " +
+		"JOIN " + cursorsTable + " AS c ON c.user_id = g.user_id AND c.topic = g.topic " +
+		"JOIN " + t + " AS m ON m.topic = c.topic WHERE g.user_id = ? " +
+		"GROUP BY c.topic, c.pinned ORDER BY c.pinned DESC, act DESC, c.topic LIMIT 50"
+}
+
+func drain(rows *sql.Rows, err error) error {
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+	}
+	return rows.Err()
+}
+
+// Measure runs every read of the report, as heavy users (in MaxPer topics).
+func (p *InboxBenchParams) Measure(ctx context.Context) InboxBenchReport {
+	bp := &BenchParams{Duration: p.Duration, Warmup: p.Warmup, Progress: p.Progress}
+	heavy := max(1, p.HeavyUsers)
+	user := func(rng *rand.Rand) httpapi.Principal {
+		return httpapi.Principal{Tenant: p.Tenant, UserID: int64(1 + rng.IntN(heavy))}
+	}
+	var rep InboxBenchReport
+	rep.Unread = bp.run(ctx, "service GET /v1/me/unread", p.Concurrency, func(ctx context.Context, rng *rand.Rand) error {
+		_, err := p.Service.Unread(ctx, user(rng))
+		return err
+	})
+	raw := p.rawUnread()
+	rep.RawUnread = bp.run(ctx, "raw SQL unread", p.Concurrency, func(ctx context.Context, rng *rand.Rand) error {
+		u := user(rng).UserID
+		return drain(p.DB.QueryContext(ctx, raw, strconv.FormatInt(u, 10), u, u))
+	})
+	rep.List = bp.run(ctx, "service topic list page (50)", p.Concurrency, func(ctx context.Context, rng *rand.Rand) error {
+		_, err := p.Service.Topics(ctx, user(rng), DefaultTopicsLimit, "")
+		return err
+	})
+	rawL := p.rawList()
+	rep.RawList = bp.run(ctx, "raw SQL topic list page (50)", p.Concurrency, func(ctx context.Context, rng *rand.Rand) error {
+		return drain(p.DB.QueryContext(ctx, rawL, user(rng).UserID))
+	})
+	mine := make([][]string, heavy)
+	for i := range mine {
+		rows, err := p.DB.QueryContext(ctx, "SELECT topic FROM "+membersTable+" WHERE user_id = ?", i+1)
+		if err != nil {
+			p.logf("bench: topics of user %d: %v", i+1, err)
+			return rep
+		}
+		for rows.Next() {
+			var t string
+			if rows.Scan(&t) == nil {
+				mine[i] = append(mine[i], t)
+			}
+		}
+		rows.Close()
+	}
+	rep.Read = bp.run(ctx, "service read-cursor move", p.Concurrency, func(ctx context.Context, rng *rand.Rand) error {
+		pr := user(rng)
+		ts := mine[pr.UserID-1]
+		if len(ts) == 0 {
+			return fmt.Errorf("bench: user %d has no topic", pr.UserID)
+		}
+		_, err := p.Service.MarkRead(ctx, pr, ts[rng.IntN(len(ts))], int64(rng.IntN(p.Messages+1)))
+		return err
+	})
+	return rep
+}
