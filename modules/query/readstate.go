@@ -178,12 +178,7 @@ func (s *Service) Unread(ctx context.Context, p httpapi.Principal) (UnreadSummar
 		return UnreadSummary{}, err
 	}
 	all = slices.DeleteFunc(all, func(u userTopic) bool { return u.status == acl.GroupDissolved })
-	counts := make([]unreadCount, len(all))
-	err = parallel(ctx, len(all), func(i int) error {
-		var err error
-		counts[i], err = s.countUnread(ctx, db, p.Tenant, p.UserID, all[i])
-		return err
-	})
+	counts, err := s.countMany(ctx, db, p.Tenant, p.UserID, all)
 	if err != nil {
 		return UnreadSummary{}, err
 	}
@@ -214,12 +209,12 @@ func compareStrings(a, b string) int {
 // fill computes the list entries of us into out (same length): counts and
 // last message, readWorkers topics at a time.
 func (s *Service) fill(ctx context.Context, db *sql.DB, p httpapi.Principal, us []userTopic, out []InboxTopic) error {
+	counts, err := s.countMany(ctx, db, p.Tenant, p.UserID, us)
+	if err != nil {
+		return err
+	}
 	return parallel(ctx, len(us), func(i int) error {
-		u := us[i]
-		c, err := s.countUnread(ctx, db, p.Tenant, p.UserID, u)
-		if err != nil {
-			return err
-		}
+		u, c := us[i], counts[i]
 		lm, err := s.lastMessage(ctx, db, p.Tenant, p.UserID, u)
 		if err != nil {
 			return err

@@ -1,6 +1,7 @@
 package query
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -8,6 +9,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
@@ -420,4 +423,151 @@ func touchReadState(ctx context.Context, db *sql.DB, user int64, topic string) e
 	_, err := sq.Insert(cursorsTable).Columns("user_id", "topic").Values(user, topic).
 		Suffix("ON DUPLICATE KEY UPDATE updated_at = CURRENT_TIMESTAMP(3)").RunWith(db).ExecContext(ctx)
 	return err
+}
+
+// unreadBranches is how many topics one statement of countMany reads: a
+// statement of fixed shape (absent topics pad it) is prepared once per
+// month table and reused.
+const unreadBranches = 128
+
+// unreadRowsPerTopic bounds a topic's branch: enough to reach the cap
+// past a few hidden or deleted rows; a topic whose branch fills up without
+// an answer is walked on its own (countUnread).
+const unreadRowsPerTopic = UnreadCap + 25
+
+// unreadBranch is one topic's part of a countMany statement: its rows above
+// the cursor, newest first, each with whether the caller hid it.
+const unreadBranch = "(SELECT ? AS i, m.seqid, m.from_user, m.status, m.mention_all, m.mentioned_user_ids, " +
+	"NOT EXISTS (SELECT 1 FROM " + dellogTable + " AS d WHERE d.topic = m.topic AND d.deletedfor = ? AND d.low <= m.seqid AND d.hi > m.seqid) " +
+	"FROM %s AS m WHERE m.topic = ? AND m.seqid > ? ORDER BY m.seqid DESC LIMIT %d)"
+
+// countMany is countUnread for many topics at once: the topics whose seqs
+// above the cursor all lie in one month table are read with one statement
+// per unreadBranches of them; the others (and a topic the bounded read
+// does not settle) are walked one by one.
+func (s *Service) countMany(ctx context.Context, db *sql.DB, tenant string, user int64, us []userTopic) ([]unreadCount, error) {
+	out := make([]unreadCount, len(us))
+	byMonth := map[routing.Month][]int{}
+	var alone []int
+	for i, u := range us {
+		out[i].readSeq = u.readSeq
+		if u.mirror.LastSeq() <= u.readSeq {
+			continue
+		}
+		var months []routing.Month
+		for _, r := range u.mirror.Rows {
+			if r.MaxSeq > u.readSeq {
+				months = append(months, r.Month)
+			}
+		}
+		if len(months) == 1 {
+			byMonth[months[0]] = append(byMonth[months[0]], i)
+		} else {
+			alone = append(alone, i)
+		}
+	}
+	type chunk struct {
+		t   routing.Table
+		idx []int
+	}
+	var chunks []chunk
+	for m, idx := range byMonth {
+		tables, err := s.p.Router.Tables(ctx, tenant, []routing.Month{m})
+		if err != nil {
+			return nil, err
+		}
+		if len(tables) == 0 {
+			continue // an unregistered month holds no rows
+		}
+		for lo := 0; lo < len(idx); lo += unreadBranches {
+			chunks = append(chunks, chunk{tables[0], idx[lo:min(len(idx), lo+unreadBranches)]})
+		}
+	}
+	var mu sync.Mutex
+	err := parallel(ctx, len(chunks), func(j int) error {
+		unsettled, err := s.st.unreadMany(ctx, db, chunks[j].t, user, us, chunks[j].idx, out)
+		mu.Lock()
+		alone = append(alone, unsettled...)
+		mu.Unlock()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, parallel(ctx, len(alone), func(j int) error {
+		i := alone[j]
+		c, err := s.countUnread(ctx, db, tenant, user, us[i])
+		out[i] = c
+		return err
+	})
+}
+
+// unreadMany reads the topics us[idx] of t in one statement and sets their
+// counts in out; it returns those whose rows ran past the branch bound
+// before an answer.
+func (s *store) unreadMany(ctx context.Context, db *sql.DB, t routing.Table, user int64, us []userTopic, idx []int, out []unreadCount) ([]int, error) {
+	branch := fmt.Sprintf(unreadBranch, t.Quoted(), unreadRowsPerTopic)
+	parts := make([]string, unreadBranches)
+	args := make([]any, 0, 4*unreadBranches)
+	for k := range unreadBranches {
+		parts[k] = branch
+		if k < len(idx) {
+			args = append(args, idx[k], user, us[idx[k]].topic, us[idx[k]].readSeq)
+		} else {
+			args = append(args, -1, user, "", math.MaxInt64) // matches no row
+		}
+	}
+	rows, err := s.run(ctx, db, strings.Join(parts, " UNION ALL "), args)
+	if err != nil {
+		return nil, fmt.Errorf("query: unread of %d topics: %w", len(idx), err)
+	}
+	defer rows.Close()
+	type row struct {
+		seq, from int64
+		status    string
+		all, vis  bool
+		mentions  []byte
+	}
+	got := map[int][]row{}
+	for rows.Next() {
+		var i int
+		var r row
+		if err := rows.Scan(&i, &r.seq, &r.from, &r.status, &r.all, &r.mentions, &r.vis); err != nil {
+			return nil, err
+		}
+		got[i] = append(got[i], r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var unsettled []int
+	for _, i := range idx {
+		rs := got[i]
+		slices.SortFunc(rs, func(a, b row) int { return cmp.Compare(b.seq, a.seq) })
+		c := unreadCount{readSeq: us[i].readSeq}
+		settled := len(rs) < unreadRowsPerTopic
+		for _, r := range rs {
+			if r.from == user {
+				c.readSeq, settled = r.seq, true
+				break
+			}
+			if !r.vis || r.status != message.StatusNormal {
+				continue
+			}
+			if c.unread == UnreadCap {
+				c.capped, settled = true, true
+				break
+			}
+			c.unread++
+			if r.all || mentionsUser(r.mentions, user) {
+				c.mentions++
+			}
+		}
+		if !settled {
+			unsettled = append(unsettled, i)
+			continue
+		}
+		out[i] = c
+	}
+	return unsettled, nil
 }
