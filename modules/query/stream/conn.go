@@ -123,9 +123,8 @@ func (c *conn) run(ctx context.Context, first map[string]cursors) {
 		}
 	}()
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(1)
 	go func() { defer wg.Done(); c.read() }()
-	go func() { defer wg.Done(); c.keep(ctx) }()
 	if first != nil {
 		c.subscribe(ctx, first)
 	}
@@ -141,9 +140,25 @@ func (c *conn) run(ctx context.Context, first map[string]cursors) {
 
 // pump handles events and requests in order until the socket ends.
 func (c *conn) pump(ctx context.Context) {
-	retry := time.NewTicker(holdRetry)
+	// the retry timer runs only while a topic waits for a seq in flight or
+	// a membership to check again: an idle socket wakes for its ping only
+	retry := time.NewTimer(holdRetry)
+	retry.Stop()
+	armed := false
 	defer retry.Stop()
+	ping := time.NewTicker(c.s.lim.PingInterval)
+	defer ping.Stop()
+	var expired <-chan time.Time
+	if !c.p.Expires.IsZero() {
+		t := time.NewTimer(time.Until(c.p.Expires))
+		defer t.Stop()
+		expired = t.C
+	}
 	for {
+		if !armed && c.waiting() {
+			retry.Reset(holdRetry)
+			armed = true
+		}
 		select {
 		case <-c.done:
 			return
@@ -159,9 +174,31 @@ func (c *conn) pump(ctx context.Context) {
 				c.unsubscribe(t)
 			}
 		case <-retry.C:
+			armed = false
 			c.retry(ctx)
+		case <-expired:
+			c.end(websocket.StatusPolicyViolation, reasonExpired)
+			return
+		case <-ping.C:
+			if !c.heartbeat(ctx) {
+				return
+			}
 		}
 	}
+}
+
+// waiting reports whether a topic waits for a seq in flight or for a
+// membership check to be made again.
+func (c *conn) waiting() bool {
+	if c.behind {
+		return true
+	}
+	for _, f := range c.topics {
+		if f.recheck {
+			return true
+		}
+	}
+	return false
 }
 
 // handle applies one hub event to its topic.
@@ -584,41 +621,24 @@ func (c *conn) requestError(msg string) {
 	c.send(b, time.Time{})
 }
 
-// keep sends heartbeats, closes a socket whose peer went quiet, and ends
-// the socket when its token expires.
-func (c *conn) keep(ctx context.Context) {
-	ping := time.NewTicker(c.s.lim.PingInterval)
-	defer ping.Stop()
-	var expired <-chan time.Time
-	if !c.p.Expires.IsZero() {
-		t := time.NewTimer(time.Until(c.p.Expires))
-		defer t.Stop()
-		expired = t.C
+// heartbeat closes a socket whose peer went quiet (false), or sends a
+// ping frame and a WebSocket ping whose pong is a sign of life.
+func (c *conn) heartbeat(ctx context.Context) bool {
+	if time.Since(time.Unix(0, c.lastSeen.Load())) > c.s.lim.IdleTimeout {
+		c.end(websocket.StatusPolicyViolation, reasonIdle)
+		return false
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.done:
-			return
-		case <-expired:
-			c.end(websocket.StatusPolicyViolation, reasonExpired)
-			return
-		case <-ping.C:
-			if time.Since(time.Unix(0, c.lastSeen.Load())) > c.s.lim.IdleTimeout {
-				c.end(websocket.StatusPolicyViolation, reasonIdle)
-				return
-			}
-			c.send(pingFrame, time.Time{})
-			go func() {
-				pctx, cancel := context.WithTimeout(ctx, c.s.lim.PingInterval)
-				defer cancel()
-				if c.ws.Ping(pctx) == nil {
-					c.alive()
-				}
-			}()
+	if !c.send(pingFrame, time.Time{}) {
+		return false
+	}
+	go func() {
+		pctx, cancel := context.WithTimeout(ctx, c.s.lim.PingInterval)
+		defer cancel()
+		if c.ws.Ping(pctx) == nil {
+			c.alive()
 		}
-	}
+	}()
+	return true
 }
 
 var pingFrame = []byte(`{"type":"ping"}`)

@@ -1,0 +1,315 @@
+package stream
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	rtmetrics "runtime/metrics"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/redis/rueidis"
+
+	"github.com/imshard/imshard/modules/httpapi"
+)
+
+// BenchTenant is one tenant the stream bench spreads topics over.
+type BenchTenant struct {
+	ID     string
+	Secret []byte
+}
+
+// BenchParams shape `imshard bench stream`.
+type BenchParams struct {
+	BaseURL  string // the API (send and query roles)
+	Tenants  []BenchTenant
+	Topics   int // spread over the tenants
+	Sockets  int // spread over the topics, one member each
+	Rate     int // messages per second sent, over all topics
+	Duration time.Duration
+	Redis    rueidis.Client // for the raw pub/sub baseline
+	Progress io.Writer
+}
+
+// BenchLatency is one latency distribution.
+type BenchLatency struct {
+	Name     string
+	Count    int
+	P50, P99 time.Duration
+}
+
+// BenchReport is what the bench measured.
+type BenchReport struct {
+	Delivery BenchLatency // send request → frame read by the socket's client
+	PubSub   BenchLatency // raw SPUBLISH → subscriber, same rate, same run
+	Sent     int
+	Errors   int
+	Sockets  int
+	// IdleBytes is the Go heap and goroutine stacks per idle socket, both
+	// ends (the bench's clients run in the same process as the server).
+	IdleBytes float64
+}
+
+// Bench opens the sockets, measures the memory they hold idle, then sends
+// at the rate for the duration while a raw pub/sub pair runs at the same
+// rate, and reports both latency distributions.
+func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 30 * time.Second}
+	tok := func(t BenchTenant, uid int64, role string) string {
+		s, _ := httpapi.Sign(t.Secret, t.ID, uid, role, 24*time.Hour)
+		return s
+	}
+	do := func(method, url, token string, body any) error {
+		b, _ := json.Marshal(body)
+		req, err := http.NewRequestWithContext(ctx, method, p.BaseURL+url, bytes.NewReader(b))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode >= 300 {
+			return fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, raw)
+		}
+		return nil
+	}
+	topic := func(i int) (BenchTenant, string) {
+		return p.Tenants[i%len(p.Tenants)], "bst" + strconv.Itoa(i)
+	}
+	progress := func(format string, a ...any) {
+		if p.Progress != nil {
+			fmt.Fprintf(p.Progress, format+"\n", a...)
+		}
+	}
+
+	// groups: the sender (user 1) and one member per socket
+	progress("stream bench: %d topics over %d tenants, %d members", p.Topics, len(p.Tenants), p.Sockets)
+	if err := parallel(ctx, 32, p.Topics, func(i int) error {
+		t, name := topic(i)
+		svc := tok(t, 1, httpapi.RoleService)
+		if err := do("PUT", "/v1/topics/"+name, svc, map[string]any{"group_id": strconv.Itoa(i + 1), "name": name, "status": "active"}); err != nil {
+			return err
+		}
+		return do("PUT", "/v1/topics/"+name+"/members/1", svc, map[string]any{"role": "member"})
+	}); err != nil {
+		return BenchReport{}, err
+	}
+	if err := parallel(ctx, 32, p.Sockets, func(i int) error {
+		t, name := topic(i % p.Topics)
+		return do("PUT", "/v1/topics/"+name+"/members/"+strconv.Itoa(1000+i), tok(t, 1, httpapi.RoleService), map[string]any{"role": "member"})
+	}); err != nil {
+		return BenchReport{}, err
+	}
+
+	before := heapAndStacks()
+	var delivery latencies
+	socks := make([]*websocket.Conn, p.Sockets)
+	var wg sync.WaitGroup
+	defer func() {
+		for _, ws := range socks {
+			if ws != nil {
+				_ = ws.CloseNow()
+			}
+		}
+		wg.Wait()
+	}()
+	progress("stream bench: opening %d sockets", p.Sockets)
+	ws0 := "ws" + strings.TrimPrefix(p.BaseURL, "http")
+	if err := parallel(ctx, 64, p.Sockets, func(i int) error {
+		t, name := topic(i % p.Topics)
+		ws, _, err := websocket.Dial(ctx, ws0+"/v1/topics/"+name+"/stream", &websocket.DialOptions{
+			HTTPHeader: http.Header{"Authorization": {"Bearer " + tok(t, int64(1000+i), "")}}})
+		if err != nil {
+			return err
+		}
+		socks[i] = ws
+		if _, _, err := ws.Read(ctx); err != nil { // the live frame
+			return err
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); readFrames(ws, &delivery) }()
+		return nil
+	}); err != nil {
+		return BenchReport{}, err
+	}
+	after := heapAndStacks()
+	rep := BenchReport{Sockets: p.Sockets, IdleBytes: float64(after-before) / float64(p.Sockets)}
+
+	// raw pub/sub beside it
+	var raw latencies
+	rawCh := "imshard:bench:stream:raw"
+	rctx, stopRaw := context.WithCancel(ctx)
+	subscribed := make(chan struct{})
+	var once sync.Once
+	rawDone := make(chan struct{})
+	go func() {
+		defer close(rawDone)
+		_ = p.Redis.Receive(rueidis.WithOnSubscriptionHook(rctx, func(rueidis.PubSubSubscription) { once.Do(func() { close(subscribed) }) }),
+			p.Redis.B().Ssubscribe().Channel(rawCh).Build(), func(m rueidis.PubSubMessage) {
+				if ns, err := strconv.ParseInt(m.Message, 10, 64); err == nil {
+					raw.add(time.Since(time.Unix(0, ns)))
+				}
+			})
+	}()
+	select {
+	case <-subscribed:
+	case <-ctx.Done():
+		stopRaw()
+		return BenchReport{}, ctx.Err()
+	}
+
+	progress("stream bench: sending %d/s for %s", p.Rate, p.Duration)
+	var sent, errs atomic.Int64
+	senders := map[string]string{}
+	for _, t := range p.Tenants {
+		senders[t.ID] = tok(t, 1, "")
+	}
+	jobs := make(chan int, p.Rate)
+	var swg sync.WaitGroup
+	for range 128 {
+		swg.Add(1)
+		go func() {
+			defer swg.Done()
+			for n := range jobs {
+				t, name := topic(n % p.Topics)
+				now := strconv.FormatInt(time.Now().UnixNano(), 10)
+				if err := do("POST", "/v1/topics/"+name+"/messages", senders[t.ID], map[string]any{
+					"client_msg_id": "b" + now, "msg_type": "text", "content": map[string]any{"text": now}}); err != nil {
+					errs.Add(1)
+					continue
+				}
+				sent.Add(1)
+				_ = p.Redis.Do(ctx, p.Redis.B().Spublish().Channel(rawCh).Message(strconv.FormatInt(time.Now().UnixNano(), 10)).Build())
+			}
+		}()
+	}
+	tick := time.NewTicker(time.Second / time.Duration(p.Rate))
+	end := time.After(p.Duration)
+	for n := 0; ; n++ {
+		select {
+		case <-tick.C:
+			select {
+			case jobs <- n:
+			default:
+				errs.Add(1) // the senders cannot keep up
+			}
+			continue
+		case <-end:
+		case <-ctx.Done():
+		}
+		break
+	}
+	tick.Stop()
+	close(jobs)
+	swg.Wait()
+	time.Sleep(time.Second) // the last frames in flight
+	stopRaw()
+	<-rawDone
+	rep.Delivery = delivery.report("delivery (send → frame)")
+	rep.PubSub = raw.report("raw SPUBLISH → subscriber")
+	rep.Sent, rep.Errors = int(sent.Load()), int(errs.Load())
+	return rep, ctx.Err()
+}
+
+// readFrames reads a bench socket until it closes, timing each message
+// frame from the send time its text carries.
+func readFrames(ws *websocket.Conn, l *latencies) {
+	var f struct {
+		Type    string `json:"type"`
+		Message struct {
+			Content struct {
+				Text string `json:"text"`
+			} `json:"content"`
+		} `json:"message"`
+	}
+	for {
+		_, b, err := ws.Read(context.Background())
+		if err != nil {
+			return
+		}
+		at := time.Now()
+		f.Type = ""
+		if json.Unmarshal(b, &f) != nil || f.Type != "message" {
+			continue
+		}
+		if ns, err := strconv.ParseInt(f.Message.Content.Text, 10, 64); err == nil {
+			l.add(at.Sub(time.Unix(0, ns)))
+		}
+	}
+}
+
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+func (l *latencies) report(name string) BenchLatency {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	slices.Sort(l.d)
+	r := BenchLatency{Name: name, Count: len(l.d)}
+	if len(l.d) > 0 {
+		r.P50, r.P99 = l.d[len(l.d)/2], l.d[len(l.d)*99/100]
+	}
+	return r
+}
+
+// heapAndStacks is the live Go heap and goroutine stacks after a GC.
+func heapAndStacks() uint64 {
+	runtime.GC()
+	s := []rtmetrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"}}
+	rtmetrics.Read(s)
+	return s[0].Value.Uint64() + s[1].Value.Uint64()
+}
+
+// parallel runs fn(0..n-1) on workers goroutines; the first error wins.
+func parallel(ctx context.Context, workers, n int, fn func(int) error) error {
+	var next atomic.Int64
+	var first error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := fn(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
