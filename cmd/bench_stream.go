@@ -31,7 +31,8 @@ func newBenchStreamCmd(g *globals) *cobra.Command {
 			"WebSockets over --topics topics, measures the Go heap and stacks they hold idle, then sends\n" +
 			"--rate messages/s for --duration and times each from the send request to the frame read,\n" +
 			"beside a raw SPUBLISH → subscriber pair at the same rate on the same Redis.",
-		Args: cobra.NoArgs,
+		Example: "  imshard bench stream\n  imshard bench stream --sockets=500 --topics=50 --rate=200 --duration=10s",
+		Args:    cobra.NoArgs,
 	}
 	c.Flags().IntVar(&o.sockets, "sockets", 5000, "sockets to open")
 	c.Flags().IntVar(&o.topics, "topics", 500, "topics the sockets follow")
