@@ -72,6 +72,10 @@ func TestStreamDeliversMessagesAndChanges(t *testing.T) {
 		t.Fatalf("caught-up change %+v", f.Change)
 	}
 	c3.must("live")
+	// without cursors: live from the topic's last seq and change_seq
+	if f := stMustDial(t, e.Env, "/v1/topics/room/stream", bob).must("live"); f.Seq != 3 || f.ChangeSeq != 1 {
+		t.Fatalf("live frame %+v, want seq 3 change_seq 1", f)
+	}
 }
 
 // Clients that drop and resume with their cursor while another member

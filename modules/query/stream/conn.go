@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -482,8 +483,17 @@ func (c *conn) subscribe(ctx context.Context, topics map[string]cursors) {
 		if cur.ChangesSince != nil {
 			f.changes = *cur.ChangesSince
 			c.catchUpChanges(ctx, f)
+		} else {
+			// changes from now on: from the topic's last change_seq, so a
+			// missed change event is noticed from the start
+			ch, err := c.s.q.ChangesSince(ctx, c.p, topic, math.MaxInt64, 1)
+			if err != nil {
+				c.refuse(topic, err)
+				continue
+			}
+			f.changes = ch.Last
 		}
-		b, _ := json.Marshal(liveFrame{Type: "live", Topic: topic, Seq: f.cursor, ChangeSeq: max(f.changes, 0)})
+		b, _ := json.Marshal(liveFrame{Type: "live", Topic: topic, Seq: f.cursor, ChangeSeq: f.changes})
 		c.send(b, time.Time{})
 	}
 }
