@@ -9,13 +9,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/imshard/imshard/app"
 	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/bench"
 	"github.com/imshard/imshard/modules/persist"
-	"github.com/imshard/imshard/modules/query"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/shardmgr"
 	imsql "github.com/imshard/imshard/sql"
@@ -70,7 +71,7 @@ func newBenchPersistCmd(g *globals) *cobra.Command {
 	return c
 }
 
-func runBenchPersist(ctx context.Context, cfg *config.Config, o *benchPersistOptions, g *globals) (persist.BenchReport, error) {
+func runBenchPersist(ctx context.Context, cfg *config.Config, o *benchPersistOptions, g *globals) (bench.PersistReport, error) {
 	suffix := benchTenant(cfg, o.tenant)[:12]
 	// a topic and consumer group of the benchmark's own: nothing else reads
 	// its events, and it reads nothing else
@@ -81,59 +82,74 @@ func runBenchPersist(ctx context.Context, cfg *config.Config, o *benchPersistOpt
 		k.DataDir = ""
 		cluster, err := app.StartKafka(k, "")
 		if err != nil {
-			return persist.BenchReport{}, err
+			return bench.PersistReport{}, err
 		}
 		defer cluster.Close()
 		k.Brokers = cluster.ListenAddrs()
 	}
 	conn, err := app.KafkaOpts(k)
 	if err != nil {
-		return persist.BenchReport{}, err
+		return bench.PersistReport{}, err
 	}
 	if external {
 		admin, err := kgo.NewClient(conn...)
 		if err != nil {
-			return persist.BenchReport{}, err
+			return bench.PersistReport{}, err
 		}
 		err = app.EnsureTopics(ctx, admin, k)
 		admin.Close()
 		if err != nil {
-			return persist.BenchReport{}, err
+			return bench.PersistReport{}, err
 		}
 	}
 	log := g.logger(cfg)
 	a := app.New(cfg, log)
 	if err := a.StartTools(ctx); err != nil {
-		return persist.BenchReport{}, err
+		return bench.PersistReport{}, err
 	}
 	defer a.Close()
 	now, err := routing.NewClock(a.Redis()).Month(ctx)
 	if err != nil {
-		return persist.BenchReport{}, err
+		return bench.PersistReport{}, err
 	}
 	if res := a.NewShardManager().SyncTenant(ctx, o.tenant, shardmgr.Options{MonthsAhead: -1}); res.Err != nil {
-		return persist.BenchReport{}, fmt.Errorf("bench: shard ensure: %w", res.Err)
+		return bench.PersistReport{}, fmt.Errorf("bench: shard ensure: %w", res.Err)
 	}
 	persistMonth, rawMonth := now, now.Next()
 	for _, m := range []routing.Month{persistMonth, rawMonth} {
 		if _, st, err := a.Catalog().Table(ctx, o.tenant, m); err != nil || !st.AcceptsWrites() {
-			return persist.BenchReport{}, fmt.Errorf("bench: month %s not writable (%s, %v)", m, st, err)
+			return bench.PersistReport{}, fmt.Errorf("bench: month %s not writable (%s, %v)", m, st, err)
 		}
 	}
 	db, err := a.Pools().DB(ctx, o.tenant)
 	if err != nil {
-		return persist.BenchReport{}, err
+		return bench.PersistReport{}, err
 	}
-	rep, err := persist.Bench(ctx, persist.BenchParams{
+	// the real persist role, on the benchmark's topic and group only
+	run := func(ctx context.Context, onBatch func(rows int, d time.Duration)) error {
+		svc, err := persist.New(persist.Params{
+			Config: config.Persist{BatchSize: o.batch, BatchLinger: 20 * time.Millisecond, MaxRetries: 10,
+				RetryBackoff: 100 * time.Millisecond, RetryBackoffMax: 5 * time.Second},
+			Kafka: k, KafkaConn: conn, DBs: a.Pools(), Tenants: func() []string { return []string{o.tenant} },
+			Redis: a.Redis(), Scripts: a.Scripts(), Catalog: a.Catalog(), Flight: a.Flight(), Routes: a.Routes(),
+			Metrics: routing.NewMetrics(prometheus.NewRegistry()), Log: log, Registerer: prometheus.NewRegistry(),
+			Writers: o.writers, OnBatch: onBatch,
+		})
+		if err != nil {
+			return err
+		}
+		err = svc.Run(ctx)
+		return errors.Join(err, svc.Stop(context.WithoutCancel(ctx)))
+	}
+	rep, err := bench.Persist(ctx, bench.PersistParams{
 		Rows: o.rows, Batch: o.batch, Writers: o.writers, Topics: o.topics, LegacyRows: o.legacyRows,
 		Tenant: o.tenant, DB: db, PersistMonth: persistMonth, RawMonth: rawMonth,
-		Kafka: k, KafkaConn: conn, DBs: a.Pools(), Redis: a.Redis(), Scripts: a.Scripts(), Catalog: a.Catalog(),
-		Flight: a.Flight(), Routes: a.Routes(), Progress: g.stderr, Log: log,
+		Topic: k.Topic, KafkaConn: conn, Persist: run, RawBatch: persist.RawBatch, Progress: g.stderr,
 	})
 	if !o.keep {
 		cleanup := context.WithoutCancel(ctx)
 		err = errors.Join(err,
-			query.DropFixtures(cleanup, db, func(name string) string {
+			bench.DropFixtures(cleanup, db, func(name string) string {
 				return strings.Replace(imsql.DropDatabase(), imsql.DatabasePlaceholder, name, 1)
 			}),
 			routing.DropTenantKeys(cleanup, a.Redis(), o.tenant))
@@ -141,12 +157,12 @@ func runBenchPersist(ctx context.Context, cfg *config.Config, o *benchPersistOpt
 	return rep, err
 }
 
-func printBenchPersist(w io.Writer, o *benchPersistOptions, rep persist.BenchReport) {
+func printBenchPersist(w io.Writer, o *benchPersistOptions, rep bench.PersistReport) {
 	fmt.Fprintf(w, "persist bench: rows=%d batch=%d writers=%d topics=%d legacy fixture=%d rows\n",
 		o.rows, o.batch, o.writers, o.topics, rep.LegacyFixture)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\trows\trows/s\tbatch p50\tbatch p99")
-	for _, r := range []persist.BenchResult{rep.Persist, rep.Raw, rep.Legacy} {
+	for _, r := range []bench.PersistResult{rep.Persist, rep.Raw, rep.Legacy} {
 		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\n", r.Name, r.Rows, r.Rate(), r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond))
 	}
 	_ = tw.Flush()
@@ -156,7 +172,7 @@ func printBenchPersist(w io.Writer, o *benchPersistOptions, rep persist.BenchRep
 		}
 		return "MISSED"
 	}
-	ratio := func(a, b persist.BenchResult) float64 {
+	ratio := func(a, b bench.PersistResult) float64 {
 		if b.Rate() == 0 {
 			return 0
 		}

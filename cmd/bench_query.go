@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/imshard/imshard/app"
 	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/bench"
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/query"
 	"github.com/imshard/imshard/modules/routing"
@@ -88,7 +90,7 @@ func newBenchQueryCmd(g *globals) *cobra.Command {
 
 // runBenchQuery starts the clients and the query service with its HTTP
 // handlers for the benchmark tenant, builds or reuses the fixture, measures.
-func runBenchQuery(ctx context.Context, cfg *config.Config, o *benchQueryOptions, g *globals) (query.BenchReport, error) {
+func runBenchQuery(ctx context.Context, cfg *config.Config, o *benchQueryOptions, g *globals) (bench.QueryReport, error) {
 	secret := benchTenant(cfg, o.tenant)
 	for attempt := 0; ; attempt++ {
 		rep, again, err := benchQueryOnce(ctx, cfg, o, g, []byte(secret), attempt == 0)
@@ -100,7 +102,7 @@ func runBenchQuery(ctx context.Context, cfg *config.Config, o *benchQueryOptions
 
 // benchQueryOnce runs the benchmark on fresh clients; again asks for a
 // second run after it dropped the leftovers of an interrupted one.
-func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOptions, g *globals, secret []byte, first bool) (rep query.BenchReport, again bool, err error) {
+func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOptions, g *globals, secret []byte, first bool) (rep bench.QueryReport, again bool, err error) {
 	log := g.logger(cfg)
 	a := app.New(cfg, log)
 	if err := a.StartTools(ctx); err != nil {
@@ -146,14 +148,27 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 	if err != nil {
 		return rep, false, err
 	}
-	p := &query.BenchParams{
-		Service: svc, Routes: a.Routes(), Groups: a.ACL(), Redis: a.Redis(), DB: db, Tenant: o.tenant,
+	p := &bench.QueryParams{
+		Page: func(ctx context.Context, me httpapi.Principal, topic string, before int64, limit int) (int, error) {
+			pg, err := svc.Before(ctx, me, topic, before, limit)
+			return len(pg.Messages), err
+		},
+		TablePage: svc.TablePage,
+		Edit: func(ctx context.Context, me httpapi.Principal, topic string, seq int64, content json.RawMessage, version int) (int64, error) {
+			res, err := svc.Edit(ctx, me, topic, seq, query.EditRequest{Content: content, ExpectedVersion: &version})
+			return res.ChangeSeq, err
+		},
+		Recall: func(ctx context.Context, me httpapi.Principal, topic string, seq int64, reason string) (int64, error) {
+			res, err := svc.Recall(ctx, me, topic, seq, reason)
+			return res.ChangeSeq, err
+		},
+		RawEdit: query.RawEdit, Routes: a.Routes(), Groups: a.ACL(), Redis: a.Redis(), DB: db, Tenant: o.tenant,
 		Tables: tables, BaseURL: "http://" + ln.Addr().String(), Token: token,
 		Topics: o.topics, Rows: o.rows, Concurrency: o.concurrency, Duration: o.duration, Warmup: o.warmup, Only: o.only,
 		Progress: g.stderr,
 	}
 	drop := func() error {
-		return errors.Join(query.DropFixtures(context.WithoutCancel(ctx), db, func(name string) string {
+		return errors.Join(bench.DropFixtures(context.WithoutCancel(ctx), db, func(name string) string {
 			return strings.Replace(imsql.DropDatabase(), imsql.DatabasePlaceholder, name, 1)
 		}), routing.DropTenantKeys(context.WithoutCancel(ctx), a.Redis(), o.tenant))
 	}
@@ -182,12 +197,12 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 	return rep, false, err
 }
 
-func printBenchQuery(w io.Writer, o *benchQueryOptions, rep query.BenchReport) {
+func printBenchQuery(w io.Writer, o *benchQueryOptions, rep bench.QueryReport) {
 	fmt.Fprintf(w, "query bench: rows=%d topics=%d months=%d concurrency=%d duration=%s gomaxprocs=%d\n",
 		o.rows, o.topics, o.months, o.concurrency, o.duration, runtime.GOMAXPROCS(0))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\tpages\terrors\trate/s\tp50\tp99")
-	for _, r := range []query.BenchResult{rep.OneMonth, rep.TwoMonths, rep.HotCache, rep.HotSolo, rep.RawMonth, rep.RawLegacy, rep.HTTP,
+	for _, r := range []bench.QueryResult{rep.OneMonth, rep.TwoMonths, rep.HotCache, rep.HotSolo, rep.RawMonth, rep.RawLegacy, rep.HTTP,
 		rep.Changes.RawBefore, rep.Changes.Edit, rep.Changes.Recall, rep.Changes.RawAfter} {
 		if r.Skipped {
 			continue
@@ -203,7 +218,7 @@ func printBenchQuery(w io.Writer, o *benchQueryOptions, rep query.BenchReport) {
 		return "MISSED"
 	}
 	// a bar is printed only when both of its runs ran
-	ratio := func(name string, a, b query.BenchResult, limit float64, atMost bool, of func(query.BenchResult) float64) {
+	ratio := func(name string, a, b bench.QueryResult, limit float64, atMost bool, of func(bench.QueryResult) float64) {
 		if a.Skipped || b.Skipped || of(b) <= 0 {
 			return
 		}
@@ -214,14 +229,14 @@ func printBenchQuery(w io.Writer, o *benchQueryOptions, rep query.BenchReport) {
 		}
 		fmt.Fprintf(w, "%-52s %6.2f (bar %s %.2f: %s)\n", name, r, op, limit, verdict(ok))
 	}
-	p99 := func(r query.BenchResult) float64 { return float64(r.P99) }
-	rate := func(r query.BenchResult) float64 { return r.Rate() }
+	p99 := func(r bench.QueryResult) float64 { return float64(r.P99) }
+	rate := func(r bench.QueryResult) float64 { return r.Rate() }
 	ratio("two-month p99 / one-month p99", rep.TwoMonths, rep.OneMonth, 1.5, true, p99)
 	ratio("month-table p99 / single-table p99 (raw SQL)", rep.RawMonth, rep.RawLegacy, 0.5, true, p99)
 	ratio("HTTP rate / raw SQL rate", rep.HTTP, rep.RawMonth, 0.5, false, rate)
 	ratio("service edits/s / raw edit transactions/s (mean)", rep.Changes.Edit, rep.Changes.Raw(), 0.6, false, rate)
 	ratio("service recalls/s / raw edit transactions/s (mean)", rep.Changes.Recall, rep.Changes.Raw(), 0.6, false, rate)
-	for _, r := range []query.BenchResult{rep.HotCache, rep.HotSolo} {
+	for _, r := range []bench.QueryResult{rep.HotCache, rep.HotSolo} {
 		if !r.Skipped {
 			fmt.Fprintf(w, "%-52s %6.2f ms (bar < 2 ms: %s)\n", r.Name+" p99",
 				float64(r.P99.Microseconds())/1000, verdict(r.P99 < 2*time.Millisecond))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/imshard/imshard/app"
 	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/bench"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/send"
 	"github.com/imshard/imshard/modules/shardmgr"
@@ -70,20 +71,21 @@ func newBenchSendCmd(g *globals) *cobra.Command {
 	return c
 }
 
-// runBenchSend starts what the bench needs and runs send.Bench.
-func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, g *globals) (send.BenchReport, error) {
+// runBenchSend starts what the bench needs and runs bench.Send.
+func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, g *globals) (bench.SendReport, error) {
 	var secret []byte
 	if o.addr == "" {
 		// a tenant of our own with a one-off secret; its database is kept
 		// (seqs just continue on the next run)
 		secret = []byte(benchTenant(cfg, o.tenant))
 		cfg.HTTP.Addr, cfg.Metrics.Addr = "127.0.0.1:0", "127.0.0.1:0"
+		cfg.HTTP.ShutdownDelay = 0 // no load balancer to drain
 		if len(cfg.Kafka.Brokers) == 0 {
 			cfg.Kafka.DataDir = "" // the in-process Kafka in memory: nothing to clean up
 		}
 	} else {
 		if len(cfg.Kafka.Brokers) == 0 {
-			return send.BenchReport{}, usagef("--addr needs kafka.brokers: the raw baseline must produce to the API's Kafka")
+			return bench.SendReport{}, usagef("--addr needs kafka.brokers: the raw baseline must produce to the API's Kafka")
 		}
 		for _, t := range cfg.Tenants {
 			if t.ID == o.tenant {
@@ -91,18 +93,18 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 			}
 		}
 		if secret == nil {
-			return send.BenchReport{}, usagef("--tenant %q is not configured", o.tenant)
+			return bench.SendReport{}, usagef("--tenant %q is not configured", o.tenant)
 		}
 	}
 	if err := routing.ValidTenant(o.tenant); err != nil {
-		return send.BenchReport{}, usagef("--tenant: %v", err)
+		return bench.SendReport{}, usagef("--tenant: %v", err)
 	}
 	a := app.New(cfg, g.logger(cfg))
 	baseURL := "http://" + o.addr
 	var conn []kgo.Opt
 	if o.addr == "" {
 		if err := a.Start(ctx, []string{app.Send}); err != nil {
-			return send.BenchReport{}, err
+			return bench.SendReport{}, err
 		}
 		runCtx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -110,24 +112,24 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 		defer func() { cancel(); <-done }()
 		baseURL = "http://" + a.APIAddr()
 		if err := prepareBenchTenant(ctx, a, o.tenant); err != nil {
-			return send.BenchReport{}, err
+			return bench.SendReport{}, err
 		}
 		conn = a.KafkaConn()
 	} else {
 		if err := a.StartTools(ctx); err != nil {
-			return send.BenchReport{}, err
+			return bench.SendReport{}, err
 		}
 		defer a.Close()
 		var err error
 		if conn, err = app.KafkaOpts(cfg.Kafka); err != nil {
-			return send.BenchReport{}, err
+			return bench.SendReport{}, err
 		}
 	}
-	return send.Bench(ctx, send.BenchParams{
+	return bench.Send(ctx, bench.SendParams{
 		Concurrency: o.concurrency, Duration: o.duration, Warmup: o.warmup, Topics: o.topics, Rounds: o.rounds,
 		BaseURL: baseURL, Tenant: o.tenant, Secret: secret,
 		Redis: a.Redis(), Allocator: a.Allocator(), Flight: a.Flight(), Scripts: a.Scripts(),
-		KafkaConn: conn, KafkaTopic: cfg.Kafka.Topic, Send: cfg.Send, HotCache: cfg.HotCache,
+		Producer: send.ProducerOpts(conn, cfg.Kafka.Topic, cfg.Send.ProduceTimeout), Send: cfg.Send, HotCache: cfg.HotCache,
 		Progress: g.stderr,
 	})
 }
@@ -150,11 +152,11 @@ func prepareBenchTenant(ctx context.Context, a *app.App, tenant string) error {
 	return nil
 }
 
-func printBenchSend(w io.Writer, o *benchSendOptions, rep send.BenchReport) {
+func printBenchSend(w io.Writer, o *benchSendOptions, rep bench.SendReport) {
 	fmt.Fprintf(w, "send bench: concurrency=%d duration=%s topics=%d rounds=%d\n", o.concurrency, o.duration, o.topics, o.rounds)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\tmessages\terrors\trate/s\tp50\tp99")
-	for _, r := range []send.BenchResult{rep.HTTP, rep.Raw, rep.Alloc} {
+	for _, r := range []bench.SendResult{rep.HTTP, rep.Raw, rep.Alloc} {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\n", r.Name, r.Count, r.Errors, r.Rate(),
 			r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond))
 	}

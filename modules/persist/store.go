@@ -11,6 +11,7 @@ import (
 
 	sq "github.com/Masterminds/squirrel"
 
+	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -321,4 +322,32 @@ func topicRanges(recs []*record) []*topicRange {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].topic < out[j].topic })
 	return out
+}
+
+// RawBatch stores evs into the table of the quoted name (a month table, or
+// the legacy table of the same template) with the statements persist uses,
+// without the role around them — no dedup probe, no Redis follow-ups: in
+// one transaction the multi-row insert and the mirror upsert for month m.
+// `imshard bench persist` measures it as the raw limit of a batch.
+func RawBatch(ctx context.Context, db *sql.DB, quoted string, m routing.Month, evs []message.Event) error {
+	recs := make([]*record, len(evs))
+	for i := range evs {
+		recs[i] = &record{ev: &evs[i], month: m}
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	q, err := insertQuery(quoted, recs)
+	if err != nil {
+		return err
+	}
+	if _, err := q.RunWith(tx).ExecContext(ctx); err != nil {
+		return err
+	}
+	if err := upsertMirror(ctx, tx, m, recs); err != nil {
+		return err
+	}
+	return tx.Commit()
 }

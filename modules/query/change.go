@@ -477,3 +477,31 @@ func (s *Service) ChangesSince(ctx context.Context, p httpapi.Principal, topic s
 func (s *Service) Authorize(ctx context.Context, p httpapi.Principal, topic string) error {
 	return s.authorize(ctx, p, topic)
 }
+
+// RawEdit is an edit's transaction and nothing else — the row locked, the
+// update, the revision; no membership check, caches or event — on table t:
+// `imshard bench query` measures it as the raw limit of an edit.
+func RawEdit(ctx context.Context, db *sql.DB, t routing.Table, topic string, seq int64, content string, actor int64) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	old, _, err := lockMessage(ctx, tx, []routing.Table{t}, topic, seq)
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	if _, err := sq.Update(t.Quoted()).Set("content", content).Set("version", old.Version+1).Set("updated_at", now).
+		Where(sq.Eq{"topic": topic, "seqid": seq}).RunWith(tx).ExecContext(ctx); err != nil {
+		return err
+	}
+	if _, err := sq.Insert(revisionsTable).
+		Columns("topic", "shard_month", "seqid", "message_id", "action", "version", "content", "head", "actor", "change_seq", "created_at").
+		Values(topic, t.Month().String(), seq, int64(old.MessageID), message.ActionEdit, old.Version+1, nullJSON(old.Content),
+			nullJSON(old.Head), actor, 0, now).
+		RunWith(tx).ExecContext(ctx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}

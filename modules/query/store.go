@@ -215,3 +215,13 @@ func (s *store) hidden(ctx context.Context, db *sql.DB, topic string, user, lo i
 	}
 	return h, rows.Err()
 }
+
+// TablePage runs, on one table given by its quoted name (a month table, or
+// the legacy table of the same template), the statement a `before` page
+// runs there for a caller who hid nothing: the newest limit messages of
+// topic below before. `imshard bench query` measures it as the raw limit
+// of a page.
+func (s *Service) TablePage(ctx context.Context, db *sql.DB, quoted, topic string, before int64, limit int) ([]message.Message, error) {
+	q := listQuery{topic: topic, order: Desc, bound: before, limit: limit, hidNothing: true}
+	return s.st.messages(ctx, db, q.build(quoted))
+}

@@ -1,4 +1,4 @@
-package query
+package bench
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -29,10 +30,20 @@ type Groups interface {
 	PutMember(ctx context.Context, tenant, topic string, userID int64, role string, mutedUntil *time.Time) error
 }
 
-// BenchParams shape one `imshard bench query` run. The tenant must be the
+// QueryParams shape one `imshard bench query` run. The tenant must be the
 // benchmark's own: its month tables get the fixture rows.
-type BenchParams struct {
-	Service *Service
+type QueryParams struct {
+	// Page is the query role's `before` page (its message count); TablePage
+	// the statement such a page runs on one table (given by its quoted
+	// name) for a caller who hid nothing — the raw baseline
+	Page      func(ctx context.Context, p httpapi.Principal, topic string, before int64, limit int) (int, error)
+	TablePage func(ctx context.Context, db *sql.DB, quoted, topic string, before int64, limit int) ([]message.Message, error)
+	// Edit and Recall are the query role's changes (their change_seq);
+	// RawEdit an edit's transaction alone: the row locked, the update, the
+	// revision, no caches
+	Edit    func(ctx context.Context, p httpapi.Principal, topic string, seq int64, content json.RawMessage, expectedVersion int) (int64, error)
+	Recall  func(ctx context.Context, p httpapi.Principal, topic string, seq int64, reason string) (int64, error)
+	RawEdit func(ctx context.Context, db *sql.DB, t routing.Table, topic string, seq int64, content string, actor int64) error
 	Routes  *routing.Routes
 	Groups  Groups
 	Redis   rueidis.Client
@@ -41,7 +52,7 @@ type BenchParams struct {
 	// Tables are the months of history, oldest first, ending with the
 	// current month; pages are read in the last two.
 	Tables      []routing.Table
-	BaseURL     string // the query role's API, serving Service
+	BaseURL     string // the query role's API
 	Token       string // a member of every fixture topic
 	Topics      int
 	Rows        int
@@ -52,10 +63,10 @@ type BenchParams struct {
 	Progress    io.Writer
 }
 
-// BenchResult is one measured run.
-type BenchResult struct {
+// QueryResult is one measured run.
+type QueryResult struct {
 	Name     string
-	Skipped  bool // not selected by BenchParams.Only
+	Skipped  bool // not selected by QueryParams.Only
 	Count    int
 	Errors   int
 	Elapsed  time.Duration
@@ -63,22 +74,22 @@ type BenchResult struct {
 }
 
 // Rate is the completed operations per second.
-func (r BenchResult) Rate() float64 {
+func (r QueryResult) Rate() float64 {
 	if r.Elapsed <= 0 {
 		return 0
 	}
 	return float64(r.Count) / r.Elapsed.Seconds()
 }
 
-// BenchReport holds every run of the read benchmark.
-type BenchReport struct {
-	OneMonth  BenchResult // service: a 50-page inside one month
-	TwoMonths BenchResult // service: a 50-page spanning two months
-	HotCache  BenchResult // service: the latest 50-page from the hot cache
-	HotSolo   BenchResult // the same with one reader: the path's own latency, no queueing
-	HTTP      BenchResult // the same pages as RawMonth, through HTTP
-	RawMonth  BenchResult // raw SQL: the page's statement on its month table
-	RawLegacy BenchResult // raw SQL: the same statement on the single 2M-row table
+// QueryReport holds every run of the read benchmark.
+type QueryReport struct {
+	OneMonth  QueryResult // service: a 50-page inside one month
+	TwoMonths QueryResult // service: a 50-page spanning two months
+	HotCache  QueryResult // service: the latest 50-page from the hot cache
+	HotSolo   QueryResult // the same with one reader: the path's own latency, no queueing
+	HTTP      QueryResult // the same pages as RawMonth, through HTTP
+	RawMonth  QueryResult // raw SQL: the page's statement on its month table
+	RawLegacy QueryResult // raw SQL: the same statement on the single 2M-row table
 	Changes   ChangeReport
 }
 
@@ -93,7 +104,7 @@ const (
 
 func benchTopic(i int) string { return fmt.Sprintf("bq%05d", i) }
 
-func (p *BenchParams) logf(format string, args ...any) {
+func (p *QueryParams) logf(format string, args ...any) {
 	if p.Progress != nil {
 		fmt.Fprintf(p.Progress, format+"\n", args...)
 	}
@@ -102,7 +113,7 @@ func (p *BenchParams) logf(format string, args ...any) {
 // span is the seqs of every topic in month table j: base+1 … base+n. A
 // topic's Rows/Topics messages are spread evenly over the months, the
 // remainder going to the newest ones, its seqs continuing across months.
-func (p *BenchParams) span(j int) (base, n int64) {
+func (p *QueryParams) span(j int) (base, n int64) {
 	total, months := int64(p.Rows/p.Topics), int64(len(p.Tables))
 	each, extra := total/months, total%months
 	for i := range int64(j) {
@@ -119,19 +130,19 @@ func (p *BenchParams) span(j int) (base, n int64) {
 }
 
 // last is the newest seq of every topic.
-func (p *BenchParams) last() int64 {
+func (p *QueryParams) last() int64 {
 	base, n := p.span(len(p.Tables) - 1)
 	return base + n
 }
 
 // prev and cur are the two measured months: their table and seq span.
-func (p *BenchParams) prev() (routing.Table, int64, int64) {
+func (p *QueryParams) prev() (routing.Table, int64, int64) {
 	j := len(p.Tables) - 2
 	base, n := p.span(j)
 	return p.Tables[j], base, n
 }
 
-func (p *BenchParams) cur() (routing.Table, int64, int64) {
+func (p *QueryParams) cur() (routing.Table, int64, int64) {
 	j := len(p.Tables) - 1
 	base, n := p.span(j)
 	return p.Tables[j], base, n
@@ -139,7 +150,7 @@ func (p *BenchParams) cur() (routing.Table, int64, int64) {
 
 // Fixtures reports whether complete fixture rows are already in place (a
 // previous run kept them), and whether anything of them is (a dirty start).
-func (p *BenchParams) Fixtures(ctx context.Context) (complete, dirty bool) {
+func (p *QueryParams) Fixtures(ctx context.Context) (complete, dirty bool) {
 	type want struct {
 		table string
 		rows  int64
@@ -163,7 +174,7 @@ func (p *BenchParams) Fixtures(ctx context.Context) (complete, dirty bool) {
 }
 
 // Check rejects a shape whose months are too small for the measured pages.
-func (p *BenchParams) Check() error {
+func (p *QueryParams) Check() error {
 	if len(p.Tables) < 2 {
 		return fmt.Errorf("bench: %d months of history; need at least 2", len(p.Tables))
 	}
@@ -181,7 +192,7 @@ func (p *BenchParams) Check() error {
 // groups with a member, and the hot cache of the first topics. Rows are
 // made by doubling (INSERT … SELECT of the table onto itself with seq
 // shifted), not one by one.
-func (p *BenchParams) Build(ctx context.Context) error {
+func (p *QueryParams) Build(ctx context.Context) error {
 	if err := p.Check(); err != nil {
 		return err
 	}
@@ -231,7 +242,7 @@ func (p *BenchParams) Build(ctx context.Context) error {
 
 // fillMonth writes seqs base+1 … base+n of every topic into t: seq base+1
 // of each topic by multi-row inserts, then doublings.
-func (p *BenchParams) fillMonth(ctx context.Context, t routing.Table, base, n int64) error {
+func (p *QueryParams) fillMonth(ctx context.Context, t routing.Table, base, n int64) error {
 	m := t.Month()
 	span := m.End().Sub(m.Start()) - time.Minute
 	stepUs := span.Microseconds() / (n * int64(p.Topics))
@@ -277,7 +288,7 @@ func (p *BenchParams) fillMonth(ctx context.Context, t routing.Table, base, n in
 
 // fillHotCache puts the newest messages of the first topics in the hot
 // cache as send does, read back from MySQL.
-func (p *BenchParams) fillHotCache(ctx context.Context) error {
+func (p *QueryParams) fillHotCache(ctx context.Context) error {
 	keys, err := routing.KeysFor(p.Tenant)
 	if err != nil {
 		return err
@@ -286,8 +297,7 @@ func (p *BenchParams) fillHotCache(ctx context.Context) error {
 	cur, _, _ := p.cur()
 	for i := range min(benchHotTopics, p.Topics) {
 		topic := benchTopic(i)
-		q := listQuery{topic: topic, user: benchUser, order: Desc, bound: last + 1, limit: benchHotDepth}
-		ms, err := p.Service.st.messages(ctx, p.DB, q.build(cur.Quoted()))
+		ms, err := p.TablePage(ctx, p.DB, cur.Quoted(), topic, last+1, benchHotDepth)
 		if err != nil {
 			return err
 		}
@@ -308,9 +318,9 @@ func (p *BenchParams) fillHotCache(ctx context.Context) error {
 
 // run drives op from readers goroutines for Warmup, then measures it for
 // Duration.
-func (p *BenchParams) run(ctx context.Context, name string, readers int, op func(ctx context.Context, rng *rand.Rand) error) BenchResult {
+func (p *QueryParams) run(ctx context.Context, name string, readers int, op func(ctx context.Context, rng *rand.Rand) error) QueryResult {
 	if len(p.Only) > 0 && !slices.ContainsFunc(p.Only, func(o string) bool { return strings.Contains(name, o) }) {
-		return BenchResult{Name: name, Skipped: true}
+		return QueryResult{Name: name, Skipped: true}
 	}
 	p.logf("bench: %s …", name)
 	var (
@@ -361,18 +371,14 @@ func (p *BenchParams) run(ctx context.Context, name string, readers int, op func
 	if firstErr != nil {
 		p.logf("bench: %s: %d errors, first: %v", name, errs, firstErr)
 	}
-	slices.Sort(latencies)
-	r := BenchResult{Name: name, Count: len(latencies), Errors: errs, Elapsed: p.Duration}
-	if len(latencies) > 0 {
-		r.P50 = latencies[len(latencies)*50/100]
-		r.P99 = latencies[len(latencies)*99/100]
-	}
+	r := QueryResult{Name: name, Count: len(latencies), Errors: errs, Elapsed: p.Duration}
+	r.P50, r.P99 = percentiles(latencies)
 	return r
 }
 
 // Measure runs every read of the report on the fixture.
-func (p *BenchParams) Measure(ctx context.Context) (BenchReport, error) {
-	var rep BenchReport
+func (p *QueryParams) Measure(ctx context.Context) (QueryReport, error) {
+	var rep QueryReport
 	prev, prevBase, prevN := p.prev()
 	cur, curBase, curN := p.cur()
 	me := httpapi.Principal{Tenant: p.Tenant, UserID: benchUser}
@@ -400,16 +406,13 @@ func (p *BenchParams) Measure(ctx context.Context) (BenchReport, error) {
 		return nil
 	}
 	rep.OneMonth = p.run(ctx, "service page, one month", p.Concurrency, func(ctx context.Context, rng *rand.Rand) error {
-		pg, err := p.Service.Before(ctx, me, topic(rng), inOne(rng), benchPage)
-		return checkPage(len(pg.Messages), err)
+		return checkPage(p.Page(ctx, me, topic(rng), inOne(rng), benchPage))
 	})
 	rep.TwoMonths = p.run(ctx, "service page, two months", p.Concurrency, func(ctx context.Context, rng *rand.Rand) error {
-		pg, err := p.Service.Before(ctx, me, topic(rng), inTwo(rng), benchPage)
-		return checkPage(len(pg.Messages), err)
+		return checkPage(p.Page(ctx, me, topic(rng), inTwo(rng), benchPage))
 	})
 	hot := func(ctx context.Context, rng *rand.Rand) error {
-		pg, err := p.Service.Before(ctx, me, benchTopic(rng.IntN(min(benchHotTopics, p.Topics))), 0, benchPage)
-		return checkPage(len(pg.Messages), err)
+		return checkPage(p.Page(ctx, me, benchTopic(rng.IntN(min(benchHotTopics, p.Topics))), 0, benchPage))
 	}
 	rep.HotCache = p.run(ctx, "service page, hot cache", p.Concurrency, hot)
 	rep.HotSolo = p.run(ctx, "service page, hot cache, 1 reader", 1, hot)
@@ -421,8 +424,7 @@ func (p *BenchParams) Measure(ctx context.Context) (BenchReport, error) {
 				table = "`" + routing.LegacyTable + "`"
 			}
 			// the statement the service runs for this caller, who hid nothing
-			q := listQuery{topic: topic(rng), user: benchUser, order: Desc, bound: before, limit: benchPage, hidNothing: true}
-			ms, err := p.Service.st.messages(ctx, p.DB, q.build(table))
+			ms, err := p.TablePage(ctx, p.DB, table, topic(rng), before, benchPage)
 			return checkPage(len(ms), err)
 		}
 	}
@@ -459,29 +461,4 @@ func (p *BenchParams) Measure(ctx context.Context) (BenchReport, error) {
 		return checkPage(bytes.Count(buf.Bytes(), []byte(`"seq":`)), nil)
 	})
 	return rep, ctx.Err()
-}
-
-// DropFixtures drops the benchmark tenant's whole database.
-func DropFixtures(ctx context.Context, db *sql.DB, drop func(quotedDB string) string) error {
-	var name string
-	if err := sq.Select("DATABASE()").RunWith(db).QueryRowContext(ctx).Scan(&name); err != nil {
-		return err
-	}
-	if !validDatabase(name) {
-		return fmt.Errorf("bench: refusing to drop database %q", name)
-	}
-	_, err := db.ExecContext(ctx, drop("`"+name+"`"))
-	return err
-}
-
-func validDatabase(name string) bool {
-	if name == "" || len(name) > 64 {
-		return false
-	}
-	for _, c := range name {
-		if !(c == '_' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
 }

@@ -1,4 +1,4 @@
-package send
+package bench
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,9 +22,9 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// BenchParams drive `imshard bench send`: HTTP sends against a running API,
+// SendParams drive `imshard bench send`: HTTP sends against a running API,
 // and beside them the raw limit of the same work on the same services.
-type BenchParams struct {
+type SendParams struct {
 	Concurrency int
 	Duration    time.Duration
 	Warmup      time.Duration
@@ -37,20 +36,19 @@ type BenchParams struct {
 	Secret  []byte
 
 	// the services the API uses, for the raw baseline
-	Redis      rueidis.Client
-	Allocator  *routing.Allocator
-	Flight     *routing.Flight
-	Scripts    *routing.Scripts
-	KafkaConn  []kgo.Opt
-	KafkaTopic string
-	Send       config.Send
-	HotCache   config.HotCache
+	Redis     rueidis.Client
+	Allocator *routing.Allocator
+	Flight    *routing.Flight
+	Scripts   *routing.Scripts
+	Producer  []kgo.Opt // the send role's producer options (send.ProducerOpts)
+	Send      config.Send
+	HotCache  config.HotCache
 
 	Progress io.Writer // one line per phase
 }
 
-// BenchResult is one measured run.
-type BenchResult struct {
+// SendResult is one measured run.
+type SendResult struct {
 	Name     string
 	Count    int64
 	Errors   int64
@@ -59,23 +57,23 @@ type BenchResult struct {
 }
 
 // Rate is completed operations per second.
-func (r BenchResult) Rate() float64 { return float64(r.Count) / r.Elapsed.Seconds() }
+func (r SendResult) Rate() float64 { return float64(r.Count) / r.Elapsed.Seconds() }
 
-// BenchReport is the whole comparison.
-type BenchReport struct {
-	HTTP, Raw, Alloc BenchResult
+// SendReport is the whole comparison.
+type SendReport struct {
+	HTTP, Raw, Alloc SendResult
 }
 
 // Ratio is the HTTP rate over the raw pipeline's (the bar is 0.5).
-func (r BenchReport) Ratio() float64 { return r.HTTP.Rate() / r.Raw.Rate() }
+func (r SendReport) Ratio() float64 { return r.HTTP.Rate() / r.Raw.Rate() }
 
 // benchMembers is how many users each benchmark topic has; client k sends
 // as user k mod benchMembers.
 const benchMembers = 16
 
-// Bench prepares the groups, then runs the raw allocation, the raw pipeline
+// Send prepares the groups, then runs the raw allocation, the raw pipeline
 // and the HTTP sends, each for p.Duration after p.Warmup.
-func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
+func Send(ctx context.Context, p SendParams) (SendReport, error) {
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	httpTopics, rawTopics, allocTopics := make([]string, p.Topics), make([]string, p.Topics), make([]string, p.Topics)
 	for i := range p.Topics {
@@ -84,7 +82,7 @@ func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
 		allocTopics[i] = fmt.Sprintf("alloc-%s-%d", run, i)
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: p.Concurrency * 2, MaxIdleConnsPerHost: p.Concurrency * 2}}
-	b := &bench{p: p, hc: hc, run: run}
+	b := &sendBench{p: p, hc: hc, run: run}
 	progress := func(format string, args ...any) {
 		if p.Progress != nil {
 			fmt.Fprintf(p.Progress, format+"\n", args...)
@@ -92,7 +90,7 @@ func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
 	}
 	progress("preparing %d groups of %d members", p.Topics, benchMembers)
 	if err := b.setup(ctx, httpTopics); err != nil {
-		return BenchReport{}, err
+		return SendReport{}, err
 	}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -101,7 +99,7 @@ func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
 			progress("cleanup of the run's Redis keys failed: %v", err)
 		}
 	}()
-	var rep BenchReport
+	var rep SendReport
 	var err error
 	progress("raw allocation FCALL, %d clients, %s", p.Concurrency, p.Duration)
 	alloc := func(ctx context.Context, w int, n int64) error {
@@ -168,14 +166,14 @@ func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
 	return rep, err
 }
 
-type bench struct {
-	p   BenchParams
+type sendBench struct {
+	p   SendParams
 	hc  *http.Client
 	run string
 	ops atomic.Int64 // numbers every operation: unique client_msg_ids
 }
 
-func (b *bench) do(ctx context.Context, method, path, token string, body any, want int) error {
+func (b *sendBench) do(ctx context.Context, method, path, token string, body any, want int) error {
 	raw, ok := body.([]byte)
 	if !ok {
 		var err error
@@ -201,7 +199,7 @@ func (b *bench) do(ctx context.Context, method, path, token string, body any, wa
 	return nil
 }
 
-func (b *bench) setup(ctx context.Context, topics []string) error {
+func (b *sendBench) setup(ctx context.Context, topics []string) error {
 	svc, err := httpapi.Sign(b.p.Secret, b.p.Tenant, 1<<40, httpapi.RoleService, time.Hour)
 	if err != nil {
 		return err
@@ -222,7 +220,7 @@ func (b *bench) setup(ctx context.Context, topics []string) error {
 // cleanup unlinks every Redis key of this run (each carries a topic with
 // the run id), so a shared Redis does not keep a benchmark's idempotency
 // records and caches for a day.
-func (b *bench) cleanup(ctx context.Context) error {
+func (b *sendBench) cleanup(ctx context.Context) error {
 	keys, err := routing.KeysFor(b.p.Tenant)
 	if err != nil {
 		return err
@@ -251,7 +249,7 @@ func (b *bench) cleanup(ctx context.Context) error {
 	}
 }
 
-func (b *bench) post(ctx context.Context, token, topic, clientMsgID string) error {
+func (b *sendBench) post(ctx context.Context, token, topic, clientMsgID string) error {
 	// ids and topics are plain ASCII: the body needs no encoder
 	body := `{"client_msg_id":"` + clientMsgID + `","msg_type":"text","content":{"text":"bench message ` + clientMsgID + `"}}`
 	return b.do(ctx, "POST", "/v1/topics/"+topic+"/messages", token, []byte(body), http.StatusCreated)
@@ -274,18 +272,18 @@ func (s *sample) add(o sample) {
 	}
 }
 
-func (s sample) result(name string) (BenchResult, error) {
+func (s sample) result(name string) (SendResult, error) {
 	if len(s.lats) == 0 {
-		return BenchResult{}, fmt.Errorf("bench: %s: nothing succeeded: %v", name, s.firstErr)
+		return SendResult{}, fmt.Errorf("bench: %s: nothing succeeded: %v", name, s.firstErr)
 	}
-	slices.Sort(s.lats)
-	return BenchResult{Name: name, Count: int64(len(s.lats)), Errors: s.errs, Elapsed: s.elapsed,
-		P50: s.lats[len(s.lats)/2], P99: s.lats[len(s.lats)*99/100]}, nil
+	r := SendResult{Name: name, Count: int64(len(s.lats)), Errors: s.errs, Elapsed: s.elapsed}
+	r.P50, r.P99 = percentiles(s.lats)
+	return r, nil
 }
 
 // loop runs op from p.Concurrency goroutines until d has passed; n numbers
 // every operation of the bench uniquely.
-func (b *bench) loop(ctx context.Context, d time.Duration, op func(ctx context.Context, w int, n int64) error) (sample, error) {
+func (b *sendBench) loop(ctx context.Context, d time.Duration, op func(ctx context.Context, w int, n int64) error) (sample, error) {
 	workers := b.p.Concurrency
 	lat := make([][]time.Duration, workers)
 	var errs atomic.Int64
@@ -335,19 +333,19 @@ func (b *bench) loop(ctx context.Context, d time.Duration, op func(ctx context.C
 // of a send, with the same settings, directly: no HTTP, no JSON request, no
 // JWT, no ACL decision — the limit the HTTP path is measured against.
 type rawPipeline struct {
-	p     BenchParams
+	p     SendParams
 	keys  routing.Keys
 	cl    *kgo.Client
 	ttl   string
 	stale string
 }
 
-func newRawPipeline(p BenchParams) (*rawPipeline, error) {
+func newRawPipeline(p SendParams) (*rawPipeline, error) {
 	keys, err := routing.KeysFor(p.Tenant)
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(ProducerOpts(p.KafkaConn, p.KafkaTopic, p.Send.ProduceTimeout)...)
+	cl, err := kgo.NewClient(p.Producer...)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package send
+package bench
 
 import (
 	"context"
@@ -16,7 +16,7 @@ func (otherError) Error() string { return "other" }
 // errors of different types counts them all and reports one, instead of
 // panicking on the second type.
 func TestBenchLoopErrorsOfDifferentTypes(t *testing.T) {
-	b := &bench{p: BenchParams{Concurrency: 4}}
+	b := &sendBench{p: SendParams{Concurrency: 4}}
 	s, err := b.loop(context.Background(), 50*time.Millisecond, func(_ context.Context, _ int, n int64) error {
 		if n%2 == 0 {
 			return otherError{}

@@ -1,4 +1,4 @@
-package query
+package bench
 
 import (
 	"context"
@@ -8,12 +8,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
-	"time"
-
-	sq "github.com/Masterminds/squirrel"
 
 	"github.com/imshard/imshard/modules/httpapi"
-	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -31,17 +27,17 @@ import (
 // are still being flushed; other work comes and goes), and the service
 // runs are compared with the mean of the two.
 type ChangeReport struct {
-	RawBefore BenchResult // raw SQL: the edit's transaction without the caches
-	Edit      BenchResult // service: PATCH's path, a message of any month
-	Recall    BenchResult // service: recall's path, a message of any month
-	RawAfter  BenchResult // raw SQL again
+	RawBefore QueryResult // raw SQL: the edit's transaction without the caches
+	Edit      QueryResult // service: PATCH's path, a message of any month
+	Recall    QueryResult // service: recall's path, a message of any month
+	RawAfter  QueryResult // raw SQL again
 }
 
 // Raw is the raw transaction's mean of the runs before and after the
 // service runs (those that ran), as the rate the bars compare with.
-func (r ChangeReport) Raw() BenchResult {
-	out := BenchResult{Name: "raw SQL edit transaction, mean", Skipped: true}
-	for _, b := range []BenchResult{r.RawBefore, r.RawAfter} {
+func (r ChangeReport) Raw() QueryResult {
+	out := QueryResult{Name: "raw SQL edit transaction, mean", Skipped: true}
+	for _, b := range []QueryResult{r.RawBefore, r.RawAfter} {
 		if !b.Skipped {
 			out.Skipped = false
 			out.Count += b.Count
@@ -85,7 +81,7 @@ func (r *benchRows) take() (topic string, seq int64, ok bool) {
 }
 
 // tableOf is the month table holding seq.
-func (p *BenchParams) tableOf(seq int64) routing.Table {
+func (p *QueryParams) tableOf(seq int64) routing.Table {
 	for j := range p.Tables {
 		if base, n := p.span(j); seq <= base+n {
 			return p.Tables[j]
@@ -98,7 +94,7 @@ var errBenchRowsUsed = errors.New("bench: every fixture row was changed; use a l
 
 // MeasureChanges runs the change runs on the fixture (which they change:
 // a kept fixture holds edited and recalled rows afterwards).
-func (p *BenchParams) MeasureChanges(ctx context.Context) (ChangeReport, error) {
+func (p *QueryParams) MeasureChanges(ctx context.Context) (ChangeReport, error) {
 	var rep ChangeReport
 	rows := newBenchRows(p.Topics, p.last())
 	sender := httpapi.Principal{Tenant: p.Tenant, UserID: benchUser}
@@ -108,18 +104,17 @@ func (p *BenchParams) MeasureChanges(ctx context.Context) (ChangeReport, error) 
 		if !ok {
 			return errBenchRowsUsed
 		}
-		return p.rawEdit(ctx, p.tableOf(seq), topic, seq)
+		return p.RawEdit(ctx, p.DB, p.tableOf(seq), topic, seq, `{"text":"edited `+strconv.FormatInt(seq, 10)+`"}`, benchUser)
 	}
 	rep.RawBefore = p.run(ctx, "raw SQL edit transaction, before", p.Concurrency, raw)
-	one := 1
 	rep.Edit = p.run(ctx, "service edit, any month", p.Concurrency, func(ctx context.Context, _ *rand.Rand) error {
 		topic, seq, ok := rows.take()
 		if !ok {
 			return errBenchRowsUsed
 		}
 		content := json.RawMessage(`{"text":"edited ` + strconv.FormatInt(seq, 10) + `"}`)
-		res, err := p.Service.Edit(ctx, sender, topic, seq, EditRequest{Content: content, ExpectedVersion: &one})
-		if err == nil && res.ChangeSeq == 0 {
+		changeSeq, err := p.Edit(ctx, sender, topic, seq, content, 1)
+		if err == nil && changeSeq == 0 {
 			err = fmt.Errorf("edit of %s/%d changed nothing", topic, seq)
 		}
 		return err
@@ -129,40 +124,12 @@ func (p *BenchParams) MeasureChanges(ctx context.Context) (ChangeReport, error) 
 		if !ok {
 			return errBenchRowsUsed
 		}
-		res, err := p.Service.Recall(ctx, service, topic, seq, "bench")
-		if err == nil && res.ChangeSeq == 0 {
+		changeSeq, err := p.Recall(ctx, service, topic, seq, "bench")
+		if err == nil && changeSeq == 0 {
 			err = fmt.Errorf("recall of %s/%d changed nothing", topic, seq)
 		}
 		return err
 	})
 	rep.RawAfter = p.run(ctx, "raw SQL edit transaction, after", p.Concurrency, raw)
 	return rep, ctx.Err()
-}
-
-// rawEdit is an edit's transaction and nothing else: the row locked, the
-// update, the revision.
-func (p *BenchParams) rawEdit(ctx context.Context, t routing.Table, topic string, seq int64) error {
-	tx, err := p.DB.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
-	old, _, err := lockMessage(ctx, tx, []routing.Table{t}, topic, seq)
-	if err != nil {
-		return err
-	}
-	now := time.Now().UTC()
-	content := `{"text":"edited ` + strconv.FormatInt(seq, 10) + `"}`
-	if _, err := sq.Update(t.Quoted()).Set("content", content).Set("version", old.Version+1).Set("updated_at", now).
-		Where(sq.Eq{"topic": topic, "seqid": seq}).RunWith(tx).ExecContext(ctx); err != nil {
-		return err
-	}
-	if _, err := sq.Insert(revisionsTable).
-		Columns("topic", "shard_month", "seqid", "message_id", "action", "version", "content", "head", "actor", "change_seq", "created_at").
-		Values(topic, t.Month().String(), seq, int64(old.MessageID), message.ActionEdit, old.Version+1, nullJSON(old.Content),
-			nullJSON(old.Head), benchUser, 0, now).
-		RunWith(tx).ExecContext(ctx); err != nil {
-		return err
-	}
-	return tx.Commit()
 }

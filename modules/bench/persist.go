@@ -1,53 +1,50 @@
-package persist
+package bench
 
 import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/rueidis"
-	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// BenchParams configure `imshard bench persist`: the persist role against
+// PersistParams configure `imshard bench persist`: the persist role against
 // the raw multi-row insert of the same rows (same batch size and writers,
 // with the mirror upsert), and the same batches into a legacy single table
 // that already holds LegacyRows rows (docs/performance.md).
-type BenchParams struct {
+type PersistParams struct {
 	Rows, Batch, Writers, Topics int
 	LegacyRows                   int
 	Tenant                       string
 	DB                           *sql.DB // the tenant's database
 	PersistMonth, RawMonth       routing.Month
-	Kafka                        config.Kafka // a topic and group of the benchmark's own
-	KafkaConn                    []kgo.Opt
-	DBs                          routing.DBs
-	Redis                        rueidis.Client
-	Scripts                      *routing.Scripts
-	Catalog                      *routing.Catalog
-	Flight                       *routing.Flight
-	Routes                       *routing.Routes
-	Progress                     io.Writer
-	Log                          zerolog.Logger
+	Topic                        string    // a Kafka topic of the benchmark's own
+	KafkaConn                    []kgo.Opt // how to reach the brokers
+	// Persist runs the persist role, consuming Topic with Batch and
+	// Writers, until ctx ends; onBatch sees every stored batch (its rows,
+	// and how long it took from its dispatch).
+	Persist func(ctx context.Context, onBatch func(rows int, d time.Duration)) error
+	// RawBatch stores evs into the table of the quoted name with persist's
+	// own statements, without the role around them: in one transaction the
+	// multi-row insert and the mirror upsert for month m.
+	RawBatch func(ctx context.Context, db *sql.DB, quoted string, m routing.Month, evs []message.Event) error
+	Progress io.Writer
 }
 
-// BenchResult is one measured run.
-type BenchResult struct {
+// PersistResult is one measured run.
+type PersistResult struct {
 	Name     string
 	Rows     int
 	Elapsed  time.Duration
@@ -55,25 +52,25 @@ type BenchResult struct {
 }
 
 // Rate is rows per second.
-func (r BenchResult) Rate() float64 {
+func (r PersistResult) Rate() float64 {
 	if r.Elapsed <= 0 {
 		return 0
 	}
 	return float64(r.Rows) / r.Elapsed.Seconds()
 }
 
-// BenchReport holds the three runs.
-type BenchReport struct {
-	Persist, Raw, Legacy BenchResult
+// PersistReport holds the three runs.
+type PersistReport struct {
+	Persist, Raw, Legacy PersistResult
 	LegacyFixture        int64 // rows in the legacy table before its run
 }
 
-// Bench runs the three measurements in one process on the same services.
-func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
-	var rep BenchReport
+// Persist runs the three measurements in one process on the same services.
+func Persist(ctx context.Context, p PersistParams) (PersistReport, error) {
+	var rep PersistReport
 	evs := benchEvents(p.Tenant, p.Rows, p.Topics, p.PersistMonth, 0)
-	p.logf("producing %d events to %s …", len(evs), p.Kafka.Topic)
-	if err := benchProduce(ctx, p.KafkaConn, p.Kafka.Topic, evs); err != nil {
+	p.logf("producing %d events to %s …", len(evs), p.Topic)
+	if err := benchProduce(ctx, p.KafkaConn, p.Topic, evs); err != nil {
 		return rep, err
 	}
 	p.logf("persist: %d writers, batch %d …", p.Writers, p.Batch)
@@ -87,7 +84,7 @@ func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
 		return rep, err
 	}
 	p.logf("raw insert + mirror upsert into %s …", rawTable.Name())
-	raw := benchRecords(benchEvents(p.Tenant, p.Rows, p.Topics, p.RawMonth, 0))
+	raw := benchEvents(p.Tenant, p.Rows, p.Topics, p.RawMonth, 0)
 	if rep.Raw, err = benchRaw(ctx, p, "raw insert", rawTable.Quoted(), p.RawMonth, raw); err != nil {
 		return rep, err
 	}
@@ -98,13 +95,13 @@ func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
 		return rep, err
 	}
 	// the same topics go on where their history in the legacy table ends
-	legacy := benchRecords(benchEvents(p.Tenant, p.Rows, p.Topics, p.RawMonth.Next(), history))
+	legacy := benchEvents(p.Tenant, p.Rows, p.Topics, p.RawMonth.Next(), history)
 	p.logf("same batches into %s …", routing.LegacyTable)
 	rep.Legacy, err = benchRaw(ctx, p, "legacy table", "`"+routing.LegacyTable+"`", p.RawMonth.Next(), legacy)
 	return rep, err
 }
 
-func (p *BenchParams) logf(format string, args ...any) {
+func (p *PersistParams) logf(format string, args ...any) {
 	if p.Progress != nil {
 		fmt.Fprintf(p.Progress, format+"\n", args...)
 	}
@@ -128,15 +125,6 @@ func benchEvents(tenant string, rows, topics int, m routing.Month, seqBase int64
 		}
 	}
 	return evs
-}
-
-func benchRecords(evs []message.Event) []*record {
-	out := make([]*record, len(evs))
-	for i := range evs {
-		m, _ := routing.ParseMonth(evs[i].ShardMonth)
-		out[i] = &record{ev: &evs[i], month: m}
-	}
-	return out
 }
 
 func benchProduce(ctx context.Context, conn []kgo.Opt, topic string, evs []message.Event) error {
@@ -167,8 +155,8 @@ func benchProduce(ctx context.Context, conn []kgo.Opt, topic string, evs []messa
 // the clock runs from its first batch's dispatch until its last batch is done, so the
 // consumer-group join is not billed; a batch counts once its Redis
 // follow-ups are done too.
-func benchPersist(ctx context.Context, p BenchParams, n int) (BenchResult, error) {
-	res := BenchResult{Name: "persist", Rows: n}
+func benchPersist(ctx context.Context, p PersistParams, n int) (PersistResult, error) {
+	res := PersistResult{Name: "persist", Rows: n}
 	var (
 		mu        sync.Mutex
 		lat       []time.Duration
@@ -177,14 +165,10 @@ func benchPersist(ctx context.Context, p BenchParams, n int) (BenchResult, error
 		committed atomic.Int64
 		done      = make(chan struct{})
 	)
-	svc, err := New(Params{
-		Config: config.Persist{BatchSize: p.Batch, BatchLinger: 20 * time.Millisecond, MaxRetries: 10,
-			RetryBackoff: 100 * time.Millisecond, RetryBackoffMax: 5 * time.Second},
-		Kafka: p.Kafka, KafkaConn: p.KafkaConn, DBs: p.DBs, Tenants: func() []string { return []string{p.Tenant} },
-		Redis: p.Redis, Scripts: p.Scripts, Catalog: p.Catalog, Flight: p.Flight, Routes: p.Routes,
-		Metrics: routing.NewMetrics(prometheus.NewRegistry()), Log: p.Log, Registerer: prometheus.NewRegistry(),
-		Writers: p.Writers,
-		OnBatch: func(k int, d time.Duration) {
+	runCtx, cancel := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	go func() {
+		stopped <- p.Persist(runCtx, func(k int, d time.Duration) {
 			now := time.Now()
 			mu.Lock()
 			lat = append(lat, d)
@@ -196,21 +180,22 @@ func benchPersist(ctx context.Context, p BenchParams, n int) (BenchResult, error
 			if committed.Add(int64(k)) == int64(n) {
 				close(done)
 			}
-		},
-	})
-	if err != nil {
-		return res, err
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	stopped := make(chan error, 1)
-	go func() { stopped <- svc.Run(runCtx) }()
+		})
+	}()
 	select {
 	case <-done:
+	case err := <-stopped:
+		cancel()
+		if err == nil {
+			err = errors.New("bench: persist stopped early")
+		}
+		return res, err
 	case <-ctx.Done():
 	}
 	cancel()
-	_ = svc.Stop(context.Background())
-	<-stopped
+	if err := <-stopped; err != nil {
+		return res, err
+	}
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
@@ -221,11 +206,11 @@ func benchPersist(ctx context.Context, p BenchParams, n int) (BenchResult, error
 	return res, nil
 }
 
-// benchRaw inserts recs in batches of p.Batch with p.Writers goroutines,
+// benchRaw stores evs in batches of p.Batch with p.Writers goroutines,
 // one transaction per batch: the multi-row insert plus the mirror upsert.
-func benchRaw(ctx context.Context, p BenchParams, name, quoted string, m routing.Month, recs []*record) (BenchResult, error) {
-	res := BenchResult{Name: name, Rows: len(recs)}
-	batches := make(chan []*record)
+func benchRaw(ctx context.Context, p PersistParams, name, quoted string, m routing.Month, evs []message.Event) (PersistResult, error) {
+	res := PersistResult{Name: name, Rows: len(evs)}
+	batches := make(chan []message.Event)
 	var (
 		mu   sync.Mutex
 		lat  []time.Duration
@@ -239,7 +224,7 @@ func benchRaw(ctx context.Context, p BenchParams, name, quoted string, m routing
 			defer wg.Done()
 			for b := range batches {
 				t0 := time.Now()
-				err := benchRawBatch(ctx, p.DB, quoted, m, b)
+				err := p.RawBatch(ctx, p.DB, quoted, m, b)
 				mu.Lock()
 				lat = append(lat, time.Since(t0))
 				if err != nil {
@@ -249,8 +234,8 @@ func benchRaw(ctx context.Context, p BenchParams, name, quoted string, m routing
 			}
 		}()
 	}
-	for lo := 0; lo < len(recs); lo += p.Batch {
-		batches <- recs[lo:min(lo+p.Batch, len(recs))]
+	for lo := 0; lo < len(evs); lo += p.Batch {
+		batches <- evs[lo:min(lo+p.Batch, len(evs))]
 	}
 	close(batches)
 	wg.Wait()
@@ -262,31 +247,12 @@ func benchRaw(ctx context.Context, p BenchParams, name, quoted string, m routing
 	return res, nil
 }
 
-func benchRawBatch(ctx context.Context, db *sql.DB, quoted string, m routing.Month, recs []*record) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
-	q, err := insertQuery(quoted, recs)
-	if err != nil {
-		return err
-	}
-	if _, err := q.RunWith(tx).ExecContext(ctx); err != nil {
-		return err
-	}
-	if err := upsertMirror(ctx, tx, m, recs); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
 // benchLegacyFixture creates the legacy table and fills it to p.LegacyRows
 // rows of history of the benchmark's own topics, as a legacy table holds it:
 // one multi-row seed, then INSERT … SELECT doubling (each copy continues
 // every topic's seqs above the current maximum), so 2M rows take minutes,
 // not an hour. It returns the rows and the highest seq.
-func benchLegacyFixture(ctx context.Context, p BenchParams) (rows, maxSeq int64, err error) {
+func benchLegacyFixture(ctx context.Context, p PersistParams) (rows, maxSeq int64, err error) {
 	if _, err := p.DB.ExecContext(ctx, routing.LegacyDDL()); err != nil {
 		return 0, 0, fmt.Errorf("bench: create legacy table: %w", err)
 	}
@@ -299,13 +265,9 @@ func benchLegacyFixture(ctx context.Context, p BenchParams) (rows, maxSeq int64,
 		return 0, 0, err
 	}
 	if rows == 0 {
-		seed := benchRecords(benchEvents(p.Tenant, min(20_000, max(p.LegacyRows, 1)), p.Topics, p.RawMonth.Add(-1), 0))
+		seed := benchEvents(p.Tenant, min(20_000, max(p.LegacyRows, 1)), p.Topics, p.RawMonth.Add(-1), 0)
 		for lo := 0; lo < len(seed); lo += 1000 {
-			q, err := insertQuery(quoted, seed[lo:min(lo+1000, len(seed))])
-			if err != nil {
-				return 0, 0, err
-			}
-			if _, err := q.RunWith(p.DB).ExecContext(ctx); err != nil {
+			if err := p.RawBatch(ctx, p.DB, quoted, p.RawMonth.Add(-1), seed[lo:min(lo+1000, len(seed))]); err != nil {
 				return 0, 0, fmt.Errorf("bench: legacy seed: %w", err)
 			}
 		}
@@ -335,12 +297,4 @@ func benchLegacyFixture(ctx context.Context, p BenchParams) (rows, maxSeq int64,
 		p.logf("  legacy fixture: %d rows", rows)
 	}
 	return rows, maxSeq, nil
-}
-
-func percentiles(d []time.Duration) (p50, p99 time.Duration) {
-	if len(d) == 0 {
-		return 0, 0
-	}
-	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-	return d[len(d)/2], d[min(len(d)-1, len(d)*99/100)]
 }
