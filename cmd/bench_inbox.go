@@ -14,6 +14,8 @@ import (
 
 	"github.com/imshard/imshard/app"
 	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/bench"
+	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/query"
 	"github.com/imshard/imshard/modules/routing"
 	imsql "github.com/imshard/imshard/sql"
@@ -74,7 +76,7 @@ func newBenchInboxCmd(g *globals) *cobra.Command {
 	return c
 }
 
-func runBenchInbox(ctx context.Context, cfg *config.Config, o *benchInboxOptions, g *globals) (rep query.InboxBenchReport, err error) {
+func runBenchInbox(ctx context.Context, cfg *config.Config, o *benchInboxOptions, g *globals) (rep bench.InboxReport, err error) {
 	benchTenant(cfg, o.tenant)
 	a := app.New(cfg, g.logger(cfg))
 	if err := a.StartTools(ctx); err != nil {
@@ -89,7 +91,7 @@ func runBenchInbox(ctx context.Context, cfg *config.Config, o *benchInboxOptions
 		return rep, err
 	}
 	drop := func() error {
-		return errors.Join(query.DropFixtures(context.WithoutCancel(ctx), db, func(name string) string {
+		return errors.Join(bench.DropFixtures(context.WithoutCancel(ctx), db, func(name string) string {
 			return strings.Replace(imsql.DropDatabase(), imsql.DatabasePlaceholder, name, 1)
 		}), routing.DropTenantKeys(context.WithoutCancel(ctx), a.Redis(), o.tenant))
 	}
@@ -104,7 +106,20 @@ func runBenchInbox(ctx context.Context, cfg *config.Config, o *benchInboxOptions
 	}
 	svc := a.NewQuery()
 	defer svc.Close()
-	p := &query.InboxBenchParams{Service: svc, DB: db, Tenant: o.tenant, Table: t, Users: o.users, Topics: o.topics,
+	p := &bench.InboxParams{
+		Unread: func(ctx context.Context, pr httpapi.Principal) error {
+			_, err := svc.Unread(ctx, pr)
+			return err
+		},
+		List: func(ctx context.Context, pr httpapi.Principal) error {
+			_, err := svc.Topics(ctx, pr, query.DefaultTopicsLimit, "")
+			return err
+		},
+		MarkRead: func(ctx context.Context, pr httpapi.Principal, topic string, seq int64) error {
+			_, err := svc.MarkRead(ctx, pr, topic, seq)
+			return err
+		},
+		NotHidden: query.NotHidden, DB: db, Tenant: o.tenant, Table: t, Users: o.users, Topics: o.topics,
 		MinPer: o.minPer, MaxPer: o.maxPer, HeavyUsers: o.heavy, Messages: o.messages, Concurrency: o.concurrency,
 		Duration: o.duration, Warmup: o.warmup, Progress: g.stderr}
 	start := time.Now()
@@ -118,17 +133,17 @@ func runBenchInbox(ctx context.Context, cfg *config.Config, o *benchInboxOptions
 	return rep, nil
 }
 
-func printBenchInbox(w io.Writer, o *benchInboxOptions, rep query.InboxBenchReport) {
+func printBenchInbox(w io.Writer, o *benchInboxOptions, rep bench.InboxReport) {
 	fmt.Fprintf(w, "inbox bench: users=%d topics=%d per-user=%d..%d heavy=%d messages/topic=%d memberships=%d concurrency=%d duration=%s gomaxprocs=%d\n",
 		o.users, o.topics, o.minPer, o.maxPer, o.heavy, o.messages, rep.Rows, o.concurrency, o.duration, runtime.GOMAXPROCS(0))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\tcalls\terrors\trate/s\tp50\tp99")
-	for _, r := range []query.BenchResult{rep.Unread, rep.RawUnread, rep.List, rep.RawList, rep.Read} {
+	for _, r := range []bench.QueryResult{rep.Unread, rep.RawUnread, rep.List, rep.RawList, rep.Read} {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\n", r.Name, r.Count, r.Errors, r.Rate(),
 			r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond))
 	}
 	_ = tw.Flush()
-	bar := func(name string, a, b query.BenchResult, abs time.Duration) {
+	bar := func(name string, a, b bench.QueryResult, abs time.Duration) {
 		if b.P99 <= 0 {
 			return
 		}

@@ -75,12 +75,15 @@ func New(p Params) *Checker {
 	return &Checker{p: p}
 }
 
+// GroupsTable and MembersTable are the groups and their members: fixed
+// names, never built from input.
 const (
-	groupsTable  = "im_groups"
-	membersTable = "im_group_members"
-	// a cached "no such row" is stored as this field value
-	absent = "-"
+	GroupsTable  = "im_groups"
+	MembersTable = "im_group_members"
 )
+
+// a cached "no such row" is stored as this field value
+const absent = "-"
 
 // Lookup returns the membership of userID in topic. The group is cached in
 // a HASH per topic; members in a HASH per topic (field user id), each entry
@@ -145,7 +148,7 @@ func (c *Checker) load(ctx context.Context, tenant, topic string, userID int64) 
 	}
 	var gid int64
 	var status string
-	err = sq.Select("group_id", "status").From(groupsTable).Where(sq.Eq{"topic": topic}).
+	err = sq.Select("group_id", "status").From(GroupsTable).Where(sq.Eq{"topic": topic}).
 		RunWith(db).QueryRowContext(ctx).Scan(&gid, &status)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -157,7 +160,7 @@ func (c *Checker) load(ctx context.Context, tenant, topic string, userID int64) 
 	}
 	var role string
 	var muted sql.NullTime
-	err = sq.Select("role", "muted_until").From(membersTable).Where(sq.Eq{"topic": topic, "user_id": userID}).
+	err = sq.Select("role", "muted_until").From(MembersTable).Where(sq.Eq{"topic": topic, "user_id": userID}).
 		RunWith(db).QueryRowContext(ctx).Scan(&role, &muted)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -214,7 +217,7 @@ func (c *Checker) PutGroup(ctx context.Context, tenant, topic string, groupID in
 	if err != nil {
 		return err
 	}
-	_, err = sq.Insert(groupsTable).Columns("topic", "group_id", "name", "status").Values(topic, groupID, name, status).
+	_, err = sq.Insert(GroupsTable).Columns("topic", "group_id", "name", "status").Values(topic, groupID, name, status).
 		Suffix("ON DUPLICATE KEY UPDATE group_id = VALUES(group_id), name = VALUES(name), status = VALUES(status)").
 		RunWith(db).ExecContext(ctx)
 	if err != nil {
@@ -234,7 +237,7 @@ func (c *Checker) PutMember(ctx context.Context, tenant, topic string, userID in
 		muted = mutedUntil.UTC()
 	}
 	err = inTx(ctx, db, func(tx *sql.Tx) error {
-		res, err := sq.Insert(membersTable).Columns("topic", "user_id", "role", "muted_until").Values(topic, userID, role, muted).
+		res, err := sq.Insert(MembersTable).Columns("topic", "user_id", "role", "muted_until").Values(topic, userID, role, muted).
 			Suffix("ON DUPLICATE KEY UPDATE role = VALUES(role), muted_until = VALUES(muted_until)").
 			RunWith(tx).ExecContext(ctx)
 		if err != nil {
@@ -257,15 +260,15 @@ func (c *Checker) PutMember(ctx context.Context, tenant, topic string, userID in
 	return c.invalidate(ctx, tenant, topic)
 }
 
-// cursorsTable is the read state (im_user_read_cursors): a join sets the
+// CursorsTable is the read state (im_user_read_cursors): a join sets the
 // member's cursor, a join or a leave moves its updated_at, which is what a
 // device sync compares with.
-const cursorsTable = "im_user_read_cursors"
+const CursorsTable = "im_user_read_cursors"
 
 // touchCursor raises the user's read cursor of topic to at least seq and
 // marks the row changed.
 func touchCursor(ctx context.Context, tx sq.BaseRunner, topic string, userID, seq int64) error {
-	_, err := sq.Insert(cursorsTable).Columns("user_id", "topic", "read_seq").Values(userID, topic, seq).
+	_, err := sq.Insert(CursorsTable).Columns("user_id", "topic", "read_seq").Values(userID, topic, seq).
 		Suffix("ON DUPLICATE KEY UPDATE read_seq = GREATEST(read_seq, VALUES(read_seq)), updated_at = CURRENT_TIMESTAMP(3)").
 		RunWith(tx).ExecContext(ctx)
 	return err
@@ -290,7 +293,7 @@ func (c *Checker) DeleteMember(ctx context.Context, tenant, topic string, userID
 		return err
 	}
 	err = inTx(ctx, db, func(tx *sql.Tx) error {
-		res, err := sq.Delete(membersTable).Where(sq.Eq{"topic": topic, "user_id": userID}).RunWith(tx).ExecContext(ctx)
+		res, err := sq.Delete(MembersTable).Where(sq.Eq{"topic": topic, "user_id": userID}).RunWith(tx).ExecContext(ctx)
 		if err != nil {
 			return err
 		}

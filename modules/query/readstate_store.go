@@ -15,15 +15,16 @@ import (
 
 	sq "github.com/Masterminds/squirrel"
 
+	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 )
 
 // Fixed tables of the read state (never built from input).
 const (
-	cursorsTable  = "im_user_read_cursors"
-	membersTable  = "im_group_members"
-	groupsTable   = "im_groups"
+	cursorsTable  = acl.CursorsTable
+	membersTable  = acl.MembersTable
+	groupsTable   = acl.GroupsTable
 	changesTable  = "im_topic_changes"
 	unreadWalkRow = 256 // rows one statement of the unread walk reads
 )
@@ -205,7 +206,7 @@ func (s *store) ownNewest(ctx context.Context, db *sql.DB, t routing.Table, topi
 func (s *store) unreadRows(ctx context.Context, db *sql.DB, t routing.Table, topic string, user, after, before int64, c *unreadCount) (int, int64, error) {
 	query, args, err := sq.Select("m.seqid", "m.status", "m.mention_all", "m.mentioned_user_ids").From(t.Quoted()+" AS m").
 		Where(sq.Eq{"m.topic": topic}).Where(sq.Gt{"m.seqid": after}).Where(sq.Lt{"m.seqid": before}).
-		Where(notHidden, user).OrderBy("m.seqid DESC").Limit(unreadWalkRow).ToSql()
+		Where(NotHidden, user).OrderBy("m.seqid DESC").Limit(unreadWalkRow).ToSql()
 	if err != nil {
 		return 0, 0, err
 	}

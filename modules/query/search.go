@@ -114,7 +114,7 @@ func (s *Service) search(ctx context.Context, db *sql.DB, tables []routing.Table
 			Where(sq.GtOrEq{"m.created_at": r.From}).Where(sq.Lt{"m.created_at": r.To}).
 			Where(sq.Lt{"m.seqid": before}).
 			Where("JSON_UNQUOTE(JSON_EXTRACT(m.content, '$.text')) LIKE ? ESCAPE '!'", likePattern(r.Q)).
-			Where(notHidden, user).
+			Where(NotHidden, user).
 			OrderBy("m.seqid DESC").Suffix("LIMIT ?", r.Limit+1-len(page))
 		rows, err := s.st.messages(ctx, db, b)
 		if err != nil {

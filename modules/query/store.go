@@ -20,10 +20,10 @@ var columns = []string{"m.topic", "m.seqid", "m.message_id", "m.group_id", "m.fr
 	"m.msg_type", "m.status", "m.content", "m.head", "m.mentioned_user_ids", "m.mention_all", "m.reply_seqid",
 	"m.root_seqid", "m.version", "m.created_at", "m.updated_at"}
 
-// notHidden drops rows inside one of the caller's deletion ranges [low, hi):
+// NotHidden drops rows inside one of the caller's deletion ranges [low, hi):
 // applied in every month table's query, so a run hidden by
 // deletions is skipped by the index, never paged through.
-const notHidden = "NOT EXISTS (SELECT 1 FROM " + dellogTable + " AS d WHERE d.topic = m.topic AND d.deletedfor = ? AND d.low <= m.seqid AND d.hi > m.seqid)"
+const NotHidden = "NOT EXISTS (SELECT 1 FROM " + dellogTable + " AS d WHERE d.topic = m.topic AND d.deletedfor = ? AND d.low <= m.seqid AND d.hi > m.seqid)"
 
 // store runs the read statements. Each distinct statement is prepared once
 // per pool and reused: a page is then one round trip to MySQL instead of
@@ -174,7 +174,7 @@ func (q listQuery) build(table string) sq.SelectBuilder {
 		b = b.Where(sq.NotEq{"m.status": message.StatusDeleted})
 	}
 	if !q.hidNothing {
-		b = b.Where(notHidden, q.user)
+		b = b.Where(NotHidden, q.user)
 	}
 	return b.Suffix("LIMIT ?", q.limit)
 }
@@ -182,7 +182,7 @@ func (q listQuery) build(table string) sq.SelectBuilder {
 // one reads (topic, seq) from t unless the caller hid it.
 func (s *store) one(ctx context.Context, db *sql.DB, t routing.Table, topic string, user, seq int64) (message.Message, bool, error) {
 	ms, err := s.messages(ctx, db, sq.Select(columns...).From(t.Quoted()+" AS m").
-		Where(sq.Eq{"m.topic": topic, "m.seqid": seq}).Where(notHidden, user).Limit(1))
+		Where(sq.Eq{"m.topic": topic, "m.seqid": seq}).Where(NotHidden, user).Limit(1))
 	if err != nil || len(ms) == 0 {
 		return message.Message{}, false, err
 	}

@@ -1,4 +1,4 @@
-package query
+package bench
 
 import (
 	"context"
@@ -10,17 +10,25 @@ import (
 	"strings"
 	"time"
 
+	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// InboxBenchParams shape one `imshard bench inbox` run: a fixture of Users
+// InboxParams shape one `imshard bench inbox` run: a fixture of Users
 // users, each a member of MinPer..MaxPer of Topics topics (the first
 // HeavyUsers in exactly MaxPer), Messages stored messages per topic in the
 // current month's table, and cursors leaving a fifth of the memberships
 // with something unread. The tenant must be the benchmark's own.
-type InboxBenchParams struct {
-	Service     *Service
+type InboxParams struct {
+	// Unread is the query role's GET /v1/me/unread, List its first
+	// topic-list page of 50, MarkRead a read-cursor move
+	Unread   func(ctx context.Context, p httpapi.Principal) error
+	List     func(ctx context.Context, p httpapi.Principal) error
+	MarkRead func(ctx context.Context, p httpapi.Principal, topic string, seq int64) error
+	// NotHidden is the query role's condition on a message row (alias m,
+	// one ? for the user) that drops what the user hid
+	NotHidden   string
 	DB          *sql.DB
 	Tenant      string
 	Table       routing.Table // the current month's
@@ -36,13 +44,13 @@ type InboxBenchParams struct {
 	Progress    io.Writer
 }
 
-// InboxBenchReport holds the runs of the read-state benchmark.
-type InboxBenchReport struct {
-	Unread    BenchResult // service: GET /v1/me/unread's answer
-	RawUnread BenchResult // raw SQL: the same counts in one statement
-	List      BenchResult // service: the first topic-list page of 50
-	RawList   BenchResult // raw SQL: the same page in one statement
-	Read      BenchResult // service: a read-cursor move
+// InboxReport holds the runs of the read-state benchmark.
+type InboxReport struct {
+	Unread    QueryResult // service: GET /v1/me/unread's answer
+	RawUnread QueryResult // raw SQL: the same counts in one statement
+	List      QueryResult // service: the first topic-list page of 50
+	RawList   QueryResult // raw SQL: the same page in one statement
+	Read      QueryResult // service: a read-cursor move
 	Rows      int64       // memberships of the fixture
 }
 
@@ -50,14 +58,14 @@ func inboxTopic(i int) string { return fmt.Sprintf("bi%05d", i) }
 
 const inboxOutsider int64 = 9_000_000 // sends most fixture messages
 
-func (p *InboxBenchParams) logf(format string, args ...any) {
+func (p *InboxParams) logf(format string, args ...any) {
 	if p.Progress != nil {
 		fmt.Fprintf(p.Progress, format+"\n", args...)
 	}
 }
 
 // Build writes the fixture with multi-row INSERTs.
-func (p *InboxBenchParams) Build(ctx context.Context) (int64, error) {
+func (p *InboxParams) Build(ctx context.Context) (int64, error) {
 	rng := rand.New(rand.NewPCG(15, 15))
 	flush := func(prefix string, vals *[]string) error {
 		if len(*vals) == 0 {
@@ -72,7 +80,7 @@ func (p *InboxBenchParams) Build(ctx context.Context) (int64, error) {
 	for i := range p.Topics {
 		vals = append(vals, fmt.Sprintf("('%s', %d, 'active')", inboxTopic(i), i+1))
 		if len(vals) == 1000 || i == p.Topics-1 {
-			if err := flush("INSERT INTO "+groupsTable+" (topic, group_id, status) VALUES ", &vals); err != nil {
+			if err := flush("INSERT INTO "+acl.GroupsTable+" (topic, group_id, status) VALUES ", &vals); err != nil {
 				return 0, err
 			}
 		}
@@ -125,10 +133,10 @@ func (p *InboxBenchParams) Build(ctx context.Context) (int64, error) {
 			rows++
 		}
 		if len(vals) >= 2000 || u == p.Users {
-			if err := flush("INSERT INTO "+membersTable+" (topic, user_id) VALUES ", &vals); err != nil {
+			if err := flush("INSERT INTO "+acl.MembersTable+" (topic, user_id) VALUES ", &vals); err != nil {
 				return 0, err
 			}
-			if err := flush("INSERT INTO "+cursorsTable+" (user_id, topic, read_seq) VALUES ", &cursors); err != nil {
+			if err := flush("INSERT INTO "+acl.CursorsTable+" (user_id, topic, read_seq) VALUES ", &cursors); err != nil {
 				return 0, err
 			}
 		}
@@ -139,25 +147,25 @@ func (p *InboxBenchParams) Build(ctx context.Context) (int64, error) {
 // rawUnread is one statement that answers GET /v1/me/unread for a user
 // on the fixture's single month table: counts above the cursor and the
 // user's own newest message, hidden ranges and deleted messages excluded.
-func (p *InboxBenchParams) rawUnread() string {
+func (p *InboxParams) rawUnread() string {
 	t := p.Table.Quoted()
 	return "SELECT c.topic, COUNT(*), SUM(m.mention_all OR JSON_CONTAINS(COALESCE(m.mentioned_user_ids, '[]'), JSON_QUOTE(CAST(? AS CHAR)))) " +
-		"FROM " + membersTable + " AS g JOIN " + groupsTable + " AS gr ON gr.topic = g.topic AND gr.status <> 'dissolved' " +
-		"JOIN " + cursorsTable + " AS c ON c.user_id = g.user_id AND c.topic = g.topic " +
+		"FROM " + acl.MembersTable + " AS g JOIN " + acl.GroupsTable + " AS gr ON gr.topic = g.topic AND gr.status <> 'dissolved' " +
+		"JOIN " + acl.CursorsTable + " AS c ON c.user_id = g.user_id AND c.topic = g.topic " +
 		"JOIN " + t + " AS m ON m.topic = c.topic AND m.seqid > c.read_seq AND m.status = 'normal' " +
 		"AND m.seqid > COALESCE((SELECT MAX(o.seqid) FROM " + t + " AS o WHERE o.topic = c.topic AND o.from_user = g.user_id), 0) " +
-		"AND " + notHidden + " WHERE g.user_id = ? GROUP BY c.topic LIMIT 1000"
+		"AND " + p.NotHidden + " WHERE g.user_id = ? GROUP BY c.topic LIMIT 1000"
 }
 
 // rawList is one statement that answers the first topic-list page:
 // activity order, last seq and last message, unread per topic.
-func (p *InboxBenchParams) rawList() string {
+func (p *InboxParams) rawList() string {
 	t := p.Table.Quoted()
 	return "SELECT c.topic, c.pinned, MAX(m.created_at) AS act, MAX(m.seqid), " +
 		"(SELECT l.content FROM " + t + " AS l WHERE l.topic = c.topic AND l.status <> 'deleted' ORDER BY l.seqid DESC LIMIT 1), " +
 		"SUM(m.seqid > c.read_seq AND m.status = 'normal' AND m.from_user <> g.user_id) " +
-		"FROM " + membersTable + " AS g JOIN " + groupsTable + " AS gr ON gr.topic = g.topic AND gr.status <> 'dissolved' " +
-		"JOIN " + cursorsTable + " AS c ON c.user_id = g.user_id AND c.topic = g.topic " +
+		"FROM " + acl.MembersTable + " AS g JOIN " + acl.GroupsTable + " AS gr ON gr.topic = g.topic AND gr.status <> 'dissolved' " +
+		"JOIN " + acl.CursorsTable + " AS c ON c.user_id = g.user_id AND c.topic = g.topic " +
 		"JOIN " + t + " AS m ON m.topic = c.topic WHERE g.user_id = ? " +
 		"GROUP BY c.topic, c.pinned ORDER BY c.pinned DESC, act DESC, c.topic LIMIT 50"
 }
@@ -173,16 +181,15 @@ func drain(rows *sql.Rows, err error) error {
 }
 
 // Measure runs every read of the report, as heavy users (in MaxPer topics).
-func (p *InboxBenchParams) Measure(ctx context.Context) InboxBenchReport {
-	bp := &BenchParams{Duration: p.Duration, Warmup: p.Warmup, Progress: p.Progress}
+func (p *InboxParams) Measure(ctx context.Context) InboxReport {
+	bp := &QueryParams{Duration: p.Duration, Warmup: p.Warmup, Progress: p.Progress}
 	heavy := max(1, p.HeavyUsers)
 	user := func(rng *rand.Rand) httpapi.Principal {
 		return httpapi.Principal{Tenant: p.Tenant, UserID: int64(1 + rng.IntN(heavy))}
 	}
-	var rep InboxBenchReport
+	var rep InboxReport
 	rep.Unread = bp.run(ctx, "service GET /v1/me/unread", p.Concurrency, func(ctx context.Context, rng *rand.Rand) error {
-		_, err := p.Service.Unread(ctx, user(rng))
-		return err
+		return p.Unread(ctx, user(rng))
 	})
 	raw := p.rawUnread()
 	rep.RawUnread = bp.run(ctx, "raw SQL unread", p.Concurrency, func(ctx context.Context, rng *rand.Rand) error {
@@ -190,8 +197,7 @@ func (p *InboxBenchParams) Measure(ctx context.Context) InboxBenchReport {
 		return drain(p.DB.QueryContext(ctx, raw, strconv.FormatInt(u, 10), u, u))
 	})
 	rep.List = bp.run(ctx, "service topic list page (50)", p.Concurrency, func(ctx context.Context, rng *rand.Rand) error {
-		_, err := p.Service.Topics(ctx, user(rng), DefaultTopicsLimit, "")
-		return err
+		return p.List(ctx, user(rng))
 	})
 	rawL := p.rawList()
 	rep.RawList = bp.run(ctx, "raw SQL topic list page (50)", p.Concurrency, func(ctx context.Context, rng *rand.Rand) error {
@@ -199,7 +205,7 @@ func (p *InboxBenchParams) Measure(ctx context.Context) InboxBenchReport {
 	})
 	mine := make([][]string, heavy)
 	for i := range mine {
-		rows, err := p.DB.QueryContext(ctx, "SELECT topic FROM "+membersTable+" WHERE user_id = ?", i+1)
+		rows, err := p.DB.QueryContext(ctx, "SELECT topic FROM "+acl.MembersTable+" WHERE user_id = ?", i+1)
 		if err != nil {
 			p.logf("bench: topics of user %d: %v", i+1, err)
 			return rep
@@ -218,8 +224,7 @@ func (p *InboxBenchParams) Measure(ctx context.Context) InboxBenchReport {
 		if len(ts) == 0 {
 			return fmt.Errorf("bench: user %d has no topic", pr.UserID)
 		}
-		_, err := p.Service.MarkRead(ctx, pr, ts[rng.IntN(len(ts))], int64(rng.IntN(p.Messages+1)))
-		return err
+		return p.MarkRead(ctx, pr, ts[rng.IntN(len(ts))], int64(rng.IntN(p.Messages+1)))
 	})
 	return rep
 }
