@@ -11,7 +11,7 @@ import (
 
 	"github.com/imshard/imshard/app"
 	"github.com/imshard/imshard/config"
-	"github.com/imshard/imshard/modules/query/stream"
+	"github.com/imshard/imshard/modules/bench"
 )
 
 type benchStreamOptions struct {
@@ -59,11 +59,11 @@ func newBenchStreamCmd(g *globals) *cobra.Command {
 	return c
 }
 
-func runBenchStream(ctx context.Context, cfg *config.Config, o *benchStreamOptions, g *globals) (stream.BenchReport, error) {
-	var tenants []stream.BenchTenant
+func runBenchStream(ctx context.Context, cfg *config.Config, o *benchStreamOptions, g *globals) (bench.StreamReport, error) {
+	var tenants []bench.StreamTenant
 	for i := range o.tenants {
 		id := fmt.Sprintf("bench_stream%d", i)
-		tenants = append(tenants, stream.BenchTenant{ID: id, Secret: []byte(benchTenant(cfg, id))})
+		tenants = append(tenants, bench.StreamTenant{ID: id, Secret: []byte(benchTenant(cfg, id))})
 	}
 	cfg.HTTP.Addr, cfg.Metrics.Addr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.HTTP.MaxConns = max(cfg.HTTP.MaxConns, 1024)
@@ -73,7 +73,7 @@ func runBenchStream(ctx context.Context, cfg *config.Config, o *benchStreamOptio
 	}
 	a := app.New(cfg, g.logger(cfg))
 	if err := a.Start(ctx, []string{app.Send, app.Query, app.Persist}); err != nil {
-		return stream.BenchReport{}, err
+		return bench.StreamReport{}, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -81,21 +81,21 @@ func runBenchStream(ctx context.Context, cfg *config.Config, o *benchStreamOptio
 	defer func() { cancel(); <-done }()
 	for _, t := range tenants {
 		if err := prepareBenchTenant(ctx, a, t.ID); err != nil {
-			return stream.BenchReport{}, err
+			return bench.StreamReport{}, err
 		}
 	}
-	return stream.Bench(ctx, stream.BenchParams{
+	return bench.Stream(ctx, bench.StreamParams{
 		BaseURL: "http://" + a.APIAddr(), Tenants: tenants, Topics: o.topics, Sockets: o.sockets,
 		Rate: o.rate, Duration: o.duration, Redis: a.Redis(), Progress: g.stderr,
 	})
 }
 
-func printBenchStream(w io.Writer, o *benchStreamOptions, rep stream.BenchReport) {
+func printBenchStream(w io.Writer, o *benchStreamOptions, rep bench.StreamReport) {
 	fmt.Fprintf(w, "stream bench: sockets=%d topics=%d tenants=%d rate=%d/s duration=%s sent=%d errors=%d\n",
 		o.sockets, o.topics, o.tenants, o.rate, o.duration, rep.Sent, rep.Errors)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\tframes\tp50\tp99")
-	for _, r := range []stream.BenchLatency{rep.Delivery, rep.PubSub} {
+	for _, r := range []bench.StreamLatency{rep.Delivery, rep.PubSub} {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", r.Name, r.Count, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond))
 	}
 	_ = tw.Flush()

@@ -1,4 +1,4 @@
-package stream
+package bench
 
 import (
 	"bytes"
@@ -22,16 +22,16 @@ import (
 	"github.com/imshard/imshard/modules/httpapi"
 )
 
-// BenchTenant is one tenant the stream bench spreads topics over.
-type BenchTenant struct {
+// StreamTenant is one tenant the stream bench spreads topics over.
+type StreamTenant struct {
 	ID     string
 	Secret []byte
 }
 
-// BenchParams shape `imshard bench stream`.
-type BenchParams struct {
+// StreamParams shape `imshard bench stream`.
+type StreamParams struct {
 	BaseURL  string // the API (send and query roles)
-	Tenants  []BenchTenant
+	Tenants  []StreamTenant
 	Topics   int // spread over the tenants
 	Sockets  int // spread over the topics, one member each
 	Rate     int // messages per second sent, over all topics
@@ -40,17 +40,17 @@ type BenchParams struct {
 	Progress io.Writer
 }
 
-// BenchLatency is one latency distribution.
-type BenchLatency struct {
+// StreamLatency is one latency distribution.
+type StreamLatency struct {
 	Name     string
 	Count    int
 	P50, P99 time.Duration
 }
 
-// BenchReport is what the bench measured.
-type BenchReport struct {
-	Delivery BenchLatency // send request → frame read by the socket's client
-	PubSub   BenchLatency // raw SPUBLISH → subscriber, same rate, same run
+// StreamReport is what the bench measured.
+type StreamReport struct {
+	Delivery StreamLatency // send request → frame read by the socket's client
+	PubSub   StreamLatency // raw SPUBLISH → subscriber, same rate, same run
 	Sent     int
 	Errors   int
 	Sockets  int
@@ -59,12 +59,12 @@ type BenchReport struct {
 	IdleBytes float64
 }
 
-// Bench opens the sockets, measures the memory they hold idle, then sends
+// Stream opens the sockets, measures the memory they hold idle, then sends
 // at the rate for the duration while a raw pub/sub pair runs at the same
 // rate, and reports both latency distributions.
-func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
+func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 30 * time.Second}
-	tok := func(t BenchTenant, uid int64, role string) string {
+	tok := func(t StreamTenant, uid int64, role string) string {
 		s, _ := httpapi.Sign(t.Secret, t.ID, uid, role, 24*time.Hour)
 		return s
 	}
@@ -86,7 +86,7 @@ func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
 		}
 		return nil
 	}
-	topic := func(i int) (BenchTenant, string) {
+	topic := func(i int) (StreamTenant, string) {
 		return p.Tenants[i%len(p.Tenants)], "bst" + strconv.Itoa(i)
 	}
 	progress := func(format string, a ...any) {
@@ -105,13 +105,13 @@ func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
 		}
 		return do("PUT", "/v1/topics/"+name+"/members/1", svc, map[string]any{"role": "member"})
 	}); err != nil {
-		return BenchReport{}, err
+		return StreamReport{}, err
 	}
 	if err := parallel(ctx, 32, p.Sockets, func(i int) error {
 		t, name := topic(i % p.Topics)
 		return do("PUT", "/v1/topics/"+name+"/members/"+strconv.Itoa(1000+i), tok(t, 1, httpapi.RoleService), map[string]any{"role": "member"})
 	}); err != nil {
-		return BenchReport{}, err
+		return StreamReport{}, err
 	}
 
 	before := heapAndStacks()
@@ -143,10 +143,10 @@ func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
 		go func() { defer wg.Done(); readFrames(ws, &delivery) }()
 		return nil
 	}); err != nil {
-		return BenchReport{}, err
+		return StreamReport{}, err
 	}
 	after := heapAndStacks()
-	rep := BenchReport{Sockets: p.Sockets, IdleBytes: float64(after-before) / float64(p.Sockets)}
+	rep := StreamReport{Sockets: p.Sockets, IdleBytes: float64(after-before) / float64(p.Sockets)}
 
 	// raw pub/sub beside it
 	var raw latencies
@@ -168,7 +168,7 @@ func Bench(ctx context.Context, p BenchParams) (BenchReport, error) {
 	case <-subscribed:
 	case <-ctx.Done():
 		stopRaw()
-		return BenchReport{}, ctx.Err()
+		return StreamReport{}, ctx.Err()
 	}
 
 	progress("stream bench: sending %d/s for %s", p.Rate, p.Duration)
@@ -262,11 +262,11 @@ func (l *latencies) add(d time.Duration) {
 	l.mu.Unlock()
 }
 
-func (l *latencies) report(name string) BenchLatency {
+func (l *latencies) report(name string) StreamLatency {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	slices.Sort(l.d)
-	r := BenchLatency{Name: name, Count: len(l.d)}
+	r := StreamLatency{Name: name, Count: len(l.d)}
 	if len(l.d) > 0 {
 		r.P50, r.P99 = l.d[len(l.d)/2], l.d[len(l.d)*99/100]
 	}
