@@ -1,14 +1,22 @@
 package cmd
 
 import (
+	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
+	"errors"
 	"os"
 	"runtime/pprof"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/imshard/imshard/app"
 	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/bench"
+	"github.com/imshard/imshard/modules/routing"
+	imsql "github.com/imshard/imshard/sql"
 )
 
 // newBenchCmd is the parent of the benchmarks; each measures a path beside
@@ -53,4 +61,13 @@ func withCPUProfile(path string, fn func() error) error {
 	}
 	defer pprof.StopCPUProfile()
 	return fn()
+}
+
+// dropBenchTenant drops a bench tenant's database (db is a pool of it) and
+// its Redis keys: a benchmark leaves nothing behind unless told to keep it.
+func dropBenchTenant(ctx context.Context, a *app.App, db *sql.DB, tenant string) error {
+	ctx = context.WithoutCancel(ctx)
+	return errors.Join(bench.DropFixtures(ctx, db, func(name string) string {
+		return strings.Replace(imsql.DropDatabase(), imsql.DatabasePlaceholder, name, 1)
+	}), routing.DropTenantKeys(ctx, a.Redis(), tenant))
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -18,7 +17,6 @@ import (
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/query"
 	"github.com/imshard/imshard/modules/routing"
-	imsql "github.com/imshard/imshard/sql"
 )
 
 type benchInboxOptions struct {
@@ -91,9 +89,7 @@ func runBenchInbox(ctx context.Context, cfg *config.Config, o *benchInboxOptions
 		return rep, err
 	}
 	drop := func() error {
-		return errors.Join(bench.DropFixtures(context.WithoutCancel(ctx), db, func(name string) string {
-			return strings.Replace(imsql.DropDatabase(), imsql.DatabasePlaceholder, name, 1)
-		}), routing.DropTenantKeys(context.WithoutCancel(ctx), a.Redis(), o.tenant))
+		return dropBenchTenant(ctx, a, db, o.tenant)
 	}
 	defer func() { err = errors.Join(err, drop()) }()
 	now, err := routing.NewClock(a.Redis()).Month(ctx)

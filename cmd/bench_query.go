@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"runtime"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -22,7 +21,6 @@ import (
 	"github.com/imshard/imshard/modules/query"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/shardmgr"
-	imsql "github.com/imshard/imshard/sql"
 )
 
 type benchQueryOptions struct {
@@ -168,9 +166,7 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 		Progress: g.stderr,
 	}
 	drop := func() error {
-		return errors.Join(bench.DropFixtures(context.WithoutCancel(ctx), db, func(name string) string {
-			return strings.Replace(imsql.DropDatabase(), imsql.DatabasePlaceholder, name, 1)
-		}), routing.DropTenantKeys(context.WithoutCancel(ctx), a.Redis(), o.tenant))
+		return dropBenchTenant(ctx, a, db, o.tenant)
 	}
 	if err := p.Check(); err != nil {
 		return rep, false, usagef("%v", err)

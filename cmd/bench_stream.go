@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -59,7 +60,7 @@ func newBenchStreamCmd(g *globals) *cobra.Command {
 	return c
 }
 
-func runBenchStream(ctx context.Context, cfg *config.Config, o *benchStreamOptions, g *globals) (bench.StreamReport, error) {
+func runBenchStream(ctx context.Context, cfg *config.Config, o *benchStreamOptions, g *globals) (rep bench.StreamReport, err error) {
 	var tenants []bench.StreamTenant
 	for i := range o.tenants {
 		id := fmt.Sprintf("bench_stream%d", i)
@@ -83,6 +84,11 @@ func runBenchStream(ctx context.Context, cfg *config.Config, o *benchStreamOptio
 		if err := prepareBenchTenant(ctx, a, t.ID); err != nil {
 			return bench.StreamReport{}, err
 		}
+		db, dbErr := a.Pools().DB(ctx, t.ID)
+		if dbErr != nil {
+			return bench.StreamReport{}, dbErr
+		}
+		defer func() { err = errors.Join(err, dropBenchTenant(ctx, a, db, t.ID)) }()
 	}
 	return bench.Stream(ctx, bench.StreamParams{
 		BaseURL: "http://" + a.APIAddr(), Tenants: tenants, Topics: o.topics, Sockets: o.sockets,
