@@ -209,12 +209,21 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 		return SincePage{}, err
 	}
 	settled := r.settled
+	// what MySQL may return: nothing above the watermark, and when nothing
+	// was in flight nothing above the last seq issued before the pending
+	// set was read — a row found above it was allocated after the read, and
+	// a seq below it but above the read may still be on its way (a lost
+	// counter, 0, proves nothing and bounds nothing)
+	upTo := settled
+	if settled == routing.Unsettled && r.issued > 0 {
+		upTo = r.issued
+	}
 	var page []message.Message
 	ok, tables := false, 0
 	if settled > since {
 		page, ok = s.fromCache(ctx, db, p, keys, topic, r, since, since+1, min(settled, r.last), Asc, limit, since)
-		if !ok {
-			q := listQuery{topic: topic, user: p.UserID, order: Asc, bound: since, upTo: settled, limit: limit + 1, hidNothing: r.hv.none()}
+		if !ok && upTo > since {
+			q := listQuery{topic: topic, user: p.UserID, order: Asc, bound: since, upTo: upTo, limit: limit + 1, hidNothing: r.hv.none()}
 			if page, tables, err = s.scan(ctx, db, p.Tenant, q, nil, func(tr routing.TopicRoute) []routing.Month { return tr.Since(since) }); err != nil {
 				return SincePage{}, err
 			}
