@@ -54,6 +54,9 @@ type follow struct {
 	// recheck: a membership check failed for a reason other than a
 	// refusal (Redis, MySQL); it is made again at the next retry tick
 	recheck bool
+	// changesDue: reading the changes after the change cursor failed; read
+	// again at the next retry tick
+	changesDue bool
 }
 
 // control is a request the reader passes to the pump.
@@ -195,7 +198,7 @@ func (c *conn) waiting() bool {
 		return true
 	}
 	for _, f := range c.topics {
-		if f.recheck {
+		if f.recheck || f.changesDue {
 			return true
 		}
 	}
@@ -257,7 +260,13 @@ func (c *conn) handle(ctx context.Context, f *follow, ev *event) {
 func (c *conn) check(ctx context.Context, f *follow) {
 	err := c.s.q.Authorize(ctx, c.p, f.topic)
 	f.recheck = err != nil && !denied(err)
-	if err != nil && !f.recheck {
+	switch {
+	case f.recheck:
+		// neither kept as checked nor dropped: checked again at the next
+		// retry tick until it answers
+		c.s.m.aclCheckErrors.Inc()
+		c.s.log.Debug().Err(err).Str("topic", f.topic).Msg("stream: membership re-check failed; retrying")
+	case err != nil:
 		c.deny(f.topic, err)
 	}
 }
@@ -268,6 +277,11 @@ func (c *conn) retry(ctx context.Context) {
 	for _, f := range c.topics {
 		if f.recheck {
 			c.check(ctx, f)
+		}
+	}
+	for _, f := range c.topics {
+		if f.changesDue {
+			c.catchUpChanges(ctx, f)
 		}
 	}
 	if c.behind {
@@ -411,15 +425,19 @@ func (c *conn) catchUpChanges(ctx context.Context, f *follow) {
 	}
 	defer c.s.release()
 	ch, err := c.s.q.ChangesSince(ctx, c.p, f.topic, f.changes, c.s.lim.MaxCatchupChanges)
+	f.changesDue = err != nil && !denied(err)
 	if err != nil {
 		if denied(err) {
 			c.deny(f.topic, err)
 			return
 		}
-		c.sendError(f.topic, err)
+		// storage unavailable: read again at the next retry tick, the
+		// change cursor unmoved, so nothing is skipped
+		c.s.m.catchupErrors.Inc()
+		c.s.log.Debug().Err(err).Str("topic", f.topic).Msg("stream: change catch-up failed; retrying")
 		return
 	}
-	if ch.More || f.changes > ch.Last {
+	if ch.More || f.changes > ch.Last || !continuous(ch.Changes, f.changes) {
 		b, _ := json.Marshal(resetFrame{Type: "reset", Topic: f.topic, ChangeSeq: ch.Last})
 		if c.send(b, time.Time{}) {
 			f.changes = ch.Last
@@ -433,6 +451,19 @@ func (c *conn) catchUpChanges(ctx context.Context, f *follow) {
 		}
 		f.changes = x.ChangeSeq
 	}
+}
+
+// continuous reports whether changes are the ones right after the change
+// cursor, without a hole: revisions no longer kept (pruned) leave the
+// history short of the cursor, which only a reset can bridge.
+func continuous(changes []message.Change, after int64) bool {
+	for _, x := range changes {
+		if x.ChangeSeq != after+1 {
+			return false
+		}
+		after = x.ChangeSeq
+	}
+	return true
 }
 
 // subscribe follows topics: for each, join the hub first (so nothing

@@ -3,18 +3,19 @@ package stream
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	sockets       prometheus.Gauge
-	channels      prometheus.Gauge
-	follows       prometheus.Gauge
-	sent          prometheus.Counter
-	dropped       prometheus.Counter
-	slow          prometheus.Counter
-	closes        *prometheus.CounterVec
-	refused       *prometheus.CounterVec
-	lag           prometheus.Histogram
-	catchups      prometheus.Counter
-	catchupErrors prometheus.Counter
-	resubscribes  prometheus.Counter
+	sockets        prometheus.Gauge
+	channels       prometheus.Gauge
+	follows        prometheus.Gauge
+	sent           prometheus.Counter
+	dropped        prometheus.Counter
+	slow           prometheus.Counter
+	closes         *prometheus.CounterVec
+	refused        *prometheus.CounterVec
+	lag            prometheus.Histogram
+	catchups       prometheus.Counter
+	catchupErrors  prometheus.Counter
+	resubscribes   prometheus.Counter
+	aclCheckErrors prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -68,6 +69,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "imshard_stream_resubscribes_total",
 			Help: "Redis subscriptions made again after a lost connection; each makes its sockets catch up from storage.",
 		}),
+		aclCheckErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "imshard_stream_acl_check_errors_total",
+			Help: "Membership re-checks of a followed topic that failed (Redis and MySQL unreadable); each is made again 50 ms later, the topic kept meanwhile.",
+		}),
 	}
 	for _, r := range []string{reasonSlow, reasonExpired, reasonIdle, reasonDenied, reasonStop, reasonGone, reasonRetry} {
 		m.closes.WithLabelValues(r)
@@ -77,7 +82,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.sockets, m.channels, m.follows, m.sent, m.dropped, m.slow, m.closes, m.refused, m.lag,
-			m.catchups, m.catchupErrors, m.resubscribes)
+			m.catchups, m.catchupErrors, m.resubscribes, m.aclCheckErrors)
 	}
 	return m
 }
