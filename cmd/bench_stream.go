@@ -1,10 +1,15 @@
 package cmd
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -21,6 +26,7 @@ type benchStreamOptions struct {
 	tenants  int
 	rate     int
 	duration time.Duration
+	clients  bool // this process is the client side the bench started
 }
 
 func newBenchStreamCmd(g *globals) *cobra.Command {
@@ -28,8 +34,9 @@ func newBenchStreamCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "stream",
 		Short: "Realtime delivery p50/p99 beside raw Redis pub/sub, and memory per idle socket",
-		Long: "Starts every role in-process, prepares groups over several bench tenants, opens --sockets\n" +
-			"WebSockets over --topics topics, measures the Go heap and stacks they hold idle, then sends\n" +
+		Long: "Starts the send, query and persist roles in this process (the server) and the clients in a\n" +
+			"child process, prepares groups over several bench tenants, opens --sockets WebSockets over\n" +
+			"--topics topics, measures the Go heap and stacks the server holds for them idle, then sends\n" +
 			"--rate messages/s for --duration and times each from the send request to the frame read,\n" +
 			"beside a raw SPUBLISH → subscriber pair at the same rate on the same Redis.",
 		Example: "  imshard bench stream\n  imshard bench stream --sockets=500 --topics=50 --rate=200 --duration=10s",
@@ -40,7 +47,12 @@ func newBenchStreamCmd(g *globals) *cobra.Command {
 	c.Flags().IntVar(&o.tenants, "tenants", 4, "bench tenants the topics are spread over")
 	c.Flags().IntVar(&o.rate, "rate", 1000, "messages sent per second")
 	c.Flags().DurationVar(&o.duration, "duration", 20*time.Second, "measured time")
+	c.Flags().BoolVar(&o.clients, "clients", false, "run as the client side of a bench (started by the bench itself)")
+	_ = c.Flags().MarkHidden("clients")
 	c.RunE = func(c *cobra.Command, _ []string) error {
+		if o.clients {
+			return runBenchStreamClients(g)
+		}
 		if o.sockets < 1 || o.topics < 1 || o.tenants < 1 || o.rate < 1 || o.duration <= 0 {
 			return usagef("--sockets, --topics, --tenants, --rate and --duration must be positive")
 		}
@@ -60,7 +72,7 @@ func newBenchStreamCmd(g *globals) *cobra.Command {
 	return c
 }
 
-func runBenchStream(ctx context.Context, cfg *config.Config, o *benchStreamOptions, g *globals) (rep bench.StreamReport, err error) {
+func runBenchStream(ctx context.Context, cfg *config.Config, o *benchStreamOptions, g *globals) (rep streamResult, err error) {
 	var tenants []bench.StreamTenant
 	for i := range o.tenants {
 		id := fmt.Sprintf("bench_stream%d", i)
@@ -68,13 +80,14 @@ func runBenchStream(ctx context.Context, cfg *config.Config, o *benchStreamOptio
 	}
 	cfg.HTTP.Addr, cfg.Metrics.Addr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.HTTP.MaxConns = max(cfg.HTTP.MaxConns, 1024)
+	cfg.HTTP.ShutdownDelay = 0 // no load balancer to drain
 	cfg.Stream.MaxConnections = max(cfg.Stream.MaxConnections, o.sockets)
 	if len(cfg.Kafka.Brokers) == 0 {
 		cfg.Kafka.DataDir = ""
 	}
 	a := app.New(cfg, g.logger(cfg))
 	if err := a.Start(ctx, []string{app.Send, app.Query, app.Persist}); err != nil {
-		return bench.StreamReport{}, err
+		return streamResult{}, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -82,28 +95,164 @@ func runBenchStream(ctx context.Context, cfg *config.Config, o *benchStreamOptio
 	defer func() { cancel(); <-done }()
 	for _, t := range tenants {
 		if err := prepareBenchTenant(ctx, a, t.ID); err != nil {
-			return bench.StreamReport{}, err
+			return streamResult{}, err
 		}
 		db, dbErr := a.Pools().DB(ctx, t.ID)
 		if dbErr != nil {
-			return bench.StreamReport{}, dbErr
+			return streamResult{}, dbErr
 		}
 		defer func() { err = errors.Join(err, dropBenchTenant(ctx, a, db, t.ID)) }()
 	}
-	return bench.Stream(ctx, bench.StreamParams{
+	return runStreamChild(ctx, g, streamPlan{
 		BaseURL: "http://" + a.APIAddr(), Tenants: tenants, Topics: o.topics, Sockets: o.sockets,
-		Rate: o.rate, Duration: o.duration, Redis: a.Redis(), Progress: g.stderr,
+		Rate: o.rate, Duration: o.duration,
 	})
 }
 
-func printBenchStream(w io.Writer, o *benchStreamOptions, rep bench.StreamReport) {
-	fmt.Fprintf(w, "stream bench: sockets=%d topics=%d tenants=%d rate=%d/s duration=%s sent=%d errors=%d\n",
-		o.sockets, o.topics, o.tenants, o.rate, o.duration, rep.Sent, rep.Errors)
+// streamPlan is what the bench tells its client process (one JSON line on
+// the child's stdin).
+type streamPlan struct {
+	BaseURL  string               `json:"base_url"`
+	Tenants  []bench.StreamTenant `json:"tenants"`
+	Topics   int                  `json:"topics"`
+	Sockets  int                  `json:"sockets"`
+	Rate     int                  `json:"rate"`
+	Duration time.Duration        `json:"duration"`
+}
+
+// streamResult is the whole measurement: the clients' report and the
+// server process's memory at the stages.
+type streamResult struct {
+	bench.StreamReport
+	Server map[string]bench.Process
+}
+
+// IdleBytes is the server's Go heap and stacks per idle socket.
+func (r streamResult) IdleBytes() float64 {
+	return float64(int64(r.Server[bench.StageIdleAfter].HeapStacks)-int64(r.Server[bench.StageIdleBefore].HeapStacks)) / float64(r.Sockets)
+}
+
+// IdleGoroutines is the server's goroutines per idle socket.
+func (r streamResult) IdleGoroutines() float64 {
+	return float64(r.Server[bench.StageIdleAfter].Goroutines-r.Server[bench.StageIdleBefore].Goroutines) / float64(r.Sockets)
+}
+
+// The lines the client process writes on its stdout: "mark <stage>" (it
+// waits for a line on its stdin before going on) and, last, "report
+// <json>".
+const (
+	streamMarkLine   = "mark "
+	streamReportLine = "report "
+)
+
+// runStreamChild runs the clients in a child process (this executable,
+// `bench stream --clients`), so that the memory measured here, at the
+// child's marks, is the server's alone.
+func runStreamChild(ctx context.Context, g *globals, plan streamPlan) (streamResult, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return streamResult{}, err
+	}
+	args := []string{"bench", "stream", "--clients"}
+	if g.configPath != "" {
+		args = append([]string{"--config", g.configPath}, args...)
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Env, cmd.Stderr = g.env, g.stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return streamResult{}, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return streamResult{}, err
+	}
+	if err := cmd.Start(); err != nil {
+		return streamResult{}, err
+	}
+	res := streamResult{Server: map[string]bench.Process{}}
+	talk := func() error {
+		defer in.Close()
+		if err := json.NewEncoder(in).Encode(plan); err != nil {
+			return err
+		}
+		sc := bufio.NewScanner(out)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, streamMarkLine):
+				res.Server[strings.TrimPrefix(line, streamMarkLine)] = bench.ReadProcess()
+				if _, err := io.WriteString(in, "ok\n"); err != nil {
+					return err
+				}
+			case strings.HasPrefix(line, streamReportLine):
+				return json.Unmarshal([]byte(strings.TrimPrefix(line, streamReportLine)), &res.StreamReport)
+			}
+		}
+		return errors.Join(sc.Err(), errors.New("bench stream: the client process ended without a report"))
+	}
+	err = talk()
+	return res, errors.Join(err, cmd.Wait())
+}
+
+// runBenchStreamClients is the client process: it reads the plan, runs
+// the sockets and senders, and answers the report.
+func runBenchStreamClients(g *globals) error {
+	cfg, err := g.load(nil, "send")
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	rdb, err := app.NewRedis(cfg.Redis)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	in := bufio.NewReader(os.Stdin)
+	line, err := in.ReadBytes('\n')
+	if err != nil {
+		return fmt.Errorf("bench stream --clients: reading the plan on stdin: %w", err)
+	}
+	var plan streamPlan
+	if err := json.Unmarshal(line, &plan); err != nil {
+		return fmt.Errorf("bench stream --clients: the plan: %w", err)
+	}
+	rep, err := bench.Stream(ctx, bench.StreamParams{
+		BaseURL: plan.BaseURL, Tenants: plan.Tenants, Topics: plan.Topics, Sockets: plan.Sockets,
+		Rate: plan.Rate, Duration: plan.Duration, Redis: rdb, Progress: g.stderr,
+		Mark: func(stage string) error {
+			if _, err := fmt.Fprintf(g.stdout, "%s%s\n", streamMarkLine, stage); err != nil {
+				return err
+			}
+			_, err := in.ReadBytes('\n')
+			return err
+		},
+	})
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(g.stdout, "%s%s\n", streamReportLine, b)
+	return err
+}
+
+func printBenchStream(w io.Writer, o *benchStreamOptions, rep streamResult) {
+	fmt.Fprintf(w, "stream bench: sockets=%d topics=%d tenants=%d rate=%d/s duration=%s sent=%d (%.0f/s) errors=%d\n",
+		o.sockets, o.topics, o.tenants, o.rate, o.duration, rep.Sent, float64(rep.Sent)/max(rep.Seconds, 1e-9), rep.Errors)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\tframes\tp50\tp99")
-	for _, r := range []bench.StreamLatency{rep.Delivery, rep.PubSub} {
+	for _, r := range []bench.StreamLatency{rep.Delivery, rep.Send, rep.PubSub} {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", r.Name, r.Count, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond))
 	}
 	_ = tw.Flush()
-	fmt.Fprintf(w, "memory per idle socket (Go heap + stacks, server and client ends in this process): %.1f KiB\n", rep.IdleBytes/1024)
+	if rep.PubSub.P99 > 0 {
+		fmt.Fprintf(w, "delivery p99 / raw pub/sub p99: %.2f (bar: <= 3)\n", float64(rep.Delivery.P99)/float64(rep.PubSub.P99))
+	}
+	fmt.Fprintf(w, "server memory per idle socket (Go heap + stacks of the server process; the clients run in another): %.1f KiB, %.2f goroutines (bar: <= 20 KiB)\n",
+		rep.IdleBytes()/1024, rep.IdleGoroutines())
 }

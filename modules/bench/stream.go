@@ -38,6 +38,34 @@ type StreamParams struct {
 	Duration time.Duration
 	Redis    rueidis.Client // for the raw pub/sub baseline
 	Progress io.Writer
+	// Mark, when set, is called at the stages of the run (StageIdleBefore
+	// once the members exist and before any socket opens, StageIdleAfter
+	// once every socket is open and idle): the server process, apart from
+	// this client one, measures its memory there.
+	Mark func(stage string) error
+}
+
+// The stages Mark is called at.
+const (
+	StageIdleBefore = "idle-before"
+	StageIdleAfter  = "idle-after"
+)
+
+// Process is a process's own memory: what `imshard bench stream` reads in
+// the server process at its stages.
+type Process struct {
+	HeapStacks uint64 // live Go heap objects and goroutine stacks, after a GC
+	Goroutines int
+}
+
+// ReadProcess measures the calling process (after two GCs, so that idle
+// goroutine stacks have shrunk back to what they use).
+func ReadProcess() Process {
+	runtime.GC()
+	runtime.GC()
+	s := []rtmetrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"}}
+	rtmetrics.Read(s)
+	return Process{HeapStacks: s[0].Value.Uint64() + s[1].Value.Uint64(), Goroutines: runtime.NumGoroutine()}
 }
 
 // StreamLatency is one latency distribution.
@@ -50,13 +78,12 @@ type StreamLatency struct {
 // StreamReport is what the bench measured.
 type StreamReport struct {
 	Delivery StreamLatency // send request → frame read by the socket's client
+	Send     StreamLatency // send request → its 201: the part of Delivery before the publish
 	PubSub   StreamLatency // raw SPUBLISH → subscriber, same rate, same run
 	Sent     int
 	Errors   int
 	Sockets  int
-	// IdleBytes is the Go heap and goroutine stacks per idle socket, both
-	// ends (the bench's clients run in the same process as the server).
-	IdleBytes float64
+	Seconds  float64 // the sending time, for the rate achieved
 }
 
 // Stream opens the sockets, measures the memory they hold idle, then sends
@@ -114,7 +141,15 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 		return StreamReport{}, err
 	}
 
-	before := heapAndStacks()
+	mark := func(stage string) error {
+		if p.Mark == nil {
+			return nil
+		}
+		return p.Mark(stage)
+	}
+	if err := mark(StageIdleBefore); err != nil {
+		return StreamReport{}, err
+	}
 	var delivery latencies
 	socks := make([]*websocket.Conn, p.Sockets)
 	var wg sync.WaitGroup
@@ -145,8 +180,10 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 	}); err != nil {
 		return StreamReport{}, err
 	}
-	after := heapAndStacks()
-	rep := StreamReport{Sockets: p.Sockets, IdleBytes: float64(after-before) / float64(p.Sockets)}
+	if err := mark(StageIdleAfter); err != nil {
+		return StreamReport{}, err
+	}
+	rep := StreamReport{Sockets: p.Sockets}
 
 	// raw pub/sub beside it
 	var raw latencies
@@ -173,6 +210,7 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 
 	progress("stream bench: sending %d/s for %s", p.Rate, p.Duration)
 	var sent, errs atomic.Int64
+	var sendLat latencies
 	senders := map[string]string{}
 	for _, t := range p.Tenants {
 		senders[t.ID] = tok(t, 1, "")
@@ -185,26 +223,35 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 			defer swg.Done()
 			for n := range jobs {
 				t, name := topic(n % p.Topics)
-				now := strconv.FormatInt(time.Now().UnixNano(), 10)
+				at := time.Now()
+				now := strconv.FormatInt(at.UnixNano(), 10)
 				if err := do("POST", "/v1/topics/"+name+"/messages", senders[t.ID], map[string]any{
 					"client_msg_id": "b" + now, "msg_type": "text", "content": map[string]any{"text": now}}); err != nil {
 					errs.Add(1)
 					continue
 				}
+				sendLat.add(time.Since(at))
 				sent.Add(1)
 				_ = p.Redis.Do(ctx, p.Redis.B().Spublish().Channel(rawCh).Message(strconv.FormatInt(time.Now().UnixNano(), 10)).Build())
 			}
 		}()
 	}
-	tick := time.NewTicker(time.Second / time.Duration(p.Rate))
+	// paced by what is due since the start, not one tick per message: a
+	// loaded machine delays ticks, and the rate must hold anyway
+	tick := time.NewTicker(5 * time.Millisecond)
+	began := time.Now()
 	end := time.After(p.Duration)
-	for n := 0; ; n++ {
+	queued := 0
+	for {
 		select {
 		case <-tick.C:
-			select {
-			case jobs <- n:
-			default:
-				errs.Add(1) // the senders cannot keep up
+			due := int(time.Since(began).Seconds() * float64(p.Rate))
+			for ; queued < due; queued++ {
+				select {
+				case jobs <- queued:
+				default:
+					errs.Add(1) // the senders cannot keep up
+				}
 			}
 			continue
 		case <-end:
@@ -215,38 +262,41 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 	tick.Stop()
 	close(jobs)
 	swg.Wait()
+	rep.Seconds = time.Since(began).Seconds()
 	time.Sleep(time.Second) // the last frames in flight
 	stopRaw()
 	<-rawDone
 	rep.Delivery = delivery.report("delivery (send → frame)")
+	rep.Send = sendLat.report("send (request → 201)")
 	rep.PubSub = raw.report("raw SPUBLISH → subscriber")
 	rep.Sent, rep.Errors = int(sent.Load()), int(errs.Load())
 	return rep, ctx.Err()
 }
 
 // readFrames reads a bench socket until it closes, timing each message
-// frame from the send time its text carries.
+// frame from the send time its text carries. It only looks for the text
+// (the bench's own digits), not parsing the frame: the clients share the
+// machine with the server, and their CPU would show in the latency.
 func readFrames(ws *websocket.Conn, l *latencies) {
-	var f struct {
-		Type    string `json:"type"`
-		Message struct {
-			Content struct {
-				Text string `json:"text"`
-			} `json:"content"`
-		} `json:"message"`
-	}
+	msg, text := []byte(`{"type":"message"`), []byte(`"text":"`)
 	for {
 		_, b, err := ws.Read(context.Background())
 		if err != nil {
 			return
 		}
 		at := time.Now()
-		f.Type = ""
-		if json.Unmarshal(b, &f) != nil || f.Type != "message" {
+		if !bytes.HasPrefix(b, msg) {
 			continue
 		}
-		if ns, err := strconv.ParseInt(f.Message.Content.Text, 10, 64); err == nil {
-			l.add(at.Sub(time.Unix(0, ns)))
+		i := bytes.Index(b, text)
+		if i < 0 {
+			continue
+		}
+		b = b[i+len(text):]
+		if j := bytes.IndexByte(b, '"'); j > 0 {
+			if ns, err := strconv.ParseInt(string(b[:j]), 10, 64); err == nil {
+				l.add(at.Sub(time.Unix(0, ns)))
+			}
 		}
 	}
 }
@@ -271,14 +321,6 @@ func (l *latencies) report(name string) StreamLatency {
 		r.P50, r.P99 = l.d[len(l.d)/2], l.d[len(l.d)*99/100]
 	}
 	return r
-}
-
-// heapAndStacks is the live Go heap and goroutine stacks after a GC.
-func heapAndStacks() uint64 {
-	runtime.GC()
-	s := []rtmetrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"}}
-	rtmetrics.Read(s)
-	return s[0].Value.Uint64() + s[1].Value.Uint64()
 }
 
 // parallel runs fn(0..n-1) on workers goroutines; the first error wins.

@@ -17,19 +17,31 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// conn is one socket. Its pump goroutine owns the topics it follows and
-// writes every frame but pings; the hub hands it events through inbox,
-// the bounded send queue: a socket whose queue is full when the hub
-// offers it one more event is closed with 1008 "slow consumer", so a
-// stalled reader costs at most send_queue frames of memory.
+// conn is one socket: two goroutines, its reader and its pump. The pump
+// owns the topics it follows and writes every frame but WebSocket pings;
+// the hub hands it events through the bounded send queue: a socket whose
+// queue holds send_queue events when the hub offers one more is closed
+// with 1008 "slow consumer", so a stalled reader costs at most send_queue
+// events of memory. The queue is a slice allocated on the first event
+// (an idle socket holds none), and the pump needs no timer of its own
+// while idle: heartbeats come from the server's sweep (wake + pingDue),
+// token expiry from a timer that runs no goroutine.
 type conn struct {
 	s      *Server
 	ws     *websocket.Conn
 	p      httpapi.Principal
 	single bool // a /v1/topics/{topic}/stream socket: it ends with its topic
 
-	inbox chan delivery
+	qmu   sync.Mutex
+	queue []delivery    // qmu; at most send_queue
+	spare []delivery    // pump only: the previous queue, reused
+	wake  chan struct{} // cap 1: the queue or pingDue has something
 	ctl   chan control
+
+	pingDue  atomic.Bool // the sweep asks for a heartbeat
+	lastPing time.Time   // Server.mu: when the sweep last asked
+	cancel   func()      // ends the socket's reads from storage and the hub
+	expiry   *time.Timer // token expiry (AfterFunc: no goroutine while waiting)
 
 	topics map[string]*follow // pump only
 	behind bool               // pump only: some topic waits for a seq in flight
@@ -86,18 +98,48 @@ func (c *conn) alive() { c.lastSeen.Store(time.Now().UnixNano()) }
 
 // push offers an event from the hub; a full queue closes the socket.
 func (c *conn) push(d delivery) {
+	c.qmu.Lock()
+	if len(c.queue) < c.s.lim.SendQueue {
+		c.queue = append(c.queue, d)
+		c.qmu.Unlock()
+		c.signal()
+		return
+	}
+	c.qmu.Unlock()
+	c.s.m.dropped.Inc()
 	select {
-	case c.inbox <- d:
+	case <-c.done:
+		return
 	default:
-		select {
-		case <-c.done:
-			c.s.m.dropped.Inc()
-			return
-		default:
-		}
-		c.s.m.dropped.Inc()
-		c.s.m.slow.Inc()
-		c.end(websocket.StatusPolicyViolation, reasonSlow)
+	}
+	c.s.m.slow.Inc()
+	c.end(websocket.StatusPolicyViolation, reasonSlow)
+}
+
+// signal wakes the pump.
+func (c *conn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take empties the queue into the pump's hands.
+func (c *conn) take() []delivery {
+	c.qmu.Lock()
+	q := c.queue
+	c.queue = c.spare
+	c.qmu.Unlock()
+	return q
+}
+
+// handled gives back a queue the pump went through: kept for reuse while
+// small, so a burst does not pin its memory to an idle socket.
+func (c *conn) handled(q []delivery) {
+	clear(q)
+	c.spare = nil
+	if cap(q) <= 16 {
+		c.spare = q[:0]
 	}
 }
 
@@ -107,6 +149,9 @@ func (c *conn) end(code websocket.StatusCode, reason string) {
 	c.closeOnce.Do(func() {
 		c.s.m.closes.WithLabelValues(reason).Inc()
 		close(c.done)
+		if c.cancel != nil {
+			c.cancel()
+		}
 		go func() { _ = c.ws.Close(code, reason) }()
 	})
 }
@@ -114,18 +159,16 @@ func (c *conn) end(code websocket.StatusCode, reason string) {
 // run serves the socket until it ends: the reader and the keeper beside
 // the pump. first are the topics to follow from the start.
 func (c *conn) run(ctx context.Context, first map[string]cursors) {
-	// reads from storage and the hub end with the socket; the WebSocket's
-	// own reads and writes never take this context (cancelling one would
-	// drop the connection before its close frame)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-c.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	// reads from storage and the hub end with the socket (end cancels
+	// ctx); the WebSocket's own reads and writes never take this context
+	// (cancelling one would drop the connection before its close frame)
+	defer c.cancel()
+	if !c.p.Expires.IsZero() {
+		c.expiry = time.AfterFunc(time.Until(c.p.Expires), func() {
+			c.end(websocket.StatusPolicyViolation, reasonExpired)
+		})
+		defer c.expiry.Stop()
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); c.read() }()
@@ -144,23 +187,24 @@ func (c *conn) run(ctx context.Context, first map[string]cursors) {
 
 // pump handles events and requests in order until the socket ends.
 func (c *conn) pump(ctx context.Context) {
-	// the retry timer runs only while a topic waits for a seq in flight or
-	// a membership to check again: an idle socket wakes for its ping only
-	retry := time.NewTimer(holdRetry)
-	retry.Stop()
+	// the retry timer exists only once a topic waited for a seq in flight
+	// or a membership to check again, and runs only while one waits
+	var retry *time.Timer
+	var retryC <-chan time.Time
 	armed := false
-	defer retry.Stop()
-	ping := time.NewTicker(c.s.lim.PingInterval)
-	defer ping.Stop()
-	var expired <-chan time.Time
-	if !c.p.Expires.IsZero() {
-		t := time.NewTimer(time.Until(c.p.Expires))
-		defer t.Stop()
-		expired = t.C
-	}
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
 	for {
 		if !armed && c.waiting() {
-			retry.Reset(holdRetry)
+			if retry == nil {
+				retry = time.NewTimer(holdRetry)
+				retryC = retry.C
+			} else {
+				retry.Reset(holdRetry)
+			}
 			armed = true
 		}
 		select {
@@ -168,8 +212,15 @@ func (c *conn) pump(ctx context.Context) {
 			return
 		case <-ctx.Done():
 			return
-		case d := <-c.inbox:
-			c.handle(ctx, d.f, d.ev)
+		case <-c.wake:
+			q := c.take()
+			for _, d := range q {
+				c.handle(ctx, d.f, d.ev)
+			}
+			c.handled(q)
+			if c.pingDue.Swap(false) && !c.heartbeat(ctx) {
+				return
+			}
 		case r := <-c.ctl:
 			if r.subscribe != nil {
 				c.subscribe(ctx, r.subscribe)
@@ -177,16 +228,9 @@ func (c *conn) pump(ctx context.Context) {
 			for _, t := range r.unsubscribe {
 				c.unsubscribe(t)
 			}
-		case <-retry.C:
+		case <-retryC:
 			armed = false
 			c.retry(ctx)
-		case <-expired:
-			c.end(websocket.StatusPolicyViolation, reasonExpired)
-			return
-		case <-ping.C:
-			if !c.heartbeat(ctx) {
-				return
-			}
 		}
 	}
 }
@@ -226,6 +270,9 @@ func (c *conn) handle(ctx context.Context, f *follow, ev *event) {
 			// any order), are stored or are recorded as gaps — the retry
 			// tick reads the topic from storage meanwhile
 			f.seen = max(f.seen, ev.seq)
+			if f.held == nil {
+				f.held = map[int64]*event{}
+			}
 			if len(f.held) < c.s.lim.SendQueue {
 				f.held[ev.seq] = ev
 			}
@@ -483,7 +530,7 @@ func (c *conn) subscribe(ctx context.Context, topics map[string]cursors) {
 			c.sendError(topic, httpapi.Errorf(httpapi.CodeInvalidArgument, "at most stream.max_topics ("+strconv.Itoa(c.s.lim.MaxTopics)+") topics per socket"))
 			continue
 		}
-		f := &follow{c: c, topic: topic, changes: -1, held: map[int64]*event{}}
+		f := &follow{c: c, topic: topic, changes: -1}
 		if err := c.s.hub.join(ctx, f); err != nil {
 			c.topics[topic] = f // for refuse
 			c.s.m.follows.Inc()

@@ -7,7 +7,10 @@
 package stream
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -58,6 +61,9 @@ type Server struct {
 	catchups chan struct{} // slots for concurrent catch-ups
 	open     atomic.Int64
 
+	stopSweep chan struct{}
+	sweeping  sync.WaitGroup
+
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	stopping bool
@@ -67,9 +73,13 @@ type Server struct {
 // New builds the server and its hub; Close ends both.
 func New(p Params) *Server {
 	m := newMetrics(p.Registerer)
-	return &Server{rdb: p.Redis, q: p.Query, lim: p.Limits, log: p.Log, m: m,
+	s := &Server{rdb: p.Redis, q: p.Query, lim: p.Limits, log: p.Log, m: m,
 		hub:      newHub(p.Redis, m, p.Log, p.Limits.ACLCheckInterval),
-		catchups: make(chan struct{}, p.Limits.MaxCatchups), conns: map[*conn]struct{}{}}
+		catchups: make(chan struct{}, p.Limits.MaxCatchups), conns: map[*conn]struct{}{},
+		stopSweep: make(chan struct{})}
+	s.sweeping.Add(1)
+	go s.sweep()
+	return s
 }
 
 // Register adds the stream routes to mux. Both accept ?access_token=,
@@ -146,23 +156,29 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, p httpapi.Princip
 		s.m.refused.WithLabelValues(refusedMax).Inc()
 		return httpapi.Errorf(httpapi.CodeUnavailable, "this process holds stream.max_connections sockets: retry (another process may take it)")
 	}
-	defer s.open.Add(-1)
 	s.mu.Lock()
 	if s.stopping {
 		s.mu.Unlock()
+		s.open.Add(-1)
 		s.m.refused.WithLabelValues(refusedStopping).Inc()
 		return httpapi.Errorf(httpapi.CodeUnavailable, "shutting down")
 	}
 	s.active.Add(1)
 	s.mu.Unlock()
-	defer s.active.Done()
+	admitted := false
+	defer func() {
+		if !admitted {
+			s.active.Done()
+			s.open.Add(-1)
+		}
+	}()
 
 	// the API server's read and write timeouts are for requests: the
 	// upgraded connection keeps none (heartbeats and write_timeout apply)
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
 	_ = rc.SetWriteDeadline(time.Time{})
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	ws, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{
 		// tokens, never cookies, authenticate: a page of another origin
 		// cannot act for a user without the user's token
 		InsecureSkipVerify: true,
@@ -172,8 +188,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, p httpapi.Princip
 		return nil // Accept answered the request
 	}
 	ws.SetReadLimit(readLimit)
-	c := &conn{s: s, ws: ws, p: p, single: single, inbox: make(chan delivery, s.lim.SendQueue),
-		ctl: make(chan control), topics: map[string]*follow{}, done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	c := &conn{s: s, ws: ws, p: p, single: single, wake: make(chan struct{}, 1),
+		ctl: make(chan control), topics: map[string]*follow{}, done: make(chan struct{}), cancel: cancel}
 	c.alive()
 	s.mu.Lock()
 	stopping := s.stopping
@@ -183,17 +200,104 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, p httpapi.Princip
 		c.end(websocket.StatusGoingAway, reasonStop)
 	}
 	s.m.sockets.Inc()
-	c.run(context.WithoutCancel(r.Context()), first)
-	s.m.sockets.Dec()
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
+	// the socket runs on in its own goroutine and this request's ends: the
+	// HTTP server's per-connection state (request, response, buffers) is
+	// not kept for the socket's lifetime
+	admitted = true
+	go func() {
+		defer s.open.Add(-1)
+		defer s.active.Done()
+		c.run(ctx, first)
+		s.m.sockets.Dec()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
 	return nil
 }
 
 // readLimit bounds one client request (a subscribe of max_topics topics
 // with their cursors fits).
 const readLimit = 1 << 20
+
+// The buffers of an upgraded connection. The HTTP server's (4 KiB each
+// way) would stay with every socket for its lifetime; a socket reads a
+// rare small request and writes frames of a few hundred bytes (a longer
+// one goes past the buffer straight to the connection).
+const (
+	socketReadBuffer  = 512
+	socketWriteBuffer = 1024
+)
+
+// smallBuffers hands the WebSocket library, at the hijack, buffers of the
+// sizes above instead of the HTTP server's.
+type smallBuffers struct{ http.ResponseWriter }
+
+func (w smallBuffers) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	nc, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	// the upgrade response is on the wire already (net/http flushes it at
+	// the hijack); bytes the client sent after its request are read first
+	if err := brw.Writer.Flush(); err != nil {
+		_ = nc.Close()
+		return nil, nil, err
+	}
+	if n := brw.Reader.Buffered(); n > 0 {
+		b, _ := brw.Reader.Peek(n)
+		nc = &prefixConn{Conn: nc, prefix: bytes.Clone(b)}
+	}
+	return nc, bufio.NewReadWriter(bufio.NewReaderSize(nc, socketReadBuffer), bufio.NewWriterSize(nc, socketWriteBuffer)), nil
+}
+
+// prefixConn reads prefix before the connection.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(p, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// sweep asks every socket for a heartbeat once per ping_interval, from one
+// goroutine and ticker for the process instead of a ticker per socket;
+// a socket is due ping_interval after its last heartbeat, so sockets
+// opened at different times are not all pinged at once.
+func (s *Server) sweep() {
+	defer s.sweeping.Done()
+	every := max(s.lim.PingInterval/8, time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopSweep:
+			return
+		case now := <-t.C:
+			s.mu.Lock()
+			for c := range s.conns {
+				if c.lastPing.IsZero() {
+					c.lastPing = now
+					continue
+				}
+				if now.Sub(c.lastPing) >= s.lim.PingInterval {
+					c.lastPing = now
+					c.pingDue.Store(true)
+					c.signal()
+				}
+			}
+			s.mu.Unlock()
+		}
+	}
+}
 
 func isUpgrade(r *http.Request) bool {
 	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket") &&
@@ -216,6 +320,8 @@ func (s *Server) Close(ctx context.Context) {
 	case <-ctx.Done():
 		s.log.Warn().Msg("stream: sockets still closing at the end of the shutdown grace")
 	}
+	close(s.stopSweep)
+	s.sweeping.Wait()
 	s.hub.close()
 }
 
