@@ -20,6 +20,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/routing"
 )
 
 // StreamTenant is one tenant the stream bench spreads topics over.
@@ -78,12 +79,15 @@ type StreamLatency struct {
 // StreamReport is what the bench measured.
 type StreamReport struct {
 	Delivery StreamLatency // send request → frame read by the socket's client
-	Send     StreamLatency // send request → its 201: the part of Delivery before the publish
-	PubSub   StreamLatency // raw SPUBLISH → subscriber, same rate, same run
-	Sent     int
-	Errors   int
-	Sockets  int
-	Seconds  float64 // the sending time, for the rate achieved
+	Send     StreamLatency // send request → its 201
+	// Published is send request → its publication read by a plain
+	// subscriber of the topic's channel: Delivery without the fan-out
+	Published StreamLatency
+	PubSub    StreamLatency // raw SPUBLISH → subscriber, same rate, same run
+	Sent      int
+	Errors    int
+	Sockets   int
+	Seconds   float64 // the sending time, for the rate achieved
 }
 
 // Stream opens the sockets, measures the memory they hold idle, then sends
@@ -187,25 +191,41 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 
 	// raw pub/sub beside it
 	var raw latencies
-	rawCh := "imshard:bench:stream:raw"
-	rctx, stopRaw := context.WithCancel(ctx)
-	subscribed := make(chan struct{})
-	var once sync.Once
-	rawDone := make(chan struct{})
-	go func() {
-		defer close(rawDone)
-		_ = p.Redis.Receive(rueidis.WithOnSubscriptionHook(rctx, func(rueidis.PubSubSubscription) { once.Do(func() { close(subscribed) }) }),
-			p.Redis.B().Ssubscribe().Channel(rawCh).Build(), func(m rueidis.PubSubMessage) {
-				if ns, err := strconv.ParseInt(m.Message, 10, 64); err == nil {
-					raw.add(time.Since(time.Unix(0, ns)))
-				}
-			})
-	}()
-	select {
-	case <-subscribed:
-	case <-ctx.Done():
-		stopRaw()
-		return StreamReport{}, ctx.Err()
+	var subs []func()
+	stopSubs := func() {
+		for _, stop := range subs {
+			stop()
+		}
+	}
+	defer stopSubs()
+	stop, err := subscribe(ctx, p.Redis, rawChannel, func(m string) {
+		if ns, err := strconv.ParseInt(m, 10, 64); err == nil {
+			raw.add(time.Since(time.Unix(0, ns)))
+		}
+	})
+	if err != nil {
+		return StreamReport{}, err
+	}
+	subs = append(subs, stop)
+	// the same messages as the sockets', seen by a plain subscriber of
+	// their topics' channels (a sample of topics): the send up to its
+	// publication, which delivery includes, apart from the fan-out
+	var published latencies
+	for i := range min(p.Topics, publishedSample) {
+		t, name := topic(i)
+		keys, err := routing.KeysFor(t.ID)
+		if err != nil {
+			return StreamReport{}, err
+		}
+		stop, err := subscribe(ctx, p.Redis, keys.Realtime(name), func(m string) {
+			if d, ok := sentAgo([]byte(m), time.Now()); ok {
+				published.add(d)
+			}
+		})
+		if err != nil {
+			return StreamReport{}, err
+		}
+		subs = append(subs, stop)
 	}
 
 	progress("stream bench: sending %d/s for %s", p.Rate, p.Duration)
@@ -232,7 +252,7 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 				}
 				sendLat.add(time.Since(at))
 				sent.Add(1)
-				_ = p.Redis.Do(ctx, p.Redis.B().Spublish().Channel(rawCh).Message(strconv.FormatInt(time.Now().UnixNano(), 10)).Build())
+				_ = p.Redis.Do(ctx, p.Redis.B().Spublish().Channel(rawChannel).Message(strconv.FormatInt(time.Now().UnixNano(), 10)).Build())
 			}
 		}()
 	}
@@ -264,9 +284,10 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 	swg.Wait()
 	rep.Seconds = time.Since(began).Seconds()
 	time.Sleep(time.Second) // the last frames in flight
-	stopRaw()
-	<-rawDone
+	stopSubs()
+	subs = nil
 	rep.Delivery = delivery.report("delivery (send → frame)")
+	rep.Published = published.report(fmt.Sprintf("send → publication (%d topics)", min(p.Topics, publishedSample)))
 	rep.Send = sendLat.report("send (request → 201)")
 	rep.PubSub = raw.report("raw SPUBLISH → subscriber")
 	rep.Sent, rep.Errors = int(sent.Load()), int(errs.Load())
@@ -274,30 +295,70 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 }
 
 // readFrames reads a bench socket until it closes, timing each message
-// frame from the send time its text carries. It only looks for the text
-// (the bench's own digits), not parsing the frame: the clients share the
-// machine with the server, and their CPU would show in the latency.
+// frame from the send time its text carries.
 func readFrames(ws *websocket.Conn, l *latencies) {
-	msg, text := []byte(`{"type":"message"`), []byte(`"text":"`)
 	for {
 		_, b, err := ws.Read(context.Background())
 		if err != nil {
 			return
 		}
-		at := time.Now()
-		if !bytes.HasPrefix(b, msg) {
-			continue
+		if d, ok := sentAgo(b, time.Now()); ok {
+			l.add(d)
 		}
-		i := bytes.Index(b, text)
-		if i < 0 {
-			continue
-		}
-		b = b[i+len(text):]
-		if j := bytes.IndexByte(b, '"'); j > 0 {
-			if ns, err := strconv.ParseInt(string(b[:j]), 10, 64); err == nil {
-				l.add(at.Sub(time.Unix(0, ns)))
-			}
-		}
+	}
+}
+
+// sentAgo is how long before at the message frame b was sent: its text is
+// the send's start in Unix nanoseconds. It only looks for the text, not
+// parsing the frame: the clients share the machine with the server, and
+// their CPU would show in the latency.
+func sentAgo(b []byte, at time.Time) (time.Duration, bool) {
+	if !bytes.HasPrefix(b, []byte(`{"type":"message"`)) {
+		return 0, false
+	}
+	text := []byte(`"text":"`)
+	i := bytes.Index(b, text)
+	if i < 0 {
+		return 0, false
+	}
+	b = b[i+len(text):]
+	j := bytes.IndexByte(b, '"')
+	if j <= 0 {
+		return 0, false
+	}
+	ns, err := strconv.ParseInt(string(b[:j]), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return at.Sub(time.Unix(0, ns)), true
+}
+
+// publishedSample is how many topics a plain subscriber follows beside
+// the sockets.
+const publishedSample = 50
+
+// subscribe runs an SSUBSCRIBE of channel until stop, once Redis
+// confirmed it.
+func subscribe(ctx context.Context, rdb rueidis.Client, channel string, fn func(string)) (stop func(), err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	subscribed := make(chan struct{})
+	var once sync.Once
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = rdb.Receive(rueidis.WithOnSubscriptionHook(sctx, func(rueidis.PubSubSubscription) { once.Do(func() { close(subscribed) }) }),
+			rdb.B().Ssubscribe().Channel(channel).Build(), func(m rueidis.PubSubMessage) { fn(m.Message) })
+	}()
+	stop = func() { cancel(); <-done }
+	select {
+	case <-subscribed:
+		return stop, nil
+	case <-done:
+		stop()
+		return nil, fmt.Errorf("bench: ssubscribe %s ended", channel)
+	case <-ctx.Done():
+		stop()
+		return nil, ctx.Err()
 	}
 }
 
@@ -355,3 +416,6 @@ func parallel(ctx context.Context, workers, n int, fn func(int) error) error {
 	}
 	return first
 }
+
+// rawChannel is the raw pub/sub baseline's channel.
+const rawChannel = "imshard:bench:stream:raw"
