@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -24,34 +26,56 @@ type benchSendOptions struct {
 	duration    time.Duration
 	warmup      time.Duration
 	topics      int
-	rounds      int
+	pairs       int
+	bodyBytes   int
+	rate        string
+	peer        string
 	addr        string
 	tenant      string
 	cpuProfile  string
 }
 
+// minPairs is the fewest rounds whose medians the bars are read from.
+const minPairs = 5
+
 func newBenchSendCmd(g *globals) *cobra.Command {
 	o := &benchSendOptions{}
 	c := &cobra.Command{
-		Use:     "send",
-		Short:   "HTTP send throughput and p50/p99 beside the raw Redis + Kafka pipeline and the raw allocation rate",
-		Example: "  imshard bench send\n  imshard bench send --concurrency=16 --duration=10s --rounds=2",
-		Long: "Starts the send role in-process (or targets --addr), prepares groups and members for a tenant,\n" +
-			"then measures the raw allocation FCALL, the raw per-message pipeline (the same Redis commands and\n" +
-			"Kafka produce, issued directly) and HTTP sends, each with the same concurrency on the same services.",
+		Use:   "send",
+		Short: "HTTP send beside a reference send (and an outside peer) in paired rounds; open loop; Redis cost per send",
+		Example: "  imshard bench send\n" +
+			"  imshard bench send --pairs=5 --duration=10s --peer='cd ../peer && go run . -clients 64 -dur 10s'\n" +
+			"  imshard bench send --rate=4000,6000 --pairs=1",
+		Long: "Starts the send role in-process (or targets --addr), prepares groups and members for a tenant, measures\n" +
+			"the raw allocation FCALL, then runs --pairs rounds; each round runs every side once for --duration with\n" +
+			"--concurrency keep-alive clients and the same message body, the first side rotating:\n" +
+			"  HTTP send       the product's POST /v1/topics/{topic}/messages, end to end\n" +
+			"  reference send  the simplest correct send, in this process from plain Redis and Kafka client calls:\n" +
+			"                  token check, strict decode, membership map, one script call, produce, one pipeline\n" +
+			"  peer            --peer=CMD, run by sh; it must print \"N ok, F failed, R/s, p50 D, p99 D\"\n" +
+			"It prints every round and the medians over the rounds, the ratios (bars: rate >= 0.80, p99 <= 1.50),\n" +
+			"Redis µs per send (INFO commandstats), Redis memory per idempotency record, this process's peak RSS\n" +
+			"and allocations per send, then open-loop runs (--rate) with latency from each request's scheduled time.",
 		Args: cobra.NoArgs,
 	}
-	c.Flags().IntVar(&o.concurrency, "concurrency", 64, "concurrent clients")
-	c.Flags().DurationVar(&o.duration, "duration", 20*time.Second, "measured time of each run")
-	c.Flags().DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time before each run")
+	c.Flags().IntVar(&o.concurrency, "concurrency", 64, "concurrent clients of every side")
+	c.Flags().DurationVar(&o.duration, "duration", 10*time.Second, "measured time of each side in each round (and of each open-loop run)")
+	c.Flags().DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time of each side before the rounds")
 	c.Flags().IntVar(&o.topics, "topics", 100, "topics (groups) to spread the sends over")
-	c.Flags().IntVar(&o.rounds, "rounds", 4, "HTTP and raw pipeline alternate in this many slices of --duration")
+	c.Flags().IntVar(&o.pairs, "pairs", minPairs, "rounds, each running every side once; the bars read medians of at least 5")
+	c.Flags().IntVar(&o.bodyBytes, "body-bytes", 100, "length of each message's text")
+	c.Flags().StringVar(&o.rate, "rate", "auto", "open-loop arrival rates per second, comma-separated; auto = 50% and 80% of the median closed-loop HTTP rate; 0 = none")
+	c.Flags().StringVar(&o.peer, "peer", "", "shell command of an outside peer to run as a third side each round")
 	c.Flags().StringVar(&o.addr, "addr", "", "API address of a running send role (default: start one in-process)")
 	c.Flags().StringVar(&o.tenant, "tenant", "bench", "tenant to send as (with --addr: a configured tenant)")
 	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (in-process API included) to this file")
 	c.RunE = func(c *cobra.Command, _ []string) error {
-		if o.concurrency < 1 || o.topics < 1 || o.rounds < 1 || o.duration <= 0 {
-			return usagef("--concurrency, --topics, --rounds and --duration must be positive")
+		if o.concurrency < 1 || o.topics < 1 || o.pairs < 1 || o.duration <= 0 || o.bodyBytes < 1 || o.warmup < 0 {
+			return usagef("--concurrency, --topics, --pairs, --body-bytes and --duration must be positive")
+		}
+		rates, shares, err := parseRates(o.rate)
+		if err != nil {
+			return err
 		}
 		cfg, err := g.load(nil, "send")
 		if err != nil {
@@ -60,7 +84,7 @@ func newBenchSendCmd(g *globals) *cobra.Command {
 		ctx, stop := signalContext()
 		defer stop()
 		return withCPUProfile(o.cpuProfile, func() error {
-			rep, err := runBenchSend(ctx, cfg, o, g)
+			rep, err := runBenchSend(ctx, cfg, o, rates, shares, g)
 			if err != nil {
 				return err
 			}
@@ -71,8 +95,26 @@ func newBenchSendCmd(g *globals) *cobra.Command {
 	return c
 }
 
+// parseRates reads --rate: "auto", "0" or a list of positive rates.
+func parseRates(s string) (rates, shares []float64, err error) {
+	switch strings.TrimSpace(s) {
+	case "auto":
+		return nil, []float64{0.5, 0.8}, nil
+	case "0", "":
+		return nil, nil, nil
+	}
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || v < 1 {
+			return nil, nil, usagef("--rate: %q is not auto, 0 or a list of rates >= 1", s)
+		}
+		rates = append(rates, v)
+	}
+	return rates, nil, nil
+}
+
 // runBenchSend starts what the bench needs and runs bench.Send.
-func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, g *globals) (bench.SendReport, error) {
+func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, rates, shares []float64, g *globals) (bench.SendReport, error) {
 	var secret []byte
 	if o.addr == "" {
 		// a tenant of our own with a one-off secret; its database is kept
@@ -85,7 +127,7 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 		}
 	} else {
 		if len(cfg.Kafka.Brokers) == 0 {
-			return bench.SendReport{}, usagef("--addr needs kafka.brokers: the raw baseline must produce to the API's Kafka")
+			return bench.SendReport{}, usagef("--addr needs kafka.brokers: the reference send must produce to the API's Kafka")
 		}
 		for _, t := range cfg.Tenants {
 			if t.ID == o.tenant {
@@ -126,10 +168,11 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 		}
 	}
 	return bench.Send(ctx, bench.SendParams{
-		Concurrency: o.concurrency, Duration: o.duration, Warmup: o.warmup, Topics: o.topics, Rounds: o.rounds,
+		Concurrency: o.concurrency, Round: o.duration, Warmup: o.warmup, Topics: o.topics, Pairs: o.pairs,
+		BodyBytes: o.bodyBytes, Rates: rates, RateShares: shares, Peer: o.peer,
 		BaseURL: baseURL, Tenant: o.tenant, Secret: secret,
-		Redis: a.Redis(), Allocator: a.Allocator(), Flight: a.Flight(), Scripts: a.Scripts(),
-		Producer: send.ProducerOpts(conn, cfg.Kafka.Topic, cfg.Send.ProduceTimeout), Send: cfg.Send, HotCache: cfg.HotCache,
+		Redis: a.Redis(), Allocator: a.Allocator(),
+		Producer: send.ProducerOpts(conn, cfg.Kafka.Topic, cfg.Send.ProduceTimeout),
 		Progress: g.stderr,
 	})
 }
@@ -153,17 +196,63 @@ func prepareBenchTenant(ctx context.Context, a *app.App, tenant string) error {
 }
 
 func printBenchSend(w io.Writer, o *benchSendOptions, rep bench.SendReport) {
-	fmt.Fprintf(w, "send bench: concurrency=%d duration=%s topics=%d rounds=%d\n", o.concurrency, o.duration, o.topics, o.rounds)
+	fmt.Fprintf(w, "send bench: concurrency=%d duration=%s/side/round rounds=%d topics=%d body=%dB GOMAXPROCS=%d\n",
+		o.concurrency, o.duration, len(rep.Rounds), o.topics, o.bodyBytes, rep.GOMAXPROCS)
+	if o.peer != "" {
+		fmt.Fprintf(w, "peer: %s\n", o.peer)
+	}
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond)) }
+	opt := func(v float64, format string) string {
+		if v == 0 {
+			return "-"
+		}
+		return fmt.Sprintf(format, v)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "run\tmessages\terrors\trate/s\tp50\tp99")
-	for _, r := range []bench.SendResult{rep.HTTP, rep.Raw, rep.Alloc} {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\n", r.Name, r.Count, r.Errors, r.Rate(),
-			r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond))
+	fmt.Fprintln(tw, "round\tside\tsends\terrors\trate/s\tp50\tp99\tp99.9\tRedis µs/send\tRedis CPU µs/send\tallocs/send\tpeak RSS MiB")
+	row := func(label string, r bench.RoundResult) {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", label, r.Side, r.Sends, r.Errors, r.Rate,
+			ms(r.P50), ms(r.P99), opt(float64(r.P999)/1e6, "%.2fms"), opt(r.RedisUS, "%.1f"), opt(r.RedisCPUUS, "%.1f"),
+			opt(r.AllocsPerSend, "%.0f"), opt(float64(r.PeakRSS)/(1<<20), "%.0f"))
 	}
+	for i, round := range rep.Rounds {
+		for _, r := range round {
+			row(strconv.Itoa(i+1), r)
+		}
+	}
+	for _, side := range rep.Sides {
+		row("median", rep.Median(side))
+	}
+	row("-", rep.Alloc)
 	_ = tw.Flush()
-	verdict := "met"
-	if rep.Ratio() < 0.5 {
-		verdict = "MISSED"
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "MISSED"
 	}
-	fmt.Fprintf(w, "HTTP / raw pipeline = %.2f (bar >= 0.50: %s)\n", rep.Ratio(), verdict)
+	note := ""
+	if len(rep.Rounds) < minPairs {
+		note = fmt.Sprintf(" — only %d rounds: the bars need medians of %d", len(rep.Rounds), minPairs)
+	}
+	for _, ref := range rep.Sides[1:] {
+		rate, p99 := rep.Ratios(bench.SideHTTP, ref)
+		fmt.Fprintf(w, "HTTP / %s = rate %.2f (bar >= 0.80: %s), p99 %.2f (bar <= 1.50: %s)%s\n", ref, rate, verdict(rate >= 0.8), p99, verdict(p99 <= 1.5), note)
+	}
+	for _, side := range rep.Sides[:2] {
+		if n, ok := rep.RecordBytes[side]; ok {
+			fmt.Fprintf(w, "Redis memory per idempotency record, %s: %.0f B\n", side, n)
+		}
+	}
+	if len(rep.OpenLoop) > 0 {
+		fmt.Fprintln(w, "open loop (latency from each request's scheduled time):")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "offered/s\tside\tsends\terrors\tachieved/s\tp50\tp99\tp99.9")
+		for _, pair := range rep.OpenLoop {
+			for _, r := range pair {
+				fmt.Fprintf(tw, "%.0f\t%s\t%d\t%d\t%.0f\t%s\t%s\t%s\n", r.Offered, r.Side, r.Sends, r.Errors, r.Rate, ms(r.P50), ms(r.P99), ms(r.P999))
+			}
+		}
+		_ = tw.Flush()
+	}
 }

@@ -10,8 +10,8 @@ import (
 
 // Fenced is a Redis Function library of the operations whose master-only
 // state must be fenced by the server incarnation: the seq allocator (alloc,
-// seed, extend; invariants 1–3 in docs/invariants.md) and the send idempotency claim and
-// horizon. See fenced.lua. Its text carries the placeholder {{version}},
+// seed, extend; invariants 1–3 in docs/invariants.md), the send idempotency claim and
+// horizon, and the send path's two calls (send before the produce, sent after the ack). See fenced.lua. Its text carries the placeholder {{version}},
 // which routing fills with a hash of the text.
 //
 //go:embed fenced.lua
@@ -52,11 +52,6 @@ var RouteReplace string
 //go:embed idem_done.lua
 var IdemDone string
 
-// IdemEvent stores a claimed send's event before it is produced.
-//
-//go:embed idem_event.lua
-var IdemEvent string
-
 // IdemAck records a send's broker ack (or dedup-table hit) and its answer.
 //
 //go:embed idem_ack.lua
@@ -95,3 +90,9 @@ var MsgChange string
 //
 //go:embed hot_put.lua
 var HotPut string
+
+// BenchSend is the reference send's one call before the produce, for
+// `imshard bench send` (modules/bench): claim, allocation, pending mark.
+//
+//go:embed bench_send.lua
+var BenchSend string

@@ -1,5 +1,5 @@
 #!lua name=imshard_fenced_{{version}}
--- The fenced library: the seq allocator and the send idempotency claim, as a
+-- The fenced library: the seq allocator and the send path's calls, as a
 -- Redis Function library rather than EVAL scripts, because they keep one
 -- piece of state in the Lua VM itself — the server's run_id, read
 -- once per process. Topic counters are stamped with the run_id of the server
@@ -60,12 +60,12 @@ end
 --                            incarnation: seed it from MySQL
 --   {4, floor}               the reservation is used up: reserve above
 --                            floor, retry
-local function alloc(keys, args)
+local function alloc(keys, args, t)
   local active = redis.call('GET', keys[1])
   if not active then
     return {1}
   end
-  local t = redis.call('TIME')
+  t = t or redis.call('TIME')
   if args[1] == '1' then
     local now = utc_month(tonumber(t[1]))
     local cur = tonumber(active)
@@ -142,56 +142,6 @@ local function extend(keys, args)
   return cur
 end
 
--- idem_claim: claim the idempotency record of one send (topic, from_user,
--- client_msg_id).
---
--- KEYS[1] idempotency HASH: status (pending → acked → done, or failed),
---         event (the Kafka event JSON, set once seq and month are known),
---         resp (the 201 body, set after the broker ack), owner, claimed_at
--- KEYS[2] the tenant's idempotency horizon ("run_id:ms", see idem_since)
--- ARGV[1] owner token of this attempt
--- ARGV[2] TTL in milliseconds (send.idempotency_ttl)
--- ARGV[3] stale bound in milliseconds (send.produce_timeout)
---
--- Replies:
---   {1, trusted, horizon_set}   claimed: this attempt allocates; trusted = 1
---                               when the horizon has passed (no record here
---                               means no earlier send), horizon_set = 0 when
---                               this server incarnation has no horizon (Redis
---                               lost it, or it came from a snapshot or a
---                               full sync and may predate lost records)
---   {0, status, event, resp}    a record exists (event/resp may be nil)
---
--- A record without event and resp is a claim whose sender has not allocated
--- yet; once older than the stale bound its sender died between claim and
--- allocation (nothing was allocated), so the claim is taken over.
-local function idem_claim(keys, args)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local rec = redis.call('HMGET', keys[1], 'status', 'event', 'resp', 'claimed_at')
-  if rec[2] or rec[3] then
-    return {0, rec[1] or '', rec[2], rec[3]}
-  end
-  if rec[1] and now - tonumber(rec[4] or '0') < tonumber(args[3]) then
-    return {0, rec[1], false, false}
-  end
-  redis.call('DEL', keys[1])
-  redis.call('HSET', keys[1], 'status', 'pending', 'owner', args[1], 'claimed_at', now)
-  redis.call('PEXPIRE', keys[1], args[2])
-  local h = redis.call('GET', keys[2])
-  local stamp, since = nil, nil
-  if h then
-    stamp, since = string.match(h, '^(%w+):(%d+)$')
-  end
-  if stamp ~= incarnation() then
-    return {1, 0, 0}
-  end
-  if now >= tonumber(since) then
-    return {1, 1, 1}
-  end
-  return {1, 0, 1}
-end
-
 -- idem_since: set or lower the tenant's idempotency horizon: from this
 -- Redis-time ms on, a claim that finds no record is a new send without
 -- asking MySQL. Stamped with the server incarnation like the counters: a
@@ -214,8 +164,163 @@ local function idem_since(keys, args)
   return tonumber(args[1])
 end
 
+-- send: everything a send needs from Redis before its produce, in one call
+-- (docs/architecture.md, "The send path"): the membership check from the
+-- ACL cache, the idempotency claim, the allocation (as alloc) and the
+-- stored event, so a retry re-produces the same event. The steady state —
+-- membership cached, horizon trusted, reservation available, no month due —
+-- answers {0, …}; every other reply names the one thing the caller must do
+-- (read MySQL, activate, seed, reserve) before it calls again with the same
+-- owner token, which then continues its own claim.
+--
+-- KEYS[1] idempotency HASH: status (pending → acked → done, or failed),
+--         event (the Kafka event JSON without group_id, seq_id and
+--         shard_month: those are the fields gid, seq, month), resp (the 201
+--         body, only when MySQL answered a retry), owner and claimed_at
+--         (only while a claim waits for the caller's slow path)
+-- KEYS[2] the tenant's idempotency horizon ("run_id:ms", see idem_since)
+-- KEYS[3] ACL group cache (STRING "group_id|status" or "-")
+-- KEYS[4] ACL members cache (HASH user id → "role|muted_until_ms" or "-")
+-- KEYS[5..10] as alloc's KEYS[1..6]: active month, ready months, topic last
+--         seq, reserved high-water, pending seqs, counter stamp
+-- ARGV[1] owner token of this attempt
+-- ARGV[2] idempotency TTL ms (send.idempotency_ttl)
+-- ARGV[3] stale bound ms (send.produce_timeout)
+-- ARGV[4] sender's user id: check the membership in the ACL cache; "" when
+--         the caller has checked it against MySQL already (after a reply 8)
+-- ARGV[5] group id the caller's own check found (with ARGV[4] = "")
+-- ARGV[6] "1" when the caller asked MySQL for an earlier send (after a
+--         reply 9, or when its own claim's seq became a gap): no horizon
+--         check
+-- ARGV[7] "1" when shard.auto_advance is on; ARGV[8] low-water distance
+-- ARGV[9] the event JSON without allocation (message.Unallocated)
+--
+-- Replies (first element is the status):
+--   {0, seq, month, ask, gid}  allocated and the event stored; ask > 0 asks
+--        for a reservation ahead (as alloc's hw_or_0)
+--   {1} {2, month} {3} {4, floor}   alloc's slow paths; the claim is held
+--   {5, status, event, resp, gid, seq, month}   a record exists: a retry
+--   {6}  a live claim of another attempt: wait for it
+--   {7, reason}  the ACL refuses: nogroup, dissolved, notmember, muted
+--   {8}  the ACL cache has no answer: check MySQL, then call with ARGV[4] = ""
+--   {9, horizon_set}  claimed, but Redis alone cannot vouch that no earlier
+--        send exists: ask MySQL, then call with ARGV[6] = "1"
+--
+-- Room for later steps of the same call: a step that needs keys takes them
+-- after KEYS[10] and its arguments after ARGV[9], all with the tenant tag.
+local function send(keys, args)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local gid = args[5]
+  if args[4] ~= '' then
+    -- the decision acl.Membership makes in Go, on the cached facts
+    local g = redis.call('GET', keys[3])
+    local m = redis.call('HGET', keys[4], args[4])
+    if not g or not m then
+      return {8}
+    end
+    if g == '-' then
+      return {7, 'nogroup'}
+    end
+    local id, status = string.match(g, '^(%d+)|(.*)$')
+    if not id then
+      return {8}
+    end
+    if status == 'dissolved' then
+      return {7, 'dissolved'}
+    end
+    if m == '-' then
+      return {7, 'notmember'}
+    end
+    local role, muted = string.match(m, '^(.*)|(%d+)$')
+    if not role then
+      return {8}
+    end
+    if tonumber(muted) > now or (status == 'muted' and role ~= 'admin' and role ~= 'owner') then
+      return {7, 'muted'}
+    end
+    gid = id
+  end
+  local rec = redis.call('HMGET', keys[1], 'status', 'event', 'resp', 'claimed_at', 'owner', 'gid', 'seq', 'month')
+  if rec[2] or rec[3] then
+    return {5, rec[1] or '', rec[2], rec[3], rec[6], rec[7], rec[8]}
+  end
+  if rec[1] and rec[5] ~= args[1] and now - tonumber(rec[4] or '0') < tonumber(args[3]) then
+    return {6}
+  end
+  local function hold()
+    if rec[5] ~= args[1] then
+      redis.call('DEL', keys[1])
+      redis.call('HSET', keys[1], 'status', 'pending', 'owner', args[1], 'claimed_at', now)
+      redis.call('PEXPIRE', keys[1], args[2])
+    end
+  end
+  if args[6] ~= '1' then
+    local h = redis.call('GET', keys[2])
+    local stamp, since = nil, nil
+    if h then
+      stamp, since = string.match(h, '^(%w+):(%d+)$')
+    end
+    if stamp ~= incarnation() then
+      hold()
+      return {9, 0}
+    end
+    if now < tonumber(since) then
+      hold()
+      return {9, 1}
+    end
+  end
+  local a = alloc({keys[5], keys[6], keys[7], keys[8], keys[9], keys[10]}, {args[7], args[8]}, t)
+  if a[1] ~= 0 then
+    hold()
+    return a
+  end
+  if rec[1] then
+    redis.call('DEL', keys[1])
+  end
+  redis.call('HSET', keys[1], 'status', 'pending', 'event', args[9], 'gid', gid, 'seq', a[2], 'month', a[3])
+  redis.call('PEXPIRE', keys[1], args[2])
+  return {0, a[2], a[3], a[4], gid}
+end
+
+-- sent: everything after the broker's ack, in one call (the realtime
+-- publish rides in the same pipeline): the record acked, the seq no longer
+-- timing out into a gap, the message in the hot cache.
+--
+-- KEYS[1] idempotency HASH, KEYS[2] topic pending seqs, KEYS[3] hot cache
+-- ARGV[1] seq, ARGV[2] idempotency TTL ms
+-- ARGV[3] the stored event (as send's ARGV[9]), ARGV[4] group id,
+--         ARGV[5] month: the record is written again if it was lost since
+--         (a flush, a failover), so a retry still finds the event
+-- ARGV[6] hot-cache member ("" = no hot cache), ARGV[7] hot-cache TTL ms,
+-- ARGV[8] hot-cache size per topic
+--
+-- 'done' (set by persist after its commit) is never downgraded: the ack can
+-- reach the sender after the consumer has already stored the message. A seq
+-- no longer pending (persisted already, or a gap) is left alone.
+local function sent(keys, args)
+  local st = redis.call('HGET', keys[1], 'status')
+  if not st then
+    redis.call('HSET', keys[1], 'status', 'acked', 'event', args[3], 'gid', args[4], 'seq', args[1], 'month', args[5])
+    redis.call('PEXPIRE', keys[1], args[2])
+  elseif st ~= 'done' then
+    redis.call('HSET', keys[1], 'status', 'acked')
+  end
+  if redis.call('ZCOUNT', keys[2], args[1], args[1]) > 0 then
+    redis.call('ZREMRANGEBYSCORE', keys[2], args[1], args[1])
+    redis.call('ZADD', keys[2], args[1], args[1] .. ':a')
+  end
+  if args[6] ~= '' then
+    redis.call('ZADD', keys[3], args[1], args[6])
+    redis.call('PEXPIRE', keys[3], args[7])
+    redis.call('ZREMRANGEBYRANK', keys[3], 0, -tonumber(args[8]) - 1)
+  end
+  return 1
+end
+
 redis.register_function('imshard_alloc_{{version}}', alloc)
 redis.register_function('imshard_seed_{{version}}', seed)
 redis.register_function('imshard_extend_{{version}}', extend)
-redis.register_function('imshard_idem_claim_{{version}}', idem_claim)
 redis.register_function('imshard_idem_since_{{version}}', idem_since)
+redis.register_function('imshard_send_{{version}}', send)
+redis.register_function('imshard_sent_{{version}}', sent)

@@ -153,7 +153,8 @@ func TestSendIdempotentRetry(t *testing.T) {
 
 	first := e.mustSend(user, "room", sendBody("m1", "hello"))
 	retry("m1", first)
-	if rec := e.idemRecord("room", 1, "m1"); rec["status"] != "acked" || rec["event"] == "" || rec["resp"] == "" {
+	if rec := e.idemRecord("room", 1, "m1"); rec["status"] != "acked" || rec["event"] == "" ||
+		rec["seq"] != strconv.FormatInt(first.Seq, 10) || rec["month"] != first.ShardMonth || rec["gid"] != "7" {
 		t.Fatalf("idempotency record = %v", rec)
 	}
 
@@ -697,17 +698,24 @@ func TestSendHotCacheAndRealtime(t *testing.T) {
 	}
 }
 
-// `imshard bench send` runs end to end (figures are not asserted: they
-// belong to docs/performance.md) and rejects bad usage with exit 2.
+// `imshard bench send` runs end to end — the rounds of the HTTP send, the
+// reference send and a peer command, the open loop — and rejects bad usage
+// with exit 2 (figures are not asserted: they belong to docs/performance.md).
 func TestSendBenchCommand(t *testing.T) {
 	tenant := testenv.NewTenant(t)
 	cfg := tenantConfig(t, tenant, "")
+	peer := `echo "minimal HTTP send: 1000 ok, 0 failed, 2000/s, p50 1.5ms, p99 4ms"`
 	code, out := runCLI(t, nil, "--config", cfg, "bench", "send", "--tenant", tenant,
-		"--concurrency=2", "--duration=1s", "--warmup=0s", "--topics=2", "--rounds=2")
-	if code != 0 || !strings.Contains(out, "HTTP / raw pipeline = ") || !strings.Contains(out, "raw allocation (FCALL)") {
-		t.Fatalf("bench send: exit %d\n%s", code, out)
+		"--concurrency=2", "--duration=500ms", "--warmup=0s", "--topics=2", "--pairs=2", "--rate=50", "--peer", peer)
+	for _, want := range []string{"HTTP / reference send = rate ", "HTTP / peer (--peer) = rate ", "raw allocation (FCALL)",
+		"only 2 rounds", "Redis memory per idempotency record, HTTP send", "open loop", "median"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("bench send: exit %d, want %q in\n%s", code, want, out)
+		}
 	}
-	if code, out := runCLI(t, nil, "--config", cfg, "bench", "send", "--concurrency=0"); code != 2 {
-		t.Fatalf("bench send --concurrency=0: exit %d, want 2\n%s", code, out)
+	for _, bad := range [][]string{{"--concurrency=0"}, {"--rate=fast"}, {"--pairs=0"}} {
+		if code, out := runCLI(t, nil, append([]string{"--config", cfg, "bench", "send"}, bad...)...); code != 2 {
+			t.Fatalf("bench send %v: exit %d, want 2\n%s", bad, code, out)
+		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,81 +18,166 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/httpapi"
-	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// SendParams drive `imshard bench send`: HTTP sends against a running API,
-// and beside them the raw limit of the same work on the same services.
+// SendParams drive `imshard bench send`: the product's HTTP send beside a
+// reference send — the simplest correct send, written here from plain Redis
+// and Kafka client calls — and optionally an outside peer command, in
+// paired, alternating rounds with the same clients, body and GOMAXPROCS.
 type SendParams struct {
 	Concurrency int
-	Duration    time.Duration
-	Warmup      time.Duration
+	Round       time.Duration // measured time of each side in each round
+	Warmup      time.Duration // unmeasured time of each side before the first round
 	Topics      int
-	Rounds      int // HTTP and raw alternate in this many slices of Duration
+	Pairs       int // rounds; each runs every side once, the first side rotating
+	BodyBytes   int // length of the message text
+	// open-loop arrival rates (per second); RateShares are fractions of the
+	// median closed-loop HTTP rate, used when Rates is empty
+	Rates      []float64
+	RateShares []float64
+	Peer       string // shell command printing the peer's line; "" = none
 
 	BaseURL string // the API
 	Tenant  string
 	Secret  []byte
 
-	// the services the API uses, for the raw baseline
 	Redis     rueidis.Client
-	Allocator *routing.Allocator
-	Flight    *routing.Flight
-	Scripts   *routing.Scripts
-	Producer  []kgo.Opt // the send role's producer options (send.ProducerOpts)
-	Send      config.Send
-	HotCache  config.HotCache
+	Allocator *routing.Allocator // the raw allocation figure
+	Producer  []kgo.Opt          // the reference's producer: the send path's settings (send.ProducerOpts)
 
 	Progress io.Writer // one line per phase
 }
 
-// SendResult is one measured run.
-type SendResult struct {
-	Name     string
-	Count    int64
-	Errors   int64
-	Elapsed  time.Duration
-	P50, P99 time.Duration
+// Sides of the comparison.
+const (
+	SideHTTP      = "HTTP send (end to end)"
+	SideReference = "reference send"
+	SidePeer      = "peer (--peer)"
+)
+
+// Redis commands each side sends per message at the top level (the
+// commands a script runs are counted by INFO commandstats too, and their
+// time is inside the script's): the weights of the Redis µs per send.
+var topLevel = map[string]map[string]float64{
+	SideHTTP:      {"fcall": 2, "spublish": 1},
+	SideReference: {"evalsha": 1, "hset": 1, "zrem": 1, "zadd": 1, "pexpire": 1, "spublish": 1},
+	SidePeer:      {"evalsha": 1, "hset": 1, "zrem": 1, "zadd": 1, "pexpire": 1, "publish": 1},
 }
 
-// Rate is completed operations per second.
-func (r SendResult) Rate() float64 { return float64(r.Count) / r.Elapsed.Seconds() }
+// RoundResult is one side's figures in one round (or one open-loop run).
+type RoundResult struct {
+	Side           string
+	Sends, Errors  int64
+	Elapsed        time.Duration
+	P50, P99, P999 time.Duration
+	RedisUS        float64 // Redis command µs per send (INFO commandstats deltas, top-level commands)
+	RedisCPUUS     float64 // Redis server CPU µs per send (INFO cpu deltas, whole server), 0 = unknown
+	AllocsPerSend  float64 // heap allocations per send in this process (client included), 0 = unknown
+	PeakRSS        int64   // peak RSS of this process during the round, bytes, 0 = unknown
+	Rate           float64 // sends per second
+	FirstErr       error
+	Offered        float64 // open loop: the arrival rate
+}
 
 // SendReport is the whole comparison.
 type SendReport struct {
-	HTTP, Raw, Alloc SendResult
+	Sides       []string
+	Rounds      [][]RoundResult // per round, in Sides order
+	Alloc       RoundResult
+	OpenLoop    [][]RoundResult // per rate: HTTP, reference
+	RecordBytes map[string]float64
+	GOMAXPROCS  int
 }
 
-// Ratio is the HTTP rate over the raw pipeline's (the bar is 0.5).
-func (r SendReport) Ratio() float64 { return r.HTTP.Rate() / r.Raw.Rate() }
+// Median is the median of each figure of side over the rounds.
+func (r SendReport) Median(side string) RoundResult {
+	i := slices.Index(r.Sides, side)
+	out := RoundResult{Side: side}
+	if i < 0 || len(r.Rounds) == 0 {
+		return out
+	}
+	col := func(f func(RoundResult) float64) float64 {
+		v := make([]float64, len(r.Rounds))
+		for k, round := range r.Rounds {
+			v[k] = f(round[i])
+		}
+		return median(v)
+	}
+	dur := func(f func(RoundResult) time.Duration) time.Duration {
+		return time.Duration(col(func(x RoundResult) float64 { return float64(f(x)) }))
+	}
+	out.Rate = col(func(x RoundResult) float64 { return x.Rate })
+	out.P50 = dur(func(x RoundResult) time.Duration { return x.P50 })
+	out.P99 = dur(func(x RoundResult) time.Duration { return x.P99 })
+	out.P999 = dur(func(x RoundResult) time.Duration { return x.P999 })
+	out.RedisUS = col(func(x RoundResult) float64 { return x.RedisUS })
+	out.RedisCPUUS = col(func(x RoundResult) float64 { return x.RedisCPUUS })
+	out.AllocsPerSend = col(func(x RoundResult) float64 { return x.AllocsPerSend })
+	out.PeakRSS = int64(col(func(x RoundResult) float64 { return float64(x.PeakRSS) }))
+	for _, round := range r.Rounds {
+		out.Sends += round[i].Sends
+		out.Errors += round[i].Errors
+	}
+	return out
+}
+
+// Ratios are the medians over the rounds of side's rate and p99 divided by
+// ref's in the same round.
+func (r SendReport) Ratios(side, ref string) (rate, p99 float64) {
+	i, j := slices.Index(r.Sides, side), slices.Index(r.Sides, ref)
+	if i < 0 || j < 0 || len(r.Rounds) == 0 {
+		return 0, 0
+	}
+	rates, p99s := make([]float64, len(r.Rounds)), make([]float64, len(r.Rounds))
+	for k, round := range r.Rounds {
+		rates[k] = round[i].Rate / round[j].Rate
+		p99s[k] = float64(round[i].P99) / float64(round[j].P99)
+	}
+	return median(rates), median(p99s)
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
 
 // benchMembers is how many users each benchmark topic has; client k sends
-// as user k mod benchMembers.
+// as user k mod benchMembers + 1.
 const benchMembers = 16
 
-// Send prepares the groups, then runs the raw allocation, the raw pipeline
-// and the HTTP sends, each for p.Duration after p.Warmup.
+// recordSamples is how many idempotency records of each side are weighed.
+const recordSamples = 200
+
+// Send prepares the groups, measures the raw allocation, then runs the
+// rounds and the open-loop runs.
 func Send(ctx context.Context, p SendParams) (SendReport, error) {
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
-	httpTopics, rawTopics, allocTopics := make([]string, p.Topics), make([]string, p.Topics), make([]string, p.Topics)
+	httpTopics, allocTopics := make([]string, p.Topics), make([]string, p.Topics)
 	for i := range p.Topics {
 		httpTopics[i] = fmt.Sprintf("bench-%s-%d", run, i)
-		rawTopics[i] = fmt.Sprintf("raw-%s-%d", run, i)
 		allocTopics[i] = fmt.Sprintf("alloc-%s-%d", run, i)
 	}
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: p.Concurrency * 2, MaxIdleConnsPerHost: p.Concurrency * 2}}
+	conns := max(p.Concurrency, openLoopWorkers)
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: conns, MaxIdleConnsPerHost: conns}}
 	b := &sendBench{p: p, hc: hc, run: run}
 	progress := func(format string, args ...any) {
 		if p.Progress != nil {
 			fmt.Fprintf(p.Progress, format+"\n", args...)
 		}
 	}
+	rep := SendReport{GOMAXPROCS: runtime.GOMAXPROCS(0), RecordBytes: map[string]float64{}}
 	progress("preparing %d groups of %d members", p.Topics, benchMembers)
 	if err := b.setup(ctx, httpTopics); err != nil {
-		return SendReport{}, err
+		return rep, err
 	}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -99,17 +186,16 @@ func Send(ctx context.Context, p SendParams) (SendReport, error) {
 			progress("cleanup of the run's Redis keys failed: %v", err)
 		}
 	}()
-	var rep SendReport
-	var err error
-	progress("raw allocation FCALL, %d clients, %s", p.Concurrency, p.Duration)
-	alloc := func(ctx context.Context, w int, n int64) error {
+
+	progress("raw allocation FCALL, %d clients, %s", p.Concurrency, p.Round)
+	alloc := func(ctx context.Context, _ int, n int64) error {
 		_, err := p.Allocator.Allocate(ctx, p.Tenant, allocTopics[n%int64(len(allocTopics))])
 		return err
 	}
 	if _, err := b.loop(ctx, p.Warmup, alloc); err != nil {
 		return rep, err
 	}
-	s, err := b.loop(ctx, p.Duration, alloc)
+	s, err := b.loop(ctx, p.Round, alloc)
 	if err != nil {
 		return rep, err
 	}
@@ -117,53 +203,115 @@ func Send(ctx context.Context, p SendParams) (SendReport, error) {
 		return rep, err
 	}
 
-	raw, err := newRawPipeline(p)
+	ref, err := startReference(p, run, p.Topics)
 	if err != nil {
 		return rep, err
 	}
-	defer raw.close()
+	defer ref.close()
 	tokens := make([]string, benchMembers)
 	for u := range tokens {
 		if tokens[u], err = httpapi.Sign(p.Secret, p.Tenant, int64(u+1), "", 24*time.Hour); err != nil {
 			return rep, err
 		}
 	}
-	runs := [2]struct {
-		name string
-		op   func(ctx context.Context, w int, n int64) error
-		s    sample
-	}{
-		{name: "raw pipeline (Redis + Kafka)", op: func(ctx context.Context, w int, n int64) error {
-			return raw.send(ctx, rawTopics[n%int64(len(rawTopics))], int64(w%benchMembers+1), b.run+"-"+strconv.FormatInt(n, 10))
-		}},
-		{name: "HTTP send (end to end)", op: func(ctx context.Context, w int, n int64) error {
-			return b.post(ctx, tokens[w%benchMembers], httpTopics[n%int64(len(httpTopics))], b.run+"-"+strconv.FormatInt(n, 10))
-		}},
-	}
-	rounds := max(p.Rounds, 1)
-	progress("raw pipeline and HTTP sends alternating in %d rounds, %d clients, %s each", rounds, p.Concurrency, p.Duration)
-	for i := range runs {
-		if _, err := b.loop(ctx, p.Warmup, runs[i].op); err != nil {
-			return rep, fmt.Errorf("%s: %w", runs[i].name, err)
+	text := strings.Repeat("x", max(p.BodyBytes, 1))
+	var sampleMu sync.Mutex
+	samples := map[string][]string{}
+	keep := func(side, key string) {
+		sampleMu.Lock()
+		if len(samples[side]) < recordSamples {
+			samples[side] = append(samples[side], key)
 		}
+		sampleMu.Unlock()
 	}
-	// alternating slices, starting with each side in turn, so that load
-	// from elsewhere on a shared machine falls on both alike
-	for r := range rounds {
-		for j := range runs {
-			k := (r + j) % len(runs)
-			s, err := b.loop(ctx, p.Duration/time.Duration(rounds), runs[k].op)
-			if err != nil {
-				return rep, fmt.Errorf("%s: %w", runs[k].name, err)
+	httpKeys, _ := routing.KeysFor(p.Tenant)
+	ops := map[string]func(ctx context.Context, w int, n int64) error{
+		SideHTTP: func(ctx context.Context, w int, n int64) error {
+			uid, topic, cmid := w%benchMembers+1, n%int64(p.Topics), run+"-"+strconv.FormatInt(n, 10)
+			err := b.post(ctx, b.p.BaseURL, tokens[uid-1], httpTopics[topic], cmid, text)
+			if err == nil {
+				keep(SideHTTP, httpKeys.Idempotency(httpTopics[topic], int64(uid), cmid))
 			}
-			runs[k].s.add(s)
+			return err
+		},
+		SideReference: func(ctx context.Context, w int, n int64) error {
+			uid, topic, cmid := w%benchMembers+1, n%int64(p.Topics), run+"-"+strconv.FormatInt(n, 10)
+			err := b.post(ctx, ref.url, tokens[uid-1], ref.topics[topic], cmid, text)
+			if err == nil {
+				keep(SideReference, ref.idemKey(ref.topics[topic], int64(uid), cmid))
+			}
+			return err
+		},
+	}
+	rep.Sides = []string{SideHTTP, SideReference}
+	if p.Peer != "" {
+		rep.Sides = append(rep.Sides, SidePeer)
+	}
+	for _, side := range rep.Sides[:2] {
+		progress("warm-up: %s, %s", side, p.Warmup)
+		if _, err := b.loop(ctx, p.Warmup, ops[side]); err != nil {
+			return rep, fmt.Errorf("%s: %w", side, err)
 		}
 	}
-	if rep.Raw, err = runs[0].s.result(runs[0].name); err != nil {
-		return rep, err
+	pairs := max(p.Pairs, 1)
+	progress("%d rounds of %s, %d clients, %s per side and round", pairs, strings.Join(rep.Sides, " / "), p.Concurrency, p.Round)
+	for r := range pairs {
+		round := make([]RoundResult, len(rep.Sides))
+		// the first side rotates, so that load from elsewhere on a shared
+		// machine and any drift within a round fall on every side alike
+		for j := range rep.Sides {
+			k := (r + j) % len(rep.Sides)
+			side := rep.Sides[k]
+			var res RoundResult
+			var err error
+			if side == SidePeer {
+				res, err = b.peerRound(ctx)
+			} else {
+				res, err = b.measure(ctx, side, func(ctx context.Context) (sample, error) {
+					return b.loop(ctx, p.Round, ops[side])
+				})
+			}
+			if err != nil {
+				return rep, fmt.Errorf("round %d, %s: %w", r+1, side, err)
+			}
+			round[k] = res
+			progress("round %d: %-24s %8.0f/s  p50 %-9s p99 %-9s errors %d", r+1, side, res.Rate,
+				res.P50.Round(10*time.Microsecond), res.P99.Round(10*time.Microsecond), res.Errors)
+		}
+		rep.Rounds = append(rep.Rounds, round)
 	}
-	rep.HTTP, err = runs[1].s.result(runs[1].name)
-	return rep, err
+	for side, keys := range samples {
+		if n, err := b.recordBytes(ctx, keys); err == nil {
+			rep.RecordBytes[side] = n
+		}
+	}
+
+	rates := p.Rates
+	if len(rates) == 0 {
+		peak := rep.Median(SideHTTP).Rate
+		for _, share := range p.RateShares {
+			rates = append(rates, share*peak)
+		}
+	}
+	for _, rate := range rates {
+		if rate < 1 {
+			continue
+		}
+		var pair []RoundResult
+		for _, side := range rep.Sides[:2] {
+			progress("open loop: %s at %.0f/s, %s", side, rate, p.Round)
+			res, err := b.measure(ctx, side, func(ctx context.Context) (sample, error) {
+				return b.openLoop(ctx, p.Round, rate, ops[side])
+			})
+			if err != nil {
+				return rep, fmt.Errorf("open loop %s at %.0f/s: %w", side, rate, err)
+			}
+			res.Offered = rate
+			pair = append(pair, res)
+		}
+		rep.OpenLoop = append(rep.OpenLoop, pair)
+	}
+	return rep, nil
 }
 
 type sendBench struct {
@@ -173,15 +321,8 @@ type sendBench struct {
 	ops atomic.Int64 // numbers every operation: unique client_msg_ids
 }
 
-func (b *sendBench) do(ctx context.Context, method, path, token string, body any, want int) error {
-	raw, ok := body.([]byte)
-	if !ok {
-		var err error
-		if raw, err = json.Marshal(body); err != nil {
-			return err
-		}
-	}
-	req, err := http.NewRequestWithContext(ctx, method, b.p.BaseURL+path, bytes.NewReader(raw))
+func (b *sendBench) do(ctx context.Context, base, method, path, token string, body []byte, want int) error {
+	req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -205,54 +346,89 @@ func (b *sendBench) setup(ctx context.Context, topics []string) error {
 		return err
 	}
 	for i, t := range topics {
-		if err := b.do(ctx, "PUT", "/v1/topics/"+t, svc, map[string]any{"group_id": i + 1, "status": "active"}, http.StatusOK); err != nil {
+		body, _ := json.Marshal(map[string]any{"group_id": i + 1, "status": "active"})
+		if err := b.do(ctx, b.p.BaseURL, "PUT", "/v1/topics/"+t, svc, body, http.StatusOK); err != nil {
 			return err
 		}
 		for u := 1; u <= benchMembers; u++ {
-			if err := b.do(ctx, "PUT", fmt.Sprintf("/v1/topics/%s/members/%d", t, u), svc, map[string]any{"role": "member"}, http.StatusOK); err != nil {
+			if err := b.do(ctx, b.p.BaseURL, "PUT", fmt.Sprintf("/v1/topics/%s/members/%d", t, u), svc, []byte(`{"role":"member"}`), http.StatusOK); err != nil {
 				return err
 			}
 		}
 	}
-	return nil
+	// one send of every member to every topic: the steady state the rounds
+	// measure has the membership cached (a member's first send after a
+	// change, or after acl_cache_ttl, reads MySQL once)
+	next := atomic.Int64{}
+	errs := make(chan error, b.p.Concurrency)
+	for range b.p.Concurrency {
+		go func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(topics)*benchMembers) || ctx.Err() != nil {
+					errs <- ctx.Err()
+					return
+				}
+				tok, err := httpapi.Sign(b.p.Secret, b.p.Tenant, i%benchMembers+1, "", time.Hour)
+				if err == nil {
+					err = b.post(ctx, b.p.BaseURL, tok, topics[i/benchMembers], b.run+"-prime-"+strconv.FormatInt(i, 10), "prime")
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var first error
+	for range b.p.Concurrency {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
-// cleanup unlinks every Redis key of this run (each carries a topic with
-// the run id), so a shared Redis does not keep a benchmark's idempotency
-// records and caches for a day.
+// cleanup unlinks every Redis key of this run (each carries the run id), so
+// a shared Redis does not keep a benchmark's idempotency records and caches
+// for a day.
 func (b *sendBench) cleanup(ctx context.Context) error {
 	keys, err := routing.KeysFor(b.p.Tenant)
 	if err != nil {
 		return err
 	}
 	rdb := b.p.Redis
-	var cursor uint64
-	for {
-		e, err := rdb.Do(ctx, rdb.B().Scan().Cursor(cursor).Match(keys.TenantPattern()).Count(1000).Build()).AsScanEntry()
-		if err != nil {
-			return err
-		}
-		var del []string
-		for _, k := range e.Elements {
-			if strings.Contains(k, b.run) {
-				del = append(del, k)
-			}
-		}
-		if len(del) > 0 {
-			if err := rdb.Do(ctx, rdb.B().Unlink().Key(del...).Build()).Error(); err != nil {
+	for _, node := range rdb.Nodes() {
+		var cursor uint64
+		for {
+			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(keys.TenantPattern()).Count(1000).Build()).AsScanEntry()
+			if err != nil {
 				return err
 			}
-		}
-		if cursor = e.Cursor; cursor == 0 {
-			return nil
+			var del []string
+			for _, k := range e.Elements {
+				if strings.Contains(k, b.run) {
+					del = append(del, k)
+				}
+			}
+			if len(del) > 0 {
+				if err := rdb.Do(ctx, rdb.B().Unlink().Key(del...).Build()).Error(); err != nil {
+					return err
+				}
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
 		}
 	}
+	return nil
 }
 
-func (b *sendBench) post(ctx context.Context, token, topic, clientMsgID string) error {
-	// ids and topics are plain ASCII: the body needs no encoder
-	body := `{"client_msg_id":"` + clientMsgID + `","msg_type":"text","content":{"text":"bench message ` + clientMsgID + `"}}`
-	return b.do(ctx, "POST", "/v1/topics/"+topic+"/messages", token, []byte(body), http.StatusCreated)
+// post sends one message; ids, topics and the text are plain ASCII, so the
+// body needs no encoder.
+func (b *sendBench) post(ctx context.Context, base, token, topic, clientMsgID, text string) error {
+	body := `{"client_msg_id":"` + clientMsgID + `","msg_type":"text","content":{"text":"` + text + `"}}`
+	return b.do(ctx, base, "POST", "/v1/topics/"+topic+"/messages", token, []byte(body), http.StatusCreated)
 }
 
 // sample is what one or more timed loops measured.
@@ -263,26 +439,57 @@ type sample struct {
 	firstErr error
 }
 
-func (s *sample) add(o sample) {
-	s.lats = append(s.lats, o.lats...)
-	s.errs += o.errs
-	s.elapsed += o.elapsed
-	if s.firstErr == nil {
-		s.firstErr = o.firstErr
-	}
-}
-
-func (s sample) result(name string) (SendResult, error) {
+func (s sample) result(name string) (RoundResult, error) {
 	if len(s.lats) == 0 {
-		return SendResult{}, fmt.Errorf("bench: %s: nothing succeeded: %v", name, s.firstErr)
+		return RoundResult{}, fmt.Errorf("bench: %s: nothing succeeded: %v", name, s.firstErr)
 	}
-	r := SendResult{Name: name, Count: int64(len(s.lats)), Errors: s.errs, Elapsed: s.elapsed}
-	r.P50, r.P99 = percentiles(s.lats)
+	r := RoundResult{Side: name, Sends: int64(len(s.lats)), Errors: s.errs, Elapsed: s.elapsed, FirstErr: s.firstErr,
+		Rate: float64(len(s.lats)) / s.elapsed.Seconds()}
+	slices.Sort(s.lats)
+	r.P50, r.P99, r.P999 = quantile(s.lats, 0.5), quantile(s.lats, 0.99), quantile(s.lats, 0.999)
 	return r, nil
 }
 
-// loop runs op from p.Concurrency goroutines until d has passed; n numbers
-// every operation of the bench uniquely.
+// quantile of sorted durations (nearest rank).
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(float64(len(sorted))*q))]
+}
+
+// measure runs one side's timed run with the process and Redis figures
+// around it.
+func (b *sendBench) measure(ctx context.Context, side string, fn func(context.Context) (sample, error)) (RoundResult, error) {
+	before, err := readRedisStats(ctx, b.p.Redis)
+	if err != nil {
+		return RoundResult{}, err
+	}
+	resetPeakRSS()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	s, err := fn(ctx)
+	if err != nil {
+		return RoundResult{}, err
+	}
+	runtime.ReadMemStats(&m1)
+	res, err := s.result(side)
+	if err != nil {
+		return res, err
+	}
+	res.PeakRSS = peakRSS()
+	res.AllocsPerSend = float64(m1.Mallocs-m0.Mallocs) / float64(res.Sends)
+	after, err := readRedisStats(ctx, b.p.Redis)
+	if err != nil {
+		return res, err
+	}
+	res.RedisUS, res.RedisCPUUS = after.perSend(before, topLevel[side], res.Sends)
+	return res, nil
+}
+
+// loop runs op from p.Concurrency goroutines until d has passed (closed
+// loop: each client sends its next message when the last one is answered);
+// n numbers every operation of the bench uniquely.
 func (b *sendBench) loop(ctx context.Context, d time.Duration, op func(ctx context.Context, w int, n int64) error) (sample, error) {
 	workers := b.p.Concurrency
 	lat := make([][]time.Duration, workers)
@@ -314,6 +521,10 @@ func (b *sendBench) loop(ctx context.Context, d time.Duration, op func(ctx conte
 		}()
 	}
 	wg.Wait()
+	return collect(ctx, start, lat, &errs, firstErrs)
+}
+
+func collect(ctx context.Context, start time.Time, lat [][]time.Duration, errs *atomic.Int64, firstErrs []error) (sample, error) {
 	if err := ctx.Err(); err != nil {
 		return sample{}, err
 	}
@@ -329,89 +540,57 @@ func (b *sendBench) loop(ctx context.Context, d time.Duration, op func(ctx conte
 	return out, nil
 }
 
-// rawPipeline issues, per message, the Redis commands and the Kafka produce
-// of a send, with the same settings, directly: no HTTP, no JSON request, no
-// JWT, no ACL decision — the limit the HTTP path is measured against.
-type rawPipeline struct {
-	p     SendParams
-	keys  routing.Keys
-	cl    *kgo.Client
-	ttl   string
-	stale string
-}
+// openLoopWorkers bounds the requests an open-loop run has in flight; an
+// arrival that finds them all busy waits, and its wait counts.
+const openLoopWorkers = 512
 
-func newRawPipeline(p SendParams) (*rawPipeline, error) {
-	keys, err := routing.KeysFor(p.Tenant)
-	if err != nil {
-		return nil, err
-	}
-	cl, err := kgo.NewClient(p.Producer...)
-	if err != nil {
-		return nil, err
-	}
-	return &rawPipeline{p: p, keys: keys, cl: cl,
-		ttl: strconv.FormatInt(p.Send.IdempotencyTTL.Milliseconds(), 10), stale: strconv.FormatInt(p.Send.ProduceTimeout.Milliseconds(), 10)}, nil
-}
-
-func (r *rawPipeline) close() { r.cl.Close() }
-
-func (r *rawPipeline) send(ctx context.Context, topic string, uid int64, clientMsgID string) error {
-	rdb, sc, k := r.p.Redis, r.p.Scripts, r.keys
-	// ACL cache read
-	for _, res := range rdb.DoMulti(ctx, rdb.B().Get().Key(k.Group(topic)).Build(),
-		rdb.B().Hget().Key(k.Members(topic)).Field(strconv.FormatInt(uid, 10)).Build()) {
-		if err := res.Error(); err != nil && !rueidis.IsRedisNil(err) {
-			return err
-		}
-	}
-	// idempotency claim
-	idem := k.Idempotency(topic, uid, clientMsgID)
-	if err := sc.Fenced.IdemClaim(ctx, rdb, []string{idem, k.IdemSince()}, []string{"raw", r.ttl, r.stale}).Error(); err != nil {
-		return err
-	}
-	// allocation
-	al, err := r.p.Allocator.Allocate(ctx, r.p.Tenant, topic)
-	if err != nil {
-		return err
-	}
-	ev := &message.Event{V: message.EventVersion, EventID: clientMsgID, Tenant: r.p.Tenant, Topic: topic, GroupID: 1,
-		SeqID: al.Seq, ShardMonth: al.Month.String(), MessageID: message.ID(al.Seq), FromUser: message.ID(uid),
-		ClientMsgID: clientMsgID, MsgType: "text", Content: json.RawMessage(`{"text":"bench message ` + clientMsgID + `"}`),
-		CreatedAt: message.NewTime(time.Now())}
-	raw, _ := json.Marshal(ev)
-	// the event stored in the idempotency record
-	if err := sc.IdemEvent.Exec(ctx, rdb, []string{idem}, []string{"raw", string(raw), r.ttl}).Error(); err != nil {
-		return err
-	}
-	// produce, wait for the ack
-	done := make(chan error, 1)
-	r.cl.Produce(ctx, &kgo.Record{Key: ev.Key(), Value: raw}, func(_ *kgo.Record, err error) { done <- err })
-	if err := <-done; err != nil {
-		return err
-	}
-	// after the ack: pending ack, idempotency ack, hot cache, publish
+// openLoop sends at a fixed arrival rate for d, whatever the answers take
+// (open loop), and measures each latency from the request's scheduled
+// time, so that a stall delays every arrival behind it in the figures
+// instead of pausing the clock.
+func (b *sendBench) openLoop(ctx context.Context, d time.Duration, rate float64, op func(ctx context.Context, w int, n int64) error) (sample, error) {
+	total := int(rate * d.Seconds())
+	interval := time.Duration(float64(time.Second) / rate)
+	due := make(chan time.Time, total)
+	workers := min(openLoopWorkers, max(total, 1))
+	lat := make([][]time.Duration, workers)
+	firstErrs := make([]error, workers)
+	var errs atomic.Int64
+	start := time.Now()
 	var wg sync.WaitGroup
-	var ackErr, idemErr error
-	wg.Add(2)
-	go func() { defer wg.Done(); ackErr = r.p.Flight.MarkAcked(ctx, r.p.Tenant, topic, al.Seq) }()
-	go func() {
-		defer wg.Done()
-		idemErr = sc.IdemAck.Exec(ctx, rdb, []string{idem}, []string{"acked", string(raw), string(raw), r.ttl}).Error()
-	}()
-	msg, _ := json.Marshal(message.FromEvent(ev))
-	hot := k.HotMessages(topic)
-	for _, res := range rdb.DoMulti(ctx,
-		rdb.B().Zadd().Key(hot).ScoreMember().ScoreMember(float64(al.Seq), string(msg)).Build(),
-		rdb.B().Pexpire().Key(hot).Milliseconds(r.p.HotCache.TTL.Milliseconds()).Build(),
-		rdb.B().Zremrangebyrank().Key(hot).Start(0).Stop(int64(-r.p.HotCache.MaxPerTopic-1)).Build(),
-		rdb.B().Spublish().Channel(k.Realtime(topic)).Message(string(msg)).Build()) {
-		if err := res.Error(); err != nil {
-			return err
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for at := range due {
+				if ctx.Err() != nil {
+					continue
+				}
+				if err := op(ctx, w, b.ops.Add(1)); err != nil {
+					errs.Add(1)
+					if firstErrs[w] == nil {
+						firstErrs[w] = err
+					}
+					continue
+				}
+				lat[w] = append(lat[w], time.Since(at))
+			}
+		}()
+	}
+	for i := range total {
+		at := start.Add(time.Duration(i) * interval)
+		if wait := time.Until(at); wait > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
 		}
+		if ctx.Err() != nil {
+			break
+		}
+		due <- at
 	}
+	close(due)
 	wg.Wait()
-	if ackErr != nil {
-		return ackErr
-	}
-	return idemErr
+	return collect(ctx, start, lat, &errs, firstErrs)
 }

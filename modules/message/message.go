@@ -7,6 +7,7 @@ package message
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strconv"
 	"time"
@@ -220,4 +221,38 @@ func typeError(b []byte, t reflect.Type) error {
 		}
 	}
 	return &json.UnmarshalTypeError{Value: value, Type: t}
+}
+
+// unallocated is how an event that has no group, seq or month yet renders
+// those three fields: the send path stores such an event before Redis
+// decides them (in the same call that decides them) and fills them in with
+// WithAllocation. Tenant, topic and event id, the only fields before them,
+// cannot contain it.
+const unallocated = `"group_id":"0","seq_id":0,"shard_month":""`
+
+// Unallocated renders e without its group, seq and month (whatever they
+// hold): the form the send path stores in the idempotency record.
+func Unallocated(e *Event) ([]byte, error) {
+	c := *e
+	c.GroupID, c.SeqID, c.ShardMonth = 0, 0, ""
+	return json.Marshal(&c)
+}
+
+// WithAllocation is the JSON of the event raw (an Unallocated rendering)
+// with its group, seq and month set: byte for byte what json.Marshal of the
+// whole event gives, so a retry re-produces the very same record.
+func WithAllocation(raw []byte, groupID ID, seq int64, month string) ([]byte, error) {
+	i := bytes.Index(raw, []byte(unallocated))
+	if i < 0 {
+		return nil, fmt.Errorf("message: event %.80q has no unallocated group, seq and month", raw)
+	}
+	out := make([]byte, 0, len(raw)+48)
+	out = append(out, raw[:i]...)
+	out = append(out, `"group_id":"`...)
+	out = strconv.AppendInt(out, int64(groupID), 10)
+	out = append(out, `","seq_id":`...)
+	out = strconv.AppendInt(out, seq, 10)
+	out = append(out, `,"shard_month":`...)
+	out = strconv.AppendQuote(out, month)
+	return append(out, raw[i+len(unallocated):]...), nil
 }

@@ -93,12 +93,7 @@ func (a *Allocator) Allocate(ctx context.Context, tenant, topic string) (Allocat
 	if err != nil {
 		return Allocation{}, err
 	}
-	auto := "0"
-	if a.p.AutoAdvance {
-		auto = "1"
-	}
-	args := []string{auto, strconv.FormatInt(a.p.ReserveStep/2, 10)}
-	ks := []string{keys.ActiveMonth(), keys.ReadyMonths(), keys.Seq(topic), keys.SeqHW(topic), keys.Pending(topic), keys.SeqStamp(topic)}
+	args, ks := a.Args(), keys.alloc(topic)
 	for range maxSlowPaths {
 		reply, err := a.p.Scripts.Fenced.Alloc(ctx, a.p.Redis, ks, args).ToArray()
 		if err != nil {
@@ -108,43 +103,65 @@ func (a *Allocator) Allocate(ctx context.Context, tenant, topic string) (Allocat
 		if err != nil {
 			return Allocation{}, fmt.Errorf("alloc: reply: %w", err)
 		}
-		switch status {
-		case 0:
-			return a.allocated(tenant, topic, keys, reply)
-		case 1:
-			a.p.Metrics.AllocRetries.WithLabelValues("recover").Inc()
-			if _, err := a.RecoverActive(ctx, tenant); err != nil {
-				return Allocation{}, err
-			}
-		case 2:
-			a.p.Metrics.AllocRetries.WithLabelValues("advance").Inc()
-			s, _ := reply[1].ToString()
-			m, err := ParseMonth(s)
-			if err != nil {
-				return Allocation{}, fmt.Errorf("alloc: ready month %q: %w", s, err)
-			}
-			if err := a.Activate(ctx, tenant, m, "auto"); err != nil && !errors.Is(err, ErrMonthOlder) {
-				return Allocation{}, err
-			}
-		case 3:
-			a.p.Metrics.AllocRetries.WithLabelValues("seed").Inc()
-			if err := a.seed(ctx, tenant, topic, keys); err != nil {
-				return Allocation{}, err
-			}
-		case 4:
-			a.p.Metrics.AllocRetries.WithLabelValues("reserve").Inc()
-			hw, _ := reply[1].AsInt64()
-			if err := a.reserve(ctx, tenant, topic, keys, hw); err != nil {
-				return Allocation{}, err
-			}
-		default:
-			return Allocation{}, fmt.Errorf("alloc: unknown status %d", status)
+		if status == 0 {
+			return a.Allocated(tenant, topic, reply)
+		}
+		if err := a.Resolve(ctx, tenant, topic, status, reply); err != nil {
+			return Allocation{}, err
 		}
 	}
 	return Allocation{}, fmt.Errorf("alloc: %s/%s: no allocation after %d slow paths", tenant, topic, maxSlowPaths)
 }
 
-func (a *Allocator) allocated(tenant, topic string, keys Keys, reply []rueidis.RedisMessage) (Allocation, error) {
+// Args are the allocation's arguments (auto_advance, low-water distance),
+// as the library's alloc and send functions take them after their own.
+func (a *Allocator) Args() []string {
+	auto := "0"
+	if a.p.AutoAdvance {
+		auto = "1"
+	}
+	return []string{auto, strconv.FormatInt(a.p.ReserveStep/2, 10)}
+}
+
+// Resolve does what an allocation reply with a non-zero status asks (see
+// lua/fenced.lua, alloc): recover the active month, activate a due month,
+// seed a lost counter or reserve the next step — all through MySQL — so
+// that the caller can call again.
+func (a *Allocator) Resolve(ctx context.Context, tenant, topic string, status int64, reply []rueidis.RedisMessage) error {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return err
+	}
+	switch status {
+	case 1:
+		a.p.Metrics.AllocRetries.WithLabelValues("recover").Inc()
+		_, err := a.RecoverActive(ctx, tenant)
+		return err
+	case 2:
+		a.p.Metrics.AllocRetries.WithLabelValues("advance").Inc()
+		s, _ := reply[1].ToString()
+		m, err := ParseMonth(s)
+		if err != nil {
+			return fmt.Errorf("alloc: ready month %q: %w", s, err)
+		}
+		if err := a.Activate(ctx, tenant, m, "auto"); err != nil && !errors.Is(err, ErrMonthOlder) {
+			return err
+		}
+		return nil
+	case 3:
+		a.p.Metrics.AllocRetries.WithLabelValues("seed").Inc()
+		return a.seed(ctx, tenant, topic, keys)
+	case 4:
+		a.p.Metrics.AllocRetries.WithLabelValues("reserve").Inc()
+		hw, _ := reply[1].AsInt64()
+		return a.reserve(ctx, tenant, topic, keys, hw)
+	}
+	return fmt.Errorf("alloc: unknown status %d", status)
+}
+
+// Allocated reads an allocation reply of status 0 ({0, seq, month, ask, …})
+// and starts the reservation ahead it asks for.
+func (a *Allocator) Allocated(tenant, topic string, reply []rueidis.RedisMessage) (Allocation, error) {
 	seq, err := reply[1].AsInt64()
 	if err != nil {
 		return Allocation{}, fmt.Errorf("alloc: seq: %w", err)
@@ -155,14 +172,18 @@ func (a *Allocator) allocated(tenant, topic string, keys Keys, reply []rueidis.R
 		return Allocation{}, fmt.Errorf("alloc: active month %q in Redis: %w", ms, err)
 	}
 	if ask, _ := reply[3].AsInt64(); ask > 0 {
-		a.reserveAhead(tenant, topic, keys, ask)
+		a.reserveAhead(tenant, topic, ask)
 	}
 	return Allocation{Seq: seq, Month: m}, nil
 }
 
 // reserveAhead extends the reservation in the background before it runs
 // out, so the synchronous MySQL round trip stays off the hot path.
-func (a *Allocator) reserveAhead(tenant, topic string, keys Keys, hw int64) {
+func (a *Allocator) reserveAhead(tenant, topic string, hw int64) {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return
+	}
 	id := tenant + "/" + topic
 	if _, busy := a.inflight.LoadOrStore(id, struct{}{}); busy {
 		return

@@ -23,8 +23,9 @@ type FencedLib struct {
 	alloc     string
 	seed      string
 	extend    string
-	idemClaim string
 	idemSince string
+	send      string
+	sent      string
 }
 
 func newFencedLib() *FencedLib {
@@ -35,12 +36,13 @@ func newFencedLib() *FencedLib {
 		alloc:     "imshard_alloc_" + v,
 		seed:      "imshard_seed_" + v,
 		extend:    "imshard_extend_" + v,
-		idemClaim: "imshard_idem_claim_" + v,
 		idemSince: "imshard_idem_since_" + v,
+		send:      "imshard_send_" + v,
+		sent:      "imshard_sent_" + v,
 	}
 }
 
-// Alloc, Seed, Extend, IdemClaim and IdemSince call the library's functions
+// Alloc, Seed, Extend and IdemSince call the library's functions
 // (see lua/fenced.lua for keys, arguments and replies).
 func (l *FencedLib) Alloc(ctx context.Context, rdb rueidis.Client, keys, args []string) rueidis.RedisResult {
 	return l.call(ctx, rdb, l.alloc, keys, args)
@@ -54,12 +56,36 @@ func (l *FencedLib) Extend(ctx context.Context, rdb rueidis.Client, keys, args [
 	return l.call(ctx, rdb, l.extend, keys, args)
 }
 
-func (l *FencedLib) IdemClaim(ctx context.Context, rdb rueidis.Client, keys, args []string) rueidis.RedisResult {
-	return l.call(ctx, rdb, l.idemClaim, keys, args)
-}
-
 func (l *FencedLib) IdemSince(ctx context.Context, rdb rueidis.Client, keys, args []string) rueidis.RedisResult {
 	return l.call(ctx, rdb, l.idemSince, keys, args)
+}
+
+// Send is the one call of a send before its produce (claim, membership,
+// allocation, stored event).
+func (l *FencedLib) Send(ctx context.Context, rdb rueidis.Client, keys, args []string) rueidis.RedisResult {
+	return l.call(ctx, rdb, l.send, keys, args)
+}
+
+// SentCmd is the call after a send's broker ack, as a command for the
+// caller's pipeline; SentRetry finishes it when the server lacked the
+// library.
+func (l *FencedLib) SentCmd(rdb rueidis.Client, keys, args []string) rueidis.Completed {
+	return rdb.B().Fcall().Function(l.sent).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+}
+
+// SentRetry returns res, or — when res says the library is missing (a
+// server restarted between the send's two calls) — loads it and calls sent
+// again.
+func (l *FencedLib) SentRetry(ctx context.Context, rdb rueidis.Client, res rueidis.RedisResult, keys, args []string) rueidis.RedisResult {
+	if !notFound(res) {
+		return res
+	}
+	return l.call(ctx, rdb, l.sent, keys, args)
+}
+
+func notFound(res rueidis.RedisResult) bool {
+	err, ok := rueidis.IsRedisErr(res.Error())
+	return ok && strings.Contains(err.Error(), "Function not found")
 }
 
 func (l *FencedLib) call(ctx context.Context, rdb rueidis.Client, fn string, keys, args []string) rueidis.RedisResult {
@@ -67,7 +93,7 @@ func (l *FencedLib) call(ctx context.Context, rdb rueidis.Client, fn string, key
 		return rdb.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 	}
 	res := rdb.Do(ctx, cmd())
-	if err, ok := rueidis.IsRedisErr(res.Error()); !ok || !strings.Contains(err.Error(), "Function not found") {
+	if !notFound(res) {
 		return res
 	}
 	if err := l.Load(ctx, rdb); err != nil {

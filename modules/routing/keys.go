@@ -84,6 +84,19 @@ func (k Keys) Idempotency(topic string, fromUser int64, clientMsgID string) stri
 	return k.prefix + "idem:" + topic + ":" + strconv.FormatInt(fromUser, 10) + ":" + hex.EncodeToString([]byte(clientMsgID))
 }
 
+// alloc are the keys of the library's alloc function (lua/fenced.lua).
+func (k Keys) alloc(topic string) []string {
+	return []string{k.ActiveMonth(), k.ReadyMonths(), k.Seq(topic), k.SeqHW(topic), k.Pending(topic), k.SeqStamp(topic)}
+}
+
+// Send are the keys of the library's send function (lua/fenced.lua): the
+// idempotency record of (topic, from_user, client_msg_id), the horizon, the
+// topic's ACL cache and the allocation's keys — one hash tag, one call.
+func (k Keys) Send(topic string, fromUser int64, clientMsgID string) []string {
+	return append([]string{k.Idempotency(topic, fromUser, clientMsgID), k.IdemSince(), k.Group(topic), k.Members(topic)},
+		k.alloc(topic)...)
+}
+
 // HotMessages is the topic's 24 h hot cache (ZSET score seq, member JSON).
 func (k Keys) HotMessages(topic string) string { return k.prefix + "hot:" + topic }
 

@@ -23,7 +23,6 @@ type Scripts struct {
 	RouteMerge   *rueidis.Lua
 	RouteReplace *rueidis.Lua
 	IdemDone     *rueidis.Lua
-	IdemEvent    *rueidis.Lua
 	IdemAck      *rueidis.Lua
 	IdemFail     *rueidis.Lua
 	IdemRelease  *rueidis.Lua
@@ -44,7 +43,6 @@ func NewScripts() *Scripts {
 		RouteMerge:   rueidis.NewLuaScript(lua.RouteMerge),
 		RouteReplace: rueidis.NewLuaScript(lua.RouteReplace),
 		IdemDone:     rueidis.NewLuaScript(lua.IdemDone),
-		IdemEvent:    rueidis.NewLuaScript(lua.IdemEvent),
 		IdemAck:      rueidis.NewLuaScript(lua.IdemAck),
 		IdemFail:     rueidis.NewLuaScript(lua.IdemFail),
 		IdemRelease:  rueidis.NewLuaScript(lua.IdemRelease),

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
@@ -79,8 +78,7 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request, p httpapi.Princip
 	if err != nil {
 		return Response{}, err
 	}
-	ctx := r.Context()
-	sender, groupID, err := s.authorize(ctx, p, topic, &req)
+	sender, err := senderOf(p, &req)
 	if err != nil {
 		return Response{}, err
 	}
@@ -88,192 +86,300 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request, p httpapi.Princip
 	if err != nil {
 		return Response{}, err
 	}
-	a := &attempt{s: s, tenant: p.Tenant, topic: topic, keys: keys, req: &req, sender: sender, groupID: groupID,
-		key: keys.Idempotency(topic, sender, req.ClientMsgID), owner: token()}
+	id, err := s.ids.Next()
+	if err != nil {
+		return Response{}, err
+	}
+	a := &attempt{s: s, tenant: p.Tenant, topic: topic, keys: keys, sender: sender,
+		key: keys.Idempotency(topic, sender, req.ClientMsgID), owner: token(), member: strconv.FormatInt(sender, 10)}
+	a.ev = message.Event{
+		V: message.EventVersion, EventID: token(), Tenant: p.Tenant, Topic: topic, MessageID: message.ID(id),
+		FromUser: message.ID(sender), ClientMsgID: req.ClientMsgID, MsgType: req.MsgType, Content: req.Content,
+		Head: req.Head, MentionedUserIDs: req.MentionedUserIDs, MentionAll: req.MentionAll, ReplySeqID: req.ReplySeqID,
+		RootSeqID: req.RootSeqID, CreatedAt: message.NewTime(time.Now()),
+	}
+	if a.stored, err = message.Unallocated(&a.ev); err != nil {
+		return Response{}, fmt.Errorf("send: encode event: %w", err)
+	}
 	a.log = s.p.Log.With().Str("tenant", p.Tenant).Str("topic", topic).Int64("from_user", sender).Logger()
-	return a.run(ctx)
+	return a.run(r.Context())
 }
 
-// authorize resolves the sender and checks the group and the membership.
-func (s *Service) authorize(ctx context.Context, p httpapi.Principal, topic string, req *Request) (sender, groupID int64, err error) {
-	sender = p.UserID
+// senderOf resolves the sender and checks what the token's role allows; the
+// membership is checked in the send's Redis call (or by checkMember).
+func senderOf(p httpapi.Principal, req *Request) (int64, error) {
+	sender := p.UserID
 	if req.FromUser != nil {
 		if p.Role != httpapi.RoleService {
-			return 0, 0, invalid("from_user may be set only by the service role")
+			return 0, invalid("from_user may be set only by the service role")
 		}
 		sender = int64(*req.FromUser)
 	}
 	if req.MsgType == "system" && p.Role == httpapi.RoleUser {
-		return 0, 0, httpapi.Errorf(httpapi.CodePermissionDenied, "msg_type system is reserved to the service and admin roles")
+		return 0, httpapi.Errorf(httpapi.CodePermissionDenied, "msg_type system is reserved to the service and admin roles")
 	}
-	m, err := s.p.ACL.Lookup(ctx, p.Tenant, topic, sender)
+	return sender, nil
+}
+
+// Membership refusals, by the reason the send call gives (lua/fenced.lua);
+// checkMember gives the same answers from a MySQL lookup.
+var refusals = map[string]error{
+	"nogroup":   httpapi.Errorf(httpapi.CodeNotFound, "topic has no group"),
+	"dissolved": httpapi.Errorf(httpapi.CodePermissionDenied, "group is dissolved"),
+	"notmember": httpapi.Errorf(httpapi.CodePermissionDenied, "sender is not a member of the group"),
+	"muted":     httpapi.Errorf(httpapi.CodePermissionDenied, "sender is muted"),
+}
+
+// checkMember decides on a membership looked up (and cached) by the ACL,
+// when the send call found nothing cached.
+func checkMember(m acl.Membership, err error) error {
 	switch {
 	case errors.Is(err, acl.ErrNoGroup):
-		return 0, 0, httpapi.Errorf(httpapi.CodeNotFound, "topic has no group")
+		return refusals["nogroup"]
 	case err != nil:
-		return 0, 0, unavailable("membership check failed", err)
+		return unavailable("membership check failed", err)
 	case m.GroupStatus == acl.GroupDissolved:
-		return 0, 0, httpapi.Errorf(httpapi.CodePermissionDenied, "group is dissolved")
+		return refusals["dissolved"]
 	case !m.Member:
-		return 0, 0, httpapi.Errorf(httpapi.CodePermissionDenied, "sender is not a member of the group")
+		return refusals["notmember"]
 	case m.Muted(time.Now()):
-		return 0, 0, httpapi.Errorf(httpapi.CodePermissionDenied, "sender is muted")
+		return refusals["muted"]
 	}
-	return sender, m.GroupID, nil
+	return nil
 }
 
 // attempt is one send request past validation.
 type attempt struct {
-	s       *Service
-	tenant  string
-	topic   string
-	keys    routing.Keys
-	req     *Request
-	sender  int64
-	groupID int64
-	key     string // idempotency record
-	owner   string // this attempt's claim token
-	log     zerolog.Logger
+	s      *Service
+	tenant string
+	topic  string
+	keys   routing.Keys
+	sender int64
+	key    string // idempotency record
+	owner  string // this attempt's claim token
+	log    zerolog.Logger
+
+	ev     message.Event // without group, seq and month until allocated
+	stored []byte        // ev as the record stores it (message.Unallocated)
+	whole  bool          // stored is a whole event (a record of an older version)
+
+	member  string // sender's id for the call's membership check; "" once checked against MySQL
+	groupID string // the group checkMember found
+	asked   bool   // MySQL said no earlier send exists (or the earlier seq is a gap)
+	held    bool   // the record holds this attempt's claim without an event
 }
 
 // claimWait is how often a retry polls a claim whose first attempt has not
 // allocated yet (milliseconds of work, unless that attempt died).
 const claimWait = 5 * time.Millisecond
 
+// maxSlowSteps bounds the calls of one attempt: each reply other than a
+// live claim fixes one cause (membership, MySQL dedup, a gap, and the
+// allocation's own slow paths).
+const maxSlowSteps = 12
+
+// Replies of the send call (lua/fenced.lua, send); 1–4 are the
+// allocation's slow paths (routing.Allocator.Resolve).
+const (
+	replySent    = 0
+	replyRecord  = 5
+	replyBusy    = 6
+	replyRefused = 7
+	replyACLMiss = 8
+	replyAskDB   = 9
+)
+
+// run makes the one Redis call of the steady state; any other reply is a
+// slow path that fixes its cause and calls again.
 func (a *attempt) run(ctx context.Context) (Response, error) {
 	s := a.s
-	// past the stale bound the claim script takes a dead claim over
+	// past the stale bound the call takes a dead claim over
 	deadline := time.Now().Add(s.p.Send.ProduceTimeout + time.Second)
-	for {
-		rep, err := s.p.Scripts.Fenced.IdemClaim(ctx, s.p.Redis, []string{a.key, a.keys.IdemSince()},
-			[]string{a.owner, s.idemTTL, s.stale}).ToArray()
-		if err != nil {
-			return Response{}, unavailable("idempotency claim failed", err)
+	keys := a.keys.Send(a.topic, a.sender, a.ev.ClientMsgID)
+	for steps := 0; ; {
+		asked := ""
+		if a.asked {
+			asked = "1"
 		}
-		if n, _ := rep[0].AsInt64(); n == 1 {
-			trusted, _ := rep[1].AsInt64()
-			horizon, _ := rep[2].AsInt64()
-			if horizon == 0 {
+		// detached: once Redis ran the call a seq may exist, and an
+		// attempt that stopped listening would leave it to time out
+		rep, err := s.p.Scripts.Fenced.Send(context.WithoutCancel(ctx), s.p.Redis, keys, append([]string{
+			a.owner, s.idemTTL, s.stale, a.member, a.groupID, asked}, append(s.p.Allocator.Args(), string(a.stored))...)).ToArray()
+		if err != nil {
+			return a.fail(unavailable("send: redis call failed", err))
+		}
+		status, err := rep[0].AsInt64()
+		if err != nil {
+			return a.fail(fmt.Errorf("send: reply: %w", err))
+		}
+		switch status {
+		case replySent:
+			return a.sent(ctx, rep)
+		case replyRecord:
+			resp, again, err := a.record(ctx, rep)
+			if !again {
+				return resp, err
+			}
+		case replyBusy:
+			if time.Now().After(deadline) {
+				return Response{}, unavailable("a send with this client_msg_id is still being allocated; retry", nil)
+			}
+			select {
+			case <-ctx.Done():
+				return Response{}, unavailable("request cancelled", ctx.Err())
+			case <-time.After(claimWait):
+			}
+			continue
+		case replyRefused:
+			reason, _ := rep[1].ToString()
+			if err, ok := refusals[reason]; ok {
+				return a.fail(err)
+			}
+			return a.fail(fmt.Errorf("send: unknown refusal %q", reason))
+		case replyACLMiss:
+			m, err := s.p.ACL.Lookup(ctx, a.tenant, a.topic, a.sender)
+			if err := checkMember(m, err); err != nil {
+				return a.fail(err)
+			}
+			a.member, a.groupID = "", strconv.FormatInt(m.GroupID, 10)
+		case replyAskDB:
+			a.held = true
+			if set, _ := rep[1].AsInt64(); set == 0 {
 				s.establishHorizon(a.tenant)
 			}
-			return a.fresh(ctx, trusted == 1)
-		}
-		status, _ := rep[1].ToString()
-		event, evErr := rep[2].ToString()
-		resp, respErr := rep[3].ToString()
-		switch {
-		case respErr == nil:
-			var out Response
-			if err := json.Unmarshal([]byte(resp), &out); err != nil {
-				return Response{}, fmt.Errorf("send: stored response of %s: %w", a.key, err)
+			resp, ok, err := s.fromMySQL(ctx, a.tenant, a.topic, a.sender, a.ev.ClientMsgID)
+			switch {
+			case err != nil:
+				return a.fail(unavailable("dedup lookup failed", err))
+			case ok:
+				return s.restored(ctx, a, resp)
 			}
-			out.Duplicate = true
-			return out, nil
-		case evErr == nil:
-			return a.retry(ctx, status, event)
+			a.asked = true
+		case 1, 2, 3, 4:
+			a.held = true
+			if err := s.p.Allocator.Resolve(ctx, a.tenant, a.topic, status, rep); err != nil {
+				if code, _ := httpapi.Classify(err); code == httpapi.CodeInternal {
+					err = unavailable("seq allocation failed", err)
+				}
+				return a.fail(err)
+			}
+		default:
+			return a.fail(fmt.Errorf("send: unknown reply %d", status))
 		}
-		if time.Now().After(deadline) {
-			return Response{}, unavailable("a send with this client_msg_id is still being allocated; retry", nil)
-		}
-		select {
-		case <-ctx.Done():
-			return Response{}, unavailable("request cancelled", ctx.Err())
-		case <-time.After(claimWait):
+		if steps++; steps >= maxSlowSteps {
+			return a.fail(fmt.Errorf("send: %s/%s: no allocation after %d slow paths", a.tenant, a.topic, steps))
 		}
 	}
 }
 
-// fresh sends under a new claim: MySQL first unless Redis is trusted to
-// remember every earlier send of the key (its horizon has passed), then id,
-// seq and month, the stored event, produce.
-func (a *attempt) fresh(ctx context.Context, trusted bool) (Response, error) {
-	s := a.s
-	if trusted {
-		return a.allocate(ctx)
-	}
-	resp, ok, err := s.fromMySQL(ctx, a.tenant, a.topic, a.sender, a.req.ClientMsgID)
-	switch {
-	case err != nil:
+// fail gives up the attempt: a claim it holds without an event is dropped,
+// so a retry starts afresh instead of waiting for it to go stale.
+func (a *attempt) fail(err error) (Response, error) {
+	if a.held {
 		a.release()
-		return Response{}, unavailable("dedup lookup failed", err)
-	case ok:
-		s.m.dedupHit.Inc()
-		raw, _ := json.Marshal(resp)
-		if err := s.p.Scripts.IdemAck.Exec(ctx, s.p.Redis, []string{a.key}, []string{"done", "", string(raw), s.idemTTL}).Error(); err != nil {
-			s.m.postAck.WithLabelValues(stepIdempotency).Inc()
-			a.log.Warn().Err(err).Msg("could not restore the idempotency record from MySQL")
-		}
-		resp.Duplicate = true
-		return resp, nil
 	}
-	return a.allocate(ctx)
+	return Response{}, err
 }
 
-// allocate takes id, seq and month, stores the event in the claim and
-// produces it.
-func (a *attempt) allocate(ctx context.Context) (Response, error) {
+// restored answers a retry from what MySQL stored, and puts the answer back
+// into the idempotency record.
+func (s *Service) restored(ctx context.Context, a *attempt, resp Response) (Response, error) {
+	s.m.dedupHit.Inc()
+	raw, _ := json.Marshal(resp)
+	if err := s.p.Scripts.IdemAck.Exec(ctx, s.p.Redis, []string{a.key}, []string{"done", "", string(raw), s.idemTTL}).Error(); err != nil {
+		s.m.postAck.WithLabelValues(stepIdempotency).Inc()
+		a.log.Warn().Err(err).Msg("could not restore the idempotency record from MySQL")
+	}
+	resp.Duplicate = true
+	return resp, nil
+}
+
+// sent produces the event the call allocated and stored.
+func (a *attempt) sent(ctx context.Context, rep []rueidis.RedisMessage) (Response, error) {
 	s := a.s
-	id, err := s.ids.Next()
+	al, err := s.p.Allocator.Allocated(a.tenant, a.topic, rep)
 	if err != nil {
-		a.release()
 		return Response{}, err
 	}
-	al, err := s.p.Allocator.Allocate(ctx, a.tenant, a.topic)
+	gid, err := rep[4].AsInt64()
 	if err != nil {
-		a.release()
-		if code, _ := httpapi.Classify(err); code == httpapi.CodeInternal {
-			return Response{}, unavailable("seq allocation failed", err)
-		}
+		return Response{}, fmt.Errorf("send: group id in reply: %w", err)
+	}
+	a.ev.GroupID, a.ev.SeqID, a.ev.ShardMonth = message.ID(gid), al.Seq, al.Month.String()
+	raw, err := message.WithAllocation(a.stored, a.ev.GroupID, al.Seq, a.ev.ShardMonth)
+	if err != nil {
 		return Response{}, err
 	}
 	// from here a seq exists: finish detached from the client's connection
-	ctx = context.WithoutCancel(ctx)
-	ev := &message.Event{
-		V: message.EventVersion, EventID: token(), Tenant: a.tenant, Topic: a.topic, GroupID: message.ID(a.groupID),
-		SeqID: al.Seq, ShardMonth: al.Month.String(), MessageID: message.ID(id), FromUser: message.ID(a.sender),
-		ClientMsgID: a.req.ClientMsgID, MsgType: a.req.MsgType, Content: a.req.Content, Head: a.req.Head,
-		MentionedUserIDs: a.req.MentionedUserIDs, MentionAll: a.req.MentionAll, ReplySeqID: a.req.ReplySeqID,
-		RootSeqID: a.req.RootSeqID, CreatedAt: message.NewTime(time.Now()),
+	return a.produce(context.WithoutCancel(ctx), &a.ev, raw, false)
+}
+
+// record handles a record that exists: a stored response (MySQL answered
+// an earlier retry) or a stored event. again asks run to call once more
+// (the earlier seq became a gap: this attempt now holds a fresh claim).
+func (a *attempt) record(ctx context.Context, rep []rueidis.RedisMessage) (resp Response, again bool, err error) {
+	status, _ := rep[1].ToString()
+	if stored, err := rep[3].ToString(); err == nil {
+		var out Response
+		if err := json.Unmarshal([]byte(stored), &out); err != nil {
+			return Response{}, false, fmt.Errorf("send: stored response of %s: %w", a.key, err)
+		}
+		out.Duplicate = true
+		return out, false, nil
 	}
-	raw, err := json.Marshal(ev)
+	event, err := rep[2].ToString()
 	if err != nil {
-		a.abandon(ctx, al.Seq, err)
-		return Response{}, fmt.Errorf("send: encode event: %w", err)
+		return Response{}, false, fmt.Errorf("send: record of %s: %w", a.key, err)
 	}
-	ok, err := s.p.Scripts.IdemEvent.Exec(ctx, s.p.Redis, []string{a.key}, []string{a.owner, string(raw), s.idemTTL}).AsInt64()
-	if err != nil || ok != 1 {
-		// never produced: nothing will persist this seq
-		a.abandon(ctx, al.Seq, err)
-		return Response{}, unavailable("idempotency record could not take the event", err)
+	a.stored = []byte(event)
+	gid, _ := rep[4].ToString()
+	seq, _ := rep[5].ToString()
+	month, _ := rep[6].ToString()
+	raw := a.stored
+	a.whole = gid == ""
+	if !a.whole {
+		g, gerr := strconv.ParseInt(gid, 10, 64)
+		n, serr := strconv.ParseInt(seq, 10, 64)
+		if err := errors.Join(gerr, serr); err != nil {
+			return Response{}, false, fmt.Errorf("send: record of %s: %w", a.key, err)
+		}
+		if raw, err = message.WithAllocation(a.stored, message.ID(g), n, month); err != nil {
+			return Response{}, false, err
+		}
 	}
-	return a.produce(ctx, ev, raw, false)
+	return a.retry(ctx, status, raw)
 }
 
 // retry handles a record holding an event: answered from it once acked or
 // persisted, re-produced (same seq, month, event_id) while pending or failed.
-func (a *attempt) retry(ctx context.Context, status, raw string) (Response, error) {
+func (a *attempt) retry(ctx context.Context, status string, raw []byte) (Response, bool, error) {
 	s := a.s
 	var ev message.Event
-	if err := json.Unmarshal([]byte(raw), &ev); err != nil {
-		return Response{}, fmt.Errorf("send: stored event of %s: %w", a.key, err)
+	if err := json.Unmarshal(raw, &ev); err != nil {
+		return Response{}, false, fmt.Errorf("send: stored event of %s: %w", a.key, err)
 	}
 	if status == "acked" || status == "done" {
 		out := responseOf(&ev)
 		out.Duplicate = true
-		return out, nil
+		return out, false, nil
 	}
 	n, err := s.p.Scripts.IdemRetry.Exec(ctx, s.p.Redis,
 		[]string{a.key, a.keys.Pending(a.topic), a.keys.Gaps(a.topic)},
 		[]string{strconv.FormatInt(ev.SeqID, 10), a.owner, s.idemTTL}).AsInt64()
 	if err != nil {
-		return Response{}, unavailable("idempotency retry failed", err)
+		return Response{}, false, unavailable("idempotency retry failed", err)
 	}
 	if n == 0 {
 		// the first attempt's seq timed out into a gap and was never stored:
-		// this retry is the message's first real send
-		return a.allocate(ctx)
+		// this retry is the message's first real send, under its own event
+		a.held, a.asked, a.whole = true, true, false
+		if a.stored, err = message.Unallocated(&a.ev); err != nil {
+			return Response{}, false, err
+		}
+		return Response{}, true, nil
 	}
-	return a.produce(context.WithoutCancel(ctx), &ev, []byte(raw), true)
+	resp, err := a.produce(context.WithoutCancel(ctx), &ev, raw, true)
+	return resp, false, err
 }
 
 // produce waits for the broker's ack within the produce timeout. Past it the
@@ -315,7 +421,7 @@ func (a *attempt) settle(ctx context.Context, ev *message.Event, raw []byte, err
 	resp := responseOf(ev)
 	ctx, cancel := context.WithTimeout(ctx, postAckTimeout)
 	defer cancel()
-	s.postAck(ctx, a, ev, raw, resp)
+	s.postAck(ctx, a, ev)
 	if late {
 		// the timeout may already have made this seq a gap that readers
 		// walked past (invariant 12, docs/invariants.md); the message is stored anyway
@@ -328,63 +434,39 @@ func (a *attempt) settle(ctx context.Context, ev *message.Event, raw []byte, err
 	return resp, nil
 }
 
-// postAck records the ack and feeds the readers. Everything here is best
-// effort (the hot cache never rolls anything back; a reader falls back to
-// MySQL by seq), issued concurrently so the auto-pipeline carries it in
-// about one round trip.
-func (s *Service) postAck(ctx context.Context, a *attempt, ev *message.Event, raw []byte, resp Response) {
-	fail := func(step string, err error) {
-		s.m.postAck.WithLabelValues(step).Inc()
-		a.log.Warn().Err(err).Int64("seq", ev.SeqID).Str("step", step).Msg("post-ack step failed; the send succeeded")
+// postAck records the ack and feeds the readers in one pipelined round
+// trip: the library's sent function (record acked, seq no longer pending,
+// hot cache) and the realtime publish. Everything here is best effort (the
+// hot cache never rolls anything back; a reader falls back to MySQL by seq).
+func (s *Service) postAck(ctx context.Context, a *attempt, ev *message.Event) {
+	fail := func(err error, steps ...string) {
+		for _, step := range steps {
+			s.m.postAck.WithLabelValues(step).Inc()
+		}
+		a.log.Warn().Err(err).Int64("seq", ev.SeqID).Strs("steps", steps).Msg("post-ack step failed; the send succeeded")
 	}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		if err := s.p.Flight.MarkAcked(ctx, a.tenant, a.topic, ev.SeqID); err != nil {
-			fail(stepPending, err)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		body, _ := json.Marshal(resp)
-		if err := s.p.Scripts.IdemAck.Exec(ctx, s.p.Redis, []string{a.key}, []string{"acked", string(raw), string(body), s.idemTTL}).Error(); err != nil {
-			fail(stepIdempotency, err)
-		}
-	}()
 	msg, _ := json.Marshal(message.FromEvent(ev))
-	pub := `{"type":"message","message":` + string(msg) + `}`
-	rdb, hot := s.p.Redis, a.keys.HotMessages(a.topic)
-	cmds := make(rueidis.Commands, 0, 4)
-	steps := make([]string, 0, 4)
+	member, hotTTL, hotMax := "", "0", "0"
 	if hc := s.p.HotCache; hc.TTL > 0 && hc.MaxPerTopic > 0 {
-		cmds = append(cmds,
-			rdb.B().Zadd().Key(hot).ScoreMember().ScoreMember(float64(ev.SeqID), string(msg)).Build(),
-			rdb.B().Pexpire().Key(hot).Milliseconds(hc.TTL.Milliseconds()).Build(),
-			rdb.B().Zremrangebyrank().Key(hot).Start(0).Stop(int64(-hc.MaxPerTopic-1)).Build())
-		steps = append(steps, stepHotCache, stepHotCache, stepHotCache)
+		member, hotTTL, hotMax = string(msg), strconv.FormatInt(hc.TTL.Milliseconds(), 10), strconv.Itoa(hc.MaxPerTopic)
 	}
-	cmds = append(cmds, rdb.B().Spublish().Channel(a.keys.Realtime(a.topic)).Message(pub).Build())
-	steps = append(steps, stepPublish)
-	for i, r := range rdb.DoMulti(ctx, cmds...) {
-		if err := r.Error(); err != nil {
-			fail(steps[i], err)
-		}
+	// the record is written again from these if Redis lost it meanwhile;
+	// an event stored whole (an older record) is kept whole
+	gid, month := strconv.FormatInt(int64(ev.GroupID), 10), ev.ShardMonth
+	if a.whole {
+		gid, month = "", ""
 	}
-	wg.Wait()
-}
-
-// abandon records a seq that will never be produced as a gap and drops the
-// claim, so a retry allocates afresh.
-func (a *attempt) abandon(ctx context.Context, seq int64, cause error) {
-	s := a.s
-	a.log.Warn().Err(cause).Int64("seq", seq).Msg("allocated seq abandoned before produce")
-	if err := s.p.Flight.RecordGap(ctx, a.tenant, a.topic, seq); err != nil {
-		a.log.Warn().Err(err).Int64("seq", seq).Msg("could not record the gap; the produce timeout will")
-	} else {
-		s.m.gaps.Inc()
+	keys := []string{a.key, a.keys.Pending(a.topic), a.keys.HotMessages(a.topic)}
+	args := []string{strconv.FormatInt(ev.SeqID, 10), s.idemTTL, string(a.stored), gid, month, member, hotTTL, hotMax}
+	rdb, lib := s.p.Redis, s.p.Scripts.Fenced
+	pub := `{"type":"message","message":` + string(msg) + `}`
+	res := rdb.DoMulti(ctx, lib.SentCmd(rdb, keys, args), rdb.B().Spublish().Channel(a.keys.Realtime(a.topic)).Message(pub).Build())
+	if err := lib.SentRetry(ctx, rdb, res[0], keys, args).Error(); err != nil {
+		fail(err, stepIdempotency, stepPending, stepHotCache)
 	}
-	a.release()
+	if err := res[1].Error(); err != nil {
+		fail(err, stepPublish)
+	}
 }
 
 // release drops this attempt's claim if it holds one without an event.

@@ -1,0 +1,163 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/test/harness"
+	"github.com/imshard/imshard/test/testenv"
+)
+
+// steadySend is every command a send in the steady state (membership
+// cached, idempotency horizon trusted, reservation available, no month
+// due) sends to Redis: one call before the produce, one pipelined pair
+// after the broker's ack.
+var steadySend = map[string]int{"fcall imshard_send": 1, "fcall imshard_sent": 1, "spublish": 1}
+
+// perSend scales steadySend to n sends.
+func perSend(n int) map[string]int {
+	out := map[string]int{}
+	for k, v := range steadySend {
+		out[k] = v * n
+	}
+	return out
+}
+
+// withoutLease drops the node lease's renewal (a script run every third of
+// its TTL, whatever the sends do) from counts.
+func withoutLease(counts map[string]int) map[string]int {
+	out := maps.Clone(counts)
+	if out["evalsha"] <= 1 {
+		delete(out, "evalsha")
+	}
+	return out
+}
+
+// A steady-state send makes one Redis round trip before its produce and
+// one after the broker's ack, counted at the wire by a proxy in front of a
+// private Redis; a refusal by a cached membership is one call that changes
+// nothing; a removed member is refused at once.
+func TestSendOneRoundTripBeforeAndOneAfterProduce(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	wire := testenv.CountRedisCommands(t, srv.Addr)
+	e := startSend(t, harness.Options{Mutate: func(c *config.Config) { c.Redis.Addrs = []string{wire.Addr} }})
+	e.group("room", 7, "active")
+	e.member("room", 1, "member", time.Time{})
+	e.member("room", 2, "member", time.Now().Add(time.Hour))
+	user := e.Token(1, "")
+	direct := testenv.RedisClient(t, srv.Addr)
+	ctx := context.Background()
+
+	// the first sends take the slow paths once: membership from MySQL,
+	// idempotency horizon, counter seed and reservation
+	first := e.mustSend(user, "room", sendBody("warm-0", "x"))
+	sendWaitFor(t, 10*time.Second, "the idempotency horizon", func() bool {
+		n, err := direct.Do(ctx, direct.B().Exists().Key(e.keys().IdemSince()).Build()).AsInt64()
+		return err == nil && n == 1
+	})
+	for i := 1; ; i++ {
+		wire.Take()
+		e.mustSend(user, "room", sendBody(fmt.Sprintf("warm-%d", i), "x"))
+		if got := withoutLease(wire.Take()); maps.Equal(got, steadySend) {
+			break
+		} else if i == 20 {
+			t.Fatalf("no steady state after %d sends; the last sent %v", i, got)
+		}
+	}
+
+	const n = 30
+	wire.Take()
+	var last sendResp
+	for i := range n {
+		last = e.mustSend(user, "room", sendBody(fmt.Sprintf("m%d", i), "hello"))
+	}
+	if got := withoutLease(wire.Take()); !maps.Equal(got, perSend(n)) {
+		t.Fatalf("%d steady sends sent %v, want %v", n, got, perSend(n))
+	}
+	if last.Seq <= first.Seq+n {
+		t.Fatalf("last seq %d after first %d", last.Seq, first.Seq)
+	}
+
+	// a duplicate is answered by the same one call
+	if status, r := e.send(user, "room", sendBody("m0", "again")); status != 200 || !r.Duplicate {
+		t.Fatalf("duplicate = %d %+v", status, r)
+	}
+	if got := withoutLease(wire.Take()); !maps.Equal(got, map[string]int{"fcall imshard_send": 1}) {
+		t.Fatalf("a duplicate sent %v", got)
+	}
+
+	// refusals from the cached membership: the first of each reads MySQL
+	// and fills the cache, the second is one call; nothing is claimed
+	for _, tc := range []struct {
+		name  string
+		token string
+	}{{"non-member", e.Token(3, "")}, {"muted member", e.Token(2, "")}} {
+		for try := range 2 {
+			wire.Take()
+			if status, r := e.send(tc.token, "room", sendBody("refused", "x")); status != 403 || r.Error.Code != "permission_denied" {
+				t.Fatalf("%s, try %d: %d %+v", tc.name, try, status, r)
+			}
+			if got := withoutLease(wire.Take()); try == 1 && !maps.Equal(got, map[string]int{"fcall imshard_send": 1}) {
+				t.Fatalf("%s refused from the cache sent %v", tc.name, got)
+			}
+		}
+	}
+	if rec := e.idemRecord("room", 3, "refused"); len(rec) != 0 {
+		t.Fatalf("a refused send left a record: %v", rec)
+	}
+
+	// removal takes effect for the very next send
+	if status, body := e.Do("DELETE", "/v1/topics/room/members/1", e.svc, nil); status != 204 {
+		t.Fatalf("delete member: %d %s", status, body)
+	}
+	if status, r := e.send(user, "room", sendBody("after-removal", "x")); status != 403 || r.Error.Code != "permission_denied" {
+		t.Fatalf("send after removal = %d %+v", status, r)
+	}
+}
+
+// On a 3-node Redis Cluster the send's calls (every key under the tenant's
+// hash tag) give concurrent senders unique consecutive seqs, answer a
+// duplicate and feed the hot cache.
+func TestSendOnRedisCluster(t *testing.T) {
+	addrs := testenv.StartRedisCluster(t, 3)
+	e := startSend(t, harness.Options{Mutate: func(c *config.Config) { c.Redis.Addrs = addrs }})
+	e.group("room", 7, "active")
+	const workers, per = 4, 25
+	for w := range workers {
+		e.member("room", int64(w+1), "member", time.Time{})
+	}
+	seqs := make(chan int64, workers*per)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tok := e.Token(int64(w+1), "")
+			for i := range per {
+				seqs <- e.mustSend(tok, "room", sendBody(fmt.Sprintf("w%d-%d", w, i), "x")).Seq
+			}
+		}()
+	}
+	wg.Wait()
+	close(seqs)
+	seen := map[int64]bool{}
+	for s := range seqs {
+		if seen[s] || s < 1 || s > workers*per {
+			t.Fatalf("seq %d repeated or out of 1..%d", s, workers*per)
+		}
+		seen[s] = true
+	}
+	status, r := e.send(e.Token(1, ""), "room", sendBody("w0-0", "again"))
+	if status != 200 || !r.Duplicate || r.Seq < 1 {
+		t.Fatalf("duplicate on the cluster = %d %+v", status, r)
+	}
+	n, err := e.Redis.Do(context.Background(), e.Redis.B().Zcard().Key(e.keys().HotMessages("room")).Build()).AsInt64()
+	if err != nil || n != workers*per {
+		t.Fatalf("hot cache holds %d (%v), want %d", n, err, workers*per)
+	}
+}
