@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -33,6 +34,7 @@ type benchSendOptions struct {
 	addr        string
 	tenant      string
 	cpuProfile  string
+	profileHTTP string
 }
 
 // minPairs is the fewest rounds whose medians the bars are read from.
@@ -69,6 +71,7 @@ func newBenchSendCmd(g *globals) *cobra.Command {
 	c.Flags().StringVar(&o.addr, "addr", "", "API address of a running send role (default: start one in-process)")
 	c.Flags().StringVar(&o.tenant, "tenant", "bench", "tenant to send as (with --addr: a configured tenant)")
 	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (in-process API included) to this file")
+	c.Flags().StringVar(&o.profileHTTP, "profile-http", "", "write a CPU profile of the first round's HTTP side alone to this file (not with --cpuprofile)")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		if o.concurrency < 1 || o.topics < 1 || o.pairs < 1 || o.duration <= 0 || o.bodyBytes < 1 || o.warmup < 0 {
 			return usagef("--concurrency, --topics, --pairs, --body-bytes and --duration must be positive")
@@ -76,6 +79,9 @@ func newBenchSendCmd(g *globals) *cobra.Command {
 		rates, shares, err := parseRates(o.rate)
 		if err != nil {
 			return err
+		}
+		if o.profileHTTP != "" && o.cpuProfile != "" {
+			return usagef("--profile-http and --cpuprofile cannot run together (one CPU profile at a time)")
 		}
 		cfg, err := g.load(nil, "send")
 		if err != nil {
@@ -167,9 +173,18 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 			return bench.SendReport{}, err
 		}
 	}
+	var profile io.Writer
+	if o.profileHTTP != "" {
+		f, err := os.Create(o.profileHTTP)
+		if err != nil {
+			return bench.SendReport{}, err
+		}
+		defer f.Close()
+		profile = f
+	}
 	return bench.Send(ctx, bench.SendParams{
 		Concurrency: o.concurrency, Round: o.duration, Warmup: o.warmup, Topics: o.topics, Pairs: o.pairs,
-		BodyBytes: o.bodyBytes, Rates: rates, RateShares: shares, Peer: o.peer,
+		BodyBytes: o.bodyBytes, Rates: rates, RateShares: shares, Peer: o.peer, ProfileHTTP: profile,
 		BaseURL: baseURL, Tenant: o.tenant, Secret: secret,
 		Redis: a.Redis(), Allocator: a.Allocator(),
 		Producer: send.ProducerOpts(conn, cfg.Kafka.Topic, cfg.Send.ProduceTimeout),

@@ -50,8 +50,9 @@ end
 -- ARGV[2] low-water distance: below it the reply asks for a reservation ahead
 --
 -- Replies (first element is the status):
---   {0, seq, month, hw_or_0} allocated; hw_or_0 > 0 asks the caller to
---                            reserve the next step now, before it runs out
+--   {0, seq, month, hw_or_0, member} allocated; hw_or_0 > 0 asks the caller
+--                            to reserve the next step now, before it runs
+--                            out; member is the seq's entry in KEYS[5]
 --   {1}                      no active month: recover it from MySQL
 --   {2, month}               a newer ready month is due: record it in MySQL,
 --                            activate it, retry (never set here: every
@@ -60,12 +61,10 @@ end
 --                            incarnation: seed it from MySQL
 --   {4, floor}               the reservation is used up: reserve above
 --                            floor, retry
-local function alloc(keys, args, t)
-  local active = redis.call('GET', keys[1])
+local function alloc_with(keys, args, t, active, stamp, last, hw)
   if not active then
     return {1}
   end
-  t = t or redis.call('TIME')
   if args[1] == '1' then
     local now = utc_month(tonumber(t[1]))
     local cur = tonumber(active)
@@ -76,27 +75,30 @@ local function alloc(keys, args, t)
       end
     end
   end
-  if redis.call('GET', keys[6]) ~= incarnation() then
-    return {3}
-  end
-  local last = redis.call('GET', keys[3])
-  if not last then
+  if stamp ~= incarnation() or not last then
     return {3}
   end
   last = tonumber(last)
-  local hw = tonumber(redis.call('GET', keys[4]) or '0')
+  hw = tonumber(hw or '0')
   if last + 1 > hw then
     return {4, math.max(hw, last)}
   end
   redis.set_repl(redis.REPL_NONE)
   local seq = redis.call('INCR', keys[3])
   redis.set_repl(redis.REPL_ALL)
-  redis.call('ZADD', keys[5], seq, seq .. ':' .. (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
+  local member = seq .. ':' .. (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  redis.call('ZADD', keys[5], seq, member)
   local ask = 0
   if hw - seq < tonumber(args[2]) then
     ask = hw
   end
-  return {0, seq, active, ask}
+  return {0, seq, active, ask, member}
+end
+
+local function alloc(keys, args)
+  -- one read of the four strings it decides on
+  local v = redis.call('MGET', keys[1], keys[6], keys[3], keys[4])
+  return alloc_with(keys, args, redis.call('TIME'), v[1], v[2], v[3], v[4])
 end
 
 -- seed: restore a topic's counter at the durable high-water.
@@ -196,8 +198,9 @@ end
 -- ARGV[9] the event JSON without allocation (message.Unallocated)
 --
 -- Replies (first element is the status):
---   {0, seq, month, ask, gid}  allocated and the event stored; ask > 0 asks
---        for a reservation ahead (as alloc's hw_or_0)
+--   {0, seq, month, ask, gid, member}  allocated and the event stored; ask >
+--        0 asks for a reservation ahead (as alloc's hw_or_0); member is the
+--        seq's pending entry (for sent)
 --   {1} {2, month} {3} {4, floor}   alloc's slow paths; the claim is held
 --   {5, status, event, resp, gid, seq, month}   a record exists: a retry
 --   {6}  a live claim of another attempt: wait for it
@@ -212,9 +215,11 @@ local function send(keys, args)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local gid = args[5]
+  -- every string the call decides on, in one read
+  local v = redis.call('MGET', keys[3], keys[2], keys[5], keys[10], keys[7], keys[8])
   if args[4] ~= '' then
     -- the decision acl.Membership makes in Go, on the cached facts
-    local g = redis.call('GET', keys[3])
+    local g = v[1]
     local m = redis.call('HGET', keys[4], args[4])
     if not g or not m then
       return {8}
@@ -256,7 +261,7 @@ local function send(keys, args)
     end
   end
   if args[6] ~= '1' then
-    local h = redis.call('GET', keys[2])
+    local h = v[2]
     local stamp, since = nil, nil
     if h then
       stamp, since = string.match(h, '^(%w+):(%d+)$')
@@ -270,7 +275,7 @@ local function send(keys, args)
       return {9, 1}
     end
   end
-  local a = alloc({keys[5], keys[6], keys[7], keys[8], keys[9], keys[10]}, {args[7], args[8]}, t)
+  local a = alloc_with({keys[5], keys[6], keys[7], keys[8], keys[9], keys[10]}, {args[7], args[8]}, t, v[3], v[4], v[5], v[6])
   if a[1] ~= 0 then
     hold()
     return a
@@ -280,7 +285,7 @@ local function send(keys, args)
   end
   redis.call('HSET', keys[1], 'status', 'pending', 'event', args[9], 'gid', gid, 'seq', a[2], 'month', a[3])
   redis.call('PEXPIRE', keys[1], args[2])
-  return {0, a[2], a[3], a[4], gid}
+  return {0, a[2], a[3], a[4], gid, a[5]}
 end
 
 -- sent: everything after the broker's ack, in one call (the realtime
@@ -294,6 +299,7 @@ end
 --         (a flush, a failover), so a retry still finds the event
 -- ARGV[6] hot-cache member ("" = no hot cache), ARGV[7] hot-cache TTL ms,
 -- ARGV[8] hot-cache size per topic
+-- ARGV[9] the seq's pending entry as send returned it ("" = unknown)
 --
 -- 'done' (set by persist after its commit) is never downgraded: the ack can
 -- reach the sender after the consumer has already stored the message. A seq
@@ -306,8 +312,14 @@ local function sent(keys, args)
   elseif st ~= 'done' then
     redis.call('HSET', keys[1], 'status', 'acked')
   end
-  if redis.call('ZCOUNT', keys[2], args[1], args[1]) > 0 then
+  -- the entry the allocation made, when the caller knows it (a retry's
+  -- may carry a later time): found by member, else by score
+  local acked = args[9] ~= '' and redis.call('ZREM', keys[2], args[9]) == 1
+  if not acked and redis.call('ZCOUNT', keys[2], args[1], args[1]) > 0 then
     redis.call('ZREMRANGEBYSCORE', keys[2], args[1], args[1])
+    acked = true
+  end
+  if acked then
     redis.call('ZADD', keys[2], args[1], args[1] .. ':a')
   end
   if args[6] ~= '' then

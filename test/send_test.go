@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -705,15 +707,20 @@ func TestSendBenchCommand(t *testing.T) {
 	tenant := testenv.NewTenant(t)
 	cfg := tenantConfig(t, tenant, "")
 	peer := `echo "minimal HTTP send: 1000 ok, 0 failed, 2000/s, p50 1.5ms, p99 4ms"`
+	profile := filepath.Join(t.TempDir(), "http.prof")
 	code, out := runCLI(t, nil, "--config", cfg, "bench", "send", "--tenant", tenant,
-		"--concurrency=2", "--duration=500ms", "--warmup=0s", "--topics=2", "--pairs=2", "--rate=50", "--peer", peer)
+		"--concurrency=2", "--duration=500ms", "--warmup=0s", "--topics=2", "--pairs=2", "--rate=50", "--peer", peer,
+		"--profile-http", profile)
 	for _, want := range []string{"HTTP / reference send = rate ", "HTTP / peer (--peer) = rate ", "raw allocation (FCALL)",
 		"only 2 rounds", "Redis memory per idempotency record, HTTP send", "open loop", "median"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Fatalf("bench send: exit %d, want %q in\n%s", code, want, out)
 		}
 	}
-	for _, bad := range [][]string{{"--concurrency=0"}, {"--rate=fast"}, {"--pairs=0"}} {
+	if st, err := os.Stat(profile); err != nil || st.Size() == 0 {
+		t.Fatalf("--profile-http wrote no profile: %v", err)
+	}
+	for _, bad := range [][]string{{"--concurrency=0"}, {"--rate=fast"}, {"--pairs=0"}, {"--profile-http=a", "--cpuprofile=b"}} {
 		if code, out := runCLI(t, nil, append([]string{"--config", cfg, "bench", "send"}, bad...)...); code != 2 {
 			t.Fatalf("bench send %v: exit %d, want 2\n%s", bad, code, out)
 		}

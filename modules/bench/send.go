@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +39,9 @@ type SendParams struct {
 	Rates      []float64
 	RateShares []float64
 	Peer       string // shell command printing the peer's line; "" = none
+	// ProfileHTTP receives a CPU profile of the first round's HTTP side
+	// alone (the measured time, nothing else of the run); nil = none
+	ProfileHTTP io.Writer
 
 	BaseURL string // the API
 	Tenant  string
@@ -267,7 +271,14 @@ func Send(ctx context.Context, p SendParams) (SendReport, error) {
 			if side == SidePeer {
 				res, err = b.peerRound(ctx)
 			} else {
+				profile := r == 0 && side == SideHTTP && p.ProfileHTTP != nil
 				res, err = b.measure(ctx, side, func(ctx context.Context) (sample, error) {
+					if profile {
+						if err := pprof.StartCPUProfile(p.ProfileHTTP); err != nil {
+							return sample{}, err
+						}
+						defer pprof.StopCPUProfile()
+					}
 					return b.loop(ctx, p.Round, ops[side])
 				})
 			}

@@ -163,6 +163,7 @@ type attempt struct {
 	stored []byte        // ev as the record stores it (message.Unallocated)
 	whole  bool          // stored is a whole event (a record of an older version)
 
+	pending string // the seq's pending entry as the call made it ("" after a retry)
 	member  string // sender's id for the call's membership check; "" once checked against MySQL
 	groupID string // the group checkMember found
 	asked   bool   // MySQL said no earlier send exists (or the earlier seq is a gap)
@@ -305,6 +306,7 @@ func (a *attempt) sent(ctx context.Context, rep []rueidis.RedisMessage) (Respons
 	if err != nil {
 		return Response{}, fmt.Errorf("send: group id in reply: %w", err)
 	}
+	a.pending, _ = rep[5].ToString()
 	a.ev.GroupID, a.ev.SeqID, a.ev.ShardMonth = message.ID(gid), al.Seq, al.Month.String()
 	raw, err := message.WithAllocation(a.stored, a.ev.GroupID, al.Seq, a.ev.ShardMonth)
 	if err != nil {
@@ -457,7 +459,7 @@ func (s *Service) postAck(ctx context.Context, a *attempt, ev *message.Event) {
 		gid, month = "", ""
 	}
 	keys := []string{a.key, a.keys.Pending(a.topic), a.keys.HotMessages(a.topic)}
-	args := []string{strconv.FormatInt(ev.SeqID, 10), s.idemTTL, string(a.stored), gid, month, member, hotTTL, hotMax}
+	args := []string{strconv.FormatInt(ev.SeqID, 10), s.idemTTL, string(a.stored), gid, month, member, hotTTL, hotMax, a.pending}
 	rdb, lib := s.p.Redis, s.p.Scripts.Fenced
 	pub := `{"type":"message","message":` + string(msg) + `}`
 	res := rdb.DoMulti(ctx, lib.SentCmd(rdb, keys, args), rdb.B().Spublish().Channel(a.keys.Realtime(a.topic)).Message(pub).Build())
