@@ -120,11 +120,11 @@ func parseRates(s string) (rates, shares []float64, err error) {
 }
 
 // runBenchSend starts what the bench needs and runs bench.Send.
-func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, rates, shares []float64, g *globals) (bench.SendReport, error) {
+func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, rates, shares []float64, g *globals) (rep bench.SendReport, err error) {
 	var secret []byte
 	if o.addr == "" {
-		// a tenant of our own with a one-off secret; its database is kept
-		// (seqs just continue on the next run)
+		// a tenant of our own with a one-off secret; its database and Redis
+		// keys are dropped at the end
 		secret = []byte(benchTenant(cfg, o.tenant))
 		cfg.HTTP.Addr, cfg.Metrics.Addr = "127.0.0.1:0", "127.0.0.1:0"
 		cfg.HTTP.ShutdownDelay = 0 // no load balancer to drain
@@ -162,6 +162,11 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 		if err := prepareBenchTenant(ctx, a, o.tenant); err != nil {
 			return bench.SendReport{}, err
 		}
+		db, dbErr := a.Pools().DB(ctx, o.tenant)
+		if dbErr != nil {
+			return bench.SendReport{}, dbErr
+		}
+		defer func() { err = errors.Join(err, dropBenchTenant(ctx, a, db, o.tenant)) }()
 		conn = a.KafkaConn()
 	} else {
 		if err := a.StartTools(ctx); err != nil {

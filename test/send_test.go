@@ -720,6 +720,22 @@ func TestSendBenchCommand(t *testing.T) {
 	if st, err := os.Stat(profile); err != nil || st.Size() == 0 {
 		t.Fatalf("--profile-http wrote no profile: %v", err)
 	}
+	// the bench's own tenant is dropped: no Redis key of it is left
+	rdb := testenv.RedisClient(t, testenv.RedisAddr())
+	var left []string
+	for cursor := uint64(0); ; {
+		e, err := rdb.Do(context.Background(), rdb.B().Scan().Cursor(cursor).Match("im:{"+tenant+"}:*").Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left = append(left, e.Elements...); e.Cursor == 0 {
+			break
+		}
+		cursor = e.Cursor
+	}
+	if len(left) > 0 {
+		t.Fatalf("bench send left %d keys of its tenant: %.5q", len(left), left)
+	}
 	for _, bad := range [][]string{{"--concurrency=0"}, {"--rate=fast"}, {"--pairs=0"}, {"--profile-http=a", "--cpuprofile=b"}} {
 		if code, out := runCLI(t, nil, append([]string{"--config", cfg, "bench", "send"}, bad...)...); code != 2 {
 			t.Fatalf("bench send %v: exit %d, want 2\n%s", bad, code, out)
