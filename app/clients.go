@@ -24,6 +24,7 @@ import (
 
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/acl"
+	"github.com/imshard/imshard/modules/migrate"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/shardmgr"
 	"github.com/imshard/imshard/modules/tenantdb"
@@ -42,6 +43,8 @@ type clients struct {
 	routes   *routing.Routes
 	acl      *acl.Checker
 	shards   *shardmgr.Manager
+	migs     *routing.Migrations
+	migrator *migrate.Migrator
 }
 
 // holder is the Service of a module that is only a client: nothing to run,
@@ -90,6 +93,7 @@ var inits = map[string]func(ctx context.Context, a *App) (Service, error){
 	Send:     initSend,
 	Persist:  initPersist,
 	Query:    initQuery,
+	Migrate:  initMigrate,
 	API:      initAPI,
 	All:      func(context.Context, *App) (Service, error) { return holder{}, nil },
 }
@@ -373,8 +377,13 @@ func initRouting(ctx context.Context, a *App) (Service, error) {
 	c.flight = routing.NewFlight(c.redis, c.scripts, a.Config.Send.ProduceTimeout)
 	c.routes = routing.NewRoutes(c.redis, c.scripts)
 	c.acl = acl.New(acl.Params{Redis: c.redis, Scripts: c.scripts, DBs: c.pools, TTL: a.Config.Send.ACLCacheTTL, Log: a.Log.With().Str("module", "acl").Logger()})
-	alloc := c.alloc
-	return holder{close: func() error { alloc.Close(); return nil }}, nil
+	c.migs = routing.NewMigrations(c.pools, a.Log.With().Str("module", Routing).Logger())
+	alloc, migs := c.alloc, c.migs
+	// the loop keeps every process's view of migration states fresh
+	return runner{
+		run:  func(ctx context.Context) error { migs.Run(ctx); return nil },
+		stop: func(context.Context) error { alloc.Close(); return nil },
+	}, nil
 }
 
 // NewShardManager builds the shard manager from the shared clients; the

@@ -20,6 +20,7 @@ const (
 	Send     = "send"     // POST messages, group and member management
 	Persist  = "persist"  // Kafka → month tables consumer
 	Query    = "query"    // GET messages, search, admin routes
+	Migrate  = "migrate"  // legacy-table migrations: backfill, routes, verification
 	All      = "all"      // every role; no code of its own
 )
 
@@ -36,7 +37,8 @@ var deps = map[string][]string{
 	Send:     {Routing, Kafka},
 	Persist:  {Routing, Kafka},
 	Query:    {Routing},
-	All:      {ShardMgr, Send, Persist, Query},
+	Migrate:  {Routing},
+	All:      {ShardMgr, Send, Persist, Query, Migrate},
 }
 
 // after orders the API server behind the HTTP roles present, so every
@@ -47,7 +49,7 @@ var after = map[string][]string{
 }
 
 // roles are the modules an operator may name in `serve --roles`.
-var roles = []string{ShardMgr, Send, Persist, Query}
+var roles = []string{ShardMgr, Send, Persist, Query, Migrate}
 
 // httpRoles are the roles that serve the HTTP API; any of them adds API.
 var httpRoles = []string{Send, Query}

@@ -13,12 +13,13 @@ import (
 func (a *App) NewRouter() *routing.Router {
 	c := &a.clients
 	return routing.NewRouter(routing.RouterParams{
-		Redis:   c.redis,
-		DBs:     c.pools,
-		Catalog: c.catalog,
-		Routes:  c.routes,
-		Metrics: c.rmetrics,
-		Log:     a.Log.With().Str("module", Query).Logger(),
+		Redis:      c.redis,
+		DBs:        c.pools,
+		Catalog:    c.catalog,
+		Routes:     c.routes,
+		Metrics:    c.rmetrics,
+		Migrations: c.migs,
+		Log:        a.Log.With().Str("module", Query).Logger(),
 	})
 }
 
@@ -34,6 +35,7 @@ func (a *App) NewQuery() *query.Service {
 		Flight:       c.flight,
 		ACL:          c.acl,
 		Scripts:      c.scripts,
+		Migrations:   c.migs,
 		HiddenTTL:    a.Config.Send.ACLCacheTTL, // user facts cached as long as memberships
 		LocalTopics:  a.Config.HotCache.LocalTopics,
 		LocalMaxAge:  a.Config.HotCache.LocalMaxAge,

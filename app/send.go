@@ -21,6 +21,7 @@ func initSend(ctx context.Context, a *App) (Service, error) {
 		Flight:     c.flight,
 		Scripts:    c.scripts,
 		ACL:        c.acl,
+		Migrations: c.migs,
 		Auth:       httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL),
 		Log:        a.Log.With().Str("module", Send).Logger(),
 		Registerer: a.Registry,

@@ -85,6 +85,7 @@ func NewRoot(stdout, stderr io.Writer, env []string) *cobra.Command {
 		newTokenCmd(g),
 		newVersionCmd(g),
 		newBenchCmd(g),
+		newMigrateCmd(g),
 	)
 	return root
 }

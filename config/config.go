@@ -29,6 +29,7 @@ type Config struct {
 	HotCache    HotCache `mapstructure:"hot_cache"`
 	Stream      Stream   `mapstructure:"stream"`
 	Persist     Persist  `mapstructure:"persist"`
+	Migrate     Migrate  `mapstructure:"migrate"`
 }
 
 // HTTP is the API listener. On a stop signal /readyz answers 503 for
@@ -204,6 +205,12 @@ type Persist struct {
 	MaxParked       int           `mapstructure:"max_parked"`
 }
 
+// Migrate is the legacy-table backfill; RowsPerSecond 0 means unthrottled.
+type Migrate struct {
+	BatchSize     int `mapstructure:"batch_size"`
+	RowsPerSecond int `mapstructure:"rows_per_second"`
+}
+
 // TenantIDPattern is what a tenant id must match: the id becomes part of database
 // names and Redis keys, so it is kept to characters that need no quoting anywhere.
 var TenantIDPattern = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
@@ -287,6 +294,7 @@ func Default() Config {
 			RetryBackoffMax: 30 * time.Second,
 			MaxParked:       50_000,
 		},
+		Migrate: Migrate{BatchSize: 2000, RowsPerSecond: 0},
 	}
 }
 

@@ -102,7 +102,7 @@ func flagSet(t *testing.T) *pflag.FlagSet {
 }
 
 func TestDefaultValidates(t *testing.T) {
-	for _, roles := range [][]string{nil, {"all"}, {"send"}, {"query"}, {"persist"}, {"shardmgr"}, {"send", "query"}} {
+	for _, roles := range [][]string{nil, {"all"}, {"send"}, {"query"}, {"persist"}, {"shardmgr"}, {"migrate"}, {"send", "query"}} {
 		t.Run(strings.Join(roles, ","), func(t *testing.T) {
 			c := Default()
 			if err := c.Validate(roles...); err != nil {
@@ -149,7 +149,7 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 	for i := 0; i < len(doc.Content[0].Content); i += 2 {
 		top = append(top, doc.Content[0].Content[i].Value)
 	}
-	want := []string{"http", "auth", "metrics", "log", "mysql", "redis", "kafka", "tenants", "tenants_file", "shard", "send", "hot_cache", "stream", "persist"}
+	want := []string{"http", "auth", "metrics", "log", "mysql", "redis", "kafka", "tenants", "tenants_file", "shard", "send", "hot_cache", "stream", "persist", "migrate"}
 	if !slices.Equal(top, want) {
 		t.Errorf("top-level keys %v, want %v", top, want)
 	}
@@ -270,7 +270,7 @@ func TestFileForms(t *testing.T) {
 		{"partial section keeps the rest", "http: {addr: ':1'}", func(c *Config) bool { return c.HTTP.Addr == ":1" && c.HTTP.ShutdownGrace == 30*time.Second }},
 		{"keys are case-insensitive", "HTTP: {Addr: ':2'}", func(c *Config) bool { return c.HTTP.Addr == ":2" }},
 		{"zero duration as number", "persist: {batch_linger: 0}", func(c *Config) bool { return c.Persist.BatchLinger == 0 }},
-		{"whole float as int", "persist: {batch_size: 1e3}", func(c *Config) bool { return c.Persist.BatchSize == 1000 }},
+		{"whole float as int", "migrate: {batch_size: 1e3}", func(c *Config) bool { return c.Migrate.BatchSize == 1000 }},
 		{"list replaces, not merges", "tenants: [{id: x, jwt_secret: 12345678x}]", func(c *Config) bool { return reflect.DeepEqual(c.Tenants, []Tenant{{ID: "x", JWTSecret: "12345678x"}}) }},
 		{"empty tenants", "tenants: []", func(c *Config) bool { return len(c.Tenants) == 0 }},
 		{"string list as comma string", "redis: {addrs: 'a:1,b:2'}", func(c *Config) bool { return slices.Equal(c.Redis.Addrs, []string{"a:1", "b:2"}) }},
@@ -462,6 +462,9 @@ func TestValidateRules(t *testing.T) {
 		{"persist retry backoff", func(c *Config) { c.Persist.RetryBackoff = -1 }, "persist.retry_backoff"},
 		{"persist retry backoff max", func(c *Config) { c.Persist.RetryBackoffMax = c.Persist.RetryBackoff - 1 }, "persist.retry_backoff_max"},
 		{"persist max parked", func(c *Config) { c.Persist.MaxParked = 0 }, "persist.max_parked"},
+		{"migrate batch size low", func(c *Config) { c.Migrate.BatchSize = 0 }, "migrate.batch_size"},
+		{"migrate batch size high", func(c *Config) { c.Migrate.BatchSize = 100_001 }, "migrate.batch_size"},
+		{"migrate rows per second", func(c *Config) { c.Migrate.RowsPerSecond = -1 }, "migrate.rows_per_second"},
 		{"kafka sasl unknown mechanism", func(c *Config) { withSASL(c, "GSSAPI", "u", "p") }, "kafka.sasl.mechanism"},
 		{"kafka sasl lower-case mechanism", func(c *Config) { withSASL(c, "scram-sha-256", "u", "p") }, "kafka.sasl.mechanism"},
 		{"kafka sasl without username", func(c *Config) { withSASL(c, SASLScramSHA256, "", "p") }, "kafka.sasl.username"},
@@ -563,7 +566,7 @@ func TestValidateAcceptsEdges(t *testing.T) {
 		{"limits inclusive", func(c *Config) {
 			c.Kafka.Partitions, c.Send.MaxBodyBytes, c.Send.SeqReserveStep = 1024, 16<<20, 1_000_000
 			c.Shard.MonthsAhead, c.Shard.SealingDays, c.Shard.PatrolInterval, c.Shard.LockTTL = 24, 90, time.Minute, time.Second
-			c.Persist.BatchSize, c.Persist.BatchLinger = 10_000, 10*time.Second
+			c.Persist.BatchSize, c.Persist.BatchLinger, c.Migrate.BatchSize = 10_000, 10*time.Second, 100_000
 			c.Tenants[0].ID, c.Tenants[0].JWTSecret = strings.Repeat("a", 32), "12345678"
 		}},
 	}
@@ -601,20 +604,21 @@ func TestValidateByRole(t *testing.T) {
 		fails  []string
 	}{
 		{"http", func(c *Config) { c.HTTP.Addr = "x" }, "http.addr", []string{"send", "query"}},
-		{"redis", func(c *Config) { c.Redis.Addrs = nil }, "redis.addrs", []string{"send", "query", "persist", "shardmgr"}},
+		{"redis", func(c *Config) { c.Redis.Addrs = nil }, "redis.addrs", []string{"send", "query", "persist", "shardmgr", "migrate"}},
 		{"kafka", func(c *Config) { c.Kafka.Group = "" }, "kafka.group", []string{"send", "persist"}},
-		{"tenants", func(c *Config) { c.Tenants = nil }, "tenants", []string{"send", "query", "persist", "shardmgr"}},
-		{"shard", func(c *Config) { c.Shard.LockTTL = 0 }, "shard.lock_ttl", []string{"send", "shardmgr"}},
+		{"tenants", func(c *Config) { c.Tenants = nil }, "tenants", []string{"send", "query", "persist", "shardmgr", "migrate"}},
+		{"shard", func(c *Config) { c.Shard.LockTTL = 0 }, "shard.lock_ttl", []string{"send", "shardmgr", "migrate"}},
 		{"send", func(c *Config) { c.Send.ProduceTimeout = 0 }, "send.produce_timeout", []string{"send"}},
 		{"hot_cache", func(c *Config) { c.HotCache.TTL = -1 }, "hot_cache.ttl", []string{"send", "query"}},
 		{"stream", func(c *Config) { c.Stream.IdleTimeout = c.Stream.PingInterval - 1 }, "stream.idle_timeout", []string{"query"}},
 		{"persist", func(c *Config) { c.Persist.BatchSize = 0 }, "persist.batch_size", []string{"persist"}},
-		{"mysql always", func(c *Config) { c.MySQL.MaxOpenConns = 0 }, "mysql.max_open_conns", []string{"send", "query", "persist", "shardmgr"}},
-		{"metrics always", func(c *Config) { c.Metrics.Addr = "x" }, "metrics.addr", []string{"send", "query", "persist", "shardmgr"}},
-		{"log always", func(c *Config) { c.Log.Level = "x" }, "log.level", []string{"send", "query", "persist", "shardmgr"}},
+		{"migrate", func(c *Config) { c.Migrate.BatchSize = 0 }, "migrate.batch_size", []string{"migrate"}},
+		{"mysql always", func(c *Config) { c.MySQL.MaxOpenConns = 0 }, "mysql.max_open_conns", []string{"send", "query", "persist", "shardmgr", "migrate"}},
+		{"metrics always", func(c *Config) { c.Metrics.Addr = "x" }, "metrics.addr", []string{"send", "query", "persist", "shardmgr", "migrate"}},
+		{"log always", func(c *Config) { c.Log.Level = "x" }, "log.level", []string{"send", "query", "persist", "shardmgr", "migrate"}},
 	}
 	for _, tt := range tests {
-		for _, role := range []string{"send", "query", "persist", "shardmgr"} {
+		for _, role := range []string{"send", "query", "persist", "shardmgr", "migrate"} {
 			t.Run(tt.name+"/"+role, func(t *testing.T) {
 				c := Default()
 				tt.mutate(&c)

@@ -28,11 +28,12 @@ func roleSections() map[string][]string {
 		"query":    {"http", "auth", "redis", "tenants", "hot_cache", "stream"},
 		"persist":  {"redis", "kafka", "tenants", "persist"},
 		"shardmgr": {"redis", "tenants", "shard"},
+		"migrate":  {"redis", "tenants", "shard", "migrate"},
 	}
 }
 
 // Validate checks the sections the given roles need ("send", "query", "persist",
-// "shardmgr"; none or "all" means every section). A process checks only
+// "shardmgr", "migrate"; none or "all" means every section). A process checks only
 // what it runs, so a query node is not refused over a persist setting it never
 // reads. Every problem is reported at once as errors.Join of *KeyError.
 func (c *Config) Validate(roles ...string) error {
@@ -160,12 +161,16 @@ func (c *Config) Validate(roles ...string) error {
 		p.durAtLeast("persist.retry_backoff_max", ps.RetryBackoffMax, ps.RetryBackoff)
 		p.intRange("persist.max_parked", int64(ps.MaxParked), 1, 1<<31-1)
 	}
+	if need["migrate"] {
+		p.intRange("migrate.batch_size", int64(c.Migrate.BatchSize), 1, 100_000)
+		p.intRange("migrate.rows_per_second", int64(c.Migrate.RowsPerSecond), 0, 1<<31-1)
+	}
 	return errors.Join(p...)
 }
 
 // ValidateServe checks what only a long-running process of a split
 // deployment must refuse, on top of Validate: roles are those of `serve
-// --roles` ("all", or any of send, query, persist, shardmgr). A process that
+// --roles` ("all", or any of send, query, persist, shardmgr, migrate). A process that
 // runs every role (all) is the single-machine setup and passes.
 //
 //   - kafka.brokers empty starts an in-process Kafka private to this process:

@@ -19,7 +19,7 @@ const module = "github.com/imshard/imshard/"
 // roleModules are the one-role packages (and the benchmark drivers, which
 // only cmd uses): they may use the shared packages under modules/ but never
 // each other.
-var roleModules = map[string]bool{"send": true, "persist": true, "query": true, "shardmgr": true, "bench": true}
+var roleModules = map[string]bool{"send": true, "persist": true, "query": true, "shardmgr": true, "migrate": true, "bench": true}
 
 // TestImportDirection enforces main → cmd → app → modules/<role> →
 // modules/routing (+ small shared packages) → config, sql, lua.

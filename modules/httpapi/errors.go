@@ -81,9 +81,12 @@ func Classify(err error) (code, msg string) {
 
 func classify(err error) (code, msg string, details map[string]any) {
 	var e *Error
+	var mig *routing.ErrMigrationPending
 	switch {
 	case errors.As(err, &e):
 		return e.Code, e.Message, e.Details
+	case errors.As(err, &mig):
+		return CodeUnavailable, mig.Error(), map[string]any{"migration": "pending", "state": mig.State.String()}
 	case errors.Is(err, routing.ErrInvalidTopic):
 		return CodeInvalidArgument, "invalid topic: want ^[A-Za-z0-9_-]{1,64}$", nil
 	case errors.Is(err, routing.ErrInvalidMonth), errors.Is(err, routing.ErrInvalidTable), errors.Is(err, routing.ErrInvalidTenant):
@@ -116,7 +119,8 @@ type envelope struct {
 // errors are logged with their cause (once, here, where they are handled).
 func WriteError(w http.ResponseWriter, r *http.Request, log zerolog.Logger, err error) {
 	code, msg, details := classify(err)
-	if code == CodeInternal || code == CodeUnavailable {
+	var mig *routing.ErrMigrationPending
+	if (code == CodeInternal || code == CodeUnavailable) && !errors.As(err, &mig) {
 		log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Str("code", code).Msg("request failed")
 	}
 	var env envelope

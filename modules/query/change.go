@@ -175,6 +175,10 @@ func (s *Service) counted(action string, fn func() (ChangeResult, error)) (Chang
 // change runs steps 2 to 5 of a change whose caller may change messages of
 // the topic at all.
 func (s *Service) change(ctx context.Context, p httpapi.Principal, c changeReq) (ChangeResult, error) {
+	// in-process state, no round trip: 503 while a migration refuses changes
+	if err := s.p.Migrations.GateChange(ctx, p.Tenant); err != nil {
+		return ChangeResult{}, err
+	}
 	keys, db, err := s.open(ctx, p, c.topic)
 	if err != nil {
 		return ChangeResult{}, err

@@ -32,15 +32,17 @@ type ACL interface {
 
 // Params wires a Service.
 type Params struct {
-	Redis     rueidis.Client
-	DBs       routing.DBs
-	Router    *routing.Router
-	Catalog   *routing.Catalog
-	Routes    *routing.Routes
-	Flight    *routing.Flight
-	ACL       ACL
-	Scripts   *routing.Scripts
-	HiddenTTL time.Duration // how long a caller's cached deletion ranges live (default 5m)
+	Redis   rueidis.Client
+	DBs     routing.DBs
+	Router  *routing.Router
+	Catalog *routing.Catalog
+	Routes  *routing.Routes
+	Flight  *routing.Flight
+	ACL     ACL
+	Scripts *routing.Scripts
+	// Migrations gates changes while the tenant migrates from its legacy table.
+	Migrations *routing.Migrations
+	HiddenTTL  time.Duration // how long a caller's cached deletion ranges live (default 5m)
 	// LocalTopics is how many topics' newest messages the process keeps a
 	// copy of (recent), read for LocalMaxAge at most; either 0 keeps none.
 	LocalTopics int
@@ -301,12 +303,12 @@ func (s *Service) scan(ctx context.Context, db *sql.DB, tenant string, q listQue
 	var page []message.Message
 	touched := 0
 	want := q.limit
-	for _, t := range tables {
+	for _, src := range sources(q, tables, tr.Legacy) {
 		if len(page) >= want {
 			break
 		}
-		q.limit = want - len(page)
-		rows, err := s.st.messages(ctx, db, q.build(t.Quoted()))
+		src.q.limit = want - len(page)
+		rows, err := s.st.messages(ctx, db, src.q.build(src.table))
 		if err != nil {
 			return nil, touched, err
 		}
@@ -315,6 +317,55 @@ func (s *Service) scan(ctx context.Context, db *sql.DB, tenant string, q listQue
 	}
 	s.repairIfFallback(ctx, tenant, q.topic, tr, len(page) > 0)
 	return page, touched, nil
+}
+
+// source is one table a list page reads, with its share of the query.
+type source struct {
+	table string // quoted
+	q     listQuery
+}
+
+// sources orders the tables of a list page — the route's month tables and,
+// while the tenant migrates, the legacy table bounded by leg — so that
+// each source holds only seqs beyond every row of the ones before it:
+// the walk can stop as soon as the page is full (invariant 7). After
+// cutover the legacy table answers for the seqs up to cutover_seq and the
+// month tables above it (the backfill's copies below it are not read, so
+// a half-copied month never hides a legacy row); before cutover the month
+// tables can hold only seqs above every legacy one, and both are read.
+func sources(q listQuery, tables []routing.Table, leg routing.LegacySource) []source {
+	months := make([]source, 0, len(tables)+1)
+	mq := q
+	if leg.Hi > 0 && leg.Split {
+		if q.order == Desc {
+			mq.floor = leg.Hi
+		} else {
+			mq.bound = max(q.bound, leg.Hi)
+		}
+	}
+	if !(leg.Split && q.order == Desc && q.bound <= leg.Hi+1) {
+		for _, t := range tables {
+			months = append(months, source{t.Quoted(), mq})
+		}
+	}
+	if leg.Hi <= 0 {
+		return months
+	}
+	lq := q
+	if q.order == Desc {
+		if leg.Hi < math.MaxInt64 {
+			lq.bound = min(q.bound, leg.Hi+1)
+		}
+		return append(months, source{routing.LegacyQuoted(), lq})
+	}
+	if q.bound >= leg.Hi {
+		return months
+	}
+	lq.upTo = min(q.upTo, leg.Hi)
+	if lq.upTo == 0 {
+		lq.upTo = leg.Hi
+	}
+	return append([]source{{routing.LegacyQuoted(), lq}}, months...)
 }
 
 // repairIfFallback queues a route repair when a topic that neither Redis
@@ -465,7 +516,17 @@ func (s *Service) get(ctx context.Context, p httpapi.Principal, topic string, se
 	if err != nil {
 		return message.Message{}, 0, err
 	}
-	for i, t := range tables {
+	quoted := make([]string, 0, len(tables)+1)
+	if seq <= tr.Legacy.Hi {
+		// while the tenant migrates, the legacy table answers for its seqs
+		quoted = append(quoted, routing.LegacyQuoted())
+	}
+	if seq > tr.Legacy.Hi || !tr.Legacy.Split {
+		for _, t := range tables {
+			quoted = append(quoted, t.Quoted())
+		}
+	}
+	for i, t := range quoted {
 		m, ok, err := s.st.one(ctx, db, t, topic, p.UserID, seq)
 		if err != nil {
 			return message.Message{}, i + 1, err

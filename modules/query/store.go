@@ -153,6 +153,7 @@ type listQuery struct {
 	order       Order
 	bound       int64 // exclusive: seq < bound (Desc) or seq > bound (Asc)
 	upTo        int64 // Asc only: seq <= upTo (the settled watermark)
+	floor       int64 // Desc only, when above 0: seq > floor (month tables above a migration's cutover_seq)
 	limit       int
 	keepDeleted bool // context keeps globally deleted rows as tombstones
 	hidNothing  bool // the caller is known to have no deletion range: no anti-join
@@ -162,7 +163,11 @@ type listQuery struct {
 func (q listQuery) build(table string) sq.SelectBuilder {
 	b := sq.Select(columns...).From(table + " AS m").Where(sq.Eq{"m.topic": q.topic})
 	if q.order == Desc {
-		b = b.Where(sq.Lt{"m.seqid": q.bound}).OrderBy("m.seqid DESC")
+		b = b.Where(sq.Lt{"m.seqid": q.bound})
+		if q.floor > 0 {
+			b = b.Where(sq.Gt{"m.seqid": q.floor})
+		}
+		b = b.OrderBy("m.seqid DESC")
 	} else {
 		b = b.Where(sq.Gt{"m.seqid": q.bound})
 		if q.upTo < routing.Unsettled {
@@ -179,9 +184,9 @@ func (q listQuery) build(table string) sq.SelectBuilder {
 	return b.Suffix("LIMIT ?", q.limit)
 }
 
-// one reads (topic, seq) from t unless the caller hid it.
-func (s *store) one(ctx context.Context, db *sql.DB, t routing.Table, topic string, user, seq int64) (message.Message, bool, error) {
-	ms, err := s.messages(ctx, db, sq.Select(columns...).From(t.Quoted()+" AS m").
+// one reads (topic, seq) from the table quoted unless the caller hid it.
+func (s *store) one(ctx context.Context, db *sql.DB, quoted, topic string, user, seq int64) (message.Message, bool, error) {
+	ms, err := s.messages(ctx, db, sq.Select(columns...).From(quoted+" AS m").
 		Where(sq.Eq{"m.topic": topic, "m.seqid": seq}).Where(NotHidden, user).Limit(1))
 	if err != nil || len(ms) == 0 {
 		return message.Message{}, false, err

@@ -333,6 +333,31 @@ func (a *Allocator) RaiseReservations(ctx context.Context, tenant string, issued
 	return hi, nil
 }
 
+// ResetCounters drops the Redis seq counters of topics (with their
+// high-water and stamp), so that each re-seeds at its durable reservation
+// on its next allocation — after RaiseReservations lifted it above seqs
+// handed out elsewhere (a migration's cutover from the legacy table).
+func (a *Allocator) ResetCounters(ctx context.Context, tenant string, topics []string) error {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return err
+	}
+	const chunk = 300
+	for lo := 0; lo < len(topics); lo += chunk {
+		var del []string
+		for _, topic := range topics[lo:min(lo+chunk, len(topics))] {
+			if err := ValidTopic(topic); err != nil {
+				return err
+			}
+			del = append(del, keys.Seq(topic), keys.SeqHW(topic), keys.SeqStamp(topic))
+		}
+		if err := a.p.Redis.Do(ctx, a.p.Redis.B().Del().Key(del...).Build()).Error(); err != nil {
+			return fmt.Errorf("alloc: reset counters of %s: %w", tenant, err)
+		}
+	}
+	return nil
+}
+
 // MarkReady tells Redis that m's table is writable, so allocation may move to
 // it. The shard manager calls it once the table exists and is registered.
 func (a *Allocator) MarkReady(ctx context.Context, tenant string, months ...Month) error {

@@ -136,6 +136,10 @@ func (k Keys) Pending(topic string) string { return k.prefix + "pending:" + topi
 // ShardLock is the lock one shard manager holds while acting on the tenant.
 func (k Keys) ShardLock() string { return k.prefix + "lock:shardmgr" }
 
+// MigrateLock is the lock the migrate module holds while it backfills or
+// verifies the tenant's migration from the legacy table.
+func (k Keys) MigrateLock() string { return k.prefix + "lock:migrate" }
+
 // RouteRepair is the tenant's queue of topics whose Redis route needs repair.
 func (k Keys) RouteRepair() string { return k.prefix + "route_repair" }
 

@@ -34,7 +34,10 @@ type RouterParams struct {
 	Catalog *Catalog
 	Routes  *Routes
 	Metrics *Metrics
-	Log     zerolog.Logger
+	// Migrations, when set, adds a migrating tenant's legacy table to its
+	// reads (TopicRoute.Legacy).
+	Migrations *Migrations
+	Log        zerolog.Logger
 }
 
 // Router is the read path's shard router: every dynamic table
@@ -56,6 +59,9 @@ type TopicRoute struct {
 	Ranges []MonthRange // oldest first, never overlapping
 	Probe  []Month      // oldest first, none of them in Ranges
 	Source string       // RouteFromRedis, RouteFromMirror or RouteFromFallback
+	// Legacy is the legacy table as one more source while the tenant
+	// migrates from it (zero: none).
+	Legacy LegacySource
 }
 
 // Months is every month of the route, oldest first.
@@ -180,6 +186,9 @@ func (r *Router) RouteResolve(ctx context.Context, tenant, topic string, res []r
 		return TopicRoute{}, err
 	}
 	tr.Probe = ProbeMonths(tr.Ranges, SortedMonths(registered), active, complete, tr.Source == RouteFromFallback)
+	if tr.Legacy, err = r.p.Migrations.Legacy(ctx, tenant, topic); err != nil {
+		return TopicRoute{}, err
+	}
 	return tr, nil
 }
 

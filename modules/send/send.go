@@ -70,6 +70,10 @@ func (s *Service) handleSend(w http.ResponseWriter, r *http.Request, p httpapi.P
 // send runs every check before anything is claimed or allocated: a
 // rejected request changes nothing (invariant 11, docs/invariants.md).
 func (s *Service) send(w http.ResponseWriter, r *http.Request, p httpapi.Principal) (Response, error) {
+	// in-process state, no round trip: 503 while a migration refuses sends
+	if err := s.p.Migrations.GateSend(r.Context(), p.Tenant); err != nil {
+		return Response{}, err
+	}
 	topic := r.PathValue("topic")
 	if err := routing.ValidTopic(topic); err != nil {
 		return Response{}, err

@@ -56,6 +56,7 @@ type Params struct {
 	Scripts    *routing.Scripts
 	ACL        *acl.Checker
 	Auth       *httpapi.Authenticator
+	Migrations *routing.Migrations // the write gate of a tenant being migrated
 	Log        zerolog.Logger
 	Registerer prometheus.Registerer
 }

@@ -67,3 +67,20 @@ func nearBoundary(now time.Time, window time.Duration) bool {
 	}
 	return now.Sub(m.Start()) < window || m.End().Sub(now) < window
 }
+
+// HoldForMigration drops from transitions the sealing of the months a
+// migration from the legacy table is filling (from its oldest legacy month
+// on): the backfill writes them until the migration is finished.
+func HoldForMigration(transitions []Transition, mig routing.Migration) []Transition {
+	if !mig.State.DualRead() || mig.MinMonth.IsZero() {
+		return transitions
+	}
+	out := transitions[:0:0]
+	for _, tr := range transitions {
+		if tr.To == routing.StatusSealed && !tr.Month.Before(mig.MinMonth) {
+			continue
+		}
+		out = append(out, tr)
+	}
+	return out
+}

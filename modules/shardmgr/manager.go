@@ -199,7 +199,12 @@ func (mg *Manager) SyncTenant(ctx context.Context, tenant string, opts Options) 
 	}
 
 	grace := time.Duration(mg.p.Config.SealingDays) * 24 * time.Hour
-	for _, tr := range Lifecycle(shards, active, nowT, grace) {
+	mig, err := routing.LoadMigration(ctx, db)
+	if err != nil {
+		res.Err = errors.Join(res.Err, err)
+		return res
+	}
+	for _, tr := range HoldForMigration(Lifecycle(shards, active, nowT, grace), mig) {
 		from := routing.StatusWritable
 		if tr.To == routing.StatusSealed {
 			from = routing.StatusSealing

@@ -1,0 +1,89 @@
+package migrate
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/imshard/imshard/modules/routing"
+)
+
+type metrics struct {
+	rows      *prometheus.CounterVec
+	failures  *prometheus.CounterVec
+	rate      *prometheus.GaugeVec
+	remaining *prometheus.GaugeVec
+	lastBatch *prometheus.GaugeVec
+	diffs     *prometheus.GaugeVec
+	state     *prometheus.GaugeVec
+}
+
+// states are the values of imshard_migrate_state's state label.
+var states = []routing.MigrationState{routing.MigrationPlanned, routing.MigrationCutover, routing.MigrationBackfilling,
+	routing.MigrationPaused, routing.MigrationVerifying, routing.MigrationDone, routing.MigrationFinished}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "imshard_migrate_rows_total",
+			Help: "Legacy rows the backfill handled, by result: inserted into a month table, already present, skewed (created_at month differs from the month its seq range went to; counted besides inserted or present).",
+		}, []string{"tenant", "result"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "imshard_migrate_batch_failures_total",
+			Help: "Backfill batches that failed and are retried.",
+		}, []string{"tenant"}),
+		rate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imshard_migrate_rows_per_second",
+			Help: "Rows per second of the last backfill batch (throttle sleeps excluded).",
+		}, []string{"tenant"}),
+		remaining: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imshard_migrate_lag_rows",
+			Help: "Legacy rows the backfill has still to read (behind the legacy table's max message_id at cutover).",
+		}, []string{"tenant"}),
+		lastBatch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imshard_migrate_last_batch_timestamp_seconds",
+			Help: "Unix time of the tenant's last committed backfill batch in this process.",
+		}, []string{"tenant"}),
+		diffs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imshard_migrate_verify_differences",
+			Help: "Topic months the last verification found different (finish refuses while any remain).",
+		}, []string{"tenant"}),
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imshard_migrate_state",
+			Help: "1 for the tenant's migration state, 0 for the others (all 0: no migration).",
+		}, []string{"tenant", "state"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.rows, m.failures, m.rate, m.remaining, m.lastBatch, m.diffs, m.state)
+	}
+	return m
+}
+
+// ExportTenants creates the tenant-labelled series at 0.
+func (mg *Migrator) ExportTenants(tenants []string) {
+	for _, t := range tenants {
+		for _, r := range []string{"inserted", "present", "skewed"} {
+			mg.m.rows.WithLabelValues(t, r)
+		}
+		mg.m.failures.WithLabelValues(t)
+		mg.m.observe(t, routing.MigrationNone)
+	}
+}
+
+func (m *metrics) observe(tenant string, s routing.MigrationState) {
+	for _, st := range states {
+		v := 0.0
+		if st == s {
+			v = 1
+		}
+		m.state.WithLabelValues(tenant, string(st)).Set(v)
+	}
+}
+
+// export publishes what the tenant's migration row says.
+func (m *metrics) export(tenant string, mig routing.Migration) {
+	m.observe(tenant, mig.State)
+	if mig.State == routing.MigrationNone {
+		return
+	}
+	m.remaining.WithLabelValues(tenant).Set(float64(max(mig.LegacyRows-mig.RowsRead, 0)))
+	m.diffs.WithLabelValues(tenant).Set(float64(mig.VerifyDiffs))
+}

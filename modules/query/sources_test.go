@@ -1,0 +1,56 @@
+package query
+
+import (
+	"math"
+	"testing"
+
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// TestSourcesOrderTheLegacyTable: the legacy table is one more bounded
+// source, placed so that every source holds only seqs beyond the ones
+// before it in the page's order.
+func TestSourcesOrderTheLegacyTable(t *testing.T) {
+	m1, _ := routing.ParseMonth("202601")
+	m2, _ := routing.ParseMonth("202602")
+	t1, _ := routing.TableFor(m1)
+	t2, _ := routing.TableFor(m2)
+	tables := []routing.Table{t2, t1}
+	legacy := routing.LegacyQuoted()
+	names := func(ss []source) []string {
+		var out []string
+		for _, s := range ss {
+			out = append(out, s.table)
+		}
+		return out
+	}
+	// no migration: the month tables only
+	if got := sources(listQuery{order: Desc, bound: 100}, tables, routing.LegacySource{}); len(got) != 2 {
+		t.Fatalf("no migration: %v", names(got))
+	}
+	// before cutover: months first (newest seqs), then the whole legacy table
+	got := sources(listQuery{order: Desc, bound: math.MaxInt64}, tables, routing.LegacySource{Hi: math.MaxInt64})
+	if len(got) != 3 || got[2].table != legacy || got[2].q.bound != math.MaxInt64 || got[0].q.floor != 0 {
+		t.Fatalf("before cutover, desc: %v %+v", names(got), got)
+	}
+	// after cutover 50, desc below 200: months above 50, then legacy below 51
+	got = sources(listQuery{order: Desc, bound: 200}, tables, routing.LegacySource{Hi: 50, Split: true})
+	if len(got) != 3 || got[0].q.floor != 50 || got[2].table != legacy || got[2].q.bound != 51 {
+		t.Fatalf("after cutover, desc: %v %+v", names(got), got)
+	}
+	// desc entirely below the cutover: the legacy table alone
+	got = sources(listQuery{order: Desc, bound: 30}, tables, routing.LegacySource{Hi: 50, Split: true})
+	if len(got) != 1 || got[0].table != legacy || got[0].q.bound != 30 {
+		t.Fatalf("below cutover, desc: %v %+v", names(got), got)
+	}
+	// asc from 10: legacy up to 50 first, then months above 50
+	got = sources(listQuery{order: Asc, bound: 10, upTo: routing.Unsettled}, tables, routing.LegacySource{Hi: 50, Split: true})
+	if len(got) != 3 || got[0].table != legacy || got[0].q.upTo != 50 || got[1].q.bound != 50 {
+		t.Fatalf("after cutover, asc: %v %+v", names(got), got)
+	}
+	// asc above the cutover: months only
+	got = sources(listQuery{order: Asc, bound: 60, upTo: routing.Unsettled}, tables, routing.LegacySource{Hi: 50, Split: true})
+	if len(got) != 2 || got[0].q.bound != 60 {
+		t.Fatalf("above cutover, asc: %v %+v", names(got), got)
+	}
+}

@@ -1,0 +1,761 @@
+package routing
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/singleflight"
+)
+
+// The migration of a tenant from the legacy single table (docs/migration.md).
+// This file owns its tables — every role reads them (send and the change
+// path through the gate, query for the dual read, the migrate module and
+// the CLI for the rest) — and the in-process state cache the write gate
+// and the dual read consult.
+const (
+	migrationTable       = "im_migration"
+	migrationTopicsTable = "im_migration_topics"
+	migrationSplitsTable = "im_migration_splits"
+	migrationBatchTable  = "im_migration_batches"
+	migrationDiffsTable  = "im_migration_diffs"
+)
+
+// MigrationState is where a tenant's migration stands.
+type MigrationState string
+
+// The states, in order. MigrationNone means no migration row: the tenant
+// never migrated, or its plan was aborted.
+const (
+	MigrationNone        MigrationState = ""
+	MigrationPlanned     MigrationState = "planned"
+	MigrationCutover     MigrationState = "cutover"
+	MigrationBackfilling MigrationState = "backfilling"
+	MigrationPaused      MigrationState = "paused"
+	MigrationVerifying   MigrationState = "verifying"
+	MigrationDone        MigrationState = "done"
+	MigrationFinished    MigrationState = "finished"
+)
+
+// String names the state ("none" for no migration).
+func (s MigrationState) String() string {
+	if s == MigrationNone {
+		return "none"
+	}
+	return string(s)
+}
+
+// RefusesSends reports whether imshard refuses the tenant's sends: until
+// cutover the old system writes the legacy table.
+func (s MigrationState) RefusesSends() bool {
+	return s == MigrationPlanned || s == MigrationCutover
+}
+
+// RefusesChanges reports whether imshard refuses recalls, edits and
+// deletes: while the legacy table still answers reads for the seqs up to
+// cutover (the dual read), a change written to a month table would not be
+// seen — so changes wait for finish.
+func (s MigrationState) RefusesChanges() bool {
+	return s != MigrationNone && s != MigrationFinished
+}
+
+// DualRead reports whether reads include the legacy table.
+func (s MigrationState) DualRead() bool {
+	return s != MigrationNone && s != MigrationFinished
+}
+
+// AfterCutover reports whether every topic's cutover_seq is recorded.
+func (s MigrationState) AfterCutover() bool {
+	switch s {
+	case MigrationBackfilling, MigrationPaused, MigrationVerifying, MigrationDone, MigrationFinished:
+		return true
+	}
+	return false
+}
+
+// MigrationStep is one transition of the state machine.
+type MigrationStep string
+
+// The transitions (docs/migration.md has the table).
+const (
+	StepPlan       MigrationStep = "plan"       // none → planned (CLI plan)
+	StepAbort      MigrationStep = "abort"      // planned → none (CLI abort)
+	StepCutover    MigrationStep = "cutover"    // planned → cutover (CLI start)
+	StepOpen       MigrationStep = "open"       // cutover → backfilling (CLI start, once cutover is recorded)
+	StepPause      MigrationStep = "pause"      // backfilling → paused (CLI pause)
+	StepResume     MigrationStep = "resume"     // paused → backfilling (CLI resume)
+	StepBackfilled MigrationStep = "backfilled" // backfilling → verifying (module: copy, mirror and routes done)
+	StepVerify     MigrationStep = "verify"     // verifying|done → verifying (CLI verify: run it again)
+	StepVerified   MigrationStep = "verified"   // verifying → done (module: no difference)
+	StepRedo       MigrationStep = "redo"       // verifying → backfilling (module: differences; copy their ranges again)
+	StepFinish     MigrationStep = "finish"     // done → finished (CLI finish)
+)
+
+// MigrationTransitions is the state machine: the states each step leaves
+// from, and the one it reaches.
+var MigrationTransitions = []struct {
+	Step MigrationStep
+	From []MigrationState
+	To   MigrationState
+}{
+	{StepPlan, []MigrationState{MigrationNone}, MigrationPlanned},
+	{StepAbort, []MigrationState{MigrationPlanned}, MigrationNone},
+	{StepCutover, []MigrationState{MigrationPlanned}, MigrationCutover},
+	{StepOpen, []MigrationState{MigrationCutover}, MigrationBackfilling},
+	{StepPause, []MigrationState{MigrationBackfilling}, MigrationPaused},
+	{StepResume, []MigrationState{MigrationPaused}, MigrationBackfilling},
+	{StepBackfilled, []MigrationState{MigrationBackfilling}, MigrationVerifying},
+	{StepVerify, []MigrationState{MigrationVerifying, MigrationDone}, MigrationVerifying},
+	{StepVerified, []MigrationState{MigrationVerifying}, MigrationDone},
+	{StepRedo, []MigrationState{MigrationVerifying}, MigrationBackfilling},
+	{StepFinish, []MigrationState{MigrationDone}, MigrationFinished},
+}
+
+// ErrMigrationState refuses a step the current state does not allow.
+var ErrMigrationState = errors.New("migration state does not allow this")
+
+// Migration is a tenant's migration row.
+type Migration struct {
+	State                              MigrationState
+	Version                            int64
+	LegacyRows, LegacyMinID, LegacyMax int64
+	MinMonth, MaxMonth                 Month
+	CursorID                           int64
+	RowsRead, RowsInserted             int64
+	RowsPresent, RowsSkewed            int64
+	Batches, BatchFailures             int64
+	LastError                          string
+	RoutesDone, VerifyPending          bool
+	VerifyRuns, RedoRounds             int
+	VerifyDiffs                        int
+	PlannedAt                          time.Time
+	CutoverAt, OpenedAt                sql.NullTime
+	BackfilledAt, VerifiedAt           sql.NullTime
+	FinishedAt                         sql.NullTime
+	UpdatedAt                          time.Time
+}
+
+var migrationColumns = []string{"state", "version", "legacy_rows", "legacy_min_id", "legacy_max_id", "min_month",
+	"max_month", "cursor_id", "rows_read", "rows_inserted", "rows_present", "rows_skewed", "batches", "batch_failures",
+	"last_error", "routes_done", "verify_pending", "verify_runs", "redo_rounds", "verify_diffs", "planned_at",
+	"cutover_at", "opened_at", "backfilled_at", "verified_at", "finished_at", "updated_at"}
+
+// LoadMigration reads the tenant's migration (State MigrationNone if none).
+func LoadMigration(ctx context.Context, db sq.BaseRunner) (Migration, error) {
+	var m Migration
+	var state string
+	var minM, maxM, lastErr sql.NullString
+	err := sq.Select(migrationColumns...).From(migrationTable).Where(sq.Eq{"id": 1}).RunWith(db).QueryRowContext(ctx).
+		Scan(&state, &m.Version, &m.LegacyRows, &m.LegacyMinID, &m.LegacyMax, &minM, &maxM, &m.CursorID, &m.RowsRead,
+			&m.RowsInserted, &m.RowsPresent, &m.RowsSkewed, &m.Batches, &m.BatchFailures, &lastErr, &m.RoutesDone,
+			&m.VerifyPending, &m.VerifyRuns, &m.RedoRounds, &m.VerifyDiffs, &m.PlannedAt, &m.CutoverAt, &m.OpenedAt,
+			&m.BackfilledAt, &m.VerifiedAt, &m.FinishedAt, &m.UpdatedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Migration{}, nil
+	}
+	if err != nil {
+		return Migration{}, fmt.Errorf("migration: load: %w", err)
+	}
+	m.State, m.LastError = MigrationState(state), lastErr.String
+	if minM.Valid {
+		m.MinMonth, _ = ParseMonth(minM.String)
+	}
+	if maxM.Valid {
+		m.MaxMonth, _ = ParseMonth(maxM.String)
+	}
+	return m, nil
+}
+
+// MigrationPlan is what `plan` records.
+type MigrationPlan struct {
+	LegacyRows, LegacyMinID, LegacyMaxID int64
+	MinMonth, MaxMonth                   Month
+}
+
+// PlanMigration records a plan: a new row in state planned, or the report
+// of an existing plan refreshed (still planned). Any other state refuses.
+func PlanMigration(ctx context.Context, db sq.BaseRunner, p MigrationPlan) error {
+	res, err := sq.Insert(migrationTable).Columns("id", "state", "legacy_rows", "legacy_min_id", "legacy_max_id",
+		"min_month", "max_month", "planned_at").
+		Values(1, string(MigrationPlanned), p.LegacyRows, p.LegacyMinID, p.LegacyMaxID, p.MinMonth.String(), p.MaxMonth.String(), sq.Expr("NOW(3)")).
+		Suffix(`ON DUPLICATE KEY UPDATE
+  legacy_rows = IF(state = 'planned', VALUES(legacy_rows), legacy_rows),
+  legacy_min_id = IF(state = 'planned', VALUES(legacy_min_id), legacy_min_id),
+  legacy_max_id = IF(state = 'planned', VALUES(legacy_max_id), legacy_max_id),
+  min_month = IF(state = 'planned', VALUES(min_month), min_month),
+  max_month = IF(state = 'planned', VALUES(max_month), max_month)`).RunWith(db).ExecContext(ctx)
+	if err != nil {
+		return fmt.Errorf("migration: plan: %w", err)
+	}
+	if _, err := res.RowsAffected(); err != nil {
+		return err
+	}
+	m, err := LoadMigration(ctx, db)
+	if err != nil {
+		return err
+	}
+	if m.State != MigrationPlanned {
+		return fmt.Errorf("%w: plan needs no migration or a planned one, the tenant's is %s", ErrMigrationState, m.State)
+	}
+	return nil
+}
+
+// StepMigration applies step to the tenant's migration if its state allows
+// it, with set applied in the same UPDATE; abort deletes the row and what
+// the plan recorded.
+func StepMigration(ctx context.Context, db *sql.DB, step MigrationStep, set map[string]any) (Migration, error) {
+	var from []MigrationState
+	to := MigrationState("?")
+	for _, t := range MigrationTransitions {
+		if t.Step == step {
+			from, to = t.From, t.To
+		}
+	}
+	if to == "?" {
+		return Migration{}, fmt.Errorf("migration: unknown step %q", step)
+	}
+	names := make([]string, len(from))
+	for i, s := range from {
+		names[i] = string(s)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return Migration{}, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var n int64
+	if step == StepAbort {
+		res, err := sq.Delete(migrationTable).Where(sq.Eq{"id": 1, "state": names}).RunWith(tx).ExecContext(ctx)
+		if err != nil {
+			return Migration{}, fmt.Errorf("migration: %s: %w", step, err)
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return Migration{}, err
+		}
+		if n == 1 {
+			for _, t := range []string{migrationTopicsTable, migrationSplitsTable, migrationBatchTable, migrationDiffsTable} {
+				if _, err := sq.Delete(t).RunWith(tx).ExecContext(ctx); err != nil {
+					return Migration{}, fmt.Errorf("migration: abort: %w", err)
+				}
+			}
+		}
+	} else {
+		u := sq.Update(migrationTable).Set("state", string(to)).Set("version", sq.Expr("version + 1")).
+			Where(sq.Eq{"id": 1, "state": names})
+		for k, v := range set {
+			u = u.Set(k, v)
+		}
+		res, err := u.RunWith(tx).ExecContext(ctx)
+		if err != nil {
+			return Migration{}, fmt.Errorf("migration: %s: %w", step, err)
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return Migration{}, err
+		}
+	}
+	m, err := LoadMigration(ctx, tx)
+	if err != nil {
+		return Migration{}, err
+	}
+	if n == 0 {
+		return m, fmt.Errorf("%w: %s needs state %s, the tenant's is %s", ErrMigrationState, step, strings.Join(names, " or "), m.State)
+	}
+	return m, tx.Commit()
+}
+
+// SetMigration updates fields of the migration row without a state change,
+// only while it is in one of states (none: any).
+func SetMigration(ctx context.Context, db sq.BaseRunner, set map[string]any, states ...MigrationState) (bool, error) {
+	u := sq.Update(migrationTable).Where(sq.Eq{"id": 1})
+	if len(states) > 0 {
+		names := make([]string, len(states))
+		for i, s := range states {
+			names[i] = string(s)
+		}
+		u = u.Where(sq.Eq{"state": names})
+	}
+	for k, v := range set {
+		u = u.Set(k, v)
+	}
+	res, err := u.RunWith(db).ExecContext(ctx)
+	if err != nil {
+		return false, fmt.Errorf("migration: update: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+// MigrationTopic is one topic of the legacy table at cutover.
+type MigrationTopic struct {
+	Topic      string
+	CutoverSeq int64
+	LegacyRows int64
+}
+
+// RecordCutoverTopics records every topic of the legacy table with its
+// highest seq (its cutover_seq) and row count, straight from the legacy
+// table; running it again gives the same rows (the legacy writers are
+// stopped by then).
+func RecordCutoverTopics(ctx context.Context, db sq.BaseRunner) error {
+	if _, err := sq.Insert(migrationTopicsTable).Columns("topic", "cutover_seq", "legacy_rows").
+		Select(sq.Select("topic COLLATE utf8mb4_bin", "MAX(seqid)", "COUNT(*)").From(LegacyQuoted()).
+			GroupBy("topic COLLATE utf8mb4_bin")).
+		Suffix("ON DUPLICATE KEY UPDATE cutover_seq = VALUES(cutover_seq), legacy_rows = VALUES(legacy_rows)").
+		RunWith(db).ExecContext(ctx); err != nil {
+		return fmt.Errorf("migration: record cutover seqs: %w", err)
+	}
+	return nil
+}
+
+// MigrationTopics lists the recorded topics, sorted.
+func MigrationTopics(ctx context.Context, db sq.BaseRunner) ([]MigrationTopic, error) {
+	rows, err := sq.Select("topic", "cutover_seq", "legacy_rows").From(migrationTopicsTable).OrderBy("topic").
+		RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migration: topics: %w", err)
+	}
+	defer rows.Close()
+	var out []MigrationTopic
+	for rows.Next() {
+		var t MigrationTopic
+		if err := rows.Scan(&t.Topic, &t.CutoverSeq, &t.LegacyRows); err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// CutoverSeq is topic's recorded cutover_seq (0: the topic has no legacy rows).
+func CutoverSeq(ctx context.Context, db sq.BaseRunner, topic string) (int64, error) {
+	var seq int64
+	err := sq.Select("cutover_seq").From(migrationTopicsTable).Where(sq.Eq{"topic": topic}).
+		RunWith(db).QueryRowContext(ctx).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("migration: cutover seq of %s: %w", topic, err)
+	}
+	return seq, nil
+}
+
+// Split is where a topic's month starts: every legacy seq from FirstSeq up
+// to the next month's FirstSeq - 1 goes to Month.
+type Split struct {
+	Month    Month
+	FirstSeq int64
+}
+
+// SplitsOf assigns seqs to months: first is, per month of a topic's rows'
+// created_at, the lowest seq created in it. A month starts at the first
+// seq created in it or in any later month, so ranges stay contiguous under
+// clock skew (a row created "back in" an earlier month after a later one
+// began stays in the later month); a month all of whose rows follow a
+// later month's first row gets no range.
+func SplitsOf(first map[Month]int64) []Split {
+	months := make([]Month, 0, len(first))
+	for m := range first {
+		months = append(months, m)
+	}
+	sortMonths(months)
+	var out []Split
+	lowest := int64(math.MaxInt64)
+	for i := len(months) - 1; i >= 0; i-- {
+		m := months[i]
+		if first[m] < lowest {
+			lowest = first[m]
+			out = append(out, Split{Month: m, FirstSeq: lowest})
+		}
+	}
+	// newest first → oldest first
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}
+
+func sortMonths(ms []Month) {
+	for i := 1; i < len(ms); i++ {
+		for j := i; j > 0 && ms[j].Before(ms[j-1]); j-- {
+			ms[j], ms[j-1] = ms[j-1], ms[j]
+		}
+	}
+}
+
+// MonthOfSeq is the month splits (oldest first) assign seq to.
+func MonthOfSeq(splits []Split, seq int64) Month {
+	var m Month
+	for _, s := range splits {
+		if s.FirstSeq > seq {
+			break
+		}
+		m = s.Month
+	}
+	if m.IsZero() && len(splits) > 0 {
+		m = splits[0].Month
+	}
+	return m
+}
+
+// RecordSplits computes and records every topic's splits from the legacy
+// table (one pass grouping it by topic and created_at month).
+func RecordSplits(ctx context.Context, db *sql.DB) (int, error) {
+	rows, err := sq.Select("topic COLLATE utf8mb4_bin", "DATE_FORMAT(created_at, '%Y%m')", "MIN(seqid)").
+		From(LegacyQuoted()).GroupBy("1", "2").OrderBy("1", "2").RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("migration: splits: %w", err)
+	}
+	all := map[string]map[Month]int64{}
+	var order []string
+	for rows.Next() {
+		var topic, ms string
+		var seq int64
+		if err := rows.Scan(&topic, &ms, &seq); err != nil {
+			_ = rows.Close()
+			return 0, err
+		}
+		m, err := ParseMonth(ms)
+		if err != nil {
+			_ = rows.Close()
+			return 0, fmt.Errorf("migration: splits of %s: %w", topic, err)
+		}
+		if all[topic] == nil {
+			all[topic] = map[Month]int64{}
+			order = append(order, topic)
+		}
+		all[topic][m] = seq
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return 0, fmt.Errorf("migration: splits: %w", err)
+	}
+	const chunk = 1000
+	ins := sq.Insert(migrationSplitsTable).Columns("topic", "shard_month", "first_seq")
+	n, pending := 0, 0
+	flush := func() error {
+		if pending == 0 {
+			return nil
+		}
+		_, err := ins.Suffix("ON DUPLICATE KEY UPDATE first_seq = VALUES(first_seq)").RunWith(db).ExecContext(ctx)
+		ins, pending = sq.Insert(migrationSplitsTable).Columns("topic", "shard_month", "first_seq"), 0
+		return err
+	}
+	for _, topic := range order {
+		for _, s := range SplitsOf(all[topic]) {
+			ins = ins.Values(topic, s.Month.String(), s.FirstSeq)
+			n++
+			if pending++; pending == chunk {
+				if err := flush(); err != nil {
+					return n, fmt.Errorf("migration: record splits: %w", err)
+				}
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return n, fmt.Errorf("migration: record splits: %w", err)
+	}
+	return n, nil
+}
+
+// LoadSplits reads the splits of topics (all topics when none are given),
+// oldest month first per topic.
+func LoadSplits(ctx context.Context, db sq.BaseRunner, topics []string) (map[string][]Split, error) {
+	b := sq.Select("topic", "shard_month", "first_seq").From(migrationSplitsTable).OrderBy("topic", "shard_month")
+	if len(topics) > 0 {
+		b = b.Where(sq.Eq{"topic": topics})
+	}
+	rows, err := b.RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migration: load splits: %w", err)
+	}
+	defer rows.Close()
+	out := map[string][]Split{}
+	for rows.Next() {
+		var topic, ms string
+		var s Split
+		if err := rows.Scan(&topic, &ms, &s.FirstSeq); err != nil {
+			return nil, err
+		}
+		if s.Month, err = ParseMonth(ms); err != nil {
+			return nil, err
+		}
+		out[topic] = append(out[topic], s)
+	}
+	return out, rows.Err()
+}
+
+// MigrationBatch is one backfill batch's log row.
+type MigrationBatch struct {
+	FromID, ToID                  int64
+	Read, Inserted, Present, Skew int
+	Err                           string
+	Started, Finished             time.Time
+}
+
+// LogMigrationBatch records a batch (in the batch's transaction when it
+// committed, on its own when it failed).
+func LogMigrationBatch(ctx context.Context, db sq.BaseRunner, b MigrationBatch) error {
+	var e any
+	if b.Err != "" {
+		e = truncate(b.Err, 500)
+	}
+	_, err := sq.Insert(migrationBatchTable).Columns("from_id", "to_id", "rows_read", "rows_inserted", "rows_present",
+		"rows_skewed", "error", "started_at", "finished_at").
+		Values(b.FromID, b.ToID, b.Read, b.Inserted, b.Present, b.Skew, e, b.Started, b.Finished).RunWith(db).ExecContext(ctx)
+	if err != nil {
+		return fmt.Errorf("migration: log batch: %w", err)
+	}
+	return nil
+}
+
+// MigrationDiff is one topic month where the verification found the month
+// table to differ from the legacy table.
+type MigrationDiff struct {
+	Topic                 string
+	Month                 Month
+	MinSeq, MaxSeq        int64
+	LegacyRows, MonthRows int64
+	LegacyHash, MonthHash string
+}
+
+// ReplaceMigrationDiffs makes the recorded differences exactly diffs.
+func ReplaceMigrationDiffs(ctx context.Context, db *sql.DB, diffs []MigrationDiff) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := sq.Delete(migrationDiffsTable).RunWith(tx).ExecContext(ctx); err != nil {
+		return fmt.Errorf("migration: clear diffs: %w", err)
+	}
+	for lo := 0; lo < len(diffs); lo += 500 {
+		ins := sq.Insert(migrationDiffsTable).Columns("topic", "shard_month", "min_seq", "max_seq", "legacy_rows",
+			"month_rows", "legacy_hash", "month_hash")
+		for _, d := range diffs[lo:min(lo+500, len(diffs))] {
+			ins = ins.Values(d.Topic, d.Month.String(), d.MinSeq, d.MaxSeq, d.LegacyRows, d.MonthRows, d.LegacyHash, d.MonthHash)
+		}
+		if _, err := ins.RunWith(tx).ExecContext(ctx); err != nil {
+			return fmt.Errorf("migration: record diffs: %w", err)
+		}
+	}
+	return tx.Commit()
+}
+
+// LoadMigrationDiffs lists the recorded differences (at most limit; 0: all).
+func LoadMigrationDiffs(ctx context.Context, db sq.BaseRunner, limit uint64) ([]MigrationDiff, error) {
+	b := sq.Select("topic", "shard_month", "min_seq", "max_seq", "legacy_rows", "month_rows", "legacy_hash", "month_hash").
+		From(migrationDiffsTable).OrderBy("topic", "shard_month")
+	if limit > 0 {
+		b = b.Limit(limit)
+	}
+	rows, err := b.RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migration: diffs: %w", err)
+	}
+	defer rows.Close()
+	var out []MigrationDiff
+	for rows.Next() {
+		var d MigrationDiff
+		var ms string
+		if err := rows.Scan(&d.Topic, &ms, &d.MinSeq, &d.MaxSeq, &d.LegacyRows, &d.MonthRows, &d.LegacyHash, &d.MonthHash); err != nil {
+			return nil, err
+		}
+		d.Month, _ = ParseMonth(ms)
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// LegacyQuoted is the legacy table's name as a backquoted identifier.
+func LegacyQuoted() string { return "`" + LegacyTable + "`" }
+
+// LegacyExists reports whether the tenant database still has the legacy
+// table under its original name.
+func LegacyExists(ctx context.Context, db sq.BaseRunner) (bool, error) {
+	var n int
+	if err := sq.Select("COUNT(*)").From("information_schema.TABLES").
+		Where(sq.Expr("TABLE_SCHEMA = DATABASE()")).Where(sq.Eq{"TABLE_NAME": LegacyTable}).
+		RunWith(db).QueryRowContext(ctx).Scan(&n); err != nil {
+		return false, fmt.Errorf("migration: legacy table: %w", err)
+	}
+	return n > 0, nil
+}
+
+// RenameLegacy renames the legacy table to its read-only name (finish).
+func RenameLegacy(ctx context.Context, db *sql.DB) error {
+	if _, err := db.ExecContext(ctx, "RENAME TABLE "+LegacyQuoted()+" TO `"+LegacyRenamedTable+"`"); err != nil {
+		return fmt.Errorf("migration: rename %s: %w", LegacyTable, err)
+	}
+	return nil
+}
+
+// MigrationRefresh is how often a process re-reads a tenant's migration
+// state: a state change reaches every process within it. `migrate plan`
+// and `finish` wait twice as long before they return.
+const MigrationRefresh = time.Second
+
+// Migrations is the in-process cache of every tenant's migration state:
+// the write gate and the dual read consult it without a round trip. Run
+// refreshes the tenants asked about from MySQL every MigrationRefresh; a
+// tenant's first question reads MySQL once.
+type Migrations struct {
+	dbs   DBs
+	log   zerolog.Logger
+	every time.Duration
+
+	mu     sync.RWMutex
+	states map[string]MigrationState
+	loads  singleflight.Group
+
+	// cutover seqs never change once recorded: kept per tenant and topic
+	seqs *lru.Cache[[2]string, int64]
+}
+
+// NewMigrations builds the cache.
+func NewMigrations(dbs DBs, log zerolog.Logger) *Migrations {
+	c, err := lru.New[[2]string, int64](100_000)
+	if err != nil {
+		panic(err)
+	}
+	return &Migrations{dbs: dbs, log: log, every: MigrationRefresh, states: map[string]MigrationState{}, seqs: c}
+}
+
+// State is the tenant's migration state as this process last read it.
+func (g *Migrations) State(ctx context.Context, tenant string) (MigrationState, error) {
+	g.mu.RLock()
+	s, ok := g.states[tenant]
+	g.mu.RUnlock()
+	if ok {
+		return s, nil
+	}
+	v, err, _ := g.loads.Do(tenant, func() (any, error) { return g.load(ctx, tenant) })
+	if err != nil {
+		return MigrationNone, err
+	}
+	return v.(MigrationState), nil
+}
+
+func (g *Migrations) load(ctx context.Context, tenant string) (MigrationState, error) {
+	db, err := g.dbs.DB(ctx, tenant)
+	if err != nil {
+		return MigrationNone, err
+	}
+	m, err := LoadMigration(ctx, db)
+	if err != nil {
+		return MigrationNone, err
+	}
+	g.mu.Lock()
+	g.states[tenant] = m.State
+	g.mu.Unlock()
+	return m.State, nil
+}
+
+// Run refreshes the known tenants until ctx ends.
+func (g *Migrations) Run(ctx context.Context) {
+	t := time.NewTicker(g.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		g.mu.RLock()
+		tenants := make([]string, 0, len(g.states))
+		for k := range g.states {
+			tenants = append(tenants, k)
+		}
+		g.mu.RUnlock()
+		for _, tenant := range tenants {
+			rctx, cancel := context.WithTimeout(ctx, g.every)
+			if _, err := g.load(rctx, tenant); err != nil && ctx.Err() == nil {
+				g.log.Warn().Err(err).Str("tenant", tenant).Msg("migration state refresh failed; keeping the last state read")
+			}
+			cancel()
+		}
+	}
+}
+
+// ErrMigrationPending refuses a write while the tenant's migration does
+// not allow it; its Details name the state.
+type ErrMigrationPending struct{ State MigrationState }
+
+func (e *ErrMigrationPending) Error() string {
+	return "the tenant is being migrated from its legacy table (state " + e.State.String() + "): try again once the migration allows it"
+}
+
+// GateSend refuses a send while the tenant's migration refuses them.
+func (g *Migrations) GateSend(ctx context.Context, tenant string) error {
+	if g == nil {
+		return nil
+	}
+	s, err := g.State(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if s.RefusesSends() {
+		return &ErrMigrationPending{State: s}
+	}
+	return nil
+}
+
+// GateChange refuses a recall, edit or delete while the tenant's migration
+// refuses them.
+func (g *Migrations) GateChange(ctx context.Context, tenant string) error {
+	if g == nil {
+		return nil
+	}
+	s, err := g.State(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if s.RefusesChanges() {
+		return &ErrMigrationPending{State: s}
+	}
+	return nil
+}
+
+// LegacySource is the legacy table as one more bounded source of a topic's
+// reads: it holds the seqs up to Hi; with Split the month tables are read
+// only above Hi (after cutover), without it (before cutover, Hi unbounded)
+// both are read and merged. Hi 0: no legacy source.
+type LegacySource struct {
+	Hi    int64
+	Split bool
+}
+
+// Legacy is topic's legacy source for a read now.
+func (g *Migrations) Legacy(ctx context.Context, tenant, topic string) (LegacySource, error) {
+	if g == nil {
+		return LegacySource{}, nil
+	}
+	s, err := g.State(ctx, tenant)
+	if err != nil || !s.DualRead() {
+		return LegacySource{}, err
+	}
+	if !s.AfterCutover() {
+		return LegacySource{Hi: math.MaxInt64}, nil
+	}
+	k := [2]string{tenant, topic}
+	if seq, ok := g.seqs.Get(k); ok {
+		return LegacySource{Hi: seq, Split: true}, nil
+	}
+	db, err := g.dbs.DB(ctx, tenant)
+	if err != nil {
+		return LegacySource{}, err
+	}
+	seq, err := CutoverSeq(ctx, db, topic)
+	if err != nil {
+		return LegacySource{}, err
+	}
+	g.seqs.Add(k, seq)
+	return LegacySource{Hi: seq, Split: true}, nil
+}

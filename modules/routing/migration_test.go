@@ -1,0 +1,79 @@
+package routing
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestSplitsOfKeepsMonthRangesContiguous(t *testing.T) {
+	m := func(s string) Month {
+		mm, err := ParseMonth(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mm
+	}
+	for _, tt := range []struct {
+		name  string
+		first map[Month]int64
+		want  []Split
+	}{
+		{"in order", map[Month]int64{m("202601"): 1, m("202602"): 40, m("202603"): 90},
+			[]Split{{m("202601"), 1}, {m("202602"), 40}, {m("202603"), 90}}},
+		// a row of seq 10 created in February starts February there
+		{"skew forward", map[Month]int64{m("202601"): 1, m("202602"): 10, m("202603"): 90},
+			[]Split{{m("202601"), 1}, {m("202602"), 10}, {m("202603"), 90}}},
+		// every January row follows a February one: January gets no range
+		{"month swallowed", map[Month]int64{m("202601"): 50, m("202602"): 1, m("202603"): 90},
+			[]Split{{m("202602"), 1}, {m("202603"), 90}}},
+		{"one month", map[Month]int64{m("202601"): 7}, []Split{{m("202601"), 7}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := SplitsOf(tt.first)
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("got %v, want %v", got, tt.want)
+			}
+			for i := 1; i < len(got); i++ {
+				if got[i].FirstSeq <= got[i-1].FirstSeq || !got[i].Month.After(got[i-1].Month) {
+					t.Fatalf("not contiguous and ordered: %v", got)
+				}
+			}
+		})
+	}
+	sp := []Split{{m("202601"), 1}, {m("202602"), 10}, {m("202603"), 90}}
+	for seq, want := range map[int64]string{1: "202601", 9: "202601", 10: "202602", 89: "202602", 90: "202603", 1000: "202603"} {
+		if got := MonthOfSeq(sp, seq); got != m(want) {
+			t.Errorf("seq %d → %s, want %s", seq, got, want)
+		}
+	}
+}
+
+// TestMigrationTransitions: every state but none is reached by some step,
+// and the gate follows the state: sends open at cutover's end, changes and
+// the dual read at finish.
+func TestMigrationTransitions(t *testing.T) {
+	reached := map[MigrationState]bool{}
+	for _, tr := range MigrationTransitions {
+		reached[tr.To] = true
+	}
+	for _, s := range []MigrationState{MigrationPlanned, MigrationCutover, MigrationBackfilling, MigrationPaused,
+		MigrationVerifying, MigrationDone, MigrationFinished} {
+		if !reached[s] {
+			t.Errorf("no step reaches %s", s)
+		}
+	}
+	for s, want := range map[MigrationState][3]bool{
+		MigrationNone:        {false, false, false},
+		MigrationPlanned:     {true, true, true},
+		MigrationCutover:     {true, true, true},
+		MigrationBackfilling: {false, true, true},
+		MigrationPaused:      {false, true, true},
+		MigrationVerifying:   {false, true, true},
+		MigrationDone:        {false, true, true},
+		MigrationFinished:    {false, false, false},
+	} {
+		if got := [3]bool{s.RefusesSends(), s.RefusesChanges(), s.DualRead()}; got != want {
+			t.Errorf("%s: sends refused, changes refused, dual read = %v, want %v", s, got, want)
+		}
+	}
+}
