@@ -106,4 +106,7 @@ func (a *App) exportTenants(tenants []config.Tenant) {
 	if a.clients.shards != nil && slices.Contains(a.Modules(), ShardMgr) {
 		a.clients.shards.ExportTenants(ids)
 	}
+	if a.clients.migrator != nil && slices.Contains(a.Modules(), Migrate) {
+		a.clients.migrator.ExportTenants(ids)
+	}
 }

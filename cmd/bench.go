@@ -25,7 +25,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "bench", Short: "Measure a path beside its raw limit on the same services",
 		Example: "  imshard bench send --duration=10s\n  imshard bench query --only='raw SQL'",
 	}
-	c.AddCommand(newBenchSendCmd(g), newBenchQueryCmd(g), newBenchPersistCmd(g), newBenchInboxCmd(g), newBenchStreamCmd(g))
+	c.AddCommand(newBenchSendCmd(g), newBenchQueryCmd(g), newBenchPersistCmd(g), newBenchInboxCmd(g), newBenchStreamCmd(g), newBenchMigrateCmd(g))
 	return c
 }
 

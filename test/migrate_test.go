@@ -17,6 +17,7 @@ import (
 	sq "github.com/Masterminds/squirrel"
 
 	"github.com/imshard/imshard/app"
+	"github.com/imshard/imshard/modules/bench"
 	"github.com/imshard/imshard/modules/migrate"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
@@ -34,35 +35,21 @@ const (
 
 func migTopic(i int) string { return fmt.Sprintf("legacy-%03d", i) }
 
-// migLegacy creates the legacy table and fills it with topics × perTopic
-// rows over the months first..first+migMonths-1 (each topic's seqs spread
-// evenly over them), in one INSERT … SELECT. Topic 0's row of seq 10 is
-// created one month "late" (its created_at is in the month after its
-// neighbours'): clock skew the split must keep contiguous.
+// migFixture is the legacy table of the acceptance test: topics "legacy-NNN".
+func migFixture(first routing.Month, topics, perTopic int) bench.LegacyFixture {
+	return bench.LegacyFixture{First: first, Months: migMonths, Topics: topics, PerTopic: perTopic, Prefix: "legacy-", Width: 3, GroupID: migGroup}
+}
+
+// migLegacy creates and fills the legacy table (bench.FillLegacy); topic
+// 0's row of seq 10 is then created one month "late" (its created_at is in
+// the month after its neighbours'): clock skew the split must keep
+// contiguous.
 func migLegacy(t *testing.T, db *sql.DB, first routing.Month, topics, perTopic int) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := db.ExecContext(ctx, routing.LegacyDDL()); err != nil {
-		t.Fatal(err)
-	}
-	start := first.Start()
-	per := perTopic / migMonths
-	q := fmt.Sprintf(`INSERT INTO im_group_messages (message_id, topic, group_id, seqid, from_user, client_msg_id, msg_type, status,
-  content, head, mentioned_user_ids, mention_all, reply_seqid, version, created_at, updated_at)
-WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %d),
- tp(j) AS (SELECT 0 UNION ALL SELECT j + 1 FROM tp WHERE j < %d),
- r AS (SELECT i, j, TIMESTAMPADD(MINUTE, (i - 1) %% %d * 10 + j %% 7,
-   TIMESTAMPADD(MONTH, LEAST((i - 1) DIV %d, %d), ?)) AS at FROM s, tp)
-SELECT (UNIX_TIMESTAMP(at) * 1000) * 4194304 + j * 4096 + i, CONCAT('legacy-', LPAD(j, 3, '0')), %d, i, 100 + i %% 5,
-  CONCAT('c', j, '-', i), 'text', IF(i %% 97 = 0, 'recalled', 'normal'),
-  IF(i %% 97 = 0, NULL, JSON_OBJECT('text', CONCAT('legacy message ', i, ' of ', j), 'n', i, 'tags', JSON_ARRAY('a', 'b'))),
-  IF(i %% 11 = 0, JSON_OBJECT('k', 'v'), NULL), IF(i %% 13 = 0, JSON_ARRAY(100, 101), NULL), 0,
-  IF(i %% 17 = 0, i - 1, NULL), 1, at, at
-FROM r`, perTopic, topics-1, per, per, migMonths-1, migGroup)
-	if _, err := db.ExecContext(ctx, q, start); err != nil {
+	if err := bench.FillLegacy(ctx, db, migFixture(first, topics, perTopic)); err != nil {
 		t.Fatalf("legacy fixture: %v", err)
 	}
-	// clock skew: seq 10 of topic 0 stamped in the next month
 	if _, err := db.ExecContext(ctx, "UPDATE im_group_messages SET created_at = TIMESTAMPADD(MONTH, 1, created_at) WHERE topic = ? AND seqid = 10", migTopic(0)); err != nil {
 		t.Fatal(err)
 	}
@@ -476,6 +463,22 @@ func TestMigrationRefusals(t *testing.T) {
 	}
 	if code, out := migCLI(t, cfg, env.Tenant, "abort"); code == 0 || !strings.Contains(out, "planned") {
 		t.Fatalf("abort after cutover: exit %d\n%s", code, out)
+	}
+	// the admin route shows the token's own tenant only
+	var mig struct {
+		Tenant, State string
+		LegacyRows    int64 `json:"legacy_rows"`
+	}
+	if code := rpGet(t, env, rpAdmin, "admin", "/v1/admin/migrations", &mig); code != 200 || mig.Tenant != env.Tenant ||
+		mig.State != "backfilling" || mig.LegacyRows != 2*12 {
+		t.Fatalf("admin migrations: %d %+v", code, mig)
+	}
+	if code := rpGet(t, env, rpMember, "", "/v1/admin/migrations", nil); code != 403 {
+		t.Fatalf("admin migrations as a member: %d", code)
+	}
+	other := harness.Start(t, harness.Options{Roles: []string{app.Query}})
+	if code := rpGet(t, other, rpAdmin, "admin", "/v1/admin/migrations", &mig); code != 200 || mig.Tenant != other.Tenant || mig.State != "none" {
+		t.Fatalf("another tenant's admin: %d %+v", code, mig)
 	}
 	if code, out := migCLI(t, cfg, env.Tenant, "finish"); code == 0 || !strings.Contains(out, "state done") {
 		t.Fatalf("finish before verification: exit %d\n%s", code, out)

@@ -528,3 +528,36 @@ func sortedTopics[V any](m map[string]V) []string {
 	slices.Sort(out)
 	return out
 }
+
+// WithThrottle is a Migrator like mg that copies at most rowsPerSecond
+// rows per second (0: unthrottled); `imshard bench migrate` uses it.
+func (mg *Migrator) WithThrottle(rowsPerSecond int) *Migrator {
+	c := *mg
+	c.p.Config.RowsPerSecond = rowsPerSecond
+	return &c
+}
+
+// RunUntilDone works on the tenant's migration until it is done (or a
+// verification left differences) or ctx ends: the module's loop for one
+// tenant, in the caller's process.
+func (mg *Migrator) RunUntilDone(ctx context.Context, tenant string) error {
+	db, err := mg.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	for {
+		if err := mg.Tick(ctx, tenant); err != nil {
+			return err
+		}
+		m, err := routing.LoadMigration(ctx, db)
+		if err != nil {
+			return err
+		}
+		if m.State == routing.MigrationDone || m.State == routing.MigrationVerifying && !m.VerifyPending {
+			return nil
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}

@@ -309,3 +309,70 @@ func (s *Service) TopicRoute(ctx context.Context, p httpapi.Principal, topic str
 	rc := &RouteCheck{Redis: s.p.Redis, Routes: s.p.Routes, Catalog: s.p.Catalog, DBs: s.p.DBs}
 	return rc.Topic(ctx, p.Tenant, topic)
 }
+
+// Migration is the token's tenant's migration from the legacy single
+// table (GET /v1/admin/migrations).
+type Migration struct {
+	Tenant         string          `json:"tenant"`
+	State          string          `json:"state"`
+	LegacyRows     int64           `json:"legacy_rows"`
+	RowsCopied     int64           `json:"rows_copied"`
+	RowsInserted   int64           `json:"rows_inserted"`
+	RowsPresent    int64           `json:"rows_present"`
+	RowsSkewed     int64           `json:"rows_skewed"`
+	Batches        int64           `json:"batches"`
+	BatchFailures  int64           `json:"batch_failures"`
+	LastError      string          `json:"last_error"`
+	PlannedAt      *time.Time      `json:"planned_at"`
+	CutoverTime    *time.Time      `json:"cutover_time"`
+	BackfilledAt   *time.Time      `json:"backfilled_at"`
+	VerifiedAt     *time.Time      `json:"verified_at"`
+	FinishedAt     *time.Time      `json:"finished_at"`
+	Verifications  int             `json:"verifications"`
+	Differences    []MigrationDiff `json:"differences"`
+	DifferenceRows int             `json:"difference_count"`
+}
+
+// MigrationDiff is one topic month the verification found different.
+type MigrationDiff struct {
+	Topic      string `json:"topic"`
+	Month      string `json:"month"`
+	MinSeq     int64  `json:"min_seq"`
+	MaxSeq     int64  `json:"max_seq"`
+	LegacyRows int64  `json:"legacy_rows"`
+	MonthRows  int64  `json:"month_rows"`
+}
+
+// Migrations shows the migration of the token's own tenant (admin): the
+// tenant comes from the credential, never from the request.
+func (s *Service) Migrations(ctx context.Context, p httpapi.Principal) (Migration, error) {
+	if err := requireAdmin(p); err != nil {
+		return Migration{}, err
+	}
+	db, err := s.p.DBs.DB(ctx, p.Tenant)
+	if err != nil {
+		return Migration{}, err
+	}
+	m, err := routing.LoadMigration(ctx, db)
+	if err != nil {
+		return Migration{}, err
+	}
+	out := Migration{Tenant: p.Tenant, State: m.State.String(), LegacyRows: m.LegacyRows, RowsCopied: m.RowsRead,
+		RowsInserted: m.RowsInserted, RowsPresent: m.RowsPresent, RowsSkewed: m.RowsSkewed, Batches: m.Batches,
+		BatchFailures: m.BatchFailures, LastError: m.LastError, CutoverTime: timePtr(m.CutoverAt),
+		BackfilledAt: timePtr(m.BackfilledAt), VerifiedAt: timePtr(m.VerifiedAt), FinishedAt: timePtr(m.FinishedAt),
+		Verifications: m.VerifyRuns, DifferenceRows: m.VerifyDiffs, Differences: []MigrationDiff{}}
+	if m.State == routing.MigrationNone {
+		return out, nil
+	}
+	out.PlannedAt = timePtr(sql.NullTime{Time: m.PlannedAt, Valid: true})
+	diffs, err := routing.LoadMigrationDiffs(ctx, db, 100)
+	if err != nil {
+		return Migration{}, err
+	}
+	for _, d := range diffs {
+		out.Differences = append(out.Differences, MigrationDiff{Topic: d.Topic, Month: d.Month.String(), MinSeq: d.MinSeq,
+			MaxSeq: d.MaxSeq, LegacyRows: d.LegacyRows, MonthRows: d.MonthRows})
+	}
+	return out, nil
+}

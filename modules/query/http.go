@@ -23,6 +23,7 @@ func (s *Service) Register(mux *httpapi.Mux, auth *httpapi.Authenticator, log ze
 	mux.Handle("GET /v1/messages/{message_id}", h(s.handleMessageByID))
 	mux.Handle("GET /v1/admin/messages/{message_id}", h(s.handleAdminMessage))
 	mux.Handle("GET /v1/admin/shards", h(s.handleShards))
+	mux.Handle("GET /v1/admin/migrations", h(s.handleMigrations))
 	mux.Handle("GET /v1/admin/topics/{topic}/route", h(s.handleRoute))
 	s.registerReadState(mux, h)
 }
@@ -117,6 +118,15 @@ func (s *Service) handleMessageByID(w http.ResponseWriter, r *http.Request, p ht
 		return err
 	}
 	httpapi.WriteJSON(w, http.StatusOK, m)
+	return nil
+}
+
+func (s *Service) handleMigrations(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
+	out, err := s.Migrations(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 

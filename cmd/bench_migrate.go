@@ -1,0 +1,172 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+	"github.com/spf13/cobra"
+
+	"github.com/imshard/imshard/app"
+	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/bench"
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/shardmgr"
+)
+
+type benchMigrateOptions struct {
+	topics, perTopic, months, batch, readers int
+	duration                                 time.Duration
+	tenant                                   string
+	keep                                     bool
+}
+
+func newBenchMigrateCmd(g *globals) *cobra.Command {
+	o := &benchMigrateOptions{}
+	c := &cobra.Command{
+		Use:     "migrate",
+		Short:   "Legacy-table backfill rows/s beside a raw INSERT … SELECT, and foreground page p99 under a throttled backfill",
+		Example: "  imshard bench migrate\n  imshard bench migrate --topics=2000 --per-topic=100 --duration=10s",
+		Long: "In a tenant database of its own: fills a legacy table (--topics × --per-topic rows over --months months),\n" +
+			"copies it with a raw INSERT … SELECT into a fresh table of the month template, then migrates the tenant\n" +
+			"(plan, cutover, the migrate module's backfill and verification, in this process). Then --readers readers\n" +
+			"page random topics (the dual read) for --duration without a backfill, and again while the backfill runs\n" +
+			"throttled to half its unthrottled rate. The database and Redis keys are dropped unless --keep.",
+		Args: cobra.NoArgs,
+	}
+	c.Flags().IntVar(&o.topics, "topics", 10_000, "legacy topics")
+	c.Flags().IntVar(&o.perTopic, "per-topic", 200, "legacy rows per topic")
+	c.Flags().IntVar(&o.months, "months", 6, "months the legacy rows span")
+	c.Flags().IntVar(&o.batch, "batch", 0, "backfill batch size (default migrate.batch_size)")
+	c.Flags().IntVar(&o.readers, "readers", 16, "concurrent foreground readers")
+	c.Flags().DurationVar(&o.duration, "duration", 15*time.Second, "each foreground round")
+	c.Flags().StringVar(&o.tenant, "tenant", "bench_migrate", "the benchmark's own tenant (its database is dropped afterwards)")
+	c.Flags().BoolVar(&o.keep, "keep", false, "keep the tenant database")
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		if o.topics < 1 || o.perTopic < o.months || o.months < 1 || o.months > 24 || o.readers < 1 || o.duration <= 0 || o.batch < 0 {
+			return usagef("--topics, --readers, --duration must be positive, --months 1..24, --per-topic at least --months")
+		}
+		if err := routing.ValidTenant(o.tenant); err != nil {
+			return usagef("--tenant: %v", err)
+		}
+		cfg, err := g.load(nil, "query", "migrate")
+		if err != nil {
+			return err
+		}
+		if o.batch > 0 {
+			cfg.Migrate.BatchSize = o.batch
+		}
+		ctx, stop := signalContext()
+		defer stop()
+		rep, err := runBenchMigrate(ctx, cfg, o, g)
+		if err != nil {
+			return err
+		}
+		printBenchMigrate(g.stdout, o, cfg.Migrate.BatchSize, rep)
+		return nil
+	}
+	return c
+}
+
+func runBenchMigrate(ctx context.Context, cfg *config.Config, o *benchMigrateOptions, g *globals) (bench.MigrateReport, error) {
+	benchTenant(cfg, o.tenant)
+	a := app.New(cfg, g.logger(cfg))
+	if err := a.StartTools(ctx); err != nil {
+		return bench.MigrateReport{}, err
+	}
+	defer a.Close()
+	now, err := routing.NewClock(a.Redis()).Month(ctx)
+	if err != nil {
+		return bench.MigrateReport{}, err
+	}
+	if res := a.NewShardManager().SyncTenant(ctx, o.tenant, shardmgr.Options{MonthsAhead: -1}); res.Err != nil {
+		return bench.MigrateReport{}, fmt.Errorf("bench: shard ensure: %w", res.Err)
+	}
+	db, err := a.Pools().DB(ctx, o.tenant)
+	if err != nil {
+		return bench.MigrateReport{}, err
+	}
+	f := bench.LegacyFixture{First: now.Add(-o.months), Months: o.months, Topics: o.topics, PerTopic: o.perTopic,
+		Prefix: "bench-", Width: 6, GroupID: 1}
+	raw, err := routing.TableFor(now.Add(24))
+	if err != nil {
+		return bench.MigrateReport{}, err
+	}
+	mg := a.NewMigrator()
+	q := a.NewQuery()
+	defer q.Close()
+	admin := httpapi.Principal{Tenant: o.tenant, UserID: 1, Role: httpapi.RoleAdmin}
+	say := func(string, ...any) {}
+	rep, err := bench.Migrate(ctx, bench.MigrateParams{
+		Fixture: f, Tenant: o.tenant, DB: db, RawTable: raw,
+		Plan: func(ctx context.Context) error {
+			// reads need every topic's group: the benchmark loads them in bulk
+			if _, err := db.ExecContext(ctx, "INSERT IGNORE INTO im_groups (topic, group_id, name) SELECT DISTINCT topic, 1, topic FROM "+
+				routing.LegacyQuoted()); err != nil {
+				return err
+			}
+			_, err := mg.Plan(ctx, o.tenant)
+			return err
+		},
+		Start: func(ctx context.Context) error { _, err := mg.Start(ctx, o.tenant, say); return err },
+		Run: func(ctx context.Context, rate int) error {
+			return mg.WithThrottle(rate).RunUntilDone(ctx, o.tenant)
+		},
+		Reset: func(ctx context.Context) error {
+			shards, err := a.Catalog().List(ctx, o.tenant)
+			if err != nil {
+				return err
+			}
+			for _, s := range shards {
+				if _, err := db.ExecContext(ctx, "TRUNCATE TABLE "+s.Table.Quoted()); err != nil {
+					return err
+				}
+			}
+			_, err = routing.SetMigration(ctx, db, map[string]any{"state": string(routing.MigrationBackfilling),
+				"cursor_id": 0, "rows_read": 0, "rows_inserted": 0, "rows_present": 0, "rows_skewed": 0, "batches": 0,
+				"routes_done": 0, "verify_pending": 0, "verify_runs": 0, "redo_rounds": 0, "verify_diffs": 0,
+				"version": sq.Expr("version + 1")})
+			return err
+		},
+		Page: func(ctx context.Context, topic string, before int64) error {
+			_, err := q.Before(ctx, admin, topic, before, 50)
+			return err
+		},
+		Readers: o.readers, Duration: o.duration, Progress: g.stderr,
+	})
+	if !o.keep {
+		err = errors.Join(err, dropBenchTenant(ctx, a, db, o.tenant))
+	}
+	return rep, err
+}
+
+func printBenchMigrate(w io.Writer, o *benchMigrateOptions, batch int, rep bench.MigrateReport) {
+	fmt.Fprintf(w, "migrate bench: %d legacy rows (%d topics × %d, %d months), batch %d, %d readers\n",
+		rep.Rows, o.topics, o.perTopic, o.months, batch, o.readers)
+	fmt.Fprintf(w, "raw INSERT … SELECT      %8.0f rows/s (%v)\n", rep.RawRate(), rep.Raw.Round(time.Millisecond))
+	fmt.Fprintf(w, "backfill, unthrottled    %8.0f rows/s (%v; routes + verification after it %v)\n",
+		rep.BackfillRate(), rep.Backfill.Round(time.Millisecond), rep.Verify.Round(time.Millisecond))
+	ratio := 0.0
+	if rep.RawRate() > 0 {
+		ratio = rep.BackfillRate() / rep.RawRate()
+	}
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "MISSED"
+	}
+	fmt.Fprintf(w, "backfill / raw           = %.2f (bar >= 0.50: %s)\n", ratio, verdict(ratio >= 0.5))
+	fmt.Fprintf(w, "pages, no backfill       %d pages, p50 %v, p99 %v\n", rep.Idle.Pages, rep.Idle.P50.Round(time.Microsecond), rep.Idle.P99.Round(time.Microsecond))
+	fmt.Fprintf(w, "pages, backfill %6d/s  %d pages, p50 %v, p99 %v (backfill copied %d rows meanwhile)\n", rep.Throttle,
+		rep.Busy.Pages, rep.Busy.P50.Round(time.Microsecond), rep.Busy.P99.Round(time.Microsecond), rep.ThrottledRows)
+	rise := 0.0
+	if rep.Idle.P99 > 0 {
+		rise = float64(rep.Busy.P99)/float64(rep.Idle.P99) - 1
+	}
+	fmt.Fprintf(w, "p99 rise                 = %+.0f%% (bar <= +20%%: %s)\n", 100*rise, verdict(rise <= 0.2))
+}

@@ -1,0 +1,278 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// LegacyFixture describes a legacy single table to fill: Topics topics
+// named Prefix + a zero-padded number of Width digits, PerTopic rows each
+// (seqs 1..PerTopic), spread evenly over Months months from First; every
+// 97th message is recalled, some carry a head, mentions, a reply.
+type LegacyFixture struct {
+	First            routing.Month
+	Months           int
+	Topics, PerTopic int
+	Prefix           string
+	Width            int
+	GroupID          int64
+}
+
+// Topic is the name of topic i.
+func (f LegacyFixture) Topic(i int) string { return fmt.Sprintf("%s%0*d", f.Prefix, f.Width, i) }
+
+// FillLegacy creates the legacy table (the month template under its fixed
+// name) and fills it in one INSERT … SELECT: message ids grow with
+// created_at, as Snowflake ids do.
+func FillLegacy(ctx context.Context, db *sql.DB, f LegacyFixture) error {
+	if _, err := db.ExecContext(ctx, routing.LegacyDDL()); err != nil {
+		return err
+	}
+	per := max(f.PerTopic/f.Months, 1)
+	q := fmt.Sprintf(`INSERT INTO %s (message_id, topic, group_id, seqid, from_user, client_msg_id, msg_type, status,
+  content, head, mentioned_user_ids, mention_all, reply_seqid, version, created_at, updated_at)
+WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %d),
+ tp(j) AS (SELECT 0 UNION ALL SELECT j + 1 FROM tp WHERE j < %d),
+ r AS (SELECT i, j, TIMESTAMPADD(SECOND, ((i - 1) %% %d) * 600 + j %% 600,
+   TIMESTAMPADD(MONTH, LEAST((i - 1) DIV %d, %d), ?)) AS at FROM s, tp)
+SELECT (UNIX_TIMESTAMP(at) * 1000) * 4194304 + j * 1024 + i %% 1024, CONCAT(?, LPAD(j, %d, '0')), %d, i, 100 + i %% 5,
+  CONCAT('c', j, '-', i), 'text', IF(i %% 97 = 0, 'recalled', 'normal'),
+  IF(i %% 97 = 0, NULL, JSON_OBJECT('text', CONCAT('legacy message ', i, ' of ', j), 'n', i, 'tags', JSON_ARRAY('a', 'b'))),
+  IF(i %% 11 = 0, JSON_OBJECT('k', 'v'), NULL), IF(i %% 13 = 0, JSON_ARRAY(100, 101), NULL), 0,
+  IF(i %% 17 = 0, i - 1, NULL), 1, at, at
+FROM r`, routing.LegacyQuoted(), f.PerTopic, f.Topics-1, per, per, f.Months-1, f.Width, f.GroupID)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// the recursive CTEs count up to the topics and the rows per topic
+	// (MariaDB's and MySQL 8's limits; each server ignores the other's)
+	_, _ = conn.ExecContext(ctx, "SET SESSION max_recursive_iterations = 100000000")
+	_, _ = conn.ExecContext(ctx, "SET SESSION cte_max_recursion_depth = 100000000")
+	_, err = conn.ExecContext(ctx, q, f.First.Start(), f.Prefix)
+	return err
+}
+
+// MigrateParams configure `imshard bench migrate`: the backfill of a legacy
+// table beside a raw INSERT … SELECT of the same rows on the same server,
+// then the foreground page p99 with the backfill throttled to half its
+// unthrottled rate beside no backfill at all.
+type MigrateParams struct {
+	Fixture LegacyFixture
+	Tenant  string
+	DB      *sql.DB
+	// RawTable is a fresh table of the month template the raw
+	// INSERT … SELECT fills (not registered: nothing reads it).
+	RawTable routing.Table
+	// Plan and Start are the migration's commands; Run runs the migrate
+	// module's work for the tenant with the throttle given (0: none) until
+	// the migration reaches done or ctx ends.
+	Plan, Start func(ctx context.Context) error
+	Run         func(ctx context.Context, rowsPerSecond int) error
+	// Reset undoes the copy for the throttled round: the month tables are
+	// emptied and the migration's cursor and counts go back to 0.
+	Reset func(ctx context.Context) error
+	// Page reads one newest-first page of 50 of topic below before, as a
+	// client's read does (the dual read while the tenant migrates).
+	Page     func(ctx context.Context, topic string, before int64) error
+	Readers  int
+	Duration time.Duration
+	Progress io.Writer
+}
+
+// MigrateReport holds the measurements.
+type MigrateReport struct {
+	Rows          int64
+	Raw, Backfill time.Duration // copy time of the same rows
+	Verify        time.Duration // after the backfill: routes and verification
+	Throttle      int           // rows/s of the throttled round
+	ThrottledRows int64         // rows the throttled backfill copied while readers ran
+	Idle, Busy    Latencies     // foreground pages without and with the throttled backfill
+}
+
+// Latencies are a reader round's page latencies.
+type Latencies struct {
+	Pages    int
+	P50, P99 time.Duration
+}
+
+// RawRate and BackfillRate are rows per second.
+func (r MigrateReport) RawRate() float64      { return rate(r.Rows, r.Raw) }
+func (r MigrateReport) BackfillRate() float64 { return rate(r.Rows, r.Backfill) }
+
+func rate(n int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+func (p *MigrateParams) logf(format string, args ...any) {
+	if p.Progress != nil {
+		fmt.Fprintf(p.Progress, format+"\n", args...)
+	}
+}
+
+// Migrate runs the measurements in one process on the same services.
+func Migrate(ctx context.Context, p MigrateParams) (MigrateReport, error) {
+	var rep MigrateReport
+	f := p.Fixture
+	rep.Rows = int64(f.Topics * f.PerTopic)
+	p.logf("legacy fixture: %d rows, %d topics, %d months …", rep.Rows, f.Topics, f.Months)
+	if err := FillLegacy(ctx, p.DB, f); err != nil {
+		return rep, fmt.Errorf("bench: legacy fixture: %w", err)
+	}
+	p.logf("raw INSERT … SELECT into %s …", p.RawTable.Name())
+	if _, err := p.DB.ExecContext(ctx, p.RawTable.CreateDDL()); err != nil {
+		return rep, err
+	}
+	start := time.Now()
+	if _, err := p.DB.ExecContext(ctx, "INSERT INTO "+p.RawTable.Quoted()+" SELECT * FROM "+routing.LegacyQuoted()); err != nil {
+		return rep, fmt.Errorf("bench: raw insert: %w", err)
+	}
+	rep.Raw = time.Since(start)
+	if _, err := p.DB.ExecContext(ctx, "TRUNCATE TABLE "+p.RawTable.Quoted()); err != nil {
+		return rep, err
+	}
+	p.logf("plan and cutover …")
+	if err := p.Plan(ctx); err != nil {
+		return rep, err
+	}
+	if err := p.Start(ctx); err != nil {
+		return rep, err
+	}
+	// the module copies only once every process can see the writes open
+	if err := sleepCtx(ctx, 2*routing.MigrationRefresh); err != nil {
+		return rep, err
+	}
+	p.logf("backfill, unthrottled …")
+	copied, verified, err := p.timeBackfill(ctx, 0)
+	if err != nil {
+		return rep, err
+	}
+	rep.Backfill, rep.Verify = copied, verified-copied
+	rep.Throttle = max(int(rep.BackfillRate()/2), 1)
+
+	p.logf("foreground pages, %d readers, no backfill, %v …", p.Readers, p.Duration)
+	if rep.Idle, err = p.read(ctx, p.Duration); err != nil {
+		return rep, err
+	}
+	if err := p.Reset(ctx); err != nil {
+		return rep, err
+	}
+	p.logf("foreground pages with the backfill throttled to %d rows/s, %v …", rep.Throttle, p.Duration)
+	bctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var runErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		runErr = p.Run(bctx, rep.Throttle)
+	}()
+	rep.Busy, err = p.read(ctx, p.Duration)
+	cancel()
+	wg.Wait()
+	if err != nil {
+		return rep, err
+	}
+	if runErr != nil && ctx.Err() == nil && bctx.Err() == nil {
+		return rep, runErr
+	}
+	var n int64
+	if err := p.DB.QueryRowContext(ctx, "SELECT rows_read FROM im_migration WHERE id = 1").Scan(&n); err != nil {
+		return rep, err
+	}
+	rep.ThrottledRows = n
+	return rep, nil
+}
+
+// timeBackfill runs the migration to done and returns when the copy
+// completed (every row read) and when it was verified, from its start.
+func (p *MigrateParams) timeBackfill(ctx context.Context, throttle int) (copied, done time.Duration, err error) {
+	start := time.Now()
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(rctx, throttle) }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	total := int64(p.Fixture.Topics * p.Fixture.PerTopic)
+	for {
+		select {
+		case err := <-errc:
+			if copied == 0 {
+				copied = time.Since(start)
+			}
+			return copied, time.Since(start), err
+		case <-tick.C:
+		}
+		if copied == 0 {
+			var n int64
+			if err := p.DB.QueryRowContext(ctx, "SELECT rows_read FROM im_migration WHERE id = 1").Scan(&n); err != nil {
+				return 0, 0, err
+			}
+			if n >= total {
+				copied = time.Since(start)
+			}
+		}
+	}
+}
+
+// read runs Readers goroutines of pages on random topics at random
+// positions for d and returns the latencies.
+func (p *MigrateParams) read(ctx context.Context, d time.Duration) (Latencies, error) {
+	rctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var mu sync.Mutex
+	var lats []time.Duration
+	var firstErr error
+	var wg sync.WaitGroup
+	for range p.Readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for rctx.Err() == nil {
+				topic := p.Fixture.Topic(rand.IntN(p.Fixture.Topics))
+				before := int64(rand.IntN(p.Fixture.PerTopic)) + 2
+				t := time.Now()
+				err := p.Page(rctx, topic, before)
+				if err != nil && rctx.Err() == nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+				if err == nil {
+					mine = append(mine, time.Since(t))
+				}
+			}
+			mu.Lock()
+			lats = append(lats, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	l := Latencies{Pages: len(lats)}
+	l.P50, l.P99 = percentiles(lats)
+	return l, firstErr
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
