@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
@@ -90,8 +89,6 @@ func (mg *Migrator) hasWork(m routing.Migration) bool {
 // work runs the tenant's migration as far as it goes: batches until the
 // copy is complete (or paused), then routes, then verification.
 func (mg *Migrator) work(ctx context.Context, db *sql.DB, tenant string) error {
-	// splits never change after cutover: read once per run of work
-	var splits map[string][]routing.Split
 	for ctx.Err() == nil {
 		m, err := routing.LoadMigration(ctx, db)
 		if err != nil {
@@ -100,13 +97,8 @@ func (mg *Migrator) work(ctx context.Context, db *sql.DB, tenant string) error {
 		mg.m.export(tenant, m)
 		switch {
 		case m.State == routing.MigrationBackfilling && m.CursorID < m.LegacyMax:
-			if splits == nil {
-				if splits, err = routing.LoadSplits(ctx, db, nil); err != nil {
-					return err
-				}
-			}
 			start := time.Now()
-			n, err := mg.batch(ctx, db, tenant, m, splits)
+			n, err := mg.batch(ctx, db, tenant, m)
 			if err != nil {
 				mg.m.failures.WithLabelValues(tenant).Inc()
 				mg.p.Log.Warn().Err(err).Str("tenant", tenant).Int64("cursor", m.CursorID).Msg("backfill batch failed; retrying")
@@ -140,38 +132,43 @@ func (mg *Migrator) throttle(ctx context.Context, rows int, took time.Duration) 
 	}
 }
 
-// insertChunk bounds the rows of one INSERT (placeholders per statement).
-const insertChunk = 1000
-
 // batch copies the next batch_size legacy rows after the cursor (keyset on
 // message_id, never OFFSET) into their month tables in one transaction,
 // with the cursor and counts; a row already present is left as it is
 // (ON DUPLICATE KEY UPDATE no-op) and counted — a difference of its
 // content is the verification's to find. It returns the rows read.
-func (mg *Migrator) batch(ctx context.Context, db *sql.DB, tenant string, m routing.Migration, splits map[string][]routing.Split) (int, error) {
+func (mg *Migrator) batch(ctx context.Context, db *sql.DB, tenant string, m routing.Migration) (int, error) {
 	started := time.Now()
-	cols := columnNames()
-	rows, err := sq.Select(cols...).From(routing.LegacyQuoted()).
-		Where(sq.Gt{"message_id": m.CursorID}).Where(sq.LtOrEq{"message_id": m.LegacyMax}).
-		OrderBy("message_id").Limit(uint64(mg.p.Config.BatchSize)).RunWith(db).QueryContext(ctx)
-	if err != nil {
-		return 0, mg.failed(ctx, db, m, started, fmt.Errorf("read legacy rows: %w", err))
+	// the batch's bounds: the next batch_size keys after the cursor
+	var n int
+	var last sql.NullInt64
+	if err := sq.Select("COUNT(*)", "MAX(message_id)").
+		FromSelect(sq.Select("message_id").From(routing.LegacyQuoted()).
+			Where(sq.Gt{"message_id": m.CursorID}).Where(sq.LtOrEq{"message_id": m.LegacyMax}).
+			OrderBy("message_id").Limit(uint64(mg.p.Config.BatchSize)), "b").
+		RunWith(db).QueryRowContext(ctx).Scan(&n, &last); err != nil {
+		return 0, mg.failed(ctx, db, m, started, fmt.Errorf("read the batch's keys: %w", err))
 	}
-	batch, err := scanAll(rows)
-	if err != nil {
-		return 0, mg.failed(ctx, db, m, started, err)
-	}
-	if len(batch) == 0 {
+	if n == 0 {
 		// nothing left below the bound: the copy is complete
 		_, err := routing.SetMigration(ctx, db, map[string]any{"cursor_id": m.LegacyMax}, routing.MigrationBackfilling)
 		return 0, err
 	}
-	last := batch[len(batch)-1][colMessageID].(int64)
-	res, err := mg.copyRows(ctx, db, tenant, batch, splits)
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, mg.failed(ctx, db, m, started, err)
 	}
-	committed, err := mg.commitBatch(ctx, db, m, last, res, started)
+	defer func() { _ = tx.Rollback() }()
+	res, err := mg.copyRange(ctx, tx, tenant, sq.And{sq.Gt{"l.message_id": m.CursorID}, sq.LtOrEq{"l.message_id": last.Int64}})
+	if err == nil && res.read != n {
+		err = fmt.Errorf("%d of the %d rows after message_id %d have no recorded month range (rows added to the legacy table after cutover?)",
+			n-res.read, n, m.CursorID)
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		return 0, mg.failed(ctx, db, m, started, err)
+	}
+	committed, err := mg.commitBatch(ctx, tx, m, last.Int64, res, started)
 	if err != nil {
 		return 0, mg.failed(ctx, db, m, started, err)
 	}
@@ -181,145 +178,103 @@ func (mg *Migrator) batch(ctx context.Context, db *sql.DB, tenant string, m rout
 		mg.m.rows.WithLabelValues(tenant, "skewed").Add(float64(res.skewed))
 		mg.m.lastBatch.WithLabelValues(tenant).SetToCurrentTime()
 		if took := time.Since(started).Seconds(); took > 0 {
-			mg.m.rate.WithLabelValues(tenant).Set(float64(len(batch)) / took)
+			mg.m.rate.WithLabelValues(tenant).Set(float64(n) / took)
 		}
 	}
-	return len(batch), nil
+	return n, nil
 }
 
 // copied is what one batch did.
 type copied struct {
-	tx                        *sql.Tx
 	read                      int
 	inserted, present, skewed int
 }
 
-// copyRows inserts rows into their month tables in a transaction it
-// leaves open in the result (commitBatch ends it).
-func (mg *Migrator) copyRows(ctx context.Context, db *sql.DB, tenant string, batch [][]any, splits map[string][]routing.Split) (copied, error) {
-	res := copied{read: len(batch)}
-	if splits == nil {
-		topics := map[string]bool{}
-		for _, r := range batch {
-			topics[r[colTopic].(string)] = true
-		}
-		var err error
-		if splits, err = routing.LoadSplits(ctx, db, sortedTopics(topics)); err != nil {
+// legacyAs are the legacy columns of the table aliased l.
+func legacyAs() []string {
+	out := columnNames()
+	for i, c := range out {
+		out[i] = "l." + c
+	}
+	return out
+}
+
+// copyRange copies the legacy rows where (over the legacy table as l)
+// selects, in tx, each into the month its seq range goes to — on the
+// server, one INSERT … SELECT per month — and, when every row was new,
+// widens the route mirror by them. read counts the rows that have a month
+// range (every row of a recorded topic).
+func (mg *Migrator) copyRange(ctx context.Context, tx *sql.Tx, tenant string, where sq.Sqlizer) (copied, error) {
+	var res copied
+	rows, err := sq.Select("l.topic COLLATE utf8mb4_bin", "s.shard_month", "MIN(l.seqid)", "MAX(l.seqid)", "COUNT(*)",
+		"MIN(l.created_at)", "MAX(l.created_at)", "SUM(DATE_FORMAT(l.created_at, '%Y%m') <> s.shard_month)").
+		From(routing.LegacyQuoted()+" AS l").Join(routing.SplitsJoin).Where(where).
+		GroupBy("1", "2").OrderBy("1", "2").RunWith(tx).QueryContext(ctx)
+	if err != nil {
+		return res, fmt.Errorf("group the rows by month: %w", err)
+	}
+	var mirror []routing.MirrorRow
+	var months []routing.Month
+	for rows.Next() {
+		var r routing.MirrorRow
+		var ms string
+		var skewed int
+		if err := rows.Scan(&r.Topic, &ms, &r.MinSeq, &r.MaxSeq, &r.Count, &r.MinCreatedAt, &r.MaxCreatedAt, &skewed); err != nil {
+			_ = rows.Close()
 			return res, err
 		}
+		if r.Month, err = routing.ParseMonth(ms); err != nil {
+			_ = rows.Close()
+			return res, err
+		}
+		mirror = append(mirror, r)
+		if !slices.Contains(months, r.Month) {
+			months = append(months, r.Month)
+		}
+		res.read += int(r.Count)
+		res.skewed += skewed
 	}
-	byMonth := map[routing.Month][][]any{}
-	mirror := map[mirrorKey]*routing.MirrorRow{}
-	var months []routing.Month
-	for _, r := range batch {
-		topic := r[colTopic].(string)
-		sp := splits[topic]
-		if len(sp) == 0 {
-			return res, fmt.Errorf("topic %q has no recorded month ranges (rows added to the legacy table after cutover?)", topic)
-		}
-		m := routing.MonthOfSeq(sp, r[colSeq].(int64))
-		if created, ok := r[colCreatedAt].(time.Time); ok && routing.MonthOf(created) != m {
-			res.skewed++
-		}
-		if _, ok := byMonth[m]; !ok {
-			months = append(months, m)
-		}
-		byMonth[m] = append(byMonth[m], r)
-		widen(mirror, topic, m, r[colSeq].(int64), r[colCreatedAt])
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return res, err
 	}
-	res.tx = tx
-	cols := columnNames()
+	slices.SortFunc(months, routing.Month.Compare)
 	for _, m := range months {
 		t, _, err := mg.p.Catalog.Table(ctx, tenant, m)
 		if err != nil {
-			_ = tx.Rollback()
 			return res, fmt.Errorf("month %s: %w", m, err)
 		}
-		rs := byMonth[m]
-		for lo := 0; lo < len(rs); lo += insertChunk {
-			ins := sq.Insert(t.Quoted()).Columns(cols...)
-			for _, r := range rs[lo:min(lo+insertChunk, len(rs))] {
-				ins = ins.Values(r...)
-			}
-			// a no-op on a present row: never INSERT IGNORE, which would
-			// turn truncation and invalid values into warnings
-			out, err := ins.Suffix("ON DUPLICATE KEY UPDATE message_id = message_id").RunWith(tx).ExecContext(ctx)
-			if err != nil {
-				_ = tx.Rollback()
-				return res, fmt.Errorf("insert into %s: %w", t.Name(), err)
-			}
-			n, err := out.RowsAffected()
-			if err != nil {
-				_ = tx.Rollback()
-				return res, err
-			}
-			chunk := min(insertChunk, len(rs)-lo)
-			res.inserted += int(n)
-			res.present += chunk - int(n)
+		// a no-op on a present row: never INSERT IGNORE, which would turn
+		// truncation and invalid values into warnings
+		out, err := sq.Insert(t.Quoted()).Columns(columnNames()...).
+			Select(sq.Select(legacyAs()...).From(routing.LegacyQuoted() + " AS l").Join(routing.SplitsJoin).
+				Where(where).Where(sq.Eq{"s.shard_month": m.String()})).
+			Suffix("ON DUPLICATE KEY UPDATE message_id = " + t.Quoted() + ".message_id").RunWith(tx).ExecContext(ctx)
+		if err != nil {
+			return res, fmt.Errorf("insert into %s: %w", t.Name(), err)
 		}
+		n, err := out.RowsAffected()
+		if err != nil {
+			return res, err
+		}
+		res.inserted += int(n)
 	}
+	res.present = res.read - res.inserted
 	if res.present == 0 {
 		// every row is new: the mirror's counts grow by exactly these rows
 		// (with rows already present the counts are recomputed from the
 		// tables once the copy is complete)
-		if err := routing.WidenMirror(ctx, tx, mirrorRows(mirror)); err != nil {
-			_ = tx.Rollback()
+		if err := routing.WidenMirror(ctx, tx, mirror); err != nil {
 			return res, err
 		}
 	}
 	return res, nil
 }
 
-type mirrorKey struct {
-	topic string
-	month routing.Month
-}
-
-// widen adds one row to the mirror rows of its topic month.
-func widen(rows map[mirrorKey]*routing.MirrorRow, topic string, m routing.Month, seq int64, created any) {
-	at, _ := created.(time.Time)
-	k := mirrorKey{topic, m}
-	r := rows[k]
-	if r == nil {
-		rows[k] = &routing.MirrorRow{Topic: topic, MonthRange: routing.MonthRange{Month: m, MinSeq: seq, MaxSeq: seq, Count: 1},
-			MinCreatedAt: at, MaxCreatedAt: at}
-		return
-	}
-	r.MinSeq, r.MaxSeq, r.Count = min(r.MinSeq, seq), max(r.MaxSeq, seq), r.Count+1
-	if at.Before(r.MinCreatedAt) {
-		r.MinCreatedAt = at
-	}
-	if at.After(r.MaxCreatedAt) {
-		r.MaxCreatedAt = at
-	}
-}
-
-// mirrorRows lists the rows in topic then month order, the order every
-// writer locks mirror rows in.
-func mirrorRows(rows map[mirrorKey]*routing.MirrorRow) []routing.MirrorRow {
-	out := make([]routing.MirrorRow, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, *r)
-	}
-	slices.SortFunc(out, func(a, b routing.MirrorRow) int {
-		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
-			return c
-		}
-		return a.Month.Compare(b.Month)
-	})
-	return out
-}
-
 // commitBatch moves the cursor and counts and logs the batch in the
 // batch's transaction, fenced by the cursor it started from and the
 // state: a batch whose migration was paused meanwhile (or moved on by
 // someone else) is rolled back (false).
-func (mg *Migrator) commitBatch(ctx context.Context, db *sql.DB, m routing.Migration, last int64, res copied, started time.Time) (bool, error) {
-	defer func() { _ = res.tx.Rollback() }()
+func (mg *Migrator) commitBatch(ctx context.Context, tx *sql.Tx, m routing.Migration, last int64, res copied, started time.Time) (bool, error) {
 	out, err := sq.Update("im_migration").
 		Set("cursor_id", last).
 		Set("rows_read", sq.Expr("rows_read + ?", res.read)).
@@ -328,18 +283,18 @@ func (mg *Migrator) commitBatch(ctx context.Context, db *sql.DB, m routing.Migra
 		Set("rows_skewed", sq.Expr("rows_skewed + ?", res.skewed)).
 		Set("batches", sq.Expr("batches + 1")).
 		Where(sq.Eq{"id": 1, "cursor_id": m.CursorID, "state": string(routing.MigrationBackfilling)}).
-		RunWith(res.tx).ExecContext(ctx)
+		RunWith(tx).ExecContext(ctx)
 	if err != nil {
 		return false, err
 	}
 	if n, err := out.RowsAffected(); err != nil || n == 0 {
 		return false, err
 	}
-	if err := routing.LogMigrationBatch(ctx, res.tx, routing.MigrationBatch{FromID: m.CursorID, ToID: last, Read: res.read,
+	if err := routing.LogMigrationBatch(ctx, tx, routing.MigrationBatch{FromID: m.CursorID, ToID: last, Read: res.read,
 		Inserted: res.inserted, Present: res.present, Skew: res.skewed, Started: started, Finished: time.Now()}); err != nil {
 		return false, err
 	}
-	return true, res.tx.Commit()
+	return true, tx.Commit()
 }
 
 // failed records a failed batch attempt and returns its error.
@@ -419,51 +374,17 @@ func (mg *Migrator) afterCopy(ctx context.Context, db *sql.DB, tenant string, m 
 
 // recopy copies the legacy rows of one listed difference again.
 func (mg *Migrator) recopy(ctx context.Context, db *sql.DB, tenant string, d routing.MigrationDiff) error {
-	rows, err := sq.Select(columnNames()...).From(routing.LegacyQuoted()).
-		Where(sq.Eq{"topic": d.Topic}).Where(sq.GtOrEq{"seqid": d.MinSeq}).Where(sq.LtOrEq{"seqid": d.MaxSeq}).
-		RunWith(db).QueryContext(ctx)
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
-	batch, err := scanAll(rows)
+	defer func() { _ = tx.Rollback() }()
+	res, err := mg.copyRange(ctx, tx, tenant, sq.And{sq.Eq{"l.topic": d.Topic}, sq.GtOrEq{"l.seqid": d.MinSeq}, sq.LtOrEq{"l.seqid": d.MaxSeq}})
 	if err != nil {
 		return err
 	}
-	if len(batch) == 0 {
-		return nil
-	}
-	res, err := mg.copyRows(ctx, db, tenant, batch, nil)
-	if err != nil {
+	if _, err := routing.SetMigration(ctx, tx, map[string]any{"rows_inserted": sq.Expr("rows_inserted + ?", res.inserted)}); err != nil {
 		return err
 	}
-	defer func() { _ = res.tx.Rollback() }()
-	if _, err := routing.SetMigration(ctx, res.tx, map[string]any{"rows_inserted": sq.Expr("rows_inserted + ?", res.inserted)}); err != nil {
-		return err
-	}
-	return res.tx.Commit()
-}
-
-// scanAll reads every row of the legacy columns and closes rows; text
-// comes back as string (JSON columns take text, not binary strings, on
-// MySQL 8).
-func scanAll(rows *sql.Rows) ([][]any, error) {
-	var out [][]any
-	for rows.Next() {
-		vals := make([]any, len(legacyColumns))
-		ptrs := make([]any, len(vals))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			_ = rows.Close()
-			return nil, err
-		}
-		for i, v := range vals {
-			if b, ok := v.([]byte); ok {
-				vals[i] = string(b)
-			}
-		}
-		out = append(out, vals)
-	}
-	return out, errors.Join(rows.Err(), rows.Close())
+	return tx.Commit()
 }

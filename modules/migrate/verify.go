@@ -82,9 +82,9 @@ func Differences(ctx context.Context, db *sql.DB, catalog *routing.Catalog, tena
 		if err != nil {
 			return nil, err
 		}
-		acc := map[mirrorKey]*sides{}
+		acc := map[topicMonth]*sides{}
 		side := func(topic string, m routing.Month) *sides {
-			k := mirrorKey{topic, m}
+			k := topicMonth{topic, m}
 			if acc[k] == nil {
 				acc[k] = &sides{}
 			}
@@ -109,11 +109,11 @@ func Differences(ctx context.Context, db *sql.DB, catalog *routing.Catalog, tena
 				return nil, err
 			}
 		}
-		keys := make([]mirrorKey, 0, len(acc))
+		keys := make([]topicMonth, 0, len(acc))
 		for k := range acc {
 			keys = append(keys, k)
 		}
-		slices.SortFunc(keys, func(a, b mirrorKey) int {
+		slices.SortFunc(keys, func(a, b topicMonth) int {
 			if c := strings.Compare(a.topic, b.topic); c != 0 {
 				return c
 			}
@@ -139,6 +139,12 @@ func Differences(ctx context.Context, db *sql.DB, catalog *routing.Catalog, tena
 		}
 	}
 	return out, nil
+}
+
+// topicMonth is one topic's part in one month.
+type topicMonth struct {
+	topic string
+	month routing.Month
 }
 
 // sides are one topic month's rows in the legacy table and in month tables.

@@ -438,19 +438,25 @@ func RecordSplits(ctx context.Context, db *sql.DB) (int, error) {
 		return 0, fmt.Errorf("migration: splits: %w", err)
 	}
 	const chunk = 1000
-	ins := sq.Insert(migrationSplitsTable).Columns("topic", "shard_month", "first_seq")
+	cols := []string{"topic", "shard_month", "first_seq", "next_seq"}
+	ins := sq.Insert(migrationSplitsTable).Columns(cols...)
 	n, pending := 0, 0
 	flush := func() error {
 		if pending == 0 {
 			return nil
 		}
-		_, err := ins.Suffix("ON DUPLICATE KEY UPDATE first_seq = VALUES(first_seq)").RunWith(db).ExecContext(ctx)
-		ins, pending = sq.Insert(migrationSplitsTable).Columns("topic", "shard_month", "first_seq"), 0
+		_, err := ins.Suffix("ON DUPLICATE KEY UPDATE first_seq = VALUES(first_seq), next_seq = VALUES(next_seq)").RunWith(db).ExecContext(ctx)
+		ins, pending = sq.Insert(migrationSplitsTable).Columns(cols...), 0
 		return err
 	}
 	for _, topic := range order {
-		for _, s := range SplitsOf(all[topic]) {
-			ins = ins.Values(topic, s.Month.String(), s.FirstSeq)
+		splits := SplitsOf(all[topic])
+		for i, s := range splits {
+			var next any
+			if i+1 < len(splits) {
+				next = splits[i+1].FirstSeq
+			}
+			ins = ins.Values(topic, s.Month.String(), s.FirstSeq, next)
 			n++
 			if pending++; pending == chunk {
 				if err := flush(); err != nil {
@@ -464,6 +470,10 @@ func RecordSplits(ctx context.Context, db *sql.DB) (int, error) {
 	}
 	return n, nil
 }
+
+// SplitsJoin joins the legacy table (as l) to the splits (as s) of the
+// month each row's seq goes to: a batch copies with it on the server.
+const SplitsJoin = migrationSplitsTable + " AS s ON s.topic = l.topic COLLATE utf8mb4_bin AND l.seqid >= s.first_seq AND (s.next_seq IS NULL OR l.seqid < s.next_seq)"
 
 // LoadSplits reads the splits of topics (all topics when none are given),
 // oldest month first per topic.

@@ -2,6 +2,7 @@ package shardmgr
 
 import (
 	"database/sql"
+	"slices"
 	"testing"
 	"time"
 
@@ -99,5 +100,29 @@ func TestNearBoundary(t *testing.T) {
 		if got := nearBoundary(at, time.Hour); got != tt.want {
 			t.Errorf("nearBoundary(%s) = %v", tt.at, got)
 		}
+	}
+}
+
+// TestHoldForMigration: while a tenant migrates from its legacy table, the
+// months from its oldest legacy month on are not sealed (the backfill
+// writes them); sealing starts, and older months seal, as before.
+func TestHoldForMigration(t *testing.T) {
+	m := func(s string) routing.Month {
+		mm, err := routing.ParseMonth(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mm
+	}
+	trs := []Transition{{m("202601"), routing.StatusSealed}, {m("202603"), routing.StatusSealed}, {m("202604"), routing.StatusSealing}}
+	mig := routing.Migration{State: routing.MigrationBackfilling, MinMonth: m("202602")}
+	got := HoldForMigration(trs, mig)
+	want := []Transition{{m("202601"), routing.StatusSealed}, {m("202604"), routing.StatusSealing}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("during a migration: %v, want %v", got, want)
+	}
+	mig.State = routing.MigrationFinished
+	if got := HoldForMigration(trs, mig); !slices.Equal(got, trs) {
+		t.Fatalf("after finish: %v, want %v", got, trs)
 	}
 }

@@ -43,13 +43,13 @@ CREATE TABLE IF NOT EXISTS im_migration_topics (
   PRIMARY KEY (topic)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci
 ;
--- Where each topic's legacy rows are split into months: the month's first
--- seq. Ranges are contiguous per topic: month M holds the seqs from its
--- first_seq up to the next month's first_seq - 1.
+-- Where each topic's legacy rows are split into months: month M holds the
+-- seqs from its first_seq up to next_seq - 1. Ranges are contiguous per topic.
 CREATE TABLE IF NOT EXISTS im_migration_splits (
   topic VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
   shard_month CHAR(6) NOT NULL,
   first_seq BIGINT NOT NULL,
+  next_seq BIGINT NULL COMMENT 'the next month''s first_seq (NULL: the topic''s last month)',
   PRIMARY KEY (topic, shard_month)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci
 ;
