@@ -304,10 +304,13 @@ func (s *Service) scan(ctx context.Context, db *sql.DB, tenant string, q listQue
 	touched := 0
 	want := q.limit
 	for _, src := range sources(q, tables, tr.Legacy) {
-		if len(page) >= want {
+		if len(page) >= want && !src.full {
 			break
 		}
 		src.q.limit = want - len(page)
+		if src.full {
+			src.q.limit = want
+		}
 		rows, err := s.st.messages(ctx, db, src.q.build(src.table))
 		if err != nil {
 			return nil, touched, err
@@ -323,6 +326,7 @@ func (s *Service) scan(ctx context.Context, db *sql.DB, tenant string, q listQue
 type source struct {
 	table string // quoted
 	q     listQuery
+	full  bool // read whole (limit rows) even when the page is already full
 }
 
 // sources orders the tables of a list page — the route's month tables and,
@@ -331,9 +335,21 @@ type source struct {
 // the walk can stop as soon as the page is full (invariant 7). After
 // cutover the legacy table answers for the seqs up to cutover_seq and the
 // month tables above it (the backfill's copies below it are not read, so
-// a half-copied month never hides a legacy row); before cutover the month
-// tables can hold only seqs above every legacy one, and both are read.
+// a half-copied month never hides a legacy row). Before cutover both are
+// read whole and merged: the month tables hold seqs above every legacy one
+// then — but a process whose state lags may read this way while the
+// backfill already copies, so no source may end the walk early.
 func sources(q listQuery, tables []routing.Table, leg routing.LegacySource) []source {
+	out := orderSources(q, tables, leg)
+	if leg.Hi > 0 && !leg.Split {
+		for i := range out {
+			out[i].full = true
+		}
+	}
+	return out
+}
+
+func orderSources(q listQuery, tables []routing.Table, leg routing.LegacySource) []source {
 	months := make([]source, 0, len(tables)+1)
 	mq := q
 	if leg.Hi > 0 && leg.Split {
@@ -345,7 +361,7 @@ func sources(q listQuery, tables []routing.Table, leg routing.LegacySource) []so
 	}
 	if !(leg.Split && q.order == Desc && q.bound <= leg.Hi+1) {
 		for _, t := range tables {
-			months = append(months, source{t.Quoted(), mq})
+			months = append(months, source{table: t.Quoted(), q: mq})
 		}
 	}
 	if leg.Hi <= 0 {
@@ -356,7 +372,7 @@ func sources(q listQuery, tables []routing.Table, leg routing.LegacySource) []so
 		if leg.Hi < math.MaxInt64 {
 			lq.bound = min(q.bound, leg.Hi+1)
 		}
-		return append(months, source{routing.LegacyQuoted(), lq})
+		return append(months, source{table: routing.LegacyQuoted(), q: lq})
 	}
 	if q.bound >= leg.Hi {
 		return months
@@ -365,7 +381,7 @@ func sources(q listQuery, tables []routing.Table, leg routing.LegacySource) []so
 	if lq.upTo == 0 {
 		lq.upTo = leg.Hi
 	}
-	return append([]source{{routing.LegacyQuoted(), lq}}, months...)
+	return append([]source{{table: routing.LegacyQuoted(), q: lq}}, months...)
 }
 
 // repairIfFallback queues a route repair when a topic that neither Redis

@@ -33,9 +33,14 @@ func TestSourcesOrderTheLegacyTable(t *testing.T) {
 	if len(got) != 3 || got[2].table != legacy || got[2].q.bound != math.MaxInt64 || got[0].q.floor != 0 {
 		t.Fatalf("before cutover, desc: %v %+v", names(got), got)
 	}
+	for _, s := range got {
+		if !s.full {
+			t.Fatalf("before cutover every source is read whole: %+v", got)
+		}
+	}
 	// after cutover 50, desc below 200: months above 50, then legacy below 51
 	got = sources(listQuery{order: Desc, bound: 200}, tables, routing.LegacySource{Hi: 50, Split: true})
-	if len(got) != 3 || got[0].q.floor != 50 || got[2].table != legacy || got[2].q.bound != 51 {
+	if len(got) != 3 || got[0].q.floor != 50 || got[2].table != legacy || got[2].q.bound != 51 || got[0].full {
 		t.Fatalf("after cutover, desc: %v %+v", names(got), got)
 	}
 	// desc entirely below the cutover: the legacy table alone
