@@ -24,6 +24,8 @@ type benchInboxOptions struct {
 	concurrency                                    int
 	duration, warmup                               time.Duration
 	tenant                                         string
+	cold                                           bool
+	cpuProfile                                     string
 }
 
 func newBenchInboxCmd(g *globals) *cobra.Command {
@@ -33,7 +35,8 @@ func newBenchInboxCmd(g *globals) *cobra.Command {
 		Short: "read state: GET /v1/me/unread and a topic-list page (50) beside the raw SQL of the same answer; read-cursor moves",
 		Long: "Builds a fixture in a tenant database of its own (--users users, each a member of --min-per..--max-per of\n" +
 			"--topics topics, the first --heavy of them in exactly --max-per; --messages stored messages per topic; a\n" +
-			"fifth of the memberships with something unread), then measures p50/p99 with --concurrency readers acting\n" +
+			"fifth of the memberships with something unread; the messages in the topics' hot caches with their seq\n" +
+			"counters, as sending them would leave them, unless --cold), then measures p50/p99 with --concurrency readers acting\n" +
 			"as the heavy users: the service's unread badges and first topic-list page, each beside one raw SQL\n" +
 			"statement giving the same answer, and read-cursor moves. The database and its Redis keys are dropped\n" +
 			"afterwards.",
@@ -49,6 +52,8 @@ func newBenchInboxCmd(g *globals) *cobra.Command {
 	c.Flags().IntVar(&o.concurrency, "concurrency", 4, "concurrent readers")
 	c.Flags().DurationVar(&o.duration, "duration", 10*time.Second, "measured time of each run")
 	c.Flags().DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time before each run")
+	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	c.Flags().BoolVar(&o.cold, "cold", false, "leave the hot caches and seq counters empty (every count reads the month tables)")
 	c.Flags().StringVar(&o.tenant, "tenant", "bench_inbox", "the benchmark's own tenant (its database is dropped afterwards)")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		if o.users < 1 || o.topics < 1 || o.minPer < 1 || o.maxPer < o.minPer || o.maxPer > o.topics ||
@@ -64,12 +69,14 @@ func newBenchInboxCmd(g *globals) *cobra.Command {
 		}
 		ctx, stop := signalContext()
 		defer stop()
-		rep, err := runBenchInbox(ctx, cfg, o, g)
-		if err != nil {
-			return err
-		}
-		printBenchInbox(g.stdout, o, rep)
-		return nil
+		return withCPUProfile(o.cpuProfile, func() error {
+			rep, err := runBenchInbox(ctx, cfg, o, g)
+			if err != nil {
+				return err
+			}
+			printBenchInbox(g.stdout, o, rep)
+			return nil
+		})
 	}
 	return c
 }
@@ -115,7 +122,7 @@ func runBenchInbox(ctx context.Context, cfg *config.Config, o *benchInboxOptions
 			_, err := svc.MarkRead(ctx, pr, topic, seq)
 			return err
 		},
-		NotHidden: query.NotHidden, DB: db, Tenant: o.tenant, Table: t, Users: o.users, Topics: o.topics,
+		NotHidden: query.NotHidden, TablePage: svc.TablePage, Redis: a.Redis(), Cold: o.cold, DB: db, Tenant: o.tenant, Table: t, Users: o.users, Topics: o.topics,
 		MinPer: o.minPer, MaxPer: o.maxPer, HeavyUsers: o.heavy, Messages: o.messages, Concurrency: o.concurrency,
 		Duration: o.duration, Warmup: o.warmup, Progress: g.stderr}
 	start := time.Now()
@@ -130,8 +137,8 @@ func runBenchInbox(ctx context.Context, cfg *config.Config, o *benchInboxOptions
 }
 
 func printBenchInbox(w io.Writer, o *benchInboxOptions, rep bench.InboxReport) {
-	fmt.Fprintf(w, "inbox bench: users=%d topics=%d per-user=%d..%d heavy=%d messages/topic=%d memberships=%d concurrency=%d duration=%s gomaxprocs=%d\n",
-		o.users, o.topics, o.minPer, o.maxPer, o.heavy, o.messages, rep.Rows, o.concurrency, o.duration, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(w, "inbox bench: users=%d topics=%d per-user=%d..%d heavy=%d messages/topic=%d memberships=%d concurrency=%d duration=%s cold=%v gomaxprocs=%d\n",
+		o.users, o.topics, o.minPer, o.maxPer, o.heavy, o.messages, rep.Rows, o.concurrency, o.duration, o.cold, runtime.GOMAXPROCS(0))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\tcalls\terrors\trate/s\tp50\tp99")
 	for _, r := range []bench.QueryResult{rep.Unread, rep.RawUnread, rep.List, rep.RawList, rep.Read} {

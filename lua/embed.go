@@ -96,3 +96,15 @@ var HotPut string
 //
 //go:embed bench_send.lua
 var BenchSend string
+
+// CursorPut raises a user's cached read cursor of a topic, within the
+// topic's last issued seq, in a cursor move's one round trip.
+//
+//go:embed cursor_put.lua
+var CursorPut string
+
+// CursorFill fills a user's cached read cursors from MySQL, keeping any
+// higher cursor a move wrote meanwhile, unless a join bumped the version.
+//
+//go:embed cursor_fill.lua
+var CursorFill string

@@ -33,17 +33,55 @@ func TestReadStateCursorSurvivesRedisFlush(t *testing.T) {
 	if code, got := rsRead(t, env, 31, topic, 3); code != 200 || got != 3 {
 		t.Fatalf("read: %d %d", code, got)
 	}
-	if err := env.Redis.Do(context.Background(), env.Redis.B().Flushall().Build()).Error(); err != nil {
+	ctx := context.Background()
+	cached := func() map[string]string {
+		t.Helper()
+		m, err := env.Redis.Do(ctx, env.Redis.B().Hgetall().Key(env.keys().ReadCursors(31)).Build()).AsStrMap()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	// the move raised the cached cursor in its round trip
+	if c := cached(); c[topic] != "3" {
+		t.Fatalf("cached cursors after the move: %v", c)
+	}
+	if err := env.Redis.Do(ctx, env.Redis.B().Flushall().Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	if _, by := rsUnread(t, env, 31); by[topic].Unread != 2 {
 		t.Fatalf("unread after the flush: %+v, want 2", by[topic])
+	}
+	// the read filled the cache from MySQL, complete
+	if c := cached(); c[topic] != "3" || c["~"] != "1" {
+		t.Fatalf("cached cursors after the flush and a read: %v", c)
 	}
 	if code, got := rsRead(t, env, 31, topic, 1); code != 200 || got != 3 {
 		t.Fatalf("lower read after the flush: %d cursor %d, want 3", code, got)
 	}
 	if l := rsTopics(t, env, 31, 10); len(l) != 1 || l[0].ReadSeq != 3 || l[0].Unread != 2 {
 		t.Fatalf("list after the flush: %+v", l)
+	}
+	if code, got := rsRead(t, env, 31, topic, 4); code != 200 || got != 4 {
+		t.Fatalf("read after the flush: %d %d", code, got)
+	}
+	if _, by := rsUnread(t, env, 31); by[topic].Unread != 1 {
+		t.Fatalf("unread after a move without the seq counter: %+v, want 1", by[topic])
+	}
+	// a stale entry (as if an older fill had landed) is what a join
+	// replaces: the join bumps the version and drops it
+	if err := env.Redis.Do(ctx, env.Redis.B().Hset().Key(env.keys().ReadCursors(31)).FieldValue().
+		FieldValue("~", "1").FieldValue(topic, "0").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	const other = "rsflush2"
+	env.group(other, 504, "active")
+	env.member(other, 31, "member", time.Time{})
+	if c := cached(); len(c) != 0 {
+		t.Fatalf("a join left the cached cursors: %v", c)
+	}
+	if _, by := rsUnread(t, env, 31); by[topic].Unread != 1 {
+		t.Fatalf("unread after a join: %+v, want 1", by[topic])
 	}
 }
 

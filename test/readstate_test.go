@@ -103,9 +103,13 @@ func TestReadStateUnreadExact(t *testing.T) {
 				sent++
 				r := env.mustSend(env.Token(from, ""), topic, body)
 				m.msgs[r.Seq], m.last = msg, r.Seq
-			case op < 62: // a gap: a seq issued that no message will ever use
+			case op < 62: // a gap: a seq issued that no message will ever use, recorded as routing.Flight.RecordGap does
 				n, err := env.Redis.Do(ctx, env.Redis.B().Incr().Key(env.keys().Seq(topic)).Build()).AsInt64()
 				if err != nil {
+					t.Fatal(err)
+				}
+				v := strconv.FormatInt(n, 10)
+				if err := env.Redis.Do(ctx, env.Redis.B().Zadd().Key(env.keys().Gaps(topic)).ScoreMember().ScoreMember(float64(n), v).Build()).Error(); err != nil {
 					t.Fatal(err)
 				}
 				m.last = n
@@ -149,11 +153,31 @@ func TestReadStateUnreadExact(t *testing.T) {
 			}
 		}
 		chWaitSettled(t, env.Env, topic)
+		// each badge twice: from the hot cache, then from the month tables
+		// with the hot cache moved aside
+		hot := env.keys().HotMessages(topic)
 		for _, u := range users {
 			n, men, rs := m.unread(u)
-			sum, by := rsUnread(t, env, u)
-			if by[topic].Unread != n || by[topic].MentionUnread != men || sum.Total != n {
-				t.Fatalf("round %d user %d: unread %+v total %d, want %d (mentions %d)", round, u, by[topic], sum.Total, n, men)
+			for _, cold := range []bool{false, true} {
+				var dump string
+				if cold {
+					var err error
+					if dump, err = env.Redis.Do(ctx, env.Redis.B().Dump().Key(hot).Build()).ToString(); err != nil {
+						t.Fatal(err)
+					}
+					if err := env.Redis.Do(ctx, env.Redis.B().Del().Key(hot).Build()).Error(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				sum, by := rsUnread(t, env, u)
+				if cold {
+					if err := env.Redis.Do(ctx, env.Redis.B().Restore().Key(hot).Ttl(0).SerializedValue(dump).Build()).Error(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if by[topic].Unread != n || by[topic].MentionUnread != men || sum.Total != n {
+					t.Fatalf("round %d user %d (cold %v): unread %+v total %d, want %d (mentions %d)", round, u, cold, by[topic], sum.Total, n, men)
+				}
 			}
 			list := rsTopics(t, env, u, 10)
 			if len(list) != 1 {
@@ -171,6 +195,11 @@ func TestReadStateUnreadExact(t *testing.T) {
 			if lm := got.LastMessage; lm != nil && lm.Status == "recalled" && len(lm.Content) > 0 {
 				t.Fatalf("recalled last message carries its content: %s", lm.Content)
 			}
+		}
+	}
+	for _, src := range []string{"redis", "mysql"} {
+		if n := persistMetric(t, env.Env, "imshard_unread_counts_total", `source="`+src+`"`); n == 0 {
+			t.Errorf("no unread count came from %s", src)
 		}
 	}
 }
@@ -228,5 +257,62 @@ func TestReadCursorMonotonicAndBounded(t *testing.T) {
 	var n int64
 	if err := env.DB.QueryRow("SELECT read_seq FROM im_user_read_cursors WHERE user_id = 21 AND topic = ?", topic).Scan(&n); err != nil || n != last {
 		t.Fatalf("stored cursor %d (%v), want %d", n, err, last)
+	}
+}
+
+// TestReadStateUnreadFromHotCache: a badge above a cursor the hot cache
+// covers is counted from Redis alone — skipping the caller's hidden range,
+// a recalled and a deleted-for-all message, counting a mention of everyone
+// and not a hidden mention of the caller — and the caller's own message
+// reads everything before it; no count falls back to the month tables.
+func TestReadStateUnreadFromHotCache(t *testing.T) {
+	env := rsStart(t)
+	const topic = "rshot"
+	env.group(topic, 504, "active")
+	env.member(topic, 31, "member", time.Time{})
+	env.member(topic, 32, "member", time.Time{})
+	admin := env.Token(99, "admin")
+	for i := 1; i <= 10; i++ {
+		body := sendBody(fmt.Sprintf("h-%d", i), "hello")
+		switch i {
+		case 6:
+			body["mentioned_user_ids"] = []string{"31"}
+		case 10:
+			body["mention_all"] = true
+		}
+		env.mustSend(env.Token(32, ""), topic, body)
+	}
+	chWaitSettled(t, env.Env, topic)
+	if code, r := chRecall(t, env.Env, env.Token(32, ""), topic, 8, nil); code != 200 {
+		t.Fatalf("recall: %d %+v", code, r)
+	}
+	if code, out := env.Do("DELETE", chSeqPath(topic, 9)+"?scope=all", admin, nil); code != 200 {
+		t.Fatalf("delete: %d %s", code, out)
+	}
+	if code, out := env.Do("POST", "/v1/topics/"+topic+"/deletions", env.Token(31, ""), map[string]any{"low": 5, "hi": 7}); code != 200 {
+		t.Fatalf("hide: %d %s", code, out)
+	}
+	if code, _ := rsRead(t, env, 31, topic, 2); code != 200 {
+		t.Fatalf("read: %d", code)
+	}
+	cold := persistMetric(t, env.Env, "imshard_unread_counts_total", `source="mysql"`)
+	check := func(step string, unread, mentions int) {
+		t.Helper()
+		hot := persistMetric(t, env.Env, "imshard_unread_counts_total", `source="redis"`)
+		if _, by := rsUnread(t, env, 31); by[topic].Unread != unread || by[topic].MentionUnread != mentions {
+			t.Fatalf("%s: %+v, want %d unread, %d mentions", step, by[topic], unread, mentions)
+		}
+		if persistMetric(t, env.Env, "imshard_unread_counts_total", `source="redis"`) <= hot {
+			t.Fatalf("%s: not counted from the hot cache", step)
+		}
+	}
+	check("above the cursor", 4, 1) // 3, 4, 7, 10 (mentions everyone)
+	env.mustSend(env.Token(31, ""), topic, sendBody("h-own", "mine"))
+	chWaitSettled(t, env.Env, topic)
+	env.mustSend(env.Token(32, ""), topic, sendBody("h-12", "after"))
+	chWaitSettled(t, env.Env, topic)
+	check("after the caller's own message", 1, 0)
+	if n := persistMetric(t, env.Env, "imshard_unread_counts_total", `source="mysql"`); n != cold {
+		t.Fatalf("%v counts fell back to the month tables", n-cold)
 	}
 }

@@ -236,6 +236,7 @@ func (c *Checker) PutMember(ctx context.Context, tenant, topic string, userID in
 	if mutedUntil != nil {
 		muted = mutedUntil.UTC()
 	}
+	joined := false
 	err = inTx(ctx, db, func(tx *sql.Tx) error {
 		res, err := sq.Insert(MembersTable).Columns("topic", "user_id", "role", "muted_until").Values(topic, userID, role, muted).
 			Suffix("ON DUPLICATE KEY UPDATE role = VALUES(role), muted_until = VALUES(muted_until)").
@@ -252,12 +253,37 @@ func (c *Checker) PutMember(ctx context.Context, tenant, topic string, userID in
 		if err != nil {
 			return err
 		}
+		joined = true
 		return touchCursor(ctx, tx, topic, userID, last)
 	})
 	if err != nil {
 		return fmt.Errorf("acl: put member %s/%d: %w", topic, userID, err)
 	}
+	if joined {
+		// the user's cached cursors (modules/query) lack the new one
+		if err := c.invalidateCursors(ctx, tenant, userID); err != nil {
+			return err
+		}
+	}
 	return c.invalidate(ctx, tenant, topic)
+}
+
+// invalidateCursors bumps the version of the user's cached read cursors
+// (a fill that read MySQL before the change cannot land) and drops them.
+func (c *Checker) invalidateCursors(ctx context.Context, tenant string, userID int64) error {
+	keys, err := routing.KeysFor(tenant)
+	if err != nil {
+		return err
+	}
+	for _, r := range c.p.Redis.DoMulti(ctx,
+		c.p.Redis.B().Incr().Key(keys.ReadCursorsVersion(userID)).Build(),
+		c.p.Redis.B().Del().Key(keys.ReadCursors(userID)).Build(),
+	) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("acl: invalidate the read cursors of %d: %w", userID, err)
+		}
+	}
+	return nil
 }
 
 // CursorsTable is the read state (im_user_read_cursors): a join sets the

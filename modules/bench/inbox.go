@@ -10,8 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -28,7 +31,13 @@ type InboxParams struct {
 	MarkRead func(ctx context.Context, p httpapi.Principal, topic string, seq int64) error
 	// NotHidden is the query role's condition on a message row (alias m,
 	// one ? for the user) that drops what the user hid
-	NotHidden   string
+	NotHidden string
+	// TablePage is the query role's read of a month table's page (the
+	// hot cache is filled from it); Redis is the service's. Cold leaves
+	// the hot caches and seq counters empty: every count reads MySQL.
+	TablePage   func(ctx context.Context, db *sql.DB, quoted, topic string, before int64, limit int) ([]message.Message, error)
+	Redis       rueidis.Client
+	Cold        bool
 	DB          *sql.DB
 	Tenant      string
 	Table       routing.Table // the current month's
@@ -115,6 +124,11 @@ func (p *InboxParams) Build(ctx context.Context) (int64, error) {
 	if err := routing.MirrorFromTable(ctx, p.DB, p.Table); err != nil {
 		return 0, err
 	}
+	if !p.Cold {
+		if err := p.fillHot(ctx); err != nil {
+			return 0, err
+		}
+	}
 	p.logf("bench: %d users in %d..%d topics each", p.Users, p.MinPer, p.MaxPer)
 	var rows int64
 	var cursors []string
@@ -142,6 +156,34 @@ func (p *InboxParams) Build(ctx context.Context) (int64, error) {
 		}
 	}
 	return rows, nil
+}
+
+// fillHot leaves in Redis what sending the fixture's messages would: each
+// topic's messages in its hot cache (they are an hour old, within its
+// day) and its seq counter.
+func (p *InboxParams) fillHot(ctx context.Context) error {
+	p.logf("bench: hot caches of %d topics", p.Topics)
+	keys, err := routing.KeysFor(p.Tenant)
+	if err != nil {
+		return err
+	}
+	const per = 100 // topics a pipeline
+	for lo := 0; lo < p.Topics; lo += per {
+		var cmds []rueidis.Completed
+		for i := lo; i < min(p.Topics, lo+per); i++ {
+			ms, err := p.TablePage(ctx, p.DB, p.Table.Quoted(), inboxTopic(i), int64(p.Messages)+1, p.Messages)
+			if err != nil {
+				return err
+			}
+			cmds = append(cmds, hotFill(p.Redis, keys, inboxTopic(i), ms, int64(p.Messages))...)
+		}
+		for _, r := range p.Redis.DoMulti(ctx, cmds...) {
+			if err := r.Error(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // rawUnread is one statement that answers GET /v1/me/unread for a user

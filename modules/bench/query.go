@@ -301,19 +301,29 @@ func (p *QueryParams) fillHotCache(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		cmd := p.Redis.B().Zadd().Key(keys.HotMessages(topic)).ScoreMember()
-		for _, m := range ms {
-			raw, _ := json.Marshal(m)
-			cmd = cmd.ScoreMember(float64(m.Seq), string(raw))
-		}
-		for _, r := range p.Redis.DoMulti(ctx, cmd.Build(),
-			p.Redis.B().Set().Key(keys.Seq(topic)).Value(strconv.FormatInt(last, 10)).Build()) {
+		for _, r := range p.Redis.DoMulti(ctx, hotFill(p.Redis, keys, topic, ms, last)...) {
 			if err := r.Error(); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// hotFill is what the send path leaves in Redis for a topic's messages ms
+// (stored rows read back), last being the topic's last issued seq: the
+// messages in its hot cache and the seq counter.
+func hotFill(rdb rueidis.Client, keys routing.Keys, topic string, ms []message.Message, last int64) []rueidis.Completed {
+	set := rdb.B().Set().Key(keys.Seq(topic)).Value(strconv.FormatInt(last, 10)).Build()
+	if len(ms) == 0 {
+		return []rueidis.Completed{set}
+	}
+	cmd := rdb.B().Zadd().Key(keys.HotMessages(topic)).ScoreMember()
+	for _, m := range ms {
+		raw, _ := json.Marshal(m)
+		cmd = cmd.ScoreMember(float64(m.Seq), string(raw))
+	}
+	return []rueidis.Completed{cmd.Build(), set}
 }
 
 // run drives op from readers goroutines for Warmup, then measures it for

@@ -306,7 +306,8 @@ func decodeCanonical(b []byte) (Message, bool) {
 }
 
 // Peek reads what a page needs of a hot-cache member — seq, version and
-// updated_at — without decoding the rest, and keeps the member itself as
+// updated_at — and what an unread count needs — from_user and the
+// mentions — without decoding the rest, and keeps the member itself as
 // the message's rendering (Encoded). It succeeds only for a member in
 // AppendJSON's layout of a normalized message with status normal, whose
 // rendering is then the member as it stands; anything else (tombstones,
@@ -319,7 +320,7 @@ func Peek(b []byte) (Message, bool) {
 	m.Seq = c.int("seq")
 	c.id("message_id")
 	c.id("group_id")
-	c.id("from_user")
+	m.FromUser = c.id("from_user")
 	c.view("client_msg_id")
 	c.view("msg_type")
 	if string(c.view("status")) != StatusNormal {
@@ -327,10 +328,10 @@ func Peek(b []byte) (Message, bool) {
 	}
 	c.rawView("content")
 	c.rawView("head")
-	if !c.eachID("mentioned_user_ids", nil) {
+	if !c.eachID("mentioned_user_ids", func(id ID) { m.MentionedUserIDs = append(m.MentionedUserIDs, id) }) {
 		return Message{}, false // null renders as [] once normalized
 	}
-	c.boolean("mention_all")
+	m.MentionAll = c.boolean("mention_all")
 	c.optInt("reply_seqid")
 	c.optInt("root_seqid")
 	m.Version = int(c.int("version"))

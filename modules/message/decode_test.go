@@ -3,6 +3,7 @@ package message
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -88,7 +89,8 @@ func peekAgrees(t *testing.T, in []byte, m Message) {
 		t.Fatalf("%s peeked but does not decode: %v", in, err)
 	}
 	full = full.Normalized()
-	if m.Seq != full.Seq || m.Version != full.Version || !m.UpdatedAt.Equal(full.UpdatedAt.Time) || m.Status != full.Status {
+	if m.Seq != full.Seq || m.Version != full.Version || !m.UpdatedAt.Equal(full.UpdatedAt.Time) || m.Status != full.Status ||
+		m.FromUser != full.FromUser || m.MentionAll != full.MentionAll || !slices.Equal(m.MentionedUserIDs, full.MentionedUserIDs) {
 		t.Fatalf("peek %+v, decoded %+v", m, full)
 	}
 	got, err := m.AppendJSON(nil)
@@ -165,8 +167,8 @@ func TestPeek(t *testing.T) {
 	}
 }
 
-// FuzzPeek: whatever Peek accepts decodes to the same seq, version and
-// update time, and renders as the decoded message does; nothing panics.
+// FuzzPeek: whatever Peek accepts decodes to the same seq, version,
+// update time, sender and mentions, and renders as the decoded message does; nothing panics.
 func FuzzPeek(f *testing.F) {
 	at := NewTime(time.Date(2026, 11, 30, 1, 2, 3, 456e6, time.UTC))
 	m := Message{Topic: "t", Seq: 7, MessageID: 1, GroupID: 2, FromUser: 3, MsgType: "text", Status: StatusNormal,

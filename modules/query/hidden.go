@@ -126,39 +126,111 @@ func (s *Service) hiddenCmds(keys routing.Keys, topic string, user int64) []ruei
 // MySQL and fills the cache. A Redis failure or a caller with too many
 // ranges gives an unknown view (MySQL filters); a MySQL failure is an error.
 func (s *Service) hiddenResolve(ctx context.Context, db *sql.DB, keys routing.Keys, topic string, user int64, res []rueidis.RedisResult) (hiddenView, error) {
-	cached, err := res[0].ToString()
-	switch {
-	case err == nil && cached == hiddenMany:
-		s.m.hidden.WithLabelValues("many").Inc()
-		return hiddenView{}, nil
-	case err == nil:
-		if h, err := DecodeHidden(cached); err == nil {
-			s.m.hidden.WithLabelValues("hit").Inc()
-			return hiddenView{ranges: h, known: true}, nil
-		}
-		s.p.Log.Warn().Str("topic", topic).Str("entry", cached).Msg("malformed cached deletion ranges; reading MySQL")
-	case !rueidis.IsRedisNil(err):
-		s.m.hidden.WithLabelValues("error").Inc()
-		s.p.Log.Warn().Err(err).Str("topic", topic).Msg("deletion-range cache unavailable; MySQL filters")
-		return hiddenView{}, nil
+	if v, ok := s.hiddenHit(topic, res[0]); ok {
+		return v, nil
 	}
-	s.m.hidden.WithLabelValues("miss").Inc()
 	version, verr := routing.CacheVersion(ctx, s.p.Redis, keys.HiddenVersion(topic))
 	all, err := s.st.hidden(ctx, db, topic, user, 0, hiddenReadMax)
 	if err != nil {
 		return hiddenView{}, err
 	}
-	merged := all.Merged()
-	entry, view := EncodeHidden(merged), hiddenView{ranges: merged, known: true}
-	if uint64(len(all)) >= hiddenReadMax || len(merged) > hiddenCap {
-		entry, view = hiddenMany, hiddenView{}
-	}
+	view, fill := hiddenEntry(all)
 	if verr == nil {
 		// best effort: a refused or failed fill only costs the next page a read
-		_ = s.p.Scripts.CacheFill.Exec(ctx, s.p.Redis, []string{keys.HiddenVersion(topic), keys.Hidden(topic)},
-			[]string{version, strconv.FormatInt(s.hiddenTTL().Milliseconds(), 10), strconv.FormatInt(user, 10), entry}).Error()
+		_ = s.p.Scripts.CacheFill.Exec(ctx, s.p.Redis, fill.keys(keys, topic), fill.args(version, s.hiddenTTL(), user)).Error()
 	}
 	return view, nil
+}
+
+// hiddenHit is the view a cache read shows; ok is false on a miss (MySQL
+// must be read), true on a hit and on a Redis failure (unknown view).
+func (s *Service) hiddenHit(topic string, res rueidis.RedisResult) (hiddenView, bool) {
+	cached, err := res.ToString()
+	switch {
+	case err == nil && cached == hiddenMany:
+		s.m.hidden.WithLabelValues("many").Inc()
+		return hiddenView{}, true
+	case err == nil:
+		if h, err := DecodeHidden(cached); err == nil {
+			s.m.hidden.WithLabelValues("hit").Inc()
+			return hiddenView{ranges: h, known: true}, true
+		}
+		s.p.Log.Warn().Str("topic", topic).Str("entry", cached).Msg("malformed cached deletion ranges; reading MySQL")
+	case !rueidis.IsRedisNil(err):
+		s.m.hidden.WithLabelValues("error").Inc()
+		s.p.Log.Warn().Err(err).Str("topic", topic).Msg("deletion-range cache unavailable; MySQL filters")
+		return hiddenView{}, true
+	}
+	s.m.hidden.WithLabelValues("miss").Inc()
+	return hiddenView{}, false
+}
+
+// hiddenFill is the cache entry of ranges read from MySQL.
+type hiddenFill string
+
+func (f hiddenFill) keys(keys routing.Keys, topic string) []string {
+	return []string{keys.HiddenVersion(topic), keys.Hidden(topic)}
+}
+
+func (f hiddenFill) args(version string, ttl time.Duration, user int64) []string {
+	return []string{version, strconv.FormatInt(ttl.Milliseconds(), 10), strconv.FormatInt(user, 10), string(f)}
+}
+
+// hiddenEntry is the view and cache entry of every range read from MySQL
+// (at most hiddenReadMax of them).
+func hiddenEntry(all Hidden) (hiddenView, hiddenFill) {
+	merged := all.Merged()
+	if uint64(len(all)) >= hiddenReadMax || len(merged) > hiddenCap {
+		return hiddenView{}, hiddenMany
+	}
+	return hiddenView{ranges: merged, known: true}, hiddenFill(EncodeHidden(merged))
+}
+
+// hiddenOfMany is hiddenResolve for many topics of one caller (res[i] the
+// hiddenCmds result of topics[i]): the misses cost one round trip for the
+// versions, one MySQL statement and one round trip of fills in all.
+func (s *Service) hiddenOfMany(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, topics []string, res []rueidis.RedisResult) ([]hiddenView, error) {
+	out := make([]hiddenView, len(topics))
+	var missed []int
+	for i, t := range topics {
+		v, ok := s.hiddenHit(t, res[i])
+		out[i] = v
+		if !ok {
+			missed = append(missed, i)
+		}
+	}
+	if len(missed) == 0 {
+		return out, nil
+	}
+	rdb := s.p.Redis
+	vcmds := make([]rueidis.Completed, len(missed))
+	names := make([]string, len(missed))
+	for j, i := range missed {
+		vcmds[j] = rdb.B().Get().Key(keys.HiddenVersion(topics[i])).Build()
+		names[j] = topics[i]
+	}
+	versions := rdb.DoMulti(ctx, vcmds...)
+	ranges, err := s.st.hiddenOfTopics(ctx, db, names, user)
+	if err != nil {
+		return nil, err
+	}
+	var fills []rueidis.LuaExec
+	for j, i := range missed {
+		view, fill := hiddenEntry(ranges[topics[i]])
+		out[i] = view
+		version, verr := versions[j].ToString()
+		if rueidis.IsRedisNil(verr) {
+			version, verr = "", nil
+		}
+		if verr == nil {
+			fills = append(fills, rueidis.LuaExec{Keys: fill.keys(keys, topics[i]), Args: fill.args(version, s.hiddenTTL(), user)})
+		}
+	}
+	if len(fills) > 0 {
+		// best effort, as hiddenResolve's
+		s.p.Scripts.CacheFill.ExecMulti(ctx, rdb, fills...)
+	}
+	return out, nil
 }
 
 // hiddenReadMax bounds the im_dellog rows a cache fill reads; a caller with

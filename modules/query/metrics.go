@@ -51,6 +51,10 @@ type metrics struct {
 	changeFollowups *prometheus.CounterVec
 
 	readState *prometheus.HistogramVec
+	// cursorCache counts reads of a user's cached cursors by result;
+	// unreadFrom the topics counted by where the answer came from
+	cursorCache *prometheus.CounterVec
+	unreadFrom  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
@@ -100,11 +104,25 @@ func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
 		Help:    "Latency in seconds of the read-state requests that succeeded, by op: read (a cursor move), unread (every badge), topics (a topic list page), sync (a device sync), prefs (a preferences change).",
 		Buckets: []float64{.001, .002, .005, .01, .02, .05, .1, .25, 1},
 	}, []string{"op"})
+	m.cursorCache = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "imshard_read_cursor_cache_total",
+		Help: "Reads of a user's cached read cursors by result: hit; miss (read from MySQL and cached); error (Redis failed: MySQL answered).",
+	}, []string{"result"})
+	m.unreadFrom = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "imshard_unread_counts_total",
+		Help: "Topics with something above the caller's cursor whose unread count was computed, by source: redis (the hot cache proved it), mysql (the month tables).",
+	}, []string{"source"})
 	topics := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "imshard_query_hot_local_topics",
 		Help: "Topics whose newest messages this process holds a copy of (at most hot_cache.local_topics).",
 	}, func() float64 { return float64(held()) })
-	reg.MustRegister(m.tables, m.latency, m.wide, m.hot, m.hidden, m.local, topics, m.changes, m.changeLatency, m.changeFollowups, m.readState)
+	reg.MustRegister(m.tables, m.latency, m.wide, m.hot, m.hidden, m.local, topics, m.changes, m.changeLatency, m.changeFollowups, m.readState, m.cursorCache, m.unreadFrom)
+	for _, r := range []string{"hit", "miss", "error"} {
+		m.cursorCache.WithLabelValues(r)
+	}
+	for _, r := range []string{"redis", "mysql"} {
+		m.unreadFrom.WithLabelValues(r)
+	}
 	for _, r := range []string{localHit, localFallback, localReset, localChanged} {
 		m.local.WithLabelValues(r) // exported as 0 from the start: rates need no first event
 	}

@@ -6,14 +6,15 @@ package query
 //
 // Groups are read-diffusion: a message is stored once, and nothing is
 // written per member when it is sent. Everything here is computed at read
-// time from what exists anyway: the user's cursor rows
-// (im_user_read_cursors, one index range per user), their memberships, the
-// route mirror persist keeps in the transaction that stores the rows (the
-// last stored seq and newest created_at of each topic) and the month
-// tables' (topic, seqid) and (topic, from_user, seqid) indexes. The unread
-// count of a topic is the walk down from its last stored seq to the cursor,
-// capped at UnreadCap; the mention count reads the same rows' mention
-// columns (each message's own row is its mention index entry).
+// time from what exists anyway: the user's cursors (im_user_read_cursors,
+// cached per user: readstate_cache.go), their memberships, each topic's hot
+// cache, and where that cannot prove an answer the route mirror persist
+// keeps in the transaction that stores the rows (the last stored seq and
+// newest created_at of each topic) and the month tables' (topic, seqid) and
+// (topic, from_user, seqid) indexes. The unread count of a topic is the
+// walk down from its newest message to the cursor, capped at UnreadCap;
+// the mention count reads the same messages' mention fields (each
+// message is its own mention index entry).
 
 import (
 	"context"
@@ -99,22 +100,38 @@ type SyncPage struct {
 
 // MarkRead moves the caller's cursor of topic to seq: members only, never
 // above the topic's last issued seq, never down (a lower seq answers the
-// cursor as it is). One pipelined Redis round trip (membership, last seq)
-// and one MySQL statement; the answer follows the commit.
+// cursor as it is). One pipelined Redis round trip (membership, and the
+// cached cursor raised within the last seq: lua/cursor_put.lua) and one
+// MySQL statement; the answer follows the commit.
 func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic string, seq int64) (ReadCursor, error) {
 	start := time.Now()
 	keys, db, err := s.open(ctx, p, topic)
 	if err != nil {
 		return ReadCursor{}, err
 	}
-	cmds := acl.Cmds(s.p.Redis, keys, topic, p.UserID)
-	res := s.p.Redis.DoMulti(ctx, append(cmds, s.p.Redis.B().Get().Key(keys.Seq(topic)).Build())...)
+	rdb := s.p.Redis
+	pc := newPutCursor(keys, p.UserID, topic, seq)
+	cmds := acl.Cmds(rdb, keys, topic, p.UserID)
+	res := rdb.DoMulti(ctx, append(cmds, s.p.Scripts.CursorPut.Cmd(rdb, pc.keys, pc.args))...)
 	if err := allowed(s.p.ACL.Resolve(ctx, p.Tenant, topic, p.UserID, res[:len(cmds)])); err != nil {
+		// the script raised a field of a topic the caller may not read:
+		// drop the entry (the next read fills it from MySQL)
+		if derr := s.dropCursors(ctx, keys, p.UserID); derr != nil {
+			return ReadCursor{}, errCursorCache(derr)
+		}
 		return ReadCursor{}, err
 	}
-	last, err := s.lastSeqResolve(ctx, p.Tenant, topic, res[len(cmds)])
+	last, err := s.p.Scripts.CursorPut.Result(ctx, rdb, res[len(cmds)], pc.keys, pc.args).AsInt64()
 	if err != nil {
-		return ReadCursor{}, err
+		return ReadCursor{}, errCursorCache(err)
+	}
+	lost := last < 0 // no seq counter: the script dropped the entry and checked nothing
+	if lost {
+		tr, err := s.p.Router.Route(ctx, p.Tenant, topic)
+		if err != nil {
+			return ReadCursor{}, err
+		}
+		last = tr.MaxSeq()
 	}
 	if seq > last {
 		return ReadCursor{}, httpapi.Errorf(httpapi.CodeInvalidArgument, "seq is above the topic's last seq").
@@ -122,7 +139,15 @@ func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic strin
 	}
 	cur, err := markRead(ctx, db, p.UserID, topic, seq)
 	if err != nil {
+		// the cache may hold a cursor MySQL does not: drop it
+		_ = s.dropCursors(ctx, keys, p.UserID)
 		return ReadCursor{}, httpapi.Wrap(httpapi.CodeUnavailable, "read cursor store unavailable", err)
+	}
+	if lost {
+		// a fill may have read MySQL between the script and the commit
+		if err := s.dropCursors(ctx, keys, p.UserID); err != nil {
+			return ReadCursor{}, errCursorCache(err)
+		}
 	}
 	s.m.readState.WithLabelValues("read").Observe(time.Since(start).Seconds())
 	return ReadCursor{Topic: topic, ReadSeq: cur}, nil
@@ -166,19 +191,28 @@ func (s *Service) SetPrefs(ctx context.Context, p httpapi.Principal, topic strin
 	return out[0], nil
 }
 
-// Unread is every badge of the caller.
+// Unread is every badge of the caller: one index range of their
+// memberships, one Redis round trip for the cursors and the topics' last
+// seqs, one for the hot cache of the topics with something above the
+// cursor; the month tables only for topics the cache cannot prove.
 func (s *Service) Unread(ctx context.Context, p httpapi.Principal) (UnreadSummary, error) {
 	start := time.Now()
+	keys, err := routing.KeysFor(p.Tenant)
+	if err != nil {
+		return UnreadSummary{}, err
+	}
 	db, err := s.p.DBs.DB(ctx, p.Tenant)
 	if err != nil {
 		return UnreadSummary{}, err
 	}
-	all, err := s.loadTopics(ctx, db, p.UserID)
+	all, err := s.loadMemberships(ctx, db, p.UserID)
 	if err != nil {
 		return UnreadSummary{}, err
 	}
-	all = slices.DeleteFunc(all, func(u userTopic) bool { return u.status == acl.GroupDissolved })
-	counts, err := s.countMany(ctx, db, p.Tenant, p.UserID, all)
+	if err := s.readInputs(ctx, db, keys, p.UserID, all, true); err != nil {
+		return UnreadSummary{}, err
+	}
+	counts, err := s.counts(ctx, db, p.Tenant, keys, p.UserID, all, false)
 	if err != nil {
 		return UnreadSummary{}, err
 	}
@@ -209,7 +243,14 @@ func compareStrings(a, b string) int {
 // fill computes the list entries of us into out (same length): counts and
 // last message, readWorkers topics at a time.
 func (s *Service) fill(ctx context.Context, db *sql.DB, p httpapi.Principal, us []userTopic, out []InboxTopic) error {
-	counts, err := s.countMany(ctx, db, p.Tenant, p.UserID, us)
+	keys, err := routing.KeysFor(p.Tenant)
+	if err != nil {
+		return err
+	}
+	if err := s.readInputs(ctx, db, keys, p.UserID, us, true); err != nil {
+		return err
+	}
+	counts, err := s.counts(ctx, db, p.Tenant, keys, p.UserID, us, true)
 	if err != nil {
 		return err
 	}

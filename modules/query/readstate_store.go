@@ -41,6 +41,7 @@ type userTopic struct {
 	joinedAt   time.Time
 	changedAt  time.Time // newest of membership, group, cursor and stored messages
 	mirror     routing.TopicMirror
+	last       int64 // the last issued seq (Redis), -1 unknown; set by readInputs
 }
 
 // activity is what the topic list sorts by: the newest stored message,
@@ -95,12 +96,58 @@ func (s *Service) loadTopics(ctx context.Context, db *sql.DB, user int64) ([]use
 	return out, nil
 }
 
+// loadMemberships reads the topics user is a member of that are not
+// dissolved (one index range of im_group_members joined with the group):
+// the unread badges take the cursors from their cache and need no mirror.
+func (s *Service) loadMemberships(ctx context.Context, db *sql.DB, user int64) ([]userTopic, error) {
+	rows, err := sq.Select("m.topic").From(membersTable + " AS m").
+		Join(groupsTable + " AS g ON g.topic = m.topic").
+		Where(sq.Eq{"m.user_id": user}).Where(sq.NotEq{"g.status": acl.GroupDissolved}).RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("query: memberships of %d: %w", user, err)
+	}
+	defer rows.Close()
+	var out []userTopic
+	for rows.Next() {
+		var u userTopic
+		if err := rows.Scan(&u.topic); err != nil {
+			return nil, fmt.Errorf("query: memberships of %d: %w", user, err)
+		}
+		out = append(out, u)
+	}
+	return out, rows.Err()
+}
+
 // unreadCount is the caller's unread state of one topic.
 type unreadCount struct {
 	readSeq  int64 // the cursor, moved up to the caller's own newest message
 	unread   int
 	mentions int
 	capped   bool // more than UnreadCap unread: unread is UnreadCap
+}
+
+// take counts a message above the cursor (newest first) from user's
+// view: their own message reads everything before it (and moves readSeq
+// to it), a countable one (normal, not hidden by them) counts, with its
+// mention; it reports the count settled — their own message, or one more
+// past the cap.
+func (c *unreadCount) take(user, seq, from int64, countable bool, mentions func() bool) bool {
+	if from == user {
+		c.readSeq = seq
+		return true
+	}
+	if !countable {
+		return false
+	}
+	if c.unread == UnreadCap {
+		c.capped = true
+		return true
+	}
+	c.unread++
+	if mentions() {
+		c.mentions++
+	}
+	return false
 }
 
 // countUnread counts the messages of u the caller has not read: stored,
@@ -548,20 +595,10 @@ func (s *store) unreadMany(ctx context.Context, db *sql.DB, t routing.Table, use
 		c := unreadCount{readSeq: us[i].readSeq}
 		settled := len(rs) < unreadRowsPerTopic
 		for _, r := range rs {
-			if r.from == user {
-				c.readSeq, settled = r.seq, true
+			if c.take(user, r.seq, r.from, r.vis && r.status == message.StatusNormal,
+				func() bool { return r.all || mentionsUser(r.mentions, user) }) {
+				settled = true
 				break
-			}
-			if !r.vis || r.status != message.StatusNormal {
-				continue
-			}
-			if c.unread == UnreadCap {
-				c.capped, settled = true, true
-				break
-			}
-			c.unread++
-			if r.all || mentionsUser(r.mentions, user) {
-				c.mentions++
 			}
 		}
 		if !settled {

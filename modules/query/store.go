@@ -221,6 +221,30 @@ func (s *store) hidden(ctx context.Context, db *sql.DB, topic string, user, lo i
 	return h, rows.Err()
 }
 
+// hiddenOfTopics reads the caller's deletion ranges of many topics in one
+// statement (the (topic, deletedfor, low) index, one range per topic), at
+// most hiddenReadMax of each topic as hidden reads them.
+func (s *store) hiddenOfTopics(ctx context.Context, db *sql.DB, topics []string, user int64) (map[string]Hidden, error) {
+	rows, err := sq.Select("topic", "low", "hi").From(dellogTable).Where(sq.Eq{"topic": topics, "deletedfor": user}).
+		RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("query: dellog: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]Hidden{}
+	for rows.Next() {
+		var t string
+		var r [2]int64
+		if err := rows.Scan(&t, &r[0], &r[1]); err != nil {
+			return nil, err
+		}
+		if uint64(len(out[t])) < hiddenReadMax {
+			out[t] = append(out[t], r)
+		}
+	}
+	return out, rows.Err()
+}
+
 // TablePage runs, on one table given by its quoted name (a month table, or
 // the legacy table of the same template), the statement a `before` page
 // runs there for a caller who hid nothing: the newest limit messages of

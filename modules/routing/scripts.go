@@ -2,6 +2,8 @@ package routing
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 
 	"github.com/redis/rueidis"
 
@@ -29,6 +31,9 @@ type Scripts struct {
 	IdemRetry    *rueidis.Lua
 	MsgChange    *rueidis.Lua
 	HotPut       *rueidis.Lua
+	CursorFill   *rueidis.Lua
+	// CursorPut runs inside a pipeline of other commands
+	CursorPut *Pipelined
 }
 
 // NewScripts prepares every script once per process.
@@ -49,6 +54,8 @@ func NewScripts() *Scripts {
 		IdemRetry:    rueidis.NewLuaScript(lua.IdemRetry),
 		MsgChange:    rueidis.NewLuaScript(lua.MsgChange),
 		HotPut:       rueidis.NewLuaScript(lua.HotPut),
+		CursorFill:   rueidis.NewLuaScript(lua.CursorFill),
+		CursorPut:    NewPipelined(lua.CursorPut),
 	}
 }
 
@@ -63,4 +70,32 @@ func CacheVersion(ctx context.Context, rdb rueidis.Client, key string) (version 
 		return "", nil
 	}
 	return version, err
+}
+
+// Pipelined is a script sent within a pipeline of other commands (so a
+// request keeps to one round trip): EVALSHA, and only when the server
+// answers NOSCRIPT (restarted, failed over) once more as EVAL, which loads
+// it.
+type Pipelined struct {
+	src, sha string
+}
+
+// NewPipelined prepares a script for Cmd.
+func NewPipelined(src string) *Pipelined {
+	sum := sha1.Sum([]byte(src))
+	return &Pipelined{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// Cmd is the EVALSHA of the script with keys and args.
+func (p *Pipelined) Cmd(rdb rueidis.Client, keys, args []string) rueidis.Completed {
+	return rdb.B().Evalsha().Sha1(p.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+}
+
+// Result is res, Cmd's result, or on NOSCRIPT the script's result run as
+// EVAL now.
+func (p *Pipelined) Result(ctx context.Context, rdb rueidis.Client, res rueidis.RedisResult, keys, args []string) rueidis.RedisResult {
+	if err, ok := rueidis.IsRedisErr(res.Error()); ok && err.IsNoScript() {
+		return rdb.Do(ctx, rdb.B().Eval().Script(p.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	}
+	return res
 }

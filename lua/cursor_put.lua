@@ -1,0 +1,33 @@
+-- A read-cursor move, in the request's one Redis round trip, before the
+-- MySQL write whose commit the answer follows: raise the user's cached
+-- cursor of the topic to seq (never lower it) unless seq is above the
+-- topic's last issued seq (the request is refused and nothing is written).
+-- The field is written even while the entry is incomplete (no "~"): a fill
+-- that read MySQL before the move's commit keeps the higher value
+-- (cursor_fill.lua), so the cache never goes below an acknowledged cursor.
+-- Without the seq counter (Redis lost it) the bound cannot be checked here:
+-- the entry is dropped and its version bumped; the caller checks the bound
+-- against the route and drops the entry again once MySQL committed.
+--
+-- KEYS[1] the user's cursors (HASH), KEYS[2] their version, KEYS[3] the
+-- topic's seq counter
+-- ARGV[1] topic, ARGV[2] seq, ARGV[3] ttl ms
+-- Returns the last issued seq (the caller refuses seq above it), or -1
+-- when the counter is missing.
+local last = redis.call('GET', KEYS[3])
+if not last then
+  redis.call('INCR', KEYS[2])
+  redis.call('DEL', KEYS[1])
+  return -1
+end
+last = tonumber(last)
+local seq = tonumber(ARGV[2])
+if seq > last then
+  return last
+end
+local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+if seq > cur then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return last

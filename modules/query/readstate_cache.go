@@ -1,0 +1,312 @@
+package query
+
+// The read state's Redis side (docs/operations.md "Read state").
+//
+// Cursors: MySQL (im_user_read_cursors) is the truth; Redis caches each
+// user's cursors in one HASH (routing.Keys.ReadCursors, field "~" once it
+// holds all of them). A cursor move raises its field in the move's one
+// round trip, before the MySQL write whose commit the answer follows
+// (lua/cursor_put.lua); a reader that finds the entry incomplete reads
+// MySQL and fills it, field by field keeping the higher cursor, unless a
+// join bumped the version meanwhile (routing.CacheVersion,
+// lua/cursor_fill.lua). So the cache is never below an acknowledged
+// cursor, and a flushed Redis costs one MySQL read per user.
+//
+// Counts: a topic's messages above a cursor are read from its hot cache
+// (the newest day of messages, written by the send before its 201) in
+// one pipelined round trip for all the user's topics with something above
+// their cursor, walked with the same proof as a page (every seq cached or a
+// recorded gap); a topic the cache cannot prove falls back to the month
+// tables (countMany).
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+	"github.com/redis/rueidis"
+
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// cursorTTL is how long a user's cached cursors live without a move.
+const cursorTTL = 24 * time.Hour
+
+// cursorsComplete is the field of a complete entry (no topic is "~").
+const cursorsComplete = "~"
+
+// unreadSlack is how many cached seqs beyond the cap a count reads, for
+// hidden, deleted and the caller's own messages.
+const unreadSlack = 25
+
+// putCursor is the cursor move's script call (keys and args, for a
+// NOSCRIPT retry).
+type putCursor struct{ keys, args []string }
+
+func newPutCursor(keys routing.Keys, user int64, topic string, seq int64) putCursor {
+	return putCursor{
+		keys: []string{keys.ReadCursors(user), keys.ReadCursorsVersion(user), keys.Seq(topic)},
+		args: []string{topic, strconv.FormatInt(seq, 10), strconv.FormatInt(cursorTTL.Milliseconds(), 10)},
+	}
+}
+
+// dropCursors bumps the user's cursor version (no fill computed before
+// lands) and drops their entry: the next read fills it from MySQL.
+func (s *Service) dropCursors(ctx context.Context, keys routing.Keys, user int64) error {
+	rdb := s.p.Redis
+	for _, r := range rdb.DoMulti(ctx, rdb.B().Incr().Key(keys.ReadCursorsVersion(user)).Build(),
+		rdb.B().Del().Key(keys.ReadCursors(user)).Build()) {
+		if err := r.Error(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cursorCmd reads the user's cached cursors.
+func (s *Service) cursorCmd(keys routing.Keys, user int64) rueidis.Completed {
+	return s.p.Redis.B().Hgetall().Key(keys.ReadCursors(user)).Build()
+}
+
+// applyCursors sets each topic's readSeq from the cache entry read by
+// cursorCmd; an incomplete or unreadable entry is filled from MySQL.
+func (s *Service) applyCursors(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, res rueidis.RedisResult, us []userTopic) error {
+	cached, err := res.AsStrMap()
+	if err == nil && cached[cursorsComplete] != "" {
+		s.m.cursorCache.WithLabelValues("hit").Inc()
+		for i := range us {
+			if v, ok := cached[us[i].topic]; ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return fmt.Errorf("query: cached cursor %q of %d: %w", v, user, err)
+				}
+				us[i].readSeq = n
+			} else {
+				us[i].readSeq = 0
+			}
+		}
+		return nil
+	}
+	fill := err == nil || rueidis.IsRedisNil(err)
+	if fill {
+		s.m.cursorCache.WithLabelValues("miss").Inc()
+	} else {
+		s.m.cursorCache.WithLabelValues("error").Inc()
+		s.p.Log.Warn().Err(err).Int64("user", user).Msg("read-cursor cache unavailable; MySQL answers")
+	}
+	var version string
+	var verr error
+	if fill {
+		version, verr = routing.CacheVersion(ctx, s.p.Redis, keys.ReadCursorsVersion(user))
+	}
+	rows, err := sq.Select("topic", "read_seq").From(cursorsTable).Where(sq.Eq{"user_id": user}).RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return fmt.Errorf("query: cursors of %d: %w", user, err)
+	}
+	defer rows.Close()
+	stored := map[string]int64{}
+	args := []string{version, strconv.FormatInt(cursorTTL.Milliseconds(), 10)}
+	for rows.Next() {
+		var t string
+		var seq int64
+		if err := rows.Scan(&t, &seq); err != nil {
+			return err
+		}
+		stored[t] = seq
+		args = append(args, t, strconv.FormatInt(seq, 10))
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for i := range us {
+		// a move whose write is under way raised its field already
+		us[i].readSeq = max(stored[us[i].topic], parseOr0(cached[us[i].topic]))
+	}
+	if fill && verr == nil {
+		// best effort: a refused or failed fill costs the next read this one
+		_ = s.p.Scripts.CursorFill.Exec(ctx, s.p.Redis,
+			[]string{keys.ReadCursorsVersion(user), keys.ReadCursors(user)}, args).Error()
+	}
+	return nil
+}
+
+func parseOr0(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// lastCmd reads the last issued seq of each topic (one MGET: a tenant's
+// keys share a slot); applyLasts sets userTopic.last from it (-1: no
+// counter).
+func (s *Service) lastCmd(keys routing.Keys, us []userTopic) rueidis.Completed {
+	names := make([]string, len(us))
+	for i, u := range us {
+		names[i] = keys.Seq(u.topic)
+	}
+	return s.p.Redis.B().Mget().Key(names...).Build()
+}
+
+func applyLasts(res rueidis.RedisResult, us []userTopic) {
+	vals, err := res.ToArray()
+	for i := range us {
+		us[i].last = -1
+		if err != nil || i >= len(vals) {
+			continue
+		}
+		if n, err := vals[i].AsInt64(); err == nil {
+			us[i].last = n
+		}
+	}
+}
+
+// readInputs learns, in one Redis round trip, each topic's last issued
+// seq and (withCursors) the user's cursors.
+func (s *Service) readInputs(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, us []userTopic, withCursors bool) error {
+	if len(us) == 0 {
+		return nil
+	}
+	cmds := []rueidis.Completed{s.lastCmd(keys, us)}
+	if withCursors {
+		cmds = append(cmds, s.cursorCmd(keys, user))
+	}
+	res := s.p.Redis.DoMulti(ctx, cmds...)
+	applyLasts(res[0], us)
+	if withCursors {
+		return s.applyCursors(ctx, db, keys, user, res[1], us)
+	}
+	return nil
+}
+
+// counts is the unread state of each of us (readSeq and last set by
+// readInputs): from the hot cache where it proves the answer, else from
+// the month tables (loading the route mirrors of those topics unless
+// mirrored).
+func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, us []userTopic, mirrored bool) ([]unreadCount, error) {
+	out := make([]unreadCount, len(us))
+	var hot, cold []int
+	for i, u := range us {
+		out[i].readSeq = u.readSeq
+		switch {
+		case u.last < 0:
+			cold = append(cold, i)
+		case u.last > u.readSeq:
+			hot = append(hot, i)
+		}
+	}
+	const per = 4 // hotCmds
+	cmds := make([]rueidis.Completed, 0, (per+1)*len(hot))
+	names := make([]string, len(hot))
+	for j, i := range hot {
+		u := us[i]
+		cmds = append(cmds, s.hotCmds(keys, u.topic, Desc, math.MaxInt64, u.readSeq, hotReadOf(u))...)
+		names[j] = u.topic
+	}
+	for _, t := range names {
+		cmds = append(cmds, s.hiddenCmds(keys, t, user)...)
+	}
+	if len(cmds) > 0 {
+		res := s.p.Redis.DoMulti(ctx, cmds...)
+		hvs, err := s.hiddenOfMany(ctx, db, keys, user, names, res[per*len(hot):])
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range hot {
+			if c, ok := s.countHot(user, us[i], res[j*per:(j+1)*per], hvs[j]); ok {
+				out[i] = c
+			} else {
+				cold = append(cold, i)
+			}
+		}
+	}
+	if len(cold) == 0 {
+		return out, nil
+	}
+	s.m.unreadFrom.WithLabelValues("mysql").Add(float64(len(cold)))
+	sub := make([]userTopic, len(cold))
+	for j, i := range cold {
+		sub[j] = us[i]
+	}
+	if !mirrored {
+		names := make([]string, len(sub))
+		for j, u := range sub {
+			names[j] = u.topic
+		}
+		mirrors, err := routing.LoadMirrorMany(ctx, db, names)
+		if err != nil {
+			return nil, err
+		}
+		for j := range sub {
+			sub[j].mirror = mirrors[sub[j].topic]
+		}
+	}
+	cs, err := s.countMany(ctx, db, tenant, user, sub)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range cold {
+		out[i] = cs[j]
+	}
+	return out, nil
+}
+
+// hotReadOf is how many cached members a count of u reads: what lies
+// above the cursor, at most the cap and the slack.
+func hotReadOf(u userTopic) int {
+	return int(min(u.last-u.readSeq, UnreadCap+1)) + unreadSlack
+}
+
+// countHot counts u from its hot-cache read (hotCmds, hiddenCmds) as
+// countMany would from the month tables: newest first down to the cursor,
+// stopping at the caller's own newest message (any status: sending reads
+// everything before it), counting messages neither recalled nor deleted
+// nor hidden by the caller. ok is false when the cache cannot prove the
+// answer (a seq neither cached nor a recorded gap, ranges not known).
+func (s *Service) countHot(user int64, u userTopic, res []rueidis.RedisResult, hv hiddenView) (unreadCount, bool) {
+	out := unreadCount{readSeq: u.readSeq}
+	n := hotReadOf(u)
+	c, last, err := hotResolve(res, Desc, math.MaxInt64, u.readSeq, n)
+	if err != nil || last == 0 || !hv.known {
+		// Redis failed, lost the counter since readInputs, or the
+		// ranges are too many to cache
+		return out, false
+	}
+	// seqs above the newest cached message are in flight: not answered
+	// yet, like those not stored yet in the month tables
+	if len(c.Members) > 0 {
+		last = min(last, int64(c.Members[0].Score))
+	}
+	if last <= u.readSeq {
+		s.m.unreadFrom.WithLabelValues("redis").Inc()
+		return out, true
+	}
+	// at most n rows: all the read may cover
+	page, ok, _ := walk(hotView{top: c}, last, u.readSeq+1, Desc, n-1, nil, true)
+	if !ok {
+		return out, false
+	}
+	settled := len(page) < n // the walk reached the cursor
+	for _, m := range page {
+		if out.take(user, m.Seq, int64(m.FromUser), !hv.ranges.Hides(m.Seq) && m.Status == message.StatusNormal,
+			func() bool { return m.MentionAll || slices.Contains(m.MentionedUserIDs, message.ID(user)) }) {
+			settled = true
+			break
+		}
+	}
+	if !settled {
+		return unreadCount{readSeq: u.readSeq}, false
+	}
+	s.m.unreadFrom.WithLabelValues("redis").Inc()
+	return out, true
+}
+
+// errCursorCache is the answer when Redis failed within a cursor move.
+func errCursorCache(err error) error {
+	return httpapi.Wrap(httpapi.CodeUnavailable, "read-cursor cache unavailable; retry the move", err)
+}
