@@ -2,6 +2,8 @@
 -- MySQL write whose commit the answer follows: raise the user's cached
 -- cursor of the topic to seq (never lower it) unless seq is above the
 -- topic's last issued seq (the request is refused and nothing is written).
+-- A raise is published on the user's read channel as a realtime frame
+-- {"type":"read","topic","seq"}, so their other devices clear the badge.
 -- The field is written even while the entry is incomplete (no "~"): a fill
 -- that read MySQL before the move's commit keeps the higher value
 -- (cursor_fill.lua), so the cache never goes below an acknowledged cursor.
@@ -10,7 +12,7 @@
 -- against the route and drops the entry again once MySQL committed.
 --
 -- KEYS[1] the user's cursors (HASH), KEYS[2] their version, KEYS[3] the
--- topic's seq counter
+-- topic's seq counter, KEYS[4] the user's read channel (SPUBLISH)
 -- ARGV[1] topic, ARGV[2] seq, ARGV[3] ttl ms
 -- Returns the last issued seq (the caller refuses seq above it), or -1
 -- when the counter is missing.
@@ -28,6 +30,8 @@ end
 local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 if seq > cur then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  -- the topic is a validated name (no quote or backslash), seq a number
+  redis.call('SPUBLISH', KEYS[4], '{"type":"read","topic":"' .. ARGV[1] .. '","seq":' .. ARGV[2] .. '}')
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return last

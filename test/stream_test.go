@@ -304,3 +304,46 @@ func (l *stLog) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// A read-cursor move reaches the mover's sockets as a read frame, on a
+// socket following the topic and on one following another topic alike; a
+// move that raises nothing sends none; another member's socket gets none.
+func TestStreamReadFrames(t *testing.T) {
+	t.Parallel()
+	e := stStart(t, harness.Options{Roles: []string{"all"}})
+	for _, topic := range []string{"room", "other"} {
+		e.group(topic, 8, "active")
+		e.member(topic, 1, "member", time.Time{})
+		e.member(topic, 2, "member", time.Time{})
+	}
+	alice, bob := e.Token(1, ""), e.Token(2, "")
+	phone := stMustDial(t, e.Env, "/v1/stream?topics=room", bob)
+	phone.must("live")
+	tablet := stMustDial(t, e.Env, "/v1/stream?topics=other", bob)
+	tablet.must("live")
+	watcher := stMustDial(t, e.Env, "/v1/stream?topics=room", alice)
+	watcher.must("live")
+	for i := range 3 {
+		e.mustSend(alice, "room", sendBody(fmt.Sprintf("r%d", i), "hi"))
+	}
+	for range 3 {
+		phone.must("message")
+		watcher.must("message")
+	}
+	for _, seq := range []int64{2, 1, 3} { // the move to 1 raises nothing
+		if code, body := e.Do("PUT", "/v1/topics/room/read", bob, map[string]any{"seq": seq}); code != 200 {
+			t.Fatalf("read %d: %d %s", seq, code, body)
+		}
+	}
+	for _, c := range []*stClient{phone, tablet} {
+		for _, want := range []int64{2, 3} {
+			if f := c.must("read"); f.Topic != "room" || f.Seq != want {
+				t.Fatalf("read frame %+v, want room %d", f, want)
+			}
+		}
+	}
+	e.mustSend(bob, "room", sendBody("r-bob", "hi"))
+	if f := watcher.must("message"); f.Message.FromUser != 2 {
+		t.Fatalf("another member's socket: %+v", f)
+	}
+}

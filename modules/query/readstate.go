@@ -101,7 +101,8 @@ type SyncPage struct {
 // MarkRead moves the caller's cursor of topic to seq: members only, never
 // above the topic's last issued seq, never down (a lower seq answers the
 // cursor as it is). One pipelined Redis round trip (membership, and the
-// cached cursor raised within the last seq: lua/cursor_put.lua) and one
+// cached cursor raised within the last seq and, when raised, the read
+// frame to the caller's sockets: lua/cursor_put.lua) and one
 // MySQL statement; the answer follows the commit.
 func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic string, seq int64) (ReadCursor, error) {
 	start := time.Now()

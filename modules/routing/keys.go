@@ -136,6 +136,12 @@ func (k Keys) ReadCursorsVersion(user int64) string {
 // Realtime is the pub/sub channel of a topic's new and changed messages.
 func (k Keys) Realtime(topic string) string { return k.prefix + "rt:" + topic }
 
+// ReadFrames is the pub/sub channel of a user's read-cursor moves, which
+// the realtime stream passes to that user's sockets.
+func (k Keys) ReadFrames(user int64) string {
+	return k.prefix + "rtread:" + strconv.FormatInt(user, 10)
+}
+
 // Gaps is the topic's set of recorded gap seqs (allocated, never persisted).
 func (k Keys) Gaps(topic string) string { return k.prefix + "gaps:" + topic }
 

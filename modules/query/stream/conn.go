@@ -44,6 +44,7 @@ type conn struct {
 	expiry   *time.Timer // token expiry (AfterFunc: no goroutine while waiting)
 
 	topics map[string]*follow // pump only
+	reads  *follow            // the user's read channel, nil if it could not be joined
 	behind bool               // pump only: some topic waits for a seq in flight
 
 	lastSeen atomic.Int64 // unix nanos of the last sign of life from the peer
@@ -58,6 +59,7 @@ type follow struct {
 	c     *conn
 	topic string
 	ch    *channel
+	reads bool // the user's read channel, not a topic
 
 	cursor  int64 // every seq up to it was delivered, is a gap, or is not visible
 	changes int64 // the last change_seq delivered; -1 when the client gave none
@@ -172,6 +174,12 @@ func (c *conn) run(ctx context.Context, first map[string]cursors) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); c.read() }()
+	// the user's read-cursor moves, whatever topics the socket follows
+	c.reads = &follow{c: c, reads: true}
+	if err := c.s.hub.join(ctx, c.reads); err != nil {
+		c.reads = nil
+		c.s.log.Warn().Err(err).Msg("stream: read channel not joined; this socket gets no read frames")
+	}
 	if first != nil {
 		c.subscribe(ctx, first)
 	}
@@ -180,6 +188,9 @@ func (c *conn) run(ctx context.Context, first map[string]cursors) {
 	for _, f := range c.topics {
 		c.s.hub.leave(f)
 		c.s.m.follows.Dec()
+	}
+	if c.reads != nil {
+		c.s.hub.leave(c.reads)
 	}
 	c.topics = nil
 	wg.Wait()
@@ -251,6 +262,14 @@ func (c *conn) waiting() bool {
 
 // handle applies one hub event to its topic.
 func (c *conn) handle(ctx context.Context, f *follow, ev *event) {
+	if f.reads {
+		// a read frame passes as published (a resync needs nothing: a
+		// missed move is in the next sync)
+		if ev.kind == evRead {
+			c.send(ev.raw, time.Time{})
+		}
+		return
+	}
 	if c.topics[f.topic] != f {
 		return // unsubscribed since
 	}

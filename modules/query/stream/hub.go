@@ -31,6 +31,7 @@ const (
 	evChange              // a change of a message, raw = the published frame
 	evResync              // the subscription was (re)made: events may have been missed
 	evACL                 // the topic's memberships changed: check the caller's again
+	evRead                // the user moved a read cursor, raw = the published frame
 )
 
 // event is one thing the hub learns about a topic, shared by every
@@ -120,7 +121,11 @@ func (h *Hub) join(ctx context.Context, f *follow) error {
 	if err != nil {
 		return err
 	}
-	name := keys.Realtime(f.topic)
+	name, aclKey := keys.Realtime(f.topic), keys.ACLVersion(f.topic)
+	if f.reads {
+		// the user's read channel: no topic, no membership to watch
+		name, aclKey = keys.ReadFrames(f.c.p.UserID), ""
+	}
 	h.mu.Lock()
 	c := h.topics[name]
 	for c != nil && c.closing {
@@ -137,7 +142,7 @@ func (h *Hub) join(ctx context.Context, f *follow) error {
 		c = h.topics[name]
 	}
 	if c == nil {
-		c = &channel{name: name, tenant: f.c.p.Tenant, topic: f.topic, aclKey: keys.ACLVersion(f.topic),
+		c = &channel{name: name, tenant: f.c.p.Tenant, topic: f.topic, aclKey: aclKey,
 			subs: map[*follow]struct{}{}, ready: make(chan struct{}), done: make(chan struct{})}
 		var cctx context.Context
 		cctx, c.cancel = context.WithCancel(h.ctx)
@@ -160,6 +165,9 @@ func (h *Hub) join(ctx context.Context, f *follow) error {
 	case <-ctx.Done():
 		h.leave(f)
 		return ctx.Err()
+	}
+	if aclKey == "" {
+		return nil
 	}
 	// the ACL baseline, read after the follower joined: a change after it
 	// is reported, one before it is seen by the caller's own check
@@ -271,6 +279,8 @@ func (h *Hub) dispatch(c *channel, raw string) {
 		ev.kind, ev.seq, ev.created = evMessage, p.Message.Seq, p.Message.CreatedAt.Time
 	case "change":
 		ev.kind, ev.seq, ev.changeSeq = evChange, p.Change.Seq, p.Change.ChangeSeq
+	case "read":
+		ev.kind = evRead
 	default:
 		return
 	}
