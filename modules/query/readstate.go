@@ -26,6 +26,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
@@ -193,9 +195,10 @@ func (s *Service) SetPrefs(ctx context.Context, p httpapi.Principal, topic strin
 }
 
 // Unread is every badge of the caller: one index range of their
-// memberships, one Redis round trip for the cursors and the topics' last
-// seqs, one for the hot cache of the topics with something above the
-// cursor; the month tables only for topics the cache cannot prove.
+// memberships beside one Redis read of their cursors, one read of the
+// topics' last seqs, one pipelined round trip reading the hot cache of the
+// topics with something above the cursor; the month tables only for
+// topics the cache cannot prove.
 func (s *Service) Unread(ctx context.Context, p httpapi.Principal) (UnreadSummary, error) {
 	start := time.Now()
 	keys, err := routing.KeysFor(p.Tenant)
@@ -206,11 +209,22 @@ func (s *Service) Unread(ctx context.Context, p httpapi.Principal) (UnreadSummar
 	if err != nil {
 		return UnreadSummary{}, err
 	}
+	// the cached cursors are read while MySQL reads the memberships
+	var cursors rueidis.RedisResult
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		cursors = s.p.Redis.Do(ctx, s.cursorCmd(keys, p.UserID))
+	}()
 	all, err := s.loadMemberships(ctx, db, p.UserID)
+	<-read
 	if err != nil {
 		return UnreadSummary{}, err
 	}
-	if err := s.readInputs(ctx, db, keys, p.UserID, all, true); err != nil {
+	if err := s.applyCursors(ctx, db, keys, p.UserID, cursors, all); err != nil {
+		return UnreadSummary{}, err
+	}
+	if err := s.readInputs(ctx, db, keys, p.UserID, all, false); err != nil {
 		return UnreadSummary{}, err
 	}
 	counts, err := s.counts(ctx, db, p.Tenant, keys, p.UserID, all, false)

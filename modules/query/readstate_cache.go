@@ -202,23 +202,42 @@ func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys ro
 	}
 	const per = 4 // hotCmds
 	cmds := make([]rueidis.Completed, 0, (per+1)*len(hot))
-	names := make([]string, len(hot))
-	for j, i := range hot {
+	for _, i := range hot {
 		u := us[i]
 		cmds = append(cmds, s.hotCmds(keys, u.topic, Desc, math.MaxInt64, u.readSeq, hotReadOf(u))...)
-		names[j] = u.topic
 	}
-	for _, t := range names {
-		cmds = append(cmds, s.hiddenCmds(keys, t, user)...)
+	for _, i := range hot {
+		cmds = append(cmds, s.hiddenCmds(keys, us[i].topic, user)...)
 	}
 	if len(cmds) > 0 {
 		res := s.p.Redis.DoMulti(ctx, cmds...)
-		hvs, err := s.hiddenOfMany(ctx, db, keys, user, names, res[per*len(hot):])
+		reads := make([]hotRead, len(hot))
+		// the deletion ranges only of the topics with something above
+		// the cursor: a miss is filled from MySQL
+		var above []int
+		var names []string
+		var hres []rueidis.RedisResult
+		for j, i := range hot {
+			r := &reads[j]
+			r.c, r.last, r.err = hotResolve(res[j*per:(j+1)*per], Desc, math.MaxInt64, us[i].readSeq, hotReadOf(us[i]))
+			if len(r.c.Members) > 0 {
+				r.last = min(r.last, int64(r.c.Members[0].Score))
+			}
+			if r.err == nil && r.last > us[i].readSeq {
+				above = append(above, j)
+				names = append(names, us[i].topic)
+				hres = append(hres, res[per*len(hot)+j])
+			}
+		}
+		hvs, err := s.hiddenOfMany(ctx, db, keys, user, names, hres)
 		if err != nil {
 			return nil, err
 		}
+		for k, j := range above {
+			reads[j].hv = hvs[k]
+		}
 		for j, i := range hot {
-			if c, ok := s.countHot(user, us[i], res[j*per:(j+1)*per], hvs[j]); ok {
+			if c, ok := s.countHot(user, us[i], reads[j]); ok {
 				out[i] = c
 			} else {
 				cold = append(cold, i)
@@ -262,30 +281,37 @@ func hotReadOf(u userTopic) int {
 	return int(min(u.last-u.readSeq, UnreadCap+1)) + unreadSlack
 }
 
-// countHot counts u from its hot-cache read (hotCmds, hiddenCmds) as
-// countMany would from the month tables: newest first down to the cursor,
-// stopping at the caller's own newest message (any status: sending reads
-// everything before it), counting messages neither recalled nor deleted
-// nor hidden by the caller. ok is false when the cache cannot prove the
-// answer (a seq neither cached nor a recorded gap, ranges not known).
-func (s *Service) countHot(user int64, u userTopic, res []rueidis.RedisResult, hv hiddenView) (unreadCount, bool) {
+// hotRead is a topic's hot-cache read for a count: the cache next to the
+// cursor, the last seq that may be answered (the counter's, lowered to the
+// newest cached message: seqs above it are in flight, not answered yet,
+// like those not stored yet in the month tables) and, when something
+// lies above the cursor, the caller's deletion ranges.
+type hotRead struct {
+	c    Cached
+	last int64
+	err  error
+	hv   hiddenView
+}
+
+// countHot counts u from its hot-cache read as countMany would from the
+// month tables: newest first down to the cursor, stopping at the caller's
+// own newest message (any status: sending reads everything before it),
+// counting messages neither recalled nor deleted nor hidden by the caller.
+// ok is false when the cache cannot prove the answer (a seq neither cached
+// nor a recorded gap, ranges not known).
+func (s *Service) countHot(user int64, u userTopic, r hotRead) (unreadCount, bool) {
 	out := unreadCount{readSeq: u.readSeq}
 	n := hotReadOf(u)
-	c, last, err := hotResolve(res, Desc, math.MaxInt64, u.readSeq, n)
-	if err != nil || last == 0 || !hv.known {
-		// Redis failed, lost the counter since readInputs, or the
-		// ranges are too many to cache
-		return out, false
+	if r.err != nil || r.last == 0 {
+		return out, false // Redis failed, or holds no counter
 	}
-	// seqs above the newest cached message are in flight: not answered
-	// yet, like those not stored yet in the month tables
-	if len(c.Members) > 0 {
-		last = min(last, int64(c.Members[0].Score))
+	if r.last <= u.readSeq {
+		return out, true // nothing above the cursor
 	}
-	if last <= u.readSeq {
-		s.m.unreadFrom.WithLabelValues("redis").Inc()
-		return out, true
+	if !r.hv.known {
+		return out, false // too many ranges to cache
 	}
+	c, last, hv := r.c, r.last, r.hv
 	// at most n rows: all the read may cover
 	page, ok, _ := walk(hotView{top: c}, last, u.readSeq+1, Desc, n-1, nil, true)
 	if !ok {
