@@ -14,7 +14,7 @@ if v ~= ARGV[1] then
   return 0
 end
 for i = 3, #ARGV, 2 do
-  local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[i]) or '0')
+  local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[i])) or 0
   if tonumber(ARGV[i + 1]) > cur then
     redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
   end

@@ -27,7 +27,7 @@ local seq = tonumber(ARGV[2])
 if seq > last then
   return last
 end
-local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1])) or 0
 if seq > cur then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
   -- the topic is a validated name (no quote or backslash), seq a number

@@ -83,6 +83,25 @@ func TestReadStateCursorSurvivesRedisFlush(t *testing.T) {
 	if _, by := rsUnread(t, env, 31); by[topic].Unread != 1 {
 		t.Fatalf("unread after a join: %+v, want 1", by[topic])
 	}
+	// a malformed entry is dropped and read again from MySQL; a move over
+	// it still works
+	if err := env.Redis.Do(ctx, env.Redis.B().Hset().Key(env.keys().ReadCursors(31)).FieldValue().
+		FieldValue("~", "1").FieldValue(topic, "x").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if _, by := rsUnread(t, env, 31); by[topic].Unread != 1 {
+		t.Fatalf("unread over a malformed entry: %+v, want 1", by[topic])
+	}
+	if c := cached(); c[topic] != "4" {
+		t.Fatalf("cached cursors after a malformed entry: %v", c)
+	}
+	if err := env.Redis.Do(ctx, env.Redis.B().Hset().Key(env.keys().ReadCursors(31)).FieldValue().
+		FieldValue(topic, "x").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if code, got := rsRead(t, env, 31, topic, 5); code != 200 || got != 5 {
+		t.Fatalf("read over a malformed entry: %d %d", code, got)
+	}
 }
 
 // rsTopicNames is the topics of a list, in order.

@@ -80,19 +80,12 @@ func (s *Service) cursorCmd(keys routing.Keys, user int64) rueidis.Completed {
 func (s *Service) applyCursors(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, res rueidis.RedisResult, us []userTopic) error {
 	cached, err := res.AsStrMap()
 	if err == nil && cached[cursorsComplete] != "" {
-		s.m.cursorCache.WithLabelValues("hit").Inc()
-		for i := range us {
-			if v, ok := cached[us[i].topic]; ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					return fmt.Errorf("query: cached cursor %q of %d: %w", v, user, err)
-				}
-				us[i].readSeq = n
-			} else {
-				us[i].readSeq = 0
-			}
+		if ok := cursorsFrom(cached, us); ok {
+			s.m.cursorCache.WithLabelValues("hit").Inc()
+			return nil
 		}
-		return nil
+		s.p.Log.Warn().Int64("user", user).Msg("malformed cached read cursors; dropped, reading MySQL")
+		_ = s.dropCursors(ctx, keys, user) // best effort: the fill below would keep a higher stray value
 	}
 	fill := err == nil || rueidis.IsRedisNil(err)
 	if fill {
@@ -135,6 +128,22 @@ func (s *Service) applyCursors(ctx context.Context, db *sql.DB, keys routing.Key
 			[]string{keys.ReadCursorsVersion(user), keys.ReadCursors(user)}, args).Error()
 	}
 	return nil
+}
+
+// cursorsFrom sets each topic's readSeq from a complete cache entry (0
+// for a topic it does not name); false if a value is not a cursor.
+func cursorsFrom(cached map[string]string, us []userTopic) bool {
+	for i := range us {
+		us[i].readSeq = 0
+		if v, ok := cached[us[i].topic]; ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return false
+			}
+			us[i].readSeq = n
+		}
+	}
+	return true
 }
 
 func parseOr0(s string) int64 {
