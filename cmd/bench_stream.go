@@ -27,6 +27,8 @@ type benchStreamOptions struct {
 	rate     int
 	duration time.Duration
 	clients  bool // this process is the client side the bench started
+
+	cpuProfile string
 }
 
 func newBenchStreamCmd(g *globals) *cobra.Command {
@@ -49,6 +51,7 @@ func newBenchStreamCmd(g *globals) *cobra.Command {
 	c.Flags().DurationVar(&o.duration, "duration", 20*time.Second, "measured time")
 	c.Flags().BoolVar(&o.clients, "clients", false, "run as the client side of a bench (started by the bench itself)")
 	_ = c.Flags().MarkHidden("clients")
+	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the server process (not the clients) to this file")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		if o.clients {
 			return runBenchStreamClients(g)
@@ -62,12 +65,14 @@ func newBenchStreamCmd(g *globals) *cobra.Command {
 		}
 		ctx, stop := signalContext()
 		defer stop()
-		rep, err := runBenchStream(ctx, cfg, o, g)
-		if err != nil {
-			return err
-		}
-		printBenchStream(g.stdout, o, rep)
-		return nil
+		return withCPUProfile(o.cpuProfile, func() error {
+			rep, err := runBenchStream(ctx, cfg, o, g)
+			if err != nil {
+				return err
+			}
+			printBenchStream(g.stdout, o, rep)
+			return nil
+		})
 	}
 	return c
 }
@@ -242,8 +247,8 @@ func runBenchStreamClients(g *globals) error {
 }
 
 func printBenchStream(w io.Writer, o *benchStreamOptions, rep streamResult) {
-	fmt.Fprintf(w, "stream bench: sockets=%d topics=%d tenants=%d rate=%d/s duration=%s sent=%d (%.0f/s) errors=%d\n",
-		o.sockets, o.topics, o.tenants, o.rate, o.duration, rep.Sent, float64(rep.Sent)/max(rep.Seconds, 1e-9), rep.Errors)
+	fmt.Fprintf(w, "stream bench: sockets=%d topics=%d tenants=%d rate=%d/s duration=%s sent=%d (%.0f/s) not sent (senders busy)=%d errors=%d\n",
+		o.sockets, o.topics, o.tenants, o.rate, o.duration, rep.Sent, float64(rep.Sent)/max(rep.Seconds, 1e-9), rep.Skipped, rep.Errors)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\tframes\tp50\tp99")
 	for _, r := range []bench.StreamLatency{rep.Delivery, rep.Published, rep.Send, rep.PubSub} {

@@ -85,6 +85,7 @@ type StreamReport struct {
 	Published StreamLatency
 	PubSub    StreamLatency // raw SPUBLISH → subscriber, same rate, same run
 	Sent      int
+	Skipped   int // due but not sent: every sender was busy (the rate was not reached)
 	Errors    int
 	Sockets   int
 	Seconds   float64 // the sending time, for the rate achieved
@@ -229,7 +230,7 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 	}
 
 	progress("stream bench: sending %d/s for %s", p.Rate, p.Duration)
-	var sent, errs atomic.Int64
+	var sent, errs, skipped atomic.Int64
 	var sendLat latencies
 	senders := map[string]string{}
 	for _, t := range p.Tenants {
@@ -270,7 +271,7 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 				select {
 				case jobs <- queued:
 				default:
-					errs.Add(1) // the senders cannot keep up
+					skipped.Add(1) // the senders cannot keep up
 				}
 			}
 			continue
@@ -290,7 +291,7 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 	rep.Published = published.report(fmt.Sprintf("send → publication (%d topics)", min(p.Topics, publishedSample)))
 	rep.Send = sendLat.report("send (request → 201)")
 	rep.PubSub = raw.report("raw SPUBLISH → subscriber")
-	rep.Sent, rep.Errors = int(sent.Load()), int(errs.Load())
+	rep.Sent, rep.Skipped, rep.Errors = int(sent.Load()), int(skipped.Load()), int(errs.Load())
 	return rep, ctx.Err()
 }
 
