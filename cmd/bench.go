@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
+	"io"
 	"os"
 	"runtime/pprof"
 	"strings"
@@ -44,6 +45,27 @@ func benchTenant(cfg *config.Config, id string) string {
 	}
 	cfg.Tenants = append(tenants, config.Tenant{ID: id, JWTSecret: secret})
 	return secret
+}
+
+// runBench loads the configuration of roles, runs a bench until it ends or a
+// signal stops it (profiling the CPU into cpuProfile when set) and prints
+// its report.
+func runBench[R any](g *globals, cpuProfile string, roles []string,
+	run func(context.Context, *config.Config) (R, error), print func(io.Writer, R)) error {
+	cfg, err := g.load(nil, roles...)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	return withCPUProfile(cpuProfile, func() error {
+		rep, err := run(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		print(g.stdout, rep)
+		return nil
+	})
 }
 
 // withCPUProfile runs fn, profiling the CPU into path when it is set.

@@ -63,20 +63,9 @@ func newBenchInboxCmd(g *globals) *cobra.Command {
 		if err := routing.ValidTenant(o.tenant); err != nil {
 			return usagef("--tenant: %v", err)
 		}
-		cfg, err := g.load(nil, "query")
-		if err != nil {
-			return err
-		}
-		ctx, stop := signalContext()
-		defer stop()
-		return withCPUProfile(o.cpuProfile, func() error {
-			rep, err := runBenchInbox(ctx, cfg, o, g)
-			if err != nil {
-				return err
-			}
-			printBenchInbox(g.stdout, o, rep)
-			return nil
-		})
+		return runBench(g, o.cpuProfile, []string{"query"}, func(ctx context.Context, cfg *config.Config) (bench.InboxReport, error) {
+			return runBenchInbox(ctx, cfg, o, g)
+		}, func(w io.Writer, rep bench.InboxReport) { printBenchInbox(w, o, rep) })
 	}
 	return c
 }

@@ -68,20 +68,9 @@ func newBenchQueryCmd(g *globals) *cobra.Command {
 		if err := routing.ValidTenant(o.tenant); err != nil {
 			return usagef("--tenant: %v", err)
 		}
-		cfg, err := g.load(nil, "query")
-		if err != nil {
-			return err
-		}
-		ctx, stop := signalContext()
-		defer stop()
-		return withCPUProfile(o.cpuProfile, func() error {
-			rep, err := runBenchQuery(ctx, cfg, o, g)
-			if err != nil {
-				return err
-			}
-			printBenchQuery(g.stdout, o, rep)
-			return nil
-		})
+		return runBench(g, o.cpuProfile, []string{"query"}, func(ctx context.Context, cfg *config.Config) (bench.QueryReport, error) {
+			return runBenchQuery(ctx, cfg, o, g)
+		}, func(w io.Writer, rep bench.QueryReport) { printBenchQuery(w, o, rep) })
 	}
 	return c
 }

@@ -83,20 +83,9 @@ func newBenchSendCmd(g *globals) *cobra.Command {
 		if o.profileHTTP != "" && o.cpuProfile != "" {
 			return usagef("--profile-http and --cpuprofile cannot run together (one CPU profile at a time)")
 		}
-		cfg, err := g.load(nil, "send")
-		if err != nil {
-			return err
-		}
-		ctx, stop := signalContext()
-		defer stop()
-		return withCPUProfile(o.cpuProfile, func() error {
-			rep, err := runBenchSend(ctx, cfg, o, rates, shares, g)
-			if err != nil {
-				return err
-			}
-			printBenchSend(g.stdout, o, rep)
-			return nil
-		})
+		return runBench(g, o.cpuProfile, []string{"send"}, func(ctx context.Context, cfg *config.Config) (bench.SendReport, error) {
+			return runBenchSend(ctx, cfg, o, rates, shares, g)
+		}, func(w io.Writer, rep bench.SendReport) { printBenchSend(w, o, rep) })
 	}
 	return c
 }

@@ -59,20 +59,9 @@ func newBenchStreamCmd(g *globals) *cobra.Command {
 		if o.sockets < 1 || o.topics < 1 || o.tenants < 1 || o.rate < 1 || o.duration <= 0 {
 			return usagef("--sockets, --topics, --tenants, --rate and --duration must be positive")
 		}
-		cfg, err := g.load(nil, "send", "query")
-		if err != nil {
-			return err
-		}
-		ctx, stop := signalContext()
-		defer stop()
-		return withCPUProfile(o.cpuProfile, func() error {
-			rep, err := runBenchStream(ctx, cfg, o, g)
-			if err != nil {
-				return err
-			}
-			printBenchStream(g.stdout, o, rep)
-			return nil
-		})
+		return runBench(g, o.cpuProfile, []string{"send", "query"}, func(ctx context.Context, cfg *config.Config) (streamResult, error) {
+			return runBenchStream(ctx, cfg, o, g)
+		}, func(w io.Writer, rep streamResult) { printBenchStream(w, o, rep) })
 	}
 	return c
 }
