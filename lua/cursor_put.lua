@@ -2,36 +2,37 @@
 -- MySQL write whose commit the answer follows: raise the user's cached
 -- cursor of the topic to seq (never lower it) unless seq is above the
 -- topic's last issued seq (the request is refused and nothing is written).
--- A raise is published on the user's read channel as a realtime frame
--- {"type":"read","topic","seq"}, so their other devices clear the badge.
 -- The field is written even while the entry is incomplete (no "~"): a fill
 -- that read MySQL before the move's commit keeps the higher value
 -- (cursor_fill.lua), so the cache never goes below an acknowledged cursor.
+-- The realtime frame of a raise is published by the caller once MySQL
+-- committed the cursor, not here: a device must not clear a badge for a
+-- cursor that may still roll back.
 -- Without the seq counter (Redis lost it) the bound cannot be checked here:
 -- the entry is dropped and its version bumped; the caller checks the bound
 -- against the route and drops the entry again once MySQL committed.
 --
 -- KEYS[1] the user's cursors (HASH), KEYS[2] their version, KEYS[3] the
--- topic's seq counter, KEYS[4] the user's read channel (SPUBLISH)
+-- topic's seq counter
 -- ARGV[1] topic, ARGV[2] seq, ARGV[3] ttl ms
--- Returns the last issued seq (the caller refuses seq above it), or -1
--- when the counter is missing.
+-- Returns {last issued seq (the caller refuses seq above it) or -1 when the
+-- counter is missing, 1 when the cached cursor was raised else 0}.
 local last = redis.call('GET', KEYS[3])
 if not last then
   redis.call('INCR', KEYS[2])
   redis.call('DEL', KEYS[1])
-  return -1
+  return {-1, 0}
 end
 last = tonumber(last)
 local seq = tonumber(ARGV[2])
 if seq > last then
-  return last
+  return {last, 0}
 end
+local raised = 0
 local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1])) or 0
 if seq > cur then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-  -- the topic is a validated name (no quote or backslash), seq a number
-  redis.call('SPUBLISH', KEYS[4], '{"type":"read","topic":"' .. ARGV[1] .. '","seq":' .. ARGV[2] .. '}')
+  raised = 1
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return last
+return {last, raised}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -355,6 +356,44 @@ log: {level: warn}
 	for i := 1; i < len(mirror); i++ {
 		if mirror[i].MinSeq <= mirror[i-1].MaxSeq {
 			t.Fatalf("topic 0's month ranges overlap: %+v", mirror)
+		}
+	}
+
+	// the backfill indexed the copied messages' mentions (the fixture
+	// mentions users 100 and 101 in every 13th message and everyone in
+	// every 29th; every 97th is recalled)
+	for _, topic := range []string{migTopic(0), migTopic(1)} {
+		var want []string
+		for i := 1; i <= migPerTopic; i++ {
+			if i%97 == 0 {
+				continue
+			}
+			if i%29 == 0 {
+				want = append(want, fmt.Sprintf("0/%d", i))
+			}
+			if i%13 == 0 {
+				want = append(want, fmt.Sprintf("100/%d", i), fmt.Sprintf("101/%d", i))
+			}
+		}
+		slices.Sort(want)
+		var got []string
+		rows, err := env.DB.QueryContext(ctx, "SELECT user_id, seq FROM im_topic_mentions WHERE topic = ? AND seq <= ?", topic, migPerTopic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var u, seq int64
+			if err := rows.Scan(&u, &seq); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, fmt.Sprintf("%d/%d", u, seq))
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("mention index of %s after the backfill: %d entries, want %d", topic, len(got), len(want))
 		}
 	}
 

@@ -202,6 +202,59 @@ func TestReadStateUnreadExact(t *testing.T) {
 			t.Errorf("no unread count came from %s", src)
 		}
 	}
+	// mention_unread comes from the mention index alone: its entries are
+	// exactly the mentions of the messages still normal, and once they are
+	// gone every badge keeps its unread and loses its mentions, whether the
+	// hot cache or the month tables count it
+	var want []string
+	for seq, msg := range m.msgs {
+		if msg.status != "normal" {
+			continue
+		}
+		if msg.all {
+			want = append(want, fmt.Sprintf("0/%d", seq))
+		}
+		for _, u := range msg.mentions {
+			want = append(want, fmt.Sprintf("%d/%d", u, seq))
+		}
+	}
+	slices.Sort(want)
+	want = slices.Compact(want)
+	if got := rsMentionEntries(t, env, topic); !slices.Equal(got, want) {
+		t.Fatalf("mention index %v, want %v", got, want)
+	}
+	if persistMetric(t, env.Env, "imshard_mention_index_reads_total") == 0 {
+		t.Fatal("no badge read the mention index")
+	}
+	if _, err := env.DB.Exec("DELETE FROM im_topic_mentions WHERE topic = ?", topic); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range users {
+		n, _, _ := m.unread(u)
+		if _, by := rsUnread(t, env, u); by[topic].Unread != n || by[topic].MentionUnread != 0 {
+			t.Fatalf("user %d without index entries: %+v, want %d unread and no mention", u, by[topic], n)
+		}
+	}
+}
+
+// rsMentionEntries is the mention index of topic as "user/seq", sorted.
+func rsMentionEntries(t *testing.T, env *sendEnv, topic string) []string {
+	t.Helper()
+	rows, err := env.DB.Query("SELECT user_id, seq FROM im_topic_mentions WHERE topic = ? ORDER BY 1, 2", topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var u, seq int64
+		if err := rows.Scan(&u, &seq); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%d/%d", u, seq))
+	}
+	slices.Sort(out)
+	return out
 }
 
 // rsPick is a random message of the model with status (any if "").

@@ -85,7 +85,7 @@ func (p *InboxParams) Build(ctx context.Context) (int64, error) {
 		return err
 	}
 	p.logf("bench: %d groups", p.Topics)
-	var vals []string
+	var vals, mentions []string
 	for i := range p.Topics {
 		vals = append(vals, fmt.Sprintf("('%s', %d, 'active')", inboxTopic(i), i+1))
 		if len(vals) == 1000 || i == p.Topics-1 {
@@ -105,7 +105,9 @@ func (p *InboxParams) Build(ctx context.Context) (int64, error) {
 			}
 			mention := "NULL"
 			if rng.IntN(20) == 0 {
-				mention = fmt.Sprintf("'[\"%d\"]'", 1+rng.IntN(p.Users))
+				u := 1 + rng.IntN(p.Users)
+				mention = fmt.Sprintf("'[\"%d\"]'", u)
+				mentions = append(mentions, fmt.Sprintf("('%s', %d, %d)", inboxTopic(i), u, s))
 			}
 			id++
 			at := base.Add(time.Duration(rng.Int64N(int64(time.Hour)))).Format("2006-01-02 15:04:05.000")
@@ -120,6 +122,13 @@ func (p *InboxParams) Build(ctx context.Context) (int64, error) {
 	}
 	if err := flush("INSERT INTO "+p.Table.Quoted()+" (message_id, topic, group_id, seqid, from_user, msg_type, content, mentioned_user_ids, created_at, updated_at) VALUES ", &vals); err != nil {
 		return 0, err
+	}
+	// the mention index persist writes beside such messages
+	for lo := 0; lo < len(mentions); lo += 1000 {
+		part := mentions[lo:min(len(mentions), lo+1000)]
+		if err := flush("INSERT INTO "+routing.MentionsTable+" (topic, user_id, seq) VALUES ", &part); err != nil {
+			return 0, err
+		}
 	}
 	if err := routing.MirrorFromTable(ctx, p.DB, p.Table); err != nil {
 		return 0, err

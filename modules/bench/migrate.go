@@ -45,7 +45,7 @@ WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %d),
 SELECT (UNIX_TIMESTAMP(at) * 1000) * 4194304 + j * 1024 + i %% 1024, CONCAT(?, LPAD(j, %d, '0')), %d, i, 100 + i %% 5,
   CONCAT('c', j, '-', i), 'text', IF(i %% 97 = 0, 'recalled', 'normal'),
   IF(i %% 97 = 0, NULL, JSON_OBJECT('text', CONCAT('legacy message ', i, ' of ', j), 'n', i, 'tags', JSON_ARRAY('a', 'b'))),
-  IF(i %% 11 = 0, JSON_OBJECT('k', 'v'), NULL), IF(i %% 13 = 0, JSON_ARRAY(100, 101), NULL), 0,
+  IF(i %% 11 = 0, JSON_OBJECT('k', 'v'), NULL), IF(i %% 13 = 0, JSON_ARRAY(100, 101), NULL), i %% 29 = 0,
   IF(i %% 17 = 0, i - 1, NULL), 1, at, at
 FROM r`, routing.LegacyQuoted(), f.PerTopic, f.Topics-1, per, per, f.Months-1, f.Width, f.GroupID)
 	conn, err := db.Conn(ctx)

@@ -201,8 +201,9 @@ func legacyAs() []string {
 
 // copyRange copies the legacy rows where (over the legacy table as l)
 // selects, in tx, each into the month its seq range goes to — on the
-// server, one INSERT … SELECT per month — and, when every row was new,
-// widens the route mirror by them. read counts the rows that have a month
+// server, one INSERT … SELECT per month, and one more for their mention
+// index entries — and, when every row was new, widens the route mirror by
+// them. read counts the rows that have a month
 // range (every row of a recorded topic).
 func (mg *Migrator) copyRange(ctx context.Context, tx *sql.Tx, tenant string, where sq.Sqlizer) (copied, error) {
 	var res copied
@@ -257,6 +258,11 @@ func (mg *Migrator) copyRange(ctx context.Context, tx *sql.Tx, tenant string, wh
 			return res, err
 		}
 		res.inserted += int(n)
+	}
+	// the copied messages' mentions, in the same transaction: a backfilled
+	// message counts in mention_unread like one persist stored
+	if err := routing.CopyLegacyMentions(ctx, tx, where); err != nil {
+		return res, err
 	}
 	res.present = res.read - res.inserted
 	if res.present == 0 {

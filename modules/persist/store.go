@@ -57,7 +57,8 @@ var errInsertCollision = errors.New("persist: rows collide on a unique key with 
 //     guarantee without its row per message.
 //
 // The common case is one probe per neighbour, one insert and one mirror
-// upsert. Only when the insert added fewer rows than expected (a redelivery,
+// upsert (and, when a message mentions someone, one insert into the
+// mention index: an entry per mention, never per member). Only when the insert added fewer rows than expected (a redelivery,
 // or a same-month duplicate) is the batch rolled back and redone on the slow
 // path, which reads the existing keys first to know exactly which rows are
 // new.
@@ -114,6 +115,9 @@ func writeTx(ctx context.Context, db *sql.DB, table routing.Table, neighbours []
 			return writeResult{}, false, nil
 		}
 		if err := upsertMirror(ctx, tx, table.Month(), todo); err != nil {
+			return res, false, err
+		}
+		if err := routing.AddMentions(ctx, tx, mentionsOf(todo)); err != nil {
 			return res, false, err
 		}
 	}
@@ -288,6 +292,24 @@ func upsertMirror(ctx context.Context, tx *sql.Tx, m routing.Month, inserted []*
 	return nil
 }
 
+// mentionsOf is the mention index entries of recs (rows the transaction
+// inserted: a replayed or duplicate record adds none), in topic order.
+func mentionsOf(recs []*record) []routing.Mention {
+	var out []routing.Mention
+	for _, r := range recs {
+		e := r.ev
+		if !e.MentionAll && len(e.MentionedUserIDs) == 0 {
+			continue
+		}
+		users := make([]int64, len(e.MentionedUserIDs))
+		for i, id := range e.MentionedUserIDs {
+			users[i] = int64(id)
+		}
+		out = append(out, routing.MentionsOf(e.Topic, e.SeqID, users, e.MentionAll)...)
+	}
+	return out
+}
+
 // topicRange is one topic's part of a batch: its month range and times.
 type topicRange struct {
 	topic string
@@ -327,7 +349,8 @@ func topicRanges(recs []*record) []*topicRange {
 // RawBatch stores evs into the table of the quoted name (a month table, or
 // the legacy table of the same template) with the statements persist uses,
 // without the role around them — no dedup probe, no Redis follow-ups: in
-// one transaction the multi-row insert and the mirror upsert for month m.
+// one transaction the multi-row insert, the mirror upsert for month m and
+// the mention index entries.
 // `imshard bench persist` measures it as the raw limit of a batch.
 func RawBatch(ctx context.Context, db *sql.DB, quoted string, m routing.Month, evs []message.Event) error {
 	recs := make([]*record, len(evs))
@@ -347,6 +370,9 @@ func RawBatch(ctx context.Context, db *sql.DB, quoted string, m routing.Month, e
 		return err
 	}
 	if err := upsertMirror(ctx, tx, m, recs); err != nil {
+		return err
+	}
+	if err := routing.AddMentions(ctx, tx, mentionsOf(recs)); err != nil {
 		return err
 	}
 	return tx.Commit()

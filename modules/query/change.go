@@ -33,8 +33,9 @@ import (
 //     still says);
 //  3. one transaction: the row, locked (SELECT … FOR UPDATE) in the month
 //     the routing core names; the checks that need it (sender, recall
-//     window, status, expected version); the UPDATE; the topic's next
-//     change_seq (im_topic_changes); the revision row;
+//     window, status, expected version); the UPDATE; a recall or delete
+//     drops the message's mention index entries (routing.MentionsTable);
+//     the topic's next change_seq (im_topic_changes); the revision row;
 //  4. before the commit, one Redis script takes the message out of the hot
 //     cache and moves the topic's message version forward, which every
 //     query process's copy of the newest messages is checked against on
@@ -341,7 +342,8 @@ func nullJSON(raw json.RawMessage) any {
 	return string(raw)
 }
 
-// writeChange updates the row to next, allocates the topic's next
+// writeChange updates the row to next, drops the mention index entries of
+// a message that stops being normal, allocates the topic's next
 // change_seq and records the revision (the content and head before the
 // change), all in tx.
 func writeChange(ctx context.Context, tx *sql.Tx, t routing.Table, c changeReq, old, next message.Message) (int64, error) {
@@ -356,6 +358,17 @@ func writeChange(ctx context.Context, tx *sql.Tx, t routing.Table, c changeReq, 
 	}
 	if _, err := up.Where(sq.Eq{"topic": c.topic, "seqid": c.seq}).RunWith(tx).ExecContext(ctx); err != nil {
 		return 0, err
+	}
+	if old.Status == message.StatusNormal && next.Status != message.StatusNormal {
+		// a recalled or deleted message no longer counts in anyone's
+		// mention_unread
+		users := make([]int64, len(old.MentionedUserIDs))
+		for i, id := range old.MentionedUserIDs {
+			users[i] = int64(id)
+		}
+		if err := routing.DropMentions(ctx, tx, routing.MentionsOf(c.topic, c.seq, users, old.MentionAll)); err != nil {
+			return 0, err
+		}
 	}
 	res, err := sq.Insert(topicChangesTable).Columns("topic", "change_seq").Values(c.topic, sq.Expr("LAST_INSERT_ID(1)")).
 		Suffix("ON DUPLICATE KEY UPDATE change_seq = LAST_INSERT_ID(change_seq + 1)").RunWith(tx).ExecContext(ctx)

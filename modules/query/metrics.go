@@ -55,6 +55,10 @@ type metrics struct {
 	// unreadFrom the topics counted by where the answer came from
 	cursorCache *prometheus.CounterVec
 	unreadFrom  *prometheus.CounterVec
+	// mentionReads counts the statements reading the mention index,
+	// readFrames the read frames published after a cursor committed
+	mentionReads prometheus.Counter
+	readFrames   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
@@ -112,16 +116,27 @@ func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
 		Name: "imshard_unread_counts_total",
 		Help: "Topics with something above the caller's cursor whose unread count was computed, by source: redis (the hot cache proved it), mysql (the month tables).",
 	}, []string{"source"})
+	m.mentionReads = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "imshard_mention_index_reads_total",
+		Help: "Statements that read the per-topic mention index for mention_unread (each covers up to 128 topics with something above the caller's cursor).",
+	})
+	m.readFrames = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "imshard_read_frames_total",
+		Help: "Read frames ({\"type\":\"read\"}) of committed cursor moves by result: published, failed (the user's other devices learn the cursor on their next sync).",
+	}, []string{"result"})
 	topics := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "imshard_query_hot_local_topics",
 		Help: "Topics whose newest messages this process holds a copy of (at most hot_cache.local_topics).",
 	}, func() float64 { return float64(held()) })
-	reg.MustRegister(m.tables, m.latency, m.wide, m.hot, m.hidden, m.local, topics, m.changes, m.changeLatency, m.changeFollowups, m.readState, m.cursorCache, m.unreadFrom)
+	reg.MustRegister(m.tables, m.latency, m.wide, m.hot, m.hidden, m.local, topics, m.changes, m.changeLatency, m.changeFollowups, m.readState, m.cursorCache, m.unreadFrom, m.mentionReads, m.readFrames)
 	for _, r := range []string{"hit", "miss", "error"} {
 		m.cursorCache.WithLabelValues(r)
 	}
 	for _, r := range []string{"redis", "mysql"} {
 		m.unreadFrom.WithLabelValues(r)
+	}
+	for _, r := range []string{"published", "failed"} {
+		m.readFrames.WithLabelValues(r)
 	}
 	for _, r := range []string{localHit, localFallback, localReset, localChanged} {
 		m.local.WithLabelValues(r) // exported as 0 from the start: rates need no first event

@@ -13,14 +13,17 @@ package query
 // newest created_at of each topic) and the month tables' (topic, seqid) and
 // (topic, from_user, seqid) indexes. The unread count of a topic is the
 // walk down from its newest message to the cursor, capped at UnreadCap;
-// the mention count reads the same messages' mention fields (each
-// message is its own mention index entry).
+// the mention count reads the per-topic mention index
+// (routing.MentionsTable, written once per message by persist, its
+// entries dropped by a recall or delete for everyone) read beside the
+// counts, never the messages' own mention fields.
 
 import (
 	"context"
 	"database/sql"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -103,9 +106,9 @@ type SyncPage struct {
 // MarkRead moves the caller's cursor of topic to seq: members only, never
 // above the topic's last issued seq, never down (a lower seq answers the
 // cursor as it is). One pipelined Redis round trip (membership, and the
-// cached cursor raised within the last seq and, when raised, the read
-// frame to the caller's sockets: lua/cursor_put.lua) and one
-// MySQL statement; the answer follows the commit.
+// cached cursor raised within the last seq: lua/cursor_put.lua) and one
+// MySQL statement; the answer follows the commit, and so does the read
+// frame to the caller's sockets (publishRead).
 func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic string, seq int64) (ReadCursor, error) {
 	start := time.Now()
 	keys, db, err := s.open(ctx, p, topic)
@@ -124,10 +127,11 @@ func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic strin
 		}
 		return ReadCursor{}, err
 	}
-	last, err := s.p.Scripts.CursorPut.Result(ctx, rdb, res[len(cmds)], pc.keys, pc.args).AsInt64()
-	if err != nil {
-		return ReadCursor{}, errCursorCache(err)
+	out, err := s.p.Scripts.CursorPut.Result(ctx, rdb, res[len(cmds)], pc.keys, pc.args).AsIntSlice()
+	if err != nil || len(out) != 2 {
+		return ReadCursor{}, errCursorCache(fmt.Errorf("cursor script answered %v: %w", out, err))
 	}
+	last, raised := out[0], out[1] == 1
 	lost := last < 0 // no seq counter: the script dropped the entry and checked nothing
 	if lost {
 		tr, err := s.p.Router.Route(ctx, p.Tenant, topic)
@@ -152,8 +156,36 @@ func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic strin
 			return ReadCursor{}, errCursorCache(err)
 		}
 	}
+	if raised || (lost && cur == seq) {
+		s.publishRead(keys, p.UserID, topic, cur)
+	}
 	s.m.readState.WithLabelValues("read").Observe(time.Since(start).Seconds())
 	return ReadCursor{Topic: topic, ReadSeq: cur}, nil
+}
+
+// publishRead sends {"type":"read",topic,seq} to every socket of user once
+// the cursor committed, without holding the answer back (the move's one
+// Redis round trip is the script's): a frame never announces a cursor that
+// could still roll back. Frames of two moves may arrive in either order;
+// each carries the cursor it committed, and a client keeps the highest.
+// Close waits for the publications under way.
+func (s *Service) publishRead(keys routing.Keys, user int64, topic string, seq int64) {
+	frame, _ := json.Marshal(struct {
+		Type  string `json:"type"`
+		Topic string `json:"topic"`
+		Seq   int64  `json:"seq"`
+	}{"read", topic, seq})
+	s.bg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), afterChangeTimeout)
+		defer cancel()
+		rdb := s.p.Redis
+		if err := rdb.Do(ctx, rdb.B().Spublish().Channel(keys.ReadFrames(user)).Message(string(frame)).Build()).Error(); err != nil {
+			s.m.readFrames.WithLabelValues("failed").Inc()
+			s.p.Log.Warn().Err(err).Int64("user", user).Str("topic", topic).Msg("read frame not published; the user's other devices see the cursor on their next sync")
+			return
+		}
+		s.m.readFrames.WithLabelValues("published").Inc()
+	})
 }
 
 // Prefs is a preferences change; a nil field stays as it is.

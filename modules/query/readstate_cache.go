@@ -17,14 +17,14 @@ package query
 // one pipelined round trip for all the user's topics with something above
 // their cursor, walked with the same proof as a page (every seq cached or a
 // recorded gap); a topic the cache cannot prove falls back to the month
-// tables (countMany).
+// tables (countMany). The mentions come from the mention index in MySQL,
+// read at the same time (mentionSeqs).
 
 import (
 	"context"
 	"database/sql"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"time"
 
@@ -200,6 +200,8 @@ func (s *Service) readInputs(ctx context.Context, db *sql.DB, keys routing.Keys,
 func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, us []userTopic, mirrored bool) ([]unreadCount, error) {
 	out := make([]unreadCount, len(us))
 	var hot, cold []int
+	var names []string
+	var after []int64
 	for i, u := range us {
 		out[i].readSeq = u.readSeq
 		switch {
@@ -207,8 +209,38 @@ func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys ro
 			cold = append(cold, i)
 		case u.last > u.readSeq:
 			hot = append(hot, i)
+		default:
+			continue
 		}
+		names, after = append(names, u.topic), append(after, u.readSeq)
 	}
+	// the mention index of the topics with something above the cursor is
+	// read while the counts are made
+	var mentions map[string][]int64
+	var merr error
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		if len(names) > 0 {
+			mentions, merr = s.st.mentionSeqs(ctx, db, user, names, after)
+			s.m.mentionReads.Add(float64((len(names) + mentionBranches - 1) / mentionBranches))
+		}
+	}()
+	if err := s.countInto(ctx, db, tenant, keys, user, us, mirrored, hot, cold, out); err != nil {
+		<-read
+		return nil, err
+	}
+	<-read
+	if merr != nil {
+		return nil, merr
+	}
+	mentionCounts(us, mentions, out)
+	return out, nil
+}
+
+// countInto makes the counts of us[hot] (from the hot cache where it
+// proves them, else like those of us[cold] from the month tables) into out.
+func (s *Service) countInto(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, us []userTopic, mirrored bool, hot, cold []int, out []unreadCount) error {
 	const per = 4 // hotCmds
 	cmds := make([]rueidis.Completed, 0, (per+1)*len(hot))
 	for _, i := range hot {
@@ -240,7 +272,7 @@ func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys ro
 		}
 		hvs, err := s.hiddenOfMany(ctx, db, keys, user, names, hres)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for k, j := range above {
 			reads[j].hv = hvs[k]
@@ -254,7 +286,7 @@ func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys ro
 		}
 	}
 	if len(cold) == 0 {
-		return out, nil
+		return nil
 	}
 	s.m.unreadFrom.WithLabelValues("mysql").Add(float64(len(cold)))
 	sub := make([]userTopic, len(cold))
@@ -268,7 +300,7 @@ func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys ro
 		}
 		mirrors, err := routing.LoadMirrorMany(ctx, db, names)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for j := range sub {
 			sub[j].mirror = mirrors[sub[j].topic]
@@ -276,12 +308,12 @@ func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys ro
 	}
 	cs, err := s.countMany(ctx, db, tenant, user, sub)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for j, i := range cold {
 		out[i] = cs[j]
 	}
-	return out, nil
+	return nil
 }
 
 // hotReadOf is how many cached members a count of u reads: what lies
@@ -328,8 +360,7 @@ func (s *Service) countHot(user int64, u userTopic, r hotRead) (unreadCount, boo
 	}
 	settled := len(page) < n // the walk reached the cursor
 	for _, m := range page {
-		if out.take(user, m.Seq, int64(m.FromUser), !hv.ranges.Hides(m.Seq) && m.Status == message.StatusNormal,
-			func() bool { return m.MentionAll || slices.Contains(m.MentionedUserIDs, message.ID(user)) }) {
+		if out.take(user, m.Seq, int64(m.FromUser), !hv.ranges.Hides(m.Seq) && m.Status == message.StatusNormal) {
 			settled = true
 			break
 		}
@@ -337,6 +368,7 @@ func (s *Service) countHot(user int64, u userTopic, r hotRead) (unreadCount, boo
 	if !settled {
 		return unreadCount{readSeq: u.readSeq}, false
 	}
+	out.upTo = last
 	s.m.unreadFrom.WithLabelValues("redis").Inc()
 	return out, true
 }

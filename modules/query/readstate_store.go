@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -122,16 +121,19 @@ func (s *Service) loadMemberships(ctx context.Context, db *sql.DB, user int64) (
 type unreadCount struct {
 	readSeq  int64 // the cursor, moved up to the caller's own newest message
 	unread   int
-	mentions int
+	mentions int  // from the mention index (mentionCounts)
 	capped   bool // more than UnreadCap unread: unread is UnreadCap
+	// upTo is the newest seq the count covers (0: every stored one): a
+	// hot-cache count leaves out the seqs in flight above the newest cached
+	// message, and so do its mentions
+	upTo int64
 }
 
 // take counts a message above the cursor (newest first) from user's
 // view: their own message reads everything before it (and moves readSeq
-// to it), a countable one (normal, not hidden by them) counts, with its
-// mention; it reports the count settled — their own message, or one more
-// past the cap.
-func (c *unreadCount) take(user, seq, from int64, countable bool, mentions func() bool) bool {
+// to it), a countable one (normal, not hidden by them) counts; it reports
+// the count settled — their own message, or one more past the cap.
+func (c *unreadCount) take(user, seq, from int64, countable bool) bool {
 	if from == user {
 		c.readSeq = seq
 		return true
@@ -144,9 +146,6 @@ func (c *unreadCount) take(user, seq, from int64, countable bool, mentions func(
 		return true
 	}
 	c.unread++
-	if mentions() {
-		c.mentions++
-	}
 	return false
 }
 
@@ -251,7 +250,7 @@ func (s *store) ownNewest(ctx context.Context, db *sql.DB, t routing.Table, topi
 // the caller did not hide, newest first, and adds the unread among them to
 // c (stopping once c is capped). It returns the rows read and the lowest seq.
 func (s *store) unreadRows(ctx context.Context, db *sql.DB, t routing.Table, topic string, user, after, before int64, c *unreadCount) (int, int64, error) {
-	query, args, err := sq.Select("m.seqid", "m.status", "m.mention_all", "m.mentioned_user_ids").From(t.Quoted()+" AS m").
+	query, args, err := sq.Select("m.seqid", "m.status").From(t.Quoted()+" AS m").
 		Where(sq.Eq{"m.topic": topic}).Where(sq.Gt{"m.seqid": after}).Where(sq.Lt{"m.seqid": before}).
 		Where(NotHidden, user).OrderBy("m.seqid DESC").Limit(unreadWalkRow).ToSql()
 	if err != nil {
@@ -266,9 +265,7 @@ func (s *store) unreadRows(ctx context.Context, db *sql.DB, t routing.Table, top
 	for rows.Next() {
 		var seq int64
 		var status string
-		var all bool
-		var mentions []byte
-		if err := rows.Scan(&seq, &status, &all, &mentions); err != nil {
+		if err := rows.Scan(&seq, &status); err != nil {
 			return 0, 0, err
 		}
 		n, last = n+1, seq
@@ -280,23 +277,8 @@ func (s *store) unreadRows(ctx context.Context, db *sql.DB, t routing.Table, top
 			continue
 		}
 		c.unread++
-		if all || mentionsUser(mentions, user) {
-			c.mentions++
-		}
 	}
 	return n, last, rows.Err()
-}
-
-// mentionsUser reports whether the stored mentioned_user_ids name user.
-func mentionsUser(raw []byte, user int64) bool {
-	if len(raw) == 0 {
-		return false
-	}
-	var ids message.IDs
-	if json.Unmarshal(raw, &ids) != nil {
-		return false
-	}
-	return slices.Contains(ids, message.ID(user))
 }
 
 // markRead moves the caller's cursor of topic up to seq (never down) in
@@ -485,7 +467,7 @@ const unreadRowsPerTopic = UnreadCap + 25
 
 // unreadBranch is one topic's part of a countMany statement: its rows above
 // the cursor, newest first, each with whether the caller hid it.
-const unreadBranch = "(SELECT ? AS i, m.seqid, m.from_user, m.status, m.mention_all, m.mentioned_user_ids, " +
+const unreadBranch = "(SELECT ? AS i, m.seqid, m.from_user, m.status, " +
 	"NOT EXISTS (SELECT 1 FROM " + dellogTable + " AS d WHERE d.topic = m.topic AND d.deletedfor = ? AND d.low <= m.seqid AND d.hi > m.seqid) " +
 	"FROM %s AS m WHERE m.topic = ? AND m.seqid > ? ORDER BY m.seqid DESC LIMIT %d)"
 
@@ -573,14 +555,13 @@ func (s *store) unreadMany(ctx context.Context, db *sql.DB, t routing.Table, use
 	type row struct {
 		seq, from int64
 		status    string
-		all, vis  bool
-		mentions  []byte
+		vis       bool
 	}
 	got := map[int][]row{}
 	for rows.Next() {
 		var i int
 		var r row
-		if err := rows.Scan(&i, &r.seq, &r.from, &r.status, &r.all, &r.mentions, &r.vis); err != nil {
+		if err := rows.Scan(&i, &r.seq, &r.from, &r.status, &r.vis); err != nil {
 			return nil, err
 		}
 		got[i] = append(got[i], r)
@@ -595,8 +576,7 @@ func (s *store) unreadMany(ctx context.Context, db *sql.DB, t routing.Table, use
 		c := unreadCount{readSeq: us[i].readSeq}
 		settled := len(rs) < unreadRowsPerTopic
 		for _, r := range rs {
-			if c.take(user, r.seq, r.from, r.vis && r.status == message.StatusNormal,
-				func() bool { return r.all || mentionsUser(r.mentions, user) }) {
+			if c.take(user, r.seq, r.from, r.vis && r.status == message.StatusNormal) {
 				settled = true
 				break
 			}
@@ -608,4 +588,72 @@ func (s *store) unreadMany(ctx context.Context, db *sql.DB, t routing.Table, use
 		out[i] = c
 	}
 	return unsettled, nil
+}
+
+// mentionBranches is how many topics one statement of mentionSeqs reads:
+// a statement of fixed shape (absent topics pad it) is prepared once and
+// reused.
+const mentionBranches = 128
+
+// mentionQuery reads the caller's entries of the mention index — theirs
+// and everyone's (user 0) — above the cursor of each of mentionBranches
+// topics, leaving out what the caller hid: two ranges of the primary key
+// (topic, user_id, seq) per topic. Recalled and deleted messages have no
+// entries (the change drops them) and neither do gaps.
+var mentionQuery = "SELECT x.topic, x.seq FROM " + routing.MentionsTable + " AS x WHERE x.user_id IN (?, 0) AND (" +
+	strings.Repeat("(x.topic = ? AND x.seq > ?) OR ", mentionBranches-1) + "(x.topic = ? AND x.seq > ?)) " +
+	"AND NOT EXISTS (SELECT 1 FROM " + dellogTable + " AS d WHERE d.topic = x.topic AND d.deletedfor = ? AND d.low <= x.seq AND d.hi > x.seq)"
+
+// mentionSeqs reads the seqs mentioning user (or everyone) above after[i]
+// in topics[i] that user did not hide, by topic.
+func (s *store) mentionSeqs(ctx context.Context, db *sql.DB, user int64, topics []string, after []int64) (map[string][]int64, error) {
+	out := map[string][]int64{}
+	var mu sync.Mutex
+	chunks := (len(topics) + mentionBranches - 1) / mentionBranches
+	err := parallel(ctx, chunks, func(j int) error {
+		args := make([]any, 0, 2+2*mentionBranches)
+		args = append(args, user)
+		for k := j * mentionBranches; k < (j+1)*mentionBranches; k++ {
+			if k < len(topics) {
+				args = append(args, topics[k], after[k])
+			} else {
+				args = append(args, "", math.MaxInt64) // matches no entry
+			}
+		}
+		args = append(args, user)
+		rows, err := s.run(ctx, db, mentionQuery, args)
+		if err != nil {
+			return fmt.Errorf("query: mentions of %d: %w", user, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var t string
+			var seq int64
+			if err := rows.Scan(&t, &seq); err != nil {
+				return err
+			}
+			mu.Lock()
+			out[t] = append(out[t], seq)
+			mu.Unlock()
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// mentionCounts sets each count's mentions from the index entries read by
+// mentionSeqs: those above the count's cursor (moved up to the caller's
+// own newest message) and within what it covers, at most UnreadCap.
+func mentionCounts(us []userTopic, seqs map[string][]int64, out []unreadCount) {
+	for i := range out {
+		c := &out[i]
+		if c.unread == 0 {
+			continue
+		}
+		for _, seq := range seqs[us[i].topic] {
+			if seq > c.readSeq && (c.upTo == 0 || seq <= c.upTo) && c.mentions < UnreadCap {
+				c.mentions++
+			}
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,16 +64,22 @@ type Service struct {
 	m      *metrics
 	st     *store
 	recent *recents
+	bg     sync.WaitGroup // read frames being published (publishRead)
 }
 
-// New builds the service; Close releases its prepared statements.
+// New builds the service; Close waits for its read frames under way and
+// releases its prepared statements.
 func New(p Params) *Service {
 	rc := newRecents(p.LocalTopics, p.LocalMaxAge)
 	return &Service{p: p, m: newMetrics(p.Registerer, rc.topics), st: newStore(), recent: rc}
 }
 
-// Close releases the prepared statements.
-func (s *Service) Close() { s.st.close() }
+// Close waits for the read frames under way and releases the prepared
+// statements.
+func (s *Service) Close() {
+	s.bg.Wait()
+	s.st.close()
+}
 
 // BeforePage is a newest-first page.
 type BeforePage struct {

@@ -1,0 +1,92 @@
+package routing
+
+import (
+	"context"
+	"fmt"
+
+	sq "github.com/Masterminds/squirrel"
+)
+
+// MentionsTable is the per-topic mention index (sql/migrations/
+// 0007_topic_mentions.sql): one row per (topic, mentioned user, seq) of a
+// stored message that is neither recalled nor deleted for everyone, user
+// MentionEveryone for a mention of everyone. It is written once per
+// message, like the message row, never per member.
+const MentionsTable = "im_topic_mentions"
+
+// MentionEveryone is the user_id of a mention of everyone.
+const MentionEveryone int64 = 0
+
+// Mention is one entry of the index.
+type Mention struct {
+	Topic string
+	User  int64 // MentionEveryone: the whole group
+	Seq   int64
+}
+
+// MentionsOf is the index entries of one message.
+func MentionsOf(topic string, seq int64, users []int64, everyone bool) []Mention {
+	var out []Mention
+	if everyone {
+		out = append(out, Mention{Topic: topic, User: MentionEveryone, Seq: seq})
+	}
+	for _, u := range users {
+		if u > 0 {
+			out = append(out, Mention{Topic: topic, User: u, Seq: seq})
+		}
+	}
+	return out
+}
+
+// AddMentions writes entries in the caller's transaction (the one storing
+// their messages); an entry already there is left as it is, so a replay
+// adds nothing.
+func AddMentions(ctx context.Context, tx sq.BaseRunner, ms []Mention) error {
+	if len(ms) == 0 {
+		return nil
+	}
+	q := sq.Insert(MentionsTable).Columns("topic", "user_id", "seq")
+	for _, m := range ms {
+		q = q.Values(m.Topic, m.User, m.Seq)
+	}
+	if _, err := q.Suffix("ON DUPLICATE KEY UPDATE seq = seq").RunWith(tx).ExecContext(ctx); err != nil {
+		return fmt.Errorf("mentions: add: %w", err)
+	}
+	return nil
+}
+
+// DropMentions removes the entries of one message (a recall or a delete
+// for everyone, in its transaction): it no longer counts for anyone.
+func DropMentions(ctx context.Context, tx sq.BaseRunner, ms []Mention) error {
+	if len(ms) == 0 {
+		return nil
+	}
+	or := make(sq.Or, len(ms))
+	for i, m := range ms {
+		or[i] = sq.Eq{"topic": m.Topic, "user_id": m.User, "seq": m.Seq}
+	}
+	if _, err := sq.Delete(MentionsTable).Where(or).RunWith(tx).ExecContext(ctx); err != nil {
+		return fmt.Errorf("mentions: drop: %w", err)
+	}
+	return nil
+}
+
+// CopyLegacyMentions indexes, in the backfill's transaction, the mentions
+// of the legacy rows where (over the legacy table as l, joined to the
+// splits as s) selects that are neither recalled nor deleted: one
+// INSERT … SELECT on the server, the mentioned ids unnested by JSON_TABLE
+// (ids written as numbers or as strings), mention_all as MentionEveryone.
+func CopyLegacyMentions(ctx context.Context, tx sq.BaseRunner, where sq.Sqlizer) error {
+	from := LegacyQuoted() + " AS l"
+	ids := sq.Select("l.topic", "j.user_id", "l.seqid").
+		From(from + " CROSS JOIN JSON_TABLE(l.mentioned_user_ids, '$[*]' COLUMNS (user_id BIGINT PATH '$' NULL ON ERROR)) AS j").
+		Join(SplitsJoin).Where(where).Where("l.status = 'normal'").Where("j.user_id > 0")
+	all := sq.Select("l.topic", fmt.Sprint(MentionEveryone), "l.seqid").From(from).
+		Join(SplitsJoin).Where(where).Where("l.status = 'normal'").Where("l.mention_all <> 0")
+	_, err := sq.Insert(MentionsTable).Columns("topic", "user_id", "seq").Select(ids.Suffix("UNION ALL").SuffixExpr(all)).
+		Suffix("ON DUPLICATE KEY UPDATE seq = " + MentionsTable + ".seq").RunWith(tx).ExecContext(ctx)
+	if err != nil {
+		return fmt.Errorf("mentions: copy legacy: %w", err)
+	}
+	return nil
+}
