@@ -2,11 +2,13 @@ package httpapi
 
 import (
 	"context"
+	"crypto/hmac"
 	"errors"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -83,6 +85,7 @@ type Authenticator struct {
 	maxTTL  time.Duration
 	leeway  time.Duration
 	now     func() time.Time
+	cache   tokenCache
 }
 
 // Leeway is the clock skew tolerated on exp, nbf, iat and the lifetime.
@@ -91,7 +94,8 @@ const Leeway = 30 * time.Second
 // NewAuthenticator verifies with secrets; maxTTL (auth.max_token_ttl) is
 // the longest lifetime a token may have.
 func NewAuthenticator(secrets Secrets, maxTTL time.Duration) *Authenticator {
-	return &Authenticator{secrets: secrets, maxTTL: maxTTL, leeway: Leeway, now: time.Now}
+	return &Authenticator{secrets: secrets, maxTTL: maxTTL, leeway: Leeway, now: time.Now,
+		cache: tokenCache{m: map[string]verified{}}}
 }
 
 var errUnauth = Errorf(CodeUnauthenticated, "missing or invalid credentials")
@@ -105,41 +109,108 @@ var subPattern = regexp.MustCompile(`^[1-9][0-9]{0,18}$`)
 // present, a number not in the future; a lifetime — exp − iat, or exp − now
 // without iat — of at most maxTTL (plus the leeway); sub a user id matching
 // ^[1-9][0-9]{0,18}$ that fits in 63 bits; role known.
+//
+// A token it accepted is remembered (tokenCache): the same token again skips
+// the parse and the HMAC while it has not expired and its tenant's secret is
+// still the one that verified it.
 func (a *Authenticator) Verify(token string) (Principal, error) {
+	now := a.now()
+	if p, ok := a.cache.get(token, now, a.secrets); ok {
+		return p, nil
+	}
+	p, secret, err := a.verify(token, now)
+	if err != nil {
+		return Principal{}, err
+	}
+	a.cache.put(token, verified{p: p, secret: secret, until: p.Expires.Add(a.leeway)})
+	return p, nil
+}
+
+// verify is Verify without the cache; secret is the one the token was
+// verified with.
+func (a *Authenticator) verify(token string, now time.Time) (Principal, []byte, error) {
 	var claims Claims
+	var secret []byte
 	parser := jwt.NewParser(jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired(),
-		jwt.WithIssuedAt(), jwt.WithLeeway(a.leeway), jwt.WithTimeFunc(a.now))
+		jwt.WithIssuedAt(), jwt.WithLeeway(a.leeway), jwt.WithTimeFunc(func() time.Time { return now }))
 	_, err := parser.ParseWithClaims(token, &claims, func(t *jwt.Token) (any, error) {
 		c, ok := t.Claims.(*Claims)
 		if !ok || c.Tenant == "" {
 			return nil, errors.New("no tid claim")
 		}
-		secret, ok := a.secrets(c.Tenant)
-		if !ok {
+		if secret, ok = a.secrets(c.Tenant); !ok {
 			return nil, errors.New("unknown tenant")
 		}
 		return secret, nil
 	})
 	if err != nil {
-		return Principal{}, Wrap(CodeUnauthenticated, "missing or invalid credentials", err)
+		return Principal{}, nil, Wrap(CodeUnauthenticated, "missing or invalid credentials", err)
 	}
-	from := a.now()
+	from := now
 	if claims.IssuedAt != nil {
 		from = claims.IssuedAt.Time
 	}
 	if claims.ExpiresAt.Sub(from) > a.maxTTL+a.leeway {
-		return Principal{}, Errorf(CodeUnauthenticated, "token lifetime exceeds "+a.maxTTL.String())
+		return Principal{}, nil, Errorf(CodeUnauthenticated, "token lifetime exceeds "+a.maxTTL.String())
 	}
 	uid, err := strconv.ParseInt(claims.Subject, 10, 64)
 	if err != nil || !subPattern.MatchString(claims.Subject) {
-		return Principal{}, Wrap(CodeUnauthenticated, "sub must be a positive decimal user id", err)
+		return Principal{}, nil, Wrap(CodeUnauthenticated, "sub must be a positive decimal user id", err)
 	}
 	switch claims.Role {
 	case RoleUser, RoleService, RoleAdmin:
 	default:
-		return Principal{}, Errorf(CodeUnauthenticated, "unknown role claim")
+		return Principal{}, nil, Errorf(CodeUnauthenticated, "unknown role claim")
 	}
-	return Principal{Tenant: claims.Tenant, UserID: uid, Role: claims.Role, Expires: claims.ExpiresAt.Time}, nil
+	return Principal{Tenant: claims.Tenant, UserID: uid, Role: claims.Role, Expires: claims.ExpiresAt.Time}, secret, nil
+}
+
+// maxCachedTokens bounds the verified tokens kept (a few MiB at most); past
+// it an arbitrary entry makes room, so a burst of distinct tokens costs
+// only their own parses.
+const maxCachedTokens = 16384
+
+// tokenCache remembers tokens Verify accepted, keyed by the token's exact
+// text. Of Verify's checks only exp can turn a passing token into a failing
+// one as time goes on (nbf, iat and the lifetime only ever get easier to
+// meet, and maxTTL is fixed), so an entry holds until exp plus the leeway;
+// the tenant's secret is looked up again on every hit, so a reload that
+// changes or removes it refuses the token at once, as a fresh parse would.
+// Refusals are never kept.
+type tokenCache struct {
+	mu sync.RWMutex
+	m  map[string]verified
+}
+
+type verified struct {
+	p      Principal
+	secret []byte    // the secret that verified the token
+	until  time.Time // exp + leeway: from then on the token is expired
+}
+
+func (c *tokenCache) get(token string, now time.Time, secrets Secrets) (Principal, bool) {
+	c.mu.RLock()
+	v, ok := c.m[token]
+	c.mu.RUnlock()
+	if !ok || !now.Before(v.until) {
+		return Principal{}, false
+	}
+	if secret, ok := secrets(v.p.Tenant); !ok || !hmac.Equal(secret, v.secret) {
+		return Principal{}, false
+	}
+	return v.p, true
+}
+
+func (c *tokenCache) put(token string, v verified) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[token]; !ok && len(c.m) >= maxCachedTokens {
+		for k := range c.m { // a map's iteration starts anywhere: an arbitrary victim
+			delete(c.m, k)
+			break
+		}
+	}
+	c.m[token] = v
 }
 
 // Token extracts the bearer token of r: the Authorization header, or

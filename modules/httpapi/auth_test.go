@@ -100,18 +100,89 @@ func TestVerify(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := auth.Verify(tt.token)
-			if tt.uid != 0 {
-				if err != nil || p.Tenant != "acme" || p.UserID != tt.uid || p.Role != RoleService {
-					t.Fatalf("Verify = %+v, %v", p, err)
+			// the second time answers from the token cache when the first accepted
+			for range 2 {
+				p, err := auth.Verify(tt.token)
+				if tt.uid != 0 {
+					if err != nil || p.Tenant != "acme" || p.UserID != tt.uid || p.Role != RoleService {
+						t.Fatalf("Verify = %+v, %v", p, err)
+					}
+					continue
 				}
-				return
-			}
-			code, _ := Classify(err)
-			if err == nil || code != CodeUnauthenticated {
-				t.Fatalf("Verify = %+v, %v; want unauthenticated", p, err)
+				code, _ := Classify(err)
+				if err == nil || code != CodeUnauthenticated {
+					t.Fatalf("Verify = %+v, %v; want unauthenticated", p, err)
+				}
 			}
 		})
+	}
+}
+
+// TestVerifyCache: a cached token is still refused once expired, when its
+// tenant's secret changes or goes, and a token refused (here for a lifetime
+// past max_token_ttl) is never kept.
+func TestVerifyCache(t *testing.T) {
+	secrets := map[string][]byte{"acme": []byte("acme-secret-123")}
+	auth := NewAuthenticator(func(tenant string) ([]byte, bool) {
+		s, ok := secrets[tenant]
+		return s, ok
+	}, time.Hour)
+	now := time.Now()
+	auth.now = func() time.Time { return now }
+	tok, err := Sign(secrets["acme"], "acme", 42, RoleUser, 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect := func(step string, ok bool) {
+		t.Helper()
+		p, err := auth.Verify(tok)
+		if ok && (err != nil || p.UserID != 42 || p.Tenant != "acme") {
+			t.Fatalf("%s: Verify = %+v, %v; want user 42", step, p, err)
+		}
+		if code, _ := Classify(err); !ok && (err == nil || code != CodeUnauthenticated) {
+			t.Fatalf("%s: Verify = %+v, %v; want unauthenticated", step, p, err)
+		}
+	}
+	expect("first use", true)
+	if len(auth.cache.m) != 1 {
+		t.Fatalf("cache holds %d tokens after one accepted, want 1", len(auth.cache.m))
+	}
+	expect("cached", true)
+
+	secrets["acme"] = []byte("rotated-secret-1")
+	expect("secret rotated", false)
+	delete(secrets, "acme")
+	expect("tenant removed", false)
+	secrets["acme"] = []byte("acme-secret-123")
+	expect("secret back", true)
+
+	exp := now.Truncate(time.Second).Add(10 * time.Minute)
+	now = exp.Add(Leeway - time.Millisecond)
+	expect("within the leeway after exp", true)
+	now = exp.Add(Leeway)
+	expect("expired", false)
+
+	// refused ones are not kept: a lifetime over max_token_ttl stays refused
+	now = time.Now()
+	long, err := Sign(secrets["acme"], "acme", 42, RoleUser, 2*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := auth.Verify(long); err == nil {
+			t.Fatal("a token living past max_token_ttl was accepted")
+		}
+	}
+	if _, ok := auth.cache.m[long]; ok {
+		t.Fatal("a refused token was cached")
+	}
+
+	// the cache stays bounded
+	for i := range maxCachedTokens + 10 {
+		auth.cache.put(strconv.Itoa(i), verified{until: now.Add(time.Hour)})
+	}
+	if n := len(auth.cache.m); n != maxCachedTokens {
+		t.Fatalf("cache holds %d tokens, want at most %d", n, maxCachedTokens)
 	}
 }
 
@@ -166,6 +237,10 @@ func FuzzVerify(f *testing.F) {
 	auth := NewAuthenticator(testSecrets, time.Hour)
 	f.Fuzz(func(t *testing.T, tok string) {
 		p, err := auth.Verify(tok)
+		// a second time (from the token cache when accepted) answers alike
+		if p2, err2 := auth.Verify(tok); p2 != p || (err == nil) != (err2 == nil) {
+			t.Fatalf("%q: %+v, %v then %+v, %v", tok, p, err, p2, err2)
+		}
 		if err != nil {
 			if code, _ := Classify(err); code != CodeUnauthenticated {
 				t.Fatalf("%q: %v", tok, err)
@@ -242,6 +317,32 @@ func FuzzVerifyClaims(f *testing.F) {
 		}
 		if !subPattern.MatchString(c.Sub) || strconv.FormatInt(p.UserID, 10) != c.Sub || p.Role != c.Role {
 			t.Fatalf("%s accepted as %+v", claims, p)
+		}
+	})
+}
+
+// BenchmarkVerify: a token's first use parses it and checks the HMAC; a
+// reused one (a client's every later request) is a cache lookup.
+func BenchmarkVerify(b *testing.B) {
+	tok, err := Sign([]byte("acme-secret-123"), "acme", 42, RoleUser, time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	auth := NewAuthenticator(testSecrets, 24*time.Hour)
+	b.Run("parse", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := auth.verify(tok, time.Now()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("cached", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := auth.Verify(tok); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }
