@@ -178,7 +178,8 @@ end
 -- KEYS[1] idempotency HASH: status (pending → acked → done, or failed),
 --         event (the Kafka event JSON without group_id, seq_id and
 --         shard_month: those are the fields gid, seq, month), resp (the 201
---         body, only when MySQL answered a retry), owner and claimed_at
+--         body, only when MySQL answered a retry or sent found the record
+--         lost), owner and claimed_at
 --         (only while a claim waits for the caller's slow path)
 -- KEYS[2] the tenant's idempotency horizon ("run_id:ms", see idem_since)
 -- KEYS[3] ACL group cache (STRING "group_id|status" or "-")
@@ -294,12 +295,12 @@ end
 --
 -- KEYS[1] idempotency HASH, KEYS[2] topic pending seqs, KEYS[3] hot cache
 -- ARGV[1] seq, ARGV[2] idempotency TTL ms
--- ARGV[3] the stored event (as send's ARGV[9]), ARGV[4] group id,
---         ARGV[5] month: the record is written again if it was lost since
---         (a flush, a failover), so a retry still finds the event
--- ARGV[6] hot-cache member ("" = no hot cache), ARGV[7] hot-cache TTL ms,
--- ARGV[8] hot-cache size per topic
--- ARGV[9] the seq's pending entry as send returned it ("" = unknown)
+-- ARGV[3] the 201 body: if the record was lost since the send call (a
+--         flush, a failover) it is written again as status acked with this
+--         resp, so a retry still answers with the original body
+-- ARGV[4] hot-cache member ("" = no hot cache), ARGV[5] hot-cache TTL ms,
+-- ARGV[6] hot-cache size per topic
+-- ARGV[7] the seq's pending entry as send returned it ("" = unknown)
 --
 -- 'done' (set by persist after its commit) is never downgraded: the ack can
 -- reach the sender after the consumer has already stored the message. A seq
@@ -307,14 +308,14 @@ end
 local function sent(keys, args)
   local st = redis.call('HGET', keys[1], 'status')
   if not st then
-    redis.call('HSET', keys[1], 'status', 'acked', 'event', args[3], 'gid', args[4], 'seq', args[1], 'month', args[5])
+    redis.call('HSET', keys[1], 'status', 'acked', 'resp', args[3])
     redis.call('PEXPIRE', keys[1], args[2])
   elseif st ~= 'done' then
     redis.call('HSET', keys[1], 'status', 'acked')
   end
   -- the entry the allocation made, when the caller knows it (a retry's
   -- may carry a later time): found by member, else by score
-  local acked = args[9] ~= '' and redis.call('ZREM', keys[2], args[9]) == 1
+  local acked = args[7] ~= '' and redis.call('ZREM', keys[2], args[7]) == 1
   if not acked and redis.call('ZCOUNT', keys[2], args[1], args[1]) > 0 then
     redis.call('ZREMRANGEBYSCORE', keys[2], args[1], args[1])
     acked = true
@@ -322,10 +323,10 @@ local function sent(keys, args)
   if acked then
     redis.call('ZADD', keys[2], args[1], args[1] .. ':a')
   end
-  if args[6] ~= '' then
-    redis.call('ZADD', keys[3], args[1], args[6])
-    redis.call('PEXPIRE', keys[3], args[7])
-    redis.call('ZREMRANGEBYRANK', keys[3], 0, -tonumber(args[8]) - 1)
+  if args[4] ~= '' then
+    redis.call('ZADD', keys[3], args[1], args[4])
+    redis.call('PEXPIRE', keys[3], args[5])
+    redis.call('ZREMRANGEBYRANK', keys[3], 0, -tonumber(args[6]) - 1)
   end
   return 1
 end

@@ -2,13 +2,16 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 	"github.com/imshard/imshard/test/testenv"
 )
@@ -159,5 +162,45 @@ func TestSendOnRedisCluster(t *testing.T) {
 	n, err := e.Redis.Do(context.Background(), e.Redis.B().Zcard().Key(e.keys().HotMessages("room")).Build()).AsInt64()
 	if err != nil || n != workers*per {
 		t.Fatalf("hot cache holds %d (%v), want %d", n, err, workers*per)
+	}
+}
+
+// Redis losing a send's record between its two calls (a flush, a
+// failover): the call after the ack writes it again as acked with the 201
+// body it is given, so a retry still answers 200 with the original body
+// and produces nothing.
+func TestSendAckRewritesALostRecord(t *testing.T) {
+	e := startSend(t, harness.Options{})
+	e.group("room", 7, "active")
+	e.member("room", 1, "member", time.Time{})
+	user := e.Token(1, "")
+	code, raw := e.Do("POST", "/v1/topics/room/messages", user, sendBody("lost-between", "x"))
+	if code != 201 {
+		t.Fatalf("send: %d %s", code, raw)
+	}
+	var first sendResp
+	if err := json.Unmarshal(raw, &first); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	k := e.keys()
+	idem := k.Idempotency("room", 1, "lost-between")
+	if err := e.Redis.Do(ctx, e.Redis.B().Del().Key(idem).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	// what the send's post-ack call does when the record is gone
+	lib := routing.NewScripts().Fenced
+	keys := []string{idem, k.Pending("room"), k.HotMessages("room")}
+	args := []string{strconv.FormatInt(first.Seq, 10), "60000", string(raw), "", "0", "0", ""}
+	if err := lib.SentRetry(ctx, e.Redis, e.Redis.Do(ctx, lib.SentCmd(e.Redis, keys, args)), keys, args).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if rec := e.idemRecord("room", 1, "lost-between"); rec["status"] != "acked" || rec["resp"] == "" {
+		t.Fatalf("record written again as %v", rec)
+	}
+	status, again := e.send(user, "room", sendBody("lost-between", "other text"))
+	first.Duplicate = true
+	if status != 200 || again != first {
+		t.Fatalf("retry after the record was lost = %d %+v, want 200 %+v", status, again, first)
 	}
 }

@@ -31,19 +31,7 @@ func (m Message) AppendJSON(dst []byte) ([]byte, error) {
 	if dst, err = appendRaw(append(dst, `,"head":`...), m.Head); err != nil {
 		return dst, err
 	}
-	dst = append(dst, `,"mentioned_user_ids":`...)
-	if m.MentionedUserIDs == nil {
-		dst = append(dst, "null"...)
-	} else {
-		dst = append(dst, '[')
-		for i, id := range m.MentionedUserIDs {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendID(dst, id)
-		}
-		dst = append(dst, ']')
-	}
+	dst = appendIDs(append(dst, `,"mentioned_user_ids":`...), m.MentionedUserIDs)
 	dst = strconv.AppendBool(append(dst, `,"mention_all":`...), m.MentionAll)
 	dst = appendSeq(append(dst, `,"reply_seqid":`...), m.ReplySeqID)
 	dst = appendSeq(append(dst, `,"root_seqid":`...), m.RootSeqID)
@@ -51,6 +39,59 @@ func (m Message) AppendJSON(dst []byte) ([]byte, error) {
 	dst = appendTime(append(dst, `,"created_at":`...), m.CreatedAt)
 	dst = appendTime(append(dst, `,"updated_at":`...), m.UpdatedAt)
 	return append(dst, '}'), nil
+}
+
+// AppendJSON appends e exactly as json.Marshal renders the struct (the
+// event contract), without reflection: the send path renders one event per
+// send.
+func (e *Event) AppendJSON(dst []byte) ([]byte, error) {
+	dst = strconv.AppendInt(append(dst, `{"v":`...), int64(e.V), 10)
+	dst = appendString(append(dst, `,"event_id":`...), e.EventID)
+	dst = appendString(append(dst, `,"tenant":`...), e.Tenant)
+	dst = appendString(append(dst, `,"topic":`...), e.Topic)
+	dst = appendID(append(dst, `,"group_id":`...), e.GroupID)
+	dst = strconv.AppendInt(append(dst, `,"seq_id":`...), e.SeqID, 10)
+	dst = appendString(append(dst, `,"shard_month":`...), e.ShardMonth)
+	dst = appendID(append(dst, `,"message_id":`...), e.MessageID)
+	dst = appendID(append(dst, `,"from_user":`...), e.FromUser)
+	dst = appendString(append(dst, `,"client_msg_id":`...), e.ClientMsgID)
+	dst = appendString(append(dst, `,"msg_type":`...), e.MsgType)
+	var err error
+	if dst, err = appendRaw(append(dst, `,"content":`...), e.Content); err != nil {
+		return dst, err
+	}
+	// omitempty: an empty head or mention list and a nil seq are left out
+	if len(e.Head) > 0 {
+		if dst, err = appendRaw(append(dst, `,"head":`...), e.Head); err != nil {
+			return dst, err
+		}
+	}
+	if len(e.MentionedUserIDs) > 0 {
+		dst = appendIDs(append(dst, `,"mentioned_user_ids":`...), e.MentionedUserIDs)
+	}
+	dst = strconv.AppendBool(append(dst, `,"mention_all":`...), e.MentionAll)
+	if e.ReplySeqID != nil {
+		dst = appendSeq(append(dst, `,"reply_seqid":`...), e.ReplySeqID)
+	}
+	if e.RootSeqID != nil {
+		dst = appendSeq(append(dst, `,"root_seqid":`...), e.RootSeqID)
+	}
+	dst = appendTime(append(dst, `,"created_at":`...), e.CreatedAt)
+	return append(dst, '}'), nil
+}
+
+func appendIDs(dst []byte, ids IDs) []byte {
+	if ids == nil {
+		return append(dst, "null"...)
+	}
+	dst = append(dst, '[')
+	for i, id := range ids {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendID(dst, id)
+	}
+	return append(dst, ']')
 }
 
 func appendID(dst []byte, id ID) []byte {

@@ -65,6 +65,55 @@ func TestAppendJSONIsMarshal(t *testing.T) {
 	})
 }
 
+func TestEventAppendJSONIsMarshal(t *testing.T) {
+	seq := int64(7)
+	base := Event{V: EventVersion, EventID: "e-1", Tenant: "acme", Topic: "g_1", GroupID: 9, SeqID: 42, ShardMonth: "202612",
+		MessageID: 1 << 60, FromUser: 5, ClientMsgID: "c-1", MsgType: "text", Content: json.RawMessage(`{"text":"hi"}`),
+		CreatedAt: NewTime(time.Date(2026, 11, 30, 1, 2, 3, 456789000, time.UTC))}
+	cases := map[string]func(e *Event){
+		"plain": func(*Event) {},
+		"full": func(e *Event) {
+			e.Head = json.RawMessage(`{"a":[1,2,{"b":null}]}`)
+			e.MentionedUserIDs, e.MentionAll, e.ReplySeqID, e.RootSeqID = IDs{1, 2, 1 << 62}, true, &seq, &seq
+		},
+		"empty, not nil, omitted": func(e *Event) { e.Head, e.MentionedUserIDs = json.RawMessage{}, IDs{} },
+		"escapes in strings": func(e *Event) {
+			e.Topic, e.ClientMsgID, e.MsgType, e.EventID = "a\"b\\c", "<script>&\u2028\x01\xff", "ünï\tcode", "\x7f"
+		},
+		"content to compact and escape": func(e *Event) {
+			e.Content = json.RawMessage(" { \"t\" : \"<b>&amp;</b>\u2028\" ,\n \"n\": [1, 2] } ")
+		},
+		"nil content": func(e *Event) { e.Content = nil },
+		"unallocated": func(e *Event) { e.GroupID, e.SeqID, e.ShardMonth = 0, 0, "" },
+		"zero":        func(e *Event) { *e = Event{} },
+		"negative and far": func(e *Event) {
+			e.SeqID, e.FromUser, e.CreatedAt = -1, -2, NewTime(time.Date(12000, 1, 1, 0, 0, 0, 0, time.UTC))
+		},
+	}
+	for name, change := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := base
+			change(&e)
+			want, err := json.Marshal(&e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := e.AppendJSON([]byte("prefix"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, append([]byte("prefix"), want...)) {
+				t.Fatalf("got  %s\nwant prefix%s", got, want)
+			}
+		})
+	}
+	e := base
+	e.Content = json.RawMessage(`{"t":`)
+	if _, err := e.AppendJSON(nil); err == nil {
+		t.Fatal("invalid content encoded")
+	}
+}
+
 func TestTimeUnmarshalEscaped(t *testing.T) {
 	var a, b Time
 	if err := json.Unmarshal([]byte(`"2026-11-30T01:02:03.456Z"`), &a); err != nil {

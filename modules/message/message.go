@@ -235,7 +235,7 @@ const unallocated = `"group_id":"0","seq_id":0,"shard_month":""`
 func Unallocated(e *Event) ([]byte, error) {
 	c := *e
 	c.GroupID, c.SeqID, c.ShardMonth = 0, 0, ""
-	return json.Marshal(&c)
+	return c.AppendJSON(make([]byte, 0, 256+len(c.Content)+len(c.Head)))
 }
 
 // WithAllocation is the JSON of the event raw (an Unallocated rendering)

@@ -62,8 +62,12 @@ func FuzzEventJSON(f *testing.F) {
 		if json.Unmarshal([]byte(s), &ev) != nil {
 			return
 		}
-		if _, err := json.Marshal(&ev); err != nil {
+		want, err := json.Marshal(&ev)
+		if err != nil {
 			t.Fatalf("decoded event does not encode: %v", err)
+		}
+		if got, err := ev.AppendJSON(nil); err != nil || string(got) != string(want) {
+			t.Fatalf("AppendJSON = %s, %v\nwant %s", got, err, want)
 		}
 	})
 }

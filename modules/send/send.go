@@ -30,6 +30,9 @@ type Response struct {
 	ShardMonth string       `json:"shard_month"`
 	CreatedAt  message.Time `json:"created_at"`
 	Duplicate  bool         `json:"duplicate"`
+	// body is the response rendered already (a fresh 201: the same bytes
+	// the post-ack call keeps for a retry), written as it is
+	body []byte
 }
 
 func responseOf(ev *message.Event) Response {
@@ -63,7 +66,13 @@ func (s *Service) handleSend(w http.ResponseWriter, r *http.Request, p httpapi.P
 	if err != nil {
 		return err
 	}
-	httpapi.WriteJSON(w, status, resp)
+	if resp.body == nil {
+		httpapi.WriteJSON(w, status, resp)
+		return nil
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(resp.body)
 	return nil
 }
 
@@ -105,7 +114,6 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request, p httpapi.Princip
 	if a.stored, err = message.Unallocated(&a.ev); err != nil {
 		return Response{}, fmt.Errorf("send: encode event: %w", err)
 	}
-	a.log = s.p.Log.With().Str("tenant", p.Tenant).Str("topic", topic).Int64("from_user", sender).Logger()
 	return a.run(r.Context())
 }
 
@@ -161,17 +169,22 @@ type attempt struct {
 	sender int64
 	key    string // idempotency record
 	owner  string // this attempt's claim token
-	log    zerolog.Logger
 
 	ev     message.Event // without group, seq and month until allocated
 	stored []byte        // ev as the record stores it (message.Unallocated)
-	whole  bool          // stored is a whole event (a record of an older version)
 
 	pending string // the seq's pending entry as the call made it ("" after a retry)
 	member  string // sender's id for the call's membership check; "" once checked against MySQL
 	groupID string // the group checkMember found
 	asked   bool   // MySQL said no earlier send exists (or the earlier seq is a gap)
 	held    bool   // the record holds this attempt's claim without an event
+}
+
+// log is the attempt's logger, made only when something is logged (a
+// steady-state send logs nothing).
+func (a *attempt) log() *zerolog.Logger {
+	l := a.s.p.Log.With().Str("tenant", a.tenant).Str("topic", a.topic).Int64("from_user", a.sender).Logger()
+	return &l
 }
 
 // claimWait is how often a retry polls a claim whose first attempt has not
@@ -293,7 +306,7 @@ func (s *Service) restored(ctx context.Context, a *attempt, resp Response) (Resp
 	raw, _ := json.Marshal(resp)
 	if err := s.p.Scripts.IdemAck.Exec(ctx, s.p.Redis, []string{a.key}, []string{"done", "", string(raw), s.idemTTL}).Error(); err != nil {
 		s.m.postAck.WithLabelValues(stepIdempotency).Inc()
-		a.log.Warn().Err(err).Msg("could not restore the idempotency record from MySQL")
+		a.log().Warn().Err(err).Msg("could not restore the idempotency record from MySQL")
 	}
 	resp.Duplicate = true
 	return resp, nil
@@ -342,8 +355,7 @@ func (a *attempt) record(ctx context.Context, rep []rueidis.RedisMessage) (resp 
 	seq, _ := rep[5].ToString()
 	month, _ := rep[6].ToString()
 	raw := a.stored
-	a.whole = gid == ""
-	if !a.whole {
+	if gid != "" { // else a whole event (a record of an older version)
 		g, gerr := strconv.ParseInt(gid, 10, 64)
 		n, serr := strconv.ParseInt(seq, 10, 64)
 		if err := errors.Join(gerr, serr); err != nil {
@@ -378,7 +390,7 @@ func (a *attempt) retry(ctx context.Context, status string, raw []byte) (Respons
 	if n == 0 {
 		// the first attempt's seq timed out into a gap and was never stored:
 		// this retry is the message's first real send, under its own event
-		a.held, a.asked, a.whole = true, true, false
+		a.held, a.asked = true, true
 		if a.stored, err = message.Unallocated(&a.ev); err != nil {
 			return Response{}, false, err
 		}
@@ -408,7 +420,7 @@ func (a *attempt) produce(ctx context.Context, ev *message.Event, raw []byte, du
 			defer s.wg.Done()
 			_, _ = a.settle(ctx, ev, raw, <-done, dup, true)
 		}()
-		a.log.Warn().Int64("seq", ev.SeqID).Msg("kafka produce timed out")
+		a.log().Warn().Int64("seq", ev.SeqID).Msg("kafka produce timed out")
 		return Response{}, unavailable("message queue did not acknowledge in time", nil)
 	}
 }
@@ -418,55 +430,65 @@ func (a *attempt) produce(ctx context.Context, ev *message.Event, raw []byte, du
 func (a *attempt) settle(ctx context.Context, ev *message.Event, raw []byte, err error, dup, late bool) (Response, error) {
 	s := a.s
 	if err != nil {
-		a.log.Warn().Err(err).Int64("seq", ev.SeqID).Msg("kafka produce failed; the event stays for a retry")
+		a.log().Warn().Err(err).Int64("seq", ev.SeqID).Msg("kafka produce failed; the event stays for a retry")
 		if ferr := s.p.Scripts.IdemFail.Exec(ctx, s.p.Redis, []string{a.key}, nil).Error(); ferr != nil {
-			a.log.Warn().Err(ferr).Int64("seq", ev.SeqID).Msg("could not mark the idempotency record failed")
+			a.log().Warn().Err(ferr).Int64("seq", ev.SeqID).Msg("could not mark the idempotency record failed")
 		}
 		return Response{}, unavailable("message queue unavailable", err)
 	}
 	resp := responseOf(ev)
+	// rendered once: the record keeps it in case Redis lost the record
+	// meanwhile, and a first send answers with it
+	body, err := json.Marshal(resp)
+	if err != nil {
+		return Response{}, fmt.Errorf("send: response: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, postAckTimeout)
 	defer cancel()
-	s.postAck(ctx, a, ev)
+	s.postAck(ctx, a, ev, body)
 	if late {
 		// the timeout may already have made this seq a gap that readers
 		// walked past (invariant 12, docs/invariants.md); the message is stored anyway
 		if gaps, err := s.p.Flight.Gaps(ctx, a.tenant, a.topic, ev.SeqID, ev.SeqID); err == nil && len(gaps) > 0 {
 			s.m.postAck.WithLabelValues(stepLateAfterGap).Inc()
-			a.log.Error().Int64("seq", ev.SeqID).Msg("kafka acknowledged a send after its seq was recorded as a gap")
+			a.log().Error().Int64("seq", ev.SeqID).Msg("kafka acknowledged a send after its seq was recorded as a gap")
 		}
 	}
 	resp.Duplicate = dup
+	if !dup {
+		resp.body = append(body, '\n')
+	}
 	return resp, nil
 }
 
 // postAck records the ack and feeds the readers in one pipelined round
 // trip: the library's sent function (record acked, seq no longer pending,
-// hot cache) and the realtime publish. Everything here is best effort (the
-// hot cache never rolls anything back; a reader falls back to MySQL by seq).
-func (s *Service) postAck(ctx context.Context, a *attempt, ev *message.Event) {
+// hot cache) and the realtime publish. The message is rendered once: the
+// hot-cache member is the frame's inner object. resp is the 201 body the
+// record keeps if Redis lost it since the send call. Everything here is
+// best effort (the hot cache never rolls anything back; a reader falls back
+// to MySQL by seq).
+func (s *Service) postAck(ctx context.Context, a *attempt, ev *message.Event, resp []byte) {
 	fail := func(err error, steps ...string) {
 		for _, step := range steps {
 			s.m.postAck.WithLabelValues(step).Inc()
 		}
-		a.log.Warn().Err(err).Int64("seq", ev.SeqID).Strs("steps", steps).Msg("post-ack step failed; the send succeeded")
+		a.log().Warn().Err(err).Int64("seq", ev.SeqID).Strs("steps", steps).Msg("post-ack step failed; the send succeeded")
 	}
-	msg, _ := json.Marshal(message.FromEvent(ev))
+	buf, err := message.FromEvent(ev).AppendJSON(append(make([]byte, 0, 512+len(ev.Content)+len(ev.Head)), framePrefix...))
+	if err != nil {
+		fail(err, stepHotCache, stepPublish)
+		return
+	}
+	frame := string(append(buf, '}'))
 	member, hotTTL, hotMax := "", "0", "0"
 	if hc := s.p.HotCache; hc.TTL > 0 && hc.MaxPerTopic > 0 {
-		member, hotTTL, hotMax = string(msg), strconv.FormatInt(hc.TTL.Milliseconds(), 10), strconv.Itoa(hc.MaxPerTopic)
-	}
-	// the record is written again from these if Redis lost it meanwhile;
-	// an event stored whole (an older record) is kept whole
-	gid, month := strconv.FormatInt(int64(ev.GroupID), 10), ev.ShardMonth
-	if a.whole {
-		gid, month = "", ""
+		member, hotTTL, hotMax = frame[len(framePrefix):len(frame)-1], s.hotTTL, s.hotMax
 	}
 	keys := []string{a.key, a.keys.Pending(a.topic), a.keys.HotMessages(a.topic)}
-	args := []string{strconv.FormatInt(ev.SeqID, 10), s.idemTTL, string(a.stored), gid, month, member, hotTTL, hotMax, a.pending}
+	args := []string{strconv.FormatInt(ev.SeqID, 10), s.idemTTL, string(resp), member, hotTTL, hotMax, a.pending}
 	rdb, lib := s.p.Redis, s.p.Scripts.Fenced
-	pub := `{"type":"message","message":` + string(msg) + `}`
-	res := rdb.DoMulti(ctx, lib.SentCmd(rdb, keys, args), rdb.B().Spublish().Channel(a.keys.Realtime(a.topic)).Message(pub).Build())
+	res := rdb.DoMulti(ctx, lib.SentCmd(rdb, keys, args), rdb.B().Spublish().Channel(a.keys.Realtime(a.topic)).Message(frame).Build())
 	if err := lib.SentRetry(ctx, rdb, res[0], keys, args).Error(); err != nil {
 		fail(err, stepIdempotency, stepPending, stepHotCache)
 	}
@@ -475,13 +497,17 @@ func (s *Service) postAck(ctx context.Context, a *attempt, ev *message.Event) {
 	}
 }
 
+// framePrefix opens a new message's realtime frame; the message and "}"
+// close it.
+const framePrefix = `{"type":"message","message":`
+
 // release drops this attempt's claim if it holds one without an event.
 func (a *attempt) release() {
 	s := a.s
 	ctx, cancel := context.WithTimeout(context.Background(), postAckTimeout)
 	defer cancel()
 	if err := s.p.Scripts.IdemRelease.Exec(ctx, s.p.Redis, []string{a.key}, []string{a.owner}).Error(); err != nil {
-		a.log.Warn().Err(err).Msg("could not release the idempotency claim; it goes stale after the produce timeout")
+		a.log().Warn().Err(err).Msg("could not release the idempotency claim; it goes stale after the produce timeout")
 	}
 }
 

@@ -70,6 +70,8 @@ type Service struct {
 	prod    *producer
 	idemTTL string // send.idempotency_ttl in ms, as the scripts take it
 	stale   string // send.produce_timeout in ms
+	hotTTL  string // hot_cache.ttl in ms
+	hotMax  string // hot_cache.max_per_topic
 
 	wg       sync.WaitGroup // background work: produces answered 503, horizons
 	horizons sync.Map       // tenant → struct{}: one horizon computation each
@@ -86,6 +88,8 @@ func New(ctx context.Context, p Params) (*Service, error) {
 		ids:     NewSnowflake(p.Send.MaxClockBackward),
 		idemTTL: fmt.Sprint(p.Send.IdempotencyTTL.Milliseconds()),
 		stale:   fmt.Sprint(p.Send.ProduceTimeout.Milliseconds()),
+		hotTTL:  fmt.Sprint(p.HotCache.TTL.Milliseconds()),
+		hotMax:  fmt.Sprint(p.HotCache.MaxPerTopic),
 	}
 	s.lease = NewNodeLease(p.Redis, p.Scripts, p.LeaseTTL, s.ids, p.Log)
 	if err := s.lease.Acquire(ctx); err != nil {
