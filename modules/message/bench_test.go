@@ -64,7 +64,7 @@ func BenchmarkAppendJSON(b *testing.B) {
 func BenchmarkEventJSON(b *testing.B) {
 	ev := Event{V: EventVersion, EventID: "9f86d081884c7d659a2feaa0", Tenant: "bench", Topic: "bench-topic-17",
 		MessageID: 7394812734981234, FromUser: 12, ClientMsgID: "run-123456", MsgType: "text",
-		Content: json.RawMessage(`{"text":"see you at the station at eight, bring the tickets"}`),
+		Content:   json.RawMessage(`{"text":"see you at the station at eight, bring the tickets"}`),
 		CreatedAt: NewTime(time.Date(2026, 11, 30, 1, 2, 3, 456e6, time.UTC))}
 	b.Run("marshal", func(b *testing.B) {
 		b.ReportAllocs()
