@@ -56,8 +56,8 @@ func newBenchSendCmd(g *globals) *cobra.Command {
 			"                  token check, strict decode, membership map, one script call, produce, one pipeline\n" +
 			"  peer            --peer=CMD, run by sh; it must print \"N ok, F failed, R/s, p50 D, p99 D\"\n" +
 			"It prints every round and the medians over the rounds, the ratios (bars: rate >= 0.80, p99 <= 1.50),\n" +
-			"Redis µs per send (INFO commandstats), Redis memory per idempotency record, this process's peak RSS\n" +
-			"and allocations per send, then open-loop runs (--rate) with latency from each request's scheduled time.",
+			"Redis µs per send (INFO commandstats), Redis memory per idempotency record, this process's peak RSS,\n" +
+			"CPU µs and allocations per send, then open-loop runs (--rate) with latency from each request's scheduled time.",
 		Args: cobra.NoArgs,
 	}
 	c.Flags().IntVar(&o.concurrency, "concurrency", 64, "concurrent clients of every side")
@@ -218,11 +218,11 @@ func printBenchSend(w io.Writer, o *benchSendOptions, rep bench.SendReport) {
 		return fmt.Sprintf(format, v)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "round\tside\tsends\terrors\trate/s\tp50\tp99\tp99.9\tRedis µs/send\tRedis CPU µs/send\tallocs/send\tpeak RSS MiB")
+	fmt.Fprintln(tw, "round\tside\tsends\terrors\trate/s\tp50\tp99\tp99.9\tRedis µs/send\tRedis CPU µs/send\tCPU µs/send\tallocs/send\tpeak RSS MiB")
 	row := func(label string, r bench.RoundResult) {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", label, r.Side, r.Sends, r.Errors, r.Rate,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", label, r.Side, r.Sends, r.Errors, r.Rate,
 			ms(r.P50), ms(r.P99), opt(float64(r.P999)/1e6, "%.2fms"), opt(r.RedisUS, "%.1f"), opt(r.RedisCPUUS, "%.1f"),
-			opt(r.AllocsPerSend, "%.0f"), opt(float64(r.PeakRSS)/(1<<20), "%.0f"))
+			opt(r.CPUUS, "%.0f"), opt(r.AllocsPerSend, "%.0f"), opt(float64(r.PeakRSS)/(1<<20), "%.0f"))
 	}
 	for i, round := range rep.Rounds {
 		for _, r := range round {

@@ -79,6 +79,7 @@ type RoundResult struct {
 	RedisUS        float64 // Redis command µs per send (INFO commandstats deltas, top-level commands)
 	RedisCPUUS     float64 // Redis server CPU µs per send (INFO cpu deltas, whole server), 0 = unknown
 	AllocsPerSend  float64 // heap allocations per send in this process (client included), 0 = unknown
+	CPUUS          float64 // this process's CPU µs per send (user + system; the clients, and in-process the API and broker, included), 0 = unknown
 	PeakRSS        int64   // peak RSS of this process during the round, bytes, 0 = unknown
 	Rate           float64 // sends per second
 	FirstErr       error
@@ -119,6 +120,7 @@ func (r SendReport) Median(side string) RoundResult {
 	out.RedisUS = col(func(x RoundResult) float64 { return x.RedisUS })
 	out.RedisCPUUS = col(func(x RoundResult) float64 { return x.RedisCPUUS })
 	out.AllocsPerSend = col(func(x RoundResult) float64 { return x.AllocsPerSend })
+	out.CPUUS = col(func(x RoundResult) float64 { return x.CPUUS })
 	out.PeakRSS = int64(col(func(x RoundResult) float64 { return float64(x.PeakRSS) }))
 	for _, round := range r.Rounds {
 		out.Sends += round[i].Sends
@@ -479,10 +481,12 @@ func (b *sendBench) measure(ctx context.Context, side string, fn func(context.Co
 	resetPeakRSS()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
+	cpu0 := processCPU()
 	s, err := fn(ctx)
 	if err != nil {
 		return RoundResult{}, err
 	}
+	cpu1 := processCPU()
 	runtime.ReadMemStats(&m1)
 	res, err := s.result(side)
 	if err != nil {
@@ -490,6 +494,9 @@ func (b *sendBench) measure(ctx context.Context, side string, fn func(context.Co
 	}
 	res.PeakRSS = peakRSS()
 	res.AllocsPerSend = float64(m1.Mallocs-m0.Mallocs) / float64(res.Sends)
+	if cpu0 > 0 {
+		res.CPUUS = float64((cpu1 - cpu0).Microseconds()) / float64(res.Sends)
+	}
 	after, err := readRedisStats(ctx, b.p.Redis)
 	if err != nil {
 		return res, err
