@@ -111,8 +111,9 @@ func CheckJSON(b []byte, maxNesting int) error {
 		return errors.New("holds bytes that are not UTF-8")
 	}
 	var (
-		open      []frame // the objects and arrays around i
-		expectKey bool    // the next string is an object key
+		// the objects and arrays around i (on the stack unless deeper than 8)
+		open      = make([]frame, 0, 8)
+		expectKey bool // the next string is an object key
 	)
 	for i := 0; i < len(b); i++ {
 		switch b[i] {
@@ -172,6 +173,9 @@ func (f *frame) add(key []byte) bool {
 		if bytes.Equal(k, key) {
 			return false
 		}
+	}
+	if f.keys == nil {
+		f.keys = make([][]byte, 0, 8) // most objects: one allocation
 	}
 	f.keys = append(f.keys, key)
 	if len(f.keys) > 16 {

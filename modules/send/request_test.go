@@ -1,12 +1,15 @@
 package send
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
@@ -220,4 +223,37 @@ func FuzzParseIDs(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkDecodeSend: the strict decode of a send body as `imshard bench
+// send` posts it (100-byte text).
+func BenchmarkDecodeSend(b *testing.B) {
+	body := []byte(`{"client_msg_id":"run-1234567","msg_type":"text","content":{"text":"` + strings.Repeat("x", 100) + `"}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeSend(bytes.NewReader(body), 50); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// A send's answer is rendered by hand: byte for byte what encoding/json
+// writes, whatever the topic holds.
+func TestResponseRenderIsMarshal(t *testing.T) {
+	at := message.NewTime(time.Date(2026, 12, 1, 14, 30, 5, 123e6, time.UTC))
+	for _, r := range []Response{
+		{Topic: "room-A_1", Seq: 42, MessageID: 7394812734981234, ShardMonth: "202612", CreatedAt: at},
+		{Topic: "room", Seq: 1, MessageID: 1, ShardMonth: "202612", CreatedAt: at, Duplicate: true},
+		{Topic: `<a&"b">`, Seq: -1, ShardMonth: "", CreatedAt: message.NewTime(time.Date(12000, 1, 1, 0, 0, 0, 0, time.UTC))},
+		{Topic: "ünï", CreatedAt: message.NewTime(time.Date(1, 2, 3, 4, 5, 6, 0, time.FixedZone("x", 3600)))},
+		{},
+	} {
+		want, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := r.render(); err != nil || string(got) != string(want) {
+			t.Fatalf("render = %s, %v\nwant %s", got, err, want)
+		}
+	}
 }
