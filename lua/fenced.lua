@@ -289,22 +289,26 @@ local function send(keys, args)
   return {0, a[2], a[3], a[4], gid, a[5]}
 end
 
--- sent: everything after the broker's ack, in one call (the realtime
--- publish rides in the same pipeline): the record acked, the seq no longer
--- timing out into a gap, the message in the hot cache.
+-- sent: everything after the broker's ack, in one call: the record acked,
+-- the seq no longer timing out into a gap, the message in the hot cache,
+-- the realtime publish.
 --
--- KEYS[1] idempotency HASH, KEYS[2] topic pending seqs, KEYS[3] hot cache
+-- KEYS[1] idempotency HASH, KEYS[2] topic pending seqs, KEYS[3] hot cache,
+-- KEYS[4] the topic's realtime channel (SPUBLISH: a key for the slot)
 -- ARGV[1] seq, ARGV[2] idempotency TTL ms
 -- ARGV[3] the 201 body: if the record was lost since the send call (a
 --         flush, a failover) it is written again as status acked with this
 --         resp, so a retry still answers with the original body
 -- ARGV[4] hot-cache member ("" = no hot cache), ARGV[5] hot-cache TTL ms,
--- ARGV[6] hot-cache size per topic
+-- ARGV[6] hot-cache size per topic: trimmed to it at every 16th seq, so it
+--         holds up to 15 more between trims (one trim call instead of 16)
 -- ARGV[7] the seq's pending entry as send returned it ("" = unknown)
+-- ARGV[8] the realtime frame
 --
 -- 'done' (set by persist after its commit) is never downgraded: the ack can
 -- reach the sender after the consumer has already stored the message. A seq
--- no longer pending (persisted already, or a gap) is left alone.
+-- no longer pending (persisted already, or a gap) is left alone. The
+-- publish comes last: a failure before it is reported with it.
 local function sent(keys, args)
   local st = redis.call('HGET', keys[1], 'status')
   if not st then
@@ -326,8 +330,11 @@ local function sent(keys, args)
   if args[4] ~= '' then
     redis.call('ZADD', keys[3], args[1], args[4])
     redis.call('PEXPIRE', keys[3], args[5])
-    redis.call('ZREMRANGEBYRANK', keys[3], 0, -tonumber(args[6]) - 1)
+    if tonumber(args[1]) % 16 == 0 then
+      redis.call('ZREMRANGEBYRANK', keys[3], 0, -tonumber(args[6]) - 1)
+    end
   end
+  redis.call('SPUBLISH', keys[4], args[8])
   return 1
 end
 

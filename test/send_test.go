@@ -636,8 +636,8 @@ func TestSendStaleClaimTakenOver(t *testing.T) {
 }
 
 // After the ack the message is in the hot cache (score seq, trimmed to
-// hot_cache.max_per_topic lowest-first, with the cache TTL) and published
-// on the topic's realtime channel.
+// hot_cache.max_per_topic lowest-first at every 16th seq, with the cache
+// TTL) and published on the topic's realtime channel.
 func TestSendHotCacheAndRealtime(t *testing.T) {
 	e := startSend(t, harness.Options{Mutate: func(c *config.Config) { c.HotCache.MaxPerTopic = 3 }})
 	e.group("room", 7, "active")
@@ -646,7 +646,7 @@ func TestSendHotCacheAndRealtime(t *testing.T) {
 	k := e.keys()
 
 	sub := testenv.RedisClient(t, testenv.RedisAddr())
-	got := make(chan string, 16)
+	got := make(chan string, 32)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -660,21 +660,32 @@ func TestSendHotCacheAndRealtime(t *testing.T) {
 	})
 
 	var last sendResp
-	for i := range 5 {
+	hot := func(first, last float64) []rueidis.ZScore {
+		t.Helper()
+		members, err := e.Redis.Do(ctx, e.Redis.B().Zrange().Key(k.HotMessages("room")).Min("0").Max("-1").Withscores().Build()).AsZScores()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(members); n == 0 || members[0].Score != first || members[n-1].Score != last || n != int(last-first)+1 {
+			t.Fatalf("hot cache = %+v, want seqs %v..%v", members, first, last)
+		}
+		return members
+	}
+	for i := range 17 {
 		last = e.mustSend(user, "room", sendBody(fmt.Sprintf("h%d", i), fmt.Sprintf("hello %d", i)))
+		switch i + 1 {
+		case 15:
+			hot(1, 15) // no trim yet
+		case 16:
+			hot(14, 16) // seq 16 trimmed to the newest 3
+		}
 	}
-	members, err := e.Redis.Do(ctx, e.Redis.B().Zrange().Key(k.HotMessages("room")).Min("0").Max("-1").Withscores().Build()).AsZScores()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(members) != 3 || members[0].Score != 3 || members[2].Score != 5 {
-		t.Fatalf("hot cache = %+v, want seqs 3..5", members)
-	}
+	members := hot(14, 17)
 	var m message.Message
-	if err := json.Unmarshal([]byte(members[2].Member), &m); err != nil {
+	if err := json.Unmarshal([]byte(members[3].Member), &m); err != nil {
 		t.Fatal(err)
 	}
-	if m.Seq != last.Seq || m.MessageID != last.MessageID || m.Status != "normal" || string(m.Content) != `{"text":"hello 4"}` || m.Version != 1 {
+	if m.Seq != last.Seq || m.MessageID != last.MessageID || m.Status != "normal" || string(m.Content) != `{"text":"hello 16"}` || m.Version != 1 {
 		t.Fatalf("cached message = %+v", m)
 	}
 	if ttl, err := e.Redis.Do(ctx, e.Redis.B().Pttl().Key(k.HotMessages("room")).Build()).AsInt64(); err != nil ||

@@ -66,20 +66,9 @@ func (l *FencedLib) Send(ctx context.Context, rdb rueidis.Client, keys, args []s
 	return l.call(ctx, rdb, l.send, keys, args)
 }
 
-// SentCmd is the call after a send's broker ack, as a command for the
-// caller's pipeline; SentRetry finishes it when the server lacked the
-// library.
-func (l *FencedLib) SentCmd(rdb rueidis.Client, keys, args []string) rueidis.Completed {
-	return rdb.B().Fcall().Function(l.sent).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
-}
-
-// SentRetry returns res, or — when res says the library is missing (a
-// server restarted between the send's two calls) — loads it and calls sent
-// again.
-func (l *FencedLib) SentRetry(ctx context.Context, rdb rueidis.Client, res rueidis.RedisResult, keys, args []string) rueidis.RedisResult {
-	if !notFound(res) {
-		return res
-	}
+// Sent is the one call after a send's broker ack (record acked, pending
+// entry, hot cache, realtime publish).
+func (l *FencedLib) Sent(ctx context.Context, rdb rueidis.Client, keys, args []string) rueidis.RedisResult {
 	return l.call(ctx, rdb, l.sent, keys, args)
 }
 

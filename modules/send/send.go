@@ -39,6 +39,34 @@ func responseOf(ev *message.Event) Response {
 	return Response{Topic: ev.Topic, Seq: ev.SeqID, MessageID: ev.MessageID, ShardMonth: ev.ShardMonth, CreatedAt: ev.CreatedAt}
 }
 
+// render is json.Marshal(r), written by hand for what a send answers (a
+// valid topic and a month need no escape); anything else goes through
+// encoding/json.
+func (r Response) render() ([]byte, error) {
+	if !plainJSON(r.Topic) || !plainJSON(r.ShardMonth) {
+		return json.Marshal(r)
+	}
+	b := append(make([]byte, 0, 160), `{"topic":"`...)
+	b = append(b, r.Topic...)
+	b = strconv.AppendInt(append(b, `","seq":`...), r.Seq, 10)
+	b = strconv.AppendInt(append(b, `,"message_id":"`...), int64(r.MessageID), 10)
+	b = append(append(b, `","shard_month":"`...), r.ShardMonth...)
+	b = r.CreatedAt.UTC().AppendFormat(append(b, `","created_at":"`...), message.TimeFormat)
+	b = strconv.AppendBool(append(b, `","duplicate":`...), r.Duplicate)
+	return append(b, '}'), nil
+}
+
+// plainJSON reports whether s is written in a JSON string as it is: the
+// characters of a topic.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // produceGrace lets the client fail a record at its deadline before the
 // handler gives up on the promise.
 const produceGrace = 250 * time.Millisecond
@@ -439,7 +467,7 @@ func (a *attempt) settle(ctx context.Context, ev *message.Event, raw []byte, err
 	resp := responseOf(ev)
 	// rendered once: the record keeps it in case Redis lost the record
 	// meanwhile, and a first send answers with it
-	body, err := json.Marshal(resp)
+	body, err := resp.render()
 	if err != nil {
 		return Response{}, fmt.Errorf("send: response: %w", err)
 	}
@@ -461,13 +489,12 @@ func (a *attempt) settle(ctx context.Context, ev *message.Event, raw []byte, err
 	return resp, nil
 }
 
-// postAck records the ack and feeds the readers in one pipelined round
-// trip: the library's sent function (record acked, seq no longer pending,
-// hot cache) and the realtime publish. The message is rendered once: the
-// hot-cache member is the frame's inner object. resp is the 201 body the
-// record keeps if Redis lost it since the send call. Everything here is
-// best effort (the hot cache never rolls anything back; a reader falls back
-// to MySQL by seq).
+// postAck records the ack and feeds the readers in one call, the library's
+// sent function: record acked, seq no longer pending, hot cache, realtime
+// publish. The message is rendered once: the hot-cache member is the
+// frame's inner object. resp is the 201 body the record keeps if Redis lost
+// it since the send call. Everything here is best effort (the hot cache
+// never rolls anything back; a reader falls back to MySQL by seq).
 func (s *Service) postAck(ctx context.Context, a *attempt, ev *message.Event, resp []byte) {
 	fail := func(err error, steps ...string) {
 		for _, step := range steps {
@@ -485,15 +512,10 @@ func (s *Service) postAck(ctx context.Context, a *attempt, ev *message.Event, re
 	if hc := s.p.HotCache; hc.TTL > 0 && hc.MaxPerTopic > 0 {
 		member, hotTTL, hotMax = frame[len(framePrefix):len(frame)-1], s.hotTTL, s.hotMax
 	}
-	keys := []string{a.key, a.keys.Pending(a.topic), a.keys.HotMessages(a.topic)}
-	args := []string{strconv.FormatInt(ev.SeqID, 10), s.idemTTL, string(resp), member, hotTTL, hotMax, a.pending}
-	rdb, lib := s.p.Redis, s.p.Scripts.Fenced
-	res := rdb.DoMulti(ctx, lib.SentCmd(rdb, keys, args), rdb.B().Spublish().Channel(a.keys.Realtime(a.topic)).Message(frame).Build())
-	if err := lib.SentRetry(ctx, rdb, res[0], keys, args).Error(); err != nil {
-		fail(err, stepIdempotency, stepPending, stepHotCache)
-	}
-	if err := res[1].Error(); err != nil {
-		fail(err, stepPublish)
+	keys := []string{a.key, a.keys.Pending(a.topic), a.keys.HotMessages(a.topic), a.keys.Realtime(a.topic)}
+	args := []string{strconv.FormatInt(ev.SeqID, 10), s.idemTTL, string(resp), member, hotTTL, hotMax, a.pending, frame}
+	if err := s.p.Scripts.Fenced.Sent(ctx, s.p.Redis, keys, args).Error(); err != nil {
+		fail(err, stepIdempotency, stepPending, stepHotCache, stepPublish)
 	}
 }
 
