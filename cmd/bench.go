@@ -93,3 +93,11 @@ func dropBenchTenant(ctx context.Context, a *app.App, db *sql.DB, tenant string)
 		return strings.Replace(imsql.DropDatabase(), imsql.DatabasePlaceholder, name, 1)
 	}), routing.DropTenantKeys(ctx, a.Redis(), tenant))
 }
+
+// verdict is how a bench line reads a bar.
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
+}

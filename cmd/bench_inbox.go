@@ -140,13 +140,8 @@ func printBenchInbox(w io.Writer, o *benchInboxOptions, rep bench.InboxReport) {
 			return
 		}
 		r := float64(a.P99) / float64(b.P99)
-		ok := r <= 0.5 && a.P99 <= abs
-		verdict := "met"
-		if !ok {
-			verdict = "MISSED"
-		}
 		fmt.Fprintf(w, "%-40s %6.2f ms, %5.2f x raw (bar <= %s and <= 0.5 x: %s)\n", name+" p99",
-			float64(a.P99.Microseconds())/1000, r, abs, verdict)
+			float64(a.P99.Microseconds())/1000, r, abs, verdict(r <= 0.5 && a.P99 <= abs))
 	}
 	bar(rep.Unread.Name, rep.Unread, rep.RawUnread, 10*time.Millisecond)
 	bar(rep.List.Name, rep.List, rep.RawList, 20*time.Millisecond)

@@ -154,12 +154,6 @@ func printBenchMigrate(w io.Writer, o *benchMigrateOptions, batch int, rep bench
 	if rep.RawRate() > 0 {
 		ratio = rep.BackfillRate() / rep.RawRate()
 	}
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "MISSED"
-	}
 	fmt.Fprintf(w, "backfill / raw           = %.2f (bar >= 0.50: %s)\n", ratio, verdict(ratio >= 0.5))
 	fmt.Fprintf(w, "pages, no backfill       %d pages, p50 %v, p99 %v\n", rep.Idle.Pages, rep.Idle.P50.Round(time.Microsecond), rep.Idle.P99.Round(time.Microsecond))
 	fmt.Fprintf(w, "pages, backfill %6d/s  %d pages, p50 %v, p99 %v (backfill copied %d rows meanwhile)\n", rep.Throttle,

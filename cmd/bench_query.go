@@ -196,12 +196,6 @@ func printBenchQuery(w io.Writer, o *benchQueryOptions, rep bench.QueryReport) {
 			r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond))
 	}
 	_ = tw.Flush()
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "MISSED"
-	}
 	// a bar is printed only when both of its runs ran
 	ratio := func(name string, a, b bench.QueryResult, limit float64, atMost bool, of func(bench.QueryResult) float64) {
 		if a.Skipped || b.Skipped || of(b) <= 0 {

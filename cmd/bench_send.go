@@ -234,12 +234,6 @@ func printBenchSend(w io.Writer, o *benchSendOptions, rep bench.SendReport) {
 	}
 	row("-", rep.Alloc)
 	_ = tw.Flush()
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "MISSED"
-	}
 	note := ""
 	if len(rep.Rounds) < minPairs {
 		note = fmt.Sprintf(" — only %d rounds: the bars need medians of %d", len(rep.Rounds), minPairs)

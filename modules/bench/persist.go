@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -14,21 +15,25 @@ import (
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
+	"github.com/redis/rueidis"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// PersistParams configure `imshard bench persist`: the persist role against
+// PersistParams configure `imshard bench persist`: the persist role beside
 // the raw multi-row insert of the same rows (same batch size and writers,
-// with the mirror upsert), and the same batches into a legacy single table
-// that already holds LegacyRows rows (docs/performance.md).
+// with the mirror upsert) in paired, alternating rounds, and once the same
+// batches into a legacy single table that already holds LegacyRows rows
+// (docs/performance.md).
 type PersistParams struct {
 	Rows, Batch, Writers, Topics int
-	LegacyRows                   int
+	Pairs                        int // rounds; each runs both sides once, the first side alternating
+	LegacyRows                   int // 0 = no legacy run
 	Tenant                       string
-	DB                           *sql.DB // the tenant's database
+	DB                           *sql.DB        // the tenant's database
+	Redis                        rueidis.Client // INFO commandstats and cpu around each side
 	PersistMonth, RawMonth       routing.Month
 	Topic                        string    // a Kafka topic of the benchmark's own
 	KafkaConn                    []kgo.Opt // how to reach the brokers
@@ -43,12 +48,30 @@ type PersistParams struct {
 	Progress io.Writer
 }
 
-// PersistResult is one measured run.
+// Sides of the persist comparison.
+const (
+	SidePersist = "persist"
+	SideRaw     = "raw insert"
+)
+
+// PersistResult is one measured run of a side.
 type PersistResult struct {
 	Name     string
 	Rows     int
+	Batches  int
 	Elapsed  time.Duration
 	P50, P99 time.Duration // per batch
+	// what the run cost beside the rows, per batch or per row; the servers
+	// are shared, so their counters include other clients (the raw side,
+	// which sends nothing to Redis, shows how much)
+	ProcCPUUS    float64 // this process's CPU µs per row (the in-process Kafka broker included)
+	AllocsPerRow float64 // heap allocations per row in this process
+	RedisCalls   float64 // Redis commands per batch (INFO commandstats, scripts' inner commands included)
+	RedisCPUUS   float64 // Redis server CPU µs per row (INFO cpu)
+	SQLCalls     float64 // MySQL statements per batch (Questions: queries and prepared executes)
+	SQLPrepares  float64 // MySQL statement prepares per batch (Com_stmt_prepare)
+	LockWaits    float64 // InnoDB row lock waits per batch
+	LockWaitMS   float64 // InnoDB row lock wait ms per batch
 }
 
 // Rate is rows per second.
@@ -59,36 +82,120 @@ func (r PersistResult) Rate() float64 {
 	return float64(r.Rows) / r.Elapsed.Seconds()
 }
 
-// PersistReport holds the three runs.
+// PersistReport holds the rounds (persist, raw insert in each) and the
+// legacy run.
 type PersistReport struct {
-	Persist, Raw, Legacy PersistResult
-	LegacyFixture        int64 // rows in the legacy table before its run
+	Rounds        [][2]PersistResult
+	Legacy        PersistResult // zero without a legacy run
+	LegacyFixture int64         // rows in the legacy table before its run
 }
 
-// Persist runs the three measurements in one process on the same services.
+// Median is the median of each figure of side i (0 persist, 1 raw insert)
+// over the rounds.
+func (r PersistReport) Median(i int) PersistResult {
+	out := PersistResult{}
+	if len(r.Rounds) == 0 {
+		return out
+	}
+	out.Name = r.Rounds[0][i].Name
+	col := func(f func(PersistResult) float64) float64 {
+		v := make([]float64, len(r.Rounds))
+		for k, round := range r.Rounds {
+			v[k] = f(round[i])
+		}
+		return median(v)
+	}
+	dur := func(f func(PersistResult) time.Duration) time.Duration {
+		return time.Duration(col(func(x PersistResult) float64 { return float64(f(x)) }))
+	}
+	out.Rows, out.Batches = r.Rounds[0][i].Rows, r.Rounds[0][i].Batches
+	// the median rate as an elapsed time for the round's rows
+	if rate := col(PersistResult.Rate); rate > 0 {
+		out.Elapsed = time.Duration(float64(out.Rows) / rate * float64(time.Second))
+	}
+	out.P50 = dur(func(x PersistResult) time.Duration { return x.P50 })
+	out.P99 = dur(func(x PersistResult) time.Duration { return x.P99 })
+	out.ProcCPUUS = col(func(x PersistResult) float64 { return x.ProcCPUUS })
+	out.AllocsPerRow = col(func(x PersistResult) float64 { return x.AllocsPerRow })
+	out.RedisCalls = col(func(x PersistResult) float64 { return x.RedisCalls })
+	out.RedisCPUUS = col(func(x PersistResult) float64 { return x.RedisCPUUS })
+	out.SQLCalls = col(func(x PersistResult) float64 { return x.SQLCalls })
+	out.SQLPrepares = col(func(x PersistResult) float64 { return x.SQLPrepares })
+	out.LockWaits = col(func(x PersistResult) float64 { return x.LockWaits })
+	out.LockWaitMS = col(func(x PersistResult) float64 { return x.LockWaitMS })
+	return out
+}
+
+// Ratio is the median over the rounds of persist's rate divided by the raw
+// insert's in the same round.
+func (r PersistReport) Ratio() float64 {
+	v := make([]float64, 0, len(r.Rounds))
+	for _, round := range r.Rounds {
+		if raw := round[1].Rate(); raw > 0 {
+			v = append(v, round[0].Rate()/raw)
+		}
+	}
+	return median(v)
+}
+
+// Persist runs the rounds, then the legacy run, in one process on the same
+// services. Before every round both sides' month tables are emptied, so
+// each round stores its rows into empty tables; the rounds' events are new
+// (their seqs go on from the round before), so the Redis routes and the
+// route mirror, which the tables' emptying leaves, only widen.
 func Persist(ctx context.Context, p PersistParams) (PersistReport, error) {
 	var rep PersistReport
-	evs := benchEvents(p.Tenant, p.Rows, p.Topics, p.PersistMonth, 0)
-	p.logf("producing %d events to %s …", len(evs), p.Topic)
-	if err := benchProduce(ctx, p.KafkaConn, p.Topic, evs); err != nil {
+	persistTable, err := routing.TableFor(p.PersistMonth)
+	if err != nil {
 		return rep, err
 	}
-	p.logf("persist: %d writers, batch %d …", p.Writers, p.Batch)
-	var err error
-	if rep.Persist, err = benchPersist(ctx, p, len(evs)); err != nil {
-		return rep, err
-	}
-
 	rawTable, err := routing.TableFor(p.RawMonth)
 	if err != nil {
 		return rep, err
 	}
-	p.logf("raw insert + mirror upsert into %s …", rawTable.Name())
-	raw := benchEvents(p.Tenant, p.Rows, p.Topics, p.RawMonth, 0)
-	if rep.Raw, err = benchRaw(ctx, p, "raw insert", rawTable.Quoted(), p.RawMonth, raw); err != nil {
-		return rep, err
+	pairs := max(p.Pairs, 1)
+	perTopic := int64((p.Rows + p.Topics - 1) / p.Topics)
+	for r := range pairs {
+		seqBase := int64(r) * perTopic
+		for _, t := range []routing.Table{persistTable, rawTable} {
+			if _, err := p.DB.ExecContext(ctx, "TRUNCATE TABLE "+t.Quoted()); err != nil {
+				return rep, fmt.Errorf("bench: empty %s: %w", t.Name(), err)
+			}
+		}
+		evs := benchEvents(p.Tenant, p.Rows, p.Topics, p.PersistMonth, seqBase)
+		if err := benchProduce(ctx, p.KafkaConn, p.Topic, evs); err != nil {
+			return rep, err
+		}
+		raw := benchEvents(p.Tenant, p.Rows, p.Topics, p.RawMonth, seqBase)
+		var round [2]PersistResult
+		sides := []func() error{
+			func() (err error) {
+				round[0], err = p.measure(ctx, SidePersist, func() (PersistResult, error) { return benchPersist(ctx, p, len(evs)) })
+				return err
+			},
+			func() (err error) {
+				round[1], err = p.measure(ctx, SideRaw, func() (PersistResult, error) {
+					return benchRaw(ctx, p, SideRaw, rawTable.Quoted(), p.RawMonth, raw)
+				})
+				return err
+			},
+		}
+		// the first side alternates, so that load from elsewhere on a
+		// shared machine and drift within a round fall on both sides alike
+		for j := range sides {
+			if err := sides[(r+j)%2](); err != nil {
+				return rep, fmt.Errorf("round %d: %w", r+1, err)
+			}
+		}
+		rep.Rounds = append(rep.Rounds, round)
+		p.logf("round %d: persist %.0f/s (p50 %s, p99 %s), raw insert %.0f/s (p50 %s, p99 %s): %.2f", r+1,
+			round[0].Rate(), round[0].P50.Round(time.Millisecond), round[0].P99.Round(time.Millisecond),
+			round[1].Rate(), round[1].P50.Round(time.Millisecond), round[1].P99.Round(time.Millisecond),
+			round[0].Rate()/round[1].Rate())
 	}
-
+	if p.LegacyRows <= 0 {
+		return rep, nil
+	}
 	p.logf("legacy fixture: %d rows in %s …", p.LegacyRows, routing.LegacyTable)
 	var history int64
 	if rep.LegacyFixture, history, err = benchLegacyFixture(ctx, p); err != nil {
@@ -101,6 +208,79 @@ func Persist(ctx context.Context, p PersistParams) (PersistReport, error) {
 	return rep, err
 }
 
+// mysqlCounters are the server status counters read around each side.
+var mysqlCounters = []string{"Questions", "Com_stmt_prepare", "Innodb_row_lock_waits", "Innodb_row_lock_time"}
+
+func (p *PersistParams) mysqlStatus(ctx context.Context) (map[string]float64, error) {
+	rows, err := p.DB.QueryContext(ctx, "SHOW GLOBAL STATUS WHERE Variable_name IN (?, ?, ?, ?)",
+		mysqlCounters[0], mysqlCounters[1], mysqlCounters[2], mysqlCounters[3])
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]float64{}
+	for rows.Next() {
+		var name string
+		var v float64
+		if err := rows.Scan(&name, &v); err != nil {
+			return nil, err
+		}
+		out[name] = v
+	}
+	return out, rows.Err()
+}
+
+// measure runs one side with this process's, Redis's and MySQL's counters
+// around it.
+func (p *PersistParams) measure(ctx context.Context, side string, run func() (PersistResult, error)) (PersistResult, error) {
+	p.logf("%s: %d rows, %d writers, batch %d …", side, p.Rows, p.Writers, p.Batch)
+	sql0, err := p.mysqlStatus(ctx)
+	if err != nil {
+		return PersistResult{}, err
+	}
+	var redis0 redisStats
+	if p.Redis != nil {
+		if redis0, err = readRedisStats(ctx, p.Redis); err != nil {
+			return PersistResult{}, err
+		}
+	}
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	cpu0 := processCPU()
+	res, err := run()
+	if err != nil {
+		return res, err
+	}
+	cpu1 := processCPU()
+	runtime.ReadMemStats(&m1)
+	sql1, err := p.mysqlStatus(ctx)
+	if err != nil {
+		return res, err
+	}
+	rows, batches := float64(max(res.Rows, 1)), float64(max(res.Batches, 1))
+	res.ProcCPUUS = (cpu1 - cpu0).Seconds() * 1e6 / rows
+	res.AllocsPerRow = float64(m1.Mallocs-m0.Mallocs) / rows
+	res.SQLCalls = (sql1["Questions"] - sql0["Questions"]) / batches
+	res.SQLPrepares = (sql1["Com_stmt_prepare"] - sql0["Com_stmt_prepare"]) / batches
+	res.LockWaits = (sql1["Innodb_row_lock_waits"] - sql0["Innodb_row_lock_waits"]) / batches
+	res.LockWaitMS = (sql1["Innodb_row_lock_time"] - sql0["Innodb_row_lock_time"]) / batches
+	if p.Redis != nil {
+		redis1, err := readRedisStats(ctx, p.Redis)
+		if err != nil {
+			return res, err
+		}
+		var calls float64
+		for cmd, n := range redis1.calls {
+			if cmd != "info" {
+				calls += n - redis0.calls[cmd]
+			}
+		}
+		res.RedisCalls = calls / batches
+		res.RedisCPUUS = (redis1.cpu - redis0.cpu) * 1e6 / rows
+	}
+	return res, nil
+}
+
 func (p *PersistParams) logf(format string, args ...any) {
 	if p.Progress != nil {
 		fmt.Fprintf(p.Progress, format+"\n", args...)
@@ -108,7 +288,8 @@ func (p *PersistParams) logf(format string, args ...any) {
 }
 
 // benchEvents are rows messages spread round-robin over topics, their seqs
-// above seqBase, with content of a typical chat size.
+// above seqBase, with content of a typical chat size; their message ids
+// (month, then a counter above seqBase × topics) are unique in the month.
 func benchEvents(tenant string, rows, topics int, m routing.Month, seqBase int64) []message.Event {
 	evs := make([]message.Event, rows)
 	now := message.NewTime(time.Now())
@@ -118,7 +299,7 @@ func benchEvents(tenant string, rows, topics int, m routing.Month, seqBase int64
 		evs[i] = message.Event{
 			V: message.EventVersion, EventID: fmt.Sprintf("%s-%d-%d", m, i%topics, seq), Tenant: tenant, Topic: topic,
 			GroupID: message.ID(i%topics + 1), SeqID: seq, ShardMonth: m.String(),
-			MessageID: message.ID(int64(m.Int())<<32 | seqBase<<20 | int64(i+1)), FromUser: message.ID(i%50 + 1),
+			MessageID: message.ID(int64(m.Int())<<32 | (seqBase*int64(topics) + int64(i+1))), FromUser: message.ID(i%50 + 1),
 			ClientMsgID: "c" + strconv.FormatInt(seq, 10), MsgType: "text",
 			Content:   json.RawMessage(`{"text":"benchmark message number ` + strconv.Itoa(i) + `, about as long as a chat line"}`),
 			CreatedAt: now,
@@ -156,7 +337,7 @@ func benchProduce(ctx context.Context, conn []kgo.Opt, topic string, evs []messa
 // consumer-group join is not billed; a batch counts once its Redis
 // follow-ups are done too.
 func benchPersist(ctx context.Context, p PersistParams, n int) (PersistResult, error) {
-	res := PersistResult{Name: "persist", Rows: n}
+	res := PersistResult{Name: SidePersist, Rows: n}
 	var (
 		mu        sync.Mutex
 		lat       []time.Duration
@@ -202,6 +383,7 @@ func benchPersist(ctx context.Context, p PersistParams, n int) (PersistResult, e
 	mu.Lock()
 	defer mu.Unlock()
 	res.Elapsed = last.Sub(first)
+	res.Batches = len(lat)
 	res.P50, res.P99 = percentiles(lat)
 	return res, nil
 }
@@ -240,6 +422,7 @@ func benchRaw(ctx context.Context, p PersistParams, name, quoted string, m routi
 	close(batches)
 	wg.Wait()
 	res.Elapsed = time.Since(start)
+	res.Batches = len(lat)
 	res.P50, res.P99 = percentiles(lat)
 	if len(errs) > 0 {
 		return res, fmt.Errorf("bench: %s: %w (and %d more)", name, errs[0], len(errs)-1)
@@ -265,7 +448,7 @@ func benchLegacyFixture(ctx context.Context, p PersistParams) (rows, maxSeq int6
 		return 0, 0, err
 	}
 	if rows == 0 {
-		seed := benchEvents(p.Tenant, min(20_000, max(p.LegacyRows, 1)), p.Topics, p.RawMonth.Add(-1), 0)
+		seed := benchEvents(p.Tenant, min(20_000, p.LegacyRows), p.Topics, p.RawMonth.Add(-1), 0)
 		for lo := 0; lo < len(seed); lo += 1000 {
 			if err := p.RawBatch(ctx, p.DB, quoted, p.RawMonth.Add(-1), seed[lo:min(lo+1000, len(seed))]); err != nil {
 				return 0, 0, fmt.Errorf("bench: legacy seed: %w", err)
