@@ -158,10 +158,10 @@ func runBenchPersist(ctx context.Context, cfg *config.Config, o *benchPersistOpt
 func printBenchPersist(w io.Writer, o *benchPersistOptions, rep bench.PersistReport) {
 	fmt.Fprintf(w, "persist bench: rows=%d batch=%d writers=%d topics=%d pairs=%d\n", o.rows, o.batch, o.writers, o.topics, len(rep.Rounds))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "round\tside\trows/s\tbatch p50\tbatch p99\tSQL/batch\tprepares/batch\tlock waits/batch\tlock ms/batch\tRedis cmds/batch\tRedis CPU µs/row\tCPU µs/row\tallocs/row")
+	fmt.Fprintln(tw, "round\tside\trows/s\tbatch p50\tbatch p99\trows/batch\tSQL/batch\tprepares/batch\tlock waits/batch\tlock ms/batch\tRedis cmds/batch\tRedis CPU µs/row\tCPU µs/row\tallocs/row")
 	line := func(round string, r bench.PersistResult) {
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%.1f\t%.1f\t%.2f\t%.1f\t%.0f\t%.1f\t%.1f\t%.0f\n", round, r.Name, r.Rate(),
-			r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.SQLCalls, r.SQLPrepares, r.LockWaits, r.LockWaitMS,
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%.0f\t%.1f\t%.1f\t%.2f\t%.1f\t%.0f\t%.1f\t%.1f\t%.0f\n", round, r.Name, r.Rate(),
+			r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.RowsPerBatch(), r.SQLCalls, r.SQLPrepares, r.LockWaits, r.LockWaitMS,
 			r.RedisCalls, r.RedisCPUUS, r.ProcCPUUS, r.AllocsPerRow)
 	}
 	for i, round := range rep.Rounds {

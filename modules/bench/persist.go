@@ -82,6 +82,14 @@ func (r PersistResult) Rate() float64 {
 	return float64(r.Rows) / r.Elapsed.Seconds()
 }
 
+// RowsPerBatch is the mean batch size.
+func (r PersistResult) RowsPerBatch() float64 {
+	if r.Batches == 0 {
+		return 0
+	}
+	return float64(r.Rows) / float64(r.Batches)
+}
+
 // PersistReport holds the rounds (persist, raw insert in each) and the
 // legacy run.
 type PersistReport struct {
@@ -108,7 +116,8 @@ func (r PersistReport) Median(i int) PersistResult {
 	dur := func(f func(PersistResult) time.Duration) time.Duration {
 		return time.Duration(col(func(x PersistResult) float64 { return float64(f(x)) }))
 	}
-	out.Rows, out.Batches = r.Rounds[0][i].Rows, r.Rounds[0][i].Batches
+	out.Rows = r.Rounds[0][i].Rows
+	out.Batches = int(col(func(x PersistResult) float64 { return float64(x.Batches) }))
 	// the median rate as an elapsed time for the round's rows
 	if rate := col(PersistResult.Rate); rate > 0 {
 		out.Elapsed = time.Duration(float64(out.Rows) / rate * float64(time.Second))

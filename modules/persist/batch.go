@@ -29,10 +29,11 @@ type batchKey struct {
 }
 
 type batch struct {
-	key   batchKey
-	recs  []*record
-	since time.Time // when the first record joined: the linger runs from here
-	first uint64    // admission order of its first record
+	key     batchKey
+	stripes uint64 // the topic stripes its records belong to (stripeOf), one bit each
+	recs    []*record
+	since   time.Time // when the first record joined: the linger runs from here
+	first   uint64    // admission order of its first record
 
 	// set by the scheduler and process for a batch that ran
 	probe    bool      // dispatched as its parked tenant's probe
@@ -42,24 +43,60 @@ type batch struct {
 	err      error     // the error, when retry is set
 }
 
-// grouper accumulates records into batches by tenant + month; a batch is
-// ready when it holds size records or its first record waited linger.
-type grouper struct {
-	size   int
-	linger time.Duration
-	open   map[batchKey]*batch
+// maxStripes bounds the topic stripes (a batch holds them as bits of a
+// uint64).
+const maxStripes = 64
+
+// stripeOf is the stripe of a topic among n: a topic is always in the same
+// one (FNV-1a of its name).
+func stripeOf(topic string, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	h := uint32(2166136261)
+	for i := 0; i < len(topic); i++ {
+		h ^= uint32(topic[i])
+		h *= 16777619
+	}
+	return int(h % uint32(n))
 }
 
-func newGrouper(size int, linger time.Duration) *grouper {
-	return &grouper{size: size, linger: linger, open: map[batchKey]*batch{}}
+// openKey is where the grouper collects records: a tenant, a month and a
+// topic stripe.
+type openKey struct {
+	batchKey
+	stripe int
+}
+
+// grouper accumulates records into batches by tenant + month; a batch is
+// ready when it holds size records or its first record waited linger.
+//
+// Within a tenant + month the records are kept apart by topic stripe, so
+// that the batches a busy tenant fills run side by side on disjoint topics:
+// two transactions that upsert the same topic's mirror row wait for each
+// other's commit (a row lock held through the fsync), and with a few hundred
+// topics per batch almost any two batches of one tenant share some. When the
+// linger ends, the stripes' partial batches of a tenant + month are joined
+// again into as few batches as size allows, so a quiet tenant still writes
+// one transaction per linger.
+type grouper struct {
+	size    int
+	linger  time.Duration
+	stripes int
+	open    map[openKey]*batch
+}
+
+func newGrouper(size int, linger time.Duration, stripes int) *grouper {
+	return &grouper{size: size, linger: linger, stripes: min(max(stripes, 1), maxStripes), open: map[openKey]*batch{}}
 }
 
 // add puts r into its batch and returns the batch if that filled it.
 func (g *grouper) add(r *record, now time.Time) *batch {
-	k := batchKey{tenant: r.ev.Tenant, month: r.month}
+	stripe := stripeOf(r.ev.Topic, g.stripes)
+	k := openKey{batchKey{tenant: r.ev.Tenant, month: r.month}, stripe}
 	b := g.open[k]
 	if b == nil {
-		b = &batch{key: k, since: now, first: r.seq}
+		b = &batch{key: k.batchKey, stripes: 1 << stripe, since: now, first: r.seq}
 		g.open[k] = b
 	}
 	b.recs = append(b.recs, r)
@@ -71,36 +108,66 @@ func (g *grouper) add(r *record, now time.Time) *batch {
 }
 
 // due removes and returns the batches whose linger has passed (all of them
-// when flush is set), oldest first.
-func (g *grouper) due(now time.Time, flush bool) []*batch {
-	return g.take(func(b *batch) bool { return flush || now.Sub(b.since) >= g.linger })
+// when flush is set), oldest first. The linger of a tenant + month runs from
+// its oldest record: once it has passed, every stripe's batch of it is due.
+// A tenant that holds is left to fill its batches (scheduler.holds).
+func (g *grouper) due(now time.Time, flush bool, holds func(tenant string) bool) []*batch {
+	var expired map[batchKey]bool
+	for _, b := range g.open {
+		if flush || (now.Sub(b.since) >= g.linger && !holds(b.key.tenant)) {
+			if expired == nil {
+				expired = map[batchKey]bool{}
+			}
+			expired[b.key] = true
+		}
+	}
+	return g.take(func(b *batch) bool { return expired[b.key] })
 }
 
-// before removes and returns the open batches of b's tenant that hold
-// records admitted before b's first one, oldest first: they are queued ahead
-// of b, so a tenant's months are written in the order Kafka delivered them
-// (an original is stored before its retry across the boundary).
+// before removes and returns the open batches of b's tenant for other
+// months that hold records admitted before b's first one, oldest first:
+// they are queued ahead of b, so a tenant's months are written in the order
+// Kafka delivered them (an original is stored before its retry across the
+// boundary).
 func (g *grouper) before(b *batch) []*batch {
-	return g.take(func(o *batch) bool { return o.key.tenant == b.key.tenant && o.first < b.first })
+	return g.take(func(o *batch) bool {
+		return o.key.tenant == b.key.tenant && o.key.month != b.key.month && o.first < b.first
+	})
 }
 
+// take removes the open batches pick selects and joins each tenant +
+// month's into as few as size allows, oldest first.
 func (g *grouper) take(pick func(*batch) bool) []*batch {
-	var out []*batch
+	var picked []*batch
 	for k, b := range g.open {
 		if pick(b) {
-			out = append(out, b)
+			picked = append(picked, b)
 			delete(g.open, k)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].first < out[j].first })
+	sort.Slice(picked, func(i, j int) bool { return picked[i].first < picked[j].first })
+	var out []*batch
+	into := map[batchKey]*batch{} // the batch of each key still taking stripes
+	for _, b := range picked {
+		j := into[b.key]
+		if j == nil || len(j.recs)+len(b.recs) > g.size {
+			into[b.key] = b
+			out = append(out, b)
+			continue
+		}
+		j.recs = append(j.recs, b.recs...)
+		j.stripes |= b.stripes
+		j.since = minTime(j.since, b.since)
+	}
 	return out
 }
 
-// wait is how long until the next batch is due; ok is false with none open.
-func (g *grouper) wait(now time.Time) (time.Duration, bool) {
+// wait is how long until the next batch is due; ok is false with none open
+// but those of tenants that hold.
+func (g *grouper) wait(now time.Time, holds func(tenant string) bool) (time.Duration, bool) {
 	var first time.Time
 	for _, b := range g.open {
-		if first.IsZero() || b.since.Before(first) {
+		if (first.IsZero() || b.since.Before(first)) && !holds(b.key.tenant) {
 			first = b.since
 		}
 	}
@@ -110,11 +177,21 @@ func (g *grouper) wait(now time.Time) (time.Duration, bool) {
 	return max(0, g.linger-now.Sub(first)), true
 }
 
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
 // scheduler runs at most writers batches at once, and never two batches of
 // one tenant for different months at the same time: the cross-month dedup
 // probe of one would otherwise miss the other's uncommitted rows (an
 // original and its retry across the boundary sit in the same partition, so
-// within one process this ordering is all it takes; see store.go).
+// within one process this ordering is all it takes; see store.go). Nor does
+// it run two batches of one tenant that share a topic stripe (grouper): a
+// tenant's concurrent batches touch disjoint topics, so none waits on
+// another's mirror rows, and a topic's batches are stored in turn.
 //
 // A tenant whose batch failed and must be retried is parked: its batches
 // stay queued (uncommitted) while every other tenant's run, and once its
@@ -133,8 +210,9 @@ type scheduler struct {
 }
 
 type tenantRun struct {
-	month routing.Month
-	n     int
+	month   routing.Month
+	n       int
+	stripes uint64 // of its running batches
 }
 
 // lane is a parked tenant's retry state.
@@ -156,10 +234,12 @@ func (s *scheduler) push(b *batch) {
 }
 
 // next takes the first queued batch that may run at now, in queue order; a
-// batch never overtakes an older queued batch of its tenant, and a parked
+// batch never overtakes an older queued batch of its tenant that waits for
+// another month or a parked tenant's backoff (it may overtake one of the
+// same month that waits for a stripe: their topics differ), and a parked
 // tenant runs only its probe, once its backoff has passed.
 func (s *scheduler) next(now time.Time) *batch {
-	if s.running >= s.writers {
+	if s.busy() {
 		return nil
 	}
 	var blocked map[string]bool
@@ -174,13 +254,16 @@ func (s *scheduler) next(now time.Time) *batch {
 			blocked[t] = true
 			continue
 		}
+		if tr.stripes&b.stripes != 0 {
+			continue
+		}
 		if l != nil {
 			l.probing, b.probe = true, true
 			s.changed = true
 		}
 		s.queue = append(s.queue[:i], s.queue[i+1:]...)
 		s.running++
-		s.tenants[t] = tenantRun{month: b.key.month, n: tr.n + 1}
+		s.tenants[t] = tenantRun{month: b.key.month, n: tr.n + 1, stripes: tr.stripes | b.stripes}
 		return b
 	}
 	return nil
@@ -199,6 +282,7 @@ func (s *scheduler) done(b *batch) {
 		return
 	}
 	tr.n--
+	tr.stripes &^= b.stripes
 	s.tenants[b.key.tenant] = tr
 }
 
@@ -260,6 +344,20 @@ func (s *scheduler) parked() (tenants int, events map[*partOffsets]int) {
 		}
 	}
 	return len(s.lanes), events
+}
+
+// busy reports that every writer runs a batch.
+func (s *scheduler) busy() bool { return s.running >= s.writers }
+
+// holds reports that the tenant's part-full batches should keep filling
+// past the linger: every writer is busy, some with this tenant's batches,
+// so a batch of it could only queue — a busy tenant's batches stay full.
+// A tenant with nothing running (a quiet one, or a parked one) does not
+// hold: its batch queues at the linger and is not kept behind a busy
+// tenant's. A batch's end wakes the loop, which asks again.
+func (s *scheduler) holds(tenant string) bool {
+	_, running := s.tenants[tenant]
+	return running && s.busy()
 }
 
 // idle reports that no batch runs; after next returned nil, whatever is

@@ -1,6 +1,7 @@
 package persist
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -14,7 +15,7 @@ func rec(seq uint64, tenant, month string) *record {
 
 func TestGrouperBatchesByTenantAndMonth(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	g := newGrouper(3, 20*time.Millisecond)
+	g := newGrouper(3, 20*time.Millisecond, 1)
 	for i, in := range []struct {
 		tenant, month string
 		full          bool
@@ -30,13 +31,13 @@ func TestGrouperBatchesByTenantAndMonth(t *testing.T) {
 			t.Fatalf("full batch %+v", b.key)
 		}
 	}
-	if d, ok := g.wait(t0.Add(5 * time.Millisecond)); !ok || d != 15*time.Millisecond {
+	if d, ok := g.wait(t0.Add(5*time.Millisecond), never); !ok || d != 15*time.Millisecond {
 		t.Fatalf("wait %v %v", d, ok)
 	}
-	if due := g.due(t0.Add(5*time.Millisecond), false); len(due) != 0 {
+	if due := g.due(t0.Add(5*time.Millisecond), false, never); len(due) != 0 {
 		t.Fatalf("due before linger: %d", len(due))
 	}
-	due := g.due(t0.Add(20*time.Millisecond), false)
+	due := g.due(t0.Add(20*time.Millisecond), false, never)
 	if len(due) != 3 {
 		t.Fatalf("due after linger: %d", len(due))
 	}
@@ -45,13 +46,13 @@ func TestGrouperBatchesByTenantAndMonth(t *testing.T) {
 			t.Fatal("due batches not oldest first")
 		}
 	}
-	if _, ok := g.wait(t0); ok {
+	if _, ok := g.wait(t0, never); ok {
 		t.Fatal("nothing open, yet a wait")
 	}
 }
 
 func TestGrouperBeforeKeepsATenantsDeliveryOrder(t *testing.T) {
-	g := newGrouper(2, time.Second)
+	g := newGrouper(2, time.Second, 1)
 	now := time.Now()
 	g.add(rec(1, "a", "202601"), now) // older month batch, not full
 	g.add(rec(2, "b", "202601"), now) // other tenant
@@ -60,6 +61,180 @@ func TestGrouperBeforeKeepsATenantsDeliveryOrder(t *testing.T) {
 	older := g.before(full)
 	if len(older) != 1 || older[0].key.month != routing.MustMonth("202601") || older[0].key.tenant != "a" {
 		t.Fatalf("before = %+v", older)
+	}
+}
+
+// topicOfStripe finds a topic name in stripe i of n.
+func topicOfStripe(t *testing.T, i, n int) string {
+	for k := 0; k < 1000; k++ {
+		if topic := fmt.Sprintf("t%d", k); stripeOf(topic, n) == i {
+			return topic
+		}
+	}
+	t.Fatalf("no topic in stripe %d of %d", i, n)
+	return ""
+}
+
+// A tenant's records are batched apart by topic stripe, so its full
+// batches touch disjoint topics; at the linger the stripes' partial batches
+// are joined again, as few as the batch size allows.
+func TestGrouperKeepsTopicStripesApartAndJoinsThemAtTheLinger(t *testing.T) {
+	const stripes = 4
+	t0 := time.Unix(1000, 0)
+	g := newGrouper(4, 20*time.Millisecond, stripes)
+	topics := make([]string, stripes)
+	for i := range topics {
+		topics[i] = topicOfStripe(t, i, stripes)
+	}
+	seq := uint64(0)
+	add := func(stripe int, at time.Time) *batch {
+		seq++
+		r := rec(seq, "a", "202601")
+		r.ev.Topic = topics[stripe]
+		return g.add(r, at)
+	}
+	// stripe 0 fills alone: one full batch of stripe 0 only
+	for i := 0; i < 3; i++ {
+		if add(0, t0) != nil || add(1, t0) != nil {
+			t.Fatal("a batch filled early")
+		}
+	}
+	full := add(0, t0)
+	if full == nil || len(full.recs) != 4 || full.stripes != 1 {
+		t.Fatalf("full batch %+v", full)
+	}
+	for _, r := range full.recs {
+		if stripeOf(r.ev.Topic, stripes) != 0 {
+			t.Fatalf("stripe 0's batch holds topic %s", r.ev.Topic)
+		}
+	}
+	// at the linger: stripe 1 (3 records) and stripes 2 and 3 (1 each, a
+	// later month's record between) join into batches of at most 4
+	add(2, t0.Add(5*time.Millisecond))
+	add(3, t0.Add(6*time.Millisecond))
+	seq++
+	other := rec(seq, "a", "202602")
+	other.ev.Topic = topics[2]
+	g.add(other, t0.Add(7*time.Millisecond))
+	if due := g.due(t0.Add(19*time.Millisecond), false, never); len(due) != 0 {
+		t.Fatalf("due before the linger: %d", len(due))
+	}
+	due := g.due(t0.Add(20*time.Millisecond), false, never)
+	if len(due) != 2 {
+		t.Fatalf("due at the linger: %d batches, want 2 (3+1 and 1)", len(due))
+	}
+	if len(due[0].recs) != 4 || due[0].stripes != 1<<1|1<<2 || len(due[1].recs) != 1 || due[1].stripes != 1<<3 {
+		t.Fatalf("joined %d records of stripes %b, then %d of %b", len(due[0].recs), due[0].stripes, len(due[1].recs), due[1].stripes)
+	}
+	if due[0].first > due[1].first || !due[0].since.Equal(t0) {
+		t.Fatal("joined batches not oldest first, or the linger not from the oldest record")
+	}
+	// the later month's batch is not due yet
+	if rest := g.due(t0.Add(26*time.Millisecond), false, never); len(rest) != 0 {
+		t.Fatalf("the later month's batch due early: %d", len(rest))
+	}
+	if rest := g.due(t0.Add(27*time.Millisecond), false, never); len(rest) != 1 || rest[0].key.month != routing.MustMonth("202602") {
+		t.Fatalf("the later month's batch: %+v", rest)
+	}
+}
+
+func never(string) bool { return false }
+
+// While every writer is busy, a part-full batch of a tenant that has
+// batches running keeps filling past the linger (it could only queue); a
+// quiet tenant's batch, with nothing running, is due at the linger, so a
+// busy tenant never keeps it waiting.
+func TestGrouperLetsOnlyARunningTenantHoldWhileTheWritersAreBusy(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	g := newGrouper(10, 20*time.Millisecond, 1)
+	s := newScheduler(1)
+	s.push(&batch{key: batchKey{"busy", routing.MustMonth("202601")}})
+	if s.next(t0) == nil || !s.busy() {
+		t.Fatal("the busy tenant's batch must run")
+	}
+	g.add(rec(1, "busy", "202601"), t0)
+	g.add(rec(2, "quiet", "202601"), t0.Add(time.Millisecond))
+	if d, ok := g.wait(t0, s.holds); !ok || d != 21*time.Millisecond {
+		t.Fatalf("wait %v %v: the quiet tenant's linger counts", d, ok)
+	}
+	due := g.due(t0.Add(time.Second), false, s.holds)
+	if len(due) != 1 || due[0].key.tenant != "quiet" {
+		t.Fatalf("due while busy: %+v", due)
+	}
+	if _, ok := g.wait(t0, s.holds); ok {
+		t.Fatal("the holding tenant's batch has no deadline while it holds")
+	}
+	for _, b := range due {
+		s.push(b)
+	}
+	s.done(&batch{key: batchKey{"busy", routing.MustMonth("202601")}})
+	if s.holds("busy") {
+		t.Fatal("holds with nothing running")
+	}
+	if due := g.due(t0.Add(time.Second), false, s.holds); len(due) != 1 || due[0].key.tenant != "busy" {
+		t.Fatalf("the busy tenant's batch is due once its writer is free: %+v", due)
+	}
+}
+
+// A full batch flushes its tenant's older batches of other months ahead
+// of it, not its own month's other stripes.
+func TestGrouperBeforeLeavesTheMonthsOtherStripesOpen(t *testing.T) {
+	g := newGrouper(2, time.Second, 2)
+	now := time.Now()
+	r := func(seq uint64, month string, stripe int) *record {
+		x := rec(seq, "a", month)
+		x.ev.Topic = topicOfStripe(t, stripe, 2)
+		return x
+	}
+	g.add(r(1, "202601", 0), now)
+	g.add(r(2, "202602", 1), now)
+	g.add(r(3, "202602", 0), now)
+	full := g.add(r(4, "202602", 0), now)
+	if full == nil {
+		t.Fatal("stripe 0 of 202602 must be full")
+	}
+	older := g.before(full)
+	if len(older) != 1 || older[0].key.month != routing.MustMonth("202601") {
+		t.Fatalf("before = %+v", older)
+	}
+	if len(g.open) != 1 {
+		t.Fatalf("the month's other stripe must stay open: %d open", len(g.open))
+	}
+}
+
+// Batches of one tenant and month on disjoint stripes run side by side; one
+// whose stripe is busy waits, and a later batch on a free stripe may pass
+// it, but never a batch of another month.
+func TestSchedulerRunsATenantsStripesSideBySide(t *testing.T) {
+	mk := func(month string, stripes uint64, first uint64) *batch {
+		return &batch{key: batchKey{"a", routing.MustMonth(month)}, stripes: stripes, first: first}
+	}
+	s := newScheduler(4)
+	s0, s0b, s1, m2, s2 := mk("202601", 1, 1), mk("202601", 1, 2), mk("202601", 2, 3), mk("202602", 4, 4), mk("202601", 4, 5)
+	for _, b := range []*batch{s0, s0b, s1, m2, s2} {
+		s.push(b)
+	}
+	if s.next(time.Time{}) != s0 {
+		t.Fatal("first batch first")
+	}
+	if got := s.next(time.Time{}); got != s1 {
+		t.Fatalf("stripe 1 runs beside stripe 0, got %+v", got)
+	}
+	if got := s.next(time.Time{}); got != nil {
+		t.Fatalf("stripe 0 is busy and the next month waits, so nothing after it may run; got %+v", got)
+	}
+	s.done(s0)
+	if s.next(time.Time{}) != s0b {
+		t.Fatal("stripe 0's second batch once the first is done")
+	}
+	s.done(s1)
+	s.done(s0b)
+	if s.next(time.Time{}) != m2 {
+		t.Fatal("the next month once the tenant's batches of the first are done")
+	}
+	s.done(m2)
+	if s.next(time.Time{}) != s2 || !func() bool { s.done(s2); return s.idle() }() {
+		t.Fatal("last batch / not idle")
 	}
 }
 

@@ -354,7 +354,7 @@ func (s *Service) release(n int) {
 // loop groups records into batches and hands them to writers; a batch that
 // comes back with records to retry parks its tenant (scheduler).
 func (s *Service) loop() {
-	g := newGrouper(s.p.Config.BatchSize, s.p.Config.BatchLinger)
+	g := newGrouper(s.p.Config.BatchSize, s.p.Config.BatchLinger, s.p.Writers)
 	sch := newScheduler(s.p.Writers)
 	parked := map[*partOffsets]int{}
 	timer := time.NewTimer(time.Hour)
@@ -372,7 +372,7 @@ func (s *Service) loop() {
 			return
 		}
 		var due <-chan time.Time
-		d, ok := g.wait(now)
+		d, ok := g.wait(now, sch.holds)
 		if w, waiting := sch.wake(now); waiting && (!ok || w < d) {
 			d, ok = w, true
 		}
@@ -384,7 +384,7 @@ func (s *Service) loop() {
 		case recs, ok := <-in:
 			if !ok {
 				in = nil
-				for _, b := range g.due(time.Now(), true) {
+				for _, b := range g.due(time.Now(), true, sch.holds) {
 					sch.push(b)
 				}
 				continue
@@ -408,7 +408,7 @@ func (s *Service) loop() {
 				}
 			}
 		case <-due:
-			for _, b := range g.due(time.Now(), false) {
+			for _, b := range g.due(time.Now(), false, sch.holds) {
 				sch.push(b)
 			}
 		case b := <-s.done:
