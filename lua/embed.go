@@ -37,20 +37,17 @@ var Refresh string
 //go:embed pending_ack.lua
 var PendingAck string
 
-// RouteMerge merges month ranges into a topic's Redis route.
+// Persisted settles topics after persist's DB commit: month ranges merged
+// into their routes, stored seqs out of their pending sets, idempotency
+// records done.
 //
-//go:embed route_merge.lua
-var RouteMerge string
+//go:embed persisted.lua
+var Persisted string
 
 // RouteReplace replaces a topic's Redis route with exactly the given ranges.
 //
 //go:embed route_replace.lua
 var RouteReplace string
-
-// IdemDone marks an existing send idempotency record done after persist.
-//
-//go:embed idem_done.lua
-var IdemDone string
 
 // IdemAck records a send's broker ack (or dedup-table hit) and its answer.
 //

@@ -1,7 +1,7 @@
 -- Replace a topic's Redis route with exactly the given month ranges (a
 -- rebuild from the MySQL mirror), atomically: readers never see half of it.
 --
--- KEYS[1] route ZSET, KEYS[2] route meta HASH (see route_merge.lua)
+-- KEYS[1] route ZSET, KEYS[2] route meta HASH (see persisted.lua)
 -- ARGV    groups of four: month, min_seq, max_seq, count
 redis.call('DEL', KEYS[1], KEYS[2])
 for i = 1, #ARGV, 4 do

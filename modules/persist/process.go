@@ -8,8 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -322,49 +320,33 @@ const redisTimeout = 3 * time.Second
 // MySQL mirror.
 //
 // A batch is one tenant's, and all its keys share the tenant hash tag, so
-// each step covers every topic of the batch in one round trip (with 10,000
-// topics a 500-event batch touches ~500 topics: three calls, not 1,500).
-// The order per topic is kept: route merged, then pending cleared, then
-// idempotency done; a topic whose step fails skips the rest and is repaired.
+// the three steps of every topic of the batch go in one round trip
+// (routing.Routes.Settle: with 10,000 topics a 500-event batch touches
+// ~500 topics — a few script calls, not 1,500 commands). The order per
+// topic is kept, route merged, then pending cleared, then idempotency done,
+// in one script run; if the call fails, every topic is repaired.
 func (s *Service) afterCommit(ctx context.Context, key batchKey, res writeResult) []*topicRange {
 	rctx, cancel := context.WithTimeout(ctx, redisTimeout)
 	defer cancel()
-	inserted, replayed := topicRanges(res.inserted), topicRanges(res.replayed)
+	inserted, replayed := res.ranges, topicRanges(res.replayed)
 	repairs := slices.Clone(replayed)
-	fail := func(err error, step string, trs []*topicRange) {
-		s.p.Log.Warn().Err(err).Str("tenant", key.tenant).Int("topics", len(trs)).
-			Msg("persist: redis " + step + " failed; queued for repair")
-		repairs = append(repairs, trs...)
+	keys, err := routing.KeysFor(key.tenant)
+	if err != nil {
+		return append(repairs, inserted...)
 	}
-	merges := make([]routing.TopicRanges, len(inserted))
-	for i, tr := range inserted {
-		merges[i] = routing.TopicRanges{Topic: tr.topic, Ranges: []routing.MonthRange{tr.MonthRange}}
-	}
-	var merged []*topicRange
-	if err := s.p.Routes.MergeMany(rctx, key.tenant, merges); err != nil {
-		fail(err, "route merge", inserted)
-	} else {
-		merged = inserted
+	settle := make([]routing.Settled, 0, len(inserted)+len(replayed))
+	for _, tr := range inserted {
+		settle = append(settle, settled(keys, tr, []routing.MonthRange{tr.MonthRange}))
 	}
 	// replayed topics are repaired anyway; clearing them now keeps readers
 	// from waiting for the repair pass
-	visible := append(slices.Clone(merged), replayed...)
-	seqs := make(map[string][]int64, len(visible))
-	var done []*record
-	for _, tr := range visible {
-		for _, r := range tr.recs {
-			seqs[tr.topic] = append(seqs[tr.topic], r.ev.SeqID)
-		}
+	for _, tr := range replayed {
+		settle = append(settle, settled(keys, tr, nil))
 	}
-	if err := s.p.Flight.MarkPersistedMany(rctx, key.tenant, seqs); err != nil {
-		fail(err, "pending clear", merged)
-	} else {
-		for _, tr := range visible {
-			done = append(done, tr.recs...)
-		}
-		if err := s.idemDone(rctx, key.tenant, done); err != nil {
-			fail(err, "idempotency done", merged)
-		}
+	if err := s.p.Routes.Settle(rctx, key.tenant, settle); err != nil {
+		s.p.Log.Warn().Err(err).Str("tenant", key.tenant).Int("topics", len(inserted)).
+			Msg("persist: redis follow-up failed; queued for repair")
+		repairs = append(repairs, inserted...)
 	}
 	for _, r := range res.dedup {
 		// the duplicate's seq will never hold a row: a known gap, so readers
@@ -373,37 +355,29 @@ func (s *Service) afterCommit(ctx context.Context, key batchKey, res writeResult
 			s.p.Log.Warn().Err(err).Str("tenant", key.tenant).Msg("persist: record gap of a duplicate failed")
 		}
 	}
-	_ = s.idemDone(rctx, key.tenant, res.dedup)
+	dups := make([]routing.Settled, len(res.dedup))
+	for i, r := range res.dedup {
+		dups[i] = routing.Settled{Topic: r.ev.Topic, Idem: idemKeys(keys, []*record{r})}
+	}
+	_ = s.p.Routes.Settle(rctx, key.tenant, dups)
 	return repairs
 }
 
-// idemDoneChunk bounds the records of one idempotency script call.
-const idemDoneChunk = 256
+// settled is a topic's Redis follow-up: ranges merged into its route, its
+// seqs out of the pending set, its records' idempotency done.
+func settled(keys routing.Keys, tr *topicRange, ranges []routing.MonthRange) routing.Settled {
+	st := routing.Settled{Topic: tr.topic, Ranges: ranges, Seqs: make([]int64, len(tr.recs)), Idem: idemKeys(keys, tr.recs)}
+	for i, r := range tr.recs {
+		st.Seqs[i] = r.ev.SeqID
+	}
+	return st
+}
 
-// idemDone sets the send idempotency records of recs to done, a chunk of
-// records per script call, all chunks in one round trip.
-func (s *Service) idemDone(ctx context.Context, tenant string, recs []*record) error {
-	if len(recs) == 0 {
-		return nil
+// idemKeys are the send idempotency records of recs.
+func idemKeys(keys routing.Keys, recs []*record) []string {
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = keys.Idempotency(r.ev.Topic, int64(r.ev.FromUser), r.ev.ClientMsgID)
 	}
-	keys, err := routing.KeysFor(tenant)
-	if err != nil {
-		return err
-	}
-	var stmts []rueidis.LuaExec
-	for len(recs) > 0 {
-		chunk := recs[:min(idemDoneChunk, len(recs))]
-		recs = recs[len(chunk):]
-		st := rueidis.LuaExec{Keys: make([]string, len(chunk))}
-		for i, r := range chunk {
-			st.Keys[i] = keys.Idempotency(r.ev.Topic, int64(r.ev.FromUser), r.ev.ClientMsgID)
-		}
-		stmts = append(stmts, st)
-	}
-	for _, res := range s.p.Scripts.IdemDone.ExecMulti(ctx, s.p.Redis, stmts...) {
-		if err := res.Error(); err != nil {
-			return fmt.Errorf("persist: idempotency done: %w", err)
-		}
-	}
-	return nil
+	return out
 }

@@ -160,7 +160,7 @@ func (s *Service) repairOne(ctx context.Context, tenant string, db *sql.DB, e ro
 		return err
 	}
 	var recs []*record
-	var seqs []int64
+	st := routing.Settled{Topic: e.Topic}
 	for rows.Next() {
 		var ev message.Event
 		var cmid sql.NullString
@@ -170,7 +170,7 @@ func (s *Service) repairOne(ctx context.Context, tenant string, db *sql.DB, e ro
 			return err
 		}
 		ev.Topic, ev.FromUser, ev.ClientMsgID = e.Topic, message.ID(from), cmid.String
-		seqs = append(seqs, ev.SeqID)
+		st.Seqs = append(st.Seqs, ev.SeqID)
 		if cmid.Valid {
 			recs = append(recs, &record{ev: &ev})
 		}
@@ -179,12 +179,12 @@ func (s *Service) repairOne(ctx context.Context, tenant string, db *sql.DB, e ro
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if len(seqs) > 0 {
-		if err := s.p.Flight.MarkPersisted(rctx, tenant, e.Topic, seqs...); err != nil {
-			return err
-		}
+	keys, err := routing.KeysFor(tenant)
+	if err != nil {
+		return err
 	}
-	return s.idemDone(rctx, tenant, recs)
+	st.Idem = idemKeys(keys, recs)
+	return s.p.Routes.Settle(rctx, tenant, []routing.Settled{st})
 }
 
 // rebuildRoute replaces the Redis route with the mirror while no batch of

@@ -21,9 +21,10 @@ const compensationTable = "im_group_message_compensation"
 
 // writeResult sorts a batch's records by what the transaction did with them.
 type writeResult struct {
-	inserted []*record // new rows, counted in the mirror
-	replayed []*record // this (topic, seq) was already stored: a redelivery
-	dedup    []*record // this client_msg_id is stored under another seq
+	inserted []*record     // new rows, counted in the mirror
+	ranges   []*topicRange // inserted, by topic
+	replayed []*record     // this (topic, seq) was already stored: a redelivery
+	dedup    []*record     // this client_msg_id is stored under another seq
 }
 
 // errInsertCollision is a batch whose slow path still inserted fewer rows than it
@@ -114,7 +115,8 @@ func writeTx(ctx context.Context, db *sql.DB, table routing.Table, neighbours []
 		if n != int64(len(todo)) {
 			return writeResult{}, false, nil
 		}
-		if err := upsertMirror(ctx, tx, table.Month(), todo); err != nil {
+		res.ranges = topicRanges(todo)
+		if err := upsertMirror(ctx, tx, table.Month(), res.ranges); err != nil {
 			return res, false, err
 		}
 		if err := routing.AddMentions(ctx, tx, mentionsOf(todo)); err != nil {
@@ -278,9 +280,8 @@ func insertQuery(quoted string, recs []*record) (sq.InsertBuilder, error) {
 }
 
 // upsertMirror widens the topics' ranges in the MySQL route mirror by the
-// rows just inserted (one row per topic).
-func upsertMirror(ctx context.Context, tx *sql.Tx, m routing.Month, inserted []*record) error {
-	trs := topicRanges(inserted)
+// rows just inserted, trs (one row per topic).
+func upsertMirror(ctx context.Context, tx *sql.Tx, m routing.Month, trs []*topicRange) error {
 	rows := make([]routing.MirrorRow, len(trs))
 	for i, tr := range trs {
 		rows[i] = routing.MirrorRow{Topic: tr.topic, MonthRange: tr.MonthRange, MinCreatedAt: tr.minAt, MaxCreatedAt: tr.maxAt}
@@ -369,7 +370,7 @@ func RawBatch(ctx context.Context, db *sql.DB, quoted string, m routing.Month, e
 	if _, err := q.RunWith(tx).ExecContext(ctx); err != nil {
 		return err
 	}
-	if err := upsertMirror(ctx, tx, m, recs); err != nil {
+	if err := upsertMirror(ctx, tx, m, topicRanges(recs)); err != nil {
 		return err
 	}
 	if err := routing.AddMentions(ctx, tx, mentionsOf(recs)); err != nil {

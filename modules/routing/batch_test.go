@@ -24,10 +24,10 @@ func redisClient(t *testing.T) rueidis.Client {
 	return c
 }
 
-// A multi-topic merge (more topics than one script chunk, some routes
+// A multi-topic settle (more topics than one script chunk, some routes
 // already present, several months per topic, a topic without ranges) leaves
 // every route exactly as per-topic merges do.
-func TestMergeManyEqualsPerTopicMerges(t *testing.T) {
+func TestSettleMergesAsPerTopicMerges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rdb := redisClient(t)
@@ -35,7 +35,7 @@ func TestMergeManyEqualsPerTopicMerges(t *testing.T) {
 	single, many := testenv.NewTenant(t), testenv.NewTenant(t)
 	m1, m2 := routing.MustMonth("202607"), routing.MustMonth("202608")
 	const topics = 300
-	var batch []routing.TopicRanges
+	var batch []routing.Settled
 	for i := range topics {
 		topic := fmt.Sprintf("t%03d", i)
 		base := int64(i * 1000)
@@ -58,12 +58,12 @@ func TestMergeManyEqualsPerTopicMerges(t *testing.T) {
 			ranges = []routing.MonthRange{{Month: m2, MinSeq: base + 55, MaxSeq: base + 58, Count: 4}}
 		case 3: // nothing to merge: the topic must stay untouched
 		}
-		batch = append(batch, routing.TopicRanges{Topic: topic, Ranges: ranges})
+		batch = append(batch, routing.Settled{Topic: topic, Ranges: ranges})
 		if err := routes.Merge(ctx, single, topic, ranges...); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := routes.MergeMany(ctx, many, batch); err != nil {
+	if err := routes.Settle(ctx, many, batch); err != nil {
 		t.Fatal(err)
 	}
 	for i := range topics {
@@ -77,14 +77,14 @@ func TestMergeManyEqualsPerTopicMerges(t *testing.T) {
 			t.Fatal(err)
 		}
 		if gotFound != wantFound || !slices.Equal(got, want) {
-			t.Fatalf("topic %s: MergeMany gave %v (found %v), per-topic merges %v (found %v)", topic, got, gotFound, want, wantFound)
+			t.Fatalf("topic %s: Settle gave %v (found %v), per-topic merges %v (found %v)", topic, got, gotFound, want, wantFound)
 		}
 		if i%12 == 0 && (len(got) != 1 || got[0] != (routing.MonthRange{Month: m1, MinSeq: int64(i*1000) + 1, MaxSeq: int64(i*1000) + 70, Count: 70})) {
 			t.Fatalf("topic %s: merged route %v", topic, got)
 		}
 	}
-	if err := routes.MergeMany(ctx, many, nil); err != nil {
-		t.Fatalf("empty MergeMany: %v", err)
+	if err := routes.Settle(ctx, many, nil); err != nil {
+		t.Fatalf("empty Settle: %v", err)
 	}
 }
 
@@ -135,9 +135,10 @@ func TestMarkPersistedMany(t *testing.T) {
 	}
 }
 
-// The idempotency-done script marks every existing record of one call and
-// never recreates an expired one.
-func TestIdemDoneManyKeys(t *testing.T) {
+// Settle takes each topic's stored seqs out of its pending set and marks
+// its existing idempotency records done — never recreating an expired one —
+// also when a topic has more records than one script call takes.
+func TestSettleClearsPendingAndMarksIdempotencyDone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rdb := redisClient(t)
@@ -146,37 +147,63 @@ func TestIdemDoneManyKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ks []string
-	for i := range 5 {
-		k := keys.Idempotency("topic", int64(i), "cm"+strconv.Itoa(i))
-		ks = append(ks, k)
-		if i == 2 {
-			continue // expired
+	routes := routing.NewRoutes(rdb, routing.NewScripts())
+	const big = 600 // records of topic "big": more than one call takes
+	var settle []routing.Settled
+	expired := map[string]bool{}
+	for _, topic := range []string{"small", "big", "none"} {
+		n := map[string]int{"small": 5, "big": big, "none": 0}[topic]
+		st := routing.Settled{Topic: topic}
+		for i := range n {
+			seq := int64(i + 1)
+			if err := rdb.Do(ctx, rdb.B().Zadd().Key(keys.Pending(topic)).ScoreMember().
+				ScoreMember(float64(seq), strconv.FormatInt(seq, 10)+":1").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			k := keys.Idempotency(topic, int64(i), "cm"+strconv.Itoa(i))
+			st.Idem = append(st.Idem, k)
+			if i%50 == 2 {
+				expired[k] = true
+				continue
+			}
+			if err := rdb.Do(ctx, rdb.B().Hset().Key(k).FieldValue().FieldValue("status", "acked").FieldValue("event", "{}").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			if i != 3 { // seq 4 stays pending
+				st.Seqs = append(st.Seqs, seq)
+			}
 		}
-		if err := rdb.Do(ctx, rdb.B().Hset().Key(k).FieldValue().FieldValue("status", "acked").FieldValue("event", "{}").Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
+		settle = append(settle, st)
 	}
-	n, err := routing.NewScripts().IdemDone.Exec(ctx, rdb, ks, nil).AsInt64()
-	if err != nil {
+	if err := routes.Settle(ctx, tenant, settle); err != nil {
 		t.Fatal(err)
 	}
-	if n != 4 {
-		t.Fatalf("marked %d records, want 4", n)
-	}
-	for i, k := range ks {
-		got, err := rdb.Do(ctx, rdb.B().Hgetall().Key(k).Build()).AsStrMap()
+	for _, st := range settle {
+		left, err := rdb.Do(ctx, rdb.B().Zrange().Key(keys.Pending(st.Topic)).Min("0").Max("-1").Build()).AsStrSlice()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if i == 2 {
-			if len(got) != 0 {
-				t.Fatalf("expired record came back: %v", got)
+		// seq 4 and the seqs of expired records were not settled
+		for _, m := range left {
+			seq, _ := strconv.Atoi(m[:len(m)-2])
+			if seq != 4 && !expired[keys.Idempotency(st.Topic, int64(seq-1), "cm"+strconv.Itoa(seq-1))] {
+				t.Fatalf("%s: seq %d still pending", st.Topic, seq)
 			}
-			continue
 		}
-		if got["status"] != "done" || got["event"] != "{}" {
-			t.Fatalf("record %d = %v", i, got)
+		for _, k := range st.Idem {
+			got, err := rdb.Do(ctx, rdb.B().Hgetall().Key(k).Build()).AsStrMap()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if expired[k] {
+				if len(got) != 0 {
+					t.Fatalf("expired record came back: %v", got)
+				}
+				continue
+			}
+			if got["status"] != "done" || got["event"] != "{}" {
+				t.Fatalf("record %s = %v", k, got)
+			}
 		}
 	}
 }

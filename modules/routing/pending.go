@@ -58,16 +58,9 @@ func (f *Flight) MarkPersistedMany(ctx context.Context, tenant string, seqs map[
 	}
 	var cmds rueidis.Commands
 	for topic, ss := range seqs {
-		sorted := slices.Clone(ss)
-		slices.Sort(sorted)
-		for i := 0; i < len(sorted); {
-			j := i
-			for j+1 < len(sorted) && sorted[j+1] <= sorted[j]+1 {
-				j++
-			}
+		for _, run := range seqRuns(ss) {
 			cmds = append(cmds, f.rdb.B().Zremrangebyscore().Key(keys.Pending(topic)).
-				Min(strconv.FormatInt(sorted[i], 10)).Max(strconv.FormatInt(sorted[j], 10)).Build())
-			i = j + 1
+				Min(strconv.FormatInt(run[0], 10)).Max(strconv.FormatInt(run[1], 10)).Build())
 		}
 	}
 	if len(cmds) == 0 {
@@ -79,6 +72,23 @@ func (f *Flight) MarkPersistedMany(ctx context.Context, tenant string, seqs map[
 		}
 	}
 	return nil
+}
+
+// seqRuns are seqs as runs of consecutive seqs, [first, last] each, in
+// order (duplicates fold in).
+func seqRuns(seqs []int64) [][2]int64 {
+	sorted := slices.Clone(seqs)
+	slices.Sort(sorted)
+	var runs [][2]int64
+	for i := 0; i < len(sorted); {
+		j := i
+		for j+1 < len(sorted) && sorted[j+1] <= sorted[j]+1 {
+			j++
+		}
+		runs = append(runs, [2]int64{sorted[i], sorted[j]})
+		i = j + 1
+	}
+	return runs
 }
 
 // RecordGap marks seq as allocated but never to be persisted: it leaves the

@@ -42,57 +42,86 @@ func rangeArgs(ranges []MonthRange) []string {
 	return args
 }
 
-// Merge widens the topic's route by ranges (what persist calls after its DB
-// commit, with counts of rows actually inserted).
+// Merge widens the topic's route by ranges.
 func (r *Routes) Merge(ctx context.Context, tenant, topic string, ranges ...MonthRange) error {
-	return r.MergeMany(ctx, tenant, []TopicRanges{{Topic: topic, Ranges: ranges}})
+	return r.Settle(ctx, tenant, []Settled{{Topic: topic, Ranges: ranges}})
 }
 
-// TopicRanges are month ranges of one topic, for MergeMany.
-type TopicRanges struct {
+// Settled is what persist settles in Redis for one topic after a DB commit.
+type Settled struct {
 	Topic  string
-	Ranges []MonthRange
+	Ranges []MonthRange // merged into its route, with counts of rows actually inserted
+	Seqs   []int64      // stored: out of its pending set (invariant 12, docs/invariants.md)
+	Idem   []string     // its send idempotency records (keys) to mark done
 }
 
-// mergeChunk bounds the topics of one merge script call, so that a large
-// batch does not hold Redis in one script for long; the chunks of a call
-// still go out in one round trip.
-const mergeChunk = 128
+// settleTopics and settleIdem bound the topics and the idempotency records
+// of one script call, so that a large batch does not hold Redis in one
+// script for long; the chunks of a call still go out in one round trip, in
+// order.
+const (
+	settleTopics = 128
+	settleIdem   = 256
+)
 
-// MergeMany merges the ranges of many topics of one tenant, as Merge does
-// for each: a 500-event batch over 500 topics costs one round trip instead
-// of 500. Every topic's merge is atomic (a chunk of topics shares one script
-// run; their keys share the tenant hash tag, so this holds on Redis Cluster
-// too). On error some chunks may have been applied: callers repair every
-// topic of the call, and a repair rebuilds from the mirror, so that is safe.
-func (r *Routes) MergeMany(ctx context.Context, tenant string, topics []TopicRanges) error {
+// Settle does, for many topics of one tenant, what persisted.lua describes —
+// per topic: route merged, then pending seqs cleared, then idempotency
+// records done — in one round trip: a 500-event batch over 500 topics costs
+// a few script calls, not 1,500 commands. Every topic's steps are atomic
+// together (a chunk of topics shares one script run; their keys share the
+// tenant hash tag, so this holds on Redis Cluster too). On error some chunks
+// may have been applied: callers repair every topic of the call, and a
+// repair rebuilds from the mirror, so that is safe.
+func (r *Routes) Settle(ctx context.Context, tenant string, topics []Settled) error {
 	keys, err := KeysFor(tenant)
 	if err != nil {
 		return err
 	}
 	var stmts []rueidis.LuaExec
-	for len(topics) > 0 {
-		chunk := topics[:min(mergeChunk, len(topics))]
-		topics = topics[len(chunk):]
-		var st rueidis.LuaExec
-		for _, t := range chunk {
-			if len(t.Ranges) == 0 {
-				continue
-			}
-			st.Keys = append(st.Keys, keys.Route(t.Topic), keys.RouteMeta(t.Topic))
-			st.Args = append(st.Args, strconv.Itoa(len(t.Ranges)))
-			st.Args = append(st.Args, rangeArgs(t.Ranges)...)
-		}
-		if len(st.Keys) > 0 {
+	var st rueidis.LuaExec
+	n, idem := 0, 0
+	flush := func() {
+		if n > 0 {
 			stmts = append(stmts, st)
 		}
+		st, n, idem = rueidis.LuaExec{}, 0, 0
 	}
+	for _, t := range topics {
+		if len(t.Ranges) == 0 && len(t.Seqs) == 0 && len(t.Idem) == 0 {
+			continue
+		}
+		runs := seqRuns(t.Seqs)
+		for first := true; first || len(t.Idem) > 0; first = false {
+			if n == settleTopics || (idem > 0 && idem+len(t.Idem) > settleIdem) {
+				flush()
+			}
+			// a topic with more records than a chunk takes is split: its
+			// route and pending steps go first, its records follow in order
+			part := t.Idem[:min(len(t.Idem), settleIdem)]
+			t.Idem = t.Idem[len(part):]
+			st.Keys = append(st.Keys, keys.Route(t.Topic), keys.RouteMeta(t.Topic), keys.Pending(t.Topic))
+			st.Keys = append(st.Keys, part...)
+			if first {
+				st.Args = append(st.Args, strconv.Itoa(len(t.Ranges)))
+				st.Args = append(st.Args, rangeArgs(t.Ranges)...)
+				st.Args = append(st.Args, strconv.Itoa(len(runs)))
+				for _, run := range runs {
+					st.Args = append(st.Args, strconv.FormatInt(run[0], 10), strconv.FormatInt(run[1], 10))
+				}
+			} else {
+				st.Args = append(st.Args, "0", "0")
+			}
+			st.Args = append(st.Args, strconv.Itoa(len(part)))
+			n, idem = n+1, idem+len(part)
+		}
+	}
+	flush()
 	if len(stmts) == 0 {
 		return nil
 	}
-	for _, res := range r.scripts.RouteMerge.ExecMulti(ctx, r.rdb, stmts...) {
+	for _, res := range r.scripts.Persisted.ExecMulti(ctx, r.rdb, stmts...) {
 		if err := res.Error(); err != nil {
-			return fmt.Errorf("routes: merge %s: %w", tenant, err)
+			return fmt.Errorf("routes: settle %s: %w", tenant, err)
 		}
 	}
 	return nil

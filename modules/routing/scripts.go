@@ -22,9 +22,8 @@ type Scripts struct {
 	Unlock       *rueidis.Lua
 	Refresh      *rueidis.Lua
 	PendingAck   *rueidis.Lua
-	RouteMerge   *rueidis.Lua
+	Persisted    *rueidis.Lua
 	RouteReplace *rueidis.Lua
-	IdemDone     *rueidis.Lua
 	IdemAck      *rueidis.Lua
 	IdemFail     *rueidis.Lua
 	IdemRelease  *rueidis.Lua
@@ -45,9 +44,8 @@ func NewScripts() *Scripts {
 		Unlock:       rueidis.NewLuaScript(lua.Unlock),
 		Refresh:      rueidis.NewLuaScript(lua.Refresh),
 		PendingAck:   rueidis.NewLuaScript(lua.PendingAck),
-		RouteMerge:   rueidis.NewLuaScript(lua.RouteMerge),
+		Persisted:    rueidis.NewLuaScript(lua.Persisted),
 		RouteReplace: rueidis.NewLuaScript(lua.RouteReplace),
-		IdemDone:     rueidis.NewLuaScript(lua.IdemDone),
 		IdemAck:      rueidis.NewLuaScript(lua.IdemAck),
 		IdemFail:     rueidis.NewLuaScript(lua.IdemFail),
 		IdemRelease:  rueidis.NewLuaScript(lua.IdemRelease),
