@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"crypto/hmac"
 	"errors"
 	"net/http"
@@ -237,19 +236,6 @@ func (a *Authenticator) Authenticate(r *http.Request, allowQuery bool) (Principa
 		return Principal{}, errUnauth
 	}
 	return a.Verify(tok)
-}
-
-type principalKey struct{}
-
-// WithPrincipal stores p in ctx.
-func WithPrincipal(ctx context.Context, p Principal) context.Context {
-	return context.WithValue(ctx, principalKey{}, p)
-}
-
-// PrincipalFrom returns the principal stored by the middleware.
-func PrincipalFrom(ctx context.Context) (Principal, bool) {
-	p, ok := ctx.Value(principalKey{}).(Principal)
-	return p, ok
 }
 
 // Sign makes a token (tests, `imshard bench`, operator tooling).

@@ -19,7 +19,7 @@ func Handle(auth *Authenticator, log zerolog.Logger, allowQuery bool, fn Handler
 			WriteError(w, r, log, err)
 			return
 		}
-		if err := fn(w, r.WithContext(WithPrincipal(r.Context(), p)), p); err != nil {
+		if err := fn(w, r, p); err != nil {
 			WriteError(w, r, log, err)
 		}
 	})

@@ -7,6 +7,7 @@ package routing
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -84,10 +85,14 @@ func (m Month) Num() int  { return int(m.idx)%12 + 1 }
 // Int is YYYYMM as an integer, the score months carry in Redis.
 func (m Month) Int() int { return m.Year()*100 + m.Num() }
 
-// String is YYYYMM, or "" for the zero month.
+// String is YYYYMM, or "" for the zero month. A send formats one, so a
+// four-digit year is written without fmt.
 func (m Month) String() string {
 	if m.IsZero() {
 		return ""
+	}
+	if y := m.Year(); y >= 1000 && y <= 9999 {
+		return strconv.Itoa(m.Int())
 	}
 	return fmt.Sprintf("%04d%02d", m.Year(), m.Num())
 }

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -161,4 +162,19 @@ func FuzzParseMonth(f *testing.F) {
 			t.Fatalf("valid month %s gives no table: %v", m, err)
 		}
 	})
+}
+
+// String writes what "%04d%02d" writes, inside the sane range and out of it.
+func TestMonthString(t *testing.T) {
+	base := MustMonth("202612")
+	for n := -30000; n <= 100000; n += 7 {
+		m := base.Add(n)
+		want := fmt.Sprintf("%04d%02d", m.Year(), m.Num())
+		if m.IsZero() {
+			want = ""
+		}
+		if got := m.String(); got != want {
+			t.Fatalf("%d: String = %q, want %q", n, got, want)
+		}
+	}
 }
