@@ -29,8 +29,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
@@ -227,10 +225,11 @@ func (s *Service) SetPrefs(ctx context.Context, p httpapi.Principal, topic strin
 }
 
 // Unread is every badge of the caller: one index range of their
-// memberships beside one Redis read of their cursors, one read of the
-// topics' last seqs, one pipelined round trip reading the hot cache of the
-// topics with something above the cursor; the month tables only for
-// topics the cache cannot prove.
+// memberships in MySQL while Redis reads their cached cursors and then the
+// last seqs of the topics those name; one pipelined round trip reading the
+// hot cache of the topics with something above the cursor (beside one
+// statement per 128 of them reading the mention index); the month tables
+// only for topics the cache cannot prove.
 func (s *Service) Unread(ctx context.Context, p httpapi.Principal) (UnreadSummary, error) {
 	start := time.Now()
 	keys, err := routing.KeysFor(p.Tenant)
@@ -241,23 +240,26 @@ func (s *Service) Unread(ctx context.Context, p httpapi.Principal) (UnreadSummar
 	if err != nil {
 		return UnreadSummary{}, err
 	}
-	// the cached cursors are read while MySQL reads the memberships
-	var cursors rueidis.RedisResult
+	// the cached cursors, and the last seqs of the topics a complete entry
+	// names, are read while MySQL reads the memberships
+	var pre cursorsRead
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
-		cursors = s.p.Redis.Do(ctx, s.cursorCmd(keys, p.UserID))
+		pre = s.readCursorsAhead(ctx, keys, p.UserID)
 	}()
 	all, err := s.loadMemberships(ctx, db, p.UserID)
 	<-read
 	if err != nil {
 		return UnreadSummary{}, err
 	}
-	if err := s.applyCursors(ctx, db, keys, p.UserID, cursors, all); err != nil {
-		return UnreadSummary{}, err
-	}
-	if err := s.readInputs(ctx, db, keys, p.UserID, all, false); err != nil {
-		return UnreadSummary{}, err
+	if !pre.apply(all) {
+		if err := s.applyCursors(ctx, db, keys, p.UserID, pre.res, all); err != nil {
+			return UnreadSummary{}, err
+		}
+		if err := s.readInputs(ctx, db, keys, p.UserID, all, false); err != nil {
+			return UnreadSummary{}, err
+		}
 	}
 	counts, err := s.counts(ctx, db, p.Tenant, keys, p.UserID, all, false)
 	if err != nil {
@@ -288,7 +290,7 @@ func compareStrings(a, b string) int {
 }
 
 // fill computes the list entries of us into out (same length): counts and
-// last message, readWorkers topics at a time.
+// last messages, read at the same time.
 func (s *Service) fill(ctx context.Context, db *sql.DB, p httpapi.Principal, us []userTopic, out []InboxTopic) error {
 	keys, err := routing.KeysFor(p.Tenant)
 	if err != nil {
@@ -297,17 +299,25 @@ func (s *Service) fill(ctx context.Context, db *sql.DB, p httpapi.Principal, us 
 	if err := s.readInputs(ctx, db, keys, p.UserID, us, true); err != nil {
 		return err
 	}
+	// the last messages are read while the counts are made
+	var lms []*message.Message
+	var lerr error
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		lms, lerr = s.lastMessages(ctx, db, p.Tenant, keys, p.UserID, us)
+	}()
 	counts, err := s.counts(ctx, db, p.Tenant, keys, p.UserID, us, true)
+	<-read
 	if err != nil {
 		return err
 	}
-	return parallel(ctx, len(us), func(i int) error {
-		u, c := us[i], counts[i]
-		lm, err := s.lastMessage(ctx, db, p.Tenant, p.UserID, u)
-		if err != nil {
-			return err
-		}
-		st := InboxTopic{Topic: u.topic, LastSeq: u.mirror.LastSeq(), LastMessage: lm, ReadSeq: c.readSeq,
+	if lerr != nil {
+		return lerr
+	}
+	for i, u := range us {
+		c := counts[i]
+		st := InboxTopic{Topic: u.topic, LastSeq: u.mirror.LastSeq(), LastMessage: lms[i], ReadSeq: c.readSeq,
 			Unread: c.unread, UnreadCapped: c.capped, MentionUnread: c.mentions, Pinned: u.pinned,
 			ActivityAt: message.NewTime(u.activity())}
 		if u.notifyMute.Valid {
@@ -315,8 +325,8 @@ func (s *Service) fill(ctx context.Context, db *sql.DB, p httpapi.Principal, us 
 			st.MutedUntil = &t
 		}
 		out[i] = st
-		return nil
-	})
+	}
+	return nil
 }
 
 // parallel runs fn(0..n-1), readWorkers at a time; the first error wins.

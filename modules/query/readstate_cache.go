@@ -151,6 +151,70 @@ func parseOr0(s string) int64 {
 	return n
 }
 
+// cursorsRead is what readCursorsAhead learned: the cached cursors entry
+// and, when it was complete and well formed, the cursors it holds and the
+// last issued seq of each topic it names (-1: no counter).
+type cursorsRead struct {
+	res     rueidis.RedisResult
+	cursors map[string]int64
+	lasts   map[string]int64
+}
+
+// readCursorsAhead reads the user's cached cursors and, when the entry is
+// complete, the last seqs of every topic it names in a second round trip —
+// without waiting for the memberships: the entry names every topic the
+// user has a cursor for, and every member has one (a join writes it), so
+// the memberships need no more Redis reads.
+func (s *Service) readCursorsAhead(ctx context.Context, keys routing.Keys, user int64) cursorsRead {
+	out := cursorsRead{res: s.p.Redis.Do(ctx, s.cursorCmd(keys, user))}
+	cached, err := out.res.AsStrMap()
+	if err != nil || cached[cursorsComplete] == "" {
+		return out
+	}
+	cursors := make(map[string]int64, len(cached))
+	us := make([]userTopic, 0, len(cached))
+	for t, v := range cached {
+		if t == cursorsComplete {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return out // malformed: applyCursors drops it
+		}
+		cursors[t] = n
+		us = append(us, userTopic{topic: t})
+	}
+	lasts := make(map[string]int64, len(us))
+	if len(us) > 0 {
+		applyLasts(s.p.Redis.Do(ctx, s.lastCmd(keys, us)), us)
+		for _, u := range us {
+			lasts[u.topic] = u.last
+		}
+	}
+	s.m.cursorCache.WithLabelValues("hit").Inc()
+	out.cursors, out.lasts = cursors, lasts
+	return out
+}
+
+// apply sets each topic's cursor and last seq from the read; false when
+// the entry was not complete (the caller reads MySQL and the last seqs).
+// A member topic the complete entry does not name has cursor 0 and an
+// unknown last seq (its count reads MySQL).
+func (r cursorsRead) apply(us []userTopic) bool {
+	if r.cursors == nil {
+		return false
+	}
+	for i := range us {
+		us[i].readSeq = r.cursors[us[i].topic]
+		last, ok := r.lasts[us[i].topic]
+		if !ok {
+			last = -1
+		}
+		us[i].last = last
+	}
+	return true
+}
+
 // lastCmd reads the last issued seq of each topic (one MGET: a tenant's
 // keys share a slot); applyLasts sets userTopic.last from it (-1: no
 // counter).
@@ -371,6 +435,66 @@ func (s *Service) countHot(user int64, u userTopic, r hotRead) (unreadCount, boo
 	out.upTo = last
 	s.m.unreadFrom.WithLabelValues("redis").Inc()
 	return out, true
+}
+
+// lastRead is how many cached members a last-message read takes: the
+// newest stored one and a few it may have to step over (deleted for
+// everyone, hidden by the caller, gaps).
+const lastRead = hotSlack + 1
+
+// lastMessages is the last message of each of us the caller may see (nil:
+// none), as lastMessage answers it: from the topics' hot caches in one
+// pipelined round trip, walked down from the last stored seq with the same
+// proof as a page, and from the month tables for a topic the cache cannot
+// prove.
+func (s *Service) lastMessages(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, us []userTopic) ([]*message.Message, error) {
+	out := make([]*message.Message, len(us))
+	var hot, cold []int
+	for i, u := range us {
+		if u.mirror.LastSeq() > 0 {
+			hot = append(hot, i)
+		}
+	}
+	if len(hot) > 0 {
+		const per = 4 // hotCmds
+		cmds := make([]rueidis.Completed, 0, (per+1)*len(hot))
+		for _, i := range hot {
+			cmds = append(cmds, s.hotCmds(keys, us[i].topic, Desc, us[i].mirror.LastSeq()+1, 0, lastRead)...)
+		}
+		names := make([]string, len(hot))
+		for j, i := range hot {
+			names[j] = us[i].topic
+			cmds = append(cmds, s.hiddenCmds(keys, us[i].topic, user)...)
+		}
+		res := s.p.Redis.DoMulti(ctx, cmds...)
+		hvs, err := s.hiddenOfMany(ctx, db, keys, user, names, res[per*len(hot):])
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range hot {
+			last := us[i].mirror.LastSeq()
+			c, _, err := hotResolve(res[j*per:(j+1)*per], Desc, last+1, 0, lastRead)
+			if err != nil || !hvs[j].known {
+				cold = append(cold, i)
+				continue
+			}
+			page, ok, _ := walk(hotView{top: c}, last, 1, Desc, 0, hvs[j].ranges, false)
+			if !ok {
+				cold = append(cold, i)
+				continue
+			}
+			if len(page) > 0 {
+				out[i] = &page[0]
+			}
+		}
+	}
+	err := parallel(ctx, len(cold), func(j int) error {
+		i := cold[j]
+		lm, err := s.lastMessage(ctx, db, tenant, user, us[i])
+		out[i] = lm
+		return err
+	})
+	return out, err
 }
 
 // errCursorCache is the answer when Redis failed within a cursor move.
