@@ -1,13 +1,17 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -139,32 +143,59 @@ func (p *InboxParams) Build(ctx context.Context) (int64, error) {
 		}
 	}
 	p.logf("bench: %d users in %d..%d topics each", p.Users, p.MinPer, p.MaxPer)
-	var rows int64
-	var cursors []string
+	// every membership is drawn first, then each table is written in its
+	// primary key's order (members by topic, cursors by user) by its own
+	// connection: appending to the B-trees keeps a fixture of millions of
+	// rows from paging a small buffer pool through random inserts
+	type membership struct{ topic, user, read int32 }
+	var all []membership
 	for u := 1; u <= p.Users; u++ {
 		n := p.MaxPer
 		if u > p.HeavyUsers {
 			n = p.MinPer + rng.IntN(p.MaxPer-p.MinPer+1)
 		}
-		for _, t := range rng.Perm(p.Topics)[:n] {
-			vals = append(vals, fmt.Sprintf("('%s', %d)", inboxTopic(t), u))
+		ts := rng.Perm(p.Topics)[:n]
+		slices.Sort(ts)
+		for _, t := range ts {
 			read := p.Messages
 			if rng.IntN(5) == 0 {
 				read = rng.IntN(p.Messages)
 			}
-			cursors = append(cursors, fmt.Sprintf("(%d, '%s', %d)", u, inboxTopic(t), read))
-			rows++
-		}
-		if len(vals) >= 2000 || u == p.Users {
-			if err := flush("INSERT INTO "+acl.MembersTable+" (topic, user_id) VALUES ", &vals); err != nil {
-				return 0, err
-			}
-			if err := flush("INSERT INTO "+acl.CursorsTable+" (user_id, topic, read_seq) VALUES ", &cursors); err != nil {
-				return 0, err
-			}
+			all = append(all, membership{int32(t), int32(u), int32(read)})
 		}
 	}
-	return rows, nil
+	byTopic := slices.Clone(all)
+	slices.SortFunc(byTopic, func(a, b membership) int { return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.user, b.user)) })
+	write := func(prefix string, ms []membership, row func(m membership) string) error {
+		const per = 5000
+		vals := make([]string, 0, per)
+		for lo := 0; lo < len(ms); lo += per {
+			for _, m := range ms[lo:min(len(ms), lo+per)] {
+				vals = append(vals, row(m))
+			}
+			if err := flush(prefix, &vals); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var wg sync.WaitGroup
+	var merr, cerr error
+	wg.Go(func() {
+		merr = write("INSERT INTO "+acl.MembersTable+" (topic, user_id) VALUES ", byTopic, func(m membership) string {
+			return fmt.Sprintf("('%s', %d)", inboxTopic(int(m.topic)), m.user)
+		})
+	})
+	wg.Go(func() {
+		cerr = write("INSERT INTO "+acl.CursorsTable+" (user_id, topic, read_seq) VALUES ", all, func(m membership) string {
+			return fmt.Sprintf("(%d, '%s', %d)", m.user, inboxTopic(int(m.topic)), m.read)
+		})
+	})
+	wg.Wait()
+	if err := errors.Join(merr, cerr); err != nil {
+		return 0, err
+	}
+	return int64(len(all)), nil
 }
 
 // fillHot leaves in Redis what sending the fixture's messages would: each

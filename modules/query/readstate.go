@@ -142,7 +142,7 @@ func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic strin
 		return ReadCursor{}, httpapi.Errorf(httpapi.CodeInvalidArgument, "seq is above the topic's last seq").
 			WithDetails(map[string]any{"last_seq": last})
 	}
-	cur, err := markRead(ctx, db, p.UserID, topic, seq)
+	cur, err := s.st.markRead(ctx, db, p.UserID, topic, seq)
 	if err != nil {
 		// the cache may hold a cursor MySQL does not: drop it
 		_ = s.dropCursors(ctx, keys, p.UserID)

@@ -56,13 +56,17 @@ func (u userTopic) activity() time.Time {
 // im_group_members joined with the group and the cursor) and their
 // mirrors; dissolved groups are kept, flagged by status, for sync.
 func (s *Service) loadTopics(ctx context.Context, db *sql.DB, user int64) ([]userTopic, error) {
-	rows, err := sq.Select("m.topic", "g.status", "m.created_at",
+	query, args, err := sq.Select("m.topic", "g.status", "m.created_at",
 		"GREATEST(m.updated_at, g.updated_at, COALESCE(c.updated_at, m.updated_at))",
 		"COALESCE(c.read_seq, 0)", "COALESCE(c.pinned, 0)", "c.notify_muted_until").
 		From(membersTable + " AS m").
 		Join(groupsTable + " AS g ON g.topic = m.topic").
 		LeftJoin(cursorsTable + " AS c ON c.user_id = m.user_id AND c.topic = m.topic").
-		Where(sq.Eq{"m.user_id": user}).RunWith(db).QueryContext(ctx)
+		Where(sq.Eq{"m.user_id": user}).ToSql()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.st.run(ctx, db, query, args)
 	if err != nil {
 		return nil, fmt.Errorf("query: topics of %d: %w", user, err)
 	}
@@ -99,9 +103,13 @@ func (s *Service) loadTopics(ctx context.Context, db *sql.DB, user int64) ([]use
 // dissolved (one index range of im_group_members joined with the group):
 // the unread badges take the cursors from their cache and need no mirror.
 func (s *Service) loadMemberships(ctx context.Context, db *sql.DB, user int64) ([]userTopic, error) {
-	rows, err := sq.Select("m.topic").From(membersTable + " AS m").
+	query, args, err := sq.Select("m.topic").From(membersTable + " AS m").
 		Join(groupsTable + " AS g ON g.topic = m.topic").
-		Where(sq.Eq{"m.user_id": user}).Where(sq.NotEq{"g.status": acl.GroupDissolved}).RunWith(db).QueryContext(ctx)
+		Where(sq.Eq{"m.user_id": user}).Where(sq.NotEq{"g.status": acl.GroupDissolved}).ToSql()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.st.run(ctx, db, query, args)
 	if err != nil {
 		return nil, fmt.Errorf("query: memberships of %d: %w", user, err)
 	}
@@ -284,10 +292,15 @@ func (s *store) unreadRows(ctx context.Context, db *sql.DB, t routing.Table, top
 // markRead moves the caller's cursor of topic up to seq (never down) in
 // one statement and returns the cursor it holds afterwards: the
 // LAST_INSERT_ID(expr) form hands the row's value back with the result.
-func markRead(ctx context.Context, db *sql.DB, user int64, topic string, seq int64) (int64, error) {
-	res, err := sq.Insert(cursorsTable).Columns("user_id", "topic", "read_seq").Values(user, topic, seq).
-		Suffix("ON DUPLICATE KEY UPDATE read_seq = LAST_INSERT_ID(GREATEST(read_seq, VALUES(read_seq)))").
-		RunWith(db).ExecContext(ctx)
+// It is a cached prepared statement: one round trip, and running it twice
+// is the same as once.
+func (s *store) markRead(ctx context.Context, db *sql.DB, user int64, topic string, seq int64) (int64, error) {
+	query, args, err := sq.Insert(cursorsTable).Columns("user_id", "topic", "read_seq").Values(user, topic, seq).
+		Suffix("ON DUPLICATE KEY UPDATE read_seq = LAST_INSERT_ID(GREATEST(read_seq, VALUES(read_seq)))").ToSql()
+	if err != nil {
+		return 0, err
+	}
+	res, err := s.exec(ctx, db, query, args)
 	if err != nil {
 		return 0, fmt.Errorf("query: read cursor %s/%d: %w", topic, user, err)
 	}

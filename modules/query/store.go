@@ -98,6 +98,24 @@ func (s *store) messages(ctx context.Context, db *sql.DB, b sq.SelectBuilder) ([
 	return out, rows.Err()
 }
 
+// exec runs a write of fixed shape as a cached prepared statement (one
+// round trip, where an ad-hoc statement with arguments costs a prepare
+// too); like run it prepares afresh once when the statement was dropped,
+// so the write must be one that may run twice.
+func (s *store) exec(ctx context.Context, db *sql.DB, query string, args []any) (sql.Result, error) {
+	for attempt := 0; ; attempt++ {
+		st, err := s.stmt(ctx, db, query)
+		if err != nil {
+			return nil, err
+		}
+		res, err := st.ExecContext(ctx, args...)
+		if err == nil || attempt > 0 || ctx.Err() != nil {
+			return res, err
+		}
+		s.forget(db, query)
+	}
+}
+
 func (s *store) run(ctx context.Context, db *sql.DB, query string, args []any) (*sql.Rows, error) {
 	for attempt := 0; ; attempt++ {
 		st, err := s.stmt(ctx, db, query)
