@@ -103,31 +103,27 @@ func (s *store) messages(ctx context.Context, db *sql.DB, b sq.SelectBuilder) ([
 // too); like run it prepares afresh once when the statement was dropped,
 // so the write must be one that may run twice.
 func (s *store) exec(ctx context.Context, db *sql.DB, query string, args []any) (sql.Result, error) {
-	for attempt := 0; ; attempt++ {
-		st, err := s.stmt(ctx, db, query)
-		if err != nil {
-			return nil, err
-		}
-		res, err := st.ExecContext(ctx, args...)
-		if err == nil || attempt > 0 || ctx.Err() != nil {
-			return res, err
-		}
-		s.forget(db, query)
-	}
+	return withStmt(ctx, s, db, query, func(st *sql.Stmt) (sql.Result, error) { return st.ExecContext(ctx, args...) })
 }
 
 func (s *store) run(ctx context.Context, db *sql.DB, query string, args []any) (*sql.Rows, error) {
+	return withStmt(ctx, s, db, query, func(st *sql.Stmt) (*sql.Rows, error) { return st.QueryContext(ctx, args...) })
+}
+
+// withStmt runs fn on the cached statement of query; if that fails, the
+// statement may have been dropped meanwhile (cache full, pool closed): it
+// is prepared afresh and fn runs once more.
+func withStmt[T any](ctx context.Context, s *store, db *sql.DB, query string, fn func(*sql.Stmt) (T, error)) (T, error) {
 	for attempt := 0; ; attempt++ {
 		st, err := s.stmt(ctx, db, query)
 		if err != nil {
-			return nil, err
+			var zero T
+			return zero, err
 		}
-		rows, err := st.QueryContext(ctx, args...)
+		out, err := fn(st)
 		if err == nil || attempt > 0 || ctx.Err() != nil {
-			return rows, err
+			return out, err
 		}
-		// the statement was dropped meanwhile (cache full, pool closed):
-		// prepare it afresh once
 		s.forget(db, query)
 	}
 }
