@@ -53,9 +53,47 @@ func (u userTopic) activity() time.Time {
 }
 
 // loadTopics reads every topic user is a member of (one index range of
-// im_group_members joined with the group and the cursor) and their
-// mirrors; dissolved groups are kept, flagged by status, for sync.
+// im_group_members joined with the group and the cursor) and, at the same
+// time, their mirrors (the same range joined with the route mirror);
+// dissolved groups are kept, flagged by status, for sync. Both are cached
+// prepared statements of fixed shape, whatever the number of topics.
 func (s *Service) loadTopics(ctx context.Context, db *sql.DB, user int64) ([]userTopic, error) {
+	mirrors := map[string]routing.TopicMirror{}
+	var merr error
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		query, args, err := routing.MirrorOf(membersTable+" AS m", "m.topic", sq.Eq{"m.user_id": user}).ToSql()
+		if err != nil {
+			merr = err
+			return
+		}
+		rows, err := s.st.run(ctx, db, query, args)
+		if err != nil {
+			merr = fmt.Errorf("query: mirrors of %d: %w", user, err)
+			return
+		}
+		merr = routing.ScanMirror(rows, mirrors)
+	}()
+	out, err := s.loadMembersOf(ctx, db, user)
+	<-read
+	if err != nil {
+		return nil, err
+	}
+	if merr != nil {
+		return nil, merr
+	}
+	for i := range out {
+		out[i].mirror = mirrors[out[i].topic]
+		if out[i].mirror.ChangedAt.After(out[i].changedAt) {
+			out[i].changedAt = out[i].mirror.ChangedAt
+		}
+	}
+	return out, nil
+}
+
+// loadMembersOf is loadTopics' memberships, without the mirrors.
+func (s *Service) loadMembersOf(ctx context.Context, db *sql.DB, user int64) ([]userTopic, error) {
 	query, args, err := sq.Select("m.topic", "g.status", "m.created_at",
 		"GREATEST(m.updated_at, g.updated_at, COALESCE(c.updated_at, m.updated_at))",
 		"COALESCE(c.read_seq, 0)", "COALESCE(c.pinned, 0)", "c.notify_muted_until").
@@ -79,24 +117,7 @@ func (s *Service) loadTopics(ctx context.Context, db *sql.DB, user int64) ([]use
 		}
 		out = append(out, u)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	names := make([]string, len(out))
-	for i, u := range out {
-		names[i] = u.topic
-	}
-	mirrors, err := routing.LoadMirrorMany(ctx, db, names)
-	if err != nil {
-		return nil, err
-	}
-	for i := range out {
-		out[i].mirror = mirrors[out[i].topic]
-		if out[i].mirror.ChangedAt.After(out[i].changedAt) {
-			out[i].changedAt = out[i].mirror.ChangedAt
-		}
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // loadMemberships reads the topics user is a member of that are not

@@ -114,6 +114,26 @@ func loadMirrorPart(ctx context.Context, db sq.BaseRunner, topics []string, out 
 	if err != nil {
 		return fmt.Errorf("mirror: load many: %w", err)
 	}
+	return ScanMirror(rows, out)
+}
+
+// MirrorOf selects the mirror rows (as s) of the topics that from — a
+// table or join naming a topic column that on compares with s.topic —
+// names where where holds: a user's topics read in one statement of fixed
+// shape (a prepared statement the caller may cache), whatever their
+// number. ScanMirror reads its rows.
+func MirrorOf(from, on string, where sq.Sqlizer) sq.SelectBuilder {
+	cols := make([]string, 0, len(mirrorColumns)+1)
+	for _, c := range append(slices.Clone(mirrorColumns), "updated_at") {
+		cols = append(cols, "s."+c)
+	}
+	return sq.Select(cols...).From(from).Join(mirrorTable+" AS s ON s.topic = "+on).Where(where).
+		OrderBy("s.topic", "s.shard_month")
+}
+
+// ScanMirror adds the rows of a mirror read (LoadMirrorMany's, MirrorOf's:
+// ordered by topic and month) to out and closes them.
+func ScanMirror(rows *sql.Rows, out map[string]TopicMirror) error {
 	defer rows.Close()
 	for rows.Next() {
 		var ms string
@@ -122,9 +142,11 @@ func loadMirrorPart(ctx context.Context, db sq.BaseRunner, topics []string, out 
 		if err := rows.Scan(&r.Topic, &ms, &r.MinSeq, &r.MaxSeq, &r.Count, &r.MinCreatedAt, &r.MaxCreatedAt, &changed); err != nil {
 			return fmt.Errorf("mirror: load many: %w", err)
 		}
-		if r.Month, err = ParseMonth(ms); err != nil {
+		m, err := ParseMonth(ms)
+		if err != nil {
 			return fmt.Errorf("mirror: %s: %w", r.Topic, err)
 		}
+		r.Month = m
 		t := out[r.Topic]
 		t.Rows = append(t.Rows, r)
 		if changed.After(t.ChangedAt) {
