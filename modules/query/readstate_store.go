@@ -677,7 +677,9 @@ func (s *store) mentionSeqs(ctx context.Context, db *sql.DB, user int64, topics 
 
 // mentionCounts sets each count's mentions from the index entries read by
 // mentionSeqs: those above the count's cursor (moved up to the caller's
-// own newest message) and within what it covers, at most UnreadCap.
+// own newest message) and within what it covers, never more than the
+// unread (a change committing between the two reads cannot make a badge
+// show more mentions than messages).
 func mentionCounts(us []userTopic, seqs map[string][]int64, out []unreadCount) {
 	for i := range out {
 		c := &out[i]
@@ -685,7 +687,7 @@ func mentionCounts(us []userTopic, seqs map[string][]int64, out []unreadCount) {
 			continue
 		}
 		for _, seq := range seqs[us[i].topic] {
-			if seq > c.readSeq && (c.upTo == 0 || seq <= c.upTo) && c.mentions < UnreadCap {
+			if seq > c.readSeq && (c.upTo == 0 || seq <= c.upTo) && c.mentions < c.unread {
 				c.mentions++
 			}
 		}
