@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"encoding/json"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -64,34 +65,51 @@ type published struct {
 	} `json:"change"`
 }
 
-// channel is one topic's subscription.
+// channel is one subscribed channel: a topic's, or a user's read channel.
 type channel struct {
 	name, tenant, topic string
 	aclKey              string
+	r                   *reader // the connection it is subscribed on
 
 	mu   sync.RWMutex
 	subs map[*follow]struct{}
 
 	// hub.mu guards these
-	refs    int
-	closing bool
-	acl     string // the ACL version last seen
-	aclRead bool
+	refs      int
+	closing   bool // the last follower left: unsubscribing
+	confirmed bool // Redis confirmed the subscription once
+	acl       string // the ACL version last seen
+	aclRead   bool
 
-	ready     chan struct{} // closed at the first subscription confirmation
-	readyOnce sync.Once
-	done      chan struct{} // closed when the subscription loop ended
-	cancel    context.CancelFunc
+	ready chan struct{} // closed at the first subscription confirmation
+	done  chan struct{} // closed once unsubscribed, or when the hub closed
 }
 
-// Hub is the process's set of topic subscriptions.
-type Hub struct {
-	rdb rueidis.Client
-	m   *metrics
-	log zerolog.Logger
+// reader is one dedicated Redis connection on which the hub subscribes
+// every channel of one hash slot (all of them on a standalone Redis, which
+// has no slots): a tenant's channels share its hash tag, so on Redis
+// Cluster a process holds one connection per slot its tenants' channels
+// fall in, on the node that owns the slot. Publications arrive on the
+// connection's own read loop, which hands them to the hub by channel name:
+// no goroutine per channel. Its keeper goroutine (re)connects it and
+// subscribes its channels again after a lost connection.
+type reader struct {
+	slot  uint16
+	chans map[string]*channel     // hub.mu: every channel on it, closing ones included
+	dc    rueidis.DedicatedClient // hub.mu: nil while (re)connecting
+	stop  bool                    // hub.mu: no channel left; the keeper ends
+}
 
-	mu     sync.Mutex
-	topics map[string]*channel
+// Hub is the process's set of channel subscriptions.
+type Hub struct {
+	rdb     rueidis.Client
+	m       *metrics
+	log     zerolog.Logger
+	cluster bool
+
+	mu      sync.RWMutex
+	topics  map[string]*channel // by channel name
+	readers map[uint16]*reader  // by slot
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -100,20 +118,27 @@ type Hub struct {
 
 func newHub(rdb rueidis.Client, m *metrics, log zerolog.Logger, aclEvery time.Duration) *Hub {
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &Hub{rdb: rdb, m: m, log: log, topics: map[string]*channel{}, ctx: ctx, cancel: cancel}
+	h := &Hub{rdb: rdb, m: m, log: log, cluster: rdb.Mode() == rueidis.ClientModeCluster,
+		topics: map[string]*channel{}, readers: map[uint16]*reader{}, ctx: ctx, cancel: cancel}
 	h.wg.Add(1)
 	go h.watchACL(aclEvery)
 	return h
 }
 
-// close ends every subscription and the ACL watch.
+// close ends every subscription, connection and the ACL watch.
 func (h *Hub) close() {
 	h.cancel()
 	h.wg.Wait()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for name, c := range h.topics {
+		delete(h.topics, name)
+		close(c.done)
+	}
 }
 
-// join adds f to its topic's subscription, opening it if needed, and
-// returns once Redis confirmed the subscription and the topic's ACL
+// join adds f to its channel's subscription, subscribing it if needed,
+// and returns once Redis confirmed the subscription and the topic's ACL
 // version was read: every publication from then on reaches f, and a
 // membership change from then on is reported to it.
 func (h *Hub) join(ctx context.Context, f *follow) error {
@@ -129,8 +154,8 @@ func (h *Hub) join(ctx context.Context, f *follow) error {
 	h.mu.Lock()
 	c := h.topics[name]
 	for c != nil && c.closing {
-		// wait for a closing subscription to end: its SUNSUBSCRIBE must
-		// not meet the new SSUBSCRIBE
+		// wait for a closing subscription to end: the new SSUBSCRIBE must
+		// follow its SUNSUBSCRIBE, not race it
 		done := c.done
 		h.mu.Unlock()
 		select {
@@ -141,15 +166,13 @@ func (h *Hub) join(ctx context.Context, f *follow) error {
 		h.mu.Lock()
 		c = h.topics[name]
 	}
+	var subscribeOn rueidis.DedicatedClient
 	if c == nil {
 		c = &channel{name: name, tenant: f.c.p.Tenant, topic: f.topic, aclKey: aclKey,
 			subs: map[*follow]struct{}{}, ready: make(chan struct{}), done: make(chan struct{})}
-		var cctx context.Context
-		cctx, c.cancel = context.WithCancel(h.ctx)
 		h.topics[name] = c
 		h.m.channels.Inc()
-		h.wg.Add(1)
-		go h.receive(cctx, c)
+		subscribeOn = h.place(c)
 	}
 	c.refs++
 	c.mu.Lock()
@@ -157,6 +180,9 @@ func (h *Hub) join(ctx context.Context, f *follow) error {
 	c.mu.Unlock()
 	f.ch = c
 	h.mu.Unlock()
+	if subscribeOn != nil {
+		h.subscribe(subscribeOn, []string{name})
+	}
 	select {
 	case <-c.ready:
 	case <-c.done:
@@ -184,6 +210,28 @@ func (h *Hub) join(ctx context.Context, f *follow) error {
 	return nil
 }
 
+// place puts a new channel on its slot's reader, starting the reader if
+// there is none; it returns the connection to subscribe the channel on, or
+// nil when the reader is (re)connecting and subscribes it itself. h.mu is
+// held.
+func (h *Hub) place(c *channel) rueidis.DedicatedClient {
+	var slot uint16
+	if h.cluster {
+		cmd := h.rdb.B().Ssubscribe().Channel(c.name).Build()
+		slot = cmd.Slot()
+	}
+	r := h.readers[slot]
+	if r == nil {
+		r = &reader{slot: slot, chans: map[string]*channel{}}
+		h.readers[slot] = r
+		h.wg.Add(1)
+		go h.keep(r)
+	}
+	r.chans[c.name] = c
+	c.r = r
+	return r.dc
+}
+
 // leave removes f; the last follower out ends the subscription.
 func (h *Hub) leave(f *follow) {
 	c := f.ch
@@ -204,66 +252,188 @@ func (h *Hub) leave(f *follow) {
 		return
 	}
 	c.closing = true
+	dc := c.r.dc
+	h.wg.Add(1)
 	go func() {
-		// SUNSUBSCRIBE ends the Receive once Redis confirms it; the cancel
-		// ends it anyway if Redis does not answer
-		ctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
+		defer h.wg.Done()
+		// the confirmation of the SUNSUBSCRIBE ends the channel (unsubscribed
+		// hook); a connection lost meanwhile ends it at the reconnection,
+		// and an unanswered one ends it after the timeout (a publication
+		// still arriving for it finds no channel and is dropped)
+		ctx, cancel := context.WithTimeout(h.ctx, unsubscribeTimeout)
 		defer cancel()
-		_ = h.rdb.Do(ctx, h.rdb.B().Sunsubscribe().Channel(c.name).Build()).Error()
+		if dc != nil {
+			_ = dc.Do(ctx, dc.B().Sunsubscribe().Channel(c.name).Build()).Error()
+		}
 		select {
 		case <-c.done:
 		case <-ctx.Done():
+			h.mu.Lock()
+			h.finish(c)
+			h.mu.Unlock()
 		}
-		c.cancel()
 	}()
 }
 
-// receive runs the topic's subscription until it is closed, subscribing
-// again after a lost connection; every (re)subscription is announced to
-// the followers as evResync, since publications in between are lost.
-func (h *Hub) receive(ctx context.Context, c *channel) {
-	defer h.wg.Done()
-	defer func() {
-		h.mu.Lock()
-		if h.topics[c.name] == c {
-			delete(h.topics, c.name)
-		}
-		h.mu.Unlock()
-		h.m.channels.Dec()
-		close(c.done)
-	}()
-	hook := rueidis.WithOnSubscriptionHook(ctx, func(s rueidis.PubSubSubscription) {
-		if s.Kind != "ssubscribe" || s.Channel != c.name {
-			return
-		}
-		first := false
-		c.readyOnce.Do(func() { close(c.ready); first = true })
-		if !first {
-			h.m.resubscribes.Inc()
-			c.offer(&event{kind: evResync})
-		}
-	})
-	backoff := 50 * time.Millisecond
-	for {
-		err := h.rdb.Receive(hook, h.rdb.B().Ssubscribe().Channel(c.name).Build(), func(m rueidis.PubSubMessage) {
-			h.dispatch(c, m.Message)
-		})
-		h.mu.Lock()
-		closing := c.closing
-		h.mu.Unlock()
-		if closing || ctx.Err() != nil {
-			return
-		}
-		// the subscription ended without us: Redis restarted, failed over,
-		// moved the slot; subscribe again (and resync) after a pause
-		h.log.Warn().Err(err).Str("channel", c.name).Msg("realtime subscription ended; subscribing again")
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 2*time.Second)
+// finish removes an unsubscribed channel, and the reader it was on when it
+// was the last; h.mu is held.
+func (h *Hub) finish(c *channel) {
+	if h.topics[c.name] != c {
+		return // finished already
 	}
+	delete(h.topics, c.name)
+	h.m.channels.Dec()
+	close(c.done)
+	r := c.r
+	delete(r.chans, c.name)
+	if len(r.chans) > 0 || r.stop {
+		return
+	}
+	r.stop = true
+	if h.readers[r.slot] == r {
+		delete(h.readers, r.slot)
+	}
+	if r.dc != nil {
+		// ends the keeper's wait; not from this goroutine, which may be
+		// the connection's own read loop (the unsubscribed hook)
+		go r.dc.Close()
+	}
+}
+
+// keep runs a reader's connection until the reader stops or the hub
+// closes: it connects, subscribes every channel on the reader in a few
+// commands, and when the connection is lost connects again after a
+// growing pause; every channel's new confirmation then tells its
+// followers to catch up (publications in between are lost).
+func (h *Hub) keep(r *reader) {
+	defer h.wg.Done()
+	backoff := resubscribeFirst
+	for {
+		dc, _ := h.rdb.Dedicate()
+		lost := dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: h.onMessage, OnSubscription: h.onSubscription})
+		h.mu.Lock()
+		var names []string
+		for _, c := range r.chans {
+			if c.closing {
+				h.finish(c) // the lost connection unsubscribed it
+			} else {
+				names = append(names, c.name)
+			}
+		}
+		if r.stop || h.ctx.Err() != nil {
+			h.mu.Unlock()
+			dc.Close()
+			return
+		}
+		r.dc = dc
+		h.mu.Unlock()
+		err := h.subscribe(dc, names)
+		if err == nil {
+			backoff = resubscribeFirst
+			select {
+			case err = <-lost:
+			case <-h.ctx.Done():
+			}
+		}
+		h.mu.Lock()
+		r.dc = nil
+		stop := r.stop
+		h.mu.Unlock()
+		dc.Close()
+		if stop || h.ctx.Err() != nil {
+			return
+		}
+		// Redis restarted, failed over, or moved the slot
+		h.log.Warn().Err(err).Int("channels", len(names)).Msg("realtime subscriptions lost; subscribing again")
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-time.After(jitter(backoff)):
+		}
+		backoff = min(2*backoff, resubscribeMax)
+	}
+}
+
+// subscribe sends SSUBSCRIBE for names on dc, a few hundred channels per
+// command (a reader's channels share a slot, so one command may carry
+// many). A refusal (a redirection: the slot moved) closes the connection,
+// so that its keeper connects again to the slot's owner and subscribes
+// everything there; a lost connection is the keeper's to notice.
+func (h *Hub) subscribe(dc rueidis.DedicatedClient, names []string) error {
+	for len(names) > 0 {
+		n := min(len(names), subscribeBatch)
+		ctx, cancel := context.WithTimeout(h.ctx, unsubscribeTimeout)
+		err := dc.Do(ctx, dc.B().Ssubscribe().Channel(names[:n]...).Build()).Error()
+		cancel()
+		if err != nil {
+			if _, refused := err.(*rueidis.RedisError); refused {
+				dc.Close()
+			}
+			return err
+		}
+		names = names[n:]
+	}
+	return nil
+}
+
+// onSubscription follows Redis's confirmations on the readers'
+// connections (it runs on a connection's read loop: it must not block).
+func (h *Hub) onSubscription(s rueidis.PubSubSubscription) {
+	h.mu.Lock()
+	c := h.topics[s.Channel]
+	if c == nil || (s.Kind == "ssubscribe" && c.closing) {
+		h.mu.Unlock()
+		return
+	}
+	switch s.Kind {
+	case "ssubscribe":
+		first := !c.confirmed
+		c.confirmed = true
+		h.mu.Unlock()
+		if first {
+			close(c.ready)
+			return
+		}
+		h.m.resubscribes.Inc()
+		c.offer(&event{kind: evResync})
+		return
+	case "sunsubscribe":
+		if c.closing {
+			h.finish(c)
+		} else if dc := c.r.dc; dc != nil {
+			// unsubscribed by Redis (its slot moved to another node):
+			// connect again, to the slot's new owner
+			go dc.Close()
+		}
+	}
+	h.mu.Unlock()
+}
+
+// onMessage hands a publication to its channel (on a connection's read
+// loop: dispatch never waits for a socket).
+func (h *Hub) onMessage(m rueidis.PubSubMessage) {
+	h.mu.RLock()
+	c := h.topics[m.Channel]
+	h.mu.RUnlock()
+	if c != nil {
+		h.dispatch(c, m.Message)
+	}
+}
+
+// The pauses of a reader connecting again (doubled up to the maximum,
+// jittered so that many processes do not reconnect in step), how long an
+// unsubscription may go unconfirmed, and how many channels one SSUBSCRIBE
+// carries.
+const (
+	resubscribeFirst   = 50 * time.Millisecond
+	resubscribeMax     = 2 * time.Second
+	unsubscribeTimeout = 5 * time.Second
+	subscribeBatch     = 256
+)
+
+// jitter is d spread over [d/2, d).
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d/2)
 }
 
 // dispatch parses a publication once and offers it to every follower.
