@@ -76,8 +76,8 @@ type channel struct {
 
 	// hub.mu guards these
 	refs      int
-	closing   bool // the last follower left: unsubscribing
-	confirmed bool // Redis confirmed the subscription once
+	closing   bool   // the last follower left: unsubscribing
+	confirmed bool   // Redis confirmed the subscription once
 	acl       string // the ACL version last seen
 	aclRead   bool
 
