@@ -240,7 +240,7 @@ func printBenchStream(w io.Writer, o *benchStreamOptions, rep streamResult) {
 		o.sockets, o.topics, o.tenants, o.rate, o.duration, rep.Sent, float64(rep.Sent)/max(rep.Seconds, 1e-9), rep.Skipped, rep.Errors)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\tframes\tp50\tp99")
-	for _, r := range []bench.StreamLatency{rep.Delivery, rep.Published, rep.Send, rep.PubSub} {
+	for _, r := range []bench.StreamLatency{rep.Delivery, rep.Published, rep.Send, rep.PubSub, rep.Warmup} {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", r.Name, r.Count, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond))
 	}
 	_ = tw.Flush()

@@ -179,8 +179,8 @@ func TestStreamResetBeyondChangeHistory(t *testing.T) {
 	c.must("live")
 }
 
-// A membership re-check that fails (MySQL cannot be read) is made again
-// until it answers: meanwhile the socket keeps its topic and receives
+// A membership re-check that fails (MySQL cannot be read) is made again,
+// after a growing pause, until it answers: meanwhile the socket keeps its topic and receives
 // (the caller was a member at the last answer), and a removal made while
 // the check failed — with no further membership event to announce it —
 // still ends the delivery once the check can be made.
@@ -224,6 +224,13 @@ func TestStreamMembershipRecheckRetried(t *testing.T) {
 	sendWaitFor(t, 20*time.Second, "a failed membership re-check", func() bool {
 		return rpMetric(t, e.Env, "imshard_stream_acl_check_errors_total") >= 3 // failed, and failed again
 	})
+	// retried after a growing pause (50 ms doubling up to 2 s), not every
+	// 50 ms: a few retries in 3 s, where a fixed 50 ms would make 60
+	before := rpMetric(t, e.Env, "imshard_stream_acl_check_errors_total")
+	time.Sleep(3 * time.Second)
+	if n := rpMetric(t, e.Env, "imshard_stream_acl_check_errors_total") - before; n < 1 || n > 8 {
+		t.Fatalf("%v failed re-checks in 3 s, want a few (backing off, still retrying)", n)
+	}
 	// not dropped: still delivering
 	r = e.mustSend(alice, "vault", sendBody("m2", "while the check fails"))
 	if f := c.must("message"); f.Message.Seq != r.Seq {

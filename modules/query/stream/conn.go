@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -65,9 +66,14 @@ type follow struct {
 	changes int64 // the last change_seq delivered; -1 when the client gave none
 	seen    int64 // the highest seq known to exist (a live message above cursor)
 	held    map[int64]*event
-	// recheck: a membership check failed for a reason other than a
-	// refusal (Redis, MySQL); it is made again at the next retry tick
-	recheck bool
+	// checkAt: a membership check is due then (zero: none). A moved ACL
+	// version schedules one, spread over a moment when many sockets
+	// follow the topic; a check that failed for a reason other than a
+	// refusal (Redis, MySQL) is made again after checkBackoff, doubled at
+	// each failure up to recheckMax and jittered, so that the sockets of a
+	// process do not all retry in step against a struggling MySQL.
+	checkAt      time.Time
+	checkBackoff time.Duration
 	// changesDue: reading the changes after the change cursor failed; read
 	// again at the next retry tick
 	changesDue bool
@@ -199,24 +205,24 @@ func (c *conn) run(ctx context.Context, first map[string]cursors) {
 // pump handles events and requests in order until the socket ends.
 func (c *conn) pump(ctx context.Context) {
 	// the retry timer exists only once a topic waited for a seq in flight
-	// or a membership to check again, and runs only while one waits
+	// or a membership check, and runs only while one waits
 	var retry *time.Timer
 	var retryC <-chan time.Time
-	armed := false
+	var armedAt time.Time // zero: not armed
 	defer func() {
 		if retry != nil {
 			retry.Stop()
 		}
 	}()
 	for {
-		if !armed && c.waiting() {
+		if at, ok := c.nextRetry(); ok && (armedAt.IsZero() || at.Before(armedAt)) {
 			if retry == nil {
-				retry = time.NewTimer(holdRetry)
+				retry = time.NewTimer(time.Until(at))
 				retryC = retry.C
 			} else {
-				retry.Reset(holdRetry)
+				retry.Reset(time.Until(at))
 			}
-			armed = true
+			armedAt = at
 		}
 		select {
 		case <-c.done:
@@ -240,24 +246,29 @@ func (c *conn) pump(ctx context.Context) {
 				c.unsubscribe(t)
 			}
 		case <-retryC:
-			armed = false
+			armedAt = time.Time{}
 			c.retry(ctx)
 		}
 	}
 }
 
-// waiting reports whether a topic waits for a seq in flight or for a
-// membership check to be made again.
-func (c *conn) waiting() bool {
+// nextRetry is when the retry tick is next due, if anything waits: a seq
+// in flight or a change catch-up to read again (every holdRetry), or a
+// membership check.
+func (c *conn) nextRetry() (time.Time, bool) {
+	var at time.Time
 	if c.behind {
-		return true
+		at = time.Now().Add(holdRetry)
 	}
 	for _, f := range c.topics {
-		if f.recheck || f.changesDue {
-			return true
+		if f.changesDue && (at.IsZero() || holdRetry < time.Until(at)) {
+			at = time.Now().Add(holdRetry)
+		}
+		if !f.checkAt.IsZero() && (at.IsZero() || f.checkAt.Before(at)) {
+			at = f.checkAt
 		}
 	}
-	return false
+	return at, !at.IsZero()
 }
 
 // handle applies one hub event to its topic.
@@ -318,30 +329,38 @@ func (c *conn) handle(ctx context.Context, f *follow, ev *event) {
 			c.catchUpChanges(ctx, f)
 		}
 	case evACL:
-		c.check(ctx, f)
+		if ev.spread <= 0 {
+			c.check(ctx, f)
+		} else if at := time.Now().Add(rand.N(ev.spread)); f.checkAt.IsZero() || at.Before(f.checkAt) {
+			f.checkAt = at
+		}
 	}
 }
 
 // check makes sure the caller may still read the topic.
 func (c *conn) check(ctx context.Context, f *follow) {
 	err := c.s.q.Authorize(ctx, c.p, f.topic)
-	f.recheck = err != nil && !denied(err)
 	switch {
-	case f.recheck:
-		// neither kept as checked nor dropped: checked again at the next
-		// retry tick until it answers
+	case err != nil && !denied(err):
+		// neither kept as checked nor dropped: checked again after a
+		// growing pause until it answers
+		f.checkBackoff = min(max(2*f.checkBackoff, recheckFirst), recheckMax)
+		f.checkAt = time.Now().Add(jitter(f.checkBackoff))
 		c.s.m.aclCheckErrors.Inc()
 		c.s.log.Debug().Err(err).Str("topic", f.topic).Msg("stream: membership re-check failed; retrying")
 	case err != nil:
 		c.deny(f.topic, err)
+	default:
+		f.checkAt, f.checkBackoff = time.Time{}, 0
 	}
 }
 
 // retry reads again the topics waiting for a seq in flight and checks the
 // memberships that could not be checked.
 func (c *conn) retry(ctx context.Context) {
+	now := time.Now()
 	for _, f := range c.topics {
-		if f.recheck {
+		if !f.checkAt.IsZero() && !now.Before(f.checkAt) {
 			c.check(ctx, f)
 		}
 	}

@@ -43,6 +43,7 @@ type event struct {
 	changeSeq int64 // evChange
 	created   time.Time
 	raw       []byte
+	spread    time.Duration // evACL: the followers check within it, not all at once
 }
 
 // delivery is an event offered to one follower: two words, so a socket's
@@ -431,6 +432,24 @@ const (
 	subscribeBatch     = 256
 )
 
+// aclSpread is how long the followers of a topic whose memberships moved
+// take to check theirs again: at once for a few, spread for many (each
+// check may read MySQL), within half an interval so that a removed member
+// still stops receiving within about a second.
+func aclSpread(followers int, every time.Duration) time.Duration {
+	if followers <= aclSpreadFrom {
+		return 0
+	}
+	return min(time.Duration(followers)*aclSpreadEach, every/2)
+}
+
+// Followers of a topic that check their memberships again at once, and the
+// time added per follower beyond.
+const (
+	aclSpreadFrom = 16
+	aclSpreadEach = 200 * time.Microsecond
+)
+
 // jitter is d spread over [d/2, d).
 func jitter(d time.Duration) time.Duration {
 	return d/2 + rand.N(d/2)
@@ -514,7 +533,10 @@ func (h *Hub) watchACL(every time.Duration) {
 			c.acl = v
 			h.mu.Unlock()
 			if moved {
-				c.offer(&event{kind: evACL})
+				c.mu.RLock()
+				n := len(c.subs)
+				c.mu.RUnlock()
+				c.offer(&event{kind: evACL, spread: aclSpread(n, every)})
 			}
 		}
 	}

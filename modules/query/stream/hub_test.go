@@ -158,3 +158,22 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A topic's followers check their memberships again at once when they are
+// few, and spread over at most half an ACL interval when they are many.
+func TestACLSpread(t *testing.T) {
+	every := 500 * time.Millisecond
+	for _, c := range []struct {
+		followers int
+		want      time.Duration
+	}{
+		{1, 0},
+		{aclSpreadFrom, 0},
+		{100, 100 * aclSpreadEach},
+		{5000, every / 2},
+	} {
+		if got := aclSpread(c.followers, every); got != c.want {
+			t.Errorf("aclSpread(%d) = %v, want %v", c.followers, got, c.want)
+		}
+	}
+}

@@ -71,7 +71,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		aclCheckErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "imshard_stream_acl_check_errors_total",
-			Help: "Membership re-checks of a followed topic that failed (Redis and MySQL unreadable); each is made again 50 ms later, the topic kept meanwhile.",
+			Help: "Membership re-checks of a followed topic that failed (Redis and MySQL unreadable); each is made again after a pause doubling from 50 ms up to 2 s (jittered), the topic kept meanwhile.",
 		}),
 	}
 	for _, r := range []string{reasonSlow, reasonExpired, reasonIdle, reasonDenied, reasonStop, reasonGone, reasonRetry} {

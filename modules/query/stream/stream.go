@@ -94,6 +94,13 @@ func (s *Server) Register(mux *httpapi.Mux, auth *httpapi.Authenticator) {
 // the topic again (the seq is stored, or becomes a recorded gap).
 const holdRetry = 50 * time.Millisecond
 
+// The pause before a failed membership check is made again: doubled at
+// each failure from the first to the maximum, jittered.
+const (
+	recheckFirst = 50 * time.Millisecond
+	recheckMax   = 2 * time.Second
+)
+
 // Refusal reasons of imshard_stream_refused_total.
 const (
 	refusedMax      = "max_connections"
