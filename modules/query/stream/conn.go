@@ -18,35 +18,48 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// conn is one socket: two goroutines, its reader and its pump. The pump
-// owns the topics it follows and writes every frame but WebSocket pings;
-// the hub hands it events through the bounded send queue: a socket whose
+// conn is one socket: one goroutine, its reader, while idle. The pump —
+// which owns the topics the socket follows and writes every frame but
+// WebSocket pings — runs only while there is something to do: the hub's
+// events, the client's requests, a heartbeat or a retry start it in a
+// goroutine of its own (one at a time), which ends once they are handled.
+// The hub hands events through the bounded send queue: a socket whose
 // queue holds send_queue events when the hub offers one more is closed
 // with 1008 "slow consumer", so a stalled reader costs at most send_queue
-// events of memory. The queue is a slice allocated on the first event
-// (an idle socket holds none), and the pump needs no timer of its own
-// while idle: heartbeats come from the server's sweep (wake + pingDue),
-// token expiry from a timer that runs no goroutine.
+// events of memory. The queue is a slice allocated on the first event (an
+// idle socket holds none), and no timer runs while idle: heartbeats come
+// from the server's sweep (pingDue), retries and token expiry from timers
+// that run no goroutine while they wait.
 type conn struct {
 	s      *Server
 	ws     *websocket.Conn
 	p      httpapi.Principal
 	single bool // a /v1/topics/{topic}/stream socket: it ends with its topic
+	ctx    context.Context
 
-	qmu   sync.Mutex
-	queue []delivery    // qmu; at most send_queue
-	spare []delivery    // pump only: the previous queue, reused
-	wake  chan struct{} // cap 1: the queue or pingDue has something
-	ctl   chan control
+	qmu      sync.Mutex
+	queue    []delivery // qmu; at most send_queue
+	requests []control  // qmu: the client's requests, at most one waiting
+	retryDue bool       // qmu: the retry timer fired
+	pumping  bool       // qmu: a pump goroutine runs
+	closed   bool       // qmu: the socket is torn down; no pump starts
+	pumps    sync.WaitGroup
+	taken    chan struct{} // cap 1: the pump took the reader's request
 
 	pingDue  atomic.Bool // the sweep asks for a heartbeat
 	lastPing time.Time   // Server.mu: when the sweep last asked
 	cancel   func()      // ends the socket's reads from storage and the hub
 	expiry   *time.Timer // token expiry (AfterFunc: no goroutine while waiting)
 
-	topics map[string]*follow // pump only
-	reads  *follow            // the user's read channel, nil if it could not be joined
-	behind bool               // pump only: some topic waits for a seq in flight
+	// pump only
+	first   map[string]cursors // the topics to follow from the start, until started
+	started bool
+	spare   []delivery  // the previous queue, reused
+	retryT  *time.Timer // AfterFunc: sets retryDue and starts the pump
+	armedAt time.Time   // when retryT fires; zero when not armed
+	topics  map[string]*follow
+	reads   *follow // the user's read channel, nil if it could not be joined
+	behind  bool    // some topic waits for a seq in flight
 
 	lastSeen atomic.Int64 // unix nanos of the last sign of life from the peer
 
@@ -106,39 +119,40 @@ func (c *conn) alive() { c.lastSeen.Store(time.Now().UnixNano()) }
 
 // push offers an event from the hub; a full queue closes the socket.
 func (c *conn) push(d delivery) {
+	select {
+	case <-c.done:
+		return // ending: nothing more is written
+	default:
+	}
 	c.qmu.Lock()
 	if len(c.queue) < c.s.lim.SendQueue {
 		c.queue = append(c.queue, d)
+		c.startLocked()
 		c.qmu.Unlock()
-		c.signal()
 		return
 	}
 	c.qmu.Unlock()
 	c.s.m.dropped.Inc()
-	select {
-	case <-c.done:
-		return
-	default:
-	}
 	c.s.m.slow.Inc()
 	c.end(websocket.StatusPolicyViolation, reasonSlow)
 }
 
-// signal wakes the pump.
-func (c *conn) signal() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
+// wake starts the pump unless it runs.
+func (c *conn) wake() {
+	c.qmu.Lock()
+	c.startLocked()
+	c.qmu.Unlock()
 }
 
-// take empties the queue into the pump's hands.
-func (c *conn) take() []delivery {
-	c.qmu.Lock()
-	q := c.queue
-	c.queue = c.spare
-	c.qmu.Unlock()
-	return q
+// startLocked starts the pump goroutine unless one runs or the socket is
+// torn down; qmu is held.
+func (c *conn) startLocked() {
+	if c.pumping || c.closed {
+		return
+	}
+	c.pumping = true
+	c.pumps.Add(1)
+	go c.pump()
 }
 
 // handled gives back a queue the pump went through: kept for reuse while
@@ -164,9 +178,9 @@ func (c *conn) end(code websocket.StatusCode, reason string) {
 	})
 }
 
-// run serves the socket until it ends: the reader and the keeper beside
-// the pump. first are the topics to follow from the start.
-func (c *conn) run(ctx context.Context, first map[string]cursors) {
+// run serves the socket until it ends, as its reader; the pump starts at
+// once to follow first, the topics to follow from the start.
+func (c *conn) run(first map[string]cursors) {
 	// reads from storage and the hub end with the socket (end cancels
 	// ctx); the WebSocket's own reads and writes never take this context
 	// (cancelling one would drop the connection before its close frame)
@@ -177,20 +191,18 @@ func (c *conn) run(ctx context.Context, first map[string]cursors) {
 		})
 		defer c.expiry.Stop()
 	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); c.read() }()
-	// the user's read-cursor moves, whatever topics the socket follows
-	c.reads = &follow{c: c, reads: true}
-	if err := c.s.hub.join(ctx, c.reads); err != nil {
-		c.reads = nil
-		c.s.log.Warn().Err(err).Msg("stream: read channel not joined; this socket gets no read frames")
-	}
-	if first != nil {
-		c.subscribe(ctx, first)
-	}
-	c.pump(ctx)
+	c.first = first
+	c.wake()
+	c.read()
+	// the socket ended: no pump starts any more, the one running finishes
 	c.end(websocket.StatusGoingAway, reasonStop)
+	c.qmu.Lock()
+	c.closed = true
+	c.qmu.Unlock()
+	c.pumps.Wait()
+	if c.retryT != nil {
+		c.retryT.Stop()
+	}
 	for _, f := range c.topics {
 		c.s.hub.leave(f)
 		c.s.m.follows.Dec()
@@ -199,57 +211,95 @@ func (c *conn) run(ctx context.Context, first map[string]cursors) {
 		c.s.hub.leave(c.reads)
 	}
 	c.topics = nil
-	wg.Wait()
 }
 
-// pump handles events and requests in order until the socket ends.
-func (c *conn) pump(ctx context.Context) {
-	// the retry timer exists only once a topic waited for a seq in flight
-	// or a membership check, and runs only while one waits
-	var retry *time.Timer
-	var retryC <-chan time.Time
-	var armedAt time.Time // zero: not armed
-	defer func() {
-		if retry != nil {
-			retry.Stop()
-		}
-	}()
+// pump handles what is due — the first subscriptions, the client's
+// requests, the hub's events, retries, a heartbeat — until nothing is,
+// then ends (the next push, request or timer starts it again).
+func (c *conn) pump() {
+	defer c.pumps.Done()
+	ctx := c.ctx
+	if !c.started {
+		c.started = true
+		c.begin(ctx)
+	}
 	for {
-		if at, ok := c.nextRetry(); ok && (armedAt.IsZero() || at.Before(armedAt)) {
-			if retry == nil {
-				retry = time.NewTimer(time.Until(at))
-				retryC = retry.C
-			} else {
-				retry.Reset(time.Until(at))
-			}
-			armedAt = at
+		c.qmu.Lock()
+		ping := c.pingDue.Swap(false)
+		if ctx.Err() != nil || (len(c.queue) == 0 && len(c.requests) == 0 && !c.retryDue && !ping) {
+			c.pumping = false
+			c.qmu.Unlock()
+			return
 		}
-		select {
-		case <-c.done:
-			return
-		case <-ctx.Done():
-			return
-		case <-c.wake:
-			q := c.take()
-			for _, d := range q {
-				c.handle(ctx, d.f, d.ev)
+		// the queue and the spare take turns: the hub appends to one while
+		// the pump goes through the other
+		q, reqs, retry := c.queue, c.requests, c.retryDue
+		c.queue, c.requests, c.retryDue = c.spare, nil, false
+		c.spare = nil
+		c.qmu.Unlock()
+		for _, r := range reqs {
+			select {
+			case c.taken <- struct{}{}:
+			default:
 			}
-			c.handled(q)
-			if c.pingDue.Swap(false) && !c.heartbeat(ctx) {
-				return
-			}
-		case r := <-c.ctl:
 			if r.subscribe != nil {
 				c.subscribe(ctx, r.subscribe)
 			}
 			for _, t := range r.unsubscribe {
 				c.unsubscribe(t)
 			}
-		case <-retryC:
-			armedAt = time.Time{}
+		}
+		for _, d := range q {
+			c.handle(ctx, d.f, d.ev)
+		}
+		c.handled(q)
+		if retry {
+			c.armedAt = time.Time{}
 			c.retry(ctx)
 		}
+		if ping {
+			c.heartbeat(ctx)
+		}
+		c.arm()
 	}
+}
+
+// begin joins the user's read channel and follows the first topics.
+func (c *conn) begin(ctx context.Context) {
+	// the user's read-cursor moves, whatever topics the socket follows
+	c.reads = &follow{c: c, reads: true}
+	if err := c.s.hub.join(ctx, c.reads); err != nil {
+		c.reads = nil
+		if ctx.Err() == nil {
+			c.s.log.Warn().Err(err).Msg("stream: read channel not joined; this socket gets no read frames")
+		}
+	}
+	if c.first != nil {
+		c.subscribe(ctx, c.first)
+	}
+	c.first = nil
+	c.arm()
+}
+
+// arm sets the retry timer to the next retry due, if any is and the timer
+// is not set earlier already; the timer exists only once a topic waited
+// for a seq in flight or a membership check.
+func (c *conn) arm() {
+	at, ok := c.nextRetry()
+	if !ok || (!c.armedAt.IsZero() && !at.Before(c.armedAt)) {
+		return
+	}
+	if c.retryT == nil {
+		c.retryT = time.AfterFunc(time.Until(at), func() {
+			c.qmu.Lock()
+			c.retryDue = true
+			c.startLocked()
+			c.qmu.Unlock()
+		})
+	} else {
+		c.retryT.Reset(time.Until(at))
+	}
+	c.armedAt = at
 }
 
 // nextRetry is when the retry tick is next due, if anything waits: a seq
@@ -724,8 +774,13 @@ func (c *conn) read() {
 			c.requestError("unknown request type " + strconv.Quote(req.Type))
 			continue
 		}
+		// one request at a time: the next is read once the pump took this one
+		c.qmu.Lock()
+		c.requests = append(c.requests, r)
+		c.startLocked()
+		c.qmu.Unlock()
 		select {
-		case c.ctl <- r:
+		case <-c.taken:
 		case <-c.done:
 			return
 		}
@@ -747,15 +802,15 @@ func (c *conn) requestError(msg string) {
 	c.send(b, time.Time{})
 }
 
-// heartbeat closes a socket whose peer went quiet (false), or sends a
-// ping frame and a WebSocket ping whose pong is a sign of life.
-func (c *conn) heartbeat(ctx context.Context) bool {
+// heartbeat closes a socket whose peer went quiet, or sends a ping frame
+// and a WebSocket ping whose pong is a sign of life.
+func (c *conn) heartbeat(ctx context.Context) {
 	if time.Since(time.Unix(0, c.lastSeen.Load())) > c.s.lim.IdleTimeout {
 		c.end(websocket.StatusPolicyViolation, reasonIdle)
-		return false
+		return
 	}
 	if !c.send(pingFrame, time.Time{}) {
-		return false
+		return
 	}
 	go func() {
 		pctx, cancel := context.WithTimeout(ctx, c.s.lim.PingInterval)
@@ -764,7 +819,6 @@ func (c *conn) heartbeat(ctx context.Context) bool {
 			c.alive()
 		}
 	}()
-	return true
 }
 
 var pingFrame = []byte(`{"type":"ping"}`)

@@ -196,8 +196,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, p httpapi.Princip
 	}
 	ws.SetReadLimit(readLimit)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-	c := &conn{s: s, ws: ws, p: p, single: single, wake: make(chan struct{}, 1),
-		ctl: make(chan control), topics: map[string]*follow{}, done: make(chan struct{}), cancel: cancel}
+	c := &conn{s: s, ws: ws, p: p, single: single, ctx: ctx, taken: make(chan struct{}, 1),
+		topics: map[string]*follow{}, done: make(chan struct{}), cancel: cancel}
 	c.alive()
 	s.mu.Lock()
 	stopping := s.stopping
@@ -214,7 +214,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, p httpapi.Princip
 	go func() {
 		defer s.open.Add(-1)
 		defer s.active.Done()
-		c.run(ctx, first)
+		c.run(first)
 		s.m.sockets.Dec()
 		s.mu.Lock()
 		delete(s.conns, c)
@@ -298,7 +298,7 @@ func (s *Server) sweep() {
 				if now.Sub(c.lastPing) >= s.lim.PingInterval {
 					c.lastPing = now
 					c.pingDue.Store(true)
-					c.signal()
+					c.wake()
 				}
 			}
 			s.mu.Unlock()
