@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
@@ -276,9 +277,11 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 }
 
 // sweep asks every socket for a heartbeat once per ping_interval, from one
-// goroutine and ticker for the process instead of a ticker per socket;
-// a socket is due ping_interval after its last heartbeat, so sockets
-// opened at different times are not all pinged at once.
+// goroutine and ticker for the process instead of a ticker per socket. A
+// socket's first heartbeat comes at a random point of its first interval
+// and the next ones an interval apart, so the process pings a steady share
+// of its sockets at every tick even when they all opened together (a
+// reconnect storm after a deploy), never them all at once.
 func (s *Server) sweep() {
 	defer s.sweeping.Done()
 	every := max(s.lim.PingInterval/8, time.Millisecond)
@@ -292,7 +295,7 @@ func (s *Server) sweep() {
 			s.mu.Lock()
 			for c := range s.conns {
 				if c.lastPing.IsZero() {
-					c.lastPing = now
+					c.lastPing = now.Add(-rand.N(s.lim.PingInterval))
 					continue
 				}
 				if now.Sub(c.lastPing) >= s.lim.PingInterval {
