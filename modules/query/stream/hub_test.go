@@ -178,3 +178,57 @@ func TestACLSpread(t *testing.T) {
 		}
 	}
 }
+
+// On Redis Cluster the hub holds one connection per slot its channels fall
+// in (a tenant's channels share one), on the node owning the slot: the
+// channels of several tenants, spread over the nodes, each receive their
+// publications.
+func TestHubClusterReaderPerSlot(t *testing.T) {
+	rdb := testenv.RedisClient(t, testenv.StartRedisCluster(t, 3)...)
+	m := newMetrics(nil)
+	h := newHub(rdb, m, zerolog.Nop(), time.Hour)
+	defer h.close()
+	s := &Server{lim: Limits{SendQueue: 1 << 10}, m: m, hub: h}
+	ctx := context.Background()
+
+	tenants := []string{"hubslot0", "hubslot1", "hubslot2", "hubslot3", "hubslot4", "hubslot5"}
+	slots := map[uint16]bool{}
+	var follows []*follow
+	for _, tenant := range tenants {
+		keys, err := routing.KeysFor(tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := rdb.B().Spublish().Channel(keys.Realtime("t")).Message("").Build()
+		slots[cmd.Slot()] = true
+		for i := range 3 {
+			f := hubFollower(s, tenant, "t"+strconv.Itoa(i))
+			if err := h.join(ctx, f); err != nil {
+				t.Fatal(err)
+			}
+			follows = append(follows, f)
+		}
+	}
+	h.mu.Lock()
+	readers := len(h.readers)
+	h.mu.Unlock()
+	if readers != len(slots) {
+		t.Fatalf("%d readers for channels in %d slots", readers, len(slots))
+	}
+	for _, f := range follows {
+		keys, _ := routing.KeysFor(f.c.p.Tenant)
+		if err := rdb.Do(ctx, rdb.B().Spublish().Channel(keys.Realtime(f.topic)).Message(`{"type":"change","change":{"seq":1,"change_seq":1}}`).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range follows {
+		var got []int64
+		waitFor(t, "the publication of "+f.c.p.Tenant+"/"+f.topic, func() bool {
+			got = append(got, changeSeqs(f)...)
+			return len(got) > 0
+		})
+		if len(got) != 1 || got[0] != 1 {
+			t.Fatalf("%s/%s received %v", f.c.p.Tenant, f.topic, got)
+		}
+	}
+}
