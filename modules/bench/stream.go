@@ -194,8 +194,8 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 	// warm-up: one send per topic, unmeasured by the sockets (its text is
 	// no timestamp), from as many senders as the measured time uses, as
 	// the send bench warms up before its rounds. A topic's first send is
-	// the slow path (the sender's membership and the idempotency horizon
-	// read from MySQL, the month's seq counter seeded): 500 of them in the
+	// the slow path (the sender's membership, the seq counter's seed and
+	// the dedup lookup read from MySQL): 500 of them in the
 	// first half second would be the p99 of a 15,000-message run, a cost
 	// per topic and process start, not per message; and the senders' HTTP
 	// connections are opened here, not in the first measured second.
