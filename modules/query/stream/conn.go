@@ -179,8 +179,8 @@ func (c *conn) end(code websocket.StatusCode, reason string) {
 }
 
 // run serves the socket until it ends, as its reader; the pump starts at
-// once to follow first, the topics to follow from the start.
-func (c *conn) run(first map[string]cursors) {
+// once to follow the first topics.
+func (c *conn) run() {
 	// reads from storage and the hub end with the socket (end cancels
 	// ctx); the WebSocket's own reads and writes never take this context
 	// (cancelling one would drop the connection before its close frame)
@@ -191,7 +191,6 @@ func (c *conn) run(first map[string]cursors) {
 		})
 		defer c.expiry.Stop()
 	}
-	c.first = first
 	c.wake()
 	c.read()
 	// the socket ended: no pump starts any more, the one running finishes

@@ -197,7 +197,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, p httpapi.Princip
 	}
 	ws.SetReadLimit(readLimit)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-	c := &conn{s: s, ws: ws, p: p, single: single, ctx: ctx, taken: make(chan struct{}, 1),
+	c := &conn{s: s, ws: ws, p: p, single: single, ctx: ctx, first: first, taken: make(chan struct{}, 1),
 		topics: map[string]*follow{}, done: make(chan struct{}), cancel: cancel}
 	c.alive()
 	s.mu.Lock()
@@ -215,7 +215,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, p httpapi.Princip
 	go func() {
 		defer s.open.Add(-1)
 		defer s.active.Done()
-		c.run(first)
+		c.run()
 		s.m.sockets.Dec()
 		s.mu.Lock()
 		delete(s.conns, c)
