@@ -363,7 +363,7 @@ func initRouting(ctx context.Context, a *App) (Service, error) {
 	c.scripts = routing.NewScripts()
 	c.rmetrics = routing.NewMetrics(a.Registry)
 	c.rmetrics.ExportTenants(c.pools.IDs())
-	c.catalog = routing.NewCatalog(c.pools, 5*time.Second)
+	c.catalog = routing.NewCatalog(c.pools, routing.CatalogTTL)
 	c.alloc = routing.NewAllocator(routing.AllocatorParams{
 		Redis:       c.redis,
 		DBs:         c.pools,

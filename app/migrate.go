@@ -26,8 +26,9 @@ func (a *App) NewMigrator() *migrate.Migrator {
 		Scripts:   c.scripts,
 		Catalog:   c.catalog,
 		Allocator: c.alloc,
-		EnsureMonths: func(ctx context.Context, tenant string, from routing.Month) error {
-			return mgr.SyncTenant(ctx, tenant, shardmgr.Options{MonthsAhead: -1, From: from}).Err
+		EnsureMonths: func(ctx context.Context, tenant string, from routing.Month) ([]routing.Month, error) {
+			res := mgr.SyncTenant(ctx, tenant, shardmgr.Options{MonthsAhead: -1, From: from})
+			return res.Created, res.Err
 		},
 		FixRoute: check.Fix,
 		RebuildRoutes: func(ctx context.Context, tenant string, topics []string) error {

@@ -19,10 +19,10 @@ import (
 )
 
 type benchMigrateOptions struct {
-	topics, perTopic, months, batch, readers int
-	duration                                 time.Duration
-	tenant                                   string
-	keep                                     bool
+	topics, perTopic, months, batch, readers, rounds int
+	duration                                         time.Duration
+	tenant                                           string
+	keep                                             bool
 }
 
 func newBenchMigrateCmd(g *globals) *cobra.Command {
@@ -32,8 +32,10 @@ func newBenchMigrateCmd(g *globals) *cobra.Command {
 		Short:   "Legacy-table backfill rows/s beside a raw INSERT … SELECT, and foreground page p99 under a throttled backfill",
 		Example: "  imshard bench migrate\n  imshard bench migrate --topics=2000 --per-topic=100 --duration=10s",
 		Long: "In a tenant database of its own: fills a legacy table (--topics × --per-topic rows over --months months),\n" +
-			"copies it with a raw INSERT … SELECT into a fresh table of the month template, then migrates the tenant\n" +
-			"(plan, cutover, the migrate module's backfill and verification, in this process). Then --readers readers\n" +
+			"copies it with a raw INSERT … SELECT into a fresh table of the month template and migrates the tenant\n" +
+			"(plan, cutover, the migrate module's backfill and verification, in this process), --rounds times in\n" +
+			"alternating order (raw first, then backfill first, …; the month tables and the mirror are emptied between\n" +
+			"backfills). Then --readers readers\n" +
 			"page random topics (the dual read) for --duration without a backfill, and again while the backfill runs\n" +
 			"throttled to half its unthrottled rate. The database and Redis keys are dropped unless --keep.",
 		Args: cobra.NoArgs,
@@ -43,12 +45,13 @@ func newBenchMigrateCmd(g *globals) *cobra.Command {
 	c.Flags().IntVar(&o.months, "months", 6, "months the legacy rows span")
 	c.Flags().IntVar(&o.batch, "batch", 0, "backfill batch size (default migrate.batch_size)")
 	c.Flags().IntVar(&o.readers, "readers", 16, "concurrent foreground readers")
+	c.Flags().IntVar(&o.rounds, "rounds", 2, "rounds of the two copies (odd rounds copy raw first, even ones backfill first)")
 	c.Flags().DurationVar(&o.duration, "duration", 15*time.Second, "each foreground round")
 	c.Flags().StringVar(&o.tenant, "tenant", "bench_migrate", "the benchmark's own tenant (its database is dropped afterwards)")
 	c.Flags().BoolVar(&o.keep, "keep", false, "keep the tenant database")
 	c.RunE = func(c *cobra.Command, _ []string) error {
-		if o.topics < 1 || o.perTopic < o.months || o.months < 1 || o.months > 24 || o.readers < 1 || o.duration <= 0 || o.batch < 0 {
-			return usagef("--topics, --readers, --duration must be positive, --months 1..24, --per-topic at least --months")
+		if o.topics < 1 || o.perTopic < o.months || o.months < 1 || o.months > 24 || o.readers < 1 || o.duration <= 0 || o.batch < 0 || o.rounds < 1 {
+			return usagef("--topics, --readers, --duration, --rounds must be positive, --months 1..24, --per-topic at least --months")
 		}
 		if err := routing.ValidTenant(o.tenant); err != nil {
 			return usagef("--tenant: %v", err)
@@ -126,6 +129,9 @@ func runBenchMigrate(ctx context.Context, cfg *config.Config, o *benchMigrateOpt
 					return err
 				}
 			}
+			if err := routing.ClearMirror(ctx, db); err != nil {
+				return err
+			}
 			_, err = routing.SetMigration(ctx, db, map[string]any{"state": string(routing.MigrationBackfilling),
 				"cursor_id": 0, "rows_read": 0, "rows_inserted": 0, "rows_present": 0, "rows_skewed": 0, "batches": 0,
 				"routes_done": 0, "verify_pending": 0, "verify_runs": 0, "redo_rounds": 0, "verify_diffs": 0,
@@ -136,7 +142,7 @@ func runBenchMigrate(ctx context.Context, cfg *config.Config, o *benchMigrateOpt
 			_, err := q.Before(ctx, admin, topic, before, 50)
 			return err
 		},
-		Readers: o.readers, Duration: o.duration, Progress: g.stderr,
+		Readers: o.readers, Duration: o.duration, Rounds: o.rounds, Progress: g.stderr,
 	})
 	if !o.keep {
 		err = errors.Join(err, dropBenchTenant(ctx, a, db, o.tenant))
@@ -147,9 +153,18 @@ func runBenchMigrate(ctx context.Context, cfg *config.Config, o *benchMigrateOpt
 func printBenchMigrate(w io.Writer, o *benchMigrateOptions, batch int, rep bench.MigrateReport) {
 	fmt.Fprintf(w, "migrate bench: %d legacy rows (%d topics × %d, %d months), batch %d, %d readers\n",
 		rep.Rows, o.topics, o.perTopic, o.months, batch, o.readers)
-	fmt.Fprintf(w, "raw INSERT … SELECT      %8.0f rows/s (%v)\n", rep.RawRate(), rep.Raw.Round(time.Millisecond))
-	fmt.Fprintf(w, "backfill, unthrottled    %8.0f rows/s (%v; routes + verification after it %v)\n",
-		rep.BackfillRate(), rep.Backfill.Round(time.Millisecond), rep.Verify.Round(time.Millisecond))
+	fmt.Fprintf(w, "legacy fixture built in %v\n", rep.Fixture.Round(time.Millisecond))
+	for i, c := range rep.Copies {
+		order := "backfill first"
+		if c.RawFirst {
+			order = "raw first"
+		}
+		fmt.Fprintf(w, "round %d (%s): raw %v (%.0f rows/s), backfill %v (%.0f rows/s)\n", i+1, order,
+			c.Raw.Round(time.Millisecond), bench.Rate(rep.Rows, c.Raw), c.Backfill.Round(time.Millisecond), bench.Rate(rep.Rows, c.Backfill))
+	}
+	fmt.Fprintf(w, "raw INSERT … SELECT      %8.0f rows/s (%d rounds)\n", rep.RawRate(), len(rep.Copies))
+	fmt.Fprintf(w, "backfill, unthrottled    %8.0f rows/s (routes + verification after the first %v)\n",
+		rep.BackfillRate(), rep.Verify.Round(time.Millisecond))
 	ratio := 0.0
 	if rep.RawRate() > 0 {
 		ratio = rep.BackfillRate() / rep.RawRate()

@@ -38,7 +38,14 @@ See docs/migration.md for the states and the order of the steps.`,
 		newMigrateStepCmd(g, "resume", "Let a paused backfill go on from its last committed batch", (*migrate.Migrator).Resume),
 		newMigrateStepCmd(g, "verify", "Run the verification again (the module runs it after the backfill by itself)", (*migrate.Migrator).Verify),
 		newMigrateStepCmd(g, "finish", "Stop the dual read and rename the legacy table to im_group_messages_legacy (needs a passed verification)", (*migrate.Migrator).Finish),
-		newMigrateStepCmd(g, "abort", "Drop a plan before its cutover: the tenant is served as before", (*migrate.Migrator).Abort),
+		newMigrateStepCmd(g, "abort", "Drop a plan before its cutover: the tenant is served as before, the plan's empty month tables dropped",
+			func(mg *migrate.Migrator, ctx context.Context, tenant string) (routing.Migration, error) {
+				rep, err := mg.Abort(ctx, tenant)
+				if err == nil && len(rep.Dropped)+len(rep.Kept) > 0 {
+					fmt.Fprintf(g.stdout, "tenant %s: month tables the plan created: dropped %s; kept %s\n", tenant, months(rep.Dropped), months(rep.Kept))
+				}
+				return rep.Migration, err
+			}),
 	)
 	return c
 }
@@ -333,4 +340,16 @@ func bar(n, of int64, width int) string {
 		filled = int(min(n, of) * int64(width) / of)
 	}
 	return "[" + strings.Repeat("#", filled) + strings.Repeat(".", width-filled) + "]"
+}
+
+// months lists months for a report line ("none" for none).
+func months(ms []routing.Month) string {
+	if len(ms) == 0 {
+		return "none"
+	}
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.String()
+	}
+	return strings.Join(out, ", ")
 }

@@ -33,6 +33,10 @@ func CreateDatabase() string { return mustRead("create_database.sql") }
 // builds its own tenant database and removes it afterwards).
 func DropDatabase() string { return mustRead("drop_database.sql") }
 
+// DropTable drops a month table (TablePlaceholder): only an empty one a
+// migration plan created, when the plan is aborted.
+func DropTable() string { return mustRead("drop_table.sql") }
+
 // MigrationsTable records which schema versions a tenant database has.
 func MigrationsTable() string { return mustRead("schema_migrations.sql") }
 

@@ -29,8 +29,9 @@ type LegacyFixture struct {
 func (f LegacyFixture) Topic(i int) string { return fmt.Sprintf("%s%0*d", f.Prefix, f.Width, i) }
 
 // FillLegacy creates the legacy table (the month template under its fixed
-// name) and fills it in one INSERT … SELECT: message ids grow with
-// created_at, as Snowflake ids do.
+// name) and fills it with one INSERT … SELECT per month of rows (an
+// interrupted fill leaves at most a month's statement for the server to
+// roll back): message ids grow with created_at, as Snowflake ids do.
 func FillLegacy(ctx context.Context, db *sql.DB, f LegacyFixture) error {
 	if _, err := db.ExecContext(ctx, routing.LegacyDDL()); err != nil {
 		return err
@@ -38,7 +39,7 @@ func FillLegacy(ctx context.Context, db *sql.DB, f LegacyFixture) error {
 	per := max(f.PerTopic/f.Months, 1)
 	q := fmt.Sprintf(`INSERT INTO %s (message_id, topic, group_id, seqid, from_user, client_msg_id, msg_type, status,
   content, head, mentioned_user_ids, mention_all, reply_seqid, version, created_at, updated_at)
-WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %d),
+WITH RECURSIVE s(i) AS (SELECT CAST(? AS SIGNED) UNION ALL SELECT i + 1 FROM s WHERE i < ?),
  tp(j) AS (SELECT 0 UNION ALL SELECT j + 1 FROM tp WHERE j < %d),
  r AS (SELECT i, j, TIMESTAMPADD(SECOND, ((i - 1) %% %d) * 600 + j %% 600,
    TIMESTAMPADD(MONTH, LEAST((i - 1) DIV %d, %d), ?)) AS at FROM s, tp)
@@ -47,7 +48,7 @@ SELECT (UNIX_TIMESTAMP(at) * 1000) * 4194304 + j * 1024 + i %% 1024, CONCAT(?, L
   IF(i %% 97 = 0, NULL, JSON_OBJECT('text', CONCAT('legacy message ', i, ' of ', j), 'n', i, 'tags', JSON_ARRAY('a', 'b'))),
   IF(i %% 11 = 0, JSON_OBJECT('k', 'v'), NULL), IF(i %% 13 = 0, JSON_ARRAY(100, 101), NULL), i %% 29 = 0,
   IF(i %% 17 = 0, i - 1, NULL), 1, at, at
-FROM r`, routing.LegacyQuoted(), f.PerTopic, f.Topics-1, per, per, f.Months-1, f.Width, f.GroupID)
+FROM r`, routing.LegacyQuoted(), f.Topics-1, per, per, f.Months-1, f.Width, f.GroupID)
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return err
@@ -57,8 +58,20 @@ FROM r`, routing.LegacyQuoted(), f.PerTopic, f.Topics-1, per, per, f.Months-1, f
 	// (MariaDB's and MySQL 8's limits; each server ignores the other's)
 	_, _ = conn.ExecContext(ctx, "SET SESSION max_recursive_iterations = 100000000")
 	_, _ = conn.ExecContext(ctx, "SET SESSION cte_max_recursion_depth = 100000000")
-	_, err = conn.ExecContext(ctx, q, f.First.Start(), f.Prefix)
-	return err
+	for lo := 1; lo <= f.PerTopic; lo += per {
+		// the seqs of one month (the last one takes the remainder)
+		hi := lo + per - 1
+		if (lo-1)/per >= f.Months-1 {
+			hi = f.PerTopic
+		}
+		if _, err := conn.ExecContext(ctx, q, lo, hi, f.First.Start(), f.Prefix); err != nil {
+			return err
+		}
+		if hi == f.PerTopic {
+			break
+		}
+	}
+	return nil
 }
 
 // MigrateParams configure `imshard bench migrate`: the backfill of a legacy
@@ -85,17 +98,29 @@ type MigrateParams struct {
 	Page     func(ctx context.Context, topic string, before int64) error
 	Readers  int
 	Duration time.Duration
+	// Rounds is how many times each copy runs: round 1 runs the raw copy
+	// first, round 2 the backfill first, and so on (raw, backfill,
+	// backfill, raw, …), so neither pays alone for what the server still
+	// does after the other (flushing, purge).
+	Rounds   int
 	Progress io.Writer
 }
 
 // MigrateReport holds the measurements.
 type MigrateReport struct {
 	Rows          int64
-	Raw, Backfill time.Duration // copy time of the same rows
-	Verify        time.Duration // after the backfill: routes and verification
+	Fixture       time.Duration // building the legacy table
+	Copies        []CopyRound
+	Verify        time.Duration // after the first backfill: routes and verification
 	Throttle      int           // rows/s of the throttled round
 	ThrottledRows int64         // rows the throttled backfill copied while readers ran
 	Idle, Busy    Latencies     // foreground pages without and with the throttled backfill
+}
+
+// CopyRound is one round of the two copies of the same rows.
+type CopyRound struct {
+	RawFirst      bool
+	Raw, Backfill time.Duration
 }
 
 // Latencies are a reader round's page latencies.
@@ -104,11 +129,26 @@ type Latencies struct {
 	P50, P99 time.Duration
 }
 
-// RawRate and BackfillRate are rows per second.
-func (r MigrateReport) RawRate() float64      { return rate(r.Rows, r.Raw) }
-func (r MigrateReport) BackfillRate() float64 { return rate(r.Rows, r.Backfill) }
+// RawRate and BackfillRate are rows per second over every round.
+func (r MigrateReport) RawRate() float64 {
+	var d time.Duration
+	for _, c := range r.Copies {
+		d += c.Raw
+	}
+	return Rate(r.Rows*int64(len(r.Copies)), d)
+}
 
-func rate(n int64, d time.Duration) float64 {
+// BackfillRate: see RawRate.
+func (r MigrateReport) BackfillRate() float64 {
+	var d time.Duration
+	for _, c := range r.Copies {
+		d += c.Backfill
+	}
+	return Rate(r.Rows*int64(len(r.Copies)), d)
+}
+
+// Rate is n per second of d.
+func Rate(n int64, d time.Duration) float64 {
 	if d <= 0 {
 		return 0
 	}
@@ -127,19 +167,13 @@ func Migrate(ctx context.Context, p MigrateParams) (MigrateReport, error) {
 	f := p.Fixture
 	rep.Rows = int64(f.Topics * f.PerTopic)
 	p.logf("legacy fixture: %d rows, %d topics, %d months …", rep.Rows, f.Topics, f.Months)
+	start := time.Now()
 	if err := FillLegacy(ctx, p.DB, f); err != nil {
 		return rep, fmt.Errorf("bench: legacy fixture: %w", err)
 	}
-	p.logf("raw INSERT … SELECT into %s …", p.RawTable.Name())
+	rep.Fixture = time.Since(start)
+	p.logf("legacy fixture built in %v", rep.Fixture.Round(time.Millisecond))
 	if _, err := p.DB.ExecContext(ctx, p.RawTable.CreateDDL()); err != nil {
-		return rep, err
-	}
-	start := time.Now()
-	if _, err := p.DB.ExecContext(ctx, "INSERT INTO "+p.RawTable.Quoted()+" SELECT * FROM "+routing.LegacyQuoted()); err != nil {
-		return rep, fmt.Errorf("bench: raw insert: %w", err)
-	}
-	rep.Raw = time.Since(start)
-	if _, err := p.DB.ExecContext(ctx, "TRUNCATE TABLE "+p.RawTable.Quoted()); err != nil {
 		return rep, err
 	}
 	p.logf("plan and cutover …")
@@ -153,14 +187,39 @@ func Migrate(ctx context.Context, p MigrateParams) (MigrateReport, error) {
 	if err := sleepCtx(ctx, 2*routing.MigrationRefresh); err != nil {
 		return rep, err
 	}
-	p.logf("backfill, unthrottled …")
-	copied, verified, err := p.timeBackfill(ctx, 0)
-	if err != nil {
-		return rep, err
+	for i := range max(p.Rounds, 1) {
+		c := CopyRound{RawFirst: i%2 == 0}
+		var err error
+		if c.RawFirst {
+			if c.Raw, err = p.rawCopy(ctx, i); err != nil {
+				return rep, err
+			}
+		}
+		if i > 0 {
+			if err := p.Reset(ctx); err != nil {
+				return rep, err
+			}
+		}
+		p.logf("round %d: backfill, unthrottled …", i+1)
+		copied, verified, err := p.timeBackfill(ctx, 0)
+		if err != nil {
+			return rep, err
+		}
+		c.Backfill = copied
+		if i == 0 {
+			rep.Verify = verified - copied
+		}
+		if !c.RawFirst {
+			if c.Raw, err = p.rawCopy(ctx, i); err != nil {
+				return rep, err
+			}
+		}
+		p.logf("round %d: raw %v, backfill %v", i+1, c.Raw.Round(time.Millisecond), c.Backfill.Round(time.Millisecond))
+		rep.Copies = append(rep.Copies, c)
 	}
-	rep.Backfill, rep.Verify = copied, verified-copied
 	rep.Throttle = max(int(rep.BackfillRate()/2), 1)
 
+	var err error
 	p.logf("foreground pages, %d readers, no backfill, %v …", p.Readers, p.Duration)
 	if rep.Idle, err = p.read(ctx, p.Duration); err != nil {
 		return rep, err
@@ -192,6 +251,20 @@ func Migrate(ctx context.Context, p MigrateParams) (MigrateReport, error) {
 	}
 	rep.ThrottledRows = n
 	return rep, nil
+}
+
+// rawCopy times one INSERT … SELECT of every legacy row into the emptied
+// raw table.
+func (p *MigrateParams) rawCopy(ctx context.Context, round int) (time.Duration, error) {
+	if _, err := p.DB.ExecContext(ctx, "TRUNCATE TABLE "+p.RawTable.Quoted()); err != nil {
+		return 0, err
+	}
+	p.logf("round %d: raw INSERT … SELECT into %s …", round+1, p.RawTable.Name())
+	start := time.Now()
+	if _, err := p.DB.ExecContext(ctx, "INSERT INTO "+p.RawTable.Quoted()+" SELECT * FROM "+routing.LegacyQuoted()); err != nil {
+		return 0, fmt.Errorf("bench: raw insert: %w", err)
+	}
+	return time.Since(start), nil
 }
 
 // timeBackfill runs the migration to done and returns when the copy

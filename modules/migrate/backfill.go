@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
@@ -201,44 +200,39 @@ func legacyAs() []string {
 
 // copyRange copies the legacy rows where (over the legacy table as l)
 // selects, in tx, each into the month its seq range goes to — on the
-// server, one INSERT … SELECT per month, and one more for their mention
-// index entries — and, when every row was new, widens the route mirror by
-// them. read counts the rows that have a month
-// range (every row of a recorded topic).
+// server, one INSERT … SELECT per month and one more for their mention
+// index entries: no row travels through imshard, and what comes back is a
+// line per month. read counts the rows that have
+// a month range (every row of a recorded topic). The route mirror is left
+// to the pass after the copy (afterCopy).
 func (mg *Migrator) copyRange(ctx context.Context, tx *sql.Tx, tenant string, where sq.Sqlizer) (copied, error) {
 	var res copied
-	rows, err := sq.Select("l.topic COLLATE utf8mb4_bin", "s.shard_month", "MIN(l.seqid)", "MAX(l.seqid)", "COUNT(*)",
-		"MIN(l.created_at)", "MAX(l.created_at)", "SUM(DATE_FORMAT(l.created_at, '%Y%m') <> s.shard_month)").
-		From(routing.LegacyQuoted()+" AS l").Join(routing.SplitsJoin).Where(where).
-		GroupBy("1", "2").OrderBy("1", "2").RunWith(tx).QueryContext(ctx)
+	rows, err := sq.Select("s.shard_month", "COUNT(*)", "SUM(DATE_FORMAT(l.created_at, '%Y%m') <> s.shard_month)").
+		From(routing.LegacyQuoted() + " AS l").Join(routing.SplitsJoin).Where(where).
+		GroupBy("1").OrderBy("1").RunWith(tx).QueryContext(ctx)
 	if err != nil {
-		return res, fmt.Errorf("group the rows by month: %w", err)
+		return res, fmt.Errorf("count the rows by month: %w", err)
 	}
-	var mirror []routing.MirrorRow
 	var months []routing.Month
 	for rows.Next() {
-		var r routing.MirrorRow
 		var ms string
-		var skewed int
-		if err := rows.Scan(&r.Topic, &ms, &r.MinSeq, &r.MaxSeq, &r.Count, &r.MinCreatedAt, &r.MaxCreatedAt, &skewed); err != nil {
+		var n, skewed int
+		if err := rows.Scan(&ms, &n, &skewed); err != nil {
 			_ = rows.Close()
 			return res, err
 		}
-		if r.Month, err = routing.ParseMonth(ms); err != nil {
+		m, err := routing.ParseMonth(ms)
+		if err != nil {
 			_ = rows.Close()
 			return res, err
 		}
-		mirror = append(mirror, r)
-		if !slices.Contains(months, r.Month) {
-			months = append(months, r.Month)
-		}
-		res.read += int(r.Count)
+		months = append(months, m)
+		res.read += n
 		res.skewed += skewed
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return res, err
 	}
-	slices.SortFunc(months, routing.Month.Compare)
 	for _, m := range months {
 		t, _, err := mg.p.Catalog.Table(ctx, tenant, m)
 		if err != nil {
@@ -265,14 +259,6 @@ func (mg *Migrator) copyRange(ctx context.Context, tx *sql.Tx, tenant string, wh
 		return res, err
 	}
 	res.present = res.read - res.inserted
-	if res.present == 0 {
-		// every row is new: the mirror's counts grow by exactly these rows
-		// (with rows already present the counts are recomputed from the
-		// tables once the copy is complete)
-		if err := routing.WidenMirror(ctx, tx, mirror); err != nil {
-			return res, err
-		}
-	}
 	return res, nil
 }
 
@@ -323,13 +309,18 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
-// afterCopy runs once the cursor reached the end: a first pass rebuilds
-// every topic's route mirror and Redis route from the month tables; after a
-// failed verification it copies the listed ranges again first (rows still
+// mirrorChunk is how many topics one transaction of the mirror pass widens.
+const mirrorChunk = 500
+
+// afterCopy runs once the cursor reached the end: a first pass widens the
+// route mirror by the legacy rows and rebuilds every topic's Redis route
+// from it (or, when some rows were already present, recomputes each
+// topic's mirror and route from the month tables); after a failed
+// verification it copies the listed ranges again first (rows still
 // missing are inserted, present ones stay), then re-runs the verification.
 func (mg *Migrator) afterCopy(ctx context.Context, db *sql.DB, tenant string, m routing.Migration) error {
 	var topics []string
-	exact := false // the mirror is exact: only Redis needs the routes
+	exact := false // every legacy row was inserted by the batches, once
 	if m.VerifyRuns > 0 {
 		diffs, err := routing.LoadMigrationDiffs(ctx, db, 0)
 		if err != nil {
@@ -356,6 +347,11 @@ func (mg *Migrator) afterCopy(ctx context.Context, db *sql.DB, tenant string, m 
 		exact = m.RowsPresent == 0
 	}
 	if exact {
+		// every legacy row was inserted by the batches, once: the mirror
+		// grows by the legacy rows' ranges and counts, topic by topic
+		if err := routing.MirrorLegacy(ctx, db, topics, mirrorChunk); err != nil {
+			return fmt.Errorf("route mirror: %w", err)
+		}
 		if err := mg.p.RebuildRoutes(ctx, tenant, topics); err != nil {
 			return fmt.Errorf("routes: %w", err)
 		}

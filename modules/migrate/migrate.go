@@ -42,8 +42,9 @@ type Params struct {
 	Catalog   *routing.Catalog
 	Allocator *routing.Allocator
 	// EnsureMonths creates and registers every month table from from on
-	// (the shard manager's sync).
-	EnsureMonths func(ctx context.Context, tenant string, from routing.Month) error
+	// (the shard manager's sync) and returns the months whose tables it
+	// created.
+	EnsureMonths func(ctx context.Context, tenant string, from routing.Month) ([]routing.Month, error)
 	// FixRoute recomputes a topic's route mirror and Redis route from its
 	// month tables (the route checker's fix).
 	FixRoute func(ctx context.Context, tenant, topic string) error
@@ -85,20 +86,7 @@ func refusef(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrRefused}, args...)...)
 }
 
-// legacyColumns are the legacy table's columns, in the month template's
-// order, with the types they must have (information_schema DATA_TYPE;
-// JSON columns read as longtext on MariaDB).
-var legacyColumns = []struct{ name, typ string }{
-	{"message_id", "bigint"}, {"topic", "varchar"}, {"group_id", "bigint"}, {"seqid", "bigint"},
-	{"from_user", "bigint"}, {"client_msg_id", "varchar"}, {"msg_type", "varchar"}, {"status", "varchar"},
-	{"content", "json"}, {"head", "json"}, {"mentioned_user_ids", "json"}, {"mention_all", "tinyint"},
-	{"reply_seqid", "bigint"}, {"root_seqid", "bigint"}, {"file_count", "int"}, {"content_size", "int"},
-	{"has_risk", "tinyint"}, {"audit_status", "varchar"}, {"version", "int"}, {"recalled_at", "datetime"},
-	{"recalled_by", "bigint"}, {"deleted_at", "datetime"}, {"expires_at", "datetime"}, {"created_at", "datetime"},
-	{"updated_at", "datetime"},
-}
-
-// column indexes the backfill routes by
+// column indexes of routing.LegacyColumns the verification reads
 const (
 	colMessageID = 0
 	colTopic     = 1
@@ -106,13 +94,7 @@ const (
 	colCreatedAt = 23
 )
 
-func columnNames() []string {
-	out := make([]string, len(legacyColumns))
-	for i, c := range legacyColumns {
-		out[i] = c.name
-	}
-	return out
-}
+func columnNames() []string { return routing.LegacyColumnNames() }
 
 // CheckLegacySchema compares the legacy table's columns with the ones a
 // migration copies; a difference is an error listing them.
@@ -146,14 +128,14 @@ func CheckLegacySchema(ctx context.Context, db *sql.DB) error {
 	}
 	var missing, wrong, extra []string
 	want := map[string]bool{}
-	for _, c := range legacyColumns {
-		want[c.name] = true
-		typ, ok := have[c.name]
+	for _, c := range routing.LegacyColumns {
+		want[c.Name] = true
+		typ, ok := have[c.Name]
 		switch {
 		case !ok:
-			missing = append(missing, c.name+" "+c.typ)
-		case typ != c.typ && !(c.typ == "json" && typ == "longtext"):
-			wrong = append(wrong, fmt.Sprintf("%s is %s, want %s", c.name, typ, c.typ))
+			missing = append(missing, c.Name+" "+c.Type)
+		case typ != c.Type && !(c.Type == "json" && typ == "longtext"):
+			wrong = append(wrong, fmt.Sprintf("%s is %s, want %s", c.Name, typ, c.Type))
 		}
 	}
 	for _, name := range order {
@@ -253,11 +235,15 @@ func (mg *Migrator) Plan(ctx context.Context, tenant string) (PlanReport, error)
 	if rep.Topics, rep.MissingGroups, rep.BadTopics, err = legacyTopics(ctx, db); err != nil {
 		return rep, err
 	}
-	if err := mg.p.EnsureMonths(ctx, tenant, rep.From); err != nil {
+	created, err := mg.p.EnsureMonths(ctx, tenant, rep.From)
+	if err != nil {
 		return rep, fmt.Errorf("migrate: create the month tables from %s: %w", rep.From, err)
 	}
 	plan.LegacyRows, plan.MinMonth, plan.MaxMonth = rep.Rows, rep.From, rep.To
 	if err := routing.PlanMigration(ctx, db, plan); err != nil {
+		return rep, err
+	}
+	if err := routing.RecordPlanMonths(ctx, db, created); err != nil {
 		return rep, err
 	}
 	mg.m.observe(tenant, routing.MigrationPlanned)
@@ -403,14 +389,73 @@ func (mg *Migrator) Verify(ctx context.Context, tenant string) (routing.Migratio
 	return mg.step(ctx, tenant, routing.StepVerify, map[string]any{"verify_pending": 1})
 }
 
-// Abort drops a plan: the tenant is served as before it (the month tables
-// the plan created stay, empty). Refused once the cutover began.
-func (mg *Migrator) Abort(ctx context.Context, tenant string) (routing.Migration, error) {
-	m, err := mg.step(ctx, tenant, routing.StepAbort, nil)
+// Abort drops a plan: the tenant is served as before it. The month tables
+// the plan created for months before the active one are dropped if they
+// are still empty (never a table with a row; the active and next months
+// stay, as the shard manager keeps them anyway). Refused once the cutover
+// began.
+func (mg *Migrator) Abort(ctx context.Context, tenant string) (AbortReport, error) {
+	var rep AbortReport
+	db, err := mg.p.DBs.DB(ctx, tenant)
 	if err != nil {
-		return m, err
+		return rep, err
 	}
-	return m, sleep(ctx, settle)
+	created, err := routing.PlanMonths(ctx, db)
+	if err != nil {
+		return rep, err
+	}
+	if rep.Migration, err = mg.step(ctx, tenant, routing.StepAbort, nil); err != nil {
+		return rep, err
+	}
+	active, err := routing.NewClock(mg.p.Redis).Month(ctx)
+	if err != nil {
+		return rep, err
+	}
+	was := map[routing.Month]routing.Status{}
+	for _, m := range created {
+		if !m.Before(active) {
+			continue
+		}
+		st, err := routing.UnregisterEmptyMonth(ctx, db, m)
+		if err != nil {
+			return rep, err
+		}
+		if st != "" {
+			was[m] = st
+		}
+	}
+	mg.p.Catalog.Invalidate(tenant)
+	// every process reads the state without the plan, and every catalog
+	// cache forgets the unregistered months, before a table goes
+	if err := sleep(ctx, max(settle, routing.CatalogTTL+routing.MigrationRefresh)); err != nil {
+		return rep, err
+	}
+	for _, m := range created {
+		st, ok := was[m]
+		if !ok {
+			rep.Kept = append(rep.Kept, m)
+			continue
+		}
+		dropped, err := routing.DropUnregisteredMonth(ctx, db, m, st)
+		if err != nil {
+			return rep, err
+		}
+		if dropped {
+			rep.Dropped = append(rep.Dropped, m)
+		} else {
+			rep.Kept = append(rep.Kept, m)
+		}
+	}
+	mg.p.Catalog.Invalidate(tenant)
+	return rep, nil
+}
+
+// AbortReport is what abort did: the migration row as it was, and the
+// month tables the plan created that it dropped (empty, before the active
+// month) and kept.
+type AbortReport struct {
+	Migration     routing.Migration
+	Dropped, Kept []routing.Month
 }
 
 func (mg *Migrator) step(ctx context.Context, tenant string, step routing.MigrationStep, set map[string]any) (routing.Migration, error) {

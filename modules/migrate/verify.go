@@ -178,7 +178,7 @@ func hashRows(ctx context.Context, db *sql.DB, quoted string, topics []string, f
 		return fmt.Errorf("verify: read %s: %w", quoted, err)
 	}
 	defer rows.Close()
-	vals := make([]any, len(legacyColumns))
+	vals := make([]any, len(routing.LegacyColumns))
 	ptrs := make([]any, len(vals))
 	for i := range vals {
 		ptrs[i] = &vals[i]
@@ -215,17 +215,17 @@ func CanonicalRow(buf *bytes.Buffer, vals []any) error {
 		case int64:
 			buf.WriteString(strconv.FormatInt(x, 10))
 		case []byte:
-			if legacyColumns[i].typ == "json" {
+			if routing.LegacyColumns[i].Type == "json" {
 				if err := canonicalJSON(buf, x); err != nil {
-					return fmt.Errorf("column %s: %w", legacyColumns[i].name, err)
+					return fmt.Errorf("column %s: %w", routing.LegacyColumns[i].Name, err)
 				}
 				continue
 			}
 			buf.Write(x)
 		case string:
-			if legacyColumns[i].typ == "json" {
+			if routing.LegacyColumns[i].Type == "json" {
 				if err := canonicalJSON(buf, []byte(x)); err != nil {
-					return fmt.Errorf("column %s: %w", legacyColumns[i].name, err)
+					return fmt.Errorf("column %s: %w", routing.LegacyColumns[i].Name, err)
 				}
 				continue
 			}

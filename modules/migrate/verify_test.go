@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"testing"
 	"time"
+
+	"github.com/imshard/imshard/modules/routing"
 )
 
 func row(content string) []any {
-	vals := make([]any, len(legacyColumns))
+	vals := make([]any, len(routing.LegacyColumns))
 	vals[colMessageID], vals[colTopic], vals[colSeq] = int64(1), []byte("t"), int64(7)
 	vals[8] = []byte(content)
 	vals[colCreatedAt] = time.Date(2026, 1, 2, 3, 4, 5, 6_000_000, time.UTC)

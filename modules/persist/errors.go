@@ -104,7 +104,7 @@ func classify(ctx context.Context, err error) failure {
 	if ctx.Err() != nil {
 		return aborted
 	}
-	if errors.Is(err, routing.ErrShardNotRegistered) || errors.Is(err, errNotWritable) || tenantdb.IsNoSuchTable(err) {
+	if errors.Is(err, routing.ErrShardNotRegistered) || errors.Is(err, errNotWritable) || routing.IsNoSuchTable(err) {
 		return missingTable
 	}
 	if errors.Is(err, tenantdb.ErrUnknownTenant) {

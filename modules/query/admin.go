@@ -154,8 +154,20 @@ func (s *Service) MessageByID(ctx context.Context, p httpapi.Principal, id int64
 	return m, nil
 }
 
-// locate finds the message id in the tenant's month tables (FindMonth).
+// locate finds the message id in the tenant's month tables (FindMonth)
+// and, while the tenant migrates, first in the legacy table (its primary
+// key: one lookup), which answers for every legacy row until finish.
 func (s *Service) locate(ctx context.Context, db *sql.DB, tenant string, id int64) (Located, error) {
+	dual, err := s.p.Migrations.DualRead(ctx, tenant)
+	if err != nil {
+		return Located{}, err
+	}
+	if dual {
+		loc, ok, err := s.locateLegacy(ctx, db, id)
+		if err != nil || ok {
+			return loc, err
+		}
+	}
 	set, err := s.p.Catalog.Months(ctx, tenant)
 	if err != nil {
 		return Located{}, err
@@ -194,6 +206,25 @@ func (s *Service) locate(ctx context.Context, db *sql.DB, tenant string, id int6
 		}
 	}
 	return Located{}, errNotFound
+}
+
+// locateLegacy reads message id from the legacy table; its shard_month is
+// the month the backfill copies it into (its created_at month before the
+// cutover recorded the months).
+func (s *Service) locateLegacy(ctx context.Context, db *sql.DB, id int64) (Located, bool, error) {
+	ms, err := s.st.messages(ctx, db, sq.Select(columns...).From(routing.LegacyQuoted()+" AS m").Where(sq.Eq{"m.message_id": id}))
+	if err != nil || len(ms) == 0 {
+		return Located{}, false, err
+	}
+	m := ms[0]
+	month, err := routing.LegacyMonth(ctx, db, m.Topic, m.Seq)
+	if err != nil {
+		return Located{}, false, err
+	}
+	if month.IsZero() {
+		month = routing.MonthOf(m.CreatedAt.Time)
+	}
+	return Located{Message: m, ShardMonth: month.String()}, true, nil
 }
 
 // revisions reads the changes of message id, oldest first.

@@ -196,12 +196,12 @@ func (s *Service) change(ctx context.Context, p httpapi.Principal, c changeReq) 
 	if err != nil {
 		return ChangeResult{}, err
 	}
-	tables, err := s.p.Router.Tables(ctx, p.Tenant, tr.BySeq(c.seq))
+	tables, legacy, err := s.changeTables(ctx, db, p.Tenant, tr, c)
 	if err != nil {
 		return ChangeResult{}, err
 	}
 	for attempt := 1; ; attempt++ {
-		res, err := s.changeTx(ctx, db, keys, tables, c, flying)
+		res, err := s.changeTx(ctx, db, keys, tables, c, flying, legacy)
 		// a deadlock rolled the transaction back before the caches were
 		// told (its statements come first): run it again
 		if !tenantdb.IsDeadlock(err) || attempt == maxChangeAttempts {
@@ -210,17 +210,48 @@ func (s *Service) change(ctx context.Context, p httpapi.Principal, c changeReq) 
 	}
 }
 
+// changeTables are the month tables that may hold the changed message,
+// most likely first. After cutover a seq the legacy table still answers
+// for (up to the topic's cutover_seq, until finish) is changed in the
+// month its recorded splits assign it, copied there from the legacy table
+// first and written in both (legacy true): the dual read reads it from the
+// legacy table, the backfill finds it present, the verification equal.
+func (s *Service) changeTables(ctx context.Context, db *sql.DB, tenant string, tr routing.TopicRoute, c changeReq) ([]routing.Table, bool, error) {
+	if !tr.Legacy.Split || c.seq > tr.Legacy.Hi {
+		tables, err := s.p.Router.Tables(ctx, tenant, tr.BySeq(c.seq))
+		return tables, false, err
+	}
+	m, err := routing.LegacyMonth(ctx, db, c.topic, c.seq)
+	if err != nil {
+		return nil, false, err
+	}
+	tables, err := s.p.Router.Tables(ctx, tenant, []routing.Month{m})
+	if err != nil || len(tables) == 0 {
+		return nil, false, errors.Join(err, errNotFound)
+	}
+	return tables, true, nil
+}
+
 // maxChangeAttempts is how often a change's transaction runs when MySQL
 // resolves deadlocks against it.
 const maxChangeAttempts = 3
 
 // changeTx is steps 3 to 5 of a change.
-func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, tables []routing.Table, c changeReq, flying bool) (ChangeResult, error) {
+func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, tables []routing.Table, c changeReq, flying, legacy bool) (ChangeResult, error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	if legacy {
+		found, err := routing.CopyLegacyRow(ctx, tx, tables[0], c.topic, c.seq)
+		if err != nil {
+			return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+		}
+		if !found {
+			return ChangeResult{}, errNotFound
+		}
+	}
 	old, table, err := lockMessage(ctx, tx, tables, c.topic, c.seq)
 	if errors.Is(err, errNotFound) && flying {
 		return ChangeResult{}, httpapi.Errorf(httpapi.CodeConflict,
@@ -234,7 +265,7 @@ func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, t
 	if err != nil || next.Version == old.Version {
 		return ChangeResult{Message: old}, err
 	}
-	changeSeq, err := writeChange(ctx, tx, table, c, old, next)
+	changeSeq, err := writeChange(ctx, tx, table, c, old, next, legacy)
 	if err != nil {
 		return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
 	}
@@ -342,11 +373,11 @@ func nullJSON(raw json.RawMessage) any {
 	return string(raw)
 }
 
-// writeChange updates the row to next, drops the mention index entries of
-// a message that stops being normal, allocates the topic's next
-// change_seq and records the revision (the content and head before the
-// change), all in tx.
-func writeChange(ctx context.Context, tx *sql.Tx, t routing.Table, c changeReq, old, next message.Message) (int64, error) {
+// writeChange updates the row to next (with legacy, the legacy table's
+// row too, alike), drops the mention index entries of a message that stops
+// being normal, allocates the topic's next change_seq and records the
+// revision (the content and head before the change), all in tx.
+func writeChange(ctx context.Context, tx *sql.Tx, t routing.Table, c changeReq, old, next message.Message, legacy bool) (int64, error) {
 	at := next.UpdatedAt.Time
 	up := sq.Update(t.Quoted()).Set("status", next.Status).Set("content", nullJSON(next.Content)).
 		Set("head", nullJSON(next.Head)).Set("version", next.Version).Set("updated_at", at)
@@ -356,8 +387,14 @@ func writeChange(ctx context.Context, tx *sql.Tx, t routing.Table, c changeReq, 
 	case message.ActionDelete:
 		up = up.Set("deleted_at", at)
 	}
-	if _, err := up.Where(sq.Eq{"topic": c.topic, "seqid": c.seq}).RunWith(tx).ExecContext(ctx); err != nil {
+	up = up.Where(sq.Eq{"topic": c.topic, "seqid": c.seq})
+	if _, err := up.RunWith(tx).ExecContext(ctx); err != nil {
 		return 0, err
+	}
+	if legacy {
+		if _, err := up.Table(routing.LegacyQuoted()).RunWith(tx).ExecContext(ctx); err != nil {
+			return 0, err
+		}
 	}
 	if old.Status == message.StatusNormal && next.Status != message.StatusNormal {
 		// a recalled or deleted message no longer counts in anyone's

@@ -301,11 +301,12 @@ func (s *Service) fill(ctx context.Context, db *sql.DB, p httpapi.Principal, us 
 	}
 	// the last messages are read while the counts are made
 	var lms []*message.Message
+	var lasts []int64
 	var lerr error
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
-		lms, lerr = s.lastMessages(ctx, db, p.Tenant, keys, p.UserID, us)
+		lms, lasts, lerr = s.lastMessages(ctx, db, p.Tenant, keys, p.UserID, us)
 	}()
 	counts, err := s.counts(ctx, db, p.Tenant, keys, p.UserID, us, true)
 	<-read
@@ -317,7 +318,7 @@ func (s *Service) fill(ctx context.Context, db *sql.DB, p httpapi.Principal, us 
 	}
 	for i, u := range us {
 		c := counts[i]
-		st := InboxTopic{Topic: u.topic, LastSeq: u.mirror.LastSeq(), LastMessage: lms[i], ReadSeq: c.readSeq,
+		st := InboxTopic{Topic: u.topic, LastSeq: lasts[i], LastMessage: lms[i], ReadSeq: c.readSeq,
 			Unread: c.unread, UnreadCapped: c.capped, MentionUnread: c.mentions, Pinned: u.pinned,
 			ActivityAt: message.NewTime(u.activity())}
 		if u.notifyMute.Valid {

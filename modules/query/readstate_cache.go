@@ -443,15 +443,25 @@ func (s *Service) countHot(user int64, u userTopic, r hotRead) (unreadCount, boo
 const lastRead = hotSlack + 1
 
 // lastMessages is the last message of each of us the caller may see (nil:
-// none), as lastMessage answers it: from the topics' hot caches in one
-// pipelined round trip, walked down from the last stored seq with the same
-// proof as a page, and from the month tables for a topic the cache cannot
-// prove.
-func (s *Service) lastMessages(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, us []userTopic) ([]*message.Message, error) {
+// none), as lastMessage answers it, and each topic's last stored seq: from
+// the topics' hot caches in one pipelined round trip, walked down from the
+// last stored seq with the same proof as a page, and through lastMessage
+// for a topic the cache cannot prove or whose legacy table still holds
+// messages (a tenant being migrated).
+func (s *Service) lastMessages(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, us []userTopic) ([]*message.Message, []int64, error) {
 	out := make([]*message.Message, len(us))
+	lasts := make([]int64, len(us))
 	var hot, cold []int
 	for i, u := range us {
-		if u.mirror.LastSeq() > 0 {
+		lasts[i] = u.mirror.LastSeq()
+		leg, err := s.p.Migrations.Legacy(ctx, tenant, u.topic)
+		if err != nil {
+			return nil, nil, err
+		}
+		switch {
+		case leg.Hi > 0:
+			cold = append(cold, i)
+		case lasts[i] > 0:
 			hot = append(hot, i)
 		}
 	}
@@ -469,7 +479,7 @@ func (s *Service) lastMessages(ctx context.Context, db *sql.DB, tenant string, k
 		res := s.p.Redis.DoMulti(ctx, cmds...)
 		hvs, err := s.hiddenOfMany(ctx, db, keys, user, names, res[per*len(hot):])
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for j, i := range hot {
 			last := us[i].mirror.LastSeq()
@@ -490,11 +500,11 @@ func (s *Service) lastMessages(ctx context.Context, db *sql.DB, tenant string, k
 	}
 	err := parallel(ctx, len(cold), func(j int) error {
 		i := cold[j]
-		lm, err := s.lastMessage(ctx, db, tenant, user, us[i])
-		out[i] = lm
+		lm, last, err := s.lastMessage(ctx, db, tenant, user, us[i])
+		out[i], lasts[i] = lm, last
 		return err
 	})
-	return out, err
+	return out, lasts, err
 }
 
 // errCursorCache is the answer when Redis failed within a cursor move.

@@ -182,19 +182,26 @@ func (c *unreadCount) take(user, seq, from int64, countable bool) bool {
 // above the cursor and above the caller's own newest message (sending
 // reads everything before it), neither recalled nor deleted for everyone,
 // not hidden by the caller. Gaps have no row, so they never count. It
-// walks the month tables holding seqs above the cursor newest first and
-// stops at UnreadCap+1: a badge costs at most that many index entries.
+// walks the sources holding seqs above the cursor newest first — the month
+// tables and, while the tenant migrates, the legacy table, bounded as a
+// page bounds them (sources) — and stops at UnreadCap+1: a badge costs at
+// most that many index entries.
 func (s *Service) countUnread(ctx context.Context, db *sql.DB, tenant string, user int64, u userTopic) (unreadCount, error) {
 	out := unreadCount{readSeq: u.readSeq}
-	if u.mirror.LastSeq() <= u.readSeq {
+	leg, err := s.p.Migrations.Legacy(ctx, tenant, u.topic)
+	if err != nil {
+		return out, err
+	}
+	if u.mirror.LastSeq() <= u.readSeq && leg.Hi <= u.readSeq {
 		return out, nil
 	}
 	tables, err := s.tablesAbove(ctx, tenant, u.mirror, u.readSeq)
 	if err != nil {
 		return out, err
 	}
-	for _, t := range tables {
-		own, err := s.st.ownNewest(ctx, db, t, u.topic, user, u.readSeq)
+	srcs := sources(listQuery{topic: u.topic, user: user, order: Desc, bound: math.MaxInt64}, tables, leg)
+	for _, src := range srcs {
+		own, err := s.st.ownNewest(ctx, db, src, user, u.readSeq)
 		if err != nil {
 			return out, err
 		}
@@ -203,10 +210,10 @@ func (s *Service) countUnread(ctx context.Context, db *sql.DB, tenant string, us
 			break
 		}
 	}
-	for _, t := range tables {
-		bound := int64(math.MaxInt64)
+	for _, src := range srcs {
+		bound := src.q.bound
 		for {
-			n, last, err := s.st.unreadRows(ctx, db, t, u.topic, user, out.readSeq, bound, &out)
+			n, last, err := s.st.unreadRows(ctx, db, src, user, out.readSeq, bound, &out)
 			if err != nil || out.capped {
 				return out, err
 			}
@@ -232,38 +239,47 @@ func (s *Service) tablesAbove(ctx context.Context, tenant string, m routing.Topi
 	return s.p.Router.Tables(ctx, tenant, months)
 }
 
-// lastMessage is the newest stored message of u the caller may see: a
+// lastMessage is the newest stored message of u the caller may see (a
 // recalled one as its tombstone; deleted for everyone and hidden ones are
-// skipped.
-func (s *Service) lastMessage(ctx context.Context, db *sql.DB, tenant string, user int64, u userTopic) (*message.Message, error) {
+// skipped), read through the same walk as a page, and the topic's last
+// stored seq: the mirror's, or higher while the legacy table still holds
+// the topic's newest rows.
+func (s *Service) lastMessage(ctx context.Context, db *sql.DB, tenant string, user int64, u userTopic) (*message.Message, int64, error) {
+	last := u.mirror.LastSeq()
+	leg, err := s.p.Migrations.Legacy(ctx, tenant, u.topic)
+	if err != nil {
+		return nil, last, err
+	}
 	tables, err := s.tablesAbove(ctx, tenant, u.mirror, 0)
 	if err != nil {
-		return nil, err
+		return nil, last, err
 	}
 	q := listQuery{topic: u.topic, user: user, order: Desc, bound: math.MaxInt64, limit: 1}
-	for _, t := range tables {
-		ms, err := s.st.messages(ctx, db, q.build(t.Quoted()))
-		if err != nil {
-			return nil, err
-		}
-		if len(ms) > 0 {
-			return &ms[0], nil
-		}
+	page, _, err := s.walkSources(ctx, db, q, sources(q, tables, leg))
+	if leg.Split {
+		last = max(last, leg.Hi)
 	}
-	return nil, nil
+	if err != nil || len(page) == 0 {
+		return nil, last, err
+	}
+	return &page[0], max(last, page[0].Seq), nil
 }
 
-// ownNewest is the caller's newest seq above after in t (0: none), from
+// ownNewest is the caller's newest seq above after in src (0: none), from
 // the (topic, from_user, seqid) index alone.
-func (s *store) ownNewest(ctx context.Context, db *sql.DB, t routing.Table, topic string, user, after int64) (int64, error) {
-	query, args, err := sq.Select("COALESCE(MAX(seqid), 0)").From(t.Quoted()).
-		Where(sq.Eq{"topic": topic, "from_user": user}).Where(sq.Gt{"seqid": after}).ToSql()
+func (s *store) ownNewest(ctx context.Context, db *sql.DB, src source, user, after int64) (int64, error) {
+	b := sq.Select("COALESCE(MAX(seqid), 0)").From(src.table).
+		Where(sq.Eq{"topic": src.q.topic, "from_user": user}).Where(sq.Gt{"seqid": max(after, src.q.floor)})
+	if src.q.bound < math.MaxInt64 {
+		b = b.Where(sq.Lt{"seqid": src.q.bound})
+	}
+	query, args, err := b.ToSql()
 	if err != nil {
 		return 0, err
 	}
 	rows, err := s.run(ctx, db, query, args)
 	if err != nil {
-		return 0, fmt.Errorf("query: own newest of %s: %w", topic, err)
+		return 0, fmt.Errorf("query: own newest of %s: %w", src.q.topic, err)
 	}
 	defer rows.Close()
 	var seq int64
@@ -275,12 +291,14 @@ func (s *store) ownNewest(ctx context.Context, db *sql.DB, t routing.Table, topi
 	return seq, rows.Err()
 }
 
-// unreadRows reads up to unreadWalkRow rows of t with after < seq < before
-// the caller did not hide, newest first, and adds the unread among them to
-// c (stopping once c is capped). It returns the rows read and the lowest seq.
-func (s *store) unreadRows(ctx context.Context, db *sql.DB, t routing.Table, topic string, user, after, before int64, c *unreadCount) (int, int64, error) {
-	query, args, err := sq.Select("m.seqid", "m.status").From(t.Quoted()+" AS m").
-		Where(sq.Eq{"m.topic": topic}).Where(sq.Gt{"m.seqid": after}).Where(sq.Lt{"m.seqid": before}).
+// unreadRows reads up to unreadWalkRow rows of src with after < seq <
+// before (within the source's bounds) the caller did not hide, newest
+// first, and adds the unread among them to c (stopping once c is capped).
+// It returns the rows read and the lowest seq.
+func (s *store) unreadRows(ctx context.Context, db *sql.DB, src source, user, after, before int64, c *unreadCount) (int, int64, error) {
+	topic := src.q.topic
+	query, args, err := sq.Select("m.seqid", "m.status").From(src.table+" AS m").
+		Where(sq.Eq{"m.topic": topic}).Where(sq.Gt{"m.seqid": max(after, src.q.floor)}).Where(sq.Lt{"m.seqid": min(before, src.q.bound)}).
 		Where(NotHidden, user).OrderBy("m.seqid DESC").Limit(unreadWalkRow).ToSql()
 	if err != nil {
 		return 0, 0, err
@@ -515,6 +533,15 @@ func (s *Service) countMany(ctx context.Context, db *sql.DB, tenant string, user
 	var alone []int
 	for i, u := range us {
 		out[i].readSeq = u.readSeq
+		leg, err := s.p.Migrations.Legacy(ctx, tenant, u.topic)
+		if err != nil {
+			return nil, err
+		}
+		if leg.Hi > u.readSeq {
+			// the legacy table holds seqs above the cursor: walked alone
+			alone = append(alone, i)
+			continue
+		}
 		if u.mirror.LastSeq() <= u.readSeq {
 			continue
 		}

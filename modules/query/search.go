@@ -2,15 +2,11 @@ package query
 
 import (
 	"context"
-	"database/sql"
 	"math"
 	"strings"
 	"time"
 
-	sq "github.com/Masterminds/squirrel"
-
 	"github.com/imshard/imshard/modules/httpapi"
-	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -65,9 +61,11 @@ func newestFirst(ms []routing.Month) []routing.Month {
 
 // Search finds messages of topic whose content.text contains q, created in
 // [from, to), newest first, paged with next_before. Each month's query stays
-// inside the topic's created_at range of idx_topic_created; the topic's ACL
-// is checked before any row is read and the caller's deletion ranges apply
-// to every hit.
+// inside the topic's created_at range of idx_topic_created; while the
+// tenant migrates, the legacy table is one more bounded source (walked by
+// seq, as it may lack that index), through the same walk as a page. The
+// topic's ACL is checked before any row is read and the caller's deletion
+// ranges apply to every hit.
 func (s *Service) Search(ctx context.Context, p httpapi.Principal, topic string, r SearchRequest) (BeforePage, error) {
 	if err := s.authorize(ctx, p, topic); err != nil {
 		return BeforePage{}, err
@@ -93,35 +91,17 @@ func (s *Service) Search(ctx context.Context, p httpapi.Principal, topic string,
 	if !r.HasBefore {
 		before = math.MaxInt64
 	}
-	page, touched, err := s.search(ctx, db, tables, topic, p.UserID, r, before)
+	leg, err := s.p.Migrations.Legacy(ctx, p.Tenant, topic)
+	if err != nil {
+		return BeforePage{}, err
+	}
+	q := listQuery{topic: topic, user: p.UserID, order: Desc, bound: before, limit: r.Limit + 1,
+		match: &textMatch{from: r.From, to: r.To, like: likePattern(r.Q)}}
+	page, touched, err := s.walkSources(ctx, db, q, sources(q, tables, leg))
 	if err != nil {
 		return BeforePage{}, err
 	}
 	s.m.observe(touched, false, time.Since(start).Seconds())
 	page, more := Truncate(page, r.Limit)
 	return BeforePage{Messages: nonNil(page), NextBefore: NextBefore(page), HasMore: more}, nil
-}
-
-func (s *Service) search(ctx context.Context, db *sql.DB, tables []routing.Table, topic string, user int64, r SearchRequest, before int64) ([]message.Message, int, error) {
-	var page []message.Message
-	touched := 0
-	for _, t := range tables {
-		if len(page) > r.Limit {
-			break
-		}
-		b := sq.Select(columns...).From(t.Quoted()+" AS m FORCE INDEX (idx_topic_created)").
-			Where(sq.Eq{"m.topic": topic, "m.status": message.StatusNormal}).
-			Where(sq.GtOrEq{"m.created_at": r.From}).Where(sq.Lt{"m.created_at": r.To}).
-			Where(sq.Lt{"m.seqid": before}).
-			Where("JSON_UNQUOTE(JSON_EXTRACT(m.content, '$.text')) LIKE ? ESCAPE '!'", likePattern(r.Q)).
-			Where(NotHidden, user).
-			OrderBy("m.seqid DESC").Suffix("LIMIT ?", r.Limit+1-len(page))
-		rows, err := s.st.messages(ctx, db, b)
-		if err != nil {
-			return nil, touched, err
-		}
-		touched++
-		page = Merge(page, rows, Desc)
-	}
-	return page, touched, nil
 }

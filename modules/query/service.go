@@ -307,10 +307,25 @@ func (s *Service) scan(ctx context.Context, db *sql.DB, tenant string, q listQue
 	if err != nil {
 		return nil, 0, err
 	}
+	page, touched, err := s.walkSources(ctx, db, q, sources(q, tables, tr.Legacy))
+	if err != nil {
+		return nil, touched, err
+	}
+	s.repairIfFallback(ctx, tenant, q.topic, tr, len(page) > 0)
+	return page, touched, nil
+}
+
+// walkSources reads srcs (sources) in order, each for what the page still
+// lacks (a source read whole for a page's worth), until the page holds
+// q.limit rows, merging rows met twice by seq: every list read of a topic's
+// messages — pages, context, search, the topic list's last message — walks
+// its month tables and, while the tenant migrates, the legacy table this
+// way. It returns the rows and how many tables it read.
+func (s *Service) walkSources(ctx context.Context, db *sql.DB, q listQuery, srcs []source) ([]message.Message, int, error) {
 	var page []message.Message
 	touched := 0
 	want := q.limit
-	for _, src := range sources(q, tables, tr.Legacy) {
+	for _, src := range srcs {
 		if len(page) >= want && !src.full {
 			break
 		}
@@ -325,7 +340,6 @@ func (s *Service) scan(ctx context.Context, db *sql.DB, tenant string, q listQue
 		touched++
 		page = Merge(page, rows, q.order)
 	}
-	s.repairIfFallback(ctx, tenant, q.topic, tr, len(page) > 0)
 	return page, touched, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	sq "github.com/Masterminds/squirrel"
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -171,11 +172,31 @@ type listQuery struct {
 	limit       int
 	keepDeleted bool // context keeps globally deleted rows as tombstones
 	hidNothing  bool // the caller is known to have no deletion range: no anti-join
+	match       *textMatch
+}
+
+// textMatch narrows a newest-first list to a search: messages neither
+// recalled nor deleted, created in [from, to), whose content.text contains
+// like's text (a LIKE … ESCAPE '!' pattern).
+type textMatch struct {
+	from, to time.Time
+	like     string
 }
 
 // build is the statement for one table, given as its quoted name.
 func (q listQuery) build(table string) sq.SelectBuilder {
-	b := sq.Select(columns...).From(table + " AS m").Where(sq.Eq{"m.topic": q.topic})
+	from := table + " AS m"
+	if q.match != nil && table != routing.LegacyQuoted() {
+		// a month table's rows of the window: (topic, created_at); the
+		// legacy table may have no such index and is walked by seq
+		from += " FORCE INDEX (idx_topic_created)"
+	}
+	b := sq.Select(columns...).From(from).Where(sq.Eq{"m.topic": q.topic})
+	if m := q.match; m != nil {
+		b = b.Where(sq.Eq{"m.status": message.StatusNormal}).
+			Where(sq.GtOrEq{"m.created_at": m.from}).Where(sq.Lt{"m.created_at": m.to}).
+			Where("JSON_UNQUOTE(JSON_EXTRACT(m.content, '$.text')) LIKE ? ESCAPE '!'", m.like)
+	}
 	if q.order == Desc {
 		b = b.Where(sq.Lt{"m.seqid": q.bound})
 		if q.floor > 0 {

@@ -90,6 +90,11 @@ type catalogSnapshot struct {
 // caller waiting on it, so not with any one caller's deadline.
 const catalogReadTimeout = 10 * time.Second
 
+// CatalogTTL is how long a process's catalog cache answers before it
+// reads MySQL again: a month taken out of the catalog is forgotten by every
+// reader within it.
+const CatalogTTL = 5 * time.Second
+
 // NewCatalog caches lookups for ttl (0 disables the cache).
 func NewCatalog(dbs DBs, ttl time.Duration) *Catalog {
 	return &Catalog{dbs: dbs, ttl: ttl, cache: map[string]catalogSnapshot{}, gen: map[string]uint64{}}
@@ -245,6 +250,15 @@ func RegisterShard(ctx context.Context, db sq.BaseRunner, t Table) error {
 		RunWith(db).ExecContext(ctx)
 	if err != nil {
 		return fmt.Errorf("catalog: register %s: %w", t.Name(), err)
+	}
+	return nil
+}
+
+// UnregisterShard removes month m from the catalog (an aborted migration
+// plan's empty month, before its table is dropped).
+func UnregisterShard(ctx context.Context, db sq.BaseRunner, m Month) error {
+	if _, err := sq.Delete(catalogTable).Where(sq.Eq{"shard_month": m.String()}).RunWith(db).ExecContext(ctx); err != nil {
+		return fmt.Errorf("catalog: unregister %s: %w", m, err)
 	}
 	return nil
 }

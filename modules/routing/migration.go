@@ -27,6 +27,8 @@ const (
 	migrationSplitsTable = "im_migration_splits"
 	migrationBatchTable  = "im_migration_batches"
 	migrationDiffsTable  = "im_migration_diffs"
+	migrationMonthsTable = "im_migration_months"
+	migrationMirrorTable = "im_migration_mirror"
 )
 
 // MigrationState is where a tenant's migration stands.
@@ -60,11 +62,12 @@ func (s MigrationState) RefusesSends() bool {
 }
 
 // RefusesChanges reports whether imshard refuses recalls, edits and
-// deletes: while the legacy table still answers reads for the seqs up to
-// cutover (the dual read), a change written to a month table would not be
-// seen — so changes wait for finish.
+// deletes: until cutover the old system owns the legacy rows. From then on
+// a change of a legacy seq copies the row into its month table first and
+// writes both in one transaction (CopyLegacyRow), so the dual read, the
+// backfill and the verification all see the changed row.
 func (s MigrationState) RefusesChanges() bool {
-	return s != MigrationNone && s != MigrationFinished
+	return s.RefusesSends()
 }
 
 // DualRead reports whether reads include the legacy table.
@@ -158,7 +161,9 @@ func LoadMigration(ctx context.Context, db sq.BaseRunner) (Migration, error) {
 			&m.RowsInserted, &m.RowsPresent, &m.RowsSkewed, &m.Batches, &m.BatchFailures, &lastErr, &m.RoutesDone,
 			&m.VerifyPending, &m.VerifyRuns, &m.RedoRounds, &m.VerifyDiffs, &m.PlannedAt, &m.CutoverAt, &m.OpenedAt,
 			&m.BackfilledAt, &m.VerifiedAt, &m.FinishedAt, &m.UpdatedAt)
-	if errors.Is(err, sql.ErrNoRows) {
+	if errors.Is(err, sql.ErrNoRows) || IsNoSuchTable(err) {
+		// no row, or a database whose schema predates the migration
+		// tables: the tenant never migrated
 		return Migration{}, nil
 	}
 	if err != nil {
@@ -241,7 +246,7 @@ func StepMigration(ctx context.Context, db *sql.DB, step MigrationStep, set map[
 			return Migration{}, err
 		}
 		if n == 1 {
-			for _, t := range []string{migrationTopicsTable, migrationSplitsTable, migrationBatchTable, migrationDiffsTable} {
+			for _, t := range []string{migrationTopicsTable, migrationSplitsTable, migrationBatchTable, migrationDiffsTable, migrationMonthsTable, migrationMirrorTable} {
 				if _, err := sq.Delete(t).RunWith(tx).ExecContext(ctx); err != nil {
 					return Migration{}, fmt.Errorf("migration: abort: %w", err)
 				}
@@ -731,6 +736,16 @@ func (g *Migrations) GateChange(ctx context.Context, tenant string) error {
 		return &ErrMigrationPending{State: s}
 	}
 	return nil
+}
+
+// DualRead reports whether the tenant's reads include the legacy table
+// now (reads that know no topic: a message found by its id).
+func (g *Migrations) DualRead(ctx context.Context, tenant string) (bool, error) {
+	if g == nil {
+		return false, nil
+	}
+	s, err := g.State(ctx, tenant)
+	return s.DualRead(), err
 }
 
 // LegacySource is the legacy table as one more bounded source of a topic's

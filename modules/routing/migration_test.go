@@ -49,8 +49,8 @@ func TestSplitsOfKeepsMonthRangesContiguous(t *testing.T) {
 }
 
 // TestMigrationTransitions: every state but none is reached by some step,
-// and the gate follows the state: sends open at cutover's end, changes and
-// the dual read at finish.
+// and the gate follows the state: sends and changes open at cutover's end
+// (a change of a legacy row copies it first), the dual read ends at finish.
 func TestMigrationTransitions(t *testing.T) {
 	reached := map[MigrationState]bool{}
 	for _, tr := range MigrationTransitions {
@@ -66,10 +66,10 @@ func TestMigrationTransitions(t *testing.T) {
 		MigrationNone:        {false, false, false},
 		MigrationPlanned:     {true, true, true},
 		MigrationCutover:     {true, true, true},
-		MigrationBackfilling: {false, true, true},
-		MigrationPaused:      {false, true, true},
-		MigrationVerifying:   {false, true, true},
-		MigrationDone:        {false, true, true},
+		MigrationBackfilling: {false, false, true},
+		MigrationPaused:      {false, false, true},
+		MigrationVerifying:   {false, false, true},
+		MigrationDone:        {false, false, true},
 		MigrationFinished:    {false, false, false},
 	} {
 		if got := [3]bool{s.RefusesSends(), s.RefusesChanges(), s.DualRead()}; got != want {

@@ -179,13 +179,29 @@ func WidenMirror(ctx context.Context, tx sq.BaseRunner, rows []MirrorRow) error 
 	for _, r := range rows {
 		q = q.Values(r.Topic, r.Month.String(), r.MinSeq, r.MaxSeq, r.Count, r.MinCreatedAt, r.MaxCreatedAt)
 	}
-	_, err := q.Suffix(`ON DUPLICATE KEY UPDATE
+	if _, err := q.Suffix(widenMirror).RunWith(tx).ExecContext(ctx); err != nil {
+		return fmt.Errorf("mirror: widen: %w", err)
+	}
+	return nil
+}
+
+// widenMirror merges a row into the mirror row of its topic and month.
+const widenMirror = `ON DUPLICATE KEY UPDATE
   min_seq = LEAST(min_seq, VALUES(min_seq)),
   max_seq = GREATEST(max_seq, VALUES(max_seq)),
   message_count = message_count + VALUES(message_count),
   min_created_at = LEAST(min_created_at, VALUES(min_created_at)),
-  max_created_at = GREATEST(max_created_at, VALUES(max_created_at))`).RunWith(tx).ExecContext(ctx)
-	if err != nil {
+  max_created_at = GREATEST(max_created_at, VALUES(max_created_at))`
+
+// WidenMirrorFrom is WidenMirror for rows computed on the server: sel
+// yields the mirror's columns (topic, month, min and max seq, count, min
+// and max created_at) grouped by topic and month — the migration's
+// backfill widens by the legacy rows it just copied without reading them
+// into imshard. Rows are merged in topic order, as every writer locks
+// mirror rows.
+func WidenMirrorFrom(ctx context.Context, tx sq.BaseRunner, sel sq.SelectBuilder) error {
+	if _, err := sq.Insert(mirrorTable).Columns(mirrorColumns...).Select(sel.OrderBy("1", "2")).
+		Suffix(widenMirror).RunWith(tx).ExecContext(ctx); err != nil {
 		return fmt.Errorf("mirror: widen: %w", err)
 	}
 	return nil
@@ -206,6 +222,17 @@ func ReplaceMirror(ctx context.Context, tx sq.BaseRunner, topic string, rows []M
 	}
 	if _, err := q.RunWith(tx).ExecContext(ctx); err != nil {
 		return fmt.Errorf("mirror: rewrite %s: %w", topic, err)
+	}
+	return nil
+}
+
+// ClearMirror empties the mirror and the migration's mirror pass
+// (`imshard bench migrate` before copying the same legacy rows again).
+func ClearMirror(ctx context.Context, db sq.BaseRunner) error {
+	for _, t := range []string{mirrorTable, migrationMirrorTable} {
+		if _, err := sq.Delete(t).RunWith(db).ExecContext(ctx); err != nil {
+			return fmt.Errorf("mirror: clear %s: %w", t, err)
+		}
 	}
 	return nil
 }

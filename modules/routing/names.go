@@ -116,3 +116,8 @@ func (t Table) Quoted() string { return "`" + t.Name() + "`" }
 func (t Table) CreateDDL() string {
 	return strings.Replace(imsql.MonthTable(), imsql.TablePlaceholder, t.Quoted(), 1)
 }
+
+// DropDDL drops t (an aborted migration plan's empty month tables).
+func (t Table) DropDDL() string {
+	return strings.Replace(imsql.DropTable(), imsql.TablePlaceholder, t.Quoted(), 1)
+}

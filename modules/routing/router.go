@@ -75,12 +75,17 @@ func (tr TopicRoute) Months() []Month {
 	return slices.Compact(out)
 }
 
-// MaxSeq is the highest persisted seq the route's ranges record (0 for
-// none); it lags the seq counter while messages are in flight.
+// MaxSeq is the highest persisted seq the route's ranges record — or,
+// after a migration's cutover, its legacy source's cutover_seq when that
+// is higher (0 for none); it lags the seq counter while messages are in
+// flight.
 func (tr TopicRoute) MaxSeq() int64 {
 	var m int64
 	for _, r := range tr.Ranges {
 		m = max(m, r.MaxSeq)
+	}
+	if tr.Legacy.Split {
+		m = max(m, tr.Legacy.Hi)
 	}
 	return m
 }

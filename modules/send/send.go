@@ -18,7 +18,6 @@ import (
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
-	"github.com/imshard/imshard/modules/tenantdb"
 )
 
 // Response is the 201 body of a send; a retry answers 200 with the original
@@ -560,7 +559,7 @@ func (s *Service) fromMySQL(ctx context.Context, tenant, topic string, from int6
 		var id int64
 		err = sq.Select("seqid", "message_id", "created_at").From(t.Quoted()).Where(sender).
 			RunWith(db).QueryRowContext(ctx).Scan(&out.Seq, &id, &created)
-		if errors.Is(err, sql.ErrNoRows) || tenantdb.IsNoSuchTable(err) {
+		if errors.Is(err, sql.ErrNoRows) || routing.IsNoSuchTable(err) {
 			// a month table that is not there (yet, or any more) holds no
 			// earlier send; persist waits for it (shard_missing)
 			continue

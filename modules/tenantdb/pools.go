@@ -27,15 +27,6 @@ import (
 // ErrUnknownTenant is returned for a tenant id not in the configuration.
 var ErrUnknownTenant = errors.New("unknown tenant")
 
-// IsNoSuchTable reports whether err is the server's "table doesn't exist"
-// (ER_NO_SUCH_TABLE, 1146): a month table registered but not there. Such a
-// table holds no row, which a reader may take as an answer; a writer must
-// wait for it.
-func IsNoSuchTable(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1146
-}
-
 // IsDeadlock reports whether err is the server's deadlock (ER_LOCK_DEADLOCK,
 // 1213): it rolled the transaction back, which may simply run again.
 func IsDeadlock(err error) bool {
