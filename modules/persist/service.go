@@ -142,6 +142,12 @@ func New(p Params) (*Service, error) {
 		// session expires: keep that short so a restarted or surviving
 		// member takes over within seconds, not Kafka's default 45 s
 		kgo.SessionTimeout(10*time.Second),
+		// a member that dies in the middle of a rebalance is only dropped
+		// when the rebalance timeout runs out: every other member of the
+		// group stops consuming until then. Kafka's default (60 s) would
+		// stall persistence for a minute; this is long enough for a
+		// revocation to drain (revokeWait) and commit.
+		kgo.RebalanceTimeout(rebalanceTimeout),
 		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0),
@@ -487,8 +493,12 @@ func (s *Service) revoked(ctx context.Context, cl *kgo.Client, m map[string][]in
 }
 
 // revokeWait bounds how long a revocation waits for in-flight batches; it
-// is well inside the group's rebalance timeout.
-const revokeWait = 15 * time.Second
+// is well inside the group's rebalance timeout, which leaves the commit
+// that follows it time to finish.
+const (
+	revokeWait       = 15 * time.Second
+	rebalanceTimeout = 25 * time.Second
+)
 
 // lost partitions cannot be committed any more: abandon them.
 func (s *Service) lost(_ context.Context, _ *kgo.Client, m map[string][]int32) {
