@@ -1,13 +1,17 @@
 package persist
 
 import (
+	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/imshard/imshard/modules/message"
 )
 
+// validEvent is in the layout send writes (message.Event.AppendJSON: the
+// fields in order, the empty optional ones left out, no whitespace).
 const validEvent = `{"v":1,"event_id":"e1","tenant":"acme","topic":"room-1","group_id":"7","seq_id":12,` +
 	`"shard_month":"202601","message_id":"99","from_user":"5","client_msg_id":"c1","msg_type":"text",` +
 	`"content":{"text":"hi"},"mention_all":false,"created_at":"2026-01-31T23:59:59.999Z"}`
@@ -53,19 +57,27 @@ func TestDecodeEvent(t *testing.T) {
 
 // FuzzDecodeEvent: whatever the bytes, the decoder either refuses them as
 // malformed or returns an event whose identifiers passed the whitelists —
-// never a panic, never a month outside the table range.
+// never a panic, never a month outside the table range — and the very event
+// json.Unmarshal, the contract's reference reader, makes of them; what
+// json.Unmarshal refuses is refused.
 func FuzzDecodeEvent(f *testing.F) {
 	f.Add([]byte(validEvent))
 	f.Add([]byte(`{"v":1}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte(strings.Replace(validEvent, "202601", "000000", 1)))
+	f.Add([]byte(strings.Replace(validEvent, `"mention_all":false`, `"mentioned_user_ids":["6"],"mention_all":true,"reply_seqid":3`, 1)))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		var ref message.Event
+		refErr := json.Unmarshal(b, &ref)
 		ev, m, err := DecodeEvent(b)
 		if err != nil {
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("error not marked malformed: %v", err)
 			}
 			return
+		}
+		if refErr != nil || !reflect.DeepEqual(*ev, ref) {
+			t.Fatalf("decoded %+v, json.Unmarshal: %+v %v", ev, ref, refErr)
 		}
 		if !m.Valid() || m.String() != ev.ShardMonth || message.CheckStored(ev.Content, ev.Head) != nil || ev.SeqID <= 0 {
 			t.Fatalf("accepted a bad event: %+v", ev)
