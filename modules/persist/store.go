@@ -1,12 +1,14 @@
 package persist
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
@@ -64,11 +66,11 @@ var errInsertCollision = errors.New("persist: rows collide on a unique key with 
 // path, which reads the existing keys first to know exactly which rows are
 // new.
 func writeBatch(ctx context.Context, db *sql.DB, table routing.Table, neighbours []routing.Table, recs []*record) (writeResult, error) {
-	sort.Slice(recs, func(i, j int) bool {
-		if recs[i].ev.Topic != recs[j].ev.Topic {
-			return recs[i].ev.Topic < recs[j].ev.Topic
+	slices.SortFunc(recs, func(a, b *record) int {
+		if c := strings.Compare(a.ev.Topic, b.ev.Topic); c != 0 {
+			return c
 		}
-		return recs[i].ev.SeqID < recs[j].ev.SeqID
+		return cmp.Compare(a.ev.SeqID, b.ev.SeqID)
 	})
 	res, ok, err := writeTx(ctx, db, table, neighbours, recs, false)
 	if err != nil || ok {
@@ -343,7 +345,7 @@ func topicRanges(recs []*record) []*topicRange {
 		tr.Count++
 		tr.recs = append(tr.recs, r)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].topic < out[j].topic })
+	slices.SortFunc(out, func(a, b *topicRange) int { return strings.Compare(a.topic, b.topic) })
 	return out
 }
 
