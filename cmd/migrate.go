@@ -265,6 +265,9 @@ func (g *globals) printStatus(st migrate.Status) {
 			m.RowsRead, m.LegacyRows, percent(m.RowsRead, m.LegacyRows), m.RowsInserted, m.RowsPresent, m.RowsSkewed, m.Batches, m.BatchFailures)
 		fmt.Fprintf(out, "  cursor message_id %d of %d; routes rebuilt: %v; backfill lock held: %v\n", m.CursorID, m.LegacyMax, m.RoutesDone, st.Locked)
 	}
+	if m.State == routing.MigrationBackfilling && m.Batches > 0 {
+		fmt.Fprintf(out, "  pace (as of %s): %s\n", m.UpdatedAt.UTC().Format(time.RFC3339), pace(m))
+	}
 	if m.LastError != "" {
 		fmt.Fprintf(out, "  last error: %s\n", m.LastError)
 	}
@@ -275,6 +278,17 @@ func (g *globals) printStatus(st migrate.Status) {
 				d.Topic, d.Month, d.MinSeq, d.MaxSeq, d.LegacyRows, d.LegacyHash[:12], d.MonthRows, d.MonthHash[:12])
 		}
 	}
+}
+
+// pace is the copy rate the copying process recorded, beside its limit
+// and the rate of its batches alone.
+func pace(m routing.Migration) string {
+	limit := "unthrottled"
+	if m.RateLimit > 0 {
+		limit = fmt.Sprintf("%d allowed", m.RateLimit)
+	}
+	return fmt.Sprintf("%d rows/s achieved over the last 10 s (%s), batches alone %d rows/s: %s",
+		m.RateAchieved, limit, m.RateBatch, migrate.Pace(m.RateLimit, float64(m.RateAchieved), float64(m.RateBatch)))
 }
 
 func percent(n, of int64) string {
@@ -308,8 +322,12 @@ func (g *globals) watchMigration(ctx context.Context, mg *migrate.Migrator, tena
 		if rate > 0 && m.LegacyRows > m.RowsRead {
 			eta = (time.Duration(float64(m.LegacyRows-m.RowsRead)/rate) * time.Second).Round(time.Second).String()
 		}
-		line := fmt.Sprintf("%s %d/%d rows %s, %.0f rows/s, ETA %s, differences %d",
-			m.State, m.RowsRead, m.LegacyRows, percent(m.RowsRead, m.LegacyRows), rate, eta, m.VerifyDiffs)
+		limit := ""
+		if m.State == routing.MigrationBackfilling && m.RateLimit > 0 {
+			limit = fmt.Sprintf(" (limit %d)", m.RateLimit)
+		}
+		line := fmt.Sprintf("%s %d/%d rows %s, %.0f rows/s%s, ETA %s, differences %d",
+			m.State, m.RowsRead, m.LegacyRows, percent(m.RowsRead, m.LegacyRows), rate, limit, eta, m.VerifyDiffs)
 		if tty {
 			fmt.Fprintf(g.stdout, "\r%s %s\x1b[K", bar(m.RowsRead, m.LegacyRows, 30), line)
 		} else {

@@ -88,6 +88,8 @@ func (mg *Migrator) hasWork(m routing.Migration) bool {
 // work runs the tenant's migration as far as it goes: batches until the
 // copy is complete (or paused), then routes, then verification.
 func (mg *Migrator) work(ctx context.Context, db *sql.DB, tenant string) error {
+	pace := pacer{rate: float64(mg.p.Config.RowsPerSecond)}
+	window := rateWindow{span: rateSpan}
 	for ctx.Err() == nil {
 		m, err := routing.LoadMigration(ctx, db)
 		if err != nil {
@@ -97,13 +99,17 @@ func (mg *Migrator) work(ctx context.Context, db *sql.DB, tenant string) error {
 		switch {
 		case m.State == routing.MigrationBackfilling && m.CursorID < m.LegacyMax:
 			start := time.Now()
-			n, err := mg.batch(ctx, db, tenant, m)
+			achieved := window.rate(start)
+			mg.m.limit.WithLabelValues(tenant).Set(float64(mg.p.Config.RowsPerSecond))
+			mg.m.achieved.WithLabelValues(tenant).Set(achieved)
+			n, err := mg.batch(ctx, db, tenant, m, achieved)
 			if err != nil {
 				mg.m.failures.WithLabelValues(tenant).Inc()
 				mg.p.Log.Warn().Err(err).Str("tenant", tenant).Int64("cursor", m.CursorID).Msg("backfill batch failed; retrying")
 				return err
 			}
-			mg.throttle(ctx, n, time.Since(start))
+			window.add(start, n)
+			_ = sleep(ctx, pace.wait(time.Now(), n))
 		case m.State == routing.MigrationBackfilling:
 			if err := mg.afterCopy(ctx, db, tenant, m); err != nil {
 				return err
@@ -119,24 +125,16 @@ func (mg *Migrator) work(ctx context.Context, db *sql.DB, tenant string) error {
 	return nil
 }
 
-// throttle sleeps so that the backfill copies at most rows_per_second.
-func (mg *Migrator) throttle(ctx context.Context, rows int, took time.Duration) {
-	rate := mg.p.Config.RowsPerSecond
-	if rate <= 0 || rows == 0 {
-		return
-	}
-	want := time.Duration(float64(rows) / float64(rate) * float64(time.Second))
-	if want > took {
-		_ = sleep(ctx, want-took)
-	}
-}
+// rateSpan is how far back the achieved copy rate looks.
+const rateSpan = 10 * time.Second
 
 // batch copies the next batch_size legacy rows after the cursor (keyset on
 // message_id, never OFFSET) into their month tables in one transaction,
 // with the cursor and counts; a row already present is left as it is
 // (ON DUPLICATE KEY UPDATE no-op) and counted — a difference of its
-// content is the verification's to find. It returns the rows read.
-func (mg *Migrator) batch(ctx context.Context, db *sql.DB, tenant string, m routing.Migration) (int, error) {
+// content is the verification's to find. achieved is the copy rate of the
+// batches before it, recorded with it. It returns the rows read.
+func (mg *Migrator) batch(ctx context.Context, db *sql.DB, tenant string, m routing.Migration, achieved float64) (int, error) {
 	started := time.Now()
 	// the batch's bounds: the next batch_size keys after the cursor
 	var n int
@@ -167,7 +165,7 @@ func (mg *Migrator) batch(ctx context.Context, db *sql.DB, tenant string, m rout
 		_ = tx.Rollback()
 		return 0, mg.failed(ctx, db, m, started, err)
 	}
-	committed, err := mg.commitBatch(ctx, tx, m, last.Int64, res, started)
+	committed, err := mg.commitBatch(ctx, tx, m, last.Int64, res, started, achieved)
 	if err != nil {
 		return 0, mg.failed(ctx, db, m, started, err)
 	}
@@ -176,9 +174,7 @@ func (mg *Migrator) batch(ctx context.Context, db *sql.DB, tenant string, m rout
 		mg.m.rows.WithLabelValues(tenant, "present").Add(float64(res.present))
 		mg.m.rows.WithLabelValues(tenant, "skewed").Add(float64(res.skewed))
 		mg.m.lastBatch.WithLabelValues(tenant).SetToCurrentTime()
-		if took := time.Since(started).Seconds(); took > 0 {
-			mg.m.rate.WithLabelValues(tenant).Set(float64(n) / took)
-		}
+		mg.m.rate.WithLabelValues(tenant).Set(perSecond(n, time.Since(started)))
 	}
 	return n, nil
 }
@@ -266,8 +262,11 @@ func (mg *Migrator) copyRange(ctx context.Context, tx *sql.Tx, tenant string, wh
 // batch's transaction, fenced by the cursor it started from and the
 // state: a batch whose migration was paused meanwhile (or moved on by
 // someone else) is rolled back (false).
-func (mg *Migrator) commitBatch(ctx context.Context, tx *sql.Tx, m routing.Migration, last int64, res copied, started time.Time) (bool, error) {
+func (mg *Migrator) commitBatch(ctx context.Context, tx *sql.Tx, m routing.Migration, last int64, res copied, started time.Time, achieved float64) (bool, error) {
 	out, err := sq.Update("im_migration").
+		Set("rate_limit", mg.p.Config.RowsPerSecond).
+		Set("rate_achieved", int(achieved)).
+		Set("rate_batch", int(perSecond(res.read, time.Since(started)))).
 		Set("cursor_id", last).
 		Set("rows_read", sq.Expr("rows_read + ?", res.read)).
 		Set("rows_inserted", sq.Expr("rows_inserted + ?", res.inserted)).

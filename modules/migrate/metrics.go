@@ -10,6 +10,8 @@ type metrics struct {
 	rows      *prometheus.CounterVec
 	failures  *prometheus.CounterVec
 	rate      *prometheus.GaugeVec
+	achieved  *prometheus.GaugeVec
+	limit     *prometheus.GaugeVec
 	remaining *prometheus.GaugeVec
 	lastBatch *prometheus.GaugeVec
 	diffs     *prometheus.GaugeVec
@@ -32,7 +34,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"tenant"}),
 		rate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "imshard_migrate_rows_per_second",
-			Help: "Rows per second of the last backfill batch (throttle sleeps excluded).",
+			Help: "Rows per second of the last backfill batch alone (throttle waits excluded): what the database gave the copy.",
+		}, []string{"tenant"}),
+		achieved: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imshard_migrate_achieved_rows_per_second",
+			Help: "Rows per second the backfill copied over the last 10 s, throttle waits included (0 while it does not copy); compare with imshard_migrate_rows_per_second_limit.",
+		}, []string{"tenant"}),
+		limit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imshard_migrate_rows_per_second_limit",
+			Help: "Rows per second the backfill is allowed (migrate.rows_per_second of the process copying; 0: unthrottled).",
 		}, []string{"tenant"}),
 		remaining: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "imshard_migrate_lag_rows",
@@ -52,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"tenant", "state"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.rows, m.failures, m.rate, m.remaining, m.lastBatch, m.diffs, m.state)
+		reg.MustRegister(m.rows, m.failures, m.rate, m.achieved, m.limit, m.remaining, m.lastBatch, m.diffs, m.state)
 	}
 	return m
 }
@@ -81,6 +91,10 @@ func (m *metrics) observe(tenant string, s routing.MigrationState) {
 // export publishes what the tenant's migration row says.
 func (m *metrics) export(tenant string, mig routing.Migration) {
 	m.observe(tenant, mig.State)
+	if mig.State != routing.MigrationBackfilling {
+		// nothing is copied: no rate to show
+		m.achieved.WithLabelValues(tenant).Set(0)
+	}
 	if mig.State == routing.MigrationNone {
 		return
 	}

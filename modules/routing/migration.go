@@ -144,12 +144,17 @@ type Migration struct {
 	BackfilledAt, VerifiedAt           sql.NullTime
 	FinishedAt                         sql.NullTime
 	UpdatedAt                          time.Time
+	// the pace the copying process recorded with its last batch (rows/s):
+	// its limit (0: unthrottled), the rate it achieved over the last
+	// seconds with throttle waits, and its last batch's rate alone
+	RateLimit, RateAchieved, RateBatch int
 }
 
 var migrationColumns = []string{"state", "version", "legacy_rows", "legacy_min_id", "legacy_max_id", "min_month",
 	"max_month", "cursor_id", "rows_read", "rows_inserted", "rows_present", "rows_skewed", "batches", "batch_failures",
 	"last_error", "routes_done", "verify_pending", "verify_runs", "redo_rounds", "verify_diffs", "planned_at",
-	"cutover_at", "opened_at", "backfilled_at", "verified_at", "finished_at", "updated_at"}
+	"cutover_at", "opened_at", "backfilled_at", "verified_at", "finished_at", "updated_at",
+	"rate_limit", "rate_achieved", "rate_batch"}
 
 // LoadMigration reads the tenant's migration (State MigrationNone if none).
 func LoadMigration(ctx context.Context, db sq.BaseRunner) (Migration, error) {
@@ -160,7 +165,7 @@ func LoadMigration(ctx context.Context, db sq.BaseRunner) (Migration, error) {
 		Scan(&state, &m.Version, &m.LegacyRows, &m.LegacyMinID, &m.LegacyMax, &minM, &maxM, &m.CursorID, &m.RowsRead,
 			&m.RowsInserted, &m.RowsPresent, &m.RowsSkewed, &m.Batches, &m.BatchFailures, &lastErr, &m.RoutesDone,
 			&m.VerifyPending, &m.VerifyRuns, &m.RedoRounds, &m.VerifyDiffs, &m.PlannedAt, &m.CutoverAt, &m.OpenedAt,
-			&m.BackfilledAt, &m.VerifiedAt, &m.FinishedAt, &m.UpdatedAt)
+			&m.BackfilledAt, &m.VerifiedAt, &m.FinishedAt, &m.UpdatedAt, &m.RateLimit, &m.RateAchieved, &m.RateBatch)
 	if errors.Is(err, sql.ErrNoRows) || IsNoSuchTable(err) {
 		// no row, or a database whose schema predates the migration
 		// tables: the tenant never migrated
