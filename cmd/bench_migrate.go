@@ -14,6 +14,7 @@ import (
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/bench"
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/migrate"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/shardmgr"
 )
@@ -36,8 +37,9 @@ func newBenchMigrateCmd(g *globals) *cobra.Command {
 			"(plan, cutover, the migrate module's backfill and verification, in this process), --rounds times in\n" +
 			"alternating order (raw first, then backfill first, …; the month tables and the mirror are emptied between\n" +
 			"backfills). Then --readers readers\n" +
-			"page random topics (the dual read) for --duration without a backfill, and again while the backfill runs\n" +
-			"throttled to half its unthrottled rate. The database and Redis keys are dropped unless --keep.",
+			"page random topics (the dual read) for --duration without a backfill, beside the unthrottled backfill, and\n" +
+			"beside the backfill throttled to half the rate it had beside them; it reports the throttled copy's achieved\n" +
+			"rate against its limit. The database and Redis keys are dropped unless --keep.",
 		Args: cobra.NoArgs,
 	}
 	c.Flags().IntVar(&o.topics, "topics", 10_000, "legacy topics")
@@ -171,11 +173,19 @@ func printBenchMigrate(w io.Writer, o *benchMigrateOptions, batch int, rep bench
 	}
 	fmt.Fprintf(w, "backfill / raw           = %.2f (bar >= 0.50: %s)\n", ratio, verdict(ratio >= 0.5))
 	fmt.Fprintf(w, "pages, no backfill       %d pages, p50 %v, p99 %v\n", rep.Idle.Pages, rep.Idle.P50.Round(time.Microsecond), rep.Idle.P99.Round(time.Microsecond))
-	fmt.Fprintf(w, "pages, backfill %6d/s  %d pages, p50 %v, p99 %v (backfill copied %d rows meanwhile)\n", rep.Throttle,
-		rep.Busy.Pages, rep.Busy.P50.Round(time.Microsecond), rep.Busy.P99.Round(time.Microsecond), rep.ThrottledRows)
+	u, t := rep.Unthrottled, rep.Throttled
+	fmt.Fprintf(w, "pages, backfill unthrottled %d pages, p50 %v, p99 %v; the copy beside them %.0f rows/s (%d rows, %d batches, %v), %.2f of its %.0f rows/s alone\n",
+		rep.Loaded.Pages, rep.Loaded.P50.Round(time.Microsecond), rep.Loaded.P99.Round(time.Microsecond),
+		u.Achieved(), u.Rows, u.Batches, u.Wall.Round(time.Millisecond), u.Achieved()/max(rep.BackfillRate(), 1), rep.BackfillRate())
+	fmt.Fprintf(w, "pages, backfill %6d/s  %d pages, p50 %v, p99 %v\n", rep.Throttle,
+		rep.Busy.Pages, rep.Busy.P50.Round(time.Microsecond), rep.Busy.P99.Round(time.Microsecond))
+	fmt.Fprintf(w, "throttled copy           achieved %.0f of the %d rows/s allowed (%.0f%%): %d rows in %d batches over %v; batches alone %.0f rows/s: %s\n",
+		t.Achieved(), rep.Throttle, 100*t.Achieved()/float64(max(rep.Throttle, 1)), t.Rows, t.Batches, t.Wall.Round(time.Millisecond),
+		t.Capacity(), migrate.Pace(rep.Throttle, t.Achieved(), t.Capacity()))
 	rise := 0.0
 	if rep.Idle.P99 > 0 {
 		rise = float64(rep.Busy.P99)/float64(rep.Idle.P99) - 1
 	}
-	fmt.Fprintf(w, "p99 rise                 = %+.0f%% (bar <= +20%%: %s)\n", 100*rise, verdict(rise <= 0.2))
+	fmt.Fprintf(w, "p99 rise, throttled      = %+.0f%% (bar <= +20%%: %s; the copy at %.0f%% of its limit)\n", 100*rise, verdict(rise <= 0.2),
+		100*t.Achieved()/float64(max(rep.Throttle, 1)))
 }

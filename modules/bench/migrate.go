@@ -76,8 +76,9 @@ FROM r`, routing.LegacyQuoted(), f.Topics-1, per, per, f.Months-1, f.Width, f.Gr
 
 // MigrateParams configure `imshard bench migrate`: the backfill of a legacy
 // table beside a raw INSERT … SELECT of the same rows on the same server,
-// then the foreground page p99 with the backfill throttled to half its
-// unthrottled rate beside no backfill at all.
+// then the foreground page p99 beside no backfill, beside the unthrottled
+// backfill, and beside the backfill throttled to half the rate it had
+// beside the readers.
 type MigrateParams struct {
 	Fixture LegacyFixture
 	Tenant  string
@@ -108,14 +109,36 @@ type MigrateParams struct {
 
 // MigrateReport holds the measurements.
 type MigrateReport struct {
-	Rows          int64
-	Fixture       time.Duration // building the legacy table
-	Copies        []CopyRound
-	Verify        time.Duration // after the first backfill: routes and verification
-	Throttle      int           // rows/s of the throttled round
-	ThrottledRows int64         // rows the throttled backfill copied while readers ran
-	Idle, Busy    Latencies     // foreground pages without and with the throttled backfill
+	Rows    int64
+	Fixture time.Duration // building the legacy table
+	Copies  []CopyRound
+	Verify  time.Duration // after the first backfill: routes and verification
+	// Throttle is the rows/s the throttled round allowed: half of what the
+	// unthrottled copy achieved beside the readers.
+	Throttle int
+	// Unthrottled and Throttled are what the two rounds beside the
+	// readers' batch logs say: committed batches, the wall time from the
+	// first one's start to the last one's end (throttle waits included)
+	// and the time inside them.
+	Unthrottled, Throttled BatchLog
+	// foreground pages without a backfill, beside the unthrottled one and
+	// beside the throttled one
+	Idle, Loaded, Busy Latencies
 }
+
+// BatchLog sums committed backfill batches (im_migration_batches).
+type BatchLog struct {
+	Batches      int
+	Rows         int64
+	Wall, Inside time.Duration
+}
+
+// Achieved is the copy rate over the wall time, throttle waits included.
+func (b BatchLog) Achieved() float64 { return Rate(b.Rows, b.Wall) }
+
+// Capacity is the rate inside the batches alone: what the database gave
+// the copy, whatever the throttle allowed.
+func (b BatchLog) Capacity() float64 { return Rate(b.Rows, b.Inside) }
 
 // CopyRound is one round of the two copies of the same rows.
 type CopyRound struct {
@@ -217,40 +240,68 @@ func Migrate(ctx context.Context, p MigrateParams) (MigrateReport, error) {
 		p.logf("round %d: raw %v, backfill %v", i+1, c.Raw.Round(time.Millisecond), c.Backfill.Round(time.Millisecond))
 		rep.Copies = append(rep.Copies, c)
 	}
-	rep.Throttle = max(int(rep.BackfillRate()/2), 1)
-
 	var err error
 	p.logf("foreground pages, %d readers, no backfill, %v …", p.Readers, p.Duration)
 	if rep.Idle, err = p.read(ctx, p.Duration); err != nil {
 		return rep, err
 	}
-	if err := p.Reset(ctx); err != nil {
+	p.logf("foreground pages beside the backfill, unthrottled, %v …", p.Duration)
+	if rep.Loaded, rep.Unthrottled, err = p.busy(ctx, 0); err != nil {
 		return rep, err
 	}
-	p.logf("foreground pages with the backfill throttled to %d rows/s, %v …", rep.Throttle, p.Duration)
+	// half of what the copy gets beside the readers: a limit the copy
+	// can reach there, so the round measures the readers beside a copy at
+	// its limit (half its rate alone would be above what it gets beside
+	// them, and the throttle would never bind)
+	rep.Throttle = max(int(rep.Unthrottled.Achieved()/2), 1)
+	p.logf("foreground pages beside the backfill throttled to %d rows/s, %v …", rep.Throttle, p.Duration)
+	rep.Busy, rep.Throttled, err = p.busy(ctx, rep.Throttle)
+	return rep, err
+}
+
+// busy runs the readers for Duration while the backfill (reset first)
+// runs at rate (0: unthrottled), and returns their latencies and the
+// backfill's committed batches.
+func (p *MigrateParams) busy(ctx context.Context, rate int) (Latencies, BatchLog, error) {
+	if err := p.Reset(ctx); err != nil {
+		return Latencies{}, BatchLog{}, err
+	}
+	var logFrom int64
+	if err := p.DB.QueryRowContext(ctx, "SELECT COALESCE(MAX(id), 0) FROM im_migration_batches").Scan(&logFrom); err != nil {
+		return Latencies{}, BatchLog{}, err
+	}
 	bctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var runErr error
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		runErr = p.Run(bctx, rep.Throttle)
+		runErr = p.Run(bctx, rate)
 	}()
-	rep.Busy, err = p.read(ctx, p.Duration)
+	lat, err := p.read(ctx, p.Duration)
 	cancel()
 	wg.Wait()
 	if err != nil {
-		return rep, err
+		return lat, BatchLog{}, err
 	}
 	if runErr != nil && ctx.Err() == nil && bctx.Err() == nil {
-		return rep, runErr
+		return lat, BatchLog{}, runErr
 	}
-	var n int64
-	if err := p.DB.QueryRowContext(ctx, "SELECT rows_read FROM im_migration WHERE id = 1").Scan(&n); err != nil {
-		return rep, err
-	}
-	rep.ThrottledRows = n
-	return rep, nil
+	b, err := batchLog(ctx, p.DB, logFrom)
+	return lat, b, err
+}
+
+// batchLog sums the committed batches logged after id from.
+func batchLog(ctx context.Context, db *sql.DB, from int64) (BatchLog, error) {
+	var b BatchLog
+	var wallUS, insideUS sql.NullInt64
+	err := db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(rows_read), 0),
+  TIMESTAMPDIFF(MICROSECOND, MIN(started_at), MAX(finished_at)),
+  SUM(TIMESTAMPDIFF(MICROSECOND, started_at, finished_at))
+FROM im_migration_batches WHERE id > ? AND error IS NULL`, from).Scan(&b.Batches, &b.Rows, &wallUS, &insideUS)
+	b.Wall = time.Duration(wallUS.Int64) * time.Microsecond
+	b.Inside = time.Duration(insideUS.Int64) * time.Microsecond
+	return b, err
 }
 
 // rawCopy times one INSERT … SELECT of every legacy row into the emptied
