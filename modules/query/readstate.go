@@ -299,6 +299,9 @@ func (s *Service) fill(ctx context.Context, db *sql.DB, p httpapi.Principal, us 
 	if err := s.readInputs(ctx, db, keys, p.UserID, us, true); err != nil {
 		return err
 	}
+	if err := s.legacyActivity(ctx, db, p.Tenant, us, time.Now()); err != nil {
+		return err
+	}
 	// the last messages are read while the counts are made
 	var lms []*message.Message
 	var lasts []int64
@@ -428,6 +431,9 @@ func (s *Service) Topics(ctx context.Context, p httpapi.Principal, limit int, cu
 	}
 	all, err := s.loadTopics(ctx, db, p.UserID)
 	if err != nil {
+		return TopicsPage{}, err
+	}
+	if err := s.legacyActivity(ctx, db, p.Tenant, all, snap); err != nil {
 		return TopicsPage{}, err
 	}
 	var ls []listed

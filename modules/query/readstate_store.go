@@ -41,13 +41,20 @@ type userTopic struct {
 	changedAt  time.Time // newest of membership, group, cursor and stored messages
 	mirror     routing.TopicMirror
 	last       int64 // the last issued seq (Redis), -1 unknown; set by readInputs
+	// legacyAt is the newest legacy message's created_at of a topic whose
+	// mirror holds none while the tenant migrates (legacyActivity)
+	legacyAt time.Time
 }
 
-// activity is what the topic list sorts by: the newest stored message,
-// else the moment the caller joined.
+// activity is what the topic list sorts by: the newest stored message
+// (the legacy table's while only it holds the topic's messages), else the
+// moment the caller joined.
 func (u userTopic) activity() time.Time {
 	if t := u.mirror.LastAt(); !t.IsZero() {
 		return t
+	}
+	if !u.legacyAt.IsZero() {
+		return u.legacyAt
 	}
 	return u.joinedAt
 }
@@ -152,6 +159,10 @@ type unreadCount struct {
 	unread   int
 	mentions int  // from the mention index (mentionCounts)
 	capped   bool // more than UnreadCap unread: unread is UnreadCap
+	// legacyMentions are the counted legacy rows that mention the caller
+	// or everyone (unreadRows), added to the index's entries by
+	// mentionCounts
+	legacyMentions []int64
 	// upTo is the newest seq the count covers (0: every stored one): a
 	// hot-cache count leaves out the seqs in flight above the newest cached
 	// message, and so do its mentions
@@ -294,10 +305,19 @@ func (s *store) ownNewest(ctx context.Context, db *sql.DB, src source, user, aft
 // unreadRows reads up to unreadWalkRow rows of src with after < seq <
 // before (within the source's bounds) the caller did not hide, newest
 // first, and adds the unread among them to c (stopping once c is capped).
-// It returns the rows read and the lowest seq.
+// Of the legacy table it also reads whether each row mentions the caller
+// or everyone: the mention index holds a legacy row only once the
+// backfill copied it, so the unread legacy rows' mentions are taken from
+// the rows the walk reads anyway (legacyMentions). It returns the rows
+// read and the lowest seq.
 func (s *store) unreadRows(ctx context.Context, db *sql.DB, src source, user, after, before int64, c *unreadCount) (int, int64, error) {
 	topic := src.q.topic
-	query, args, err := sq.Select("m.seqid", "m.status").From(src.table+" AS m").
+	legacy := src.table == routing.LegacyQuoted()
+	b := sq.Select("m.seqid", "m.status")
+	if legacy {
+		b = b.Column(sq.Expr(routing.LegacyMentioning("m"), user))
+	}
+	query, args, err := b.From(src.table+" AS m").
 		Where(sq.Eq{"m.topic": topic}).Where(sq.Gt{"m.seqid": max(after, src.q.floor)}).Where(sq.Lt{"m.seqid": min(before, src.q.bound)}).
 		Where(NotHidden, user).OrderBy("m.seqid DESC").Limit(unreadWalkRow).ToSql()
 	if err != nil {
@@ -312,7 +332,12 @@ func (s *store) unreadRows(ctx context.Context, db *sql.DB, src source, user, af
 	for rows.Next() {
 		var seq int64
 		var status string
-		if err := rows.Scan(&seq, &status); err != nil {
+		var mentioned bool
+		dest := []any{&seq, &status}
+		if legacy {
+			dest = append(dest, &mentioned)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return 0, 0, err
 		}
 		n, last = n+1, seq
@@ -324,6 +349,9 @@ func (s *store) unreadRows(ctx context.Context, db *sql.DB, src source, user, af
 			continue
 		}
 		c.unread++
+		if mentioned {
+			c.legacyMentions = append(c.legacyMentions, seq)
+		}
 	}
 	return n, last, rows.Err()
 }
@@ -703,20 +731,41 @@ func (s *store) mentionSeqs(ctx context.Context, db *sql.DB, user int64, topics 
 }
 
 // mentionCounts sets each count's mentions from the index entries read by
-// mentionSeqs: those above the count's cursor (moved up to the caller's
-// own newest message) and within what it covers, never more than the
-// unread (a change committing between the two reads cannot make a badge
-// show more mentions than messages).
+// mentionSeqs and, while the tenant migrates, the counted legacy rows
+// that mention the caller (a row the backfill copied meanwhile is in both,
+// and counts once): those above the count's cursor (moved up to the
+// caller's own newest message) and within what it covers, never more than
+// the unread (a change committing between the two reads cannot make a
+// badge show more mentions than messages).
 func mentionCounts(us []userTopic, seqs map[string][]int64, out []unreadCount) {
 	for i := range out {
 		c := &out[i]
 		if c.unread == 0 {
 			continue
 		}
-		for _, seq := range seqs[us[i].topic] {
+		for _, seq := range withLegacy(seqs[us[i].topic], c.legacyMentions) {
 			if seq > c.readSeq && (c.upTo == 0 || seq <= c.upTo) && c.mentions < c.unread {
 				c.mentions++
 			}
 		}
 	}
+}
+
+// withLegacy is the index's mention seqs with the legacy ones not among
+// them.
+func withLegacy(index, legacy []int64) []int64 {
+	if len(legacy) == 0 {
+		return index
+	}
+	out := slices.Clone(index)
+	in := make(map[int64]bool, len(index))
+	for _, seq := range index {
+		in[seq] = true
+	}
+	for _, seq := range legacy {
+		if !in[seq] {
+			out = append(out, seq)
+		}
+	}
+	return out
 }

@@ -71,6 +71,24 @@ func DropMentions(ctx context.Context, tx sq.BaseRunner, ms []Mention) error {
 	return nil
 }
 
+// legacyMentioned unnests the ids a legacy row aliased alias mentions, one
+// row each as j.user_id: written as numbers or as strings, anything else
+// NULL.
+func legacyMentioned(alias string) string {
+	return "JSON_TABLE(" + alias + ".mentioned_user_ids, '$[*]' COLUMNS (user_id BIGINT PATH '$' NULL ON ERROR)) AS j"
+}
+
+// LegacyMentioning is a condition on a legacy row aliased alias (a name
+// from the code, never from a request): it mentions the user bound to its
+// one placeholder, or everyone — the entries CopyLegacyMentions makes of
+// it, read from the row itself while the index does not hold them yet.
+// Whether the row counts at all (its status, the caller's hiding) is the
+// caller's condition, as for the index.
+func LegacyMentioning(alias string) string {
+	return "(" + alias + ".mention_all <> 0 OR EXISTS (SELECT 1 FROM " +
+		legacyMentioned(alias) + " WHERE j.user_id = ?))"
+}
+
 // CopyLegacyMentions indexes, in the backfill's transaction, the mentions
 // of the legacy rows where (over the legacy table as l, joined to the
 // splits as s) selects that are neither recalled nor deleted: one
@@ -79,7 +97,7 @@ func DropMentions(ctx context.Context, tx sq.BaseRunner, ms []Mention) error {
 func CopyLegacyMentions(ctx context.Context, tx sq.BaseRunner, where sq.Sqlizer) error {
 	from := LegacyQuoted() + " AS l"
 	ids := sq.Select("l.topic", "j.user_id", "l.seqid").
-		From(from + " CROSS JOIN JSON_TABLE(l.mentioned_user_ids, '$[*]' COLUMNS (user_id BIGINT PATH '$' NULL ON ERROR)) AS j").
+		From(from + " CROSS JOIN " + legacyMentioned("l")).
 		Join(SplitsJoin).Where(where).Where("l.status = 'normal'").Where("j.user_id > 0")
 	all := sq.Select("l.topic", fmt.Sprint(MentionEveryone), "l.seqid").From(from).
 		Join(SplitsJoin).Where(where).Where("l.status = 'normal'").Where("l.mention_all <> 0")
