@@ -154,12 +154,22 @@ func TestMigrationReadStateAndRouteCheck(t *testing.T) {
 	}
 	stopRun()
 	<-ran
+	if err := mg.Tick(ctx, env.Tenant); err != nil { // no work while paused: it only exports the state
+		t.Fatal(err)
+	}
 	m := migState(t, env.DB)
 	if m.State != routing.MigrationPaused || m.RoutesDone || m.RowsRead == 0 || m.RowsRead >= m.LegacyRows {
 		t.Fatalf("migration after the pause: %+v", m)
 	}
 	if m.RateLimit != 1 {
 		t.Fatalf("the copy's recorded limit: %d rows/s, want 1", m.RateLimit)
+	}
+	tenant := `tenant="` + env.Tenant + `"`
+	if v := persistMetric(t, env, "imshard_migrate_rows_per_second_limit", tenant); v != 1 {
+		t.Fatalf("imshard_migrate_rows_per_second_limit: %v, want 1", v)
+	}
+	if v := persistMetric(t, env, "imshard_migrate_achieved_rows_per_second", tenant); v != 0 {
+		t.Fatalf("imshard_migrate_achieved_rows_per_second of a paused copy: %v, want 0", v)
 	}
 	mrsExpect(t, env, "paused mid-copy", 12, 3, sentOrder, newest)
 	check("paused mid-copy", true)

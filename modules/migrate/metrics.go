@@ -74,6 +74,7 @@ func (mg *Migrator) ExportTenants(tenants []string) {
 			mg.m.rows.WithLabelValues(t, r)
 		}
 		mg.m.failures.WithLabelValues(t)
+		mg.m.limit.WithLabelValues(t).Set(float64(mg.p.Config.RowsPerSecond))
 		mg.m.observe(t, routing.MigrationNone)
 	}
 }
@@ -86,15 +87,15 @@ func (m *metrics) observe(tenant string, s routing.MigrationState) {
 		}
 		m.state.WithLabelValues(tenant, string(st)).Set(v)
 	}
+	if s != routing.MigrationBackfilling {
+		// nothing is copied: no rate to show
+		m.achieved.WithLabelValues(tenant).Set(0)
+	}
 }
 
 // export publishes what the tenant's migration row says.
 func (m *metrics) export(tenant string, mig routing.Migration) {
 	m.observe(tenant, mig.State)
-	if mig.State != routing.MigrationBackfilling {
-		// nothing is copied: no rate to show
-		m.achieved.WithLabelValues(tenant).Set(0)
-	}
 	if mig.State == routing.MigrationNone {
 		return
 	}
