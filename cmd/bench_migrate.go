@@ -22,6 +22,7 @@ import (
 type benchMigrateOptions struct {
 	topics, perTopic, months, batch, readers, rounds int
 	duration                                         time.Duration
+	scan                                             []int
 	tenant                                           string
 	keep                                             bool
 }
@@ -49,11 +50,17 @@ func newBenchMigrateCmd(g *globals) *cobra.Command {
 	c.Flags().IntVar(&o.readers, "readers", 16, "concurrent foreground readers")
 	c.Flags().IntVar(&o.rounds, "rounds", 2, "rounds of the two copies (odd rounds copy raw first, even ones backfill first)")
 	c.Flags().DurationVar(&o.duration, "duration", 15*time.Second, "each foreground round")
+	c.Flags().IntSliceVar(&o.scan, "scan-readers", nil, "after the other rounds, run the unthrottled backfill beside each of these reader counts (e.g. 0,1,2,4,8,16): its rate as the readers grow")
 	c.Flags().StringVar(&o.tenant, "tenant", "bench_migrate", "the benchmark's own tenant (its database is dropped afterwards)")
 	c.Flags().BoolVar(&o.keep, "keep", false, "keep the tenant database")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		if o.topics < 1 || o.perTopic < o.months || o.months < 1 || o.months > 24 || o.readers < 1 || o.duration <= 0 || o.batch < 0 || o.rounds < 1 {
 			return usagef("--topics, --readers, --duration, --rounds must be positive, --months 1..24, --per-topic at least --months")
+		}
+		for _, n := range o.scan {
+			if n < 0 {
+				return usagef("--scan-readers: reader counts are 0 or more, got %d", n)
+			}
 		}
 		if err := routing.ValidTenant(o.tenant); err != nil {
 			return usagef("--tenant: %v", err)
@@ -144,7 +151,7 @@ func runBenchMigrate(ctx context.Context, cfg *config.Config, o *benchMigrateOpt
 			_, err := q.Before(ctx, admin, topic, before, 50)
 			return err
 		},
-		Readers: o.readers, Duration: o.duration, Rounds: o.rounds, Progress: g.stderr,
+		Readers: o.readers, Duration: o.duration, Rounds: o.rounds, Scan: o.scan, Progress: g.stderr,
 	})
 	if !o.keep {
 		err = errors.Join(err, dropBenchTenant(ctx, a, db, o.tenant))
@@ -188,4 +195,8 @@ func printBenchMigrate(w io.Writer, o *benchMigrateOptions, batch int, rep bench
 	}
 	fmt.Fprintf(w, "p99 rise, throttled      = %+.0f%% (bar <= +20%%: %s; the copy at %.0f%% of its limit)\n", 100*rise, verdict(rise <= 0.2),
 		100*t.Achieved()/float64(max(rep.Throttle, 1)))
+	for _, r := range rep.Scan {
+		fmt.Fprintf(w, "beside %2d readers        the unthrottled copy %.0f rows/s (%.2f of its rate alone; %d batches), %d pages, p99 %v\n",
+			r.Readers, r.Copy.Achieved(), r.Copy.Achieved()/max(rep.BackfillRate(), 1), r.Copy.Batches, r.Pages.Pages, r.Pages.P99.Round(time.Microsecond))
+	}
 }

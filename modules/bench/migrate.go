@@ -103,8 +103,19 @@ type MigrateParams struct {
 	// first, round 2 the backfill first, and so on (raw, backfill,
 	// backfill, raw, …), so neither pays alone for what the server still
 	// does after the other (flushing, purge).
-	Rounds   int
+	Rounds int
+	// Scan lists reader counts to run the unthrottled backfill beside,
+	// for Duration each, after the other rounds: what the copy gets of
+	// the machine as the readers grow (MigrateReport.Scan).
+	Scan     []int
 	Progress io.Writer
+}
+
+// ScanRound is the unthrottled backfill beside Readers readers.
+type ScanRound struct {
+	Readers int
+	Pages   Latencies
+	Copy    BatchLog
 }
 
 // MigrateReport holds the measurements.
@@ -124,6 +135,7 @@ type MigrateReport struct {
 	// foreground pages without a backfill, beside the unthrottled one and
 	// beside the throttled one
 	Idle, Loaded, Busy Latencies
+	Scan               []ScanRound
 }
 
 // BatchLog sums committed backfill batches (im_migration_batches).
@@ -255,8 +267,20 @@ func Migrate(ctx context.Context, p MigrateParams) (MigrateReport, error) {
 	// them, and the throttle would never bind)
 	rep.Throttle = max(int(rep.Unthrottled.Achieved()/2), 1)
 	p.logf("foreground pages beside the backfill throttled to %d rows/s, %v …", rep.Throttle, p.Duration)
-	rep.Busy, rep.Throttled, err = p.busy(ctx, rep.Throttle)
-	return rep, err
+	if rep.Busy, rep.Throttled, err = p.busy(ctx, rep.Throttle); err != nil {
+		return rep, err
+	}
+	for _, n := range p.Scan {
+		p.logf("the backfill, unthrottled, beside %d readers, %v …", n, p.Duration)
+		sp := p
+		sp.Readers = n
+		r := ScanRound{Readers: n}
+		if r.Pages, r.Copy, err = sp.busy(ctx, 0); err != nil {
+			return rep, err
+		}
+		rep.Scan = append(rep.Scan, r)
+	}
+	return rep, nil
 }
 
 // busy runs the readers for Duration while the backfill (reset first)
@@ -387,6 +411,7 @@ func (p *MigrateParams) read(ctx context.Context, d time.Duration) (Latencies, e
 		}()
 	}
 	wg.Wait()
+	<-rctx.Done() // the whole round, even with no reader
 	l := Latencies{Pages: len(lats)}
 	l.P50, l.P99 = percentiles(lats)
 	return l, firstErr
