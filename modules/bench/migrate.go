@@ -140,13 +140,25 @@ type MigrateReport struct {
 
 // BatchLog sums committed backfill batches (im_migration_batches).
 type BatchLog struct {
-	Batches      int
-	Rows         int64
-	Wall, Inside time.Duration
+	Batches int
+	Rows    int64
+	// Wall is from the first batch's start to the last one's end, Inside
+	// the time inside the batches; Paced is from the first batch's start
+	// to the last one's, and PacedRows the rows of every batch but the
+	// last: the pace the throttle kept.
+	Wall, Inside, Paced time.Duration
+	PacedRows           int64
 }
 
-// Achieved is the copy rate over the wall time, throttle waits included.
-func (b BatchLog) Achieved() float64 { return Rate(b.Rows, b.Wall) }
+// Achieved is the copy rate with the throttle's waits: the rows of every
+// batch but the last over the time from the first batch's start to the
+// last one's (the wait after the last batch lies beyond the log).
+func (b BatchLog) Achieved() float64 {
+	if b.Batches < 2 {
+		return Rate(b.Rows, b.Wall)
+	}
+	return Rate(b.PacedRows, b.Paced)
+}
 
 // Capacity is the rate inside the batches alone: what the database gave
 // the copy, whatever the throttle allowed.
@@ -318,14 +330,30 @@ func (p *MigrateParams) busy(ctx context.Context, rate int) (Latencies, BatchLog
 // batchLog sums the committed batches logged after id from.
 func batchLog(ctx context.Context, db *sql.DB, from int64) (BatchLog, error) {
 	var b BatchLog
-	var wallUS, insideUS sql.NullInt64
-	err := db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(rows_read), 0),
-  TIMESTAMPDIFF(MICROSECOND, MIN(started_at), MAX(finished_at)),
-  SUM(TIMESTAMPDIFF(MICROSECOND, started_at, finished_at))
-FROM im_migration_batches WHERE id > ? AND error IS NULL`, from).Scan(&b.Batches, &b.Rows, &wallUS, &insideUS)
-	b.Wall = time.Duration(wallUS.Int64) * time.Microsecond
-	b.Inside = time.Duration(insideUS.Int64) * time.Microsecond
-	return b, err
+	rows, err := db.QueryContext(ctx, `SELECT rows_read, started_at, finished_at FROM im_migration_batches
+WHERE id > ? AND error IS NULL ORDER BY id`, from)
+	if err != nil {
+		return b, err
+	}
+	defer rows.Close()
+	var first, lastStart, lastEnd time.Time
+	var lastRows int64
+	for rows.Next() {
+		var n int64
+		var s, f time.Time
+		if err := rows.Scan(&n, &s, &f); err != nil {
+			return b, err
+		}
+		if b.Batches == 0 {
+			first = s
+		}
+		b.Batches++
+		b.Rows += n
+		b.Inside += f.Sub(s)
+		lastStart, lastEnd, lastRows = s, f, n
+	}
+	b.Wall, b.Paced, b.PacedRows = lastEnd.Sub(first), lastStart.Sub(first), b.Rows-lastRows
+	return b, rows.Err()
 }
 
 // rawCopy times one INSERT … SELECT of every legacy row into the emptied
