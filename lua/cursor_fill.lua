@@ -1,24 +1,36 @@
--- Fill a user's cached read cursors with every cursor row MySQL holds for
--- them, unless a change that rewrote them (a join) bumped the version since
--- the caller read it before querying MySQL (the protocol of cache_fill.lua).
--- Unlike cache_fill.lua it merges field by field, keeping the higher
--- cursor: a cursor move raises its field before its MySQL write commits
--- (cursor_put.lua), so a fill that read MySQL before that commit must not
--- put the lower cursor back. "~" marks the entry complete.
+-- Fill a user's cached memberships and read cursors with what MySQL holds
+-- (every topic of a group they are a member of that is not dissolved, with
+-- its cursor), unless a change that rewrote them (a join, a leave) bumped
+-- the version since the caller read it before querying MySQL (the protocol
+-- of cache_fill.lua). Unlike cache_fill.lua it merges field by field,
+-- keeping the higher cursor: a cursor move raises its field before its
+-- MySQL write commits (cursor_put.lua), so a fill that read MySQL before
+-- that commit must not put the lower cursor back. A field of a topic MySQL
+-- did not name (left, dissolved, or from an entry of an older form) is
+-- dropped: the entry names exactly the memberships. "~" marks the entry
+-- complete and carries the groups epoch the caller read before querying
+-- MySQL (a dissolve bumps it, and a reader finding an older one reads again).
 --
 -- KEYS[1] version, KEYS[2] the user's cursors (HASH topic → read_seq)
 -- ARGV[1] version the caller read ("" = none), ARGV[2] ttl ms,
--- ARGV[3], ARGV[4], … topic, read_seq pairs
+-- ARGV[3] the value of "~", ARGV[4], ARGV[5], … topic, read_seq pairs
 local v = redis.call('GET', KEYS[1]) or ''
 if v ~= ARGV[1] then
   return 0
 end
-for i = 3, #ARGV, 2 do
-  local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[i])) or 0
-  if tonumber(ARGV[i + 1]) > cur then
+local named = {}
+for i = 4, #ARGV, 2 do
+  named[ARGV[i]] = true
+  local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[i]))
+  if not cur or tonumber(ARGV[i + 1]) > cur then
     redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
   end
 end
-redis.call('HSET', KEYS[2], '~', '1')
+for _, f in ipairs(redis.call('HKEYS', KEYS[2])) do
+  if not named[f] and f ~= '~' then
+    redis.call('HDEL', KEYS[2], f)
+  end
+end
+redis.call('HSET', KEYS[2], '~', ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1

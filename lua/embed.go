@@ -100,8 +100,9 @@ var BenchSend string
 //go:embed cursor_put.lua
 var CursorPut string
 
-// CursorFill fills a user's cached read cursors from MySQL, keeping any
-// higher cursor a move wrote meanwhile, unless a join bumped the version.
+// CursorFill fills a user's cached memberships and read cursors from
+// MySQL, keeping any higher cursor a move wrote meanwhile and dropping the
+// topics MySQL did not name, unless a join or leave bumped the version.
 //
 //go:embed cursor_fill.lua
 var CursorFill string

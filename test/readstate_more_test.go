@@ -52,8 +52,9 @@ func TestReadStateCursorSurvivesRedisFlush(t *testing.T) {
 	if _, by := rsUnread(t, env, 31); by[topic].Unread != 2 {
 		t.Fatalf("unread after the flush: %+v, want 2", by[topic])
 	}
-	// the read filled the cache from MySQL, complete
-	if c := cached(); c[topic] != "3" || c["~"] != "1" {
+	// the read filled the cache from MySQL, complete at the groups epoch
+	// (none: the flush dropped it)
+	if c := cached(); c[topic] != "3" || c["~"] != "e" {
 		t.Fatalf("cached cursors after the flush and a read: %v", c)
 	}
 	if code, got := rsRead(t, env, 31, topic, 1); code != 200 || got != 3 {
@@ -71,7 +72,7 @@ func TestReadStateCursorSurvivesRedisFlush(t *testing.T) {
 	// a stale entry (as if an older fill had landed) is what a join
 	// replaces: the join bumps the version and drops it
 	if err := env.Redis.Do(ctx, env.Redis.B().Hset().Key(env.keys().ReadCursors(31)).FieldValue().
-		FieldValue("~", "1").FieldValue(topic, "0").Build()).Error(); err != nil {
+		FieldValue("~", "e").FieldValue(topic, "0").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	const other = "rsflush2"
@@ -86,7 +87,7 @@ func TestReadStateCursorSurvivesRedisFlush(t *testing.T) {
 	// a malformed entry is dropped and read again from MySQL; a move over
 	// it still works
 	if err := env.Redis.Do(ctx, env.Redis.B().Hset().Key(env.keys().ReadCursors(31)).FieldValue().
-		FieldValue("~", "1").FieldValue(topic, "x").Build()).Error(); err != nil {
+		FieldValue("~", "e").FieldValue(topic, "x").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	if _, by := rsUnread(t, env, 31); by[topic].Unread != 1 {
@@ -212,6 +213,80 @@ func TestReadStateMembership(t *testing.T) {
 	env.group(topic, 700, "dissolved")
 	if l := rsTopics(t, env, user, 10); len(l) != 0 {
 		t.Fatalf("dissolved group listed: %+v", l)
+	}
+}
+
+// TestReadStateBadgesFromCachedMemberships: once a user's memberships are
+// cached, badges read no MySQL membership and count a topic joined while
+// empty (cursor 0) from the hot cache; a leave, a dissolve (by a
+// preferences or cursor move of the caller too) and its undoing show on the
+// very next call, and an entry of an older form naming a topic the user
+// left is read again.
+func TestReadStateBadgesFromCachedMemberships(t *testing.T) {
+	env := rsStart(t)
+	const a, b, user, other = "rsmema", "rsmemb", 41, 42
+	env.group(a, 710, "active")
+	env.group(b, 711, "active")
+	for _, tp := range []string{a, b} {
+		env.member(tp, user, "member", time.Time{}) // an empty topic: cursor 0
+		env.member(tp, other, "member", time.Time{})
+	}
+	for i := range 3 {
+		env.mustSend(env.Token(other, ""), a, sendBody(fmt.Sprintf("a-%d", i), "x"))
+	}
+	for i := range 2 {
+		env.mustSend(env.Token(other, ""), b, sendBody(fmt.Sprintf("b-%d", i), "x"))
+	}
+	chWaitSettled(t, env.Env, a)
+	chWaitSettled(t, env.Env, b)
+	want := func(step string, counts map[string]int) {
+		t.Helper()
+		s, by := rsUnread(t, env, user)
+		if len(s.Topics) != len(counts) {
+			t.Fatalf("%s: badges %+v, want %v", step, s.Topics, counts)
+		}
+		for tp, n := range counts {
+			if by[tp].Unread != n {
+				t.Fatalf("%s: badges %+v, want %v", step, s.Topics, counts)
+			}
+		}
+	}
+	want("first read", map[string]int{a: 3, b: 2})
+	misses := persistMetric(t, env.Env, "imshard_read_cursor_cache_total", `result="miss"`)
+	cold := persistMetric(t, env.Env, "imshard_unread_counts_total", `source="mysql"`)
+	want("cached", map[string]int{a: 3, b: 2})
+	if n := persistMetric(t, env.Env, "imshard_read_cursor_cache_total", `result="miss"`); n != misses {
+		t.Fatalf("the memberships were read from MySQL again (%v misses)", n-misses)
+	}
+	if n := persistMetric(t, env.Env, "imshard_unread_counts_total", `source="mysql"`); n != cold {
+		t.Fatalf("%v counts of cursor-0 topics fell back to the month tables", n-cold)
+	}
+	env.group(b, 711, "dissolved")
+	want("after a dissolve", map[string]int{a: 3})
+	if code, _ := rsRead(t, env, user, b, 1); code != 200 {
+		t.Fatalf("read in a dissolved group: %d", code)
+	}
+	want("after a move in a dissolved group", map[string]int{a: 3})
+	env.group(b, 711, "active")
+	want("after the group came back", map[string]int{a: 3, b: 1})
+	code, out := env.Do("DELETE", fmt.Sprintf("/v1/topics/%s/members/%d", a, user), env.svc, nil)
+	if code != 200 && code != 204 {
+		t.Fatalf("leave: %d %s", code, out)
+	}
+	want("after a leave", map[string]int{b: 1})
+	// an entry of the older form (complete marker "1", topics left kept)
+	ctx := context.Background()
+	if err := env.Redis.Do(ctx, env.Redis.B().Hset().Key(env.keys().ReadCursors(user)).FieldValue().
+		FieldValue("~", "1").FieldValue(a, "0").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	want("over an entry of the older form", map[string]int{b: 1})
+	m, err := env.Redis.Do(ctx, env.Redis.B().Hgetall().Key(env.keys().ReadCursors(user)).Build()).AsStrMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m[a]; ok || m[b] != "1" {
+		t.Fatalf("the entry was not read again: %v", m)
 	}
 }
 

@@ -217,13 +217,48 @@ func (c *Checker) PutGroup(ctx context.Context, tenant, topic string, groupID in
 	if err != nil {
 		return err
 	}
-	_, err = sq.Insert(GroupsTable).Columns("topic", "group_id", "name", "status").Values(topic, groupID, name, status).
-		Suffix("ON DUPLICATE KEY UPDATE group_id = VALUES(group_id), name = VALUES(name), status = VALUES(status)").
-		RunWith(db).ExecContext(ctx)
+	// whether the group was dissolved before: a dissolve (or its undoing)
+	// changes the memberships every member's cached read state names
+	var dissolvedNow bool
+	err = inTx(ctx, db, func(tx *sql.Tx) error {
+		var old string
+		err := sq.Select("status").From(GroupsTable).Where(sq.Eq{"topic": topic}).Suffix("FOR UPDATE").
+			RunWith(tx).QueryRowContext(ctx).Scan(&old)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			old = ""
+		case err != nil:
+			return err
+		}
+		_, err = sq.Insert(GroupsTable).Columns("topic", "group_id", "name", "status").Values(topic, groupID, name, status).
+			Suffix("ON DUPLICATE KEY UPDATE group_id = VALUES(group_id), name = VALUES(name), status = VALUES(status)").
+			RunWith(tx).ExecContext(ctx)
+		dissolvedNow = old != "" && (old == GroupDissolved) != (status == GroupDissolved)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("acl: put group %s: %w", topic, err)
 	}
+	if dissolvedNow {
+		if err := c.bumpGroupsEpoch(ctx, tenant); err != nil {
+			return err
+		}
+	}
 	return c.invalidate(ctx, tenant, topic)
+}
+
+// bumpGroupsEpoch makes every user's cached memberships (modules/query)
+// read again: a group was dissolved or brought back. A failure is returned,
+// as invalidate's: a dissolved group must not stay in the badges.
+func (c *Checker) bumpGroupsEpoch(ctx context.Context, tenant string) error {
+	keys, err := routing.KeysFor(tenant)
+	if err != nil {
+		return err
+	}
+	if err := c.p.Redis.Do(ctx, c.p.Redis.B().Incr().Key(keys.GroupsEpoch()).Build()).Error(); err != nil {
+		return fmt.Errorf("acl: bump the groups epoch: %w", err)
+	}
+	return nil
 }
 
 // PutMember adds or updates a member.
@@ -260,7 +295,7 @@ func (c *Checker) PutMember(ctx context.Context, tenant, topic string, userID in
 		return fmt.Errorf("acl: put member %s/%d: %w", topic, userID, err)
 	}
 	if joined {
-		// the user's cached cursors (modules/query) lack the new one
+		// the user's cached memberships (modules/query) lack the new one
 		if err := c.invalidateCursors(ctx, tenant, userID); err != nil {
 			return err
 		}
@@ -268,8 +303,9 @@ func (c *Checker) PutMember(ctx context.Context, tenant, topic string, userID in
 	return c.invalidate(ctx, tenant, topic)
 }
 
-// invalidateCursors bumps the version of the user's cached read cursors
-// (a fill that read MySQL before the change cannot land) and drops them.
+// invalidateCursors bumps the version of the user's cached memberships and
+// read cursors (a fill that read MySQL before the change cannot land) and
+// drops them.
 func (c *Checker) invalidateCursors(ctx context.Context, tenant string, userID int64) error {
 	keys, err := routing.KeysFor(tenant)
 	if err != nil {
@@ -318,6 +354,7 @@ func (c *Checker) DeleteMember(ctx context.Context, tenant, topic string, userID
 	if err != nil {
 		return err
 	}
+	left := false
 	err = inTx(ctx, db, func(tx *sql.Tx) error {
 		res, err := sq.Delete(MembersTable).Where(sq.Eq{"topic": topic, "user_id": userID}).RunWith(tx).ExecContext(ctx)
 		if err != nil {
@@ -326,10 +363,17 @@ func (c *Checker) DeleteMember(ctx context.Context, tenant, topic string, userID
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
 			return err
 		}
+		left = true
 		return touchCursor(ctx, tx, topic, userID, 0) // a sync reports the leave
 	})
 	if err != nil {
 		return fmt.Errorf("acl: delete member %s/%d: %w", topic, userID, err)
+	}
+	if left {
+		// the user's cached memberships (modules/query) still name the topic
+		if err := c.invalidateCursors(ctx, tenant, userID); err != nil {
+			return err
+		}
 	}
 	return c.invalidate(ctx, tenant, topic)
 }

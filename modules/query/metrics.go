@@ -110,7 +110,7 @@ func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
 	}, []string{"op"})
 	m.cursorCache = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "imshard_read_cursor_cache_total",
-		Help: "Reads of a user's cached read cursors by result: hit; miss (read from MySQL and cached); error (Redis failed: MySQL answered).",
+		Help: "Reads of a user's cached memberships and read cursors by result: hit; miss (read from MySQL and cached: first read, expired, or dropped by a join, a leave or a dissolve); error (Redis failed: MySQL answered).",
 	}, []string{"result"})
 	m.unreadFrom = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "imshard_unread_counts_total",

@@ -117,13 +117,17 @@ func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic strin
 	pc := newPutCursor(keys, p.UserID, topic, seq)
 	cmds := acl.Cmds(rdb, keys, topic, p.UserID)
 	res := rdb.DoMulti(ctx, append(cmds, s.p.Scripts.CursorPut.Cmd(rdb, pc.keys, pc.args))...)
-	if err := allowed(s.p.ACL.Resolve(ctx, p.Tenant, topic, p.UserID, res[:len(cmds)])); err != nil {
-		// the script raised a field of a topic the caller may not read:
-		// drop the entry (the next read fills it from MySQL)
+	m, err := s.p.ACL.Resolve(ctx, p.Tenant, topic, p.UserID, res[:len(cmds)])
+	if err := allowed(m, err); err != nil || m.GroupStatus == acl.GroupDissolved {
+		// the script raised a field of a topic the caller may not read, or
+		// of a dissolved group: the entry names only the badges' topics, so
+		// it is dropped (the next read fills it from MySQL)
 		if derr := s.dropCursors(ctx, keys, p.UserID); derr != nil {
 			return ReadCursor{}, errCursorCache(derr)
 		}
-		return ReadCursor{}, err
+		if err != nil {
+			return ReadCursor{}, err
+		}
 	}
 	out, err := s.p.Scripts.CursorPut.Result(ctx, rdb, res[len(cmds)], pc.keys, pc.args).AsIntSlice()
 	if err != nil || len(out) != 2 {
@@ -224,12 +228,12 @@ func (s *Service) SetPrefs(ctx context.Context, p httpapi.Principal, topic strin
 	return out[0], nil
 }
 
-// Unread is every badge of the caller: one index range of their
-// memberships in MySQL while Redis reads their cached cursors and then the
-// last seqs of the topics those name; one pipelined round trip reading the
-// hot cache of the topics with something above the cursor (beside one
-// statement per 128 of them reading the mention index); the month tables
-// only for topics the cache cannot prove.
+// Unread is every badge of the caller: their cached memberships with
+// their cursors (MySQL only when the entry is not complete) and then the
+// last seqs of those topics, two Redis round trips; one pipelined round
+// trip reading the hot cache of the topics with something above the cursor
+// (beside one statement per 128 of them reading the mention index); the
+// month tables only for topics the cache cannot prove.
 func (s *Service) Unread(ctx context.Context, p httpapi.Principal) (UnreadSummary, error) {
 	start := time.Now()
 	keys, err := routing.KeysFor(p.Tenant)
@@ -240,26 +244,9 @@ func (s *Service) Unread(ctx context.Context, p httpapi.Principal) (UnreadSummar
 	if err != nil {
 		return UnreadSummary{}, err
 	}
-	// the cached cursors, and the last seqs of the topics a complete entry
-	// names, are read while MySQL reads the memberships
-	var pre cursorsRead
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		pre = s.readCursorsAhead(ctx, keys, p.UserID)
-	}()
-	all, err := s.loadMemberships(ctx, db, p.UserID)
-	<-read
+	all, err := s.memberships(ctx, db, keys, p.UserID)
 	if err != nil {
 		return UnreadSummary{}, err
-	}
-	if !pre.apply(all) {
-		if err := s.applyCursors(ctx, db, keys, p.UserID, pre.res, all); err != nil {
-			return UnreadSummary{}, err
-		}
-		if err := s.readInputs(ctx, db, keys, p.UserID, all, false); err != nil {
-			return UnreadSummary{}, err
-		}
 	}
 	counts, err := s.counts(ctx, db, p.Tenant, keys, p.UserID, all, false)
 	if err != nil {

@@ -23,12 +23,10 @@ package query
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"math"
 	"strconv"
 	"time"
 
-	sq "github.com/Masterminds/squirrel"
 	"github.com/redis/rueidis"
 
 	"github.com/imshard/imshard/modules/httpapi"
@@ -70,16 +68,47 @@ func (s *Service) dropCursors(ctx context.Context, keys routing.Keys, user int64
 	return nil
 }
 
-// cursorCmd reads the user's cached cursors.
-func (s *Service) cursorCmd(keys routing.Keys, user int64) rueidis.Completed {
-	return s.p.Redis.B().Hgetall().Key(keys.ReadCursors(user)).Build()
+// cursorCmds read the user's cached memberships and cursors, and the
+// tenant's groups epoch the entry must carry to be complete.
+func (s *Service) cursorCmds(keys routing.Keys, user int64) []rueidis.Completed {
+	rdb := s.p.Redis
+	return []rueidis.Completed{rdb.B().Hgetall().Key(keys.ReadCursors(user)).Build(), rdb.B().Get().Key(keys.GroupsEpoch()).Build()}
+}
+
+// completeMark is the value of the "~" field of an entry filled at the
+// groups epoch read by res ("" when Redis holds none); ok is false when
+// the epoch could not be read.
+func completeMark(res rueidis.RedisResult) (string, bool) {
+	epoch, err := res.ToString()
+	if rueidis.IsRedisNil(err) {
+		epoch, err = "", nil
+	}
+	return "e" + epoch, err == nil
+}
+
+// cachedCursors is the entry cursorCmds read when it is complete at the
+// current groups epoch (nil otherwise), and the error when Redis could not
+// be read (no fill then).
+func cachedCursors(res []rueidis.RedisResult) (cached map[string]string, readErr error) {
+	cached, err := res[0].AsStrMap()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return nil, err
+	}
+	mark, ok := completeMark(res[1])
+	if !ok {
+		return nil, res[1].Error()
+	}
+	if cached[cursorsComplete] != mark {
+		return nil, nil
+	}
+	return cached, nil
 }
 
 // applyCursors sets each topic's readSeq from the cache entry read by
-// cursorCmd; an incomplete or unreadable entry is filled from MySQL.
-func (s *Service) applyCursors(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, res rueidis.RedisResult, us []userTopic) error {
-	cached, err := res.AsStrMap()
-	if err == nil && cached[cursorsComplete] != "" {
+// cursorCmds; an incomplete or unreadable entry is filled from MySQL.
+func (s *Service) applyCursors(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, res []rueidis.RedisResult, us []userTopic) error {
+	cached, err := cachedCursors(res)
+	if cached != nil {
 		if ok := cursorsFrom(cached, us); ok {
 			s.m.cursorCache.WithLabelValues("hit").Inc()
 			return nil
@@ -87,47 +116,63 @@ func (s *Service) applyCursors(ctx context.Context, db *sql.DB, keys routing.Key
 		s.p.Log.Warn().Int64("user", user).Msg("malformed cached read cursors; dropped, reading MySQL")
 		_ = s.dropCursors(ctx, keys, user) // best effort: the fill below would keep a higher stray value
 	}
-	fill := err == nil || rueidis.IsRedisNil(err)
+	stored, err := s.fillCursors(ctx, db, keys, user, err == nil)
+	if err != nil {
+		return err
+	}
+	raised, _ := res[0].AsStrMap()
+	byTopic := make(map[string]int64, len(stored))
+	for _, u := range stored {
+		byTopic[u.topic] = u.readSeq
+	}
+	for i := range us {
+		// a move whose write is under way raised its field already
+		us[i].readSeq = max(byTopic[us[i].topic], parseOr0(raised[us[i].topic]))
+	}
+	return nil
+}
+
+// fillCursors reads the user's memberships of groups not dissolved with
+// their cursors from MySQL (one index range of im_group_members joined
+// with the group and the cursor) and, when Redis answered (fill), puts
+// them in the cache entry.
+func (s *Service) fillCursors(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, fill bool) ([]userTopic, error) {
 	if fill {
 		s.m.cursorCache.WithLabelValues("miss").Inc()
 	} else {
 		s.m.cursorCache.WithLabelValues("error").Inc()
-		s.p.Log.Warn().Err(err).Int64("user", user).Msg("read-cursor cache unavailable; MySQL answers")
+		s.p.Log.Warn().Int64("user", user).Msg("read-cursor cache unavailable; MySQL answers")
 	}
-	var version string
-	var verr error
+	var version, mark string
 	if fill {
-		version, verr = routing.CacheVersion(ctx, s.p.Redis, keys.ReadCursorsVersion(user))
-	}
-	rows, err := sq.Select("topic", "read_seq").From(cursorsTable).Where(sq.Eq{"user_id": user}).RunWith(db).QueryContext(ctx)
-	if err != nil {
-		return fmt.Errorf("query: cursors of %d: %w", user, err)
-	}
-	defer rows.Close()
-	stored := map[string]int64{}
-	args := []string{version, strconv.FormatInt(cursorTTL.Milliseconds(), 10)}
-	for rows.Next() {
-		var t string
-		var seq int64
-		if err := rows.Scan(&t, &seq); err != nil {
-			return err
+		// both before MySQL is read: a join, leave or dissolve committed
+		// after bumps one of them, and this fill does not land or count
+		rdb := s.p.Redis
+		res := rdb.DoMulti(ctx, rdb.B().Get().Key(keys.ReadCursorsVersion(user)).Build(), rdb.B().Get().Key(keys.GroupsEpoch()).Build())
+		var verr error
+		version, verr = res[0].ToString()
+		if rueidis.IsRedisNil(verr) {
+			version, verr = "", nil
 		}
-		stored[t] = seq
-		args = append(args, t, strconv.FormatInt(seq, 10))
+		var ok bool
+		mark, ok = completeMark(res[1])
+		fill = verr == nil && ok
 	}
-	if err := rows.Err(); err != nil {
-		return err
+	us, err := s.loadMemberships(ctx, db, user)
+	if err != nil {
+		return nil, err
 	}
-	for i := range us {
-		// a move whose write is under way raised its field already
-		us[i].readSeq = max(stored[us[i].topic], parseOr0(cached[us[i].topic]))
-	}
-	if fill && verr == nil {
+	if fill {
+		args := make([]string, 0, 3+2*len(us))
+		args = append(args, version, strconv.FormatInt(cursorTTL.Milliseconds(), 10), mark)
+		for _, u := range us {
+			args = append(args, u.topic, strconv.FormatInt(u.readSeq, 10))
+		}
 		// best effort: a refused or failed fill costs the next read this one
 		_ = s.p.Scripts.CursorFill.Exec(ctx, s.p.Redis,
 			[]string{keys.ReadCursorsVersion(user), keys.ReadCursors(user)}, args).Error()
 	}
-	return nil
+	return us, nil
 }
 
 // cursorsFrom sets each topic's readSeq from a complete cache entry (0
@@ -151,68 +196,42 @@ func parseOr0(s string) int64 {
 	return n
 }
 
-// cursorsRead is what readCursorsAhead learned: the cached cursors entry
-// and, when it was complete and well formed, the cursors it holds and the
-// last issued seq of each topic it names (-1: no counter).
-type cursorsRead struct {
-	res     rueidis.RedisResult
-	cursors map[string]int64
-	lasts   map[string]int64
-}
-
-// readCursorsAhead reads the user's cached cursors and, when the entry is
-// complete, the last seqs of every topic it names in a second round trip —
-// without waiting for the memberships: the entry names every topic the
-// user has a cursor for, and every member has one (a join writes it), so
-// the memberships need no more Redis reads.
-func (s *Service) readCursorsAhead(ctx context.Context, keys routing.Keys, user int64) cursorsRead {
-	out := cursorsRead{res: s.p.Redis.Do(ctx, s.cursorCmd(keys, user))}
-	cached, err := out.res.AsStrMap()
-	if err != nil || cached[cursorsComplete] == "" {
-		return out
-	}
-	cursors := make(map[string]int64, len(cached))
-	us := make([]userTopic, 0, len(cached))
-	for t, v := range cached {
-		if t == cursorsComplete {
-			continue
+// memberships is the user's topics (groups not dissolved) with their
+// cursors and last issued seqs, for the unread badges: from the cache
+// entry when it is complete — the entry's topics, then their last seqs in
+// a second round trip — else from MySQL (filling the entry) and then the
+// last seqs. No MySQL read while the entry is complete: it is dropped by
+// every join and leave and read again after a dissolve (the groups epoch).
+func (s *Service) memberships(ctx context.Context, db *sql.DB, keys routing.Keys, user int64) ([]userTopic, error) {
+	res := s.p.Redis.DoMulti(ctx, s.cursorCmds(keys, user)...)
+	cached, rerr := cachedCursors(res)
+	if cached != nil {
+		us := make([]userTopic, 0, len(cached))
+		for t := range cached {
+			if t != cursorsComplete {
+				us = append(us, userTopic{topic: t})
+			}
 		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return out // malformed: applyCursors drops it
+		if cursorsFrom(cached, us) {
+			s.m.cursorCache.WithLabelValues("hit").Inc()
+			if len(us) > 0 {
+				applyLasts(s.p.Redis.Do(ctx, s.lastCmd(keys, us)), us)
+			}
+			return us, nil
 		}
-		cursors[t] = n
-		us = append(us, userTopic{topic: t})
+		s.p.Log.Warn().Int64("user", user).Msg("malformed cached read cursors; dropped, reading MySQL")
+		_ = s.dropCursors(ctx, keys, user) // best effort: the fill below would keep a higher stray value
 	}
-	lasts := make(map[string]int64, len(us))
-	if len(us) > 0 {
-		applyLasts(s.p.Redis.Do(ctx, s.lastCmd(keys, us)), us)
-		for _, u := range us {
-			lasts[u.topic] = u.last
-		}
+	us, err := s.fillCursors(ctx, db, keys, user, rerr == nil)
+	if err != nil {
+		return nil, err
 	}
-	s.m.cursorCache.WithLabelValues("hit").Inc()
-	out.cursors, out.lasts = cursors, lasts
-	return out
-}
-
-// apply sets each topic's cursor and last seq from the read; false when
-// the entry was not complete (the caller reads MySQL and the last seqs).
-// A member topic the complete entry does not name has cursor 0 and an
-// unknown last seq (its count reads MySQL).
-func (r cursorsRead) apply(us []userTopic) bool {
-	if r.cursors == nil {
-		return false
-	}
+	raised, _ := res[0].AsStrMap()
 	for i := range us {
-		us[i].readSeq = r.cursors[us[i].topic]
-		last, ok := r.lasts[us[i].topic]
-		if !ok {
-			last = -1
-		}
-		us[i].last = last
+		// a move whose write is under way raised its field already
+		us[i].readSeq = max(us[i].readSeq, parseOr0(raised[us[i].topic]))
 	}
-	return true
+	return us, s.readInputs(ctx, db, keys, user, us, false)
 }
 
 // lastCmd reads the last issued seq of each topic (one MGET: a tenant's
@@ -247,12 +266,12 @@ func (s *Service) readInputs(ctx context.Context, db *sql.DB, keys routing.Keys,
 	}
 	cmds := []rueidis.Completed{s.lastCmd(keys, us)}
 	if withCursors {
-		cmds = append(cmds, s.cursorCmd(keys, user))
+		cmds = append(cmds, s.cursorCmds(keys, user)...)
 	}
 	res := s.p.Redis.DoMulti(ctx, cmds...)
 	applyLasts(res[0], us)
 	if withCursors {
-		return s.applyCursors(ctx, db, keys, user, res[1], us)
+		return s.applyCursors(ctx, db, keys, user, res[1:], us)
 	}
 	return nil
 }

@@ -128,11 +128,13 @@ func (s *Service) loadMembersOf(ctx context.Context, db *sql.DB, user int64) ([]
 }
 
 // loadMemberships reads the topics user is a member of that are not
-// dissolved (one index range of im_group_members joined with the group):
-// the unread badges take the cursors from their cache and need no mirror.
+// dissolved, with their cursors (one index range of im_group_members
+// joined with the group and the cursor): what the user's cache entry of
+// memberships and cursors holds (fillCursors).
 func (s *Service) loadMemberships(ctx context.Context, db *sql.DB, user int64) ([]userTopic, error) {
-	query, args, err := sq.Select("m.topic").From(membersTable + " AS m").
+	query, args, err := sq.Select("m.topic", "COALESCE(c.read_seq, 0)").From(membersTable + " AS m").
 		Join(groupsTable + " AS g ON g.topic = m.topic").
+		LeftJoin(cursorsTable + " AS c ON c.user_id = m.user_id AND c.topic = m.topic").
 		Where(sq.Eq{"m.user_id": user}).Where(sq.NotEq{"g.status": acl.GroupDissolved}).ToSql()
 	if err != nil {
 		return nil, err
@@ -145,7 +147,7 @@ func (s *Service) loadMemberships(ctx context.Context, db *sql.DB, user int64) (
 	var out []userTopic
 	for rows.Next() {
 		var u userTopic
-		if err := rows.Scan(&u.topic); err != nil {
+		if err := rows.Scan(&u.topic, &u.readSeq); err != nil {
 			return nil, fmt.Errorf("query: memberships of %d: %w", user, err)
 		}
 		out = append(out, u)

@@ -124,14 +124,21 @@ func (k Keys) ACLVersion(topic string) string { return k.prefix + "acl:version:"
 func (k Keys) Hidden(topic string) string        { return k.prefix + "hidden:ranges:" + topic }
 func (k Keys) HiddenVersion(topic string) string { return k.prefix + "hidden:version:" + topic }
 
-// ReadCursors caches a user's read cursors (HASH topic → read_seq, and the
-// field "~" once it holds every cursor of the user, see modules/query);
-// ReadCursorsVersion counts the changes that rewrite them from MySQL (a
-// join), so a fill computed before one cannot land after it.
+// ReadCursors caches a user's memberships with their read cursors (HASH
+// topic → read_seq, one field per topic of a group the user is a member of
+// that is not dissolved, and the field "~" once it names all of them, see
+// modules/query); ReadCursorsVersion counts the changes that rewrite them
+// from MySQL (a join, a leave), so a fill computed before one cannot land
+// after it.
 func (k Keys) ReadCursors(user int64) string { return k.prefix + "rc:" + strconv.FormatInt(user, 10) }
 func (k Keys) ReadCursorsVersion(user int64) string {
 	return k.prefix + "rcver:" + strconv.FormatInt(user, 10)
 }
+
+// GroupsEpoch counts the tenant's groups dissolved or brought back: every
+// user's cached memberships (ReadCursors) name the epoch they were read
+// at, and one read at an older epoch is read again.
+func (k Keys) GroupsEpoch() string { return k.prefix + "groups:epoch" }
 
 // Realtime is the pub/sub channel of a topic's new and changed messages.
 func (k Keys) Realtime(topic string) string { return k.prefix + "rt:" + topic }
