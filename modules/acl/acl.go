@@ -217,29 +217,28 @@ func (c *Checker) PutGroup(ctx context.Context, tenant, topic string, groupID in
 	if err != nil {
 		return err
 	}
-	// whether the group was dissolved before: a dissolve (or its undoing)
-	// changes the memberships every member's cached read state names
-	var dissolvedNow bool
-	err = inTx(ctx, db, func(tx *sql.Tx) error {
-		var old string
-		err := sq.Select("status").From(GroupsTable).Where(sq.Eq{"topic": topic}).Suffix("FOR UPDATE").
-			RunWith(tx).QueryRowContext(ctx).Scan(&old)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			old = ""
-		case err != nil:
-			return err
-		}
-		_, err = sq.Insert(GroupsTable).Columns("topic", "group_id", "name", "status").Values(topic, groupID, name, status).
-			Suffix("ON DUPLICATE KEY UPDATE group_id = VALUES(group_id), name = VALUES(name), status = VALUES(status)").
-			RunWith(tx).ExecContext(ctx)
-		dissolvedNow = old != "" && (old == GroupDissolved) != (status == GroupDissolved)
-		return err
-	})
+	// one statement, and it tells whether the group was dissolved before
+	// (LAST_INSERT_ID(expr) hands the old row's value back with the
+	// result): a dissolve, or its undoing, changes the memberships every
+	// member's cached read state names
+	res, err := sq.Insert(GroupsTable).Columns("topic", "group_id", "name", "status").Values(topic, groupID, name, status).
+		Suffix("ON DUPLICATE KEY UPDATE group_id = VALUES(group_id), name = VALUES(name), "+
+			"status = IF(LAST_INSERT_ID(status = ?), VALUES(status), VALUES(status))", GroupDissolved).
+		RunWith(db).ExecContext(ctx)
 	if err != nil {
 		return fmt.Errorf("acl: put group %s: %w", topic, err)
 	}
-	if dissolvedNow {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("acl: put group %s: %w", topic, err)
+	}
+	was, err := res.LastInsertId()
+	if err != nil {
+		return fmt.Errorf("acl: put group %s: %w", topic, err)
+	}
+	// 1: a new group, which has no members yet
+	flipped := n != 1 && (was == 1) != (status == GroupDissolved)
+	if flipped {
 		if err := c.bumpGroupsEpoch(ctx, tenant); err != nil {
 			return err
 		}
