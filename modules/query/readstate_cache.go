@@ -2,15 +2,21 @@ package query
 
 // The read state's Redis side (docs/operations.md "Read state").
 //
-// Cursors: MySQL (im_user_read_cursors) is the truth; Redis caches each
-// user's cursors in one HASH (routing.Keys.ReadCursors, field "~" once it
-// holds all of them). A cursor move raises its field in the move's one
-// round trip, before the MySQL write whose commit the answer follows
-// (lua/cursor_put.lua); a reader that finds the entry incomplete reads
-// MySQL and fills it, field by field keeping the higher cursor, unless a
-// join bumped the version meanwhile (routing.CacheVersion,
+// Memberships and cursors: MySQL (im_group_members, im_groups,
+// im_user_read_cursors) is the truth; Redis caches each user's topics of
+// groups not dissolved with their cursors in one HASH
+// (routing.Keys.ReadCursors, field "~" once it names all of them, holding
+// the tenant's groups epoch it was read at), so the badges read no MySQL
+// membership. A cursor move raises its field in the move's one round trip,
+// before the MySQL write whose commit the answer follows
+// (lua/cursor_put.lua); a reader that finds the entry incomplete — or
+// complete at an older groups epoch: a group was dissolved or brought back
+// since — reads MySQL and fills it, field by field keeping the higher
+// cursor and dropping the topics MySQL did not name, unless a join or a
+// leave bumped the version meanwhile (routing.CacheVersion,
 // lua/cursor_fill.lua). So the cache is never below an acknowledged
-// cursor, and a flushed Redis costs one MySQL read per user.
+// cursor, never names a topic left once the leave answered, and a flushed
+// Redis costs one MySQL read per user.
 //
 // Counts: a topic's messages above a cursor are read from its hot cache
 // (the newest day of messages, written by the send before its 201) in
