@@ -150,7 +150,7 @@ func (c *Catalog) Table(ctx context.Context, tenant string, m Month) (Table, Sta
 	snap, ok := c.snapshot(tenant, c.ttl)
 	if _, known := snap.status[m]; !ok || (!known && time.Since(snap.at) > c.ttl/5) {
 		var err error
-		if snap, err = c.refresh(ctx, tenant); err != nil {
+		if snap, err = c.refresh(ctx, tenant, snap.at); err != nil {
 			return Table{}, "", err
 		}
 	}
@@ -167,7 +167,7 @@ func (c *Catalog) Months(ctx context.Context, tenant string) (map[Month]Status, 
 	if snap, ok := c.snapshot(tenant, c.ttl); ok {
 		return snap.status, nil
 	}
-	snap, err := c.refresh(ctx, tenant)
+	snap, err := c.refresh(ctx, tenant, time.Time{})
 	if err != nil {
 		return nil, err
 	}
@@ -206,12 +206,21 @@ func (c *Catalog) snapshot(tenant string, maxAge time.Duration) (catalogSnapshot
 
 // refresh reads the tenant's catalog from MySQL, one read at a time per
 // tenant: callers arriving while one runs wait for it (each for at most
-// its own context).
-func (c *Catalog) refresh(ctx context.Context, tenant string) (catalogSnapshot, error) {
+// its own context), and a caller that found the cache stale (seen: the age
+// of what it found, zero for nothing) but comes just after another's read
+// finished takes that read's fresh snapshot instead of reading again.
+func (c *Catalog) refresh(ctx context.Context, tenant string, seen time.Time) (catalogSnapshot, error) {
 	c.mu.Lock()
 	gen := c.gen[tenant]
 	c.mu.Unlock()
 	res := c.loads.DoChan(tenant+"\x00"+strconv.FormatUint(gen, 10), func() (any, error) {
+		c.mu.Lock()
+		cur, ok := c.cache[tenant]
+		fresh := ok && c.gen[tenant] == gen && cur.at.After(seen) && time.Since(cur.at) <= c.ttl
+		c.mu.Unlock()
+		if fresh {
+			return cur, nil
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), catalogReadTimeout)
 		defer cancel()
 		shards, err := c.List(rctx, tenant)
