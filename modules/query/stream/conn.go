@@ -46,10 +46,10 @@ type conn struct {
 	pumps    sync.WaitGroup
 	taken    chan struct{} // cap 1: the pump took the reader's request
 
-	pingDue  atomic.Bool // the sweep asks for a heartbeat
-	lastPing time.Time   // Server.mu: when the sweep last asked
-	cancel   func()      // ends the socket's reads from storage and the hub
-	expiry   *time.Timer // token expiry (AfterFunc: no goroutine while waiting)
+	pingDue atomic.Bool // the sweep asks for a heartbeat
+	beat    int         // Server.mu: the socket's heartbeat slot
+	cancel  func()      // ends the socket's reads from storage and the hub
+	expiry  *time.Timer // token expiry (AfterFunc: no goroutine while waiting)
 
 	// pump only
 	first   map[string]cursors // the topics to follow from the start, until started
