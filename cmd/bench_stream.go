@@ -39,8 +39,9 @@ func newBenchStreamCmd(g *globals) *cobra.Command {
 		Long: "Starts the send, query and persist roles in this process (the server) and the clients in a\n" +
 			"child process, prepares groups over several bench tenants, opens --sockets WebSockets over\n" +
 			"--topics topics, measures the Go heap and stacks the server holds for them idle, then sends\n" +
-			"--rate messages/s for --duration and times each from the send request to the frame read,\n" +
-			"beside a raw SPUBLISH → subscriber pair at the same rate on the same Redis.",
+			"--rate messages/s for --duration, evenly spaced, and times each from its due time to the\n" +
+			"frame read (open loop), beside a raw SPUBLISH → subscriber pair published at the same due\n" +
+			"times on the same Redis.",
 		Example: "  imshard bench stream\n  imshard bench stream --sockets=500 --topics=50 --rate=200 --duration=10s",
 		Args:    cobra.NoArgs,
 	}

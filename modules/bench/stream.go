@@ -78,12 +78,12 @@ type StreamLatency struct {
 
 // StreamReport is what the bench measured.
 type StreamReport struct {
-	Delivery StreamLatency // send request → frame read by the socket's client
-	Send     StreamLatency // send request → its 201
-	// Published is send request → its publication read by a plain
+	Delivery StreamLatency // send's due time → frame read by the socket's client
+	Send     StreamLatency // send's due time → its 201
+	// Published is the send's due time → its publication read by a plain
 	// subscriber of the topic's channel: Delivery without the fan-out
 	Published StreamLatency
-	PubSub    StreamLatency // raw SPUBLISH → subscriber, same rate, same run
+	PubSub    StreamLatency // raw SPUBLISH's due time → subscriber, same rate and due times, same run
 	Warmup    StreamLatency // the first send of each topic, before the measured time
 	Sent      int
 	Skipped   int // due but not sent: every sender was busy (the rate was not reached)
@@ -261,67 +261,88 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 	for _, t := range p.Tenants {
 		senders[t.ID] = tok(t, 1, "")
 	}
-	jobs := make(chan int, p.Rate)
+	jobs := make(chan streamJob, p.Rate)
 	var swg sync.WaitGroup
 	for range streamSenders {
 		swg.Add(1)
 		go func() {
 			defer swg.Done()
-			for n := range jobs {
-				t, name := topic(n % p.Topics)
-				at := time.Now()
-				now := strconv.FormatInt(at.UnixNano(), 10)
+			for j := range jobs {
+				t, name := topic(j.n % p.Topics)
+				due := strconv.FormatInt(j.due.UnixNano(), 10)
 				if err := do("POST", "/v1/topics/"+name+"/messages", senders[t.ID], map[string]any{
-					"client_msg_id": "b" + now, "msg_type": "text", "content": map[string]any{"text": now}}); err != nil {
+					"client_msg_id": "b" + due, "msg_type": "text", "content": map[string]any{"text": due}}); err != nil {
 					errs.Add(1)
 					continue
 				}
-				sendLat.add(time.Since(at))
+				sendLat.add(time.Since(j.due))
 				sent.Add(1)
-				_ = p.Redis.Do(ctx, p.Redis.B().Spublish().Channel(rawChannel).Message(strconv.FormatInt(time.Now().UnixNano(), 10)).Build())
 			}
 		}()
 	}
-	// paced by what is due since the start, not one tick per message: a
-	// loaded machine delays ticks, and the rate must hold anyway
-	tick := time.NewTicker(5 * time.Millisecond)
+	// open loop, evenly spaced: message n is due at began + n/rate (not a
+	// burst of them per tick) and every latency runs from its due time, so
+	// a dispatcher or sender running late counts against the figures,
+	// never for them. The raw pair's publication of the same due time
+	// leaves at the same moment as the send, from its own goroutine.
+	var pubs sync.WaitGroup
 	began := time.Now()
-	end := time.After(p.Duration)
-	queued := 0
-	for {
-		select {
-		case <-tick.C:
-			due := int(time.Since(began).Seconds() * float64(p.Rate))
-			for ; queued < due; queued++ {
-				select {
-				case jobs <- queued:
-				default:
-					skipped.Add(1) // the senders cannot keep up
-				}
-			}
-			continue
-		case <-end:
-		case <-ctx.Done():
+	for n := 0; ; n++ {
+		due := began.Add(time.Duration(int64(n) * int64(time.Second) / int64(p.Rate)))
+		if due.Sub(began) >= p.Duration || !sleepUntil(ctx, due) {
+			break
 		}
-		break
+		select {
+		case jobs <- streamJob{n: n, due: due}:
+		default:
+			skipped.Add(1) // the senders cannot keep up
+		}
+		pubs.Add(1)
+		go func() {
+			defer pubs.Done()
+			_ = p.Redis.Do(ctx, p.Redis.B().Spublish().Channel(rawChannel).Message(strconv.FormatInt(due.UnixNano(), 10)).Build())
+		}()
 	}
-	tick.Stop()
 	close(jobs)
 	swg.Wait()
+	pubs.Wait()
 	rep.Seconds = time.Since(began).Seconds()
 	time.Sleep(time.Second) // the last frames in flight
 	stopSubs()
 	subs = nil
-	rep.Delivery = delivery.report("delivery (send → frame)")
+	rep.Delivery = delivery.report("delivery (send due → frame)")
 	rep.Published = published.report(fmt.Sprintf("send → publication (%d topics)", min(p.Topics, publishedSample)))
-	rep.Send = sendLat.report("send (request → 201)")
-	rep.PubSub = raw.report("raw SPUBLISH → subscriber")
+	rep.Send = sendLat.report("send (due → 201)")
+	rep.PubSub = raw.report("raw SPUBLISH (due) → subscriber")
 	rep.Sent, rep.Skipped, rep.Errors = int(sent.Load()), int(skipped.Load()), int(errs.Load())
 	return rep, ctx.Err()
 }
 
+// streamJob is one message of the measured time: its number and the time
+// it is due.
+type streamJob struct {
+	n   int
+	due time.Time
+}
+
+// sleepUntil waits for t; false if ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // readFrames reads a bench socket until it closes, timing each message
-// frame from the send time its text carries.
+// frame from the due time its text carries.
 func readFrames(ws *websocket.Conn, l *latencies) {
 	for {
 		_, b, err := ws.Read(context.Background())
@@ -334,10 +355,10 @@ func readFrames(ws *websocket.Conn, l *latencies) {
 	}
 }
 
-// sentAgo is how long before at the message frame b was sent: its text is
-// the send's start in Unix nanoseconds. It only looks for the text, not
-// parsing the frame: the clients share the machine with the server, and
-// their CPU would show in the latency.
+// sentAgo is how long before at the message frame b was due to be sent:
+// its text is the send's due time in Unix nanoseconds. It only looks for
+// the text, not parsing the frame: the clients share the machine with the
+// server, and their CPU would show in the latency.
 func sentAgo(b []byte, at time.Time) (time.Duration, bool) {
 	if !bytes.HasPrefix(b, []byte(`{"type":"message"`)) {
 		return 0, false
