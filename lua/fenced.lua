@@ -20,9 +20,16 @@ local function incarnation()
   return run_id
 end
 
+-- the UTC month of an epoch second; the last day's answer is kept, so a send
+-- computes it once a day rather than once a call
+local month_day, month_of_day = nil, nil
 local function utc_month(secs)
+  local day = math.floor(secs / 86400)
+  if day == month_day then
+    return month_of_day
+  end
   -- days-from-civil inverse (proleptic Gregorian), exact for any epoch second
-  local z = math.floor(secs / 86400) + 719468
+  local z = day + 719468
   local era = math.floor(z / 146097)
   local doe = z - era * 146097
   local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
@@ -33,7 +40,26 @@ local function utc_month(secs)
   local m = mp + 3
   if mp >= 10 then m = mp - 9 end
   if m <= 2 then y = y + 1 end
-  return y * 100 + m
+  month_day, month_of_day = day, y * 100 + m
+  return month_of_day
+end
+
+-- A topic's reservation is one STRING "run_id:high-water": the durable
+-- high-water mirrored from MySQL and the stamp of the server that seeded
+-- the counter, read together with the counter in the call's one MGET.
+-- (Until the library of this layout, the two were the strings seqhw: and
+-- seqstamp:; seed moves a topic from them, see there.) The reply is the
+-- high-water, or nil when the reservation is missing or from another server
+-- incarnation: the counter counts as lost.
+local function reserved(res)
+  if not res then
+    return nil
+  end
+  local stamp, hw = string.match(res, '^(%w+):(%d+)$')
+  if stamp ~= incarnation() then
+    return nil
+  end
+  return tonumber(hw)
 end
 
 -- alloc: the next seq of a topic and the tenant's active month, in one step.
@@ -41,11 +67,11 @@ end
 -- KEYS[1] active month (STRING YYYYMM, replicated)
 -- KEYS[2] ready months (ZSET member YYYYMM, score YYYYMM): months whose table
 --         the shard manager has made writable
--- KEYS[3] topic last seq, KEYS[4] topic reserved high-water,
+-- KEYS[3] topic last seq (STRING, INCR; readers GET it)
+-- KEYS[4] topic reservation (STRING "run_id:high-water", see reserved)
 -- KEYS[5] topic pending seqs (ZSET score seq, member "seq:allocation_ms"):
 --         allocated but not yet persisted; readers stop below the lowest
 --         (invariant 12, docs/invariants.md)
--- KEYS[6] topic counter stamp (run_id of the server that seeded it)
 -- ARGV[1] "1" when shard.auto_advance is on
 -- ARGV[2] low-water distance: below it the reply asks for a reservation ahead
 --
@@ -57,68 +83,97 @@ end
 --   {2, month}               a newer ready month is due: record it in MySQL,
 --                            activate it, retry (never set here: every
 --                            activation is recorded in MySQL before Redis)
---   {3}                      the counter is missing or from another server
---                            incarnation: seed it from MySQL
+--   {3}                      the counter or its reservation is missing, or
+--                            from another server incarnation: seed it from
+--                            MySQL
 --   {4, floor}               the reservation is used up: reserve above
 --                            floor, retry
-local function alloc_with(keys, args, t, active, stamp, last, hw)
+--
+-- alloc_with takes the keys one by one and the clock as read: the send call
+-- shares it without building tables per call.
+local function alloc_with(ready_key, seq_key, pending_key, auto, low, secs, ms, active, last, res)
   if not active then
     return {1}
   end
-  if args[1] == '1' then
-    local now = utc_month(tonumber(t[1]))
+  if auto == '1' then
+    local now = utc_month(secs)
     local cur = tonumber(active)
     if now > cur then
-      local due = redis.call('ZREVRANGEBYSCORE', keys[2], now, '(' .. cur, 'LIMIT', 0, 1)
+      local due = redis.call('ZREVRANGEBYSCORE', ready_key, now, '(' .. cur, 'LIMIT', 0, 1)
       if due[1] then
         return {2, due[1]}
       end
     end
   end
-  if stamp ~= incarnation() or not last then
+  local hw = reserved(res)
+  if not hw or not last then
     return {3}
   end
   last = tonumber(last)
-  hw = tonumber(hw or '0')
   if last + 1 > hw then
     return {4, math.max(hw, last)}
   end
   redis.set_repl(redis.REPL_NONE)
-  local seq = redis.call('INCR', keys[3])
+  local seq = redis.call('INCR', seq_key)
   redis.set_repl(redis.REPL_ALL)
-  local member = seq .. ':' .. (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-  redis.call('ZADD', keys[5], seq, member)
+  local member = seq .. ':' .. ms
+  redis.call('ZADD', pending_key, seq, member)
   local ask = 0
-  if hw - seq < tonumber(args[2]) then
+  if hw - seq < tonumber(low) then
     ask = hw
   end
   return {0, seq, active, ask, member}
 end
 
+local function clock()
+  local t = redis.call('TIME')
+  local secs = tonumber(t[1])
+  return secs, secs * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
 local function alloc(keys, args)
-  -- one read of the four strings it decides on
-  local v = redis.call('MGET', keys[1], keys[6], keys[3], keys[4])
-  return alloc_with(keys, args, redis.call('TIME'), v[1], v[2], v[3], v[4])
+  -- one read of the three strings it decides on
+  local v = redis.call('MGET', keys[1], keys[3], keys[4])
+  local secs, ms = clock()
+  return alloc_with(keys[2], keys[3], keys[5], args[1], args[2], secs, ms, v[1], v[2], v[3])
 end
 
 -- seed: restore a topic's counter at the durable high-water.
 --
--- KEYS[1] topic last seq, KEYS[2] reserved high-water, KEYS[3] stamp
+-- KEYS[1] topic last seq, KEYS[2] topic reservation ("run_id:high-water"),
+-- KEYS[3] and KEYS[4] the topic's high-water and stamp strings of the
+-- layout before (seqhw:, seqstamp:)
 -- ARGV[1] reserved_hi read from MySQL: every seq ever issued is <= it
 --
--- Reply: 1 seeded, 0 this incarnation had seeded it already (nothing changed).
+-- A topic still in the layout before moves here, atomically: when its old
+-- stamp is this incarnation's, its old high-water (committed to MySQL before
+-- it was set, like every high-water) becomes the reservation and the counter
+-- goes on where it was; otherwise it is seeded as a lost one. Either way the
+-- old strings go.
+--
+-- Reply: 1 seeded, 0 this incarnation had seeded it already (nothing
+-- changed, or only moved from the layout before).
 local function seed(keys, args)
-  if redis.call('GET', keys[3]) == incarnation() and redis.call('EXISTS', keys[1]) == 1 then
+  local v = redis.call('MGET', keys[1], keys[2], keys[3], keys[4])
+  if v[1] and reserved(v[2]) then
     return 0
+  end
+  local inc = incarnation()
+  redis.set_repl(redis.REPL_NONE)
+  if v[3] or v[4] then
+    redis.call('DEL', keys[3], keys[4])
+    if v[1] and v[4] == inc and string.match(v[3] or '', '^%d+$') then
+      redis.call('SET', keys[2], inc .. ':' .. v[3])
+      redis.set_repl(redis.REPL_ALL)
+      return 0
+    end
   end
   local hi = tonumber(args[1])
   -- a counter above the durable high-water cannot be stale (the high-water
   -- bounds everything issued); keep it rather than step back
-  local cur = tonumber(redis.call('GET', keys[1]) or '0')
-  redis.set_repl(redis.REPL_NONE)
+  local cur = tonumber(v[1] or '0')
   redis.call('SET', keys[1], math.max(cur, hi))
-  redis.call('SET', keys[2], hi)
-  redis.call('SET', keys[3], incarnation())
+  redis.call('SET', keys[2], string.format('%s:%d', inc, hi))
   redis.set_repl(redis.REPL_ALL)
   return 1
 end
@@ -127,17 +182,19 @@ end
 --
 -- KEYS as seed; ARGV[1] the committed reserved_hi
 --
--- Reply: the high-water now in force, or -1 when the counter is gone or from
--- another incarnation (the caller re-seeds instead).
+-- Reply: the high-water now in force, or -1 when the counter or its
+-- reservation is gone or from another incarnation (the caller re-seeds
+-- instead).
 local function extend(keys, args)
-  if redis.call('GET', keys[3]) ~= incarnation() or redis.call('EXISTS', keys[1]) == 0 then
+  local v = redis.call('MGET', keys[1], keys[2])
+  local cur = reserved(v[2])
+  if not v[1] or not cur then
     return -1
   end
-  local cur = tonumber(redis.call('GET', keys[2]) or '0')
   local want = tonumber(args[1])
   if want > cur then
     redis.set_repl(redis.REPL_NONE)
-    redis.call('SET', keys[2], args[1])
+    redis.call('SET', keys[2], string.format('%s:%d', incarnation(), want))
     redis.set_repl(redis.REPL_ALL)
     return want
   end
@@ -184,8 +241,8 @@ end
 -- KEYS[2] the tenant's idempotency horizon ("run_id:ms", see idem_since)
 -- KEYS[3] ACL group cache (STRING "group_id|status" or "-")
 -- KEYS[4] ACL members cache (HASH user id → "role|muted_until_ms" or "-")
--- KEYS[5..10] as alloc's KEYS[1..6]: active month, ready months, topic last
---         seq, reserved high-water, pending seqs, counter stamp
+-- KEYS[5..9] as alloc's KEYS[1..5]: active month, ready months, topic last
+--         seq, topic reservation, pending seqs
 -- ARGV[1] owner token of this attempt
 -- ARGV[2] idempotency TTL ms (send.idempotency_ttl)
 -- ARGV[3] stale bound ms (send.produce_timeout)
@@ -211,13 +268,23 @@ end
 --        send exists: ask MySQL, then call with ARGV[6] = "1"
 --
 -- Room for later steps of the same call: a step that needs keys takes them
--- after KEYS[10] and its arguments after ARGV[9], all with the tenant tag.
+-- after KEYS[9] and its arguments after ARGV[9], all with the tenant tag.
+
+-- hold keeps a claim while the caller takes a slow path: the record is this
+-- attempt's claim, unless it is already (owner is the record's)
+local function hold(key, owner, now, ttl, held_by)
+  if held_by ~= owner then
+    redis.call('DEL', key)
+    redis.call('HSET', key, 'status', 'pending', 'owner', owner, 'claimed_at', now)
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+
 local function send(keys, args)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local secs, now = clock()
   local gid = args[5]
   -- every string the call decides on, in one read
-  local v = redis.call('MGET', keys[3], keys[2], keys[5], keys[10], keys[7], keys[8])
+  local v = redis.call('MGET', keys[3], keys[2], keys[5], keys[7], keys[8])
   if args[4] ~= '' then
     -- the decision acl.Membership makes in Go, on the cached facts
     local g = v[1]
@@ -254,13 +321,6 @@ local function send(keys, args)
   if rec[1] and rec[5] ~= args[1] and now - tonumber(rec[4] or '0') < tonumber(args[3]) then
     return {6}
   end
-  local function hold()
-    if rec[5] ~= args[1] then
-      redis.call('DEL', keys[1])
-      redis.call('HSET', keys[1], 'status', 'pending', 'owner', args[1], 'claimed_at', now)
-      redis.call('PEXPIRE', keys[1], args[2])
-    end
-  end
   if args[6] ~= '1' then
     local h = v[2]
     local stamp, since = nil, nil
@@ -268,25 +328,26 @@ local function send(keys, args)
       stamp, since = string.match(h, '^(%w+):(%d+)$')
     end
     if stamp ~= incarnation() then
-      hold()
+      hold(keys[1], args[1], now, args[2], rec[5])
       return {9, 0}
     end
     if now < tonumber(since) then
-      hold()
+      hold(keys[1], args[1], now, args[2], rec[5])
       return {9, 1}
     end
   end
-  local a = alloc_with({keys[5], keys[6], keys[7], keys[8], keys[9], keys[10]}, {args[7], args[8]}, t, v[3], v[4], v[5], v[6])
+  local a = alloc_with(keys[6], keys[7], keys[9], args[7], args[8], secs, now, v[3], v[4], v[5])
   if a[1] ~= 0 then
-    hold()
+    hold(keys[1], args[1], now, args[2], rec[5])
     return a
   end
   if rec[1] then
     redis.call('DEL', keys[1])
   end
+  a[5], a[6] = gid, a[5]
   redis.call('HSET', keys[1], 'status', 'pending', 'event', args[9], 'gid', gid, 'seq', a[2], 'month', a[3])
   redis.call('PEXPIRE', keys[1], args[2])
-  return {0, a[2], a[3], a[4], gid, a[5]}
+  return a
 end
 
 -- sent: everything after the broker's ack, in one call: the record acked,

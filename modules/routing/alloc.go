@@ -225,7 +225,7 @@ func (a *Allocator) reserve(ctx context.Context, tenant, topic string, keys Keys
 		return err
 	}
 	a.p.Metrics.SeqReserve.WithLabelValues("ok").Inc()
-	if err := a.p.Scripts.Fenced.Extend(ctx, a.p.Redis, []string{keys.Seq(topic), keys.SeqHW(topic), keys.SeqStamp(topic)},
+	if err := a.p.Scripts.Fenced.Extend(ctx, a.p.Redis, keys.seqState(topic),
 		[]string{strconv.FormatInt(hi, 10)}).Error(); err != nil {
 		return fmt.Errorf("alloc: extend %s/%s: %w", tenant, topic, err)
 	}
@@ -244,7 +244,7 @@ func (a *Allocator) seed(ctx context.Context, tenant, topic string, keys Keys) e
 	if err != nil {
 		return err
 	}
-	n, err := a.p.Scripts.Fenced.Seed(ctx, a.p.Redis, []string{keys.Seq(topic), keys.SeqHW(topic), keys.SeqStamp(topic)},
+	n, err := a.p.Scripts.Fenced.Seed(ctx, a.p.Redis, keys.seqState(topic),
 		[]string{strconv.FormatInt(hi, 10)}).AsInt64()
 	if err != nil {
 		return fmt.Errorf("alloc: seed %s/%s: %w", tenant, topic, err)
@@ -334,7 +334,7 @@ func (a *Allocator) RaiseReservations(ctx context.Context, tenant string, issued
 }
 
 // ResetCounters drops the Redis seq counters of topics (with their
-// high-water and stamp), so that each re-seeds at its durable reservation
+// reservation, and the high-water and stamp of the layout before), so that each re-seeds at its durable reservation
 // on its next allocation — after RaiseReservations lifted it above seqs
 // handed out elsewhere (a migration's cutover from the legacy table).
 func (a *Allocator) ResetCounters(ctx context.Context, tenant string, topics []string) error {
@@ -349,7 +349,7 @@ func (a *Allocator) ResetCounters(ctx context.Context, tenant string, topics []s
 			if err := ValidTopic(topic); err != nil {
 				return err
 			}
-			del = append(del, keys.Seq(topic), keys.SeqHW(topic), keys.SeqStamp(topic))
+			del = append(del, keys.seqState(topic)...)
 		}
 		if err := a.p.Redis.Do(ctx, a.p.Redis.B().Del().Key(del...).Build()).Error(); err != nil {
 			return fmt.Errorf("alloc: reset counters of %s: %w", tenant, err)

@@ -66,12 +66,22 @@ func (k Keys) ReadyMonths() string { return k.prefix + "ready_months" }
 // Seq is a topic's last issued seq (master-only, fenced: see lua/fenced.lua).
 func (k Keys) Seq(topic string) string { return k.prefix + "seq:" + topic }
 
-// SeqHW is a topic's durable reservation high-water mirrored in Redis.
-func (k Keys) SeqHW(topic string) string { return k.prefix + "seqhw:" + topic }
+// SeqReservation is a topic's durable reservation high-water mirrored in
+// Redis together with the run_id of the Redis server that seeded the
+// topic's counter ("run_id:high-water"): a counter under another stamp is
+// stale (master-only, see lua/fenced.lua).
+func (k Keys) SeqReservation(topic string) string { return k.prefix + "seqres:" + topic }
 
-// SeqStamp is the run_id of the Redis server that seeded the topic's
-// counter: a counter under another stamp is stale (see lua/seq.lua).
-func (k Keys) SeqStamp(topic string) string { return k.prefix + "seqstamp:" + topic }
+// legacySeqHW and legacySeqStamp are the high-water and the stamp of the
+// layout before SeqReservation, which the library's seed moves from.
+func (k Keys) legacySeqHW(topic string) string    { return k.prefix + "seqhw:" + topic }
+func (k Keys) legacySeqStamp(topic string) string { return k.prefix + "seqstamp:" + topic }
+
+// seqState are the keys of the library's seed and extend: the counter, its
+// reservation and the strings of the layout before.
+func (k Keys) seqState(topic string) []string {
+	return []string{k.Seq(topic), k.SeqReservation(topic), k.legacySeqHW(topic), k.legacySeqStamp(topic)}
+}
 
 // Route is the topic's month routes (ZSET member YYYYMM, score first seq).
 func (k Keys) Route(topic string) string { return k.prefix + "route:" + topic }
@@ -86,7 +96,7 @@ func (k Keys) Idempotency(topic string, fromUser int64, clientMsgID string) stri
 
 // alloc are the keys of the library's alloc function (lua/fenced.lua).
 func (k Keys) alloc(topic string) []string {
-	return []string{k.ActiveMonth(), k.ReadyMonths(), k.Seq(topic), k.SeqHW(topic), k.Pending(topic), k.SeqStamp(topic)}
+	return []string{k.ActiveMonth(), k.ReadyMonths(), k.Seq(topic), k.SeqReservation(topic), k.Pending(topic)}
 }
 
 // Send are the keys of the library's send function (lua/fenced.lua): the

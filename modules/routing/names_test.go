@@ -75,7 +75,7 @@ func TestKeysShareTheTenantHashTag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{k.ActiveMonth(), k.ReadyMonths(), k.Seq("g"), k.SeqHW("g"), k.Route("g"), k.RouteMeta("g"),
+	keys := []string{k.ActiveMonth(), k.ReadyMonths(), k.Seq("g"), k.SeqReservation("g"), k.legacySeqHW("g"), k.legacySeqStamp("g"), k.Route("g"), k.RouteMeta("g"),
 		k.Idempotency("g", 7, "c:{x}*"), k.HotMessages("g"), k.Pending("g"), k.Gaps("g"), k.ShardLock()}
 	for _, key := range keys {
 		if !strings.HasPrefix(key, "im:{acme}:groupmsg:") {
