@@ -288,6 +288,20 @@ func TestReadStateBadgesFromCachedMemberships(t *testing.T) {
 	if _, ok := m[a]; ok || m[b] != "1" {
 		t.Fatalf("the entry was not read again: %v", m)
 	}
+	// a group without messages is placed by the join time (read for the
+	// topics that need it): joined after b's last message, it leads
+	const c = "rsmemc"
+	env.group(c, 712, "active")
+	before := time.Now().Add(-time.Minute)
+	env.member(c, user, "member", time.Time{})
+	after := time.Now().Add(time.Minute)
+	l := rsTopics(t, env, user, 10)
+	if got := rsTopicNames(l); !slices.Equal(got, []string{c, b}) {
+		t.Fatalf("list: %v, want [%s %s]", got, c, b)
+	}
+	if at := l[0].ActivityAt.Time; at.Before(before) || at.After(after) {
+		t.Fatalf("activity of a topic without messages: %v, want its join time (about %v)", at, time.Now())
+	}
 }
 
 // TestReadStateSyncSevenOf200: a user in 200 topics syncs until nothing is

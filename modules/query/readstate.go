@@ -416,11 +416,19 @@ func (s *Service) Topics(ctx context.Context, p httpapi.Principal, limit int, cu
 	if err != nil {
 		return TopicsPage{}, err
 	}
-	all, err := s.loadTopics(ctx, db, p.UserID)
+	all, err := s.loadTopics(ctx, db, p.UserID, false)
 	if err != nil {
 		return TopicsPage{}, err
 	}
 	if err := s.legacyActivity(ctx, db, p.Tenant, all, snap); err != nil {
+		return TopicsPage{}, err
+	}
+	// the join time places a topic without messages, and decides whether
+	// one whose messages all came after the snapshot was joined before it
+	err = s.joinedTimes(ctx, db, p.UserID, all, func(u userTopic) bool {
+		return u.status != acl.GroupDissolved && (u.activity().IsZero() || u.activity().Truncate(time.Millisecond).After(snap))
+	})
+	if err != nil {
 		return TopicsPage{}, err
 	}
 	var ls []listed
@@ -547,7 +555,7 @@ func (s *Service) Sync(ctx context.Context, p httpapi.Principal, token string, l
 		s.m.readState.WithLabelValues("sync").Observe(time.Since(start).Seconds())
 		return SyncPage{Reset: true, Topics: []InboxTopic{}, Token: encodeOpaque(syncToken{Since: horizon.UnixMilli()})}, nil
 	}
-	all, err := s.loadTopics(ctx, db, p.UserID)
+	all, err := s.loadTopics(ctx, db, p.UserID, true)
 	if err != nil {
 		return SyncPage{}, err
 	}

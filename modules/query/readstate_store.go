@@ -64,7 +64,10 @@ func (u userTopic) activity() time.Time {
 // time, their mirrors (the same range joined with the route mirror);
 // dissolved groups are kept, flagged by status, for sync. Both are cached
 // prepared statements of fixed shape, whatever the number of topics.
-func (s *Service) loadTopics(ctx context.Context, db *sql.DB, user int64) ([]userTopic, error) {
+// Without times, joinedAt and changedAt are left zero (joinedTimes reads
+// the join times a caller needs): the range then stays within the
+// members' (user_id) index, not a row lookup per membership.
+func (s *Service) loadTopics(ctx context.Context, db *sql.DB, user int64, times bool) ([]userTopic, error) {
 	mirrors := map[string]routing.TopicMirror{}
 	var merr error
 	read := make(chan struct{})
@@ -82,7 +85,7 @@ func (s *Service) loadTopics(ctx context.Context, db *sql.DB, user int64) ([]use
 		}
 		merr = routing.ScanMirror(rows, mirrors)
 	}()
-	out, err := s.loadMembersOf(ctx, db, user)
+	out, err := s.loadMembersOf(ctx, db, user, times)
 	<-read
 	if err != nil {
 		return nil, err
@@ -100,10 +103,12 @@ func (s *Service) loadTopics(ctx context.Context, db *sql.DB, user int64) ([]use
 }
 
 // loadMembersOf is loadTopics' memberships, without the mirrors.
-func (s *Service) loadMembersOf(ctx context.Context, db *sql.DB, user int64) ([]userTopic, error) {
-	query, args, err := sq.Select("m.topic", "g.status", "m.created_at",
-		"GREATEST(m.updated_at, g.updated_at, COALESCE(c.updated_at, m.updated_at))",
-		"COALESCE(c.read_seq, 0)", "COALESCE(c.pinned, 0)", "c.notify_muted_until").
+func (s *Service) loadMembersOf(ctx context.Context, db *sql.DB, user int64, times bool) ([]userTopic, error) {
+	cols := []string{"m.topic", "g.status", "COALESCE(c.read_seq, 0)", "COALESCE(c.pinned, 0)", "c.notify_muted_until"}
+	if times {
+		cols = append(cols, "m.created_at", "GREATEST(m.updated_at, g.updated_at, COALESCE(c.updated_at, m.updated_at))")
+	}
+	query, args, err := sq.Select(cols...).
 		From(membersTable + " AS m").
 		Join(groupsTable + " AS g ON g.topic = m.topic").
 		LeftJoin(cursorsTable + " AS c ON c.user_id = m.user_id AND c.topic = m.topic").
@@ -119,12 +124,47 @@ func (s *Service) loadMembersOf(ctx context.Context, db *sql.DB, user int64) ([]
 	var out []userTopic
 	for rows.Next() {
 		var u userTopic
-		if err := rows.Scan(&u.topic, &u.status, &u.joinedAt, &u.changedAt, &u.readSeq, &u.pinned, &u.notifyMute); err != nil {
+		dest := []any{&u.topic, &u.status, &u.readSeq, &u.pinned, &u.notifyMute}
+		if times {
+			dest = append(dest, &u.joinedAt, &u.changedAt)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("query: topics of %d: %w", user, err)
 		}
 		out = append(out, u)
 	}
 	return out, rows.Err()
+}
+
+// joinedTimes sets joinedAt of the topics of us that need reports true
+// (one statement naming them; none when no topic does).
+func (s *Service) joinedTimes(ctx context.Context, db *sql.DB, user int64, us []userTopic, need func(userTopic) bool) error {
+	idx := map[string]int{}
+	var names []string
+	for i, u := range us {
+		if need(u) {
+			idx[u.topic] = i
+			names = append(names, u.topic)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	rows, err := sq.Select("topic", "created_at").From(membersTable).
+		Where(sq.Eq{"user_id": user, "topic": names}).RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return fmt.Errorf("query: join times of %d: %w", user, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t string
+		var at time.Time
+		if err := rows.Scan(&t, &at); err != nil {
+			return fmt.Errorf("query: join times of %d: %w", user, err)
+		}
+		us[idx[t]].joinedAt = at
+	}
+	return rows.Err()
 }
 
 // loadMemberships reads the topics user is a member of that are not
