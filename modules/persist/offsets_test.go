@@ -1,6 +1,9 @@
 package persist
 
-import "testing"
+import (
+	"math/rand/v2"
+	"testing"
+)
 
 func TestPartOffsetsCommitsOnlyTheContiguousPrefix(t *testing.T) {
 	type step struct {
@@ -30,6 +33,11 @@ func TestPartOffsetsCommitsOnlyTheContiguousPrefix(t *testing.T) {
 			{want: -1},
 		}},
 		{"unknown completion ignored", []step{{admit: []int64{3}, complete: []int64{99}, want: -1}}},
+		{"completed twice", []step{
+			{admit: []int64{4, 5, 6}, complete: []int64{5, 5}, want: -1},
+			{complete: []int64{4, 4, 5}, want: 6},
+			{complete: []int64{4, 6}, want: 7},
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPartOffsets()
@@ -84,5 +92,39 @@ func TestRevocationDoesNotWaitForParkedRecords(t *testing.T) {
 	p.setParked(0)
 	if p.pending() != 2 {
 		t.Fatalf("pending %d", p.pending())
+	}
+}
+
+// Records of a partition, with offset gaps, completed in random order: the
+// offset to commit is always one past the end of the done prefix, and
+// nothing while the first record is not done.
+func TestPartOffsetsRandomOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 50; round++ {
+		p := newPartOffsets()
+		var offs []int64
+		for off := int64(rng.IntN(3)); len(offs) < 200; off += 1 + int64(rng.IntN(3)) {
+			offs = append(offs, off)
+			p.admit(off, 0)
+		}
+		done := make([]bool, len(offs))
+		for _, i := range rng.Perm(len(offs)) {
+			p.complete(offs[i])
+			done[i] = true
+			want := int64(-1)
+			for j := 0; j < len(offs) && done[j]; j++ {
+				want = offs[j] + 1
+			}
+			next, _, ok := p.toCommit()
+			if !ok {
+				next = -1
+			}
+			if next != want {
+				t.Fatalf("round %d: commit %d, want %d", round, next, want)
+			}
+		}
+		if p.outstanding() != 0 {
+			t.Fatalf("round %d: %d outstanding", round, p.outstanding())
+		}
 	}
 }
