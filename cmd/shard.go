@@ -195,43 +195,34 @@ func (o *monthOptions) bind(c *cobra.Command) {
 }
 
 func newShardActivateCmd(g *globals) *cobra.Command {
-	o := &monthOptions{}
-	c := &cobra.Command{
-		Use:     "activate --tenant=T --month=YYYYMM",
-		Short:   "Move the tenant's active month forward to a writable month (the only way with shard.auto_advance: false)",
-		Example: "  imshard shard activate --tenant=acme --month=202612",
-		Args:    cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			m, err := parseMonthFlag("month", o.month)
-			if err != nil {
-				return err
-			}
-			return g.withShards(func(ctx context.Context, cfg *config.Config, mg *shardmgr.Manager) error {
-				if _, err := tenantsFor(cfg, o.tenant); err != nil {
-					return err
-				}
-				if err := mg.Activate(ctx, o.tenant, m); err != nil {
-					return fmt.Errorf("activate %s for %s: %w", m, o.tenant, err)
-				}
-				fmt.Fprintf(g.stdout, "tenant %s: active month %s\n", o.tenant, m)
-				return nil
-			})
-		},
-	}
-	o.bind(c)
-	return c
+	return newShardMonthCmd(g, "activate",
+		"Move the tenant's active month forward to a writable month (the only way with shard.auto_advance: false)",
+		"  imshard shard activate --tenant=acme --month=202612",
+		func(mg *shardmgr.Manager) func(context.Context, string, routing.Month) error { return mg.Activate },
+		"active month %[2]s")
 }
 
 func newShardSealCmd(g *globals, verb string) *cobra.Command {
-	o := &monthOptions{}
 	short := "Seal a month: no more writes; late events go to the compensation queue"
+	op := func(mg *shardmgr.Manager) func(context.Context, string, routing.Month) error { return mg.Seal }
 	if verb == "unseal" {
 		short = "Reopen a sealed month for late writes (its sealing grace restarts)"
+		op = func(mg *shardmgr.Manager) func(context.Context, string, routing.Month) error { return mg.Unseal }
 	}
+	return newShardMonthCmd(g, verb, short, "  imshard shard "+verb+" --tenant=acme --month=202610", op,
+		"month %[2]s %[1]sed")
+}
+
+// newShardMonthCmd is a command that applies one shard manager operation
+// to one month of one tenant; done formats the line printed after it (%[1]s
+// the verb, %[2]s the month).
+func newShardMonthCmd(g *globals, verb, short, example string,
+	op func(*shardmgr.Manager) func(context.Context, string, routing.Month) error, done string) *cobra.Command {
+	o := &monthOptions{}
 	c := &cobra.Command{
 		Use:     verb + " --tenant=T --month=YYYYMM",
 		Short:   short,
-		Example: "  imshard shard " + verb + " --tenant=acme --month=202610",
+		Example: example,
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			m, err := parseMonthFlag("month", o.month)
@@ -242,14 +233,10 @@ func newShardSealCmd(g *globals, verb string) *cobra.Command {
 				if _, err := tenantsFor(cfg, o.tenant); err != nil {
 					return err
 				}
-				op := mg.Seal
-				if verb == "unseal" {
-					op = mg.Unseal
-				}
-				if err := op(ctx, o.tenant, m); err != nil {
+				if err := op(mg)(ctx, o.tenant, m); err != nil {
 					return fmt.Errorf("%s %s for %s: %w", verb, m, o.tenant, err)
 				}
-				fmt.Fprintf(g.stdout, "tenant %s: month %s %sed\n", o.tenant, m, verb)
+				fmt.Fprintf(g.stdout, "tenant %s: %s\n", o.tenant, fmt.Sprintf(done, verb, m))
 				return nil
 			})
 		},

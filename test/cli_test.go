@@ -90,7 +90,7 @@ func TestShardCommandsEnsureListActivate(t *testing.T) {
 		}
 	}
 	code, out = runCLI(t, nil, "--config", cfg, "shard", "activate", "--tenant", tenant, "--month", now.String())
-	if code != 0 {
+	if code != 0 || !strings.Contains(out, "tenant "+tenant+": active month "+now.String()) {
 		t.Fatalf("activating the active month is a no-op: exit %d\n%s", code, out)
 	}
 	for _, m := range []routing.Month{now.Next(), now.Prev()} {
@@ -108,11 +108,11 @@ func TestShardCommandsEnsureListActivate(t *testing.T) {
 		t.Fatalf("sealing the active month must fail: exit %d\n%s", code, out)
 	}
 	code, out = runCLI(t, nil, "--config", cfg, "shard", "seal", "--tenant", tenant, "--month", now.Prev().String())
-	if code != 0 {
+	if code != 0 || !strings.Contains(out, "tenant "+tenant+": month "+now.Prev().String()+" sealed") {
 		t.Fatalf("seal: exit %d\n%s", code, out)
 	}
 	code, out = runCLI(t, nil, "--config", cfg, "shard", "unseal", "--tenant", tenant, "--month", now.Prev().String())
-	if code != 0 {
+	if code != 0 || !strings.Contains(out, "tenant "+tenant+": month "+now.Prev().String()+" unsealed") {
 		t.Fatalf("unseal: exit %d\n%s", code, out)
 	}
 }
