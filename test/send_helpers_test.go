@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -184,5 +186,49 @@ func sendWaitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// sendConcurrently makes users 1..workers members of topic (a group of
+// owner 7) and has each send per messages at the same time ("w<user-1>-<i>",
+// text "x"); every send must be a 201, and the seqs handed out must be
+// exactly 1..workers*per: unique and consecutive.
+func (e *sendEnv) sendConcurrently(topic string, workers, per int) {
+	e.T.Helper()
+	e.group(topic, 7, "active")
+	for w := range workers {
+		e.member(topic, int64(w+1), "member", time.Time{})
+	}
+	seqs := make(chan int64, workers*per)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tok := e.Token(int64(w+1), "")
+			for i := range per {
+				code, r := e.send(tok, topic, sendBody(fmt.Sprintf("w%d-%d", w, i), "x"))
+				if code != 201 {
+					e.T.Errorf("send: %d %+v", code, r)
+					return
+				}
+				seqs <- r.Seq
+			}
+		}()
+	}
+	wg.Wait()
+	close(seqs)
+	var got []int64
+	for s := range seqs {
+		got = append(got, s)
+	}
+	slices.Sort(got)
+	for i, s := range got {
+		if s != int64(i+1) {
+			e.T.Fatalf("seq #%d = %d: want 1..%d without gaps or repeats", i, s, workers*per)
+		}
+	}
+	if len(got) != workers*per {
+		e.T.Fatalf("%d seqs, want %d", len(got), workers*per)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -129,32 +128,8 @@ func TestSendOneRoundTripBeforeAndOneAfterProduce(t *testing.T) {
 func TestSendOnRedisCluster(t *testing.T) {
 	addrs := testenv.StartRedisCluster(t, 3)
 	e := startSend(t, harness.Options{Mutate: func(c *config.Config) { c.Redis.Addrs = addrs }})
-	e.group("room", 7, "active")
 	const workers, per = 4, 25
-	for w := range workers {
-		e.member("room", int64(w+1), "member", time.Time{})
-	}
-	seqs := make(chan int64, workers*per)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tok := e.Token(int64(w+1), "")
-			for i := range per {
-				seqs <- e.mustSend(tok, "room", sendBody(fmt.Sprintf("w%d-%d", w, i), "x")).Seq
-			}
-		}()
-	}
-	wg.Wait()
-	close(seqs)
-	seen := map[int64]bool{}
-	for s := range seqs {
-		if seen[s] || s < 1 || s > workers*per {
-			t.Fatalf("seq %d repeated or out of 1..%d", s, workers*per)
-		}
-		seen[s] = true
-	}
+	e.sendConcurrently("room", workers, per)
 	status, r := e.send(e.Token(1, ""), "room", sendBody("w0-0", "again"))
 	if status != 200 || !r.Duplicate || r.Seq < 1 {
 		t.Fatalf("duplicate on the cluster = %d %+v", status, r)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -373,44 +372,7 @@ func TestSendRetryOfFailedProduceKeepsItsSeq(t *testing.T) {
 
 // Concurrent senders on one topic get unique, consecutive seqs.
 func TestSendConcurrentSendersGetConsecutiveSeqs(t *testing.T) {
-	e := startSend(t, harness.Options{})
-	e.group("room", 7, "active")
-	const workers, per = 8, 200
-	for w := range workers {
-		e.member("room", int64(w+1), "member", time.Time{})
-	}
-	seqs := make(chan int64, workers*per)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tok := e.Token(int64(w+1), "")
-			for i := range per {
-				code, r := e.send(tok, "room", sendBody(fmt.Sprintf("w%d-%d", w, i), "x"))
-				if code != 201 {
-					t.Errorf("send: %d %+v", code, r)
-					return
-				}
-				seqs <- r.Seq
-			}
-		}()
-	}
-	wg.Wait()
-	close(seqs)
-	var got []int64
-	for s := range seqs {
-		got = append(got, s)
-	}
-	slices.Sort(got)
-	for i, s := range got {
-		if s != int64(i+1) {
-			t.Fatalf("seq #%d = %d: want 1..%d without gaps or repeats", i, s, workers*per)
-		}
-	}
-	if len(got) != workers*per {
-		t.Fatalf("%d seqs", len(got))
-	}
+	startSend(t, harness.Options{}).sendConcurrently("room", 8, 200)
 }
 
 // FLUSHALL mid-run with concurrent senders: no seq is ever issued twice,
