@@ -427,7 +427,8 @@ func (c *RouteCheck) allTopics(ctx context.Context, db *sql.DB, tenant string, t
 }
 
 // Fix rewrites the topic's mirror rows and Redis route from its actual
-// ranges. It is safe while persist stores rows of the topic: in one
+// ranges (while a migration's mirror pass has yet to add the topic's
+// legacy rows, from the rows above its cutover_seq: see fixSeqs). It is safe while persist stores rows of the topic: in one
 // transaction it reads the ranges of every month table with shared locks
 // (a locking read sees every committed row and keeps new rows of the topic
 // out until it ends) and rewrites the mirror rows, then replaces the Redis
@@ -463,7 +464,11 @@ func (c *RouteCheck) fixTx(ctx context.Context, db *sql.DB, tables []routing.Tab
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
-	rows, err := actualRows(ctx, tx, tables, topic, true, nil)
+	seqs, err := fixSeqs(ctx, tx, topic)
+	if err != nil {
+		return err
+	}
+	rows, err := actualRows(ctx, tx, tables, topic, true, seqs)
 	if err != nil {
 		return err
 	}
@@ -483,6 +488,49 @@ func (c *RouteCheck) fixTx(ctx context.Context, db *sql.DB, tables []routing.Tab
 		return err
 	}
 	return tx.Commit()
+}
+
+// fixSeqs bounds the rows a fix writes into the mirror and Redis route:
+// every row (nil), except while the tenant's migration copies legacy rows
+// its mirror pass will add by their counts (after cutover, routes not
+// rebuilt, every copied row inserted by the batches) to a topic the pass
+// has not reached: then only the rows above the topic's cutover_seq — what
+// compareTopic compares with — or the pass would count the legacy rows a
+// second time. Once a verification ran (routes_done is set by then) or a
+// batch found rows already present, the pass recomputes each topic from
+// all its rows instead (through Fix), so all rows are right.
+//
+// The pass widens a chunk of topics in one transaction that first moves
+// its progress (im_migration_mirror). The locking read of that progress
+// here, before the month tables are read, orders the fix against the
+// chunk that covers the topic: if the chunk committed first, the progress
+// says the topic was reached and the fix writes all rows, which the chunk
+// can no longer add to; if not, the chunk's progress update waits for
+// this transaction, so the mirror holds the rows above cutover_seq when
+// the chunk adds the legacy rows to it. The migration row itself is read
+// from the snapshot: its fields that matter only move towards "all rows"
+// (rows_present grows, routes_done is set once the pass is over), and
+// the progress read decides the race that counts.
+func fixSeqs(ctx context.Context, tx *sql.Tx, topic string) (sq.Sqlizer, error) {
+	m, err := routing.LoadMigration(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	if !m.State.AfterCutover() || m.RoutesDone || m.RowsPresent > 0 {
+		return nil, nil
+	}
+	done, err := routing.MirrorProgress(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	if topic <= done {
+		return nil, nil
+	}
+	seq, err := routing.CutoverSeq(ctx, tx, topic)
+	if err != nil || seq == 0 {
+		return nil, err
+	}
+	return sq.Gt{"seqid": seq}, nil
 }
 
 // Rebuild refills Redis routes from the mirror: the given topics, or every

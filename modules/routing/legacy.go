@@ -182,9 +182,9 @@ func MirrorLegacy(ctx context.Context, db *sql.DB, topics []string, chunk int) e
 		Suffix("ON DUPLICATE KEY UPDATE id = id").RunWith(db).ExecContext(ctx); err != nil {
 		return fmt.Errorf("migration: mirror progress: %w", err)
 	}
-	var done string
-	if err := sq.Select("topic").From(migrationMirrorTable).Where(sq.Eq{"id": 1}).RunWith(db).QueryRowContext(ctx).Scan(&done); err != nil {
-		return fmt.Errorf("migration: mirror progress: %w", err)
+	done, err := MirrorProgress(ctx, db)
+	if err != nil {
+		return err
 	}
 	rest := topics
 	for len(rest) > 0 && rest[0] <= done {
@@ -200,6 +200,21 @@ func MirrorLegacy(ctx context.Context, db *sql.DB, topics []string, chunk int) e
 		done = last
 	}
 	return nil
+}
+
+// MirrorProgress is the last topic the mirror pass widened ("" before its
+// first chunk): a topic sorting after it (byte order) is not reached yet.
+// It is a locking read (shared): inside a transaction it holds off the
+// pass's next chunk, which first moves this row, until the transaction
+// ends, and it waits for a chunk under way to commit.
+func MirrorProgress(ctx context.Context, db sq.BaseRunner) (string, error) {
+	var done string
+	err := sq.Select("topic").From(migrationMirrorTable).Where(sq.Eq{"id": 1}).Suffix("LOCK IN SHARE MODE").
+		RunWith(db).QueryRowContext(ctx).Scan(&done)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("migration: mirror progress: %w", err)
+	}
+	return done, nil
 }
 
 func mirrorChunk(ctx context.Context, db *sql.DB, topics []string, from, to string) error {
