@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/migrate"
 	"github.com/imshard/imshard/modules/query"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
@@ -74,6 +75,36 @@ func mrsExpect(t *testing.T, env *harness.Env, stage string, unread, mentions in
 	}
 }
 
+// mrsSlowStart is mrStart with a slow copy of 3 rows a batch at 1 row/s,
+// so that a pause catches it with part of the rows copied and the mirror
+// pass not run.
+func mrsSlowStart(t *testing.T) *harness.Env {
+	t.Helper()
+	env, _ := mrStart(t, harness.Options{Mutate: func(c *config.Config) {
+		c.Migrate.BatchSize = 3
+		c.Migrate.RowsPerSecond = 1
+	}})
+	return env
+}
+
+// mrsPauseMidCopy runs the module of a tenant started by mrsSlowStart and
+// past cutover until it copied a batch, then pauses it: it waits a few
+// seconds before the next batch, so the copy is partial and the mirror
+// pass has not run.
+func mrsPauseMidCopy(t *testing.T, env *harness.Env, mg *migrate.Migrator) {
+	t.Helper()
+	ctx := context.Background()
+	runCtx, stopRun := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- mg.RunUntilDone(runCtx, env.Tenant) }()
+	migWait(t, env.DB, "some rows copied", time.Minute, func(m routing.Migration) bool { return m.RowsRead > 0 }, func() string { return "" })
+	if _, err := mg.Pause(ctx, env.Tenant); err != nil {
+		t.Fatalf("pause (the copy of 36 rows at 1 row/s should still run): %v", err)
+	}
+	stopRun()
+	<-ran
+}
+
 // TestMigrationReadStateAndRouteCheck: rpMember is mentioned in legacy
 // rows of legacy-001 by id as a number (seq 3), as a string (seq 7), by a
 // mention of everyone (seq 9) and in a recalled row (seq 10, which counts
@@ -86,12 +117,7 @@ func mrsExpect(t *testing.T, env *harness.Env, stage string, unread, mentions in
 // finds no difference and reports the copied rows as legacy.
 func TestMigrationReadStateAndRouteCheck(t *testing.T) {
 	t.Parallel()
-	// a slow copy of 3 rows a batch, so that a pause catches it with
-	// part of the rows copied and the mirror pass not run
-	env, _ := mrStart(t, harness.Options{Mutate: func(c *config.Config) {
-		c.Migrate.BatchSize = 3
-		c.Migrate.RowsPerSecond = 1
-	}})
+	env := mrsSlowStart(t)
 	ctx := context.Background()
 	for _, stmt := range []string{
 		"UPDATE im_group_messages SET mentioned_user_ids = JSON_ARRAY(1001) WHERE topic = 'legacy-001' AND seqid = 3",
@@ -142,18 +168,7 @@ func TestMigrationReadStateAndRouteCheck(t *testing.T) {
 	sentOrder := []string{migTopic(1), migTopic(0), migTopic(2)}
 	mrsExpect(t, env, "after a send", 12, 3, sentOrder, newest)
 
-	// the module copies 3 rows, then waits 3 s before the next batch:
-	// paused after the first, the copy is partial and the mirror pass
-	// has not run
-	runCtx, stopRun := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- mg.RunUntilDone(runCtx, env.Tenant) }()
-	migWait(t, env.DB, "some rows copied", time.Minute, func(m routing.Migration) bool { return m.RowsRead > 0 }, func() string { return "" })
-	if _, err := mg.Pause(ctx, env.Tenant); err != nil {
-		t.Fatalf("pause (the copy of 36 rows at 1 row/s should still run): %v", err)
-	}
-	stopRun()
-	<-ran
+	mrsPauseMidCopy(t, env, mg)
 	if err := mg.Tick(ctx, env.Tenant); err != nil { // no work while paused: it only exports the state
 		t.Fatal(err)
 	}

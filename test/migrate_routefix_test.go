@@ -4,12 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/query"
 	"github.com/imshard/imshard/modules/routing"
-	"github.com/imshard/imshard/test/harness"
 )
 
 // mfCounts sums a view's message counts.
@@ -30,12 +27,7 @@ func mfCounts(rs []query.Range) int64 {
 // without another fix.
 func TestMigrationRouteFixMidCopy(t *testing.T) {
 	t.Parallel()
-	// a slow copy of 3 rows a batch, so that a pause catches it with
-	// part of the rows copied and the mirror pass not run
-	env, _ := mrStart(t, harness.Options{Mutate: func(c *config.Config) {
-		c.Migrate.BatchSize = 3
-		c.Migrate.RowsPerSecond = 1
-	}})
+	env := mrsSlowStart(t)
 	ctx := context.Background()
 	// the copy goes by message_id: the first batch holds this topic's row
 	var topic string
@@ -63,15 +55,7 @@ func TestMigrationRouteFixMidCopy(t *testing.T) {
 	seq := mrSend(t, env, topic, rpOther, "after cutover")
 	mrStored(t, env, topic, seq)
 
-	runCtx, stopRun := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- mg.RunUntilDone(runCtx, env.Tenant) }()
-	migWait(t, env.DB, "some rows copied", time.Minute, func(m routing.Migration) bool { return m.RowsRead > 0 }, func() string { return "" })
-	if _, err := mg.Pause(ctx, env.Tenant); err != nil {
-		t.Fatalf("pause (the copy of 36 rows at 1 row/s should still run): %v", err)
-	}
-	stopRun()
-	<-ran
+	mrsPauseMidCopy(t, env, mg)
 	if m := migState(t, env.DB); m.State != routing.MigrationPaused || m.RoutesDone || m.RowsRead == 0 || m.RowsRead >= m.LegacyRows {
 		t.Fatalf("migration after the pause: %+v", m)
 	}
