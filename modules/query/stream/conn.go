@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,8 @@ import (
 type conn struct {
 	s      *Server
 	ws     *websocket.Conn
+	nc     net.Conn   // under ws: its write deadline bounds a frame's write
+	wmu    sync.Mutex // one send at a time (see send)
 	p      httpapi.Principal
 	single bool // a /v1/topics/{topic}/stream socket: it ends with its topic
 	ctx    context.Context
@@ -708,9 +711,18 @@ func (c *conn) send(frame []byte, created time.Time) bool {
 		return false
 	default:
 	}
-	wctx, cancel := context.WithTimeout(context.Background(), c.s.lim.WriteTimeout)
-	err := c.ws.Write(wctx, websocket.MessageText, frame)
-	cancel()
+	// The bound is the connection's write deadline, not a context: a
+	// context that can end costs the library a timer and callbacks on
+	// every frame, one that cannot (Background) costs nothing. The
+	// deadline also cuts short a write under way that holds the socket's
+	// write lock (a pong). It is cleared after the write, so an idle
+	// socket's close frame is not refused for a deadline long past; sends
+	// take turns so that one's clearing never lifts another's deadline.
+	c.wmu.Lock()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.lim.WriteTimeout))
+	err := c.ws.Write(context.Background(), websocket.MessageText, frame)
+	_ = c.nc.SetWriteDeadline(time.Time{})
+	c.wmu.Unlock()
 	if err != nil {
 		c.end(websocket.StatusPolicyViolation, reasonSlow)
 		return false

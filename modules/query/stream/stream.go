@@ -191,18 +191,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, p httpapi.Princip
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
 	_ = rc.SetWriteDeadline(time.Time{})
-	ws, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{
-		// tokens, never cookies, authenticate: a page of another origin
-		// cannot act for a user without the user's token
-		InsecureSkipVerify: true,
-		CompressionMode:    websocket.CompressionDisabled,
-	})
+	ws, nc, err := accept(w, r)
 	if err != nil {
 		return nil // Accept answered the request
 	}
-	ws.SetReadLimit(readLimit)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-	c := &conn{s: s, ws: ws, p: p, single: single, ctx: ctx, first: first, taken: make(chan struct{}, 1),
+	c := &conn{s: s, ws: ws, nc: nc, p: p, single: single, ctx: ctx, first: first, taken: make(chan struct{}, 1),
 		topics: map[string]*follow{}, done: make(chan struct{}), cancel: cancel}
 	c.alive()
 	s.mu.Lock()
@@ -242,13 +236,33 @@ const (
 	socketWriteBuffer = 1024
 )
 
+// accept upgrades the request to a WebSocket; nc is the connection under
+// it, whose write deadline bounds each frame the socket writes (conn.send).
+func accept(w http.ResponseWriter, r *http.Request) (*websocket.Conn, net.Conn, error) {
+	sb := &smallBuffers{ResponseWriter: w}
+	ws, err := websocket.Accept(sb, r, &websocket.AcceptOptions{
+		// tokens, never cookies, authenticate: a page of another origin
+		// cannot act for a user without the user's token
+		InsecureSkipVerify: true,
+		CompressionMode:    websocket.CompressionDisabled,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	ws.SetReadLimit(readLimit)
+	return ws, sb.nc, nil
+}
+
 // smallBuffers hands the WebSocket library, at the hijack, buffers of the
-// sizes above instead of the HTTP server's.
-type smallBuffers struct{ http.ResponseWriter }
+// sizes above instead of the HTTP server's, and keeps the connection.
+type smallBuffers struct {
+	http.ResponseWriter
+	nc net.Conn
+}
 
-func (w smallBuffers) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *smallBuffers) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	nc, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
@@ -263,6 +277,7 @@ func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		b, _ := brw.Reader.Peek(n)
 		nc = &prefixConn{Conn: nc, prefix: bytes.Clone(b)}
 	}
+	w.nc = nc
 	return nc, bufio.NewReadWriter(bufio.NewReaderSize(nc, socketReadBuffer), bufio.NewWriterSize(nc, socketWriteBuffer)), nil
 }
 
