@@ -189,16 +189,23 @@ func sendWaitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// groupOfUsers creates topic as an active group of owner 7 whose members
+// are users 1..n.
+func (e *sendEnv) groupOfUsers(topic string, n int) {
+	e.T.Helper()
+	e.group(topic, 7, "active")
+	for u := range n {
+		e.member(topic, int64(u+1), "member", time.Time{})
+	}
+}
+
 // sendConcurrently makes users 1..workers members of topic (a group of
 // owner 7) and has each send per messages at the same time ("w<user-1>-<i>",
 // text "x"); every send must be a 201, and the seqs handed out must be
 // exactly 1..workers*per: unique and consecutive.
 func (e *sendEnv) sendConcurrently(topic string, workers, per int) {
 	e.T.Helper()
-	e.group(topic, 7, "active")
-	for w := range workers {
-		e.member(topic, int64(w+1), "member", time.Time{})
-	}
+	e.groupOfUsers(topic, workers)
 	seqs := make(chan int64, workers*per)
 	var wg sync.WaitGroup
 	for w := range workers {

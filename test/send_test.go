@@ -380,11 +380,8 @@ func TestSendConcurrentSendersGetConsecutiveSeqs(t *testing.T) {
 func TestSendFlushAllNeverReissuesSeq(t *testing.T) {
 	rs := testenv.StartRedis(t)
 	e := startSend(t, harness.Options{Mutate: func(c *config.Config) { c.Redis.Addrs = []string{rs.Addr} }})
-	e.group("room", 7, "active")
 	const workers = 8
-	for w := range workers {
-		e.member("room", int64(w+1), "member", time.Time{})
-	}
+	e.groupOfUsers("room", workers)
 	var (
 		mu      sync.Mutex
 		seen    = map[int64]string{}
