@@ -39,6 +39,7 @@ func (a *App) NewQuery() *query.Service {
 		HiddenTTL:    a.Config.Send.ACLCacheTTL, // user facts cached as long as memberships
 		LocalTopics:  a.Config.HotCache.LocalTopics,
 		LocalMaxAge:  a.Config.HotCache.LocalMaxAge,
+		LocalUsers:   a.Config.HotCache.LocalUsers,
 		RecallWindow: a.Config.Send.RecallWindow,
 		MaxEditBody:  a.Config.Send.MaxBodyBytes,
 		Log:          a.Log.With().Str("module", Query).Logger(),

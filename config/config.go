@@ -177,6 +177,7 @@ type HotCache struct {
 	MaxPerTopic int           `mapstructure:"max_per_topic"`
 	LocalTopics int           `mapstructure:"local_topics"`
 	LocalMaxAge time.Duration `mapstructure:"local_max_age"`
+	LocalUsers  int           `mapstructure:"local_users"`
 }
 
 // Stream is the realtime WebSocket stream the query role serves: limits
@@ -273,7 +274,7 @@ func Default() Config {
 			ACLCacheTTL:      5 * time.Minute,
 			MaxClockBackward: 5 * time.Second,
 		},
-		HotCache: HotCache{TTL: 24 * time.Hour, MaxPerTopic: 1000, LocalTopics: 1024, LocalMaxAge: 10 * time.Second},
+		HotCache: HotCache{TTL: 24 * time.Hour, MaxPerTopic: 1000, LocalTopics: 1024, LocalMaxAge: 10 * time.Second, LocalUsers: 4096},
 		Stream: Stream{
 			MaxConnections:    10_000,
 			MaxTopics:         500,

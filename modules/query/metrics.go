@@ -61,7 +61,7 @@ type metrics struct {
 	readFrames   *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
+func newMetrics(reg prometheus.Registerer, held func() int64, memoUsers func() int) *metrics {
 	m := &metrics{
 		tables: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "group_message_query_tables",
@@ -114,7 +114,7 @@ func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
 	}, []string{"result"})
 	m.unreadFrom = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "imshard_unread_counts_total",
-		Help: "Topics with something above the caller's cursor whose unread count was computed, by source: redis (the hot cache proved it), mysql (the month tables).",
+		Help: "Topics with something above the caller's cursor whose unread count was answered, by source: memo (remembered by this process, its topic's versions unchanged), redis (the hot cache proved it), mysql (the month tables).",
 	}, []string{"source"})
 	m.mentionReads = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "imshard_mention_index_reads_total",
@@ -128,11 +128,15 @@ func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
 		Name: "imshard_query_hot_local_topics",
 		Help: "Topics whose newest messages this process holds a copy of (at most hot_cache.local_topics).",
 	}, func() float64 { return float64(held()) })
-	reg.MustRegister(m.tables, m.latency, m.wide, m.hot, m.hidden, m.local, topics, m.changes, m.changeLatency, m.changeFollowups, m.readState, m.cursorCache, m.unreadFrom, m.mentionReads, m.readFrames)
+	users := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "imshard_query_badge_memo_users",
+		Help: "Users whose unread counts this process remembers (at most hot_cache.local_users).",
+	}, func() float64 { return float64(memoUsers()) })
+	reg.MustRegister(m.tables, m.latency, m.wide, m.hot, m.hidden, m.local, topics, users, m.changes, m.changeLatency, m.changeFollowups, m.readState, m.cursorCache, m.unreadFrom, m.mentionReads, m.readFrames)
 	for _, r := range []string{"hit", "miss", "error"} {
 		m.cursorCache.WithLabelValues(r)
 	}
-	for _, r := range []string{"redis", "mysql"} {
+	for _, r := range []string{"memo", "redis", "mysql"} {
 		m.unreadFrom.WithLabelValues(r)
 	}
 	for _, r := range []string{"published", "failed"} {

@@ -283,14 +283,14 @@ func (s *Service) readInputs(ctx context.Context, db *sql.DB, keys routing.Keys,
 }
 
 // counts is the unread state of each of us (readSeq and last set by
-// readInputs): from the hot cache where it proves the answer, else from
-// the month tables (loading the route mirrors of those topics unless
-// mirrored).
+// readInputs): remembered by this process where the inputs did not change
+// (readstate_memo.go), else from the hot cache where it proves the answer,
+// else from the month tables (loading the route mirrors of those topics
+// unless mirrored). The mentions of the topics counted afresh come from
+// the mention index, read beside the month tables' counts.
 func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, us []userTopic, mirrored bool) ([]unreadCount, error) {
 	out := make([]unreadCount, len(us))
 	var hot, cold []int
-	var names []string
-	var after []int64
 	for i, u := range us {
 		out[i].readSeq = u.readSeq
 		switch {
@@ -298,13 +298,32 @@ func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys ro
 			cold = append(cold, i)
 		case u.last > u.readSeq:
 			hot = append(hot, i)
-		default:
-			continue
 		}
-		names, after = append(names, u.topic), append(after, u.readSeq)
 	}
-	// the mention index of the topics with something above the cursor is
-	// read while the counts are made
+	now := time.Now()
+	var memo *userMemo
+	if len(hot) > 0 {
+		if st, err := s.p.Migrations.State(ctx, tenant); err == nil && !st.DualRead() {
+			memo = s.memo.of(tenant, user, true)
+		}
+	}
+	hot = s.recall(ctx, keys, memo, us, hot, out, now)
+	fresh, cold, err := s.countHot(ctx, db, keys, user, us, hot, cold, out, memo != nil)
+	if err != nil {
+		return nil, err
+	}
+	// the mention index of the topics counted afresh with something
+	// unread, and of those the month tables count, read beside them
+	var names []string
+	var after []int64
+	for _, i := range hot {
+		if out[i].unread > 0 {
+			names, after = append(names, us[i].topic), append(after, us[i].readSeq)
+		}
+	}
+	for _, i := range cold {
+		names, after = append(names, us[i].topic), append(after, us[i].readSeq)
+	}
 	var mentions map[string][]int64
 	var merr error
 	read := make(chan struct{})
@@ -315,65 +334,184 @@ func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys ro
 			s.m.mentionReads.Add(float64((len(names) + mentionBranches - 1) / mentionBranches))
 		}
 	}()
-	if err := s.countInto(ctx, db, tenant, keys, user, us, mirrored, hot, cold, out); err != nil {
-		<-read
+	err = s.countCold(ctx, db, tenant, user, us, mirrored, cold, out)
+	<-read
+	if err != nil {
 		return nil, err
 	}
-	<-read
 	if merr != nil {
 		return nil, merr
 	}
 	mentionCounts(us, mentions, out)
+	if len(fresh) > 0 {
+		for i, r := range fresh {
+			c := out[i]
+			r.readSeq, r.upTo, r.unread, r.ments, r.capped = c.readSeq, c.upTo, int32(c.unread), int32(c.mentions), c.capped
+			fresh[i] = r
+		}
+		s.memo.put(memo, rememberedBy(us, fresh), now)
+	}
 	return out, nil
 }
 
-// countInto makes the counts of us[hot] (from the hot cache where it
-// proves them, else like those of us[cold] from the month tables) into out.
-func (s *Service) countInto(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, us []userTopic, mirrored bool, hot, cold []int, out []unreadCount) error {
+// recall answers the topics of us[hot] whose remembered count still holds
+// (one MGET of their versions) and returns the others. A failed read
+// leaves them all to be counted.
+func (s *Service) recall(ctx context.Context, keys routing.Keys, memo *userMemo, us []userTopic, hot []int, out []unreadCount, now time.Time) []int {
+	idx, rs := memo.candidates(us, hot, now)
+	if len(idx) == 0 {
+		return hot
+	}
+	names := make([]string, len(idx))
+	for j, i := range idx {
+		names[j] = us[i].topic
+	}
+	vals, err := s.p.Redis.Do(ctx, s.memoStamps(keys, names)).ToArray()
+	if err != nil {
+		return hot
+	}
+	answered := make(map[int]bool, len(idx))
+	for j, i := range idx {
+		mv, ok1 := stampAt(vals, 2*j)
+		hv, ok2 := stampAt(vals, 2*j+1)
+		if ok1 && ok2 && mv == rs[j].msgVer && hv == rs[j].hidVer {
+			out[i] = rs[j].count()
+			answered[i] = true
+		}
+	}
+	s.m.unreadFrom.WithLabelValues("memo").Add(float64(len(answered)))
+	rest := hot[:0:0]
+	for _, i := range hot {
+		if !answered[i] {
+			rest = append(rest, i)
+		}
+	}
+	return rest
+}
+
+// rememberedBy keys counts made afresh (by index of us) by topic.
+func rememberedBy(us []userTopic, fresh map[int]remembered) map[string]remembered {
+	out := make(map[string]remembered, len(fresh))
+	for i, r := range fresh {
+		out[us[i].topic] = r
+	}
+	return out
+}
+
+// countHot makes the counts of us[hot] from the hot cache where it proves
+// them into out, and returns the topics to count from the month tables
+// (cold and those the cache could not prove). With remember, it also
+// returns the inputs of the counts that may be remembered (by index of
+// us): proven up to the counter read with them, under the versions read
+// before the messages and ranges, with no seq up to the counter pending,
+// so that the mention index read after this holds every mention up to it.
+func (s *Service) countHot(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, us []userTopic, hot, cold []int, out []unreadCount, remember bool) (map[int]remembered, []int, error) {
+	if len(hot) == 0 {
+		return nil, cold, nil
+	}
+	rdb := s.p.Redis
 	const per = 4 // hotCmds
-	cmds := make([]rueidis.Completed, 0, (per+1)*len(hot))
+	n := len(hot)
+	cmds := make([]rueidis.Completed, 0, (per+3)*n)
 	for _, i := range hot {
 		u := us[i]
 		cmds = append(cmds, s.hotCmds(keys, u.topic, Desc, math.MaxInt64, u.readSeq, hotReadOf(u))...)
 	}
+	if remember {
+		// before the ranges: a hide moves it forward before and after its insert
+		for _, i := range hot {
+			cmds = append(cmds, rdb.B().Get().Key(keys.HiddenVersion(us[i].topic)).Build())
+		}
+	}
 	for _, i := range hot {
 		cmds = append(cmds, s.hiddenCmds(keys, us[i].topic, user)...)
 	}
-	if len(cmds) > 0 {
-		res := s.p.Redis.DoMulti(ctx, cmds...)
-		reads := make([]hotRead, len(hot))
-		// the deletion ranges only of the topics with something above
-		// the cursor: a miss is filled from MySQL
-		var above []int
-		var names []string
-		var hres []rueidis.RedisResult
-		for j, i := range hot {
-			r := &reads[j]
-			r.c, r.last, r.err = hotResolve(res[j*per:(j+1)*per], Desc, math.MaxInt64, us[i].readSeq, hotReadOf(us[i]))
-			if len(r.c.Members) > 0 {
-				r.last = min(r.last, int64(r.c.Members[0].Score))
-			}
-			if r.err == nil && r.last > us[i].readSeq {
-				above = append(above, j)
-				names = append(names, us[i].topic)
-				hres = append(hres, res[per*len(hot)+j])
-			}
-		}
-		hvs, err := s.hiddenOfMany(ctx, db, keys, user, names, hres)
-		if err != nil {
-			return err
-		}
-		for k, j := range above {
-			reads[j].hv = hvs[k]
-		}
-		for j, i := range hot {
-			if c, ok := s.countHot(user, us[i], reads[j]); ok {
-				out[i] = c
-			} else {
-				cold = append(cold, i)
-			}
+	if remember {
+		// after the messages: the lowest seq not stored yet
+		for _, i := range hot {
+			cmds = append(cmds, rdb.B().Zrange().Key(keys.Pending(us[i].topic)).Min("0").Max("0").Withscores().Build())
 		}
 	}
+	res := rdb.DoMulti(ctx, cmds...)
+	hidden := res[per*n:]
+	if remember {
+		hidden = res[(per+1)*n:]
+	}
+	reads := make([]hotRead, n)
+	counters := make([]int64, n)
+	// the deletion ranges only of the topics with something above the
+	// cursor: a miss is filled from MySQL
+	var above []int
+	var names []string
+	var hres []rueidis.RedisResult
+	for j, i := range hot {
+		r := &reads[j]
+		r.c, r.last, r.err = hotResolve(res[j*per:(j+1)*per], Desc, math.MaxInt64, us[i].readSeq, hotReadOf(us[i]))
+		counters[j] = r.last
+		if len(r.c.Members) > 0 {
+			r.last = min(r.last, int64(r.c.Members[0].Score))
+		}
+		if r.err == nil && r.last > us[i].readSeq {
+			above = append(above, j)
+			names = append(names, us[i].topic)
+			hres = append(hres, hidden[j])
+		}
+	}
+	hvs, err := s.hiddenOfMany(ctx, db, keys, user, names, hres)
+	if err != nil {
+		return nil, nil, err
+	}
+	for k, j := range above {
+		reads[j].hv = hvs[k]
+	}
+	var fresh map[int]remembered
+	for j, i := range hot {
+		c, ok := s.countHotOne(user, us[i], reads[j])
+		if !ok {
+			cold = append(cold, i)
+			continue
+		}
+		out[i] = c
+		if !remember || c.upTo != counters[j] {
+			continue
+		}
+		hv, ok1 := stampOf(res[per*n+j])
+		lowest, ok2 := pendingLowest(res[(per+2)*n+j])
+		if ok1 && ok2 && (lowest == 0 || lowest > counters[j]) {
+			if fresh == nil {
+				fresh = map[int]remembered{}
+			}
+			fresh[i] = remembered{last: counters[j], cursor: us[i].readSeq, msgVer: reads[j].c.Version, hidVer: hv}
+		}
+	}
+	return fresh, cold, nil
+}
+
+// stampOf reads a version GET (0: none).
+func stampOf(res rueidis.RedisResult) (int64, bool) {
+	n, err := res.AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, true
+	}
+	return n, err == nil
+}
+
+// pendingLowest is the lowest pending seq a ZRANGE 0 0 WITHSCORES read (0:
+// none).
+func pendingLowest(res rueidis.RedisResult) (int64, bool) {
+	zs, err := res.AsZScores()
+	if err != nil {
+		return 0, false
+	}
+	if len(zs) == 0 {
+		return 0, true
+	}
+	return int64(zs[0].Score), true
+}
+
+// countCold counts us[cold] from the month tables (loading their route
+// mirrors unless mirrored) into out.
+func (s *Service) countCold(ctx context.Context, db *sql.DB, tenant string, user int64, us []userTopic, mirrored bool, cold []int, out []unreadCount) error {
 	if len(cold) == 0 {
 		return nil
 	}
@@ -423,13 +561,13 @@ type hotRead struct {
 	hv   hiddenView
 }
 
-// countHot counts u from its hot-cache read as countMany would from the
+// countHotOne counts u from its hot-cache read as countMany would from the
 // month tables: newest first down to the cursor, stopping at the caller's
 // own newest message (any status: sending reads everything before it),
 // counting messages neither recalled nor deleted nor hidden by the caller.
 // ok is false when the cache cannot prove the answer (a seq neither cached
 // nor a recorded gap, ranges not known).
-func (s *Service) countHot(user int64, u userTopic, r hotRead) (unreadCount, bool) {
+func (s *Service) countHotOne(user int64, u userTopic, r hotRead) (unreadCount, bool) {
 	out := unreadCount{readSeq: u.readSeq}
 	n := hotReadOf(u)
 	if r.err != nil || r.last == 0 {

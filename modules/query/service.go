@@ -48,6 +48,9 @@ type Params struct {
 	// copy of (recent), read for LocalMaxAge at most; either 0 keeps none.
 	LocalTopics int
 	LocalMaxAge time.Duration
+	// LocalUsers is how many users' unread counts the process remembers
+	// (readstate_memo.go), each for LocalMaxAge at most; either 0 keeps none.
+	LocalUsers int
 	// RecallWindow is how long after sending a sender may recall a
 	// message (send.recall_window).
 	RecallWindow time.Duration
@@ -64,6 +67,7 @@ type Service struct {
 	m      *metrics
 	st     *store
 	recent *recents
+	memo   *badgeMemo
 	bg     sync.WaitGroup // read frames being published (publishRead)
 }
 
@@ -71,7 +75,8 @@ type Service struct {
 // releases its prepared statements.
 func New(p Params) *Service {
 	rc := newRecents(p.LocalTopics, p.LocalMaxAge)
-	return &Service{p: p, m: newMetrics(p.Registerer, rc.topics), st: newStore(), recent: rc}
+	bm := newBadgeMemo(p.LocalUsers, p.LocalMaxAge)
+	return &Service{p: p, m: newMetrics(p.Registerer, rc.topics, bm.held), st: newStore(), recent: rc, memo: bm}
 }
 
 // Close waits for the read frames under way and releases the prepared

@@ -1,0 +1,163 @@
+package query
+
+// Remembered badges (docs/operations.md "Remembered badges").
+//
+// A topic's unread count, once the hot cache proved it, depends only on
+// the topic's last issued seq, the caller's cursor, the messages above it
+// (which change only through the change path, and that moves the topic's
+// message version forward first), the caller's deletion ranges (every hide
+// moves the topic's deletion-range version forward, before and after its
+// insert) and, for the mentions, the mention index — complete up to the
+// last seq once no seq up to it is pending, and changed after that only
+// by the change path. So each query process remembers, per user, the
+// counts it made with those inputs, and a later badge whose topic shows
+// the same last seq and cursor reads the two versions (one GET each, in
+// one round trip for all such topics) instead of the messages: equal
+// versions answer the remembered count. Nothing is written per member;
+// what is remembered is this process's own arithmetic.
+//
+// One case moves a count without a version: a send acknowledged by Kafka
+// after its seq was recorded as a gap puts the message in the hot cache
+// late (send logs it). A remembered count lives at most
+// hot_cache.local_max_age, as a process's copy of the newest messages does
+// (recent.go) for the same reason; each entry's lifetime is drawn between
+// half and all of it, so a user's counts are made again a few at a time,
+// not all in one call.
+
+import (
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/redis/rueidis"
+
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// memoKey names one user of one tenant.
+type memoKey struct {
+	tenant string
+	user   int64
+}
+
+// remembered is a count and the inputs it was made with.
+type remembered struct {
+	last, cursor   int64 // the topic's last issued seq and the caller's cursor
+	msgVer, hidVer int64 // the topic's message and deletion-range versions (0: none)
+	until          int64 // unix nanoseconds after which it is made again
+	readSeq, upTo  int64
+	unread, ments  int32
+	capped         bool
+}
+
+func (r remembered) count() unreadCount {
+	return unreadCount{readSeq: r.readSeq, unread: int(r.unread), mentions: int(r.ments), capped: r.capped, upTo: r.upTo}
+}
+
+// userMemo is one user's remembered counts by topic.
+type userMemo struct {
+	mu     sync.Mutex
+	topics map[string]remembered
+}
+
+// badgeMemo is the process's remembered counts of up to users users (the
+// least recently read go first); nil remembers nothing.
+type badgeMemo struct {
+	users  *lru.Cache[memoKey, *userMemo]
+	maxAge time.Duration
+}
+
+func newBadgeMemo(users int, maxAge time.Duration) *badgeMemo {
+	if users <= 0 || maxAge <= 0 {
+		return nil
+	}
+	c, err := lru.New[memoKey, *userMemo](users)
+	if err != nil {
+		return nil // unreachable: users > 0
+	}
+	return &badgeMemo{users: c, maxAge: maxAge}
+}
+
+// held is how many users the memo holds.
+func (b *badgeMemo) held() int {
+	if b == nil {
+		return 0
+	}
+	return b.users.Len()
+}
+
+// of is the user's memo; created unless create is false (nil then).
+func (b *badgeMemo) of(tenant string, user int64, create bool) *userMemo {
+	if b == nil {
+		return nil
+	}
+	k := memoKey{tenant, user}
+	if m, ok := b.users.Get(k); ok || !create {
+		return m
+	}
+	fresh := &userMemo{topics: map[string]remembered{}}
+	if prev, ok, _ := b.users.PeekOrAdd(k, fresh); ok {
+		return prev
+	}
+	return fresh
+}
+
+// candidates are the indexes of us[hot] whose remembered count was made at
+// the same last seq and cursor and is not too old, with what was
+// remembered; the versions decide (memoStamps).
+func (m *userMemo) candidates(us []userTopic, hot []int, now time.Time) ([]int, []remembered) {
+	if m == nil {
+		return nil, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var idx []int
+	var rs []remembered
+	for _, i := range hot {
+		r, ok := m.topics[us[i].topic]
+		if ok && r.last == us[i].last && r.cursor == us[i].readSeq && r.until > now.UnixNano() {
+			idx = append(idx, i)
+			rs = append(rs, r)
+		}
+	}
+	return idx, rs
+}
+
+// put remembers counts (by topic) and forgets the expired ones.
+func (b *badgeMemo) put(m *userMemo, counts map[string]remembered, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for t, r := range m.topics {
+		if r.until <= now.UnixNano() {
+			delete(m.topics, t)
+		}
+	}
+	for t, r := range counts {
+		r.until = now.Add(b.maxAge/2 + rand.N(b.maxAge/2+1)).UnixNano()
+		m.topics[t] = r
+	}
+}
+
+// memoStamps reads the message and deletion-range versions of topics, two
+// per topic in one MGET (a tenant's keys share a slot).
+func (s *Service) memoStamps(keys routing.Keys, topics []string) rueidis.Completed {
+	names := make([]string, 0, 2*len(topics))
+	for _, t := range topics {
+		names = append(names, keys.MessagesVersion(t), keys.HiddenVersion(t))
+	}
+	return s.p.Redis.B().Mget().Key(names...).Build()
+}
+
+// stampAt is the version at i of an MGET answer (0: none); ok is false
+// when it cannot be read as one.
+func stampAt(vals []rueidis.RedisMessage, i int) (int64, bool) {
+	if i >= len(vals) {
+		return 0, false
+	}
+	if vals[i].IsNil() {
+		return 0, true
+	}
+	n, err := vals[i].AsInt64()
+	return n, err == nil
+}

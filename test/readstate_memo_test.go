@@ -1,0 +1,88 @@
+package test
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestReadStateRememberedBadgesFollowEveryChange: a badge read twice is
+// answered the second time from what the query process remembered, and
+// every change that moves a count — another member's send (mentioning the
+// reader), a recall, a delete for everyone, a hide, a cursor move, the
+// reader's own send — shows on the very next read, never the remembered
+// count.
+func TestReadStateRememberedBadgesFollowEveryChange(t *testing.T) {
+	env := rsStart(t)
+	const topic = "rsmemo"
+	const reader, other = int64(21), int64(22)
+	env.group(topic, 502, "active")
+	for _, u := range []int64{reader, other} {
+		env.member(topic, u, "member", time.Time{})
+	}
+	admin := env.Token(99, "admin")
+	m := &rsModel{msgs: map[int64]*rsMsg{}, hidden: map[int64][][2]int64{}, cursor: map[int64]int64{}}
+	sent := 0
+	send := func(from int64, mention bool) int64 {
+		body := sendBody(fmt.Sprintf("m-%d", sent), "hello")
+		msg := &rsMsg{from: from, status: "normal"}
+		if mention {
+			body["mentioned_user_ids"] = []string{strconv.FormatInt(reader, 10)}
+			msg.mentions = []int64{reader}
+		}
+		sent++
+		r := env.mustSend(env.Token(from, ""), topic, body)
+		m.msgs[r.Seq], m.last = msg, r.Seq
+		chWaitSettled(t, env.Env, topic)
+		return r.Seq
+	}
+	remembered := func() float64 {
+		return persistMetric(t, env.Env, "imshard_unread_counts_total", `source="memo"`)
+	}
+	check := func(step string) {
+		t.Helper()
+		n, men, _ := m.unread(reader)
+		before := remembered()
+		for read := range 2 {
+			_, by := rsUnread(t, env, reader)
+			if by[topic].Unread != n || by[topic].MentionUnread != men {
+				t.Fatalf("%s, read %d: %+v, want %d unread, %d mentions", step, read, by[topic], n, men)
+			}
+		}
+		if n > 0 && remembered() <= before {
+			t.Fatalf("%s: the second read was not answered from the remembered count", step)
+		}
+	}
+	for i := range 5 {
+		send(other, i == 2)
+	}
+	check("five sends")
+	send(other, true)
+	check("a send mentioning the reader")
+	if code, r := chRecall(t, env.Env, env.Token(other, ""), topic, 6, nil); code != 200 {
+		t.Fatalf("recall: %d %+v", code, r)
+	}
+	m.msgs[6].status = "recalled"
+	check("a recall")
+	if code, out := env.Do("DELETE", chSeqPath(topic, 2)+"?scope=all", admin, nil); code != 200 {
+		t.Fatalf("delete: %d %s", code, out)
+	}
+	m.msgs[2].status = "deleted"
+	check("a delete for everyone")
+	if code, out := env.Do("POST", "/v1/topics/"+topic+"/deletions", env.Token(reader, ""), map[string]any{"low": 4, "hi": 5}); code != 200 {
+		t.Fatalf("hide: %d %s", code, out)
+	}
+	m.hidden[reader] = append(m.hidden[reader], [2]int64{4, 5})
+	check("a hide")
+	if code, got := rsRead(t, env, reader, topic, 3); code != 200 || got != 3 {
+		t.Fatalf("read: %d %d", code, got)
+	}
+	m.cursor[reader] = 3
+	check("a cursor move")
+	send(other, false)
+	send(reader, false)
+	check("the reader's own send")
+	send(other, false)
+	check("a send after the reader's own")
+}
