@@ -40,6 +40,7 @@ func (a *App) NewQuery() *query.Service {
 		LocalTopics:  a.Config.HotCache.LocalTopics,
 		LocalMaxAge:  a.Config.HotCache.LocalMaxAge,
 		LocalUsers:   a.Config.HotCache.LocalUsers,
+		LocalRoutes:  a.Config.HotCache.LocalRoutes,
 		RecallWindow: a.Config.Send.RecallWindow,
 		MaxEditBody:  a.Config.Send.MaxBodyBytes,
 		Log:          a.Log.With().Str("module", Query).Logger(),

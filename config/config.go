@@ -178,6 +178,7 @@ type HotCache struct {
 	LocalTopics int           `mapstructure:"local_topics"`
 	LocalMaxAge time.Duration `mapstructure:"local_max_age"`
 	LocalUsers  int           `mapstructure:"local_users"`
+	LocalRoutes int           `mapstructure:"local_routes"`
 }
 
 // Stream is the realtime WebSocket stream the query role serves: limits
@@ -274,7 +275,7 @@ func Default() Config {
 			ACLCacheTTL:      5 * time.Minute,
 			MaxClockBackward: 5 * time.Second,
 		},
-		HotCache: HotCache{TTL: 24 * time.Hour, MaxPerTopic: 1000, LocalTopics: 1024, LocalMaxAge: 10 * time.Second, LocalUsers: 4096},
+		HotCache: HotCache{TTL: 24 * time.Hour, MaxPerTopic: 1000, LocalTopics: 1024, LocalMaxAge: 10 * time.Second, LocalUsers: 4096, LocalRoutes: 65536},
 		Stream: Stream{
 			MaxConnections:    10_000,
 			MaxTopics:         500,

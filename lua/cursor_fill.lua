@@ -11,9 +11,14 @@
 -- complete and carries the groups epoch the caller read before querying
 -- MySQL (a dissolve bumps it, and a reader finding an older one reads again).
 --
+-- A field "^TOPIC" holds the topic's preferences (pinned, notification
+-- mute) when one is set; it is written as MySQL said (a preferences change
+-- drops the entry and bumps the version after its commit).
+--
 -- KEYS[1] version, KEYS[2] the user's cursors (HASH topic → read_seq)
 -- ARGV[1] version the caller read ("" = none), ARGV[2] ttl ms,
--- ARGV[3] the value of "~", ARGV[4], ARGV[5], … topic, read_seq pairs
+-- ARGV[3] the value of "~", ARGV[4], ARGV[5], … topic, read_seq pairs and
+-- "^TOPIC", preferences pairs
 local v = redis.call('GET', KEYS[1]) or ''
 if v ~= ARGV[1] then
   return 0
@@ -21,9 +26,13 @@ end
 local named = {}
 for i = 4, #ARGV, 2 do
   named[ARGV[i]] = true
-  local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[i]))
-  if not cur or tonumber(ARGV[i + 1]) > cur then
+  if string.sub(ARGV[i], 1, 1) == '^' then
     redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+  else
+    local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[i]))
+    if not cur or tonumber(ARGV[i + 1]) > cur then
+      redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+    end
   end
 end
 for _, f in ipairs(redis.call('HKEYS', KEYS[2])) do

@@ -86,3 +86,62 @@ func TestReadStateRememberedBadgesFollowEveryChange(t *testing.T) {
 	send(other, false)
 	check("a send after the reader's own")
 }
+
+// TestReadStateRememberedRoutesFollowSends: a topic list read again takes
+// its topics' route mirrors from what the query process remembered, and a
+// message stored since, a pin and an unpin reorder the list on the very
+// next read.
+func TestReadStateRememberedRoutesFollowSends(t *testing.T) {
+	env := rsStart(t)
+	const reader, other = int64(31), int64(32)
+	topics := []string{"rsroute-a", "rsroute-b", "rsroute-c"}
+	for i, topic := range topics {
+		env.group(topic, int64(600+i), "active")
+		for _, u := range []int64{reader, other} {
+			env.member(topic, u, "member", time.Time{})
+		}
+	}
+	lastSeq := map[string]int64{}
+	send := func(topic string) {
+		r := env.mustSend(env.Token(other, ""), topic, sendBody(fmt.Sprintf("%s-%d", topic, lastSeq[topic]), "hi"))
+		lastSeq[topic] = r.Seq
+		chWaitSettled(t, env.Env, topic)
+		time.Sleep(2 * time.Millisecond) // activity is kept to the millisecond
+	}
+	pin := func(topic string, pinned bool) {
+		if code, out := env.Do("PUT", "/v1/topics/"+topic+"/me", env.Token(reader, ""), map[string]any{"pinned": pinned}); code != 200 {
+			t.Fatalf("pin %s: %d %s", topic, code, out)
+		}
+	}
+	for _, topic := range topics {
+		send(topic)
+	}
+	check := func(step string, order ...string) {
+		t.Helper()
+		hits := persistMetric(t, env.Env, "imshard_query_route_memo_total", `result="hit"`)
+		for read := range 2 {
+			list := rsTopics(t, env, reader, 10)
+			if len(list) != len(order) {
+				t.Fatalf("%s: %d topics, want %d", step, len(list), len(order))
+			}
+			for i, e := range list {
+				if e.Topic != order[i] || e.LastSeq != lastSeq[e.Topic] {
+					t.Fatalf("%s, read %d: entry %d is %s at last_seq %d, want %s at %d", step, read, i, e.Topic, e.LastSeq, order[i], lastSeq[order[i]])
+				}
+			}
+		}
+		if persistMetric(t, env.Env, "imshard_query_route_memo_total", `result="hit"`) <= hits {
+			t.Fatalf("%s: no mirror was remembered", step)
+		}
+	}
+	check("three sends", "rsroute-c", "rsroute-b", "rsroute-a")
+	send("rsroute-a")
+	check("a send to the oldest", "rsroute-a", "rsroute-c", "rsroute-b")
+	pin("rsroute-b", true)
+	check("a pin", "rsroute-b", "rsroute-a", "rsroute-c")
+	send("rsroute-c")
+	send("rsroute-c")
+	check("two sends beside the pinned one", "rsroute-b", "rsroute-c", "rsroute-a")
+	pin("rsroute-b", false)
+	check("an unpin", "rsroute-c", "rsroute-a", "rsroute-b")
+}

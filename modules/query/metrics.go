@@ -58,10 +58,12 @@ type metrics struct {
 	// mentionReads counts the statements reading the mention index,
 	// readFrames the read frames published after a cursor committed
 	mentionReads prometheus.Counter
-	readFrames   *prometheus.CounterVec
+	// routeMemo counts the topics of topic lists by where their mirror came from
+	routeMemo  *prometheus.CounterVec
+	readFrames *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer, held func() int64, memoUsers func() int) *metrics {
+func newMetrics(reg prometheus.Registerer, held func() int64, memoUsers, memoRoutes func() int) *metrics {
 	m := &metrics{
 		tables: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "group_message_query_tables",
@@ -132,9 +134,20 @@ func newMetrics(reg prometheus.Registerer, held func() int64, memoUsers func() i
 		Name: "imshard_query_badge_memo_users",
 		Help: "Users whose unread counts this process remembers (at most hot_cache.local_users).",
 	}, func() float64 { return float64(memoUsers()) })
-	reg.MustRegister(m.tables, m.latency, m.wide, m.hot, m.hidden, m.local, topics, users, m.changes, m.changeLatency, m.changeFollowups, m.readState, m.cursorCache, m.unreadFrom, m.mentionReads, m.readFrames)
+	routes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "imshard_query_route_memo_topics",
+		Help: "Topics whose route mirror this process remembers for topic lists (at most hot_cache.local_routes).",
+	}, func() float64 { return float64(memoRoutes()) })
+	m.routeMemo = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "imshard_query_route_memo_total",
+		Help: "Topics of topic lists by where their route mirror came from: hit (remembered, the topic's last seq unchanged), miss (read from MySQL).",
+	}, []string{"result"})
+	reg.MustRegister(m.tables, m.latency, m.wide, m.hot, m.hidden, m.local, topics, users, routes, m.routeMemo, m.changes, m.changeLatency, m.changeFollowups, m.readState, m.cursorCache, m.unreadFrom, m.mentionReads, m.readFrames)
 	for _, r := range []string{"hit", "miss", "error"} {
 		m.cursorCache.WithLabelValues(r)
+	}
+	for _, r := range []string{"hit", "miss"} {
+		m.routeMemo.WithLabelValues(r)
 	}
 	for _, r := range []string{"memo", "redis", "mysql"} {
 		m.unreadFrom.WithLabelValues(r)

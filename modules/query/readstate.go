@@ -204,12 +204,17 @@ func (s *Service) SetPrefs(ctx context.Context, p httpapi.Principal, topic strin
 	if err := s.authorize(ctx, p, topic); err != nil {
 		return InboxTopic{}, err
 	}
-	_, db, err := s.open(ctx, p, topic)
+	keys, db, err := s.open(ctx, p, topic)
 	if err != nil {
 		return InboxTopic{}, err
 	}
 	if err := putPrefs(ctx, db, p.UserID, topic, pr.Pinned, pr.NotifyMute, pr.ClearNotifyMut); err != nil {
 		return InboxTopic{}, httpapi.Wrap(httpapi.CodeUnavailable, "read state store unavailable", err)
+	}
+	// the user's cache entry holds the preferences the topic list sorts by:
+	// dropped once they committed, so the next read fills it from MySQL
+	if err := s.dropCursors(ctx, keys, p.UserID); err != nil {
+		return InboxTopic{}, httpapi.Wrap(httpapi.CodeUnavailable, "read-cursor cache unavailable; the change may not show in the topic list yet, retry it", err)
 	}
 	readSeq, pinned, mute, err := readState(ctx, db, p.UserID, topic)
 	if err != nil {
@@ -416,7 +421,7 @@ func (s *Service) Topics(ctx context.Context, p httpapi.Principal, limit int, cu
 	if err != nil {
 		return TopicsPage{}, err
 	}
-	all, err := s.loadTopics(ctx, db, p.UserID, false)
+	all, err := s.listTopics(ctx, db, p.Tenant, p.UserID)
 	if err != nil {
 		return TopicsPage{}, err
 	}

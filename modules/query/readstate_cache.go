@@ -31,6 +31,7 @@ import (
 	"database/sql"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -173,6 +174,9 @@ func (s *Service) fillCursors(ctx context.Context, db *sql.DB, keys routing.Keys
 		args = append(args, version, strconv.FormatInt(cursorTTL.Milliseconds(), 10), mark)
 		for _, u := range us {
 			args = append(args, u.topic, strconv.FormatInt(u.readSeq, 10))
+			if p, ok := prefsField(u); ok {
+				args = append(args, prefsMark+u.topic, p)
+			}
 		}
 		// best effort: a refused or failed fill costs the next read this one
 		_ = s.p.Scripts.CursorFill.Exec(ctx, s.p.Redis,
@@ -182,7 +186,8 @@ func (s *Service) fillCursors(ctx context.Context, db *sql.DB, keys routing.Keys
 }
 
 // cursorsFrom sets each topic's readSeq from a complete cache entry (0
-// for a topic it does not name); false if a value is not a cursor.
+// for a topic it does not name), and its preferences; false if a value is
+// not a cursor or a preferences field.
 func cursorsFrom(cached map[string]string, us []userTopic) bool {
 	for i := range us {
 		us[i].readSeq = 0
@@ -193,6 +198,49 @@ func cursorsFrom(cached map[string]string, us []userTopic) bool {
 			}
 			us[i].readSeq = n
 		}
+		us[i].pinned, us[i].notifyMute = false, sql.NullTime{}
+		if v, ok := cached[prefsMark+us[i].topic]; ok && !prefsFrom(v, &us[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// prefsMark begins the field of a topic's preferences in a user's cache
+// entry (a topic name never holds it): "p" and 0 or 1 for pinned, then
+// ":" and notify_muted_until in unix ms (0: none). Only a topic with one
+// set has the field; every preferences change drops the entry.
+const prefsMark = "^"
+
+// prefsField is u's preferences field value, ok false when none is set.
+func prefsField(u userTopic) (string, bool) {
+	if !u.pinned && !u.notifyMute.Valid {
+		return "", false
+	}
+	var ms int64
+	if u.notifyMute.Valid {
+		ms = u.notifyMute.Time.UnixMilli()
+	}
+	p := "p0:"
+	if u.pinned {
+		p = "p1:"
+	}
+	return p + strconv.FormatInt(ms, 10), true
+}
+
+// prefsFrom sets u's preferences from a prefsField value.
+func prefsFrom(v string, u *userTopic) bool {
+	pin, ms, ok := strings.Cut(v, ":")
+	if !ok || (pin != "p0" && pin != "p1") {
+		return false
+	}
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil || n < 0 {
+		return false
+	}
+	u.pinned = pin == "p1"
+	if n > 0 {
+		u.notifyMute = sql.NullTime{Time: time.UnixMilli(n).UTC(), Valid: true}
 	}
 	return true
 }
@@ -214,7 +262,7 @@ func (s *Service) memberships(ctx context.Context, db *sql.DB, keys routing.Keys
 	if cached != nil {
 		us := make([]userTopic, 0, len(cached))
 		for t := range cached {
-			if t != cursorsComplete {
+			if t != cursorsComplete && !strings.HasPrefix(t, prefsMark) {
 				us = append(us, userTopic{topic: t})
 			}
 		}

@@ -25,6 +25,8 @@ package query
 // not all in one call.
 
 import (
+	"context"
+	"database/sql"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -160,4 +162,127 @@ func stampAt(vals []rueidis.RedisMessage, i int) (int64, bool) {
 	}
 	n, err := vals[i].AsInt64()
 	return n, err == nil
+}
+
+// Remembered route mirrors (docs/operations.md "Remembered badges"): a
+// topic list sorts every topic of the caller by its newest stored message,
+// which its route mirror holds. Only storing a message moves a mirror's
+// seqs and times, and every stored message took a seq first; so a mirror
+// read once nothing up to the topic's last issued seq was pending holds
+// until that seq moves. Each query process remembers such mirrors for
+// hot_cache.local_routes topics, and a list reads MySQL only for the
+// mirrors whose topic's last seq moved. What moves a mirror without a seq —
+// a route check's fix, a legacy migration's copy (nothing is remembered
+// while the tenant migrates) — shows within hot_cache.local_max_age, the
+// entries' lifetime.
+
+// routeMemo is the process's remembered mirrors by tenant and topic; nil
+// remembers nothing.
+type routeMemo struct {
+	topics *lru.Cache[[2]string, rememberedRoute]
+	maxAge time.Duration
+}
+
+// rememberedRoute is a mirror and the last issued seq it holds up to.
+type rememberedRoute struct {
+	m     routing.TopicMirror
+	last  int64
+	until int64 // unix nanoseconds
+}
+
+func newRouteMemo(topics int, maxAge time.Duration) *routeMemo {
+	if topics <= 0 || maxAge <= 0 {
+		return nil
+	}
+	c, err := lru.New[[2]string, rememberedRoute](topics)
+	if err != nil {
+		return nil // unreachable: topics > 0
+	}
+	return &routeMemo{topics: c, maxAge: maxAge}
+}
+
+// held is how many mirrors the memo holds.
+func (r *routeMemo) held() int {
+	if r == nil {
+		return 0
+	}
+	return r.topics.Len()
+}
+
+// listTopics is the caller's topics for a topic list: their memberships
+// of groups not dissolved with cursors and preferences from the user's
+// cache entry (MySQL when it is incomplete) and the last issued seqs
+// (memberships), then the route mirrors — remembered where the topic's
+// last seq did not move, the others read from MySQL and remembered when no
+// seq up to that last one was pending before they were read. A tenant
+// being migrated reads all of it from MySQL (loadTopics).
+func (s *Service) listTopics(ctx context.Context, db *sql.DB, tenant string, user int64) ([]userTopic, error) {
+	st, err := s.p.Migrations.State(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	if st.DualRead() {
+		return s.loadTopics(ctx, db, user, false)
+	}
+	keys, err := routing.KeysFor(tenant)
+	if err != nil {
+		return nil, err
+	}
+	us, err := s.memberships(ctx, db, keys, user)
+	if err != nil || len(us) == 0 {
+		return us, err
+	}
+	now := time.Now()
+	var missed []int
+	for i, u := range us {
+		if s.routes != nil {
+			if r, ok := s.routes.topics.Get([2]string{tenant, u.topic}); ok && u.last >= 0 && r.last == u.last && r.until > now.UnixNano() {
+				us[i].mirror = r.m
+				continue
+			}
+		}
+		missed = append(missed, i)
+	}
+	s.m.routeMemo.WithLabelValues("hit").Add(float64(len(us) - len(missed)))
+	if len(missed) == 0 {
+		return us, nil
+	}
+	s.m.routeMemo.WithLabelValues("miss").Add(float64(len(missed)))
+	// the lowest pending seq of each, before the mirrors are read
+	rdb := s.p.Redis
+	var pending []rueidis.RedisResult
+	if s.routes != nil {
+		cmds := make([]rueidis.Completed, len(missed))
+		for j, i := range missed {
+			cmds[j] = rdb.B().Zrange().Key(keys.Pending(us[i].topic)).Min("0").Max("0").Withscores().Build()
+		}
+		pending = rdb.DoMulti(ctx, cmds...)
+	}
+	var mirrors map[string]routing.TopicMirror
+	if 4*len(missed) > len(us) {
+		// many: the one statement of fixed shape through the user's memberships
+		mirrors, err = s.userMirrors(ctx, db, user)
+	} else {
+		names := make([]string, len(missed))
+		for j, i := range missed {
+			names[j] = us[i].topic
+		}
+		mirrors, err = routing.LoadMirrorMany(ctx, db, names)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range missed {
+		m := mirrors[us[i].topic]
+		us[i].mirror = m
+		if s.routes == nil {
+			continue
+		}
+		lowest, ok := pendingLowest(pending[j])
+		if last := us[i].last; ok && last > 0 && (lowest == 0 || lowest > last) {
+			until := now.Add(s.routes.maxAge/2 + rand.N(s.routes.maxAge/2+1)).UnixNano()
+			s.routes.topics.Add([2]string{tenant, us[i].topic}, rememberedRoute{m: m, last: last, until: until})
+		}
+	}
+	return us, nil
 }

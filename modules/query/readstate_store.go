@@ -68,22 +68,12 @@ func (u userTopic) activity() time.Time {
 // the join times a caller needs): the range then stays within the
 // members' (user_id) index, not a row lookup per membership.
 func (s *Service) loadTopics(ctx context.Context, db *sql.DB, user int64, times bool) ([]userTopic, error) {
-	mirrors := map[string]routing.TopicMirror{}
+	var mirrors map[string]routing.TopicMirror
 	var merr error
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
-		query, args, err := routing.MirrorOf(membersTable+" AS m", "m.topic", sq.Eq{"m.user_id": user}).ToSql()
-		if err != nil {
-			merr = err
-			return
-		}
-		rows, err := s.st.run(ctx, db, query, args)
-		if err != nil {
-			merr = fmt.Errorf("query: mirrors of %d: %w", user, err)
-			return
-		}
-		merr = routing.ScanMirror(rows, mirrors)
+		mirrors, merr = s.userMirrors(ctx, db, user)
 	}()
 	out, err := s.loadMembersOf(ctx, db, user, times)
 	<-read
@@ -100,6 +90,21 @@ func (s *Service) loadTopics(ctx context.Context, db *sql.DB, user int64, times 
 		}
 	}
 	return out, nil
+}
+
+// userMirrors reads the route mirrors of every topic user is a member of
+// (one statement of fixed shape, through the members' (user_id) index).
+func (s *Service) userMirrors(ctx context.Context, db *sql.DB, user int64) (map[string]routing.TopicMirror, error) {
+	query, args, err := routing.MirrorOf(membersTable+" AS m", "m.topic", sq.Eq{"m.user_id": user}).ToSql()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.st.run(ctx, db, query, args)
+	if err != nil {
+		return nil, fmt.Errorf("query: mirrors of %d: %w", user, err)
+	}
+	mirrors := map[string]routing.TopicMirror{}
+	return mirrors, routing.ScanMirror(rows, mirrors)
 }
 
 // loadMembersOf is loadTopics' memberships, without the mirrors.
@@ -168,11 +173,11 @@ func (s *Service) joinedTimes(ctx context.Context, db *sql.DB, user int64, us []
 }
 
 // loadMemberships reads the topics user is a member of that are not
-// dissolved, with their cursors (one index range of im_group_members
-// joined with the group and the cursor): what the user's cache entry of
-// memberships and cursors holds (fillCursors).
+// dissolved, with their cursors and preferences (one index range of
+// im_group_members joined with the group and the cursor): what the user's
+// cache entry of memberships and cursors holds (fillCursors).
 func (s *Service) loadMemberships(ctx context.Context, db *sql.DB, user int64) ([]userTopic, error) {
-	query, args, err := sq.Select("m.topic", "COALESCE(c.read_seq, 0)").From(membersTable + " AS m").
+	query, args, err := sq.Select("m.topic", "COALESCE(c.read_seq, 0)", "COALESCE(c.pinned, 0)", "c.notify_muted_until").From(membersTable + " AS m").
 		Join(groupsTable + " AS g ON g.topic = m.topic").
 		LeftJoin(cursorsTable + " AS c ON c.user_id = m.user_id AND c.topic = m.topic").
 		Where(sq.Eq{"m.user_id": user}).Where(sq.NotEq{"g.status": acl.GroupDissolved}).ToSql()
@@ -187,7 +192,7 @@ func (s *Service) loadMemberships(ctx context.Context, db *sql.DB, user int64) (
 	var out []userTopic
 	for rows.Next() {
 		var u userTopic
-		if err := rows.Scan(&u.topic, &u.readSeq); err != nil {
+		if err := rows.Scan(&u.topic, &u.readSeq, &u.pinned, &u.notifyMute); err != nil {
 			return nil, fmt.Errorf("query: memberships of %d: %w", user, err)
 		}
 		out = append(out, u)

@@ -51,6 +51,9 @@ type Params struct {
 	// LocalUsers is how many users' unread counts the process remembers
 	// (readstate_memo.go), each for LocalMaxAge at most; either 0 keeps none.
 	LocalUsers int
+	// LocalRoutes is how many topics' route mirrors the process remembers
+	// for topic lists, each for LocalMaxAge at most; either 0 keeps none.
+	LocalRoutes int
 	// RecallWindow is how long after sending a sender may recall a
 	// message (send.recall_window).
 	RecallWindow time.Duration
@@ -68,6 +71,7 @@ type Service struct {
 	st     *store
 	recent *recents
 	memo   *badgeMemo
+	routes *routeMemo
 	bg     sync.WaitGroup // read frames being published (publishRead)
 }
 
@@ -76,7 +80,8 @@ type Service struct {
 func New(p Params) *Service {
 	rc := newRecents(p.LocalTopics, p.LocalMaxAge)
 	bm := newBadgeMemo(p.LocalUsers, p.LocalMaxAge)
-	return &Service{p: p, m: newMetrics(p.Registerer, rc.topics, bm.held), st: newStore(), recent: rc, memo: bm}
+	rm := newRouteMemo(p.LocalRoutes, p.LocalMaxAge)
+	return &Service{p: p, m: newMetrics(p.Registerer, rc.topics, bm.held, rm.held), st: newStore(), recent: rc, memo: bm, routes: rm}
 }
 
 // Close waits for the read frames under way and releases the prepared
