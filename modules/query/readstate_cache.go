@@ -477,7 +477,7 @@ func (s *Service) countHot(ctx context.Context, db *sql.DB, keys routing.Keys, u
 	if remember {
 		// after the messages: the lowest seq not stored yet
 		for _, i := range hot {
-			cmds = append(cmds, rdb.B().Zrange().Key(keys.Pending(us[i].topic)).Min("0").Max("0").Withscores().Build())
+			cmds = append(cmds, s.pendingHead(keys, us[i].topic))
 		}
 	}
 	res := rdb.DoMulti(ctx, cmds...)

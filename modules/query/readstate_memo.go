@@ -136,9 +136,21 @@ func (b *badgeMemo) put(m *userMemo, counts map[string]remembered, now time.Time
 		}
 	}
 	for t, r := range counts {
-		r.until = now.Add(b.maxAge/2 + rand.N(b.maxAge/2+1)).UnixNano()
+		r.until = lifetime(now, b.maxAge)
 		m.topics[t] = r
 	}
+}
+
+// lifetime is when something remembered at now is made again: between
+// half and all of maxAge later, drawn, so what was remembered together is
+// not all made again in one call.
+func lifetime(now time.Time, maxAge time.Duration) int64 {
+	return now.Add(maxAge/2 + rand.N(maxAge/2+1)).UnixNano()
+}
+
+// pendingHead reads the lowest seq of topic not stored yet (pendingLowest).
+func (s *Service) pendingHead(keys routing.Keys, topic string) rueidis.Completed {
+	return s.p.Redis.B().Zrange().Key(keys.Pending(topic)).Min("0").Max("0").Withscores().Build()
 }
 
 // memoStamps reads the message and deletion-range versions of topics, two
@@ -254,7 +266,7 @@ func (s *Service) listTopics(ctx context.Context, db *sql.DB, tenant string, use
 	if s.routes != nil {
 		cmds := make([]rueidis.Completed, len(missed))
 		for j, i := range missed {
-			cmds[j] = rdb.B().Zrange().Key(keys.Pending(us[i].topic)).Min("0").Max("0").Withscores().Build()
+			cmds[j] = s.pendingHead(keys, us[i].topic)
 		}
 		pending = rdb.DoMulti(ctx, cmds...)
 	}
@@ -280,8 +292,7 @@ func (s *Service) listTopics(ctx context.Context, db *sql.DB, tenant string, use
 		}
 		lowest, ok := pendingLowest(pending[j])
 		if last := us[i].last; ok && last > 0 && (lowest == 0 || lowest > last) {
-			until := now.Add(s.routes.maxAge/2 + rand.N(s.routes.maxAge/2+1)).UnixNano()
-			s.routes.topics.Add([2]string{tenant, us[i].topic}, rememberedRoute{m: m, last: last, until: until})
+			s.routes.topics.Add([2]string{tenant, us[i].topic}, rememberedRoute{m: m, last: last, until: lifetime(now, s.routes.maxAge)})
 		}
 	}
 	return us, nil
