@@ -1,13 +1,16 @@
 -- Before a message change (recall, edit, delete for everyone) commits: take
 -- the message out of the topic's hot cache and move the topic's message
 -- version forward, so neither Redis nor any query process's copy of the
--- newest messages can serve the old version once the change is answered.
+-- newest messages (or count remembered from them) can serve the old version
+-- once the change is answered. With seq 0 nothing leaves the cache and only
+-- the version moves: send's late acknowledgement of a seq readers already
+-- took as a gap put its message in the cache behind their copies.
 -- The version is at least the Redis time in microseconds and always above
 -- the one it replaces: a version lost with its key (expiry, a flush) is
 -- never handed out again while the clock moves forward.
 --
 -- KEYS[1] hot cache (ZSET score seq), KEYS[2] topic message version (STRING)
--- ARGV[1] seq, ARGV[2] version ttl ms
+-- ARGV[1] seq (0: none), ARGV[2] version ttl ms
 -- returns the new version
 redis.call('ZREMRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[1])
 local t = redis.call('TIME')

@@ -55,10 +55,6 @@ const (
 // its acknowledgement in the normal case.
 const retryAfter = 250 * time.Millisecond
 
-// messagesVersionTTL is how long a topic's message version outlives its
-// last change; a lost version only costs the query processes their copies.
-const messagesVersionTTL = 24 * time.Hour
-
 // MaxReason is the longest reason a change may record (VARCHAR(255)).
 const MaxReason = 255
 
@@ -271,7 +267,7 @@ func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, t
 	}
 	version, err := s.p.Scripts.MsgChange.Exec(ctx, s.p.Redis,
 		[]string{keys.HotMessages(c.topic), keys.MessagesVersion(c.topic)},
-		[]string{strconv.FormatInt(c.seq, 10), strconv.FormatInt(messagesVersionTTL.Milliseconds(), 10)}).ToString()
+		[]string{strconv.FormatInt(c.seq, 10), strconv.FormatInt(routing.MessagesVersionTTL.Milliseconds(), 10)}).ToString()
 	if err != nil {
 		return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "the caches cannot be told (Redis unavailable): nothing changed, retry", err)
 	}

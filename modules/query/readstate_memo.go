@@ -16,13 +16,13 @@ package query
 // versions answer the remembered count. Nothing is written per member;
 // what is remembered is this process's own arithmetic.
 //
-// One case moves a count without a version: a send acknowledged by Kafka
-// after its seq was recorded as a gap puts the message in the hot cache
-// late (send logs it). A remembered count lives at most
-// hot_cache.local_max_age, as a process's copy of the newest messages does
-// (recent.go) for the same reason; each entry's lifetime is drawn between
-// half and all of it, so a user's counts are made again a few at a time,
-// not all in one call.
+// A send acknowledged by Kafka after its seq was recorded as a gap puts
+// its message in the hot cache late; send moves the message version then.
+// What moves a count with no version — mention-index rows or messages
+// changed by hand, a dead-lettered message replayed into a seq that was a
+// gap — shows once the remembered count expires: each lives between half
+// and all of hot_cache.local_count_age, drawn, so a user's counts are made
+// again a few at a time, not all in one call.
 
 import (
 	"context"

@@ -49,8 +49,10 @@ type Params struct {
 	LocalTopics int
 	LocalMaxAge time.Duration
 	// LocalUsers is how many users' unread counts the process remembers
-	// (readstate_memo.go), each for LocalMaxAge at most; either 0 keeps none.
-	LocalUsers int
+	// (readstate_memo.go), each for LocalCountAge at most; either 0 keeps
+	// none.
+	LocalUsers    int
+	LocalCountAge time.Duration
 	// LocalRoutes is how many topics' route mirrors the process remembers
 	// for topic lists, each for LocalMaxAge at most; either 0 keeps none.
 	LocalRoutes int
@@ -79,7 +81,7 @@ type Service struct {
 // releases its prepared statements.
 func New(p Params) *Service {
 	rc := newRecents(p.LocalTopics, p.LocalMaxAge)
-	bm := newBadgeMemo(p.LocalUsers, p.LocalMaxAge)
+	bm := newBadgeMemo(p.LocalUsers, p.LocalCountAge)
 	rm := newRouteMemo(p.LocalRoutes, p.LocalMaxAge)
 	return &Service{p: p, m: newMetrics(p.Registerer, rc.topics, bm.held, rm.held), st: newStore(), recent: rc, memo: bm, routes: rm}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"strconv"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -116,6 +117,11 @@ func (k Keys) HotMessages(topic string) string { return k.prefix + "hot:" + topi
 // page reads it in its round trip, so a process's copy of the topic's
 // newest messages made under an older version is never used again.
 func (k Keys) MessagesVersion(topic string) string { return k.prefix + "msgver:" + topic }
+
+// MessagesVersionTTL is how long a topic's message version outlives its
+// last move (lua/msg_change.lua); a lost version only costs the query
+// processes their copies and remembered counts.
+const MessagesVersionTTL = 24 * time.Hour
 
 // HotRange is the topic's hot-cache coverage record.
 func (k Keys) HotRange(topic string) string { return k.prefix + "hotrange:" + topic }
