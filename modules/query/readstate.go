@@ -383,22 +383,25 @@ func decodeOpaque(s string, v any) error {
 	return nil
 }
 
-// listed is a topic with its sort key at the snapshot.
+// listed is a topic's sort key at the snapshot, and its index among the
+// caller's topics (small: a list sorts hundreds).
 type listed struct {
-	u   userTopic
-	act time.Time
+	topic  string
+	pinned bool
+	act    time.Time
+	i      int
 }
 
 // before reports whether a sorts before b: pinned first, then newest
 // activity, then topic.
 func (a listed) before(b listed) bool {
-	if a.u.pinned != b.u.pinned {
-		return a.u.pinned
+	if a.pinned != b.pinned {
+		return a.pinned
 	}
 	if !a.act.Equal(b.act) {
 		return a.act.After(b.act)
 	}
-	return a.u.topic < b.u.topic
+	return a.topic < b.topic
 }
 
 // Topics is a page of the caller's topic list: every group they are a
@@ -436,8 +439,8 @@ func (s *Service) Topics(ctx context.Context, p httpapi.Principal, limit int, cu
 	if err != nil {
 		return TopicsPage{}, err
 	}
-	var ls []listed
-	for _, u := range all {
+	ls := make([]listed, 0, len(all))
+	for i, u := range all {
 		if u.status == acl.GroupDissolved {
 			continue
 		}
@@ -446,7 +449,7 @@ func (s *Service) Topics(ctx context.Context, p httpapi.Principal, limit int, cu
 			return TopicsPage{}, err
 		}
 		if ok {
-			ls = append(ls, listed{u, act})
+			ls = append(ls, listed{u.topic, u.pinned, act, i})
 		}
 	}
 	slices.SortFunc(ls, func(a, b listed) int {
@@ -456,9 +459,9 @@ func (s *Service) Topics(ctx context.Context, p httpapi.Principal, limit int, cu
 		return 1
 	})
 	if cursor != "" {
-		after := listed{userTopic{topic: cur.Topic, pinned: cur.Pinned}, time.UnixMilli(cur.Activity)}
+		after := listed{topic: cur.Topic, pinned: cur.Pinned, act: time.UnixMilli(cur.Activity)}
 		i, _ := slices.BinarySearchFunc(ls, after, func(e, t listed) int {
-			if e.u.topic == t.u.topic && e.u.pinned == t.u.pinned && e.act.Equal(t.act) {
+			if e.topic == t.topic && e.pinned == t.pinned && e.act.Equal(t.act) {
 				return 0
 			}
 			if e.before(t) {
@@ -474,13 +477,13 @@ func (s *Service) Topics(ctx context.Context, p httpapi.Principal, limit int, cu
 	page := TopicsPage{Topics: []InboxTopic{}}
 	if len(ls) > limit {
 		last := ls[limit-1]
-		next := encodeOpaque(listCursor{Snapshot: cur.Snapshot, Pinned: last.u.pinned, Activity: last.act.UnixMilli(), Topic: last.u.topic})
+		next := encodeOpaque(listCursor{Snapshot: cur.Snapshot, Pinned: last.pinned, Activity: last.act.UnixMilli(), Topic: last.topic})
 		page.NextCursor = &next
 		ls = ls[:limit]
 	}
 	us := make([]userTopic, len(ls))
 	for i, l := range ls {
-		us[i] = l.u
+		us[i] = all[l.i]
 	}
 	page.Topics = make([]InboxTopic, len(us))
 	if err := s.fill(ctx, db, p, us, page.Topics); err != nil {

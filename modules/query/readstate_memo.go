@@ -248,7 +248,7 @@ func (s *Service) listTopics(ctx context.Context, db *sql.DB, tenant string, use
 	var missed []int
 	for i, u := range us {
 		if s.routes != nil {
-			if r, ok := s.routes.topics.Get([2]string{tenant, u.topic}); ok && u.last >= 0 && r.last == u.last && r.until > now.UnixNano() {
+			if r, ok := s.routes.topics.Peek([2]string{tenant, u.topic}); ok && u.last >= 0 && r.last == u.last && r.until > now.UnixNano() {
 				us[i].mirror = r.m
 				continue
 			}
