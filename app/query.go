@@ -27,25 +27,25 @@ func (a *App) NewRouter() *routing.Router {
 func (a *App) NewQuery() *query.Service {
 	c := &a.clients
 	return query.New(query.Params{
-		Redis:         c.redis,
-		DBs:           c.pools,
-		Router:        a.NewRouter(),
-		Catalog:       c.catalog,
-		Routes:        c.routes,
-		Flight:        c.flight,
-		ACL:           c.acl,
-		Scripts:       c.scripts,
-		Migrations:    c.migs,
-		HiddenTTL:     a.Config.Send.ACLCacheTTL, // user facts cached as long as memberships
-		LocalTopics:   a.Config.HotCache.LocalTopics,
-		LocalMaxAge:   a.Config.HotCache.LocalMaxAge,
-		LocalUsers:    a.Config.HotCache.LocalUsers,
-		LocalCountAge: a.Config.HotCache.LocalCountAge,
-		LocalRoutes:   a.Config.HotCache.LocalRoutes,
-		RecallWindow:  a.Config.Send.RecallWindow,
-		MaxEditBody:   a.Config.Send.MaxBodyBytes,
-		Log:           a.Log.With().Str("module", Query).Logger(),
-		Registerer:    a.Registry,
+		Redis:            c.redis,
+		DBs:              c.pools,
+		Router:           a.NewRouter(),
+		Catalog:          c.catalog,
+		Routes:           c.routes,
+		Flight:           c.flight,
+		ACL:              c.acl,
+		Scripts:          c.scripts,
+		Migrations:       c.migs,
+		HiddenTTL:        a.Config.Send.ACLCacheTTL, // user facts cached as long as memberships
+		LocalTopics:      a.Config.HotCache.LocalTopics,
+		LocalMaxAge:      a.Config.HotCache.LocalMaxAge,
+		LocalUsers:       a.Config.HotCache.LocalUsers,
+		RememberedMaxAge: a.Config.HotCache.RememberedMaxAge,
+		LocalRoutes:      a.Config.HotCache.LocalRoutes,
+		RecallWindow:     a.Config.Send.RecallWindow,
+		MaxEditBody:      a.Config.Send.MaxBodyBytes,
+		Log:              a.Log.With().Str("module", Query).Logger(),
+		Registerer:       a.Registry,
 	})
 }
 

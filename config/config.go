@@ -173,13 +173,13 @@ type Send struct {
 // HotCache is the Redis cache of recent messages per topic, and each
 // query process's copy of the newest stretch of the topics it reads.
 type HotCache struct {
-	TTL           time.Duration `mapstructure:"ttl"`
-	MaxPerTopic   int           `mapstructure:"max_per_topic"`
-	LocalTopics   int           `mapstructure:"local_topics"`
-	LocalMaxAge   time.Duration `mapstructure:"local_max_age"`
-	LocalUsers    int           `mapstructure:"local_users"`
-	LocalCountAge time.Duration `mapstructure:"local_count_age"`
-	LocalRoutes   int           `mapstructure:"local_routes"`
+	TTL              time.Duration `mapstructure:"ttl"`
+	MaxPerTopic      int           `mapstructure:"max_per_topic"`
+	LocalTopics      int           `mapstructure:"local_topics"`
+	LocalMaxAge      time.Duration `mapstructure:"local_max_age"`
+	LocalUsers       int           `mapstructure:"local_users"`
+	RememberedMaxAge time.Duration `mapstructure:"remembered_max_age"`
+	LocalRoutes      int           `mapstructure:"local_routes"`
 }
 
 // Stream is the realtime WebSocket stream the query role serves: limits
@@ -276,7 +276,7 @@ func Default() Config {
 			ACLCacheTTL:      5 * time.Minute,
 			MaxClockBackward: 5 * time.Second,
 		},
-		HotCache: HotCache{TTL: 24 * time.Hour, MaxPerTopic: 1000, LocalTopics: 1024, LocalMaxAge: 10 * time.Second, LocalUsers: 4096, LocalCountAge: 5 * time.Minute, LocalRoutes: 65536},
+		HotCache: HotCache{TTL: 24 * time.Hour, MaxPerTopic: 1000, LocalTopics: 1024, LocalMaxAge: 10 * time.Second, LocalUsers: 4096, RememberedMaxAge: 5 * time.Minute, LocalRoutes: 65536},
 		Stream: Stream{
 			MaxConnections:    10_000,
 			MaxTopics:         500,

@@ -454,7 +454,7 @@ func TestValidateRules(t *testing.T) {
 		{"hot cache local topics", func(c *Config) { c.HotCache.LocalTopics = -1 }, "hot_cache.local_topics"},
 		{"hot cache local max age", func(c *Config) { c.HotCache.LocalMaxAge = -time.Second }, "hot_cache.local_max_age"},
 		{"hot cache local users", func(c *Config) { c.HotCache.LocalUsers = -1 }, "hot_cache.local_users"},
-		{"hot cache local count age", func(c *Config) { c.HotCache.LocalCountAge = -time.Second }, "hot_cache.local_count_age"},
+		{"hot cache local count age", func(c *Config) { c.HotCache.RememberedMaxAge = -time.Second }, "hot_cache.remembered_max_age"},
 		{"hot cache local routes", func(c *Config) { c.HotCache.LocalRoutes = -1 }, "hot_cache.local_routes"},
 		{"persist batch size low", func(c *Config) { c.Persist.BatchSize = 0 }, "persist.batch_size"},
 		{"persist batch size high", func(c *Config) { c.Persist.BatchSize = 10_001 }, "persist.batch_size"},

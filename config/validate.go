@@ -139,7 +139,7 @@ func (c *Config) Validate(roles ...string) error {
 		p.intRange("hot_cache.local_topics", int64(c.HotCache.LocalTopics), 0, 1<<20)
 		p.durAtLeast("hot_cache.local_max_age", c.HotCache.LocalMaxAge, 0)
 		p.intRange("hot_cache.local_users", int64(c.HotCache.LocalUsers), 0, 1<<24)
-		p.durAtLeast("hot_cache.local_count_age", c.HotCache.LocalCountAge, 0)
+		p.durAtLeast("hot_cache.remembered_max_age", c.HotCache.RememberedMaxAge, 0)
 		p.intRange("hot_cache.local_routes", int64(c.HotCache.LocalRoutes), 0, 1<<24)
 	}
 	if need["stream"] {

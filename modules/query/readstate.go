@@ -226,7 +226,7 @@ func (s *Service) SetPrefs(ctx context.Context, p httpapi.Principal, topic strin
 	}
 	u := userTopic{topic: topic, readSeq: readSeq, pinned: pinned, notifyMute: mute, mirror: mirrors[topic]}
 	out := []InboxTopic{{}}
-	if err := s.fill(ctx, db, p, []userTopic{u}, out); err != nil {
+	if err := s.fill(ctx, db, p, []userTopic{u}, out, false); err != nil {
 		return InboxTopic{}, err
 	}
 	s.m.readState.WithLabelValues("prefs").Observe(time.Since(start).Seconds())
@@ -282,14 +282,17 @@ func compareStrings(a, b string) int {
 }
 
 // fill computes the list entries of us into out (same length): counts and
-// last messages, read at the same time.
-func (s *Service) fill(ctx context.Context, db *sql.DB, p httpapi.Principal, us []userTopic, out []InboxTopic) error {
+// last messages, read at the same time; first the last seqs and cursors,
+// unless inputs says us carries them already.
+func (s *Service) fill(ctx context.Context, db *sql.DB, p httpapi.Principal, us []userTopic, out []InboxTopic, inputs bool) error {
 	keys, err := routing.KeysFor(p.Tenant)
 	if err != nil {
 		return err
 	}
-	if err := s.readInputs(ctx, db, keys, p.UserID, us, true); err != nil {
-		return err
+	if !inputs {
+		if err := s.readInputs(ctx, db, keys, p.UserID, us, true); err != nil {
+			return err
+		}
 	}
 	if err := s.legacyActivity(ctx, db, p.Tenant, us, time.Now()); err != nil {
 		return err
@@ -424,7 +427,7 @@ func (s *Service) Topics(ctx context.Context, p httpapi.Principal, limit int, cu
 	if err != nil {
 		return TopicsPage{}, err
 	}
-	all, err := s.listTopics(ctx, db, p.Tenant, p.UserID)
+	all, inputs, err := s.listTopics(ctx, db, p.Tenant, p.UserID)
 	if err != nil {
 		return TopicsPage{}, err
 	}
@@ -486,7 +489,7 @@ func (s *Service) Topics(ctx context.Context, p httpapi.Principal, limit int, cu
 		us[i] = all[l.i]
 	}
 	page.Topics = make([]InboxTopic, len(us))
-	if err := s.fill(ctx, db, p, us, page.Topics); err != nil {
+	if err := s.fill(ctx, db, p, us, page.Topics, inputs); err != nil {
 		return TopicsPage{}, err
 	}
 	for i, l := range ls {
@@ -617,7 +620,7 @@ func (s *Service) Sync(ctx context.Context, p httpapi.Principal, token string, l
 		live, at = append(live, c.u), append(at, i)
 	}
 	states := make([]InboxTopic, len(live))
-	if err := s.fill(ctx, db, p, live, states); err != nil {
+	if err := s.fill(ctx, db, p, live, states, false); err != nil {
 		return SyncPage{}, err
 	}
 	for j, i := range at {

@@ -21,7 +21,7 @@ package query
 // What moves a count with no version — mention-index rows or messages
 // changed by hand, a dead-lettered message replayed into a seq that was a
 // gap — shows once the remembered count expires: each lives between half
-// and all of hot_cache.local_count_age, drawn, so a user's counts are made
+// and all of hot_cache.remembered_max_age, drawn, so a user's counts are made
 // again a few at a time, not all in one call.
 
 import (
@@ -185,14 +185,18 @@ func stampAt(vals []rueidis.RedisMessage, i int) (int64, bool) {
 // hot_cache.local_routes topics, and a list reads MySQL only for the
 // mirrors whose topic's last seq moved. What moves a mirror without a seq —
 // a route check's fix, a legacy migration's copy (nothing is remembered
-// while the tenant migrates) — shows within hot_cache.local_max_age, the
-// entries' lifetime.
+// while the tenant migrates) — shows within hot_cache.remembered_max_age,
+// the entries' lifetime.
 
-// routeMemo is the process's remembered mirrors by tenant and topic; nil
-// remembers nothing.
+// routeMemo is the process's remembered mirrors by tenant and topic, at
+// most max of them (when full, an arbitrary one goes: a list reads
+// hundreds at a time, so reads take only a shared lock and move nothing);
+// nil remembers nothing.
 type routeMemo struct {
-	topics *lru.Cache[[2]string, rememberedRoute]
-	maxAge time.Duration
+	mu       sync.RWMutex
+	byTenant map[string]map[string]rememberedRoute
+	n, max   int
+	maxAge   time.Duration
 }
 
 // rememberedRoute is a mirror and the last issued seq it holds up to.
@@ -206,11 +210,7 @@ func newRouteMemo(topics int, maxAge time.Duration) *routeMemo {
 	if topics <= 0 || maxAge <= 0 {
 		return nil
 	}
-	c, err := lru.New[[2]string, rememberedRoute](topics)
-	if err != nil {
-		return nil // unreachable: topics > 0
-	}
-	return &routeMemo{topics: c, maxAge: maxAge}
+	return &routeMemo{byTenant: map[string]map[string]rememberedRoute{}, max: topics, maxAge: maxAge}
 }
 
 // held is how many mirrors the memo holds.
@@ -218,7 +218,64 @@ func (r *routeMemo) held() int {
 	if r == nil {
 		return 0
 	}
-	return r.topics.Len()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.n
+}
+
+// recall sets the mirror of each of us whose topic's last seq is the one
+// remembered with it, and returns the indexes of the others.
+func (r *routeMemo) recall(tenant string, us []userTopic, now time.Time) []int {
+	var missed []int
+	if r == nil {
+		for i := range us {
+			missed = append(missed, i)
+		}
+		return missed
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	topics := r.byTenant[tenant]
+	for i, u := range us {
+		if m, ok := topics[u.topic]; ok && u.last >= 0 && m.last == u.last && m.until > now.UnixNano() {
+			us[i].mirror = m.m
+			continue
+		}
+		missed = append(missed, i)
+	}
+	return missed
+}
+
+// add remembers m as topic's mirror up to last.
+func (r *routeMemo) add(tenant, topic string, m routing.TopicMirror, last int64, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	topics := r.byTenant[tenant]
+	if topics == nil {
+		topics = map[string]rememberedRoute{}
+		r.byTenant[tenant] = topics
+	}
+	if _, ok := topics[topic]; !ok {
+		if r.n >= r.max {
+			r.evictOne()
+		}
+		r.n++
+	}
+	topics[topic] = rememberedRoute{m: m, last: last, until: lifetime(now, r.maxAge)}
+}
+
+// evictOne forgets one remembered mirror (whichever the map yields first).
+func (r *routeMemo) evictOne() {
+	for tenant, topics := range r.byTenant {
+		for topic := range topics {
+			delete(topics, topic)
+			r.n--
+			if len(topics) == 0 {
+				delete(r.byTenant, tenant)
+			}
+			return
+		}
+	}
 }
 
 // listTopics is the caller's topics for a topic list: their memberships
@@ -227,37 +284,30 @@ func (r *routeMemo) held() int {
 // (memberships), then the route mirrors — remembered where the topic's
 // last seq did not move, the others read from MySQL and remembered when no
 // seq up to that last one was pending before they were read. A tenant
-// being migrated reads all of it from MySQL (loadTopics).
-func (s *Service) listTopics(ctx context.Context, db *sql.DB, tenant string, user int64) ([]userTopic, error) {
+// being migrated reads all of it from MySQL (loadTopics); read reports
+// whether the last seqs and cursors were read (not then).
+func (s *Service) listTopics(ctx context.Context, db *sql.DB, tenant string, user int64) (us []userTopic, read bool, err error) {
 	st, err := s.p.Migrations.State(ctx, tenant)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if st.DualRead() {
-		return s.loadTopics(ctx, db, user, false)
+		us, err = s.loadTopics(ctx, db, user, false)
+		return us, false, err
 	}
 	keys, err := routing.KeysFor(tenant)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	us, err := s.memberships(ctx, db, keys, user)
+	us, err = s.memberships(ctx, db, keys, user)
 	if err != nil || len(us) == 0 {
-		return us, err
+		return us, true, err
 	}
 	now := time.Now()
-	var missed []int
-	for i, u := range us {
-		if s.routes != nil {
-			if r, ok := s.routes.topics.Peek([2]string{tenant, u.topic}); ok && u.last >= 0 && r.last == u.last && r.until > now.UnixNano() {
-				us[i].mirror = r.m
-				continue
-			}
-		}
-		missed = append(missed, i)
-	}
+	missed := s.routes.recall(tenant, us, now)
 	s.m.routeMemo.WithLabelValues("hit").Add(float64(len(us) - len(missed)))
 	if len(missed) == 0 {
-		return us, nil
+		return us, true, nil
 	}
 	s.m.routeMemo.WithLabelValues("miss").Add(float64(len(missed)))
 	// the lowest pending seq of each, before the mirrors are read
@@ -282,7 +332,7 @@ func (s *Service) listTopics(ctx context.Context, db *sql.DB, tenant string, use
 		mirrors, err = routing.LoadMirrorMany(ctx, db, names)
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	for j, i := range missed {
 		m := mirrors[us[i].topic]
@@ -292,8 +342,8 @@ func (s *Service) listTopics(ctx context.Context, db *sql.DB, tenant string, use
 		}
 		lowest, ok := pendingLowest(pending[j])
 		if last := us[i].last; ok && last > 0 && (lowest == 0 || lowest > last) {
-			s.routes.topics.Add([2]string{tenant, us[i].topic}, rememberedRoute{m: m, last: last, until: lifetime(now, s.routes.maxAge)})
+			s.routes.add(tenant, us[i].topic, m, last, now)
 		}
 	}
-	return us, nil
+	return us, true, nil
 }

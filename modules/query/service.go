@@ -49,12 +49,13 @@ type Params struct {
 	LocalTopics int
 	LocalMaxAge time.Duration
 	// LocalUsers is how many users' unread counts the process remembers
-	// (readstate_memo.go), each for LocalCountAge at most; either 0 keeps
+	// (readstate_memo.go), each for RememberedMaxAge at most; either 0 keeps
 	// none.
-	LocalUsers    int
-	LocalCountAge time.Duration
+	LocalUsers       int
+	RememberedMaxAge time.Duration
 	// LocalRoutes is how many topics' route mirrors the process remembers
-	// for topic lists, each for LocalMaxAge at most; either 0 keeps none.
+	// for topic lists, each for RememberedMaxAge at most; either 0 keeps
+	// none.
 	LocalRoutes int
 	// RecallWindow is how long after sending a sender may recall a
 	// message (send.recall_window).
@@ -81,8 +82,8 @@ type Service struct {
 // releases its prepared statements.
 func New(p Params) *Service {
 	rc := newRecents(p.LocalTopics, p.LocalMaxAge)
-	bm := newBadgeMemo(p.LocalUsers, p.LocalCountAge)
-	rm := newRouteMemo(p.LocalRoutes, p.LocalMaxAge)
+	bm := newBadgeMemo(p.LocalUsers, p.RememberedMaxAge)
+	rm := newRouteMemo(p.LocalRoutes, p.RememberedMaxAge)
 	return &Service{p: p, m: newMetrics(p.Registerer, rc.topics, bm.held, rm.held), st: newStore(), recent: rc, memo: bm, routes: rm}
 }
 
