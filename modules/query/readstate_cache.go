@@ -352,7 +352,7 @@ func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys ro
 	var memo *userMemo
 	if len(hot) > 0 {
 		if st, err := s.p.Migrations.State(ctx, tenant); err == nil && !st.DualRead() {
-			memo = s.memo.of(tenant, user, true)
+			memo = s.memo.of(tenant, user)
 		}
 	}
 	hot = s.recall(ctx, keys, memo, us, hot, out, now)
@@ -392,12 +392,13 @@ func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys ro
 	}
 	mentionCounts(us, mentions, out)
 	if len(fresh) > 0 {
+		byTopic := make(map[string]remembered, len(fresh))
 		for i, r := range fresh {
 			c := out[i]
 			r.readSeq, r.upTo, r.unread, r.ments, r.capped = c.readSeq, c.upTo, int32(c.unread), int32(c.mentions), c.capped
-			fresh[i] = r
+			byTopic[us[i].topic] = r
 		}
-		s.memo.put(memo, rememberedBy(us, fresh), now)
+		s.memo.put(memo, byTopic, now)
 	}
 	return out, nil
 }
@@ -437,15 +438,6 @@ func (s *Service) recall(ctx context.Context, keys routing.Keys, memo *userMemo,
 	return rest
 }
 
-// rememberedBy keys counts made afresh (by index of us) by topic.
-func rememberedBy(us []userTopic, fresh map[int]remembered) map[string]remembered {
-	out := make(map[string]remembered, len(fresh))
-	for i, r := range fresh {
-		out[us[i].topic] = r
-	}
-	return out
-}
-
 // countHot makes the counts of us[hot] from the hot cache where it proves
 // them into out, and returns the topics to count from the month tables
 // (cold and those the cache could not prove). With remember, it also
@@ -477,7 +469,7 @@ func (s *Service) countHot(ctx context.Context, db *sql.DB, keys routing.Keys, u
 	if remember {
 		// after the messages: the lowest seq not stored yet
 		for _, i := range hot {
-			cmds = append(cmds, s.pendingHead(keys, us[i].topic))
+			cmds = append(cmds, s.p.Flight.LowestPendingCmd(keys, us[i].topic))
 		}
 	}
 	res := rdb.DoMulti(ctx, cmds...)
@@ -523,9 +515,9 @@ func (s *Service) countHot(ctx context.Context, db *sql.DB, keys routing.Keys, u
 		if !remember || c.upTo != counters[j] {
 			continue
 		}
-		hv, ok1 := stampOf(res[per*n+j])
-		lowest, ok2 := pendingLowest(res[(per+2)*n+j])
-		if ok1 && ok2 && (lowest == 0 || lowest > counters[j]) {
+		m, err := res[per*n+j].ToMessage()
+		hv, ok := stampOf(m)
+		if ok && (err == nil || rueidis.IsRedisNil(err)) && routing.NonePendingThrough(res[(per+2)*n+j], counters[j]) {
 			if fresh == nil {
 				fresh = map[int]remembered{}
 			}
@@ -533,28 +525,6 @@ func (s *Service) countHot(ctx context.Context, db *sql.DB, keys routing.Keys, u
 		}
 	}
 	return fresh, cold, nil
-}
-
-// stampOf reads a version GET (0: none).
-func stampOf(res rueidis.RedisResult) (int64, bool) {
-	n, err := res.AsInt64()
-	if rueidis.IsRedisNil(err) {
-		return 0, true
-	}
-	return n, err == nil
-}
-
-// pendingLowest is the lowest pending seq a ZRANGE 0 0 WITHSCORES read (0:
-// none).
-func pendingLowest(res rueidis.RedisResult) (int64, bool) {
-	zs, err := res.AsZScores()
-	if err != nil {
-		return 0, false
-	}
-	if len(zs) == 0 {
-		return 0, true
-	}
-	return int64(zs[0].Score), true
 }
 
 // countCold counts us[cold] from the month tables (loading their route

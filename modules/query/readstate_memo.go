@@ -89,13 +89,13 @@ func (b *badgeMemo) held() int {
 	return b.users.Len()
 }
 
-// of is the user's memo; created unless create is false (nil then).
-func (b *badgeMemo) of(tenant string, user int64, create bool) *userMemo {
+// of is the user's memo, created on first use.
+func (b *badgeMemo) of(tenant string, user int64) *userMemo {
 	if b == nil {
 		return nil
 	}
 	k := memoKey{tenant, user}
-	if m, ok := b.users.Get(k); ok || !create {
+	if m, ok := b.users.Get(k); ok {
 		return m
 	}
 	fresh := &userMemo{topics: map[string]remembered{}}
@@ -148,11 +148,6 @@ func lifetime(now time.Time, maxAge time.Duration) int64 {
 	return now.Add(maxAge/2 + rand.N(maxAge/2+1)).UnixNano()
 }
 
-// pendingHead reads the lowest seq of topic not stored yet (pendingLowest).
-func (s *Service) pendingHead(keys routing.Keys, topic string) rueidis.Completed {
-	return s.p.Redis.B().Zrange().Key(keys.Pending(topic)).Min("0").Max("0").Withscores().Build()
-}
-
 // memoStamps reads the message and deletion-range versions of topics, two
 // per topic in one MGET (a tenant's keys share a slot).
 func (s *Service) memoStamps(keys routing.Keys, topics []string) rueidis.Completed {
@@ -169,10 +164,15 @@ func stampAt(vals []rueidis.RedisMessage, i int) (int64, bool) {
 	if i >= len(vals) {
 		return 0, false
 	}
-	if vals[i].IsNil() {
+	return stampOf(vals[i])
+}
+
+// stampOf reads a version (0: none); ok is false when it is not one.
+func stampOf(m rueidis.RedisMessage) (int64, bool) {
+	if m.IsNil() {
 		return 0, true
 	}
-	n, err := vals[i].AsInt64()
+	n, err := m.AsInt64()
 	return n, err == nil
 }
 
@@ -311,14 +311,13 @@ func (s *Service) listTopics(ctx context.Context, db *sql.DB, tenant string, use
 	}
 	s.m.routeMemo.WithLabelValues("miss").Add(float64(len(missed)))
 	// the lowest pending seq of each, before the mirrors are read
-	rdb := s.p.Redis
 	var pending []rueidis.RedisResult
 	if s.routes != nil {
 		cmds := make([]rueidis.Completed, len(missed))
 		for j, i := range missed {
-			cmds[j] = s.pendingHead(keys, us[i].topic)
+			cmds[j] = s.p.Flight.LowestPendingCmd(keys, us[i].topic)
 		}
-		pending = rdb.DoMulti(ctx, cmds...)
+		pending = s.p.Redis.DoMulti(ctx, cmds...)
 	}
 	var mirrors map[string]routing.TopicMirror
 	if 4*len(missed) > len(us) {
@@ -340,8 +339,7 @@ func (s *Service) listTopics(ctx context.Context, db *sql.DB, tenant string, use
 		if s.routes == nil {
 			continue
 		}
-		lowest, ok := pendingLowest(pending[j])
-		if last := us[i].last; ok && last > 0 && (lowest == 0 || lowest > last) {
+		if last := us[i].last; last > 0 && routing.NonePendingThrough(pending[j], last) {
 			s.routes.add(tenant, us[i].topic, m, last, now)
 		}
 	}

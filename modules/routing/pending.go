@@ -232,6 +232,21 @@ func (f *Flight) InFlightCmd(keys Keys, topic string, seq int64) rueidis.Complet
 	return f.rdb.B().Zcount().Key(keys.Pending(topic)).Min(v).Max(v).Build()
 }
 
+// LowestPendingCmd reads the lowest seq of topic not stored yet, for a
+// caller that pipelines it with its own reads; NonePendingThrough reads
+// its result.
+func (f *Flight) LowestPendingCmd(keys Keys, topic string) rueidis.Completed {
+	return f.rdb.B().Zrange().Key(keys.Pending(topic)).Min("0").Max("0").Withscores().Build()
+}
+
+// NonePendingThrough reports whether LowestPendingCmd's answer shows no
+// seq up to seq pending (false when it cannot be read): every seq up to it
+// was stored or recorded as a gap before the read.
+func NonePendingThrough(res rueidis.RedisResult, seq int64) bool {
+	zs, err := res.AsZScores()
+	return err == nil && (len(zs) == 0 || int64(zs[0].Score) > seq)
+}
+
 // InFlightResolve is InFlightCmd's answer.
 func InFlightResolve(res rueidis.RedisResult) (bool, error) {
 	n, err := res.AsInt64()
