@@ -11,6 +11,8 @@
 -- complete and carries the groups epoch the caller read before querying
 -- MySQL (a dissolve bumps it, and a reader finding an older one reads again).
 --
+-- The fill moves the entry's generation (field "#", as cursor_put.lua does).
+--
 -- A field "^TOPIC" holds the topic's preferences (pinned, notification
 -- mute) when one is set; it is written as MySQL said (a preferences change
 -- drops the entry and bumps the version after its commit).
@@ -36,10 +38,16 @@ for i = 4, #ARGV, 2 do
   end
 end
 for _, f in ipairs(redis.call('HKEYS', KEYS[2])) do
-  if not named[f] and f ~= '~' then
+  if not named[f] and f ~= '~' and f ~= '#' then
     redis.call('HDEL', KEYS[2], f)
   end
 end
-redis.call('HSET', KEYS[2], '~', ARGV[3])
+local t = redis.call('TIME')
+local g = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local was = tonumber(redis.call('HGET', KEYS[2], '#') or '0') or 0
+if g <= was then
+  g = was + 1
+end
+redis.call('HSET', KEYS[2], '~', ARGV[3], '#', string.format('%d', g))
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1

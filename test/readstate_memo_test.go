@@ -145,3 +145,93 @@ func TestReadStateRememberedRoutesFollowSends(t *testing.T) {
 	pin("rsroute-b", false)
 	check("an unpin", "rsroute-c", "rsroute-a", "rsroute-b")
 }
+
+// TestReadStateHeldEntryFollowsEveryWriter: once the query process holds a
+// user's cached memberships as it read them, a badge reads only the
+// entry's generation, and every writer of the entry — a cursor move from
+// another device, a join, a leave, a preferences change, a dissolve —
+// shows on the very next badge and list.
+func TestReadStateHeldEntryFollowsEveryWriter(t *testing.T) {
+	env := rsStart(t)
+	const user, other = int64(51), int64(52)
+	const a, b, c = "rsheld-a", "rsheld-b", "rsheld-c"
+	for i, tp := range []string{a, b, c} {
+		env.group(tp, int64(720+i), "active")
+		env.member(tp, other, "member", time.Time{})
+	}
+	env.member(a, user, "member", time.Time{})
+	env.member(b, user, "member", time.Time{})
+	for i := range 4 {
+		for _, tp := range []string{a, b, c} {
+			env.mustSend(env.Token(other, ""), tp, sendBody(fmt.Sprintf("%s-%d", tp, i), "x"))
+		}
+	}
+	for _, tp := range []string{a, b, c} {
+		chWaitSettled(t, env.Env, tp)
+	}
+	held := func() float64 {
+		return persistMetric(t, env.Env, "imshard_read_cursor_cache_total", `result="held"`)
+	}
+	// counts: the user's topics and their unread (0: listed, no badge)
+	want := func(step string, counts map[string]int, pinned string) {
+		t.Helper()
+		for read := range 2 {
+			s, by := rsUnread(t, env, user)
+			badges := 0
+			for _, n := range counts {
+				if n > 0 {
+					badges++
+				}
+			}
+			if len(s.Topics) != badges {
+				t.Fatalf("%s, read %d: badges %+v, want %v", step, read, s.Topics, counts)
+			}
+			for tp, n := range counts {
+				if by[tp].Unread != n {
+					t.Fatalf("%s, read %d: badges %+v, want %v", step, read, s.Topics, counts)
+				}
+			}
+			list := rsTopics(t, env, user, 10)
+			if len(list) != len(counts) {
+				t.Fatalf("%s, read %d: list %v, want %v", step, read, rsTopicNames(list), counts)
+			}
+			for _, e := range list {
+				if _, ok := counts[e.Topic]; !ok || e.Unread != counts[e.Topic] || e.Pinned != (e.Topic == pinned) {
+					t.Fatalf("%s, read %d: list entry %+v, want %v, pinned %q", step, read, e, counts, pinned)
+				}
+			}
+		}
+	}
+	want("first reads", map[string]int{a: 4, b: 4}, "")
+	before := held()
+	want("held", map[string]int{a: 4, b: 4}, "")
+	if held() <= before {
+		t.Fatal("the entry was read whole again, not held")
+	}
+	// another device moves the cursor: the script moves the generation
+	if code, got := rsRead(t, env, user, a, 3); code != 200 || got != 3 {
+		t.Fatalf("read: %d %d", code, got)
+	}
+	want("a cursor move", map[string]int{a: 1, b: 4}, "")
+	env.member(c, user, "member", time.Time{})
+	want("a join", map[string]int{a: 1, b: 4, c: 0}, "")
+	env.mustSend(env.Token(other, ""), c, sendBody("c-after-join", "x"))
+	chWaitSettled(t, env.Env, c)
+	want("a send after the join", map[string]int{a: 1, b: 4, c: 1}, "")
+	code, out := env.Do("DELETE", fmt.Sprintf("/v1/topics/%s/members/%d", b, user), env.svc, nil)
+	if code != 200 && code != 204 {
+		t.Fatalf("leave: %d %s", code, out)
+	}
+	want("a leave", map[string]int{a: 1, c: 1}, "")
+	if code, out := env.Do("PUT", "/v1/topics/"+c+"/me", env.Token(user, ""), map[string]any{"pinned": true}); code != 200 {
+		t.Fatalf("pin: %d %s", code, out)
+	}
+	want("a pin", map[string]int{a: 1, c: 1}, c)
+	env.group(a, 720, "dissolved")
+	want("a dissolve", map[string]int{c: 1}, c)
+	before = held()
+	want("held again", map[string]int{c: 1}, c)
+	if held() <= before {
+		t.Fatal("the entry was not held again")
+	}
+}

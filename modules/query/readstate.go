@@ -249,11 +249,13 @@ func (s *Service) Unread(ctx context.Context, p httpapi.Principal) (UnreadSummar
 	if err != nil {
 		return UnreadSummary{}, err
 	}
-	all, err := s.memberships(ctx, db, keys, p.UserID)
+	buf := badgeBufs.Get().(*badgeBuf)
+	all, pre, err := s.memberships(ctx, db, p.Tenant, keys, p.UserID, buf)
 	if err != nil {
 		return UnreadSummary{}, err
 	}
-	counts, err := s.counts(ctx, db, p.Tenant, keys, p.UserID, all, false)
+	counts, err := s.counts(ctx, db, p.Tenant, keys, p.UserID, all, false, pre, buf.out)
+	defer buf.release(all, pre, counts)
 	if err != nil {
 		return UnreadSummary{}, err
 	}
@@ -306,7 +308,7 @@ func (s *Service) fill(ctx context.Context, db *sql.DB, p httpapi.Principal, us 
 		defer close(read)
 		lms, lasts, lerr = s.lastMessages(ctx, db, p.Tenant, keys, p.UserID, us)
 	}()
-	counts, err := s.counts(ctx, db, p.Tenant, keys, p.UserID, us, true)
+	counts, err := s.counts(ctx, db, p.Tenant, keys, p.UserID, us, true, nil, nil)
 	<-read
 	if err != nil {
 		return err

@@ -30,6 +30,7 @@ import (
 	"context"
 	"database/sql"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -251,41 +252,110 @@ func parseOr0(s string) int64 {
 }
 
 // memberships is the user's topics (groups not dissolved) with their
-// cursors and last issued seqs, for the unread badges: from the cache
-// entry when it is complete — the entry's topics, then their last seqs in
-// a second round trip — else from MySQL (filling the entry) and then the
-// last seqs. No MySQL read while the entry is complete: it is dropped by
-// every join and leave and read again after a dissolve (the groups epoch).
-func (s *Service) memberships(ctx context.Context, db *sql.DB, keys routing.Keys, user int64) ([]userTopic, error) {
+// cursors and last issued seqs, for the unread badges and the topic list:
+// from the cache entry when it is complete — the entry's topics, then their
+// last seqs in a second round trip — else from MySQL (filling the entry)
+// and then the last seqs. No MySQL read while the entry is complete: it is
+// dropped by every join and leave and read again after a dissolve (the
+// groups epoch). Once this process holds the entry as it read it (the
+// user's memo), a call reads only its generation and "~" fields, with the
+// last seqs in the same round trip, and — with stamps — the versions of
+// the topics with a count remembered at their cursor (aligned with us, for
+// recall); an entry that moved since is read whole. A badge call passes
+// its arrays (buf): the versions are read then, into them; a list's
+// (nil) only its topics.
+func (s *Service) memberships(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, buf *badgeBuf) ([]userTopic, []stamp, error) {
+	memo := s.memo.of(tenant, user)
+	now := time.Now()
+	if us, pre, ok := s.heldMemberships(ctx, keys, memo, user, buf, now); ok {
+		return us, pre, nil
+	}
 	res := s.p.Redis.DoMulti(ctx, s.cursorCmds(keys, user)...)
 	cached, rerr := cachedCursors(res)
 	if cached != nil {
 		us := make([]userTopic, 0, len(cached))
 		for t := range cached {
-			if t != cursorsComplete && !strings.HasPrefix(t, prefsMark) {
+			if t != cursorsComplete && t != cursorsGen && !strings.HasPrefix(t, prefsMark) {
 				us = append(us, userTopic{topic: t})
 			}
 		}
 		if cursorsFrom(cached, us) {
 			s.m.cursorCache.WithLabelValues("hit").Inc()
+			var lasts rueidis.Completed
 			if len(us) > 0 {
-				applyLasts(s.p.Redis.Do(ctx, s.lastCmd(keys, us)), us)
+				lasts = s.lastCmd(keys, us)
 			}
-			return us, nil
+			lasts = s.memo.hold(memo, cached[cursorsGen], cached[cursorsComplete], us, lasts, now)
+			if len(us) > 0 {
+				applyLasts(s.p.Redis.Do(ctx, lasts), us)
+			}
+			return us, nil, nil
 		}
 		s.p.Log.Warn().Int64("user", user).Msg("malformed cached read cursors; dropped, reading MySQL")
 		_ = s.dropCursors(ctx, keys, user) // best effort: the fill below would keep a higher stray value
 	}
 	us, err := s.fillCursors(ctx, db, keys, user, rerr == nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	raised, _ := res[0].AsStrMap()
 	for i := range us {
 		// a move whose write is under way raised its field already
 		us[i].readSeq = max(us[i].readSeq, parseOr0(raised[us[i].topic]))
 	}
-	return us, s.readInputs(ctx, db, keys, user, us, false)
+	return us, nil, s.readInputs(ctx, db, keys, user, us, false)
+}
+
+// cursorsGen is the field of an entry's generation (lua/cursor_put.lua,
+// lua/cursor_fill.lua; a topic name never holds it).
+const cursorsGen = "#"
+
+// heldMemberships is memberships from the entry this process holds, when
+// its generation and "~" are still the ones in Redis at the current groups
+// epoch; ok is false otherwise (the entry is read whole).
+func (s *Service) heldMemberships(ctx context.Context, keys routing.Keys, memo *userMemo, user int64, buf *badgeBuf, now time.Time) (us []userTopic, pre []stamp, ok bool) {
+	e, idx, sc, built := memo.held(now)
+	if e == nil {
+		return nil, nil, false
+	}
+	rdb := s.p.Redis
+	var into []userTopic
+	if buf != nil {
+		into = buf.us
+	}
+	us = e.userTopics(into)
+	cmds := []rueidis.Completed{
+		rdb.B().Hmget().Key(keys.ReadCursors(user)).Field(cursorsComplete, cursorsGen).Build(),
+		rdb.B().Get().Key(keys.GroupsEpoch()).Build(),
+	}
+	if len(us) > 0 {
+		cmds = append(cmds, e.lasts)
+	}
+	if buf != nil && len(idx) > 0 {
+		if !built {
+			sc = memo.keepStamps(e, idx, s.memoStamps(keys, us, idx))
+		}
+		cmds = append(cmds, sc)
+	}
+	res := rdb.DoMulti(ctx, cmds...)
+	fields, err := res[0].ToArray()
+	mark, mok := completeMark(res[1])
+	if err != nil || !mok || len(fields) != 2 {
+		return nil, nil, false
+	}
+	complete, _ := fields[0].ToString()
+	gen, _ := fields[1].ToString()
+	if complete != mark || complete != e.mark || gen != e.gen {
+		return nil, nil, false
+	}
+	s.m.cursorCache.WithLabelValues("held").Inc()
+	if len(us) > 0 {
+		applyLasts(res[2], us)
+	}
+	if len(cmds) > 3 {
+		pre = stampsFrom(res[3], len(us), idx, buf.pre)
+	}
+	return us, pre, true
 }
 
 // lastCmd reads the last issued seq of each topic (one MGET: a tenant's
@@ -336,8 +406,9 @@ func (s *Service) readInputs(ctx context.Context, db *sql.DB, keys routing.Keys,
 // else from the month tables (loading the route mirrors of those topics
 // unless mirrored). The mentions of the topics counted afresh come from
 // the mention index, read beside the month tables' counts.
-func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, us []userTopic, mirrored bool) ([]unreadCount, error) {
-	out := make([]unreadCount, len(us))
+func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, us []userTopic, mirrored bool, pre []stamp, into []unreadCount) ([]unreadCount, error) {
+	out := slices.Grow(into[:0], len(us))[:len(us)]
+	clear(out)
 	var hot, cold []int
 	for i, u := range us {
 		out[i].readSeq = u.readSeq
@@ -355,7 +426,7 @@ func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys ro
 			memo = s.memo.of(tenant, user)
 		}
 	}
-	hot = s.recall(ctx, keys, memo, us, hot, out, now)
+	hot = s.recall(ctx, keys, memo, us, hot, out, pre, now)
 	fresh, cold, err := s.countHot(ctx, db, keys, user, us, hot, cold, out, memo != nil)
 	if err != nil {
 		return nil, err
@@ -404,34 +475,38 @@ func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys ro
 }
 
 // recall answers the topics of us[hot] whose remembered count still holds
-// (one MGET of their versions) and returns the others. A failed read
-// leaves them all to be counted.
-func (s *Service) recall(ctx context.Context, keys routing.Keys, memo *userMemo, us []userTopic, hot []int, out []unreadCount, now time.Time) []int {
-	idx, rs := memo.candidates(us, hot, now)
+// (their versions: those pre holds, read with the memberships, and one MGET
+// of the others) and returns the others. A failed read leaves them all to
+// be counted.
+func (s *Service) recall(ctx context.Context, keys routing.Keys, memo *userMemo, us []userTopic, hot []int, out []unreadCount, pre []stamp, now time.Time) []int {
+	idx := memo.candidates(us, hot, now)
 	if len(idx) == 0 {
 		return hot
 	}
-	names := make([]string, len(idx))
-	for j, i := range idx {
-		names[j] = us[i].topic
-	}
-	vals, err := s.p.Redis.Do(ctx, s.memoStamps(keys, names)).ToArray()
-	if err != nil {
-		return hot
-	}
-	answered := make(map[int]bool, len(idx))
-	for j, i := range idx {
-		mv, ok1 := stampAt(vals, 2*j)
-		hv, ok2 := stampAt(vals, 2*j+1)
-		if ok1 && ok2 && mv == rs[j].msgVer && hv == rs[j].hidVer {
-			out[i] = rs[j].count()
-			answered[i] = true
+	var unread []int
+	for _, i := range idx {
+		if pre == nil || !pre[i].read {
+			unread = append(unread, i)
 		}
 	}
-	s.m.unreadFrom.WithLabelValues("memo").Add(float64(len(answered)))
+	if len(unread) > 0 {
+		read := stampsFrom(s.p.Redis.Do(ctx, s.memoStamps(keys, us, unread)), len(us), unread, nil)
+		if read == nil {
+			return hot
+		}
+		if pre == nil {
+			pre = read
+		} else {
+			for _, i := range unread {
+				pre[i] = read[i]
+			}
+		}
+	}
+	done := make([]bool, len(us))
+	s.m.unreadFrom.WithLabelValues("memo").Add(float64(memo.answer(us, idx, pre, out, done, now)))
 	rest := hot[:0:0]
 	for _, i := range hot {
-		if !answered[i] {
+		if !done[i] {
 			rest = append(rest, i)
 		}
 	}

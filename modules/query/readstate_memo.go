@@ -28,6 +28,7 @@ import (
 	"context"
 	"database/sql"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -57,10 +58,150 @@ func (r remembered) count() unreadCount {
 	return unreadCount{readSeq: r.readSeq, unread: int(r.unread), mentions: int(r.ments), capped: r.capped, upTo: r.upTo}
 }
 
-// userMemo is one user's remembered counts by topic.
+// userMemo is one user's remembered counts by topic, and their cache
+// entry as this process last read it.
 type userMemo struct {
 	mu     sync.Mutex
 	topics map[string]remembered
+	entry  *heldEntry
+}
+
+// heldEntry is a user's cache entry (routing.Keys.ReadCursors) as read
+// whole: its generation (the field every script that writes the entry
+// moves — a join's or a leave's drop deletes it), its "~" value, and its
+// topics with their cursors and preferences. What it was read with never
+// changes once held (a newer read replaces it); the commands that read its
+// topics' last seqs and versions are built once and pinned for reuse.
+type heldEntry struct {
+	gen, mark string
+	until     int64 // unix nanoseconds after which it is read whole again
+	topics    []heldTopic
+	lasts     rueidis.Completed // lastCmd of its topics (none when it has none)
+	// under the user's memo lock: memoStamps of topics[stampIdx], kept
+	// while the next call reads the same ones
+	stampIdx []int
+	stamps   rueidis.Completed
+}
+
+// heldTopic is one topic of a held entry.
+type heldTopic struct {
+	topic   string
+	readSeq int64
+	pinned  bool
+	muteMs  int64 // notify_muted_until in unix ms, 0 none
+}
+
+// hold keeps the entry us was read from (gen and mark its "#" and "~"
+// fields) and returns the command that reads the topics' last seqs — the
+// entry's, pinned, when it is held. An entry without a generation (written
+// before it had one) is not held.
+func (b *badgeMemo) hold(m *userMemo, gen, mark string, us []userTopic, lasts rueidis.Completed, now time.Time) rueidis.Completed {
+	if m == nil || gen == "" {
+		return lasts
+	}
+	if len(us) > 0 {
+		lasts = lasts.Pin()
+	}
+	e := &heldEntry{gen: gen, mark: mark, until: lifetime(now, b.maxAge), topics: make([]heldTopic, len(us)), lasts: lasts}
+	for i, u := range us {
+		e.topics[i] = heldTopic{topic: u.topic, readSeq: u.readSeq, pinned: u.pinned}
+		if u.notifyMute.Valid {
+			e.topics[i].muteMs = u.notifyMute.Time.UnixMilli()
+		}
+	}
+	m.mu.Lock()
+	m.entry = e
+	m.mu.Unlock()
+	return lasts
+}
+
+// held is the user's held entry when it is not too old, the indexes of
+// its topics with a remembered count made at the same cursor (their
+// versions are worth reading with the entry's generation: recall), and the
+// command reading them when the previous call built it for the same ones.
+func (m *userMemo) held(now time.Time) (e *heldEntry, idx []int, stamps rueidis.Completed, ok bool) {
+	if m == nil {
+		return nil, nil, stamps, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e = m.entry
+	if e == nil || e.until <= now.UnixNano() {
+		return nil, nil, stamps, false
+	}
+	for i, t := range e.topics {
+		if r, ok := m.topics[t.topic]; ok && r.cursor == t.readSeq && r.until > now.UnixNano() {
+			idx = append(idx, i) // the last seq is not read yet
+		}
+	}
+	return e, idx, e.stamps, len(idx) > 0 && slices.Equal(idx, e.stampIdx)
+}
+
+// keepStamps keeps cmd, pinned, as the command reading the versions of
+// e.topics[idx].
+func (m *userMemo) keepStamps(e *heldEntry, idx []int, cmd rueidis.Completed) rueidis.Completed {
+	cmd = cmd.Pin()
+	m.mu.Lock()
+	e.stampIdx, e.stamps = idx, cmd
+	m.mu.Unlock()
+	return cmd
+}
+
+// userTopics are the entry's topics with their cursors and preferences,
+// in into's array when it is large enough.
+func (e *heldEntry) userTopics(into []userTopic) []userTopic {
+	us := slices.Grow(into[:0], len(e.topics))[:len(e.topics)]
+	for i, t := range e.topics {
+		us[i] = userTopic{topic: t.topic, readSeq: t.readSeq, pinned: t.pinned}
+		if t.muteMs > 0 {
+			us[i].notifyMute = sql.NullTime{Time: time.UnixMilli(t.muteMs).UTC(), Valid: true}
+		}
+	}
+	return us
+}
+
+// badgeBuf is a badge call's arrays, kept for the next call (badgeBufs):
+// a heavy user's call needs hundreds of topics, counts and versions, and
+// making them afresh each time keeps the collector busy.
+type badgeBuf struct {
+	us  []userTopic
+	pre []stamp
+	out []unreadCount
+}
+
+var badgeBufs = sync.Pool{New: func() any { return new(badgeBuf) }}
+
+// release keeps the arrays of us, pre and out (what they point to is
+// dropped) and returns b to the pool.
+func (b *badgeBuf) release(us []userTopic, pre []stamp, out []unreadCount) {
+	clear(us)
+	b.us, b.pre, b.out = us[:0], pre[:0], out[:0]
+	badgeBufs.Put(b)
+}
+
+// stamp is a topic's message and deletion-range versions as read (read
+// false: not read).
+type stamp struct {
+	msg, hid int64
+	read     bool
+}
+
+// stampsFrom reads the versions of us[idx] from a memoStamps answer into
+// a slice aligned with us (n long, in into's array when it is large
+// enough; nil when the answer cannot be read).
+func stampsFrom(res rueidis.RedisResult, n int, idx []int, into []stamp) []stamp {
+	vals, err := res.ToArray()
+	if err != nil {
+		return nil
+	}
+	out := slices.Grow(into[:0], n)[:n]
+	clear(out)
+	for j, i := range idx {
+		mv, ok1 := stampAt(vals, 2*j)
+		hv, ok2 := stampAt(vals, 2*j+1)
+		out[i] = stamp{msg: mv, hid: hv, read: ok1 && ok2}
+	}
+	return out
 }
 
 // badgeMemo is the process's remembered counts of up to users users (the
@@ -105,25 +246,45 @@ func (b *badgeMemo) of(tenant string, user int64) *userMemo {
 	return fresh
 }
 
-// candidates are the indexes of us[hot] whose remembered count was made at
-// the same last seq and cursor and is not too old, with what was
-// remembered; the versions decide (memoStamps).
-func (m *userMemo) candidates(us []userTopic, hot []int, now time.Time) ([]int, []remembered) {
+// holds reports whether r, remembered for u's topic, was made at u's last
+// seq and cursor and is not too old (now in unix nanoseconds); the
+// versions decide the rest.
+func (r remembered) holds(u userTopic, now int64) bool {
+	return r.last == u.last && r.cursor == u.readSeq && r.until > now
+}
+
+// candidates are the indexes of us[hot] whose remembered count holds but
+// for the versions (memoStamps).
+func (m *userMemo) candidates(us []userTopic, hot []int, now time.Time) []int {
 	if m == nil {
-		return nil, nil
+		return nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var idx []int
-	var rs []remembered
 	for _, i := range hot {
-		r, ok := m.topics[us[i].topic]
-		if ok && r.last == us[i].last && r.cursor == us[i].readSeq && r.until > now.UnixNano() {
+		if r, ok := m.topics[us[i].topic]; ok && r.holds(us[i], now.UnixNano()) {
 			idx = append(idx, i)
-			rs = append(rs, r)
 		}
 	}
-	return idx, rs
+	return idx
+}
+
+// answer sets out[i] to the remembered count of each of us[idx] that still
+// holds under the versions read (pre, aligned with us), marks it in done,
+// and returns how many it answered.
+func (m *userMemo) answer(us []userTopic, idx []int, pre []stamp, out []unreadCount, done []bool, now time.Time) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, i := range idx {
+		r, ok := m.topics[us[i].topic]
+		if st := pre[i]; ok && r.holds(us[i], now.UnixNano()) && st.read && st.msg == r.msgVer && st.hid == r.hidVer {
+			out[i], done[i] = r.count(), true
+			n++
+		}
+	}
+	return n
 }
 
 // put remembers counts (by topic) and forgets the expired ones.
@@ -148,12 +309,12 @@ func lifetime(now time.Time, maxAge time.Duration) int64 {
 	return now.Add(maxAge/2 + rand.N(maxAge/2+1)).UnixNano()
 }
 
-// memoStamps reads the message and deletion-range versions of topics, two
-// per topic in one MGET (a tenant's keys share a slot).
-func (s *Service) memoStamps(keys routing.Keys, topics []string) rueidis.Completed {
-	names := make([]string, 0, 2*len(topics))
-	for _, t := range topics {
-		names = append(names, keys.MessagesVersion(t), keys.HiddenVersion(t))
+// memoStamps reads the message and deletion-range versions of us[idx],
+// two per topic in one MGET (a tenant's keys share a slot).
+func (s *Service) memoStamps(keys routing.Keys, us []userTopic, idx []int) rueidis.Completed {
+	names := make([]string, 0, 2*len(idx))
+	for _, i := range idx {
+		names = append(names, keys.MessagesVersion(us[i].topic), keys.HiddenVersion(us[i].topic))
 	}
 	return s.p.Redis.B().Mget().Key(names...).Build()
 }
@@ -299,7 +460,7 @@ func (s *Service) listTopics(ctx context.Context, db *sql.DB, tenant string, use
 	if err != nil {
 		return nil, false, err
 	}
-	us, err = s.memberships(ctx, db, keys, user)
+	us, _, err = s.memberships(ctx, db, tenant, keys, user, nil)
 	if err != nil || len(us) == 0 {
 		return us, true, err
 	}

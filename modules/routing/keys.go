@@ -142,7 +142,8 @@ func (k Keys) HiddenVersion(topic string) string { return k.prefix + "hidden:ver
 
 // ReadCursors caches a user's memberships with their read cursors (HASH
 // topic → read_seq, one field per topic of a group the user is a member of
-// that is not dissolved, and the field "~" once it names all of them, see
+// that is not dissolved, the field "~" once it names all of them, and the
+// field "#", its generation, moved by every script that writes it, see
 // modules/query); ReadCursorsVersion counts the changes that rewrite them
 // from MySQL (a join, a leave), so a fill computed before one cannot land
 // after it.
