@@ -42,12 +42,6 @@ for _, f in ipairs(redis.call('HKEYS', KEYS[2])) do
     redis.call('HDEL', KEYS[2], f)
   end
 end
-local t = redis.call('TIME')
-local g = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local was = tonumber(redis.call('HGET', KEYS[2], '#') or '0') or 0
-if g <= was then
-  g = was + 1
-end
-redis.call('HSET', KEYS[2], '~', ARGV[3], '#', string.format('%d', g))
+redis.call('HSET', KEYS[2], '~', ARGV[3], '#', next_version(redis.call('HGET', KEYS[2], '#')))
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1

@@ -5,8 +5,8 @@
 -- The field is written even while the entry is incomplete (no "~"): a fill
 -- that read MySQL before the move's commit keeps the higher value
 -- (cursor_fill.lua), so the cache never goes below an acknowledged cursor.
--- A raise moves the entry's generation (field "#"): at least the Redis time
--- in microseconds and above the one it replaces, so a query process holding
+-- A raise moves the entry's generation (field "#", next_version in
+-- version.lua), so a query process holding
 -- the entry as it read it (modules/query, "Remembered badges") sees that it
 -- changed by reading that one field.
 -- The realtime frame of a raise is published by the caller once MySQL
@@ -35,13 +35,7 @@ end
 local raised = 0
 local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1])) or 0
 if seq > cur then
-  local t = redis.call('TIME')
-  local g = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local was = tonumber(redis.call('HGET', KEYS[1], '#') or '0') or 0
-  if g <= was then
-    g = was + 1
-  end
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], '#', string.format('%d', g))
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], '#', next_version(redis.call('HGET', KEYS[1], '#')))
   raised = 1
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])

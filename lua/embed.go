@@ -17,6 +17,12 @@ import (
 //go:embed fenced.lua
 var Fenced string
 
+// version is the function next_version, put in front of the scripts that
+// move a version.
+//
+//go:embed version.lua
+var version string
+
 // Activate moves the active month forward to a ready month, never back.
 //
 //go:embed activate.lua
@@ -76,11 +82,13 @@ var IdemRetry string
 //go:embed cache_fill.lua
 var CacheFill string
 
-// MsgChange takes a message out of the hot cache and moves the topic's
-// message version forward before a change commits.
-//
 //go:embed msg_change.lua
-var MsgChange string
+var msgChange string
+
+// MsgChange takes a message out of the hot cache and moves the topic's
+// message version forward before a change commits (msg_change.lua after
+// next_version, version.lua).
+var MsgChange = version + msgChange
 
 // HotPut puts a changed message back into the hot cache after the commit,
 // unless a later change moved the topic's message version on.
@@ -94,15 +102,19 @@ var HotPut string
 //go:embed bench_send.lua
 var BenchSend string
 
-// CursorPut raises a user's cached read cursor of a topic, within the
-// topic's last issued seq, in a cursor move's one round trip.
-//
 //go:embed cursor_put.lua
-var CursorPut string
+var cursorPut string
+
+// CursorPut raises a user's cached read cursor of a topic, within the
+// topic's last issued seq, in a cursor move's one round trip, and moves the
+// entry's generation (cursor_put.lua after next_version, version.lua).
+var CursorPut = version + cursorPut
+
+//go:embed cursor_fill.lua
+var cursorFill string
 
 // CursorFill fills a user's cached memberships and read cursors from
 // MySQL, keeping any higher cursor a move wrote meanwhile and dropping the
-// topics MySQL did not name, unless a join or leave bumped the version.
-//
-//go:embed cursor_fill.lua
-var CursorFill string
+// topics MySQL did not name, unless a join or leave bumped the version
+// (cursor_fill.lua after next_version, version.lua).
+var CursorFill = version + cursorFill

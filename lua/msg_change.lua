@@ -5,20 +5,12 @@
 -- once the change is answered. With seq 0 nothing leaves the cache and only
 -- the version moves: send's late acknowledgement of a seq readers already
 -- took as a gap put its message in the cache behind their copies.
--- The version is at least the Redis time in microseconds and always above
--- the one it replaces: a version lost with its key (expiry, a flush) is
--- never handed out again while the clock moves forward.
+-- The version comes from next_version (version.lua).
 --
 -- KEYS[1] hot cache (ZSET score seq), KEYS[2] topic message version (STRING)
 -- ARGV[1] seq (0: none), ARGV[2] version ttl ms
 -- returns the new version
 redis.call('ZREMRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[1])
-local t = redis.call('TIME')
-local v = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local cur = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-if v <= cur then
-  v = cur + 1
-end
-local s = string.format('%d', v)
-redis.call('SET', KEYS[2], s, 'PX', ARGV[2])
-return s
+local v = next_version(redis.call('GET', KEYS[2]))
+redis.call('SET', KEYS[2], v, 'PX', ARGV[2])
+return v
