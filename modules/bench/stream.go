@@ -20,6 +20,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -79,7 +80,11 @@ type StreamLatency struct {
 // StreamReport is what the bench measured.
 type StreamReport struct {
 	Delivery StreamLatency // send's due time → frame read by the socket's client
-	Send     StreamLatency // send's due time → its 201
+	// Arrival is the moment the server took the send in (its created_at)
+	// → frame read by the socket's client: Delivery without the client's
+	// own wait to send and the request's way to the server
+	Arrival StreamLatency
+	Send    StreamLatency // send's due time → its 201
 	// Published is the send's due time → its publication read by a plain
 	// subscriber of the topic's channel: Delivery without the fan-out
 	Published StreamLatency
@@ -156,7 +161,7 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 	if err := mark(StageIdleBefore); err != nil {
 		return StreamReport{}, err
 	}
-	var delivery latencies
+	var delivery, arrival latencies
 	socks := make([]*websocket.Conn, p.Sockets)
 	var wg sync.WaitGroup
 	defer func() {
@@ -181,7 +186,7 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 			return err
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); readFrames(ws, &delivery) }()
+		go func() { defer wg.Done(); readFrames(ws, &delivery, &arrival) }()
 		return nil
 	}); err != nil {
 		return StreamReport{}, err
@@ -244,7 +249,7 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 			return StreamReport{}, err
 		}
 		stop, err := subscribe(ctx, p.Redis, keys.Realtime(name), func(m string) {
-			if d, ok := sentAgo([]byte(m), time.Now()); ok {
+			if d, _, ok := frameAges([]byte(m), time.Now()); ok {
 				published.add(d)
 			}
 		})
@@ -311,6 +316,7 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 	stopSubs()
 	subs = nil
 	rep.Delivery = delivery.report("delivery (send due → frame)")
+	rep.Arrival = arrival.report("delivery (send arrival → frame)")
 	rep.Published = published.report(fmt.Sprintf("send → publication (%d topics)", min(p.Topics, publishedSample)))
 	rep.Send = sendLat.report("send (due → 201)")
 	rep.PubSub = raw.report("raw SPUBLISH (due) → subscriber")
@@ -342,42 +348,65 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 }
 
 // readFrames reads a bench socket until it closes, timing each message
-// frame from the due time its text carries.
-func readFrames(ws *websocket.Conn, l *latencies) {
+// frame from the due time its text carries (into due) and from the moment
+// the server took the send in, its created_at (into arrival).
+func readFrames(ws *websocket.Conn, due, arrival *latencies) {
 	for {
 		_, b, err := ws.Read(context.Background())
 		if err != nil {
 			return
 		}
-		if d, ok := sentAgo(b, time.Now()); ok {
-			l.add(d)
+		if d, a, ok := frameAges(b, time.Now()); ok {
+			due.add(d)
+			arrival.add(a)
 		}
 	}
 }
 
-// sentAgo is how long before at the message frame b was due to be sent:
-// its text is the send's due time in Unix nanoseconds. It only looks for
-// the text, not parsing the frame: the clients share the machine with the
-// server, and their CPU would show in the latency.
-func sentAgo(b []byte, at time.Time) (time.Duration, bool) {
+// frameAges is how long before at the message frame (or realtime payload)
+// b was due to be sent — its text is the send's due time in Unix
+// nanoseconds — and how long before at the server took the send in: its
+// created_at, which the send sets once the request is decoded, kept to the
+// millisecond by truncation, so that age is never shorter than the real
+// one. It only looks for the two values, not parsing the frame: the clients
+// share the machine with the server, and their CPU would show in the
+// latency.
+func frameAges(b []byte, at time.Time) (sinceDue, sinceArrival time.Duration, ok bool) {
 	if !bytes.HasPrefix(b, []byte(`{"type":"message"`)) {
-		return 0, false
+		return 0, 0, false
 	}
-	text := []byte(`"text":"`)
-	i := bytes.Index(b, text)
+	text, ok := quotedAfter(b, `"text":"`)
+	if !ok {
+		return 0, 0, false
+	}
+	ns, err := strconv.ParseInt(string(text), 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	created, ok := quotedAfter(b, `"created_at":"`)
+	if !ok {
+		return 0, 0, false
+	}
+	took, err := time.Parse(message.TimeFormat, string(created))
+	if err != nil {
+		return 0, 0, false
+	}
+	return at.Sub(time.Unix(0, ns)), at.Sub(took), true
+}
+
+// quotedAfter is the text between key (ending in an opening quote) and the
+// next quote in b.
+func quotedAfter(b []byte, key string) ([]byte, bool) {
+	i := bytes.Index(b, []byte(key))
 	if i < 0 {
-		return 0, false
+		return nil, false
 	}
-	b = b[i+len(text):]
+	b = b[i+len(key):]
 	j := bytes.IndexByte(b, '"')
 	if j <= 0 {
-		return 0, false
+		return nil, false
 	}
-	ns, err := strconv.ParseInt(string(b[:j]), 10, 64)
-	if err != nil {
-		return 0, false
-	}
-	return at.Sub(time.Unix(0, ns)), true
+	return b[:j], true
 }
 
 // streamSenders is how many requests the stream bench sends at once.

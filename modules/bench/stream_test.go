@@ -1,0 +1,40 @@
+package bench
+
+import (
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestFrameAges: a message frame's age is read from its due time (the
+// text) and from the server's created_at; other frames and frames without
+// either value are not timed.
+func TestFrameAges(t *testing.T) {
+	due := time.Date(2026, 12, 1, 22, 0, 0, 123_456_789, time.UTC)
+	at := due.Add(30 * time.Millisecond)
+	ns := strconv.FormatInt(due.UnixNano(), 10)
+	msg := func(text, created string) []byte {
+		return []byte(`{"type":"message","message":{"topic":"t","seq":3,"content":{"text":"` + text +
+			`"},"created_at":"` + created + `"}}`)
+	}
+	for _, c := range []struct {
+		name          string
+		frame         []byte
+		sinceDue, arr time.Duration
+		ok            bool
+	}{
+		// the server took it in at 22:00:00.125: 28.456789 ms before at
+		{"message", msg(ns, "2026-12-01T22:00:00.125Z"), 30 * time.Millisecond, 28_456_789 * time.Nanosecond, true},
+		{"no created_at", []byte(`{"type":"message","message":{"content":{"text":"` + ns + `"}}}`), 0, 0, false},
+		{"bad created_at", msg(ns, "yesterday"), 0, 0, false},
+		{"text not a time", msg("hello", "2026-12-01T22:00:00.125Z"), 0, 0, false},
+		{"a change frame", []byte(`{"type":"change","topic":"t","seq":3}`), 0, 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d, a, ok := frameAges(c.frame, at)
+			if ok != c.ok || d != c.sinceDue || a != c.arr {
+				t.Fatalf("frameAges = %v, %v, %v; want %v, %v, %v", d, a, ok, c.sinceDue, c.arr, c.ok)
+			}
+		})
+	}
+}
