@@ -267,15 +267,27 @@ func parseOr0(s string) int64 {
 func (s *Service) memberships(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, buf *badgeBuf) ([]userTopic, []stamp, error) {
 	memo := s.memo.of(tenant, user)
 	now := time.Now()
-	if us, pre, ok := s.heldMemberships(ctx, keys, memo, user, buf, now); ok {
-		return us, pre, nil
+	tried, ok := s.heldMemberships(ctx, keys, memo, user, buf, now)
+	if ok {
+		return tried.us, tried.pre, nil
 	}
 	res := s.p.Redis.DoMulti(ctx, s.cursorCmds(keys, user)...)
 	cached, rerr := cachedCursors(res)
 	if cached != nil {
+		if tried != nil && tried.e.sameTopics(cached) {
+			// the entry moved (a cursor, a preference) but names the same
+			// topics: the last seqs and versions read with the held one
+			// stand, in its order, and so do its read commands
+			us := tried.us
+			if cursorsFrom(cached, us) {
+				s.m.cursorCache.WithLabelValues("hit").Inc()
+				s.memo.hold(memo, cached[cursorsGen], cached[cursorsComplete], us, tried.e.lasts, now)
+				return us, tried.pre, nil
+			}
+		}
 		us := make([]userTopic, 0, len(cached))
 		for t := range cached {
-			if t != cursorsComplete && t != cursorsGen && !strings.HasPrefix(t, prefsMark) {
+			if topicField(t) {
 				us = append(us, userTopic{topic: t})
 			}
 		}
@@ -310,20 +322,36 @@ func (s *Service) memberships(ctx context.Context, db *sql.DB, tenant string, ke
 // lua/cursor_fill.lua; a topic name never holds it).
 const cursorsGen = "#"
 
+// topicField reports whether a field of a user's cache entry is a topic's
+// cursor (not "~", the generation or a topic's preferences).
+func topicField(f string) bool {
+	return f != cursorsComplete && f != cursorsGen && !strings.HasPrefix(f, prefsMark)
+}
+
+// heldRead is what a call read with a held entry: its topics with their
+// last seqs (cursors and preferences as held), and the versions (pre).
+type heldRead struct {
+	e   *heldEntry
+	us  []userTopic
+	pre []stamp
+}
+
 // heldMemberships is memberships from the entry this process holds, when
 // its generation and "~" are still the ones in Redis at the current groups
-// epoch; ok is false otherwise (the entry is read whole).
-func (s *Service) heldMemberships(ctx context.Context, keys routing.Keys, memo *userMemo, user int64, buf *badgeBuf, now time.Time) (us []userTopic, pre []stamp, ok bool) {
+// epoch (ok). When they moved, the reads made with it are returned (not
+// ok): an entry read whole that names the same topics reuses them. Nil
+// when no entry is held or Redis failed.
+func (s *Service) heldMemberships(ctx context.Context, keys routing.Keys, memo *userMemo, user int64, buf *badgeBuf, now time.Time) (tried *heldRead, ok bool) {
 	e, idx, sc, built := memo.held(now)
 	if e == nil {
-		return nil, nil, false
+		return nil, false
 	}
 	rdb := s.p.Redis
 	var into []userTopic
 	if buf != nil {
 		into = buf.us
 	}
-	us = e.userTopics(into)
+	us := e.userTopics(into)
 	cmds := []rueidis.Completed{
 		rdb.B().Hmget().Key(keys.ReadCursors(user)).Field(cursorsComplete, cursorsGen).Build(),
 		rdb.B().Get().Key(keys.GroupsEpoch()).Build(),
@@ -341,21 +369,22 @@ func (s *Service) heldMemberships(ctx context.Context, keys routing.Keys, memo *
 	fields, err := res[0].ToArray()
 	mark, mok := completeMark(res[1])
 	if err != nil || !mok || len(fields) != 2 {
-		return nil, nil, false
+		return nil, false
 	}
-	complete, _ := fields[0].ToString()
-	gen, _ := fields[1].ToString()
-	if complete != mark || complete != e.mark || gen != e.gen {
-		return nil, nil, false
-	}
-	s.m.cursorCache.WithLabelValues("held").Inc()
+	tried = &heldRead{e: e, us: us}
 	if len(us) > 0 {
 		applyLasts(res[2], us)
 	}
 	if len(cmds) > 3 {
-		pre = stampsFrom(res[3], len(us), idx, buf.pre)
+		tried.pre = stampsFrom(res[3], len(us), idx, buf.pre)
 	}
-	return us, pre, true
+	complete, _ := fields[0].ToString()
+	gen, _ := fields[1].ToString()
+	if complete != mark || complete != e.mark || gen != e.gen {
+		return tried, false
+	}
+	s.m.cursorCache.WithLabelValues("held").Inc()
+	return tried, true
 }
 
 // lastCmd reads the last issued seq of each topic (one MGET: a tenant's

@@ -147,6 +147,26 @@ func (m *userMemo) keepStamps(e *heldEntry, idx []int, cmd rueidis.Completed) ru
 	return cmd
 }
 
+// sameTopics reports whether an entry read whole (HGETALL) names exactly
+// e's topics.
+func (e *heldEntry) sameTopics(cached map[string]string) bool {
+	n := 0
+	for f := range cached {
+		if topicField(f) {
+			n++
+		}
+	}
+	if n != len(e.topics) {
+		return false
+	}
+	for _, t := range e.topics {
+		if _, ok := cached[t.topic]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // userTopics are the entry's topics with their cursors and preferences,
 // in into's array when it is large enough.
 func (e *heldEntry) userTopics(into []userTopic) []userTopic {
