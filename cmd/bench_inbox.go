@@ -130,7 +130,7 @@ func printBenchInbox(w io.Writer, o *benchInboxOptions, rep bench.InboxReport) {
 		o.users, o.topics, o.minPer, o.maxPer, o.heavy, o.messages, rep.Rows, o.concurrency, o.duration, o.cold, runtime.GOMAXPROCS(0))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\tcalls\terrors\trate/s\tp50\tp99")
-	for _, r := range []bench.QueryResult{rep.Unread, rep.RawUnread, rep.List, rep.RawList, rep.Read} {
+	for _, r := range []bench.QueryResult{rep.Unread, rep.RawUnread, rep.List, rep.RawList, rep.Read, rep.Moved} {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\n", r.Name, r.Count, r.Errors, r.Rate(),
 			r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond))
 	}

@@ -208,11 +208,16 @@ func TestReadStateHeldEntryFollowsEveryWriter(t *testing.T) {
 	if held() <= before {
 		t.Fatal("the entry was read whole again, not held")
 	}
-	// another device moves the cursor: the script moves the generation
+	// another device moves the cursor: the script moves the generation,
+	// and the next badge reads the entry whole, keeping the last seqs
+	moved := persistMetric(t, env.Env, "imshard_read_cursor_cache_total", `result="moved"`)
 	if code, got := rsRead(t, env, user, a, 3); code != 200 || got != 3 {
 		t.Fatalf("read: %d %d", code, got)
 	}
 	want("a cursor move", map[string]int{a: 1, b: 4}, "")
+	if persistMetric(t, env.Env, "imshard_read_cursor_cache_total", `result="moved"`) <= moved {
+		t.Fatal("the entry read after the cursor move did not keep the held copy's reads")
+	}
 	env.member(c, user, "member", time.Time{})
 	want("a join", map[string]int{a: 1, b: 4, c: 0}, "")
 	env.mustSend(env.Token(other, ""), c, sendBody("c-after-join", "x"))

@@ -64,7 +64,11 @@ type InboxReport struct {
 	List      QueryResult // service: the first topic-list page of 50
 	RawList   QueryResult // raw SQL: the same page in one statement
 	Read      QueryResult // service: a read-cursor move
-	Rows      int64       // memberships of the fixture
+	// Moved is the service's GET /v1/me/unread right after the same user
+	// moved a cursor (to the topic's top, untimed): the cached entry and
+	// that topic's count changed since the user's last badge
+	Moved QueryResult
+	Rows  int64 // memberships of the fixture
 }
 
 func inboxTopic(i int) string { return fmt.Sprintf("bi%05d", i) }
@@ -307,6 +311,17 @@ func (p *InboxParams) Measure(ctx context.Context) InboxReport {
 			return fmt.Errorf("bench: user %d has no topic", pr.UserID)
 		}
 		return p.MarkRead(ctx, pr, ts[rng.IntN(len(ts))], int64(rng.IntN(p.Messages+1)))
+	})
+	rep.Moved = bp.runStaged(ctx, "service GET /v1/me/unread after a cursor move", p.Concurrency, func(ctx context.Context, rng *rand.Rand) (func(context.Context) error, error) {
+		pr := user(rng)
+		ts := mine[pr.UserID-1]
+		if len(ts) == 0 {
+			return nil, fmt.Errorf("bench: user %d has no topic", pr.UserID)
+		}
+		if err := p.MarkRead(ctx, pr, ts[rng.IntN(len(ts))], int64(p.Messages)); err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error { return p.Unread(ctx, pr) }, nil
 	})
 	return rep
 }

@@ -329,6 +329,14 @@ func hotFill(rdb rueidis.Client, keys routing.Keys, topic string, ms []message.M
 // run drives op from readers goroutines for Warmup, then measures it for
 // Duration.
 func (p *QueryParams) run(ctx context.Context, name string, readers int, op func(ctx context.Context, rng *rand.Rand) error) QueryResult {
+	return p.runStaged(ctx, name, readers, func(_ context.Context, rng *rand.Rand) (func(context.Context) error, error) {
+		return func(ctx context.Context) error { return op(ctx, rng) }, nil
+	})
+}
+
+// runStaged is run for operations with an untimed first stage: stage does
+// it and returns the timed rest.
+func (p *QueryParams) runStaged(ctx context.Context, name string, readers int, stage func(ctx context.Context, rng *rand.Rand) (func(context.Context) error, error)) QueryResult {
 	if len(p.Only) > 0 && !slices.ContainsFunc(p.Only, func(o string) bool { return strings.Contains(name, o) }) {
 		return QueryResult{Name: name, Skipped: true}
 	}
@@ -351,11 +359,14 @@ func (p *QueryParams) run(ctx context.Context, name string, readers int, op func
 			bad := 0
 			var ferr error
 			for ctx.Err() == nil {
+				timed, err := stage(ctx, rng)
 				t0 := time.Now()
 				if t0.After(end) {
 					break
 				}
-				err := op(ctx, rng)
+				if err == nil {
+					err = timed(ctx)
+				}
 				if t0.Before(warmEnd) {
 					continue
 				}

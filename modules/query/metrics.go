@@ -112,7 +112,7 @@ func newMetrics(reg prometheus.Registerer, held func() int64, memoUsers, memoRou
 	}, []string{"op"})
 	m.cursorCache = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "imshard_read_cursor_cache_total",
-		Help: "Reads of a user's cached memberships and read cursors by result: held (this process's copy of the entry, its generation unchanged: one field read); hit; miss (read from MySQL and cached: first read, expired, or dropped by a join, a leave or a dissolve); error (Redis failed: MySQL answered).",
+		Help: "Reads of a user's cached memberships and read cursors by result: held (this process's copy of the entry, its generation unchanged: one field read); moved (the copy's generation moved, the topics did not: read whole, the last seqs read with the copy kept); hit (read whole); miss (read from MySQL and cached: first read, expired, or dropped by a join, a leave or a dissolve); error (Redis failed: MySQL answered).",
 	}, []string{"result"})
 	m.unreadFrom = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "imshard_unread_counts_total",
@@ -143,7 +143,7 @@ func newMetrics(reg prometheus.Registerer, held func() int64, memoUsers, memoRou
 		Help: "Topics of topic lists by where their route mirror came from: hit (remembered, the topic's last seq unchanged), miss (read from MySQL).",
 	}, []string{"result"})
 	reg.MustRegister(m.tables, m.latency, m.wide, m.hot, m.hidden, m.local, topics, users, routes, m.routeMemo, m.changes, m.changeLatency, m.changeFollowups, m.readState, m.cursorCache, m.unreadFrom, m.mentionReads, m.readFrames)
-	for _, r := range []string{"held", "hit", "miss", "error"} {
+	for _, r := range []string{"held", "moved", "hit", "miss", "error"} {
 		m.cursorCache.WithLabelValues(r)
 	}
 	for _, r := range []string{"hit", "miss"} {

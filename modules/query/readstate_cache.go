@@ -280,7 +280,7 @@ func (s *Service) memberships(ctx context.Context, db *sql.DB, tenant string, ke
 			// stand, in its order, and so do its read commands
 			us := tried.us
 			if cursorsFrom(cached, us) {
-				s.m.cursorCache.WithLabelValues("hit").Inc()
+				s.m.cursorCache.WithLabelValues("moved").Inc()
 				s.memo.hold(memo, cached[cursorsGen], cached[cursorsComplete], us, tried.e.lasts, now)
 				return us, tried.pre, nil
 			}
