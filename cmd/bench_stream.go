@@ -26,6 +26,7 @@ type benchStreamOptions struct {
 	tenants  int
 	rate     int
 	duration time.Duration
+	rounds   int
 	clients  bool // this process is the client side the bench started
 
 	cpuProfile string
@@ -39,17 +40,19 @@ func newBenchStreamCmd(g *globals) *cobra.Command {
 		Long: "Starts the send, query and persist roles in this process (the server) and the clients in a\n" +
 			"child process, prepares groups over several bench tenants, opens --sockets WebSockets over\n" +
 			"--topics topics, measures the Go heap and stacks the server holds for them idle, then sends\n" +
-			"--rate messages/s for --duration, evenly spaced, and times each from its due time to the\n" +
-			"frame read (open loop), beside a raw SPUBLISH → subscriber pair published at the same due\n" +
-			"times on the same Redis.",
-		Example: "  imshard bench stream\n  imshard bench stream --sockets=500 --topics=50 --rate=200 --duration=10s",
+			"--rate messages/s for --duration, evenly spaced, and times each from its due time and from\n" +
+			"the moment the server took it in (its created_at) to the frame read (open loop), beside a raw\n" +
+			"SPUBLISH → subscriber pair published at the same due times on the same Redis; --rounds times\n" +
+			"over the same sockets, reporting each round and the median of the rounds' p99 ratios.",
+		Example: "  imshard bench stream\n  imshard bench stream --sockets=500 --topics=50 --rate=200 --duration=10s --rounds=1",
 		Args:    cobra.NoArgs,
 	}
 	c.Flags().IntVar(&o.sockets, "sockets", 5000, "sockets to open")
 	c.Flags().IntVar(&o.topics, "topics", 500, "topics the sockets follow")
 	c.Flags().IntVar(&o.tenants, "tenants", 4, "bench tenants the topics are spread over")
 	c.Flags().IntVar(&o.rate, "rate", 1000, "messages sent per second")
-	c.Flags().DurationVar(&o.duration, "duration", 20*time.Second, "measured time")
+	c.Flags().DurationVar(&o.duration, "duration", 20*time.Second, "measured time of each round")
+	c.Flags().IntVar(&o.rounds, "rounds", 3, "measured rounds, one after the other on the same sockets")
 	c.Flags().BoolVar(&o.clients, "clients", false, "run as the client side of a bench (started by the bench itself)")
 	_ = c.Flags().MarkHidden("clients")
 	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the server process (not the clients) to this file")
@@ -57,8 +60,8 @@ func newBenchStreamCmd(g *globals) *cobra.Command {
 		if o.clients {
 			return runBenchStreamClients(g)
 		}
-		if o.sockets < 1 || o.topics < 1 || o.tenants < 1 || o.rate < 1 || o.duration <= 0 {
-			return usagef("--sockets, --topics, --tenants, --rate and --duration must be positive")
+		if o.sockets < 1 || o.topics < 1 || o.tenants < 1 || o.rate < 1 || o.duration <= 0 || o.rounds < 1 {
+			return usagef("--sockets, --topics, --tenants, --rate, --duration and --rounds must be positive")
 		}
 		return runBench(g, o.cpuProfile, []string{"send", "query"}, func(ctx context.Context, cfg *config.Config) (streamResult, error) {
 			return runBenchStream(ctx, cfg, o, g)
@@ -100,7 +103,7 @@ func runBenchStream(ctx context.Context, cfg *config.Config, o *benchStreamOptio
 	}
 	return runStreamChild(ctx, g, streamPlan{
 		BaseURL: "http://" + a.APIAddr(), Tenants: tenants, Topics: o.topics, Sockets: o.sockets,
-		Rate: o.rate, Duration: o.duration,
+		Rate: o.rate, Duration: o.duration, Rounds: o.rounds,
 	})
 }
 
@@ -113,6 +116,7 @@ type streamPlan struct {
 	Sockets  int                  `json:"sockets"`
 	Rate     int                  `json:"rate"`
 	Duration time.Duration        `json:"duration"`
+	Rounds   int                  `json:"rounds"`
 }
 
 // streamResult is the whole measurement: the clients' report and the
@@ -216,7 +220,7 @@ func runBenchStreamClients(g *globals) error {
 	}
 	rep, err := bench.Stream(ctx, bench.StreamParams{
 		BaseURL: plan.BaseURL, Tenants: plan.Tenants, Topics: plan.Topics, Sockets: plan.Sockets,
-		Rate: plan.Rate, Duration: plan.Duration, Redis: rdb, Progress: g.stderr,
+		Rate: plan.Rate, Duration: plan.Duration, Rounds: plan.Rounds, Redis: rdb, Progress: g.stderr,
 		Mark: func(stage string) error {
 			if _, err := fmt.Fprintf(g.stdout, "%s%s\n", streamMarkLine, stage); err != nil {
 				return err
@@ -237,17 +241,24 @@ func runBenchStreamClients(g *globals) error {
 }
 
 func printBenchStream(w io.Writer, o *benchStreamOptions, rep streamResult) {
-	fmt.Fprintf(w, "stream bench: sockets=%d topics=%d tenants=%d rate=%d/s duration=%s sent=%d (%.0f/s) not sent (senders busy)=%d errors=%d\n",
-		o.sockets, o.topics, o.tenants, o.rate, o.duration, rep.Sent, float64(rep.Sent)/max(rep.Seconds, 1e-9), rep.Skipped, rep.Errors)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "run\tframes\tp50\tp99")
-	for _, r := range []bench.StreamLatency{rep.Delivery, rep.Arrival, rep.Published, rep.Send, rep.PubSub, rep.Warmup} {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", r.Name, r.Count, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond))
+	fmt.Fprintf(w, "stream bench: sockets=%d topics=%d tenants=%d rate=%d/s duration=%s rounds=%d\n",
+		o.sockets, o.topics, o.tenants, o.rate, o.duration, len(rep.Rounds))
+	for i, r := range rep.Rounds {
+		fmt.Fprintf(w, "round %d: sent=%d (%.0f/s) not sent (senders busy)=%d errors=%d\n",
+			i+1, r.Sent, float64(r.Sent)/max(r.Seconds, 1e-9), r.Skipped, r.Errors)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "run\tframes\tp50\tp99")
+		for _, l := range []bench.StreamLatency{r.Delivery, r.Arrival, r.Published, r.Send, r.PubSub} {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", l.Name, l.Count, l.P50.Round(time.Microsecond), l.P99.Round(time.Microsecond))
+		}
+		_ = tw.Flush()
+		if a, d := r.Ratios(); a > 0 {
+			fmt.Fprintf(w, "round %d: delivery p99 / raw pub/sub p99: %.2f from the send's arrival, %.2f from its due time\n", i+1, a, d)
+		}
 	}
-	_ = tw.Flush()
-	if rep.PubSub.P99 > 0 {
-		fmt.Fprintf(w, "delivery p99 / raw pub/sub p99: %.2f from the send's arrival (bar: <= 3), %.2f from its due time\n",
-			float64(rep.Arrival.P99)/float64(rep.PubSub.P99), float64(rep.Delivery.P99)/float64(rep.PubSub.P99))
+	fmt.Fprintf(w, "%s: %d sends, p50 %s, p99 %s\n", rep.Warmup.Name, rep.Warmup.Count, rep.Warmup.P50.Round(time.Microsecond), rep.Warmup.P99.Round(time.Microsecond))
+	if a, d := rep.MedianRatios(); a > 0 {
+		fmt.Fprintf(w, "delivery p99 / raw pub/sub p99, median of the rounds: %.2f from the send's arrival (bar: <= 3), %.2f from its due time\n", a, d)
 	}
 	fmt.Fprintf(w, "server memory per idle socket (Go heap + stacks of the server process; the clients run in another): %.1f KiB, %.2f goroutines (bar: <= 20 KiB)\n",
 		rep.IdleBytes()/1024, rep.IdleGoroutines())

@@ -34,10 +34,11 @@ type StreamTenant struct {
 type StreamParams struct {
 	BaseURL  string // the API (send and query roles)
 	Tenants  []StreamTenant
-	Topics   int // spread over the tenants
-	Sockets  int // spread over the topics, one member each
-	Rate     int // messages per second sent, over all topics
-	Duration time.Duration
+	Topics   int            // spread over the tenants
+	Sockets  int            // spread over the topics, one member each
+	Rate     int            // messages per second sent, over all topics
+	Duration time.Duration  // of each round
+	Rounds   int            // measured rounds, one after the other (at least 1)
 	Redis    rueidis.Client // for the raw pub/sub baseline
 	Progress io.Writer
 	// Mark, when set, is called at the stages of the run (StageIdleBefore
@@ -77,8 +78,8 @@ type StreamLatency struct {
 	P50, P99 time.Duration
 }
 
-// StreamReport is what the bench measured.
-type StreamReport struct {
+// StreamRound is what one measured round of the bench took.
+type StreamRound struct {
 	Delivery StreamLatency // send's due time → frame read by the socket's client
 	// Arrival is the moment the server took the send in (its created_at)
 	// → frame read by the socket's client: Delivery without the client's
@@ -88,13 +89,40 @@ type StreamReport struct {
 	// Published is the send's due time → its publication read by a plain
 	// subscriber of the topic's channel: Delivery without the fan-out
 	Published StreamLatency
-	PubSub    StreamLatency // raw SPUBLISH's due time → subscriber, same rate and due times, same run
-	Warmup    StreamLatency // the first send of each topic, before the measured time
+	PubSub    StreamLatency // raw SPUBLISH's due time → subscriber, same rate and due times, same round
 	Sent      int
 	Skipped   int // due but not sent: every sender was busy (the rate was not reached)
 	Errors    int
-	Sockets   int
 	Seconds   float64 // the sending time, for the rate achieved
+}
+
+// Ratios are the round's delivery p99 over the raw pub/sub p99: from the
+// send's arrival (the bar's) and from its due time (0 without a raw p99).
+func (r StreamRound) Ratios() (fromArrival, fromDue float64) {
+	if r.PubSub.P99 <= 0 {
+		return 0, 0
+	}
+	return float64(r.Arrival.P99) / float64(r.PubSub.P99), float64(r.Delivery.P99) / float64(r.PubSub.P99)
+}
+
+// StreamReport is what the bench measured.
+type StreamReport struct {
+	Rounds  []StreamRound
+	Warmup  StreamLatency // the first send of each topic, before the measured rounds
+	Sockets int
+}
+
+// MedianRatios are the medians over the rounds of their Ratios (0 when no
+// round has a raw p99): the figure held against the bar, as the send bench
+// takes medians over its rounds.
+func (r StreamReport) MedianRatios() (fromArrival, fromDue float64) {
+	var a, d []float64
+	for _, round := range r.Rounds {
+		if x, y := round.Ratios(); x > 0 {
+			a, d = append(a, x), append(d, y)
+		}
+	}
+	return median(a), median(d)
 }
 
 // Stream opens the sockets, measures the memory they hold idle, then sends
@@ -161,7 +189,8 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 	if err := mark(StageIdleBefore); err != nil {
 		return StreamReport{}, err
 	}
-	var delivery, arrival latencies
+	var frames atomic.Pointer[frameLatencies] // the round's, swapped between rounds
+	frames.Store(&frameLatencies{})
 	socks := make([]*websocket.Conn, p.Sockets)
 	var wg sync.WaitGroup
 	defer func() {
@@ -186,7 +215,7 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 			return err
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); readFrames(ws, &delivery, &arrival) }()
+		go func() { defer wg.Done(); readFrames(ws, &frames) }()
 		return nil
 	}); err != nil {
 		return StreamReport{}, err
@@ -220,6 +249,28 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 	rep.Warmup = warm.report("first send per topic (warm-up, unmeasured)")
 	time.Sleep(time.Second) // the warm-up frames delivered
 
+	senders := map[string]string{}
+	for _, t := range p.Tenants {
+		senders[t.ID] = tok(t, 1, "")
+	}
+	for r := range max(p.Rounds, 1) {
+		round, err := streamRound(ctx, p, &frames, topic, do, senders)
+		if err != nil {
+			return rep, err
+		}
+		progress("stream bench: round %d of %d done", r+1, max(p.Rounds, 1))
+		rep.Rounds = append(rep.Rounds, round)
+	}
+	return rep, ctx.Err()
+}
+
+// streamRound is one measured round: a raw pub/sub pair beside the sends.
+func streamRound(ctx context.Context, p StreamParams, frames *atomic.Pointer[frameLatencies], topic func(int) (StreamTenant, string), do func(method, url, token string, body any) error, senders map[string]string) (StreamRound, error) {
+	progress := func(format string, a ...any) {
+		if p.Progress != nil {
+			fmt.Fprintf(p.Progress, format+"\n", a...)
+		}
+	}
 	// raw pub/sub beside it
 	var raw latencies
 	var subs []func()
@@ -235,7 +286,7 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 		}
 	})
 	if err != nil {
-		return StreamReport{}, err
+		return StreamRound{}, err
 	}
 	subs = append(subs, stop)
 	// the same messages as the sockets', seen by a plain subscriber of
@@ -246,7 +297,7 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 		t, name := topic(i)
 		keys, err := routing.KeysFor(t.ID)
 		if err != nil {
-			return StreamReport{}, err
+			return StreamRound{}, err
 		}
 		stop, err := subscribe(ctx, p.Redis, keys.Realtime(name), func(m string) {
 			if d, _, ok := frameAges([]byte(m), time.Now()); ok {
@@ -254,18 +305,16 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 			}
 		})
 		if err != nil {
-			return StreamReport{}, err
+			return StreamRound{}, err
 		}
 		subs = append(subs, stop)
 	}
 
 	progress("stream bench: sending %d/s for %s", p.Rate, p.Duration)
+	fl := &frameLatencies{}
+	frames.Store(fl)
 	var sent, errs, skipped atomic.Int64
 	var sendLat latencies
-	senders := map[string]string{}
-	for _, t := range p.Tenants {
-		senders[t.ID] = tok(t, 1, "")
-	}
 	jobs := make(chan streamJob, p.Rate)
 	var swg sync.WaitGroup
 	for range streamSenders {
@@ -311,12 +360,12 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 	close(jobs)
 	swg.Wait()
 	pubs.Wait()
-	rep.Seconds = time.Since(began).Seconds()
+	rep := StreamRound{Seconds: time.Since(began).Seconds()}
 	time.Sleep(time.Second) // the last frames in flight
 	stopSubs()
 	subs = nil
-	rep.Delivery = delivery.report("delivery (send due → frame)")
-	rep.Arrival = arrival.report("delivery (send arrival → frame)")
+	rep.Delivery = fl.delivery.report("delivery (send due → frame)")
+	rep.Arrival = fl.arrival.report("delivery (send arrival → frame)")
 	rep.Published = published.report(fmt.Sprintf("send → publication (%d topics)", min(p.Topics, publishedSample)))
 	rep.Send = sendLat.report("send (due → 201)")
 	rep.PubSub = raw.report("raw SPUBLISH (due) → subscriber")
@@ -347,18 +396,25 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 	}
 }
 
+// frameLatencies are the frames' ages of one round.
+type frameLatencies struct {
+	delivery latencies // from the send's due time
+	arrival  latencies // from the moment the server took the send in
+}
+
 // readFrames reads a bench socket until it closes, timing each message
-// frame from the due time its text carries (into due) and from the moment
-// the server took the send in, its created_at (into arrival).
-func readFrames(ws *websocket.Conn, due, arrival *latencies) {
+// frame from the due time its text carries and from the moment the server
+// took the send in, its created_at, into the current round's frames.
+func readFrames(ws *websocket.Conn, frames *atomic.Pointer[frameLatencies]) {
 	for {
 		_, b, err := ws.Read(context.Background())
 		if err != nil {
 			return
 		}
 		if d, a, ok := frameAges(b, time.Now()); ok {
-			due.add(d)
-			arrival.add(a)
+			fl := frames.Load()
+			fl.delivery.add(d)
+			fl.arrival.add(a)
 		}
 	}
 }

@@ -38,3 +38,24 @@ func TestFrameAges(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamMedianRatios: the figure held against the bar is the median
+// over the rounds of each round's p99 ratio, from arrival and from the due
+// time; a round without a raw p99 does not count.
+func TestStreamMedianRatios(t *testing.T) {
+	round := func(arrival, due, raw time.Duration) StreamRound {
+		return StreamRound{Arrival: StreamLatency{P99: arrival}, Delivery: StreamLatency{P99: due}, PubSub: StreamLatency{P99: raw}}
+	}
+	rep := StreamReport{Rounds: []StreamRound{
+		round(30*time.Millisecond, 40*time.Millisecond, 10*time.Millisecond), // 3, 4
+		round(10*time.Millisecond, 12*time.Millisecond, 10*time.Millisecond), // 1, 1.2
+		round(50*time.Millisecond, 60*time.Millisecond, 0),                   // no raw p99
+		round(20*time.Millisecond, 25*time.Millisecond, 10*time.Millisecond), // 2, 2.5
+	}}
+	if a, d := rep.MedianRatios(); a != 2 || d != 2.5 {
+		t.Fatalf("median ratios %v, %v; want 2, 2.5", a, d)
+	}
+	if a, d := (StreamReport{}).MedianRatios(); a != 0 || d != 0 {
+		t.Fatalf("no rounds: %v, %v", a, d)
+	}
+}
