@@ -125,6 +125,13 @@ func (r StreamReport) MedianRatios() (fromArrival, fromDue float64) {
 	return median(a), median(d)
 }
 
+// progress writes a line of the bench's progress, if it has somewhere to go.
+func (p StreamParams) progress(format string, a ...any) {
+	if p.Progress != nil {
+		fmt.Fprintf(p.Progress, format+"\n", a...)
+	}
+}
+
 // Stream opens the sockets, measures the memory they hold idle, then sends
 // at the rate for the duration while a raw pub/sub pair runs at the same
 // rate, and reports both latency distributions.
@@ -155,14 +162,9 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 	topic := func(i int) (StreamTenant, string) {
 		return p.Tenants[i%len(p.Tenants)], "bst" + strconv.Itoa(i)
 	}
-	progress := func(format string, a ...any) {
-		if p.Progress != nil {
-			fmt.Fprintf(p.Progress, format+"\n", a...)
-		}
-	}
 
 	// groups: the sender (user 1) and one member per socket
-	progress("stream bench: %d topics over %d tenants, %d members", p.Topics, len(p.Tenants), p.Sockets)
+	p.progress("stream bench: %d topics over %d tenants, %d members", p.Topics, len(p.Tenants), p.Sockets)
 	if err := parallel(ctx, 32, p.Topics, func(i int) error {
 		t, name := topic(i)
 		svc := tok(t, 1, httpapi.RoleService)
@@ -201,7 +203,7 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 		}
 		wg.Wait()
 	}()
-	progress("stream bench: opening %d sockets", p.Sockets)
+	p.progress("stream bench: opening %d sockets", p.Sockets)
 	ws0 := "ws" + strings.TrimPrefix(p.BaseURL, "http")
 	if err := parallel(ctx, 64, p.Sockets, func(i int) error {
 		t, name := topic(i % p.Topics)
@@ -234,7 +236,7 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 	// per topic and process start, not per message; and the senders' HTTP
 	// connections are opened here, not in the first measured second.
 	// Reported apart.
-	progress("stream bench: warm-up, one send per topic")
+	p.progress("stream bench: warm-up, one send per topic")
 	var warm latencies
 	if err := parallel(ctx, streamSenders, p.Topics, func(i int) error {
 		t, name := topic(i)
@@ -258,7 +260,7 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 		if err != nil {
 			return rep, err
 		}
-		progress("stream bench: round %d of %d done", r+1, max(p.Rounds, 1))
+		p.progress("stream bench: round %d of %d done", r+1, max(p.Rounds, 1))
 		rep.Rounds = append(rep.Rounds, round)
 	}
 	return rep, ctx.Err()
@@ -266,11 +268,6 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 
 // streamRound is one measured round: a raw pub/sub pair beside the sends.
 func streamRound(ctx context.Context, p StreamParams, frames *atomic.Pointer[frameLatencies], topic func(int) (StreamTenant, string), do func(method, url, token string, body any) error, senders map[string]string) (StreamRound, error) {
-	progress := func(format string, a ...any) {
-		if p.Progress != nil {
-			fmt.Fprintf(p.Progress, format+"\n", a...)
-		}
-	}
 	// raw pub/sub beside it
 	var raw latencies
 	var subs []func()
@@ -310,7 +307,7 @@ func streamRound(ctx context.Context, p StreamParams, frames *atomic.Pointer[fra
 		subs = append(subs, stop)
 	}
 
-	progress("stream bench: sending %d/s for %s", p.Rate, p.Duration)
+	p.progress("stream bench: sending %d/s for %s", p.Rate, p.Duration)
 	fl := &frameLatencies{}
 	frames.Store(fl)
 	var sent, errs, skipped atomic.Int64
