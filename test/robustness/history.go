@@ -50,6 +50,10 @@ const (
 
 	// Fault marks an injected fault's start (End zero until it was lifted).
 	Fault Kind = "fault"
+	// Quiesce marks the moment the workload and every fault stopped and
+	// the system settled; reads that start after it are the final state
+	// the model checkers compare.
+	Quiesce Kind = "quiesce"
 )
 
 // Msg is a message as an answer or a frame showed it.
@@ -205,4 +209,20 @@ func (h *History) Write(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// Violation is one broken invariant, with the ops that show it.
+type Violation struct {
+	Checker string  `json:"checker"`
+	Ops     []int64 `json:"ops"` // the ids of the ops that break it, earliest first
+	Detail  string  `json:"detail"`
+}
+
+// Checker decides one invariant over a whole history. Check must be pure
+// (no I/O, no clock, no randomness) so a failing history can be shrunk by
+// running it again over parts of the history.
+type Checker struct {
+	Name      string
+	Invariant string // what it guards, as docs/invariants.md words it
+	Check     func(ops []Op) []Violation
 }
