@@ -18,6 +18,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/rs/zerolog"
 
+	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -51,6 +52,40 @@ func (m Membership) Muted(t time.Time) bool {
 		return true
 	}
 	return m.GroupStatus == GroupMuted && m.Role != RoleAdmin && m.Role != RoleOwner
+}
+
+// The refusals of a member who may not post: send a message, or edit one
+// into new text. Send and the message-change path answer them alike.
+var (
+	ErrDissolved = httpapi.Errorf(httpapi.CodePermissionDenied, "group is dissolved")
+	ErrNotMember = httpapi.Errorf(httpapi.CodePermissionDenied, "sender is not a member of the group")
+	ErrMuted     = httpapi.Errorf(httpapi.CodePermissionDenied, "sender is muted")
+)
+
+// Refusals are the answers to a send, by the reason lua/fenced.lua gives
+// when it refuses one from the cached membership; PostRefusal gives the
+// same from a membership looked up.
+var Refusals = map[string]error{
+	"nogroup":   httpapi.Errorf(httpapi.CodeNotFound, "topic has no group"),
+	"dissolved": ErrDissolved,
+	"notmember": ErrNotMember,
+	"muted":     ErrMuted,
+}
+
+// PostRefusal is why m may not post at t, nil when it may: a dissolved
+// group first (nobody posts there), then a non-member, then a mute. It is
+// the one rule behind a send and an edit, so new text never gets in
+// through one when the other refuses it.
+func (m Membership) PostRefusal(t time.Time) error {
+	switch {
+	case m.GroupStatus == GroupDissolved:
+		return ErrDissolved
+	case !m.Member:
+		return ErrNotMember
+	case m.Muted(t):
+		return ErrMuted
+	}
+	return nil
 }
 
 // Params wires a Checker.

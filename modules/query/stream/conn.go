@@ -37,7 +37,8 @@ type conn struct {
 	nc     net.Conn   // under ws: its write deadline bounds a frame's write
 	wmu    sync.Mutex // one send at a time (see send)
 	p      httpapi.Principal
-	single bool // a /v1/topics/{topic}/stream socket: it ends with its topic
+	token  string // the credential p was verified from, verified again on reload
+	single bool   // a /v1/topics/{topic}/stream socket: it ends with its topic
 	ctx    context.Context
 
 	qmu      sync.Mutex
@@ -116,6 +117,7 @@ const (
 	reasonStop    = "server shutting down"
 	reasonGone    = "closed by the client"
 	reasonRetry   = "try again later"
+	reasonRevoked = "credentials revoked"
 )
 
 func (c *conn) alive() { c.lastSeen.Store(time.Now().UnixNano()) }
@@ -179,6 +181,13 @@ func (c *conn) end(code websocket.StatusCode, reason string) {
 		}
 		go func() { _ = c.ws.Close(code, reason) }()
 	})
+}
+
+// revalidate ends the socket when its token no longer verifies.
+func (c *conn) revalidate() {
+	if _, err := c.s.auth.Verify(c.token); err != nil {
+		c.end(websocket.StatusPolicyViolation, reasonRevoked)
+	}
 }
 
 // run serves the socket until it ends, as its reader; the pump starts at
@@ -693,11 +702,14 @@ func (c *conn) refuse(topic string, err error) {
 }
 
 // deny stops a topic the caller may no longer read: an error frame, and on
-// a single-topic socket the end of the socket.
+// a single-topic socket the end of the socket; a credential no longer
+// valid (the tenant is gone) ends any socket.
 func (c *conn) deny(topic string, err error) {
 	c.sendError(topic, err)
 	c.unsubscribe(topic)
-	if c.single {
+	if code, _ := httpapi.Classify(err); code == httpapi.CodeUnauthenticated {
+		c.end(websocket.StatusPolicyViolation, reasonRevoked)
+	} else if c.single {
 		c.end(websocket.StatusPolicyViolation, reasonDenied)
 	}
 }
@@ -743,10 +755,12 @@ func (c *conn) sendError(topic string, err error) {
 	c.send(b, time.Time{})
 }
 
-// denied reports an error that says the caller may not read the topic.
+// denied reports an error that says the caller may not read the topic:
+// refused, or no longer authenticated (its tenant is not configured any
+// more) — never one to retry.
 func denied(err error) bool {
 	code, _ := httpapi.Classify(err)
-	return code == httpapi.CodePermissionDenied
+	return code == httpapi.CodePermissionDenied || code == httpapi.CodeUnauthenticated
 }
 
 // read takes the client's requests (multi-topic sockets subscribe and
