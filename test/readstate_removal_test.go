@@ -3,17 +3,21 @@ package test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
+	"github.com/redis/rueidis"
+
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/query"
 )
 
-// Tests of the read state of topics a user no longer belongs to: a user's
-// cached entry names exactly their memberships, and every leave or
-// dissolve — a retried one too — takes the topic out of it.
+// Tests of the read state of topics a user does not (or no longer) belong
+// to: a user's cached entry names exactly their memberships, a cursor move
+// never adds a topic to it, and every leave or dissolve — a retried one
+// too — takes the topic out of it.
 
 // rsRemovalSetup makes two groups, own and far, each with a stored
 // message; other is a member of both, user of own, and of far too when
@@ -56,6 +60,48 @@ func rsShowsNothingOf(t *testing.T, env *sendEnv, step string, user int64, topic
 			t.Fatalf("%s: the sync shows %+v", step, e)
 		}
 	}
+}
+
+// rsCachedEntry is user's cache entry and its version, as Redis holds them.
+func rsCachedEntry(t *testing.T, env *sendEnv, user int64) (map[string]string, string) {
+	t.Helper()
+	ctx := context.Background()
+	res := env.Redis.DoMulti(ctx, env.Redis.B().Hgetall().Key(env.keys().ReadCursors(user)).Build(),
+		env.Redis.B().Get().Key(env.keys().ReadCursorsVersion(user)).Build())
+	m, err := res[0].AsStrMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := res[1].ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		t.Fatal(err)
+	}
+	return m, v
+}
+
+// TestReadStateNonMemberCursorPutNeverShowsTopic: a user moving their
+// cursor in a group they are not a member of is refused with 403 and
+// changes nothing — their cache entry keeps every field, its generation
+// ("#", moved by any write of the script) and its version, MySQL holds no
+// cursor of theirs — so their badges, list and sync never show the group.
+func TestReadStateNonMemberCursorPutNeverShowsTopic(t *testing.T) {
+	env := rsStart(t)
+	const own, far, user, other = "rsnm-own", "rsnm-far", int64(81), int64(82)
+	rsRemovalSetup(t, env, own, far, user, other, false)
+	entry, version := rsCachedEntry(t, env, user)
+	if entry["~"] == "" || entry["#"] == "" || entry[own] == "" {
+		t.Fatalf("the entry is not complete: %v", entry)
+	}
+	if code, _ := rsRead(t, env, user, far, 1); code != 403 {
+		t.Fatalf("a non-member's cursor move: %d, want 403", code)
+	}
+	if e, v := rsCachedEntry(t, env, user); !maps.Equal(e, entry) || v != version {
+		t.Fatalf("a refused cursor move changed the entry %v (version %q) to %v (version %q)", entry, version, e, v)
+	}
+	if n := chCount(t, env.Env, acl.CursorsTable, sq.Eq{"user_id": user, "topic": far}); n != 0 {
+		t.Fatalf("a refused cursor move stored %d cursor rows", n)
+	}
+	rsShowsNothingOf(t, env, "after a refused move", user, far)
 }
 
 // TestReadStateRetriedLeaveDropsCachedTopic: a leave committed in MySQL
