@@ -271,9 +271,12 @@ func (c *Checker) PutGroup(ctx context.Context, tenant, topic string, groupID in
 	if err != nil {
 		return fmt.Errorf("acl: put group %s: %w", topic, err)
 	}
-	// 1: a new group, which has no members yet
-	flipped := n != 1 && (was == 1) != (status == GroupDissolved)
-	if flipped {
+	// n 1: a new group, which has no members yet. Otherwise a dissolve, or
+	// its undoing (was: dissolved before), bumps the epoch — a dissolve even
+	// when the group was dissolved already: its retry, after a first
+	// attempt that committed and failed before the bump, must still take
+	// the group out of the members' cached memberships
+	if n != 1 && (was == 1 || status == GroupDissolved) {
 		if err := c.bumpGroupsEpoch(ctx, tenant); err != nil {
 			return err
 		}
@@ -388,7 +391,6 @@ func (c *Checker) DeleteMember(ctx context.Context, tenant, topic string, userID
 	if err != nil {
 		return err
 	}
-	left := false
 	err = inTx(ctx, db, func(tx *sql.Tx) error {
 		res, err := sq.Delete(MembersTable).Where(sq.Eq{"topic": topic, "user_id": userID}).RunWith(tx).ExecContext(ctx)
 		if err != nil {
@@ -397,17 +399,16 @@ func (c *Checker) DeleteMember(ctx context.Context, tenant, topic string, userID
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
 			return err
 		}
-		left = true
 		return touchCursor(ctx, tx, topic, userID, 0) // a sync reports the leave
 	})
 	if err != nil {
 		return fmt.Errorf("acl: delete member %s/%d: %w", topic, userID, err)
 	}
-	if left {
-		// the user's cached memberships (modules/query) still name the topic
-		if err := c.invalidateCursors(ctx, tenant, userID); err != nil {
-			return err
-		}
+	// the user's cached memberships (modules/query) may still name the
+	// topic: dropped whether or not this call deleted the row, so the retry
+	// of a leave that committed and failed before the drop heals it
+	if err := c.invalidateCursors(ctx, tenant, userID); err != nil {
+		return err
 	}
 	return c.invalidate(ctx, tenant, topic)
 }
