@@ -275,6 +275,17 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 	return SincePage{Messages: nonNil(page), NextSince: next, HasMore: more, Gaps: nonNilSeqs(gaps), Through: through}, nil
 }
 
+// Settled is the topic's settled watermark (routing.Flight.Settled), the
+// bound of Since: where a stream that gave no cursor starts, so that a seq
+// still in flight below the last issued one is delivered once it settles.
+func (s *Service) Settled(ctx context.Context, tenant, topic string) (int64, error) {
+	settled, err := s.p.Flight.Settled(ctx, tenant, topic)
+	if err != nil {
+		return 0, httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
+	}
+	return settled, nil
+}
+
 func nonNil(ms []message.Message) []message.Message {
 	if ms == nil {
 		return []message.Message{}
