@@ -644,7 +644,10 @@ func (c *conn) subscribe(ctx context.Context, topics map[string]cursors) {
 		}
 		// what was issued before the subscription is read from storage
 		// (published before it, those never come live), waiting for seqs
-		// still in flight; without a since the client starts from there
+		// still in flight. Without a since the client starts at the settled
+		// watermark, not at the last issued seq: a seq below that one may
+		// still be on its way (its publication came before the
+		// subscription), and it is read from storage once it settles.
 		last, err := c.s.lastIssued(ctx, c.p.Tenant, topic)
 		if err != nil {
 			c.refuse(topic, err)
@@ -652,9 +655,14 @@ func (c *conn) subscribe(ctx context.Context, topics map[string]cursors) {
 		}
 		f.seen = last
 		if cur.Since == nil {
-			f.cursor = last
+			if f.cursor, err = c.s.q.Settled(ctx, c.p.Tenant, topic); err != nil {
+				c.refuse(topic, err)
+				continue
+			}
 		} else {
 			f.cursor = *cur.Since
+		}
+		if cur.Since != nil || f.seen > f.cursor {
 			c.fill(ctx, f)
 		}
 		if cur.ChangesSince != nil {

@@ -431,8 +431,8 @@ func (s *Server) acquire(ctx context.Context) bool {
 
 func (s *Server) release() { <-s.catchups }
 
-// lastIssued is the topic's last issued seq (0 if none or unknown): where
-// a client that gave no since starts.
+// lastIssued is the topic's last issued seq (0 if none or unknown): how
+// far a topic reads storage before it is caught up (follow.seen).
 func (s *Server) lastIssued(ctx context.Context, tenant, topic string) (int64, error) {
 	keys, err := routing.KeysFor(tenant)
 	if err != nil {
