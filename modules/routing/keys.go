@@ -145,16 +145,17 @@ func (k Keys) HiddenVersion(topic string) string { return k.prefix + "hidden:ver
 // that is not dissolved, the field "~" once it names all of them, and the
 // field "#", its generation, moved by every script that writes it, see
 // modules/query); ReadCursorsVersion counts the changes that rewrite them
-// from MySQL (a join, a leave), so a fill computed before one cannot land
-// after it.
+// from MySQL (every membership change of the user), so a fill computed
+// before one cannot land after it.
 func (k Keys) ReadCursors(user int64) string { return k.prefix + "rc:" + strconv.FormatInt(user, 10) }
 func (k Keys) ReadCursorsVersion(user int64) string {
 	return k.prefix + "rcver:" + strconv.FormatInt(user, 10)
 }
 
-// GroupsEpoch counts the tenant's groups dissolved or brought back: every
-// user's cached memberships (ReadCursors) name the epoch they were read
-// at, and one read at an older epoch is read again.
+// GroupsEpoch counts the changes of the tenant's existing groups (any may
+// be a dissolve or its undoing, or the retry of one): every user's cached
+// memberships (ReadCursors) name the epoch they were read at, and one read
+// at an older epoch is read again.
 func (k Keys) GroupsEpoch() string { return k.prefix + "groups:epoch" }
 
 // Realtime is the pub/sub channel of a topic's new and changed messages.
