@@ -806,6 +806,7 @@ func (g *Migrations) GateSend(ctx context.Context, tenant string) error {
 // refuses them: this process's copy first (too old to tell refuses too),
 // then the gate in Redis, as a send's call reads it — a gate that is
 // missing, stale or refusing is converged with MySQL, whose state decides.
+// A gate that cannot be read or converged refuses too.
 func (g *Migrations) GateChange(ctx context.Context, tenant string) error {
 	if g == nil {
 		return nil
@@ -817,28 +818,35 @@ func (g *Migrations) GateChange(ctx context.Context, tenant string) error {
 	if s.RefusesChanges() {
 		return &ErrMigrationPending{State: s}
 	}
-	keys, err := KeysFor(tenant)
-	if err != nil {
-		return err
-	}
-	n, have, err := readGate(ctx, g.rdb, g.lib, []string{keys.MigrationGate()})
-	if err != nil {
-		return fmt.Errorf("migration gate of %s: %w", tenant, err)
-	}
-	if gateAllows(n, have) {
-		return nil
-	}
-	db, err := g.dbs.DB(ctx, tenant)
-	if err != nil {
-		return err
-	}
-	if s, err = ConvergeMigrationGate(ctx, g.rdb, g.lib, db, tenant); err != nil {
-		return err
+	if s, err = g.gateForChange(ctx, tenant); err != nil {
+		return &ErrMigrationStateUnknown{Err: err}
 	}
 	if s.RefusesChanges() {
 		return &ErrMigrationPending{State: s}
 	}
 	return nil
+}
+
+// gateForChange is the state the gate in Redis lets a change through on:
+// MigrationNone for an open gate (its state name is not needed), else the
+// state MySQL holds once the gate is converged with it.
+func (g *Migrations) gateForChange(ctx context.Context, tenant string) (MigrationState, error) {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return MigrationNone, err
+	}
+	n, have, err := readGate(ctx, g.rdb, g.lib, []string{keys.MigrationGate()})
+	if err != nil {
+		return MigrationNone, fmt.Errorf("migration gate of %s: %w", tenant, err)
+	}
+	if gateAllows(n, have) {
+		return MigrationNone, nil
+	}
+	db, err := g.dbs.DB(ctx, tenant)
+	if err != nil {
+		return MigrationNone, err
+	}
+	return ConvergeMigrationGate(ctx, g.rdb, g.lib, db, tenant)
 }
 
 // DualRead reports whether the tenant's reads include the legacy table
