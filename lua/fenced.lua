@@ -10,7 +10,8 @@
 -- incarnation ever handed out. A stale counter can never issue a seq twice.
 --
 -- Counters, high-waters and stamps are written with REPL_NONE: replicas need
--- them never, so they cost no replication traffic.
+-- them never, so they cost no replication traffic. The tenant's migration
+-- gate (see gate_read) is stamped and written the same way.
 
 local run_id = nil
 local function incarnation()
@@ -62,6 +63,45 @@ local function reserved(res)
   return tonumber(hw)
 end
 
+-- The migration write gate of a tenant (docs/migration.md, "The write
+-- gate"): one STRING "run_id:n:SC:state" that the migrate commands set,
+-- through gate_set, after they moved the migration's state in MySQL. S is
+-- 1 while the state refuses sends, C while it refuses changes (recall,
+-- edit, delete for everyone); state names the state; n counts the writes
+-- of this incarnation, so that a writer replaces exactly the value it read
+-- (gate_set). Every allocation reads it in the same call, so once a command
+-- set it no process can allocate a seq the legacy writers may also issue,
+-- however old that process's own copy of the state. A gate that is
+-- missing or from another server incarnation (a flush, a restart from an
+-- old snapshot, a failover) answers nothing: the caller rebuilds it from
+-- MySQL (routing.ConvergeMigrationGate) before any allocation.
+--
+-- gate_read returns n (0: missing or stale), the flags and the state.
+local function gate_read(v)
+  if not v then
+    return 0
+  end
+  local stamp, n, flags, state = string.match(v, '^(%w+):(%d+):([01][01]):(%w*)$')
+  if stamp ~= incarnation() then
+    return 0
+  end
+  return tonumber(n), flags, state
+end
+
+-- gate_shut is the reply of an allocation the gate v does not let through:
+-- {10, state} while it refuses sends, {11} when it must be rebuilt; nil
+-- when it is open.
+local function gate_shut(v)
+  local n, flags, state = gate_read(v)
+  if n == 0 then
+    return {11}
+  end
+  if string.sub(flags, 1, 1) == '1' then
+    return {10, state}
+  end
+  return nil
+end
+
 -- alloc: the next seq of a topic and the tenant's active month, in one step.
 --
 -- KEYS[1] active month (STRING YYYYMM, replicated)
@@ -72,6 +112,7 @@ end
 -- KEYS[5] topic pending seqs (ZSET score seq, member "seq:allocation_ms"):
 --         allocated but not yet persisted; readers stop below the lowest
 --         (invariant 12, docs/invariants.md)
+-- KEYS[6] the tenant's migration gate (see gate_read)
 -- ARGV[1] "1" when shard.auto_advance is on
 -- ARGV[2] low-water distance: below it the reply asks for a reservation ahead
 --
@@ -88,7 +129,11 @@ end
 --                            MySQL
 --   {4, floor}               the reservation is used up: reserve above
 --                            floor, retry
+--   {10, state}              the tenant's migration refuses sends (state)
+--   {11}                     the migration gate is missing or stale:
+--                            rebuild it from MySQL, retry
 --
+-- The gate is read before anything else: a refused call changes nothing.
 -- alloc_with takes the keys one by one and the clock as read: the send call
 -- shares it without building tables per call.
 local function alloc_with(ready_key, seq_key, pending_key, auto, low, secs, ms, active, last, res)
@@ -132,8 +177,12 @@ local function clock()
 end
 
 local function alloc(keys, args)
-  -- one read of the three strings it decides on
-  local v = redis.call('MGET', keys[1], keys[3], keys[4])
+  -- one read of the four strings it decides on
+  local v = redis.call('MGET', keys[1], keys[3], keys[4], keys[6])
+  local shut = gate_shut(v[4])
+  if shut then
+    return shut
+  end
   local secs, ms = clock()
   return alloc_with(keys[2], keys[3], keys[5], args[1], args[2], secs, ms, v[1], v[2], v[3])
 end
@@ -254,12 +303,14 @@ end
 --         check
 -- ARGV[7] "1" when shard.auto_advance is on; ARGV[8] low-water distance
 -- ARGV[9] the event JSON without allocation (message.Unallocated)
+-- KEYS[10] the tenant's migration gate (as alloc's KEYS[6]), read first
 --
 -- Replies (first element is the status):
 --   {0, seq, month, ask, gid, member}  allocated and the event stored; ask >
 --        0 asks for a reservation ahead (as alloc's hw_or_0); member is the
 --        seq's pending entry (for sent)
 --   {1} {2, month} {3} {4, floor}   alloc's slow paths; the claim is held
+--   {10, state} {11}   alloc's gate replies, before any claim or check
 --   {5, status, event, resp, gid, seq, month}   a record exists: a retry
 --   {6}  a live claim of another attempt: wait for it
 --   {7, reason}  the ACL refuses: nogroup, dissolved, notmember, muted
@@ -268,7 +319,7 @@ end
 --        send exists: ask MySQL, then call with ARGV[6] = "1"
 --
 -- Room for later steps of the same call: a step that needs keys takes them
--- after KEYS[9] and its arguments after ARGV[9], all with the tenant tag.
+-- after KEYS[10] and its arguments after ARGV[9], all with the tenant tag.
 
 -- hold keeps a claim while the caller takes a slow path: the record is this
 -- attempt's claim, unless it is already (owner is the record's)
@@ -284,7 +335,11 @@ local function send(keys, args)
   local secs, now = clock()
   local gid = args[5]
   -- every string the call decides on, in one read
-  local v = redis.call('MGET', keys[3], keys[2], keys[5], keys[7], keys[8])
+  local v = redis.call('MGET', keys[3], keys[2], keys[5], keys[7], keys[8], keys[10])
+  local shut = gate_shut(v[6])
+  if shut then
+    return shut
+  end
   if args[4] ~= '' then
     -- the decision acl.Membership makes in Go, on the cached facts
     local g = v[1]
@@ -399,9 +454,39 @@ local function sent(keys, args)
   return 1
 end
 
+-- gate_get: the tenant's migration gate as this incarnation holds it.
+--
+-- KEYS[1] the gate
+-- Reply: {n, flags, state}; n 0 when the gate is missing or stale.
+local function gate_get(keys)
+  local n, flags, state = gate_read(redis.call('GET', keys[1]))
+  return {n, flags or '', state or ''}
+end
+
+-- gate_set: replace the gate the caller read with gate_get, and only that
+-- one: a writer that read the gate, then MySQL, and finds the gate written
+-- meanwhile (by a command that moved the state since, or another rebuild)
+-- writes nothing and reads both again.
+--
+-- KEYS[1] the gate; ARGV[1] n as read (0: missing or stale); ARGV[2]
+-- "SC:state" as MySQL says
+-- Reply: 1 written, 0 the gate changed since it was read.
+local function gate_set(keys, args)
+  local n = gate_read(redis.call('GET', keys[1]))
+  if n ~= tonumber(args[1]) then
+    return 0
+  end
+  redis.set_repl(redis.REPL_NONE)
+  redis.call('SET', keys[1], incarnation() .. ':' .. (n + 1) .. ':' .. args[2])
+  redis.set_repl(redis.REPL_ALL)
+  return 1
+end
+
 redis.register_function('imshard_alloc_{{version}}', alloc)
 redis.register_function('imshard_seed_{{version}}', seed)
 redis.register_function('imshard_extend_{{version}}', extend)
 redis.register_function('imshard_idem_since_{{version}}', idem_since)
 redis.register_function('imshard_send_{{version}}', send)
 redis.register_function('imshard_sent_{{version}}', sent)
+redis.register_function('imshard_gate_get_{{version}}', gate_get)
+redis.register_function('imshard_gate_set_{{version}}', gate_set)

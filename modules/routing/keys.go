@@ -97,16 +97,24 @@ func (k Keys) Idempotency(topic string, fromUser int64, clientMsgID string) stri
 
 // alloc are the keys of the library's alloc function (lua/fenced.lua).
 func (k Keys) alloc(topic string) []string {
-	return []string{k.ActiveMonth(), k.ReadyMonths(), k.Seq(topic), k.SeqReservation(topic), k.Pending(topic)}
+	return []string{k.ActiveMonth(), k.ReadyMonths(), k.Seq(topic), k.SeqReservation(topic), k.Pending(topic),
+		k.MigrationGate()}
 }
 
 // Send are the keys of the library's send function (lua/fenced.lua): the
 // idempotency record of (topic, from_user, client_msg_id), the horizon, the
-// topic's ACL cache and the allocation's keys — one hash tag, one call.
+// topic's ACL cache and the allocation's keys with the migration gate last
+// — one hash tag, one call.
 func (k Keys) Send(topic string, fromUser int64, clientMsgID string) []string {
 	return append([]string{k.Idempotency(topic, fromUser, clientMsgID), k.IdemSince(), k.Group(topic), k.Members(topic)},
 		k.alloc(topic)...)
 }
+
+// MigrationGate is the tenant's migration write gate (STRING
+// "run_id:n:SC:state", master-only, fenced: see lua/fenced.lua): what the
+// migration's state in MySQL allows, as the migrate commands set it; every
+// allocation reads it in its one call.
+func (k Keys) MigrationGate() string { return k.prefix + "migration_gate" }
 
 // HotMessages is the topic's 24 h hot cache (ZSET score seq, member JSON).
 func (k Keys) HotMessages(topic string) string { return k.prefix + "hot:" + topic }

@@ -107,6 +107,7 @@ func (s *Service) handleSend(w http.ResponseWriter, r *http.Request, p httpapi.P
 // rejected request changes nothing (invariant 11, docs/invariants.md).
 func (s *Service) send(w http.ResponseWriter, r *http.Request, p httpapi.Principal) (Response, error) {
 	// in-process state, no round trip: 503 while a migration refuses sends
+	// (the send call's gate refuses what a lagging copy lets through)
 	if err := s.p.Migrations.GateSend(r.Context(), p.Tenant); err != nil {
 		return Response{}, err
 	}
@@ -209,15 +210,17 @@ const claimWait = 5 * time.Millisecond
 // allocation's own slow paths).
 const maxSlowSteps = 12
 
-// Replies of the send call (lua/fenced.lua, send); 1–4 are the
-// allocation's slow paths (routing.Allocator.Resolve).
+// Replies of the send call (lua/fenced.lua, send); 1–4 and the gate's
+// two are the allocation's slow paths (routing.Allocator.Resolve).
 const (
-	replySent    = 0
-	replyRecord  = 5
-	replyBusy    = 6
-	replyRefused = 7
-	replyACLMiss = 8
-	replyAskDB   = 9
+	replySent        = 0
+	replyRecord      = 5
+	replyBusy        = 6
+	replyRefused     = 7
+	replyACLMiss     = 8
+	replyAskDB       = 9
+	replyGateShut    = 10
+	replyGateUnknown = 11
 )
 
 // run makes the one Redis call of the steady state; any other reply is a
@@ -286,8 +289,10 @@ func (a *attempt) run(ctx context.Context) (Response, error) {
 				return s.restored(ctx, a, resp)
 			}
 			a.asked = true
-		case 1, 2, 3, 4:
-			a.held = true
+		case 1, 2, 3, 4, replyGateShut, replyGateUnknown:
+			// the gate's replies come before the claim: a claim held now
+			// is one an earlier reply left
+			a.held = a.held || status <= 4
 			if err := s.p.Allocator.Resolve(ctx, a.tenant, a.topic, status, rep); err != nil {
 				if code, _ := httpapi.Classify(err); code == httpapi.CodeInternal {
 					err = unavailable("seq allocation failed", err)
