@@ -102,10 +102,11 @@ func (k Keys) alloc(topic string) []string {
 
 // Send are the keys of the library's send function (lua/fenced.lua): the
 // idempotency record of (topic, from_user, client_msg_id), the horizon, the
-// topic's ACL cache and the allocation's keys — one hash tag, one call.
+// topic's ACL cache, the allocation's keys and the topic's message version
+// — one hash tag, one call.
 func (k Keys) Send(topic string, fromUser int64, clientMsgID string) []string {
-	return append([]string{k.Idempotency(topic, fromUser, clientMsgID), k.IdemSince(), k.Group(topic), k.Members(topic)},
-		k.alloc(topic)...)
+	return append(append([]string{k.Idempotency(topic, fromUser, clientMsgID), k.IdemSince(), k.Group(topic), k.Members(topic)},
+		k.alloc(topic)...), k.MessagesVersion(topic))
 }
 
 // HotMessages is the topic's 24 h hot cache (ZSET score seq, member JSON).

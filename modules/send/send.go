@@ -497,10 +497,12 @@ func (a *attempt) settle(ctx context.Context, ev *message.Event, raw []byte, err
 
 // postAck records the ack and feeds the readers in one call, the library's
 // sent function: record acked, seq no longer pending, hot cache, realtime
-// publish. The message is rendered once: the hot-cache member is the
-// frame's inner object. resp is the 201 body the record keeps if Redis lost
-// it since the send call. Everything here is best effort (the hot cache
-// never rolls anything back; a reader falls back to MySQL by seq).
+// publish — the last two only while no change of the message can have
+// committed before the call (lua/fenced.lua, sent). The message is rendered
+// once: the hot-cache member is the frame's inner object. resp is the 201
+// body the record keeps if Redis lost it since the send call. Everything
+// here is best effort (the hot cache never rolls anything back; a reader
+// falls back to MySQL by seq).
 func (s *Service) postAck(ctx context.Context, a *attempt, ev *message.Event, resp []byte) {
 	fail := func(err error, steps ...string) {
 		for _, step := range steps {
@@ -518,7 +520,8 @@ func (s *Service) postAck(ctx context.Context, a *attempt, ev *message.Event, re
 	if hc := s.p.HotCache; hc.TTL > 0 && hc.MaxPerTopic > 0 {
 		member, hotTTL, hotMax = frame[len(framePrefix):len(frame)-1], s.hotTTL, s.hotMax
 	}
-	keys := []string{a.key, a.keys.Pending(a.topic), a.keys.HotMessages(a.topic), a.keys.Realtime(a.topic)}
+	keys := []string{a.key, a.keys.Pending(a.topic), a.keys.HotMessages(a.topic), a.keys.Realtime(a.topic),
+		a.keys.MessagesVersion(a.topic)}
 	args := []string{strconv.FormatInt(ev.SeqID, 10), s.idemTTL, string(resp), member, hotTTL, hotMax, a.pending, frame}
 	if err := s.p.Scripts.Fenced.Sent(ctx, s.p.Redis, keys, args).Error(); err != nil {
 		fail(err, stepIdempotency, stepPending, stepHotCache, stepPublish)
