@@ -361,7 +361,7 @@ end
 --
 -- KEYS[1] idempotency HASH, KEYS[2] topic pending seqs, KEYS[3] hot cache,
 -- KEYS[4] the topic's realtime channel (SPUBLISH: a key for the slot),
--- KEYS[5] the topic's message version
+-- KEYS[5] the topic's message version, KEYS[6] the topic's abandoned seqs
 -- ARGV[1] seq, ARGV[2] idempotency TTL ms
 -- ARGV[3] the 201 body: if the record was lost since the send call (a
 --         flush, a failover) it is written again as status acked with this
@@ -383,17 +383,19 @@ end
 -- an unmoved message version since the allocation (the record's ver) rules
 -- a change out; otherwise the cache and the stream are left to storage.
 --
+-- The pending entry decides whether the ack came in time (invariant 12): a
+-- reader turns an entry unacknowledged past send.produce_timeout into a gap
+-- and marks the seq abandoned in one step (pending_abandon.lua), an ack
+-- replaces the entry, so exactly one of them wins. An ack that finds its
+-- seq abandoned changes nothing: readers walked past the seq, persist drops
+-- its event, and the record stays unacknowledged, so a retry sends the
+-- message afresh under a new seq (idem_retry.lua).
+--
 -- Replies: 1 cached and published; 2 stored already and a change may have
 -- come first: neither cached nor published (the record is acked all the
--- same). The publish comes last: a failure before it is reported with it.
+-- same); 0 the seq was abandoned: nothing done, the send must not answer
+-- 201. The publish comes last: a failure before it is reported with it.
 local function sent(keys, args)
-  local rec = redis.call('HMGET', keys[1], 'status', 'ver')
-  if not rec[1] then
-    redis.call('HSET', keys[1], 'status', 'acked', 'resp', args[3])
-    redis.call('PEXPIRE', keys[1], args[2])
-  elseif rec[1] ~= 'done' then
-    redis.call('HSET', keys[1], 'status', 'acked')
-  end
   -- the entry the allocation made, when the caller knows it (a retry's
   -- may carry a later time): found by member, else by score
   local acked = args[7] ~= '' and redis.call('ZREM', keys[2], args[7]) == 1
@@ -403,7 +405,17 @@ local function sent(keys, args)
   end
   if acked then
     redis.call('ZADD', keys[2], args[1], args[1] .. ':a')
-  elseif rec[2] ~= (redis.call('GET', keys[5]) or '') then
+  elseif redis.call('ZSCORE', keys[6], args[1]) then
+    return 0
+  end
+  local rec = redis.call('HMGET', keys[1], 'status', 'ver')
+  if not rec[1] then
+    redis.call('HSET', keys[1], 'status', 'acked', 'resp', args[3])
+    redis.call('PEXPIRE', keys[1], args[2])
+  elseif rec[1] ~= 'done' then
+    redis.call('HSET', keys[1], 'status', 'acked')
+  end
+  if not acked and rec[2] ~= (redis.call('GET', keys[5]) or '') then
     return 2
   end
   if args[4] ~= '' then

@@ -252,7 +252,7 @@ func sentAfterAck(t *testing.T, env *harness.Env, topic string, from int64, clie
 		t.Fatal(err)
 	}
 	keys := []string{k.Idempotency(topic, from, clientMsgID), k.Pending(topic), k.HotMessages(topic), k.Realtime(topic),
-		k.MessagesVersion(topic)}
+		k.MessagesVersion(topic), k.Abandoned(topic)}
 	hc := env.Config.HotCache
 	args := []string{strconv.FormatInt(seq, 10), "60000", "{}", member, strconv.FormatInt(hc.TTL.Milliseconds(), 10),
 		strconv.Itoa(hc.MaxPerTopic), "", `{"type":"message","message":` + member + `}`}

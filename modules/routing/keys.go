@@ -170,6 +170,11 @@ func (k Keys) ReadFrames(user int64) string {
 // Gaps is the topic's set of recorded gap seqs (allocated, never persisted).
 func (k Keys) Gaps(topic string) string { return k.prefix + "gaps:" + topic }
 
+// Abandoned is the topic's set of seqs that timed out into a gap before
+// anyone acknowledged them (ZSET score seq): their events must never be
+// stored, and a late ack of one is not a sent message.
+func (k Keys) Abandoned(topic string) string { return k.prefix + "abandoned:" + topic }
+
 // Pending is the topic's in-flight seqs (ZSET seq → allocation time ms).
 func (k Keys) Pending(topic string) string { return k.prefix + "pending:" + topic }
 
