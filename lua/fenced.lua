@@ -283,7 +283,8 @@ end
 --
 -- KEYS[1] idempotency HASH: status (pending → acked → done, or failed),
 --         event (the Kafka event JSON without group_id, seq_id and
---         shard_month: those are the fields gid, seq, month), resp (the 201
+--         shard_month: those are the fields gid, seq, month), ver (the
+--         topic's message version at the allocation), resp (the 201
 --         body, only when MySQL answered a retry or sent found the record
 --         lost), owner and claimed_at
 --         (only while a claim waits for the caller's slow path)
@@ -292,6 +293,10 @@ end
 -- KEYS[4] ACL members cache (HASH user id → "role|muted_until_ms" or "-")
 -- KEYS[5..9] as alloc's KEYS[1..5]: active month, ready months, topic last
 --         seq, topic reservation, pending seqs
+-- KEYS[10] the tenant's migration gate (as alloc's KEYS[6]), read first
+-- KEYS[11] the topic's message version (STRING, moved by every message
+--         change before it commits): kept in the record as 'ver', so sent
+--         can tell whether a change may have come before its ack
 -- ARGV[1] owner token of this attempt
 -- ARGV[2] idempotency TTL ms (send.idempotency_ttl)
 -- ARGV[3] stale bound ms (send.produce_timeout)
@@ -303,7 +308,6 @@ end
 --         check
 -- ARGV[7] "1" when shard.auto_advance is on; ARGV[8] low-water distance
 -- ARGV[9] the event JSON without allocation (message.Unallocated)
--- KEYS[10] the tenant's migration gate (as alloc's KEYS[6]), read first
 --
 -- Replies (first element is the status):
 --   {0, seq, month, ask, gid, member}  allocated and the event stored; ask >
@@ -319,7 +323,7 @@ end
 --        send exists: ask MySQL, then call with ARGV[6] = "1"
 --
 -- Room for later steps of the same call: a step that needs keys takes them
--- after KEYS[10] and its arguments after ARGV[9], all with the tenant tag.
+-- after KEYS[11] and its arguments after ARGV[9], all with the tenant tag.
 
 -- hold keeps a claim while the caller takes a slow path: the record is this
 -- attempt's claim, unless it is already (owner is the record's)
@@ -335,7 +339,7 @@ local function send(keys, args)
   local secs, now = clock()
   local gid = args[5]
   -- every string the call decides on, in one read
-  local v = redis.call('MGET', keys[3], keys[2], keys[5], keys[7], keys[8], keys[10])
+  local v = redis.call('MGET', keys[3], keys[2], keys[5], keys[7], keys[8], keys[10], keys[11])
   local shut = gate_shut(v[6])
   if shut then
     return shut
@@ -400,7 +404,8 @@ local function send(keys, args)
     redis.call('DEL', keys[1])
   end
   a[5], a[6] = gid, a[5]
-  redis.call('HSET', keys[1], 'status', 'pending', 'event', args[9], 'gid', gid, 'seq', a[2], 'month', a[3])
+  redis.call('HSET', keys[1], 'status', 'pending', 'event', args[9], 'gid', gid, 'seq', a[2], 'month', a[3],
+    'ver', v[7] or '')
   redis.call('PEXPIRE', keys[1], args[2])
   return a
 end
@@ -410,7 +415,8 @@ end
 -- the realtime publish.
 --
 -- KEYS[1] idempotency HASH, KEYS[2] topic pending seqs, KEYS[3] hot cache,
--- KEYS[4] the topic's realtime channel (SPUBLISH: a key for the slot)
+-- KEYS[4] the topic's realtime channel (SPUBLISH: a key for the slot),
+-- KEYS[5] the topic's message version, KEYS[6] the topic's abandoned seqs
 -- ARGV[1] seq, ARGV[2] idempotency TTL ms
 -- ARGV[3] the 201 body: if the record was lost since the send call (a
 --         flush, a failover) it is written again as status acked with this
@@ -422,17 +428,29 @@ end
 -- ARGV[8] the realtime frame
 --
 -- 'done' (set by persist after its commit) is never downgraded: the ack can
--- reach the sender after the consumer has already stored the message. A seq
--- no longer pending (persisted already, or a gap) is left alone. The
--- publish comes last: a failure before it is reported with it.
+-- reach the sender after the consumer has already stored the message.
+--
+-- The message as sent goes to the hot cache and the stream only while no
+-- change of it can have committed (invariant 14, docs/invariants.md): a
+-- change answers 409 while the seq is pending, so a seq still pending here
+-- has none yet, and the change's own call, which comes later, takes this
+-- member out again. A seq no longer pending was stored already: then only
+-- an unmoved message version since the allocation (the record's ver) rules
+-- a change out; otherwise the cache and the stream are left to storage.
+--
+-- The pending entry decides whether the ack came in time (invariant 12): a
+-- reader turns an entry unacknowledged past send.produce_timeout into a gap
+-- and marks the seq abandoned in one step (pending_abandon.lua), an ack
+-- replaces the entry, so exactly one of them wins. An ack that finds its
+-- seq abandoned changes nothing: readers walked past the seq, persist drops
+-- its event, and the record stays unacknowledged, so a retry sends the
+-- message afresh under a new seq (idem_retry.lua).
+--
+-- Replies: 1 cached and published; 2 stored already and a change may have
+-- come first: neither cached nor published (the record is acked all the
+-- same); 0 the seq was abandoned: nothing done, the send must not answer
+-- 201. The publish comes last: a failure before it is reported with it.
 local function sent(keys, args)
-  local st = redis.call('HGET', keys[1], 'status')
-  if not st then
-    redis.call('HSET', keys[1], 'status', 'acked', 'resp', args[3])
-    redis.call('PEXPIRE', keys[1], args[2])
-  elseif st ~= 'done' then
-    redis.call('HSET', keys[1], 'status', 'acked')
-  end
   -- the entry the allocation made, when the caller knows it (a retry's
   -- may carry a later time): found by member, else by score
   local acked = args[7] ~= '' and redis.call('ZREM', keys[2], args[7]) == 1
@@ -442,6 +460,18 @@ local function sent(keys, args)
   end
   if acked then
     redis.call('ZADD', keys[2], args[1], args[1] .. ':a')
+  elseif redis.call('ZSCORE', keys[6], args[1]) then
+    return 0
+  end
+  local rec = redis.call('HMGET', keys[1], 'status', 'ver')
+  if not rec[1] then
+    redis.call('HSET', keys[1], 'status', 'acked', 'resp', args[3])
+    redis.call('PEXPIRE', keys[1], args[2])
+  elseif rec[1] ~= 'done' then
+    redis.call('HSET', keys[1], 'status', 'acked')
+  end
+  if not acked and rec[2] ~= (redis.call('GET', keys[5]) or '') then
+    return 2
   end
   if args[4] ~= '' then
     redis.call('ZADD', keys[3], args[1], args[4])

@@ -103,11 +103,12 @@ func (k Keys) alloc(topic string) []string {
 
 // Send are the keys of the library's send function (lua/fenced.lua): the
 // idempotency record of (topic, from_user, client_msg_id), the horizon, the
-// topic's ACL cache and the allocation's keys with the migration gate last
+// topic's ACL cache, the allocation's keys with the migration gate last,
+// and the topic's message version
 // — one hash tag, one call.
 func (k Keys) Send(topic string, fromUser int64, clientMsgID string) []string {
-	return append([]string{k.Idempotency(topic, fromUser, clientMsgID), k.IdemSince(), k.Group(topic), k.Members(topic)},
-		k.alloc(topic)...)
+	return append(append([]string{k.Idempotency(topic, fromUser, clientMsgID), k.IdemSince(), k.Group(topic), k.Members(topic)},
+		k.alloc(topic)...), k.MessagesVersion(topic))
 }
 
 // MigrationGate is the tenant's migration write gate (STRING
@@ -177,6 +178,11 @@ func (k Keys) ReadFrames(user int64) string {
 
 // Gaps is the topic's set of recorded gap seqs (allocated, never persisted).
 func (k Keys) Gaps(topic string) string { return k.prefix + "gaps:" + topic }
+
+// Abandoned is the topic's set of seqs that timed out into a gap before
+// anyone acknowledged them (ZSET score seq): their events must never be
+// stored, and a late ack of one is not a sent message.
+func (k Keys) Abandoned(topic string) string { return k.prefix + "abandoned:" + topic }
 
 // Pending is the topic's in-flight seqs (ZSET seq → allocation time ms).
 func (k Keys) Pending(topic string) string { return k.prefix + "pending:" + topic }
