@@ -20,10 +20,23 @@ if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return 0
 end
--- no pending entry and no gap: persist already removed it, nothing to time out
+-- no pending entry and no gap: persist already removed it, nothing to time
+-- out — unless a resume fence (score 0, "from:f:to:T0ms", see seed in
+-- fenced.lua) covers the seq: the entry was lost with the counter, and this
+-- re-produce, which may be acknowledged after the fence is lifted, is
+-- tracked on its own again, so the lift never records it as a gap
+local seq = tonumber(ARGV[1])
 if redis.call('ZCOUNT', KEYS[2], ARGV[1], ARGV[1]) > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], ARGV[1], ARGV[1])
   redis.call('ZADD', KEYS[2], ARGV[1], ARGV[1] .. ':' .. now)
+else
+  for _, f in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], 0, 0)) do
+    local from, to = string.match(f, '^(%d+):f:(%d+):%d+$')
+    if from and seq >= tonumber(from) and seq <= tonumber(to) then
+      redis.call('ZADD', KEYS[2], ARGV[1], ARGV[1] .. ':' .. now)
+      break
+    end
+  end
 end
 if redis.call('HGET', KEYS[1], 'status') == 'failed' then
   redis.call('HSET', KEYS[1], 'status', 'pending')

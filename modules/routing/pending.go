@@ -21,13 +21,14 @@ import (
 type Flight struct {
 	rdb     rueidis.Client
 	scripts *Scripts
-	dbs     DBs           // the route mirror, when Redis holds no counter
+	dbs     DBs           // the route mirror, when Redis holds no counter or a fence is lifted
 	timeout time.Duration // send.produce_timeout
+	metrics *Metrics      // resume fences (nil: not counted)
 }
 
 // NewFlight builds the tracker; timeout is send.produce_timeout.
-func NewFlight(rdb rueidis.Client, scripts *Scripts, dbs DBs, timeout time.Duration) *Flight {
-	return &Flight{rdb: rdb, scripts: scripts, dbs: dbs, timeout: timeout}
+func NewFlight(rdb rueidis.Client, scripts *Scripts, dbs DBs, timeout time.Duration, metrics *Metrics) *Flight {
+	return &Flight{rdb: rdb, scripts: scripts, dbs: dbs, timeout: timeout, metrics: metrics}
 }
 
 // noneInFlight is what below answers when nothing of the topic is in flight.
@@ -236,8 +237,10 @@ func (f *Flight) belowResolve(ctx context.Context, tenant, topic string, res []r
 	if len(members) == 0 {
 		return noneInFlight, nil
 	}
-	if seq, ours, flying := pendingMember(members[0], now.Add(-f.timeout).UnixMilli()); ours && flying {
-		return seq - 1, nil
+	if _, fenced := parseFence(members[0]); !fenced {
+		if seq, ours, flying := pendingMember(members[0], now.Add(-f.timeout).UnixMilli()); ours && flying {
+			return seq - 1, nil
+		}
 	}
 	return f.below(ctx, tenant, topic)
 }
@@ -258,7 +261,9 @@ func pendingMember(m string, cutoff int64) (seq int64, ours, flying bool) {
 
 // below is the seq below the oldest one of the topic still in flight, or
 // noneInFlight. Unacked seqs older than the produce timeout are recorded as
-// gaps on the way.
+// gaps on the way, and resume fences (fence.go) that nothing can arrive
+// behind any more are lifted; a fence that stands holds the answer below
+// its first seq.
 func (f *Flight) below(ctx context.Context, tenant, topic string) (int64, error) {
 	keys, err := KeysFor(tenant)
 	if err != nil {
@@ -269,18 +274,36 @@ func (f *Flight) below(ctx context.Context, tenant, topic string) (int64, error)
 		return 0, err
 	}
 	cutoff := now.Add(-f.timeout).UnixMilli()
+	limit := int64(noneInFlight)
+	var persisted *int64
+	stands := map[string]bool{} // fences decided in this call
 	for {
-		// every pass either returns or removes the whole batch it read
+		// every pass returns, or removes a member it read, or finds only
+		// standing fences
 		members, err := f.rdb.Do(ctx, f.rdb.B().Zrange().Key(keys.Pending(topic)).Min("0").
 			Max(strconv.Itoa(settledBatch-1)).Build()).AsStrSlice()
 		if err != nil {
 			return 0, fmt.Errorf("pending: read %s/%s: %w", tenant, topic, err)
 		}
-		if len(members) == 0 {
-			return noneInFlight, nil
-		}
+		removed := false
 		for _, m := range members {
+			if fc, ok := parseFence(m); ok {
+				st, decided := stands[m]
+				if !decided {
+					if st, err = f.fenceStands(ctx, tenant, topic, keys, fc, now, &persisted); err != nil {
+						return 0, err
+					}
+					stands[m] = st
+				}
+				if st {
+					limit = min(limit, fc.from-1)
+				} else {
+					removed = true
+				}
+				continue
+			}
 			seq, ours, flying := pendingMember(m, cutoff)
+			removed = true
 			if !ours {
 				// not ours; drop it rather than stall every reader on it
 				if err := f.rdb.Do(ctx, f.rdb.B().Zrem().Key(keys.Pending(topic)).Member(m).Build()).Error(); err != nil {
@@ -289,11 +312,14 @@ func (f *Flight) below(ctx context.Context, tenant, topic string) (int64, error)
 				continue
 			}
 			if flying {
-				return seq - 1, nil
+				return min(limit, seq-1), nil
 			}
 			if err := f.RecordGap(ctx, tenant, topic, seq); err != nil {
 				return 0, err
 			}
+		}
+		if !removed {
+			return limit, nil
 		}
 	}
 }
