@@ -46,7 +46,7 @@ func TestSettledResolveIsSettled(t *testing.T) {
 		}
 	}
 	for topic, want := range map[string]int64{"none": 10, "fresh": 4, "acked": 3, "stale": 6, "foreign": 1, "low": 3} {
-		got, err := flight.SettledResolve(ctx, tenant, topic, rdb.DoMulti(ctx, flight.SettledCmds(keys, topic)...))
+		got, _, err := flight.SettledResolve(ctx, tenant, topic, rdb.DoMulti(ctx, flight.SettledCmds(keys, topic)...))
 		if err != nil || got != want {
 			t.Errorf("%s: SettledResolve %d %v, want %d", topic, got, err, want)
 		}
@@ -127,7 +127,7 @@ func TestSettledStopsBelowAResumeFenceUntilPersistPassesIt(t *testing.T) {
 	}
 	settled := func(want int64) {
 		t.Helper()
-		got, err := flight.SettledResolve(ctx, tenant, "t", rdb.DoMulti(ctx, flight.SettledCmds(keys, "t")...))
+		got, _, err := flight.SettledResolve(ctx, tenant, "t", rdb.DoMulti(ctx, flight.SettledCmds(keys, "t")...))
 		if err != nil || got != want {
 			t.Fatalf("settled %d %v, want %d", got, err, want)
 		}
