@@ -84,23 +84,25 @@ func TestSeqResumeFenceStreamDeliversTheAcknowledgedMessageFirst(t *testing.T) {
 	e, startPersist := fenceStage(t)
 	c := stMustDial(t, e.Env, "/v1/topics/resume/stream?since=0", e.Token(rpMember, ""))
 	startPersist()
-	var got []stFrame
-	for len(got) < 3 {
-		f, err := c.next()
-		if err != nil {
-			t.Fatalf("after %+v: %v", got, err)
+	next := func() stFrame {
+		t.Helper()
+		for {
+			f, err := c.next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Type != "live" {
+				return f
+			}
 		}
-		if f.Type != "live" {
-			got = append(got, f)
-		}
 	}
-	if got[0].Type != "message" || got[0].Message.Seq != 1 {
-		t.Fatalf("the stream jumped over the acknowledged message: first frame %+v, want the message of seq 1", got[0])
+	if f := next(); f.Type != "message" || f.Message.Seq != 1 {
+		t.Fatalf("the stream jumped over the acknowledged message: first frame %s of seq %d, want the message of seq 1", f.Type, f.Message.Seq)
 	}
-	if got[1].Type != "gap" || got[1].From != 2 || got[1].To != 10 {
-		t.Fatalf("second frame %+v, want the gap 2-10", got[1])
+	if f := next(); f.Type != "gap" || f.From != 2 || f.To != 10 {
+		t.Fatalf("second frame %s %d-%d, want the gap 2-10", f.Type, f.From, f.To)
 	}
-	if got[2].Type != "message" || got[2].Message.Seq != 11 {
-		t.Fatalf("third frame %+v, want the message of seq 11", got[2])
+	if f := next(); f.Type != "message" || f.Message.Seq != 11 {
+		t.Fatalf("third frame %s of seq %d, want the message of seq 11", f.Type, f.Message.Seq)
 	}
 }
