@@ -56,7 +56,7 @@ func fenceStage(t *testing.T) (e *sendEnv, startPersist func()) {
 // fences the seqs that may still be on their way: a since walk stops below
 // seq 1, acknowledged and still in Kafka, instead of jumping to seq 11;
 // once persist stored seq 1 (and passed everything Kafka took before the
-// re-seed's produce timeout), the walk returns 1, then 11, with the
+// re-seeding's produce timeout), the walk returns 1, then 11, with the
 // reservation's unallocated seqs 2–10 as gaps.
 func TestSeqResumeFenceWalkNeverJumpsOverAnAcknowledgedMessage(t *testing.T) {
 	t.Parallel()

@@ -85,7 +85,7 @@ func TestStoredThroughIsTheProvenPrefix(t *testing.T) {
 	}
 }
 
-// A resume fence (a re-seed's "from:f:to:T0ms" at score 0) holds the
+// A resume fence (the member "from:f:to:T0ms" at score 0) holds the
 // settled watermark below its first seq, whatever is issued or pending
 // above it, until persist's published time reaches T0 plus the produce
 // timeout; then the first reader lifts it: its seqs without a stored row
