@@ -6,10 +6,20 @@ import (
 	"testing"
 	"time"
 
+	sq "github.com/Masterminds/squirrel"
+
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/test/harness"
 	"github.com/imshard/imshard/test/testenv"
 )
+
+// fenceTimeouts are the settings of the resume-fence tests: a reservation
+// step of 10 (the re-seed resumes at 11) and a produce timeout short
+// enough that persist passes it within seconds.
+func fenceTimeouts(c *config.Config) {
+	c.Send.SeqReserveStep = 10
+	c.Send.ProduceTimeout = 3 * time.Second
+}
 
 // fenceStage leaves topic "resume" of a send and query process (no persist
 // running) as Redis losing everything leaves it while a message is on its
@@ -21,11 +31,7 @@ import (
 // stores seq 1 from Kafka.
 func fenceStage(t *testing.T) (e *sendEnv, startPersist func()) {
 	t.Helper()
-	short := func(c *config.Config) {
-		c.Send.SeqReserveStep = 10
-		c.Send.ProduceTimeout = 3 * time.Second
-	}
-	e = startSend(t, harness.Options{Roles: []string{"send", "query"}, Mutate: short})
+	e = startSend(t, harness.Options{Roles: []string{"send", "query"}, Mutate: fenceTimeouts})
 	e.group("resume", 7, "active")
 	e.member("resume", rpMember, "member", time.Time{})
 	if r := e.mustSend(e.Token(rpMember, ""), "resume", sendBody("before", "acknowledged before the flush")); r.Seq != 1 {
@@ -48,7 +54,7 @@ func fenceStage(t *testing.T) (e *sendEnv, startPersist func()) {
 		t.Fatal(err)
 	}
 	return e, func() {
-		harness.Start(t, harness.Options{Roles: []string{"persist"}, Tenant: e.Tenant, Brokers: e.Config.Kafka.Brokers, Mutate: short})
+		harness.Start(t, harness.Options{Roles: []string{"persist"}, Tenant: e.Tenant, Brokers: e.Config.Kafka.Brokers, Mutate: fenceTimeouts})
 	}
 }
 
@@ -104,5 +110,21 @@ func TestSeqResumeFenceStreamDeliversTheAcknowledgedMessageFirst(t *testing.T) {
 	}
 	if f := next(); f.Type != "message" || f.Message.Seq != 11 {
 		t.Fatalf("third frame %s of seq %d, want the message of seq 11", f.Type, f.Message.Seq)
+	}
+}
+
+// A recall of a seq a standing resume fence covers — acknowledged before
+// Redis lost the topic's pending set, not stored yet — answers 409 with
+// retry_after_ms, as for any seq still in flight, never 404: the fence is
+// the seq's pending entry until persist passed it.
+func TestSeqResumeFenceRecallOfAFencedSeqAnswersNotStoredYet(t *testing.T) {
+	t.Parallel()
+	e, _ := fenceStage(t)
+	code, r := chRecall(t, e.Env, e.Token(rpMember, ""), "resume", 1, nil)
+	if code != 409 || r.Error.Code != "conflict" || r.Error.Details["retry_after_ms"] == nil {
+		t.Fatalf("recall of the fenced seq 1: %d %+v, want 409 conflict with retry_after_ms", code, r.Error)
+	}
+	if n := chCount(t, e.Env, "im_message_revisions", sq.Eq{"topic": "resume"}); n != 0 {
+		t.Fatalf("a refused recall wrote %d revisions", n)
 	}
 }
