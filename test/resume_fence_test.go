@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"net/url"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	sq "github.com/Masterminds/squirrel"
 
 	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 	"github.com/imshard/imshard/test/testenv"
 )
@@ -126,5 +128,63 @@ func TestSeqResumeFenceRecallOfAFencedSeqAnswersNotStoredYet(t *testing.T) {
 	}
 	if n := chCount(t, e.Env, "im_message_revisions", sq.Eq{"topic": "resume"}); n != 0 {
 		t.Fatalf("a refused recall wrote %d revisions", n)
+	}
+}
+
+// A retry after Redis lost the tenant's keys — the idempotency record with
+// them — while the original message is acknowledged (201) and still in
+// Kafka: MySQL does not hold it yet, so its "no earlier send" proves
+// nothing. The retry answers 503 with retry_after_ms and allocates nothing
+// until persist passed everything Kafka took before the loss; then it
+// answers 200 duplicate with the original seq, the message is stored once,
+// and the next new message takes the first seq after the re-seed.
+func TestSendRetryAfterRedisLostItsMemoryNeverGetsASecondSeq(t *testing.T) {
+	t.Parallel()
+	e := startSend(t, harness.Options{Roles: []string{"send", "query"}, Mutate: fenceTimeouts})
+	e.group("resume", 7, "active")
+	e.member("resume", rpMember, "member", time.Time{})
+	tok := e.Token(rpMember, "")
+	first := e.mustSend(tok, "resume", sendBody("once", "acknowledged before the loss"))
+	if err := testenv.DeleteTenantKeys(context.Background(), e.Redis, e.Tenant); err != nil {
+		t.Fatal(err)
+	}
+	retry := func() (int, sendResp, chResult) {
+		t.Helper()
+		code, raw := e.Do("POST", "/v1/topics/resume/messages", tok, sendBody("once", "the retry"))
+		var r sendResp
+		if code == 200 || code == 201 {
+			if err := json.Unmarshal(raw, &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Seq != first.Seq {
+				t.Fatalf("the retry got a new seq %d (%d), the original %d is still in Kafka", r.Seq, code, first.Seq)
+			}
+			return code, r, chResult{}
+		}
+		return code, r, chDecode(t, raw)
+	}
+	code, _, er := retry()
+	if code != 503 || er.Error.Code != "unavailable" || er.Error.Details["retry_after_ms"] == nil {
+		t.Fatalf("retry while the original is in Kafka: %d %+v, want 503 unavailable with retry_after_ms", code, er.Error)
+	}
+
+	harness.Start(t, harness.Options{Roles: []string{"persist"}, Tenant: e.Tenant, Brokers: e.Config.Kafka.Brokers, Mutate: fenceTimeouts})
+	var r sendResp
+	sendWaitFor(t, 60*time.Second, "persist to pass the loss", func() bool {
+		code, r, _ = retry()
+		return code != 503
+	})
+	if code != 200 || !r.Duplicate || r.MessageID != first.MessageID {
+		t.Fatalf("retry once persist passed the loss: %d %+v, want 200 duplicate of %+v", code, r, first)
+	}
+	table, err := routing.TableFor(e.Start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := chCount(t, e.Env, table.Quoted(), sq.Eq{"topic": "resume", "client_msg_id": "once"}); n != 1 {
+		t.Fatalf("the message is stored %d times", n)
+	}
+	if next := e.mustSend(tok, "resume", sendBody("next", "after the loss")); next.Seq != 11 {
+		t.Fatalf("the next message got seq %d, want 11 (the refused retries allocated nothing)", next.Seq)
 	}
 }

@@ -115,6 +115,31 @@ func (f *Flight) RecordGap(ctx context.Context, tenant, topic string, seq int64)
 	return nil
 }
 
+// RecordDuplicate records seq, whose event persist dropped because its
+// client_msg_id is stored under another seq, as a gap and abandoned: the
+// send's call after the ack, should it come later, then answers that the
+// seq is gone (sent in lua/fenced.lua) instead of letting a 201 name a seq
+// that holds no row, and the send's retry finds the stored message through
+// MySQL. The abandoned mark comes before the pending entry goes, so a call
+// that no longer finds the entry finds the mark.
+func (f *Flight) RecordDuplicate(ctx context.Context, tenant, topic string, seq int64) error {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return err
+	}
+	v := strconv.FormatInt(seq, 10)
+	for _, r := range f.rdb.DoMulti(ctx,
+		f.rdb.B().Zadd().Key(keys.Gaps(topic)).ScoreMember().ScoreMember(float64(seq), v).Build(),
+		f.rdb.B().Zadd().Key(keys.Abandoned(topic)).ScoreMember().ScoreMember(float64(seq), v).Build(),
+		f.rdb.B().Zremrangebyscore().Key(keys.Pending(topic)).Min(v).Max(v).Build(),
+	) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("pending: duplicate %s/%s %d: %w", tenant, topic, seq, err)
+		}
+	}
+	return nil
+}
+
 // abandon records seq as a gap and abandoned while its pending entry is
 // still member, the one found stale (lua/pending_abandon.lua).
 func (f *Flight) abandon(ctx context.Context, keys Keys, topic, member string, seq int64) error {
