@@ -275,9 +275,20 @@ end
 -- restarted, restored or promoted server may lack records the horizon
 -- vouched for, so there it counts as unset until re-established.
 --
--- KEYS[1] horizon ("run_id:ms"), ARGV[1] proposed horizon ms
--- Reply: the horizon in force (ms).
+-- The caller computed the horizon from MySQL after a send call found the
+-- tenant's memory of sends complete (see memory_start): it is set only while
+-- that memory is still the one the caller saw, so a loss of Redis since
+-- cannot leave a horizon made from a MySQL that was not complete for it.
+--
+-- KEYS[1] horizon ("run_id:ms"), KEYS[2] memory start (see memory_start)
+-- ARGV[1] proposed horizon ms, ARGV[2] the memory start the send call
+-- reported
+-- Reply: the horizon in force (ms), or -1 when the memory changed: nothing
+-- set.
 local function idem_since(keys, args)
+  if redis.call('GET', keys[2]) ~= incarnation() .. ':' .. args[2] then
+    return -1
+  end
   local h = redis.call('GET', keys[1])
   if h then
     local stamp, since = string.match(h, '^(%w+):(%d+)$')
@@ -316,9 +327,13 @@ end
 -- KEYS[11] the topic's message version (STRING, moved by every message
 --         change before it commits): kept in the record as 'ver', so sent
 --         can tell whether a change may have come before its ack
+-- KEYS[12] persist's progress, persisted_before (STRING Redis ms, see
+--         modules/persist/progress.go), KEYS[13] the tenant's memory start
+--         (see memory_start); both read only when the horizon does not vouch
 -- ARGV[1] owner token of this attempt
 -- ARGV[2] idempotency TTL ms (send.idempotency_ttl)
--- ARGV[3] stale bound ms (send.produce_timeout)
+-- ARGV[3] stale bound ms (send.produce_timeout; also how long after a
+--         fence's re-seed or the memory start a send may still be stored)
 -- ARGV[4] sender's user id: check the membership in the ACL cache; "" when
 --         the caller has checked it against MySQL already (after a reply 8)
 -- ARGV[5] group id the caller's own check found (with ARGV[4] = "")
@@ -338,11 +353,60 @@ end
 --   {6}  a live claim of another attempt: wait for it
 --   {7, reason}  the ACL refuses: nogroup, dissolved, notmember, muted
 --   {8}  the ACL cache has no answer: check MySQL, then call with ARGV[4] = ""
---   {9, horizon_set}  claimed, but Redis alone cannot vouch that no earlier
---        send exists: ask MySQL, then call with ARGV[6] = "1"
+--   {9, horizon_set, start, complete}  claimed, but Redis alone cannot
+--        vouch that no earlier send exists: ask MySQL, then call with
+--        ARGV[6] = "1". start is the tenant's memory start; complete is 1
+--        when persist passed everything Kafka took before start + the
+--        produce timeout, so MySQL answers for every topic from then on
+--        (only then may a horizon be computed from it, see idem_since)
+--   {12, wait_ms}  nothing claimed or allocated: a resume fence of the topic
+--        stands, so a send made before Redis lost its memory may still be
+--        stored; MySQL's "no earlier send" is not complete for wait_ms more
+--        (at least; persist's progress decides)
+-- Whenever the horizon does not vouch (or ARGV[6] = "1"), a counter this
+-- server does not hold answers {3} first, so the seed fences the topic
+-- before its fences are read.
 --
 -- Room for later steps of the same call: a step that needs keys takes them
--- after KEYS[11] and its arguments after ARGV[9], all with the tenant tag.
+-- after KEYS[13] and its arguments after ARGV[9], all with the tenant tag.
+
+-- memory_start is the Redis time (ms) from which this server remembers the
+-- tenant's sends: every send whose idempotency record it may have lost (a
+-- flush, a restart, a failover) made its call before it. KEYS is the
+-- STRING "run_id:ms", set here when missing or from another incarnation —
+-- the first call that finds the horizon untrusted, so after any loss.
+local function memory_start(key, now)
+  local stamp, ms = string.match(redis.call('GET', key) or '', '^(%w+):(%d+)$')
+  if stamp == incarnation() then
+    return tonumber(ms)
+  end
+  redis.set_repl(redis.REPL_NONE)
+  redis.call('SET', key, incarnation() .. ':' .. now)
+  redis.set_repl(redis.REPL_ALL)
+  return now
+end
+
+-- fence_wait is how long (ms, at least 1) a resume fence of the topic
+-- (see seed) still stands by persist's progress, or nil when none does.
+-- While one stands, a message sent before Redis lost the topic's counter
+-- may still be in Kafka, acknowledged and not stored: MySQL saying "no
+-- earlier send" proves nothing for the topic yet. A fence is lifted by the
+-- same rule (routing fence.go): persisted_before >= T0 + produce timeout.
+local function fence_wait(pending_key, persisted_key, timeout, now)
+  local fences = redis.call('ZRANGEBYSCORE', pending_key, 0, 0)
+  if not fences[1] then
+    return nil
+  end
+  local persisted = tonumber(redis.call('GET', persisted_key) or '0') or 0
+  local wait = nil
+  for _, f in ipairs(fences) do
+    local at = tonumber(string.match(f, '^%d+:f:%d+:(%d+)$') or '')
+    if at and persisted < at + timeout then
+      wait = math.max(wait or 1, at + timeout - now)
+    end
+  end
+  return wait
+end
 
 -- hold keeps a claim while the caller takes a slow path: the record is this
 -- attempt's claim, unless it is already (owner is the record's)
@@ -399,19 +463,34 @@ local function send(keys, args)
   if rec[1] and rec[5] ~= args[1] and now - tonumber(rec[4] or '0') < tonumber(args[3]) then
     return {6}
   end
-  if args[6] ~= '1' then
-    local h = v[2]
-    local stamp, since = nil, nil
-    if h then
-      stamp, since = string.match(h, '^(%w+):(%d+)$')
-    end
-    if stamp ~= incarnation() then
+  local stamp, since = string.match(v[2] or '', '^(%w+):(%d+)$')
+  local set = stamp == incarnation()
+  if args[6] == '1' or not set or now < tonumber(since) then
+    -- Redis alone cannot vouch that this is a new send; MySQL can only
+    -- once nothing sent before Redis's memory began can still be stored.
+    -- A counter this server does not hold is seeded first: the seed fences
+    -- the topic's seqs MySQL did not prove stored (they may be in Kafka).
+    local timeout = tonumber(args[3])
+    if not v[4] or not reserved(v[5]) then
       hold(keys[1], args[1], now, args[2], rec[5])
-      return {9, 0}
+      return {3}
     end
-    if now < tonumber(since) then
+    local wait = fence_wait(keys[9], keys[12], timeout, now)
+    if wait then
+      return {12, wait}
+    end
+    if args[6] ~= '1' then
+      local start = memory_start(keys[13], now)
+      local persisted = tonumber(redis.call('GET', keys[12]) or '0') or 0
+      local complete = 0
+      if persisted >= start + timeout then
+        complete = 1
+      end
       hold(keys[1], args[1], now, args[2], rec[5])
-      return {9, 1}
+      if set then
+        return {9, 1, start, complete}
+      end
+      return {9, 0, start, complete}
     end
   end
   local a = alloc_with(keys[6], keys[7], keys[9], args[7], args[8], secs, now, v[3], v[4], v[5])

@@ -182,10 +182,20 @@ func TestRestoreDrill(t *testing.T) {
 	// the group born after the dump is not in it: its owner puts it again
 	r.group("rst-new", 9, "active")
 	r.member("rst-new", 7, "member", time.Time{})
-	// every topic resumes above every seq ever issued
+	// every topic resumes above every seq ever issued; a topic fenced by
+	// its re-seed takes sends once persist passed the fence (503 with
+	// retry_after_ms until then, retried with the same client_msg_id)
 	after := map[string]int64{}
 	for _, topic := range append(topics, "rst-new") {
-		resp := r.mustSend(tok, topic, sendBody("after-restore-"+topic, "after"))
+		var code int
+		var resp sendResp
+		sendWaitFor(t, 60*time.Second, "sends to "+topic+" after the restore", func() bool {
+			code, resp = r.send(tok, topic, sendBody("after-restore-"+topic, "after"))
+			return code != 503
+		})
+		if code != 201 {
+			t.Fatalf("send to %s after the restore: %d %+v", topic, code, resp)
+		}
 		if resp.Seq <= issued[topic] {
 			t.Errorf("%s: a send after the restore got seq %d, but seq %d was already issued", topic, resp.Seq, issued[topic])
 		}

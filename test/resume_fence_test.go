@@ -2,14 +2,26 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"net/url"
 	"testing"
 	"time"
 
+	sq "github.com/Masterminds/squirrel"
+
 	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 	"github.com/imshard/imshard/test/testenv"
 )
+
+// fenceTimeouts are the settings of the resume-fence tests: a reservation
+// step of 10 (the re-seed resumes at 11) and a produce timeout short
+// enough that persist passes it within seconds.
+func fenceTimeouts(c *config.Config) {
+	c.Send.SeqReserveStep = 10
+	c.Send.ProduceTimeout = 3 * time.Second
+}
 
 // fenceStage leaves topic "resume" of a send and query process (no persist
 // running) as Redis losing everything leaves it while a message is on its
@@ -21,11 +33,7 @@ import (
 // stores seq 1 from Kafka.
 func fenceStage(t *testing.T) (e *sendEnv, startPersist func()) {
 	t.Helper()
-	short := func(c *config.Config) {
-		c.Send.SeqReserveStep = 10
-		c.Send.ProduceTimeout = 3 * time.Second
-	}
-	e = startSend(t, harness.Options{Roles: []string{"send", "query"}, Mutate: short})
+	e = startSend(t, harness.Options{Roles: []string{"send", "query"}, Mutate: fenceTimeouts})
 	e.group("resume", 7, "active")
 	e.member("resume", rpMember, "member", time.Time{})
 	if r := e.mustSend(e.Token(rpMember, ""), "resume", sendBody("before", "acknowledged before the flush")); r.Seq != 1 {
@@ -48,7 +56,7 @@ func fenceStage(t *testing.T) (e *sendEnv, startPersist func()) {
 		t.Fatal(err)
 	}
 	return e, func() {
-		harness.Start(t, harness.Options{Roles: []string{"persist"}, Tenant: e.Tenant, Brokers: e.Config.Kafka.Brokers, Mutate: short})
+		harness.Start(t, harness.Options{Roles: []string{"persist"}, Tenant: e.Tenant, Brokers: e.Config.Kafka.Brokers, Mutate: fenceTimeouts})
 	}
 }
 
@@ -104,5 +112,79 @@ func TestSeqResumeFenceStreamDeliversTheAcknowledgedMessageFirst(t *testing.T) {
 	}
 	if f := next(); f.Type != "message" || f.Message.Seq != 11 {
 		t.Fatalf("third frame %s of seq %d, want the message of seq 11", f.Type, f.Message.Seq)
+	}
+}
+
+// A recall of a seq a standing resume fence covers — acknowledged before
+// Redis lost the topic's pending set, not stored yet — answers 409 with
+// retry_after_ms, as for any seq still in flight, never 404: the fence is
+// the seq's pending entry until persist passed it.
+func TestSeqResumeFenceRecallOfAFencedSeqAnswersNotStoredYet(t *testing.T) {
+	t.Parallel()
+	e, _ := fenceStage(t)
+	code, r := chRecall(t, e.Env, e.Token(rpMember, ""), "resume", 1, nil)
+	if code != 409 || r.Error.Code != "conflict" || r.Error.Details["retry_after_ms"] == nil {
+		t.Fatalf("recall of the fenced seq 1: %d %+v, want 409 conflict with retry_after_ms", code, r.Error)
+	}
+	if n := chCount(t, e.Env, "im_message_revisions", sq.Eq{"topic": "resume"}); n != 0 {
+		t.Fatalf("a refused recall wrote %d revisions", n)
+	}
+}
+
+// A retry after Redis lost the tenant's keys — the idempotency record with
+// them — while the original message is acknowledged (201) and still in
+// Kafka: MySQL does not hold it yet, so its "no earlier send" proves
+// nothing. The retry answers 503 with retry_after_ms and allocates nothing
+// until persist passed everything Kafka took before the loss; then it
+// answers 200 duplicate with the original seq, the message is stored once,
+// and the next new message takes the first seq after the re-seed.
+func TestSendRetryAfterRedisLostItsMemoryNeverGetsASecondSeq(t *testing.T) {
+	t.Parallel()
+	e := startSend(t, harness.Options{Roles: []string{"send", "query"}, Mutate: fenceTimeouts})
+	e.group("resume", 7, "active")
+	e.member("resume", rpMember, "member", time.Time{})
+	tok := e.Token(rpMember, "")
+	first := e.mustSend(tok, "resume", sendBody("once", "acknowledged before the loss"))
+	if err := testenv.DeleteTenantKeys(context.Background(), e.Redis, e.Tenant); err != nil {
+		t.Fatal(err)
+	}
+	retry := func() (int, sendResp, chResult) {
+		t.Helper()
+		code, raw := e.Do("POST", "/v1/topics/resume/messages", tok, sendBody("once", "the retry"))
+		var r sendResp
+		if code == 200 || code == 201 {
+			if err := json.Unmarshal(raw, &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Seq != first.Seq {
+				t.Fatalf("the retry got a new seq %d (%d), the original %d is still in Kafka", r.Seq, code, first.Seq)
+			}
+			return code, r, chResult{}
+		}
+		return code, r, chDecode(t, raw)
+	}
+	code, _, er := retry()
+	if code != 503 || er.Error.Code != "unavailable" || er.Error.Details["retry_after_ms"] == nil {
+		t.Fatalf("retry while the original is in Kafka: %d %+v, want 503 unavailable with retry_after_ms", code, er.Error)
+	}
+
+	harness.Start(t, harness.Options{Roles: []string{"persist"}, Tenant: e.Tenant, Brokers: e.Config.Kafka.Brokers, Mutate: fenceTimeouts})
+	var r sendResp
+	sendWaitFor(t, 60*time.Second, "persist to pass the loss", func() bool {
+		code, r, _ = retry()
+		return code != 503
+	})
+	if code != 200 || !r.Duplicate || r.MessageID != first.MessageID {
+		t.Fatalf("retry once persist passed the loss: %d %+v, want 200 duplicate of %+v", code, r, first)
+	}
+	table, err := routing.TableFor(e.Start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := chCount(t, e.Env, table.Quoted(), sq.Eq{"topic": "resume", "client_msg_id": "once"}); n != 1 {
+		t.Fatalf("the message is stored %d times", n)
+	}
+	if next := e.mustSend(tok, "resume", sendBody("next", "after the loss")); next.Seq != 11 {
+		t.Fatalf("the next message got seq %d, want 11 (the refused retries allocated nothing)", next.Seq)
 	}
 }

@@ -95,6 +95,25 @@ func (e *sendEnv) mustSend(token, topic string, body any) sendResp {
 	return r
 }
 
+// persistPassed stands in for persist in a test that runs none and whose
+// subject is not persist's progress: it publishes, as persist would once
+// its group committed everything, that every record Kafka took up to an
+// hour from now is stored — so neither a resume fence nor the tenant's
+// memory start (lua/fenced.lua) waits for it. A loss of Redis takes it
+// with the rest: call it again after one.
+func (e *sendEnv) persistPassed() {
+	e.T.Helper()
+	ctx := context.Background()
+	now, err := routing.NewClock(e.Redis).Now(ctx)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	ms := strconv.FormatInt(now.Add(time.Hour).UnixMilli(), 10)
+	if err := e.Redis.Do(ctx, e.Redis.B().Set().Key(e.keys().PersistedBefore()).Value(ms).Build()).Error(); err != nil {
+		e.T.Fatal(err)
+	}
+}
+
 // seqKeyExists reports whether Redis holds an allocation counter for topic.
 func (e *sendEnv) seqKeyExists(topic string) bool {
 	e.T.Helper()

@@ -56,7 +56,9 @@ func TestSendOneRoundTripBeforeAndOneAfterProduce(t *testing.T) {
 	ctx := context.Background()
 
 	// the first sends take the slow paths once: membership from MySQL,
-	// idempotency horizon, counter seed and reservation
+	// idempotency horizon, counter seed and reservation; the horizon is set
+	// once persist passed the tenant's memory start
+	e.persistPassed()
 	first := e.mustSend(user, "room", sendBody("warm-0", "x"))
 	sendWaitFor(t, 10*time.Second, "the idempotency horizon", func() bool {
 		n, err := direct.Do(ctx, direct.B().Exists().Key(e.keys().IdemSince()).Build()).AsInt64()
@@ -178,5 +180,31 @@ func TestSendAckRewritesALostRecord(t *testing.T) {
 	first.Duplicate = true
 	if status != 200 || again != first {
 		t.Fatalf("retry after the record was lost = %d %+v, want 200 %+v", status, again, first)
+	}
+}
+
+// Persist dropped a send's event as a duplicate of the message stored under
+// another seq (its claim had marked the seq acknowledged first): the send's
+// call after the ack, coming later, finds the seq abandoned and answers 0,
+// so the send is answered 503, never 201 with a seq that holds no row.
+func TestSendAckAfterPersistDroppedItAsDuplicateNeverAnswered201(t *testing.T) {
+	e := startSend(t, harness.Options{})
+	ctx := context.Background()
+	al, err := e.App.Allocator().Allocate(ctx, e.Tenant, "room")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.App.Flight().Claim(ctx, e.Tenant, map[string][]int64{"room": {al.Seq}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.App.Flight().RecordDuplicate(ctx, e.Tenant, "room", al.Seq); err != nil {
+		t.Fatal(err)
+	}
+	k := e.keys()
+	keys := []string{k.Idempotency("room", 1, "dropped"), k.Pending("room"), k.HotMessages("room"), k.Realtime("room"),
+		k.MessagesVersion("room"), k.Abandoned("room")}
+	args := []string{strconv.FormatInt(al.Seq, 10), "60000", "{}", "", "0", "0", "", "{}"}
+	if n, err := routing.NewScripts().Fenced.Sent(ctx, e.Redis, keys, args).AsInt64(); err != nil || n != 0 {
+		t.Fatalf("the call after the ack of a seq persist dropped as a duplicate = %d %v, want 0 (answered 503)", n, err)
 	}
 }

@@ -391,16 +391,15 @@ func (s *Service) afterCommit(ctx context.Context, key batchKey, res writeResult
 	}
 	for _, r := range res.dedup {
 		// the duplicate's seq will never hold a row: a known gap, so readers
-		// do not wait for it
-		if err := s.p.Flight.RecordGap(rctx, key.tenant, r.ev.Topic, r.ev.SeqID); err != nil {
+		// do not wait for it, and abandoned, so its send is never answered
+		// 201 after this
+		if err := s.p.Flight.RecordDuplicate(rctx, key.tenant, r.ev.Topic, r.ev.SeqID); err != nil {
 			s.p.Log.Warn().Err(err).Str("tenant", key.tenant).Msg("persist: record gap of a duplicate failed")
 		}
 	}
-	dups := make([]routing.Settled, len(res.dedup))
-	for i, r := range res.dedup {
-		dups[i] = routing.Settled{Topic: r.ev.Topic, Idem: idemKeys(keys, []*record{r})}
-	}
-	_ = s.p.Routes.Settle(rctx, key.tenant, dups)
+	// the duplicate's idempotency record is left as it is: it holds the
+	// event of the dropped seq, which must not answer a retry as done — the
+	// retry finds the seq a gap and the stored message through MySQL
 	return repairs
 }
 

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
-	"github.com/redis/rueidis"
 
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/httpapi"
@@ -196,13 +195,13 @@ func (s *Service) change(ctx context.Context, p httpapi.Principal, c changeReq) 
 	}
 	// the pending set is read before the month tables (see step 2), in one
 	// round trip with the route
-	res := s.p.Redis.DoMulti(ctx, append([]rueidis.Completed{s.p.Flight.InFlightCmd(keys, c.topic, c.seq)},
-		s.p.Router.RouteCmds(keys, c.topic)...)...)
-	flying, err := routing.InFlightResolve(res[0])
+	flight := s.p.Flight.InFlightCmds(keys, c.topic, c.seq)
+	res := s.p.Redis.DoMulti(ctx, append(flight, s.p.Router.RouteCmds(keys, c.topic)...)...)
+	flying, err := s.p.Flight.InFlightResolve(ctx, p.Tenant, c.topic, c.seq, res[:len(flight)])
 	if err != nil {
 		return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "in-flight check unavailable", err)
 	}
-	tr, err := s.p.Router.RouteResolve(ctx, p.Tenant, c.topic, res[1:])
+	tr, err := s.p.Router.RouteResolve(ctx, p.Tenant, c.topic, res[len(flight):])
 	if err != nil {
 		return ChangeResult{}, err
 	}

@@ -104,11 +104,11 @@ func (k Keys) alloc(topic string) []string {
 // Send are the keys of the library's send function (lua/fenced.lua): the
 // idempotency record of (topic, from_user, client_msg_id), the horizon, the
 // topic's ACL cache, the allocation's keys with the migration gate last,
-// and the topic's message version
-// — one hash tag, one call.
+// the topic's message version, persist's progress and the tenant's memory
+// start — one hash tag, one call.
 func (k Keys) Send(topic string, fromUser int64, clientMsgID string) []string {
 	return append(append([]string{k.Idempotency(topic, fromUser, clientMsgID), k.IdemSince(), k.Group(topic), k.Members(topic)},
-		k.alloc(topic)...), k.MessagesVersion(topic))
+		k.alloc(topic)...), k.MessagesVersion(topic), k.PersistedBefore(), k.IdemMemory())
 }
 
 // MigrationGate is the tenant's migration write gate (STRING
@@ -222,3 +222,10 @@ func (k Keys) RoutePattern() string { return k.Route("*") }
 // tenant's send retries: before it, Redis may have lost idempotency records
 // of messages MySQL holds (master-only, fenced: see lua/fenced.lua).
 func (k Keys) IdemSince() string { return k.prefix + "idem_since" }
+
+// IdemMemory is the Redis-time ms from which this Redis remembers every
+// send of the tenant ("run_id:ms", master-only, fenced: see lua/fenced.lua,
+// memory_start): the records of sends made before it may be lost, and
+// MySQL answers for them only once persist passed it by the produce
+// timeout.
+func (k Keys) IdemMemory() string { return k.prefix + "idem_memory" }

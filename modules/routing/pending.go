@@ -115,6 +115,31 @@ func (f *Flight) RecordGap(ctx context.Context, tenant, topic string, seq int64)
 	return nil
 }
 
+// RecordDuplicate records seq, whose event persist dropped because its
+// client_msg_id is stored under another seq, as a gap and abandoned: the
+// send's call after the ack, should it come later, then answers that the
+// seq is gone (sent in lua/fenced.lua) instead of letting a 201 name a seq
+// that holds no row, and the send's retry finds the stored message through
+// MySQL. The abandoned mark comes before the pending entry goes, so a call
+// that no longer finds the entry finds the mark.
+func (f *Flight) RecordDuplicate(ctx context.Context, tenant, topic string, seq int64) error {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return err
+	}
+	v := strconv.FormatInt(seq, 10)
+	for _, r := range f.rdb.DoMulti(ctx,
+		f.rdb.B().Zadd().Key(keys.Gaps(topic)).ScoreMember().ScoreMember(float64(seq), v).Build(),
+		f.rdb.B().Zadd().Key(keys.Abandoned(topic)).ScoreMember().ScoreMember(float64(seq), v).Build(),
+		f.rdb.B().Zremrangebyscore().Key(keys.Pending(topic)).Min(v).Max(v).Build(),
+	) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("pending: duplicate %s/%s %d: %w", tenant, topic, seq, err)
+		}
+	}
+	return nil
+}
+
 // abandon records seq as a gap and abandoned while its pending entry is
 // still member, the one found stale (lua/pending_abandon.lua).
 func (f *Flight) abandon(ctx context.Context, keys Keys, topic, member string, seq int64) error {
@@ -379,14 +404,19 @@ func (f *Flight) below(ctx context.Context, tenant, topic string) (below int64, 
 	}
 }
 
-// InFlightCmd reads whether seq of topic is still in flight: allocated and
-// neither persisted nor recorded as a gap yet (in the pending set), for a
-// caller that pipelines it with its own reads; InFlightResolve reads its
-// result. Persist commits a row before it clears its seq here, so a seq
-// found neither here nor in its month table afterwards was never stored.
-func (f *Flight) InFlightCmd(keys Keys, topic string, seq int64) rueidis.Completed {
+// InFlightCmds read whether seq of topic is still in flight: allocated and
+// neither persisted nor recorded as a gap yet — its own pending entry, or a
+// resume fence (fence.go) covering it, the entry lost with the counter —
+// for a caller that pipelines them with its own reads; InFlightResolve
+// reads their results. Persist commits a row before it clears its seq
+// here, so a seq found neither here nor in its month table afterwards was
+// never stored.
+func (f *Flight) InFlightCmds(keys Keys, topic string, seq int64) []rueidis.Completed {
 	v := strconv.FormatInt(seq, 10)
-	return f.rdb.B().Zcount().Key(keys.Pending(topic)).Min(v).Max(v).Build()
+	return []rueidis.Completed{
+		f.rdb.B().Zcount().Key(keys.Pending(topic)).Min(v).Max(v).Build(),
+		f.rdb.B().Zrange().Key(keys.Pending(topic)).Min("0").Max("0").Byscore().Build(),
+	}
 }
 
 // LowestPendingCmd reads the lowest seq of topic not stored yet, for a
@@ -404,11 +434,40 @@ func NonePendingThrough(res rueidis.RedisResult, seq int64) bool {
 	return err == nil && (len(zs) == 0 || int64(zs[0].Score) > seq)
 }
 
-// InFlightResolve is InFlightCmd's answer.
-func InFlightResolve(res rueidis.RedisResult) (bool, error) {
-	n, err := res.AsInt64()
+// InFlightResolve is InFlightCmds' answer (res: their two results). A
+// fence covering seq is decided as every reader decides it (fenceStands):
+// it stands while something sent before its re-seed may still be stored,
+// and once nothing can, it is lifted here and seq is not in flight.
+func (f *Flight) InFlightResolve(ctx context.Context, tenant, topic string, seq int64, res []rueidis.RedisResult) (bool, error) {
+	n, err := res[0].AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("pending: in flight: %w", err)
 	}
-	return n > 0, nil
+	if n > 0 {
+		return true, nil
+	}
+	fences, err := res[1].AsStrSlice()
+	if err != nil {
+		return false, fmt.Errorf("pending: in flight: %w", err)
+	}
+	var persisted *int64
+	for _, m := range fences {
+		fc, ok := parseFence(m)
+		if !ok || seq < fc.from || seq > fc.to {
+			continue
+		}
+		keys, err := KeysFor(tenant)
+		if err != nil {
+			return false, err
+		}
+		now, err := NewClock(f.rdb).Now(ctx)
+		if err != nil {
+			return false, err
+		}
+		stands, err := f.fenceStands(ctx, tenant, topic, keys, fc, now, &persisted)
+		if err != nil || stands {
+			return stands, err
+		}
+	}
+	return false, nil
 }

@@ -218,7 +218,13 @@ const (
 	replyAskDB       = 9
 	replyGateShut    = 10
 	replyGateUnknown = 11
+	replyUnsettled   = 12
 )
+
+// progressEvery is how often persist publishes its progress
+// (persisted_before, operations.md "Persist"): a send refused until that
+// progress passes a time asks the client to wait this much longer.
+const progressEvery = time.Second
 
 // run makes the one Redis call of the steady state; any other reply is a
 // slow path that fixes its cause and calls again.
@@ -276,17 +282,20 @@ func (a *attempt) run(ctx context.Context) (Response, error) {
 			a.member, a.groupID = "", strconv.FormatInt(m.GroupID, 10)
 		case replyAskDB:
 			a.held = true
-			if set, _ := rep[1].AsInt64(); set == 0 {
-				s.establishHorizon(a.tenant)
+			set, _ := rep[1].AsInt64()
+			start, _ := rep[2].AsInt64()
+			complete, _ := rep[3].AsInt64()
+			if set == 0 && complete == 1 {
+				s.establishHorizon(a.tenant, strconv.FormatInt(start, 10))
 			}
-			resp, ok, err := s.fromMySQL(ctx, a.tenant, a.topic, a.sender, a.ev.ClientMsgID)
-			switch {
-			case err != nil:
-				return a.fail(unavailable("dedup lookup failed", err))
-			case ok:
-				return s.restored(ctx, a, resp)
+			if resp, done, err := a.askMySQL(ctx); done {
+				return resp, err
 			}
-			a.asked = true
+		case replyUnsettled:
+			wait, _ := rep[1].AsInt64()
+			return a.fail(httpapi.Errorf(httpapi.CodeUnavailable,
+				"Redis lost its memory of sends and an earlier send of this message may not be stored yet; retry with the same client_msg_id after retry_after_ms").
+				WithDetails(map[string]any{"retry_after_ms": wait + progressEvery.Milliseconds()}))
 		case 1, 2, 3, 4, replyGateShut, replyGateUnknown:
 			// the gate's replies come before the claim: a claim held now
 			// is one an earlier reply left
@@ -304,6 +313,24 @@ func (a *attempt) run(ctx context.Context) (Response, error) {
 			return a.fail(fmt.Errorf("send: %s/%s: no allocation after %d slow paths", a.tenant, a.topic, steps))
 		}
 	}
+}
+
+// askMySQL looks for an earlier send of the message in MySQL: done when it
+// answers the attempt (the stored message, or an error); otherwise the
+// attempt may allocate (asked). The send call let it ask only while MySQL
+// answers for the topic: no resume fence of it stands.
+func (a *attempt) askMySQL(ctx context.Context) (Response, bool, error) {
+	resp, ok, err := a.s.fromMySQL(ctx, a.tenant, a.topic, a.sender, a.ev.ClientMsgID)
+	switch {
+	case err != nil:
+		resp, err = a.fail(unavailable("dedup lookup failed", err))
+		return resp, true, err
+	case ok:
+		resp, err = a.s.restored(ctx, a, resp)
+		return resp, true, err
+	}
+	a.asked = true
+	return Response{}, false, nil
 }
 
 // fail gives up the attempt: a claim it holds without an event is dropped,
@@ -405,9 +432,16 @@ func (a *attempt) retry(ctx context.Context, status string, raw []byte) (Respons
 		return Response{}, false, unavailable("idempotency retry failed", err)
 	}
 	if n == 0 {
-		// the first attempt's seq timed out into a gap and was never stored:
-		// this retry is the message's first real send, under its own event
-		a.held, a.asked = true, true
+		// the first attempt's seq is a recorded gap, never stored under it:
+		// it timed out (the message was never stored), or persist dropped
+		// its event as a duplicate of the message stored under another seq
+		// (Redis had lost the record that would have answered that send).
+		// MySQL tells which; only in the first case is this retry the
+		// message's first real send, under its own event
+		a.held = true
+		if resp, done, err := a.askMySQL(ctx); done {
+			return resp, false, err
+		}
 		if a.stored, err = message.Unallocated(&a.ev); err != nil {
 			return Response{}, false, err
 		}
@@ -581,9 +615,13 @@ func (s *Service) fromMySQL(ctx context.Context, tenant, topic string, from int6
 // it (or never had it): a claim is trusted without asking MySQL once no
 // message MySQL stored can still be retried, i.e. from the newest stored
 // created_at plus send.idempotency_ttl on — at once if nothing was stored
-// that recently. One computation per tenant at a time, in the background:
-// until it lands, each send asks MySQL itself.
-func (s *Service) establishHorizon(tenant string) {
+// that recently. MySQL holds every message sent before Redis's memory
+// start only once persist passed that start by the produce timeout, which
+// the send call checked before asking for this: the horizon is set only
+// while the memory is still the one of start (idem_since). One computation
+// per tenant at a time, in the background: until it lands, each send asks
+// MySQL itself.
+func (s *Service) establishHorizon(tenant, start string) {
 	if _, busy := s.horizons.LoadOrStore(tenant, struct{}{}); busy {
 		return
 	}
@@ -593,13 +631,13 @@ func (s *Service) establishHorizon(tenant string) {
 		defer s.horizons.Delete(tenant)
 		ctx, cancel := context.WithTimeout(context.Background(), postAckTimeout)
 		defer cancel()
-		if err := s.horizon(ctx, tenant); err != nil {
+		if err := s.horizon(ctx, tenant, start); err != nil {
 			s.p.Log.Warn().Err(err).Str("tenant", tenant).Msg("idempotency horizon not set; sends keep asking MySQL")
 		}
 	}()
 }
 
-func (s *Service) horizon(ctx context.Context, tenant string) error {
+func (s *Service) horizon(ctx context.Context, tenant, start string) error {
 	keys, err := routing.KeysFor(tenant)
 	if err != nil {
 		return err
@@ -629,6 +667,6 @@ func (s *Service) horizon(ctx context.Context, tenant string) error {
 	if ok && last.Add(ttl).After(now) {
 		h = last.Add(ttl)
 	}
-	return s.p.Scripts.Fenced.IdemSince(ctx, s.p.Redis, []string{keys.IdemSince()},
-		[]string{strconv.FormatInt(h.UnixMilli(), 10)}).Error()
+	return s.p.Scripts.Fenced.IdemSince(ctx, s.p.Redis, []string{keys.IdemSince(), keys.IdemMemory()},
+		[]string{strconv.FormatInt(h.UnixMilli(), 10), start}).Error()
 }
