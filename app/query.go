@@ -6,6 +6,7 @@ import (
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/query"
 	"github.com/imshard/imshard/modules/query/stream"
+	"github.com/imshard/imshard/modules/routecheck"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -50,9 +51,9 @@ func (a *App) NewQuery() *query.Service {
 }
 
 // NewRouteCheck builds the route checker of `imshard route check|rebuild`.
-func (a *App) NewRouteCheck() *query.RouteCheck {
+func (a *App) NewRouteCheck() *routecheck.Checker {
 	c := &a.clients
-	return &query.RouteCheck{Redis: c.redis, Routes: c.routes, Catalog: c.catalog, DBs: c.pools}
+	return &routecheck.Checker{Redis: c.redis, Routes: c.routes, Catalog: c.catalog, DBs: c.pools}
 }
 
 // initQuery serves the read routes and the realtime stream (its catch-up

@@ -9,6 +9,7 @@ import (
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/migrate"
 	"github.com/imshard/imshard/modules/query"
+	"github.com/imshard/imshard/modules/routecheck"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 )
@@ -143,7 +144,7 @@ func TestMigrationReadStateAndRouteCheck(t *testing.T) {
 	check := func(stage string, legacy bool) {
 		t.Helper()
 		var diffs []string
-		res, err := rc.Check(ctx, env.Tenant, nil, false, func(d query.Difference) { diffs = append(diffs, d.String()) })
+		res, err := rc.Check(ctx, env.Tenant, nil, false, func(d routecheck.Difference) { diffs = append(diffs, d.String()) })
 		if err != nil {
 			t.Fatalf("%s: route check: %v", stage, err)
 		}
@@ -188,7 +189,7 @@ func TestMigrationReadStateAndRouteCheck(t *testing.T) {
 	}
 	mrsExpect(t, env, "paused mid-copy", 12, 3, sentOrder, newest)
 	check("paused mid-copy", true)
-	var st query.TopicState
+	var st routecheck.TopicState
 	if code := rpGet(t, env, rpAdmin, "admin", "/v1/admin/topics/"+migTopic(1)+"/route", &st); code != 200 {
 		t.Fatalf("admin route of %s: %d", migTopic(1), code)
 	}

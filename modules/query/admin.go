@@ -11,6 +11,7 @@ import (
 
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routecheck"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -330,14 +331,14 @@ func (s *Service) bounds(ctx context.Context, tenant string) (active, complete r
 
 // TopicRoute shows the topic's Redis route, its mirror rows and the actual
 // ranges in the month tables side by side, with their differences (admin).
-func (s *Service) TopicRoute(ctx context.Context, p httpapi.Principal, topic string) (TopicState, error) {
+func (s *Service) TopicRoute(ctx context.Context, p httpapi.Principal, topic string) (routecheck.TopicState, error) {
 	if err := requireAdmin(p); err != nil {
-		return TopicState{}, err
+		return routecheck.TopicState{}, err
 	}
 	if err := routing.ValidTopic(topic); err != nil {
-		return TopicState{}, err
+		return routecheck.TopicState{}, err
 	}
-	rc := &RouteCheck{Redis: s.p.Redis, Routes: s.p.Routes, Catalog: s.p.Catalog, DBs: s.p.DBs}
+	rc := &routecheck.Checker{Redis: s.p.Redis, Routes: s.p.Routes, Catalog: s.p.Catalog, DBs: s.p.DBs}
 	return rc.Topic(ctx, p.Tenant, topic)
 }
 

@@ -223,24 +223,3 @@ func TestFindMonth(t *testing.T) {
 		t.Fatalf("no months: %v", got)
 	}
 }
-
-func TestCompare(t *testing.T) {
-	m := routing.MustMonth
-	tables := []routing.MonthRange{{Month: m("202608"), MinSeq: 1, MaxSeq: 10, Count: 10}, {Month: m("202609"), MinSeq: 11, MaxSeq: 12, Count: 2}}
-	if d := Compare("t", tables, tables, tables); len(d) != 0 {
-		t.Fatalf("equal views differ: %v", d)
-	}
-	redis := tables[:1]
-	mirror := []routing.MonthRange{tables[0], {Month: m("202609"), MinSeq: 11, MaxSeq: 11, Count: 1}, {Month: m("202610"), MinSeq: 13, MaxSeq: 13, Count: 1}}
-	d := Compare("t", redis, mirror, tables)
-	var got []string
-	for _, x := range d {
-		got = append(got, x.Month+"/"+x.Store)
-	}
-	if want := []string{"202609/mirror", "202609/redis", "202610/mirror"}; !slices.Equal(got, want) {
-		t.Fatalf("got %v, want %v", got, want)
-	}
-	if s := d[1].String(); s != "topic t month 202609: redis has none, tables have min=11 max=12 count=2" {
-		t.Fatalf("String = %q", s)
-	}
-}

@@ -1,4 +1,7 @@
-package query
+// Package routecheck compares and repairs the three views of a topic's months — the
+// Redis route, the MySQL mirror and the month tables' actual seq ranges — for `imshard
+// route check|rebuild`, a restore's route rebuild and the admin route view.
+package routecheck
 
 import (
 	"context"
@@ -15,10 +18,10 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// RouteCheck compares and repairs the three views of a topic's months: the
+// Checker compares and repairs the three views of a topic's months: the
 // Redis route, the MySQL mirror and the actual seq ranges in the month
 // tables, which are the truth (invariant 6, docs/invariants.md).
-type RouteCheck struct {
+type Checker struct {
 	Redis   rueidis.Client
 	Routes  *routing.Routes
 	Catalog *routing.Catalog
@@ -126,7 +129,7 @@ type LegacyPart struct {
 }
 
 // tables lists the tenant's registered month tables, oldest first.
-func (c *RouteCheck) tables(ctx context.Context, tenant string) ([]routing.Table, error) {
+func (c *Checker) tables(ctx context.Context, tenant string) ([]routing.Table, error) {
 	list, err := c.Catalog.List(ctx, tenant)
 	if err != nil {
 		return nil, err
@@ -180,7 +183,7 @@ func actualRows(ctx context.Context, db sq.BaseRunner, tables []routing.Table, t
 }
 
 // Topic compares one topic's three views.
-func (c *RouteCheck) Topic(ctx context.Context, tenant, topic string) (TopicState, error) {
+func (c *Checker) Topic(ctx context.Context, tenant, topic string) (TopicState, error) {
 	db, err := c.DBs.DB(ctx, tenant)
 	if err != nil {
 		return TopicState{}, err
@@ -315,7 +318,7 @@ type CheckResult struct {
 // topic in the tables, the mirror, Redis or the repair queue) and, with
 // fix, rewrites the mirror and Redis of each differing topic from the
 // tables. report is called for every difference as it is found.
-func (c *RouteCheck) Check(ctx context.Context, tenant string, topics []string, fix bool, report func(Difference)) (CheckResult, error) {
+func (c *Checker) Check(ctx context.Context, tenant string, topics []string, fix bool, report func(Difference)) (CheckResult, error) {
 	var res CheckResult
 	db, err := c.DBs.DB(ctx, tenant)
 	if err != nil {
@@ -376,7 +379,7 @@ func (c *RouteCheck) Check(ctx context.Context, tenant string, topics []string, 
 }
 
 // allTopics is every topic any view knows, sorted.
-func (c *RouteCheck) allTopics(ctx context.Context, db *sql.DB, tenant string, tables []routing.Table) ([]string, error) {
+func (c *Checker) allTopics(ctx context.Context, db *sql.DB, tenant string, tables []routing.Table) ([]string, error) {
 	set := map[string]bool{}
 	add := func(rows *sql.Rows, err error) error {
 		if err != nil {
@@ -449,7 +452,7 @@ func (c *RouteCheck) allTopics(ctx context.Context, db *sql.DB, tenant string, t
 // rows into the new route after it. A batch committed just before the read
 // may still merge its rows into Redis afterwards: the ranges stay exact, its
 // count is added twice until the next check.
-func (c *RouteCheck) Fix(ctx context.Context, tenant, topic string) error {
+func (c *Checker) Fix(ctx context.Context, tenant, topic string) error {
 	db, err := c.DBs.DB(ctx, tenant)
 	if err != nil {
 		return err
@@ -471,7 +474,7 @@ func (c *RouteCheck) Fix(ctx context.Context, tenant, topic string) error {
 // fixAttempts bounds the retries of a fix that lost a deadlock.
 const fixAttempts = 5
 
-func (c *RouteCheck) fixTx(ctx context.Context, db *sql.DB, tables []routing.Table, tenant, topic string) error {
+func (c *Checker) fixTx(ctx context.Context, db *sql.DB, tables []routing.Table, tenant, topic string) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -549,7 +552,7 @@ func fixSeqs(ctx context.Context, tx *sql.Tx, topic string) (sq.Sqlizer, error) 
 // Rebuild refills Redis routes from the mirror: the given topics, or every
 // topic of the mirror when topics is empty. progress is called after each
 // topic with the count done and the total.
-func (c *RouteCheck) Rebuild(ctx context.Context, tenant string, topics []string, progress func(done, total int)) error {
+func (c *Checker) Rebuild(ctx context.Context, tenant string, topics []string, progress func(done, total int)) error {
 	db, err := c.DBs.DB(ctx, tenant)
 	if err != nil {
 		return err
