@@ -129,9 +129,9 @@ func (s *Service) MessageByID(ctx context.Context, p httpapi.Principal, id int64
 		return message.Message{}, err
 	}
 	m := loc.Message
-	if err := s.authorize(ctx, p, m.Topic); err != nil {
+	if err := s.Authorize(ctx, p, m.Topic); err != nil {
 		if code, _ := httpapi.Classify(err); code == httpapi.CodePermissionDenied {
-			return message.Message{}, errNotFound
+			return message.Message{}, ErrNotFound
 		}
 		return message.Message{}, err
 	}
@@ -139,18 +139,18 @@ func (s *Service) MessageByID(ctx context.Context, p httpapi.Principal, id int64
 	if err != nil {
 		return message.Message{}, err
 	}
-	hv, err := s.hiddenOf(ctx, db, keys, m.Topic, p.UserID)
+	hv, err := s.HiddenOf(ctx, db, keys, m.Topic, p.UserID)
 	if err != nil {
 		return message.Message{}, err
 	}
-	hidden := hv.ranges
-	if !hv.known {
-		if hidden, err = s.st.hidden(ctx, db, m.Topic, p.UserID, m.Seq, 0); err != nil {
+	hidden := hv.Ranges
+	if !hv.Known {
+		if hidden, err = s.st.HiddenRanges(ctx, db, m.Topic, p.UserID, m.Seq, 0); err != nil {
 			return message.Message{}, err
 		}
 	}
 	if hidden.Hides(m.Seq) {
-		return message.Message{}, errNotFound
+		return message.Message{}, ErrNotFound
 	}
 	return m, nil
 }
@@ -197,7 +197,7 @@ func (s *Service) locate(ctx context.Context, db *sql.DB, tenant string, id int6
 		return Located{}, err
 	}
 	for _, i := range order {
-		ms, err := s.st.messages(ctx, db, sq.Select(columns...).From(tables[i].Quoted()+" AS m").
+		ms, err := s.st.Messages(ctx, db, sq.Select(Columns...).From(tables[i].Quoted()+" AS m").
 			Where(sq.Eq{"m.message_id": id}))
 		if err != nil {
 			return Located{}, err
@@ -206,14 +206,14 @@ func (s *Service) locate(ctx context.Context, db *sql.DB, tenant string, id int6
 			return Located{Message: ms[0], ShardMonth: tables[i].Month().String()}, nil
 		}
 	}
-	return Located{}, errNotFound
+	return Located{}, ErrNotFound
 }
 
 // locateLegacy reads message id from the legacy table; its shard_month is
 // the month the backfill copies it into (its created_at month before the
 // cutover recorded the months).
 func (s *Service) locateLegacy(ctx context.Context, db *sql.DB, id int64) (Located, bool, error) {
-	ms, err := s.st.messages(ctx, db, sq.Select(columns...).From(routing.LegacyQuoted()+" AS m").Where(sq.Eq{"m.message_id": id}))
+	ms, err := s.st.Messages(ctx, db, sq.Select(Columns...).From(routing.LegacyQuoted()+" AS m").Where(sq.Eq{"m.message_id": id}))
 	if err != nil || len(ms) == 0 {
 		return Located{}, false, err
 	}

@@ -121,7 +121,7 @@ func (s *Service) Edit(ctx context.Context, p httpapi.Principal, topic string, s
 	actor := p.UserID
 	switch {
 	case req.FromUser != nil && p.Role != httpapi.RoleService:
-		return ChangeResult{}, invalid("from_user may be set only by the service role")
+		return ChangeResult{}, Invalid("from_user may be set only by the service role")
 	case req.FromUser != nil:
 		actor = int64(*req.FromUser)
 	case p.Role != httpapi.RoleUser:
@@ -156,7 +156,7 @@ func (s *Service) member(ctx context.Context, tenant, topic string, user int64) 
 		return acl.Membership{}, err
 	}
 	m, err := s.p.ACL.Lookup(ctx, tenant, topic, user)
-	if err := allowed(m, err); err != nil {
+	if err := Allowed(m, err); err != nil {
 		return acl.Membership{}, err
 	}
 	return m, nil
@@ -190,7 +190,7 @@ func (s *Service) change(ctx context.Context, p httpapi.Principal, c changeReq) 
 	if err := s.p.Migrations.GateChange(ctx, p.Tenant); err != nil {
 		return ChangeResult{}, err
 	}
-	keys, db, err := s.open(ctx, p, c.topic)
+	keys, db, err := s.Open(ctx, p, c.topic)
 	if err != nil {
 		return ChangeResult{}, err
 	}
@@ -237,7 +237,7 @@ func (s *Service) changeTables(ctx context.Context, db *sql.DB, tenant string, t
 	}
 	tables, err := s.p.Router.Tables(ctx, tenant, []routing.Month{m})
 	if err != nil || len(tables) == 0 {
-		return nil, false, errors.Join(err, errNotFound)
+		return nil, false, errors.Join(err, ErrNotFound)
 	}
 	return tables, true, nil
 }
@@ -259,11 +259,11 @@ func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, t
 			return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
 		}
 		if !found {
-			return ChangeResult{}, errNotFound
+			return ChangeResult{}, ErrNotFound
 		}
 	}
 	old, table, err := lockMessage(ctx, tx, tables, c.topic, c.seq)
-	if errors.Is(err, errNotFound) && flying {
+	if errors.Is(err, ErrNotFound) && flying {
 		return ChangeResult{}, httpapi.Errorf(httpapi.CodeConflict,
 			"the message is not stored yet (still on its way from the queue); retry after retry_after_ms").
 			WithDetails(map[string]any{"retry_after_ms": retryAfter.Milliseconds()})
@@ -296,7 +296,7 @@ func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, t
 // locking the row; 404 when none does.
 func lockMessage(ctx context.Context, tx *sql.Tx, tables []routing.Table, topic string, seq int64) (message.Message, routing.Table, error) {
 	for _, t := range tables {
-		query, args, err := sq.Select(columns...).From(t.Quoted() + " AS m").
+		query, args, err := sq.Select(Columns...).From(t.Quoted() + " AS m").
 			Where(sq.Eq{"m.topic": topic, "m.seqid": seq}).Suffix("FOR UPDATE").ToSql()
 		if err != nil {
 			return message.Message{}, routing.Table{}, err
@@ -308,7 +308,7 @@ func lockMessage(ctx context.Context, tx *sql.Tx, tables []routing.Table, topic 
 		found := rows.Next()
 		var m message.Message
 		if found {
-			m, err = scanMessage(rows)
+			m, err = ScanMessage(rows)
 		}
 		if cerr := rows.Close(); err == nil {
 			err = cerr
@@ -323,7 +323,7 @@ func lockMessage(ctx context.Context, tx *sql.Tx, tables []routing.Table, topic 
 			return m, t, nil
 		}
 	}
-	return message.Message{}, routing.Table{}, errNotFound
+	return message.Message{}, routing.Table{}, ErrNotFound
 }
 
 // apply checks c against the locked message and returns its new state; the
@@ -498,7 +498,7 @@ type Changes struct {
 // the topic and admins: how a follower that missed change events catches
 // up.
 func (s *Service) ChangesSince(ctx context.Context, p httpapi.Principal, topic string, after int64, limit int) (Changes, error) {
-	if err := s.authorize(ctx, p, topic); err != nil {
+	if err := s.Authorize(ctx, p, topic); err != nil {
 		return Changes{}, err
 	}
 	db, err := s.p.DBs.DB(ctx, p.Tenant)
@@ -534,12 +534,6 @@ func (s *Service) ChangesSince(ctx context.Context, p httpapi.Principal, topic s
 		out.Changes, out.More = out.Changes[:limit], true
 	}
 	return out, rows.Err()
-}
-
-// Authorize answers whether p may read topic (members of its group, the
-// tenant's admins): nil, or the error a read would answer.
-func (s *Service) Authorize(ctx context.Context, p httpapi.Principal, topic string) error {
-	return s.authorize(ctx, p, topic)
 }
 
 // RawEdit is an edit's transaction and nothing else — the row locked, the

@@ -38,14 +38,14 @@ const hiddenMany = "*"
 // defaultHiddenTTL is how long a cached entry lives without a hide.
 const defaultHiddenTTL = 5 * time.Minute
 
-// hiddenView is a caller's deletion ranges of a topic as a page uses them.
-type hiddenView struct {
-	ranges Hidden
-	known  bool // ranges are all of them; false: MySQL filters (anti-join)
+// HiddenView is a caller's deletion ranges of a topic as a page uses them.
+type HiddenView struct {
+	Ranges Hidden
+	Known  bool // ranges are all of them; false: MySQL filters (anti-join)
 }
 
-// none reports a caller known to have hidden nothing.
-func (v hiddenView) none() bool { return v.known && len(v.ranges) == 0 }
+// None reports a caller known to have hidden nothing.
+func (v HiddenView) None() bool { return v.Known && len(v.Ranges) == 0 }
 
 // Merged returns the ranges sorted by low, overlapping and adjacent ones
 // joined, empty ones dropped.
@@ -110,14 +110,14 @@ func DecodeHidden(s string) (Hidden, error) {
 	return out, nil
 }
 
-// hiddenOf returns the caller's deletion ranges of topic: Redis first, on a
+// HiddenOf returns the caller's deletion ranges of topic: Redis first, on a
 // miss MySQL, filling the cache.
-func (s *Service) hiddenOf(ctx context.Context, db *sql.DB, keys routing.Keys, topic string, user int64) (hiddenView, error) {
-	return s.hiddenResolve(ctx, db, keys, topic, user, s.p.Redis.DoMulti(ctx, s.hiddenCmds(keys, topic, user)...))
+func (s *Service) HiddenOf(ctx context.Context, db *sql.DB, keys routing.Keys, topic string, user int64) (HiddenView, error) {
+	return s.hiddenResolve(ctx, db, keys, topic, user, s.p.Redis.DoMulti(ctx, s.HiddenCmds(keys, topic, user)...))
 }
 
-// hiddenCmds read the caller's cache entry.
-func (s *Service) hiddenCmds(keys routing.Keys, topic string, user int64) []rueidis.Completed {
+// HiddenCmds read the caller's cache entry.
+func (s *Service) HiddenCmds(keys routing.Keys, topic string, user int64) []rueidis.Completed {
 	rdb := s.p.Redis
 	return []rueidis.Completed{rdb.B().Hget().Key(keys.Hidden(topic)).Field(strconv.FormatInt(user, 10)).Build()}
 }
@@ -125,14 +125,14 @@ func (s *Service) hiddenCmds(keys routing.Keys, topic string, user int64) []ruei
 // hiddenResolve is the view hiddenCmds' results show; on a miss it reads
 // MySQL and fills the cache. A Redis failure or a caller with too many
 // ranges gives an unknown view (MySQL filters); a MySQL failure is an error.
-func (s *Service) hiddenResolve(ctx context.Context, db *sql.DB, keys routing.Keys, topic string, user int64, res []rueidis.RedisResult) (hiddenView, error) {
+func (s *Service) hiddenResolve(ctx context.Context, db *sql.DB, keys routing.Keys, topic string, user int64, res []rueidis.RedisResult) (HiddenView, error) {
 	if v, ok := s.hiddenHit(topic, res[0]); ok {
 		return v, nil
 	}
 	version, verr := routing.CacheVersion(ctx, s.p.Redis, keys.HiddenVersion(topic))
-	all, err := s.st.hidden(ctx, db, topic, user, 0, hiddenReadMax)
+	all, err := s.st.HiddenRanges(ctx, db, topic, user, 0, hiddenReadMax)
 	if err != nil {
-		return hiddenView{}, err
+		return HiddenView{}, err
 	}
 	view, fill := hiddenEntry(all)
 	if verr == nil {
@@ -144,25 +144,25 @@ func (s *Service) hiddenResolve(ctx context.Context, db *sql.DB, keys routing.Ke
 
 // hiddenHit is the view a cache read shows; ok is false on a miss (MySQL
 // must be read), true on a hit and on a Redis failure (unknown view).
-func (s *Service) hiddenHit(topic string, res rueidis.RedisResult) (hiddenView, bool) {
+func (s *Service) hiddenHit(topic string, res rueidis.RedisResult) (HiddenView, bool) {
 	cached, err := res.ToString()
 	switch {
 	case err == nil && cached == hiddenMany:
 		s.m.hidden.WithLabelValues("many").Inc()
-		return hiddenView{}, true
+		return HiddenView{}, true
 	case err == nil:
 		if h, err := DecodeHidden(cached); err == nil {
 			s.m.hidden.WithLabelValues("hit").Inc()
-			return hiddenView{ranges: h, known: true}, true
+			return HiddenView{Ranges: h, Known: true}, true
 		}
 		s.p.Log.Warn().Str("topic", topic).Str("entry", cached).Msg("malformed cached deletion ranges; reading MySQL")
 	case !rueidis.IsRedisNil(err):
 		s.m.hidden.WithLabelValues("error").Inc()
 		s.p.Log.Warn().Err(err).Str("topic", topic).Msg("deletion-range cache unavailable; MySQL filters")
-		return hiddenView{}, true
+		return HiddenView{}, true
 	}
 	s.m.hidden.WithLabelValues("miss").Inc()
-	return hiddenView{}, false
+	return HiddenView{}, false
 }
 
 // hiddenFill is the cache entry of ranges read from MySQL.
@@ -178,19 +178,19 @@ func (f hiddenFill) args(version string, ttl time.Duration, user int64) []string
 
 // hiddenEntry is the view and cache entry of every range read from MySQL
 // (at most hiddenReadMax of them).
-func hiddenEntry(all Hidden) (hiddenView, hiddenFill) {
+func hiddenEntry(all Hidden) (HiddenView, hiddenFill) {
 	merged := all.Merged()
 	if uint64(len(all)) >= hiddenReadMax || len(merged) > hiddenCap {
-		return hiddenView{}, hiddenMany
+		return HiddenView{}, hiddenMany
 	}
-	return hiddenView{ranges: merged, known: true}, hiddenFill(EncodeHidden(merged))
+	return HiddenView{Ranges: merged, Known: true}, hiddenFill(EncodeHidden(merged))
 }
 
-// hiddenOfMany is hiddenResolve for many topics of one caller (res[i] the
+// HiddenOfMany is hiddenResolve for many topics of one caller (res[i] the
 // hiddenCmds result of topics[i]): the misses cost one round trip for the
 // versions, one MySQL statement and one round trip of fills in all.
-func (s *Service) hiddenOfMany(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, topics []string, res []rueidis.RedisResult) ([]hiddenView, error) {
-	out := make([]hiddenView, len(topics))
+func (s *Service) HiddenOfMany(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, topics []string, res []rueidis.RedisResult) ([]HiddenView, error) {
+	out := make([]HiddenView, len(topics))
 	var missed []int
 	for i, t := range topics {
 		v, ok := s.hiddenHit(t, res[i])
@@ -250,13 +250,13 @@ func (s *Service) hiddenTTL() time.Duration {
 // yet. The cache entry is invalidated before and after the insert, and a
 // failure is returned rather than reporting a hide the cache may not show.
 func (s *Service) Hide(ctx context.Context, p httpapi.Principal, topic string, low, hi int64) error {
-	if err := s.authorize(ctx, p, topic); err != nil {
+	if err := s.Authorize(ctx, p, topic); err != nil {
 		return err
 	}
 	if low < 1 || hi <= low {
 		return httpapi.Errorf(httpapi.CodeInvalidArgument, "a deletion range needs 1 <= low < hi")
 	}
-	keys, db, err := s.open(ctx, p, topic)
+	keys, db, err := s.Open(ctx, p, topic)
 	if err != nil {
 		return err
 	}
@@ -268,10 +268,10 @@ func (s *Service) Hide(ctx context.Context, p httpapi.Principal, topic string, l
 		return httpapi.Errorf(httpapi.CodeInvalidArgument,
 			fmt.Sprintf("hi %d is past the topic's last seq %d + 1: a deletion range cannot reach messages not sent yet", hi, last))
 	}
-	if err := s.invalidateHidden(ctx, keys, topic, p.UserID); err != nil {
+	if err := s.InvalidateHidden(ctx, keys, topic, p.UserID); err != nil {
 		return err
 	}
-	if _, err := sq.Insert(dellogTable).Columns("topic", "deletedfor", "low", "hi").Values(topic, p.UserID, low, hi).
+	if _, err := sq.Insert(DellogTable).Columns("topic", "deletedfor", "low", "hi").Values(topic, p.UserID, low, hi).
 		RunWith(db).ExecContext(ctx); err != nil {
 		return httpapi.Wrap(httpapi.CodeUnavailable, "deletion store unavailable", err)
 	}
@@ -280,12 +280,12 @@ func (s *Service) Hide(ctx context.Context, p httpapi.Principal, topic string, l
 	if err := touchReadState(ctx, db, p.UserID, topic); err != nil {
 		return httpapi.Wrap(httpapi.CodeUnavailable, "read state store unavailable", err)
 	}
-	return s.invalidateHidden(ctx, keys, topic, p.UserID)
+	return s.InvalidateHidden(ctx, keys, topic, p.UserID)
 }
 
-// invalidateHidden bumps the topic's version (so a fill computed before
+// InvalidateHidden bumps the topic's version (so a fill computed before
 // cannot land) and drops the user's entry.
-func (s *Service) invalidateHidden(ctx context.Context, keys routing.Keys, topic string, user int64) error {
+func (s *Service) InvalidateHidden(ctx context.Context, keys routing.Keys, topic string, user int64) error {
 	rdb := s.p.Redis
 	for _, r := range rdb.DoMulti(ctx,
 		rdb.B().Incr().Key(keys.HiddenVersion(topic)).Build(),

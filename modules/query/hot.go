@@ -15,22 +15,22 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// hotSlack is how many cached rows beyond the page's own a first cache
+// HotSlack is how many cached rows beyond the page's own a first cache
 // read takes, for seqs a page skips (hidden, deleted, gaps); a page that
 // needs more reads hotFurther times as many once more (hotReread) before
 // MySQL answers instead.
 const (
-	hotSlack   = 4
+	HotSlack   = 4
 	hotFurther = 4
 )
 
-// hotCmds read the topic's message version (first: whatever the cache
+// HotCmds read the topic's message version (first: whatever the cache
 // read after it shows is at least as new as that version), the last issued
 // seq and the cached messages and recorded gaps next to bound, in order o
 // (exclusive of bound), at most n of each; newest first they stop above
 // floor when it is positive (a read of what lies above a process's copy).
 // hotResolve reads their results.
-func (s *Service) hotCmds(keys routing.Keys, topic string, o Order, bound, floor int64, n int) []rueidis.Completed {
+func (s *Service) HotCmds(keys routing.Keys, topic string, o Order, bound, floor int64, n int) []rueidis.Completed {
 	rdb := s.p.Redis
 	b := "(" + strconv.FormatInt(bound, 10)
 	var hot, gaps rueidis.Completed
@@ -48,10 +48,10 @@ func (s *Service) hotCmds(keys routing.Keys, topic string, o Order, bound, floor
 	return []rueidis.Completed{rdb.B().Get().Key(keys.MessagesVersion(topic)).Build(), rdb.B().Get().Key(keys.Seq(topic)).Build(), hot, gaps}
 }
 
-// hotResolve is the cache read of hotCmds' results and the topic's last
+// HotResolve is the cache read of hotCmds' results and the topic's last
 // issued seq. The returned bounds are where the read was complete: a ZSET
 // that returned n entries may hold more beyond the last.
-func hotResolve(res []rueidis.RedisResult, o Order, bound, floor int64, n int) (Cached, int64, error) {
+func HotResolve(res []rueidis.RedisResult, o Order, bound, floor int64, n int) (Cached, int64, error) {
 	version, err := res[0].AsInt64()
 	if rueidis.IsRedisNil(err) {
 		version, err = 0, nil // no change within the version's lifetime
@@ -106,38 +106,38 @@ func hotResolve(res []rueidis.RedisResult, o Order, bound, floor int64, n int) (
 
 // hotReread reads the cache next to bound again, n members this time.
 func (s *Service) hotReread(ctx context.Context, keys routing.Keys, topic string, o Order, bound int64, n int) (Cached, error) {
-	c, _, err := hotResolve(s.p.Redis.DoMulti(ctx, s.hotCmds(keys, topic, o, bound, 0, n)...), o, bound, 0, n)
+	c, _, err := HotResolve(s.p.Redis.DoMulti(ctx, s.HotCmds(keys, topic, o, bound, 0, n)...), o, bound, 0, n)
 	return c, err
 }
 
-// pageReads is what a list page learns from Redis in one round trip: the
+// PageReads is what a list page learns from Redis in one round trip: the
 // caller's membership, the hot cache next to the cursor (over this
 // process's copy of the newest stretch, when that serves the page) and
 // the caller's deletion ranges, and on request the route's reads and the
 // settled watermark.
-type pageReads struct {
-	v       hotView
-	at      time.Time // when the reads were sent: a copy made from them is this old
-	last    int64
-	herr    error // the hot-cache read failed: MySQL answers
-	hv      hiddenView
-	route   []rueidis.RedisResult // the route's reads, when prefetched (routing.Router.RouteCmds)
-	settled int64                 // the settled watermark, when asked for
+type PageReads struct {
+	View       HotView
+	At      time.Time // when the reads were sent: a copy made from them is this old
+	Last    int64
+	Err    error // the hot-cache read failed: MySQL answers
+	Hidden      HiddenView
+	Route   []rueidis.RedisResult // the route's reads, when prefetched (routing.Router.RouteCmds)
+	Settled int64                 // the settled watermark, when asked for
 }
 
-// pageAlso asks readPage for more in the same round trip: the route, for a
+// PageAlso asks readPage for more in the same round trip: the route, for a
 // page likely to need MySQL (a cursor into history); the settled
 // watermark, for a since page.
-type pageAlso struct {
-	route, settled bool
+type PageAlso struct {
+	Route, Settled bool
 }
 
-// readPage makes the Redis reads of a list page as one pipeline and fails
+// ReadPage makes the Redis reads of a list page as one pipeline and fails
 // unless the caller may read the topic; nothing read is used before that.
 // When this process holds a copy of the topic's newest stretch that can
 // serve the page, only what lies above the copy is read.
-func (s *Service) readPage(ctx context.Context, p httpapi.Principal, keys routing.Keys, db *sql.DB, topic string,
-	o Order, bound int64, n int, also pageAlso) (pageReads, error) {
+func (s *Service) ReadPage(ctx context.Context, p httpapi.Principal, keys routing.Keys, db *sql.DB, topic string,
+	o Order, bound int64, n int, also PageAlso) (PageReads, error) {
 	rdb := s.p.Redis
 	at := time.Now()
 	base := s.recent.get(topicKey{p.Tenant, topic}, at)
@@ -153,17 +153,17 @@ func (s *Service) readPage(ctx context.Context, p httpapi.Principal, keys routin
 		}
 	}
 	var cmds []rueidis.Completed
-	if also.settled {
+	if also.Settled {
 		// before the hot cache's gaps: a gap recorded after this read is
 		// of a seq still pending here, above the watermark
 		cmds = s.p.Flight.SettledCmds(keys, topic)
 	}
 	ns := len(cmds)
-	cmds = append(cmds, s.hotCmds(keys, topic, o, hb, floor, n)...)
+	cmds = append(cmds, s.HotCmds(keys, topic, o, hb, floor, n)...)
 	nh := len(cmds)
-	cmds = append(cmds, s.hiddenCmds(keys, topic, p.UserID)...)
+	cmds = append(cmds, s.HiddenCmds(keys, topic, p.UserID)...)
 	nd := len(cmds)
-	if also.route {
+	if also.Route {
 		cmds = append(cmds, s.p.Router.RouteCmds(keys, topic)...)
 	}
 	na := len(cmds)
@@ -173,36 +173,36 @@ func (s *Service) readPage(ctx context.Context, p httpapi.Principal, keys routin
 	}
 	res := rdb.DoMulti(ctx, cmds...)
 	if member {
-		if err := allowed(s.p.ACL.Resolve(ctx, p.Tenant, topic, p.UserID, res[na:])); err != nil {
-			return pageReads{}, err
+		if err := Allowed(s.p.ACL.Resolve(ctx, p.Tenant, topic, p.UserID, res[na:])); err != nil {
+			return PageReads{}, err
 		}
 	}
-	r := pageReads{at: at}
-	if also.settled {
+	r := PageReads{At: at}
+	if also.Settled {
 		var err error
-		if r.settled, err = s.p.Flight.SettledResolve(ctx, p.Tenant, topic, res[:ns]); err != nil {
-			return pageReads{}, httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
+		if r.Settled, err = s.p.Flight.SettledResolve(ctx, p.Tenant, topic, res[:ns]); err != nil {
+			return PageReads{}, httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
 		}
 	}
-	if also.route {
-		r.route = res[nd:na]
+	if also.Route {
+		r.Route = res[nd:na]
 	}
-	r.v.top, r.last, r.herr = hotResolve(res[ns:nh], o, hb, floor, n)
-	if base != nil && r.herr == nil && base.ver != r.v.top.Version {
+	r.View.Top, r.Last, r.Err = HotResolve(res[ns:nh], o, hb, floor, n)
+	if base != nil && r.Err == nil && base.ver != r.View.Top.Version {
 		// a message of the topic changed since the copy was read: the
 		// copy may hold its old version (the page reads the cache afresh)
 		s.recent.drop(topicKey{p.Tenant, topic})
 		s.m.local.WithLabelValues(localChanged).Inc()
 		base = nil
 	}
-	r.v.base = base
+	r.View.base = base
 	var err error
-	r.hv, err = s.hiddenResolve(ctx, db, keys, topic, p.UserID, res[nh:nd])
+	r.Hidden, err = s.hiddenResolve(ctx, db, keys, topic, p.UserID, res[nh:nd])
 	return r, err
 }
 
-// hotOne reads seq from the cache, if cached.
-func (s *Service) hotOne(ctx context.Context, keys routing.Keys, topic string, seq int64) (message.Message, bool, error) {
+// HotOne reads seq from the cache, if cached.
+func (s *Service) HotOne(ctx context.Context, keys routing.Keys, topic string, seq int64) (message.Message, bool, error) {
 	v := strconv.FormatInt(seq, 10)
 	zs, err := s.p.Redis.Do(ctx, s.p.Redis.B().Zrangebyscore().Key(keys.HotMessages(topic)).Min(v).Max(v).Withscores().Build()).AsZScores()
 	if err != nil {

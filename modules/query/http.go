@@ -39,19 +39,19 @@ func (s *Service) handleList(w http.ResponseWriter, r *http.Request, p httpapi.P
 		if err != nil {
 			return err
 		}
-		return writePage(w, page.appendJSON)
+		return WritePage(w, page.AppendJSON)
 	}
 	page, err := s.Before(r.Context(), p, topic, req.Before, req.Limit)
 	if err != nil {
 		return err
 	}
-	return writePage(w, page.appendJSON)
+	return WritePage(w, page.AppendJSON)
 }
 
-func pathSeq(r *http.Request) (int64, error) { return ParseCursor("seq", r.PathValue("seq"), 1) }
+func PathSeq(r *http.Request) (int64, error) { return ParseCursor("seq", r.PathValue("seq"), 1) }
 
 func (s *Service) handleGet(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
-	seq, err := pathSeq(r)
+	seq, err := PathSeq(r)
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func (s *Service) handleGet(w http.ResponseWriter, r *http.Request, p httpapi.Pr
 }
 
 func (s *Service) handleContext(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
-	seq, err := pathSeq(r)
+	seq, err := PathSeq(r)
 	if err != nil {
 		return err
 	}
@@ -170,7 +170,7 @@ func (s *Service) handleDeletions(w http.ResponseWriter, r *http.Request, p http
 // handleDelete hides one message for the caller (scope=me) or deletes it
 // for everyone (scope=all, role admin).
 func (s *Service) handleDelete(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
-	seq, err := pathSeq(r)
+	seq, err := PathSeq(r)
 	if err != nil {
 		return err
 	}
@@ -197,7 +197,7 @@ func (s *Service) handleDelete(w http.ResponseWriter, r *http.Request, p httpapi
 
 func (s *Service) handleRecall(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
 	return s.answerChange(w, message.ActionRecall, func() (ChangeResult, error) {
-		seq, err := pathSeq(r)
+		seq, err := PathSeq(r)
 		if err != nil {
 			return ChangeResult{}, err
 		}
@@ -211,7 +211,7 @@ func (s *Service) handleRecall(w http.ResponseWriter, r *http.Request, p httpapi
 
 func (s *Service) handleEdit(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
 	return s.answerChange(w, message.ActionEdit, func() (ChangeResult, error) {
-		seq, err := pathSeq(r)
+		seq, err := PathSeq(r)
 		if err != nil {
 			return ChangeResult{}, err
 		}

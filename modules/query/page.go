@@ -179,37 +179,37 @@ func (c Cached) first(seq int64) int {
 	})
 }
 
-// hotView is what a page walks: the hot-cache read of its request (top)
+// HotView is what a page walks: the hot-cache read of its request (top)
 // and, when one was used, this process's copy of the topic's newest
 // stretch (base): seqs from base.lo to base.hi are the copy's, all others
 // the read's — above a copy held from before, the read is of what lies
 // above it; below a copy just made from the read, the read may know more.
-type hotView struct {
-	top  Cached
+type HotView struct {
+	Top  Cached
 	base *recent
 }
 
 // inBase reports whether the copy answers for seq.
-func (v hotView) inBase(seq int64) bool {
+func (v HotView) inBase(seq int64) bool {
 	return v.base != nil && seq >= v.base.lo && seq <= v.base.hi
 }
 
-// lo is the lowest seq the view may cover.
-func (v hotView) lo() int64 {
+// Lo is the lowest seq the view may cover.
+func (v HotView) Lo() int64 {
 	if v.base != nil {
-		return min(v.base.lo, v.top.Lo)
+		return min(v.base.lo, v.Top.Lo)
 	}
-	return v.top.Lo
+	return v.Top.Lo
 }
 
 // covers reports whether seq lies within what the view read completely.
-func (v hotView) covers(seq int64) bool {
-	return v.inBase(seq) || seq >= v.top.Lo && seq <= v.top.Hi
+func (v HotView) covers(seq int64) bool {
+	return v.inBase(seq) || seq >= v.Top.Lo && seq <= v.Top.Hi
 }
 
-// gapsIn lists the recorded gaps within [lo, hi], ascending, and whether
+// GapsIn lists the recorded gaps within [lo, hi], ascending, and whether
 // the view covers all of [lo, hi] (else the list proves nothing).
-func (v hotView) gapsIn(lo, hi int64) ([]int64, bool) {
+func (v HotView) GapsIn(lo, hi int64) ([]int64, bool) {
 	var out []int64
 	for lo <= hi {
 		if v.inBase(lo) {
@@ -225,18 +225,18 @@ func (v hotView) gapsIn(lo, hi int64) ([]int64, bool) {
 		if !v.covers(lo) || !v.covers(end) {
 			return nil, false
 		}
-		out = append(out, v.top.GapsIn(lo, end)...)
+		out = append(out, v.Top.GapsIn(lo, end)...)
 		lo = end + 1
 	}
 	return out, true
 }
 
-// held lists the messages the view holds with seq below `below`, newest
+// Held lists the messages the view holds with seq below `below`, newest
 // first, without globally deleted ones. A message is in the hot cache
 // before its send answers 201 but in MySQL only once persisted: a page the
 // view cannot prove complete, which MySQL answers, adds these so that a
 // reader whose request starts after the 201 sees the message.
-func (v hotView) held(below int64) []message.Message {
+func (v HotView) Held(below int64) []message.Message {
 	var fromCopy, fromRead []message.Message
 	if v.base != nil {
 		for s := min(v.base.hi, below-1); s >= v.base.lo; s-- {
@@ -245,12 +245,12 @@ func (v hotView) held(below int64) []message.Message {
 			}
 		}
 	}
-	for i, z := range v.top.Members {
+	for i, z := range v.Top.Members {
 		s := int64(z.Score)
-		if s >= below || v.inBase(s) || i > 0 && int64(v.top.Members[i-1].Score) == s {
+		if s >= below || v.inBase(s) || i > 0 && int64(v.Top.Members[i-1].Score) == s {
 			continue
 		}
-		if m, ok := v.top.msg(s); ok && m.Status != message.StatusDeleted {
+		if m, ok := v.Top.msg(s); ok && m.Status != message.StatusDeleted {
 			fromRead = append(fromRead, m.Normalized())
 		}
 	}
@@ -258,13 +258,13 @@ func (v hotView) held(below int64) []message.Message {
 	return Merge(fromCopy, fromRead, Desc)
 }
 
-// walk builds a page from the view starting at seq from, stepping towards
+// Walk builds a page from the view starting at seq from, stepping towards
 // stop (inclusive) in order o, with one row of lookahead. It succeeds only
 // if the view provably covers every seq it passes: each is cached or a
 // recorded gap, within the bounds read; on failure miss is the first seq
 // it could not prove. It ends early once the page holds limit+1 visible
 // rows. Deleted rows are skipped unless keepDeleted, hidden ones always.
-func walk(v hotView, from, stop int64, o Order, limit int, hidden Hidden, keepDeleted bool) (page []message.Message, ok bool, miss int64) {
+func Walk(v HotView, from, stop int64, o Order, limit int, hidden Hidden, keepDeleted bool) (page []message.Message, ok bool, miss int64) {
 	step := int64(1)
 	if o == Desc {
 		step = -1
@@ -286,8 +286,8 @@ func walk(v hotView, from, stop int64, o Order, limit int, hidden Hidden, keepDe
 			m = *p // normalized when the copy was made
 		} else {
 			found := false
-			if m, found = v.top.msg(s); !found {
-				if !v.top.Gaps[s] {
+			if m, found = v.Top.msg(s); !found {
+				if !v.Top.Gaps[s] {
 					return nil, false, s
 				}
 				continue

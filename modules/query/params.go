@@ -37,17 +37,17 @@ type ListRequest struct {
 	Limit     int
 }
 
-func invalid(msg string) error { return httpapi.Errorf(httpapi.CodeInvalidArgument, msg) }
+func Invalid(msg string) error { return httpapi.Errorf(httpapi.CodeInvalidArgument, msg) }
 
-// single returns the one value of key: a repeated parameter is ambiguous,
+// Single returns the one value of key: a repeated parameter is ambiguous,
 // so it is an error; an empty value counts as absent.
-func single(q url.Values, key string) (string, bool, error) {
+func Single(q url.Values, key string) (string, bool, error) {
 	vs, ok := q[key]
 	if !ok {
 		return "", false, nil
 	}
 	if len(vs) != 1 {
-		return "", false, invalid(key + " given more than once")
+		return "", false, Invalid(key + " given more than once")
 	}
 	if vs[0] == "" {
 		return "", false, nil
@@ -59,19 +59,19 @@ func single(q url.Values, key string) (string, bool, error) {
 // spaces, hex and values beyond int64 are rejected (invariant 11).
 func ParseCursor(name, v string, min int64) (int64, error) {
 	if v == "" || len(v) > 19 {
-		return 0, invalid(name + " must be a decimal seq")
+		return 0, Invalid(name + " must be a decimal seq")
 	}
 	for i := 0; i < len(v); i++ {
 		if v[i] < '0' || v[i] > '9' {
-			return 0, invalid(name + " must be a decimal seq")
+			return 0, Invalid(name + " must be a decimal seq")
 		}
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
-		return 0, invalid(name + " is out of range")
+		return 0, Invalid(name + " is out of range")
 	}
 	if n < min {
-		return 0, invalid(name + " must be at least " + strconv.FormatInt(min, 10))
+		return 0, Invalid(name + " must be at least " + strconv.FormatInt(min, 10))
 	}
 	return n, nil
 }
@@ -83,7 +83,7 @@ func ParseLimit(name, v string, present bool, def, max int) (int, error) {
 	}
 	n, err := ParseCursor(name, v, 1)
 	if err != nil || n > int64(max) {
-		return 0, invalid(name + " must be 1.." + strconv.Itoa(max))
+		return 0, Invalid(name + " must be 1.." + strconv.Itoa(max))
 	}
 	return int(n), nil
 }
@@ -91,16 +91,16 @@ func ParseLimit(name, v string, present bool, def, max int) (int, error) {
 // ParseList validates ?before=&since=&limit=.
 func ParseList(q url.Values) (ListRequest, error) {
 	var r ListRequest
-	before, hasBefore, err := single(q, "before")
+	before, hasBefore, err := Single(q, "before")
 	if err != nil {
 		return r, err
 	}
-	since, hasSince, err := single(q, "since")
+	since, hasSince, err := Single(q, "since")
 	if err != nil {
 		return r, err
 	}
 	if hasBefore && hasSince {
-		return r, invalid("before and since are exclusive")
+		return r, Invalid("before and since are exclusive")
 	}
 	if hasBefore {
 		if r.Before, err = ParseCursor("before", before, 1); err != nil {
@@ -114,7 +114,7 @@ func ParseList(q url.Values) (ListRequest, error) {
 		}
 		r.HasSince = true
 	}
-	lim, hasLim, err := single(q, "limit")
+	lim, hasLim, err := Single(q, "limit")
 	if err != nil {
 		return r, err
 	}
@@ -124,11 +124,11 @@ func ParseList(q url.Values) (ListRequest, error) {
 
 // ParseContext validates ?before=&after= of a context request (counts).
 func ParseContext(q url.Values) (before, after int, err error) {
-	b, hasB, err := single(q, "before")
+	b, hasB, err := Single(q, "before")
 	if err != nil {
 		return 0, 0, err
 	}
-	a, hasA, err := single(q, "after")
+	a, hasA, err := Single(q, "after")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -145,7 +145,7 @@ func parseCount(name, v string, present bool) (int, error) {
 	}
 	n, err := ParseCursor(name, v, 0)
 	if err != nil || n > MaxContext {
-		return 0, invalid(name + " must be 0.." + strconv.Itoa(MaxContext))
+		return 0, Invalid(name + " must be 0.." + strconv.Itoa(MaxContext))
 	}
 	return int(n), nil
 }
@@ -166,45 +166,45 @@ const maxQueryLen = 256
 // ParseSearch validates ?q=&from=&to=&limit=&before=.
 func ParseSearch(q url.Values) (SearchRequest, error) {
 	var r SearchRequest
-	text, ok, err := single(q, "q")
+	text, ok, err := Single(q, "q")
 	if err != nil {
 		return r, err
 	}
 	if !ok || len(text) > maxQueryLen {
-		return r, invalid("q is required (at most " + strconv.Itoa(maxQueryLen) + " bytes)")
+		return r, Invalid("q is required (at most " + strconv.Itoa(maxQueryLen) + " bytes)")
 	}
 	r.Q = text
 	for _, f := range []struct {
 		name string
 		dst  *time.Time
 	}{{"from", &r.From}, {"to", &r.To}} {
-		v, ok, err := single(q, f.name)
+		v, ok, err := Single(q, f.name)
 		if err != nil {
 			return r, err
 		}
 		if !ok {
-			return r, invalid(f.name + " is required (RFC 3339)")
+			return r, Invalid(f.name + " is required (RFC 3339)")
 		}
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			return r, invalid(f.name + " must be RFC 3339")
+			return r, Invalid(f.name + " must be RFC 3339")
 		}
 		*f.dst = t.UTC()
 	}
 	if !r.To.After(r.From) {
-		return r, invalid("to must be after from")
+		return r, Invalid("to must be after from")
 	}
 	if r.To.Sub(r.From) > MaxSearchDays*24*time.Hour {
-		return r, invalid("the search window is at most " + strconv.Itoa(MaxSearchDays) + " days")
+		return r, Invalid("the search window is at most " + strconv.Itoa(MaxSearchDays) + " days")
 	}
 	months := monthSpan(r.From, r.To)
 	if months == 0 {
-		return r, invalid("from and to must lie in the years " + strconv.Itoa(routing.MinYear) + ".." + strconv.Itoa(routing.MaxYear))
+		return r, Invalid("from and to must lie in the years " + strconv.Itoa(routing.MinYear) + ".." + strconv.Itoa(routing.MaxYear))
 	}
 	if months > MaxSearchMonths {
-		return r, invalid("the search window may touch at most " + strconv.Itoa(MaxSearchMonths) + " months")
+		return r, Invalid("the search window may touch at most " + strconv.Itoa(MaxSearchMonths) + " months")
 	}
-	if v, ok, err := single(q, "before"); err != nil {
+	if v, ok, err := Single(q, "before"); err != nil {
 		return r, err
 	} else if ok {
 		if r.Before, err = ParseCursor("before", v, 1); err != nil {
@@ -212,7 +212,7 @@ func ParseSearch(q url.Values) (SearchRequest, error) {
 		}
 		r.HasBefore = true
 	}
-	lim, hasLim, err := single(q, "limit")
+	lim, hasLim, err := Single(q, "limit")
 	if err != nil {
 		return r, err
 	}
@@ -241,10 +241,10 @@ func DecodeDeletion(r io.Reader) (DeletionRange, error) {
 		return DeletionRange{}, err
 	}
 	if req.Low == nil || req.Hi == nil {
-		return DeletionRange{}, invalid("low and hi are required")
+		return DeletionRange{}, Invalid("low and hi are required")
 	}
 	if *req.Low < 1 || *req.Hi <= *req.Low {
-		return DeletionRange{}, invalid("a deletion range needs 1 <= low < hi")
+		return DeletionRange{}, Invalid("a deletion range needs 1 <= low < hi")
 	}
 	return DeletionRange{Low: *req.Low, Hi: *req.Hi}, nil
 }
@@ -257,12 +257,12 @@ const (
 
 // ParseScope reads the required scope of a delete: me or all.
 func ParseScope(q url.Values) (string, error) {
-	v, ok, err := single(q, "scope")
+	v, ok, err := Single(q, "scope")
 	if err != nil {
 		return "", err
 	}
 	if !ok || (v != ScopeMe && v != ScopeAll) {
-		return "", invalid("scope must be me or all")
+		return "", Invalid("scope must be me or all")
 	}
 	return v, nil
 }
@@ -295,7 +295,7 @@ func DecodeRecall(r io.Reader) (reason string, err error) {
 
 // ParseReason reads the optional reason of a delete for everyone.
 func ParseReason(q url.Values) (string, error) {
-	v, _, err := single(q, "reason")
+	v, _, err := Single(q, "reason")
 	if err != nil {
 		return "", err
 	}
@@ -304,7 +304,7 @@ func ParseReason(q url.Values) (string, error) {
 
 func checkReason(reason string) error {
 	if utf8.RuneCountInString(reason) > MaxReason || !utf8.ValidString(reason) {
-		return invalid("reason must be UTF-8 of at most " + strconv.Itoa(MaxReason) + " characters")
+		return Invalid("reason must be UTF-8 of at most " + strconv.Itoa(MaxReason) + " characters")
 	}
 	return nil
 }
@@ -320,16 +320,16 @@ func DecodeEdit(r io.Reader) (EditRequest, error) {
 		return EditRequest{}, err
 	}
 	if req.ExpectedVersion == nil || *req.ExpectedVersion < 1 {
-		return EditRequest{}, invalid("expected_version is required: the version of the message the edit is based on (>= 1)")
+		return EditRequest{}, Invalid("expected_version is required: the version of the message the edit is based on (>= 1)")
 	}
 	if req.Content == nil {
-		return EditRequest{}, invalid("content is required")
+		return EditRequest{}, Invalid("content is required")
 	}
 	if err := message.CheckStored(req.Content, req.Head); err != nil {
-		return EditRequest{}, invalid(err.Error())
+		return EditRequest{}, Invalid(err.Error())
 	}
 	if req.FromUser != nil && *req.FromUser <= 0 {
-		return EditRequest{}, invalid("from_user must be a positive user id")
+		return EditRequest{}, Invalid("from_user must be a positive user id")
 	}
 	return req, nil
 }

@@ -23,10 +23,10 @@ func DecodeRead(r io.Reader) (int64, error) {
 		return 0, err
 	}
 	if req.Seq == nil {
-		return 0, invalid("seq is required")
+		return 0, Invalid("seq is required")
 	}
 	if *req.Seq < 0 {
-		return 0, invalid("seq must be at least 0")
+		return 0, Invalid("seq must be at least 0")
 	}
 	return *req.Seq, nil
 }
@@ -49,16 +49,16 @@ func DecodePrefs(r io.Reader) (Prefs, error) {
 	default:
 		var s string
 		if json.Unmarshal(req.Mute, &s) != nil {
-			return Prefs{}, invalid("notify_muted_until must be an RFC 3339 time or null")
+			return Prefs{}, Invalid("notify_muted_until must be an RFC 3339 time or null")
 		}
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
-			return Prefs{}, invalid("notify_muted_until must be an RFC 3339 time or null")
+			return Prefs{}, Invalid("notify_muted_until must be an RFC 3339 time or null")
 		}
 		p.NotifyMute = &t
 	}
 	if p.Pinned == nil && p.NotifyMute == nil && !p.ClearNotifyMut {
-		return Prefs{}, invalid("give pinned or notify_muted_until")
+		return Prefs{}, Invalid("give pinned or notify_muted_until")
 	}
 	return p, nil
 }
@@ -67,19 +67,19 @@ func DecodePrefs(r io.Reader) (Prefs, error) {
 func ParsePaged(q url.Values, name string) (limit int, opaque string, err error) {
 	for k := range q {
 		if k != "limit" && k != name {
-			return 0, "", invalid("unknown parameter " + k)
+			return 0, "", Invalid("unknown parameter " + k)
 		}
 	}
-	lim, hasLim, err := single(q, "limit")
+	lim, hasLim, err := Single(q, "limit")
 	if err != nil {
 		return 0, "", err
 	}
 	if limit, err = ParseLimit("limit", lim, hasLim, DefaultTopicsLimit, MaxTopicsLimit); err != nil {
 		return 0, "", err
 	}
-	opaque, _, err = single(q, name)
+	opaque, _, err = Single(q, name)
 	if len(opaque) > 512 {
-		return 0, "", invalid(name + " is not one this API handed out")
+		return 0, "", Invalid(name + " is not one this API handed out")
 	}
 	return limit, opaque, err
 }
@@ -120,7 +120,7 @@ func (s *Service) handlePrefs(w http.ResponseWriter, r *http.Request, p httpapi.
 
 func (s *Service) handleUnread(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
 	if len(r.URL.Query()) > 0 {
-		return invalid("GET /v1/me/unread takes no parameters")
+		return Invalid("GET /v1/me/unread takes no parameters")
 	}
 	out, err := s.Unread(r.Context(), p)
 	if err != nil {

@@ -54,7 +54,7 @@ func (s *Service) legacyActivity(ctx context.Context, db *sql.DB, tenant string,
 				args = append(args, -1, "", 0, snap.UTC()) // matches no row
 			}
 		}
-		rows, err := s.st.run(ctx, db, legacyNewestQuery, args)
+		rows, err := s.st.Run(ctx, db, legacyNewestQuery, args)
 		if err != nil {
 			return fmt.Errorf("query: legacy activity: %w", err)
 		}

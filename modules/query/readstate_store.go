@@ -99,7 +99,7 @@ func (s *Service) userMirrors(ctx context.Context, db *sql.DB, user int64) (map[
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.st.run(ctx, db, query, args)
+	rows, err := s.st.Run(ctx, db, query, args)
 	if err != nil {
 		return nil, fmt.Errorf("query: mirrors of %d: %w", user, err)
 	}
@@ -121,7 +121,7 @@ func (s *Service) loadMembersOf(ctx context.Context, db *sql.DB, user int64, tim
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.st.run(ctx, db, query, args)
+	rows, err := s.st.Run(ctx, db, query, args)
 	if err != nil {
 		return nil, fmt.Errorf("query: topics of %d: %w", user, err)
 	}
@@ -184,7 +184,7 @@ func (s *Service) loadMemberships(ctx context.Context, db *sql.DB, user int64) (
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.st.run(ctx, db, query, args)
+	rows, err := s.st.Run(ctx, db, query, args)
 	if err != nil {
 		return nil, fmt.Errorf("query: memberships of %d: %w", user, err)
 	}
@@ -257,7 +257,7 @@ func (s *Service) countUnread(ctx context.Context, db *sql.DB, tenant string, us
 	if err != nil {
 		return out, err
 	}
-	srcs := sources(listQuery{topic: u.topic, user: user, order: Desc, bound: math.MaxInt64}, tables, leg)
+	srcs := Sources(ListQuery{Topic: u.topic, User: user, Order: Desc, Bound: math.MaxInt64}, tables, leg)
 	for _, src := range srcs {
 		own, err := s.st.ownNewest(ctx, db, src, user, u.readSeq)
 		if err != nil {
@@ -269,7 +269,7 @@ func (s *Service) countUnread(ctx context.Context, db *sql.DB, tenant string, us
 		}
 	}
 	for _, src := range srcs {
-		bound := src.q.bound
+		bound := src.Q.Bound
 		for {
 			n, last, err := s.st.unreadRows(ctx, db, src, user, out.readSeq, bound, &out)
 			if err != nil || out.capped {
@@ -312,8 +312,8 @@ func (s *Service) lastMessage(ctx context.Context, db *sql.DB, tenant string, us
 	if err != nil {
 		return nil, last, err
 	}
-	q := listQuery{topic: u.topic, user: user, order: Desc, bound: math.MaxInt64, limit: 1}
-	page, _, err := s.walkSources(ctx, db, q, sources(q, tables, leg))
+	q := ListQuery{Topic: u.topic, User: user, Order: Desc, Bound: math.MaxInt64, Limit: 1}
+	page, _, err := s.WalkSources(ctx, db, q, Sources(q, tables, leg))
 	if leg.Split {
 		last = max(last, leg.Hi)
 	}
@@ -325,19 +325,19 @@ func (s *Service) lastMessage(ctx context.Context, db *sql.DB, tenant string, us
 
 // ownNewest is the caller's newest seq above after in src (0: none), from
 // the (topic, from_user, seqid) index alone.
-func (s *store) ownNewest(ctx context.Context, db *sql.DB, src source, user, after int64) (int64, error) {
-	b := sq.Select("COALESCE(MAX(seqid), 0)").From(src.table).
-		Where(sq.Eq{"topic": src.q.topic, "from_user": user}).Where(sq.Gt{"seqid": max(after, src.q.floor)})
-	if src.q.bound < math.MaxInt64 {
-		b = b.Where(sq.Lt{"seqid": src.q.bound})
+func (s *Store) ownNewest(ctx context.Context, db *sql.DB, src Source, user, after int64) (int64, error) {
+	b := sq.Select("COALESCE(MAX(seqid), 0)").From(src.Table).
+		Where(sq.Eq{"topic": src.Q.Topic, "from_user": user}).Where(sq.Gt{"seqid": max(after, src.Q.Floor)})
+	if src.Q.Bound < math.MaxInt64 {
+		b = b.Where(sq.Lt{"seqid": src.Q.Bound})
 	}
 	query, args, err := b.ToSql()
 	if err != nil {
 		return 0, err
 	}
-	rows, err := s.run(ctx, db, query, args)
+	rows, err := s.Run(ctx, db, query, args)
 	if err != nil {
-		return 0, fmt.Errorf("query: own newest of %s: %w", src.q.topic, err)
+		return 0, fmt.Errorf("query: own newest of %s: %w", src.Q.Topic, err)
 	}
 	defer rows.Close()
 	var seq int64
@@ -357,20 +357,20 @@ func (s *store) ownNewest(ctx context.Context, db *sql.DB, src source, user, aft
 // backfill copied it, so the unread legacy rows' mentions are taken from
 // the rows the walk reads anyway (legacyMentions). It returns the rows
 // read and the lowest seq.
-func (s *store) unreadRows(ctx context.Context, db *sql.DB, src source, user, after, before int64, c *unreadCount) (int, int64, error) {
-	topic := src.q.topic
-	legacy := src.table == routing.LegacyQuoted()
+func (s *Store) unreadRows(ctx context.Context, db *sql.DB, src Source, user, after, before int64, c *unreadCount) (int, int64, error) {
+	topic := src.Q.Topic
+	legacy := src.Table == routing.LegacyQuoted()
 	b := sq.Select("m.seqid", "m.status")
 	if legacy {
 		b = b.Column(sq.Expr(routing.LegacyMentioning("m"), user))
 	}
-	query, args, err := b.From(src.table+" AS m").
-		Where(sq.Eq{"m.topic": topic}).Where(sq.Gt{"m.seqid": max(after, src.q.floor)}).Where(sq.Lt{"m.seqid": min(before, src.q.bound)}).
+	query, args, err := b.From(src.Table+" AS m").
+		Where(sq.Eq{"m.topic": topic}).Where(sq.Gt{"m.seqid": max(after, src.Q.Floor)}).Where(sq.Lt{"m.seqid": min(before, src.Q.Bound)}).
 		Where(NotHidden, user).OrderBy("m.seqid DESC").Limit(unreadWalkRow).ToSql()
 	if err != nil {
 		return 0, 0, err
 	}
-	rows, err := s.run(ctx, db, query, args)
+	rows, err := s.Run(ctx, db, query, args)
 	if err != nil {
 		return 0, 0, fmt.Errorf("query: unread of %s: %w", topic, err)
 	}
@@ -408,13 +408,13 @@ func (s *store) unreadRows(ctx context.Context, db *sql.DB, src source, user, af
 // LAST_INSERT_ID(expr) form hands the row's value back with the result.
 // It is a cached prepared statement: one round trip, and running it twice
 // is the same as once.
-func (s *store) markRead(ctx context.Context, db *sql.DB, user int64, topic string, seq int64) (int64, error) {
+func (s *Store) markRead(ctx context.Context, db *sql.DB, user int64, topic string, seq int64) (int64, error) {
 	query, args, err := sq.Insert(cursorsTable).Columns("user_id", "topic", "read_seq").Values(user, topic, seq).
 		Suffix("ON DUPLICATE KEY UPDATE read_seq = LAST_INSERT_ID(GREATEST(read_seq, VALUES(read_seq)))").ToSql()
 	if err != nil {
 		return 0, err
 	}
-	res, err := s.exec(ctx, db, query, args)
+	res, err := s.Exec(ctx, db, query, args)
 	if err != nil {
 		return 0, fmt.Errorf("query: read cursor %s/%d: %w", topic, user, err)
 	}
@@ -462,13 +462,13 @@ func readState(ctx context.Context, db *sql.DB, user int64, topic string) (readS
 
 // newestAt is the created_at of topic's newest message in t created at or
 // before at ((topic, created_at) index).
-func (s *store) newestAt(ctx context.Context, db *sql.DB, t routing.Table, topic string, at time.Time) (time.Time, bool, error) {
+func (s *Store) newestAt(ctx context.Context, db *sql.DB, t routing.Table, topic string, at time.Time) (time.Time, bool, error) {
 	query, args, err := sq.Select("MAX(created_at)").From(t.Quoted()).
 		Where(sq.Eq{"topic": topic}).Where(sq.LtOrEq{"created_at": at.UTC()}).ToSql()
 	if err != nil {
 		return time.Time{}, false, err
 	}
-	rows, err := s.run(ctx, db, query, args)
+	rows, err := s.Run(ctx, db, query, args)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("query: activity of %s: %w", topic, err)
 	}
@@ -595,7 +595,7 @@ const unreadRowsPerTopic = UnreadCap + 25
 // unreadBranch is one topic's part of a countMany statement: its rows above
 // the cursor, newest first, each with whether the caller hid it.
 const unreadBranch = "(SELECT ? AS i, m.seqid, m.from_user, m.status, " +
-	"NOT EXISTS (SELECT 1 FROM " + dellogTable + " AS d WHERE d.topic = m.topic AND d.deletedfor = ? AND d.low <= m.seqid AND d.hi > m.seqid) " +
+	"NOT EXISTS (SELECT 1 FROM " + DellogTable + " AS d WHERE d.topic = m.topic AND d.deletedfor = ? AND d.low <= m.seqid AND d.hi > m.seqid) " +
 	"FROM %s AS m WHERE m.topic = ? AND m.seqid > ? ORDER BY m.seqid DESC LIMIT %d)"
 
 // countMany is countUnread for many topics at once: the topics whose seqs
@@ -671,7 +671,7 @@ func (s *Service) countMany(ctx context.Context, db *sql.DB, tenant string, user
 // unreadMany reads the topics us[idx] of t in one statement and sets their
 // counts in out; it returns those whose rows ran past the branch bound
 // before an answer.
-func (s *store) unreadMany(ctx context.Context, db *sql.DB, t routing.Table, user int64, us []userTopic, idx []int, out []unreadCount) ([]int, error) {
+func (s *Store) unreadMany(ctx context.Context, db *sql.DB, t routing.Table, user int64, us []userTopic, idx []int, out []unreadCount) ([]int, error) {
 	branch := fmt.Sprintf(unreadBranch, t.Quoted(), unreadRowsPerTopic)
 	parts := make([]string, unreadBranches)
 	args := make([]any, 0, 4*unreadBranches)
@@ -683,7 +683,7 @@ func (s *store) unreadMany(ctx context.Context, db *sql.DB, t routing.Table, use
 			args = append(args, -1, user, "", math.MaxInt64) // matches no row
 		}
 	}
-	rows, err := s.run(ctx, db, strings.Join(parts, " UNION ALL "), args)
+	rows, err := s.Run(ctx, db, strings.Join(parts, " UNION ALL "), args)
 	if err != nil {
 		return nil, fmt.Errorf("query: unread of %d topics: %w", len(idx), err)
 	}
@@ -738,11 +738,11 @@ const mentionBranches = 128
 // entries (the change drops them) and neither do gaps.
 var mentionQuery = "SELECT x.topic, x.seq FROM " + routing.MentionsTable + " AS x WHERE x.user_id IN (?, 0) AND (" +
 	strings.Repeat("(x.topic = ? AND x.seq > ?) OR ", mentionBranches-1) + "(x.topic = ? AND x.seq > ?)) " +
-	"AND NOT EXISTS (SELECT 1 FROM " + dellogTable + " AS d WHERE d.topic = x.topic AND d.deletedfor = ? AND d.low <= x.seq AND d.hi > x.seq)"
+	"AND NOT EXISTS (SELECT 1 FROM " + DellogTable + " AS d WHERE d.topic = x.topic AND d.deletedfor = ? AND d.low <= x.seq AND d.hi > x.seq)"
 
 // mentionSeqs reads the seqs mentioning user (or everyone) above after[i]
 // in topics[i] that user did not hide, by topic.
-func (s *store) mentionSeqs(ctx context.Context, db *sql.DB, user int64, topics []string, after []int64) (map[string][]int64, error) {
+func (s *Store) mentionSeqs(ctx context.Context, db *sql.DB, user int64, topics []string, after []int64) (map[string][]int64, error) {
 	out := map[string][]int64{}
 	var mu sync.Mutex
 	chunks := (len(topics) + mentionBranches - 1) / mentionBranches
@@ -757,7 +757,7 @@ func (s *store) mentionSeqs(ctx context.Context, db *sql.DB, user int64, topics 
 			}
 		}
 		args = append(args, user)
-		rows, err := s.run(ctx, db, mentionQuery, args)
+		rows, err := s.Run(ctx, db, mentionQuery, args)
 		if err != nil {
 			return fmt.Errorf("query: mentions of %d: %w", user, err)
 		}

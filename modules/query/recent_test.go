@@ -135,35 +135,35 @@ func TestWalkOverCopy(t *testing.T) {
 	at := time.Unix(100, 0)
 	base := newRecent(cached(t, 1, 20, msgs(11, 12, 14, 15, 16, 17, 18, 19, 20), []int64{13}), 20, at) // [11, 20]
 	above := cached(t, 21, math.MaxInt64-1, msgs(21, 22, 24), nil)                                     // 23 unknown
-	v := hotView{top: above, base: base}
-	page, ok, _ := walk(v, 22, 1, Desc, 5, nil, false)
+	v := HotView{Top: above, base: base}
+	page, ok, _ := Walk(v, 22, 1, Desc, 5, nil, false)
 	if !ok || !slices.Equal(seqsOf(page), []int64{22, 21, 20, 19, 18, 17}) {
 		t.Fatalf("page over the read and the copy: %v %v", seqsOf(page), ok)
 	}
-	if _, ok, miss := walk(v, 24, 1, Desc, 5, nil, false); ok || miss != 23 || !v.covers(miss) {
+	if _, ok, miss := Walk(v, 24, 1, Desc, 5, nil, false); ok || miss != 23 || !v.covers(miss) {
 		t.Fatalf("an unknown seq above the copy: ok %v miss %d", ok, miss)
 	}
-	if _, ok, miss := walk(v, 22, 1, Desc, 20, nil, false); ok || miss != 10 || v.covers(miss) {
+	if _, ok, miss := Walk(v, 22, 1, Desc, 20, nil, false); ok || miss != 10 || v.covers(miss) {
 		t.Fatalf("a page deeper than the copy: ok %v miss %d", ok, miss)
 	}
-	page, ok, _ = walk(v, 12, 22, Asc, 10, Hidden{{15, 17}}, false)
+	page, ok, _ = Walk(v, 12, 22, Asc, 10, Hidden{{15, 17}}, false)
 	if !ok || !slices.Equal(seqsOf(page), []int64{12, 14, 17, 18, 19, 20, 21, 22}) {
 		t.Fatalf("since page over the copy: %v %v", seqsOf(page), ok)
 	}
-	if g, ok := v.gapsIn(12, 22); !ok || !slices.Equal(g, []int64{13}) {
+	if g, ok := v.GapsIn(12, 22); !ok || !slices.Equal(g, []int64{13}) {
 		t.Fatalf("gaps %v %v", g, ok)
 	}
 	// a copy made from the read itself: below the copy the read answers
 	read := cached(t, 1, math.MaxInt64-1, msgs(1, 2, 3, 5, 6), nil)
-	own := hotView{top: read, base: newRecent(read, 6, at)}
-	if _, ok, miss := walk(own, 6, 1, Desc, 5, nil, false); ok || miss != 4 || !own.covers(miss) {
+	own := HotView{Top: read, base: newRecent(read, 6, at)}
+	if _, ok, miss := Walk(own, 6, 1, Desc, 5, nil, false); ok || miss != 4 || !own.covers(miss) {
 		t.Fatalf("an unknown seq right below a copy of the same read: ok %v miss %d", ok, miss)
 	}
-	if g, ok := own.gapsIn(1, 6); !ok || len(g) != 0 {
+	if g, ok := own.GapsIn(1, 6); !ok || len(g) != 0 {
 		t.Fatalf("gaps %v %v", g, ok)
 	}
-	hole := hotView{top: cached(t, 25, 30, msgs(25), nil), base: base}
-	if _, ok := hole.gapsIn(12, 26); ok {
+	hole := HotView{Top: cached(t, 25, 30, msgs(25), nil), base: base}
+	if _, ok := hole.GapsIn(12, 26); ok {
 		t.Fatal("gaps across a hole above the copy proved")
 	}
 }
@@ -216,19 +216,19 @@ func TestCopyAnswersAsTheCache(t *testing.T) {
 			}
 			c := full()
 			limit := 1 + rng.IntN(30)
-			n := limit + 1 + hotSlack
+			n := limit + 1 + HotSlack
 			// the latest page, newest first
-			want, wantOK, _ := walk(hotView{top: c}, last, 1, Desc, limit, nil, false)
-			v := hotView{top: c}
+			want, wantOK, _ := Walk(HotView{Top: c}, last, 1, Desc, limit, nil, false)
+			v := HotView{Top: c}
 			fromHeld := held != nil && held.usable(Desc, math.MaxInt64, n)
 			if fromHeld {
 				above := c
 				above.Lo = held.hi + 1 // what a read above the copy covers
-				v = hotView{top: above, base: held}
+				v = HotView{Top: above, base: held}
 			} else if b := newRecent(c, last, now); b != nil {
 				v.base = b
 			}
-			got, ok, _ := walk(v, last, 1, Desc, limit, nil, false)
+			got, ok, _ := Walk(v, last, 1, Desc, limit, nil, false)
 			if ok && fromHeld {
 				overCopy++
 			}
@@ -236,9 +236,9 @@ func TestCopyAnswersAsTheCache(t *testing.T) {
 				t.Fatalf("round %d step %d: latest page over the copy %v, the cache says %v (%v)", round, step, seqsOf(got), seqsOf(want), wantOK)
 			}
 			if v.base != nil {
-				held = v.base.extend(v.top)
+				held = v.base.extend(v.Top)
 				if held.hi < last {
-					if r := newRecent(v.top, last, now); r != nil {
+					if r := newRecent(v.Top, last, now); r != nil {
 						held = r
 					}
 				}
@@ -251,10 +251,10 @@ func TestCopyAnswersAsTheCache(t *testing.T) {
 			if !held.usable(Asc, since, n) {
 				t.Fatalf("since %d within the copy [%d, %d] not usable", since, held.lo, held.hi)
 			}
-			want, wantOK, _ = walk(hotView{top: c}, since+1, last, Asc, limit, nil, false)
+			want, wantOK, _ = Walk(HotView{Top: c}, since+1, last, Asc, limit, nil, false)
 			above := c
 			above.Lo = held.hi + 1
-			got, ok, _ = walk(hotView{top: above, base: held}, since+1, last, Asc, limit, nil, false)
+			got, ok, _ = Walk(HotView{Top: above, base: held}, since+1, last, Asc, limit, nil, false)
 			if ok && (!wantOK || !slices.Equal(seqsOf(got), seqsOf(want))) {
 				t.Fatalf("round %d step %d: since %d over the copy %v, the cache says %v (%v)", round, step, since, seqsOf(got), seqsOf(want), wantOK)
 			}

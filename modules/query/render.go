@@ -27,7 +27,7 @@ func appendMessages(dst []byte, ms []message.Message) ([]byte, error) {
 	return append(dst, ']'), nil
 }
 
-func (p BeforePage) appendJSON(dst []byte) ([]byte, error) {
+func (p BeforePage) AppendJSON(dst []byte) ([]byte, error) {
 	dst, err := appendMessages(dst, p.Messages)
 	if err != nil {
 		return dst, err
@@ -41,7 +41,7 @@ func (p BeforePage) appendJSON(dst []byte) ([]byte, error) {
 	return append(strconv.AppendBool(append(dst, `,"has_more":`...), p.HasMore), '}'), nil
 }
 
-func (p SincePage) appendJSON(dst []byte) ([]byte, error) {
+func (p SincePage) AppendJSON(dst []byte) ([]byte, error) {
 	dst, err := appendMessages(dst, p.Messages)
 	if err != nil {
 		return dst, err
@@ -64,9 +64,9 @@ func (p SincePage) appendJSON(dst []byte) ([]byte, error) {
 	return append(dst, '}'), nil
 }
 
-// writePage answers 200 with the page, as httpapi.WriteJSON would (plus
+// WritePage answers 200 with the page, as httpapi.WriteJSON would (plus
 // its length).
-func writePage(w http.ResponseWriter, render func([]byte) ([]byte, error)) error {
+func WritePage(w http.ResponseWriter, render func([]byte) ([]byte, error)) error {
 	bp := renderBufs.Get().(*[]byte)
 	defer renderBufs.Put(bp)
 	b, err := render((*bp)[:0])

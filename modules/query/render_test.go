@@ -19,19 +19,19 @@ func TestPagesRenderAsWriteJSON(t *testing.T) {
 		full[i] = full[i].Normalized()
 	}
 	next := int64(1)
-	cases := map[string]interface{ appendJSON([]byte) ([]byte, error) }{
-		"before, empty":       BeforePage{Messages: nonNil(nil)},
+	cases := map[string]interface{ AppendJSON([]byte) ([]byte, error) }{
+		"before, empty":       BeforePage{Messages: NonNil(nil)},
 		"before, full":        BeforePage{Messages: full, NextBefore: &next, HasMore: true},
-		"since, empty, nil":   SincePage{Messages: nonNil(nil), NextSince: 4},
+		"since, empty, nil":   SincePage{Messages: NonNil(nil), NextSince: 4},
 		"since, gaps":         SincePage{Messages: full, NextSince: 3, HasMore: true, Gaps: []int64{5, 9}},
-		"since, no gaps":      SincePage{Messages: full[:1], NextSince: 3, Gaps: nonNilSeqs(nil)},
+		"since, no gaps":      SincePage{Messages: full[:1], NextSince: 3, Gaps: NonNilSeqs(nil)},
 		"before, nil message": BeforePage{Messages: []message.Message{{}}},
 	}
 	for name, page := range cases {
 		t.Run(name, func(t *testing.T) {
 			want, got := httptest.NewRecorder(), httptest.NewRecorder()
 			httpapi.WriteJSON(want, 200, page)
-			if err := writePage(got, page.appendJSON); err != nil {
+			if err := WritePage(got, page.AppendJSON); err != nil {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(got.Body.Bytes(), want.Body.Bytes()) || got.Header().Get("Content-Type") != want.Header().Get("Content-Type") || got.Code != want.Code {

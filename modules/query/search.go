@@ -67,7 +67,7 @@ func newestFirst(ms []routing.Month) []routing.Month {
 // topic's ACL is checked before any row is read and the caller's deletion
 // ranges apply to every hit.
 func (s *Service) Search(ctx context.Context, p httpapi.Principal, topic string, r SearchRequest) (BeforePage, error) {
-	if err := s.authorize(ctx, p, topic); err != nil {
+	if err := s.Authorize(ctx, p, topic); err != nil {
 		return BeforePage{}, err
 	}
 	start := time.Now()
@@ -95,13 +95,13 @@ func (s *Service) Search(ctx context.Context, p httpapi.Principal, topic string,
 	if err != nil {
 		return BeforePage{}, err
 	}
-	q := listQuery{topic: topic, user: p.UserID, order: Desc, bound: before, limit: r.Limit + 1,
-		match: &textMatch{from: r.From, to: r.To, like: likePattern(r.Q)}}
-	page, touched, err := s.walkSources(ctx, db, q, sources(q, tables, leg))
+	q := ListQuery{Topic: topic, User: p.UserID, Order: Desc, Bound: before, Limit: r.Limit + 1,
+		Match: &TextMatch{From: r.From, To: r.To, Like: likePattern(r.Q)}}
+	page, touched, err := s.WalkSources(ctx, db, q, Sources(q, tables, leg))
 	if err != nil {
 		return BeforePage{}, err
 	}
 	s.m.observe(touched, false, time.Since(start).Seconds())
 	page, more := Truncate(page, r.Limit)
-	return BeforePage{Messages: nonNil(page), NextBefore: NextBefore(page), HasMore: more}, nil
+	return BeforePage{Messages: NonNil(page), NextBefore: NextBefore(page), HasMore: more}, nil
 }

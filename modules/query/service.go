@@ -71,7 +71,7 @@ type Params struct {
 type Service struct {
 	p      Params
 	m      *metrics
-	st     *store
+	st     *Store
 	recent *recents
 	memo   *badgeMemo
 	routes *routeMemo
@@ -117,31 +117,31 @@ type SincePage struct {
 }
 
 var (
-	errForbidden = httpapi.Errorf(httpapi.CodePermissionDenied, "not a member of this topic")
-	errNotFound  = httpapi.Errorf(httpapi.CodeNotFound, "no such message")
+	ErrForbidden = httpapi.Errorf(httpapi.CodePermissionDenied, "not a member of this topic")
+	ErrNotFound  = httpapi.Errorf(httpapi.CodeNotFound, "no such message")
 )
 
-// authorize lets members read their topic and the tenant's admins read any.
-func (s *Service) authorize(ctx context.Context, p httpapi.Principal, topic string) error {
+// Authorize lets members read their topic and the tenant's admins read any.
+func (s *Service) Authorize(ctx context.Context, p httpapi.Principal, topic string) error {
 	if err := routing.ValidTopic(topic); err != nil {
 		return err
 	}
 	if p.Role == httpapi.RoleAdmin {
 		return nil
 	}
-	return allowed(s.p.ACL.Lookup(ctx, p.Tenant, topic, p.UserID))
+	return Allowed(s.p.ACL.Lookup(ctx, p.Tenant, topic, p.UserID))
 }
 
-// allowed turns a membership lookup into the read permission.
-func allowed(m acl.Membership, err error) error {
+// Allowed turns a membership lookup into the read permission.
+func Allowed(m acl.Membership, err error) error {
 	if errors.Is(err, acl.ErrNoGroup) {
-		return errForbidden
+		return ErrForbidden
 	}
 	if err != nil {
 		return err
 	}
 	if !m.Member {
-		return errForbidden
+		return ErrForbidden
 	}
 	return nil
 }
@@ -153,44 +153,44 @@ func (s *Service) Before(ctx context.Context, p httpapi.Principal, topic string,
 	if before <= 0 {
 		before = math.MaxInt64
 	}
-	keys, db, err := s.open(ctx, p, topic)
+	keys, db, err := s.Open(ctx, p, topic)
 	if err != nil {
 		return BeforePage{}, err
 	}
 	// a latest page is the hot cache's; a cursor into history likely MySQL's
-	r, err := s.readPage(ctx, p, keys, db, topic, Desc, before, limit+1+hotSlack, pageAlso{route: before < math.MaxInt64})
+	r, err := s.ReadPage(ctx, p, keys, db, topic, Desc, before, limit+1+HotSlack, PageAlso{Route: before < math.MaxInt64})
 	if err != nil {
 		return BeforePage{}, err
 	}
-	page, ok := s.fromCache(ctx, db, p, keys, topic, r, before, min(before-1, r.last), 1, Desc, limit, r.v.lo())
+	page, ok := s.FromCache(ctx, db, p, keys, topic, r, before, min(before-1, r.Last), 1, Desc, limit, r.View.Lo())
 	tables := 0
 	if !ok {
-		q := listQuery{topic: topic, user: p.UserID, order: Desc, bound: before, limit: limit + 1, hidNothing: r.hv.none()}
-		if page, tables, err = s.scan(ctx, db, p.Tenant, q, r.route, func(tr routing.TopicRoute) []routing.Month { return tr.Before(before) }); err != nil {
+		q := ListQuery{Topic: topic, User: p.UserID, Order: Desc, Bound: before, Limit: limit + 1, HidNothing: r.Hidden.None()}
+		if page, tables, err = s.Scan(ctx, db, p.Tenant, q, r.Route, func(tr routing.TopicRoute) []routing.Month { return tr.Before(before) }); err != nil {
 			return BeforePage{}, err
 		}
-		if page, err = s.withHeld(ctx, db, p, topic, r, before, page); err != nil {
+		if page, err = s.WithHeld(ctx, db, p, topic, r, before, page); err != nil {
 			return BeforePage{}, err
 		}
 	}
 	s.m.observe(tables, ok, time.Since(start).Seconds())
 	page, more := Truncate(page, limit)
-	return BeforePage{Messages: nonNil(page), NextBefore: NextBefore(page), HasMore: more}, nil
+	return BeforePage{Messages: NonNil(page), NextBefore: NextBefore(page), HasMore: more}, nil
 }
 
-// withHeld adds to a newest-first page read from MySQL what the page's
+// WithHeld adds to a newest-first page read from MySQL what the page's
 // hot-cache read holds below before and MySQL did not return (messages
 // acknowledged but not persisted yet), minus what the caller hid.
-func (s *Service) withHeld(ctx context.Context, db *sql.DB, p httpapi.Principal, topic string, r pageReads,
+func (s *Service) WithHeld(ctx context.Context, db *sql.DB, p httpapi.Principal, topic string, r PageReads,
 	before int64, page []message.Message) ([]message.Message, error) {
-	held := r.v.held(before)
+	held := r.View.Held(before)
 	if len(held) == 0 {
 		return page, nil
 	}
-	hidden := r.hv.ranges
-	if !r.hv.known {
+	hidden := r.Hidden.Ranges
+	if !r.Hidden.Known {
 		var err error
-		if hidden, err = s.st.hidden(ctx, db, topic, p.UserID, held[len(held)-1].Seq, 0); err != nil {
+		if hidden, err = s.st.HiddenRanges(ctx, db, topic, p.UserID, held[len(held)-1].Seq, 0); err != nil {
 			return nil, err
 		}
 	}
@@ -203,8 +203,8 @@ func (s *Service) withHeld(ctx context.Context, db *sql.DB, p httpapi.Principal,
 	return Merge(page, visible, Desc), nil
 }
 
-// open validates the topic and returns the tenant's key builder and pool.
-func (s *Service) open(ctx context.Context, p httpapi.Principal, topic string) (routing.Keys, *sql.DB, error) {
+// Open validates the topic and returns the tenant's key builder and pool.
+func (s *Service) Open(ctx context.Context, p httpapi.Principal, topic string) (routing.Keys, *sql.DB, error) {
 	if err := routing.ValidTopic(topic); err != nil {
 		return routing.Keys{}, nil, err
 	}
@@ -222,25 +222,25 @@ func (s *Service) open(ctx context.Context, p httpapi.Principal, topic string) (
 // be jumped over.
 func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, since int64, limit int) (SincePage, error) {
 	start := time.Now()
-	keys, db, err := s.open(ctx, p, topic)
+	keys, db, err := s.Open(ctx, p, topic)
 	if err != nil {
 		return SincePage{}, err
 	}
-	r, err := s.readPage(ctx, p, keys, db, topic, Asc, since, limit+1+hotSlack, pageAlso{settled: true})
+	r, err := s.ReadPage(ctx, p, keys, db, topic, Asc, since, limit+1+HotSlack, PageAlso{Settled: true})
 	if err != nil {
 		return SincePage{}, err
 	}
 	// the watermark is a seq, never "unbounded": a topic whose counter
 	// Redis does not hold has only what MySQL proves stored (0: nothing
 	// above since, an empty page the client polls again)
-	settled := r.settled
+	settled := r.Settled
 	var page []message.Message
 	ok, tables := false, 0
 	if settled > since {
-		page, ok = s.fromCache(ctx, db, p, keys, topic, r, since, since+1, min(settled, r.last), Asc, limit, since)
+		page, ok = s.FromCache(ctx, db, p, keys, topic, r, since, since+1, min(settled, r.Last), Asc, limit, since)
 		if !ok {
-			q := listQuery{topic: topic, user: p.UserID, order: Asc, bound: since, upTo: settled, limit: limit + 1, hidNothing: r.hv.none()}
-			if page, tables, err = s.scan(ctx, db, p.Tenant, q, nil, func(tr routing.TopicRoute) []routing.Month { return tr.Since(since) }); err != nil {
+			q := ListQuery{Topic: topic, User: p.UserID, Order: Asc, Bound: since, UpTo: settled, Limit: limit + 1, HidNothing: r.Hidden.None()}
+			if page, tables, err = s.Scan(ctx, db, p.Tenant, q, nil, func(tr routing.TopicRoute) []routing.Month { return tr.Since(since) }); err != nil {
 				return SincePage{}, err
 			}
 		}
@@ -259,8 +259,8 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 		// already), or this process's copy below it holds them: gaps are
 		// never taken back
 		read := false
-		if r.herr == nil {
-			gaps, read = r.v.gapsIn(since+1, hi)
+		if r.Err == nil {
+			gaps, read = r.View.GapsIn(since+1, hi)
 		}
 		if !read {
 			if gaps, err = s.p.Flight.Gaps(ctx, p.Tenant, topic, since+1, hi); err != nil {
@@ -272,7 +272,7 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 	if len(gaps) > 0 {
 		through = max(through, gaps[len(gaps)-1])
 	}
-	return SincePage{Messages: nonNil(page), NextSince: next, HasMore: more, Gaps: nonNilSeqs(gaps), Through: through}, nil
+	return SincePage{Messages: NonNil(page), NextSince: next, HasMore: more, Gaps: NonNilSeqs(gaps), Through: through}, nil
 }
 
 // Settled is the topic's settled watermark (routing.Flight.Settled), the
@@ -286,32 +286,32 @@ func (s *Service) Settled(ctx context.Context, tenant, topic string) (int64, err
 	return settled, nil
 }
 
-func nonNil(ms []message.Message) []message.Message {
+func NonNil(ms []message.Message) []message.Message {
 	if ms == nil {
 		return []message.Message{}
 	}
 	return ms
 }
 
-func nonNilSeqs(s []int64) []int64 {
+func NonNilSeqs(s []int64) []int64 {
 	if s == nil {
 		return []int64{}
 	}
 	return s
 }
 
-// scan reads month tables one at a time in the route's order until the
+// Scan reads month tables one at a time in the route's order until the
 // page holds q.limit rows: never a UNION over history (invariant 7). It
 // returns the rows and how many tables it touched. route holds the route's
 // prefetched reads, or nil to read it now.
-func (s *Service) scan(ctx context.Context, db *sql.DB, tenant string, q listQuery, route []rueidis.RedisResult,
+func (s *Service) Scan(ctx context.Context, db *sql.DB, tenant string, q ListQuery, route []rueidis.RedisResult,
 	pick func(routing.TopicRoute) []routing.Month) ([]message.Message, int, error) {
 	var tr routing.TopicRoute
 	var err error
 	if route != nil {
-		tr, err = s.p.Router.RouteResolve(ctx, tenant, q.topic, route)
+		tr, err = s.p.Router.RouteResolve(ctx, tenant, q.Topic, route)
 	} else {
-		tr, err = s.p.Router.Route(ctx, tenant, q.topic)
+		tr, err = s.p.Router.Route(ctx, tenant, q.Topic)
 	}
 	if err != nil {
 		return nil, 0, err
@@ -320,50 +320,50 @@ func (s *Service) scan(ctx context.Context, db *sql.DB, tenant string, q listQue
 	if err != nil {
 		return nil, 0, err
 	}
-	page, touched, err := s.walkSources(ctx, db, q, sources(q, tables, tr.Legacy))
+	page, touched, err := s.WalkSources(ctx, db, q, Sources(q, tables, tr.Legacy))
 	if err != nil {
 		return nil, touched, err
 	}
-	s.repairIfFallback(ctx, tenant, q.topic, tr, len(page) > 0)
+	s.RepairIfFallback(ctx, tenant, q.Topic, tr, len(page) > 0)
 	return page, touched, nil
 }
 
-// walkSources reads srcs (sources) in order, each for what the page still
+// WalkSources reads srcs (sources) in order, each for what the page still
 // lacks (a source read whole for a page's worth), until the page holds
 // q.limit rows, merging rows met twice by seq: every list read of a topic's
 // messages — pages, context, search, the topic list's last message — walks
 // its month tables and, while the tenant migrates, the legacy table this
 // way. It returns the rows and how many tables it read.
-func (s *Service) walkSources(ctx context.Context, db *sql.DB, q listQuery, srcs []source) ([]message.Message, int, error) {
+func (s *Service) WalkSources(ctx context.Context, db *sql.DB, q ListQuery, srcs []Source) ([]message.Message, int, error) {
 	var page []message.Message
 	touched := 0
-	want := q.limit
+	want := q.Limit
 	for _, src := range srcs {
 		if len(page) >= want && !src.full {
 			break
 		}
-		src.q.limit = want - len(page)
+		src.Q.Limit = want - len(page)
 		if src.full {
-			src.q.limit = want
+			src.Q.Limit = want
 		}
-		rows, err := s.st.messages(ctx, db, src.q.build(src.table))
+		rows, err := s.st.Messages(ctx, db, src.Q.build(src.Table))
 		if err != nil {
 			return nil, touched, err
 		}
 		touched++
-		page = Merge(page, rows, q.order)
+		page = Merge(page, rows, q.Order)
 	}
 	return page, touched, nil
 }
 
-// source is one table a list page reads, with its share of the query.
-type source struct {
-	table string // quoted
-	q     listQuery
+// Source is one table a list page reads, with its share of the query.
+type Source struct {
+	Table string // quoted
+	Q     ListQuery
 	full  bool // read whole (limit rows) even when the page is already full
 }
 
-// sources orders the tables of a list page — the route's month tables and,
+// Sources orders the tables of a list page — the route's month tables and,
 // while the tenant migrates, the legacy table bounded by leg — so that
 // each source holds only seqs beyond every row of the ones before it:
 // the walk can stop as soon as the page is full (invariant 7). After
@@ -373,7 +373,7 @@ type source struct {
 // read whole and merged: the month tables hold seqs above every legacy one
 // then — but a process whose state lags may read this way while the
 // backfill already copies, so no source may end the walk early.
-func sources(q listQuery, tables []routing.Table, leg routing.LegacySource) []source {
+func Sources(q ListQuery, tables []routing.Table, leg routing.LegacySource) []Source {
 	out := orderSources(q, tables, leg)
 	if leg.Hi > 0 && !leg.Split {
 		for i := range out {
@@ -383,41 +383,41 @@ func sources(q listQuery, tables []routing.Table, leg routing.LegacySource) []so
 	return out
 }
 
-func orderSources(q listQuery, tables []routing.Table, leg routing.LegacySource) []source {
-	months := make([]source, 0, len(tables)+1)
+func orderSources(q ListQuery, tables []routing.Table, leg routing.LegacySource) []Source {
+	months := make([]Source, 0, len(tables)+1)
 	mq := q
 	if leg.Hi > 0 && leg.Split {
-		if q.order == Desc {
-			mq.floor = leg.Hi
+		if q.Order == Desc {
+			mq.Floor = leg.Hi
 		} else {
-			mq.bound = max(q.bound, leg.Hi)
+			mq.Bound = max(q.Bound, leg.Hi)
 		}
 	}
-	if !(leg.Split && q.order == Desc && q.bound <= leg.Hi+1) {
+	if !(leg.Split && q.Order == Desc && q.Bound <= leg.Hi+1) {
 		for _, t := range tables {
-			months = append(months, source{table: t.Quoted(), q: mq})
+			months = append(months, Source{Table: t.Quoted(), Q: mq})
 		}
 	}
 	if leg.Hi <= 0 {
 		return months
 	}
 	lq := q
-	if q.order == Desc {
+	if q.Order == Desc {
 		if leg.Hi < math.MaxInt64 {
-			lq.bound = min(q.bound, leg.Hi+1)
+			lq.Bound = min(q.Bound, leg.Hi+1)
 		}
-		return append(months, source{table: routing.LegacyQuoted(), q: lq})
+		return append(months, Source{Table: routing.LegacyQuoted(), Q: lq})
 	}
-	if q.bound >= leg.Hi {
+	if q.Bound >= leg.Hi {
 		return months
 	}
-	lq.upTo = min(q.upTo, leg.Hi)
-	return append([]source{{table: routing.LegacyQuoted(), q: lq}}, months...)
+	lq.UpTo = min(q.UpTo, leg.Hi)
+	return append([]Source{{Table: routing.LegacyQuoted(), Q: lq}}, months...)
 }
 
-// repairIfFallback queues a route repair when a topic that neither Redis
+// RepairIfFallback queues a route repair when a topic that neither Redis
 // nor the mirror knows turned out to have rows.
-func (s *Service) repairIfFallback(ctx context.Context, tenant, topic string, tr routing.TopicRoute, found bool) {
+func (s *Service) RepairIfFallback(ctx context.Context, tenant, topic string, tr routing.TopicRoute, found bool) {
 	if tr.Source != routing.RouteFromFallback || !found {
 		return
 	}
@@ -426,7 +426,7 @@ func (s *Service) repairIfFallback(ctx context.Context, tenant, topic string, tr
 	}
 }
 
-// fromCache answers a page from the hot cache read r.v (next to bound)
+// FromCache answers a page from the hot cache read r.v (next to bound)
 // when it provably covers every seq from `from` to `stop` the page walks
 // (Redis answers only a complete page); ok false sends the
 // page to MySQL. The caller's deletion ranges are r.hv; when Redis did not
@@ -434,20 +434,20 @@ func (s *Service) repairIfFallback(ctx context.Context, tenant, topic string, tr
 // the hot cache is known to cover the page. A latest page keeps what it
 // proved as this process's copy of the topic's newest stretch, and a page
 // read over a copy extends it.
-func (s *Service) fromCache(ctx context.Context, db *sql.DB, p httpapi.Principal, keys routing.Keys, topic string, r pageReads,
+func (s *Service) FromCache(ctx context.Context, db *sql.DB, p httpapi.Principal, keys routing.Keys, topic string, r PageReads,
 	bound, from, stop int64, o Order, limit int, hiddenLo int64) ([]message.Message, bool) {
-	v, hidden := r.v, r.hv.ranges
-	if r.herr != nil {
-		s.p.Log.Warn().Err(r.herr).Str("topic", topic).Msg("hot cache read failed; reading MySQL")
+	v, hidden := r.View, r.Hidden.Ranges
+	if r.Err != nil {
+		s.p.Log.Warn().Err(r.Err).Str("topic", topic).Msg("hot cache read failed; reading MySQL")
 		return nil, false
 	}
-	if r.last == 0 {
+	if r.Last == 0 {
 		return s.hotMiss()
 	}
 	k := topicKey{p.Tenant, topic}
 	latest := o == Desc && bound == math.MaxInt64
-	now := r.at
-	if v.base != nil && v.base.hi > r.last {
+	now := r.At
+	if v.base != nil && v.base.hi > r.Last {
 		// the seq counter is below the copy: the copy is of a past the
 		// topic no longer has, and the read above it proves nothing
 		s.recent.drop(k)
@@ -455,36 +455,36 @@ func (s *Service) fromCache(ctx context.Context, db *sql.DB, p httpapi.Principal
 		return s.hotMiss()
 	}
 	if v.base == nil && latest {
-		v.base = newRecent(v.top, r.last, now)
+		v.base = newRecent(v.Top, r.Last, now)
 	}
-	if !r.hv.known {
-		if _, ok, miss := walk(v, from, stop, o, limit, nil, false); !ok && v.covers(miss) {
+	if !r.Hidden.Known {
+		if _, ok, miss := Walk(v, from, stop, o, limit, nil, false); !ok && v.covers(miss) {
 			return s.hotMiss()
 		}
 		var err error
-		if hidden, err = s.st.hidden(ctx, db, topic, p.UserID, hiddenLo, 0); err != nil {
+		if hidden, err = s.st.HiddenRanges(ctx, db, topic, p.UserID, hiddenLo, 0); err != nil {
 			return nil, false
 		}
 	}
-	page, ok, miss := walk(v, from, stop, o, limit, hidden, false)
-	if !ok && !v.covers(miss) && r.hv.known {
+	page, ok, miss := Walk(v, from, stop, o, limit, hidden, false)
+	if !ok && !v.covers(miss) && r.Hidden.Known {
 		// the read (or the copy) ended before the page did (seqs it skips
 		// in the way): read further once (with ranges read from MySQL
 		// above hiddenLo only, MySQL answers instead)
-		if r.v.base != nil {
+		if r.View.base != nil {
 			s.m.local.WithLabelValues(localFallback).Inc()
 		}
-		if c, err := s.hotReread(ctx, keys, topic, o, bound, hotFurther*(limit+1+hotSlack)); err == nil {
-			v = hotView{top: c}
+		if c, err := s.hotReread(ctx, keys, topic, o, bound, hotFurther*(limit+1+HotSlack)); err == nil {
+			v = HotView{Top: c}
 			if latest {
-				v.base = newRecent(c, r.last, now)
+				v.base = newRecent(c, r.Last, now)
 			}
-			page, ok, _ = walk(v, from, stop, o, limit, hidden, false)
+			page, ok, _ = Walk(v, from, stop, o, limit, hidden, false)
 		}
-	} else if ok && r.v.base != nil {
+	} else if ok && r.View.base != nil {
 		s.m.local.WithLabelValues(localHit).Inc()
 	}
-	s.keepRecent(k, v, r.v.base, latest, r.last, now)
+	s.keepRecent(k, v, r.View.base, latest, r.Last, now)
 	if !ok {
 		return s.hotMiss()
 	}
@@ -497,13 +497,13 @@ func (s *Service) fromCache(ctx context.Context, db *sql.DB, p httpapi.Principal
 // whose copy could not reach the topic's last seq that way (the read above
 // it was cut short) — the stretch below the last seq. held is the copy the
 // page was read over (nil if none): kept as it is, it is not stored again.
-func (s *Service) keepRecent(k topicKey, v hotView, held *recent, latest bool, last int64, now time.Time) {
+func (s *Service) keepRecent(k topicKey, v HotView, held *recent, latest bool, last int64, now time.Time) {
 	if v.base == nil {
 		return
 	}
-	kept := v.base.extend(v.top)
+	kept := v.base.extend(v.Top)
 	if latest && kept.hi < last {
-		if r := newRecent(v.top, last, now); r != nil {
+		if r := newRecent(v.Top, last, now); r != nil {
 			kept = r
 		}
 	}
@@ -521,7 +521,7 @@ func (s *Service) hotMiss() ([]message.Message, bool) {
 // names (then its neighbour and the probe months). Recalled and deleted
 // messages come back as tombstones; one the caller hid is not found.
 func (s *Service) Get(ctx context.Context, p httpapi.Principal, topic string, seq int64) (message.Message, error) {
-	if err := s.authorize(ctx, p, topic); err != nil {
+	if err := s.Authorize(ctx, p, topic); err != nil {
 		return message.Message{}, err
 	}
 	start := time.Now()
@@ -539,19 +539,19 @@ func (s *Service) get(ctx context.Context, p httpapi.Principal, topic string, se
 	if err != nil {
 		return message.Message{}, 0, err
 	}
-	if m, ok, err := s.hotOne(ctx, keys, topic, seq); err == nil && ok {
-		hv, err := s.hiddenOf(ctx, db, keys, topic, p.UserID)
+	if m, ok, err := s.HotOne(ctx, keys, topic, seq); err == nil && ok {
+		hv, err := s.HiddenOf(ctx, db, keys, topic, p.UserID)
 		if err != nil {
 			return message.Message{}, 0, err
 		}
-		hidden := hv.ranges
-		if !hv.known {
-			if hidden, err = s.st.hidden(ctx, db, topic, p.UserID, seq, 0); err != nil {
+		hidden := hv.Ranges
+		if !hv.Known {
+			if hidden, err = s.st.HiddenRanges(ctx, db, topic, p.UserID, seq, 0); err != nil {
 				return message.Message{}, 0, err
 			}
 		}
 		if hidden.Hides(seq) {
-			return message.Message{}, 0, errNotFound
+			return message.Message{}, 0, ErrNotFound
 		}
 		return m, 0, nil
 	}
@@ -574,23 +574,23 @@ func (s *Service) get(ctx context.Context, p httpapi.Principal, topic string, se
 		}
 	}
 	for i, t := range quoted {
-		m, ok, err := s.st.one(ctx, db, t, topic, p.UserID, seq)
+		m, ok, err := s.st.One(ctx, db, t, topic, p.UserID, seq)
 		if err != nil {
 			return message.Message{}, i + 1, err
 		}
 		if ok {
-			s.repairIfFallback(ctx, p.Tenant, topic, tr, true)
+			s.RepairIfFallback(ctx, p.Tenant, topic, tr, true)
 			return m, i + 1, nil
 		}
 	}
-	return message.Message{}, len(tables), errNotFound
+	return message.Message{}, len(tables), ErrNotFound
 }
 
 // Context is the target message with up to nBefore messages before it and
 // nAfter after it, oldest first, crossing months as needed.
 // Globally deleted neighbours stay as tombstones, hidden ones are left out.
 func (s *Service) Context(ctx context.Context, p httpapi.Principal, topic string, seq int64, nBefore, nAfter int) ([]message.Message, error) {
-	if err := s.authorize(ctx, p, topic); err != nil {
+	if err := s.Authorize(ctx, p, topic); err != nil {
 		return nil, err
 	}
 	start := time.Now()
@@ -604,17 +604,17 @@ func (s *Service) Context(ctx context.Context, p httpapi.Principal, topic string
 	}
 	var older, newer []message.Message
 	if nBefore > 0 {
-		q := listQuery{topic: topic, user: p.UserID, order: Desc, bound: seq, limit: nBefore, keepDeleted: true}
+		q := ListQuery{Topic: topic, User: p.UserID, Order: Desc, Bound: seq, Limit: nBefore, KeepDeleted: true}
 		var n int
-		if older, n, err = s.scan(ctx, db, p.Tenant, q, nil, func(tr routing.TopicRoute) []routing.Month { return tr.Before(seq) }); err != nil {
+		if older, n, err = s.Scan(ctx, db, p.Tenant, q, nil, func(tr routing.TopicRoute) []routing.Month { return tr.Before(seq) }); err != nil {
 			return nil, err
 		}
 		touched += n
 	}
 	if nAfter > 0 {
-		q := listQuery{topic: topic, user: p.UserID, order: Asc, bound: seq, upTo: unbounded, limit: nAfter, keepDeleted: true}
+		q := ListQuery{Topic: topic, User: p.UserID, Order: Asc, Bound: seq, UpTo: Unbounded, Limit: nAfter, KeepDeleted: true}
 		var n int
-		if newer, n, err = s.scan(ctx, db, p.Tenant, q, nil, func(tr routing.TopicRoute) []routing.Month { return tr.Since(seq) }); err != nil {
+		if newer, n, err = s.Scan(ctx, db, p.Tenant, q, nil, func(tr routing.TopicRoute) []routing.Month { return tr.Since(seq) }); err != nil {
 			return nil, err
 		}
 		touched += n

@@ -15,24 +15,24 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// dellogTable is the fixed table of deletion ranges (never built from input).
-const dellogTable = "im_dellog"
+// DellogTable is the fixed table of deletion ranges (never built from input).
+const DellogTable = "im_dellog"
 
-var columns = []string{"m.topic", "m.seqid", "m.message_id", "m.group_id", "m.from_user", "m.client_msg_id",
+var Columns = []string{"m.topic", "m.seqid", "m.message_id", "m.group_id", "m.from_user", "m.client_msg_id",
 	"m.msg_type", "m.status", "m.content", "m.head", "m.mentioned_user_ids", "m.mention_all", "m.reply_seqid",
 	"m.root_seqid", "m.version", "m.created_at", "m.updated_at"}
 
 // NotHidden drops rows inside one of the caller's deletion ranges [low, hi):
 // applied in every month table's query, so a run hidden by
 // deletions is skipped by the index, never paged through.
-const NotHidden = "NOT EXISTS (SELECT 1 FROM " + dellogTable + " AS d WHERE d.topic = m.topic AND d.deletedfor = ? AND d.low <= m.seqid AND d.hi > m.seqid)"
+const NotHidden = "NOT EXISTS (SELECT 1 FROM " + DellogTable + " AS d WHERE d.topic = m.topic AND d.deletedfor = ? AND d.low <= m.seqid AND d.hi > m.seqid)"
 
-// store runs the read statements. Each distinct statement is prepared once
+// Store runs the read statements. Each distinct statement is prepared once
 // per pool and reused: a page is then one round trip to MySQL instead of
 // prepare, execute and close. Values, the page size included, are bound as
 // parameters, so the statements are a handful of shapes per table, not one
 // per limit.
-type store struct {
+type Store struct {
 	stmts *lru.Cache[stmtKey, *sql.Stmt]
 }
 
@@ -47,17 +47,17 @@ type stmtKey struct {
 // pools closed since (evicted tenants) age out.
 const maxStmts = 512
 
-func newStore() *store {
+func newStore() *Store {
 	c, err := lru.NewWithEvict(maxStmts, func(_ stmtKey, st *sql.Stmt) { _ = st.Close() })
 	if err != nil {
 		panic(err) // only for a size below 1
 	}
-	return &store{stmts: c}
+	return &Store{stmts: c}
 }
 
-func (s *store) close() { s.stmts.Purge() }
+func (s *Store) close() { s.stmts.Purge() }
 
-func (s *store) stmt(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, error) {
+func (s *Store) stmt(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, error) {
 	k := stmtKey{db, query}
 	if st, ok := s.stmts.Get(k); ok {
 		return st, nil
@@ -76,22 +76,22 @@ func (s *store) stmt(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, 
 
 // forget drops a statement that failed (closed by an eviction meanwhile,
 // or its pool closed), closing it.
-func (s *store) forget(db *sql.DB, query string) { s.stmts.Remove(stmtKey{db, query}) }
+func (s *Store) forget(db *sql.DB, query string) { s.stmts.Remove(stmtKey{db, query}) }
 
-// messages runs a SELECT of columns and scans every row.
-func (s *store) messages(ctx context.Context, db *sql.DB, b sq.SelectBuilder) ([]message.Message, error) {
+// Messages runs a SELECT of columns and scans every row.
+func (s *Store) Messages(ctx context.Context, db *sql.DB, b sq.SelectBuilder) ([]message.Message, error) {
 	query, args, err := b.ToSql()
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.run(ctx, db, query, args)
+	rows, err := s.Run(ctx, db, query, args)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var out []message.Message
 	for rows.Next() {
-		m, err := scanMessage(rows)
+		m, err := ScanMessage(rows)
 		if err != nil {
 			return nil, err
 		}
@@ -100,22 +100,22 @@ func (s *store) messages(ctx context.Context, db *sql.DB, b sq.SelectBuilder) ([
 	return out, rows.Err()
 }
 
-// exec runs a write of fixed shape as a cached prepared statement (one
+// Exec runs a write of fixed shape as a cached prepared statement (one
 // round trip, where an ad-hoc statement with arguments costs a prepare
 // too); like run it prepares afresh once when the statement was dropped,
 // so the write must be one that may run twice.
-func (s *store) exec(ctx context.Context, db *sql.DB, query string, args []any) (sql.Result, error) {
+func (s *Store) Exec(ctx context.Context, db *sql.DB, query string, args []any) (sql.Result, error) {
 	return withStmt(ctx, s, db, query, func(st *sql.Stmt) (sql.Result, error) { return st.ExecContext(ctx, args...) })
 }
 
-func (s *store) run(ctx context.Context, db *sql.DB, query string, args []any) (*sql.Rows, error) {
+func (s *Store) Run(ctx context.Context, db *sql.DB, query string, args []any) (*sql.Rows, error) {
 	return withStmt(ctx, s, db, query, func(st *sql.Stmt) (*sql.Rows, error) { return st.QueryContext(ctx, args...) })
 }
 
 // withStmt runs fn on the cached statement of query; if that fails, the
 // statement may have been dropped meanwhile (cache full, pool closed): it
 // is prepared afresh and fn runs once more.
-func withStmt[T any](ctx context.Context, s *store, db *sql.DB, query string, fn func(*sql.Stmt) (T, error)) (T, error) {
+func withStmt[T any](ctx context.Context, s *Store, db *sql.DB, query string, fn func(*sql.Stmt) (T, error)) (T, error) {
 	for attempt := 0; ; attempt++ {
 		st, err := s.stmt(ctx, db, query)
 		if err != nil {
@@ -130,7 +130,7 @@ func withStmt[T any](ctx context.Context, s *store, db *sql.DB, query string, fn
 	}
 }
 
-func scanMessage(rows *sql.Rows) (message.Message, error) {
+func ScanMessage(rows *sql.Rows) (message.Message, error) {
 	var m message.Message
 	var mid, gid, from int64
 	var cmid sql.NullString
@@ -162,72 +162,72 @@ func scanMessage(rows *sql.Rows) (message.Message, error) {
 	return m.Normalized(), nil
 }
 
-// listQuery is one month table's share of a list page.
-type listQuery struct {
-	topic       string
-	user        int64
-	order       Order
-	bound       int64 // exclusive: seq < bound (Desc) or seq > bound (Asc)
-	upTo        int64 // Asc only: seq <= upTo (a since page's settled watermark; unbounded for context)
-	floor       int64 // Desc only, when above 0: seq > floor (month tables above a migration's cutover_seq)
-	limit       int
-	keepDeleted bool // context keeps globally deleted rows as tombstones
-	hidNothing  bool // the caller is known to have no deletion range: no anti-join
-	match       *textMatch
+// ListQuery is one month table's share of a list page.
+type ListQuery struct {
+	Topic       string
+	User        int64
+	Order       Order
+	Bound       int64 // exclusive: seq < bound (Desc) or seq > bound (Asc)
+	UpTo        int64 // Asc only: seq <= upTo (a since page's settled watermark; unbounded for context)
+	Floor       int64 // Desc only, when above 0: seq > floor (month tables above a migration's cutover_seq)
+	Limit       int
+	KeepDeleted bool // context keeps globally deleted rows as tombstones
+	HidNothing  bool // the caller is known to have no deletion range: no anti-join
+	Match       *TextMatch
 }
 
-// unbounded is the upTo of a forward read that is no cursor walk (the
+// Unbounded is the upTo of a forward read that is no cursor walk (the
 // messages after a context's target): a since page is always bounded by
 // its settled watermark.
-const unbounded = math.MaxInt64
+const Unbounded = math.MaxInt64
 
-// textMatch narrows a newest-first list to a search: messages neither
+// TextMatch narrows a newest-first list to a search: messages neither
 // recalled nor deleted, created in [from, to), whose content.text contains
 // like's text (a LIKE … ESCAPE '!' pattern).
-type textMatch struct {
-	from, to time.Time
-	like     string
+type TextMatch struct {
+	From, To time.Time
+	Like     string
 }
 
 // build is the statement for one table, given as its quoted name.
-func (q listQuery) build(table string) sq.SelectBuilder {
+func (q ListQuery) build(table string) sq.SelectBuilder {
 	from := table + " AS m"
-	if q.match != nil && table != routing.LegacyQuoted() {
+	if q.Match != nil && table != routing.LegacyQuoted() {
 		// a month table's rows of the window: (topic, created_at); the
 		// legacy table may have no such index and is walked by seq
 		from += " FORCE INDEX (idx_topic_created)"
 	}
-	b := sq.Select(columns...).From(from).Where(sq.Eq{"m.topic": q.topic})
-	if m := q.match; m != nil {
+	b := sq.Select(Columns...).From(from).Where(sq.Eq{"m.topic": q.Topic})
+	if m := q.Match; m != nil {
 		b = b.Where(sq.Eq{"m.status": message.StatusNormal}).
-			Where(sq.GtOrEq{"m.created_at": m.from}).Where(sq.Lt{"m.created_at": m.to}).
-			Where("JSON_UNQUOTE(JSON_EXTRACT(m.content, '$.text')) LIKE ? ESCAPE '!'", m.like)
+			Where(sq.GtOrEq{"m.created_at": m.From}).Where(sq.Lt{"m.created_at": m.To}).
+			Where("JSON_UNQUOTE(JSON_EXTRACT(m.content, '$.text')) LIKE ? ESCAPE '!'", m.Like)
 	}
-	if q.order == Desc {
-		b = b.Where(sq.Lt{"m.seqid": q.bound})
-		if q.floor > 0 {
-			b = b.Where(sq.Gt{"m.seqid": q.floor})
+	if q.Order == Desc {
+		b = b.Where(sq.Lt{"m.seqid": q.Bound})
+		if q.Floor > 0 {
+			b = b.Where(sq.Gt{"m.seqid": q.Floor})
 		}
 		b = b.OrderBy("m.seqid DESC")
 	} else {
-		b = b.Where(sq.Gt{"m.seqid": q.bound})
-		if q.upTo < unbounded {
-			b = b.Where(sq.LtOrEq{"m.seqid": q.upTo})
+		b = b.Where(sq.Gt{"m.seqid": q.Bound})
+		if q.UpTo < Unbounded {
+			b = b.Where(sq.LtOrEq{"m.seqid": q.UpTo})
 		}
 		b = b.OrderBy("m.seqid ASC")
 	}
-	if !q.keepDeleted {
+	if !q.KeepDeleted {
 		b = b.Where(sq.NotEq{"m.status": message.StatusDeleted})
 	}
-	if !q.hidNothing {
-		b = b.Where(NotHidden, q.user)
+	if !q.HidNothing {
+		b = b.Where(NotHidden, q.User)
 	}
-	return b.Suffix("LIMIT ?", q.limit)
+	return b.Suffix("LIMIT ?", q.Limit)
 }
 
-// one reads (topic, seq) from the table quoted unless the caller hid it.
-func (s *store) one(ctx context.Context, db *sql.DB, quoted, topic string, user, seq int64) (message.Message, bool, error) {
-	ms, err := s.messages(ctx, db, sq.Select(columns...).From(quoted+" AS m").
+// One reads (topic, seq) from the table quoted unless the caller hid it.
+func (s *Store) One(ctx context.Context, db *sql.DB, quoted, topic string, user, seq int64) (message.Message, bool, error) {
+	ms, err := s.Messages(ctx, db, sq.Select(Columns...).From(quoted+" AS m").
 		Where(sq.Eq{"m.topic": topic, "m.seqid": seq}).Where(NotHidden, user).Limit(1))
 	if err != nil || len(ms) == 0 {
 		return message.Message{}, false, err
@@ -235,10 +235,10 @@ func (s *store) one(ctx context.Context, db *sql.DB, quoted, topic string, user,
 	return ms[0], true, nil
 }
 
-// hidden reads the caller's deletion ranges of topic that reach above lo,
+// HiddenRanges reads the caller's deletion ranges of topic that reach above lo,
 // at most limit of them (0: all).
-func (s *store) hidden(ctx context.Context, db *sql.DB, topic string, user, lo int64, limit uint64) (Hidden, error) {
-	b := sq.Select("low", "hi").From(dellogTable).Where(sq.Eq{"topic": topic, "deletedfor": user}).Where(sq.Gt{"hi": lo})
+func (s *Store) HiddenRanges(ctx context.Context, db *sql.DB, topic string, user, lo int64, limit uint64) (Hidden, error) {
+	b := sq.Select("low", "hi").From(DellogTable).Where(sq.Eq{"topic": topic, "deletedfor": user}).Where(sq.Gt{"hi": lo})
 	if limit > 0 {
 		b = b.Suffix("LIMIT ?", limit)
 	}
@@ -246,7 +246,7 @@ func (s *store) hidden(ctx context.Context, db *sql.DB, topic string, user, lo i
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.run(ctx, db, query, args)
+	rows, err := s.Run(ctx, db, query, args)
 	if err != nil {
 		return nil, fmt.Errorf("query: dellog: %w", err)
 	}
@@ -265,8 +265,8 @@ func (s *store) hidden(ctx context.Context, db *sql.DB, topic string, user, lo i
 // hiddenOfTopics reads the caller's deletion ranges of many topics in one
 // statement (the (topic, deletedfor, low) index, one range per topic), at
 // most hiddenReadMax of each topic as hidden reads them.
-func (s *store) hiddenOfTopics(ctx context.Context, db *sql.DB, topics []string, user int64) (map[string]Hidden, error) {
-	rows, err := sq.Select("topic", "low", "hi").From(dellogTable).Where(sq.Eq{"topic": topics, "deletedfor": user}).
+func (s *Store) hiddenOfTopics(ctx context.Context, db *sql.DB, topics []string, user int64) (map[string]Hidden, error) {
+	rows, err := sq.Select("topic", "low", "hi").From(DellogTable).Where(sq.Eq{"topic": topics, "deletedfor": user}).
 		RunWith(db).QueryContext(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("query: dellog: %w", err)
@@ -292,6 +292,6 @@ func (s *store) hiddenOfTopics(ctx context.Context, db *sql.DB, topics []string,
 // topic below before. `imshard bench query` measures it as the raw limit
 // of a page.
 func (s *Service) TablePage(ctx context.Context, db *sql.DB, quoted, topic string, before int64, limit int) ([]message.Message, error) {
-	q := listQuery{topic: topic, order: Desc, bound: before, limit: limit, hidNothing: true}
-	return s.st.messages(ctx, db, q.build(quoted))
+	q := ListQuery{Topic: topic, Order: Desc, Bound: before, Limit: limit, HidNothing: true}
+	return s.st.Messages(ctx, db, q.build(quoted))
 }

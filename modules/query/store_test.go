@@ -24,12 +24,12 @@ func TestStatementsPerShapeNotPerLimit(t *testing.T) {
 	defer s.close()
 	for limit := 1; limit <= 60; limit++ {
 		for _, hidNothing := range []bool{false, true} {
-			q := listQuery{topic: "t", user: 1, order: Desc, bound: 100, limit: limit, hidNothing: hidNothing}
-			if _, err := s.messages(ctx, db, q.build(table.Quoted())); err != nil {
+			q := ListQuery{Topic: "t", User: 1, Order: Desc, Bound: 100, Limit: limit, HidNothing: hidNothing}
+			if _, err := s.Messages(ctx, db, q.build(table.Quoted())); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, err := s.hidden(ctx, db, "t", 1, 0, uint64(limit)); err != nil {
+		if _, err := s.HiddenRanges(ctx, db, "t", 1, 0, uint64(limit)); err != nil {
 			t.Fatal(err)
 		}
 	}
