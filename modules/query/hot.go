@@ -116,11 +116,11 @@ func (s *Service) hotReread(ctx context.Context, keys routing.Keys, topic string
 // the caller's deletion ranges, and on request the route's reads and the
 // settled watermark.
 type PageReads struct {
-	View       HotView
+	View    HotView
 	At      time.Time // when the reads were sent: a copy made from them is this old
 	Last    int64
-	Err    error // the hot-cache read failed: MySQL answers
-	Hidden      HiddenView
+	Err     error // the hot-cache read failed: MySQL answers
+	Hidden  HiddenView
 	Route   []rueidis.RedisResult // the route's reads, when prefetched (routing.Router.RouteCmds)
 	Settled int64                 // the settled watermark, when asked for
 }
