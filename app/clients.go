@@ -92,6 +92,7 @@ var inits = map[string]func(ctx context.Context, a *App) (Service, error){
 	ShardMgr: initShardMgr,
 	Send:     initSend,
 	Persist:  initPersist,
+	ReadPath: initReadPath,
 	Query:    initQuery,
 	Migrate:  initMigrate,
 	API:      initAPI,

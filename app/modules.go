@@ -15,6 +15,7 @@ const (
 	Redis    = "redis"    // Redis client (standalone or cluster)
 	Kafka    = "kafka"    // brokers (or the in-process kfake cluster)
 	Routing  = "routing"  // catalog, allocator, route lookup
+	ReadPath = "readpath" // the read path the reading modules share (library)
 	ShardMgr = "shardmgr" // month-table patrol
 	API      = "api"      // the HTTP API server on http.addr
 	Send     = "send"     // POST messages, group and member management
@@ -36,7 +37,8 @@ var deps = map[string][]string{
 	API:      {Routing},
 	Send:     {Routing, Kafka},
 	Persist:  {Routing, Kafka},
-	Query:    {Routing},
+	ReadPath: {Routing},
+	Query:    {ReadPath},
 	Migrate:  {Routing},
 	All:      {ShardMgr, Send, Persist, Query, Migrate},
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/query"
 	"github.com/imshard/imshard/modules/query/stream"
+	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routecheck"
 	"github.com/imshard/imshard/modules/routing"
 )
@@ -24,10 +25,33 @@ func (a *App) NewRouter() *routing.Router {
 	})
 }
 
-// NewQuery builds the read service (also used by `imshard bench query`).
+// initReadPath builds the process's one read path, shared by the modules
+// that read (its metrics are registered once); stopping it releases its
+// prepared statements, after every module using it stopped.
+func initReadPath(ctx context.Context, a *App) (Service, error) {
+	c := &a.clients
+	a.reader = readpath.New(readpath.Params{
+		Redis:       c.redis,
+		DBs:         c.pools,
+		Router:      a.NewRouter(),
+		Flight:      c.flight,
+		ACL:         c.acl,
+		Scripts:     c.scripts,
+		HiddenTTL:   a.Config.Send.ACLCacheTTL, // user facts cached as long as memberships
+		LocalTopics: a.Config.HotCache.LocalTopics,
+		LocalMaxAge: a.Config.HotCache.LocalMaxAge,
+		Log:         a.Log.With().Str("module", ReadPath).Logger(),
+		Registerer:  a.Registry,
+	})
+	return holder{close: func() error { a.reader.Close(); return nil }}, nil
+}
+
+// NewQuery builds the read service (also used by `imshard bench query`)
+// over the read path (module readpath).
 func (a *App) NewQuery() *query.Service {
 	c := &a.clients
 	return query.New(query.Params{
+		Reader:           a.reader,
 		Redis:            c.redis,
 		DBs:              c.pools,
 		Router:           a.NewRouter(),
@@ -37,9 +61,6 @@ func (a *App) NewQuery() *query.Service {
 		ACL:              c.acl,
 		Scripts:          c.scripts,
 		Migrations:       c.migs,
-		HiddenTTL:        a.Config.Send.ACLCacheTTL, // user facts cached as long as memberships
-		LocalTopics:      a.Config.HotCache.LocalTopics,
-		LocalMaxAge:      a.Config.HotCache.LocalMaxAge,
 		LocalUsers:       a.Config.HotCache.LocalUsers,
 		RememberedMaxAge: a.Config.HotCache.RememberedMaxAge,
 		LocalRoutes:      a.Config.HotCache.LocalRoutes,

@@ -16,6 +16,7 @@ import (
 	"github.com/imshard/imshard/modules/bench"
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/query"
+	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -73,7 +74,7 @@ func newBenchInboxCmd(g *globals) *cobra.Command {
 func runBenchInbox(ctx context.Context, cfg *config.Config, o *benchInboxOptions, g *globals) (rep bench.InboxReport, err error) {
 	benchTenant(cfg, o.tenant)
 	a := app.New(cfg, g.logger(cfg))
-	if err := a.StartTools(ctx); err != nil {
+	if err := a.StartTools(ctx, app.ReadPath); err != nil {
 		return rep, err
 	}
 	defer a.Close()
@@ -111,7 +112,7 @@ func runBenchInbox(ctx context.Context, cfg *config.Config, o *benchInboxOptions
 			_, err := svc.MarkRead(ctx, pr, topic, seq)
 			return err
 		},
-		NotHidden: query.NotHidden, TablePage: svc.TablePage, Redis: a.Redis(), Cold: o.cold, DB: db, Tenant: o.tenant, Table: t, Users: o.users, Topics: o.topics,
+		NotHidden: readpath.NotHidden, TablePage: a.Reader().TablePage, Redis: a.Redis(), Cold: o.cold, DB: db, Tenant: o.tenant, Table: t, Users: o.users, Topics: o.topics,
 		MinPer: o.minPer, MaxPer: o.maxPer, HeavyUsers: o.heavy, Messages: o.messages, Concurrency: o.concurrency,
 		Duration: o.duration, Warmup: o.warmup, Progress: g.stderr}
 	start := time.Now()

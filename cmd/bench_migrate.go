@@ -87,7 +87,7 @@ func newBenchMigrateCmd(g *globals) *cobra.Command {
 func runBenchMigrate(ctx context.Context, cfg *config.Config, o *benchMigrateOptions, g *globals) (bench.MigrateReport, error) {
 	benchTenant(cfg, o.tenant)
 	a := app.New(cfg, g.logger(cfg))
-	if err := a.StartTools(ctx); err != nil {
+	if err := a.StartTools(ctx, app.ReadPath); err != nil {
 		return bench.MigrateReport{}, err
 	}
 	defer a.Close()

@@ -92,7 +92,7 @@ func runBenchQuery(ctx context.Context, cfg *config.Config, o *benchQueryOptions
 func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOptions, g *globals, secret []byte, first bool) (rep bench.QueryReport, again bool, err error) {
 	log := g.logger(cfg)
 	a := app.New(cfg, log)
-	if err := a.StartTools(ctx); err != nil {
+	if err := a.StartTools(ctx, app.ReadPath); err != nil {
 		return rep, false, err
 	}
 	defer a.Close()
@@ -140,7 +140,7 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 			pg, err := svc.Before(ctx, me, topic, before, limit)
 			return len(pg.Messages), err
 		},
-		TablePage: svc.TablePage,
+		TablePage: a.Reader().TablePage,
 		Edit: func(ctx context.Context, me httpapi.Principal, topic string, seq int64, content json.RawMessage, version int) (int64, error) {
 			res, err := svc.Edit(ctx, me, topic, seq, query.EditRequest{Content: content, ExpectedVersion: &version})
 			return res.ChangeSeq, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routecheck"
 	"github.com/imshard/imshard/modules/routing"
 )
@@ -129,9 +130,9 @@ func (s *Service) MessageByID(ctx context.Context, p httpapi.Principal, id int64
 		return message.Message{}, err
 	}
 	m := loc.Message
-	if err := s.Authorize(ctx, p, m.Topic); err != nil {
+	if err := s.r.Authorize(ctx, p, m.Topic); err != nil {
 		if code, _ := httpapi.Classify(err); code == httpapi.CodePermissionDenied {
-			return message.Message{}, ErrNotFound
+			return message.Message{}, readpath.ErrNotFound
 		}
 		return message.Message{}, err
 	}
@@ -139,7 +140,7 @@ func (s *Service) MessageByID(ctx context.Context, p httpapi.Principal, id int64
 	if err != nil {
 		return message.Message{}, err
 	}
-	hv, err := s.HiddenOf(ctx, db, keys, m.Topic, p.UserID)
+	hv, err := s.r.HiddenOf(ctx, db, keys, m.Topic, p.UserID)
 	if err != nil {
 		return message.Message{}, err
 	}
@@ -150,7 +151,7 @@ func (s *Service) MessageByID(ctx context.Context, p httpapi.Principal, id int64
 		}
 	}
 	if hidden.Hides(m.Seq) {
-		return message.Message{}, ErrNotFound
+		return message.Message{}, readpath.ErrNotFound
 	}
 	return m, nil
 }
@@ -197,7 +198,7 @@ func (s *Service) locate(ctx context.Context, db *sql.DB, tenant string, id int6
 		return Located{}, err
 	}
 	for _, i := range order {
-		ms, err := s.st.Messages(ctx, db, sq.Select(Columns...).From(tables[i].Quoted()+" AS m").
+		ms, err := s.st.Messages(ctx, db, sq.Select(readpath.Columns...).From(tables[i].Quoted()+" AS m").
 			Where(sq.Eq{"m.message_id": id}))
 		if err != nil {
 			return Located{}, err
@@ -206,14 +207,14 @@ func (s *Service) locate(ctx context.Context, db *sql.DB, tenant string, id int6
 			return Located{Message: ms[0], ShardMonth: tables[i].Month().String()}, nil
 		}
 	}
-	return Located{}, ErrNotFound
+	return Located{}, readpath.ErrNotFound
 }
 
 // locateLegacy reads message id from the legacy table; its shard_month is
 // the month the backfill copies it into (its created_at month before the
 // cutover recorded the months).
 func (s *Service) locateLegacy(ctx context.Context, db *sql.DB, id int64) (Located, bool, error) {
-	ms, err := s.st.Messages(ctx, db, sq.Select(Columns...).From(routing.LegacyQuoted()+" AS m").Where(sq.Eq{"m.message_id": id}))
+	ms, err := s.st.Messages(ctx, db, sq.Select(readpath.Columns...).From(routing.LegacyQuoted()+" AS m").Where(sq.Eq{"m.message_id": id}))
 	if err != nil || len(ms) == 0 {
 		return Located{}, false, err
 	}

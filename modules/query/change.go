@@ -15,6 +15,7 @@ import (
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/tenantdb"
 )
@@ -121,7 +122,7 @@ func (s *Service) Edit(ctx context.Context, p httpapi.Principal, topic string, s
 	actor := p.UserID
 	switch {
 	case req.FromUser != nil && p.Role != httpapi.RoleService:
-		return ChangeResult{}, Invalid("from_user may be set only by the service role")
+		return ChangeResult{}, readpath.Invalid("from_user may be set only by the service role")
 	case req.FromUser != nil:
 		actor = int64(*req.FromUser)
 	case p.Role != httpapi.RoleUser:
@@ -156,7 +157,7 @@ func (s *Service) member(ctx context.Context, tenant, topic string, user int64) 
 		return acl.Membership{}, err
 	}
 	m, err := s.p.ACL.Lookup(ctx, tenant, topic, user)
-	if err := Allowed(m, err); err != nil {
+	if err := readpath.Allowed(m, err); err != nil {
 		return acl.Membership{}, err
 	}
 	return m, nil
@@ -190,7 +191,7 @@ func (s *Service) change(ctx context.Context, p httpapi.Principal, c changeReq) 
 	if err := s.p.Migrations.GateChange(ctx, p.Tenant); err != nil {
 		return ChangeResult{}, err
 	}
-	keys, db, err := s.Open(ctx, p, c.topic)
+	keys, db, err := s.r.Open(ctx, p, c.topic)
 	if err != nil {
 		return ChangeResult{}, err
 	}
@@ -237,7 +238,7 @@ func (s *Service) changeTables(ctx context.Context, db *sql.DB, tenant string, t
 	}
 	tables, err := s.p.Router.Tables(ctx, tenant, []routing.Month{m})
 	if err != nil || len(tables) == 0 {
-		return nil, false, errors.Join(err, ErrNotFound)
+		return nil, false, errors.Join(err, readpath.ErrNotFound)
 	}
 	return tables, true, nil
 }
@@ -259,11 +260,11 @@ func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, t
 			return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
 		}
 		if !found {
-			return ChangeResult{}, ErrNotFound
+			return ChangeResult{}, readpath.ErrNotFound
 		}
 	}
 	old, table, err := lockMessage(ctx, tx, tables, c.topic, c.seq)
-	if errors.Is(err, ErrNotFound) && flying {
+	if errors.Is(err, readpath.ErrNotFound) && flying {
 		return ChangeResult{}, httpapi.Errorf(httpapi.CodeConflict,
 			"the message is not stored yet (still on its way from the queue); retry after retry_after_ms").
 			WithDetails(map[string]any{"retry_after_ms": retryAfter.Milliseconds()})
@@ -296,7 +297,7 @@ func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, t
 // locking the row; 404 when none does.
 func lockMessage(ctx context.Context, tx *sql.Tx, tables []routing.Table, topic string, seq int64) (message.Message, routing.Table, error) {
 	for _, t := range tables {
-		query, args, err := sq.Select(Columns...).From(t.Quoted() + " AS m").
+		query, args, err := sq.Select(readpath.Columns...).From(t.Quoted() + " AS m").
 			Where(sq.Eq{"m.topic": topic, "m.seqid": seq}).Suffix("FOR UPDATE").ToSql()
 		if err != nil {
 			return message.Message{}, routing.Table{}, err
@@ -308,7 +309,7 @@ func lockMessage(ctx context.Context, tx *sql.Tx, tables []routing.Table, topic 
 		found := rows.Next()
 		var m message.Message
 		if found {
-			m, err = ScanMessage(rows)
+			m, err = readpath.ScanMessage(rows)
 		}
 		if cerr := rows.Close(); err == nil {
 			err = cerr
@@ -323,7 +324,7 @@ func lockMessage(ctx context.Context, tx *sql.Tx, tables []routing.Table, topic 
 			return m, t, nil
 		}
 	}
-	return message.Message{}, routing.Table{}, ErrNotFound
+	return message.Message{}, routing.Table{}, readpath.ErrNotFound
 }
 
 // apply checks c against the locked message and returns its new state; the
@@ -498,7 +499,7 @@ type Changes struct {
 // the topic and admins: how a follower that missed change events catches
 // up.
 func (s *Service) ChangesSince(ctx context.Context, p httpapi.Principal, topic string, after int64, limit int) (Changes, error) {
-	if err := s.Authorize(ctx, p, topic); err != nil {
+	if err := s.r.Authorize(ctx, p, topic); err != nil {
 		return Changes{}, err
 	}
 	db, err := s.p.DBs.DB(ctx, p.Tenant)

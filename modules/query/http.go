@@ -7,6 +7,7 @@ import (
 
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/readpath"
 )
 
 // Register adds the read routes (docs/api.md, docs/openapi.yaml) to mux.
@@ -39,19 +40,17 @@ func (s *Service) handleList(w http.ResponseWriter, r *http.Request, p httpapi.P
 		if err != nil {
 			return err
 		}
-		return WritePage(w, page.AppendJSON)
+		return readpath.WritePage(w, page.AppendJSON)
 	}
 	page, err := s.Before(r.Context(), p, topic, req.Before, req.Limit)
 	if err != nil {
 		return err
 	}
-	return WritePage(w, page.AppendJSON)
+	return readpath.WritePage(w, page.AppendJSON)
 }
 
-func PathSeq(r *http.Request) (int64, error) { return ParseCursor("seq", r.PathValue("seq"), 1) }
-
 func (s *Service) handleGet(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
-	seq, err := PathSeq(r)
+	seq, err := readpath.PathSeq(r)
 	if err != nil {
 		return err
 	}
@@ -64,7 +63,7 @@ func (s *Service) handleGet(w http.ResponseWriter, r *http.Request, p httpapi.Pr
 }
 
 func (s *Service) handleContext(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
-	seq, err := PathSeq(r)
+	seq, err := readpath.PathSeq(r)
 	if err != nil {
 		return err
 	}
@@ -96,7 +95,7 @@ func (s *Service) handleSearch(w http.ResponseWriter, r *http.Request, p httpapi
 }
 
 func (s *Service) handleAdminMessage(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
-	id, err := ParseCursor("message_id", r.PathValue("message_id"), 1)
+	id, err := readpath.ParseCursor("message_id", r.PathValue("message_id"), 1)
 	if err != nil {
 		return err
 	}
@@ -109,7 +108,7 @@ func (s *Service) handleAdminMessage(w http.ResponseWriter, r *http.Request, p h
 }
 
 func (s *Service) handleMessageByID(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
-	id, err := ParseCursor("message_id", r.PathValue("message_id"), 1)
+	id, err := readpath.ParseCursor("message_id", r.PathValue("message_id"), 1)
 	if err != nil {
 		return err
 	}
@@ -170,7 +169,7 @@ func (s *Service) handleDeletions(w http.ResponseWriter, r *http.Request, p http
 // handleDelete hides one message for the caller (scope=me) or deletes it
 // for everyone (scope=all, role admin).
 func (s *Service) handleDelete(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
-	seq, err := PathSeq(r)
+	seq, err := readpath.PathSeq(r)
 	if err != nil {
 		return err
 	}
@@ -197,7 +196,7 @@ func (s *Service) handleDelete(w http.ResponseWriter, r *http.Request, p httpapi
 
 func (s *Service) handleRecall(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
 	return s.answerChange(w, message.ActionRecall, func() (ChangeResult, error) {
-		seq, err := PathSeq(r)
+		seq, err := readpath.PathSeq(r)
 		if err != nil {
 			return ChangeResult{}, err
 		}
@@ -211,7 +210,7 @@ func (s *Service) handleRecall(w http.ResponseWriter, r *http.Request, p httpapi
 
 func (s *Service) handleEdit(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
 	return s.answerChange(w, message.ActionEdit, func() (ChangeResult, error) {
-		seq, err := PathSeq(r)
+		seq, err := readpath.PathSeq(r)
 		if err != nil {
 			return ChangeResult{}, err
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -37,98 +38,47 @@ type ListRequest struct {
 	Limit     int
 }
 
-func Invalid(msg string) error { return httpapi.Errorf(httpapi.CodeInvalidArgument, msg) }
-
-// Single returns the one value of key: a repeated parameter is ambiguous,
-// so it is an error; an empty value counts as absent.
-func Single(q url.Values, key string) (string, bool, error) {
-	vs, ok := q[key]
-	if !ok {
-		return "", false, nil
-	}
-	if len(vs) != 1 {
-		return "", false, Invalid(key + " given more than once")
-	}
-	if vs[0] == "" {
-		return "", false, nil
-	}
-	return vs[0], true, nil
-}
-
-// ParseCursor reads a seq cursor: a decimal int64 of at least min. Signs,
-// spaces, hex and values beyond int64 are rejected (invariant 11).
-func ParseCursor(name, v string, min int64) (int64, error) {
-	if v == "" || len(v) > 19 {
-		return 0, Invalid(name + " must be a decimal seq")
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return 0, Invalid(name + " must be a decimal seq")
-		}
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return 0, Invalid(name + " is out of range")
-	}
-	if n < min {
-		return 0, Invalid(name + " must be at least " + strconv.FormatInt(min, 10))
-	}
-	return n, nil
-}
-
-// ParseLimit reads a page size in [1, max]; absent means def.
-func ParseLimit(name, v string, present bool, def, max int) (int, error) {
-	if !present {
-		return def, nil
-	}
-	n, err := ParseCursor(name, v, 1)
-	if err != nil || n > int64(max) {
-		return 0, Invalid(name + " must be 1.." + strconv.Itoa(max))
-	}
-	return int(n), nil
-}
-
 // ParseList validates ?before=&since=&limit=.
 func ParseList(q url.Values) (ListRequest, error) {
 	var r ListRequest
-	before, hasBefore, err := Single(q, "before")
+	before, hasBefore, err := readpath.Single(q, "before")
 	if err != nil {
 		return r, err
 	}
-	since, hasSince, err := Single(q, "since")
+	since, hasSince, err := readpath.Single(q, "since")
 	if err != nil {
 		return r, err
 	}
 	if hasBefore && hasSince {
-		return r, Invalid("before and since are exclusive")
+		return r, readpath.Invalid("before and since are exclusive")
 	}
 	if hasBefore {
-		if r.Before, err = ParseCursor("before", before, 1); err != nil {
+		if r.Before, err = readpath.ParseCursor("before", before, 1); err != nil {
 			return r, err
 		}
 		r.HasBefore = true
 	}
 	if hasSince {
-		if r.Since, err = ParseCursor("since", since, 0); err != nil {
+		if r.Since, err = readpath.ParseCursor("since", since, 0); err != nil {
 			return r, err
 		}
 		r.HasSince = true
 	}
-	lim, hasLim, err := Single(q, "limit")
+	lim, hasLim, err := readpath.Single(q, "limit")
 	if err != nil {
 		return r, err
 	}
-	r.Limit, err = ParseLimit("limit", lim, hasLim, DefaultLimit, MaxLimit)
+	r.Limit, err = readpath.ParseLimit("limit", lim, hasLim, DefaultLimit, MaxLimit)
 	return r, err
 }
 
 // ParseContext validates ?before=&after= of a context request (counts).
 func ParseContext(q url.Values) (before, after int, err error) {
-	b, hasB, err := Single(q, "before")
+	b, hasB, err := readpath.Single(q, "before")
 	if err != nil {
 		return 0, 0, err
 	}
-	a, hasA, err := Single(q, "after")
+	a, hasA, err := readpath.Single(q, "after")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -143,9 +93,9 @@ func parseCount(name, v string, present bool) (int, error) {
 	if !present {
 		return DefaultContext, nil
 	}
-	n, err := ParseCursor(name, v, 0)
+	n, err := readpath.ParseCursor(name, v, 0)
 	if err != nil || n > MaxContext {
-		return 0, Invalid(name + " must be 0.." + strconv.Itoa(MaxContext))
+		return 0, readpath.Invalid(name + " must be 0.." + strconv.Itoa(MaxContext))
 	}
 	return int(n), nil
 }
@@ -166,57 +116,57 @@ const maxQueryLen = 256
 // ParseSearch validates ?q=&from=&to=&limit=&before=.
 func ParseSearch(q url.Values) (SearchRequest, error) {
 	var r SearchRequest
-	text, ok, err := Single(q, "q")
+	text, ok, err := readpath.Single(q, "q")
 	if err != nil {
 		return r, err
 	}
 	if !ok || len(text) > maxQueryLen {
-		return r, Invalid("q is required (at most " + strconv.Itoa(maxQueryLen) + " bytes)")
+		return r, readpath.Invalid("q is required (at most " + strconv.Itoa(maxQueryLen) + " bytes)")
 	}
 	r.Q = text
 	for _, f := range []struct {
 		name string
 		dst  *time.Time
 	}{{"from", &r.From}, {"to", &r.To}} {
-		v, ok, err := Single(q, f.name)
+		v, ok, err := readpath.Single(q, f.name)
 		if err != nil {
 			return r, err
 		}
 		if !ok {
-			return r, Invalid(f.name + " is required (RFC 3339)")
+			return r, readpath.Invalid(f.name + " is required (RFC 3339)")
 		}
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			return r, Invalid(f.name + " must be RFC 3339")
+			return r, readpath.Invalid(f.name + " must be RFC 3339")
 		}
 		*f.dst = t.UTC()
 	}
 	if !r.To.After(r.From) {
-		return r, Invalid("to must be after from")
+		return r, readpath.Invalid("to must be after from")
 	}
 	if r.To.Sub(r.From) > MaxSearchDays*24*time.Hour {
-		return r, Invalid("the search window is at most " + strconv.Itoa(MaxSearchDays) + " days")
+		return r, readpath.Invalid("the search window is at most " + strconv.Itoa(MaxSearchDays) + " days")
 	}
 	months := monthSpan(r.From, r.To)
 	if months == 0 {
-		return r, Invalid("from and to must lie in the years " + strconv.Itoa(routing.MinYear) + ".." + strconv.Itoa(routing.MaxYear))
+		return r, readpath.Invalid("from and to must lie in the years " + strconv.Itoa(routing.MinYear) + ".." + strconv.Itoa(routing.MaxYear))
 	}
 	if months > MaxSearchMonths {
-		return r, Invalid("the search window may touch at most " + strconv.Itoa(MaxSearchMonths) + " months")
+		return r, readpath.Invalid("the search window may touch at most " + strconv.Itoa(MaxSearchMonths) + " months")
 	}
-	if v, ok, err := Single(q, "before"); err != nil {
+	if v, ok, err := readpath.Single(q, "before"); err != nil {
 		return r, err
 	} else if ok {
-		if r.Before, err = ParseCursor("before", v, 1); err != nil {
+		if r.Before, err = readpath.ParseCursor("before", v, 1); err != nil {
 			return r, err
 		}
 		r.HasBefore = true
 	}
-	lim, hasLim, err := Single(q, "limit")
+	lim, hasLim, err := readpath.Single(q, "limit")
 	if err != nil {
 		return r, err
 	}
-	r.Limit, err = ParseLimit("limit", lim, hasLim, DefaultLimit, MaxLimit)
+	r.Limit, err = readpath.ParseLimit("limit", lim, hasLim, DefaultLimit, MaxLimit)
 	return r, err
 }
 
@@ -241,10 +191,10 @@ func DecodeDeletion(r io.Reader) (DeletionRange, error) {
 		return DeletionRange{}, err
 	}
 	if req.Low == nil || req.Hi == nil {
-		return DeletionRange{}, Invalid("low and hi are required")
+		return DeletionRange{}, readpath.Invalid("low and hi are required")
 	}
 	if *req.Low < 1 || *req.Hi <= *req.Low {
-		return DeletionRange{}, Invalid("a deletion range needs 1 <= low < hi")
+		return DeletionRange{}, readpath.Invalid("a deletion range needs 1 <= low < hi")
 	}
 	return DeletionRange{Low: *req.Low, Hi: *req.Hi}, nil
 }
@@ -257,12 +207,12 @@ const (
 
 // ParseScope reads the required scope of a delete: me or all.
 func ParseScope(q url.Values) (string, error) {
-	v, ok, err := Single(q, "scope")
+	v, ok, err := readpath.Single(q, "scope")
 	if err != nil {
 		return "", err
 	}
 	if !ok || (v != ScopeMe && v != ScopeAll) {
-		return "", Invalid("scope must be me or all")
+		return "", readpath.Invalid("scope must be me or all")
 	}
 	return v, nil
 }
@@ -295,7 +245,7 @@ func DecodeRecall(r io.Reader) (reason string, err error) {
 
 // ParseReason reads the optional reason of a delete for everyone.
 func ParseReason(q url.Values) (string, error) {
-	v, _, err := Single(q, "reason")
+	v, _, err := readpath.Single(q, "reason")
 	if err != nil {
 		return "", err
 	}
@@ -304,7 +254,7 @@ func ParseReason(q url.Values) (string, error) {
 
 func checkReason(reason string) error {
 	if utf8.RuneCountInString(reason) > MaxReason || !utf8.ValidString(reason) {
-		return Invalid("reason must be UTF-8 of at most " + strconv.Itoa(MaxReason) + " characters")
+		return readpath.Invalid("reason must be UTF-8 of at most " + strconv.Itoa(MaxReason) + " characters")
 	}
 	return nil
 }
@@ -320,16 +270,16 @@ func DecodeEdit(r io.Reader) (EditRequest, error) {
 		return EditRequest{}, err
 	}
 	if req.ExpectedVersion == nil || *req.ExpectedVersion < 1 {
-		return EditRequest{}, Invalid("expected_version is required: the version of the message the edit is based on (>= 1)")
+		return EditRequest{}, readpath.Invalid("expected_version is required: the version of the message the edit is based on (>= 1)")
 	}
 	if req.Content == nil {
-		return EditRequest{}, Invalid("content is required")
+		return EditRequest{}, readpath.Invalid("content is required")
 	}
 	if err := message.CheckStored(req.Content, req.Head); err != nil {
-		return EditRequest{}, Invalid(err.Error())
+		return EditRequest{}, readpath.Invalid(err.Error())
 	}
 	if req.FromUser != nil && *req.FromUser <= 0 {
-		return EditRequest{}, Invalid("from_user must be a positive user id")
+		return EditRequest{}, readpath.Invalid("from_user must be a positive user id")
 	}
 	return req, nil
 }

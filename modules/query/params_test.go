@@ -3,11 +3,15 @@ package query
 import (
 	"errors"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/readpath"
+	"github.com/imshard/imshard/modules/routing"
 )
 
 func isInvalid(err error) bool {
@@ -93,7 +97,7 @@ func FuzzParseCursor(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		n, err := ParseCursor("before", s, 1)
+		n, err := readpath.ParseCursor("before", s, 1)
 		if err != nil {
 			if !isInvalid(err) {
 				t.Fatalf("%q: non-API error %v", s, err)
@@ -144,4 +148,65 @@ func TestDecodeChangeBodies(t *testing.T) {
 	if _, err := ParseReason(url.Values{"reason": {"a", "b"}}); !isInvalid(err) {
 		t.Fatal("a repeated reason")
 	}
+}
+
+func TestSearchMonths(t *testing.T) {
+	at := func(s string) time.Time { tm, _ := time.Parse(time.RFC3339, s); return tm }
+	mirror := []routing.MirrorRow{
+		{MonthRange: routing.MonthRange{Month: routing.MustMonth("202608")}, MinCreatedAt: at("2026-08-01T00:00:00Z"), MaxCreatedAt: at("2026-08-31T23:59:59Z")},
+		// the active month lagged the calendar: September rows in 202608's
+		// successor start late, and 202609 holds a row from October 1st
+		{MonthRange: routing.MonthRange{Month: routing.MustMonth("202609")}, MinCreatedAt: at("2026-09-01T00:00:01Z"), MaxCreatedAt: at("2026-10-01T00:00:02Z")},
+		{MonthRange: routing.MonthRange{Month: routing.MustMonth("202610")}, MinCreatedAt: at("2026-10-01T00:00:03Z"), MaxCreatedAt: at("2026-10-20T00:00:00Z")},
+	}
+	reg := []routing.Month{routing.MustMonth("202607"), routing.MustMonth("202608"), routing.MustMonth("202609"), routing.MustMonth("202610")}
+	got := SearchMonths(mirror, reg, at("2026-10-01T00:00:00Z"), at("2026-10-02T00:00:00Z"))
+	if want := []routing.Month{routing.MustMonth("202610"), routing.MustMonth("202609")}; !slices.Equal(got, want) {
+		t.Fatalf("edge window: got %v, want %v", got, want)
+	}
+	got = SearchMonths(nil, reg, at("2026-09-10T00:00:00Z"), at("2026-10-02T00:00:00Z"))
+	if want := []routing.Month{routing.MustMonth("202610"), routing.MustMonth("202609"), routing.MustMonth("202608")}; !slices.Equal(got, want) {
+		t.Fatalf("no mirror: got %v, want %v", got, want)
+	}
+}
+
+func TestLikePattern(t *testing.T) {
+	if got := likePattern(`50%_off!`); got != `%50!%!_off!!%` {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestFindMonth(t *testing.T) {
+	// months 0..5: ids 100-199, empty, 300-399, 400-499, empty, empty
+	b := []idBounds{{lo: 100, hi: 199}, {empty: true}, {lo: 300, hi: 399}, {lo: 400, hi: 499}, {empty: true}, {empty: true}}
+	calls := 0
+	bounds := func(i int) (idBounds, error) { calls++; return b[i], nil }
+	for id, want := range map[int64]int{150: 0, 350: 2, 499: 3, 250: 2, 50: 0} {
+		got, err := FindMonth(len(b), bounds, id)
+		if err != nil || len(got) == 0 || got[0] != want {
+			t.Errorf("id %d: got %v, want first %d", id, got, want)
+		}
+	}
+	if got, _ := FindMonth(0, bounds, 1); got != nil {
+		t.Fatalf("no months: %v", got)
+	}
+}
+
+// FuzzDecodeDeletion: a body either is a 4xx API error or a valid range.
+func FuzzDecodeDeletion(f *testing.F) {
+	for _, s := range []string{`{"low":1,"hi":2}`, `{"low":0,"hi":2}`, `{"hi":2}`, `{"low":1,"hi":2}x`, `[]`, `null`, `{"low":1e3,"hi":2e3}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := DecodeDeletion(strings.NewReader(s))
+		if err != nil {
+			if !isInvalid(err) {
+				t.Fatalf("%q: non-API error %v", s, err)
+			}
+			return
+		}
+		if r.Low < 1 || r.Hi <= r.Low {
+			t.Fatalf("%q accepted as %+v", s, r)
+		}
+	})
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -111,7 +112,7 @@ type SyncPage struct {
 // is refused adds nothing to the entry and writes nothing to MySQL.
 func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic string, seq int64) (ReadCursor, error) {
 	start := time.Now()
-	keys, db, err := s.Open(ctx, p, topic)
+	keys, db, err := s.r.Open(ctx, p, topic)
 	if err != nil {
 		return ReadCursor{}, err
 	}
@@ -124,7 +125,7 @@ func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic strin
 		serr = fmt.Errorf("cursor script answered %v", out)
 	}
 	m, err := s.p.ACL.Resolve(ctx, p.Tenant, topic, p.UserID, res[:len(cmds)])
-	if err := Allowed(m, err); err != nil {
+	if err := readpath.Allowed(m, err); err != nil {
 		if serr == nil && out[1] >= 0 {
 			// the entry names a topic the caller is not a member of (a
 			// leave whose drop is still to come), or may not be: it is
@@ -209,10 +210,10 @@ type Prefs struct {
 // topic as the list shows it.
 func (s *Service) SetPrefs(ctx context.Context, p httpapi.Principal, topic string, pr Prefs) (InboxTopic, error) {
 	start := time.Now()
-	if err := s.Authorize(ctx, p, topic); err != nil {
+	if err := s.r.Authorize(ctx, p, topic); err != nil {
 		return InboxTopic{}, err
 	}
-	keys, db, err := s.Open(ctx, p, topic)
+	keys, db, err := s.r.Open(ctx, p, topic)
 	if err != nil {
 		return InboxTopic{}, err
 	}

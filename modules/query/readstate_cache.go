@@ -39,6 +39,7 @@ import (
 
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -559,7 +560,7 @@ func (s *Service) countHot(ctx context.Context, db *sql.DB, keys routing.Keys, u
 	cmds := make([]rueidis.Completed, 0, (per+3)*n)
 	for _, i := range hot {
 		u := us[i]
-		cmds = append(cmds, s.HotCmds(keys, u.topic, Desc, math.MaxInt64, u.readSeq, hotReadOf(u))...)
+		cmds = append(cmds, s.r.HotCmds(keys, u.topic, readpath.Desc, math.MaxInt64, u.readSeq, hotReadOf(u))...)
 	}
 	if remember {
 		// before the ranges: a hide moves it forward before and after its insert
@@ -568,7 +569,7 @@ func (s *Service) countHot(ctx context.Context, db *sql.DB, keys routing.Keys, u
 		}
 	}
 	for _, i := range hot {
-		cmds = append(cmds, s.HiddenCmds(keys, us[i].topic, user)...)
+		cmds = append(cmds, s.r.HiddenCmds(keys, us[i].topic, user)...)
 	}
 	if remember {
 		// after the messages: the lowest seq not stored yet
@@ -590,7 +591,7 @@ func (s *Service) countHot(ctx context.Context, db *sql.DB, keys routing.Keys, u
 	var hres []rueidis.RedisResult
 	for j, i := range hot {
 		r := &reads[j]
-		r.c, r.last, r.err = HotResolve(res[j*per:(j+1)*per], Desc, math.MaxInt64, us[i].readSeq, hotReadOf(us[i]))
+		r.c, r.last, r.err = readpath.HotResolve(res[j*per:(j+1)*per], readpath.Desc, math.MaxInt64, us[i].readSeq, hotReadOf(us[i]))
 		counters[j] = r.last
 		if len(r.c.Members) > 0 {
 			r.last = min(r.last, int64(r.c.Members[0].Score))
@@ -601,7 +602,7 @@ func (s *Service) countHot(ctx context.Context, db *sql.DB, keys routing.Keys, u
 			hres = append(hres, hidden[j])
 		}
 	}
-	hvs, err := s.HiddenOfMany(ctx, db, keys, user, names, hres)
+	hvs, err := s.r.HiddenOfMany(ctx, db, keys, user, names, hres)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -677,10 +678,10 @@ func hotReadOf(u userTopic) int {
 // like those not stored yet in the month tables) and, when something
 // lies above the cursor, the caller's deletion ranges.
 type hotRead struct {
-	c    Cached
+	c    readpath.Cached
 	last int64
 	err  error
-	hv   HiddenView
+	hv   readpath.HiddenView
 }
 
 // countHotOne counts u from its hot-cache read as countMany would from the
@@ -703,7 +704,7 @@ func (s *Service) countHotOne(user int64, u userTopic, r hotRead) (unreadCount, 
 	}
 	c, last, hv := r.c, r.last, r.hv
 	// at most n rows: all the read may cover
-	page, ok, _ := Walk(HotView{Top: c}, last, u.readSeq+1, Desc, n-1, nil, true)
+	page, ok, _ := readpath.Walk(readpath.HotView{Top: c}, last, u.readSeq+1, readpath.Desc, n-1, nil, true)
 	if !ok {
 		return out, false
 	}
@@ -725,7 +726,7 @@ func (s *Service) countHotOne(user int64, u userTopic, r hotRead) (unreadCount, 
 // lastRead is how many cached members a last-message read takes: the
 // newest stored one and a few it may have to step over (deleted for
 // everyone, hidden by the caller, gaps).
-const lastRead = HotSlack + 1
+const lastRead = readpath.HotSlack + 1
 
 // lastMessages is the last message of each of us the caller may see (nil:
 // none), as lastMessage answers it, and each topic's last stored seq: from
@@ -754,26 +755,26 @@ func (s *Service) lastMessages(ctx context.Context, db *sql.DB, tenant string, k
 		const per = 4 // hotCmds
 		cmds := make([]rueidis.Completed, 0, (per+1)*len(hot))
 		for _, i := range hot {
-			cmds = append(cmds, s.HotCmds(keys, us[i].topic, Desc, us[i].mirror.LastSeq()+1, 0, lastRead)...)
+			cmds = append(cmds, s.r.HotCmds(keys, us[i].topic, readpath.Desc, us[i].mirror.LastSeq()+1, 0, lastRead)...)
 		}
 		names := make([]string, len(hot))
 		for j, i := range hot {
 			names[j] = us[i].topic
-			cmds = append(cmds, s.HiddenCmds(keys, us[i].topic, user)...)
+			cmds = append(cmds, s.r.HiddenCmds(keys, us[i].topic, user)...)
 		}
 		res := s.p.Redis.DoMulti(ctx, cmds...)
-		hvs, err := s.HiddenOfMany(ctx, db, keys, user, names, res[per*len(hot):])
+		hvs, err := s.r.HiddenOfMany(ctx, db, keys, user, names, res[per*len(hot):])
 		if err != nil {
 			return nil, nil, err
 		}
 		for j, i := range hot {
 			last := us[i].mirror.LastSeq()
-			c, _, err := HotResolve(res[j*per:(j+1)*per], Desc, last+1, 0, lastRead)
+			c, _, err := readpath.HotResolve(res[j*per:(j+1)*per], readpath.Desc, last+1, 0, lastRead)
 			if err != nil || !hvs[j].Known {
 				cold = append(cold, i)
 				continue
 			}
-			page, ok, _ := Walk(HotView{Top: c}, last, 1, Desc, 0, hvs[j].Ranges, false)
+			page, ok, _ := readpath.Walk(readpath.HotView{Top: c}, last, 1, readpath.Desc, 0, hvs[j].Ranges, false)
 			if !ok {
 				cold = append(cold, i)
 				continue

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/readpath"
 )
 
 // MaxReadStateBody bounds a PUT …/read or …/me body (a few small fields).
@@ -23,10 +24,10 @@ func DecodeRead(r io.Reader) (int64, error) {
 		return 0, err
 	}
 	if req.Seq == nil {
-		return 0, Invalid("seq is required")
+		return 0, readpath.Invalid("seq is required")
 	}
 	if *req.Seq < 0 {
-		return 0, Invalid("seq must be at least 0")
+		return 0, readpath.Invalid("seq must be at least 0")
 	}
 	return *req.Seq, nil
 }
@@ -49,16 +50,16 @@ func DecodePrefs(r io.Reader) (Prefs, error) {
 	default:
 		var s string
 		if json.Unmarshal(req.Mute, &s) != nil {
-			return Prefs{}, Invalid("notify_muted_until must be an RFC 3339 time or null")
+			return Prefs{}, readpath.Invalid("notify_muted_until must be an RFC 3339 time or null")
 		}
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
-			return Prefs{}, Invalid("notify_muted_until must be an RFC 3339 time or null")
+			return Prefs{}, readpath.Invalid("notify_muted_until must be an RFC 3339 time or null")
 		}
 		p.NotifyMute = &t
 	}
 	if p.Pinned == nil && p.NotifyMute == nil && !p.ClearNotifyMut {
-		return Prefs{}, Invalid("give pinned or notify_muted_until")
+		return Prefs{}, readpath.Invalid("give pinned or notify_muted_until")
 	}
 	return p, nil
 }
@@ -67,19 +68,19 @@ func DecodePrefs(r io.Reader) (Prefs, error) {
 func ParsePaged(q url.Values, name string) (limit int, opaque string, err error) {
 	for k := range q {
 		if k != "limit" && k != name {
-			return 0, "", Invalid("unknown parameter " + k)
+			return 0, "", readpath.Invalid("unknown parameter " + k)
 		}
 	}
-	lim, hasLim, err := Single(q, "limit")
+	lim, hasLim, err := readpath.Single(q, "limit")
 	if err != nil {
 		return 0, "", err
 	}
-	if limit, err = ParseLimit("limit", lim, hasLim, DefaultTopicsLimit, MaxTopicsLimit); err != nil {
+	if limit, err = readpath.ParseLimit("limit", lim, hasLim, DefaultTopicsLimit, MaxTopicsLimit); err != nil {
 		return 0, "", err
 	}
-	opaque, _, err = Single(q, name)
+	opaque, _, err = readpath.Single(q, name)
 	if len(opaque) > 512 {
-		return 0, "", Invalid(name + " is not one this API handed out")
+		return 0, "", readpath.Invalid(name + " is not one this API handed out")
 	}
 	return limit, opaque, err
 }
@@ -120,7 +121,7 @@ func (s *Service) handlePrefs(w http.ResponseWriter, r *http.Request, p httpapi.
 
 func (s *Service) handleUnread(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
 	if len(r.URL.Query()) > 0 {
-		return Invalid("GET /v1/me/unread takes no parameters")
+		return readpath.Invalid("GET /v1/me/unread takes no parameters")
 	}
 	out, err := s.Unread(r.Context(), p)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -257,7 +258,7 @@ func (s *Service) countUnread(ctx context.Context, db *sql.DB, tenant string, us
 	if err != nil {
 		return out, err
 	}
-	srcs := Sources(ListQuery{Topic: u.topic, User: user, Order: Desc, Bound: math.MaxInt64}, tables, leg)
+	srcs := readpath.Sources(readpath.ListQuery{Topic: u.topic, User: user, Order: readpath.Desc, Bound: math.MaxInt64}, tables, leg)
 	for _, src := range srcs {
 		own, err := s.st.ownNewest(ctx, db, src, user, u.readSeq)
 		if err != nil {
@@ -312,8 +313,8 @@ func (s *Service) lastMessage(ctx context.Context, db *sql.DB, tenant string, us
 	if err != nil {
 		return nil, last, err
 	}
-	q := ListQuery{Topic: u.topic, User: user, Order: Desc, Bound: math.MaxInt64, Limit: 1}
-	page, _, err := s.WalkSources(ctx, db, q, Sources(q, tables, leg))
+	q := readpath.ListQuery{Topic: u.topic, User: user, Order: readpath.Desc, Bound: math.MaxInt64, Limit: 1}
+	page, _, err := s.r.WalkSources(ctx, db, q, readpath.Sources(q, tables, leg))
 	if leg.Split {
 		last = max(last, leg.Hi)
 	}
@@ -325,7 +326,7 @@ func (s *Service) lastMessage(ctx context.Context, db *sql.DB, tenant string, us
 
 // ownNewest is the caller's newest seq above after in src (0: none), from
 // the (topic, from_user, seqid) index alone.
-func (s *Store) ownNewest(ctx context.Context, db *sql.DB, src Source, user, after int64) (int64, error) {
+func (s store) ownNewest(ctx context.Context, db *sql.DB, src readpath.Source, user, after int64) (int64, error) {
 	b := sq.Select("COALESCE(MAX(seqid), 0)").From(src.Table).
 		Where(sq.Eq{"topic": src.Q.Topic, "from_user": user}).Where(sq.Gt{"seqid": max(after, src.Q.Floor)})
 	if src.Q.Bound < math.MaxInt64 {
@@ -357,7 +358,7 @@ func (s *Store) ownNewest(ctx context.Context, db *sql.DB, src Source, user, aft
 // backfill copied it, so the unread legacy rows' mentions are taken from
 // the rows the walk reads anyway (legacyMentions). It returns the rows
 // read and the lowest seq.
-func (s *Store) unreadRows(ctx context.Context, db *sql.DB, src Source, user, after, before int64, c *unreadCount) (int, int64, error) {
+func (s store) unreadRows(ctx context.Context, db *sql.DB, src readpath.Source, user, after, before int64, c *unreadCount) (int, int64, error) {
 	topic := src.Q.Topic
 	legacy := src.Table == routing.LegacyQuoted()
 	b := sq.Select("m.seqid", "m.status")
@@ -366,7 +367,7 @@ func (s *Store) unreadRows(ctx context.Context, db *sql.DB, src Source, user, af
 	}
 	query, args, err := b.From(src.Table+" AS m").
 		Where(sq.Eq{"m.topic": topic}).Where(sq.Gt{"m.seqid": max(after, src.Q.Floor)}).Where(sq.Lt{"m.seqid": min(before, src.Q.Bound)}).
-		Where(NotHidden, user).OrderBy("m.seqid DESC").Limit(unreadWalkRow).ToSql()
+		Where(readpath.NotHidden, user).OrderBy("m.seqid DESC").Limit(unreadWalkRow).ToSql()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -408,7 +409,7 @@ func (s *Store) unreadRows(ctx context.Context, db *sql.DB, src Source, user, af
 // LAST_INSERT_ID(expr) form hands the row's value back with the result.
 // It is a cached prepared statement: one round trip, and running it twice
 // is the same as once.
-func (s *Store) markRead(ctx context.Context, db *sql.DB, user int64, topic string, seq int64) (int64, error) {
+func (s store) markRead(ctx context.Context, db *sql.DB, user int64, topic string, seq int64) (int64, error) {
 	query, args, err := sq.Insert(cursorsTable).Columns("user_id", "topic", "read_seq").Values(user, topic, seq).
 		Suffix("ON DUPLICATE KEY UPDATE read_seq = LAST_INSERT_ID(GREATEST(read_seq, VALUES(read_seq)))").ToSql()
 	if err != nil {
@@ -462,7 +463,7 @@ func readState(ctx context.Context, db *sql.DB, user int64, topic string) (readS
 
 // newestAt is the created_at of topic's newest message in t created at or
 // before at ((topic, created_at) index).
-func (s *Store) newestAt(ctx context.Context, db *sql.DB, t routing.Table, topic string, at time.Time) (time.Time, bool, error) {
+func (s store) newestAt(ctx context.Context, db *sql.DB, t routing.Table, topic string, at time.Time) (time.Time, bool, error) {
 	query, args, err := sq.Select("MAX(created_at)").From(t.Quoted()).
 		Where(sq.Eq{"topic": topic}).Where(sq.LtOrEq{"created_at": at.UTC()}).ToSql()
 	if err != nil {
@@ -595,7 +596,7 @@ const unreadRowsPerTopic = UnreadCap + 25
 // unreadBranch is one topic's part of a countMany statement: its rows above
 // the cursor, newest first, each with whether the caller hid it.
 const unreadBranch = "(SELECT ? AS i, m.seqid, m.from_user, m.status, " +
-	"NOT EXISTS (SELECT 1 FROM " + DellogTable + " AS d WHERE d.topic = m.topic AND d.deletedfor = ? AND d.low <= m.seqid AND d.hi > m.seqid) " +
+	"NOT EXISTS (SELECT 1 FROM " + readpath.DellogTable + " AS d WHERE d.topic = m.topic AND d.deletedfor = ? AND d.low <= m.seqid AND d.hi > m.seqid) " +
 	"FROM %s AS m WHERE m.topic = ? AND m.seqid > ? ORDER BY m.seqid DESC LIMIT %d)"
 
 // countMany is countUnread for many topics at once: the topics whose seqs
@@ -671,7 +672,7 @@ func (s *Service) countMany(ctx context.Context, db *sql.DB, tenant string, user
 // unreadMany reads the topics us[idx] of t in one statement and sets their
 // counts in out; it returns those whose rows ran past the branch bound
 // before an answer.
-func (s *Store) unreadMany(ctx context.Context, db *sql.DB, t routing.Table, user int64, us []userTopic, idx []int, out []unreadCount) ([]int, error) {
+func (s store) unreadMany(ctx context.Context, db *sql.DB, t routing.Table, user int64, us []userTopic, idx []int, out []unreadCount) ([]int, error) {
 	branch := fmt.Sprintf(unreadBranch, t.Quoted(), unreadRowsPerTopic)
 	parts := make([]string, unreadBranches)
 	args := make([]any, 0, 4*unreadBranches)
@@ -738,11 +739,11 @@ const mentionBranches = 128
 // entries (the change drops them) and neither do gaps.
 var mentionQuery = "SELECT x.topic, x.seq FROM " + routing.MentionsTable + " AS x WHERE x.user_id IN (?, 0) AND (" +
 	strings.Repeat("(x.topic = ? AND x.seq > ?) OR ", mentionBranches-1) + "(x.topic = ? AND x.seq > ?)) " +
-	"AND NOT EXISTS (SELECT 1 FROM " + DellogTable + " AS d WHERE d.topic = x.topic AND d.deletedfor = ? AND d.low <= x.seq AND d.hi > x.seq)"
+	"AND NOT EXISTS (SELECT 1 FROM " + readpath.DellogTable + " AS d WHERE d.topic = x.topic AND d.deletedfor = ? AND d.low <= x.seq AND d.hi > x.seq)"
 
 // mentionSeqs reads the seqs mentioning user (or everyone) above after[i]
 // in topics[i] that user did not hide, by topic.
-func (s *Store) mentionSeqs(ctx context.Context, db *sql.DB, user int64, topics []string, after []int64) (map[string][]int64, error) {
+func (s store) mentionSeqs(ctx context.Context, db *sql.DB, user int64, topics []string, after []int64) (map[string][]int64, error) {
 	out := map[string][]int64{}
 	var mu sync.Mutex
 	chunks := (len(topics) + mentionBranches - 1) / mentionBranches

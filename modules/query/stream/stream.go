@@ -25,6 +25,7 @@ import (
 
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/query"
+	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -130,7 +131,7 @@ func (s *Server) handleTopic(w http.ResponseWriter, r *http.Request, p httpapi.P
 		if len(q[k.name]) > 1 {
 			return httpapi.Errorf(httpapi.CodeInvalidArgument, k.name+" given twice")
 		}
-		v, err := query.ParseCursor(k.name, q.Get(k.name), 0)
+		v, err := readpath.ParseCursor(k.name, q.Get(k.name), 0)
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package query
+package readpath
 
 import (
 	"slices"
@@ -71,25 +71,6 @@ func FuzzDecodeHidden(f *testing.F) {
 		}
 		if back, err := DecodeHidden(EncodeHidden(h)); err != nil || !slices.Equal(back, h) {
 			t.Fatalf("%q: round trip %v %v", s, back, err)
-		}
-	})
-}
-
-// FuzzDecodeDeletion: a body either is a 4xx API error or a valid range.
-func FuzzDecodeDeletion(f *testing.F) {
-	for _, s := range []string{`{"low":1,"hi":2}`, `{"low":0,"hi":2}`, `{"hi":2}`, `{"low":1,"hi":2}x`, `[]`, `null`, `{"low":1e3,"hi":2e3}`} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		r, err := DecodeDeletion(strings.NewReader(s))
-		if err != nil {
-			if !isInvalid(err) {
-				t.Fatalf("%q: non-API error %v", s, err)
-			}
-			return
-		}
-		if r.Low < 1 || r.Hi <= r.Low {
-			t.Fatalf("%q accepted as %+v", s, r)
 		}
 	})
 }

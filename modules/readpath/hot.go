@@ -1,4 +1,4 @@
-package query
+package readpath
 
 import (
 	"context"
@@ -30,7 +30,7 @@ const (
 // (exclusive of bound), at most n of each; newest first they stop above
 // floor when it is positive (a read of what lies above a process's copy).
 // hotResolve reads their results.
-func (s *Service) HotCmds(keys routing.Keys, topic string, o Order, bound, floor int64, n int) []rueidis.Completed {
+func (s *Reader) HotCmds(keys routing.Keys, topic string, o Order, bound, floor int64, n int) []rueidis.Completed {
 	rdb := s.p.Redis
 	b := "(" + strconv.FormatInt(bound, 10)
 	var hot, gaps rueidis.Completed
@@ -105,7 +105,7 @@ func HotResolve(res []rueidis.RedisResult, o Order, bound, floor int64, n int) (
 }
 
 // hotReread reads the cache next to bound again, n members this time.
-func (s *Service) hotReread(ctx context.Context, keys routing.Keys, topic string, o Order, bound int64, n int) (Cached, error) {
+func (s *Reader) hotReread(ctx context.Context, keys routing.Keys, topic string, o Order, bound int64, n int) (Cached, error) {
 	c, _, err := HotResolve(s.p.Redis.DoMulti(ctx, s.HotCmds(keys, topic, o, bound, 0, n)...), o, bound, 0, n)
 	return c, err
 }
@@ -136,7 +136,7 @@ type PageAlso struct {
 // unless the caller may read the topic; nothing read is used before that.
 // When this process holds a copy of the topic's newest stretch that can
 // serve the page, only what lies above the copy is read.
-func (s *Service) ReadPage(ctx context.Context, p httpapi.Principal, keys routing.Keys, db *sql.DB, topic string,
+func (s *Reader) ReadPage(ctx context.Context, p httpapi.Principal, keys routing.Keys, db *sql.DB, topic string,
 	o Order, bound int64, n int, also PageAlso) (PageReads, error) {
 	rdb := s.p.Redis
 	at := time.Now()
@@ -202,7 +202,7 @@ func (s *Service) ReadPage(ctx context.Context, p httpapi.Principal, keys routin
 }
 
 // HotOne reads seq from the cache, if cached.
-func (s *Service) HotOne(ctx context.Context, keys routing.Keys, topic string, seq int64) (message.Message, bool, error) {
+func (s *Reader) HotOne(ctx context.Context, keys routing.Keys, topic string, seq int64) (message.Message, bool, error) {
 	v := strconv.FormatInt(seq, 10)
 	zs, err := s.p.Redis.Do(ctx, s.p.Redis.B().Zrangebyscore().Key(keys.HotMessages(topic)).Min(v).Max(v).Withscores().Build()).AsZScores()
 	if err != nil {

@@ -1,4 +1,4 @@
-package query
+package readpath
 
 import (
 	"cmp"
@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	sq "github.com/Masterminds/squirrel"
 	"github.com/redis/rueidis"
 
 	"github.com/imshard/imshard/modules/httpapi"
@@ -112,12 +111,12 @@ func DecodeHidden(s string) (Hidden, error) {
 
 // HiddenOf returns the caller's deletion ranges of topic: Redis first, on a
 // miss MySQL, filling the cache.
-func (s *Service) HiddenOf(ctx context.Context, db *sql.DB, keys routing.Keys, topic string, user int64) (HiddenView, error) {
+func (s *Reader) HiddenOf(ctx context.Context, db *sql.DB, keys routing.Keys, topic string, user int64) (HiddenView, error) {
 	return s.hiddenResolve(ctx, db, keys, topic, user, s.p.Redis.DoMulti(ctx, s.HiddenCmds(keys, topic, user)...))
 }
 
 // HiddenCmds read the caller's cache entry.
-func (s *Service) HiddenCmds(keys routing.Keys, topic string, user int64) []rueidis.Completed {
+func (s *Reader) HiddenCmds(keys routing.Keys, topic string, user int64) []rueidis.Completed {
 	rdb := s.p.Redis
 	return []rueidis.Completed{rdb.B().Hget().Key(keys.Hidden(topic)).Field(strconv.FormatInt(user, 10)).Build()}
 }
@@ -125,7 +124,7 @@ func (s *Service) HiddenCmds(keys routing.Keys, topic string, user int64) []ruei
 // hiddenResolve is the view hiddenCmds' results show; on a miss it reads
 // MySQL and fills the cache. A Redis failure or a caller with too many
 // ranges gives an unknown view (MySQL filters); a MySQL failure is an error.
-func (s *Service) hiddenResolve(ctx context.Context, db *sql.DB, keys routing.Keys, topic string, user int64, res []rueidis.RedisResult) (HiddenView, error) {
+func (s *Reader) hiddenResolve(ctx context.Context, db *sql.DB, keys routing.Keys, topic string, user int64, res []rueidis.RedisResult) (HiddenView, error) {
 	if v, ok := s.hiddenHit(topic, res[0]); ok {
 		return v, nil
 	}
@@ -144,7 +143,7 @@ func (s *Service) hiddenResolve(ctx context.Context, db *sql.DB, keys routing.Ke
 
 // hiddenHit is the view a cache read shows; ok is false on a miss (MySQL
 // must be read), true on a hit and on a Redis failure (unknown view).
-func (s *Service) hiddenHit(topic string, res rueidis.RedisResult) (HiddenView, bool) {
+func (s *Reader) hiddenHit(topic string, res rueidis.RedisResult) (HiddenView, bool) {
 	cached, err := res.ToString()
 	switch {
 	case err == nil && cached == hiddenMany:
@@ -189,7 +188,7 @@ func hiddenEntry(all Hidden) (HiddenView, hiddenFill) {
 // HiddenOfMany is hiddenResolve for many topics of one caller (res[i] the
 // hiddenCmds result of topics[i]): the misses cost one round trip for the
 // versions, one MySQL statement and one round trip of fills in all.
-func (s *Service) HiddenOfMany(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, topics []string, res []rueidis.RedisResult) ([]HiddenView, error) {
+func (s *Reader) HiddenOfMany(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, topics []string, res []rueidis.RedisResult) ([]HiddenView, error) {
 	out := make([]HiddenView, len(topics))
 	var missed []int
 	for i, t := range topics {
@@ -237,55 +236,16 @@ func (s *Service) HiddenOfMany(ctx context.Context, db *sql.DB, keys routing.Key
 // more is cached as hiddenMany.
 const hiddenReadMax uint64 = 4 * hiddenCap
 
-func (s *Service) hiddenTTL() time.Duration {
+func (s *Reader) hiddenTTL() time.Duration {
 	if s.p.HiddenTTL > 0 {
 		return s.p.HiddenTTL
 	}
 	return defaultHiddenTTL
 }
 
-// Hide records that p no longer sees topic's seqs [low, hi) (POST
-// …/deletions, DELETE …/messages/{seq}?scope=me). The range must lie
-// within the seqs issued so far: a hide never reaches messages not sent
-// yet. The cache entry is invalidated before and after the insert, and a
-// failure is returned rather than reporting a hide the cache may not show.
-func (s *Service) Hide(ctx context.Context, p httpapi.Principal, topic string, low, hi int64) error {
-	if err := s.Authorize(ctx, p, topic); err != nil {
-		return err
-	}
-	if low < 1 || hi <= low {
-		return httpapi.Errorf(httpapi.CodeInvalidArgument, "a deletion range needs 1 <= low < hi")
-	}
-	keys, db, err := s.Open(ctx, p, topic)
-	if err != nil {
-		return err
-	}
-	last, err := s.lastSeq(ctx, keys, p.Tenant, topic)
-	if err != nil {
-		return err
-	}
-	if hi > last+1 {
-		return httpapi.Errorf(httpapi.CodeInvalidArgument,
-			fmt.Sprintf("hi %d is past the topic's last seq %d + 1: a deletion range cannot reach messages not sent yet", hi, last))
-	}
-	if err := s.InvalidateHidden(ctx, keys, topic, p.UserID); err != nil {
-		return err
-	}
-	if _, err := sq.Insert(DellogTable).Columns("topic", "deletedfor", "low", "hi").Values(topic, p.UserID, low, hi).
-		RunWith(db).ExecContext(ctx); err != nil {
-		return httpapi.Wrap(httpapi.CodeUnavailable, "deletion store unavailable", err)
-	}
-	// the caller's unread count and last message of the topic may change:
-	// their devices' next sync reports the topic
-	if err := touchReadState(ctx, db, p.UserID, topic); err != nil {
-		return httpapi.Wrap(httpapi.CodeUnavailable, "read state store unavailable", err)
-	}
-	return s.InvalidateHidden(ctx, keys, topic, p.UserID)
-}
-
 // InvalidateHidden bumps the topic's version (so a fill computed before
 // cannot land) and drops the user's entry.
-func (s *Service) InvalidateHidden(ctx context.Context, keys routing.Keys, topic string, user int64) error {
+func (s *Reader) InvalidateHidden(ctx context.Context, keys routing.Keys, topic string, user int64) error {
 	rdb := s.p.Redis
 	for _, r := range rdb.DoMulti(ctx,
 		rdb.B().Incr().Key(keys.HiddenVersion(topic)).Build(),
@@ -295,27 +255,4 @@ func (s *Service) InvalidateHidden(ctx context.Context, keys routing.Keys, topic
 		}
 	}
 	return nil
-}
-
-// lastSeq is the topic's last issued seq: the Redis counter, or, when Redis
-// lost it, the highest seq the topic's route knows.
-func (s *Service) lastSeq(ctx context.Context, keys routing.Keys, tenant, topic string) (int64, error) {
-	return s.lastSeqResolve(ctx, tenant, topic, s.p.Redis.Do(ctx, s.p.Redis.B().Get().Key(keys.Seq(topic)).Build()))
-}
-
-// lastSeqResolve finishes lastSeq from the counter's GET, pipelined by a
-// caller with reads of its own.
-func (s *Service) lastSeqResolve(ctx context.Context, tenant, topic string, res rueidis.RedisResult) (int64, error) {
-	last, err := res.AsInt64()
-	if err == nil {
-		return last, nil
-	}
-	if !rueidis.IsRedisNil(err) {
-		return 0, httpapi.Wrap(httpapi.CodeUnavailable, "seq counter unavailable", err)
-	}
-	tr, err := s.p.Router.Route(ctx, tenant, topic)
-	if err != nil {
-		return 0, err
-	}
-	return tr.MaxSeq(), nil
 }

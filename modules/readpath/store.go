@@ -1,4 +1,4 @@
-package query
+package readpath
 
 import (
 	"context"
@@ -291,7 +291,7 @@ func (s *Store) hiddenOfTopics(ctx context.Context, db *sql.DB, topics []string,
 // runs there for a caller who hid nothing: the newest limit messages of
 // topic below before. `imshard bench query` measures it as the raw limit
 // of a page.
-func (s *Service) TablePage(ctx context.Context, db *sql.DB, quoted, topic string, before int64, limit int) ([]message.Message, error) {
+func (s *Reader) TablePage(ctx context.Context, db *sql.DB, quoted, topic string, before int64, limit int) ([]message.Message, error) {
 	q := ListQuery{Topic: topic, Order: Desc, Bound: before, Limit: limit, HidNothing: true}
 	return s.st.Messages(ctx, db, q.build(quoted))
 }
