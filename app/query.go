@@ -5,10 +5,10 @@ import (
 
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/query"
-	"github.com/imshard/imshard/modules/query/stream"
 	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routecheck"
 	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/stream"
 )
 
 // NewRouter builds the read path's shard router from the shared clients.
@@ -88,7 +88,7 @@ func initQuery(ctx context.Context, a *App) (Service, error) {
 	st := a.Config.Stream
 	rt := stream.New(stream.Params{
 		Redis: a.clients.redis,
-		Query: svc,
+		Reads: svc,
 		Auth:  auth,
 		Limits: stream.Limits{
 			MaxConnections:    st.MaxConnections,

@@ -232,7 +232,7 @@ func (s *Service) locateLegacy(ctx context.Context, db *sql.DB, id int64) (Locat
 // revisions reads the changes of message id, oldest first.
 func revisions(ctx context.Context, db *sql.DB, id int64) ([]Revision, error) {
 	rows, err := sq.Select("change_seq", "action", "version", "content", "head", "actor", "reason", "COALESCE(shard_month, '')", "created_at").
-		From(revisionsTable).Where(sq.Eq{"message_id": id}).OrderBy("change_seq", "id").
+		From(readpath.RevisionsTable).Where(sq.Eq{"message_id": id}).OrderBy("change_seq", "id").
 		RunWith(db).QueryContext(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("query: revisions: %w", err)

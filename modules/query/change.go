@@ -45,12 +45,6 @@ import (
 //  5. the commit, then (best effort) the changed message back into the hot
 //     cache and the change event on the topic's realtime channel.
 
-// Fixed table names of the change path.
-const (
-	revisionsTable    = "im_message_revisions"
-	topicChangesTable = "im_topic_changes"
-)
-
 // retryAfter is what a change of a message still in flight asks the client
 // to wait: persist stores a message within a batch linger and a commit of
 // its acknowledgement in the normal case.
@@ -418,7 +412,7 @@ func writeChange(ctx context.Context, tx *sql.Tx, t routing.Table, c changeReq, 
 			return 0, err
 		}
 	}
-	res, err := sq.Insert(topicChangesTable).Columns("topic", "change_seq").Values(c.topic, sq.Expr("LAST_INSERT_ID(1)")).
+	res, err := sq.Insert(readpath.TopicChangesTable).Columns("topic", "change_seq").Values(c.topic, sq.Expr("LAST_INSERT_ID(1)")).
 		Suffix("ON DUPLICATE KEY UPDATE change_seq = LAST_INSERT_ID(change_seq + 1)").RunWith(tx).ExecContext(ctx)
 	if err != nil {
 		return 0, err
@@ -431,7 +425,7 @@ func writeChange(ctx context.Context, tx *sql.Tx, t routing.Table, c changeReq, 
 	if c.reason != "" {
 		reason = c.reason
 	}
-	if _, err := sq.Insert(revisionsTable).
+	if _, err := sq.Insert(readpath.RevisionsTable).
 		Columns("topic", "shard_month", "seqid", "message_id", "action", "version", "content", "head", "actor", "reason", "change_seq", "created_at").
 		Values(c.topic, t.Month().String(), c.seq, int64(old.MessageID), c.action, next.Version, nullJSON(old.Content),
 			nullJSON(old.Head), c.actor, reason, changeSeq, at).
@@ -485,48 +479,39 @@ func (s *Service) maxEditBody() int64 {
 // afterChangeTimeout bounds the best-effort steps after a commit.
 const afterChangeTimeout = 5 * time.Second
 
-// Changes is a topic's changes after a change_seq, oldest first, as the
-// realtime channel announces them, and the topic's last change_seq.
-type Changes struct {
-	Changes []message.Change
-	Last    int64
-	// More is set when more than the limit asked for follow.
-	More bool
-}
-
 // ChangesSince reads up to limit changes of topic with change_seq > after
 // from the revisions (kept as long as the tenant's data), for members of
 // the topic and admins: how a follower that missed change events catches
 // up.
-func (s *Service) ChangesSince(ctx context.Context, p httpapi.Principal, topic string, after int64, limit int) (Changes, error) {
+func (s *Service) ChangesSince(ctx context.Context, p httpapi.Principal, topic string, after int64, limit int) (readpath.Changes, error) {
 	if err := s.r.Authorize(ctx, p, topic); err != nil {
-		return Changes{}, err
+		return readpath.Changes{}, err
 	}
 	db, err := s.p.DBs.DB(ctx, p.Tenant)
 	if err != nil {
-		return Changes{}, err
+		return readpath.Changes{}, err
 	}
-	var out Changes
-	err = sq.Select("change_seq").From(topicChangesTable).Where(sq.Eq{"topic": topic}).
+	var out readpath.Changes
+	err = sq.Select("change_seq").From(readpath.TopicChangesTable).Where(sq.Eq{"topic": topic}).
 		RunWith(db).QueryRowContext(ctx).Scan(&out.Last)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return Changes{}, fmt.Errorf("query: topic changes: %w", err)
+		return readpath.Changes{}, fmt.Errorf("query: topic changes: %w", err)
 	}
 	if out.Last <= after {
 		return out, nil
 	}
 	rows, err := sq.Select("change_seq", "seqid", "message_id", "action", "version", "actor", "created_at").
-		From(revisionsTable).Where(sq.And{sq.Eq{"topic": topic}, sq.Gt{"change_seq": after}}).
+		From(readpath.RevisionsTable).Where(sq.And{sq.Eq{"topic": topic}, sq.Gt{"change_seq": after}}).
 		OrderBy("change_seq").Limit(uint64(limit) + 1).RunWith(db).QueryContext(ctx)
 	if err != nil {
-		return Changes{}, fmt.Errorf("query: changes: %w", err)
+		return readpath.Changes{}, fmt.Errorf("query: changes: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		c := message.Change{Topic: topic}
 		var id, actor int64
 		if err := rows.Scan(&c.ChangeSeq, &c.Seq, &id, &c.Action, &c.Version, &actor, &c.At.Time); err != nil {
-			return Changes{}, fmt.Errorf("query: changes: %w", err)
+			return readpath.Changes{}, fmt.Errorf("query: changes: %w", err)
 		}
 		c.MessageID, c.Actor, c.At = message.ID(id), message.ID(actor), message.NewTime(c.At.Time)
 		out.Changes = append(out.Changes, c)
@@ -555,7 +540,7 @@ func RawEdit(ctx context.Context, db *sql.DB, t routing.Table, topic string, seq
 		Where(sq.Eq{"topic": topic, "seqid": seq}).RunWith(tx).ExecContext(ctx); err != nil {
 		return err
 	}
-	if _, err := sq.Insert(revisionsTable).
+	if _, err := sq.Insert(readpath.RevisionsTable).
 		Columns("topic", "shard_month", "seqid", "message_id", "action", "version", "content", "head", "actor", "change_seq", "created_at").
 		Values(topic, t.Month().String(), seq, int64(old.MessageID), message.ActionEdit, old.Version+1, nullJSON(old.Content),
 			nullJSON(old.Head), actor, 0, now).

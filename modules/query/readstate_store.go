@@ -25,7 +25,6 @@ const (
 	cursorsTable  = acl.CursorsTable
 	membersTable  = acl.MembersTable
 	groupsTable   = acl.GroupsTable
-	changesTable  = "im_topic_changes"
 	unreadWalkRow = 256 // rows one statement of the unread walk reads
 )
 
@@ -524,7 +523,7 @@ func (s *Service) addTopicChanges(ctx context.Context, db *sql.DB, us []userTopi
 		idx[u.topic], names[i] = i, u.topic
 	}
 	for lo := 0; lo < len(names); lo += 500 {
-		rows, err := sq.Select("topic", "updated_at").From(changesTable).
+		rows, err := sq.Select("topic", "updated_at").From(readpath.TopicChangesTable).
 			Where(sq.Eq{"topic": names[lo:min(len(names), lo+500)]}).RunWith(db).QueryContext(ctx)
 		if err != nil {
 			return fmt.Errorf("query: topic changes: %w", err)

@@ -1,9 +1,9 @@
-// Package stream is the realtime WebSocket stream of the query role
-// (docs/api.md, "Realtime stream"): members follow topics and receive new
-// and changed messages as they happen, resuming after a reconnect from
-// their cursors without a gap or a repeat. It runs in the query role
-// because its catch-up is the query read path (since pages under the
-// settled watermark, the revisions) and its authorization the read's.
+// Package stream is the realtime WebSocket stream (docs/api.md, "Realtime
+// stream"): members follow topics and receive new and changed messages as
+// they happen, resuming after a reconnect from their cursors without a gap
+// or a repeat. Its catch-up is the read path (since pages under the
+// settled watermark, the revisions) and its authorization the read's: it
+// reads through Reads, which the query module implements and app wires.
 package stream
 
 import (
@@ -24,7 +24,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/imshard/imshard/modules/httpapi"
-	"github.com/imshard/imshard/modules/query"
 	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 )
@@ -42,10 +41,27 @@ type Limits struct {
 	MaxCatchupChanges int
 }
 
+// Reads are the reads of a socket's catch-up and checks (the query
+// module's service).
+type Reads interface {
+	// Since is the caller's page of topic above since, oldest first,
+	// never above the settled watermark.
+	Since(ctx context.Context, p httpapi.Principal, topic string, since int64, limit int) (readpath.SincePage, error)
+	// ChangesSince is the topic's changes after a change_seq, from the
+	// revisions.
+	ChangesSince(ctx context.Context, p httpapi.Principal, topic string, after int64, limit int) (readpath.Changes, error)
+	// Authorize answers whether p may read topic: nil, or the error a
+	// read would answer.
+	Authorize(ctx context.Context, p httpapi.Principal, topic string) error
+	// Settled is the topic's settled watermark: where a socket that gave
+	// no cursor starts.
+	Settled(ctx context.Context, tenant, topic string) (int64, error)
+}
+
 // Params wires a Server.
 type Params struct {
 	Redis rueidis.Client
-	Query *query.Service
+	Reads Reads
 	// Auth verifies the credential of a socket at the upgrade, again once
 	// it is tracked, and on every Revalidate
 	Auth       *httpapi.Authenticator
@@ -57,7 +73,7 @@ type Params struct {
 // Server serves the stream routes.
 type Server struct {
 	rdb  rueidis.Client
-	q    *query.Service
+	q    Reads
 	auth *httpapi.Authenticator
 	lim  Limits
 	log  zerolog.Logger
@@ -80,7 +96,7 @@ type Server struct {
 // New builds the server and its hub; Close ends both.
 func New(p Params) *Server {
 	m := newMetrics(p.Registerer)
-	s := &Server{rdb: p.Redis, q: p.Query, auth: p.Auth, lim: p.Limits, log: p.Log, m: m,
+	s := &Server{rdb: p.Redis, q: p.Reads, auth: p.Auth, lim: p.Limits, log: p.Log, m: m,
 		hub:      newHub(p.Redis, m, p.Log, p.Limits.ACLCheckInterval),
 		catchups: make(chan struct{}, p.Limits.MaxCatchups), conns: map[*conn]struct{}{},
 		stopSweep: make(chan struct{})}
