@@ -91,6 +91,7 @@ var inits = map[string]func(ctx context.Context, a *App) (Service, error){
 	Routing:  initRouting,
 	ShardMgr: initShardMgr,
 	Send:     initSend,
+	Changes:  initChanges,
 	Persist:  initPersist,
 	ReadPath: initReadPath,
 	Query:    initQuery,

@@ -19,6 +19,7 @@ const (
 	ShardMgr = "shardmgr" // month-table patrol
 	API      = "api"      // the HTTP API server on http.addr
 	Send     = "send"     // POST messages, group and member management
+	Changes  = "changes"  // recall, edit, delete for everyone and for me
 	Persist  = "persist"  // Kafka → month tables consumer
 	Query    = "query"    // GET messages, search, admin routes
 	Migrate  = "migrate"  // legacy-table migrations: backfill, routes, verification
@@ -35,7 +36,8 @@ var deps = map[string][]string{
 	Routing:  {MySQL, Redis},
 	ShardMgr: {Routing},
 	API:      {Routing},
-	Send:     {Routing, Kafka},
+	Changes:  {ReadPath},
+	Send:     {Routing, Kafka, Changes},
 	Persist:  {Routing, Kafka},
 	ReadPath: {Routing},
 	Query:    {ReadPath},
@@ -47,14 +49,14 @@ var deps = map[string][]string{
 // handler is registered before it listens (and it stops accepting first),
 // without making a role's presence pull in the others.
 var after = map[string][]string{
-	API: {Send, Query},
+	API: {Send, Changes, Query},
 }
 
 // roles are the modules an operator may name in `serve --roles`.
 var roles = []string{ShardMgr, Send, Persist, Query, Migrate}
 
 // httpRoles are the roles that serve the HTTP API; any of them adds API.
-var httpRoles = []string{Send, Query}
+var httpRoles = []string{Send, Changes, Query}
 
 // Roles lists the valid role names, sorted.
 func Roles() []string {

@@ -64,8 +64,6 @@ func (a *App) NewQuery() *query.Service {
 		LocalUsers:       a.Config.HotCache.LocalUsers,
 		RememberedMaxAge: a.Config.HotCache.RememberedMaxAge,
 		LocalRoutes:      a.Config.HotCache.LocalRoutes,
-		RecallWindow:     a.Config.Send.RecallWindow,
-		MaxEditBody:      a.Config.Send.MaxBodyBytes,
 		Log:              a.Log.With().Str("module", Query).Logger(),
 		Registerer:       a.Registry,
 	})

@@ -368,6 +368,14 @@ func touchCursor(ctx context.Context, tx sq.BaseRunner, topic string, userID, se
 	return err
 }
 
+// TouchReadState marks the caller's read state of topic changed (a hide),
+// so a device sync reports the topic.
+func TouchReadState(ctx context.Context, db *sql.DB, user int64, topic string) error {
+	_, err := sq.Insert(CursorsTable).Columns("user_id", "topic").Values(user, topic).
+		Suffix("ON DUPLICATE KEY UPDATE updated_at = CURRENT_TIMESTAMP(3)").RunWith(db).ExecContext(ctx)
+	return err
+}
+
 func inTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {

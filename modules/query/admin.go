@@ -131,7 +131,7 @@ func (s *Service) MessageByID(ctx context.Context, p httpapi.Principal, id int64
 	}
 	m := loc.Message
 	if err := s.r.Authorize(ctx, p, m.Topic); err != nil {
-		if code, _ := httpapi.Classify(err); code == httpapi.CodePermissionDenied {
+		if httpapi.HasCode(err, httpapi.CodePermissionDenied) {
 			return message.Message{}, readpath.ErrNotFound
 		}
 		return message.Message{}, err

@@ -174,6 +174,10 @@ func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic strin
 	return ReadCursor{Topic: topic, ReadSeq: cur}, nil
 }
 
+// readFrameTimeout bounds the publication of a read frame once its
+// cursor committed.
+const readFrameTimeout = 5 * time.Second
+
 // publishRead sends {"type":"read",topic,seq} to every socket of user once
 // the cursor committed, without holding the answer back (the move's one
 // Redis round trip is the script's): a frame never announces a cursor that
@@ -187,7 +191,7 @@ func (s *Service) publishRead(keys routing.Keys, user int64, topic string, seq i
 		Seq   int64  `json:"seq"`
 	}{"read", topic, seq})
 	s.bg.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), afterChangeTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), readFrameTimeout)
 		defer cancel()
 		rdb := s.p.Redis
 		if err := rdb.Do(ctx, rdb.B().Spublish().Channel(keys.ReadFrames(user)).Message(string(frame)).Build()).Error(); err != nil {

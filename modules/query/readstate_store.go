@@ -574,14 +574,6 @@ func leftTopics(ctx context.Context, db *sql.DB, user int64, since time.Time) ([
 	return out, rows.Err()
 }
 
-// touchReadState marks the caller's read state of topic changed (a hide),
-// so a device sync reports the topic.
-func touchReadState(ctx context.Context, db *sql.DB, user int64, topic string) error {
-	_, err := sq.Insert(cursorsTable).Columns("user_id", "topic").Values(user, topic).
-		Suffix("ON DUPLICATE KEY UPDATE updated_at = CURRENT_TIMESTAMP(3)").RunWith(db).ExecContext(ctx)
-	return err
-}
-
 // unreadBranches is how many topics one statement of countMany reads: a
 // statement of fixed shape (absent topics pad it) is prepared once per
 // month table and reused.

@@ -47,12 +47,6 @@ type Params struct {
 	// for topic lists, each for RememberedMaxAge at most; either 0 keeps
 	// none.
 	LocalRoutes int
-	// RecallWindow is how long after sending a sender may recall a
-	// message (send.recall_window).
-	RecallWindow time.Duration
-	// MaxEditBody bounds an edit's body as send.max_body_bytes bounds a
-	// send's (default 64 KiB).
-	MaxEditBody int64
 	Log         zerolog.Logger
 	Registerer  prometheus.Registerer
 }

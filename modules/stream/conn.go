@@ -715,7 +715,7 @@ func (c *conn) refuse(topic string, err error) {
 func (c *conn) deny(topic string, err error) {
 	c.sendError(topic, err)
 	c.unsubscribe(topic)
-	if code, _ := httpapi.Classify(err); code == httpapi.CodeUnauthenticated {
+	if httpapi.HasCode(err, httpapi.CodeUnauthenticated) {
 		c.end(websocket.StatusPolicyViolation, reasonRevoked)
 	} else if c.single {
 		c.end(websocket.StatusPolicyViolation, reasonDenied)

@@ -1,4 +1,4 @@
-package query
+package changes
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	sq "github.com/Masterminds/squirrel"
 	"github.com/redis/rueidis"
 
+	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
@@ -45,7 +46,7 @@ func (s *Service) Hide(ctx context.Context, p httpapi.Principal, topic string, l
 	}
 	// the caller's unread count and last message of the topic may change:
 	// their devices' next sync reports the topic
-	if err := touchReadState(ctx, db, p.UserID, topic); err != nil {
+	if err := acl.TouchReadState(ctx, db, p.UserID, topic); err != nil {
 		return httpapi.Wrap(httpapi.CodeUnavailable, "read state store unavailable", err)
 	}
 	return s.r.InvalidateHidden(ctx, keys, topic, p.UserID)
