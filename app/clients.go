@@ -95,6 +95,8 @@ var inits = map[string]func(ctx context.Context, a *App) (Service, error){
 	Persist:  initPersist,
 	ReadPath: initReadPath,
 	Query:    initQuery,
+	Inbox:    initInbox,
+	Stream:   initStream,
 	Migrate:  initMigrate,
 	API:      initAPI,
 	All:      func(context.Context, *App) (Service, error) { return holder{}, nil },

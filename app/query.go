@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/inbox"
 	"github.com/imshard/imshard/modules/query"
 	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routecheck"
@@ -51,12 +52,27 @@ func initReadPath(ctx context.Context, a *App) (Service, error) {
 func (a *App) NewQuery() *query.Service {
 	c := &a.clients
 	return query.New(query.Params{
+		Reader:     a.reader,
+		Redis:      c.redis,
+		DBs:        c.pools,
+		Router:     a.NewRouter(),
+		Catalog:    c.catalog,
+		Routes:     c.routes,
+		Flight:     c.flight,
+		Migrations: c.migs,
+	})
+}
+
+// NewInbox builds the read-state service (also used by `imshard bench
+// inbox`) over the read path (module readpath); Close waits for its read
+// frames under way.
+func (a *App) NewInbox() *inbox.Service {
+	c := &a.clients
+	return inbox.New(inbox.Params{
 		Reader:           a.reader,
 		Redis:            c.redis,
 		DBs:              c.pools,
 		Router:           a.NewRouter(),
-		Catalog:          c.catalog,
-		Routes:           c.routes,
 		Flight:           c.flight,
 		ACL:              c.acl,
 		Scripts:          c.scripts,
@@ -64,7 +80,7 @@ func (a *App) NewQuery() *query.Service {
 		LocalUsers:       a.Config.HotCache.LocalUsers,
 		RememberedMaxAge: a.Config.HotCache.RememberedMaxAge,
 		LocalRoutes:      a.Config.HotCache.LocalRoutes,
-		Log:              a.Log.With().Str("module", Query).Logger(),
+		Log:              a.Log.With().Str("module", Inbox).Logger(),
 		Registerer:       a.Registry,
 	})
 }
@@ -75,18 +91,33 @@ func (a *App) NewRouteCheck() *routecheck.Checker {
 	return &routecheck.Checker{Redis: c.redis, Routes: c.routes, Catalog: c.catalog, DBs: c.pools}
 }
 
-// initQuery serves the read routes and the realtime stream (its catch-up
-// is the read path): on stop the stream's sockets close with 1001 within
-// the stop context (http.shutdown_grace), after the API listener closed.
+// initQuery serves the message reads: pages, one message, context,
+// search, by id, the admin lookups.
 func initQuery(ctx context.Context, a *App) (Service, error) {
-	svc := a.NewQuery()
 	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
-	log := a.Log.With().Str("module", Query).Logger()
-	svc.Register(a.APIMux, auth, log)
+	a.NewQuery().Register(a.APIMux, auth, a.Log.With().Str("module", Query).Logger())
+	return holder{}, nil
+}
+
+// initInbox serves the read state: cursors, badges, the topic list, sync,
+// preferences; on stop it waits for the read frames under way.
+func initInbox(ctx context.Context, a *App) (Service, error) {
+	svc := a.NewInbox()
+	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
+	svc.Register(a.APIMux, auth, a.Log.With().Str("module", Inbox).Logger())
+	return holder{close: func() error { svc.Close(); return nil }}, nil
+}
+
+// initStream serves the realtime stream, reading through a query service
+// of its own (its catch-up is the read path): on stop the sockets close
+// with 1001 within the stop context (http.shutdown_grace), after the API
+// listener closed.
+func initStream(ctx context.Context, a *App) (Service, error) {
+	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
 	st := a.Config.Stream
 	rt := stream.New(stream.Params{
 		Redis: a.clients.redis,
-		Reads: svc,
+		Reads: a.NewQuery(),
 		Auth:  auth,
 		Limits: stream.Limits{
 			MaxConnections:    st.MaxConnections,
@@ -99,7 +130,7 @@ func initQuery(ctx context.Context, a *App) (Service, error) {
 			MaxCatchups:       st.MaxCatchups,
 			MaxCatchupChanges: st.MaxCatchupChanges,
 		},
-		Log:        log,
+		Log:        a.Log.With().Str("module", Stream).Logger(),
 		Registerer: a.Registry,
 	})
 	rt.Register(a.APIMux)
@@ -108,7 +139,6 @@ func initQuery(ctx context.Context, a *App) (Service, error) {
 		run: func(ctx context.Context) error { <-ctx.Done(); return nil },
 		stop: func(ctx context.Context) error {
 			rt.Close(ctx)
-			svc.Close()
 			return nil
 		},
 	}, nil

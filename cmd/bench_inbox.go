@@ -15,7 +15,7 @@ import (
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/bench"
 	"github.com/imshard/imshard/modules/httpapi"
-	"github.com/imshard/imshard/modules/query"
+	"github.com/imshard/imshard/modules/inbox"
 	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 )
@@ -97,7 +97,7 @@ func runBenchInbox(ctx context.Context, cfg *config.Config, o *benchInboxOptions
 	if err != nil {
 		return rep, err
 	}
-	svc := a.NewQuery()
+	svc := a.NewInbox()
 	defer svc.Close()
 	p := &bench.InboxParams{
 		Unread: func(ctx context.Context, pr httpapi.Principal) error {
@@ -105,7 +105,7 @@ func runBenchInbox(ctx context.Context, cfg *config.Config, o *benchInboxOptions
 			return err
 		},
 		List: func(ctx context.Context, pr httpapi.Principal) error {
-			_, err := svc.Topics(ctx, pr, query.DefaultTopicsLimit, "")
+			_, err := svc.Topics(ctx, pr, inbox.DefaultTopicsLimit, "")
 			return err
 		},
 		MarkRead: func(ctx context.Context, pr httpapi.Principal, topic string, seq int64) error {

@@ -110,7 +110,6 @@ func runBenchMigrate(ctx context.Context, cfg *config.Config, o *benchMigrateOpt
 	}
 	mg := a.NewMigrator()
 	q := a.NewQuery()
-	defer q.Close()
 	admin := httpapi.Principal{Tenant: o.tenant, UserID: 1, Role: httpapi.RoleAdmin}
 	say := func(string, ...any) {}
 	rep, err := bench.Migrate(ctx, bench.MigrateParams{

@@ -121,7 +121,6 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 		tables = append(tables, t)
 	}
 	svc, ch := a.NewQuery(), a.NewChanges()
-	defer svc.Close()
 	mux := httpapi.NewMux()
 	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
 	svc.Register(mux, auth, log)

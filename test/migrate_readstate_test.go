@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/inbox"
 	"github.com/imshard/imshard/modules/migrate"
-	"github.com/imshard/imshard/modules/query"
 	"github.com/imshard/imshard/modules/routecheck"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
@@ -37,7 +37,7 @@ func mrsNewest(t *testing.T, env *harness.Env, topic string) time.Time {
 func mrsExpect(t *testing.T, env *harness.Env, stage string, unread, mentions int, order []string, newest000 time.Time) {
 	t.Helper()
 	topic := migTopic(1)
-	var sum query.UnreadSummary
+	var sum inbox.UnreadSummary
 	if code := rpGet(t, env, rpMember, "", "/v1/me/unread", &sum); code != 200 {
 		t.Fatalf("%s: unread: %d", stage, code)
 	}
@@ -53,7 +53,7 @@ func mrsExpect(t *testing.T, env *harness.Env, stage string, unread, mentions in
 	if !found {
 		t.Fatalf("%s: no badge for %s: %+v", stage, topic, sum)
 	}
-	var page query.TopicsPage
+	var page inbox.TopicsPage
 	if code := rpGet(t, env, rpMember, "", "/v1/me/topics?limit=50", &page); code != 200 {
 		t.Fatalf("%s: topic list: %d", stage, code)
 	}

@@ -21,7 +21,6 @@ func (s *Service) Register(mux *httpapi.Mux, auth *httpapi.Authenticator, log ze
 	mux.Handle("GET /v1/admin/shards", h(s.handleShards))
 	mux.Handle("GET /v1/admin/migrations", h(s.handleMigrations))
 	mux.Handle("GET /v1/admin/topics/{topic}/route", h(s.handleRoute))
-	s.registerReadState(mux, h)
 }
 
 func (s *Service) handleList(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {

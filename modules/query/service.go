@@ -11,12 +11,9 @@ import (
 	"context"
 	"math"
 	"slices"
-	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
-	"github.com/rs/zerolog"
 
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
@@ -34,48 +31,21 @@ type Params struct {
 	Catalog *routing.Catalog
 	Routes  *routing.Routes
 	Flight  *routing.Flight
-	ACL     readpath.ACL
-	Scripts *routing.Scripts
-	// Migrations gates changes while the tenant migrates from its legacy table.
+	// Migrations answers whether a tenant migrates from its legacy table
+	// (dual reads).
 	Migrations *routing.Migrations
-	// LocalUsers is how many users' unread counts the process remembers
-	// (readstate_memo.go), each for RememberedMaxAge at most; either 0 keeps
-	// none.
-	LocalUsers       int
-	RememberedMaxAge time.Duration
-	// LocalRoutes is how many topics' route mirrors the process remembers
-	// for topic lists, each for RememberedMaxAge at most; either 0 keeps
-	// none.
-	LocalRoutes int
-	Log         zerolog.Logger
-	Registerer  prometheus.Registerer
 }
 
 // Service answers reads.
 type Service struct {
-	p      Params
-	r      *readpath.Reader
-	m      *metrics
-	st     store
-	memo   *badgeMemo
-	routes *routeMemo
-	bg     sync.WaitGroup // read frames being published (publishRead)
+	p  Params
+	r  *readpath.Reader
+	st *readpath.Store
 }
 
-// store is the read path's statement cache with the read state's own
-// statements.
-type store struct{ *readpath.Store }
-
-// New builds the service; Close waits for its read frames under way.
+// New builds the service.
 func New(p Params) *Service {
-	bm := newBadgeMemo(p.LocalUsers, p.RememberedMaxAge)
-	rm := newRouteMemo(p.LocalRoutes, p.RememberedMaxAge)
-	return &Service{p: p, r: p.Reader, m: newMetrics(p.Registerer, bm.held, rm.held), st: store{p.Reader.Store()}, memo: bm, routes: rm}
-}
-
-// Close waits for the read frames under way.
-func (s *Service) Close() {
-	s.bg.Wait()
+	return &Service{p: p, r: p.Reader, st: p.Reader.Store()}
 }
 
 // Before is the page of up to limit visible messages with seq < before,

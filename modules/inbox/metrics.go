@@ -1,4 +1,4 @@
-package query
+package inbox
 
 import (
 	"github.com/prometheus/client_golang/prometheus"

@@ -1,4 +1,4 @@
-package query
+package inbox
 
 // The read state's Redis side (docs/operations.md "Read state").
 //

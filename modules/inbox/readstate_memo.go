@@ -1,4 +1,4 @@
-package query
+package inbox
 
 // Remembered badges (docs/operations.md "Remembered badges").
 //

@@ -1,4 +1,4 @@
-package query
+package inbox
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/readpath"
@@ -85,7 +87,10 @@ func ParsePaged(q url.Values, name string) (limit int, opaque string, err error)
 	return limit, opaque, err
 }
 
-func (s *Service) registerReadState(mux *httpapi.Mux, h func(httpapi.HandlerFunc) http.Handler) {
+// Register adds the read-state routes (docs/api.md, docs/openapi.yaml) to
+// mux.
+func (s *Service) Register(mux *httpapi.Mux, auth *httpapi.Authenticator, log zerolog.Logger) {
+	h := func(fn httpapi.HandlerFunc) http.Handler { return httpapi.Handle(auth, log, false, fn) }
 	mux.Handle("PUT /v1/topics/{topic}/read", h(s.handleRead))
 	mux.Handle("PUT /v1/topics/{topic}/me", h(s.handlePrefs))
 	mux.Handle("GET /v1/me/unread", h(s.handleUnread))

@@ -1,4 +1,4 @@
-package query
+package inbox
 
 // Read state (docs/api.md "Read state"): each user's read cursor per
 // topic, shared by all their devices; exact unread counts; the topic list
