@@ -56,7 +56,7 @@ func (s *Service) legacyActivity(ctx context.Context, db *sql.DB, tenant string,
 		}
 		rows, err := s.st.Run(ctx, db, legacyNewestQuery, args)
 		if err != nil {
-			return fmt.Errorf("query: legacy activity: %w", err)
+			return fmt.Errorf("inbox: legacy activity: %w", err)
 		}
 		defer rows.Close()
 		for rows.Next() {

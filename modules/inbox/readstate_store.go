@@ -101,7 +101,7 @@ func (s *Service) userMirrors(ctx context.Context, db *sql.DB, user int64) (map[
 	}
 	rows, err := s.st.Run(ctx, db, query, args)
 	if err != nil {
-		return nil, fmt.Errorf("query: mirrors of %d: %w", user, err)
+		return nil, fmt.Errorf("inbox: mirrors of %d: %w", user, err)
 	}
 	mirrors := map[string]routing.TopicMirror{}
 	return mirrors, routing.ScanMirror(rows, mirrors)
@@ -123,7 +123,7 @@ func (s *Service) loadMembersOf(ctx context.Context, db *sql.DB, user int64, tim
 	}
 	rows, err := s.st.Run(ctx, db, query, args)
 	if err != nil {
-		return nil, fmt.Errorf("query: topics of %d: %w", user, err)
+		return nil, fmt.Errorf("inbox: topics of %d: %w", user, err)
 	}
 	defer rows.Close()
 	var out []userTopic
@@ -134,7 +134,7 @@ func (s *Service) loadMembersOf(ctx context.Context, db *sql.DB, user int64, tim
 			dest = append(dest, &u.joinedAt, &u.changedAt)
 		}
 		if err := rows.Scan(dest...); err != nil {
-			return nil, fmt.Errorf("query: topics of %d: %w", user, err)
+			return nil, fmt.Errorf("inbox: topics of %d: %w", user, err)
 		}
 		out = append(out, u)
 	}
@@ -158,14 +158,14 @@ func (s *Service) joinedTimes(ctx context.Context, db *sql.DB, user int64, us []
 	rows, err := sq.Select("topic", "created_at").From(membersTable).
 		Where(sq.Eq{"user_id": user, "topic": names}).RunWith(db).QueryContext(ctx)
 	if err != nil {
-		return fmt.Errorf("query: join times of %d: %w", user, err)
+		return fmt.Errorf("inbox: join times of %d: %w", user, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var t string
 		var at time.Time
 		if err := rows.Scan(&t, &at); err != nil {
-			return fmt.Errorf("query: join times of %d: %w", user, err)
+			return fmt.Errorf("inbox: join times of %d: %w", user, err)
 		}
 		us[idx[t]].joinedAt = at
 	}
@@ -186,14 +186,14 @@ func (s *Service) loadMemberships(ctx context.Context, db *sql.DB, user int64) (
 	}
 	rows, err := s.st.Run(ctx, db, query, args)
 	if err != nil {
-		return nil, fmt.Errorf("query: memberships of %d: %w", user, err)
+		return nil, fmt.Errorf("inbox: memberships of %d: %w", user, err)
 	}
 	defer rows.Close()
 	var out []userTopic
 	for rows.Next() {
 		var u userTopic
 		if err := rows.Scan(&u.topic, &u.readSeq, &u.pinned, &u.notifyMute); err != nil {
-			return nil, fmt.Errorf("query: memberships of %d: %w", user, err)
+			return nil, fmt.Errorf("inbox: memberships of %d: %w", user, err)
 		}
 		out = append(out, u)
 	}
@@ -337,7 +337,7 @@ func (s store) ownNewest(ctx context.Context, db *sql.DB, src readpath.Source, u
 	}
 	rows, err := s.Run(ctx, db, query, args)
 	if err != nil {
-		return 0, fmt.Errorf("query: own newest of %s: %w", src.Q.Topic, err)
+		return 0, fmt.Errorf("inbox: own newest of %s: %w", src.Q.Topic, err)
 	}
 	defer rows.Close()
 	var seq int64
@@ -372,7 +372,7 @@ func (s store) unreadRows(ctx context.Context, db *sql.DB, src readpath.Source, 
 	}
 	rows, err := s.Run(ctx, db, query, args)
 	if err != nil {
-		return 0, 0, fmt.Errorf("query: unread of %s: %w", topic, err)
+		return 0, 0, fmt.Errorf("inbox: unread of %s: %w", topic, err)
 	}
 	defer rows.Close()
 	n, last := 0, before
@@ -416,7 +416,7 @@ func (s store) markRead(ctx context.Context, db *sql.DB, user int64, topic strin
 	}
 	res, err := s.Exec(ctx, db, query, args)
 	if err != nil {
-		return 0, fmt.Errorf("query: read cursor %s/%d: %w", topic, user, err)
+		return 0, fmt.Errorf("inbox: read cursor %s/%d: %w", topic, user, err)
 	}
 	if n, err := res.RowsAffected(); err == nil && n == 1 {
 		return seq, nil // inserted
@@ -445,7 +445,7 @@ func putPrefs(ctx context.Context, db *sql.DB, user int64, topic string, pinned 
 	_, err := sq.Insert(cursorsTable).Columns(cols...).Values(vals...).
 		Suffix("ON DUPLICATE KEY UPDATE " + upd).RunWith(db).ExecContext(ctx)
 	if err != nil {
-		return fmt.Errorf("query: preferences %s/%d: %w", topic, user, err)
+		return fmt.Errorf("inbox: preferences %s/%d: %w", topic, user, err)
 	}
 	return nil
 }
@@ -470,7 +470,7 @@ func (s store) newestAt(ctx context.Context, db *sql.DB, t routing.Table, topic 
 	}
 	rows, err := s.Run(ctx, db, query, args)
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("query: activity of %s: %w", topic, err)
+		return time.Time{}, false, fmt.Errorf("inbox: activity of %s: %w", topic, err)
 	}
 	defer rows.Close()
 	var v sql.NullTime
@@ -498,7 +498,7 @@ const (
 func syncHorizon(ctx context.Context, db *sql.DB) (time.Time, error) {
 	var now time.Time
 	if err := db.QueryRowContext(ctx, "SELECT NOW(3)").Scan(&now); err != nil {
-		return time.Time{}, fmt.Errorf("query: sync horizon: %w", err)
+		return time.Time{}, fmt.Errorf("inbox: sync horizon: %w", err)
 	}
 	var oldest sql.NullTime
 	err := sq.Select("MIN(t.trx_started)").From("information_schema.innodb_trx AS t").
@@ -526,7 +526,7 @@ func (s *Service) addTopicChanges(ctx context.Context, db *sql.DB, us []userTopi
 		rows, err := sq.Select("topic", "updated_at").From(readpath.TopicChangesTable).
 			Where(sq.Eq{"topic": names[lo:min(len(names), lo+500)]}).RunWith(db).QueryContext(ctx)
 		if err != nil {
-			return fmt.Errorf("query: topic changes: %w", err)
+			return fmt.Errorf("inbox: topic changes: %w", err)
 		}
 		for rows.Next() {
 			var t string
@@ -560,7 +560,7 @@ func leftTopics(ctx context.Context, db *sql.DB, user int64, since time.Time) ([
 	rows, err := sq.Select("topic", "updated_at").From(cursorsTable).
 		Where(sq.Eq{"user_id": user}).Where(sq.Gt{"updated_at": since.UTC()}).RunWith(db).QueryContext(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("query: cursors of %d: %w", user, err)
+		return nil, fmt.Errorf("inbox: cursors of %d: %w", user, err)
 	}
 	defer rows.Close()
 	var out []leftTopic
@@ -677,7 +677,7 @@ func (s store) unreadMany(ctx context.Context, db *sql.DB, t routing.Table, user
 	}
 	rows, err := s.Run(ctx, db, strings.Join(parts, " UNION ALL "), args)
 	if err != nil {
-		return nil, fmt.Errorf("query: unread of %d topics: %w", len(idx), err)
+		return nil, fmt.Errorf("inbox: unread of %d topics: %w", len(idx), err)
 	}
 	defer rows.Close()
 	type row struct {
@@ -751,7 +751,7 @@ func (s store) mentionSeqs(ctx context.Context, db *sql.DB, user int64, topics [
 		args = append(args, user)
 		rows, err := s.Run(ctx, db, mentionQuery, args)
 		if err != nil {
-			return fmt.Errorf("query: mentions of %d: %w", user, err)
+			return fmt.Errorf("inbox: mentions of %d: %w", user, err)
 		}
 		defer rows.Close()
 		for rows.Next() {

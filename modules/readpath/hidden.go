@@ -91,18 +91,18 @@ func DecodeHidden(s string) (Hidden, error) {
 	}
 	parts := strings.Split(s, ",")
 	if len(parts) > hiddenCap {
-		return nil, fmt.Errorf("query: cached deletion ranges: %d ranges", len(parts))
+		return nil, fmt.Errorf("readpath: cached deletion ranges: %d ranges", len(parts))
 	}
 	out := make(Hidden, 0, len(parts))
 	for _, p := range parts {
 		lo, hi, ok := strings.Cut(p, "-")
 		if !ok {
-			return nil, fmt.Errorf("query: cached deletion range %q", p)
+			return nil, fmt.Errorf("readpath: cached deletion range %q", p)
 		}
 		l, err1 := strconv.ParseInt(lo, 10, 64)
 		h, err2 := strconv.ParseInt(hi, 10, 64)
 		if err1 != nil || err2 != nil || l < 1 || h <= l {
-			return nil, fmt.Errorf("query: cached deletion range %q", p)
+			return nil, fmt.Errorf("readpath: cached deletion range %q", p)
 		}
 		out = append(out, [2]int64{l, h})
 	}

@@ -138,7 +138,7 @@ func ScanMessage(rows *sql.Rows) (message.Message, error) {
 	var reply, root sql.NullInt64
 	if err := rows.Scan(&m.Topic, &m.Seq, &mid, &gid, &from, &cmid, &m.MsgType, &m.Status, &content, &head,
 		&mentions, &m.MentionAll, &reply, &root, &m.Version, &m.CreatedAt.Time, &m.UpdatedAt.Time); err != nil {
-		return m, fmt.Errorf("query: scan: %w", err)
+		return m, fmt.Errorf("readpath: scan: %w", err)
 	}
 	m.MessageID, m.GroupID, m.FromUser, m.ClientMsgID = message.ID(mid), message.ID(gid), message.ID(from), cmid.String
 	if content != nil {
@@ -149,7 +149,7 @@ func ScanMessage(rows *sql.Rows) (message.Message, error) {
 	}
 	if len(mentions) > 0 {
 		if err := json.Unmarshal(mentions, &m.MentionedUserIDs); err != nil {
-			return m, fmt.Errorf("query: mentioned_user_ids of %s/%d: %w", m.Topic, m.Seq, err)
+			return m, fmt.Errorf("readpath: mentioned_user_ids of %s/%d: %w", m.Topic, m.Seq, err)
 		}
 	}
 	if reply.Valid {
@@ -248,7 +248,7 @@ func (s *Store) HiddenRanges(ctx context.Context, db *sql.DB, topic string, user
 	}
 	rows, err := s.Run(ctx, db, query, args)
 	if err != nil {
-		return nil, fmt.Errorf("query: dellog: %w", err)
+		return nil, fmt.Errorf("readpath: dellog: %w", err)
 	}
 	defer rows.Close()
 	var h Hidden
@@ -269,7 +269,7 @@ func (s *Store) hiddenOfTopics(ctx context.Context, db *sql.DB, topics []string,
 	rows, err := sq.Select("topic", "low", "hi").From(DellogTable).Where(sq.Eq{"topic": topics, "deletedfor": user}).
 		RunWith(db).QueryContext(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("query: dellog: %w", err)
+		return nil, fmt.Errorf("readpath: dellog: %w", err)
 	}
 	defer rows.Close()
 	out := map[string]Hidden{}
