@@ -123,7 +123,7 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 		// already), or this process's copy below it holds them: gaps are
 		// never taken back
 		read := false
-		if r.Err == nil {
+		if r.Err == nil && !r.Regapped {
 			gaps, read = r.View.GapsIn(since+1, hi)
 		}
 		if !read {
