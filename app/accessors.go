@@ -5,6 +5,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/imshard/imshard/modules/acl"
+	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/tenantdb"
 )
@@ -65,3 +66,6 @@ func (a *App) APIRoutes() []string { return a.APIMux.Patterns() }
 
 // OpsRoutes lists the patterns the operations server serves, sorted.
 func (a *App) OpsRoutes() []string { return a.opsHandler().Patterns() }
+
+// Reader is the read path the reading modules share (module readpath).
+func (a *App) Reader() *readpath.Reader { return a.reader }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/readpath"
 )
 
 // Service is one module's lifecycle: built by its init function (fallible
@@ -49,6 +50,7 @@ type App struct {
 	APIMux *httpapi.Mux
 
 	clients  clients
+	reader   *readpath.Reader // module readpath
 	tenants  tenantSet
 	reload   reloader
 	stopping atomic.Bool
@@ -241,9 +243,10 @@ func (a *App) Ready(ctx context.Context) error {
 var toolModules = []string{MySQL, Redis, Routing}
 
 // StartTools starts the clients and the routing core only, for one-shot
-// commands (`imshard shard …`, `route …`). Close stops them.
-func (a *App) StartTools(ctx context.Context) error {
-	for _, name := range toolModules {
+// commands (`imshard shard …`, `route …`), and the extra modules a command
+// reads through (the benchmarks: readpath). Close stops them.
+func (a *App) StartTools(ctx context.Context, extra ...string) error {
+	for _, name := range append(slices.Clone(toolModules), extra...) {
 		if err := a.startModule(ctx, name); err != nil {
 			return err
 		}

@@ -15,17 +15,22 @@ const (
 	Redis    = "redis"    // Redis client (standalone or cluster)
 	Kafka    = "kafka"    // brokers (or the in-process kfake cluster)
 	Routing  = "routing"  // catalog, allocator, route lookup
+	ReadPath = "readpath" // the read path the reading modules share (library)
 	ShardMgr = "shardmgr" // month-table patrol
 	API      = "api"      // the HTTP API server on http.addr
-	Send     = "send"     // POST messages, group and member management
+	Send     = "send"     // POST messages, group and member management; runs changes
+	Changes  = "changes"  // recall, edit, delete for everyone and for me
 	Persist  = "persist"  // Kafka → month tables consumer
-	Query    = "query"    // GET messages, search, admin routes
+	Query    = "query"    // GET messages, search, admin routes; runs inbox and stream
+	Inbox    = "inbox"    // read cursors, badges, topic list, sync, preferences
+	Stream   = "stream"   // the realtime WebSocket stream
 	Migrate  = "migrate"  // legacy-table migrations: backfill, routes, verification
 	All      = "all"      // every role; no code of its own
 )
 
 // deps is the dependency table: each module starts after the ones it lists
-// and stops before them.
+// and stops before them. A role lists the modules it runs beside its own as
+// dependencies too: send runs changes; query runs inbox and stream.
 var deps = map[string][]string{
 	Ops:      nil,
 	MySQL:    {Ops},
@@ -34,9 +39,13 @@ var deps = map[string][]string{
 	Routing:  {MySQL, Redis},
 	ShardMgr: {Routing},
 	API:      {Routing},
-	Send:     {Routing, Kafka},
+	Changes:  {ReadPath},
+	Send:     {Routing, Kafka, Changes},
 	Persist:  {Routing, Kafka},
-	Query:    {Routing},
+	ReadPath: {Routing},
+	Inbox:    {ReadPath},
+	Stream:   {ReadPath},
+	Query:    {ReadPath, Inbox, Stream},
 	Migrate:  {Routing},
 	All:      {ShardMgr, Send, Persist, Query, Migrate},
 }
@@ -45,14 +54,14 @@ var deps = map[string][]string{
 // handler is registered before it listens (and it stops accepting first),
 // without making a role's presence pull in the others.
 var after = map[string][]string{
-	API: {Send, Query},
+	API: {Send, Changes, Query, Inbox, Stream},
 }
 
 // roles are the modules an operator may name in `serve --roles`.
-var roles = []string{ShardMgr, Send, Persist, Query, Migrate}
+var roles = []string{ShardMgr, Send, Persist, Query, Stream, Migrate}
 
-// httpRoles are the roles that serve the HTTP API; any of them adds API.
-var httpRoles = []string{Send, Query}
+// httpModules are the modules that serve the HTTP API; any of them adds API.
+var httpModules = []string{Send, Changes, Query, Inbox, Stream}
 
 // Roles lists the valid role names, sorted.
 func Roles() []string {
@@ -109,7 +118,7 @@ func StartOrder(targets []string) ([]string, error) {
 			return nil, err
 		}
 	}
-	for _, r := range httpRoles {
+	for _, r := range httpModules {
 		if want[r] {
 			if err := visit(API); err != nil {
 				return nil, err

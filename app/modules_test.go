@@ -53,7 +53,7 @@ func TestModuleGraphPerRole(t *testing.T) {
 			t.Errorf("all lacks role %s: %v", r, all)
 		}
 	}
-	for _, r := range httpRoles {
+	for _, r := range httpModules {
 		if slices.Contains(all, r) && slices.Index(all, API) < slices.Index(all, r) {
 			t.Errorf("api must start after %s: %v", r, all)
 		}
@@ -74,6 +74,37 @@ func TestParseRoles(t *testing.T) {
 	for _, r := range Roles() {
 		if _, ok := inits[r]; !ok {
 			t.Errorf("role %s has no init function", r)
+		}
+	}
+}
+
+// TestRolesRunTheirModules pins which modules each serving role runs: send
+// the changes; query the inbox and the stream; the stream alone (memory-
+// bound sockets scale apart from CPU-bound badges) neither the reads' nor
+// the inbox's routes.
+func TestRolesRunTheirModules(t *testing.T) {
+	for _, c := range []struct {
+		role      string
+		runs, not []string
+	}{
+		{Send, []string{Send, Changes, ReadPath, API}, []string{Query, Inbox, Stream}},
+		{Query, []string{Query, Inbox, Stream, ReadPath, API}, []string{Send, Changes, Kafka}},
+		{Stream, []string{Stream, ReadPath, API}, []string{Query, Inbox, Send, Changes, Kafka}},
+		{Persist, []string{Persist, Kafka}, []string{ReadPath, API}},
+	} {
+		order, err := StartOrder([]string{c.role})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range c.runs {
+			if !slices.Contains(order, m) {
+				t.Errorf("%s does not run %s: %v", c.role, m, order)
+			}
+		}
+		for _, m := range c.not {
+			if slices.Contains(order, m) {
+				t.Errorf("%s runs %s: %v", c.role, m, order)
+			}
 		}
 	}
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/inbox"
 	"github.com/imshard/imshard/modules/query"
-	"github.com/imshard/imshard/modules/query/stream"
+	"github.com/imshard/imshard/modules/readpath"
+	"github.com/imshard/imshard/modules/routecheck"
 	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/stream"
 )
 
 // NewRouter builds the read path's shard router from the shared clients.
@@ -23,50 +26,98 @@ func (a *App) NewRouter() *routing.Router {
 	})
 }
 
-// NewQuery builds the read service (also used by `imshard bench query`).
+// initReadPath builds the process's one read path, shared by the modules
+// that read (its metrics are registered once); stopping it releases its
+// prepared statements, after every module using it stopped.
+func initReadPath(ctx context.Context, a *App) (Service, error) {
+	c := &a.clients
+	a.reader = readpath.New(readpath.Params{
+		Redis:       c.redis,
+		DBs:         c.pools,
+		Router:      a.NewRouter(),
+		Flight:      c.flight,
+		ACL:         c.acl,
+		Scripts:     c.scripts,
+		HiddenTTL:   a.Config.Send.ACLCacheTTL, // user facts cached as long as memberships
+		LocalTopics: a.Config.HotCache.LocalTopics,
+		LocalMaxAge: a.Config.HotCache.LocalMaxAge,
+		Log:         a.Log.With().Str("module", ReadPath).Logger(),
+		Registerer:  a.Registry,
+	})
+	return holder{close: func() error { a.reader.Close(); return nil }}, nil
+}
+
+// NewQuery builds the read service (also used by `imshard bench query`)
+// over the read path (module readpath).
 func (a *App) NewQuery() *query.Service {
 	c := &a.clients
 	return query.New(query.Params{
+		Reader:     a.reader,
+		Redis:      c.redis,
+		DBs:        c.pools,
+		Router:     a.NewRouter(),
+		Catalog:    c.catalog,
+		Routes:     c.routes,
+		Flight:     c.flight,
+		Migrations: c.migs,
+	})
+}
+
+// NewInbox builds the read-state service (also used by `imshard bench
+// inbox`) over the read path (module readpath); Close waits for its read
+// frames under way.
+func (a *App) NewInbox() *inbox.Service {
+	c := &a.clients
+	return inbox.New(inbox.Params{
+		Reader:           a.reader,
 		Redis:            c.redis,
 		DBs:              c.pools,
 		Router:           a.NewRouter(),
-		Catalog:          c.catalog,
-		Routes:           c.routes,
 		Flight:           c.flight,
 		ACL:              c.acl,
 		Scripts:          c.scripts,
 		Migrations:       c.migs,
-		HiddenTTL:        a.Config.Send.ACLCacheTTL, // user facts cached as long as memberships
-		LocalTopics:      a.Config.HotCache.LocalTopics,
-		LocalMaxAge:      a.Config.HotCache.LocalMaxAge,
 		LocalUsers:       a.Config.HotCache.LocalUsers,
 		RememberedMaxAge: a.Config.HotCache.RememberedMaxAge,
 		LocalRoutes:      a.Config.HotCache.LocalRoutes,
-		RecallWindow:     a.Config.Send.RecallWindow,
-		MaxEditBody:      a.Config.Send.MaxBodyBytes,
-		Log:              a.Log.With().Str("module", Query).Logger(),
+		Log:              a.Log.With().Str("module", Inbox).Logger(),
 		Registerer:       a.Registry,
 	})
 }
 
 // NewRouteCheck builds the route checker of `imshard route check|rebuild`.
-func (a *App) NewRouteCheck() *query.RouteCheck {
+func (a *App) NewRouteCheck() *routecheck.Checker {
 	c := &a.clients
-	return &query.RouteCheck{Redis: c.redis, Routes: c.routes, Catalog: c.catalog, DBs: c.pools}
+	return &routecheck.Checker{Redis: c.redis, Routes: c.routes, Catalog: c.catalog, DBs: c.pools}
 }
 
-// initQuery serves the read routes and the realtime stream (its catch-up
-// is the read path): on stop the stream's sockets close with 1001 within
-// the stop context (http.shutdown_grace), after the API listener closed.
+// initQuery serves the message reads: pages, one message, context,
+// search, by id, the admin lookups.
 func initQuery(ctx context.Context, a *App) (Service, error) {
-	svc := a.NewQuery()
 	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
-	log := a.Log.With().Str("module", Query).Logger()
-	svc.Register(a.APIMux, auth, log)
+	a.NewQuery().Register(a.APIMux, auth, a.Log.With().Str("module", Query).Logger())
+	return holder{}, nil
+}
+
+// initInbox serves the read state: cursors, badges, the topic list, sync,
+// preferences; on stop it waits for the read frames under way.
+func initInbox(ctx context.Context, a *App) (Service, error) {
+	svc := a.NewInbox()
+	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
+	svc.Register(a.APIMux, auth, a.Log.With().Str("module", Inbox).Logger())
+	return holder{close: func() error { svc.Close(); return nil }}, nil
+}
+
+// initStream serves the realtime stream, reading through a query service
+// of its own (its catch-up is the read path): on stop the sockets close
+// with 1001 within the stop context (http.shutdown_grace), after the API
+// listener closed.
+func initStream(ctx context.Context, a *App) (Service, error) {
+	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
 	st := a.Config.Stream
 	rt := stream.New(stream.Params{
 		Redis: a.clients.redis,
-		Query: svc,
+		Reads: a.NewQuery(),
 		Auth:  auth,
 		Limits: stream.Limits{
 			MaxConnections:    st.MaxConnections,
@@ -79,7 +130,7 @@ func initQuery(ctx context.Context, a *App) (Service, error) {
 			MaxCatchups:       st.MaxCatchups,
 			MaxCatchupChanges: st.MaxCatchupChanges,
 		},
-		Log:        log,
+		Log:        a.Log.With().Str("module", Stream).Logger(),
 		Registerer: a.Registry,
 	})
 	rt.Register(a.APIMux)
@@ -88,7 +139,6 @@ func initQuery(ctx context.Context, a *App) (Service, error) {
 		run: func(ctx context.Context) error { <-ctx.Done(); return nil },
 		stop: func(ctx context.Context) error {
 			rt.Close(ctx)
-			svc.Close()
 			return nil
 		},
 	}, nil

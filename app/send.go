@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 
+	"github.com/imshard/imshard/modules/changes"
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/send"
 )
@@ -30,4 +31,32 @@ func initSend(ctx context.Context, a *App) (Service, error) {
 	}
 	svc.Register(a.APIMux)
 	return svc, nil
+}
+
+// NewChanges builds the message-change service (also used by `imshard
+// bench query`) over the read path (module readpath).
+func (a *App) NewChanges() *changes.Service {
+	c := &a.clients
+	return changes.New(changes.Params{
+		Reader:       a.reader,
+		Redis:        c.redis,
+		Router:       a.NewRouter(),
+		Flight:       c.flight,
+		ACL:          c.acl,
+		Scripts:      c.scripts,
+		Migrations:   c.migs,
+		RecallWindow: a.Config.Send.RecallWindow,
+		MaxEditBody:  a.Config.Send.MaxBodyBytes,
+		Log:          a.Log.With().Str("module", Changes).Logger(),
+		Registerer:   a.Registry,
+	})
+}
+
+// initChanges serves the change routes: recall, edit, delete for everyone
+// and for me.
+func initChanges(ctx context.Context, a *App) (Service, error) {
+	svc := a.NewChanges()
+	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
+	svc.Register(a.APIMux, auth, a.Log.With().Str("module", Changes).Logger())
+	return holder{}, nil
 }

@@ -15,7 +15,8 @@ import (
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/bench"
 	"github.com/imshard/imshard/modules/httpapi"
-	"github.com/imshard/imshard/modules/query"
+	"github.com/imshard/imshard/modules/inbox"
+	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -73,7 +74,7 @@ func newBenchInboxCmd(g *globals) *cobra.Command {
 func runBenchInbox(ctx context.Context, cfg *config.Config, o *benchInboxOptions, g *globals) (rep bench.InboxReport, err error) {
 	benchTenant(cfg, o.tenant)
 	a := app.New(cfg, g.logger(cfg))
-	if err := a.StartTools(ctx); err != nil {
+	if err := a.StartTools(ctx, app.ReadPath); err != nil {
 		return rep, err
 	}
 	defer a.Close()
@@ -96,7 +97,7 @@ func runBenchInbox(ctx context.Context, cfg *config.Config, o *benchInboxOptions
 	if err != nil {
 		return rep, err
 	}
-	svc := a.NewQuery()
+	svc := a.NewInbox()
 	defer svc.Close()
 	p := &bench.InboxParams{
 		Unread: func(ctx context.Context, pr httpapi.Principal) error {
@@ -104,14 +105,14 @@ func runBenchInbox(ctx context.Context, cfg *config.Config, o *benchInboxOptions
 			return err
 		},
 		List: func(ctx context.Context, pr httpapi.Principal) error {
-			_, err := svc.Topics(ctx, pr, query.DefaultTopicsLimit, "")
+			_, err := svc.Topics(ctx, pr, inbox.DefaultTopicsLimit, "")
 			return err
 		},
 		MarkRead: func(ctx context.Context, pr httpapi.Principal, topic string, seq int64) error {
 			_, err := svc.MarkRead(ctx, pr, topic, seq)
 			return err
 		},
-		NotHidden: query.NotHidden, TablePage: svc.TablePage, Redis: a.Redis(), Cold: o.cold, DB: db, Tenant: o.tenant, Table: t, Users: o.users, Topics: o.topics,
+		NotHidden: readpath.NotHidden, TablePage: a.Reader().TablePage, Redis: a.Redis(), Cold: o.cold, DB: db, Tenant: o.tenant, Table: t, Users: o.users, Topics: o.topics,
 		MinPer: o.minPer, MaxPer: o.maxPer, HeavyUsers: o.heavy, Messages: o.messages, Concurrency: o.concurrency,
 		Duration: o.duration, Warmup: o.warmup, Progress: g.stderr}
 	start := time.Now()

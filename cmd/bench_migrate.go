@@ -87,7 +87,7 @@ func newBenchMigrateCmd(g *globals) *cobra.Command {
 func runBenchMigrate(ctx context.Context, cfg *config.Config, o *benchMigrateOptions, g *globals) (bench.MigrateReport, error) {
 	benchTenant(cfg, o.tenant)
 	a := app.New(cfg, g.logger(cfg))
-	if err := a.StartTools(ctx); err != nil {
+	if err := a.StartTools(ctx, app.ReadPath); err != nil {
 		return bench.MigrateReport{}, err
 	}
 	defer a.Close()
@@ -110,7 +110,6 @@ func runBenchMigrate(ctx context.Context, cfg *config.Config, o *benchMigrateOpt
 	}
 	mg := a.NewMigrator()
 	q := a.NewQuery()
-	defer q.Close()
 	admin := httpapi.Principal{Tenant: o.tenant, UserID: 1, Role: httpapi.RoleAdmin}
 	say := func(string, ...any) {}
 	rep, err := bench.Migrate(ctx, bench.MigrateParams{

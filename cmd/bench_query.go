@@ -17,8 +17,8 @@ import (
 	"github.com/imshard/imshard/app"
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/bench"
+	"github.com/imshard/imshard/modules/changes"
 	"github.com/imshard/imshard/modules/httpapi"
-	"github.com/imshard/imshard/modules/query"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/shardmgr"
 )
@@ -92,7 +92,7 @@ func runBenchQuery(ctx context.Context, cfg *config.Config, o *benchQueryOptions
 func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOptions, g *globals, secret []byte, first bool) (rep bench.QueryReport, again bool, err error) {
 	log := g.logger(cfg)
 	a := app.New(cfg, log)
-	if err := a.StartTools(ctx); err != nil {
+	if err := a.StartTools(ctx, app.ReadPath); err != nil {
 		return rep, false, err
 	}
 	defer a.Close()
@@ -120,10 +120,11 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 		}
 		tables = append(tables, t)
 	}
-	svc := a.NewQuery()
-	defer svc.Close()
+	svc, ch := a.NewQuery(), a.NewChanges()
 	mux := httpapi.NewMux()
-	svc.Register(mux, httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL), log)
+	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
+	svc.Register(mux, auth, log)
+	ch.Register(mux, auth, log)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return rep, false, err
@@ -140,16 +141,16 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 			pg, err := svc.Before(ctx, me, topic, before, limit)
 			return len(pg.Messages), err
 		},
-		TablePage: svc.TablePage,
+		TablePage: a.Reader().TablePage,
 		Edit: func(ctx context.Context, me httpapi.Principal, topic string, seq int64, content json.RawMessage, version int) (int64, error) {
-			res, err := svc.Edit(ctx, me, topic, seq, query.EditRequest{Content: content, ExpectedVersion: &version})
+			res, err := ch.Edit(ctx, me, topic, seq, changes.EditRequest{Content: content, ExpectedVersion: &version})
 			return res.ChangeSeq, err
 		},
 		Recall: func(ctx context.Context, me httpapi.Principal, topic string, seq int64, reason string) (int64, error) {
-			res, err := svc.Recall(ctx, me, topic, seq, reason)
+			res, err := ch.Recall(ctx, me, topic, seq, reason)
 			return res.ChangeSeq, err
 		},
-		RawEdit: query.RawEdit, Routes: a.Routes(), Groups: a.ACL(), Redis: a.Redis(), DB: db, Tenant: o.tenant,
+		RawEdit: changes.RawEdit, Routes: a.Routes(), Groups: a.ACL(), Redis: a.Redis(), DB: db, Tenant: o.tenant,
 		Tables: tables, BaseURL: "http://" + ln.Addr().String(), Token: token,
 		Topics: o.topics, Rows: o.rows, Concurrency: o.concurrency, Duration: o.duration, Warmup: o.warmup, Only: o.only,
 		Progress: g.stderr,

@@ -10,7 +10,7 @@ import (
 
 	"github.com/imshard/imshard/app"
 	"github.com/imshard/imshard/config"
-	"github.com/imshard/imshard/modules/query"
+	"github.com/imshard/imshard/modules/routecheck"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -24,7 +24,7 @@ func newRouteCmd(g *globals) *cobra.Command {
 
 // withRouteCheck loads config, starts the tool modules and hands the route
 // checker to fn.
-func (g *globals) withRouteCheck(fn func(ctx context.Context, cfg *config.Config, rc *query.RouteCheck) error) error {
+func (g *globals) withRouteCheck(fn func(ctx context.Context, cfg *config.Config, rc *routecheck.Checker) error) error {
 	return g.withTools("query", func(ctx context.Context, cfg *config.Config, a *app.App) error {
 		return fn(ctx, cfg, a.NewRouteCheck())
 	})
@@ -53,7 +53,7 @@ func newRouteCheckCmd(g *globals) *cobra.Command {
 					return usagef("--topic: %v", err)
 				}
 			}
-			err := g.withRouteCheck(func(ctx context.Context, cfg *config.Config, rc *query.RouteCheck) error {
+			err := g.withRouteCheck(func(ctx context.Context, cfg *config.Config, rc *routecheck.Checker) error {
 				tenants, err := tenantsFor(cfg, o.tenant)
 				if err != nil {
 					return err
@@ -65,7 +65,7 @@ func newRouteCheckCmd(g *globals) *cobra.Command {
 				found := 0
 				var errs []error
 				for _, t := range tenants {
-					res, err := rc.Check(ctx, t, topics, o.fix, func(d query.Difference) {
+					res, err := rc.Check(ctx, t, topics, o.fix, func(d routecheck.Difference) {
 						fmt.Fprintf(g.stdout, "tenant %s: %s\n", t, d)
 					})
 					found += len(res.Differences)
@@ -131,7 +131,7 @@ func newRouteRebuildCmd(g *globals) *cobra.Command {
 				}
 				topics = []string{o.topic}
 			}
-			return g.withRouteCheck(func(ctx context.Context, cfg *config.Config, rc *query.RouteCheck) error {
+			return g.withRouteCheck(func(ctx context.Context, cfg *config.Config, rc *routecheck.Checker) error {
 				if _, err := tenantsFor(cfg, o.tenant); err != nil {
 					return err
 				}

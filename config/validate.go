@@ -26,14 +26,15 @@ func roleSections() map[string][]string {
 	return map[string][]string{
 		"send":     {"http", "auth", "redis", "kafka", "tenants", "send", "hot_cache", "shard"},
 		"query":    {"http", "auth", "redis", "tenants", "hot_cache", "stream"},
+		"stream":   {"http", "auth", "redis", "tenants", "hot_cache", "stream"},
 		"persist":  {"redis", "kafka", "tenants", "persist"},
 		"shardmgr": {"redis", "tenants", "shard"},
 		"migrate":  {"redis", "tenants", "shard", "migrate"},
 	}
 }
 
-// Validate checks the sections the given roles need ("send", "query", "persist",
-// "shardmgr", "migrate"; none or "all" means every section). A process checks only
+// Validate checks the sections the given roles need ("send", "query", "stream",
+// "persist", "shardmgr", "migrate"; none or "all" means every section). A process checks only
 // what it runs, so a query node is not refused over a persist setting it never
 // reads. Every problem is reported at once as errors.Join of *KeyError.
 func (c *Config) Validate(roles ...string) error {
@@ -173,7 +174,7 @@ func (c *Config) Validate(roles ...string) error {
 
 // ValidateServe checks what only a long-running process of a split
 // deployment must refuse, on top of Validate: roles are those of `serve
-// --roles` ("all", or any of send, query, persist, shardmgr, migrate). A process that
+// --roles` ("all", or any of send, query, stream, persist, shardmgr, migrate). A process that
 // runs every role (all) is the single-machine setup and passes.
 //
 //   - kafka.brokers empty starts an in-process Kafka private to this process:

@@ -16,13 +16,20 @@ import (
 
 const module = "github.com/imshard/imshard/"
 
-// roleModules are the one-role packages (and the benchmark drivers, which
-// only cmd uses): they may use the shared packages under modules/ but never
-// each other.
-var roleModules = map[string]bool{"send": true, "persist": true, "query": true, "shardmgr": true, "migrate": true, "bench": true}
+// roleModules are the packages of one job each that app wires into roles
+// (and the benchmark drivers, which only cmd uses): they may use the
+// libraries and the shared packages under modules/ but never each other.
+var roleModules = map[string]bool{"send": true, "changes": true, "persist": true, "query": true, "inbox": true,
+	"stream": true, "shardmgr": true, "migrate": true, "bench": true}
 
-// TestImportDirection enforces main → cmd → app → modules/<role> →
-// modules/routing (+ small shared packages) → config, sql, lua.
+// libraries are the shared machinery of several modules, no role of their
+// own: they may use the shared packages below them, never a module nor
+// each other.
+var libraries = map[string]bool{"readpath": true, "routecheck": true}
+
+// TestImportDirection enforces main → cmd → app → modules/<module> →
+// modules/<library> → modules/routing (+ small shared packages) → config,
+// sql, lua.
 func TestImportDirection(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Dir(filepath.Dir(file))
@@ -54,7 +61,10 @@ func TestImportDirection(t *testing.T) {
 					continue
 				}
 				if roleModules[other] {
-					t.Errorf("%s imports role module %s: roles talk through routing and small interfaces", rel, other)
+					t.Errorf("%s imports module %s: modules talk through libraries, routing and small interfaces that app wires", rel, other)
+				}
+				if libraries[other] && !roleModules[pkg] {
+					t.Errorf("%s imports library %s: only modules use the libraries", rel, other)
 				}
 				if pkg == "routing" {
 					t.Errorf("%s imports %s: routing is the bottom of the module graph", rel, target)

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/imshard/imshard/app"
+	"github.com/imshard/imshard/modules/inbox"
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/query"
 	"github.com/imshard/imshard/modules/routing"
@@ -82,7 +83,7 @@ func mrExpectReads(t *testing.T, env *harness.Env, stage string, now routing.Mon
 		loc.Message.Seq != 5 || loc.ShardMonth == "" {
 		t.Fatalf("%s: admin lookup of a legacy row: %d %+v", stage, code, loc)
 	}
-	var unread query.UnreadSummary
+	var unread inbox.UnreadSummary
 	if code := rpGet(t, env, rpMember, "", "/v1/me/unread", &unread); code != 200 {
 		t.Fatalf("%s: unread: %d", stage, code)
 	}
@@ -95,7 +96,7 @@ func mrExpectReads(t *testing.T, env *harness.Env, stage string, now routing.Mon
 	if badge != int(last) {
 		t.Fatalf("%s: unread of %s is %d, want %d (%+v)", stage, topic, badge, last, unread)
 	}
-	var topics query.TopicsPage
+	var topics inbox.TopicsPage
 	if code := rpGet(t, env, rpMember, "", "/v1/me/topics?limit=50", &topics); code != 200 {
 		t.Fatalf("%s: topic list: %d", stage, code)
 	}

@@ -7,8 +7,9 @@ import (
 	"time"
 
 	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/inbox"
 	"github.com/imshard/imshard/modules/migrate"
-	"github.com/imshard/imshard/modules/query"
+	"github.com/imshard/imshard/modules/routecheck"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 )
@@ -36,7 +37,7 @@ func mrsNewest(t *testing.T, env *harness.Env, topic string) time.Time {
 func mrsExpect(t *testing.T, env *harness.Env, stage string, unread, mentions int, order []string, newest000 time.Time) {
 	t.Helper()
 	topic := migTopic(1)
-	var sum query.UnreadSummary
+	var sum inbox.UnreadSummary
 	if code := rpGet(t, env, rpMember, "", "/v1/me/unread", &sum); code != 200 {
 		t.Fatalf("%s: unread: %d", stage, code)
 	}
@@ -52,7 +53,7 @@ func mrsExpect(t *testing.T, env *harness.Env, stage string, unread, mentions in
 	if !found {
 		t.Fatalf("%s: no badge for %s: %+v", stage, topic, sum)
 	}
-	var page query.TopicsPage
+	var page inbox.TopicsPage
 	if code := rpGet(t, env, rpMember, "", "/v1/me/topics?limit=50", &page); code != 200 {
 		t.Fatalf("%s: topic list: %d", stage, code)
 	}
@@ -143,7 +144,7 @@ func TestMigrationReadStateAndRouteCheck(t *testing.T) {
 	check := func(stage string, legacy bool) {
 		t.Helper()
 		var diffs []string
-		res, err := rc.Check(ctx, env.Tenant, nil, false, func(d query.Difference) { diffs = append(diffs, d.String()) })
+		res, err := rc.Check(ctx, env.Tenant, nil, false, func(d routecheck.Difference) { diffs = append(diffs, d.String()) })
 		if err != nil {
 			t.Fatalf("%s: route check: %v", stage, err)
 		}
@@ -188,7 +189,7 @@ func TestMigrationReadStateAndRouteCheck(t *testing.T) {
 	}
 	mrsExpect(t, env, "paused mid-copy", 12, 3, sentOrder, newest)
 	check("paused mid-copy", true)
-	var st query.TopicState
+	var st routecheck.TopicState
 	if code := rpGet(t, env, rpAdmin, "admin", "/v1/admin/topics/"+migTopic(1)+"/route", &st); code != 200 {
 		t.Fatalf("admin route of %s: %d", migTopic(1), code)
 	}

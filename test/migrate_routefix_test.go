@@ -5,12 +5,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/imshard/imshard/modules/query"
+	"github.com/imshard/imshard/modules/routecheck"
 	"github.com/imshard/imshard/modules/routing"
 )
 
 // mfCounts sums a view's message counts.
-func mfCounts(rs []query.Range) int64 {
+func mfCounts(rs []routecheck.Range) int64 {
 	var n int64
 	for _, r := range rs {
 		n += r.Count
@@ -36,10 +36,10 @@ func TestMigrationRouteFixMidCopy(t *testing.T) {
 	}
 	mg := env.App.NewMigrator()
 	rc := env.App.NewRouteCheck()
-	check := func(stage string, fix bool) (query.CheckResult, []string) {
+	check := func(stage string, fix bool) (routecheck.CheckResult, []string) {
 		t.Helper()
 		var diffs []string
-		res, err := rc.Check(ctx, env.Tenant, nil, fix, func(d query.Difference) { diffs = append(diffs, d.String()) })
+		res, err := rc.Check(ctx, env.Tenant, nil, fix, func(d routecheck.Difference) { diffs = append(diffs, d.String()) })
 		if err != nil {
 			t.Fatalf("%s: route check: %v", stage, err)
 		}
@@ -85,7 +85,7 @@ func TestMigrationRouteFixMidCopy(t *testing.T) {
 	// only the message sent after cutover: the pass adds the legacy rows
 	for _, view := range []struct {
 		name string
-		rs   []query.Range
+		rs   []routecheck.Range
 	}{{"mirror", st.Mirror}, {"redis", st.Redis}} {
 		if mfCounts(view.rs) != 1 || len(view.rs) != 1 || view.rs[0].MinSeq != seq || view.rs[0].MaxSeq != seq {
 			t.Fatalf("%s of %s after the mid-copy fix: %+v, want seq %d alone", view.name, topic, view.rs, seq)

@@ -13,6 +13,7 @@ import (
 
 	sq "github.com/Masterminds/squirrel"
 
+	"github.com/imshard/imshard/app"
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
@@ -30,10 +31,11 @@ const (
 	rpAdmin    int64 = 9001 // role admin
 )
 
-// rpStart runs the read role for a fresh tenant.
+// rpStart runs the read role and the message changes (the changes module
+// alone, without the send role it runs in) for a fresh tenant.
 func rpStart(t *testing.T) *harness.Env {
 	t.Helper()
-	return harness.Start(t, harness.Options{Roles: []string{"query"}})
+	return harness.Start(t, harness.Options{Roles: []string{app.Query, app.Changes}})
 }
 
 // rpNoCopies runs a second read process for env's tenant that keeps no

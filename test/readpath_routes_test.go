@@ -10,6 +10,7 @@ import (
 	sq "github.com/Masterminds/squirrel"
 
 	"github.com/imshard/imshard/modules/query"
+	"github.com/imshard/imshard/modules/routecheck"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -88,7 +89,7 @@ func TestReadPathFallbackWithoutRouteOrMirror(t *testing.T) {
 	}
 	rc := env.App.NewRouteCheck()
 	var seen []string
-	res, err := rc.Check(ctx, env.Tenant, nil, true, func(d query.Difference) { seen = append(seen, d.String()) })
+	res, err := rc.Check(ctx, env.Tenant, nil, true, func(d routecheck.Difference) { seen = append(seen, d.String()) })
 	if err != nil || res.Fixed != 1 || len(seen) == 0 {
 		t.Fatalf("check --fix: %+v %v %v", res, seen, err)
 	}
@@ -139,7 +140,7 @@ func TestRouteCheckAndRebuildCommands(t *testing.T) {
 			t.Fatalf("missing %q in\n%s", want, out)
 		}
 	}
-	var st query.TopicState
+	var st routecheck.TopicState
 	if code := rpGet(t, env, rpAdmin, "admin", "/v1/admin/topics/rcheck2/route", &st); code != 200 || len(st.Differences) != 2 || len(st.Tables) != 1 || st.Tables[0].MaxSeq != 5 {
 		t.Fatalf("admin route view: %d %+v", code, st)
 	}
@@ -243,7 +244,7 @@ func TestReadPathSearchAndAdminRoutes(t *testing.T) {
 	if active != 1 {
 		t.Fatalf("one active month: %+v", shards.Shards)
 	}
-	var st query.TopicState
+	var st routecheck.TopicState
 	if code := rpGet(t, env, rpAdmin, "admin", "/v1/admin/topics/search/route", &st); code != 200 || !st.RedisFound || len(st.Redis) != 3 || len(st.Mirror) != 3 || len(st.Tables) != 3 || len(st.Differences) != 0 {
 		t.Fatalf("admin route: %d %+v", code, st)
 	}

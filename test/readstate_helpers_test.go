@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/imshard/imshard/modules/query"
+	"github.com/imshard/imshard/modules/inbox"
 	"github.com/imshard/imshard/test/harness"
 )
 
@@ -36,7 +36,7 @@ func rsGet(t testing.TB, env *sendEnv, user int64, path string, out any) {
 func rsRead(t testing.TB, env *sendEnv, user int64, topic string, seq int64) (int, int64) {
 	t.Helper()
 	code, body := env.Do("PUT", "/v1/topics/"+topic+"/read", env.Token(user, ""), map[string]any{"seq": seq})
-	var r query.ReadCursor
+	var r inbox.ReadCursor
 	if code == 200 {
 		if err := json.Unmarshal(body, &r); err != nil {
 			t.Fatal(err)
@@ -46,11 +46,11 @@ func rsRead(t testing.TB, env *sendEnv, user int64, topic string, seq int64) (in
 }
 
 // rsUnread is user's badges by topic.
-func rsUnread(t testing.TB, env *sendEnv, user int64) (query.UnreadSummary, map[string]query.UnreadTopic) {
+func rsUnread(t testing.TB, env *sendEnv, user int64) (inbox.UnreadSummary, map[string]inbox.UnreadTopic) {
 	t.Helper()
-	var s query.UnreadSummary
+	var s inbox.UnreadSummary
 	rsGet(t, env, user, "/v1/me/unread", &s)
-	by := map[string]query.UnreadTopic{}
+	by := map[string]inbox.UnreadTopic{}
 	for _, u := range s.Topics {
 		by[u.Topic] = u
 	}
@@ -58,16 +58,16 @@ func rsUnread(t testing.TB, env *sendEnv, user int64) (query.UnreadSummary, map[
 }
 
 // rsTopics walks user's whole topic list with pages of limit.
-func rsTopics(t testing.TB, env *sendEnv, user int64, limit int) []query.InboxTopic {
+func rsTopics(t testing.TB, env *sendEnv, user int64, limit int) []inbox.InboxTopic {
 	t.Helper()
-	var all []query.InboxTopic
+	var all []inbox.InboxTopic
 	cursor := ""
 	for range 1000 {
 		q := url.Values{"limit": {strconv.Itoa(limit)}}
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
-		var p query.TopicsPage
+		var p inbox.TopicsPage
 		rsGet(t, env, user, "/v1/me/topics?"+q.Encode(), &p)
 		all = append(all, p.Topics...)
 		if p.NextCursor == nil {
@@ -80,13 +80,13 @@ func rsTopics(t testing.TB, env *sendEnv, user int64, limit int) []query.InboxTo
 }
 
 // rsSync is one sync call.
-func rsSync(t testing.TB, env *sendEnv, user int64, token string, limit int) query.SyncPage {
+func rsSync(t testing.TB, env *sendEnv, user int64, token string, limit int) inbox.SyncPage {
 	t.Helper()
 	q := url.Values{"limit": {strconv.Itoa(limit)}}
 	if token != "" {
 		q.Set("token", token)
 	}
-	var p query.SyncPage
+	var p inbox.SyncPage
 	rsGet(t, env, user, "/v1/me/sync?"+q.Encode(), &p)
 	return p
 }

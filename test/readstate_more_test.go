@@ -11,7 +11,7 @@ import (
 	sq "github.com/Masterminds/squirrel"
 
 	"github.com/imshard/imshard/config"
-	"github.com/imshard/imshard/modules/query"
+	"github.com/imshard/imshard/modules/inbox"
 	"github.com/imshard/imshard/test/harness"
 	"github.com/imshard/imshard/test/testenv"
 )
@@ -107,7 +107,7 @@ func TestReadStateCursorSurvivesRedisFlush(t *testing.T) {
 }
 
 // rsTopicNames is the topics of a list, in order.
-func rsTopicNames(l []query.InboxTopic) []string {
+func rsTopicNames(l []inbox.InboxTopic) []string {
 	out := make([]string, len(l))
 	for i, e := range l {
 		out[i] = e.Topic
@@ -152,7 +152,7 @@ func TestReadStateTopicListStableWhileMessagesArrive(t *testing.T) {
 		if cursor != "" {
 			path += "&cursor=" + cursor
 		}
-		var p query.TopicsPage
+		var p inbox.TopicsPage
 		rsGet(t, env, user, path, &p)
 		got = append(got, rsTopicNames(p.Topics)...)
 		if p.NextCursor == nil {
@@ -385,7 +385,7 @@ func TestReadStateSyncSevenOf200(t *testing.T) {
 	if code, out := env.Do("POST", "/v1/topics/"+topics[1]+"/deletions", env.Token(user, ""), map[string]any{"low": read.Seq, "hi": read.Seq + 1}); code != 200 {
 		t.Fatalf("hide: %d %s", code, out)
 	}
-	if p := rsSync(t, env, user, p.Token, 50); !slices.ContainsFunc(p.Topics, func(e query.InboxTopic) bool { return e.Topic == topics[1] }) {
+	if p := rsSync(t, env, user, p.Token, 50); !slices.ContainsFunc(p.Topics, func(e inbox.InboxTopic) bool { return e.Topic == topics[1] }) {
 		t.Fatalf("sync after a hide: %+v", p.Topics)
 	}
 }

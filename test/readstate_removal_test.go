@@ -11,7 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/imshard/imshard/modules/acl"
-	"github.com/imshard/imshard/modules/query"
+	"github.com/imshard/imshard/modules/inbox"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -49,7 +49,7 @@ func rsRemovalSetup(t *testing.T, env *sendEnv, own, far string, user, other int
 // most an entry marking it removed (no last message, seq or counts).
 func rsShowsNothingOf(t *testing.T, env *sendEnv, step string, user int64, topic string) {
 	t.Helper()
-	if _, by := rsUnread(t, env, user); by[topic] != (query.UnreadTopic{}) {
+	if _, by := rsUnread(t, env, user); by[topic] != (inbox.UnreadTopic{}) {
 		t.Fatalf("%s: the badges show %+v", step, by[topic])
 	}
 	for _, e := range rsTopics(t, env, user, 10) {
@@ -223,7 +223,7 @@ func TestReadStateRetriedJoinShowsGroup(t *testing.T) {
 		}
 		env.mustSend(env.Token(other, ""), far, sendBody(far+"-2", "after the join"))
 		chWaitSettled(t, env.Env, far)
-		if _, by := rsUnread(t, env, user); by[far] != (query.UnreadTopic{}) {
+		if _, by := rsUnread(t, env, user); by[far] != (inbox.UnreadTopic{}) {
 			t.Fatalf("%s: the half-done join should leave the topic out of the cached badges: %+v", retry.name, by)
 		}
 		env.member(far, user, retry.role, retry.muted)
@@ -252,7 +252,7 @@ func TestReadStateRetriedUndissolveShowsGroup(t *testing.T) {
 			RunWith(env.DB).ExecContext(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if _, by := rsUnread(t, env, user); by[far] != (query.UnreadTopic{}) {
+		if _, by := rsUnread(t, env, user); by[far] != (inbox.UnreadTopic{}) {
 			t.Fatalf("%s: the half-done undissolve should leave the topic out of the cached badges: %+v", status, by)
 		}
 		env.group(far, 781, status)

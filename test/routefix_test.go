@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/imshard/imshard/modules/query"
+	"github.com/imshard/imshard/modules/routecheck"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 )
@@ -37,7 +37,7 @@ func TestRouteFixWhileSending(t *testing.T) {
 				return
 			default:
 			}
-			res, err := rc.Check(ctx, e.Tenant, topics, true, func(query.Difference) {})
+			res, err := rc.Check(ctx, e.Tenant, topics, true, func(routecheck.Difference) {})
 			if err != nil {
 				fixErr = err
 				return

@@ -279,7 +279,7 @@ func (c *Checker) PutGroup(ctx context.Context, tenant, topic string, groupID in
 	return c.invalidate(ctx, tenant, topic)
 }
 
-// bumpGroupsEpoch makes every user's cached memberships (modules/query)
+// bumpGroupsEpoch makes every user's cached memberships (modules/inbox)
 // read again: a group may have been dissolved or brought back. A failure
 // is returned, as invalidate's: a dissolved group must not stay in the
 // badges, nor a group brought back stay out of them.
@@ -325,7 +325,7 @@ func (c *Checker) PutMember(ctx context.Context, tenant, topic string, userID in
 	if err != nil {
 		return fmt.Errorf("acl: put member %s/%d: %w", topic, userID, err)
 	}
-	// the user's cached memberships (modules/query) may lack the topic:
+	// the user's cached memberships (modules/inbox) may lack the topic:
 	// dropped whether or not this call inserted the row, so the retry of a
 	// join that committed and failed before the drop — a repeat, or a role
 	// or mute change meanwhile — heals it
@@ -368,6 +368,14 @@ func touchCursor(ctx context.Context, tx sq.BaseRunner, topic string, userID, se
 	return err
 }
 
+// TouchReadState marks the caller's read state of topic changed (a hide),
+// so a device sync reports the topic.
+func TouchReadState(ctx context.Context, db *sql.DB, user int64, topic string) error {
+	_, err := sq.Insert(CursorsTable).Columns("user_id", "topic").Values(user, topic).
+		Suffix("ON DUPLICATE KEY UPDATE updated_at = CURRENT_TIMESTAMP(3)").RunWith(db).ExecContext(ctx)
+	return err
+}
+
 func inTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -399,7 +407,7 @@ func (c *Checker) DeleteMember(ctx context.Context, tenant, topic string, userID
 	if err != nil {
 		return fmt.Errorf("acl: delete member %s/%d: %w", topic, userID, err)
 	}
-	// the user's cached memberships (modules/query) may still name the
+	// the user's cached memberships (modules/inbox) may still name the
 	// topic: dropped whether or not this call deleted the row, so the retry
 	// of a leave that committed and failed before the drop heals it
 	if err := c.invalidateCursors(ctx, tenant, userID); err != nil {

@@ -80,6 +80,12 @@ func Classify(err error) (code, msg string) {
 	return code, msg
 }
 
+// HasCode reports whether err is answered with code.
+func HasCode(err error, code string) bool {
+	c, _ := Classify(err)
+	return c == code
+}
+
 func classify(err error) (code, msg string, details map[string]any) {
 	var e *Error
 	var mig *routing.ErrMigrationPending

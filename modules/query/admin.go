@@ -11,6 +11,8 @@ import (
 
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/readpath"
+	"github.com/imshard/imshard/modules/routecheck"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -128,9 +130,9 @@ func (s *Service) MessageByID(ctx context.Context, p httpapi.Principal, id int64
 		return message.Message{}, err
 	}
 	m := loc.Message
-	if err := s.authorize(ctx, p, m.Topic); err != nil {
-		if code, _ := httpapi.Classify(err); code == httpapi.CodePermissionDenied {
-			return message.Message{}, errNotFound
+	if err := s.r.Authorize(ctx, p, m.Topic); err != nil {
+		if httpapi.HasCode(err, httpapi.CodePermissionDenied) {
+			return message.Message{}, readpath.ErrNotFound
 		}
 		return message.Message{}, err
 	}
@@ -138,18 +140,18 @@ func (s *Service) MessageByID(ctx context.Context, p httpapi.Principal, id int64
 	if err != nil {
 		return message.Message{}, err
 	}
-	hv, err := s.hiddenOf(ctx, db, keys, m.Topic, p.UserID)
+	hv, err := s.r.HiddenOf(ctx, db, keys, m.Topic, p.UserID)
 	if err != nil {
 		return message.Message{}, err
 	}
-	hidden := hv.ranges
-	if !hv.known {
-		if hidden, err = s.st.hidden(ctx, db, m.Topic, p.UserID, m.Seq, 0); err != nil {
+	hidden := hv.Ranges
+	if !hv.Known {
+		if hidden, err = s.st.HiddenRanges(ctx, db, m.Topic, p.UserID, m.Seq, 0); err != nil {
 			return message.Message{}, err
 		}
 	}
 	if hidden.Hides(m.Seq) {
-		return message.Message{}, errNotFound
+		return message.Message{}, readpath.ErrNotFound
 	}
 	return m, nil
 }
@@ -196,7 +198,7 @@ func (s *Service) locate(ctx context.Context, db *sql.DB, tenant string, id int6
 		return Located{}, err
 	}
 	for _, i := range order {
-		ms, err := s.st.messages(ctx, db, sq.Select(columns...).From(tables[i].Quoted()+" AS m").
+		ms, err := s.st.Messages(ctx, db, sq.Select(readpath.Columns...).From(tables[i].Quoted()+" AS m").
 			Where(sq.Eq{"m.message_id": id}))
 		if err != nil {
 			return Located{}, err
@@ -205,14 +207,14 @@ func (s *Service) locate(ctx context.Context, db *sql.DB, tenant string, id int6
 			return Located{Message: ms[0], ShardMonth: tables[i].Month().String()}, nil
 		}
 	}
-	return Located{}, errNotFound
+	return Located{}, readpath.ErrNotFound
 }
 
 // locateLegacy reads message id from the legacy table; its shard_month is
 // the month the backfill copies it into (its created_at month before the
 // cutover recorded the months).
 func (s *Service) locateLegacy(ctx context.Context, db *sql.DB, id int64) (Located, bool, error) {
-	ms, err := s.st.messages(ctx, db, sq.Select(columns...).From(routing.LegacyQuoted()+" AS m").Where(sq.Eq{"m.message_id": id}))
+	ms, err := s.st.Messages(ctx, db, sq.Select(readpath.Columns...).From(routing.LegacyQuoted()+" AS m").Where(sq.Eq{"m.message_id": id}))
 	if err != nil || len(ms) == 0 {
 		return Located{}, false, err
 	}
@@ -230,7 +232,7 @@ func (s *Service) locateLegacy(ctx context.Context, db *sql.DB, id int64) (Locat
 // revisions reads the changes of message id, oldest first.
 func revisions(ctx context.Context, db *sql.DB, id int64) ([]Revision, error) {
 	rows, err := sq.Select("change_seq", "action", "version", "content", "head", "actor", "reason", "COALESCE(shard_month, '')", "created_at").
-		From(revisionsTable).Where(sq.Eq{"message_id": id}).OrderBy("change_seq", "id").
+		From(readpath.RevisionsTable).Where(sq.Eq{"message_id": id}).OrderBy("change_seq", "id").
 		RunWith(db).QueryContext(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("query: revisions: %w", err)
@@ -330,14 +332,14 @@ func (s *Service) bounds(ctx context.Context, tenant string) (active, complete r
 
 // TopicRoute shows the topic's Redis route, its mirror rows and the actual
 // ranges in the month tables side by side, with their differences (admin).
-func (s *Service) TopicRoute(ctx context.Context, p httpapi.Principal, topic string) (TopicState, error) {
+func (s *Service) TopicRoute(ctx context.Context, p httpapi.Principal, topic string) (routecheck.TopicState, error) {
 	if err := requireAdmin(p); err != nil {
-		return TopicState{}, err
+		return routecheck.TopicState{}, err
 	}
 	if err := routing.ValidTopic(topic); err != nil {
-		return TopicState{}, err
+		return routecheck.TopicState{}, err
 	}
-	rc := &RouteCheck{Redis: s.p.Redis, Routes: s.p.Routes, Catalog: s.p.Catalog, DBs: s.p.DBs}
+	rc := &routecheck.Checker{Redis: s.p.Redis, Routes: s.p.Routes, Catalog: s.p.Catalog, DBs: s.p.DBs}
 	return rc.Topic(ctx, p.Tenant, topic)
 }
 

@@ -1,17 +1,11 @@
 package query
 
 import (
-	"bytes"
-	"errors"
-	"io"
-	"net/http"
 	"net/url"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
-	"github.com/imshard/imshard/modules/httpapi"
-	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -37,98 +31,47 @@ type ListRequest struct {
 	Limit     int
 }
 
-func invalid(msg string) error { return httpapi.Errorf(httpapi.CodeInvalidArgument, msg) }
-
-// single returns the one value of key: a repeated parameter is ambiguous,
-// so it is an error; an empty value counts as absent.
-func single(q url.Values, key string) (string, bool, error) {
-	vs, ok := q[key]
-	if !ok {
-		return "", false, nil
-	}
-	if len(vs) != 1 {
-		return "", false, invalid(key + " given more than once")
-	}
-	if vs[0] == "" {
-		return "", false, nil
-	}
-	return vs[0], true, nil
-}
-
-// ParseCursor reads a seq cursor: a decimal int64 of at least min. Signs,
-// spaces, hex and values beyond int64 are rejected (invariant 11).
-func ParseCursor(name, v string, min int64) (int64, error) {
-	if v == "" || len(v) > 19 {
-		return 0, invalid(name + " must be a decimal seq")
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return 0, invalid(name + " must be a decimal seq")
-		}
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return 0, invalid(name + " is out of range")
-	}
-	if n < min {
-		return 0, invalid(name + " must be at least " + strconv.FormatInt(min, 10))
-	}
-	return n, nil
-}
-
-// ParseLimit reads a page size in [1, max]; absent means def.
-func ParseLimit(name, v string, present bool, def, max int) (int, error) {
-	if !present {
-		return def, nil
-	}
-	n, err := ParseCursor(name, v, 1)
-	if err != nil || n > int64(max) {
-		return 0, invalid(name + " must be 1.." + strconv.Itoa(max))
-	}
-	return int(n), nil
-}
-
 // ParseList validates ?before=&since=&limit=.
 func ParseList(q url.Values) (ListRequest, error) {
 	var r ListRequest
-	before, hasBefore, err := single(q, "before")
+	before, hasBefore, err := readpath.Single(q, "before")
 	if err != nil {
 		return r, err
 	}
-	since, hasSince, err := single(q, "since")
+	since, hasSince, err := readpath.Single(q, "since")
 	if err != nil {
 		return r, err
 	}
 	if hasBefore && hasSince {
-		return r, invalid("before and since are exclusive")
+		return r, readpath.Invalid("before and since are exclusive")
 	}
 	if hasBefore {
-		if r.Before, err = ParseCursor("before", before, 1); err != nil {
+		if r.Before, err = readpath.ParseCursor("before", before, 1); err != nil {
 			return r, err
 		}
 		r.HasBefore = true
 	}
 	if hasSince {
-		if r.Since, err = ParseCursor("since", since, 0); err != nil {
+		if r.Since, err = readpath.ParseCursor("since", since, 0); err != nil {
 			return r, err
 		}
 		r.HasSince = true
 	}
-	lim, hasLim, err := single(q, "limit")
+	lim, hasLim, err := readpath.Single(q, "limit")
 	if err != nil {
 		return r, err
 	}
-	r.Limit, err = ParseLimit("limit", lim, hasLim, DefaultLimit, MaxLimit)
+	r.Limit, err = readpath.ParseLimit("limit", lim, hasLim, DefaultLimit, MaxLimit)
 	return r, err
 }
 
 // ParseContext validates ?before=&after= of a context request (counts).
 func ParseContext(q url.Values) (before, after int, err error) {
-	b, hasB, err := single(q, "before")
+	b, hasB, err := readpath.Single(q, "before")
 	if err != nil {
 		return 0, 0, err
 	}
-	a, hasA, err := single(q, "after")
+	a, hasA, err := readpath.Single(q, "after")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -143,9 +86,9 @@ func parseCount(name, v string, present bool) (int, error) {
 	if !present {
 		return DefaultContext, nil
 	}
-	n, err := ParseCursor(name, v, 0)
+	n, err := readpath.ParseCursor(name, v, 0)
 	if err != nil || n > MaxContext {
-		return 0, invalid(name + " must be 0.." + strconv.Itoa(MaxContext))
+		return 0, readpath.Invalid(name + " must be 0.." + strconv.Itoa(MaxContext))
 	}
 	return int(n), nil
 }
@@ -166,170 +109,56 @@ const maxQueryLen = 256
 // ParseSearch validates ?q=&from=&to=&limit=&before=.
 func ParseSearch(q url.Values) (SearchRequest, error) {
 	var r SearchRequest
-	text, ok, err := single(q, "q")
+	text, ok, err := readpath.Single(q, "q")
 	if err != nil {
 		return r, err
 	}
 	if !ok || len(text) > maxQueryLen {
-		return r, invalid("q is required (at most " + strconv.Itoa(maxQueryLen) + " bytes)")
+		return r, readpath.Invalid("q is required (at most " + strconv.Itoa(maxQueryLen) + " bytes)")
 	}
 	r.Q = text
 	for _, f := range []struct {
 		name string
 		dst  *time.Time
 	}{{"from", &r.From}, {"to", &r.To}} {
-		v, ok, err := single(q, f.name)
+		v, ok, err := readpath.Single(q, f.name)
 		if err != nil {
 			return r, err
 		}
 		if !ok {
-			return r, invalid(f.name + " is required (RFC 3339)")
+			return r, readpath.Invalid(f.name + " is required (RFC 3339)")
 		}
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			return r, invalid(f.name + " must be RFC 3339")
+			return r, readpath.Invalid(f.name + " must be RFC 3339")
 		}
 		*f.dst = t.UTC()
 	}
 	if !r.To.After(r.From) {
-		return r, invalid("to must be after from")
+		return r, readpath.Invalid("to must be after from")
 	}
 	if r.To.Sub(r.From) > MaxSearchDays*24*time.Hour {
-		return r, invalid("the search window is at most " + strconv.Itoa(MaxSearchDays) + " days")
+		return r, readpath.Invalid("the search window is at most " + strconv.Itoa(MaxSearchDays) + " days")
 	}
 	months := monthSpan(r.From, r.To)
 	if months == 0 {
-		return r, invalid("from and to must lie in the years " + strconv.Itoa(routing.MinYear) + ".." + strconv.Itoa(routing.MaxYear))
+		return r, readpath.Invalid("from and to must lie in the years " + strconv.Itoa(routing.MinYear) + ".." + strconv.Itoa(routing.MaxYear))
 	}
 	if months > MaxSearchMonths {
-		return r, invalid("the search window may touch at most " + strconv.Itoa(MaxSearchMonths) + " months")
+		return r, readpath.Invalid("the search window may touch at most " + strconv.Itoa(MaxSearchMonths) + " months")
 	}
-	if v, ok, err := single(q, "before"); err != nil {
+	if v, ok, err := readpath.Single(q, "before"); err != nil {
 		return r, err
 	} else if ok {
-		if r.Before, err = ParseCursor("before", v, 1); err != nil {
+		if r.Before, err = readpath.ParseCursor("before", v, 1); err != nil {
 			return r, err
 		}
 		r.HasBefore = true
 	}
-	lim, hasLim, err := single(q, "limit")
+	lim, hasLim, err := readpath.Single(q, "limit")
 	if err != nil {
 		return r, err
 	}
-	r.Limit, err = ParseLimit("limit", lim, hasLim, DefaultLimit, MaxLimit)
+	r.Limit, err = readpath.ParseLimit("limit", lim, hasLim, DefaultLimit, MaxLimit)
 	return r, err
-}
-
-// MaxDeletionBody bounds a POST …/deletions body (two numbers).
-const MaxDeletionBody = 1024
-
-// DeletionRange is the body of POST /v1/topics/{topic}/deletions: hide the
-// caller's view of seqs [Low, Hi).
-type DeletionRange struct {
-	Low int64 `json:"low"`
-	Hi  int64 `json:"hi"`
-}
-
-// DecodeDeletion reads and validates a deletion range: both bounds
-// present, 1 <= low < hi.
-func DecodeDeletion(r io.Reader) (DeletionRange, error) {
-	var req struct {
-		Low *int64 `json:"low"`
-		Hi  *int64 `json:"hi"`
-	}
-	if err := httpapi.DecodeStrict(r, &req); err != nil {
-		return DeletionRange{}, err
-	}
-	if req.Low == nil || req.Hi == nil {
-		return DeletionRange{}, invalid("low and hi are required")
-	}
-	if *req.Low < 1 || *req.Hi <= *req.Low {
-		return DeletionRange{}, invalid("a deletion range needs 1 <= low < hi")
-	}
-	return DeletionRange{Low: *req.Low, Hi: *req.Hi}, nil
-}
-
-// Delete scopes of DELETE …/messages/{seq}.
-const (
-	ScopeMe  = "me"
-	ScopeAll = "all"
-)
-
-// ParseScope reads the required scope of a delete: me or all.
-func ParseScope(q url.Values) (string, error) {
-	v, ok, err := single(q, "scope")
-	if err != nil {
-		return "", err
-	}
-	if !ok || (v != ScopeMe && v != ScopeAll) {
-		return "", invalid("scope must be me or all")
-	}
-	return v, nil
-}
-
-// MaxChangeBody bounds the body of a recall (a reason).
-const MaxChangeBody = 1 << 10
-
-// DecodeRecall reads the optional body of a recall: nothing, or
-// {"reason": "…"} of at most MaxReason characters.
-func DecodeRecall(r io.Reader) (reason string, err error) {
-	body, err := io.ReadAll(r)
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		return "", httpapi.Wrap(httpapi.CodeTooLarge, "body exceeds "+strconv.FormatInt(tooLarge.Limit, 10)+" bytes", err)
-	case err != nil:
-		return "", httpapi.Wrap(httpapi.CodeInvalidArgument, "unreadable body", err)
-	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		return "", nil
-	}
-	var req struct {
-		Reason string `json:"reason"`
-	}
-	if err := httpapi.DecodeStrict(bytes.NewReader(body), &req); err != nil {
-		return "", err
-	}
-	return req.Reason, checkReason(req.Reason)
-}
-
-// ParseReason reads the optional reason of a delete for everyone.
-func ParseReason(q url.Values) (string, error) {
-	v, _, err := single(q, "reason")
-	if err != nil {
-		return "", err
-	}
-	return v, checkReason(v)
-}
-
-func checkReason(reason string) error {
-	if utf8.RuneCountInString(reason) > MaxReason || !utf8.ValidString(reason) {
-		return invalid("reason must be UTF-8 of at most " + strconv.Itoa(MaxReason) + " characters")
-	}
-	return nil
-}
-
-// DecodeEdit reads and validates the body of an edit: content required,
-// head optional (absent keeps the message's head, null clears it), both
-// checked as a send's are (message.CheckStored); expected_version required;
-// from_user, when given, a positive id. Nothing else — mentions, msg_type —
-// is editable: any other field is refused.
-func DecodeEdit(r io.Reader) (EditRequest, error) {
-	var req EditRequest
-	if err := httpapi.DecodeStrict(r, &req); err != nil {
-		return EditRequest{}, err
-	}
-	if req.ExpectedVersion == nil || *req.ExpectedVersion < 1 {
-		return EditRequest{}, invalid("expected_version is required: the version of the message the edit is based on (>= 1)")
-	}
-	if req.Content == nil {
-		return EditRequest{}, invalid("content is required")
-	}
-	if err := message.CheckStored(req.Content, req.Head); err != nil {
-		return EditRequest{}, invalid(err.Error())
-	}
-	if req.FromUser != nil && *req.FromUser <= 0 {
-		return EditRequest{}, invalid("from_user must be a positive user id")
-	}
-	return req, nil
 }

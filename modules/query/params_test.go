@@ -1,19 +1,17 @@
 package query
 
 import (
-	"errors"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/readpath"
+	"github.com/imshard/imshard/modules/routing"
 )
-
-func isInvalid(err error) bool {
-	var e *httpapi.Error
-	return errors.As(err, &e) && e.Code == httpapi.CodeInvalidArgument
-}
 
 func TestParseList(t *testing.T) {
 	ok := []struct {
@@ -38,7 +36,7 @@ func TestParseList(t *testing.T) {
 		"before=+5", "before=0x10", "before=1&before=2", "since= 1", "limit=1e3"}
 	for _, s := range bad {
 		q, _ := url.ParseQuery(s)
-		if _, err := ParseList(q); !isInvalid(err) {
+		if _, err := ParseList(q); !httpapi.HasCode(err, httpapi.CodeInvalidArgument) {
 			t.Errorf("%q: want invalid_argument, got %v", s, err)
 		}
 	}
@@ -55,7 +53,7 @@ func TestParseContext(t *testing.T) {
 	}
 	for _, s := range []string{"before=101", "after=-1", "after=x"} {
 		q, _ := url.ParseQuery(s)
-		if _, _, err := ParseContext(q); !isInvalid(err) {
+		if _, _, err := ParseContext(q); !httpapi.HasCode(err, httpapi.CodeInvalidArgument) {
 			t.Errorf("%q: want invalid_argument, got %v", s, err)
 		}
 	}
@@ -80,9 +78,51 @@ func TestParseSearch(t *testing.T) {
 	}
 	for _, s := range bad {
 		q, _ := url.ParseQuery(s)
-		if _, err := ParseSearch(q); !isInvalid(err) {
+		if _, err := ParseSearch(q); !httpapi.HasCode(err, httpapi.CodeInvalidArgument) {
 			t.Errorf("%q: want invalid_argument, got %v", s, err)
 		}
+	}
+}
+
+func TestSearchMonths(t *testing.T) {
+	at := func(s string) time.Time { tm, _ := time.Parse(time.RFC3339, s); return tm }
+	mirror := []routing.MirrorRow{
+		{MonthRange: routing.MonthRange{Month: routing.MustMonth("202608")}, MinCreatedAt: at("2026-08-01T00:00:00Z"), MaxCreatedAt: at("2026-08-31T23:59:59Z")},
+		// the active month lagged the calendar: September rows in 202608's
+		// successor start late, and 202609 holds a row from October 1st
+		{MonthRange: routing.MonthRange{Month: routing.MustMonth("202609")}, MinCreatedAt: at("2026-09-01T00:00:01Z"), MaxCreatedAt: at("2026-10-01T00:00:02Z")},
+		{MonthRange: routing.MonthRange{Month: routing.MustMonth("202610")}, MinCreatedAt: at("2026-10-01T00:00:03Z"), MaxCreatedAt: at("2026-10-20T00:00:00Z")},
+	}
+	reg := []routing.Month{routing.MustMonth("202607"), routing.MustMonth("202608"), routing.MustMonth("202609"), routing.MustMonth("202610")}
+	got := SearchMonths(mirror, reg, at("2026-10-01T00:00:00Z"), at("2026-10-02T00:00:00Z"))
+	if want := []routing.Month{routing.MustMonth("202610"), routing.MustMonth("202609")}; !slices.Equal(got, want) {
+		t.Fatalf("edge window: got %v, want %v", got, want)
+	}
+	got = SearchMonths(nil, reg, at("2026-09-10T00:00:00Z"), at("2026-10-02T00:00:00Z"))
+	if want := []routing.Month{routing.MustMonth("202610"), routing.MustMonth("202609"), routing.MustMonth("202608")}; !slices.Equal(got, want) {
+		t.Fatalf("no mirror: got %v, want %v", got, want)
+	}
+}
+
+func TestLikePattern(t *testing.T) {
+	if got := likePattern(`50%_off!`); got != `%50!%!_off!!%` {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestFindMonth(t *testing.T) {
+	// months 0..5: ids 100-199, empty, 300-399, 400-499, empty, empty
+	b := []idBounds{{lo: 100, hi: 199}, {empty: true}, {lo: 300, hi: 399}, {lo: 400, hi: 499}, {empty: true}, {empty: true}}
+	calls := 0
+	bounds := func(i int) (idBounds, error) { calls++; return b[i], nil }
+	for id, want := range map[int64]int{150: 0, 350: 2, 499: 3, 250: 2, 50: 0} {
+		got, err := FindMonth(len(b), bounds, id)
+		if err != nil || len(got) == 0 || got[0] != want {
+			t.Errorf("id %d: got %v, want first %d", id, got, want)
+		}
+	}
+	if got, _ := FindMonth(0, bounds, 1); got != nil {
+		t.Fatalf("no months: %v", got)
 	}
 }
 
@@ -93,9 +133,9 @@ func FuzzParseCursor(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		n, err := ParseCursor("before", s, 1)
+		n, err := readpath.ParseCursor("before", s, 1)
 		if err != nil {
-			if !isInvalid(err) {
+			if !httpapi.HasCode(err, httpapi.CodeInvalidArgument) {
 				t.Fatalf("%q: non-API error %v", s, err)
 			}
 			return
@@ -111,37 +151,4 @@ func FuzzParseCursor(f *testing.F) {
 			t.Fatalf("limit %q accepted as %d", s, r.Limit)
 		}
 	})
-}
-
-func TestDecodeChangeBodies(t *testing.T) {
-	for body, want := range map[string]string{"": "", "  ": "", `{}`: "", `{"reason":"spam"}`: "spam"} {
-		if got, err := DecodeRecall(strings.NewReader(body)); err != nil || got != want {
-			t.Fatalf("recall body %q: %q %v", body, got, err)
-		}
-	}
-	for _, body := range []string{`{"reason":1}`, `{"why":"x"}`, `[]`, `{"reason":"` + strings.Repeat("é", 256) + `"}`, `{}{}`} {
-		if _, err := DecodeRecall(strings.NewReader(body)); !isInvalid(err) {
-			t.Fatalf("recall body %q: %v, want invalid_argument", body, err)
-		}
-	}
-	req, err := DecodeEdit(strings.NewReader(`{"content":{"text":"x"},"expected_version":3}`))
-	if err != nil || *req.ExpectedVersion != 3 || req.Head != nil || req.FromUser != nil {
-		t.Fatalf("edit without head: %+v %v", req, err)
-	}
-	if req, err = DecodeEdit(strings.NewReader(`{"content":{},"head":null,"expected_version":1,"from_user":"7"}`)); err != nil ||
-		string(req.Head) != "null" || *req.FromUser != 7 {
-		t.Fatalf("edit clearing the head for a member: %+v %v", req, err)
-	}
-	for _, body := range []string{
-		`{"content":{}}`, `{"content":{},"expected_version":0}`, `{"expected_version":1}`, `{"content":[],"expected_version":1}`,
-		`{"content":{},"head":"x","expected_version":1}`, `{"content":{},"expected_version":1,"from_user":0}`,
-		`{"content":{},"expected_version":1,"mention_all":true}`, `{"content":{"a":1,"a":2},"expected_version":1}`,
-	} {
-		if _, err := DecodeEdit(strings.NewReader(body)); !isInvalid(err) {
-			t.Fatalf("edit body %s: %v, want invalid_argument", body, err)
-		}
-	}
-	if _, err := ParseReason(url.Values{"reason": {"a", "b"}}); !isInvalid(err) {
-		t.Fatal("a repeated reason")
-	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -66,26 +67,26 @@ func newestFirst(ms []routing.Month) []routing.Month {
 // seq, as it may lack that index), through the same walk as a page. The
 // topic's ACL is checked before any row is read and the caller's deletion
 // ranges apply to every hit.
-func (s *Service) Search(ctx context.Context, p httpapi.Principal, topic string, r SearchRequest) (BeforePage, error) {
-	if err := s.authorize(ctx, p, topic); err != nil {
-		return BeforePage{}, err
+func (s *Service) Search(ctx context.Context, p httpapi.Principal, topic string, r SearchRequest) (readpath.BeforePage, error) {
+	if err := s.r.Authorize(ctx, p, topic); err != nil {
+		return readpath.BeforePage{}, err
 	}
 	start := time.Now()
 	db, err := s.p.DBs.DB(ctx, p.Tenant)
 	if err != nil {
-		return BeforePage{}, err
+		return readpath.BeforePage{}, err
 	}
 	mirror, err := routing.LoadMirrorRows(ctx, db, topic)
 	if err != nil {
-		return BeforePage{}, err
+		return readpath.BeforePage{}, err
 	}
 	registered, err := s.p.Catalog.Months(ctx, p.Tenant)
 	if err != nil {
-		return BeforePage{}, err
+		return readpath.BeforePage{}, err
 	}
 	tables, err := s.p.Router.Tables(ctx, p.Tenant, SearchMonths(mirror, routing.SortedMonths(registered), r.From, r.To))
 	if err != nil {
-		return BeforePage{}, err
+		return readpath.BeforePage{}, err
 	}
 	before := r.Before
 	if !r.HasBefore {
@@ -93,15 +94,15 @@ func (s *Service) Search(ctx context.Context, p httpapi.Principal, topic string,
 	}
 	leg, err := s.p.Migrations.Legacy(ctx, p.Tenant, topic)
 	if err != nil {
-		return BeforePage{}, err
+		return readpath.BeforePage{}, err
 	}
-	q := listQuery{topic: topic, user: p.UserID, order: Desc, bound: before, limit: r.Limit + 1,
-		match: &textMatch{from: r.From, to: r.To, like: likePattern(r.Q)}}
-	page, touched, err := s.walkSources(ctx, db, q, sources(q, tables, leg))
+	q := readpath.ListQuery{Topic: topic, User: p.UserID, Order: readpath.Desc, Bound: before, Limit: r.Limit + 1,
+		Match: &readpath.TextMatch{From: r.From, To: r.To, Like: likePattern(r.Q)}}
+	page, touched, err := s.r.WalkSources(ctx, db, q, readpath.Sources(q, tables, leg))
 	if err != nil {
-		return BeforePage{}, err
+		return readpath.BeforePage{}, err
 	}
-	s.m.observe(touched, false, time.Since(start).Seconds())
-	page, more := Truncate(page, r.Limit)
-	return BeforePage{Messages: nonNil(page), NextBefore: NextBefore(page), HasMore: more}, nil
+	s.r.Observe(touched, false, time.Since(start).Seconds())
+	page, more := readpath.Truncate(page, r.Limit)
+	return readpath.BeforePage{Messages: readpath.NonNil(page), NextBefore: readpath.NextBefore(page), HasMore: more}, nil
 }

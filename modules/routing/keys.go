@@ -121,7 +121,7 @@ func (k Keys) MigrationGate() string { return k.prefix + "migration_gate" }
 func (k Keys) HotMessages(topic string) string { return k.prefix + "hot:" + topic }
 
 // MessagesVersion is the topic's message-change version: the change path
-// (modules/query) sets it to a new, larger value — at least the Redis time
+// (modules/changes) sets it to a new, larger value — at least the Redis time
 // in microseconds — before it commits a recall, edit or delete, and every
 // page reads it in its round trip, so a process's copy of the topic's
 // newest messages made under an older version is never used again.
@@ -144,7 +144,7 @@ func (k Keys) Members(topic string) string { return k.prefix + "acl:members:" + 
 func (k Keys) ACLVersion(topic string) string { return k.prefix + "acl:version:" + topic }
 
 // Hidden caches the callers' deletion ranges of a topic (HASH user id →
-// ranges, see modules/query); HiddenVersion counts their changes, so a fill
+// ranges, see modules/readpath); HiddenVersion counts their changes, so a fill
 // computed before a change cannot land after it.
 func (k Keys) Hidden(topic string) string        { return k.prefix + "hidden:ranges:" + topic }
 func (k Keys) HiddenVersion(topic string) string { return k.prefix + "hidden:version:" + topic }
@@ -153,7 +153,7 @@ func (k Keys) HiddenVersion(topic string) string { return k.prefix + "hidden:ver
 // topic → read_seq, one field per topic of a group the user is a member of
 // that is not dissolved, the field "~" once it names all of them, and the
 // field "#", its generation, moved by every script that writes it, see
-// modules/query); ReadCursorsVersion counts the changes that rewrite them
+// modules/inbox); ReadCursorsVersion counts the changes that rewrite them
 // from MySQL (every membership change of the user), so a fill computed
 // before one cannot land after it.
 func (k Keys) ReadCursors(user int64) string { return k.prefix + "rc:" + strconv.FormatInt(user, 10) }

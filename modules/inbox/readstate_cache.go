@@ -1,0 +1,799 @@
+package inbox
+
+// The read state's Redis side (docs/operations.md "Read state").
+//
+// Memberships and cursors: MySQL (im_group_members, im_groups,
+// im_user_read_cursors) is the truth; Redis caches each user's topics of
+// groups not dissolved with their cursors in one HASH
+// (routing.Keys.ReadCursors, field "~" once it names all of them, holding
+// the tenant's groups epoch it was read at), so the badges read no MySQL
+// membership. A cursor move raises its field in the move's one round trip,
+// before the MySQL write whose commit the answer follows
+// (lua/cursor_put.lua); a reader that finds the entry incomplete — or
+// complete at an older groups epoch: a group changed since, maybe
+// dissolved or brought back — reads MySQL and fills it, field by field
+// keeping the higher cursor and dropping the topics MySQL did not name,
+// unless a membership change bumped the version meanwhile
+// (routing.CacheVersion, lua/cursor_fill.lua). So the cache is never
+// below an acknowledged cursor, never names a topic left once the leave
+// answered, and a flushed Redis costs one MySQL read per user.
+//
+// Counts: a topic's messages above a cursor are read from its hot cache
+// (the newest day of messages, written by the send before its 201) in
+// one pipelined round trip for all the user's topics with something above
+// their cursor, walked with the same proof as a page (every seq cached or a
+// recorded gap); a topic the cache cannot prove falls back to the month
+// tables (countMany). The mentions come from the mention index in MySQL,
+// read at the same time (mentionSeqs).
+
+import (
+	"context"
+	"database/sql"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/readpath"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// cursorTTL is how long a user's cached cursors live without a move.
+const cursorTTL = 24 * time.Hour
+
+// cursorsComplete is the field of a complete entry (no topic is "~").
+const cursorsComplete = "~"
+
+// unreadSlack is how many cached seqs beyond the cap a count reads, for
+// hidden, deleted and the caller's own messages.
+const unreadSlack = 25
+
+// putCursor is the cursor move's script call (keys and args, for a
+// NOSCRIPT retry).
+type putCursor struct{ keys, args []string }
+
+func newPutCursor(keys routing.Keys, user int64, topic string, seq int64) putCursor {
+	return putCursor{
+		keys: []string{keys.ReadCursors(user), keys.Seq(topic)},
+		args: []string{topic, strconv.FormatInt(seq, 10), strconv.FormatInt(cursorTTL.Milliseconds(), 10)},
+	}
+}
+
+// dropCursors bumps the user's cursor version (no fill computed before
+// lands) and drops their entry: the next read fills it from MySQL.
+func (s *Service) dropCursors(ctx context.Context, keys routing.Keys, user int64) error {
+	rdb := s.p.Redis
+	for _, r := range rdb.DoMulti(ctx, rdb.B().Incr().Key(keys.ReadCursorsVersion(user)).Build(),
+		rdb.B().Del().Key(keys.ReadCursors(user)).Build()) {
+		if err := r.Error(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cursorCmds read the user's cached memberships and cursors, and the
+// tenant's groups epoch the entry must carry to be complete.
+func (s *Service) cursorCmds(keys routing.Keys, user int64) []rueidis.Completed {
+	rdb := s.p.Redis
+	return []rueidis.Completed{rdb.B().Hgetall().Key(keys.ReadCursors(user)).Build(), rdb.B().Get().Key(keys.GroupsEpoch()).Build()}
+}
+
+// completeMark is the value of the "~" field of an entry filled at the
+// groups epoch read by res ("" when Redis holds none); ok is false when
+// the epoch could not be read.
+func completeMark(res rueidis.RedisResult) (string, bool) {
+	epoch, err := res.ToString()
+	if rueidis.IsRedisNil(err) {
+		epoch, err = "", nil
+	}
+	return "e" + epoch, err == nil
+}
+
+// cachedCursors is the entry cursorCmds read when it is complete at the
+// current groups epoch (nil otherwise), and the error when Redis could not
+// be read (no fill then).
+func cachedCursors(res []rueidis.RedisResult) (cached map[string]string, readErr error) {
+	cached, err := res[0].AsStrMap()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return nil, err
+	}
+	mark, ok := completeMark(res[1])
+	if !ok {
+		return nil, res[1].Error()
+	}
+	if cached[cursorsComplete] != mark {
+		return nil, nil
+	}
+	return cached, nil
+}
+
+// applyCursors sets each topic's readSeq from the cache entry read by
+// cursorCmds; an incomplete or unreadable entry is filled from MySQL.
+func (s *Service) applyCursors(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, res []rueidis.RedisResult, us []userTopic) error {
+	cached, err := cachedCursors(res)
+	if cached != nil {
+		if ok := cursorsFrom(cached, us); ok {
+			s.m.cursorCache.WithLabelValues("hit").Inc()
+			return nil
+		}
+		s.p.Log.Warn().Int64("user", user).Msg("malformed cached read cursors; dropped, reading MySQL")
+		_ = s.dropCursors(ctx, keys, user) // best effort: the fill below would keep a higher stray value
+	}
+	stored, err := s.fillCursors(ctx, db, keys, user, err == nil)
+	if err != nil {
+		return err
+	}
+	raised, _ := res[0].AsStrMap()
+	byTopic := make(map[string]int64, len(stored))
+	for _, u := range stored {
+		byTopic[u.topic] = u.readSeq
+	}
+	for i := range us {
+		// a move whose write is under way raised its field already
+		us[i].readSeq = max(byTopic[us[i].topic], parseOr0(raised[us[i].topic]))
+	}
+	return nil
+}
+
+// fillCursors reads the user's memberships of groups not dissolved with
+// their cursors from MySQL (one index range of im_group_members joined
+// with the group and the cursor) and, when Redis answered (fill), puts
+// them in the cache entry.
+func (s *Service) fillCursors(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, fill bool) ([]userTopic, error) {
+	if fill {
+		s.m.cursorCache.WithLabelValues("miss").Inc()
+	} else {
+		s.m.cursorCache.WithLabelValues("error").Inc()
+		s.p.Log.Warn().Int64("user", user).Msg("read-cursor cache unavailable; MySQL answers")
+	}
+	var version, mark string
+	if fill {
+		// both before MySQL is read: a join, leave or dissolve committed
+		// after bumps one of them, and this fill does not land or count
+		rdb := s.p.Redis
+		res := rdb.DoMulti(ctx, rdb.B().Get().Key(keys.ReadCursorsVersion(user)).Build(), rdb.B().Get().Key(keys.GroupsEpoch()).Build())
+		var verr error
+		version, verr = res[0].ToString()
+		if rueidis.IsRedisNil(verr) {
+			version, verr = "", nil
+		}
+		var ok bool
+		mark, ok = completeMark(res[1])
+		fill = verr == nil && ok
+	}
+	us, err := s.loadMemberships(ctx, db, user)
+	if err != nil {
+		return nil, err
+	}
+	if fill {
+		args := make([]string, 0, 3+2*len(us))
+		args = append(args, version, strconv.FormatInt(cursorTTL.Milliseconds(), 10), mark)
+		for _, u := range us {
+			args = append(args, u.topic, strconv.FormatInt(u.readSeq, 10))
+			if p, ok := prefsField(u); ok {
+				args = append(args, prefsMark+u.topic, p)
+			}
+		}
+		// best effort: a refused or failed fill costs the next read this one
+		_ = s.p.Scripts.CursorFill.Exec(ctx, s.p.Redis,
+			[]string{keys.ReadCursorsVersion(user), keys.ReadCursors(user)}, args).Error()
+	}
+	return us, nil
+}
+
+// cursorsFrom sets each topic's readSeq from a complete cache entry (0
+// for a topic it does not name), and its preferences; false if a value is
+// not a cursor or a preferences field.
+func cursorsFrom(cached map[string]string, us []userTopic) bool {
+	for i := range us {
+		us[i].readSeq = 0
+		if v, ok := cached[us[i].topic]; ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return false
+			}
+			us[i].readSeq = n
+		}
+		us[i].pinned, us[i].notifyMute = false, sql.NullTime{}
+		if v, ok := cached[prefsMark+us[i].topic]; ok && !prefsFrom(v, &us[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// prefsMark begins the field of a topic's preferences in a user's cache
+// entry (a topic name never holds it): "p" and 0 or 1 for pinned, then
+// ":" and notify_muted_until in unix ms (0: none). Only a topic with one
+// set has the field; every preferences change drops the entry.
+const prefsMark = "^"
+
+// prefsField is u's preferences field value, ok false when none is set.
+func prefsField(u userTopic) (string, bool) {
+	if !u.pinned && !u.notifyMute.Valid {
+		return "", false
+	}
+	var ms int64
+	if u.notifyMute.Valid {
+		ms = u.notifyMute.Time.UnixMilli()
+	}
+	p := "p0:"
+	if u.pinned {
+		p = "p1:"
+	}
+	return p + strconv.FormatInt(ms, 10), true
+}
+
+// prefsFrom sets u's preferences from a prefsField value.
+func prefsFrom(v string, u *userTopic) bool {
+	pin, ms, ok := strings.Cut(v, ":")
+	if !ok || (pin != "p0" && pin != "p1") {
+		return false
+	}
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil || n < 0 {
+		return false
+	}
+	u.pinned = pin == "p1"
+	if n > 0 {
+		u.notifyMute = sql.NullTime{Time: time.UnixMilli(n).UTC(), Valid: true}
+	}
+	return true
+}
+
+func parseOr0(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// memberships is the user's topics (groups not dissolved) with their
+// cursors and last issued seqs, for the unread badges and the topic list:
+// from the cache entry when it is complete — the entry's topics, then their
+// last seqs in a second round trip — else from MySQL (filling the entry)
+// and then the last seqs. No MySQL read while the entry is complete: it is
+// dropped by every membership change and read again after every change of
+// a group (the groups epoch). Once this process holds the entry as it read
+// it (the user's memo), a call reads only its generation and "~" fields,
+// with the last seqs in the same round trip, and — with stamps — the
+// versions of the topics with a count remembered at their cursor (aligned
+// with us, for recall); an entry that moved since is read whole. A badge
+// call passes its arrays (buf): the versions are read then, into them; a
+// list's (nil) only its topics.
+func (s *Service) memberships(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, buf *badgeBuf) ([]userTopic, []stamp, error) {
+	memo := s.memo.of(tenant, user)
+	now := time.Now()
+	tried, ok := s.heldMemberships(ctx, keys, memo, user, buf, now)
+	if ok {
+		return tried.us, tried.pre, nil
+	}
+	res := s.p.Redis.DoMulti(ctx, s.cursorCmds(keys, user)...)
+	cached, rerr := cachedCursors(res)
+	if cached != nil {
+		if tried != nil && tried.e.sameTopics(cached) {
+			// the entry moved (a cursor, a preference) but names the same
+			// topics: the last seqs and versions read with the held one
+			// stand, in its order, and so do its read commands
+			us := tried.us
+			if cursorsFrom(cached, us) {
+				s.m.cursorCache.WithLabelValues("moved").Inc()
+				s.memo.hold(memo, cached[cursorsGen], cached[cursorsComplete], us, tried.e.lasts, now)
+				return us, tried.pre, nil
+			}
+		}
+		us := make([]userTopic, 0, len(cached))
+		for t := range cached {
+			if topicField(t) {
+				us = append(us, userTopic{topic: t})
+			}
+		}
+		if cursorsFrom(cached, us) {
+			s.m.cursorCache.WithLabelValues("hit").Inc()
+			var lasts rueidis.Completed
+			if len(us) > 0 {
+				lasts = s.lastCmd(keys, us)
+			}
+			lasts = s.memo.hold(memo, cached[cursorsGen], cached[cursorsComplete], us, lasts, now)
+			if len(us) > 0 {
+				applyLasts(s.p.Redis.Do(ctx, lasts), us)
+			}
+			return us, nil, nil
+		}
+		s.p.Log.Warn().Int64("user", user).Msg("malformed cached read cursors; dropped, reading MySQL")
+		_ = s.dropCursors(ctx, keys, user) // best effort: the fill below would keep a higher stray value
+	}
+	us, err := s.fillCursors(ctx, db, keys, user, rerr == nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	raised, _ := res[0].AsStrMap()
+	for i := range us {
+		// a move whose write is under way raised its field already
+		us[i].readSeq = max(us[i].readSeq, parseOr0(raised[us[i].topic]))
+	}
+	return us, nil, s.readInputs(ctx, db, keys, user, us, false)
+}
+
+// cursorsGen is the field of an entry's generation (lua/cursor_put.lua,
+// lua/cursor_fill.lua; a topic name never holds it).
+const cursorsGen = "#"
+
+// topicField reports whether a field of a user's cache entry is a topic's
+// cursor (not "~", the generation or a topic's preferences).
+func topicField(f string) bool {
+	return f != cursorsComplete && f != cursorsGen && !strings.HasPrefix(f, prefsMark)
+}
+
+// heldRead is what a call read with a held entry: its topics with their
+// last seqs (cursors and preferences as held), and the versions (pre).
+type heldRead struct {
+	e   *heldEntry
+	us  []userTopic
+	pre []stamp
+}
+
+// heldMemberships is memberships from the entry this process holds, when
+// its generation and "~" are still the ones in Redis at the current groups
+// epoch (ok). When they moved, the reads made with it are returned (not
+// ok): an entry read whole that names the same topics reuses them. Nil
+// when no entry is held or Redis failed.
+func (s *Service) heldMemberships(ctx context.Context, keys routing.Keys, memo *userMemo, user int64, buf *badgeBuf, now time.Time) (tried *heldRead, ok bool) {
+	e, idx, sc, built := memo.held(now)
+	if e == nil {
+		return nil, false
+	}
+	rdb := s.p.Redis
+	var into []userTopic
+	if buf != nil {
+		into = buf.us
+	}
+	us := e.userTopics(into)
+	cmds := []rueidis.Completed{
+		rdb.B().Hmget().Key(keys.ReadCursors(user)).Field(cursorsComplete, cursorsGen).Build(),
+		rdb.B().Get().Key(keys.GroupsEpoch()).Build(),
+	}
+	if len(us) > 0 {
+		cmds = append(cmds, e.lasts)
+	}
+	if buf != nil && len(idx) > 0 {
+		if !built {
+			sc = memo.keepStamps(e, idx, s.memoStamps(keys, us, idx))
+		}
+		cmds = append(cmds, sc)
+	}
+	res := rdb.DoMulti(ctx, cmds...)
+	fields, err := res[0].ToArray()
+	mark, mok := completeMark(res[1])
+	if err != nil || !mok || len(fields) != 2 {
+		return nil, false
+	}
+	tried = &heldRead{e: e, us: us}
+	if len(us) > 0 {
+		applyLasts(res[2], us)
+	}
+	if len(cmds) > 3 {
+		tried.pre = stampsFrom(res[3], len(us), idx, buf.pre)
+	}
+	complete, _ := fields[0].ToString()
+	gen, _ := fields[1].ToString()
+	if complete != mark || complete != e.mark || gen != e.gen {
+		return tried, false
+	}
+	s.m.cursorCache.WithLabelValues("held").Inc()
+	return tried, true
+}
+
+// lastCmd reads the last issued seq of each topic (one MGET: a tenant's
+// keys share a slot); applyLasts sets userTopic.last from it (-1: no
+// counter).
+func (s *Service) lastCmd(keys routing.Keys, us []userTopic) rueidis.Completed {
+	names := make([]string, len(us))
+	for i, u := range us {
+		names[i] = keys.Seq(u.topic)
+	}
+	return s.p.Redis.B().Mget().Key(names...).Build()
+}
+
+func applyLasts(res rueidis.RedisResult, us []userTopic) {
+	vals, err := res.ToArray()
+	for i := range us {
+		us[i].last = -1
+		if err != nil || i >= len(vals) {
+			continue
+		}
+		if n, err := vals[i].AsInt64(); err == nil {
+			us[i].last = n
+		}
+	}
+}
+
+// readInputs learns, in one Redis round trip, each topic's last issued
+// seq and (withCursors) the user's cursors.
+func (s *Service) readInputs(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, us []userTopic, withCursors bool) error {
+	if len(us) == 0 {
+		return nil
+	}
+	cmds := []rueidis.Completed{s.lastCmd(keys, us)}
+	if withCursors {
+		cmds = append(cmds, s.cursorCmds(keys, user)...)
+	}
+	res := s.p.Redis.DoMulti(ctx, cmds...)
+	applyLasts(res[0], us)
+	if withCursors {
+		return s.applyCursors(ctx, db, keys, user, res[1:], us)
+	}
+	return nil
+}
+
+// counts is the unread state of each of us (readSeq and last set by
+// readInputs): remembered by this process where the inputs did not change
+// (readstate_memo.go), else from the hot cache where it proves the answer,
+// else from the month tables (loading the route mirrors of those topics
+// unless mirrored). The mentions of the topics counted afresh come from
+// the mention index, read beside the month tables' counts.
+func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, us []userTopic, mirrored bool, pre []stamp, into []unreadCount) ([]unreadCount, error) {
+	out := slices.Grow(into[:0], len(us))[:len(us)]
+	clear(out)
+	var hot, cold []int
+	for i, u := range us {
+		out[i].readSeq = u.readSeq
+		switch {
+		case u.last < 0:
+			cold = append(cold, i)
+		case u.last > u.readSeq:
+			hot = append(hot, i)
+		}
+	}
+	now := time.Now()
+	var memo *userMemo
+	if len(hot) > 0 {
+		if st, err := s.p.Migrations.State(ctx, tenant); err == nil && !st.DualRead() {
+			memo = s.memo.of(tenant, user)
+		}
+	}
+	hot = s.recall(ctx, keys, memo, us, hot, out, pre, now)
+	fresh, cold, err := s.countHot(ctx, db, keys, user, us, hot, cold, out, memo != nil)
+	if err != nil {
+		return nil, err
+	}
+	// the mention index of the topics counted afresh with something
+	// unread, and of those the month tables count, read beside them
+	var names []string
+	var after []int64
+	for _, i := range hot {
+		if out[i].unread > 0 {
+			names, after = append(names, us[i].topic), append(after, us[i].readSeq)
+		}
+	}
+	for _, i := range cold {
+		names, after = append(names, us[i].topic), append(after, us[i].readSeq)
+	}
+	var mentions map[string][]int64
+	var merr error
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		if len(names) > 0 {
+			mentions, merr = s.st.mentionSeqs(ctx, db, user, names, after)
+			s.m.mentionReads.Add(float64((len(names) + mentionBranches - 1) / mentionBranches))
+		}
+	}()
+	err = s.countCold(ctx, db, tenant, user, us, mirrored, cold, out)
+	<-read
+	if err != nil {
+		return nil, err
+	}
+	if merr != nil {
+		return nil, merr
+	}
+	mentionCounts(us, mentions, out)
+	if len(fresh) > 0 {
+		byTopic := make(map[string]remembered, len(fresh))
+		for i, r := range fresh {
+			c := out[i]
+			r.readSeq, r.upTo, r.unread, r.ments, r.capped = c.readSeq, c.upTo, int32(c.unread), int32(c.mentions), c.capped
+			byTopic[us[i].topic] = r
+		}
+		s.memo.put(memo, byTopic, now)
+	}
+	return out, nil
+}
+
+// recall answers the topics of us[hot] whose remembered count still holds
+// (their versions: those pre holds, read with the memberships, and one MGET
+// of the others) and returns the others. A failed read leaves them all to
+// be counted.
+func (s *Service) recall(ctx context.Context, keys routing.Keys, memo *userMemo, us []userTopic, hot []int, out []unreadCount, pre []stamp, now time.Time) []int {
+	idx := memo.candidates(us, hot, now)
+	if len(idx) == 0 {
+		return hot
+	}
+	var unread []int
+	for _, i := range idx {
+		if pre == nil || !pre[i].read {
+			unread = append(unread, i)
+		}
+	}
+	if len(unread) > 0 {
+		read := stampsFrom(s.p.Redis.Do(ctx, s.memoStamps(keys, us, unread)), len(us), unread, nil)
+		if read == nil {
+			return hot
+		}
+		if pre == nil {
+			pre = read
+		} else {
+			for _, i := range unread {
+				pre[i] = read[i]
+			}
+		}
+	}
+	done := make([]bool, len(us))
+	s.m.unreadFrom.WithLabelValues("memo").Add(float64(memo.answer(us, idx, pre, out, done, now)))
+	rest := hot[:0:0]
+	for _, i := range hot {
+		if !done[i] {
+			rest = append(rest, i)
+		}
+	}
+	return rest
+}
+
+// countHot makes the counts of us[hot] from the hot cache where it proves
+// them into out, and returns the topics to count from the month tables
+// (cold and those the cache could not prove). With remember, it also
+// returns the inputs of the counts that may be remembered (by index of
+// us): proven up to the counter read with them, under the versions read
+// before the messages and ranges, with no seq up to the counter pending,
+// so that the mention index read after this holds every mention up to it.
+func (s *Service) countHot(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, us []userTopic, hot, cold []int, out []unreadCount, remember bool) (map[int]remembered, []int, error) {
+	if len(hot) == 0 {
+		return nil, cold, nil
+	}
+	rdb := s.p.Redis
+	const per = 4 // hotCmds
+	n := len(hot)
+	cmds := make([]rueidis.Completed, 0, (per+3)*n)
+	for _, i := range hot {
+		u := us[i]
+		cmds = append(cmds, s.r.HotCmds(keys, u.topic, readpath.Desc, math.MaxInt64, u.readSeq, hotReadOf(u))...)
+	}
+	if remember {
+		// before the ranges: a hide moves it forward before and after its insert
+		for _, i := range hot {
+			cmds = append(cmds, rdb.B().Get().Key(keys.HiddenVersion(us[i].topic)).Build())
+		}
+	}
+	for _, i := range hot {
+		cmds = append(cmds, s.r.HiddenCmds(keys, us[i].topic, user)...)
+	}
+	if remember {
+		// after the messages: the lowest seq not stored yet
+		for _, i := range hot {
+			cmds = append(cmds, s.p.Flight.LowestPendingCmd(keys, us[i].topic))
+		}
+	}
+	res := rdb.DoMulti(ctx, cmds...)
+	hidden := res[per*n:]
+	if remember {
+		hidden = res[(per+1)*n:]
+	}
+	reads := make([]hotRead, n)
+	counters := make([]int64, n)
+	// the deletion ranges only of the topics with something above the
+	// cursor: a miss is filled from MySQL
+	var above []int
+	var names []string
+	var hres []rueidis.RedisResult
+	for j, i := range hot {
+		r := &reads[j]
+		r.c, r.last, r.err = readpath.HotResolve(res[j*per:(j+1)*per], readpath.Desc, math.MaxInt64, us[i].readSeq, hotReadOf(us[i]))
+		counters[j] = r.last
+		if len(r.c.Members) > 0 {
+			r.last = min(r.last, int64(r.c.Members[0].Score))
+		}
+		if r.err == nil && r.last > us[i].readSeq {
+			above = append(above, j)
+			names = append(names, us[i].topic)
+			hres = append(hres, hidden[j])
+		}
+	}
+	hvs, err := s.r.HiddenOfMany(ctx, db, keys, user, names, hres)
+	if err != nil {
+		return nil, nil, err
+	}
+	for k, j := range above {
+		reads[j].hv = hvs[k]
+	}
+	var fresh map[int]remembered
+	for j, i := range hot {
+		c, ok := s.countHotOne(user, us[i], reads[j])
+		if !ok {
+			cold = append(cold, i)
+			continue
+		}
+		out[i] = c
+		if !remember || c.upTo != counters[j] {
+			continue
+		}
+		m, err := res[per*n+j].ToMessage()
+		hv, ok := stampOf(m)
+		if ok && (err == nil || rueidis.IsRedisNil(err)) && routing.NonePendingThrough(res[(per+2)*n+j], counters[j]) {
+			if fresh == nil {
+				fresh = map[int]remembered{}
+			}
+			fresh[i] = remembered{last: counters[j], cursor: us[i].readSeq, msgVer: reads[j].c.Version, hidVer: hv}
+		}
+	}
+	return fresh, cold, nil
+}
+
+// countCold counts us[cold] from the month tables (loading their route
+// mirrors unless mirrored) into out.
+func (s *Service) countCold(ctx context.Context, db *sql.DB, tenant string, user int64, us []userTopic, mirrored bool, cold []int, out []unreadCount) error {
+	if len(cold) == 0 {
+		return nil
+	}
+	s.m.unreadFrom.WithLabelValues("mysql").Add(float64(len(cold)))
+	sub := make([]userTopic, len(cold))
+	for j, i := range cold {
+		sub[j] = us[i]
+	}
+	if !mirrored {
+		names := make([]string, len(sub))
+		for j, u := range sub {
+			names[j] = u.topic
+		}
+		mirrors, err := routing.LoadMirrorMany(ctx, db, names)
+		if err != nil {
+			return err
+		}
+		for j := range sub {
+			sub[j].mirror = mirrors[sub[j].topic]
+		}
+	}
+	cs, err := s.countMany(ctx, db, tenant, user, sub)
+	if err != nil {
+		return err
+	}
+	for j, i := range cold {
+		out[i] = cs[j]
+	}
+	return nil
+}
+
+// hotReadOf is how many cached members a count of u reads: what lies
+// above the cursor, at most the cap and the slack.
+func hotReadOf(u userTopic) int {
+	return int(min(u.last-u.readSeq, UnreadCap+1)) + unreadSlack
+}
+
+// hotRead is a topic's hot-cache read for a count: the cache next to the
+// cursor, the last seq that may be answered (the counter's, lowered to the
+// newest cached message: seqs above it are in flight, not answered yet,
+// like those not stored yet in the month tables) and, when something
+// lies above the cursor, the caller's deletion ranges.
+type hotRead struct {
+	c    readpath.Cached
+	last int64
+	err  error
+	hv   readpath.HiddenView
+}
+
+// countHotOne counts u from its hot-cache read as countMany would from the
+// month tables: newest first down to the cursor, stopping at the caller's
+// own newest message (any status: sending reads everything before it),
+// counting messages neither recalled nor deleted nor hidden by the caller.
+// ok is false when the cache cannot prove the answer (a seq neither cached
+// nor a recorded gap, ranges not known).
+func (s *Service) countHotOne(user int64, u userTopic, r hotRead) (unreadCount, bool) {
+	out := unreadCount{readSeq: u.readSeq}
+	n := hotReadOf(u)
+	if r.err != nil || r.last == 0 {
+		return out, false // Redis failed, or holds no counter
+	}
+	if r.last <= u.readSeq {
+		return out, true // nothing above the cursor
+	}
+	if !r.hv.Known {
+		return out, false // too many ranges to cache
+	}
+	c, last, hv := r.c, r.last, r.hv
+	// at most n rows: all the read may cover
+	page, ok, _ := readpath.Walk(readpath.HotView{Top: c}, last, u.readSeq+1, readpath.Desc, n-1, nil, true)
+	if !ok {
+		return out, false
+	}
+	settled := len(page) < n // the walk reached the cursor
+	for _, m := range page {
+		if out.take(user, m.Seq, int64(m.FromUser), !hv.Ranges.Hides(m.Seq) && m.Status == message.StatusNormal) {
+			settled = true
+			break
+		}
+	}
+	if !settled {
+		return unreadCount{readSeq: u.readSeq}, false
+	}
+	out.upTo = last
+	s.m.unreadFrom.WithLabelValues("redis").Inc()
+	return out, true
+}
+
+// lastRead is how many cached members a last-message read takes: the
+// newest stored one and a few it may have to step over (deleted for
+// everyone, hidden by the caller, gaps).
+const lastRead = readpath.HotSlack + 1
+
+// lastMessages is the last message of each of us the caller may see (nil:
+// none), as lastMessage answers it, and each topic's last stored seq: from
+// the topics' hot caches in one pipelined round trip, walked down from the
+// last stored seq with the same proof as a page, and through lastMessage
+// for a topic the cache cannot prove or whose legacy table still holds
+// messages (a tenant being migrated).
+func (s *Service) lastMessages(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, us []userTopic) ([]*message.Message, []int64, error) {
+	out := make([]*message.Message, len(us))
+	lasts := make([]int64, len(us))
+	var hot, cold []int
+	for i, u := range us {
+		lasts[i] = u.mirror.LastSeq()
+		leg, err := s.p.Migrations.Legacy(ctx, tenant, u.topic)
+		if err != nil {
+			return nil, nil, err
+		}
+		switch {
+		case leg.Hi > 0:
+			cold = append(cold, i)
+		case lasts[i] > 0:
+			hot = append(hot, i)
+		}
+	}
+	if len(hot) > 0 {
+		const per = 4 // hotCmds
+		cmds := make([]rueidis.Completed, 0, (per+1)*len(hot))
+		for _, i := range hot {
+			cmds = append(cmds, s.r.HotCmds(keys, us[i].topic, readpath.Desc, us[i].mirror.LastSeq()+1, 0, lastRead)...)
+		}
+		names := make([]string, len(hot))
+		for j, i := range hot {
+			names[j] = us[i].topic
+			cmds = append(cmds, s.r.HiddenCmds(keys, us[i].topic, user)...)
+		}
+		res := s.p.Redis.DoMulti(ctx, cmds...)
+		hvs, err := s.r.HiddenOfMany(ctx, db, keys, user, names, res[per*len(hot):])
+		if err != nil {
+			return nil, nil, err
+		}
+		for j, i := range hot {
+			last := us[i].mirror.LastSeq()
+			c, _, err := readpath.HotResolve(res[j*per:(j+1)*per], readpath.Desc, last+1, 0, lastRead)
+			if err != nil || !hvs[j].Known {
+				cold = append(cold, i)
+				continue
+			}
+			page, ok, _ := readpath.Walk(readpath.HotView{Top: c}, last, 1, readpath.Desc, 0, hvs[j].Ranges, false)
+			if !ok {
+				cold = append(cold, i)
+				continue
+			}
+			if len(page) > 0 {
+				out[i] = &page[0]
+			}
+		}
+	}
+	err := parallel(ctx, len(cold), func(j int) error {
+		i := cold[j]
+		lm, last, err := s.lastMessage(ctx, db, tenant, user, us[i])
+		out[i], lasts[i] = lm, last
+		return err
+	})
+	return out, lasts, err
+}
+
+// errCursorCache is the answer when Redis failed within a cursor move.
+func errCursorCache(err error) error {
+	return httpapi.Wrap(httpapi.CodeUnavailable, "read-cursor cache unavailable; retry the move", err)
+}

@@ -1,0 +1,216 @@
+package readpath
+
+import (
+	"context"
+	"database/sql"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/imshard/imshard/modules/acl"
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// HotSlack is how many cached rows beyond the page's own a first cache
+// read takes, for seqs a page skips (hidden, deleted, gaps); a page that
+// needs more reads hotFurther times as many once more (hotReread) before
+// MySQL answers instead.
+const (
+	HotSlack   = 4
+	hotFurther = 4
+)
+
+// HotCmds read the topic's message version (first: whatever the cache
+// read after it shows is at least as new as that version), the last issued
+// seq and the cached messages and recorded gaps next to bound, in order o
+// (exclusive of bound), at most n of each; newest first they stop above
+// floor when it is positive (a read of what lies above a process's copy).
+// hotResolve reads their results.
+func (s *Reader) HotCmds(keys routing.Keys, topic string, o Order, bound, floor int64, n int) []rueidis.Completed {
+	rdb := s.p.Redis
+	b := "(" + strconv.FormatInt(bound, 10)
+	var hot, gaps rueidis.Completed
+	if o == Desc {
+		f := "-inf"
+		if floor > 0 {
+			f = "(" + strconv.FormatInt(floor, 10)
+		}
+		hot = rdb.B().Zrevrangebyscore().Key(keys.HotMessages(topic)).Max(b).Min(f).Withscores().Limit(0, int64(n)).Build()
+		gaps = rdb.B().Zrevrangebyscore().Key(keys.Gaps(topic)).Max(b).Min(f).Withscores().Limit(0, int64(n)).Build()
+	} else {
+		hot = rdb.B().Zrangebyscore().Key(keys.HotMessages(topic)).Min(b).Max("+inf").Withscores().Limit(0, int64(n)).Build()
+		gaps = rdb.B().Zrangebyscore().Key(keys.Gaps(topic)).Min(b).Max("+inf").Withscores().Limit(0, int64(n)).Build()
+	}
+	return []rueidis.Completed{rdb.B().Get().Key(keys.MessagesVersion(topic)).Build(), rdb.B().Get().Key(keys.Seq(topic)).Build(), hot, gaps}
+}
+
+// HotResolve is the cache read of hotCmds' results and the topic's last
+// issued seq. The returned bounds are where the read was complete: a ZSET
+// that returned n entries may hold more beyond the last.
+func HotResolve(res []rueidis.RedisResult, o Order, bound, floor int64, n int) (Cached, int64, error) {
+	version, err := res[0].AsInt64()
+	if rueidis.IsRedisNil(err) {
+		version, err = 0, nil // no change within the version's lifetime
+	}
+	if err != nil {
+		return Cached{}, 0, err
+	}
+	last, err := res[1].AsInt64()
+	if rueidis.IsRedisNil(err) {
+		last, err = 0, nil // counter lost: nothing can be proven from the cache
+	}
+	if err != nil {
+		return Cached{}, 0, err
+	}
+	hz, err := res[2].AsZScores()
+	if err != nil {
+		return Cached{}, 0, err
+	}
+	gz, err := res[3].AsZScores()
+	if err != nil {
+		return Cached{}, 0, err
+	}
+	c := Cached{Members: hz, Lo: 1, Hi: math.MaxInt64, Version: version}
+	if len(gz) > 0 {
+		c.Gaps = make(map[int64]bool, len(gz))
+	}
+	if o == Desc {
+		c.Lo, c.Hi = max(1, floor+1), bound-1
+	} else {
+		c.Lo = bound + 1
+	}
+	narrow := func(zs []rueidis.ZScore) {
+		if len(zs) < n {
+			return
+		}
+		c.Full = true
+		edge := int64(zs[len(zs)-1].Score)
+		if o == Desc && edge > c.Lo {
+			c.Lo = edge
+		}
+		if o == Asc && edge < c.Hi {
+			c.Hi = edge
+		}
+	}
+	narrow(hz)
+	narrow(gz)
+	for _, z := range gz {
+		c.Gaps[int64(z.Score)] = true
+	}
+	return c, last, nil
+}
+
+// hotReread reads the cache next to bound again, n members this time.
+func (s *Reader) hotReread(ctx context.Context, keys routing.Keys, topic string, o Order, bound int64, n int) (Cached, error) {
+	c, _, err := HotResolve(s.p.Redis.DoMulti(ctx, s.HotCmds(keys, topic, o, bound, 0, n)...), o, bound, 0, n)
+	return c, err
+}
+
+// PageReads is what a list page learns from Redis in one round trip: the
+// caller's membership, the hot cache next to the cursor (over this
+// process's copy of the newest stretch, when that serves the page) and
+// the caller's deletion ranges, and on request the route's reads and the
+// settled watermark.
+type PageReads struct {
+	View HotView
+	At   time.Time // when the reads were sent: a copy made from them is this old
+	Last int64
+	Err  error // the hot-cache read failed: MySQL answers
+	// Regapped: the watermark's resolution recorded gaps after the
+	// round trip read them (routing.Flight.SettledResolve)
+	Regapped bool
+	Hidden   HiddenView
+	Route    []rueidis.RedisResult // the route's reads, when prefetched (routing.Router.RouteCmds)
+	Settled  int64                 // the settled watermark, when asked for
+}
+
+// PageAlso asks readPage for more in the same round trip: the route, for a
+// page likely to need MySQL (a cursor into history); the settled
+// watermark, for a since page.
+type PageAlso struct {
+	Route, Settled bool
+}
+
+// ReadPage makes the Redis reads of a list page as one pipeline and fails
+// unless the caller may read the topic; nothing read is used before that.
+// When this process holds a copy of the topic's newest stretch that can
+// serve the page, only what lies above the copy is read.
+func (s *Reader) ReadPage(ctx context.Context, p httpapi.Principal, keys routing.Keys, db *sql.DB, topic string,
+	o Order, bound int64, n int, also PageAlso) (PageReads, error) {
+	rdb := s.p.Redis
+	at := time.Now()
+	base := s.recent.get(topicKey{p.Tenant, topic}, at)
+	if base != nil && !base.usable(o, bound, n) {
+		base = nil
+	}
+	hb, floor := bound, int64(0)
+	if base != nil {
+		if o == Desc {
+			floor = base.hi
+		} else {
+			hb = base.hi
+		}
+	}
+	var cmds []rueidis.Completed
+	if also.Settled {
+		// before the hot cache's gaps: a gap recorded after this read is
+		// of a seq still pending here, above the watermark
+		cmds = s.p.Flight.SettledCmds(keys, topic)
+	}
+	ns := len(cmds)
+	cmds = append(cmds, s.HotCmds(keys, topic, o, hb, floor, n)...)
+	nh := len(cmds)
+	cmds = append(cmds, s.HiddenCmds(keys, topic, p.UserID)...)
+	nd := len(cmds)
+	if also.Route {
+		cmds = append(cmds, s.p.Router.RouteCmds(keys, topic)...)
+	}
+	na := len(cmds)
+	member := p.Role != httpapi.RoleAdmin
+	if member {
+		cmds = append(cmds, acl.Cmds(rdb, keys, topic, p.UserID)...)
+	}
+	res := rdb.DoMulti(ctx, cmds...)
+	if member {
+		if err := Allowed(s.p.ACL.Resolve(ctx, p.Tenant, topic, p.UserID, res[na:])); err != nil {
+			return PageReads{}, err
+		}
+	}
+	r := PageReads{At: at}
+	if also.Settled {
+		var err error
+		if r.Settled, r.Regapped, err = s.p.Flight.SettledResolve(ctx, p.Tenant, topic, res[:ns]); err != nil {
+			return PageReads{}, httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
+		}
+	}
+	if also.Route {
+		r.Route = res[nd:na]
+	}
+	r.View.Top, r.Last, r.Err = HotResolve(res[ns:nh], o, hb, floor, n)
+	if base != nil && r.Err == nil && base.ver != r.View.Top.Version {
+		// a message of the topic changed since the copy was read: the
+		// copy may hold its old version (the page reads the cache afresh)
+		s.recent.drop(topicKey{p.Tenant, topic})
+		s.m.local.WithLabelValues(localChanged).Inc()
+		base = nil
+	}
+	r.View.base = base
+	var err error
+	r.Hidden, err = s.hiddenResolve(ctx, db, keys, topic, p.UserID, res[nh:nd])
+	return r, err
+}
+
+// HotOne reads seq from the cache, if cached.
+func (s *Reader) HotOne(ctx context.Context, keys routing.Keys, topic string, seq int64) (message.Message, bool, error) {
+	v := strconv.FormatInt(seq, 10)
+	zs, err := s.p.Redis.Do(ctx, s.p.Redis.B().Zrangebyscore().Key(keys.HotMessages(topic)).Min(v).Max(v).Withscores().Build()).AsZScores()
+	if err != nil {
+		return message.Message{}, false, err
+	}
+	found, ok := Cached{Members: zs}.msg(seq)
+	return found.Normalized(), ok, nil
+}

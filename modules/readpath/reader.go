@@ -1,0 +1,398 @@
+// Package readpath is the machinery under every read of a topic's
+// messages, shared by the read roles' modules (query, inbox, stream) and
+// the changes: the hot-cache reads and this process's copy of a topic's
+// newest stretch, the caller's deletion ranges and their cache, the walk
+// over a topic's month tables (and, while the tenant migrates, its legacy
+// table), the statement cache, the rendering of pages, and the membership
+// check of a read. It is a library, not a role: one Reader per process,
+// built once by app and handed to the modules that read.
+package readpath
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+	"github.com/rs/zerolog"
+
+	"github.com/imshard/imshard/modules/acl"
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// Params wires a Reader.
+type Params struct {
+	Redis   rueidis.Client
+	DBs     routing.DBs
+	Router  *routing.Router
+	Flight  *routing.Flight
+	ACL     ACL
+	Scripts *routing.Scripts
+	// HiddenTTL is how long a caller's cached deletion ranges live (default 5m).
+	HiddenTTL time.Duration
+	// LocalTopics is how many topics' newest messages the process keeps a
+	// copy of (recent), read for LocalMaxAge at most; either 0 keeps none.
+	LocalTopics int
+	LocalMaxAge time.Duration
+	Log         zerolog.Logger
+	Registerer  prometheus.Registerer
+}
+
+// Reader reads topics' messages for the modules that answer reads.
+type Reader struct {
+	p      Params
+	m      *metrics
+	st     *Store
+	recent *recents
+}
+
+// New builds the reader and registers its metrics; Close releases its
+// prepared statements.
+func New(p Params) *Reader {
+	rc := newRecents(p.LocalTopics, p.LocalMaxAge)
+	return &Reader{p: p, m: newMetrics(p.Registerer, rc.topics), st: newStore(), recent: rc}
+}
+
+// Close releases the prepared statements.
+func (s *Reader) Close() { s.st.close() }
+
+// Store is the reader's statement cache, for the statements of the modules
+// that read through it.
+func (s *Reader) Store() *Store { return s.st }
+
+// Observe records one read request that touched n month tables; cached
+// means the hot cache answered.
+func (s *Reader) Observe(n int, cached bool, seconds float64) { s.m.observe(n, cached, seconds) }
+
+var (
+	ErrForbidden = httpapi.Errorf(httpapi.CodePermissionDenied, "not a member of this topic")
+	ErrNotFound  = httpapi.Errorf(httpapi.CodeNotFound, "no such message")
+)
+
+// ACL answers membership questions (acl.Checker); Resolve finishes a
+// lookup whose acl.Cmds were pipelined with the page's own reads.
+type ACL interface {
+	Lookup(ctx context.Context, tenant, topic string, userID int64) (acl.Membership, error)
+	Resolve(ctx context.Context, tenant, topic string, userID int64, res []rueidis.RedisResult) (acl.Membership, error)
+}
+
+// BeforePage is a newest-first page.
+type BeforePage struct {
+	Messages   []message.Message `json:"messages"`
+	NextBefore *int64            `json:"next_before"`
+	HasMore    bool              `json:"has_more"`
+}
+
+// SincePage is an oldest-first page. Gaps lists the recorded gaps (seqs
+// allocated and never persisted) the page stepped over, so a client knows
+// they will never arrive.
+type SincePage struct {
+	Messages  []message.Message `json:"messages"`
+	NextSince int64             `json:"next_since"`
+	HasMore   bool              `json:"has_more"`
+	Gaps      []int64           `json:"gaps"`
+	// Through is the highest seq the page accounts for: every seq from
+	// since+1 to it was returned, is a listed gap, or is not visible to
+	// the caller (hidden, deleted for everyone). A follower (the stream)
+	// continues from it; it is at least NextSince.
+	Through int64 `json:"-"`
+}
+
+// Authorize lets members read their topic and the tenant's admins read any.
+func (s *Reader) Authorize(ctx context.Context, p httpapi.Principal, topic string) error {
+	if err := routing.ValidTopic(topic); err != nil {
+		return err
+	}
+	if p.Role == httpapi.RoleAdmin {
+		return nil
+	}
+	return Allowed(s.p.ACL.Lookup(ctx, p.Tenant, topic, p.UserID))
+}
+
+// Allowed turns a membership lookup into the read permission.
+func Allowed(m acl.Membership, err error) error {
+	if errors.Is(err, acl.ErrNoGroup) {
+		return ErrForbidden
+	}
+	if err != nil {
+		return err
+	}
+	if !m.Member {
+		return ErrForbidden
+	}
+	return nil
+}
+
+// WithHeld adds to a newest-first page read from MySQL what the page's
+// hot-cache read holds below before and MySQL did not return (messages
+// acknowledged but not persisted yet), minus what the caller hid.
+func (s *Reader) WithHeld(ctx context.Context, db *sql.DB, p httpapi.Principal, topic string, r PageReads,
+	before int64, page []message.Message) ([]message.Message, error) {
+	held := r.View.Held(before)
+	if len(held) == 0 {
+		return page, nil
+	}
+	hidden := r.Hidden.Ranges
+	if !r.Hidden.Known {
+		var err error
+		if hidden, err = s.st.HiddenRanges(ctx, db, topic, p.UserID, held[len(held)-1].Seq, 0); err != nil {
+			return nil, err
+		}
+	}
+	visible := held[:0]
+	for _, m := range held {
+		if !hidden.Hides(m.Seq) {
+			visible = append(visible, m)
+		}
+	}
+	return Merge(page, visible, Desc), nil
+}
+
+// Open validates the topic and returns the tenant's key builder and pool.
+func (s *Reader) Open(ctx context.Context, p httpapi.Principal, topic string) (routing.Keys, *sql.DB, error) {
+	if err := routing.ValidTopic(topic); err != nil {
+		return routing.Keys{}, nil, err
+	}
+	keys, err := routing.KeysFor(p.Tenant)
+	if err != nil {
+		return routing.Keys{}, nil, err
+	}
+	db, err := s.p.DBs.DB(ctx, p.Tenant)
+	return keys, db, err
+}
+
+func NonNil(ms []message.Message) []message.Message {
+	if ms == nil {
+		return []message.Message{}
+	}
+	return ms
+}
+
+func NonNilSeqs(s []int64) []int64 {
+	if s == nil {
+		return []int64{}
+	}
+	return s
+}
+
+// Scan reads month tables one at a time in the route's order until the
+// page holds q.limit rows: never a UNION over history (invariant 7). It
+// returns the rows and how many tables it touched. route holds the route's
+// prefetched reads, or nil to read it now.
+func (s *Reader) Scan(ctx context.Context, db *sql.DB, tenant string, q ListQuery, route []rueidis.RedisResult,
+	pick func(routing.TopicRoute) []routing.Month) ([]message.Message, int, error) {
+	var tr routing.TopicRoute
+	var err error
+	if route != nil {
+		tr, err = s.p.Router.RouteResolve(ctx, tenant, q.Topic, route)
+	} else {
+		tr, err = s.p.Router.Route(ctx, tenant, q.Topic)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	tables, err := s.p.Router.Tables(ctx, tenant, pick(tr))
+	if err != nil {
+		return nil, 0, err
+	}
+	page, touched, err := s.WalkSources(ctx, db, q, Sources(q, tables, tr.Legacy))
+	if err != nil {
+		return nil, touched, err
+	}
+	s.RepairIfFallback(ctx, tenant, q.Topic, tr, len(page) > 0)
+	return page, touched, nil
+}
+
+// WalkSources reads srcs (sources) in order, each for what the page still
+// lacks (a source read whole for a page's worth), until the page holds
+// q.limit rows, merging rows met twice by seq: every list read of a topic's
+// messages — pages, context, search, the topic list's last message — walks
+// its month tables and, while the tenant migrates, the legacy table this
+// way. It returns the rows and how many tables it read.
+func (s *Reader) WalkSources(ctx context.Context, db *sql.DB, q ListQuery, srcs []Source) ([]message.Message, int, error) {
+	var page []message.Message
+	touched := 0
+	want := q.Limit
+	for _, src := range srcs {
+		if len(page) >= want && !src.full {
+			break
+		}
+		src.Q.Limit = want - len(page)
+		if src.full {
+			src.Q.Limit = want
+		}
+		rows, err := s.st.Messages(ctx, db, src.Q.build(src.Table))
+		if err != nil {
+			return nil, touched, err
+		}
+		touched++
+		page = Merge(page, rows, q.Order)
+	}
+	return page, touched, nil
+}
+
+// Source is one table a list page reads, with its share of the query.
+type Source struct {
+	Table string // quoted
+	Q     ListQuery
+	full  bool // read whole (limit rows) even when the page is already full
+}
+
+// Sources orders the tables of a list page — the route's month tables and,
+// while the tenant migrates, the legacy table bounded by leg — so that
+// each source holds only seqs beyond every row of the ones before it:
+// the walk can stop as soon as the page is full (invariant 7). After
+// cutover the legacy table answers for the seqs up to cutover_seq and the
+// month tables above it (the backfill's copies below it are not read, so
+// a half-copied month never hides a legacy row). Before cutover both are
+// read whole and merged: the month tables hold seqs above every legacy one
+// then — but a process whose state lags may read this way while the
+// backfill already copies, so no source may end the walk early.
+func Sources(q ListQuery, tables []routing.Table, leg routing.LegacySource) []Source {
+	out := orderSources(q, tables, leg)
+	if leg.Hi > 0 && !leg.Split {
+		for i := range out {
+			out[i].full = true
+		}
+	}
+	return out
+}
+
+func orderSources(q ListQuery, tables []routing.Table, leg routing.LegacySource) []Source {
+	months := make([]Source, 0, len(tables)+1)
+	mq := q
+	if leg.Hi > 0 && leg.Split {
+		if q.Order == Desc {
+			mq.Floor = leg.Hi
+		} else {
+			mq.Bound = max(q.Bound, leg.Hi)
+		}
+	}
+	if !(leg.Split && q.Order == Desc && q.Bound <= leg.Hi+1) {
+		for _, t := range tables {
+			months = append(months, Source{Table: t.Quoted(), Q: mq})
+		}
+	}
+	if leg.Hi <= 0 {
+		return months
+	}
+	lq := q
+	if q.Order == Desc {
+		if leg.Hi < math.MaxInt64 {
+			lq.Bound = min(q.Bound, leg.Hi+1)
+		}
+		return append(months, Source{Table: routing.LegacyQuoted(), Q: lq})
+	}
+	if q.Bound >= leg.Hi {
+		return months
+	}
+	lq.UpTo = min(q.UpTo, leg.Hi)
+	return append([]Source{{Table: routing.LegacyQuoted(), Q: lq}}, months...)
+}
+
+// RepairIfFallback queues a route repair when a topic that neither Redis
+// nor the mirror knows turned out to have rows.
+func (s *Reader) RepairIfFallback(ctx context.Context, tenant, topic string, tr routing.TopicRoute, found bool) {
+	if tr.Source != routing.RouteFromFallback || !found {
+		return
+	}
+	if err := s.p.Router.QueueRepair(ctx, tenant, topic); err != nil {
+		s.p.Log.Warn().Err(err).Str("tenant", tenant).Str("topic", topic).Msg("queue route repair")
+	}
+}
+
+// FromCache answers a page from the hot cache read r.v (next to bound)
+// when it provably covers every seq from `from` to `stop` the page walks
+// (Redis answers only a complete page); ok false sends the
+// page to MySQL. The caller's deletion ranges are r.hv; when Redis did not
+// know them, those reaching above hiddenLo are read from MySQL, only once
+// the hot cache is known to cover the page. A latest page keeps what it
+// proved as this process's copy of the topic's newest stretch, and a page
+// read over a copy extends it.
+func (s *Reader) FromCache(ctx context.Context, db *sql.DB, p httpapi.Principal, keys routing.Keys, topic string, r PageReads,
+	bound, from, stop int64, o Order, limit int, hiddenLo int64) ([]message.Message, bool) {
+	v, hidden := r.View, r.Hidden.Ranges
+	if r.Err != nil {
+		s.p.Log.Warn().Err(r.Err).Str("topic", topic).Msg("hot cache read failed; reading MySQL")
+		return nil, false
+	}
+	if r.Last == 0 {
+		return s.hotMiss()
+	}
+	k := topicKey{p.Tenant, topic}
+	latest := o == Desc && bound == math.MaxInt64
+	now := r.At
+	if v.base != nil && v.base.hi > r.Last {
+		// the seq counter is below the copy: the copy is of a past the
+		// topic no longer has, and the read above it proves nothing
+		s.recent.drop(k)
+		s.m.local.WithLabelValues(localReset).Inc()
+		return s.hotMiss()
+	}
+	if v.base == nil && latest {
+		v.base = newRecent(v.Top, r.Last, now)
+	}
+	if !r.Hidden.Known {
+		if _, ok, miss := Walk(v, from, stop, o, limit, nil, false); !ok && v.covers(miss) {
+			return s.hotMiss()
+		}
+		var err error
+		if hidden, err = s.st.HiddenRanges(ctx, db, topic, p.UserID, hiddenLo, 0); err != nil {
+			return nil, false
+		}
+	}
+	page, ok, miss := Walk(v, from, stop, o, limit, hidden, false)
+	if !ok && !v.covers(miss) && r.Hidden.Known {
+		// the read (or the copy) ended before the page did (seqs it skips
+		// in the way): read further once (with ranges read from MySQL
+		// above hiddenLo only, MySQL answers instead)
+		if r.View.base != nil {
+			s.m.local.WithLabelValues(localFallback).Inc()
+		}
+		if c, err := s.hotReread(ctx, keys, topic, o, bound, hotFurther*(limit+1+HotSlack)); err == nil {
+			v = HotView{Top: c}
+			if latest {
+				v.base = newRecent(c, r.Last, now)
+			}
+			page, ok, _ = Walk(v, from, stop, o, limit, hidden, false)
+		}
+	} else if ok && r.View.base != nil {
+		s.m.local.WithLabelValues(localHit).Inc()
+	}
+	s.keepRecent(k, v, r.View.base, latest, r.Last, now)
+	if !ok {
+		return s.hotMiss()
+	}
+	s.m.hot.WithLabelValues("hit").Inc()
+	return page, true
+}
+
+// keepRecent keeps what a page's view proved of the topic's newest
+// stretch: its copy extended by the read above it, or — for a latest page
+// whose copy could not reach the topic's last seq that way (the read above
+// it was cut short) — the stretch below the last seq. held is the copy the
+// page was read over (nil if none): kept as it is, it is not stored again.
+func (s *Reader) keepRecent(k topicKey, v HotView, held *recent, latest bool, last int64, now time.Time) {
+	if v.base == nil {
+		return
+	}
+	kept := v.base.extend(v.Top)
+	if latest && kept.hi < last {
+		if r := newRecent(v.Top, last, now); r != nil {
+			kept = r
+		}
+	}
+	if kept != held {
+		s.recent.put(k, kept, now)
+	}
+}
+
+func (s *Reader) hotMiss() ([]message.Message, bool) {
+	s.m.hot.WithLabelValues("miss").Inc()
+	return nil, false
+}

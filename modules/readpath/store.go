@@ -1,0 +1,297 @@
+package readpath
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// DellogTable is the fixed table of deletion ranges (never built from input).
+const DellogTable = "im_dellog"
+
+var Columns = []string{"m.topic", "m.seqid", "m.message_id", "m.group_id", "m.from_user", "m.client_msg_id",
+	"m.msg_type", "m.status", "m.content", "m.head", "m.mentioned_user_ids", "m.mention_all", "m.reply_seqid",
+	"m.root_seqid", "m.version", "m.created_at", "m.updated_at"}
+
+// NotHidden drops rows inside one of the caller's deletion ranges [low, hi):
+// applied in every month table's query, so a run hidden by
+// deletions is skipped by the index, never paged through.
+const NotHidden = "NOT EXISTS (SELECT 1 FROM " + DellogTable + " AS d WHERE d.topic = m.topic AND d.deletedfor = ? AND d.low <= m.seqid AND d.hi > m.seqid)"
+
+// Store runs the read statements. Each distinct statement is prepared once
+// per pool and reused: a page is then one round trip to MySQL instead of
+// prepare, execute and close. Values, the page size included, are bound as
+// parameters, so the statements are a handful of shapes per table, not one
+// per limit.
+type Store struct {
+	stmts *lru.Cache[stmtKey, *sql.Stmt]
+}
+
+type stmtKey struct {
+	db    *sql.DB
+	query string
+}
+
+// maxStmts caps the prepared statements kept (MySQL's
+// max_prepared_stmt_count is per server). Beyond it the least recently used
+// one is closed — it is prepared again on its next use — so statements of
+// pools closed since (evicted tenants) age out.
+const maxStmts = 512
+
+func newStore() *Store {
+	c, err := lru.NewWithEvict(maxStmts, func(_ stmtKey, st *sql.Stmt) { _ = st.Close() })
+	if err != nil {
+		panic(err) // only for a size below 1
+	}
+	return &Store{stmts: c}
+}
+
+func (s *Store) close() { s.stmts.Purge() }
+
+func (s *Store) stmt(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, error) {
+	k := stmtKey{db, query}
+	if st, ok := s.stmts.Get(k); ok {
+		return st, nil
+	}
+	st, err := db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if old, ok, _ := s.stmts.PeekOrAdd(k, st); ok {
+		// another reader prepared it meanwhile
+		_ = st.Close()
+		return old, nil
+	}
+	return st, nil
+}
+
+// forget drops a statement that failed (closed by an eviction meanwhile,
+// or its pool closed), closing it.
+func (s *Store) forget(db *sql.DB, query string) { s.stmts.Remove(stmtKey{db, query}) }
+
+// Messages runs a SELECT of columns and scans every row.
+func (s *Store) Messages(ctx context.Context, db *sql.DB, b sq.SelectBuilder) ([]message.Message, error) {
+	query, args, err := b.ToSql()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.Run(ctx, db, query, args)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []message.Message
+	for rows.Next() {
+		m, err := ScanMessage(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+// Exec runs a write of fixed shape as a cached prepared statement (one
+// round trip, where an ad-hoc statement with arguments costs a prepare
+// too); like run it prepares afresh once when the statement was dropped,
+// so the write must be one that may run twice.
+func (s *Store) Exec(ctx context.Context, db *sql.DB, query string, args []any) (sql.Result, error) {
+	return withStmt(ctx, s, db, query, func(st *sql.Stmt) (sql.Result, error) { return st.ExecContext(ctx, args...) })
+}
+
+func (s *Store) Run(ctx context.Context, db *sql.DB, query string, args []any) (*sql.Rows, error) {
+	return withStmt(ctx, s, db, query, func(st *sql.Stmt) (*sql.Rows, error) { return st.QueryContext(ctx, args...) })
+}
+
+// withStmt runs fn on the cached statement of query; if that fails, the
+// statement may have been dropped meanwhile (cache full, pool closed): it
+// is prepared afresh and fn runs once more.
+func withStmt[T any](ctx context.Context, s *Store, db *sql.DB, query string, fn func(*sql.Stmt) (T, error)) (T, error) {
+	for attempt := 0; ; attempt++ {
+		st, err := s.stmt(ctx, db, query)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		out, err := fn(st)
+		if err == nil || attempt > 0 || ctx.Err() != nil {
+			return out, err
+		}
+		s.forget(db, query)
+	}
+}
+
+func ScanMessage(rows *sql.Rows) (message.Message, error) {
+	var m message.Message
+	var mid, gid, from int64
+	var cmid sql.NullString
+	var content, head, mentions []byte
+	var reply, root sql.NullInt64
+	if err := rows.Scan(&m.Topic, &m.Seq, &mid, &gid, &from, &cmid, &m.MsgType, &m.Status, &content, &head,
+		&mentions, &m.MentionAll, &reply, &root, &m.Version, &m.CreatedAt.Time, &m.UpdatedAt.Time); err != nil {
+		return m, fmt.Errorf("readpath: scan: %w", err)
+	}
+	m.MessageID, m.GroupID, m.FromUser, m.ClientMsgID = message.ID(mid), message.ID(gid), message.ID(from), cmid.String
+	if content != nil {
+		m.Content = json.RawMessage(content)
+	}
+	if head != nil {
+		m.Head = json.RawMessage(head)
+	}
+	if len(mentions) > 0 {
+		if err := json.Unmarshal(mentions, &m.MentionedUserIDs); err != nil {
+			return m, fmt.Errorf("readpath: mentioned_user_ids of %s/%d: %w", m.Topic, m.Seq, err)
+		}
+	}
+	if reply.Valid {
+		m.ReplySeqID = &reply.Int64
+	}
+	if root.Valid {
+		m.RootSeqID = &root.Int64
+	}
+	m.CreatedAt, m.UpdatedAt = message.NewTime(m.CreatedAt.Time), message.NewTime(m.UpdatedAt.Time)
+	return m.Normalized(), nil
+}
+
+// ListQuery is one month table's share of a list page.
+type ListQuery struct {
+	Topic       string
+	User        int64
+	Order       Order
+	Bound       int64 // exclusive: seq < bound (Desc) or seq > bound (Asc)
+	UpTo        int64 // Asc only: seq <= upTo (a since page's settled watermark; unbounded for context)
+	Floor       int64 // Desc only, when above 0: seq > floor (month tables above a migration's cutover_seq)
+	Limit       int
+	KeepDeleted bool // context keeps globally deleted rows as tombstones
+	HidNothing  bool // the caller is known to have no deletion range: no anti-join
+	Match       *TextMatch
+}
+
+// Unbounded is the upTo of a forward read that is no cursor walk (the
+// messages after a context's target): a since page is always bounded by
+// its settled watermark.
+const Unbounded = math.MaxInt64
+
+// TextMatch narrows a newest-first list to a search: messages neither
+// recalled nor deleted, created in [from, to), whose content.text contains
+// like's text (a LIKE … ESCAPE '!' pattern).
+type TextMatch struct {
+	From, To time.Time
+	Like     string
+}
+
+// build is the statement for one table, given as its quoted name.
+func (q ListQuery) build(table string) sq.SelectBuilder {
+	from := table + " AS m"
+	if q.Match != nil && table != routing.LegacyQuoted() {
+		// a month table's rows of the window: (topic, created_at); the
+		// legacy table may have no such index and is walked by seq
+		from += " FORCE INDEX (idx_topic_created)"
+	}
+	b := sq.Select(Columns...).From(from).Where(sq.Eq{"m.topic": q.Topic})
+	if m := q.Match; m != nil {
+		b = b.Where(sq.Eq{"m.status": message.StatusNormal}).
+			Where(sq.GtOrEq{"m.created_at": m.From}).Where(sq.Lt{"m.created_at": m.To}).
+			Where("JSON_UNQUOTE(JSON_EXTRACT(m.content, '$.text')) LIKE ? ESCAPE '!'", m.Like)
+	}
+	if q.Order == Desc {
+		b = b.Where(sq.Lt{"m.seqid": q.Bound})
+		if q.Floor > 0 {
+			b = b.Where(sq.Gt{"m.seqid": q.Floor})
+		}
+		b = b.OrderBy("m.seqid DESC")
+	} else {
+		b = b.Where(sq.Gt{"m.seqid": q.Bound})
+		if q.UpTo < Unbounded {
+			b = b.Where(sq.LtOrEq{"m.seqid": q.UpTo})
+		}
+		b = b.OrderBy("m.seqid ASC")
+	}
+	if !q.KeepDeleted {
+		b = b.Where(sq.NotEq{"m.status": message.StatusDeleted})
+	}
+	if !q.HidNothing {
+		b = b.Where(NotHidden, q.User)
+	}
+	return b.Suffix("LIMIT ?", q.Limit)
+}
+
+// One reads (topic, seq) from the table quoted unless the caller hid it.
+func (s *Store) One(ctx context.Context, db *sql.DB, quoted, topic string, user, seq int64) (message.Message, bool, error) {
+	ms, err := s.Messages(ctx, db, sq.Select(Columns...).From(quoted+" AS m").
+		Where(sq.Eq{"m.topic": topic, "m.seqid": seq}).Where(NotHidden, user).Limit(1))
+	if err != nil || len(ms) == 0 {
+		return message.Message{}, false, err
+	}
+	return ms[0], true, nil
+}
+
+// HiddenRanges reads the caller's deletion ranges of topic that reach above lo,
+// at most limit of them (0: all).
+func (s *Store) HiddenRanges(ctx context.Context, db *sql.DB, topic string, user, lo int64, limit uint64) (Hidden, error) {
+	b := sq.Select("low", "hi").From(DellogTable).Where(sq.Eq{"topic": topic, "deletedfor": user}).Where(sq.Gt{"hi": lo})
+	if limit > 0 {
+		b = b.Suffix("LIMIT ?", limit)
+	}
+	query, args, err := b.ToSql()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.Run(ctx, db, query, args)
+	if err != nil {
+		return nil, fmt.Errorf("readpath: dellog: %w", err)
+	}
+	defer rows.Close()
+	var h Hidden
+	for rows.Next() {
+		var r [2]int64
+		if err := rows.Scan(&r[0], &r[1]); err != nil {
+			return nil, err
+		}
+		h = append(h, r)
+	}
+	return h, rows.Err()
+}
+
+// hiddenOfTopics reads the caller's deletion ranges of many topics in one
+// statement (the (topic, deletedfor, low) index, one range per topic), at
+// most hiddenReadMax of each topic as hidden reads them.
+func (s *Store) hiddenOfTopics(ctx context.Context, db *sql.DB, topics []string, user int64) (map[string]Hidden, error) {
+	rows, err := sq.Select("topic", "low", "hi").From(DellogTable).Where(sq.Eq{"topic": topics, "deletedfor": user}).
+		RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("readpath: dellog: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]Hidden{}
+	for rows.Next() {
+		var t string
+		var r [2]int64
+		if err := rows.Scan(&t, &r[0], &r[1]); err != nil {
+			return nil, err
+		}
+		if uint64(len(out[t])) < hiddenReadMax {
+			out[t] = append(out[t], r)
+		}
+	}
+	return out, rows.Err()
+}
+
+// TablePage runs, on one table given by its quoted name (a month table, or
+// the legacy table of the same template), the statement a `before` page
+// runs there for a caller who hid nothing: the newest limit messages of
+// topic below before. `imshard bench query` measures it as the raw limit
+// of a page.
+func (s *Reader) TablePage(ctx context.Context, db *sql.DB, quoted, topic string, before int64, limit int) ([]message.Message, error) {
+	q := ListQuery{Topic: topic, Order: Desc, Bound: before, Limit: limit, HidNothing: true}
+	return s.st.Messages(ctx, db, q.build(quoted))
+}
