@@ -270,8 +270,15 @@ func (a *Allocator) seed(ctx context.Context, tenant, topic string, keys Keys) e
 	if err != nil {
 		return fmt.Errorf("alloc: seed %s/%s: %w", tenant, topic, err)
 	}
+	// seqs at or below a migration's cutover are the legacy table's: none
+	// of them ever went through Kafka, so none is fenced
+	cut, err := CutoverSeq(ctx, db, topic)
+	if err != nil {
+		return fmt.Errorf("alloc: seed %s/%s: %w", tenant, topic, err)
+	}
+	from := max(StoredThrough(ranges), cut) + 1
 	n, err := a.p.Scripts.Fenced.Seed(ctx, a.p.Redis, append(keys.seqState(topic), keys.Pending(topic)),
-		[]string{strconv.FormatInt(hi, 10), strconv.FormatInt(StoredThrough(ranges)+1, 10)}).AsInt64()
+		[]string{strconv.FormatInt(hi, 10), strconv.FormatInt(from, 10)}).AsInt64()
 	if err != nil {
 		return fmt.Errorf("alloc: seed %s/%s: %w", tenant, topic, err)
 	}
