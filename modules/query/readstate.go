@@ -33,6 +33,7 @@ import (
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/testhook"
 )
 
 // UnreadCap is the largest unread count answered exactly; a topic with
@@ -162,7 +163,7 @@ func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic strin
 		s.publishRead(keys, p.UserID, topic, cur)
 	}
 	s.m.readState.WithLabelValues("read").Observe(time.Since(start).Seconds())
-	return ReadCursor{Topic: topic, ReadSeq: cur}, nil
+	return ReadCursor{Topic: topic, ReadSeq: testhook.Break(testhook.CursorEcho, seq, cur)}, nil
 }
 
 // publishRead sends {"type":"read",topic,seq} to every socket of user once

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/imshard/imshard/modules/testhook"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -50,7 +51,7 @@ func (p *producer) produce(key, value []byte) <-chan error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 	p.cl.Produce(ctx, &kgo.Record{Key: key, Value: value}, func(_ *kgo.Record, err error) {
 		cancel()
-		done <- err
+		testhook.Ack(func() { done <- err })
 	})
 	return done
 }

@@ -1,0 +1,9 @@
+//go:build !imshard_testhooks
+
+package testhook
+
+// Broken is false in a shipped build: no breakage can be armed.
+func Broken(string) bool { return false }
+
+// Ack delivers at once in a shipped build: acks are never held back.
+func Ack(deliver func()) { deliver() }
