@@ -47,6 +47,11 @@ const (
 	StreamOpen  Kind = "stream_open"
 	Frame       Kind = "frame"
 	StreamClose Kind = "stream_close"
+	// a multi-topic socket's subscribe (Topic, Since, ChangesSince) and
+	// unsubscribe (Topic) requests: where following one topic begins and
+	// ends on a socket that outlives it
+	StreamSubscribe   Kind = "stream_subscribe"
+	StreamUnsubscribe Kind = "stream_unsubscribe"
 
 	// Fault marks an injected fault's start (End zero until it was lifted).
 	Fault Kind = "fault"
@@ -100,7 +105,8 @@ type Op struct {
 	Kind   Kind   `json:"kind"`
 	Tenant string `json:"tenant"`
 	Topic  string `json:"topic,omitempty"`
-	User   int64  `json:"user"` // the token's sub (the member acted on for join/leave)
+	User   int64  `json:"user"`           // the token's sub (the member acted on for join/leave)
+	Role   string `json:"role,omitempty"` // the token's role: "", service or admin (admins read any topic)
 	Device int    `json:"device,omitempty"`
 
 	Start time.Time `json:"start"`
@@ -111,15 +117,18 @@ type Op struct {
 	Err    string `json:"err,omitempty"`
 
 	// request
-	ClientMsgID     string `json:"client_msg_id,omitempty"` // send
-	Text            string `json:"text,omitempty"`          // send, edit
-	Seq             int64  `json:"seq,omitempty"`           // change, by_seq, cursor, hide low
-	HideHi          int64  `json:"hide_hi,omitempty"`       // hide: [Seq, HideHi)
-	MessageID       string `json:"message_id,omitempty"`    // by_id
-	ExpectedVersion int64  `json:"expected_version,omitempty"`
-	Since           int64  `json:"since,omitempty"` // since page, stream open (-1: without since)
-	Before          int64  `json:"before,omitempty"`
-	Limit           int    `json:"limit,omitempty"`
+	ClientMsgID     string  `json:"client_msg_id,omitempty"` // send
+	Text            string  `json:"text,omitempty"`          // send, edit
+	Mentions        []int64 `json:"mentions,omitempty"`      // send: mentioned_user_ids
+	MentionAll      bool    `json:"mention_all,omitempty"`   // send
+	Seq             int64   `json:"seq,omitempty"`           // change, by_seq, cursor, hide low
+	HideHi          int64   `json:"hide_hi,omitempty"`       // hide: [Seq, HideHi)
+	MessageID       string  `json:"message_id,omitempty"`    // by_id
+	ExpectedVersion int64   `json:"expected_version,omitempty"`
+	Since           int64   `json:"since,omitempty"`         // since page, stream open (-1: without since)
+	ChangesSince    int64   `json:"changes_since,omitempty"` // stream open, subscribe (-1: without changes_since)
+	Before          int64   `json:"before,omitempty"`
+	Limit           int     `json:"limit,omitempty"`
 
 	// answer
 	Messages  []Msg        `json:"messages,omitempty"` // pages, by_id/by_seq (one), send (one: seq, id)
@@ -129,14 +138,22 @@ type Op struct {
 	Change    *Change      `json:"change,omitempty"`   // change answers and change frames
 	Topics    []TopicEntry `json:"topics,omitempty"`   // list, unread, sync
 	ReadSeq   int64        `json:"read_seq,omitempty"` // cursor answer
+	// a 409's details: the message's version (a stale edit) or the wait
+	// before a retry (a message not stored yet, which says nothing of its
+	// version)
+	CurrentVersion int64 `json:"current_version,omitempty"`
+	RetryAfterMS   int64 `json:"retry_after_ms,omitempty"`
 
 	// streams
 	Stream       int64    `json:"stream,omitempty"`        // the socket's id, shared by its open/frames/close
 	StreamTopics []string `json:"stream_topics,omitempty"` // a multi-topic socket's topics
 	FrameType    string   `json:"frame_type,omitempty"`    // message, change, gap, live, read, error, reset
 	GapFrom      int64    `json:"gap_from,omitempty"`
-	GapTo        int64    `json:"gap_to,omitempty"`
-	CloseCode    int      `json:"close_code,omitempty"`
+	// live frames name their seq in Seq; live and reset frames their
+	// change_seq here
+	ChangeSeq int64 `json:"change_seq,omitempty"`
+	GapTo     int64 `json:"gap_to,omitempty"`
+	CloseCode int   `json:"close_code,omitempty"`
 
 	// faults
 	Fault string `json:"fault,omitempty"` // e.g. "mysql-cut", "redis-flush", "persist-kill9"
