@@ -3,8 +3,6 @@ package persist
 import (
 	"os"
 	"sync/atomic"
-
-	"github.com/imshard/imshard/modules/testhook"
 )
 
 // CrashAfterCommitEnv is a hook for the fault tests, honoured only by a
@@ -27,15 +25,4 @@ func (s *Service) committed() {
 		_ = p.Kill()
 	}
 	select {} // the kill is asynchronous: nothing may run past the commit
-}
-
-// dropOne is the testhook.DropSeq breakage: the batch without its first
-// record, once per process and only in a batch of two or more (a batch must
-// keep a row to insert); the caller still finishes every record, so the
-// dropped one's offset is committed as if it were stored.
-func dropOne(recs []*record) []*record {
-	if len(recs) < 2 || !testhook.Broken(testhook.DropSeq) {
-		return recs
-	}
-	return recs[1:]
 }

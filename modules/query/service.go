@@ -252,7 +252,7 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 		}
 	}
 	s.m.observe(tables, ok, time.Since(start).Seconds())
-	page, more := Truncate(page, limit)
+	page, more := Truncate(dropFirst(page), limit)
 	next := NextSince(page, since)
 	hi := settled
 	if more {

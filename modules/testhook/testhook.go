@@ -12,9 +12,8 @@ const BreakEnv = "IMSHARD_TEST_BREAK"
 
 // The breakages, each named after what it breaks.
 const (
-	// DropSeq: persist skips storing the first message of one batch, once
-	// per process, and still commits its offset — an acknowledged message
-	// that never reaches MySQL.
+	// DropSeq: one since page, once per query process, leaves out its
+	// first message — an acknowledged message a reader walks past.
 	DropSeq = "drop-seq"
 	// CASIgnore: an edit ignores expected_version, so two edits based on
 	// one version both succeed.

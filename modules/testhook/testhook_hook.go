@@ -20,8 +20,8 @@ var (
 		}
 		return out
 	})
-	// DropSeq loses one message per process: losing every batch's first
-	// would make the breakage the whole history instead of one violation
+	// DropSeq drops once per process: dropping from every page would make
+	// the breakage the whole history instead of one violation
 	dropped atomic.Bool
 )
 
