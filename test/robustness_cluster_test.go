@@ -116,9 +116,6 @@ func rbProxy(t *testing.T, server *toxiproxy.ApiServer, name, upstream string) *
 	return p
 }
 
-// admin is a client for setup and settling, outside the recorded history.
-func (c *rbCluster) admin() *faultsAPI { return faultsClient(c.t, c.apis[0], c.secret, c.tenant) }
-
 // startPersist starts a persist process with extra env.
 func (c *rbCluster) startPersist(extra []string) *faultsProc {
 	env := append([]string{fmt.Sprintf("IMSHARD_METRICS_ADDR=127.0.0.1:%d", testenv.FreePort(c.t))}, c.env...)
