@@ -58,7 +58,7 @@ func TestReloadExportsAddedTenantsAtZero(t *testing.T) {
 	}
 	next := *cfg
 	next.Tenants = append([]config.Tenant{{ID: added, JWTSecret: "secret-" + added}}, cfg.Tenants...)
-	a.applyReload(&next)
+	a.Reload(&next)
 	got = series()
 	for _, n := range names {
 		if v, ok := got[n+"/"+added]; !ok || v != 0 {

@@ -67,6 +67,7 @@ func initQuery(ctx context.Context, a *App) (Service, error) {
 	rt := stream.New(stream.Params{
 		Redis: a.clients.redis,
 		Query: svc,
+		Auth:  auth,
 		Limits: stream.Limits{
 			MaxConnections:    st.MaxConnections,
 			MaxTopics:         st.MaxTopics,
@@ -81,7 +82,8 @@ func initQuery(ctx context.Context, a *App) (Service, error) {
 		Log:        log,
 		Registerer: a.Registry,
 	})
-	rt.Register(a.APIMux, auth)
+	rt.Register(a.APIMux)
+	a.onTenantsChanged(rt.Revalidate)
 	return runner{
 		run: func(ctx context.Context) error { <-ctx.Done(); return nil },
 		stop: func(ctx context.Context) error {

@@ -28,7 +28,15 @@ type reloader struct {
 	sig  <-chan os.Signal
 	load func() (*config.Config, error)
 	live *config.Config
+	// revoke are what the modules that hold credentials past their request
+	// (the stream's sockets) run once a reload replaced the tenants; set
+	// by Start, read by reloads, which begin only once Run does
+	revoke []func()
 }
+
+// onTenantsChanged registers fn to run after each reload has replaced the
+// tenant list.
+func (a *App) onTenantsChanged(fn func()) { a.reload.revoke = append(a.reload.revoke, fn) }
 
 // watchReload applies a reload per signal until ctx ends. A reload that
 // fails (unreadable file, invalid value) is logged and changes nothing: a
@@ -48,36 +56,41 @@ func (a *App) watchReload(ctx context.Context) {
 					a.Log.Error().Err(err).Msg("configuration reload failed; nothing changed")
 					continue
 				}
-				a.applyReload(next)
+				a.Reload(next)
 			}
 		}
 	}()
 }
 
-// applyReload applies next, the configuration as read again: tenants added or
-// changed in it and log.level take effect at once; every other changed key is
-// logged with "restart needed" (and again on each reload until a restart
-// applies it). A tenant missing from next keeps serving until a restart, so
-// no in-flight request loses its database.
-func (a *App) applyReload(next *config.Config) {
+// Reload applies next, the configuration as read again, before it returns:
+// its tenants replace the running ones and log.level takes effect at once;
+// every other changed key is logged with "restart needed" (and again on
+// each reload until a restart applies it).
+//
+// The tenant list has one owner, the set the credentials are verified
+// against: a tenant missing from next, or whose jwt_secret changed, has its
+// old tokens refused by every route from the moment the set is replaced,
+// its pool closed (a request of it still under way may fail), and then
+// every open socket whose token no longer verifies ended. A socket admitted
+// meanwhile verifies its token again once it is tracked, so none slips
+// between the two.
+func (a *App) Reload(next *config.Config) {
 	live := a.reload.live
-	merged, err := config.MergeTenants(live.Tenants, next.Tenants)
-	if err != nil {
-		a.Log.Error().Err(err).Msg("configuration reload failed; nothing changed")
-		return
-	}
 	for _, t := range live.Tenants {
 		if !slices.ContainsFunc(next.Tenants, func(n config.Tenant) bool { return n.ID == t.ID }) {
-			a.Log.Warn().Str("key", "tenants").Str("tenant", t.ID).Msg("tenant removed from the configuration keeps serving: restart needed")
+			a.Log.Warn().Str("key", "tenants").Str("tenant", t.ID).Msg("tenant removed from the configuration: its tokens are refused and its sockets closed")
 		}
 	}
 	applied := *live
-	applied.Tenants, applied.TenantsFile = merged, next.TenantsFile
-	a.tenants.set(merged)
+	applied.Tenants, applied.TenantsFile = next.Tenants, next.TenantsFile
+	a.tenants.set(applied.Tenants)
 	if a.clients.pools != nil {
 		a.clients.pools.SetTenants(Tenants(&applied))
 	}
-	a.exportTenants(merged)
+	for _, revoke := range a.reload.revoke {
+		revoke()
+	}
+	a.exportTenants(applied.Tenants)
 	if next.Log.Level != live.Log.Level {
 		SetLogLevel(next.Log.Level)
 		applied.Log.Level = next.Log.Level
@@ -90,7 +103,7 @@ func (a *App) applyReload(next *config.Config) {
 		}
 	}
 	a.reload.live = &applied
-	a.Log.Info().Int("tenants", len(merged)).Str("log_level", applied.Log.Level).Msg("configuration reloaded")
+	a.Log.Info().Int("tenants", len(applied.Tenants)).Str("log_level", applied.Log.Level).Msg("configuration reloaded")
 }
 
 // exportTenants creates the tenant-labelled series of the modules started

@@ -395,3 +395,65 @@ func TestChangeEditRules(t *testing.T) {
 		t.Fatalf("edit of a recalled message: %d %+v", code, r.Error)
 	}
 }
+
+// TestChangeEditRefusedWhereSendIs: a muted member, and a member of a
+// dissolved group, whose send is refused get the send's answer (403, the
+// same code and message) for an edit of an old message of theirs too —
+// their own token and a service token acting for them — and nothing
+// changes. A mute forbids new text only: a muted owner still recalls; in
+// a dissolved group no member does.
+func TestChangeEditRefusedWhereSendIs(t *testing.T) {
+	t.Parallel()
+	e := startSend(t, harness.Options{Roles: []string{"send", "query"}})
+	ms := rpThreeMonths(t, e.Env, "chmuted")
+	rpGroup(t, e.Env, "chgone")
+	rpInsert(t, e.Env, "chgone", ms[0], rpSeqs(1, 20)...)
+	rpSyncRoute(t, e.Env, "chgone")
+	ctx := t.Context()
+	until := time.Now().Add(time.Hour)
+	if err := e.App.ACL().PutMember(ctx, e.Tenant, "chmuted", rpMember, "member", &until); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.App.ACL().PutMember(ctx, e.Tenant, "chmuted", rpOther, "owner", &until); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.App.ACL().PutGroup(ctx, e.Tenant, "chgone", 77, "chgone", "dissolved"); err != nil {
+		t.Fatal(err)
+	}
+	sender := e.Token(rpMember, "")
+	for _, topic := range []string{"chmuted", "chgone"} {
+		code, raw := e.Do("POST", "/v1/topics/"+topic+"/messages", sender, sendBody("c-"+topic, "new text"))
+		sent := chDecode(t, raw)
+		if code != 403 || sent.Error.Code != "permission_denied" {
+			t.Fatalf("%s: send %d %s, want 403 permission_denied", topic, code, raw)
+		}
+		for name, edit := range map[string]func() (int, chResult){
+			"own token": func() (int, chResult) { return chEdit(t, e.Env, sender, topic, 10, chEditBody("new text", 1)) },
+			"service for the sender": func() (int, chResult) {
+				return chEdit(t, e.Env, e.svc, topic, 10, map[string]any{"content": map[string]any{"text": "new text"},
+					"expected_version": 1, "from_user": strconv.FormatInt(rpMember, 10)})
+			},
+		} {
+			code, r := edit()
+			if code != 403 || r.Error.Code != sent.Error.Code || r.Error.Message != sent.Error.Message {
+				t.Fatalf("%s: edit by %s: %d %+v, want the send's 403 %+v", topic, name, code, r.Error, sent.Error)
+			}
+		}
+		if n := chCount(t, e.Env, "im_message_revisions", sq.Eq{"topic": topic}) + chCount(t, e.Env, "im_topic_changes", sq.Eq{"topic": topic}); n != 0 {
+			t.Fatalf("%s: refused edits wrote %d rows", topic, n)
+		}
+		var m message.Message
+		if code := rpGet(t, e.Env, rpMember, "", "/v1/topics/"+topic+"/messages/10", &m); code != 200 || chText(m) != "message 10" || m.Version != 1 {
+			t.Fatalf("%s: message 10 after the refused edits: %d %+v", topic, code, m)
+		}
+	}
+	if code, r := chRecall(t, e.Env, e.Token(rpOther, ""), "chmuted", 11, nil); code != 200 || r.Message.Status != "recalled" {
+		t.Fatalf("a muted owner's recall: %d %+v", code, r)
+	}
+	if code, r := chRecall(t, e.Env, e.Token(rpOther, ""), "chgone", 11, nil); code != 403 || r.Error.Message != "group is dissolved" {
+		t.Fatalf("an owner's recall in a dissolved group: %d %+v, want 403 group is dissolved", code, r.Error)
+	}
+	if code, r := chRecall(t, e.Env, e.Token(rpAdmin, "admin"), "chgone", 11, nil); code != 200 || r.Message.Status != "recalled" {
+		t.Fatalf("an admin token's recall in a dissolved group: %d %+v", code, r)
+	}
+}

@@ -188,3 +188,51 @@ func TestReadPathSinceStopsAtTheLastSeqIssuedBeforeTheRead(t *testing.T) {
 	p = rpList(t, env, rpOther, "issued", url.Values{"since": {"2"}, "limit": {"7"}})
 	rpExpect(t, "since after the counter moved", p.seqs(), []int64{5, 6})
 }
+
+// A since page on a topic whose seq counter Redis does not hold (never
+// written to, or lost with the pending set) has no upper bound from Redis:
+// seqs 1–6 may still be on their way while 7 and 8 are stored. It returns
+// only what the route mirror proves stored — here nothing, since the
+// stored rows do not start at seq 1 — never the rows above the hole, and
+// the same for a counter it cannot read; once 1–6 land, the mirror proves
+// 1–8 and the walk continues without the counter.
+func TestReadPathSinceWithoutCounterNeverJumpsOverUnstoredSeqs(t *testing.T) {
+	t.Parallel()
+	env := rpStart(t)
+	rpGroup(t, env, "lost")
+	ctx := context.Background()
+	fl := env.App.Flight()
+	for range 8 {
+		a, err := env.App.Allocator().Allocate(ctx, env.Tenant, "lost")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fl.MarkAcked(ctx, env.Tenant, "lost", a.Seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rpInsert(t, env, "lost", env.Start, rpSeqs(7, 8)...)
+	rpSyncRoute(t, env, "lost")
+	if err := fl.MarkPersisted(ctx, env.Tenant, "lost", 7, 8); err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := routing.KeysFor(env.Tenant)
+	if err := env.Redis.Do(ctx, env.Redis.B().Del().Key(keys.Seq("lost"), keys.Pending("lost")).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for _, state := range []string{"lost", "unreadable"} {
+		if state == "unreadable" {
+			if err := env.Redis.Do(ctx, env.Redis.B().Set().Key(keys.Seq("lost")).Value("not-a-seq").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := rpList(t, env, rpMember, "lost", url.Values{"since": {"0"}})
+		if len(p.Messages) != 0 || *p.NextSince != 0 || p.HasMore || len(p.Gaps) != 0 {
+			t.Fatalf("counter %s: the since walk jumped from 0 to %v: %+v", state, p.seqs(), p)
+		}
+	}
+	rpInsert(t, env, "lost", env.Start, rpSeqs(1, 6)...)
+	rpSyncRoute(t, env, "lost")
+	p := rpList(t, env, rpMember, "lost", url.Values{"since": {"0"}})
+	rpExpect(t, "since once the mirror proves every seq stored", p.seqs(), rpAsc(1, 8))
+}

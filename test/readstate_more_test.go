@@ -30,6 +30,7 @@ func TestReadStateCursorSurvivesRedisFlush(t *testing.T) {
 		env.mustSend(env.Token(32, ""), topic, sendBody(fmt.Sprintf("f-%d", i), "x"))
 	}
 	chWaitSettled(t, env.Env, topic)
+	rsUnread(t, env, 31) // fills the entry: a move raises only a topic it names
 	if code, got := rsRead(t, env, 31, topic, 3); code != 200 || got != 3 {
 		t.Fatalf("read: %d %d", code, got)
 	}

@@ -83,3 +83,41 @@ func TestStreamLimits(t *testing.T) {
 		t.Fatalf("expiring socket closed with %d %q", x.code, x.reason)
 	}
 }
+
+// A socket opened without since while seq 1 is still in flight (issued and
+// acknowledged, not stored yet) starts at the settled watermark, not at
+// the last issued seq: its live frame names 0, so a client resuming from
+// it never passes seq 1, and seq 1 is delivered once stored, before the
+// next message.
+func TestStreamWithoutSinceDeliversTheSeqInFlight(t *testing.T) {
+	t.Parallel()
+	e := stStart(t, harness.Options{})
+	e.group("flying", 7, "active")
+	e.member("flying", 1, "member", time.Time{})
+	e.member("flying", 2, "member", time.Time{})
+	ctx := context.Background()
+	a, err := e.App.Allocator().Allocate(ctx, e.Tenant, "flying")
+	if err != nil || a.Seq != 1 {
+		t.Fatalf("allocate: %+v %v", a, err)
+	}
+	if err := e.App.Flight().MarkAcked(ctx, e.Tenant, "flying", a.Seq); err != nil {
+		t.Fatal(err)
+	}
+	c := stMustDial(t, e.Env, "/v1/topics/flying/stream", e.Token(2, ""))
+	if f := c.must("live"); f.Seq != 0 {
+		t.Fatalf("live at seq %d: the resume cursor passed seq 1, still in flight", f.Seq)
+	}
+	// persist stores it: the socket reads it from storage
+	rpInsert(t, e.Env, "flying", a.Month, rpRow{seq: 1})
+	rpSyncRoute(t, e.Env, "flying")
+	if err := e.App.Flight().MarkPersisted(ctx, e.Tenant, "flying", a.Seq); err != nil {
+		t.Fatal(err)
+	}
+	if f := c.must("message"); f.Message.Seq != 1 {
+		t.Fatalf("message frame %+v, want seq 1", f.Message)
+	}
+	r := e.mustSend(e.Token(1, ""), "flying", sendBody("next", "after the one in flight"))
+	if f := c.must("message"); f.Message.Seq != 2 || f.Message.MessageID != r.MessageID {
+		t.Fatalf("message frame %+v, want seq 2", f.Message)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/rs/zerolog"
 
+	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -51,6 +52,40 @@ func (m Membership) Muted(t time.Time) bool {
 		return true
 	}
 	return m.GroupStatus == GroupMuted && m.Role != RoleAdmin && m.Role != RoleOwner
+}
+
+// The refusals of a member who may not post: send a message, or edit one
+// into new text. Send and the message-change path answer them alike.
+var (
+	ErrDissolved = httpapi.Errorf(httpapi.CodePermissionDenied, "group is dissolved")
+	ErrNotMember = httpapi.Errorf(httpapi.CodePermissionDenied, "sender is not a member of the group")
+	ErrMuted     = httpapi.Errorf(httpapi.CodePermissionDenied, "sender is muted")
+)
+
+// Refusals are the answers to a send, by the reason lua/fenced.lua gives
+// when it refuses one from the cached membership; PostRefusal gives the
+// same from a membership looked up.
+var Refusals = map[string]error{
+	"nogroup":   httpapi.Errorf(httpapi.CodeNotFound, "topic has no group"),
+	"dissolved": ErrDissolved,
+	"notmember": ErrNotMember,
+	"muted":     ErrMuted,
+}
+
+// PostRefusal is why m may not post at t, nil when it may: a dissolved
+// group first (nobody posts there), then a non-member, then a mute. It is
+// the one rule behind a send and an edit, so new text never gets in
+// through one when the other refuses it.
+func (m Membership) PostRefusal(t time.Time) error {
+	switch {
+	case m.GroupStatus == GroupDissolved:
+		return ErrDissolved
+	case !m.Member:
+		return ErrNotMember
+	case m.Muted(t):
+		return ErrMuted
+	}
+	return nil
 }
 
 // Params wires a Checker.
@@ -236,9 +271,12 @@ func (c *Checker) PutGroup(ctx context.Context, tenant, topic string, groupID in
 	if err != nil {
 		return fmt.Errorf("acl: put group %s: %w", topic, err)
 	}
-	// 1: a new group, which has no members yet
-	flipped := n != 1 && (was == 1) != (status == GroupDissolved)
-	if flipped {
+	// n 1: a new group, which has no members yet. Otherwise a dissolve, or
+	// its undoing (was: dissolved before), bumps the epoch — a dissolve even
+	// when the group was dissolved already: its retry, after a first
+	// attempt that committed and failed before the bump, must still take
+	// the group out of the members' cached memberships
+	if n != 1 && (was == 1 || status == GroupDissolved) {
 		if err := c.bumpGroupsEpoch(ctx, tenant); err != nil {
 			return err
 		}
@@ -353,7 +391,6 @@ func (c *Checker) DeleteMember(ctx context.Context, tenant, topic string, userID
 	if err != nil {
 		return err
 	}
-	left := false
 	err = inTx(ctx, db, func(tx *sql.Tx) error {
 		res, err := sq.Delete(MembersTable).Where(sq.Eq{"topic": topic, "user_id": userID}).RunWith(tx).ExecContext(ctx)
 		if err != nil {
@@ -362,17 +399,16 @@ func (c *Checker) DeleteMember(ctx context.Context, tenant, topic string, userID
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
 			return err
 		}
-		left = true
 		return touchCursor(ctx, tx, topic, userID, 0) // a sync reports the leave
 	})
 	if err != nil {
 		return fmt.Errorf("acl: delete member %s/%d: %w", topic, userID, err)
 	}
-	if left {
-		// the user's cached memberships (modules/query) still name the topic
-		if err := c.invalidateCursors(ctx, tenant, userID); err != nil {
-			return err
-		}
+	// the user's cached memberships (modules/query) may still name the
+	// topic: dropped whether or not this call deleted the row, so the retry
+	// of a leave that committed and failed before the drop heals it
+	if err := c.invalidateCursors(ctx, tenant, userID); err != nil {
+		return err
 	}
 	return c.invalidate(ctx, tenant, topic)
 }

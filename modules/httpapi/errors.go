@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/tenantdb"
 )
 
 // Codes of the error envelope (docs/api.md).
@@ -87,6 +88,10 @@ func classify(err error) (code, msg string, details map[string]any) {
 		return e.Code, e.Message, e.Details
 	case errors.As(err, &mig):
 		return CodeUnavailable, mig.Error(), map[string]any{"migration": "pending", "state": mig.State.String()}
+	case errors.Is(err, tenantdb.ErrUnknownTenant):
+		// a credential verified before a reload removed its tenant: refused
+		// as the same token is from now on
+		return CodeUnauthenticated, "tenant not configured", nil
 	case errors.Is(err, routing.ErrInvalidTopic):
 		return CodeInvalidArgument, "invalid topic: want ^[A-Za-z0-9_-]{1,64}$", nil
 	case errors.Is(err, routing.ErrInvalidMonth), errors.Is(err, routing.ErrInvalidTable), errors.Is(err, routing.ErrInvalidTenant):

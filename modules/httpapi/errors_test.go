@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/imshard/imshard/modules/tenantdb"
 )
 
 func TestWriteErrorDetails(t *testing.T) {
@@ -16,6 +18,7 @@ func TestWriteErrorDetails(t *testing.T) {
 	}{
 		{"no details", Errorf(CodeNotFound, "no such message"), 404, ""},
 		{"details", Errorf(CodeConflict, "stale version").WithDetails(map[string]any{"current_version": 3}), 409, `{"current_version":3}`},
+		{"tenant removed by a reload mid-request", fmt.Errorf("acl: group: %w", fmt.Errorf("%w: %q", tenantdb.ErrUnknownTenant, "gone")), 401, ""},
 		{"wrapped keeps details", fmt.Errorf("edit: %w", Errorf(CodeUnavailable, "retry").WithDetails(map[string]any{"retry_after_ms": 250})), 503, `{"retry_after_ms":250}`},
 	}
 	for _, c := range cases {

@@ -84,8 +84,9 @@ type changeReq struct {
 }
 
 // Recall withdraws a message: its sender within send.recall_window; a
-// group owner or admin, and admin or service tokens, at any time. A
-// repeated recall answers the tombstone again.
+// group owner or admin, and admin or service tokens, at any time; members
+// of a dissolved group not at all. A repeated recall answers the
+// tombstone again.
 func (s *Service) Recall(ctx context.Context, p httpapi.Principal, topic string, seq int64, reason string) (ChangeResult, error) {
 	c := changeReq{action: message.ActionRecall, topic: topic, seq: seq, actor: p.UserID, reason: reason}
 	if p.Role == httpapi.RoleAdmin || p.Role == httpapi.RoleService {
@@ -94,6 +95,11 @@ func (s *Service) Recall(ctx context.Context, p httpapi.Principal, topic string,
 		m, err := s.member(ctx, p.Tenant, topic, p.UserID)
 		if err != nil {
 			return ChangeResult{}, err
+		}
+		// a dissolved group takes nothing more from its members; a mute
+		// forbids new text, not taking one's own back
+		if m.GroupStatus == acl.GroupDissolved {
+			return ChangeResult{}, acl.ErrDissolved
 		}
 		c.anyTime = m.Role == acl.RoleOwner || m.Role == acl.RoleAdmin
 	}
@@ -109,8 +115,9 @@ type EditRequest struct {
 }
 
 // Edit replaces a message's content (and head, when given): only its
-// sender, or a service token acting for the sender (from_user), and only
-// while expected_version is the message's version.
+// sender, or a service token acting for the sender (from_user), while the
+// sender may post (acl.Membership.PostRefusal) and expected_version is the
+// message's version.
 func (s *Service) Edit(ctx context.Context, p httpapi.Principal, topic string, seq int64, req EditRequest) (ChangeResult, error) {
 	actor := p.UserID
 	switch {
@@ -121,7 +128,13 @@ func (s *Service) Edit(ctx context.Context, p httpapi.Principal, topic string, s
 	case p.Role != httpapi.RoleUser:
 		return ChangeResult{}, httpapi.Errorf(httpapi.CodePermissionDenied, "only the sender may edit a message (a service token names the sender in from_user)")
 	}
-	if _, err := s.member(ctx, p.Tenant, topic, actor); err != nil {
+	m, err := s.member(ctx, p.Tenant, topic, actor)
+	if err != nil {
+		return ChangeResult{}, err
+	}
+	// an edit puts new text in the group as a send does: a muted member, or
+	// one of a dissolved group, is refused as their send would be
+	if err := m.PostRefusal(time.Now()); err != nil {
 		return ChangeResult{}, err
 	}
 	return s.change(ctx, p, changeReq{action: message.ActionEdit, topic: topic, seq: seq, actor: actor,

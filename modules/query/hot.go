@@ -123,10 +123,6 @@ type pageReads struct {
 	hv      hiddenView
 	route   []rueidis.RedisResult // the route's reads, when prefetched (routing.Router.RouteCmds)
 	settled int64                 // the settled watermark, when asked for
-	// issued is the topic's last issued seq read before the settled
-	// watermark (with it): when nothing was in flight, every seq up to it
-	// is settled.
-	issued int64
 }
 
 // pageAlso asks readPage for more in the same round trip: the route, for a
@@ -159,10 +155,8 @@ func (s *Service) readPage(ctx context.Context, p httpapi.Principal, keys routin
 	var cmds []rueidis.Completed
 	if also.settled {
 		// before the hot cache's gaps: a gap recorded after this read is
-		// of a seq still pending here, above the watermark; the last
-		// issued seq before both, so that what it counts was allocated
-		// before the pending set was read
-		cmds = append([]rueidis.Completed{rdb.B().Get().Key(keys.Seq(topic)).Build()}, s.p.Flight.SettledCmds(keys, topic)...)
+		// of a seq still pending here, above the watermark
+		cmds = s.p.Flight.SettledCmds(keys, topic)
 	}
 	ns := len(cmds)
 	cmds = append(cmds, s.hotCmds(keys, topic, o, hb, floor, n)...)
@@ -186,11 +180,9 @@ func (s *Service) readPage(ctx context.Context, p httpapi.Principal, keys routin
 	r := pageReads{at: at}
 	if also.settled {
 		var err error
-		if r.settled, err = s.p.Flight.SettledResolve(ctx, p.Tenant, topic, res[1:ns]); err != nil {
+		if r.settled, err = s.p.Flight.SettledResolve(ctx, p.Tenant, topic, res[:ns]); err != nil {
 			return pageReads{}, httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
 		}
-		// a lost counter (nil) proves nothing: 0
-		r.issued, _ = res[0].AsInt64()
 	}
 	if also.route {
 		r.route = res[nd:na]

@@ -107,7 +107,9 @@ type SyncPage struct {
 // cursor as it is). One pipelined Redis round trip (membership, and the
 // cached cursor raised within the last seq: lua/cursor_put.lua) and one
 // MySQL statement; the answer follows the commit, and so does the read
-// frame to the caller's sockets (publishRead).
+// frame to the caller's sockets (publishRead). The script raises only a
+// field the user's cache entry already names, so a move whose membership
+// is refused adds nothing to the entry and writes nothing to MySQL.
 func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic string, seq int64) (ReadCursor, error) {
 	start := time.Now()
 	keys, db, err := s.open(ctx, p, topic)
@@ -118,24 +120,31 @@ func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic strin
 	pc := newPutCursor(keys, p.UserID, topic, seq)
 	cmds := acl.Cmds(rdb, keys, topic, p.UserID)
 	res := rdb.DoMulti(ctx, append(cmds, s.p.Scripts.CursorPut.Cmd(rdb, pc.keys, pc.args))...)
-	m, err := s.p.ACL.Resolve(ctx, p.Tenant, topic, p.UserID, res[:len(cmds)])
-	if err := allowed(m, err); err != nil || m.GroupStatus == acl.GroupDissolved {
-		// the script raised a field of a topic the caller may not read, or
-		// of a dissolved group: the entry names only the badges' topics, so
-		// it is dropped (the next read fills it from MySQL)
-		if derr := s.dropCursors(ctx, keys, p.UserID); derr != nil {
-			return ReadCursor{}, errCursorCache(derr)
-		}
-		if err != nil {
-			return ReadCursor{}, err
-		}
+	out, serr := s.p.Scripts.CursorPut.Result(ctx, rdb, res[len(cmds)], pc.keys, pc.args).AsIntSlice()
+	if serr == nil && len(out) != 2 {
+		serr = fmt.Errorf("cursor script answered %v", out)
 	}
-	out, err := s.p.Scripts.CursorPut.Result(ctx, rdb, res[len(cmds)], pc.keys, pc.args).AsIntSlice()
-	if err != nil || len(out) != 2 {
-		return ReadCursor{}, errCursorCache(fmt.Errorf("cursor script answered %v: %w", out, err))
+	m, err := s.p.ACL.Resolve(ctx, p.Tenant, topic, p.UserID, res[:len(cmds)])
+	if err := allowed(m, err); err != nil {
+		if serr == nil && out[1] >= 0 {
+			// the entry names a topic the caller is not a member of (a
+			// leave whose drop is still to come), or may not be: it is
+			// dropped, and the next read fills it from MySQL
+			if derr := s.dropCursors(ctx, keys, p.UserID); derr != nil {
+				return ReadCursor{}, errCursorCache(derr)
+			}
+		}
+		return ReadCursor{}, err
+	}
+	if serr != nil {
+		return ReadCursor{}, errCursorCache(serr)
 	}
 	last, raised := out[0], out[1] == 1
-	lost := last < 0 // no seq counter: the script dropped the entry and checked nothing
+	// no field raised (absent: the entry does not name the topic yet; lost:
+	// no seq counter, nothing checked): the entry is dropped once MySQL
+	// committed, as a fill may have read MySQL between the script and the
+	// commit
+	lost, absent := last < 0, out[1] < 0
 	if lost {
 		tr, err := s.p.Router.Route(ctx, p.Tenant, topic)
 		if err != nil {
@@ -153,13 +162,12 @@ func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic strin
 		_ = s.dropCursors(ctx, keys, p.UserID)
 		return ReadCursor{}, httpapi.Wrap(httpapi.CodeUnavailable, "read cursor store unavailable", err)
 	}
-	if lost {
-		// a fill may have read MySQL between the script and the commit
+	if lost || absent {
 		if err := s.dropCursors(ctx, keys, p.UserID); err != nil {
 			return ReadCursor{}, errCursorCache(err)
 		}
 	}
-	if raised || (lost && cur == seq) {
+	if raised || ((lost || absent) && cur == seq) {
 		s.publishRead(keys, p.UserID, topic, cur)
 	}
 	s.m.readState.WithLabelValues("read").Observe(time.Since(start).Seconds())

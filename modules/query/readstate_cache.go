@@ -58,7 +58,7 @@ type putCursor struct{ keys, args []string }
 
 func newPutCursor(keys routing.Keys, user int64, topic string, seq int64) putCursor {
 	return putCursor{
-		keys: []string{keys.ReadCursors(user), keys.ReadCursorsVersion(user), keys.Seq(topic), keys.ReadFrames(user)},
+		keys: []string{keys.ReadCursors(user), keys.Seq(topic)},
 		args: []string{topic, strconv.FormatInt(seq, 10), strconv.FormatInt(cursorTTL.Milliseconds(), 10)},
 	}
 }

@@ -230,22 +230,16 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 	if err != nil {
 		return SincePage{}, err
 	}
+	// the watermark is a seq, never "unbounded": a topic whose counter
+	// Redis does not hold has only what MySQL proves stored (0: nothing
+	// above since, an empty page the client polls again)
 	settled := r.settled
-	// what MySQL may return: nothing above the watermark, and when nothing
-	// was in flight nothing above the last seq issued before the pending
-	// set was read — a row found above it was allocated after the read, and
-	// a seq below it but above the read may still be on its way (a lost
-	// counter, 0, proves nothing and bounds nothing)
-	upTo := settled
-	if settled == routing.Unsettled && r.issued > 0 {
-		upTo = r.issued
-	}
 	var page []message.Message
 	ok, tables := false, 0
 	if settled > since {
 		page, ok = s.fromCache(ctx, db, p, keys, topic, r, since, since+1, min(settled, r.last), Asc, limit, since)
-		if !ok && upTo > since {
-			q := listQuery{topic: topic, user: p.UserID, order: Asc, bound: since, upTo: upTo, limit: limit + 1, hidNothing: r.hv.none()}
+		if !ok {
+			q := listQuery{topic: topic, user: p.UserID, order: Asc, bound: since, upTo: settled, limit: limit + 1, hidNothing: r.hv.none()}
 			if page, tables, err = s.scan(ctx, db, p.Tenant, q, nil, func(tr routing.TopicRoute) []routing.Month { return tr.Since(since) }); err != nil {
 				return SincePage{}, err
 			}
@@ -274,16 +268,22 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 			}
 		}
 	}
-	through := hi
-	if !more && settled == routing.Unsettled {
-		// nothing was in flight: everything issued before the read is settled
-		through = r.issued
-	}
-	through = max(through, next)
+	through := max(hi, next)
 	if len(gaps) > 0 {
 		through = max(through, gaps[len(gaps)-1])
 	}
 	return SincePage{Messages: nonNil(page), NextSince: next, HasMore: more, Gaps: nonNilSeqs(gaps), Through: through}, nil
+}
+
+// Settled is the topic's settled watermark (routing.Flight.Settled), the
+// bound of Since: where a stream that gave no cursor starts, so that a seq
+// still in flight below the last issued one is delivered once it settles.
+func (s *Service) Settled(ctx context.Context, tenant, topic string) (int64, error) {
+	settled, err := s.p.Flight.Settled(ctx, tenant, topic)
+	if err != nil {
+		return 0, httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
+	}
+	return settled, nil
 }
 
 func nonNil(ms []message.Message) []message.Message {
@@ -412,9 +412,6 @@ func orderSources(q listQuery, tables []routing.Table, leg routing.LegacySource)
 		return months
 	}
 	lq.upTo = min(q.upTo, leg.Hi)
-	if lq.upTo == 0 {
-		lq.upTo = leg.Hi
-	}
 	return append([]source{{table: routing.LegacyQuoted(), q: lq}}, months...)
 }
 
@@ -615,7 +612,7 @@ func (s *Service) Context(ctx context.Context, p httpapi.Principal, topic string
 		touched += n
 	}
 	if nAfter > 0 {
-		q := listQuery{topic: topic, user: p.UserID, order: Asc, bound: seq, upTo: routing.Unsettled, limit: nAfter, keepDeleted: true}
+		q := listQuery{topic: topic, user: p.UserID, order: Asc, bound: seq, upTo: unbounded, limit: nAfter, keepDeleted: true}
 		var n int
 		if newer, n, err = s.scan(ctx, db, p.Tenant, q, nil, func(tr routing.TopicRoute) []routing.Month { return tr.Since(seq) }); err != nil {
 			return nil, err

@@ -49,12 +49,12 @@ func TestSourcesOrderTheLegacyTable(t *testing.T) {
 		t.Fatalf("below cutover, desc: %v %+v", names(got), got)
 	}
 	// asc from 10: legacy up to 50 first, then months above 50
-	got = sources(listQuery{order: Asc, bound: 10, upTo: routing.Unsettled}, tables, routing.LegacySource{Hi: 50, Split: true})
+	got = sources(listQuery{order: Asc, bound: 10, upTo: unbounded}, tables, routing.LegacySource{Hi: 50, Split: true})
 	if len(got) != 3 || got[0].table != legacy || got[0].q.upTo != 50 || got[1].q.bound != 50 {
 		t.Fatalf("after cutover, asc: %v %+v", names(got), got)
 	}
 	// asc above the cutover: months only
-	got = sources(listQuery{order: Asc, bound: 60, upTo: routing.Unsettled}, tables, routing.LegacySource{Hi: 50, Split: true})
+	got = sources(listQuery{order: Asc, bound: 60, upTo: unbounded}, tables, routing.LegacySource{Hi: 50, Split: true})
 	if len(got) != 2 || got[0].q.bound != 60 {
 		t.Fatalf("above cutover, asc: %v %+v", names(got), got)
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
@@ -167,13 +168,18 @@ type listQuery struct {
 	user        int64
 	order       Order
 	bound       int64 // exclusive: seq < bound (Desc) or seq > bound (Asc)
-	upTo        int64 // Asc only: seq <= upTo (the settled watermark)
+	upTo        int64 // Asc only: seq <= upTo (a since page's settled watermark; unbounded for context)
 	floor       int64 // Desc only, when above 0: seq > floor (month tables above a migration's cutover_seq)
 	limit       int
 	keepDeleted bool // context keeps globally deleted rows as tombstones
 	hidNothing  bool // the caller is known to have no deletion range: no anti-join
 	match       *textMatch
 }
+
+// unbounded is the upTo of a forward read that is no cursor walk (the
+// messages after a context's target): a since page is always bounded by
+// its settled watermark.
+const unbounded = math.MaxInt64
 
 // textMatch narrows a newest-first list to a search: messages neither
 // recalled nor deleted, created in [from, to), whose content.text contains
@@ -205,7 +211,7 @@ func (q listQuery) build(table string) sq.SelectBuilder {
 		b = b.OrderBy("m.seqid DESC")
 	} else {
 		b = b.Where(sq.Gt{"m.seqid": q.bound})
-		if q.upTo < routing.Unsettled {
+		if q.upTo < unbounded {
 			b = b.Where(sq.LtOrEq{"m.seqid": q.upTo})
 		}
 		b = b.OrderBy("m.seqid ASC")

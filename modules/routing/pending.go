@@ -21,16 +21,17 @@ import (
 type Flight struct {
 	rdb     rueidis.Client
 	scripts *Scripts
+	dbs     DBs           // the route mirror, when Redis holds no counter
 	timeout time.Duration // send.produce_timeout
 }
 
 // NewFlight builds the tracker; timeout is send.produce_timeout.
-func NewFlight(rdb rueidis.Client, scripts *Scripts, timeout time.Duration) *Flight {
-	return &Flight{rdb: rdb, scripts: scripts, timeout: timeout}
+func NewFlight(rdb rueidis.Client, scripts *Scripts, dbs DBs, timeout time.Duration) *Flight {
+	return &Flight{rdb: rdb, scripts: scripts, dbs: dbs, timeout: timeout}
 }
 
-// Unsettled is the watermark when nothing of the topic is in flight.
-const Unsettled = math.MaxInt64
+// noneInFlight is what below answers when nothing of the topic is in flight.
+const noneInFlight = math.MaxInt64
 
 // MarkAcked records that Kafka acknowledged seq: it will be persisted.
 func (f *Flight) MarkAcked(ctx context.Context, tenant, topic string, seq int64) error {
@@ -130,24 +131,100 @@ func (f *Flight) Gaps(ctx context.Context, tenant, topic string, lo, hi int64) (
 	return out, nil
 }
 
-// settledBatch is how many pending seqs one pass of Settled reads.
+// settledBatch is how many pending seqs one read of the pending set takes.
 const settledBatch = 100
 
-// SettledCmds are the reads of Settled's first pass (Redis time, the
-// oldest pending seqs), for a caller that pipelines them with its own;
-// SettledResolve finishes Settled from their results.
+// SettledCmds are the reads of the settled watermark (Settled): the
+// topic's last issued seq, then Redis time and the oldest pending seqs —
+// the counter first, so that every seq it counts was allocated, and so
+// added to the pending set, before the set is read. A caller pipelines
+// them with its own reads; SettledResolve computes the watermark from
+// their results.
 func (f *Flight) SettledCmds(keys Keys, topic string) []rueidis.Completed {
 	return []rueidis.Completed{
+		f.rdb.B().Get().Key(keys.Seq(topic)).Build(),
 		f.rdb.B().Time().Build(),
 		f.rdb.B().Zrange().Key(keys.Pending(topic)).Min("0").Max(strconv.Itoa(settledBatch - 1)).Build(),
 	}
 }
 
+// Settled is the topic's settled watermark: every seq at or below it is
+// stored or a recorded gap, so a forward reader — a since page, the
+// stream — may go up to it and no further (invariant 12,
+// docs/invariants.md). It is the last issued seq, lowered below the oldest
+// seq still in flight; unacked seqs older than the produce timeout are
+// recorded as gaps on the way. It is always a seq, never "unbounded".
+func (f *Flight) Settled(ctx context.Context, tenant, topic string) (int64, error) {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return 0, err
+	}
+	return f.SettledResolve(ctx, tenant, topic, f.rdb.DoMulti(ctx, f.SettledCmds(keys, topic)...))
+}
+
 // SettledResolve is Settled from the results of SettledCmds. When the
 // oldest pending seq is still within the produce timeout — the usual case —
 // the answer is in them; otherwise (seqs to record as gaps, foreign
-// members) Settled runs in full.
+// members) the pending set is read in full. A counter Redis does not hold
+// or cannot read — a topic never written to, or one whose counter Redis
+// lost — proves no seq issued: the watermark is then only what MySQL
+// proves stored (storedThrough), 0 when it proves nothing, so the reader
+// stops at its cursor and tries again, never jumping over seqs still on
+// their way.
 func (f *Flight) SettledResolve(ctx context.Context, tenant, topic string, res []rueidis.RedisResult) (int64, error) {
+	below, err := f.belowResolve(ctx, tenant, topic, res[1:])
+	if err != nil {
+		return 0, err
+	}
+	issued, err := res[0].AsInt64()
+	if err != nil {
+		if issued, err = f.storedThrough(ctx, tenant, topic); err != nil {
+			return 0, err
+		}
+	}
+	return min(issued, below), nil
+}
+
+// storedThrough is the highest seq up to which the route mirror proves
+// every seq of the topic stored (StoredThrough), read from MySQL.
+func (f *Flight) storedThrough(ctx context.Context, tenant, topic string) (int64, error) {
+	db, err := f.dbs.DB(ctx, tenant)
+	if err != nil {
+		return 0, fmt.Errorf("pending: settled %s/%s: %w", tenant, topic, err)
+	}
+	ranges, err := LoadMirror(ctx, db, topic)
+	if err != nil {
+		return 0, fmt.Errorf("pending: settled %s/%s: %w", tenant, topic, err)
+	}
+	return StoredThrough(ranges), nil
+}
+
+// StoredThrough is the highest seq s such that the mirror ranges (oldest
+// month first) prove every seq from 1 to s stored: a month whose range
+// starts right after the previous one and counts one row per seq of its
+// range is whole (each row one seq: the unique key; counted in the
+// transaction that stored it). It stops at the first seq it cannot prove
+// — a gap, a seq still in flight, a month dropped, rows kept elsewhere —
+// and is 0 when it proves none.
+func StoredThrough(ranges []MonthRange) int64 {
+	var through int64
+	for _, r := range ranges {
+		if r.MinSeq != through+1 {
+			break
+		}
+		if r.Count != r.MaxSeq-r.MinSeq+1 {
+			return r.MinSeq
+		}
+		through = r.MaxSeq
+	}
+	return through
+}
+
+// belowResolve is the seq below the oldest one still in flight
+// (noneInFlight when none is), from the Redis time and the oldest pending
+// seqs SettledCmds read; below reads the pending set in full when they do
+// not answer.
+func (f *Flight) belowResolve(ctx context.Context, tenant, topic string, res []rueidis.RedisResult) (int64, error) {
 	now, err := timeOf(res[0])
 	if err != nil {
 		return 0, err
@@ -157,12 +234,12 @@ func (f *Flight) SettledResolve(ctx context.Context, tenant, topic string, res [
 		return 0, fmt.Errorf("pending: read %s/%s: %w", tenant, topic, err)
 	}
 	if len(members) == 0 {
-		return Unsettled, nil
+		return noneInFlight, nil
 	}
 	if seq, ours, flying := pendingMember(members[0], now.Add(-f.timeout).UnixMilli()); ours && flying {
 		return seq - 1, nil
 	}
-	return f.Settled(ctx, tenant, topic)
+	return f.below(ctx, tenant, topic)
 }
 
 // pendingMember reads a member of a pending set, "seq:allocated_ms" or
@@ -179,11 +256,10 @@ func pendingMember(m string, cutoff int64) (seq int64, ours, flying bool) {
 	return seq, true, at == "a" || err != nil || ms >= cutoff
 }
 
-// Settled is the topic's settled watermark: every seq at or below it is
-// persisted or a recorded gap, so a forward page may return up to it and no
-// further. Unacked seqs older than the produce timeout are recorded as gaps
-// on the way. Unsettled (MaxInt64) means nothing is in flight.
-func (f *Flight) Settled(ctx context.Context, tenant, topic string) (int64, error) {
+// below is the seq below the oldest one of the topic still in flight, or
+// noneInFlight. Unacked seqs older than the produce timeout are recorded as
+// gaps on the way.
+func (f *Flight) below(ctx context.Context, tenant, topic string) (int64, error) {
 	keys, err := KeysFor(tenant)
 	if err != nil {
 		return 0, err
@@ -201,7 +277,7 @@ func (f *Flight) Settled(ctx context.Context, tenant, topic string) (int64, erro
 			return 0, fmt.Errorf("pending: read %s/%s: %w", tenant, topic, err)
 		}
 		if len(members) == 0 {
-			return Unsettled, nil
+			return noneInFlight, nil
 		}
 		for _, m := range members {
 			seq, ours, flying := pendingMember(m, cutoff)

@@ -11,13 +11,14 @@ import (
 )
 
 // SettledResolve, from one pipelined read, gives what Settled gives: the
-// seq below the oldest pending one still in time, or — past the produce
-// timeout — Settled's full pass, which records the stale seqs as gaps.
+// last issued seq, lowered below the oldest pending one still in time, or
+// — past the produce timeout — below the oldest after a full pass, which
+// records the stale seqs as gaps.
 func TestSettledResolveIsSettled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rdb := redisClient(t)
-	flight := routing.NewFlight(rdb, routing.NewScripts(), time.Minute)
+	flight := routing.NewFlight(rdb, routing.NewScripts(), nil, time.Minute)
 	tenant := testenv.NewTenant(t)
 	keys, err := routing.KeysFor(tenant)
 	if err != nil {
@@ -36,7 +37,14 @@ func TestSettledResolveIsSettled(t *testing.T) {
 	pend("stale", 3, strconv.FormatInt(now-time.Hour.Milliseconds(), 10))
 	pend("stale", 7, strconv.FormatInt(now, 10))
 	pend("foreign", 2, "x") // not a time: treated as in flight, as Settled does
-	for topic, want := range map[string]int64{"none": routing.Unsettled, "fresh": 4, "acked": 3, "stale": 6, "foreign": 1} {
+	issued := map[string]int64{"none": 10, "fresh": 10, "acked": 10, "stale": 10, "foreign": 10, "low": 3}
+	pend("low", 9, "a") // above the counter read before it: allocated after that read
+	for topic, n := range issued {
+		if err := rdb.Do(ctx, rdb.B().Set().Key(keys.Seq(topic)).Value(strconv.FormatInt(n, 10)).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for topic, want := range map[string]int64{"none": 10, "fresh": 4, "acked": 3, "stale": 6, "foreign": 1, "low": 3} {
 		got, err := flight.SettledResolve(ctx, tenant, topic, rdb.DoMulti(ctx, flight.SettledCmds(keys, topic)...))
 		if err != nil || got != want {
 			t.Errorf("%s: SettledResolve %d %v, want %d", topic, got, err, want)
@@ -47,5 +55,31 @@ func TestSettledResolveIsSettled(t *testing.T) {
 	}
 	if gaps, err := flight.Gaps(ctx, tenant, "stale", 1, 10); err != nil || len(gaps) != 1 || gaps[0] != 3 {
 		t.Fatalf("the stale seq became a gap: %v %v", gaps, err)
+	}
+}
+
+// StoredThrough proves a prefix of seqs stored only from months that start
+// right after the previous one and count one row per seq of their range.
+func TestStoredThroughIsTheProvenPrefix(t *testing.T) {
+	m1, _ := routing.ParseMonth("202601")
+	m2, _ := routing.ParseMonth("202602")
+	r := func(m routing.Month, lo, hi, n int64) routing.MonthRange {
+		return routing.MonthRange{Month: m, MinSeq: lo, MaxSeq: hi, Count: n}
+	}
+	for _, tc := range []struct {
+		name   string
+		ranges []routing.MonthRange
+		want   int64
+	}{
+		{"nothing stored", nil, 0},
+		{"whole months", []routing.MonthRange{r(m1, 1, 20, 20), r(m2, 21, 30, 10)}, 30},
+		{"lower seqs still on their way", []routing.MonthRange{r(m1, 7, 8, 2)}, 0},
+		{"a hole inside a month", []routing.MonthRange{r(m1, 1, 20, 20), r(m2, 21, 30, 9)}, 21},
+		{"a hole between months", []routing.MonthRange{r(m1, 1, 20, 20), r(m2, 23, 30, 8)}, 20},
+		{"oldest month dropped", []routing.MonthRange{r(m2, 21, 30, 10)}, 0},
+	} {
+		if got := routing.StoredThrough(tc.ranges); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
 	}
 }

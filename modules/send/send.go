@@ -160,31 +160,17 @@ func senderOf(p httpapi.Principal, req *Request) (int64, error) {
 	return sender, nil
 }
 
-// Membership refusals, by the reason the send call gives (lua/fenced.lua);
-// checkMember gives the same answers from a MySQL lookup.
-var refusals = map[string]error{
-	"nogroup":   httpapi.Errorf(httpapi.CodeNotFound, "topic has no group"),
-	"dissolved": httpapi.Errorf(httpapi.CodePermissionDenied, "group is dissolved"),
-	"notmember": httpapi.Errorf(httpapi.CodePermissionDenied, "sender is not a member of the group"),
-	"muted":     httpapi.Errorf(httpapi.CodePermissionDenied, "sender is muted"),
-}
-
 // checkMember decides on a membership looked up (and cached) by the ACL,
-// when the send call found nothing cached.
+// when the send call found nothing cached: the answers the call gives
+// (acl.Refusals), from the rule every post follows.
 func checkMember(m acl.Membership, err error) error {
 	switch {
 	case errors.Is(err, acl.ErrNoGroup):
-		return refusals["nogroup"]
+		return acl.Refusals["nogroup"]
 	case err != nil:
 		return unavailable("membership check failed", err)
-	case m.GroupStatus == acl.GroupDissolved:
-		return refusals["dissolved"]
-	case !m.Member:
-		return refusals["notmember"]
-	case m.Muted(time.Now()):
-		return refusals["muted"]
 	}
-	return nil
+	return m.PostRefusal(time.Now())
 }
 
 // attempt is one send request past validation.
@@ -277,7 +263,7 @@ func (a *attempt) run(ctx context.Context) (Response, error) {
 			continue
 		case replyRefused:
 			reason, _ := rep[1].ToString()
-			if err, ok := refusals[reason]; ok {
+			if err, ok := acl.Refusals[reason]; ok {
 				return a.fail(err)
 			}
 			return a.fail(fmt.Errorf("send: unknown refusal %q", reason))

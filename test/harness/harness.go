@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -156,6 +157,26 @@ func (e *Env) Stop() {
 		}
 	case <-time.After(30 * time.Second):
 		e.T.Errorf("harness: app did not stop within 30s")
+	}
+}
+
+// Reload applies the configuration the App runs with, changed by mutate,
+// as a SIGHUP would (app.App.Reload), and returns once it is in effect;
+// Token signs with the tenant's jwt_secret as reloaded from then on.
+func (e *Env) Reload(mutate func(*config.Config)) {
+	e.T.Helper()
+	next := *e.Config
+	next.Tenants = slices.Clone(e.Config.Tenants)
+	mutate(&next)
+	if err := next.Validate(); err != nil {
+		e.T.Fatalf("harness: reload: %v", err)
+	}
+	e.App.Reload(&next)
+	e.Config = &next
+	for _, t := range next.Tenants {
+		if t.ID == e.Tenant {
+			e.Secret = []byte(t.JWTSecret)
+		}
 	}
 }
 

@@ -44,6 +44,19 @@ func TestDelivery(t *testing.T) {
 		{name: "a stream without since starts at its live frame", h: h().
 			at(0, 10, send(1, "g", 1)).at(0, 1, stream(7, 2, "g", -1)).at(2, 2, frameLive(7, "g", 1, 0)).
 			at(3, 10, send(1, "g", 2)).at(11, 11, frameMsg(7, "g", 2))},
+		{name: "a multi-topic socket follows a subscribed topic from its since", h: h().
+			at(0, 1, Op{Kind: StreamOpen, User: 2, Stream: 7, StreamTopics: []string{"a"}, Status: 101}).
+			at(0, 10, send(1, "g", 1)).at(0, 10, send(1, "g", 2)).
+			at(11, 11, Op{Kind: StreamSubscribe, User: 2, Stream: 7, Topic: "g", Since: 0, ChangesSince: -1}).
+			at(12, 12, frameMsg(7, "g", 1)).at(13, 13, frameMsg(7, "g", 2)).
+			at(14, 14, Op{Kind: StreamUnsubscribe, User: 2, Stream: 7, Topic: "g"}).at(15, 16, send(1, "g", 3)).
+			at(17, 17, frameMsg(7, "g", 4))},
+		{name: "a subscribed topic that skipped a seq", h: h().
+			at(0, 1, Op{Kind: StreamOpen, User: 2, Stream: 7, StreamTopics: []string{"a"}, Status: 101}).
+			at(0, 10, send(1, "g", 1)).at(0, 10, send(1, "g", 2)).
+			at(11, 11, Op{Kind: StreamSubscribe, User: 2, Stream: 7, Topic: "g", Since: 0, ChangesSince: -1}).
+			at(13, 13, frameMsg(7, "g", 2)),
+			flagged: true, detail: "g seq 1: acknowledged, and a stream went past it without it"},
 		{name: "a stream that closed before passing the seq owes nothing", h: h().
 			at(0, 1, stream(7, 2, "g", 0)).at(0, 10, send(1, "g", 1)).
 			at(5, 5, Op{Kind: StreamClose, Stream: 7, User: 2})},

@@ -38,7 +38,8 @@ type conn struct {
 	nc     net.Conn   // under ws: its write deadline bounds a frame's write
 	wmu    sync.Mutex // one send at a time (see send)
 	p      httpapi.Principal
-	single bool // a /v1/topics/{topic}/stream socket: it ends with its topic
+	token  string // the credential p was verified from, verified again on reload
+	single bool   // a /v1/topics/{topic}/stream socket: it ends with its topic
 	ctx    context.Context
 
 	qmu      sync.Mutex
@@ -117,6 +118,7 @@ const (
 	reasonStop    = "server shutting down"
 	reasonGone    = "closed by the client"
 	reasonRetry   = "try again later"
+	reasonRevoked = "credentials revoked"
 )
 
 func (c *conn) alive() { c.lastSeen.Store(time.Now().UnixNano()) }
@@ -180,6 +182,13 @@ func (c *conn) end(code websocket.StatusCode, reason string) {
 		}
 		go func() { _ = c.ws.Close(code, reason) }()
 	})
+}
+
+// revalidate ends the socket when its token no longer verifies.
+func (c *conn) revalidate() {
+	if _, err := c.s.auth.Verify(c.token); err != nil {
+		c.end(websocket.StatusPolicyViolation, reasonRevoked)
+	}
 }
 
 // run serves the socket until it ends, as its reader; the pump starts at
@@ -636,7 +645,10 @@ func (c *conn) subscribe(ctx context.Context, topics map[string]cursors) {
 		}
 		// what was issued before the subscription is read from storage
 		// (published before it, those never come live), waiting for seqs
-		// still in flight; without a since the client starts from there
+		// still in flight. Without a since the client starts at the settled
+		// watermark, not at the last issued seq: a seq below that one may
+		// still be on its way (its publication came before the
+		// subscription), and it is read from storage once it settles.
 		last, err := c.s.lastIssued(ctx, c.p.Tenant, topic)
 		if err != nil {
 			c.refuse(topic, err)
@@ -644,9 +656,14 @@ func (c *conn) subscribe(ctx context.Context, topics map[string]cursors) {
 		}
 		f.seen = last
 		if cur.Since == nil {
-			f.cursor = last
+			if f.cursor, err = c.s.q.Settled(ctx, c.p.Tenant, topic); err != nil {
+				c.refuse(topic, err)
+				continue
+			}
 		} else {
 			f.cursor = *cur.Since
+		}
+		if cur.Since != nil || f.seen > f.cursor {
 			c.fill(ctx, f)
 		}
 		if cur.ChangesSince != nil {
@@ -694,11 +711,14 @@ func (c *conn) refuse(topic string, err error) {
 }
 
 // deny stops a topic the caller may no longer read: an error frame, and on
-// a single-topic socket the end of the socket.
+// a single-topic socket the end of the socket; a credential no longer
+// valid (the tenant is gone) ends any socket.
 func (c *conn) deny(topic string, err error) {
 	c.sendError(topic, err)
 	c.unsubscribe(topic)
-	if c.single {
+	if code, _ := httpapi.Classify(err); code == httpapi.CodeUnauthenticated {
+		c.end(websocket.StatusPolicyViolation, reasonRevoked)
+	} else if c.single {
 		c.end(websocket.StatusPolicyViolation, reasonDenied)
 	}
 }
@@ -745,10 +765,12 @@ func (c *conn) sendError(topic string, err error) {
 	c.send(b, time.Time{})
 }
 
-// denied reports an error that says the caller may not read the topic.
+// denied reports an error that says the caller may not read the topic:
+// refused, or no longer authenticated (its tenant is not configured any
+// more) — never one to retry.
 func denied(err error) bool {
 	code, _ := httpapi.Classify(err)
-	return code == httpapi.CodePermissionDenied
+	return code == httpapi.CodePermissionDenied || code == httpapi.CodeUnauthenticated
 }
 
 // read takes the client's requests (multi-topic sockets subscribe and

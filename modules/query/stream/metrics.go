@@ -46,7 +46,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "imshard_stream_closes_total",
-			Help: "Sockets ended, by reason (slow consumer, token expired, idle timeout, permission denied, server shutting down, closed by the client).",
+			Help: "Sockets ended, by reason (slow consumer, token expired, idle timeout, permission denied, credentials revoked, server shutting down, closed by the client).",
 		}, []string{"reason"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "imshard_stream_refused_total",
@@ -74,7 +74,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Membership re-checks of a followed topic that failed (Redis and MySQL unreadable); each is made again after a pause doubling from 50 ms up to 2 s (jittered), the topic kept meanwhile.",
 		}),
 	}
-	for _, r := range []string{reasonSlow, reasonExpired, reasonIdle, reasonDenied, reasonStop, reasonGone, reasonRetry} {
+	for _, r := range []string{reasonSlow, reasonExpired, reasonIdle, reasonDenied, reasonRevoked, reasonStop, reasonGone, reasonRetry} {
 		m.closes.WithLabelValues(r)
 	}
 	for _, r := range []string{refusedMax, refusedStopping} {

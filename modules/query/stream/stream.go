@@ -43,8 +43,11 @@ type Limits struct {
 
 // Params wires a Server.
 type Params struct {
-	Redis      rueidis.Client
-	Query      *query.Service
+	Redis rueidis.Client
+	Query *query.Service
+	// Auth verifies the credential of a socket at the upgrade, again once
+	// it is tracked, and on every Revalidate
+	Auth       *httpapi.Authenticator
 	Limits     Limits
 	Log        zerolog.Logger
 	Registerer prometheus.Registerer
@@ -52,12 +55,13 @@ type Params struct {
 
 // Server serves the stream routes.
 type Server struct {
-	rdb rueidis.Client
-	q   *query.Service
-	lim Limits
-	log zerolog.Logger
-	m   *metrics
-	hub *Hub
+	rdb  rueidis.Client
+	q    *query.Service
+	auth *httpapi.Authenticator
+	lim  Limits
+	log  zerolog.Logger
+	m    *metrics
+	hub  *Hub
 
 	catchups chan struct{} // slots for concurrent catch-ups
 	open     atomic.Int64
@@ -75,7 +79,7 @@ type Server struct {
 // New builds the server and its hub; Close ends both.
 func New(p Params) *Server {
 	m := newMetrics(p.Registerer)
-	s := &Server{rdb: p.Redis, q: p.Query, lim: p.Limits, log: p.Log, m: m,
+	s := &Server{rdb: p.Redis, q: p.Query, auth: p.Auth, lim: p.Limits, log: p.Log, m: m,
 		hub:      newHub(p.Redis, m, p.Log, p.Limits.ACLCheckInterval),
 		catchups: make(chan struct{}, p.Limits.MaxCatchups), conns: map[*conn]struct{}{},
 		stopSweep: make(chan struct{})}
@@ -90,8 +94,8 @@ func New(p Params) *Server {
 
 // Register adds the stream routes to mux. Both accept ?access_token=,
 // since browsers cannot set headers on a WebSocket.
-func (s *Server) Register(mux *httpapi.Mux, auth *httpapi.Authenticator) {
-	h := func(fn httpapi.HandlerFunc) http.Handler { return httpapi.Handle(auth, s.log, true, fn) }
+func (s *Server) Register(mux *httpapi.Mux) {
+	h := func(fn httpapi.HandlerFunc) http.Handler { return httpapi.Handle(s.auth, s.log, true, fn) }
 	mux.Handle("GET /v1/topics/{topic}/stream", h(s.handleTopic))
 	mux.Handle("GET /v1/stream", h(s.handleMany))
 }
@@ -196,7 +200,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, p httpapi.Princip
 		return nil // Accept answered the request
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-	c := &conn{s: s, ws: ws, nc: nc, p: p, single: single, ctx: ctx, first: first, taken: make(chan struct{}, 1),
+	c := &conn{s: s, ws: ws, nc: nc, p: p, token: httpapi.Token(r, true), single: single, ctx: ctx, first: first, taken: make(chan struct{}, 1),
 		topics: map[string]*follow{}, done: make(chan struct{}), cancel: cancel}
 	c.alive()
 	s.mu.Lock()
@@ -206,6 +210,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, p httpapi.Princip
 	if stopping {
 		c.end(websocket.StatusGoingAway, reasonStop)
 	}
+	// verified again now that a Revalidate sees the socket: a reload that
+	// replaced the tenants after the upgrade's check and before the
+	// tracking is caught here, one after the tracking by the Revalidate
+	c.revalidate()
 	s.m.sockets.Inc()
 	// the socket runs on in its own goroutine and this request's ends: the
 	// HTTP server's per-connection state (request, response, buffers) is
@@ -395,6 +403,22 @@ func (s *Server) Close(ctx context.Context) {
 	s.hub.close()
 }
 
+// Revalidate ends every socket whose token no longer verifies — its tenant
+// is gone, or its jwt_secret changed — with 1008 "credentials revoked".
+// The caller runs it once the tenant list the credentials are verified
+// against was replaced.
+func (s *Server) Revalidate() {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.revalidate()
+	}
+}
+
 // acquire takes a catch-up slot (stream.max_catchups), waiting its turn.
 func (s *Server) acquire(ctx context.Context) bool {
 	select {
@@ -407,8 +431,8 @@ func (s *Server) acquire(ctx context.Context) bool {
 
 func (s *Server) release() { <-s.catchups }
 
-// lastIssued is the topic's last issued seq (0 if none or unknown): where
-// a client that gave no since starts.
+// lastIssued is the topic's last issued seq (0 if none or unknown): how
+// far a topic reads storage before it is caught up (follow.seen).
 func (s *Server) lastIssued(ctx context.Context, tenant, topic string) (int64, error) {
 	keys, err := routing.KeysFor(tenant)
 	if err != nil {

@@ -1,0 +1,166 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"testing"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+	"github.com/redis/rueidis"
+
+	"github.com/imshard/imshard/modules/acl"
+	"github.com/imshard/imshard/modules/query"
+)
+
+// Tests of the read state of topics a user does not (or no longer) belong
+// to: a user's cached entry names exactly their memberships, a cursor move
+// never adds a topic to it, and every leave or dissolve — a retried one
+// too — takes the topic out of it.
+
+// rsRemovalSetup makes two groups, own and far, each with a stored
+// message; other is a member of both, user of own, and of far too when
+// member. The user's badges are read twice, so their cache entry is
+// complete and this process holds it.
+func rsRemovalSetup(t *testing.T, env *sendEnv, own, far string, user, other int64, member bool) {
+	t.Helper()
+	for i, tp := range []string{own, far} {
+		env.group(tp, int64(780+i), "active")
+		env.member(tp, other, "member", time.Time{})
+	}
+	env.member(own, user, "member", time.Time{})
+	if member {
+		env.member(far, user, "member", time.Time{})
+	}
+	for _, tp := range []string{own, far} {
+		env.mustSend(env.Token(other, ""), tp, sendBody(tp+"-1", "text of "+tp))
+		chWaitSettled(t, env.Env, tp)
+	}
+	for range 2 {
+		rsUnread(t, env, user)
+	}
+}
+
+// rsShowsNothingOf fails unless user's badges, topic list and a sync from
+// the start show nothing of topic: not listed, no badge, and in the sync at
+// most an entry marking it removed (no last message, seq or counts).
+func rsShowsNothingOf(t *testing.T, env *sendEnv, step string, user int64, topic string) {
+	t.Helper()
+	if _, by := rsUnread(t, env, user); by[topic] != (query.UnreadTopic{}) {
+		t.Fatalf("%s: the badges show %+v", step, by[topic])
+	}
+	for _, e := range rsTopics(t, env, user, 10) {
+		if e.Topic == topic {
+			t.Fatalf("%s: the topic list shows %+v", step, e)
+		}
+	}
+	for _, e := range rsSync(t, env, user, "", 100).Topics {
+		if e.Topic == topic && (!e.Removed || e.LastMessage != nil || e.LastSeq != 0 || e.Unread != 0 || e.MentionUnread != 0) {
+			t.Fatalf("%s: the sync shows %+v", step, e)
+		}
+	}
+}
+
+// rsCachedEntry is user's cache entry and its version, as Redis holds them.
+func rsCachedEntry(t *testing.T, env *sendEnv, user int64) (map[string]string, string) {
+	t.Helper()
+	ctx := context.Background()
+	res := env.Redis.DoMulti(ctx, env.Redis.B().Hgetall().Key(env.keys().ReadCursors(user)).Build(),
+		env.Redis.B().Get().Key(env.keys().ReadCursorsVersion(user)).Build())
+	m, err := res[0].AsStrMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := res[1].ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		t.Fatal(err)
+	}
+	return m, v
+}
+
+// TestReadStateNonMemberCursorPutNeverShowsTopic: a user moving their
+// cursor in a group they are not a member of is refused with 403 and
+// changes nothing — their cache entry keeps every field, its generation
+// ("#", moved by any write of the script) and its version, MySQL holds no
+// cursor of theirs — so their badges, list and sync never show the group.
+func TestReadStateNonMemberCursorPutNeverShowsTopic(t *testing.T) {
+	env := rsStart(t)
+	const own, far, user, other = "rsnm-own", "rsnm-far", int64(81), int64(82)
+	rsRemovalSetup(t, env, own, far, user, other, false)
+	entry, version := rsCachedEntry(t, env, user)
+	if entry["~"] == "" || entry["#"] == "" || entry[own] == "" {
+		t.Fatalf("the entry is not complete: %v", entry)
+	}
+	if code, _ := rsRead(t, env, user, far, 1); code != 403 {
+		t.Fatalf("a non-member's cursor move: %d, want 403", code)
+	}
+	if e, v := rsCachedEntry(t, env, user); !maps.Equal(e, entry) || v != version {
+		t.Fatalf("a refused cursor move changed the entry %v (version %q) to %v (version %q)", entry, version, e, v)
+	}
+	if n := chCount(t, env.Env, acl.CursorsTable, sq.Eq{"user_id": user, "topic": far}); n != 0 {
+		t.Fatalf("a refused cursor move stored %d cursor rows", n)
+	}
+	rsShowsNothingOf(t, env, "after a refused move", user, far)
+}
+
+// TestReadStateRetriedLeaveDropsCachedTopic: a leave committed in MySQL
+// whose drop of the user's cache entry never happened (emulated: the
+// member row deleted and the cursor touched, as the leave's transaction
+// does, with nothing told to Redis) is healed by retrying the leave: the
+// retry finds no row and still drops the entry, so neither Redis nor the
+// copy this process holds shows the topic any more.
+func TestReadStateRetriedLeaveDropsCachedTopic(t *testing.T) {
+	env := rsStart(t)
+	const own, far, user, other = "rsrl-own", "rsrl-far", int64(83), int64(84)
+	rsRemovalSetup(t, env, own, far, user, other, true)
+	ctx := context.Background()
+	tx, err := env.DB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sq.Delete(acl.MembersTable).Where(sq.Eq{"topic": far, "user_id": user}).RunWith(tx).ExecContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sq.Update(acl.CursorsTable).Set("updated_at", sq.Expr("CURRENT_TIMESTAMP(3)")).
+		Where(sq.Eq{"topic": far, "user_id": user}).RunWith(tx).ExecContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, by := rsUnread(t, env, user); by[far].Unread != 1 {
+		t.Fatalf("the half-done leave should leave the cached topic in the badges: %+v", by)
+	}
+	rsLeave(t, env, far, user)
+	rsShowsNothingOf(t, env, "after the retried leave", user, far)
+}
+
+// TestReadStateRetriedDissolveDropsCachedTopic: a dissolve committed in
+// MySQL whose move of the groups epoch never happened (emulated: the
+// status set in MySQL, nothing told to Redis) is healed by retrying the
+// dissolve: the group was dissolved already, and the retry still moves the
+// epoch, so no member's entry — nor the copy this process holds — shows the
+// group any more.
+func TestReadStateRetriedDissolveDropsCachedTopic(t *testing.T) {
+	env := rsStart(t)
+	const own, far, user, other = "rsrd-own", "rsrd-far", int64(85), int64(86)
+	rsRemovalSetup(t, env, own, far, user, other, true)
+	if _, err := sq.Update(acl.GroupsTable).Set("status", acl.GroupDissolved).Where(sq.Eq{"topic": far}).
+		RunWith(env.DB).ExecContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, by := rsUnread(t, env, user); by[far].Unread != 1 {
+		t.Fatalf("the half-done dissolve should leave the cached topic in the badges: %+v", by)
+	}
+	env.group(far, 781, acl.GroupDissolved)
+	rsShowsNothingOf(t, env, "after the retried dissolve", user, far)
+}
+
+// rsLeave removes user from topic through the API.
+func rsLeave(t *testing.T, env *sendEnv, topic string, user int64) {
+	t.Helper()
+	if code, out := env.Do("DELETE", fmt.Sprintf("/v1/topics/%s/members/%d", topic, user), env.svc, nil); code != 200 && code != 204 {
+		t.Fatalf("leave: %d %s", code, out)
+	}
+}
