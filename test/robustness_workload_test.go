@@ -23,6 +23,7 @@ type rbSize struct {
 	workload time.Duration // how long the actors and the faults run
 	faults   bool          // inject faults (the broken-build runs do without)
 	pace     time.Duration // mean pause between one actor's requests
+	settle   time.Duration // at most this long waiting for persist to catch up before Quiesce
 }
 
 // rbState is what the actors believe about the system, from the answers

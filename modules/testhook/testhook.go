@@ -23,7 +23,21 @@ const (
 	CursorEcho = "cursor-echo"
 	// DupFrame: a stream socket sends every message frame twice.
 	DupFrame = "dup-frame"
+	// LoseAcked: persist leaves one acknowledged message out of a batch,
+	// once per process, and commits its offset as if it were stored: its
+	// seq stays in flight for ever and the topic's watermark stalls below
+	// it — a message no reader ever gets, which only the settled state
+	// can tell from a slow persist.
+	LoseAcked = "lose-acked"
 )
+
+// CrashAfterAckEnv arms the send role's failpoint: with
+// IMSHARD_TEST_CRASH_AFTER_ACK=N the process kills itself with SIGKILL right
+// after its Nth Kafka ack of a send, before the post-ack step (idempotency
+// record acked, seq marked acknowledged, hot cache, realtime publish) —
+// the event is in Kafka and nothing else knows, the sender gets no answer.
+// Read only by a test build, as BreakEnv.
+const CrashAfterAckEnv = "IMSHARD_TEST_CRASH_AFTER_ACK"
 
 // AckDelayFileEnv names a file the send role reads on every Kafka ack: while
 // it holds a duration ("1500ms"), each ack reaches the send handler that

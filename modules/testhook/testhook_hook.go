@@ -4,6 +4,7 @@ package testhook
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,9 +21,16 @@ var (
 		}
 		return out
 	})
-	// DropSeq drops once per process: dropping from every page would make
-	// the breakage the whole history instead of one violation
-	dropped atomic.Bool
+	// DropSeq and LoseAcked act once per process: dropping from every
+	// page (losing every batch) would make the breakage the whole history
+	// instead of one violation
+	once = map[string]*atomic.Bool{DropSeq: {}, LoseAcked: {}}
+	// the acks seen, for CrashAfterAckEnv
+	acks       atomic.Int64
+	crashAtAck = sync.OnceValue(func() int64 {
+		n, _ := strconv.ParseInt(os.Getenv(CrashAfterAckEnv), 10, 64)
+		return n
+	})
 )
 
 // Broken reports whether the breakage name is armed (BreakEnv).
@@ -30,10 +38,22 @@ func Broken(name string) bool {
 	if !armed()[name] {
 		return false
 	}
-	if name == DropSeq {
-		return dropped.CompareAndSwap(false, true)
+	if first, ok := once[name]; ok {
+		return first.CompareAndSwap(false, true)
 	}
 	return true
+}
+
+// CrashAfterAck is the send role's failpoint after a Kafka ack (CrashAfterAckEnv):
+// at the armed ack the process kills itself and never returns.
+func CrashAfterAck() {
+	if n := crashAtAck(); n <= 0 || acks.Add(1) != n {
+		return
+	}
+	if p, err := os.FindProcess(os.Getpid()); err == nil {
+		_ = p.Kill()
+	}
+	select {} // the kill is asynchronous: nothing may run past the ack
 }
 
 // Ack runs deliver, the ack of one send, after the delay AckDelayFileEnv's

@@ -7,3 +7,6 @@ func Broken(string) bool { return false }
 
 // Ack delivers at once in a shipped build: acks are never held back.
 func Ack(deliver func()) { deliver() }
+
+// CrashAfterAck does nothing in a shipped build: the failpoint cannot be armed.
+func CrashAfterAck() {}
