@@ -182,16 +182,24 @@ type rbInboxTopic struct {
 
 func rbTopicPath(topic string) string { return "/v1/topics/" + url.PathEscape(topic) }
 
-// send posts one text message.
-func (c *rbClient) send(actor, node int, user int64, topic, cmid, text string) robustness.Op {
+// send posts one text message; mentions and mentionAll are its
+// mentioned_user_ids and mention_all (left out when empty).
+func (c *rbClient) send(actor, node int, user int64, topic, cmid, text string, mentions []int64, mentionAll bool) robustness.Op {
 	var r struct {
 		Seq       int64      `json:"seq"`
 		MessageID message.ID `json:"message_id"`
 		Duplicate bool       `json:"duplicate"`
 	}
-	op := c.call(robustness.Op{Client: actor, Kind: robustness.Send, Topic: topic, User: user, ClientMsgID: cmid, Text: text},
-		node, user, "POST", rbTopicPath(topic)+"/messages",
-		map[string]any{"client_msg_id": cmid, "msg_type": "text", "content": map[string]any{"text": text}}, &r)
+	body := map[string]any{"client_msg_id": cmid, "msg_type": "text", "content": map[string]any{"text": text}}
+	if len(mentions) > 0 {
+		body["mentioned_user_ids"] = mentions
+	}
+	if mentionAll {
+		body["mention_all"] = true
+	}
+	op := c.call(robustness.Op{Client: actor, Kind: robustness.Send, Topic: topic, User: user, ClientMsgID: cmid, Text: text,
+		Mentions: mentions, MentionAll: mentionAll},
+		node, user, "POST", rbTopicPath(topic)+"/messages", body, &r)
 	if op.Acked() {
 		m := robustness.Msg{Topic: topic, Seq: r.Seq, MessageID: strconv.FormatInt(int64(r.MessageID), 10), SenderID: user,
 			ClientID: cmid, Status: message.StatusNormal, Version: 1}
@@ -383,11 +391,19 @@ type rbCursors struct {
 	changes int64 // last change_seq; -1 before the first
 }
 
+// rbControl is what a multi-topic socket's client sends while its frames
+// are read: subscribe and unsubscribe requests, each passed to send, which
+// records the op (Kind, Topic, Since, ChangesSince set by the caller) and
+// then writes the frame. It returns when ctx ends.
+type rbControl func(ctx context.Context, send func(op robustness.Op, frame any) error)
+
 // stream opens one socket on path as user and records its frames until
 // ctx ends, the socket ends or d passed; cursors are updated from the
 // frames. A single-topic socket names its topic and cursors (-1: none
-// passed) in open; a multi-topic one its topics.
-func (c *rbClient) stream(ctx context.Context, open robustness.Op, node int, path string, d time.Duration, cursors map[string]*rbCursors) {
+// passed) in open; a multi-topic one its topics, and ctl (nil: none) sends
+// its requests meanwhile.
+func (c *rbClient) stream(ctx context.Context, open robustness.Op, node int, path string, d time.Duration,
+	cursors map[string]*rbCursors, ctl rbControl) {
 	sid := c.streams.Add(1)
 	user := open.User
 	open.Kind, open.Tenant, open.Role, open.Stream = robustness.StreamOpen, c.tenant, rbRoleOf(user), sid
@@ -410,6 +426,25 @@ func (c *rbClient) stream(ctx context.Context, open robustness.Op, node int, pat
 	rctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	closing := robustness.Op{Client: open.Client, Kind: robustness.StreamClose, Tenant: c.tenant, User: user, Role: open.Role, Stream: sid, Topic: open.Topic}
+	if ctl != nil {
+		var wg sync.WaitGroup
+		// the requests stop with the socket (cancel, then wait)
+		defer wg.Wait()
+		defer cancel()
+		wg.Go(func() {
+			ctl(rctx, func(op robustness.Op, frame any) error {
+				raw, err := json.Marshal(frame)
+				if err != nil {
+					return err
+				}
+				op.Client, op.Tenant, op.User, op.Role, op.Stream = open.Client, c.tenant, user, open.Role, sid
+				// recorded before it is written: every frame it causes
+				// arrives after it
+				c.h.Record(op)
+				return ws.Write(rctx, websocket.MessageText, raw)
+			})
+		})
+	}
 	for {
 		_, b, err := ws.Read(rctx)
 		if err != nil {

@@ -49,6 +49,8 @@ type rbCluster struct {
 
 	mu       sync.Mutex
 	persists [2]*faultsProc // [0] always runs (between faults), [1] joins and leaves
+	apiProcs []*faultsProc  // the API processes, by their index in apis
+	apiKills int            // API faults so far: each takes the next process in turn
 }
 
 // rbStart brings the topology up; breakage (a testhook name, or "") is
@@ -90,15 +92,12 @@ func rbStart(t *testing.T, breakage string) *rbCluster {
 			t.Fatalf("%v: %d\n%s", args, code, out)
 		}
 	}
-	for range 2 {
-		addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-		faultsStart(t, append([]string{"IMSHARD_HTTP_ADDR=" + addr, fmt.Sprintf("IMSHARD_METRICS_ADDR=127.0.0.1:%d", testenv.FreePort(t))}, c.env...),
-			"serve", "--roles=send,query", "--config", c.cfg)
-		c.apis = append(c.apis, "http://"+addr)
+	for i := range 2 {
+		c.apis = append(c.apis, fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t)))
+		c.apiProcs = append(c.apiProcs, c.startAPI(i, nil))
 	}
-	for _, base := range c.apis {
-		setup := faultsClient(t, base, c.secret, c.tenant)
-		waitFor(t, 30*time.Second, setup.ready)
+	for i := range c.apis {
+		c.waitAPI(i)
 	}
 	c.persists[0] = c.startPersist(nil)
 	return c
@@ -114,6 +113,42 @@ func rbProxy(t *testing.T, server *toxiproxy.ApiServer, name, upstream string) *
 	}
 	t.Cleanup(p.Stop)
 	return p
+}
+
+// startAPI starts API process i (serve --roles=send,query) on its address
+// with extra env.
+func (c *rbCluster) startAPI(i int, extra []string) *faultsProc {
+	env := []string{"IMSHARD_HTTP_ADDR=" + strings.TrimPrefix(c.apis[i], "http://"),
+		fmt.Sprintf("IMSHARD_METRICS_ADDR=127.0.0.1:%d", testenv.FreePort(c.t))}
+	return faultsStart(c.t, append(append(env, c.env...), extra...), "serve", "--roles=send,query", "--config", c.cfg)
+}
+
+// waitAPI waits until API process i answers.
+func (c *rbCluster) waitAPI(i int) {
+	waitFor(c.t, 30*time.Second, faultsClient(c.t, c.apis[i], c.secret, c.tenant).ready)
+}
+
+// replaceAPI kills the next API process in turn (if it still runs) and
+// starts another on its address with extra env, returning what puts a
+// plain one back: every request in flight to it has no answer.
+func (c *rbCluster) replaceAPI(extra []string) (lift func()) {
+	c.mu.Lock()
+	i := c.apiKills % len(c.apis)
+	c.apiKills++
+	c.apiProcs[i].kill9(c.t)
+	if extra != nil {
+		c.apiProcs[i] = c.startAPI(i, extra)
+	}
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if extra != nil {
+			c.apiProcs[i].kill9(c.t)
+		}
+		c.apiProcs[i] = c.startAPI(i, nil)
+		c.waitAPI(i)
+	}
 }
 
 // startPersist starts a persist process with extra env.
@@ -199,6 +234,16 @@ var rbFaults = []rbFault{
 			_ = c.persists[1].wait(c.t, 30*time.Second)
 			c.persists[1] = nil
 		}
+	}},
+	{name: "api-kill9", inject: func(c *rbCluster) func() {
+		// one API process dies with its sockets and requests in flight
+		// and comes back on its address when lifted
+		return c.replaceAPI(nil)
+	}},
+	{name: "send-crash-after-ack", inject: func(c *rbCluster) func() {
+		// the failpoint between Kafka's ack and the send's post-ack
+		// step: the API process kills itself at its second ack there
+		return c.replaceAPI([]string{testhook.CrashAfterAckEnv + "=2"})
 	}},
 	{name: "redis-restart", inject: func(c *rbCluster) func() {
 		// it keeps nothing on disk: every key is lost

@@ -215,16 +215,28 @@ func (run *rbRun) member(ctx context.Context, actor int, r *rand.Rand, user int6
 		switch n := r.IntN(100); {
 		case n < 35:
 			cmid, text := st.cmid(user), ""
+			// now and then mentioning one or two users, or everyone, so
+			// mention_unread has something to count
+			var mentions []int64
+			mentionAll := r.IntN(12) == 0
+			if r.IntN(3) == 0 {
+				for range 1 + r.IntN(2) {
+					if u := 1 + r.Int64N(rbUsers); !slices.Contains(mentions, u) {
+						mentions = append(mentions, u)
+					}
+				}
+			}
 			if len(sent) > 0 && r.IntN(10) == 0 {
 				// a deliberate repeat: answered with the original message
+				// (its mentions kept, so the history names the stored ones)
 				old := sent[r.IntN(len(sent))]
-				topic, cmid = old.Topic, old.ClientMsgID
+				topic, cmid, mentions, mentionAll = old.Topic, old.ClientMsgID, old.Mentions, old.MentionAll
 				text = "again " + cmid
 			} else {
 				text = "text " + cmid
 			}
 			for attempt := 0; attempt < 4; attempt++ {
-				op := cl.send(actor, node+attempt, user, topic, cmid, text)
+				op := cl.send(actor, node+attempt, user, topic, cmid, text, mentions, mentionAll)
 				st.acked(op)
 				if op.Acked() {
 					sent = append(sent, op)
@@ -393,19 +405,23 @@ func (run *rbRun) follower(ctx context.Context, actor int, r *rand.Rand, user in
 		if len(q) > 0 {
 			path += "?" + q.Encode()
 		}
-		run.cl.stream(ctx, open, r.IntN(2), path, time.Duration(500+r.IntN(2500))*time.Millisecond, cursors)
+		run.cl.stream(ctx, open, r.IntN(2), path, time.Duration(500+r.IntN(2500))*time.Millisecond, cursors, nil)
 		run.pause(r)
 	}
 }
 
-// multi follows every topic the user is believed to be in over one
-// multi-topic socket, reconnecting now and then.
+// multi follows topics the user is believed to be in over one multi-topic
+// socket, reconnecting now and then; while the socket is open
+// it unsubscribes topics and subscribes others (from a since a little
+// below their last acknowledged seq).
 func (run *rbRun) multi(ctx context.Context, actor int, r *rand.Rand, user int64) {
 	for ctx.Err() == nil {
 		run.st.mu.Lock()
 		var topics []string
 		for _, tp := range run.st.topics {
-			if run.st.members[tp][user] || r.IntN(4) == 0 {
+			// most of the user's topics, and now and then another's: the
+			// rest are there to subscribe to later
+			if (run.st.members[tp][user] && r.IntN(3) != 0) || r.IntN(6) == 0 {
 				topics = append(topics, tp)
 			}
 		}
@@ -419,8 +435,59 @@ func (run *rbRun) multi(ctx context.Context, actor int, r *rand.Rand, user int64
 			cursors[tp] = &rbCursors{changes: -1}
 		}
 		open := robustness.Op{Client: actor, User: user, Since: -1, ChangesSince: -1, StreamTopics: topics}
-		run.cl.stream(ctx, open, r.IntN(2), "/v1/stream?topics="+url.QueryEscape(strings.Join(topics, ",")),
-			time.Duration(1000+r.IntN(3000))*time.Millisecond, cursors)
+		node, d := r.IntN(2), time.Duration(1000+r.IntN(3000))*time.Millisecond
+		// r is the control's while the socket is open: this goroutine
+		// waits in stream until it returned
+		run.cl.stream(ctx, open, node, "/v1/stream?topics="+url.QueryEscape(strings.Join(topics, ",")), d, cursors,
+			func(ctx context.Context, send func(robustness.Op, any) error) {
+				run.subscriptions(ctx, r, topics, send)
+			})
 		run.pause(r)
+	}
+}
+
+// subscriptions changes a multi-topic socket's topics until ctx ends: an
+// unsubscribe of a followed topic or a subscribe of one it never followed
+// (a topic followed again on the same socket could take a frame of its
+// first subscription for one of the second).
+func (run *rbRun) subscriptions(ctx context.Context, r *rand.Rand, topics []string, send func(robustness.Op, any) error) {
+	following, seen := slices.Clone(topics), map[string]bool{}
+	for _, tp := range topics {
+		seen[tp] = true
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(3*run.size.pace + time.Duration(r.Int64N(int64(6*run.size.pace)+1))):
+		}
+		if len(following) > 0 && r.IntN(2) == 0 {
+			i := r.IntN(len(following))
+			tp := following[i]
+			following = slices.Delete(following, i, i+1)
+			if send(robustness.Op{Kind: robustness.StreamUnsubscribe, Topic: tp},
+				map[string]any{"type": "unsubscribe", "topics": []string{tp}}) != nil {
+				return
+			}
+			continue
+		}
+		run.st.mu.Lock()
+		var fresh []string
+		for _, tp := range run.st.topics {
+			if !seen[tp] {
+				fresh = append(fresh, tp)
+			}
+		}
+		run.st.mu.Unlock()
+		if len(fresh) == 0 {
+			continue
+		}
+		tp := fresh[r.IntN(len(fresh))]
+		since := max(0, run.st.maxSeq(tp)-r.Int64N(8))
+		seen[tp], following = true, append(following, tp)
+		if send(robustness.Op{Kind: robustness.StreamSubscribe, Topic: tp, Since: since, ChangesSince: -1},
+			map[string]any{"type": "subscribe", "topics": map[string]any{tp: map[string]any{"since": since}}}) != nil {
+			return
+		}
 	}
 }
