@@ -377,7 +377,7 @@ func initRouting(ctx context.Context, a *App) (Service, error) {
 	c.flight = routing.NewFlight(c.redis, c.scripts, c.pools, a.Config.Send.ProduceTimeout)
 	c.routes = routing.NewRoutes(c.redis, c.scripts)
 	c.acl = acl.New(acl.Params{Redis: c.redis, Scripts: c.scripts, DBs: c.pools, TTL: a.Config.Send.ACLCacheTTL, Log: a.Log.With().Str("module", "acl").Logger()})
-	c.migs = routing.NewMigrations(c.pools, a.Log.With().Str("module", Routing).Logger())
+	c.migs = routing.NewMigrations(c.pools, c.redis, c.scripts, a.Log.With().Str("module", Routing).Logger())
 	alloc, migs := c.alloc, c.migs
 	// the loop keeps every process's view of migration states fresh
 	return runner{

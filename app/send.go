@@ -18,7 +18,6 @@ func initSend(ctx context.Context, a *App) (Service, error) {
 		DBs:        c.pools,
 		Catalog:    c.catalog,
 		Allocator:  c.alloc,
-		Flight:     c.flight,
 		Scripts:    c.scripts,
 		ACL:        c.acl,
 		Migrations: c.migs,

@@ -72,8 +72,9 @@ func newMigratePlanCmd(g *globals) *cobra.Command {
 legacy month through the next one, records the plan and reports the rows per
 month and the topics that still lack a group in imshard. From here on the
 tenant's reads include the legacy table and its sends answer 503 until
-` + "`migrate start`" + `. It returns once every process can have seen the new state
-(twice the state refresh interval).`,
+` + "`migrate start`" + `. It returns once the tenant's write gate in Redis, which
+every send and change reads, refuses them: no process takes one after that,
+however old its own copy of the state.`,
 		Example: "  imshard migrate plan --tenant=acme",
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {

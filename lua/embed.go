@@ -43,6 +43,18 @@ var Refresh string
 //go:embed pending_ack.lua
 var PendingAck string
 
+// PendingAbandon records a pending seq that timed out as a gap and as
+// abandoned, only while the reader's stale member is still there.
+//
+//go:embed pending_abandon.lua
+var PendingAbandon string
+
+// PersistClaim decides a batch's seqs before persist stores it: abandoned
+// ones are dropped, pending ones marked acknowledged.
+//
+//go:embed persist_claim.lua
+var PersistClaim string
+
 // Persisted settles topics after persist's DB commit: month ranges merged
 // into their routes, stored seqs out of their pending sets, idempotency
 // records done.

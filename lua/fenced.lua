@@ -10,7 +10,8 @@
 -- incarnation ever handed out. A stale counter can never issue a seq twice.
 --
 -- Counters, high-waters and stamps are written with REPL_NONE: replicas need
--- them never, so they cost no replication traffic.
+-- them never, so they cost no replication traffic. The tenant's migration
+-- gate (see gate_read) is stamped and written the same way.
 
 local run_id = nil
 local function incarnation()
@@ -62,6 +63,45 @@ local function reserved(res)
   return tonumber(hw)
 end
 
+-- The migration write gate of a tenant (docs/migration.md, "The write
+-- gate"): one STRING "run_id:n:SC:state" that the migrate commands set,
+-- through gate_set, after they moved the migration's state in MySQL. S is
+-- 1 while the state refuses sends, C while it refuses changes (recall,
+-- edit, delete for everyone); state names the state; n counts the writes
+-- of this incarnation, so that a writer replaces exactly the value it read
+-- (gate_set). Every allocation reads it in the same call, so once a command
+-- set it no process can allocate a seq the legacy writers may also issue,
+-- however old that process's own copy of the state. A gate that is
+-- missing or from another server incarnation (a flush, a restart from an
+-- old snapshot, a failover) answers nothing: the caller rebuilds it from
+-- MySQL (routing.ConvergeMigrationGate) before any allocation.
+--
+-- gate_read returns n (0: missing or stale), the flags and the state.
+local function gate_read(v)
+  if not v then
+    return 0
+  end
+  local stamp, n, flags, state = string.match(v, '^(%w+):(%d+):([01][01]):(%w*)$')
+  if stamp ~= incarnation() then
+    return 0
+  end
+  return tonumber(n), flags, state
+end
+
+-- gate_shut is the reply of an allocation the gate v does not let through:
+-- {10, state} while it refuses sends, {11} when it must be rebuilt; nil
+-- when it is open.
+local function gate_shut(v)
+  local n, flags, state = gate_read(v)
+  if n == 0 then
+    return {11}
+  end
+  if string.sub(flags, 1, 1) == '1' then
+    return {10, state}
+  end
+  return nil
+end
+
 -- alloc: the next seq of a topic and the tenant's active month, in one step.
 --
 -- KEYS[1] active month (STRING YYYYMM, replicated)
@@ -72,6 +112,7 @@ end
 -- KEYS[5] topic pending seqs (ZSET score seq, member "seq:allocation_ms"):
 --         allocated but not yet persisted; readers stop below the lowest
 --         (invariant 12, docs/invariants.md)
+-- KEYS[6] the tenant's migration gate (see gate_read)
 -- ARGV[1] "1" when shard.auto_advance is on
 -- ARGV[2] low-water distance: below it the reply asks for a reservation ahead
 --
@@ -88,7 +129,11 @@ end
 --                            MySQL
 --   {4, floor}               the reservation is used up: reserve above
 --                            floor, retry
+--   {10, state}              the tenant's migration refuses sends (state)
+--   {11}                     the migration gate is missing or stale:
+--                            rebuild it from MySQL, retry
 --
+-- The gate is read before anything else: a refused call changes nothing.
 -- alloc_with takes the keys one by one and the clock as read: the send call
 -- shares it without building tables per call.
 local function alloc_with(ready_key, seq_key, pending_key, auto, low, secs, ms, active, last, res)
@@ -132,8 +177,12 @@ local function clock()
 end
 
 local function alloc(keys, args)
-  -- one read of the three strings it decides on
-  local v = redis.call('MGET', keys[1], keys[3], keys[4])
+  -- one read of the four strings it decides on
+  local v = redis.call('MGET', keys[1], keys[3], keys[4], keys[6])
+  local shut = gate_shut(v[4])
+  if shut then
+    return shut
+  end
   local secs, ms = clock()
   return alloc_with(keys[2], keys[3], keys[5], args[1], args[2], secs, ms, v[1], v[2], v[3])
 end
@@ -234,7 +283,8 @@ end
 --
 -- KEYS[1] idempotency HASH: status (pending → acked → done, or failed),
 --         event (the Kafka event JSON without group_id, seq_id and
---         shard_month: those are the fields gid, seq, month), resp (the 201
+--         shard_month: those are the fields gid, seq, month), ver (the
+--         topic's message version at the allocation), resp (the 201
 --         body, only when MySQL answered a retry or sent found the record
 --         lost), owner and claimed_at
 --         (only while a claim waits for the caller's slow path)
@@ -243,6 +293,10 @@ end
 -- KEYS[4] ACL members cache (HASH user id → "role|muted_until_ms" or "-")
 -- KEYS[5..9] as alloc's KEYS[1..5]: active month, ready months, topic last
 --         seq, topic reservation, pending seqs
+-- KEYS[10] the tenant's migration gate (as alloc's KEYS[6]), read first
+-- KEYS[11] the topic's message version (STRING, moved by every message
+--         change before it commits): kept in the record as 'ver', so sent
+--         can tell whether a change may have come before its ack
 -- ARGV[1] owner token of this attempt
 -- ARGV[2] idempotency TTL ms (send.idempotency_ttl)
 -- ARGV[3] stale bound ms (send.produce_timeout)
@@ -260,6 +314,7 @@ end
 --        0 asks for a reservation ahead (as alloc's hw_or_0); member is the
 --        seq's pending entry (for sent)
 --   {1} {2, month} {3} {4, floor}   alloc's slow paths; the claim is held
+--   {10, state} {11}   alloc's gate replies, before any claim or check
 --   {5, status, event, resp, gid, seq, month}   a record exists: a retry
 --   {6}  a live claim of another attempt: wait for it
 --   {7, reason}  the ACL refuses: nogroup, dissolved, notmember, muted
@@ -268,7 +323,7 @@ end
 --        send exists: ask MySQL, then call with ARGV[6] = "1"
 --
 -- Room for later steps of the same call: a step that needs keys takes them
--- after KEYS[9] and its arguments after ARGV[9], all with the tenant tag.
+-- after KEYS[11] and its arguments after ARGV[9], all with the tenant tag.
 
 -- hold keeps a claim while the caller takes a slow path: the record is this
 -- attempt's claim, unless it is already (owner is the record's)
@@ -284,7 +339,11 @@ local function send(keys, args)
   local secs, now = clock()
   local gid = args[5]
   -- every string the call decides on, in one read
-  local v = redis.call('MGET', keys[3], keys[2], keys[5], keys[7], keys[8])
+  local v = redis.call('MGET', keys[3], keys[2], keys[5], keys[7], keys[8], keys[10], keys[11])
+  local shut = gate_shut(v[6])
+  if shut then
+    return shut
+  end
   if args[4] ~= '' then
     -- the decision acl.Membership makes in Go, on the cached facts
     local g = v[1]
@@ -345,7 +404,8 @@ local function send(keys, args)
     redis.call('DEL', keys[1])
   end
   a[5], a[6] = gid, a[5]
-  redis.call('HSET', keys[1], 'status', 'pending', 'event', args[9], 'gid', gid, 'seq', a[2], 'month', a[3])
+  redis.call('HSET', keys[1], 'status', 'pending', 'event', args[9], 'gid', gid, 'seq', a[2], 'month', a[3],
+    'ver', v[7] or '')
   redis.call('PEXPIRE', keys[1], args[2])
   return a
 end
@@ -355,7 +415,8 @@ end
 -- the realtime publish.
 --
 -- KEYS[1] idempotency HASH, KEYS[2] topic pending seqs, KEYS[3] hot cache,
--- KEYS[4] the topic's realtime channel (SPUBLISH: a key for the slot)
+-- KEYS[4] the topic's realtime channel (SPUBLISH: a key for the slot),
+-- KEYS[5] the topic's message version, KEYS[6] the topic's abandoned seqs
 -- ARGV[1] seq, ARGV[2] idempotency TTL ms
 -- ARGV[3] the 201 body: if the record was lost since the send call (a
 --         flush, a failover) it is written again as status acked with this
@@ -367,17 +428,29 @@ end
 -- ARGV[8] the realtime frame
 --
 -- 'done' (set by persist after its commit) is never downgraded: the ack can
--- reach the sender after the consumer has already stored the message. A seq
--- no longer pending (persisted already, or a gap) is left alone. The
--- publish comes last: a failure before it is reported with it.
+-- reach the sender after the consumer has already stored the message.
+--
+-- The message as sent goes to the hot cache and the stream only while no
+-- change of it can have committed (invariant 14, docs/invariants.md): a
+-- change answers 409 while the seq is pending, so a seq still pending here
+-- has none yet, and the change's own call, which comes later, takes this
+-- member out again. A seq no longer pending was stored already: then only
+-- an unmoved message version since the allocation (the record's ver) rules
+-- a change out; otherwise the cache and the stream are left to storage.
+--
+-- The pending entry decides whether the ack came in time (invariant 12): a
+-- reader turns an entry unacknowledged past send.produce_timeout into a gap
+-- and marks the seq abandoned in one step (pending_abandon.lua), an ack
+-- replaces the entry, so exactly one of them wins. An ack that finds its
+-- seq abandoned changes nothing: readers walked past the seq, persist drops
+-- its event, and the record stays unacknowledged, so a retry sends the
+-- message afresh under a new seq (idem_retry.lua).
+--
+-- Replies: 1 cached and published; 2 stored already and a change may have
+-- come first: neither cached nor published (the record is acked all the
+-- same); 0 the seq was abandoned: nothing done, the send must not answer
+-- 201. The publish comes last: a failure before it is reported with it.
 local function sent(keys, args)
-  local st = redis.call('HGET', keys[1], 'status')
-  if not st then
-    redis.call('HSET', keys[1], 'status', 'acked', 'resp', args[3])
-    redis.call('PEXPIRE', keys[1], args[2])
-  elseif st ~= 'done' then
-    redis.call('HSET', keys[1], 'status', 'acked')
-  end
   -- the entry the allocation made, when the caller knows it (a retry's
   -- may carry a later time): found by member, else by score
   local acked = args[7] ~= '' and redis.call('ZREM', keys[2], args[7]) == 1
@@ -387,6 +460,18 @@ local function sent(keys, args)
   end
   if acked then
     redis.call('ZADD', keys[2], args[1], args[1] .. ':a')
+  elseif redis.call('ZSCORE', keys[6], args[1]) then
+    return 0
+  end
+  local rec = redis.call('HMGET', keys[1], 'status', 'ver')
+  if not rec[1] then
+    redis.call('HSET', keys[1], 'status', 'acked', 'resp', args[3])
+    redis.call('PEXPIRE', keys[1], args[2])
+  elseif rec[1] ~= 'done' then
+    redis.call('HSET', keys[1], 'status', 'acked')
+  end
+  if not acked and rec[2] ~= (redis.call('GET', keys[5]) or '') then
+    return 2
   end
   if args[4] ~= '' then
     redis.call('ZADD', keys[3], args[1], args[4])
@@ -399,9 +484,39 @@ local function sent(keys, args)
   return 1
 end
 
+-- gate_get: the tenant's migration gate as this incarnation holds it.
+--
+-- KEYS[1] the gate
+-- Reply: {n, flags, state}; n 0 when the gate is missing or stale.
+local function gate_get(keys)
+  local n, flags, state = gate_read(redis.call('GET', keys[1]))
+  return {n, flags or '', state or ''}
+end
+
+-- gate_set: replace the gate the caller read with gate_get, and only that
+-- one: a writer that read the gate, then MySQL, and finds the gate written
+-- meanwhile (by a command that moved the state since, or another rebuild)
+-- writes nothing and reads both again.
+--
+-- KEYS[1] the gate; ARGV[1] n as read (0: missing or stale); ARGV[2]
+-- "SC:state" as MySQL says
+-- Reply: 1 written, 0 the gate changed since it was read.
+local function gate_set(keys, args)
+  local n = gate_read(redis.call('GET', keys[1]))
+  if n ~= tonumber(args[1]) then
+    return 0
+  end
+  redis.set_repl(redis.REPL_NONE)
+  redis.call('SET', keys[1], incarnation() .. ':' .. (n + 1) .. ':' .. args[2])
+  redis.set_repl(redis.REPL_ALL)
+  return 1
+end
+
 redis.register_function('imshard_alloc_{{version}}', alloc)
 redis.register_function('imshard_seed_{{version}}', seed)
 redis.register_function('imshard_extend_{{version}}', extend)
 redis.register_function('imshard_idem_since_{{version}}', idem_since)
 redis.register_function('imshard_send_{{version}}', send)
 redis.register_function('imshard_sent_{{version}}', sent)
+redis.register_function('imshard_gate_get_{{version}}', gate_get)
+redis.register_function('imshard_gate_set_{{version}}', gate_set)

@@ -8,8 +8,9 @@
 -- ARGV[1] seq of the stored event, ARGV[2] owner token, ARGV[3] TTL ms
 --
 -- Replies:
---   1  re-produce the stored event; its pending entry (if still there) got a
---      fresh time, so the timeout does not turn it into a gap meanwhile
+--   1  re-produce the stored event; its pending entry (if still there and
+--      not acknowledged) got a fresh time, so the timeout does not turn it
+--      into a gap meanwhile
 --   0  the seq is a recorded gap: the record is reset to a claim of this
 --      attempt, which allocates a new seq (the old one was never stored)
 local t = redis.call('TIME')
@@ -20,8 +21,11 @@ if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return 0
 end
--- no pending entry and no gap: persist already removed it, nothing to time out
-if redis.call('ZCOUNT', KEYS[2], ARGV[1], ARGV[1]) > 0 then
+-- no pending entry and no gap: persist already removed it, nothing to time
+-- out; an acknowledged entry (the first attempt's ack, or persist's claim
+-- before it stores the event) must never time out again, so it stays
+local cur = redis.call('ZRANGEBYSCORE', KEYS[2], ARGV[1], ARGV[1])
+if cur[1] and cur[1] ~= ARGV[1] .. ':a' then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], ARGV[1], ARGV[1])
   redis.call('ZADD', KEYS[2], ARGV[1], ARGV[1] .. ':' .. now)
 end

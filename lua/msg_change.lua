@@ -2,13 +2,11 @@
 -- the message out of the topic's hot cache and move the topic's message
 -- version forward, so neither Redis nor any query process's copy of the
 -- newest messages (or count remembered from them) can serve the old version
--- once the change is answered. With seq 0 nothing leaves the cache and only
--- the version moves: send's late acknowledgement of a seq readers already
--- took as a gap put its message in the cache behind their copies.
--- The version comes from next_version (version.lua).
+-- once the change is answered. The version comes from next_version
+-- (version.lua).
 --
 -- KEYS[1] hot cache (ZSET score seq), KEYS[2] topic message version (STRING)
--- ARGV[1] seq (0: none), ARGV[2] version ttl ms
+-- ARGV[1] seq, ARGV[2] version ttl ms
 -- returns the new version
 redis.call('ZREMRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[1])
 local v = next_version(redis.call('GET', KEYS[2]))

@@ -17,6 +17,47 @@ import (
 	"github.com/imshard/imshard/test/harness"
 )
 
+// TestChangeBeforeSendAckNeverUndoneByTheAck: a recall that commits
+// between a send's broker ack and the send's call after it — persist stored
+// the message first — wins: the late call neither puts the message as sent
+// back into the hot cache nor publishes it, and pages keep showing the
+// recall.
+func TestChangeBeforeSendAckNeverUndoneByTheAck(t *testing.T) {
+	t.Parallel()
+	env := harness.Start(t, harness.Options{})
+	rpGroup(t, env, "chlate")
+	tok := env.Token(rpMember, "")
+	seq, _ := rpPost(t, env, tok, "chlate", "late-1", "as sent")
+	rpPost(t, env, tok, "chlate", "late-2", "after it")
+	chWaitSettled(t, env, "chlate")
+	var member string
+	for _, z := range chHot(t, env, "chlate") {
+		if int64(z.Score) == seq {
+			member = z.Member
+		}
+	}
+	if member == "" {
+		t.Fatalf("seq %d is not in the hot cache", seq)
+	}
+	if code, r := chRecall(t, env, tok, "chlate", seq, nil); code != 200 {
+		t.Fatalf("recall: %d %+v", code, r.Error)
+	}
+
+	// the send's own call after its ack comes only now
+	reply := sentAfterAck(t, env, "chlate", rpMember, "late-1", seq, member)
+	if chHotHolds(t, env, "chlate", "as sent") {
+		t.Fatalf("the late ack put the recalled message back into the hot cache: %v", chHot(t, env, "chlate"))
+	}
+	for _, m := range rpList(t, env, rpOther, "chlate", url.Values{"limit": {"20"}}).Messages {
+		if m.Seq == seq && m.Status != message.StatusRecalled {
+			t.Fatalf("a page served the message as sent after its recall: %+v", m)
+		}
+	}
+	if reply != 2 {
+		t.Fatalf("the late call answered %d, want 2 (stored already, neither cached nor published)", reply)
+	}
+}
+
 // TestChangeRecallInFlight: a message acknowledged to its sender but not
 // stored yet (no persist role runs: it waits in Kafka) is never a 404 for
 // a recall: 409 with details.retry_after_ms, nothing recorded; once

@@ -12,12 +12,14 @@ import (
 
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/query"
+	"github.com/imshard/imshard/modules/routing"
 )
 
 // Tests of the read state of topics a user does not (or no longer) belong
 // to: a user's cached entry names exactly their memberships, a cursor move
-// never adds a topic to it, and every leave or dissolve — a retried one
-// too — takes the topic out of it.
+// never adds a topic to it, every leave or dissolve — a retried one too —
+// takes the topic out of it, and every join or undoing of a dissolve — a
+// retried one too — puts it back.
 
 // rsRemovalSetup makes two groups, own and far, each with a stored
 // message; other is a member of both, user of own, and of far too when
@@ -57,6 +59,28 @@ func rsShowsNothingOf(t *testing.T, env *sendEnv, step string, user int64, topic
 	}
 	for _, e := range rsSync(t, env, user, "", 100).Topics {
 		if e.Topic == topic && (!e.Removed || e.LastMessage != nil || e.LastSeq != 0 || e.Unread != 0 || e.MentionUnread != 0) {
+			t.Fatalf("%s: the sync shows %+v", step, e)
+		}
+	}
+}
+
+// rsShowsUnread fails unless user's badges show unread messages of topic,
+// their topic list lists it, and a sync from the start reports it with its
+// last message (not removed).
+func rsShowsUnread(t *testing.T, env *sendEnv, step string, user int64, topic string, unread int) {
+	t.Helper()
+	if _, by := rsUnread(t, env, user); by[topic].Unread != unread {
+		t.Fatalf("%s: the badges show %+v, want %d unread", step, by[topic], unread)
+	}
+	listed := false
+	for _, e := range rsTopics(t, env, user, 10) {
+		listed = listed || e.Topic == topic
+	}
+	if !listed {
+		t.Fatalf("%s: the topic list does not show %s", step, topic)
+	}
+	for _, e := range rsSync(t, env, user, "", 100).Topics {
+		if e.Topic == topic && (e.Removed || e.LastMessage == nil || e.Unread != unread) {
 			t.Fatalf("%s: the sync shows %+v", step, e)
 		}
 	}
@@ -155,6 +179,85 @@ func TestReadStateRetriedDissolveDropsCachedTopic(t *testing.T) {
 	}
 	env.group(far, 781, acl.GroupDissolved)
 	rsShowsNothingOf(t, env, "after the retried dissolve", user, far)
+}
+
+// TestReadStateRetriedJoinShowsGroup: a join committed in MySQL whose drop
+// of the user's cache entry never happened (emulated: the member row and
+// the cursor at the topic's last stored message inserted, as the join's
+// transaction does, with nothing told to Redis) is healed by retrying it —
+// a repeat, or a change of role or mute made meanwhile: the retry finds the
+// row and still drops the entry, so neither Redis nor the copy this
+// process holds keeps the group out of the badges, list and sync.
+func TestReadStateRetriedJoinShowsGroup(t *testing.T) {
+	env := rsStart(t)
+	ctx := context.Background()
+	for i, retry := range []struct {
+		name, role string
+		muted      time.Time
+	}{
+		{"a repeat", acl.RoleMember, time.Time{}},
+		{"a role change", acl.RoleAdmin, time.Time{}},
+		{"a mute", acl.RoleMember, time.Now().Add(time.Hour)},
+	} {
+		own, far := fmt.Sprintf("rsrj%d-own", i), fmt.Sprintf("rsrj%d-far", i)
+		user, other := int64(87+2*i), int64(88+2*i)
+		rsRemovalSetup(t, env, own, far, user, other, false)
+		tx, err := env.DB.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, err := routing.LastStoredSeq(ctx, tx, far)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sq.Insert(acl.MembersTable).Columns("topic", "user_id", "role").Values(far, user, acl.RoleMember).
+			RunWith(tx).ExecContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sq.Insert(acl.CursorsTable).Columns("user_id", "topic", "read_seq").Values(user, far, last).
+			RunWith(tx).ExecContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		env.mustSend(env.Token(other, ""), far, sendBody(far+"-2", "after the join"))
+		chWaitSettled(t, env.Env, far)
+		if _, by := rsUnread(t, env, user); by[far] != (query.UnreadTopic{}) {
+			t.Fatalf("%s: the half-done join should leave the topic out of the cached badges: %+v", retry.name, by)
+		}
+		env.member(far, user, retry.role, retry.muted)
+		rsShowsUnread(t, env, "after the join retried as "+retry.name, user, far, 1)
+	}
+}
+
+// TestReadStateRetriedUndissolveShowsGroup: bringing a dissolved group back
+// (active or muted), committed in MySQL with the move of the groups epoch
+// never made (emulated: the status set in MySQL, nothing told to Redis),
+// is healed by retrying it: the group holds that status already, and the
+// retry still moves the epoch, so no member's entry — nor the copy this
+// process holds — keeps the group out of the badges, list and sync.
+func TestReadStateRetriedUndissolveShowsGroup(t *testing.T) {
+	env := rsStart(t)
+	for i, status := range []string{acl.GroupActive, acl.GroupMuted} {
+		own, far := fmt.Sprintf("rsru%d-own", i), fmt.Sprintf("rsru%d-far", i)
+		user, other := int64(93+2*i), int64(94+2*i)
+		rsRemovalSetup(t, env, own, far, user, other, true)
+		env.group(far, 781, acl.GroupDissolved)
+		for range 2 {
+			rsUnread(t, env, user)
+		}
+		rsShowsNothingOf(t, env, "dissolved", user, far)
+		if _, err := sq.Update(acl.GroupsTable).Set("status", status).Where(sq.Eq{"topic": far}).
+			RunWith(env.DB).ExecContext(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, by := rsUnread(t, env, user); by[far] != (query.UnreadTopic{}) {
+			t.Fatalf("%s: the half-done undissolve should leave the topic out of the cached badges: %+v", status, by)
+		}
+		env.group(far, 781, status)
+		rsShowsUnread(t, env, "after the undissolve to "+status+" retried", user, far, 1)
+	}
 }
 
 // rsLeave removes user from topic through the API.

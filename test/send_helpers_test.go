@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -238,4 +239,26 @@ func (e *sendEnv) sendConcurrently(topic string, workers, per int) {
 	if len(got) != workers*per {
 		e.T.Fatalf("%d seqs, want %d", len(got), workers*per)
 	}
+}
+
+// sentAfterAck makes the send path's call after the broker's ack (the
+// library's sent) for the message of (topic, from, clientMsgID) at seq,
+// whose hot-cache member is member — as the send makes it, but at a moment
+// the test chooses. It returns the call's reply.
+func sentAfterAck(t *testing.T, env *harness.Env, topic string, from int64, clientMsgID string, seq int64, member string) int64 {
+	t.Helper()
+	k, err := routing.KeysFor(env.Tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{k.Idempotency(topic, from, clientMsgID), k.Pending(topic), k.HotMessages(topic), k.Realtime(topic),
+		k.MessagesVersion(topic), k.Abandoned(topic)}
+	hc := env.Config.HotCache
+	args := []string{strconv.FormatInt(seq, 10), "60000", "{}", member, strconv.FormatInt(hc.TTL.Milliseconds(), 10),
+		strconv.Itoa(hc.MaxPerTopic), "", `{"type":"message","message":` + member + `}`}
+	n, err := routing.NewScripts().Fenced.Sent(context.Background(), env.Redis, keys, args).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -165,7 +165,8 @@ func TestSendAckRewritesALostRecord(t *testing.T) {
 	}
 	// what the send's post-ack call does when the record is gone
 	lib := routing.NewScripts().Fenced
-	keys := []string{idem, k.Pending("room"), k.HotMessages("room"), k.Realtime("room")}
+	keys := []string{idem, k.Pending("room"), k.HotMessages("room"), k.Realtime("room"), k.MessagesVersion("room"),
+		k.Abandoned("room")}
 	args := []string{strconv.FormatInt(first.Seq, 10), "60000", string(raw), "", "0", "0", "", "{}"}
 	if err := lib.Sent(ctx, e.Redis, keys, args).Error(); err != nil {
 		t.Fatal(err)

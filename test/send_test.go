@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -275,6 +276,92 @@ func newBrokerSwitch(t *testing.T) *brokerSwitch {
 		return resp, nil, true
 	})
 	return s
+}
+
+// brokerHold makes a kfake cluster hold the next produce request once armed
+// — the broker has the record but does not answer — until released; the
+// cluster then writes and acknowledges it as usual.
+type brokerHold struct {
+	c       *kfake.Cluster
+	armed   atomic.Bool
+	release chan struct{}
+	once    sync.Once
+}
+
+func newBrokerHold(t *testing.T) *brokerHold {
+	h := &brokerHold{c: testenv.KafkaCluster(t), release: make(chan struct{})}
+	h.c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		h.c.KeepControl()
+		if h.armed.CompareAndSwap(true, false) {
+			h.c.SleepControl(func() { <-h.release })
+		}
+		return nil, nil, false
+	})
+	t.Cleanup(h.free)
+	return h
+}
+
+// free lets the held request through.
+func (h *brokerHold) free() { h.once.Do(func() { close(h.release) }) }
+
+// TestSendAckAfterGapNeverAnsweredAsStored: a send whose broker ack comes
+// only after readers recorded its seq as a gap is never answered as
+// stored, and its message never appears under that seq: the send answers
+// 503 (before the gap could be recorded), the late ack finds the seq
+// abandoned, persist drops the event, and the retry with the same
+// client_msg_id sends the message afresh under a new seq — read exactly
+// once, in order, by since and before walks alike.
+func TestSendAckAfterGapNeverAnsweredAsStored(t *testing.T) {
+	h := newBrokerHold(t)
+	env := harness.Start(t, harness.Options{Brokers: h.c.ListenAddrs(), Mutate: func(c *config.Config) {
+		c.Send.ProduceTimeout = time.Second
+	}})
+	rpGroup(t, env, "late")
+	tok := env.Token(rpMember, "")
+	rpPost(t, env, tok, "late", "before", "before")
+	late := sendBody("late", "acknowledged late")
+
+	h.armed.Store(true)
+	if code, body := env.Do("POST", "/v1/topics/late/messages", tok, late); code != 503 {
+		t.Fatalf("send whose produce the broker holds = %d %s, want 503", code, body)
+	}
+	ctx := context.Background()
+	const gap = 2
+	sendWaitFor(t, 10*time.Second, "readers to record the held seq as a gap", func() bool {
+		if _, err := env.App.Flight().Settled(ctx, env.Tenant, "late"); err != nil {
+			t.Fatal(err)
+		}
+		gaps, err := env.App.Flight().Gaps(ctx, env.Tenant, "late", gap, gap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(gaps) == 1
+	})
+	h.free()
+	sendWaitFor(t, 10*time.Second, "the late ack", func() bool {
+		return rpMetric(t, env, "imshard_send_post_ack_failures_total", "step=late_after_gap") >= 1
+	})
+	// persist takes the topic's events in order: once this one is stored,
+	// the late one was handled
+	rpPost(t, env, tok, "late", "after", "after")
+	chWaitSettled(t, env, "late")
+
+	code, body := env.Do("POST", "/v1/topics/late/messages", tok, late)
+	var r sendResp
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatal(err)
+	}
+	if code != 201 || r.Seq == gap {
+		t.Fatalf("retry of the late send = %d %s: want 201 under a new seq, never the gap %d", code, body, gap)
+	}
+	chWaitSettled(t, env, "late")
+	rpExpectWalks(t, env, "after the retry", rpOther, "late", 10, []int64{1, 3, r.Seq})
+	if _, gaps := rpWalkSinceGaps(t, env, rpOther, "late", 10); !slices.Equal(gaps, []int64{gap}) {
+		t.Fatalf("gaps reported by the since walk = %v, want [%d]", gaps, gap)
+	}
+	if n := rpMetric(t, env, "group_message_persist_total", "status=abandoned"); n != 1 {
+		t.Fatalf("persist dropped %v events of abandoned seqs, want 1", n)
+	}
 }
 
 // Kafka unavailable: 503, nothing produced; once the broker is back sends

@@ -252,13 +252,8 @@ func (c *Checker) PutGroup(ctx context.Context, tenant, topic string, groupID in
 	if err != nil {
 		return err
 	}
-	// one statement, and it tells whether the group was dissolved before
-	// (LAST_INSERT_ID(expr) hands the old row's value back with the
-	// result): a dissolve, or its undoing, changes the memberships every
-	// member's cached read state names
 	res, err := sq.Insert(GroupsTable).Columns("topic", "group_id", "name", "status").Values(topic, groupID, name, status).
-		Suffix("ON DUPLICATE KEY UPDATE group_id = VALUES(group_id), name = VALUES(name), "+
-			"status = IF(LAST_INSERT_ID(status = ?), VALUES(status), VALUES(status))", GroupDissolved).
+		Suffix("ON DUPLICATE KEY UPDATE group_id = VALUES(group_id), name = VALUES(name), status = VALUES(status)").
 		RunWith(db).ExecContext(ctx)
 	if err != nil {
 		return fmt.Errorf("acl: put group %s: %w", topic, err)
@@ -267,16 +262,16 @@ func (c *Checker) PutGroup(ctx context.Context, tenant, topic string, groupID in
 	if err != nil {
 		return fmt.Errorf("acl: put group %s: %w", topic, err)
 	}
-	was, err := res.LastInsertId()
-	if err != nil {
-		return fmt.Errorf("acl: put group %s: %w", topic, err)
-	}
-	// n 1: a new group, which has no members yet. Otherwise a dissolve, or
-	// its undoing (was: dissolved before), bumps the epoch — a dissolve even
-	// when the group was dissolved already: its retry, after a first
-	// attempt that committed and failed before the bump, must still take
-	// the group out of the members' cached memberships
-	if n != 1 && (was == 1 || status == GroupDissolved) {
+	// n 1: a new group, which has no members yet (a member is only added
+	// to a group that exists), so no cached membership can miss it. Any
+	// other call bumps the epoch, whatever it changed: the retry of a
+	// dissolve or of its undoing, after a first attempt that committed and
+	// failed before the bump, finds the row as it wants it and cannot tell
+	// itself from a rename, yet must still make the members' cached
+	// memberships follow the status. Groups are changed by the service or
+	// an admin, rarely; each bump costs each user one MySQL read on their
+	// next badges.
+	if n != 1 {
 		if err := c.bumpGroupsEpoch(ctx, tenant); err != nil {
 			return err
 		}
@@ -285,8 +280,9 @@ func (c *Checker) PutGroup(ctx context.Context, tenant, topic string, groupID in
 }
 
 // bumpGroupsEpoch makes every user's cached memberships (modules/query)
-// read again: a group was dissolved or brought back. A failure is returned,
-// as invalidate's: a dissolved group must not stay in the badges.
+// read again: a group may have been dissolved or brought back. A failure
+// is returned, as invalidate's: a dissolved group must not stay in the
+// badges, nor a group brought back stay out of them.
 func (c *Checker) bumpGroupsEpoch(ctx context.Context, tenant string) error {
 	keys, err := routing.KeysFor(tenant)
 	if err != nil {
@@ -308,7 +304,6 @@ func (c *Checker) PutMember(ctx context.Context, tenant, topic string, userID in
 	if mutedUntil != nil {
 		muted = mutedUntil.UTC()
 	}
-	joined := false
 	err = inTx(ctx, db, func(tx *sql.Tx) error {
 		res, err := sq.Insert(MembersTable).Columns("topic", "user_id", "role", "muted_until").Values(topic, userID, role, muted).
 			Suffix("ON DUPLICATE KEY UPDATE role = VALUES(role), muted_until = VALUES(muted_until)").
@@ -325,17 +320,17 @@ func (c *Checker) PutMember(ctx context.Context, tenant, topic string, userID in
 		if err != nil {
 			return err
 		}
-		joined = true
 		return touchCursor(ctx, tx, topic, userID, last)
 	})
 	if err != nil {
 		return fmt.Errorf("acl: put member %s/%d: %w", topic, userID, err)
 	}
-	if joined {
-		// the user's cached memberships (modules/query) lack the new one
-		if err := c.invalidateCursors(ctx, tenant, userID); err != nil {
-			return err
-		}
+	// the user's cached memberships (modules/query) may lack the topic:
+	// dropped whether or not this call inserted the row, so the retry of a
+	// join that committed and failed before the drop — a repeat, or a role
+	// or mute change meanwhile — heals it
+	if err := c.invalidateCursors(ctx, tenant, userID); err != nil {
+		return err
 	}
 	return c.invalidate(ctx, tenant, topic)
 }

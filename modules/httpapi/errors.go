@@ -83,6 +83,7 @@ func Classify(err error) (code, msg string) {
 func classify(err error) (code, msg string, details map[string]any) {
 	var e *Error
 	var mig *routing.ErrMigrationPending
+	var unknown *routing.ErrMigrationStateUnknown
 	switch {
 	case errors.As(err, &e):
 		return e.Code, e.Message, e.Details
@@ -92,6 +93,9 @@ func classify(err error) (code, msg string, details map[string]any) {
 		// a credential verified before a reload removed its tenant: refused
 		// as the same token is from now on
 		return CodeUnauthenticated, "tenant not configured", nil
+	case errors.As(err, &unknown):
+		return CodeUnavailable, unknown.Error(), map[string]any{"migration": "unknown",
+			"retry_after_ms": routing.MigrationRefresh.Milliseconds()}
 	case errors.Is(err, routing.ErrInvalidTopic):
 		return CodeInvalidArgument, "invalid topic: want ^[A-Za-z0-9_-]{1,64}$", nil
 	case errors.Is(err, routing.ErrInvalidMonth), errors.Is(err, routing.ErrInvalidTable), errors.Is(err, routing.ErrInvalidTenant):

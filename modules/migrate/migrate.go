@@ -74,8 +74,11 @@ func New(p Params) *Migrator {
 	return &Migrator{p: p, m: newMetrics(p.Registerer)}
 }
 
-// settle is how long a state change takes to reach every process (their
-// caches refresh every routing.MigrationRefresh).
+// settle is how long a state change takes to reach every process's copy
+// (refreshed every routing.MigrationRefresh): what reads the copy alone —
+// the dual read, the catalog — waits that long after a change. Writes do
+// not: the commands converge the write gate in Redis (gate), which every
+// allocation and change reads.
 const settle = 2 * routing.MigrationRefresh
 
 // ErrRefused is a command the migration's state or data does not allow;
@@ -182,8 +185,8 @@ const maxListed = 100
 // Plan records the tenant's migration plan (state planned: dual reads
 // begin, sends and changes are refused), pre-creates the month tables of
 // every legacy month through the next one, and reports the legacy table's
-// rows per month and the topics that lack a group. It returns only once
-// every process can have seen the new state.
+// rows per month and the topics that lack a group. It returns once the
+// write gate refuses the tenant's sends and changes in every process.
 func (mg *Migrator) Plan(ctx context.Context, tenant string) (PlanReport, error) {
 	var rep PlanReport
 	db, err := mg.p.DBs.DB(ctx, tenant)
@@ -243,12 +246,27 @@ func (mg *Migrator) Plan(ctx context.Context, tenant string) (PlanReport, error)
 	if err := routing.PlanMigration(ctx, db, plan); err != nil {
 		return rep, err
 	}
+	if err := mg.gate(ctx, tenant, db); err != nil {
+		return rep, err
+	}
 	if err := routing.RecordPlanMonths(ctx, db, created); err != nil {
 		return rep, err
 	}
 	mg.m.observe(tenant, routing.MigrationPlanned)
-	// every process's cache must see "planned" before the operator goes on
-	return rep, sleep(ctx, settle)
+	return rep, nil
+}
+
+// gate converges the tenant's write gate in Redis with the state just
+// recorded in MySQL (routing.ConvergeMigrationGate): once it returns, no
+// process allocates a seq or changes a message the state refuses, however
+// old its own copy of the state. A command that fails here has recorded
+// its step; run again, it converges the gate (until then a process that
+// meets the old gate converges it itself before it lets a write through).
+func (mg *Migrator) gate(ctx context.Context, tenant string, db *sql.DB) error {
+	if _, err := routing.ConvergeMigrationGate(ctx, mg.p.Redis, mg.p.Scripts.Fenced, db, tenant); err != nil {
+		return fmt.Errorf("migrate: the state is recorded but the write gate is not set: run the command again: %w", err)
+	}
+	return nil
 }
 
 // legacyTopics counts the legacy table's topics and lists (up to maxListed
@@ -332,6 +350,11 @@ func (mg *Migrator) Start(ctx context.Context, tenant string, say func(string, .
 		return rep, refusef("start needs state planned; the tenant's is %s", cur.State)
 	}
 	rep.CutoverAt = cur.CutoverAt.Time
+	// shut before the counters move, also if the plan died before it
+	// shut the gate
+	if err := mg.gate(ctx, tenant, db); err != nil {
+		return rep, err
+	}
 	mg.m.observe(tenant, routing.MigrationCutover)
 	if err := routing.RecordCutoverTopics(ctx, db); err != nil {
 		return rep, err
@@ -367,6 +390,9 @@ func (mg *Migrator) Start(ctx context.Context, tenant string, say func(string, .
 	if _, err := routing.StepMigration(ctx, db, routing.StepOpen, map[string]any{
 		"opened_at": sq.Expr("NOW(3)"), "legacy_max_id": maxID, "legacy_rows": rowsN,
 	}); err != nil {
+		return rep, err
+	}
+	if err := mg.gate(ctx, tenant, db); err != nil {
 		return rep, err
 	}
 	mg.m.observe(tenant, routing.MigrationBackfilling)
@@ -467,10 +493,11 @@ func (mg *Migrator) step(ctx context.Context, tenant string, step routing.Migrat
 	if errors.Is(err, routing.ErrMigrationState) {
 		return m, fmt.Errorf("%w: %v", ErrRefused, err)
 	}
-	if err == nil {
-		mg.m.observe(tenant, m.State)
+	if err != nil {
+		return m, err
 	}
-	return m, err
+	mg.m.observe(tenant, m.State)
+	return m, mg.gate(ctx, tenant, db)
 }
 
 // Finish ends the migration once verification passed: reads stop using

@@ -12,6 +12,7 @@ const (
 	statusCompensated = "compensated" // the month is sealed: compensation queue
 	statusDeadLetter  = "dead_letter" // sent to the dead-letter topic
 	statusRetry       = "retry"       // an attempt failed and will be retried
+	statusAbandoned   = "abandoned"   // its seq timed out into a gap first: dropped, never stored
 )
 
 // metrics are the persist role's. The group_message_* names are kept
@@ -39,7 +40,7 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 	m := &metrics{
 		persisted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "group_message_persist_total",
-			Help: "Events handled by persist, by frozen month and outcome (inserted, replayed, duplicate, compensated, dead_letter, retry).",
+			Help: "Events handled by persist, by frozen month and outcome (inserted, replayed, duplicate, compensated, dead_letter, retry, abandoned).",
 		}, []string{"month", "status"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "group_message_persist_latency",

@@ -25,7 +25,13 @@ var errNotWritable = errors.New("month table is not writable yet")
 // rest stays uncommitted.
 func (s *Service) process(ctx context.Context, b *batch) {
 	b.retry, b.err = nil, nil
-	err := s.try(ctx, b.key, b.recs)
+	err := s.claim(ctx, b)
+	if err == nil {
+		if len(b.recs) == 0 {
+			return
+		}
+		err = s.try(ctx, b.key, b.recs)
+	}
 	if err == nil {
 		return
 	}
@@ -57,6 +63,41 @@ func (s *Service) process(ctx context.Context, b *batch) {
 	if len(b.retry) > 0 {
 		b.fail, b.err = f, err
 	}
+}
+
+// claim decides the batch's seqs in Redis before anything is stored
+// (routing.Flight.Claim, invariant 12): the events of seqs abandoned —
+// timed out into gaps that readers walked past, their sends answered 503 —
+// are done without a row, and every other seq can no longer time out while
+// the batch is stored. An error leaves the batch as it was, to be retried
+// like a database outage: storing an event unclaimed could put a row under
+// a seq readers already skipped.
+func (s *Service) claim(ctx context.Context, b *batch) error {
+	seqs := make(map[string][]int64)
+	for _, r := range b.recs {
+		seqs[r.ev.Topic] = append(seqs[r.ev.Topic], r.ev.SeqID)
+	}
+	rctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	abandoned, err := s.p.Flight.Claim(rctx, b.key.tenant, seqs)
+	if err != nil || len(abandoned) == 0 {
+		return err
+	}
+	var dropped []*record
+	kept := b.recs[:0]
+	for _, r := range b.recs {
+		if slices.Contains(abandoned[r.ev.Topic], r.ev.SeqID) {
+			dropped = append(dropped, r)
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	b.recs = kept
+	s.m.persisted.WithLabelValues(b.key.month.String(), statusAbandoned).Add(float64(len(dropped)))
+	s.p.Log.Warn().Str("tenant", b.key.tenant).Int("events", len(dropped)).
+		Msg("persist: events of seqs that timed out into gaps dropped; their sends were answered 503 and retry under new seqs")
+	s.finish(dropped)
+	return nil
 }
 
 // isolate handles recs that failed together with err, a refusal of their

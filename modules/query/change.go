@@ -186,7 +186,8 @@ func (s *Service) counted(action string, fn func() (ChangeResult, error)) (Chang
 // change runs steps 2 to 5 of a change whose caller may change messages of
 // the topic at all.
 func (s *Service) change(ctx context.Context, p httpapi.Principal, c changeReq) (ChangeResult, error) {
-	// in-process state, no round trip: 503 while a migration refuses changes
+	// 503 while a migration refuses changes: this process's copy, then the
+	// gate in Redis the migrate commands set
 	if err := s.p.Migrations.GateChange(ctx, p.Tenant); err != nil {
 		return ChangeResult{}, err
 	}

@@ -112,7 +112,7 @@ func newMetrics(reg prometheus.Registerer, held func() int64, memoUsers, memoRou
 	}, []string{"op"})
 	m.cursorCache = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "imshard_read_cursor_cache_total",
-		Help: "Reads of a user's cached memberships and read cursors by result: held (this process's copy of the entry, its generation unchanged: one field read); moved (the copy's generation moved, the topics did not: read whole, the last seqs read with the copy kept); hit (read whole); miss (read from MySQL and cached: first read, expired, or dropped by a join, a leave or a dissolve); error (Redis failed: MySQL answered).",
+		Help: "Reads of a user's cached memberships and read cursors by result: held (this process's copy of the entry, its generation unchanged: one field read); moved (the copy's generation moved, the topics did not: read whole, the last seqs read with the copy kept); hit (read whole); miss (read from MySQL and cached: first read, expired, or dropped by a membership change, or read again after a change of a group); error (Redis failed: MySQL answered).",
 	}, []string{"result"})
 	m.unreadFrom = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "imshard_unread_counts_total",

@@ -10,13 +10,13 @@ package query
 // membership. A cursor move raises its field in the move's one round trip,
 // before the MySQL write whose commit the answer follows
 // (lua/cursor_put.lua); a reader that finds the entry incomplete — or
-// complete at an older groups epoch: a group was dissolved or brought back
-// since — reads MySQL and fills it, field by field keeping the higher
-// cursor and dropping the topics MySQL did not name, unless a join or a
-// leave bumped the version meanwhile (routing.CacheVersion,
-// lua/cursor_fill.lua). So the cache is never below an acknowledged
-// cursor, never names a topic left once the leave answered, and a flushed
-// Redis costs one MySQL read per user.
+// complete at an older groups epoch: a group changed since, maybe
+// dissolved or brought back — reads MySQL and fills it, field by field
+// keeping the higher cursor and dropping the topics MySQL did not name,
+// unless a membership change bumped the version meanwhile
+// (routing.CacheVersion, lua/cursor_fill.lua). So the cache is never
+// below an acknowledged cursor, never names a topic left once the leave
+// answered, and a flushed Redis costs one MySQL read per user.
 //
 // Counts: a topic's messages above a cursor are read from its hot cache
 // (the newest day of messages, written by the send before its 201) in
@@ -256,14 +256,14 @@ func parseOr0(s string) int64 {
 // from the cache entry when it is complete — the entry's topics, then their
 // last seqs in a second round trip — else from MySQL (filling the entry)
 // and then the last seqs. No MySQL read while the entry is complete: it is
-// dropped by every join and leave and read again after a dissolve (the
-// groups epoch). Once this process holds the entry as it read it (the
-// user's memo), a call reads only its generation and "~" fields, with the
-// last seqs in the same round trip, and — with stamps — the versions of
-// the topics with a count remembered at their cursor (aligned with us, for
-// recall); an entry that moved since is read whole. A badge call passes
-// its arrays (buf): the versions are read then, into them; a list's
-// (nil) only its topics.
+// dropped by every membership change and read again after every change of
+// a group (the groups epoch). Once this process holds the entry as it read
+// it (the user's memo), a call reads only its generation and "~" fields,
+// with the last seqs in the same round trip, and — with stamps — the
+// versions of the topics with a count remembered at their cursor (aligned
+// with us, for recall); an entry that moved since is read whole. A badge
+// call passes its arrays (buf): the versions are read then, into them; a
+// list's (nil) only its topics.
 func (s *Service) memberships(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, buf *badgeBuf) ([]userTopic, []stamp, error) {
 	memo := s.memo.of(tenant, user)
 	now := time.Now()

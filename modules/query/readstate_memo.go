@@ -16,8 +16,6 @@ package query
 // versions answer the remembered count. Nothing is written per member;
 // what is remembered is this process's own arithmetic.
 //
-// A send acknowledged by Kafka after its seq was recorded as a gap puts
-// its message in the hot cache late; send moves the message version then.
 // What moves a count with no version — mention-index rows or messages
 // changed by hand, a dead-lettered message replayed into a seq that was a
 // gap — shows once the remembered count expires: each lives between half

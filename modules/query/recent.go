@@ -23,11 +23,12 @@ const recentKeep = 128
 // message changes only through the change path (recall, edit, delete for
 // everyone), which moves the topic's message version forward before it
 // commits, and every page compares the version it reads with the copy's
-// (ver) — a copy of another version is dropped. A gap only ever gains its
-// late message, so what the copy knows stays true. That late message — a send
-// acknowledged after its seq timed out into a gap, logged as an error by
-// send — is what a copy can miss, for at most the hot_cache.local_max_age
-// it lives before a full read replaces it.
+// (ver) — a copy of another version is dropped. A gap only ever gains a
+// late message, so what the copy knows stays true. That late message — a
+// dead-lettered or compensated event an operator replays into a seq that
+// was a gap (a seq that timed out is abandoned and never stored) — is what
+// a copy can miss, for at most the hot_cache.local_max_age it lives before
+// a full read replaces it.
 type recent struct {
 	lo   int64
 	hi   int64

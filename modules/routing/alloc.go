@@ -81,8 +81,8 @@ func (a *Allocator) Close() {
 }
 
 // maxSlowPaths bounds the retries of one allocation: each slow path fixes one
-// cause, and there are four.
-const maxSlowPaths = 8
+// cause, and there are five.
+const maxSlowPaths = 10
 
 // Allocate returns the next seq of topic and the tenant's active month.
 func (a *Allocator) Allocate(ctx context.Context, tenant, topic string) (Allocation, error) {
@@ -125,8 +125,11 @@ func (a *Allocator) Args() []string {
 
 // Resolve does what an allocation reply with a non-zero status asks (see
 // lua/fenced.lua, alloc): recover the active month, activate a due month,
-// seed a lost counter or reserve the next step — all through MySQL — so
-// that the caller can call again.
+// seed a lost counter, reserve the next step, or rebuild the migration gate
+// — all through MySQL — so that the caller can call again. A gate that
+// refuses sends is converged with MySQL first (a command that moved the
+// state may have died before it opened the gate again): the send is
+// refused with the state MySQL holds, or the caller calls again.
 func (a *Allocator) Resolve(ctx context.Context, tenant, topic string, status int64, reply []rueidis.RedisMessage) error {
 	keys, err := KeysFor(tenant)
 	if err != nil {
@@ -155,6 +158,20 @@ func (a *Allocator) Resolve(ctx context.Context, tenant, topic string, status in
 		a.p.Metrics.AllocRetries.WithLabelValues("reserve").Inc()
 		hw, _ := reply[1].AsInt64()
 		return a.reserve(ctx, tenant, topic, keys, hw)
+	case allocGateShut, allocGateUnknown:
+		a.p.Metrics.AllocRetries.WithLabelValues("migration_gate").Inc()
+		db, err := a.p.DBs.DB(ctx, tenant)
+		if err != nil {
+			return err
+		}
+		st, err := ConvergeMigrationGate(ctx, a.p.Redis, a.p.Scripts.Fenced, db, tenant)
+		if err != nil {
+			return err
+		}
+		if st.RefusesSends() {
+			return &ErrMigrationPending{State: st}
+		}
+		return nil
 	}
 	return fmt.Errorf("alloc: unknown status %d", status)
 }

@@ -26,6 +26,8 @@ type FencedLib struct {
 	idemSince string
 	send      string
 	sent      string
+	gateGet   string
+	gateSet   string
 }
 
 func newFencedLib() *FencedLib {
@@ -39,6 +41,8 @@ func newFencedLib() *FencedLib {
 		idemSince: "imshard_idem_since_" + v,
 		send:      "imshard_send_" + v,
 		sent:      "imshard_sent_" + v,
+		gateGet:   "imshard_gate_get_" + v,
+		gateSet:   "imshard_gate_set_" + v,
 	}
 }
 
@@ -70,6 +74,16 @@ func (l *FencedLib) Send(ctx context.Context, rdb rueidis.Client, keys, args []s
 // entry, hot cache, realtime publish).
 func (l *FencedLib) Sent(ctx context.Context, rdb rueidis.Client, keys, args []string) rueidis.RedisResult {
 	return l.call(ctx, rdb, l.sent, keys, args)
+}
+
+// GateGet and GateSet read and replace a tenant's migration gate
+// (ConvergeMigrationGate).
+func (l *FencedLib) GateGet(ctx context.Context, rdb rueidis.Client, keys []string) rueidis.RedisResult {
+	return l.call(ctx, rdb, l.gateGet, keys, nil)
+}
+
+func (l *FencedLib) GateSet(ctx context.Context, rdb rueidis.Client, keys, args []string) rueidis.RedisResult {
+	return l.call(ctx, rdb, l.gateSet, keys, args)
 }
 
 func notFound(res rueidis.RedisResult) bool {

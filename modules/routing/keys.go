@@ -97,16 +97,25 @@ func (k Keys) Idempotency(topic string, fromUser int64, clientMsgID string) stri
 
 // alloc are the keys of the library's alloc function (lua/fenced.lua).
 func (k Keys) alloc(topic string) []string {
-	return []string{k.ActiveMonth(), k.ReadyMonths(), k.Seq(topic), k.SeqReservation(topic), k.Pending(topic)}
+	return []string{k.ActiveMonth(), k.ReadyMonths(), k.Seq(topic), k.SeqReservation(topic), k.Pending(topic),
+		k.MigrationGate()}
 }
 
 // Send are the keys of the library's send function (lua/fenced.lua): the
 // idempotency record of (topic, from_user, client_msg_id), the horizon, the
-// topic's ACL cache and the allocation's keys — one hash tag, one call.
+// topic's ACL cache, the allocation's keys with the migration gate last,
+// and the topic's message version
+// — one hash tag, one call.
 func (k Keys) Send(topic string, fromUser int64, clientMsgID string) []string {
-	return append([]string{k.Idempotency(topic, fromUser, clientMsgID), k.IdemSince(), k.Group(topic), k.Members(topic)},
-		k.alloc(topic)...)
+	return append(append([]string{k.Idempotency(topic, fromUser, clientMsgID), k.IdemSince(), k.Group(topic), k.Members(topic)},
+		k.alloc(topic)...), k.MessagesVersion(topic))
 }
+
+// MigrationGate is the tenant's migration write gate (STRING
+// "run_id:n:SC:state", master-only, fenced: see lua/fenced.lua): what the
+// migration's state in MySQL allows, as the migrate commands set it; every
+// allocation reads it in its one call.
+func (k Keys) MigrationGate() string { return k.prefix + "migration_gate" }
 
 // HotMessages is the topic's 24 h hot cache (ZSET score seq, member JSON).
 func (k Keys) HotMessages(topic string) string { return k.prefix + "hot:" + topic }
@@ -145,16 +154,17 @@ func (k Keys) HiddenVersion(topic string) string { return k.prefix + "hidden:ver
 // that is not dissolved, the field "~" once it names all of them, and the
 // field "#", its generation, moved by every script that writes it, see
 // modules/query); ReadCursorsVersion counts the changes that rewrite them
-// from MySQL (a join, a leave), so a fill computed before one cannot land
-// after it.
+// from MySQL (every membership change of the user), so a fill computed
+// before one cannot land after it.
 func (k Keys) ReadCursors(user int64) string { return k.prefix + "rc:" + strconv.FormatInt(user, 10) }
 func (k Keys) ReadCursorsVersion(user int64) string {
 	return k.prefix + "rcver:" + strconv.FormatInt(user, 10)
 }
 
-// GroupsEpoch counts the tenant's groups dissolved or brought back: every
-// user's cached memberships (ReadCursors) name the epoch they were read
-// at, and one read at an older epoch is read again.
+// GroupsEpoch counts the changes of the tenant's existing groups (any may
+// be a dissolve or its undoing, or the retry of one): every user's cached
+// memberships (ReadCursors) name the epoch they were read at, and one read
+// at an older epoch is read again.
 func (k Keys) GroupsEpoch() string { return k.prefix + "groups:epoch" }
 
 // Realtime is the pub/sub channel of a topic's new and changed messages.
@@ -168,6 +178,11 @@ func (k Keys) ReadFrames(user int64) string {
 
 // Gaps is the topic's set of recorded gap seqs (allocated, never persisted).
 func (k Keys) Gaps(topic string) string { return k.prefix + "gaps:" + topic }
+
+// Abandoned is the topic's set of seqs that timed out into a gap before
+// anyone acknowledged them (ZSET score seq): their events must never be
+// stored, and a late ack of one is not a sent message.
+func (k Keys) Abandoned(topic string) string { return k.prefix + "abandoned:" + topic }
 
 // Pending is the topic's in-flight seqs (ZSET seq → allocation time ms).
 func (k Keys) Pending(topic string) string { return k.prefix + "pending:" + topic }

@@ -50,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"tenant"}),
 		AllocRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "imshard_alloc_slow_path_total",
-			Help: "Allocations that took a slow path, by reason (recover, advance, seed, reserve).",
+			Help: "Allocations that took a slow path, by reason (recover, advance, seed, reserve, migration_gate).",
 		}, []string{"reason"}),
 	}
 	reg.MustRegister(m.ShardMissing, m.RouteMiss, m.RouteRebuild, m.SeqReserve, m.SeqResumed,

@@ -12,6 +12,7 @@ import (
 
 	sq "github.com/Masterminds/squirrel"
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/redis/rueidis"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/singleflight"
 )
@@ -19,8 +20,8 @@ import (
 // The migration of a tenant from the legacy single table (docs/migration.md).
 // This file owns its tables — every role reads them (send and the change
 // path through the gate, query for the dual read, the migrate module and
-// the CLI for the rest) — and the in-process state cache the write gate
-// and the dual read consult.
+// the CLI for the rest) — and the in-process state cache the dual read and
+// the write gate's local check consult (the gate itself: gate.go).
 const (
 	migrationTable       = "im_migration"
 	migrationTopicsTable = "im_migration_topics"
@@ -618,44 +619,99 @@ func RenameLegacy(ctx context.Context, db *sql.DB) error {
 }
 
 // MigrationRefresh is how often a process re-reads a tenant's migration
-// state: a state change reaches every process within it. `migrate plan`
-// and `finish` wait twice as long before they return.
+// state. The copy serves the dual read and narrows the write gate (a state
+// that refuses writes is refused without a Redis call); what lets a write
+// through is the gate in Redis (ConvergeMigrationGate), never the copy's
+// age.
 const MigrationRefresh = time.Second
 
+// MigrationStaleAfter is how old a process's copy of a tenant's migration
+// state may grow (its refreshes failing) before the process refuses the
+// tenant's sends and changes rather than decide on it.
+const MigrationStaleAfter = 3 * MigrationRefresh
+
+// MigrationPinnedEnv is a hook for the tests, honoured only by a binary
+// built with the build tag imshard_testhooks (migration_hook.go): with
+// IMSHARD_TEST_MIGRATION_PINNED=1 the process keeps the first migration
+// state it read of each tenant while its refreshes go on succeeding — a
+// process lagging behind a state change, held there for as long as a test
+// needs. A shipped binary never reads it.
+const MigrationPinnedEnv = "IMSHARD_TEST_MIGRATION_PINNED"
+
 // Migrations is the in-process cache of every tenant's migration state:
-// the write gate and the dual read consult it without a round trip. Run
-// refreshes the tenants asked about from MySQL every MigrationRefresh; a
-// tenant's first question reads MySQL once.
+// the dual read and the write gate's first, local check consult it without
+// a round trip. Run refreshes the tenants asked about from MySQL every
+// MigrationRefresh; a tenant's first question reads MySQL once.
 type Migrations struct {
-	dbs   DBs
-	log   zerolog.Logger
-	every time.Duration
+	dbs    DBs
+	rdb    rueidis.Client
+	lib    *FencedLib
+	log    zerolog.Logger
+	every  time.Duration
+	stale  time.Duration
+	now    func() time.Time
+	pinned bool // MigrationPinnedEnv
 
 	mu     sync.RWMutex
-	states map[string]MigrationState
+	states map[string]migrationCopy
 	loads  singleflight.Group
 
 	// cutover seqs never change once recorded: kept per tenant and topic
 	seqs *lru.Cache[[2]string, int64]
 }
 
-// NewMigrations builds the cache.
-func NewMigrations(dbs DBs, log zerolog.Logger) *Migrations {
+// migrationCopy is a tenant's state as read from MySQL at readAt (the
+// moment the read began).
+type migrationCopy struct {
+	state  MigrationState
+	readAt time.Time
+}
+
+// NewMigrations builds the cache; rdb and scripts reach the gate in Redis
+// (GateChange).
+func NewMigrations(dbs DBs, rdb rueidis.Client, scripts *Scripts, log zerolog.Logger) *Migrations {
 	c, err := lru.New[[2]string, int64](100_000)
 	if err != nil {
 		panic(err)
 	}
-	return &Migrations{dbs: dbs, log: log, every: MigrationRefresh, states: map[string]MigrationState{}, seqs: c}
+	return &Migrations{dbs: dbs, rdb: rdb, lib: scripts.Fenced, log: log, every: MigrationRefresh,
+		stale: MigrationStaleAfter, now: time.Now, pinned: migrationPinnedFromEnv(),
+		states: map[string]migrationCopy{}, seqs: c}
 }
 
-// State is the tenant's migration state as this process last read it.
+// State is the tenant's migration state as this process last read it,
+// however long ago: reads may use an old copy (the dual read is bounded
+// either way), writes go through fresh (see fresh).
 func (g *Migrations) State(ctx context.Context, tenant string) (MigrationState, error) {
 	g.mu.RLock()
-	s, ok := g.states[tenant]
+	c, ok := g.states[tenant]
 	g.mu.RUnlock()
 	if ok {
-		return s, nil
+		return c.state, nil
 	}
+	return g.reload(ctx, tenant)
+}
+
+// fresh is the tenant's state for a write: the copy while it is younger
+// than the stale bound, else read again now; a state that cannot be read
+// refuses the write (ErrMigrationStateUnknown), it never lets it through
+// on an old copy.
+func (g *Migrations) fresh(ctx context.Context, tenant string) (MigrationState, error) {
+	g.mu.RLock()
+	c, ok := g.states[tenant]
+	g.mu.RUnlock()
+	if ok && g.now().Sub(c.readAt) <= g.stale {
+		return c.state, nil
+	}
+	s, err := g.reload(ctx, tenant)
+	if err != nil {
+		return MigrationNone, &ErrMigrationStateUnknown{Err: err}
+	}
+	return s, nil
+}
+
+// reload reads the tenant's state from MySQL, once for concurrent callers.
+func (g *Migrations) reload(ctx context.Context, tenant string) (MigrationState, error) {
 	v, err, _ := g.loads.Do(tenant, func() (any, error) { return g.load(ctx, tenant) })
 	if err != nil {
 		return MigrationNone, err
@@ -664,6 +720,7 @@ func (g *Migrations) State(ctx context.Context, tenant string) (MigrationState, 
 }
 
 func (g *Migrations) load(ctx context.Context, tenant string) (MigrationState, error) {
+	at := g.now()
 	db, err := g.dbs.DB(ctx, tenant)
 	if err != nil {
 		return MigrationNone, err
@@ -673,8 +730,11 @@ func (g *Migrations) load(ctx context.Context, tenant string) (MigrationState, e
 		return MigrationNone, err
 	}
 	g.mu.Lock()
-	g.states[tenant] = m.State
-	g.mu.Unlock()
+	defer g.mu.Unlock()
+	if old, ok := g.states[tenant]; ok && g.pinned {
+		m.State = old.state
+	}
+	g.states[tenant] = migrationCopy{state: m.State, readAt: at}
 	return m.State, nil
 }
 
@@ -697,7 +757,8 @@ func (g *Migrations) Run(ctx context.Context) {
 		for _, tenant := range tenants {
 			rctx, cancel := context.WithTimeout(ctx, g.every)
 			if _, err := g.load(rctx, tenant); err != nil && ctx.Err() == nil {
-				g.log.Warn().Err(err).Str("tenant", tenant).Msg("migration state refresh failed; keeping the last state read")
+				g.log.Warn().Err(err).Str("tenant", tenant).Dur("stale_after", g.stale).
+					Msg("migration state refresh failed; the tenant's sends and changes are refused once the last state read is older than stale_after")
 			}
 			cancel()
 		}
@@ -712,12 +773,26 @@ func (e *ErrMigrationPending) Error() string {
 	return "the tenant is being migrated from its legacy table (state " + e.State.String() + "): try again once the migration allows it"
 }
 
-// GateSend refuses a send while the tenant's migration refuses them.
+// ErrMigrationStateUnknown refuses a write because the process could not
+// read the tenant's migration state (its copy is older than
+// MigrationStaleAfter and MySQL did not answer): retry.
+type ErrMigrationStateUnknown struct{ Err error }
+
+func (e *ErrMigrationStateUnknown) Error() string {
+	return "the tenant's migration state cannot be read right now: try again"
+}
+
+func (e *ErrMigrationStateUnknown) Unwrap() error { return e.Err }
+
+// GateSend refuses a send while this process's copy of the tenant's
+// migration refuses them, or is too old to tell. It only narrows: the send
+// call itself reads the gate in Redis (lua/fenced.lua), which refuses a
+// send the copy, lagging behind a command, would let through.
 func (g *Migrations) GateSend(ctx context.Context, tenant string) error {
 	if g == nil {
 		return nil
 	}
-	s, err := g.State(ctx, tenant)
+	s, err := g.fresh(ctx, tenant)
 	if err != nil {
 		return err
 	}
@@ -728,19 +803,50 @@ func (g *Migrations) GateSend(ctx context.Context, tenant string) error {
 }
 
 // GateChange refuses a recall, edit or delete while the tenant's migration
-// refuses them.
+// refuses them: this process's copy first (too old to tell refuses too),
+// then the gate in Redis, as a send's call reads it — a gate that is
+// missing, stale or refusing is converged with MySQL, whose state decides.
+// A gate that cannot be read or converged refuses too.
 func (g *Migrations) GateChange(ctx context.Context, tenant string) error {
 	if g == nil {
 		return nil
 	}
-	s, err := g.State(ctx, tenant)
+	s, err := g.fresh(ctx, tenant)
 	if err != nil {
 		return err
 	}
 	if s.RefusesChanges() {
 		return &ErrMigrationPending{State: s}
 	}
+	if s, err = g.gateForChange(ctx, tenant); err != nil {
+		return &ErrMigrationStateUnknown{Err: err}
+	}
+	if s.RefusesChanges() {
+		return &ErrMigrationPending{State: s}
+	}
 	return nil
+}
+
+// gateForChange is the state the gate in Redis lets a change through on:
+// MigrationNone for an open gate (its state name is not needed), else the
+// state MySQL holds once the gate is converged with it.
+func (g *Migrations) gateForChange(ctx context.Context, tenant string) (MigrationState, error) {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return MigrationNone, err
+	}
+	n, have, err := readGate(ctx, g.rdb, g.lib, []string{keys.MigrationGate()})
+	if err != nil {
+		return MigrationNone, fmt.Errorf("migration gate of %s: %w", tenant, err)
+	}
+	if gateAllows(n, have) {
+		return MigrationNone, nil
+	}
+	db, err := g.dbs.DB(ctx, tenant)
+	if err != nil {
+		return MigrationNone, err
+	}
+	return ConvergeMigrationGate(ctx, g.rdb, g.lib, db, tenant)
 }
 
 // DualRead reports whether the tenant's reads include the legacy table

@@ -1,8 +1,14 @@
 package routing
 
 import (
+	"context"
+	"database/sql"
+	"errors"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
 )
 
 func TestSplitsOfKeepsMonthRangesContiguous(t *testing.T) {
@@ -75,5 +81,50 @@ func TestMigrationTransitions(t *testing.T) {
 		if got := [3]bool{s.RefusesSends(), s.RefusesChanges(), s.DualRead()}; got != want {
 			t.Errorf("%s: sends refused, changes refused, dual read = %v, want %v", s, got, want)
 		}
+	}
+}
+
+// unreachableDBs is a MySQL that never answers.
+type unreachableDBs struct{}
+
+func (unreachableDBs) DB(context.Context, string) (*sql.DB, error) {
+	return nil, errors.New("mysql unreachable")
+}
+
+// TestMigrationGateRefusesWritesOnceTheStateCopyIsStale: a process whose
+// refreshes of a tenant's migration state fail keeps deciding on its last
+// copy only up to MigrationStaleAfter; past it the tenant's sends and
+// changes are refused (ErrMigrationStateUnknown) rather than let through
+// on a state that may have moved, while reads keep the last copy. A
+// tenant whose state was never read is refused the same way. The clock is
+// the test's: no waiting.
+func TestMigrationGateRefusesWritesOnceTheStateCopyIsStale(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1_700_000_000, 0)
+	g := NewMigrations(unreachableDBs{}, nil, NewScripts(), zerolog.Nop())
+	g.now = func() time.Time { return now }
+	g.states["acme"] = migrationCopy{state: MigrationNone, readAt: now}
+	var unknown *ErrMigrationStateUnknown
+	for period := time.Duration(1); period*MigrationRefresh <= MigrationStaleAfter; period++ {
+		now = now.Add(MigrationRefresh)
+		if _, err := g.load(ctx, "acme"); err == nil {
+			t.Fatal("a refresh from an unreachable MySQL succeeded")
+		}
+		if err := g.GateSend(ctx, "acme"); err != nil {
+			t.Fatalf("send refused %d refresh periods after the last read: %v", period, err)
+		}
+	}
+	now = now.Add(time.Millisecond)
+	if err := g.GateSend(ctx, "acme"); !errors.As(err, &unknown) {
+		t.Fatalf("send past the stale bound: %v, want ErrMigrationStateUnknown", err)
+	}
+	if err := g.GateChange(ctx, "acme"); !errors.As(err, &unknown) {
+		t.Fatalf("change past the stale bound: %v, want ErrMigrationStateUnknown", err)
+	}
+	if s, err := g.State(ctx, "acme"); err != nil || s != MigrationNone {
+		t.Fatalf("reads past the stale bound: %s %v, want the last copy", s, err)
+	}
+	if err := g.GateSend(ctx, "never-read"); !errors.As(err, &unknown) {
+		t.Fatalf("send of a tenant never read: %v, want ErrMigrationStateUnknown", err)
 	}
 }

@@ -15,9 +15,12 @@ import (
 // Flight tracks the seqs of a topic between allocation and persistence, so
 // that a reader walking forward never jumps over a message still on its way
 // (invariant 12, docs/invariants.md). The allocation script adds every seq to the topic's
-// pending set with its allocation time; send marks it acked once Kafka has
-// it; persist removes it after the DB commit. A seq still unacked after the
-// produce timeout will never arrive: it becomes a recorded gap.
+// pending set with its allocation time (Redis time); send marks it acked once
+// Kafka has it, or persist before it stores it (Claim); persist removes it
+// after the DB commit. A seq still unacked after the produce timeout,
+// counted from that allocation time, will never arrive: it becomes a
+// recorded gap and is abandoned — decided on the pending entry itself, so
+// an ack and the timeout can never both win.
 type Flight struct {
 	rdb     rueidis.Client
 	scripts *Scripts
@@ -109,6 +112,50 @@ func (f *Flight) RecordGap(ctx context.Context, tenant, topic string, seq int64)
 		}
 	}
 	return nil
+}
+
+// abandon records seq as a gap and abandoned while its pending entry is
+// still member, the one found stale (lua/pending_abandon.lua).
+func (f *Flight) abandon(ctx context.Context, keys Keys, topic, member string, seq int64) error {
+	return f.scripts.PendingAbandon.Exec(ctx, f.rdb,
+		[]string{keys.Pending(topic), keys.Gaps(topic), keys.Abandoned(topic)},
+		[]string{member, strconv.FormatInt(seq, 10)}).Error()
+}
+
+// Claim decides the seqs of one tenant's events before persist stores them
+// (lua/persist_claim.lua), for many topics in one round trip: it returns
+// the seqs abandoned — timed out into gaps readers walked past: their
+// events must be dropped, never stored — and marks every other seq still
+// pending as acknowledged, so none can time out while persist stores it.
+func (f *Flight) Claim(ctx context.Context, tenant string, seqs map[string][]int64) (map[string][]int64, error) {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return nil, err
+	}
+	topics := make([]string, 0, len(seqs))
+	var ks, args []string
+	for topic, ss := range seqs {
+		topics = append(topics, topic)
+		ks = append(ks, keys.Pending(topic), keys.Abandoned(topic))
+		args = append(args, strconv.Itoa(len(ss)))
+		for _, seq := range ss {
+			args = append(args, strconv.FormatInt(seq, 10))
+		}
+	}
+	if len(topics) == 0 {
+		return nil, nil
+	}
+	out, err := f.scripts.PersistClaim.Exec(ctx, f.rdb, ks, args).AsIntSlice()
+	if err != nil {
+		return nil, fmt.Errorf("pending: claim %s: %w", tenant, err)
+	}
+	abandoned := map[string][]int64{}
+	for i := 0; i+1 < len(out); i += 2 {
+		if t := out[i] - 1; t >= 0 && t < int64(len(topics)) {
+			abandoned[topics[t]] = append(abandoned[topics[t]], out[i+1])
+		}
+	}
+	return abandoned, nil
 }
 
 // Gaps lists the recorded gaps of a topic within [lo, hi].
@@ -270,7 +317,8 @@ func (f *Flight) below(ctx context.Context, tenant, topic string) (int64, error)
 	}
 	cutoff := now.Add(-f.timeout).UnixMilli()
 	for {
-		// every pass either returns or removes the whole batch it read
+		// every pass returns or takes each member it read out of the set
+		// (one changed meanwhile is read again by the next pass)
 		members, err := f.rdb.Do(ctx, f.rdb.B().Zrange().Key(keys.Pending(topic)).Min("0").
 			Max(strconv.Itoa(settledBatch-1)).Build()).AsStrSlice()
 		if err != nil {
@@ -291,8 +339,10 @@ func (f *Flight) below(ctx context.Context, tenant, topic string) (int64, error)
 			if flying {
 				return seq - 1, nil
 			}
-			if err := f.RecordGap(ctx, tenant, topic, seq); err != nil {
-				return 0, err
+			// an entry acked or refreshed since the read stays: the next
+			// pass reads it again
+			if err := f.abandon(ctx, keys, topic, m, seq); err != nil {
+				return 0, fmt.Errorf("pending: abandon %s/%s %d: %w", tenant, topic, seq, err)
 			}
 		}
 	}

@@ -16,21 +16,23 @@ import (
 // loaded on "not found"), for the operations fenced by the server
 // incarnation.
 type Scripts struct {
-	Fenced       *FencedLib
-	Activate     *rueidis.Lua
-	CacheFill    *rueidis.Lua
-	Unlock       *rueidis.Lua
-	Refresh      *rueidis.Lua
-	PendingAck   *rueidis.Lua
-	Persisted    *rueidis.Lua
-	RouteReplace *rueidis.Lua
-	IdemAck      *rueidis.Lua
-	IdemFail     *rueidis.Lua
-	IdemRelease  *rueidis.Lua
-	IdemRetry    *rueidis.Lua
-	MsgChange    *rueidis.Lua
-	HotPut       *rueidis.Lua
-	CursorFill   *rueidis.Lua
+	Fenced         *FencedLib
+	Activate       *rueidis.Lua
+	CacheFill      *rueidis.Lua
+	Unlock         *rueidis.Lua
+	Refresh        *rueidis.Lua
+	PendingAck     *rueidis.Lua
+	PendingAbandon *rueidis.Lua
+	PersistClaim   *rueidis.Lua
+	Persisted      *rueidis.Lua
+	RouteReplace   *rueidis.Lua
+	IdemAck        *rueidis.Lua
+	IdemFail       *rueidis.Lua
+	IdemRelease    *rueidis.Lua
+	IdemRetry      *rueidis.Lua
+	MsgChange      *rueidis.Lua
+	HotPut         *rueidis.Lua
+	CursorFill     *rueidis.Lua
 	// CursorPut runs inside a pipeline of other commands
 	CursorPut *Pipelined
 }
@@ -38,22 +40,24 @@ type Scripts struct {
 // NewScripts prepares every script once per process.
 func NewScripts() *Scripts {
 	return &Scripts{
-		Fenced:       newFencedLib(),
-		Activate:     rueidis.NewLuaScript(lua.Activate),
-		CacheFill:    rueidis.NewLuaScript(lua.CacheFill),
-		Unlock:       rueidis.NewLuaScript(lua.Unlock),
-		Refresh:      rueidis.NewLuaScript(lua.Refresh),
-		PendingAck:   rueidis.NewLuaScript(lua.PendingAck),
-		Persisted:    rueidis.NewLuaScript(lua.Persisted),
-		RouteReplace: rueidis.NewLuaScript(lua.RouteReplace),
-		IdemAck:      rueidis.NewLuaScript(lua.IdemAck),
-		IdemFail:     rueidis.NewLuaScript(lua.IdemFail),
-		IdemRelease:  rueidis.NewLuaScript(lua.IdemRelease),
-		IdemRetry:    rueidis.NewLuaScript(lua.IdemRetry),
-		MsgChange:    rueidis.NewLuaScript(lua.MsgChange),
-		HotPut:       rueidis.NewLuaScript(lua.HotPut),
-		CursorFill:   rueidis.NewLuaScript(lua.CursorFill),
-		CursorPut:    NewPipelined(lua.CursorPut),
+		Fenced:         newFencedLib(),
+		Activate:       rueidis.NewLuaScript(lua.Activate),
+		CacheFill:      rueidis.NewLuaScript(lua.CacheFill),
+		Unlock:         rueidis.NewLuaScript(lua.Unlock),
+		Refresh:        rueidis.NewLuaScript(lua.Refresh),
+		PendingAck:     rueidis.NewLuaScript(lua.PendingAck),
+		PendingAbandon: rueidis.NewLuaScript(lua.PendingAbandon),
+		PersistClaim:   rueidis.NewLuaScript(lua.PersistClaim),
+		Persisted:      rueidis.NewLuaScript(lua.Persisted),
+		RouteReplace:   rueidis.NewLuaScript(lua.RouteReplace),
+		IdemAck:        rueidis.NewLuaScript(lua.IdemAck),
+		IdemFail:       rueidis.NewLuaScript(lua.IdemFail),
+		IdemRelease:    rueidis.NewLuaScript(lua.IdemRelease),
+		IdemRetry:      rueidis.NewLuaScript(lua.IdemRetry),
+		MsgChange:      rueidis.NewLuaScript(lua.MsgChange),
+		HotPut:         rueidis.NewLuaScript(lua.HotPut),
+		CursorFill:     rueidis.NewLuaScript(lua.CursorFill),
+		CursorPut:      NewPipelined(lua.CursorPut),
 	}
 }
 

@@ -21,13 +21,15 @@ const (
 	resultDuplicate = "duplicate"
 )
 
-// Post-ack steps whose failures are counted (they never fail the send).
+// Post-ack steps whose failures are counted: the call after the ack failed
+// (all four; the send answered 503, a retry re-produces), or the ack came
+// after readers recorded the seq as a gap (the send answered 503, persist
+// drops the event).
 const (
-	stepPending     = "pending"
-	stepIdempotency = "idempotency"
-	stepHotCache    = "hot_cache"
-	stepPublish     = "publish"
-	// an ack after the seq had timed out into a gap
+	stepPending      = "pending"
+	stepIdempotency  = "idempotency"
+	stepHotCache     = "hot_cache"
+	stepPublish      = "publish"
 	stepLateAfterGap = "late_after_gap"
 )
 
@@ -48,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		postAck: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "imshard_send_post_ack_failures_total",
-			Help: "Failures after the Kafka ack (pending, idempotency, hot_cache, publish, late_after_gap); the send still succeeded.",
+			Help: "Failures after the Kafka ack: the call recording it failed (pending, idempotency, hot_cache, publish) or came after the seq was recorded as a gap (late_after_gap); the send answered 503.",
 		}, []string{"step"}),
 		dedupHit: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "imshard_send_mysql_dedup_hits_total",

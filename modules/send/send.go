@@ -67,10 +67,6 @@ func plainJSON(s string) bool {
 	return true
 }
 
-// produceGrace lets the client fail a record at its deadline before the
-// handler gives up on the promise.
-const produceGrace = 250 * time.Millisecond
-
 // postAckTimeout bounds the Redis work after the ack; it runs detached from
 // the request so a client hanging up cannot leave it half done.
 const postAckTimeout = 5 * time.Second
@@ -108,6 +104,7 @@ func (s *Service) handleSend(w http.ResponseWriter, r *http.Request, p httpapi.P
 // rejected request changes nothing (invariant 11, docs/invariants.md).
 func (s *Service) send(w http.ResponseWriter, r *http.Request, p httpapi.Principal) (Response, error) {
 	// in-process state, no round trip: 503 while a migration refuses sends
+	// (the send call's gate refuses what a lagging copy lets through)
 	if err := s.p.Migrations.GateSend(r.Context(), p.Tenant); err != nil {
 		return Response{}, err
 	}
@@ -187,11 +184,12 @@ type attempt struct {
 	ev     message.Event // without group, seq and month until allocated
 	stored []byte        // ev as the record stores it (message.Unallocated)
 
-	pending string // the seq's pending entry as the call made it ("" after a retry)
-	member  string // sender's id for the call's membership check; "" once checked against MySQL
-	groupID string // the group checkMember found
-	asked   bool   // MySQL said no earlier send exists (or the earlier seq is a gap)
-	held    bool   // the record holds this attempt's claim without an event
+	pending string    // the seq's pending entry as the call made it ("" after a retry)
+	origin  time.Time // before the call that stamped the seq's pending time (ackDeadlines)
+	member  string    // sender's id for the call's membership check; "" once checked against MySQL
+	groupID string    // the group checkMember found
+	asked   bool      // MySQL said no earlier send exists (or the earlier seq is a gap)
+	held    bool      // the record holds this attempt's claim without an event
 }
 
 // log is the attempt's logger, made only when something is logged (a
@@ -210,15 +208,17 @@ const claimWait = 5 * time.Millisecond
 // allocation's own slow paths).
 const maxSlowSteps = 12
 
-// Replies of the send call (lua/fenced.lua, send); 1–4 are the
-// allocation's slow paths (routing.Allocator.Resolve).
+// Replies of the send call (lua/fenced.lua, send); 1–4 and the gate's
+// two are the allocation's slow paths (routing.Allocator.Resolve).
 const (
-	replySent    = 0
-	replyRecord  = 5
-	replyBusy    = 6
-	replyRefused = 7
-	replyACLMiss = 8
-	replyAskDB   = 9
+	replySent        = 0
+	replyRecord      = 5
+	replyBusy        = 6
+	replyRefused     = 7
+	replyACLMiss     = 8
+	replyAskDB       = 9
+	replyGateShut    = 10
+	replyGateUnknown = 11
 )
 
 // run makes the one Redis call of the steady state; any other reply is a
@@ -233,6 +233,7 @@ func (a *attempt) run(ctx context.Context) (Response, error) {
 		if a.asked {
 			asked = "1"
 		}
+		a.origin = time.Now()
 		// detached: once Redis ran the call a seq may exist, and an
 		// attempt that stopped listening would leave it to time out
 		rep, err := s.p.Scripts.Fenced.Send(context.WithoutCancel(ctx), s.p.Redis, keys, append([]string{
@@ -287,8 +288,10 @@ func (a *attempt) run(ctx context.Context) (Response, error) {
 				return s.restored(ctx, a, resp)
 			}
 			a.asked = true
-		case 1, 2, 3, 4:
-			a.held = true
+		case 1, 2, 3, 4, replyGateShut, replyGateUnknown:
+			// the gate's replies come before the claim: a claim held now
+			// is one an earlier reply left
+			a.held = a.held || status <= 4
 			if err := s.p.Allocator.Resolve(ctx, a.tenant, a.topic, status, rep); err != nil {
 				if code, _ := httpapi.Classify(err); code == httpapi.CodeInternal {
 					err = unavailable("seq allocation failed", err)
@@ -395,6 +398,7 @@ func (a *attempt) retry(ctx context.Context, status string, raw []byte) (Respons
 		out.Duplicate = true
 		return out, false, nil
 	}
+	a.origin = time.Now()
 	n, err := s.p.Scripts.IdemRetry.Exec(ctx, s.p.Redis,
 		[]string{a.key, a.keys.Pending(a.topic), a.keys.Gaps(a.topic)},
 		[]string{strconv.FormatInt(ev.SeqID, 10), a.owner, s.idemTTL}).AsInt64()
@@ -414,34 +418,41 @@ func (a *attempt) retry(ctx context.Context, status string, raw []byte) (Respons
 	return resp, false, err
 }
 
-// produce waits for the broker's ack within the produce timeout. Past it the
-// answer is 503 and the promise is settled in the background: a late ack
-// still marks the seq acked; a failure leaves the event for a retry, and the
-// seq becomes a gap once pending past the timeout (routing.Flight.Settled).
+// produce waits for the broker's ack until the handler's deadline
+// (ackDeadlines). Past it the answer is 503 and the promise is settled in
+// the background: a late ack still marks the seq acked unless readers
+// recorded it as a gap first; a failure leaves the event for a retry, and
+// the seq becomes a gap once pending past the timeout
+// (routing.Flight.Settled).
 func (a *attempt) produce(ctx context.Context, ev *message.Event, raw []byte, dup bool) (Response, error) {
 	s := a.s
-	done := s.prod.produce(ev.Key(), raw)
+	recordBy, answerBy := ackDeadlines(a.origin, s.p.Send.ProduceTimeout)
+	done := s.prod.produce(ev.Key(), raw, recordBy)
 	// the record's own deadline normally settles it first; this is the
 	// backstop for a record the client may not fail yet (sent, unanswered)
-	timer := time.NewTimer(s.p.Send.ProduceTimeout + produceGrace)
+	timer := time.NewTimer(time.Until(answerBy))
 	defer timer.Stop()
 	select {
 	case err := <-done:
-		return a.settle(ctx, ev, raw, err, dup, false)
+		return a.settle(ctx, ev, err, dup)
 	case <-timer.C:
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			_, _ = a.settle(ctx, ev, raw, <-done, dup, true)
+			_, _ = a.settle(ctx, ev, <-done, dup)
 		}()
 		a.log().Warn().Int64("seq", ev.SeqID).Msg("kafka produce timed out")
 		return Response{}, unavailable("message queue did not acknowledge in time", nil)
 	}
 }
 
-// settle finishes a produce; late is an ack that came after the handler
-// answered 503.
-func (a *attempt) settle(ctx context.Context, ev *message.Event, raw []byte, err error, dup, late bool) (Response, error) {
+// settle finishes a produce. Only an ack the call after it recorded in
+// time answers as a stored message: one that came after readers recorded
+// the seq as a gap, or one that could not be recorded (the seq may still
+// time out into a gap), answers 503, and a retry with the same
+// client_msg_id re-produces the event or, once its seq is a gap, sends the
+// message afresh under a new seq.
+func (a *attempt) settle(ctx context.Context, ev *message.Event, err error, dup bool) (Response, error) {
 	s := a.s
 	if err != nil {
 		a.log().Warn().Err(err).Int64("seq", ev.SeqID).Msg("kafka produce failed; the event stays for a retry")
@@ -460,21 +471,14 @@ func (a *attempt) settle(ctx context.Context, ev *message.Event, raw []byte, err
 	testhook.CrashAfterAck()
 	ctx, cancel := context.WithTimeout(ctx, postAckTimeout)
 	defer cancel()
-	s.postAck(ctx, a, ev, body)
-	if late {
-		// the timeout may already have made this seq a gap that readers
-		// walked past (invariant 12, docs/invariants.md); the message is stored anyway
-		if gaps, err := s.p.Flight.Gaps(ctx, a.tenant, a.topic, ev.SeqID, ev.SeqID); err == nil && len(gaps) > 0 {
-			s.m.postAck.WithLabelValues(stepLateAfterGap).Inc()
-			a.log().Error().Int64("seq", ev.SeqID).Msg("kafka acknowledged a send after its seq was recorded as a gap")
-			// the message is now in the hot cache where readers' copies
-			// and remembered counts hold a gap: the topic's messages changed
-			if err := s.p.Scripts.MsgChange.Exec(ctx, s.p.Redis,
-				[]string{a.keys.HotMessages(a.topic), a.keys.MessagesVersion(a.topic)},
-				[]string{"0", strconv.FormatInt(routing.MessagesVersionTTL.Milliseconds(), 10)}).Error(); err != nil {
-				a.log().Warn().Err(err).Int64("seq", ev.SeqID).Msg("message version not moved after a late acknowledgement; query processes may count its seq as a gap until their copies and remembered counts expire")
-			}
-		}
+	reply, err := s.postAck(ctx, a, ev, body)
+	switch {
+	case err != nil:
+		return Response{}, unavailable("could not record the message queue's acknowledgement; retry", err)
+	case reply == sentAbandoned:
+		s.m.postAck.WithLabelValues(stepLateAfterGap).Inc()
+		a.log().Warn().Int64("seq", ev.SeqID).Msg("kafka acknowledged a send after its seq was recorded as a gap; persist drops the event and a retry sends the message under a new seq")
+		return Response{}, unavailable("message queue did not acknowledge in time", nil)
 	}
 	resp.Duplicate = dup
 	if !dup {
@@ -483,34 +487,41 @@ func (a *attempt) settle(ctx context.Context, ev *message.Event, raw []byte, err
 	return resp, nil
 }
 
+// sentAbandoned is the reply of the call after the ack (lua/fenced.lua,
+// sent) when readers had recorded the seq as a gap before it; its other
+// replies (1 cached and published, 2 stored already) both mean recorded.
+const sentAbandoned = 0
+
 // postAck records the ack and feeds the readers in one call, the library's
 // sent function: record acked, seq no longer pending, hot cache, realtime
-// publish. The message is rendered once: the hot-cache member is the
-// frame's inner object. resp is the 201 body the record keeps if Redis lost
-// it since the send call. Everything here is best effort (the hot cache
-// never rolls anything back; a reader falls back to MySQL by seq).
-func (s *Service) postAck(ctx context.Context, a *attempt, ev *message.Event, resp []byte) {
-	fail := func(err error, steps ...string) {
-		for _, step := range steps {
-			s.m.postAck.WithLabelValues(step).Inc()
-		}
-		a.log().Warn().Err(err).Int64("seq", ev.SeqID).Strs("steps", steps).Msg("post-ack step failed; the send succeeded")
-	}
+// publish — none of it once the seq was recorded as a gap (sentAbandoned),
+// and the last two only while no change of the message can have committed
+// before the call. The message is rendered once: the hot-cache member is
+// the frame's inner object. resp is the 201 body the record keeps if Redis
+// lost it since the send call. The hot cache never rolls anything back; a
+// reader falls back to MySQL by seq.
+func (s *Service) postAck(ctx context.Context, a *attempt, ev *message.Event, resp []byte) (int64, error) {
 	buf, err := message.FromEvent(ev).AppendJSON(append(make([]byte, 0, 512+len(ev.Content)+len(ev.Head)), framePrefix...))
 	if err != nil {
-		fail(err, stepHotCache, stepPublish)
-		return
+		return 0, fmt.Errorf("send: render message: %w", err)
 	}
 	frame := string(append(buf, '}'))
 	member, hotTTL, hotMax := "", "0", "0"
 	if hc := s.p.HotCache; hc.TTL > 0 && hc.MaxPerTopic > 0 {
 		member, hotTTL, hotMax = frame[len(framePrefix):len(frame)-1], s.hotTTL, s.hotMax
 	}
-	keys := []string{a.key, a.keys.Pending(a.topic), a.keys.HotMessages(a.topic), a.keys.Realtime(a.topic)}
+	keys := []string{a.key, a.keys.Pending(a.topic), a.keys.HotMessages(a.topic), a.keys.Realtime(a.topic),
+		a.keys.MessagesVersion(a.topic), a.keys.Abandoned(a.topic)}
 	args := []string{strconv.FormatInt(ev.SeqID, 10), s.idemTTL, string(resp), member, hotTTL, hotMax, a.pending, frame}
-	if err := s.p.Scripts.Fenced.Sent(ctx, s.p.Redis, keys, args).Error(); err != nil {
-		fail(err, stepIdempotency, stepPending, stepHotCache, stepPublish)
+	reply, err := s.p.Scripts.Fenced.Sent(ctx, s.p.Redis, keys, args).AsInt64()
+	if err != nil {
+		for _, step := range []string{stepIdempotency, stepPending, stepHotCache, stepPublish} {
+			s.m.postAck.WithLabelValues(step).Inc()
+		}
+		a.log().Warn().Err(err).Int64("seq", ev.SeqID).Msg("recording the kafka acknowledgement failed; the send answers 503")
+		return 0, fmt.Errorf("send: after the ack: %w", err)
 	}
+	return reply, nil
 }
 
 // framePrefix opens a new message's realtime frame; the message and "}"

@@ -2,18 +2,21 @@
 // group/member management endpoints (docs/api.md). A send is authenticated,
 // validated and authorised, claims its idempotency record, takes a Snowflake
 // id, allocates (seq, month) in one Lua call, produces the event to Kafka
-// and answers only after the broker's ack; the hot cache and the realtime
-// publish follow the ack and never fail the send.
+// and answers 201 only once the call after the broker's ack recorded it in
+// time; the hot cache and the realtime publish it also makes never fail the
+// send.
 //
 // Gaps (invariants 1 and 12, docs/invariants.md): a seq is never reused. When the
 // produce fails or times out, the answer is 503 and the idempotency record
 // keeps the event (status failed), so a retry with the same client_msg_id
-// re-produces exactly that event — same seq, month and event_id. A seq no
-// retry re-produces within send.produce_timeout is recorded as a gap by
-// routing.Flight.Settled; a retry arriving after that finds the gap and
-// sends the message afresh under a new seq. The send path itself records a
-// gap only for a seq it abandons before producing (the event could not be
-// stored in the claim), since nothing can ever re-produce that one.
+// re-produces exactly that event — same seq, month and event_id. A seq
+// nobody acknowledged within send.produce_timeout of its allocation is
+// recorded as a gap and abandoned by routing.Flight.Settled: a late ack of
+// it answers 503 too, persist drops its event, and a retry finds the gap
+// and sends the message afresh under a new seq. The send path itself
+// records a gap only for a seq it abandons before producing (the event
+// could not be stored in the claim), since nothing can ever re-produce
+// that one.
 package send
 
 import (
@@ -52,7 +55,6 @@ type Params struct {
 	DBs        routing.DBs
 	Catalog    *routing.Catalog
 	Allocator  *routing.Allocator
-	Flight     *routing.Flight
 	Scripts    *routing.Scripts
 	ACL        *acl.Checker
 	Auth       *httpapi.Authenticator
