@@ -3,6 +3,7 @@ package robustness
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 const settledName = "settled"
@@ -15,8 +16,9 @@ var Settled = Checker{
 	Name: settledName,
 	Invariant: "a since walk that began after the quiesce mark and reached the end of its topic (has_more false) holds " +
 		"every acknowledged send of the topic above its start — a recalled one as its tombstone — unless a delete for " +
-		"everyone or a hide of the reader's may have applied; a send answered with another seq of the same " +
-		"client_msg_id is held when that message is (no-duplicate judges the two seqs) (invariants 8 and 12)",
+		"everyone or a hide of the reader's may have applied; a send answered with more than one seq for one " +
+		"client_msg_id is held when the walk holds its message under any of them, or one of them may be absent " +
+		"that way (no-duplicate judges the seqs) (invariants 8 and 12)",
 	Check: checkSettled,
 }
 
@@ -46,8 +48,18 @@ func checkSettled(ops []Op) []Violation {
 				clients[sent{m.SenderID, m.ClientID}] = true
 			}
 		}
+		// every seq a send's client_msg_id was answered with: the message
+		// is stored under one of them
+		answered := map[sent][]int64{}
+		for _, a := range acked[k] {
+			key := sent{a.op.User, a.op.ClientMsgID}
+			answered[key] = append(answered[key], a.seq)
+		}
 		for _, a := range acked.in(k, first.Since, math.MaxInt64) {
-			if seqs[a.seq] || clients[sent{a.op.User, a.op.ClientMsgID}] || vis.mayBeAbsent(k, last.User, a.seq, last.End) {
+			key := sent{a.op.User, a.op.ClientMsgID}
+			if clients[key] || slices.ContainsFunc(answered[key], func(s int64) bool {
+				return seqs[s] || vis.mayBeAbsent(k, last.User, s, last.End)
+			}) {
 				continue
 			}
 			out = append(out, violation(settledName, fmt.Sprintf(

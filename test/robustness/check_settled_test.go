@@ -43,5 +43,12 @@ func TestSettled(t *testing.T) {
 		{name: "a retry answered with another seq is held by the stored one", h: h().
 			at(0, 10, send(1, "g", 1)).at(0, 12, send(1, "g", 2)).at(11, 14, retried).
 			at(20, 20, quiesce).at(21, 22, since(2, "g", 0, 3, 1, 2))},
+		{name: "a retry answered with another seq, the stored one hidden by the reader", h: h().
+			at(0, 10, send(1, "g", 1)).at(0, 12, send(1, "g", 2)).at(11, 14, retried).at(15, 16, hide(2, "g", 2, 3)).
+			at(20, 20, quiesce).at(21, 22, since(2, "g", 0, 3, 1))},
+		{name: "a retry answered with another seq, neither held", h: h().
+			at(0, 10, send(1, "g", 1)).at(0, 12, send(1, "g", 2)).at(11, 14, retried).
+			at(20, 20, quiesce).at(21, 22, since(2, "g", 0, 3, 1)),
+			flagged: true, detail: "g seq 2"},
 	})
 }
