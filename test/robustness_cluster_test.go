@@ -51,6 +51,7 @@ type rbCluster struct {
 	persists [2]*faultsProc // [0] always runs (between faults), [1] joins and leaves
 	apiProcs []*faultsProc  // the API processes, by their index in apis
 	apiKills int            // API faults so far: each takes the next process in turn
+	started  []*faultsProc  // every API and persist process of the run, for their logs
 }
 
 // rbStart brings the topology up; breakage (a testhook name, or "") is
@@ -120,7 +121,29 @@ func rbProxy(t *testing.T, server *toxiproxy.ApiServer, name, upstream string) *
 func (c *rbCluster) startAPI(i int, extra []string) *faultsProc {
 	env := []string{"IMSHARD_HTTP_ADDR=" + strings.TrimPrefix(c.apis[i], "http://"),
 		fmt.Sprintf("IMSHARD_METRICS_ADDR=127.0.0.1:%d", testenv.FreePort(c.t))}
-	return faultsStart(c.t, append(append(env, c.env...), extra...), "serve", "--roles=send,query", "--config", c.cfg)
+	return c.logged(faultsStart(c.t, append(append(env, c.env...), extra...), "serve", "--roles=send,query", "--config", c.cfg))
+}
+
+// logged keeps p for writeLogs and returns it (the caller holds c.mu or
+// runs before the workload).
+func (c *rbCluster) logged(p *faultsProc) *faultsProc {
+	c.started = append(c.started, p)
+	return p
+}
+
+// writeLogs writes the output of every API and persist process the run
+// started into dir, one file each in the order they started, so that a
+// failing run shows what the processes saw (a stall, a rebalance, an error).
+func (c *rbCluster) writeLogs(dir string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, p := range c.started {
+		name := fmt.Sprintf("%02d-%s.log", i, p.cmd.Args[1])
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(p.out.String()), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // waitAPI waits until API process i answers.
@@ -154,7 +177,7 @@ func (c *rbCluster) replaceAPI(extra []string) (lift func()) {
 // startPersist starts a persist process with extra env.
 func (c *rbCluster) startPersist(extra []string) *faultsProc {
 	env := append([]string{fmt.Sprintf("IMSHARD_METRICS_ADDR=127.0.0.1:%d", testenv.FreePort(c.t))}, c.env...)
-	return faultsStart(c.t, append(env, extra...), "persist", "--config", c.cfg)
+	return c.logged(faultsStart(c.t, append(env, extra...), "persist", "--config", c.cfg))
 }
 
 // rbFault is one fault the schedule can inject: inject starts it and

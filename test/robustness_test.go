@@ -112,7 +112,8 @@ func rbRunAndCheck(t *testing.T, seed uint64, size rbSize, breakage string) {
 }
 
 // rbWriteHistory writes the run's history as JSON lines to a file that
-// outlives the test and returns its path.
+// outlives the test, with the processes' logs beside it, and returns its
+// path.
 func rbWriteHistory(t *testing.T, run *rbRun) string {
 	dir, err := os.MkdirTemp("", "imshard-robustness-")
 	if err != nil {
@@ -125,6 +126,9 @@ func rbWriteHistory(t *testing.T, run *rbRun) string {
 	}
 	defer f.Close()
 	if err := run.h.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := run.c.writeLogs(dir); err != nil {
 		t.Fatal(err)
 	}
 	return path
