@@ -174,9 +174,11 @@ func (c *rbCluster) replaceAPI(extra []string) (lift func()) {
 	}
 }
 
-// startPersist starts a persist process with extra env.
+// startPersist starts a persist process with extra env, logging at info:
+// its partition assignments and resumed tenants are what a stalled run's
+// logs must show.
 func (c *rbCluster) startPersist(extra []string) *faultsProc {
-	env := append([]string{fmt.Sprintf("IMSHARD_METRICS_ADDR=127.0.0.1:%d", testenv.FreePort(c.t))}, c.env...)
+	env := append([]string{"IMSHARD_LOG_LEVEL=info", fmt.Sprintf("IMSHARD_METRICS_ADDR=127.0.0.1:%d", testenv.FreePort(c.t))}, c.env...)
 	return c.logged(faultsStart(c.t, append(env, extra...), "persist", "--config", c.cfg))
 }
 
