@@ -36,13 +36,18 @@ func checkSettled(ops []Op) []Violation {
 	}
 	var out []Violation
 	for _, w := range sinceWalks(all) {
-		first, last := w.pages[0], w.pages[len(w.pages)-1]
-		if !first.Start.After(mark.End) || last.HasMore {
+		// the walk's pages from the first one after the mark: a walk
+		// stalled at its start (every page since=0, next_since 0) chains
+		// the final reads to the ones before the mark
+		i := slices.IndexFunc(w.pages, func(p *Op) bool { return p.Start.After(mark.End) })
+		if i < 0 || w.pages[len(w.pages)-1].HasMore {
 			continue
 		}
+		pages := w.pages[i:]
+		first, last := pages[0], pages[len(pages)-1]
 		k := keyOf(first)
 		seqs, clients := map[int64]bool{}, map[sent]bool{}
-		for _, p := range w.pages {
+		for _, p := range pages {
 			for _, m := range p.Messages {
 				seqs[m.Seq] = true
 				clients[sent{m.SenderID, m.ClientID}] = true

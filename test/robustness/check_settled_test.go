@@ -21,6 +21,12 @@ func TestSettled(t *testing.T) {
 			at(0, 10, send(1, "g", 1)).at(20, 20, quiesce).
 			at(21, 22, Op{Kind: PageSince, User: 999, Role: "admin", Topic: "g", Status: 200}),
 			flagged: true, detail: "g seq 1"},
+		{name: "a walk stalled at its start from before the mark to after it", h: h().
+			at(0, 10, send(1, "g", 1)).at(11, 12, since(2, "g", 0, 0)).at(20, 20, quiesce).at(21, 22, since(2, "g", 0, 0)),
+			flagged: true, detail: "g seq 1: acknowledged, and a since walk after the quiesce mark ended at 0"},
+		{name: "a walk resumed after the mark owes what lies above its resumption", h: h().
+			at(0, 10, send(1, "g", 1)).at(0, 10, send(1, "g", 2)).at(11, 12, more(since(2, "g", 0, 1))).
+			at(20, 20, quiesce).at(21, 22, since(2, "g", 1, 2, 2))},
 		{name: "a walk that did not reach the end owes nothing yet", h: h().
 			at(0, 10, send(1, "g", 1)).at(0, 12, send(1, "g", 2)).at(20, 20, quiesce).
 			at(21, 22, more(since(2, "g", 0, 1, 1)))},
