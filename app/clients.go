@@ -374,7 +374,7 @@ func initRouting(ctx context.Context, a *App) (Service, error) {
 		AutoAdvance: a.Config.Shard.AutoAdvance,
 		ReserveStep: a.Config.Send.SeqReserveStep,
 	})
-	c.flight = routing.NewFlight(c.redis, c.scripts, c.pools, a.Config.Send.ProduceTimeout)
+	c.flight = routing.NewFlight(c.redis, c.scripts, c.pools, a.Config.Send.ProduceTimeout, c.rmetrics)
 	c.routes = routing.NewRoutes(c.redis, c.scripts)
 	c.acl = acl.New(acl.Params{Redis: c.redis, Scripts: c.scripts, DBs: c.pools, TTL: a.Config.Send.ACLCacheTTL, Log: a.Log.With().Str("module", "acl").Logger()})
 	c.migs = routing.NewMigrations(c.pools, c.redis, c.scripts, a.Log.With().Str("module", Routing).Logger())

@@ -87,6 +87,12 @@ var IdemRelease string
 //go:embed idem_retry.lua
 var IdemRetry string
 
+// FenceLift records a lifted resume fence's unstored seqs as gaps and
+// removes the fence from the topic's pending set.
+//
+//go:embed fence_lift.lua
+var FenceLift string
+
 // CacheFill fills a read-through cache (a HASH field, optionally a STRING
 // too) unless the cached facts' version changed meanwhile: the ACL cache and
 // the deletion-range cache.

@@ -191,8 +191,19 @@ end
 --
 -- KEYS[1] topic last seq, KEYS[2] topic reservation ("run_id:high-water"),
 -- KEYS[3] and KEYS[4] the topic's high-water and stamp strings of the
--- layout before (seqhw:, seqstamp:)
+-- layout before (seqhw:, seqstamp:), KEYS[5] topic pending seqs
 -- ARGV[1] reserved_hi read from MySQL: every seq ever issued is <= it
+-- ARGV[2] the lowest seq MySQL did not prove stored when the caller read it
+--
+-- A seeded counter lost the pending set with it (or, restored from an older
+-- state, holds one that misses later seqs): seqs from ARGV[2] up to the new
+-- counter may still be on their way through Kafka, acknowledged or not. So
+-- the same call puts a resume fence in the pending set, member
+-- "from:f:to:T0ms" at score 0 (no seq's score: removals by seq never touch
+-- it), T0 the Redis time of the re-seed. Readers stop below `from` until
+-- nothing allocated before T0 can still arrive (routing.Flight, fence.go).
+-- A reader of an older release reads the member as seq `from` in flight at
+-- an unknown time, and stops below it too.
 --
 -- A topic still in the layout before moves here, atomically: when its old
 -- stamp is this incarnation's, its old high-water (committed to MySQL before
@@ -200,8 +211,9 @@ end
 -- goes on where it was; otherwise it is seeded as a lost one. Either way the
 -- old strings go.
 --
--- Reply: 1 seeded, 0 this incarnation had seeded it already (nothing
--- changed, or only moved from the layout before).
+-- Reply: 2 seeded and fenced, 1 seeded (nothing to fence), 0 this
+-- incarnation had seeded it already (nothing changed, or only moved from
+-- the layout before).
 local function seed(keys, args)
   local v = redis.call('MGET', keys[1], keys[2], keys[3], keys[4])
   if v[1] and reserved(v[2]) then
@@ -221,9 +233,16 @@ local function seed(keys, args)
   -- a counter above the durable high-water cannot be stale (the high-water
   -- bounds everything issued); keep it rather than step back
   local cur = tonumber(v[1] or '0')
-  redis.call('SET', keys[1], math.max(cur, hi))
+  local top = math.max(cur, hi)
+  redis.call('SET', keys[1], top)
   redis.call('SET', keys[2], string.format('%s:%d', inc, hi))
   redis.set_repl(redis.REPL_ALL)
+  local from = tonumber(args[2])
+  if from <= top then
+    local _, ms = clock()
+    redis.call('ZADD', keys[5], 0, string.format('%d:f:%d:%d', from, top, ms))
+    return 2
+  end
   return 1
 end
 

@@ -23,11 +23,26 @@ if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
 end
 -- no pending entry and no gap: persist already removed it, nothing to time
 -- out; an acknowledged entry (the first attempt's ack, or persist's claim
--- before it stores the event) must never time out again, so it stays
+-- before it stores the event) must never time out again, so it stays. With
+-- no entry, a resume fence (score 0, "from:f:to:T0ms", see seed in
+-- fenced.lua) may cover the seq: the entry was lost with the counter, and
+-- this re-produce, which may be acknowledged after the fence is lifted, is
+-- tracked on its own again, so the lift never records it as a gap
+local seq = tonumber(ARGV[1])
 local cur = redis.call('ZRANGEBYSCORE', KEYS[2], ARGV[1], ARGV[1])
-if cur[1] and cur[1] ~= ARGV[1] .. ':a' then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], ARGV[1], ARGV[1])
-  redis.call('ZADD', KEYS[2], ARGV[1], ARGV[1] .. ':' .. now)
+if cur[1] then
+  if cur[1] ~= ARGV[1] .. ':a' then
+    redis.call('ZREMRANGEBYSCORE', KEYS[2], ARGV[1], ARGV[1])
+    redis.call('ZADD', KEYS[2], ARGV[1], ARGV[1] .. ':' .. now)
+  end
+else
+  for _, f in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], 0, 0)) do
+    local from, to = string.match(f, '^(%d+):f:(%d+):%d+$')
+    if from and seq >= tonumber(from) and seq <= tonumber(to) then
+      redis.call('ZADD', KEYS[2], ARGV[1], ARGV[1] .. ':' .. now)
+      break
+    end
+  end
 end
 if redis.call('HGET', KEYS[1], 'status') == 'failed' then
   redis.call('HSET', KEYS[1], 'status', 'pending')

@@ -32,6 +32,7 @@ type metrics struct {
 	parkedTenants prometheus.Gauge // imshard_persist_parked_tenants
 	parkedEvents  prometheus.Gauge // imshard_persist_parked_events
 	pollPaused    prometheus.Gauge // imshard_persist_poll_paused
+	progress      prometheus.Gauge // imshard_persist_progress_timestamp_seconds
 }
 
 // newMetrics registers the role's metrics; inFlight counts the records
@@ -93,13 +94,17 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 			Name: "imshard_persist_poll_paused",
 			Help: "1 while persist stops polling Kafka because its in-flight or parked events are at their limit: every tenant waits.",
 		}),
+		progress: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "imshard_persist_progress_timestamp_seconds",
+			Help: "The Redis time before which every record produced to kafka.topic is stored, compensated or dead-lettered, as last published by this process (lifts resume fences).",
+		}),
 	}
 	inFlightGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "imshard_persist_in_flight_records",
 		Help: "Records polled from Kafka and not yet stored, compensated or dead-lettered (work persist holds).",
 	}, inFlight)
 	reg.MustRegister(m.persisted, m.latency, m.dedupHits, m.deadLetter, m.backlog, m.batchSize, m.batchTime,
-		m.retries, m.lag, m.repairs, m.parkedTenants, m.parkedEvents, m.pollPaused, inFlightGauge)
+		m.retries, m.lag, m.repairs, m.parkedTenants, m.parkedEvents, m.pollPaused, m.progress, inFlightGauge)
 	// exported as 0 from the start, so an alert sees the first one as an increase
 	for _, r := range []string{reasonMalformed, missingTable.String(), permanent.String(), fatal.String()} {
 		m.deadLetter.WithLabelValues(r)

@@ -173,6 +173,8 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() { defer close(commitDone); s.committer(commitCtx) }()
 	repairDone := make(chan struct{})
 	go func() { defer close(repairDone); s.repairLoop(ctx) }()
+	progressDone := make(chan struct{})
+	go func() { defer close(progressDone); s.progressLoop(ctx) }()
 
 	s.poll(ctx)
 	// asked to finish: batches still retrying after drainTimeout are
@@ -185,6 +187,7 @@ func (s *Service) Run(ctx context.Context) error {
 	stopCommit()
 	<-commitDone
 	<-repairDone
+	<-progressDone
 	finalCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	s.commit(finalCtx)
 	cancel()

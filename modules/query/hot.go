@@ -116,13 +116,16 @@ func (s *Service) hotReread(ctx context.Context, keys routing.Keys, topic string
 // the caller's deletion ranges, and on request the route's reads and the
 // settled watermark.
 type pageReads struct {
-	v       hotView
-	at      time.Time // when the reads were sent: a copy made from them is this old
-	last    int64
-	herr    error // the hot-cache read failed: MySQL answers
-	hv      hiddenView
-	route   []rueidis.RedisResult // the route's reads, when prefetched (routing.Router.RouteCmds)
-	settled int64                 // the settled watermark, when asked for
+	v    hotView
+	at   time.Time // when the reads were sent: a copy made from them is this old
+	last int64
+	herr error // the hot-cache read failed: MySQL answers
+	// regapped: the watermark's resolution recorded gaps after the
+	// round trip read them (routing.Flight.SettledResolve)
+	regapped bool
+	hv       hiddenView
+	route    []rueidis.RedisResult // the route's reads, when prefetched (routing.Router.RouteCmds)
+	settled  int64                 // the settled watermark, when asked for
 }
 
 // pageAlso asks readPage for more in the same round trip: the route, for a
@@ -180,7 +183,7 @@ func (s *Service) readPage(ctx context.Context, p httpapi.Principal, keys routin
 	r := pageReads{at: at}
 	if also.settled {
 		var err error
-		if r.settled, err = s.p.Flight.SettledResolve(ctx, p.Tenant, topic, res[:ns]); err != nil {
+		if r.settled, r.regapped, err = s.p.Flight.SettledResolve(ctx, p.Tenant, topic, res[:ns]); err != nil {
 			return pageReads{}, httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
 		}
 	}

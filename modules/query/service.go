@@ -259,7 +259,7 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 		// already), or this process's copy below it holds them: gaps are
 		// never taken back
 		read := false
-		if r.herr == nil {
+		if r.herr == nil && !r.regapped {
 			gaps, read = r.v.gapsIn(since+1, hi)
 		}
 		if !read {

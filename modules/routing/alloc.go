@@ -251,7 +251,12 @@ func (a *Allocator) reserve(ctx context.Context, tenant, topic string, keys Keys
 
 // seed restores a lost or stale counter at the durable high-water: every
 // seq ever handed out is at or below it, so the topic resumes above all of
-// them (a forward jump, never a repeat).
+// them (a forward jump, never a repeat). The same call fences the seqs
+// from the first one MySQL does not prove stored up to the new counter
+// (lua/fenced.lua, seed): their pending entries were lost with the counter,
+// and some may still be on their way through Kafka (invariant 12,
+// docs/invariants.md). The proof is read before the call, so it can only be
+// older than the call: the fence can only start lower than it must.
 func (a *Allocator) seed(ctx context.Context, tenant, topic string, keys Keys) error {
 	db, err := a.p.DBs.DB(ctx, tenant)
 	if err != nil {
@@ -261,12 +266,19 @@ func (a *Allocator) seed(ctx context.Context, tenant, topic string, keys Keys) e
 	if err != nil {
 		return err
 	}
-	n, err := a.p.Scripts.Fenced.Seed(ctx, a.p.Redis, keys.seqState(topic),
-		[]string{strconv.FormatInt(hi, 10)}).AsInt64()
+	ranges, err := LoadMirror(ctx, db, topic)
 	if err != nil {
 		return fmt.Errorf("alloc: seed %s/%s: %w", tenant, topic, err)
 	}
-	if n == 1 && hi > 0 {
+	n, err := a.p.Scripts.Fenced.Seed(ctx, a.p.Redis, append(keys.seqState(topic), keys.Pending(topic)),
+		[]string{strconv.FormatInt(hi, 10), strconv.FormatInt(StoredThrough(ranges)+1, 10)}).AsInt64()
+	if err != nil {
+		return fmt.Errorf("alloc: seed %s/%s: %w", tenant, topic, err)
+	}
+	if n == 2 {
+		a.p.Metrics.SeqFences.WithLabelValues(fenceRaised).Inc()
+	}
+	if n > 0 && hi > 0 {
 		a.p.Metrics.SeqResumed.Inc()
 		a.p.Log.Warn().Str("tenant", tenant).Str("topic", topic).Int64("resume_above", hi).
 			Msg("seq counter was lost in Redis; resumed above the durable reservation")

@@ -99,7 +99,7 @@ func TestMarkPersistedMany(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flight := routing.NewFlight(rdb, routing.NewScripts(), nil, time.Minute)
+	flight := routing.NewFlight(rdb, routing.NewScripts(), nil, time.Minute, nil)
 	for _, topic := range []string{"a", "b", "c"} {
 		for seq := int64(1); seq <= 10; seq++ {
 			v := strconv.FormatInt(seq, 10)

@@ -187,6 +187,13 @@ func (k Keys) Abandoned(topic string) string { return k.prefix + "abandoned:" + 
 // Pending is the topic's in-flight seqs (ZSET seq → allocation time ms).
 func (k Keys) Pending(topic string) string { return k.prefix + "pending:" + topic }
 
+// PersistedBefore is the Redis-time ms before which every record produced
+// to kafka.topic is stored, compensated or dead-lettered (STRING, written
+// by persist, see modules/persist/progress.go): what lifts a topic's
+// resume fence (fence.go). Losing it only keeps fences standing until
+// persist writes it again.
+func (k Keys) PersistedBefore() string { return k.prefix + "persisted_before" }
+
 // ShardLock is the lock one shard manager holds while acting on the tenant.
 func (k Keys) ShardLock() string { return k.prefix + "lock:shardmgr" }
 

@@ -15,6 +15,8 @@ type Metrics struct {
 	MonthSwitches *prometheus.CounterVec // imshard_active_month_switches_total{source}
 	ActiveMonth   *prometheus.GaugeVec   // imshard_active_month{tenant}
 	AllocRetries  *prometheus.CounterVec // imshard_alloc_slow_path_total{reason}
+	SeqFences     *prometheus.CounterVec // imshard_seq_fences_total{event}
+	FenceStalls   prometheus.Counter     // imshard_seq_fence_stalled_reads_total
 }
 
 // NewMetrics registers the routing metrics on reg.
@@ -52,11 +54,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "imshard_alloc_slow_path_total",
 			Help: "Allocations that took a slow path, by reason (recover, advance, seed, reserve, migration_gate).",
 		}, []string{"reason"}),
+		SeqFences: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "imshard_seq_fences_total",
+			Help: "Resume fences of re-seeded topic counters, by event (raised by a re-seed, lifted by a reader once persist passed them).",
+		}, []string{"event"}),
+		FenceStalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "imshard_seq_fence_stalled_reads_total",
+			Help: "Forward reads held by a resume fence standing more than a minute past send.produce_timeout (persist not passing it).",
+		}),
 	}
 	reg.MustRegister(m.ShardMissing, m.RouteMiss, m.RouteRebuild, m.SeqReserve, m.SeqResumed,
-		m.MonthSwitches, m.ActiveMonth, m.AllocRetries)
+		m.MonthSwitches, m.ActiveMonth, m.AllocRetries, m.SeqFences, m.FenceStalls)
 	for _, r := range []string{"ok", "error"} {
 		m.SeqReserve.WithLabelValues(r) // exported as 0 from the start: the first error is an increase
+	}
+	for _, e := range []string{fenceRaised, fenceLifted} {
+		m.SeqFences.WithLabelValues(e)
 	}
 	return m
 }

@@ -24,13 +24,14 @@ import (
 type Flight struct {
 	rdb     rueidis.Client
 	scripts *Scripts
-	dbs     DBs           // the route mirror, when Redis holds no counter
+	dbs     DBs           // the route mirror, when Redis holds no counter or a fence is lifted
 	timeout time.Duration // send.produce_timeout
+	metrics *Metrics      // resume fences (nil: not counted)
 }
 
 // NewFlight builds the tracker; timeout is send.produce_timeout.
-func NewFlight(rdb rueidis.Client, scripts *Scripts, dbs DBs, timeout time.Duration) *Flight {
-	return &Flight{rdb: rdb, scripts: scripts, dbs: dbs, timeout: timeout}
+func NewFlight(rdb rueidis.Client, scripts *Scripts, dbs DBs, timeout time.Duration, metrics *Metrics) *Flight {
+	return &Flight{rdb: rdb, scripts: scripts, dbs: dbs, timeout: timeout, metrics: metrics}
 }
 
 // noneInFlight is what below answers when nothing of the topic is in flight.
@@ -206,7 +207,8 @@ func (f *Flight) Settled(ctx context.Context, tenant, topic string) (int64, erro
 	if err != nil {
 		return 0, err
 	}
-	return f.SettledResolve(ctx, tenant, topic, f.rdb.DoMulti(ctx, f.SettledCmds(keys, topic)...))
+	settled, _, err := f.SettledResolve(ctx, tenant, topic, f.rdb.DoMulti(ctx, f.SettledCmds(keys, topic)...))
+	return settled, err
 }
 
 // SettledResolve is Settled from the results of SettledCmds. When the
@@ -217,19 +219,22 @@ func (f *Flight) Settled(ctx context.Context, tenant, topic string) (int64, erro
 // lost — proves no seq issued: the watermark is then only what MySQL
 // proves stored (storedThrough), 0 when it proves nothing, so the reader
 // stops at its cursor and tries again, never jumping over seqs still on
-// their way.
-func (f *Flight) SettledResolve(ctx context.Context, tenant, topic string, res []rueidis.RedisResult) (int64, error) {
-	below, err := f.belowResolve(ctx, tenant, topic, res[1:])
+// their way. regapped reports that the call itself recorded gaps (seqs
+// past the produce timeout, a lifted resume fence), which reads pipelined
+// with SettledCmds did not see: a caller that read the gaps there reads
+// them again.
+func (f *Flight) SettledResolve(ctx context.Context, tenant, topic string, res []rueidis.RedisResult) (settled int64, regapped bool, err error) {
+	below, regapped, err := f.belowResolve(ctx, tenant, topic, res[1:])
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	issued, err := res[0].AsInt64()
 	if err != nil {
 		if issued, err = f.storedThrough(ctx, tenant, topic); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 	}
-	return min(issued, below), nil
+	return min(issued, below), regapped, nil
 }
 
 // storedThrough is the highest seq up to which the route mirror proves
@@ -271,20 +276,22 @@ func StoredThrough(ranges []MonthRange) int64 {
 // (noneInFlight when none is), from the Redis time and the oldest pending
 // seqs SettledCmds read; below reads the pending set in full when they do
 // not answer.
-func (f *Flight) belowResolve(ctx context.Context, tenant, topic string, res []rueidis.RedisResult) (int64, error) {
+func (f *Flight) belowResolve(ctx context.Context, tenant, topic string, res []rueidis.RedisResult) (below int64, regapped bool, err error) {
 	now, err := timeOf(res[0])
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	members, err := res[1].AsStrSlice()
 	if err != nil {
-		return 0, fmt.Errorf("pending: read %s/%s: %w", tenant, topic, err)
+		return 0, false, fmt.Errorf("pending: read %s/%s: %w", tenant, topic, err)
 	}
 	if len(members) == 0 {
-		return noneInFlight, nil
+		return noneInFlight, false, nil
 	}
-	if seq, ours, flying := pendingMember(members[0], now.Add(-f.timeout).UnixMilli()); ours && flying {
-		return seq - 1, nil
+	if _, fenced := parseFence(members[0]); !fenced {
+		if seq, ours, flying := pendingMember(members[0], now.Add(-f.timeout).UnixMilli()); ours && flying {
+			return seq - 1, false, nil
+		}
 	}
 	return f.below(ctx, tenant, topic)
 }
@@ -305,45 +312,69 @@ func pendingMember(m string, cutoff int64) (seq int64, ours, flying bool) {
 
 // below is the seq below the oldest one of the topic still in flight, or
 // noneInFlight. Unacked seqs older than the produce timeout are recorded as
-// gaps on the way.
-func (f *Flight) below(ctx context.Context, tenant, topic string) (int64, error) {
+// gaps on the way, and resume fences (fence.go) that nothing can arrive
+// behind any more are lifted; a fence that stands holds the answer below
+// its first seq. regapped reports that it recorded gaps.
+func (f *Flight) below(ctx context.Context, tenant, topic string) (below int64, regapped bool, err error) {
 	keys, err := KeysFor(tenant)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	now, err := NewClock(f.rdb).Now(ctx)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	cutoff := now.Add(-f.timeout).UnixMilli()
+	limit := int64(noneInFlight)
+	var persisted *int64
+	stands := map[string]bool{} // fences decided in this call
 	for {
-		// every pass returns or takes each member it read out of the set
-		// (one changed meanwhile is read again by the next pass)
+		// every pass returns, or takes each member it read out of the set
+		// (one changed meanwhile is read again by the next pass), or finds
+		// only standing fences
 		members, err := f.rdb.Do(ctx, f.rdb.B().Zrange().Key(keys.Pending(topic)).Min("0").
 			Max(strconv.Itoa(settledBatch-1)).Build()).AsStrSlice()
 		if err != nil {
-			return 0, fmt.Errorf("pending: read %s/%s: %w", tenant, topic, err)
+			return 0, false, fmt.Errorf("pending: read %s/%s: %w", tenant, topic, err)
 		}
-		if len(members) == 0 {
-			return noneInFlight, nil
-		}
+		removed := false
 		for _, m := range members {
+			if fc, ok := parseFence(m); ok {
+				st, decided := stands[m]
+				if !decided {
+					if st, err = f.fenceStands(ctx, tenant, topic, keys, fc, now, &persisted); err != nil {
+						return 0, false, err
+					}
+					stands[m] = st
+				}
+				if st {
+					limit = min(limit, fc.from-1)
+				} else {
+					removed, regapped = true, true
+				}
+				continue
+			}
 			seq, ours, flying := pendingMember(m, cutoff)
+			removed = true
 			if !ours {
 				// not ours; drop it rather than stall every reader on it
 				if err := f.rdb.Do(ctx, f.rdb.B().Zrem().Key(keys.Pending(topic)).Member(m).Build()).Error(); err != nil {
-					return 0, err
+					return 0, false, err
 				}
 				continue
 			}
 			if flying {
-				return seq - 1, nil
+				return min(limit, seq-1), regapped, nil
 			}
 			// an entry acked or refreshed since the read stays: the next
 			// pass reads it again
 			if err := f.abandon(ctx, keys, topic, m, seq); err != nil {
-				return 0, fmt.Errorf("pending: abandon %s/%s %d: %w", tenant, topic, seq, err)
+				return 0, false, fmt.Errorf("pending: abandon %s/%s %d: %w", tenant, topic, seq, err)
 			}
+			regapped = true
+		}
+		if !removed {
+			return limit, regapped, nil
 		}
 	}
 }

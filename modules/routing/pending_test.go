@@ -2,6 +2,7 @@ package routing_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ func TestSettledResolveIsSettled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rdb := redisClient(t)
-	flight := routing.NewFlight(rdb, routing.NewScripts(), nil, time.Minute)
+	flight := routing.NewFlight(rdb, routing.NewScripts(), nil, time.Minute, nil)
 	tenant := testenv.NewTenant(t)
 	keys, err := routing.KeysFor(tenant)
 	if err != nil {
@@ -45,7 +46,7 @@ func TestSettledResolveIsSettled(t *testing.T) {
 		}
 	}
 	for topic, want := range map[string]int64{"none": 10, "fresh": 4, "acked": 3, "stale": 6, "foreign": 1, "low": 3} {
-		got, err := flight.SettledResolve(ctx, tenant, topic, rdb.DoMulti(ctx, flight.SettledCmds(keys, topic)...))
+		got, _, err := flight.SettledResolve(ctx, tenant, topic, rdb.DoMulti(ctx, flight.SettledCmds(keys, topic)...))
 		if err != nil || got != want {
 			t.Errorf("%s: SettledResolve %d %v, want %d", topic, got, err, want)
 		}
@@ -81,5 +82,75 @@ func TestStoredThroughIsTheProvenPrefix(t *testing.T) {
 		if got := routing.StoredThrough(tc.ranges); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A resume fence (the member "from:f:to:T0ms" at score 0) holds the
+// settled watermark below its first seq, whatever is issued or pending
+// above it, until persist's published time reaches T0 plus the produce
+// timeout; then the first reader lifts it: its seqs without a stored row
+// become gaps — except one a send retry tracks on its own again — and the
+// watermark goes on to the next seq in flight.
+func TestSettledStopsBelowAResumeFenceUntilPersistPassesIt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb := redisClient(t)
+	tenant, db := testenv.MigratedTenantDB(t)
+	flight := routing.NewFlight(rdb, routing.NewScripts(), &countingDBs{db: db}, time.Minute, nil)
+	keys, err := routing.KeysFor(tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := routing.NewClock(rdb).Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := now.UnixMilli()
+	at := func(ms int64) string { return strconv.FormatInt(ms, 10) }
+	// stored: 1-3 and 5 (whole months); the fence covers 3-10, re-seeded
+	// at 10; 11 was sent after the re-seed and acknowledged; 7 is a
+	// retry's re-produce, in flight on its own
+	if err := routing.WidenMirror(ctx, db, []routing.MirrorRow{
+		{Topic: "t", MonthRange: routing.MonthRange{Month: routing.MustMonth("202601"), MinSeq: 1, MaxSeq: 3, Count: 3}, MinCreatedAt: now, MaxCreatedAt: now},
+		{Topic: "t", MonthRange: routing.MonthRange{Month: routing.MustMonth("202602"), MinSeq: 5, MaxSeq: 5, Count: 1}, MinCreatedAt: now, MaxCreatedAt: now},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range rdb.DoMulti(ctx,
+		rdb.B().Set().Key(keys.Seq("t")).Value("11").Build(),
+		rdb.B().Zadd().Key(keys.Pending("t")).ScoreMember().ScoreMember(0, "3:f:10:"+at(t0)).
+			ScoreMember(7, "7:"+at(t0)).ScoreMember(11, "11:a").Build(),
+	) {
+		if err := c.Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settled := func(want int64) {
+		t.Helper()
+		got, _, err := flight.SettledResolve(ctx, tenant, "t", rdb.DoMulti(ctx, flight.SettledCmds(keys, "t")...))
+		if err != nil || got != want {
+			t.Fatalf("settled %d %v, want %d", got, err, want)
+		}
+	}
+	settled(2) // persist published nothing
+	for _, persisted := range []int64{t0, t0 + time.Minute.Milliseconds() - 1} {
+		if err := rdb.Do(ctx, rdb.B().Set().Key(keys.PersistedBefore()).Value(at(persisted)).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		settled(2)
+	}
+	if gaps, err := flight.Gaps(ctx, tenant, "t", 1, 20); err != nil || len(gaps) != 0 {
+		t.Fatalf("gaps while the fence stands: %v %v", gaps, err)
+	}
+	if err := rdb.Do(ctx, rdb.B().Set().Key(keys.PersistedBefore()).Value(at(t0+time.Minute.Milliseconds())).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	settled(6)
+	gaps, err := flight.Gaps(ctx, tenant, "t", 1, 20)
+	if want := []int64{4, 6, 8, 9, 10}; err != nil || !slices.Equal(gaps, want) {
+		t.Fatalf("gaps after the lift %v %v, want %v", gaps, err, want)
+	}
+	if n, err := rdb.Do(ctx, rdb.B().Zcard().Key(keys.Pending("t")).Build()).AsInt64(); err != nil || n != 2 {
+		t.Fatalf("pending after the lift: %d %v, want the retry's and 11's entries", n, err)
 	}
 }

@@ -30,6 +30,7 @@ type Scripts struct {
 	IdemFail       *rueidis.Lua
 	IdemRelease    *rueidis.Lua
 	IdemRetry      *rueidis.Lua
+	FenceLift      *rueidis.Lua
 	MsgChange      *rueidis.Lua
 	HotPut         *rueidis.Lua
 	CursorFill     *rueidis.Lua
@@ -54,6 +55,7 @@ func NewScripts() *Scripts {
 		IdemFail:       rueidis.NewLuaScript(lua.IdemFail),
 		IdemRelease:    rueidis.NewLuaScript(lua.IdemRelease),
 		IdemRetry:      rueidis.NewLuaScript(lua.IdemRetry),
+		FenceLift:      rueidis.NewLuaScript(lua.FenceLift),
 		MsgChange:      rueidis.NewLuaScript(lua.MsgChange),
 		HotPut:         rueidis.NewLuaScript(lua.HotPut),
 		CursorFill:     rueidis.NewLuaScript(lua.CursorFill),
