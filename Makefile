@@ -3,6 +3,8 @@ GO      ?= go
 BIN     ?= bin/imshard
 CONFIG  ?= config.example.yaml
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# how long `make robustness` loops random seeds
+DURATION ?= 30m
 # the version `imshard version` / `--version` print: the nearest tag, else the commit
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/imshard/imshard/cmd.Version=$(VERSION)
@@ -31,7 +33,11 @@ bench: ## Go benchmarks (figures, not pass/fail); see docs/performance.md for `i
 	bash test/services.sh
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
 
+robustness: ## soak: random seeds of the robustness suite for DURATION (default 30m); ROBUSTNESS_SEED=n replays one
+	bash test/services.sh
+	ROBUSTNESS_DURATION=$(DURATION) $(GO) test -count=1 -timeout 0 -run '^TestRobustnessSoak$$' -v ./test/
+
 fmt: ## gofmt every Go file
 	gofmt -w $$(git ls-files '*.go')
 
-.PHONY: help build run test lint bench fmt
+.PHONY: help build run test lint bench robustness fmt

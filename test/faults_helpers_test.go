@@ -130,6 +130,12 @@ func faultsWriteConfig(t *testing.T, body string) string {
 // sharing one devkafka, the shared Redis and the given MySQL.
 func faultsConfig(t *testing.T, tenant, broker, dsnTemplate, extra string) string {
 	t.Helper()
+	return faultsConfigAt(t, tenant, broker, dsnTemplate, testenv.RedisAddr(), extra)
+}
+
+// faultsConfigAt is faultsConfig with the given Redis.
+func faultsConfigAt(t *testing.T, tenant, broker, dsnTemplate, redisAddr, extra string) string {
+	t.Helper()
 	return faultsWriteConfig(t, fmt.Sprintf(`http: {addr: "127.0.0.1:%d", shutdown_grace: 10s}
 metrics: {addr: "127.0.0.1:%d"}
 mysql: {dsn_template: %q}
@@ -139,7 +145,7 @@ tenants: [{id: %s, jwt_secret: "secret-%s"}]
 shard: {auto_advance: false}
 persist: {batch_size: 25, batch_linger: 5ms, retry_backoff: 10ms, retry_backoff_max: 100ms}
 log: {level: warn}
-%s`, testenv.FreePort(t), testenv.FreePort(t), dsnTemplate, testenv.RedisAddr(), broker, tenant, tenant, extra))
+%s`, testenv.FreePort(t), testenv.FreePort(t), dsnTemplate, redisAddr, broker, tenant, tenant, extra))
 }
 
 // faultsAPI talks to a send process over HTTP, as clients do; every

@@ -34,6 +34,7 @@ import (
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/testhook"
 )
 
 // UnreadCap is the largest unread count answered exactly; a topic with
@@ -171,7 +172,7 @@ func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic strin
 		s.publishRead(keys, p.UserID, topic, cur)
 	}
 	s.m.readState.WithLabelValues("read").Observe(time.Since(start).Seconds())
-	return ReadCursor{Topic: topic, ReadSeq: cur}, nil
+	return ReadCursor{Topic: topic, ReadSeq: testhook.Break(testhook.CursorEcho, seq, cur)}, nil
 }
 
 // readFrameTimeout bounds the publication of a read frame once its

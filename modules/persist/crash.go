@@ -3,6 +3,8 @@ package persist
 import (
 	"os"
 	"sync/atomic"
+
+	"github.com/imshard/imshard/modules/testhook"
 )
 
 // CrashAfterCommitEnv is a hook for the fault tests, honoured only by a
@@ -25,4 +27,16 @@ func (s *Service) committed() {
 		_ = p.Kill()
 	}
 	select {} // the kill is asynchronous: nothing may run past the commit
+}
+
+// loseOne is the testhook.LoseAcked breakage: the batch without its first
+// record, once per process and only in a batch of two or more (a batch must
+// keep a row to insert); the caller still finishes every record, so the
+// lost one's offset is committed as if it were stored, while its seq,
+// never settled, stays in flight.
+func loseOne(recs []*record) []*record {
+	if len(recs) < 2 || !testhook.Broken(testhook.LoseAcked) {
+		return recs
+	}
+	return recs[1:]
 }

@@ -199,7 +199,7 @@ func (s *Service) try(ctx context.Context, key batchKey, recs []*record) error {
 	// held from before the commit until the route merge (see routeMu); the
 	// follow-up goroutine releases it
 	s.routeMu.RLock()
-	res, err := writeBatch(ctx, db, table, neighbours, recs)
+	res, err := writeBatch(ctx, db, table, neighbours, loseOne(recs))
 	if err != nil {
 		s.routeMu.RUnlock()
 		return err

@@ -110,7 +110,7 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 		}
 	}
 	s.r.Observe(tables, ok, time.Since(start).Seconds())
-	page, more := readpath.Truncate(page, limit)
+	page, more := readpath.Truncate(dropFirst(page), limit)
 	next := readpath.NextSince(page, since)
 	hi := settled
 	if more {

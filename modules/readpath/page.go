@@ -303,3 +303,4 @@ func Walk(v HotView, from, stop int64, o Order, limit int, hidden Hidden, keepDe
 		}
 	}
 }
+

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/imshard/imshard/modules/testhook"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -69,7 +70,7 @@ func (p *producer) produce(key, value []byte, deadline time.Time) <-chan error {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	p.cl.Produce(ctx, &kgo.Record{Key: key, Value: value}, func(_ *kgo.Record, err error) {
 		cancel()
-		done <- err
+		testhook.Ack(func() { done <- err })
 	})
 	return done
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/testhook"
 )
 
 // Response is the 201 body of a send; a retry answers 200 with the original
@@ -501,6 +502,7 @@ func (a *attempt) settle(ctx context.Context, ev *message.Event, err error, dup 
 	if err != nil {
 		return Response{}, fmt.Errorf("send: response: %w", err)
 	}
+	testhook.CrashAfterAck()
 	ctx, cancel := context.WithTimeout(ctx, postAckTimeout)
 	defer cancel()
 	reply, err := s.postAck(ctx, a, ev, body)

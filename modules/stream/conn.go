@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -741,6 +742,7 @@ func (c *conn) send(frame []byte, created time.Time) bool {
 	c.wmu.Lock()
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.lim.WriteTimeout))
 	err := c.ws.Write(context.Background(), websocket.MessageText, frame)
+	err = cmp.Or(err, c.twice(frame, created))
 	_ = c.nc.SetWriteDeadline(time.Time{})
 	c.wmu.Unlock()
 	if err != nil {

@@ -2,7 +2,7 @@ package robustness
 
 // Checkers are every checker of a run's history, each guarding one
 // invariant of docs/invariants.md as a client can observe it.
-var Checkers = []Checker{Delivery, NoDuplicate, NoMissing, Isolation, ChangeOrder, Cursor, Model, CAS}
+var Checkers = []Checker{Delivery, Settled, NoDuplicate, NoMissing, Isolation, ChangeOrder, Cursor, Model, CAS}
 
 // Check runs every checker over ops and returns what they found, checker
 // by checker.

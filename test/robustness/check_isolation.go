@@ -12,9 +12,11 @@ const isolationName = "isolation"
 var Isolation = Checker{
 	Name: isolationName,
 	Invariant: "nothing of a topic (pages, lookups, stream frames, list, unread and sync entries other than removed) " +
-		"reaches a user who was not a member for the whole read: one that began after a leave or a dissolve " +
-		"answered and ended before any later join (or reactivation) began, or ended before any join of the user began; " +
-		"admin tokens read any topic of their tenant; no message of one tenant reaches another (invariant 10)",
+		"reaches a user who was not a member for the whole read: one that began after a leave answered and ended " +
+		"before any later join began, or ended before any join of the user began; a dissolve ends the group's " +
+		"list, unread and sync entries (other than removed) the same way until a reactivation or a join, while its " +
+		"members keep reading its history (pages, lookups, streams); admin tokens read any topic of their tenant; " +
+		"no message of one tenant reaches another (invariant 10)",
 	Check: checkIsolation,
 }
 
@@ -51,8 +53,11 @@ func newMembership(all []*Op) membership {
 }
 
 // excluded reports whether user was no member of k for all of [start, end],
-// with the write that proves it (none when the user never joined).
-func (m membership) excluded(k topicKey, user int64, start, end time.Time) (bool, *Op) {
+// with the write that proves it (none when the user never joined). A
+// dissolve counts only when the read is an entry of the user's topics
+// (entry: list, unread, sync): it leaves the members in the group, and
+// they keep reading its history.
+func (m membership) excluded(k topicKey, user int64, start, end time.Time, entry bool) (bool, *Op) {
 	joins := m.joins[k][user]
 	// a join (or a reactivation) that may take effect after w and before
 	// end ends w's exclusion; one without an answer may apply at any time
@@ -79,7 +84,7 @@ func (m membership) excluded(k topicKey, user int64, start, end time.Time) (bool
 		}
 	}
 	for _, d := range m.dissolves[k] {
-		if d.End.Before(start) && !undone(d, joins) && !undone(d, m.puts[k]) {
+		if entry && d.End.Before(start) && !undone(d, joins) && !undone(d, m.puts[k]) {
 			return true, d
 		}
 	}
@@ -92,7 +97,8 @@ func checkIsolation(ops []Op) []Violation {
 	var vs []Violation
 	reported := map[int64]bool{} // by read
 	shown := func(read *Op, k topicKey, user int64, start time.Time, what string) {
-		out, w := mem.excluded(k, user, start, read.End)
+		entry := read.Kind == List || read.Kind == Unread || read.Kind == Sync
+		out, w := mem.excluded(k, user, start, read.End, entry)
 		if !out || reported[read.ID] {
 			return
 		}

@@ -249,12 +249,7 @@ func (m *topicModel) lastMessages(user int64) ([]int64, bool) {
 
 func checkModel(ops []Op) []Violation {
 	all := ordered(ops)
-	var mark *Op
-	for _, o := range all {
-		if o.Kind == Quiesce {
-			mark = o
-		}
-	}
+	mark := quiesceMark(all)
 	if mark == nil {
 		return nil
 	}

@@ -29,6 +29,18 @@ func ordered(ops []Op) []*Op {
 	return out
 }
 
+// quiesceMark is the history's Quiesce op (the last one), nil when the run
+// never settled.
+func quiesceMark(all []*Op) *Op {
+	var mark *Op
+	for _, o := range all {
+		if o.Kind == Quiesce {
+			mark = o
+		}
+	}
+	return mark
+}
+
 // refused reports a definite refusal (a 4xx): the op took no effect.
 func (o *Op) refused() bool { return o.Status >= 400 && o.Status < 500 }
 

@@ -2,6 +2,7 @@ package robustness
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -12,9 +13,12 @@ import (
 // found.
 const shrinkBudget = 400
 
-// Shrink returns a short sub-history of ops that still fails c: delta
-// debugging (ddmin) over the ops, keeping every subset that still breaks
-// c, with the Quiesce op and the ops of c's first violation always kept.
+// Shrink returns a short sub-history of ops that still fails c the same
+// way: delta debugging (ddmin) over the ops, keeping every subset in which
+// c still finds a violation with the first one's detail (a subset that
+// breaks c otherwise — a count judged against fewer writes — would show
+// another failure than the run's), with the Quiesce op and the ops of c's
+// first violation always kept.
 // The order of ops is kept; the result is ops itself when it does not
 // fail c. Deterministic, and bounded by shrinkBudget checker runs.
 func Shrink(ops []Op, c Checker) []Op {
@@ -37,7 +41,7 @@ func Shrink(ops []Op, c Checker) []Op {
 	runs := 0
 	fails := func(subset []int) bool {
 		runs++
-		return len(c.Check(pick(ops, kept, subset))) > 0
+		return slices.ContainsFunc(c.Check(pick(ops, kept, subset)), func(v Violation) bool { return v.Detail == vs[0].Detail })
 	}
 	if fails(nil) {
 		return pick(ops, kept, nil)

@@ -1,0 +1,84 @@
+//go:build imshard_testhooks
+
+package testhook
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+var (
+	armed = sync.OnceValue(func() map[string]bool {
+		out := map[string]bool{}
+		for _, name := range strings.Split(os.Getenv(BreakEnv), ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				out[name] = true
+			}
+		}
+		return out
+	})
+	// DropSeq and LoseAcked act once per process: dropping from every
+	// page (losing every batch) would make the breakage the whole history
+	// instead of one violation
+	once = map[string]*atomic.Bool{DropSeq: {}, LoseAcked: {}}
+	// the acks seen, for CrashAfterAckEnv
+	acks       atomic.Int64
+	crashAtAck = sync.OnceValue(func() int64 {
+		n, _ := strconv.ParseInt(os.Getenv(CrashAfterAckEnv), 10, 64)
+		return n
+	})
+)
+
+// Broken reports whether the breakage name is armed (BreakEnv).
+func Broken(name string) bool {
+	if !armed()[name] {
+		return false
+	}
+	if first, ok := once[name]; ok {
+		return first.CompareAndSwap(false, true)
+	}
+	return true
+}
+
+// CrashAfterAck is the send role's failpoint after a Kafka ack (CrashAfterAckEnv):
+// at the armed ack the process kills itself and never returns.
+func CrashAfterAck() {
+	if n := crashAtAck(); n <= 0 || acks.Add(1) != n {
+		return
+	}
+	if p, err := os.FindProcess(os.Getpid()); err == nil {
+		_ = p.Kill()
+	}
+	select {} // the kill is asynchronous: nothing may run past the ack
+}
+
+// Ack runs deliver, the ack of one send, after the delay AckDelayFileEnv's
+// file asks for now, on its own timer so the producer's other promises are
+// not held up.
+func Ack(deliver func()) {
+	if d := ackDelay(); d > 0 {
+		time.AfterFunc(d, deliver)
+		return
+	}
+	deliver()
+}
+
+func ackDelay() time.Duration {
+	path := os.Getenv(AckDelayFileEnv)
+	if path == "" {
+		return 0
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(string(b)))
+	if err != nil || d < 0 {
+		return 0
+	}
+	return d
+}
