@@ -12,6 +12,7 @@ import (
 
 	"github.com/imshard/imshard/app"
 	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/bench"
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/migrate"
@@ -116,8 +117,7 @@ func runBenchMigrate(ctx context.Context, cfg *config.Config, o *benchMigrateOpt
 		Fixture: f, Tenant: o.tenant, DB: db, RawTable: raw,
 		Plan: func(ctx context.Context) error {
 			// reads need every topic's group: the benchmark loads them in bulk
-			if _, err := db.ExecContext(ctx, "INSERT IGNORE INTO im_groups (topic, group_id, name) SELECT DISTINCT topic, 1, topic FROM "+
-				routing.LegacyQuoted()); err != nil {
+			if err := acl.GroupEveryTopic(ctx, db, routing.LegacyQuoted()); err != nil {
 				return err
 			}
 			_, err := mg.Plan(ctx, o.tenant)

@@ -80,47 +80,73 @@ func TestImportDirection(t *testing.T) {
 
 // sharedTables are the tenant tables more than one role reads or writes,
 // each with the one file (or package) that holds its name and therefore all
-// its SQL; every other module goes through its typed functions.
+// its SQL; every other package goes through its typed functions. The
+// membership tables and the read cursors belong to acl, the one authority
+// on memberships: whatever follows a membership is written only there.
 var sharedTables = map[string]string{
-	"im_group_message_topic_shards": "routing/mirror.go",
-	"im_group_message_shards":       "routing/catalog.go",
-	"im_group_message_activations":  "routing/catalog.go",
-	"im_seq_reservations":           "routing/alloc.go",
-	"im_group_message_route_repair": "routing/repairqueue.go",
+	"im_group_message_topic_shards": "modules/routing/mirror.go",
+	"im_group_message_shards":       "modules/routing/catalog.go",
+	"im_group_message_activations":  "modules/routing/catalog.go",
+	"im_seq_reservations":           "modules/routing/alloc.go",
+	"im_group_message_route_repair": "modules/routing/repairqueue.go",
+	"im_groups":                     "modules/acl",
+	"im_group_members":              "modules/acl",
+	"im_user_read_cursors":          "modules/acl",
+}
+
+// aclOwned are the names only modules/acl may use: the constants naming its
+// tables, the Redis keys of each user's cached read state and the groups
+// epoch it is checked against (built in routing), and the scripts that
+// write that entry (registered in routing/scripts.go). A package using one
+// of them could read or write the entry, or the cursors, apart from the
+// membership decision.
+var aclOwned = map[string]bool{
+	"GroupsTable": true, "MembersTable": true, "CursorsTable": true,
+	"ReadCursors": true, "ReadCursorsVersion": true, "GroupsEpoch": true,
+	"CursorPut": true, "CursorFill": true,
 }
 
 // TestSharedTablesHaveOneOwner fails when a shared table's name appears as
-// a string in any non-test file under modules/ other than its owner.
+// a string in any non-test file of modules/, app/ or cmd/ other than its
+// owner, or when a name only acl may use (aclOwned) is used outside it.
 func TestSharedTablesHaveOneOwner(t *testing.T) {
 	_, self, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(filepath.Dir(self)), "modules")
+	root := filepath.Dir(filepath.Dir(self))
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(file string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(file, ".go") || strings.HasSuffix(file, "_test.go") {
-			return err
-		}
-		rel, _ := filepath.Rel(root, file)
-		rel = filepath.ToSlash(rel)
-		f, err := parser.ParseFile(fset, file, nil, 0)
-		if err != nil {
-			return err
-		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			lit, ok := n.(*ast.BasicLit)
-			if !ok || lit.Kind != token.STRING {
-				return true
+	for _, dir := range []string{"modules", "app", "cmd"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(file string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(file, ".go") || strings.HasSuffix(file, "_test.go") {
+				return err
 			}
-			for table, owner := range sharedTables {
-				if strings.Contains(lit.Value, table) && rel != owner && path.Dir(rel) != owner {
-					t.Errorf("%s: names %s, which only %s may touch", fset.Position(lit.Pos()), table, owner)
+			rel, _ := filepath.Rel(root, file)
+			rel = filepath.ToSlash(rel)
+			f, err := parser.ParseFile(fset, file, nil, 0)
+			if err != nil {
+				return err
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				switch n := n.(type) {
+				case *ast.BasicLit:
+					if n.Kind != token.STRING {
+						return true
+					}
+					for table, owner := range sharedTables {
+						if strings.Contains(n.Value, table) && rel != owner && path.Dir(rel) != owner {
+							t.Errorf("%s: names %s, which only %s may touch", fset.Position(n.Pos()), table, owner)
+						}
+					}
+				case *ast.SelectorExpr:
+					if aclOwned[n.Sel.Name] && path.Dir(rel) != "modules/acl" && rel != "modules/routing/scripts.go" {
+						t.Errorf("%s: uses %s, which only modules/acl may", fset.Position(n.Pos()), n.Sel.Name)
+					}
 				}
-			}
-			return true
+				return true
+			})
+			return nil
 		})
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

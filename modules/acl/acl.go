@@ -1,8 +1,15 @@
-// Package acl answers "may this user post to / read this topic": the group
-// behind a topic (its id and status) and the user's membership (role, mute).
-// MySQL (im_groups, im_group_members) is the truth; Redis caches it per topic
-// for acl_cache_ttl and every change invalidates the cache, so a removed or
-// muted member loses access at once, not after the TTL.
+// Package acl is the one authority on memberships: it answers "may this
+// user post to / read this topic" — the group behind a topic (its id and
+// status), the user's membership (role, mute) and the decision of a read
+// (Authorize, Allowed) — and it owns every table and cache that follows a
+// membership: the groups and members (im_groups, im_group_members), the
+// users' read cursors and preferences (im_user_read_cursors, readstate.go)
+// and each user's cached read state in Redis with its scripts
+// (cursors.go). MySQL is the truth; Redis caches a topic's group and
+// members for acl_cache_ttl and every change invalidates the cache, so a
+// removed or muted member loses access at once, not after the TTL. No other
+// package names these tables or writes the cached read state (a test in
+// test/ keeps it so), so no write of it can skip the membership decision.
 package acl
 
 import (
@@ -88,6 +95,34 @@ func (m Membership) PostRefusal(t time.Time) error {
 	return nil
 }
 
+// ErrForbidden refuses a read of a topic to a caller who is not a member.
+var ErrForbidden = httpapi.Errorf(httpapi.CodePermissionDenied, "not a member of this topic")
+
+// Allowed turns a membership lookup into the read permission.
+func Allowed(m Membership, err error) error {
+	if errors.Is(err, ErrNoGroup) {
+		return ErrForbidden
+	}
+	if err != nil {
+		return err
+	}
+	if !m.Member {
+		return ErrForbidden
+	}
+	return nil
+}
+
+// Authorize lets members read their topic and the tenant's admins read any.
+func (c *Checker) Authorize(ctx context.Context, p httpapi.Principal, topic string) error {
+	if err := routing.ValidTopic(topic); err != nil {
+		return err
+	}
+	if p.Role == httpapi.RoleAdmin {
+		return nil
+	}
+	return Allowed(c.Lookup(ctx, p.Tenant, topic, p.UserID))
+}
+
 // Params wires a Checker.
 type Params struct {
 	Redis   rueidis.Client
@@ -116,6 +151,15 @@ const (
 	GroupsTable  = "im_groups"
 	MembersTable = "im_group_members"
 )
+
+// WithGroup left-joins onto b each row's group (alias g) by the topic
+// column topicCol; NoGroup is the column that tells a row without one.
+func WithGroup(b sq.SelectBuilder, topicCol string) sq.SelectBuilder {
+	return b.LeftJoin(GroupsTable + " AS g ON g.topic = " + topicCol)
+}
+
+// NoGroup is true for a row WithGroup found no group for.
+const NoGroup = "g.topic IS NULL"
 
 // a cached "no such row" is stored as this field value
 const absent = "-"
@@ -329,51 +373,10 @@ func (c *Checker) PutMember(ctx context.Context, tenant, topic string, userID in
 	// dropped whether or not this call inserted the row, so the retry of a
 	// join that committed and failed before the drop — a repeat, or a role
 	// or mute change meanwhile — heals it
-	if err := c.invalidateCursors(ctx, tenant, userID); err != nil {
+	if err := c.dropCursorsOf(ctx, tenant, userID); err != nil {
 		return err
 	}
 	return c.invalidate(ctx, tenant, topic)
-}
-
-// invalidateCursors bumps the version of the user's cached memberships and
-// read cursors (a fill that read MySQL before the change cannot land) and
-// drops them.
-func (c *Checker) invalidateCursors(ctx context.Context, tenant string, userID int64) error {
-	keys, err := routing.KeysFor(tenant)
-	if err != nil {
-		return err
-	}
-	for _, r := range c.p.Redis.DoMulti(ctx,
-		c.p.Redis.B().Incr().Key(keys.ReadCursorsVersion(userID)).Build(),
-		c.p.Redis.B().Del().Key(keys.ReadCursors(userID)).Build(),
-	) {
-		if err := r.Error(); err != nil {
-			return fmt.Errorf("acl: invalidate the read cursors of %d: %w", userID, err)
-		}
-	}
-	return nil
-}
-
-// CursorsTable is the read state (im_user_read_cursors): a join sets the
-// member's cursor, a join or a leave moves its updated_at, which is what a
-// device sync compares with.
-const CursorsTable = "im_user_read_cursors"
-
-// touchCursor raises the user's read cursor of topic to at least seq and
-// marks the row changed.
-func touchCursor(ctx context.Context, tx sq.BaseRunner, topic string, userID, seq int64) error {
-	_, err := sq.Insert(CursorsTable).Columns("user_id", "topic", "read_seq").Values(userID, topic, seq).
-		Suffix("ON DUPLICATE KEY UPDATE read_seq = GREATEST(read_seq, VALUES(read_seq)), updated_at = CURRENT_TIMESTAMP(3)").
-		RunWith(tx).ExecContext(ctx)
-	return err
-}
-
-// TouchReadState marks the caller's read state of topic changed (a hide),
-// so a device sync reports the topic.
-func TouchReadState(ctx context.Context, db *sql.DB, user int64, topic string) error {
-	_, err := sq.Insert(CursorsTable).Columns("user_id", "topic").Values(user, topic).
-		Suffix("ON DUPLICATE KEY UPDATE updated_at = CURRENT_TIMESTAMP(3)").RunWith(db).ExecContext(ctx)
-	return err
 }
 
 func inTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
@@ -410,7 +413,7 @@ func (c *Checker) DeleteMember(ctx context.Context, tenant, topic string, userID
 	// the user's cached memberships (modules/inbox) may still name the
 	// topic: dropped whether or not this call deleted the row, so the retry
 	// of a leave that committed and failed before the drop heals it
-	if err := c.invalidateCursors(ctx, tenant, userID); err != nil {
+	if err := c.dropCursorsOf(ctx, tenant, userID); err != nil {
 		return err
 	}
 	return c.invalidate(ctx, tenant, topic)

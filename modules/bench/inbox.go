@@ -93,15 +93,17 @@ func (p *InboxParams) Build(ctx context.Context) (int64, error) {
 		return err
 	}
 	p.logf("bench: %d groups", p.Topics)
-	var vals, mentions []string
+	var groups []acl.Group
 	for i := range p.Topics {
-		vals = append(vals, fmt.Sprintf("('%s', %d, 'active')", inboxTopic(i), i+1))
-		if len(vals) == 1000 || i == p.Topics-1 {
-			if err := flush("INSERT INTO "+acl.GroupsTable+" (topic, group_id, status) VALUES ", &vals); err != nil {
+		groups = append(groups, acl.Group{Topic: inboxTopic(i), ID: int64(i + 1), Status: acl.GroupActive})
+		if len(groups) == 1000 || i == p.Topics-1 {
+			if err := acl.InsertGroups(ctx, p.DB, groups); err != nil {
 				return 0, err
 			}
+			groups = groups[:0]
 		}
 	}
+	var vals, mentions []string
 	p.logf("bench: %d messages per topic in %s", p.Messages, p.Table.Name())
 	base := time.Now().Add(-time.Hour).UTC()
 	id := base.UnixNano()
@@ -170,30 +172,28 @@ func (p *InboxParams) Build(ctx context.Context) (int64, error) {
 	}
 	byTopic := slices.Clone(all)
 	slices.SortFunc(byTopic, func(a, b membership) int { return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.user, b.user)) })
-	write := func(prefix string, ms []membership, row func(m membership) string) error {
-		const per = 5000
-		vals := make([]string, 0, per)
-		for lo := 0; lo < len(ms); lo += per {
-			for _, m := range ms[lo:min(len(ms), lo+per)] {
-				vals = append(vals, row(m))
-			}
-			if err := flush(prefix, &vals); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+	const per = 5000 // rows a statement
 	var wg sync.WaitGroup
 	var merr, cerr error
 	wg.Go(func() {
-		merr = write("INSERT INTO "+acl.MembersTable+" (topic, user_id) VALUES ", byTopic, func(m membership) string {
-			return fmt.Sprintf("('%s', %d)", inboxTopic(int(m.topic)), m.user)
-		})
+		rows := make([]acl.Member, 0, per)
+		for lo := 0; lo < len(byTopic) && merr == nil; lo += per {
+			rows = rows[:0]
+			for _, m := range byTopic[lo:min(len(byTopic), lo+per)] {
+				rows = append(rows, acl.Member{Topic: inboxTopic(int(m.topic)), User: int64(m.user)})
+			}
+			merr = acl.InsertMembers(ctx, p.DB, rows)
+		}
 	})
 	wg.Go(func() {
-		cerr = write("INSERT INTO "+acl.CursorsTable+" (user_id, topic, read_seq) VALUES ", all, func(m membership) string {
-			return fmt.Sprintf("(%d, '%s', %d)", m.user, inboxTopic(int(m.topic)), m.read)
-		})
+		rows := make([]acl.Cursor, 0, per)
+		for lo := 0; lo < len(all) && cerr == nil; lo += per {
+			rows = rows[:0]
+			for _, m := range all[lo:min(len(all), lo+per)] {
+				rows = append(rows, acl.Cursor{User: int64(m.user), Topic: inboxTopic(int(m.topic)), ReadSeq: int64(m.read)})
+			}
+			cerr = acl.InsertCursors(ctx, p.DB, rows)
+		}
 	})
 	wg.Wait()
 	if err := errors.Join(merr, cerr); err != nil {
@@ -230,32 +230,6 @@ func (p *InboxParams) fillHot(ctx context.Context) error {
 	return nil
 }
 
-// rawUnread is one statement that answers GET /v1/me/unread for a user
-// on the fixture's single month table: counts above the cursor and the
-// user's own newest message, hidden ranges and deleted messages excluded.
-func (p *InboxParams) rawUnread() string {
-	t := p.Table.Quoted()
-	return "SELECT c.topic, COUNT(*), SUM(m.mention_all OR JSON_CONTAINS(COALESCE(m.mentioned_user_ids, '[]'), JSON_QUOTE(CAST(? AS CHAR)))) " +
-		"FROM " + acl.MembersTable + " AS g JOIN " + acl.GroupsTable + " AS gr ON gr.topic = g.topic AND gr.status <> 'dissolved' " +
-		"JOIN " + acl.CursorsTable + " AS c ON c.user_id = g.user_id AND c.topic = g.topic " +
-		"JOIN " + t + " AS m ON m.topic = c.topic AND m.seqid > c.read_seq AND m.status = 'normal' " +
-		"AND m.seqid > COALESCE((SELECT MAX(o.seqid) FROM " + t + " AS o WHERE o.topic = c.topic AND o.from_user = g.user_id), 0) " +
-		"AND " + p.NotHidden + " WHERE g.user_id = ? GROUP BY c.topic LIMIT 1000"
-}
-
-// rawList is one statement that answers the first topic-list page:
-// activity order, last seq and last message, unread per topic.
-func (p *InboxParams) rawList() string {
-	t := p.Table.Quoted()
-	return "SELECT c.topic, c.pinned, MAX(m.created_at) AS act, MAX(m.seqid), " +
-		"(SELECT l.content FROM " + t + " AS l WHERE l.topic = c.topic AND l.status <> 'deleted' ORDER BY l.seqid DESC LIMIT 1), " +
-		"SUM(m.seqid > c.read_seq AND m.status = 'normal' AND m.from_user <> g.user_id) " +
-		"FROM " + acl.MembersTable + " AS g JOIN " + acl.GroupsTable + " AS gr ON gr.topic = g.topic AND gr.status <> 'dissolved' " +
-		"JOIN " + acl.CursorsTable + " AS c ON c.user_id = g.user_id AND c.topic = g.topic " +
-		"JOIN " + t + " AS m ON m.topic = c.topic WHERE g.user_id = ? " +
-		"GROUP BY c.topic, c.pinned ORDER BY c.pinned DESC, act DESC, c.topic LIMIT 50"
-}
-
 func drain(rows *sql.Rows, err error) error {
 	if err != nil {
 		return err
@@ -277,7 +251,7 @@ func (p *InboxParams) Measure(ctx context.Context) InboxReport {
 	rep.Unread = bp.run(ctx, "service GET /v1/me/unread", p.Concurrency, func(ctx context.Context, rng *rand.Rand) error {
 		return p.Unread(ctx, user(rng))
 	})
-	raw := p.rawUnread()
+	raw := acl.RawUnread(p.Table.Quoted(), p.NotHidden)
 	rep.RawUnread = bp.run(ctx, "raw SQL unread", p.Concurrency, func(ctx context.Context, rng *rand.Rand) error {
 		u := user(rng).UserID
 		return drain(p.DB.QueryContext(ctx, raw, strconv.FormatInt(u, 10), u, u))
@@ -285,24 +259,18 @@ func (p *InboxParams) Measure(ctx context.Context) InboxReport {
 	rep.List = bp.run(ctx, "service topic list page (50)", p.Concurrency, func(ctx context.Context, rng *rand.Rand) error {
 		return p.List(ctx, user(rng))
 	})
-	rawL := p.rawList()
+	rawL := acl.RawList(p.Table.Quoted())
 	rep.RawList = bp.run(ctx, "raw SQL topic list page (50)", p.Concurrency, func(ctx context.Context, rng *rand.Rand) error {
 		return drain(p.DB.QueryContext(ctx, rawL, user(rng).UserID))
 	})
 	mine := make([][]string, heavy)
 	for i := range mine {
-		rows, err := p.DB.QueryContext(ctx, "SELECT topic FROM "+acl.MembersTable+" WHERE user_id = ?", i+1)
+		ts, err := acl.TopicsOf(ctx, p.DB, int64(i+1))
 		if err != nil {
 			p.logf("bench: topics of user %d: %v", i+1, err)
 			return rep
 		}
-		for rows.Next() {
-			var t string
-			if rows.Scan(&t) == nil {
-				mine[i] = append(mine[i], t)
-			}
-		}
-		rows.Close()
+		mine[i] = ts
 	}
 	rep.Read = bp.run(ctx, "service read-cursor move", p.Concurrency, func(ctx context.Context, rng *rand.Rand) error {
 		pr := user(rng)

@@ -151,7 +151,7 @@ func (s *Service) member(ctx context.Context, tenant, topic string, user int64) 
 		return acl.Membership{}, err
 	}
 	m, err := s.p.ACL.Lookup(ctx, tenant, topic, user)
-	if err := readpath.Allowed(m, err); err != nil {
+	if err := acl.Allowed(m, err); err != nil {
 		return acl.Membership{}, err
 	}
 	return m, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/rs/zerolog"
 
+	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 )
@@ -23,7 +24,7 @@ type Params struct {
 	Redis   rueidis.Client
 	Router  *routing.Router
 	Flight  *routing.Flight
-	ACL     readpath.ACL
+	ACL     *acl.Checker
 	Scripts *routing.Scripts
 	// Migrations gates changes while the tenant migrates from its legacy table.
 	Migrations *routing.Migrations

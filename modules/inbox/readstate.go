@@ -23,7 +23,6 @@ import (
 	"database/sql"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -32,7 +31,6 @@ import (
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
-	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/testhook"
 )
@@ -106,47 +104,21 @@ type SyncPage struct {
 // MarkRead moves the caller's cursor of topic to seq: members only, never
 // above the topic's last issued seq, never down (a lower seq answers the
 // cursor as it is). One pipelined Redis round trip (membership, and the
-// cached cursor raised within the last seq: lua/cursor_put.lua) and one
+// cached cursor raised within the last seq: acl.MoveCursor) and one
 // MySQL statement; the answer follows the commit, and so does the read
-// frame to the caller's sockets (publishRead). The script raises only a
-// field the user's cache entry already names, so a move whose membership
-// is refused adds nothing to the entry and writes nothing to MySQL.
+// frame to the caller's sockets (publishRead).
 func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic string, seq int64) (ReadCursor, error) {
 	start := time.Now()
 	keys, db, err := s.r.Open(ctx, p, topic)
 	if err != nil {
 		return ReadCursor{}, err
 	}
-	rdb := s.p.Redis
-	pc := newPutCursor(keys, p.UserID, topic, seq)
-	cmds := acl.Cmds(rdb, keys, topic, p.UserID)
-	res := rdb.DoMulti(ctx, append(cmds, s.p.Scripts.CursorPut.Cmd(rdb, pc.keys, pc.args))...)
-	out, serr := s.p.Scripts.CursorPut.Result(ctx, rdb, res[len(cmds)], pc.keys, pc.args).AsIntSlice()
-	if serr == nil && len(out) != 2 {
-		serr = fmt.Errorf("cursor script answered %v", out)
-	}
-	m, err := s.p.ACL.Resolve(ctx, p.Tenant, topic, p.UserID, res[:len(cmds)])
-	if err := readpath.Allowed(m, err); err != nil {
-		if serr == nil && out[1] >= 0 {
-			// the entry names a topic the caller is not a member of (a
-			// leave whose drop is still to come), or may not be: it is
-			// dropped, and the next read fills it from MySQL
-			if derr := s.dropCursors(ctx, keys, p.UserID); derr != nil {
-				return ReadCursor{}, errCursorCache(derr)
-			}
-		}
+	mv, err := s.p.ACL.MoveCursor(ctx, keys, p.Tenant, topic, p.UserID, seq)
+	if err != nil {
 		return ReadCursor{}, err
 	}
-	if serr != nil {
-		return ReadCursor{}, errCursorCache(serr)
-	}
-	last, raised := out[0], out[1] == 1
-	// no field raised (absent: the entry does not name the topic yet; lost:
-	// no seq counter, nothing checked): the entry is dropped once MySQL
-	// committed, as a fill may have read MySQL between the script and the
-	// commit
-	lost, absent := last < 0, out[1] < 0
-	if lost {
+	last := mv.Last
+	if mv.Lost() {
 		tr, err := s.p.Router.Route(ctx, p.Tenant, topic)
 		if err != nil {
 			return ReadCursor{}, err
@@ -157,18 +129,21 @@ func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic strin
 		return ReadCursor{}, httpapi.Errorf(httpapi.CodeInvalidArgument, "seq is above the topic's last seq").
 			WithDetails(map[string]any{"last_seq": last})
 	}
-	cur, err := s.st.markRead(ctx, db, p.UserID, topic, seq)
+	cur, err := acl.MarkRead(ctx, s.st, db, p.UserID, topic, seq)
 	if err != nil {
 		// the cache may hold a cursor MySQL does not: drop it
-		_ = s.dropCursors(ctx, keys, p.UserID)
+		_ = s.p.ACL.DropCursors(ctx, keys, p.UserID)
 		return ReadCursor{}, httpapi.Wrap(httpapi.CodeUnavailable, "read cursor store unavailable", err)
 	}
-	if lost || absent {
-		if err := s.dropCursors(ctx, keys, p.UserID); err != nil {
-			return ReadCursor{}, errCursorCache(err)
+	// no field raised: the entry is dropped once MySQL committed, as a fill
+	// may have read MySQL between the script and the commit
+	unraised := mv.Lost() || mv.Absent
+	if unraised {
+		if err := s.p.ACL.DropCursors(ctx, keys, p.UserID); err != nil {
+			return ReadCursor{}, acl.CursorCacheUnavailable(err)
 		}
 	}
-	if raised || ((lost || absent) && cur == seq) {
+	if mv.Raised || (unraised && cur == seq) {
 		s.publishRead(keys, p.UserID, topic, cur)
 	}
 	s.m.readState.WithLabelValues("read").Observe(time.Since(start).Seconds())
@@ -205,11 +180,7 @@ func (s *Service) publishRead(keys routing.Keys, user int64, topic string, seq i
 }
 
 // Prefs is a preferences change; a nil field stays as it is.
-type Prefs struct {
-	Pinned         *bool
-	NotifyMute     *time.Time
-	ClearNotifyMut bool // notify_muted_until: null
-}
+type Prefs = acl.PrefsChange
 
 // SetPrefs sets the caller's own preferences of topic and answers the
 // topic as the list shows it.
@@ -222,15 +193,15 @@ func (s *Service) SetPrefs(ctx context.Context, p httpapi.Principal, topic strin
 	if err != nil {
 		return InboxTopic{}, err
 	}
-	if err := putPrefs(ctx, db, p.UserID, topic, pr.Pinned, pr.NotifyMute, pr.ClearNotifyMut); err != nil {
+	if err := acl.PutPrefs(ctx, db, p.UserID, topic, pr); err != nil {
 		return InboxTopic{}, httpapi.Wrap(httpapi.CodeUnavailable, "read state store unavailable", err)
 	}
 	// the user's cache entry holds the preferences the topic list sorts by:
 	// dropped once they committed, so the next read fills it from MySQL
-	if err := s.dropCursors(ctx, keys, p.UserID); err != nil {
+	if err := s.p.ACL.DropCursors(ctx, keys, p.UserID); err != nil {
 		return InboxTopic{}, httpapi.Wrap(httpapi.CodeUnavailable, "read-cursor cache unavailable; the change may not show in the topic list yet, retry it", err)
 	}
-	readSeq, pinned, mute, err := readState(ctx, db, p.UserID, topic)
+	rs, err := acl.ReadStateOf(ctx, db, p.UserID, topic)
 	if err != nil {
 		return InboxTopic{}, err
 	}
@@ -238,7 +209,7 @@ func (s *Service) SetPrefs(ctx context.Context, p httpapi.Principal, topic strin
 	if err != nil {
 		return InboxTopic{}, err
 	}
-	u := userTopic{topic: topic, readSeq: readSeq, pinned: pinned, notifyMute: mute, mirror: mirrors[topic]}
+	u := userTopic{topic: topic, readSeq: rs.ReadSeq, pinned: rs.Pinned, notifyMute: rs.NotifyMute, mirror: mirrors[topic]}
 	out := []InboxTopic{{}}
 	if err := s.fill(ctx, db, p, []userTopic{u}, out, false); err != nil {
 		return InboxTopic{}, err
@@ -589,7 +560,7 @@ func (s *Service) Sync(ctx context.Context, p httpapi.Principal, token string, l
 	if err := s.addTopicChanges(ctx, db, all); err != nil {
 		return SyncPage{}, err
 	}
-	left, err := leftTopics(ctx, db, p.UserID, time.UnixMilli(tok.Since))
+	left, err := acl.ChangedSince(ctx, db, p.UserID, time.UnixMilli(tok.Since))
 	if err != nil {
 		return SyncPage{}, err
 	}
@@ -605,8 +576,8 @@ func (s *Service) Sync(ctx context.Context, p httpapi.Principal, token string, l
 		chs = append(chs, change{u.changedAt.UnixMilli(), u, u.status == acl.GroupDissolved})
 	}
 	for _, l := range left {
-		if !member[l.topic] {
-			chs = append(chs, change{l.at.UnixMilli(), userTopic{topic: l.topic}, true})
+		if !member[l.Topic] {
+			chs = append(chs, change{l.At.UnixMilli(), userTopic{topic: l.Topic}, true})
 		}
 	}
 	chs = slices.DeleteFunc(chs, func(c change) bool {

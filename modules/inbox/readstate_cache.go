@@ -2,21 +2,11 @@ package inbox
 
 // The read state's Redis side (docs/operations.md "Read state").
 //
-// Memberships and cursors: MySQL (im_group_members, im_groups,
-// im_user_read_cursors) is the truth; Redis caches each user's topics of
-// groups not dissolved with their cursors in one HASH
-// (routing.Keys.ReadCursors, field "~" once it names all of them, holding
-// the tenant's groups epoch it was read at), so the badges read no MySQL
-// membership. A cursor move raises its field in the move's one round trip,
-// before the MySQL write whose commit the answer follows
-// (lua/cursor_put.lua); a reader that finds the entry incomplete — or
-// complete at an older groups epoch: a group changed since, maybe
-// dissolved or brought back — reads MySQL and fills it, field by field
-// keeping the higher cursor and dropping the topics MySQL did not name,
-// unless a membership change bumped the version meanwhile
-// (routing.CacheVersion, lua/cursor_fill.lua). So the cache is never
-// below an acknowledged cursor, never names a topic left once the leave
-// answered, and a flushed Redis costs one MySQL read per user.
+// Memberships and cursors: each user's cached entry of their topics of
+// groups not dissolved with their cursors and preferences is modules/acl's
+// (acl.Entry): it is read here, whole (acl.EntryCmds) or only its
+// generation (acl.HeldCmds), and filled from MySQL by acl.FillCursors
+// when incomplete, so the badges read no MySQL membership.
 //
 // Counts: a topic's messages above a cursor are read from its hot cache
 // (the newest day of messages, written by the send before its 201) in
@@ -31,120 +21,57 @@ import (
 	"database/sql"
 	"math"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
 
-	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// cursorTTL is how long a user's cached cursors live without a move.
-const cursorTTL = 24 * time.Hour
-
-// cursorsComplete is the field of a complete entry (no topic is "~").
-const cursorsComplete = "~"
-
 // unreadSlack is how many cached seqs beyond the cap a count reads, for
 // hidden, deleted and the caller's own messages.
 const unreadSlack = 25
 
-// putCursor is the cursor move's script call (keys and args, for a
-// NOSCRIPT retry).
-type putCursor struct{ keys, args []string }
-
-func newPutCursor(keys routing.Keys, user int64, topic string, seq int64) putCursor {
-	return putCursor{
-		keys: []string{keys.ReadCursors(user), keys.Seq(topic)},
-		args: []string{topic, strconv.FormatInt(seq, 10), strconv.FormatInt(cursorTTL.Milliseconds(), 10)},
-	}
-}
-
-// dropCursors bumps the user's cursor version (no fill computed before
-// lands) and drops their entry: the next read fills it from MySQL.
-func (s *Service) dropCursors(ctx context.Context, keys routing.Keys, user int64) error {
-	rdb := s.p.Redis
-	for _, r := range rdb.DoMulti(ctx, rdb.B().Incr().Key(keys.ReadCursorsVersion(user)).Build(),
-		rdb.B().Del().Key(keys.ReadCursors(user)).Build()) {
-		if err := r.Error(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// cursorCmds read the user's cached memberships and cursors, and the
-// tenant's groups epoch the entry must carry to be complete.
-func (s *Service) cursorCmds(keys routing.Keys, user int64) []rueidis.Completed {
-	rdb := s.p.Redis
-	return []rueidis.Completed{rdb.B().Hgetall().Key(keys.ReadCursors(user)).Build(), rdb.B().Get().Key(keys.GroupsEpoch()).Build()}
-}
-
-// completeMark is the value of the "~" field of an entry filled at the
-// groups epoch read by res ("" when Redis holds none); ok is false when
-// the epoch could not be read.
-func completeMark(res rueidis.RedisResult) (string, bool) {
-	epoch, err := res.ToString()
-	if rueidis.IsRedisNil(err) {
-		epoch, err = "", nil
-	}
-	return "e" + epoch, err == nil
-}
-
-// cachedCursors is the entry cursorCmds read when it is complete at the
-// current groups epoch (nil otherwise), and the error when Redis could not
-// be read (no fill then).
-func cachedCursors(res []rueidis.RedisResult) (cached map[string]string, readErr error) {
-	cached, err := res[0].AsStrMap()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		return nil, err
-	}
-	mark, ok := completeMark(res[1])
-	if !ok {
-		return nil, res[1].Error()
-	}
-	if cached[cursorsComplete] != mark {
-		return nil, nil
-	}
-	return cached, nil
-}
-
 // applyCursors sets each topic's readSeq from the cache entry read by
-// cursorCmds; an incomplete or unreadable entry is filled from MySQL.
+// acl.EntryCmds; an incomplete or unreadable entry is filled from MySQL.
 func (s *Service) applyCursors(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, res []rueidis.RedisResult, us []userTopic) error {
-	cached, err := cachedCursors(res)
-	if cached != nil {
-		if ok := cursorsFrom(cached, us); ok {
+	e, err := acl.ReadEntry(res)
+	if err == nil && e.Complete() {
+		if ok := cursorsFrom(e, us); ok {
 			s.m.cursorCache.WithLabelValues("hit").Inc()
 			return nil
 		}
-		s.p.Log.Warn().Int64("user", user).Msg("malformed cached read cursors; dropped, reading MySQL")
-		_ = s.dropCursors(ctx, keys, user) // best effort: the fill below would keep a higher stray value
+		s.dropMalformed(ctx, keys, user)
 	}
 	stored, err := s.fillCursors(ctx, db, keys, user, err == nil)
 	if err != nil {
 		return err
 	}
-	raised, _ := res[0].AsStrMap()
 	byTopic := make(map[string]int64, len(stored))
 	for _, u := range stored {
 		byTopic[u.topic] = u.readSeq
 	}
 	for i := range us {
 		// a move whose write is under way raised its field already
-		us[i].readSeq = max(byTopic[us[i].topic], parseOr0(raised[us[i].topic]))
+		us[i].readSeq = max(byTopic[us[i].topic], e.Raised(us[i].topic))
 	}
 	return nil
 }
 
+// dropMalformed drops an entry holding a value that is neither a cursor nor
+// preferences, best effort: the fill that follows would keep a higher
+// stray value.
+func (s *Service) dropMalformed(ctx context.Context, keys routing.Keys, user int64) {
+	s.p.Log.Warn().Int64("user", user).Msg("malformed cached read cursors; dropped, reading MySQL")
+	_ = s.p.ACL.DropCursors(ctx, keys, user)
+}
+
 // fillCursors reads the user's memberships of groups not dissolved with
-// their cursors from MySQL (one index range of im_group_members joined
-// with the group and the cursor) and, when Redis answered (fill), puts
-// them in the cache entry.
+// their cursors from MySQL and, when Redis answered (fill), puts them in
+// the cache entry (acl.FillCursors).
 func (s *Service) fillCursors(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, fill bool) ([]userTopic, error) {
 	if fill {
 		s.m.cursorCache.WithLabelValues("miss").Inc()
@@ -152,104 +79,25 @@ func (s *Service) fillCursors(ctx context.Context, db *sql.DB, keys routing.Keys
 		s.m.cursorCache.WithLabelValues("error").Inc()
 		s.p.Log.Warn().Int64("user", user).Msg("read-cursor cache unavailable; MySQL answers")
 	}
-	var version, mark string
-	if fill {
-		// both before MySQL is read: a join, leave or dissolve committed
-		// after bumps one of them, and this fill does not land or count
-		rdb := s.p.Redis
-		res := rdb.DoMulti(ctx, rdb.B().Get().Key(keys.ReadCursorsVersion(user)).Build(), rdb.B().Get().Key(keys.GroupsEpoch()).Build())
-		var verr error
-		version, verr = res[0].ToString()
-		if rueidis.IsRedisNil(verr) {
-			version, verr = "", nil
-		}
-		var ok bool
-		mark, ok = completeMark(res[1])
-		fill = verr == nil && ok
-	}
-	us, err := s.loadMemberships(ctx, db, user)
+	ms, err := s.p.ACL.FillCursors(ctx, s.st, db, keys, user, fill)
 	if err != nil {
 		return nil, err
 	}
-	if fill {
-		args := make([]string, 0, 3+2*len(us))
-		args = append(args, version, strconv.FormatInt(cursorTTL.Milliseconds(), 10), mark)
-		for _, u := range us {
-			args = append(args, u.topic, strconv.FormatInt(u.readSeq, 10))
-			if p, ok := prefsField(u); ok {
-				args = append(args, prefsMark+u.topic, p)
-			}
-		}
-		// best effort: a refused or failed fill costs the next read this one
-		_ = s.p.Scripts.CursorFill.Exec(ctx, s.p.Redis,
-			[]string{keys.ReadCursorsVersion(user), keys.ReadCursors(user)}, args).Error()
-	}
-	return us, nil
+	return topicsOf(ms), nil
 }
 
-// cursorsFrom sets each topic's readSeq from a complete cache entry (0
-// for a topic it does not name), and its preferences; false if a value is
-// not a cursor or a preferences field.
-func cursorsFrom(cached map[string]string, us []userTopic) bool {
+// cursorsFrom sets each topic's readSeq and preferences from a complete
+// cache entry (0 for a topic it does not name); false if a value is not a
+// cursor or a preferences field.
+func cursorsFrom(e acl.Entry, us []userTopic) bool {
 	for i := range us {
-		us[i].readSeq = 0
-		if v, ok := cached[us[i].topic]; ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 {
-				return false
-			}
-			us[i].readSeq = n
-		}
-		us[i].pinned, us[i].notifyMute = false, sql.NullTime{}
-		if v, ok := cached[prefsMark+us[i].topic]; ok && !prefsFrom(v, &us[i]) {
+		st, ok := e.State(us[i].topic)
+		if !ok {
 			return false
 		}
+		us[i].readSeq, us[i].pinned, us[i].notifyMute = st.ReadSeq, st.Pinned, st.NotifyMute
 	}
 	return true
-}
-
-// prefsMark begins the field of a topic's preferences in a user's cache
-// entry (a topic name never holds it): "p" and 0 or 1 for pinned, then
-// ":" and notify_muted_until in unix ms (0: none). Only a topic with one
-// set has the field; every preferences change drops the entry.
-const prefsMark = "^"
-
-// prefsField is u's preferences field value, ok false when none is set.
-func prefsField(u userTopic) (string, bool) {
-	if !u.pinned && !u.notifyMute.Valid {
-		return "", false
-	}
-	var ms int64
-	if u.notifyMute.Valid {
-		ms = u.notifyMute.Time.UnixMilli()
-	}
-	p := "p0:"
-	if u.pinned {
-		p = "p1:"
-	}
-	return p + strconv.FormatInt(ms, 10), true
-}
-
-// prefsFrom sets u's preferences from a prefsField value.
-func prefsFrom(v string, u *userTopic) bool {
-	pin, ms, ok := strings.Cut(v, ":")
-	if !ok || (pin != "p0" && pin != "p1") {
-		return false
-	}
-	n, err := strconv.ParseInt(ms, 10, 64)
-	if err != nil || n < 0 {
-		return false
-	}
-	u.pinned = pin == "p1"
-	if n > 0 {
-		u.notifyMute = sql.NullTime{Time: time.UnixMilli(n).UTC(), Valid: true}
-	}
-	return true
-}
-
-func parseOr0(s string) int64 {
-	n, _ := strconv.ParseInt(s, 10, 64)
-	return n
 }
 
 // memberships is the user's topics (groups not dissolved) with their
@@ -272,61 +120,46 @@ func (s *Service) memberships(ctx context.Context, db *sql.DB, tenant string, ke
 	if ok {
 		return tried.us, tried.pre, nil
 	}
-	res := s.p.Redis.DoMulti(ctx, s.cursorCmds(keys, user)...)
-	cached, rerr := cachedCursors(res)
-	if cached != nil {
-		if tried != nil && tried.e.sameTopics(cached) {
+	e, rerr := acl.ReadEntry(s.p.Redis.DoMulti(ctx, acl.EntryCmds(s.p.Redis, keys, user)...))
+	if rerr == nil && e.Complete() {
+		if tried != nil && tried.e.sameTopics(e) {
 			// the entry moved (a cursor, a preference) but names the same
 			// topics: the last seqs and versions read with the held one
 			// stand, in its order, and so do its read commands
 			us := tried.us
-			if cursorsFrom(cached, us) {
+			if cursorsFrom(e, us) {
 				s.m.cursorCache.WithLabelValues("moved").Inc()
-				s.memo.hold(memo, cached[cursorsGen], cached[cursorsComplete], us, tried.e.lasts, now)
+				s.memo.hold(memo, e.Gen(), e.Mark(), us, tried.e.lasts, now)
 				return us, tried.pre, nil
 			}
 		}
-		us := make([]userTopic, 0, len(cached))
-		for t := range cached {
-			if topicField(t) {
-				us = append(us, userTopic{topic: t})
-			}
+		us := make([]userTopic, 0, e.Size())
+		for t := range e.Topics() {
+			us = append(us, userTopic{topic: t})
 		}
-		if cursorsFrom(cached, us) {
+		if cursorsFrom(e, us) {
 			s.m.cursorCache.WithLabelValues("hit").Inc()
 			var lasts rueidis.Completed
 			if len(us) > 0 {
 				lasts = s.lastCmd(keys, us)
 			}
-			lasts = s.memo.hold(memo, cached[cursorsGen], cached[cursorsComplete], us, lasts, now)
+			lasts = s.memo.hold(memo, e.Gen(), e.Mark(), us, lasts, now)
 			if len(us) > 0 {
 				applyLasts(s.p.Redis.Do(ctx, lasts), us)
 			}
 			return us, nil, nil
 		}
-		s.p.Log.Warn().Int64("user", user).Msg("malformed cached read cursors; dropped, reading MySQL")
-		_ = s.dropCursors(ctx, keys, user) // best effort: the fill below would keep a higher stray value
+		s.dropMalformed(ctx, keys, user)
 	}
 	us, err := s.fillCursors(ctx, db, keys, user, rerr == nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	raised, _ := res[0].AsStrMap()
 	for i := range us {
 		// a move whose write is under way raised its field already
-		us[i].readSeq = max(us[i].readSeq, parseOr0(raised[us[i].topic]))
+		us[i].readSeq = max(us[i].readSeq, e.Raised(us[i].topic))
 	}
 	return us, nil, s.readInputs(ctx, db, keys, user, us, false)
-}
-
-// cursorsGen is the field of an entry's generation (lua/cursor_put.lua,
-// lua/cursor_fill.lua; a topic name never holds it).
-const cursorsGen = "#"
-
-// topicField reports whether a field of a user's cache entry is a topic's
-// cursor (not "~", the generation or a topic's preferences).
-func topicField(f string) bool {
-	return f != cursorsComplete && f != cursorsGen && !strings.HasPrefix(f, prefsMark)
 }
 
 // heldRead is what a call read with a held entry: its topics with their
@@ -353,10 +186,7 @@ func (s *Service) heldMemberships(ctx context.Context, keys routing.Keys, memo *
 		into = buf.us
 	}
 	us := e.userTopics(into)
-	cmds := []rueidis.Completed{
-		rdb.B().Hmget().Key(keys.ReadCursors(user)).Field(cursorsComplete, cursorsGen).Build(),
-		rdb.B().Get().Key(keys.GroupsEpoch()).Build(),
-	}
+	cmds := acl.HeldCmds(rdb, keys, user)
 	if len(us) > 0 {
 		cmds = append(cmds, e.lasts)
 	}
@@ -367,9 +197,8 @@ func (s *Service) heldMemberships(ctx context.Context, keys routing.Keys, memo *
 		cmds = append(cmds, sc)
 	}
 	res := rdb.DoMulti(ctx, cmds...)
-	fields, err := res[0].ToArray()
-	mark, mok := completeMark(res[1])
-	if err != nil || !mok || len(fields) != 2 {
+	h, ok := acl.ReadHeld(res[:2])
+	if !ok {
 		return nil, false
 	}
 	tried = &heldRead{e: e, us: us}
@@ -379,9 +208,7 @@ func (s *Service) heldMemberships(ctx context.Context, keys routing.Keys, memo *
 	if len(cmds) > 3 {
 		tried.pre = stampsFrom(res[3], len(us), idx, buf.pre)
 	}
-	complete, _ := fields[0].ToString()
-	gen, _ := fields[1].ToString()
-	if complete != mark || complete != e.mark || gen != e.gen {
+	if !h.Complete || h.Mark != e.mark || h.Gen != e.gen {
 		return tried, false
 	}
 	s.m.cursorCache.WithLabelValues("held").Inc()
@@ -420,7 +247,7 @@ func (s *Service) readInputs(ctx context.Context, db *sql.DB, keys routing.Keys,
 	}
 	cmds := []rueidis.Completed{s.lastCmd(keys, us)}
 	if withCursors {
-		cmds = append(cmds, s.cursorCmds(keys, user)...)
+		cmds = append(cmds, acl.EntryCmds(s.p.Redis, keys, user)...)
 	}
 	res := s.p.Redis.DoMulti(ctx, cmds...)
 	applyLasts(res[0], us)
@@ -791,9 +618,4 @@ func (s *Service) lastMessages(ctx context.Context, db *sql.DB, tenant string, k
 		return err
 	})
 	return out, lasts, err
-}
-
-// errCursorCache is the answer when Redis failed within a cursor move.
-func errCursorCache(err error) error {
-	return httpapi.Wrap(httpapi.CodeUnavailable, "read-cursor cache unavailable; retry the move", err)
 }

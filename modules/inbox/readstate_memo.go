@@ -33,6 +33,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/redis/rueidis"
 
+	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -64,7 +65,7 @@ type userMemo struct {
 	entry  *heldEntry
 }
 
-// heldEntry is a user's cache entry (routing.Keys.ReadCursors) as read
+// heldEntry is a user's cache entry (acl.Entry) as read
 // whole: its generation (the field every script that writes the entry
 // moves — a join's or a leave's drop deletes it), its "~" value, and its
 // topics with their cursors and preferences. What it was read with never
@@ -145,20 +146,18 @@ func (m *userMemo) keepStamps(e *heldEntry, idx []int, cmd rueidis.Completed) ru
 	return cmd
 }
 
-// sameTopics reports whether an entry read whole (HGETALL) names exactly
-// e's topics.
-func (e *heldEntry) sameTopics(cached map[string]string) bool {
+// sameTopics reports whether an entry read whole names exactly e's
+// topics.
+func (e *heldEntry) sameTopics(read acl.Entry) bool {
 	n := 0
-	for f := range cached {
-		if topicField(f) {
-			n++
-		}
+	for range read.Topics() {
+		n++
 	}
 	if n != len(e.topics) {
 		return false
 	}
 	for _, t := range e.topics {
-		if _, ok := cached[t.topic]; !ok {
+		if !read.Names(t.topic) {
 			return false
 		}
 	}
@@ -501,7 +500,7 @@ func (s *Service) listTopics(ctx context.Context, db *sql.DB, tenant string, use
 	var mirrors map[string]routing.TopicMirror
 	if 4*len(missed) > len(us) {
 		// many: the one statement of fixed shape through the user's memberships
-		mirrors, err = s.userMirrors(ctx, db, user)
+		mirrors, err = acl.MemberMirrors(ctx, s.st, db, user)
 	} else {
 		names := make([]string, len(missed))
 		for j, i := range missed {

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -20,13 +19,8 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// Fixed tables of the read state (never built from input).
-const (
-	cursorsTable  = acl.CursorsTable
-	membersTable  = acl.MembersTable
-	groupsTable   = acl.GroupsTable
-	unreadWalkRow = 256 // rows one statement of the unread walk reads
-)
+// unreadWalkRow is how many rows one statement of the unread walk reads.
+const unreadWalkRow = 256
 
 // userTopic is one topic of the caller's list as MySQL holds it: the
 // membership, the group's status, the caller's cursor and preferences, and
@@ -59,23 +53,30 @@ func (u userTopic) activity() time.Time {
 	return u.joinedAt
 }
 
-// loadTopics reads every topic user is a member of (one index range of
-// im_group_members joined with the group and the cursor) and, at the same
-// time, their mirrors (the same range joined with the route mirror);
-// dissolved groups are kept, flagged by status, for sync. Both are cached
-// prepared statements of fixed shape, whatever the number of topics.
-// Without times, joinedAt and changedAt are left zero (joinedTimes reads
-// the join times a caller needs): the range then stays within the
-// members' (user_id) index, not a row lookup per membership.
+// topicsOf are the list entries of memberships MySQL holds.
+func topicsOf(ms []acl.MemberTopic) []userTopic {
+	out := make([]userTopic, len(ms))
+	for i, m := range ms {
+		out[i] = userTopic{topic: m.Topic, status: m.GroupStatus, readSeq: m.ReadSeq, pinned: m.Pinned,
+			notifyMute: m.NotifyMute, joinedAt: m.JoinedAt, changedAt: m.ChangedAt}
+	}
+	return out
+}
+
+// loadTopics reads every topic user is a member of (acl.MembersOf) and,
+// at the same time, their mirrors (acl.MemberMirrors); dissolved groups
+// are kept, flagged by status, for sync. Without times, joinedAt and
+// changedAt are left zero (joinedTimes reads the join times a caller
+// needs).
 func (s *Service) loadTopics(ctx context.Context, db *sql.DB, user int64, times bool) ([]userTopic, error) {
 	var mirrors map[string]routing.TopicMirror
 	var merr error
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
-		mirrors, merr = s.userMirrors(ctx, db, user)
+		mirrors, merr = acl.MemberMirrors(ctx, s.st, db, user)
 	}()
-	out, err := s.loadMembersOf(ctx, db, user, times)
+	ms, err := acl.MembersOf(ctx, s.st, db, user, times)
 	<-read
 	if err != nil {
 		return nil, err
@@ -83,6 +84,7 @@ func (s *Service) loadTopics(ctx context.Context, db *sql.DB, user int64, times 
 	if merr != nil {
 		return nil, merr
 	}
+	out := topicsOf(ms)
 	for i := range out {
 		out[i].mirror = mirrors[out[i].topic]
 		if out[i].mirror.ChangedAt.After(out[i].changedAt) {
@@ -90,55 +92,6 @@ func (s *Service) loadTopics(ctx context.Context, db *sql.DB, user int64, times 
 		}
 	}
 	return out, nil
-}
-
-// userMirrors reads the route mirrors of every topic user is a member of
-// (one statement of fixed shape, through the members' (user_id) index).
-func (s *Service) userMirrors(ctx context.Context, db *sql.DB, user int64) (map[string]routing.TopicMirror, error) {
-	query, args, err := routing.MirrorOf(membersTable+" AS m", "m.topic", sq.Eq{"m.user_id": user}).ToSql()
-	if err != nil {
-		return nil, err
-	}
-	rows, err := s.st.Run(ctx, db, query, args)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: mirrors of %d: %w", user, err)
-	}
-	mirrors := map[string]routing.TopicMirror{}
-	return mirrors, routing.ScanMirror(rows, mirrors)
-}
-
-// loadMembersOf is loadTopics' memberships, without the mirrors.
-func (s *Service) loadMembersOf(ctx context.Context, db *sql.DB, user int64, times bool) ([]userTopic, error) {
-	cols := []string{"m.topic", "g.status", "COALESCE(c.read_seq, 0)", "COALESCE(c.pinned, 0)", "c.notify_muted_until"}
-	if times {
-		cols = append(cols, "m.created_at", "GREATEST(m.updated_at, g.updated_at, COALESCE(c.updated_at, m.updated_at))")
-	}
-	query, args, err := sq.Select(cols...).
-		From(membersTable + " AS m").
-		Join(groupsTable + " AS g ON g.topic = m.topic").
-		LeftJoin(cursorsTable + " AS c ON c.user_id = m.user_id AND c.topic = m.topic").
-		Where(sq.Eq{"m.user_id": user}).ToSql()
-	if err != nil {
-		return nil, err
-	}
-	rows, err := s.st.Run(ctx, db, query, args)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: topics of %d: %w", user, err)
-	}
-	defer rows.Close()
-	var out []userTopic
-	for rows.Next() {
-		var u userTopic
-		dest := []any{&u.topic, &u.status, &u.readSeq, &u.pinned, &u.notifyMute}
-		if times {
-			dest = append(dest, &u.joinedAt, &u.changedAt)
-		}
-		if err := rows.Scan(dest...); err != nil {
-			return nil, fmt.Errorf("inbox: topics of %d: %w", user, err)
-		}
-		out = append(out, u)
-	}
-	return out, rows.Err()
 }
 
 // joinedTimes sets joinedAt of the topics of us that need reports true
@@ -155,49 +108,11 @@ func (s *Service) joinedTimes(ctx context.Context, db *sql.DB, user int64, us []
 	if len(names) == 0 {
 		return nil
 	}
-	rows, err := sq.Select("topic", "created_at").From(membersTable).
-		Where(sq.Eq{"user_id": user, "topic": names}).RunWith(db).QueryContext(ctx)
-	if err != nil {
-		return fmt.Errorf("inbox: join times of %d: %w", user, err)
+	at, err := acl.JoinTimes(ctx, db, user, names)
+	for t, a := range at {
+		us[idx[t]].joinedAt = a
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var t string
-		var at time.Time
-		if err := rows.Scan(&t, &at); err != nil {
-			return fmt.Errorf("inbox: join times of %d: %w", user, err)
-		}
-		us[idx[t]].joinedAt = at
-	}
-	return rows.Err()
-}
-
-// loadMemberships reads the topics user is a member of that are not
-// dissolved, with their cursors and preferences (one index range of
-// im_group_members joined with the group and the cursor): what the user's
-// cache entry of memberships and cursors holds (fillCursors).
-func (s *Service) loadMemberships(ctx context.Context, db *sql.DB, user int64) ([]userTopic, error) {
-	query, args, err := sq.Select("m.topic", "COALESCE(c.read_seq, 0)", "COALESCE(c.pinned, 0)", "c.notify_muted_until").From(membersTable + " AS m").
-		Join(groupsTable + " AS g ON g.topic = m.topic").
-		LeftJoin(cursorsTable + " AS c ON c.user_id = m.user_id AND c.topic = m.topic").
-		Where(sq.Eq{"m.user_id": user}).Where(sq.NotEq{"g.status": acl.GroupDissolved}).ToSql()
-	if err != nil {
-		return nil, err
-	}
-	rows, err := s.st.Run(ctx, db, query, args)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: memberships of %d: %w", user, err)
-	}
-	defer rows.Close()
-	var out []userTopic
-	for rows.Next() {
-		var u userTopic
-		if err := rows.Scan(&u.topic, &u.readSeq, &u.pinned, &u.notifyMute); err != nil {
-			return nil, fmt.Errorf("inbox: memberships of %d: %w", user, err)
-		}
-		out = append(out, u)
-	}
-	return out, rows.Err()
+	return err
 }
 
 // unreadCount is the caller's unread state of one topic.
@@ -403,63 +318,6 @@ func (s store) unreadRows(ctx context.Context, db *sql.DB, src readpath.Source, 
 	return n, last, rows.Err()
 }
 
-// markRead moves the caller's cursor of topic up to seq (never down) in
-// one statement and returns the cursor it holds afterwards: the
-// LAST_INSERT_ID(expr) form hands the row's value back with the result.
-// It is a cached prepared statement: one round trip, and running it twice
-// is the same as once.
-func (s store) markRead(ctx context.Context, db *sql.DB, user int64, topic string, seq int64) (int64, error) {
-	query, args, err := sq.Insert(cursorsTable).Columns("user_id", "topic", "read_seq").Values(user, topic, seq).
-		Suffix("ON DUPLICATE KEY UPDATE read_seq = LAST_INSERT_ID(GREATEST(read_seq, VALUES(read_seq)))").ToSql()
-	if err != nil {
-		return 0, err
-	}
-	res, err := s.Exec(ctx, db, query, args)
-	if err != nil {
-		return 0, fmt.Errorf("inbox: read cursor %s/%d: %w", topic, user, err)
-	}
-	if n, err := res.RowsAffected(); err == nil && n == 1 {
-		return seq, nil // inserted
-	}
-	return res.LastInsertId()
-}
-
-// putPrefs sets the caller's preferences of topic; nil leaves one as it is.
-func putPrefs(ctx context.Context, db *sql.DB, user int64, topic string, pinned *bool, mute *time.Time, clearMute bool) error {
-	cols, vals, upd := []string{"user_id", "topic"}, []any{user, topic}, ""
-	if pinned != nil {
-		cols, vals = append(cols, "pinned"), append(vals, *pinned)
-		upd = "pinned = VALUES(pinned)"
-	}
-	if mute != nil || clearMute {
-		var v any
-		if mute != nil {
-			v = mute.UTC()
-		}
-		cols, vals = append(cols, "notify_muted_until"), append(vals, v)
-		if upd != "" {
-			upd += ", "
-		}
-		upd += "notify_muted_until = VALUES(notify_muted_until)"
-	}
-	_, err := sq.Insert(cursorsTable).Columns(cols...).Values(vals...).
-		Suffix("ON DUPLICATE KEY UPDATE " + upd).RunWith(db).ExecContext(ctx)
-	if err != nil {
-		return fmt.Errorf("inbox: preferences %s/%d: %w", topic, user, err)
-	}
-	return nil
-}
-
-// readState is the caller's cursor row of one topic (zero if none).
-func readState(ctx context.Context, db *sql.DB, user int64, topic string) (readSeq int64, pinned bool, mute sql.NullTime, err error) {
-	err = sq.Select("read_seq", "pinned", "notify_muted_until").From(cursorsTable).
-		Where(sq.Eq{"user_id": user, "topic": topic}).RunWith(db).QueryRowContext(ctx).Scan(&readSeq, &pinned, &mute)
-	if errors.Is(err, sql.ErrNoRows) {
-		err = nil
-	}
-	return readSeq, pinned, mute, err
-}
-
 // newestAt is the created_at of topic's newest message in t created at or
 // before at ((topic, created_at) index).
 func (s store) newestAt(ctx context.Context, db *sql.DB, t routing.Table, topic string, at time.Time) (time.Time, bool, error) {
@@ -546,32 +404,6 @@ func (s *Service) addTopicChanges(ctx context.Context, db *sql.DB, us []userTopi
 		}
 	}
 	return nil
-}
-
-// leftTopic is a cursor row changed after a time (a leave touches it).
-type leftTopic struct {
-	topic string
-	at    time.Time
-}
-
-// leftTopics lists the caller's cursor rows changed after since; the
-// caller keeps those of topics it is no longer a member of.
-func leftTopics(ctx context.Context, db *sql.DB, user int64, since time.Time) ([]leftTopic, error) {
-	rows, err := sq.Select("topic", "updated_at").From(cursorsTable).
-		Where(sq.Eq{"user_id": user}).Where(sq.Gt{"updated_at": since.UTC()}).RunWith(db).QueryContext(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: cursors of %d: %w", user, err)
-	}
-	defer rows.Close()
-	var out []leftTopic
-	for rows.Next() {
-		var l leftTopic
-		if err := rows.Scan(&l.topic, &l.at); err != nil {
-			return nil, err
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
 }
 
 // unreadBranches is how many topics one statement of countMany reads: a

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/rs/zerolog"
 
+	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 )
@@ -25,7 +26,7 @@ type Params struct {
 	DBs     routing.DBs
 	Router  *routing.Router
 	Flight  *routing.Flight
-	ACL     readpath.ACL
+	ACL     *acl.Checker
 	Scripts *routing.Scripts
 	// Migrations answers whether a tenant migrates from its legacy table
 	// (its legacy rows count, nothing is remembered meanwhile).

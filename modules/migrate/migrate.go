@@ -272,9 +272,9 @@ func (mg *Migrator) gate(ctx context.Context, tenant string, db *sql.DB) error {
 // legacyTopics counts the legacy table's topics and lists (up to maxListed
 // each) those without a group and those with a name imshard refuses.
 func legacyTopics(ctx context.Context, db *sql.DB) (n int, missing, bad []string, err error) {
-	rows, err := sq.Select("l.topic", "g.topic IS NULL").
-		FromSelect(sq.Select("DISTINCT topic COLLATE utf8mb4_bin AS topic").From(routing.LegacyQuoted()), "l").
-		LeftJoin(acl.GroupsTable + " AS g ON g.topic = l.topic").OrderBy("l.topic").RunWith(db).QueryContext(ctx)
+	rows, err := acl.WithGroup(sq.Select("l.topic", acl.NoGroup).
+		FromSelect(sq.Select("DISTINCT topic COLLATE utf8mb4_bin AS topic").From(routing.LegacyQuoted()), "l"), "l.topic").
+		OrderBy("l.topic").RunWith(db).QueryContext(ctx)
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("migrate: legacy topics: %w", err)
 	}

@@ -176,7 +176,7 @@ func (s *Reader) ReadPage(ctx context.Context, p httpapi.Principal, keys routing
 	}
 	res := rdb.DoMulti(ctx, cmds...)
 	if member {
-		if err := Allowed(s.p.ACL.Resolve(ctx, p.Tenant, topic, p.UserID, res[na:])); err != nil {
+		if err := acl.Allowed(s.p.ACL.Resolve(ctx, p.Tenant, topic, p.UserID, res[na:])); err != nil {
 			return PageReads{}, err
 		}
 	}

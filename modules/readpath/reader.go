@@ -3,15 +3,14 @@
 // the changes: the hot-cache reads and this process's copy of a topic's
 // newest stretch, the caller's deletion ranges and their cache, the walk
 // over a topic's month tables (and, while the tenant migrates, its legacy
-// table), the statement cache, the rendering of pages, and the membership
-// check of a read. It is a library, not a role: one Reader per process,
+// table), the statement cache and the rendering of pages; a read's
+// membership decision is modules/acl's. It is a library, not a role: one Reader per process,
 // built once by app and handed to the modules that read.
 package readpath
 
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"math"
 	"time"
 
@@ -31,7 +30,7 @@ type Params struct {
 	DBs     routing.DBs
 	Router  *routing.Router
 	Flight  *routing.Flight
-	ACL     ACL
+	ACL     *acl.Checker
 	Scripts *routing.Scripts
 	// HiddenTTL is how long a caller's cached deletion ranges live (default 5m).
 	HiddenTTL time.Duration
@@ -69,17 +68,9 @@ func (s *Reader) Store() *Store { return s.st }
 // means the hot cache answered.
 func (s *Reader) Observe(n int, cached bool, seconds float64) { s.m.observe(n, cached, seconds) }
 
-var (
-	ErrForbidden = httpapi.Errorf(httpapi.CodePermissionDenied, "not a member of this topic")
-	ErrNotFound  = httpapi.Errorf(httpapi.CodeNotFound, "no such message")
-)
-
-// ACL answers membership questions (acl.Checker); Resolve finishes a
-// lookup whose acl.Cmds were pipelined with the page's own reads.
-type ACL interface {
-	Lookup(ctx context.Context, tenant, topic string, userID int64) (acl.Membership, error)
-	Resolve(ctx context.Context, tenant, topic string, userID int64, res []rueidis.RedisResult) (acl.Membership, error)
-}
+// ErrNotFound answers a read of a message the caller may not see or that
+// does not exist.
+var ErrNotFound = httpapi.Errorf(httpapi.CodeNotFound, "no such message")
 
 // BeforePage is a newest-first page.
 type BeforePage struct {
@@ -103,29 +94,10 @@ type SincePage struct {
 	Through int64 `json:"-"`
 }
 
-// Authorize lets members read their topic and the tenant's admins read any.
+// Authorize is the membership decision of a read (acl.Checker.Authorize),
+// for the modules that read through the reader.
 func (s *Reader) Authorize(ctx context.Context, p httpapi.Principal, topic string) error {
-	if err := routing.ValidTopic(topic); err != nil {
-		return err
-	}
-	if p.Role == httpapi.RoleAdmin {
-		return nil
-	}
-	return Allowed(s.p.ACL.Lookup(ctx, p.Tenant, topic, p.UserID))
-}
-
-// Allowed turns a membership lookup into the read permission.
-func Allowed(m acl.Membership, err error) error {
-	if errors.Is(err, acl.ErrNoGroup) {
-		return ErrForbidden
-	}
-	if err != nil {
-		return err
-	}
-	if !m.Member {
-		return ErrForbidden
-	}
-	return nil
+	return s.p.ACL.Authorize(ctx, p, topic)
 }
 
 // WithHeld adds to a newest-first page read from MySQL what the page's

@@ -152,8 +152,8 @@ func (k Keys) HiddenVersion(topic string) string { return k.prefix + "hidden:ver
 // ReadCursors caches a user's memberships with their read cursors (HASH
 // topic → read_seq, one field per topic of a group the user is a member of
 // that is not dissolved, the field "~" once it names all of them, and the
-// field "#", its generation, moved by every script that writes it, see
-// modules/inbox); ReadCursorsVersion counts the changes that rewrite them
+// field "#", its generation, moved by every script that writes it; only
+// modules/acl reads or writes it); ReadCursorsVersion counts the changes that rewrite them
 // from MySQL (every membership change of the user), so a fill computed
 // before one cannot land after it.
 func (k Keys) ReadCursors(user int64) string { return k.prefix + "rc:" + strconv.FormatInt(user, 10) }

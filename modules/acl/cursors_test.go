@@ -1,4 +1,4 @@
-package inbox
+package acl
 
 import (
 	"database/sql"
@@ -23,22 +23,21 @@ func TestPrefsField(t *testing.T) {
 		{"both", true, sql.NullTime{Time: mute, Valid: true}, "p1:1796121000123"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			f, ok := prefsField(userTopic{pinned: c.pinned, notifyMute: c.mute})
+			f, ok := prefsField(Prefs{Pinned: c.pinned, NotifyMute: c.mute})
 			if f != c.field || ok != (c.field != "") {
 				t.Fatalf("field %q %v, want %q", f, ok, c.field)
 			}
 			if !ok {
 				return
 			}
-			var u userTopic
-			if !prefsFrom(f, &u) || u.pinned != c.pinned || u.notifyMute != c.mute {
-				t.Fatalf("read back %v %v, want %v %v", u.pinned, u.notifyMute, c.pinned, c.mute)
+			p, ok := prefsFrom(f)
+			if !ok || p.Pinned != c.pinned || p.NotifyMute != c.mute {
+				t.Fatalf("read back %v %v, want %v %v", p.Pinned, p.NotifyMute, c.pinned, c.mute)
 			}
 		})
 	}
 	for _, bad := range []string{"", "p1", "p2:0", "1:0", "p1:-5", "p1:x", "p1:0:0"} {
-		var u userTopic
-		if prefsFrom(bad, &u) {
+		if _, ok := prefsFrom(bad); ok {
 			t.Errorf("%q read as preferences", bad)
 		}
 	}
