@@ -384,3 +384,23 @@ func TestReadStateUnreadFromHotCache(t *testing.T) {
 		t.Fatalf("%v counts fell back to the month tables", n-cold)
 	}
 }
+
+// TestReadStateMentionOfCallerAndEveryoneCountsOnce: a message that names
+// the caller and also mentions everyone has two entries in the mention
+// index and is one mention, as it is one unread message.
+func TestReadStateMentionOfCallerAndEveryoneCountsOnce(t *testing.T) {
+	env := rsStart(t)
+	const topic = "rsboth"
+	env.group(topic, 505, "active")
+	env.member(topic, 41, "member", time.Time{})
+	env.member(topic, 42, "member", time.Time{})
+	both := sendBody("b-1", "both")
+	both["mentioned_user_ids"] = []string{"41"}
+	both["mention_all"] = true
+	env.mustSend(env.Token(42, ""), topic, both)
+	env.mustSend(env.Token(42, ""), topic, sendBody("b-2", "plain"))
+	chWaitSettled(t, env.Env, topic)
+	if _, by := rsUnread(t, env, 41); by[topic].Unread != 2 || by[topic].MentionUnread != 1 {
+		t.Fatalf("badge %+v, want 2 unread and 1 mention", by[topic])
+	}
+}

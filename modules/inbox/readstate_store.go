@@ -559,8 +559,10 @@ const mentionBranches = 128
 // and everyone's (user 0) — above the cursor of each of mentionBranches
 // topics, leaving out what the caller hid: two ranges of the primary key
 // (topic, user_id, seq) per topic. Recalled and deleted messages have no
-// entries (the change drops them) and neither do gaps.
-var mentionQuery = "SELECT x.topic, x.seq FROM " + routing.MentionsTable + " AS x WHERE x.user_id IN (?, 0) AND (" +
+// entries (the change drops them) and neither do gaps. A message that
+// mentions the caller and everyone has two entries and counts once:
+// DISTINCT.
+var mentionQuery = "SELECT DISTINCT x.topic, x.seq FROM " + routing.MentionsTable + " AS x WHERE x.user_id IN (?, 0) AND (" +
 	strings.Repeat("(x.topic = ? AND x.seq > ?) OR ", mentionBranches-1) + "(x.topic = ? AND x.seq > ?)) " +
 	"AND NOT EXISTS (SELECT 1 FROM " + readpath.DellogTable + " AS d WHERE d.topic = x.topic AND d.deletedfor = ? AND d.low <= x.seq AND d.hi > x.seq)"
 
