@@ -37,27 +37,11 @@ const (
 func newMetrics(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
 	m := &metrics{
-		latency: f.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "imshard_send_latency_seconds",
-			Help:    "Send request latency, by result (ok, duplicate, or the error code).",
-			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}, []string{"result"}),
-		total: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "imshard_send_total",
-			Help: "Send requests, by result (ok, duplicate, or the error code).",
-		}, []string{"result"}),
-		gaps: f.NewCounter(prometheus.CounterOpts{
-			Name: "imshard_seq_gaps_total",
-			Help: "Seqs the send path allocated and abandoned, recorded as gaps.",
-		}),
-		postAck: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "imshard_send_post_ack_failures_total",
-			Help: "Failures after the Kafka ack: the call recording it failed (pending, idempotency, hot_cache, publish) or came after the seq was recorded as a gap (late_after_gap); the send answered 503.",
-		}, []string{"step"}),
-		dedupHit: f.NewCounter(prometheus.CounterOpts{
-			Name: "imshard_send_mysql_dedup_hits_total",
-			Help: "Retries Redis had forgotten, answered from MySQL (the month tables).",
-		}),
+		latency:  f.NewHistogramVec(prometheus.HistogramOpts{Name: "imshard_send_latency_seconds", Help: "Send request latency, by result (ok, duplicate, or the error code).", Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"result"}),
+		total:    f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_send_total", Help: "Send requests, by result (ok, duplicate, or the error code)."}, []string{"result"}),
+		gaps:     f.NewCounter(prometheus.CounterOpts{Name: "imshard_seq_gaps_total", Help: "Seqs the send path allocated and abandoned, recorded as gaps."}),
+		postAck:  f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_send_post_ack_failures_total", Help: "Failures after the Kafka ack: the call recording it failed (pending, idempotency, hot_cache, publish) or came after the seq was recorded as a gap (late_after_gap); the send answered 503."}, []string{"step"}),
+		dedupHit: f.NewCounter(prometheus.CounterOpts{Name: "imshard_send_mysql_dedup_hits_total", Help: "Retries Redis had forgotten, answered from MySQL (the month tables)."}),
 	}
 	// exported as 0 from the start: the error-rate alert divides by them and
 	// sees a first failure as an increase
