@@ -258,8 +258,8 @@ func parseOr0(s string) int64 {
 // last seqs in a second round trip — else from MySQL (filling the entry)
 // and then the last seqs. No MySQL read while the entry is complete: it is
 // dropped by every membership change and read again after every change of
-// a group (the groups epoch). Once this process holds the entry as it read
-// it (the user's memo), a call reads only its generation and "~" fields,
+// a group (the groups epoch). Once this process keeps a copy of the entry
+// as it read it (the user's memo), a call reads only its generation and "~" fields,
 // with the last seqs in the same round trip, and — with stamps — the
 // versions of the topics with a count remembered at their cursor (aligned
 // with us, for recall); an entry that moved since is read whole. A badge
@@ -268,7 +268,7 @@ func parseOr0(s string) int64 {
 func (s *Service) memberships(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, buf *badgeBuf) ([]userTopic, []stamp, error) {
 	memo := s.memo.of(tenant, user)
 	now := time.Now()
-	tried, ok := s.heldMemberships(ctx, keys, memo, user, buf, now)
+	tried, ok := s.membershipsFromCopy(ctx, keys, memo, user, buf, now)
 	if ok {
 		return tried.us, tried.pre, nil
 	}
@@ -277,12 +277,12 @@ func (s *Service) memberships(ctx context.Context, db *sql.DB, tenant string, ke
 	if cached != nil {
 		if tried != nil && tried.e.sameTopics(cached) {
 			// the entry moved (a cursor, a preference) but names the same
-			// topics: the last seqs and versions read with the held one
+			// topics: the last seqs and versions read with the copy
 			// stand, in its order, and so do its read commands
 			us := tried.us
 			if cursorsFrom(cached, us) {
 				s.m.cursorCache.WithLabelValues("moved").Inc()
-				s.memo.hold(memo, cached[cursorsGen], cached[cursorsComplete], us, tried.e.lasts, now)
+				s.memo.keepCopy(memo, cached[cursorsGen], cached[cursorsComplete], us, tried.e.lasts, now)
 				return us, tried.pre, nil
 			}
 		}
@@ -298,7 +298,7 @@ func (s *Service) memberships(ctx context.Context, db *sql.DB, tenant string, ke
 			if len(us) > 0 {
 				lasts = s.lastCmd(keys, us)
 			}
-			lasts = s.memo.hold(memo, cached[cursorsGen], cached[cursorsComplete], us, lasts, now)
+			lasts = s.memo.keepCopy(memo, cached[cursorsGen], cached[cursorsComplete], us, lasts, now)
 			if len(us) > 0 {
 				applyLasts(s.p.Redis.Do(ctx, lasts), us)
 			}
@@ -329,21 +329,22 @@ func topicField(f string) bool {
 	return f != cursorsComplete && f != cursorsGen && !strings.HasPrefix(f, prefsMark)
 }
 
-// heldRead is what a call read with a held entry: its topics with their
-// last seqs (cursors and preferences as held), and the versions (pre).
-type heldRead struct {
-	e   *heldEntry
+// copyRead is what a call read with an entry's copy: its topics with
+// their last seqs (cursors and preferences as copied), and the versions
+// (pre).
+type copyRead struct {
+	e   *entryCopy
 	us  []userTopic
 	pre []stamp
 }
 
-// heldMemberships is memberships from the entry this process holds, when
+// membershipsFromCopy is memberships from this process's copy of the entry, when
 // its generation and "~" are still the ones in Redis at the current groups
 // epoch (ok). When they moved, the reads made with it are returned (not
 // ok): an entry read whole that names the same topics reuses them. Nil
-// when no entry is held or Redis failed.
-func (s *Service) heldMemberships(ctx context.Context, keys routing.Keys, memo *userMemo, user int64, buf *badgeBuf, now time.Time) (tried *heldRead, ok bool) {
-	e, idx, sc, built := memo.held(now)
+// when no copy is kept or Redis failed.
+func (s *Service) membershipsFromCopy(ctx context.Context, keys routing.Keys, memo *userMemo, user int64, buf *badgeBuf, now time.Time) (tried *copyRead, ok bool) {
+	e, idx, sc, built := memo.freshCopy(now)
 	if e == nil {
 		return nil, false
 	}
@@ -372,7 +373,7 @@ func (s *Service) heldMemberships(ctx context.Context, keys routing.Keys, memo *
 	if err != nil || !mok || len(fields) != 2 {
 		return nil, false
 	}
-	tried = &heldRead{e: e, us: us}
+	tried = &copyRead{e: e, us: us}
 	if len(us) > 0 {
 		applyLasts(res[2], us)
 	}
@@ -384,7 +385,7 @@ func (s *Service) heldMemberships(ctx context.Context, keys routing.Keys, memo *
 	if complete != mark || complete != e.mark || gen != e.gen {
 		return tried, false
 	}
-	s.m.cursorCache.WithLabelValues("held").Inc()
+	s.m.cursorCache.WithLabelValues("held").Inc() // the metric's name for an answer from the copy
 	return tried, true
 }
 
