@@ -142,7 +142,7 @@ func (s *Service) MarkRead(ctx context.Context, p httpapi.Principal, topic strin
 	last, raised := out[0], out[1] == 1
 	// no field raised (absent: the entry does not name the topic yet; lost:
 	// no seq counter, nothing checked): the entry is dropped once MySQL
-	// committed, as a fill may have read MySQL between the script and the
+	// committed, as a cache fill may have read MySQL between the script and the
 	// commit
 	lost, absent := last < 0, out[1] < 0
 	if lost {
@@ -239,7 +239,7 @@ func (s *Service) SetPrefs(ctx context.Context, p httpapi.Principal, topic strin
 	}
 	u := userTopic{topic: topic, readSeq: readSeq, pinned: pinned, notifyMute: mute, mirror: mirrors[topic]}
 	out := []InboxTopic{{}}
-	if err := s.fill(ctx, db, p, []userTopic{u}, out, false); err != nil {
+	if err := s.listEntries(ctx, db, p, []userTopic{u}, out, false); err != nil {
 		return InboxTopic{}, err
 	}
 	s.m.readState.WithLabelValues("prefs").Observe(time.Since(start).Seconds())
@@ -296,10 +296,10 @@ func compareStrings(a, b string) int {
 	return 0
 }
 
-// fill computes the list entries of us into out (same length): counts and
+// listEntries computes the list entries of us into out (same length): counts and
 // last messages, read at the same time; first the last seqs and cursors,
 // unless inputs says us carries them already.
-func (s *Service) fill(ctx context.Context, db *sql.DB, p httpapi.Principal, us []userTopic, out []InboxTopic, inputs bool) error {
+func (s *Service) listEntries(ctx context.Context, db *sql.DB, p httpapi.Principal, us []userTopic, out []InboxTopic, inputs bool) error {
 	keys, err := routing.KeysFor(p.Tenant)
 	if err != nil {
 		return err
@@ -504,7 +504,7 @@ func (s *Service) Topics(ctx context.Context, p httpapi.Principal, limit int, cu
 		us[i] = all[l.i]
 	}
 	page.Topics = make([]InboxTopic, len(us))
-	if err := s.fill(ctx, db, p, us, page.Topics, inputs); err != nil {
+	if err := s.listEntries(ctx, db, p, us, page.Topics, inputs); err != nil {
 		return TopicsPage{}, err
 	}
 	for i, l := range ls {
@@ -635,7 +635,7 @@ func (s *Service) Sync(ctx context.Context, p httpapi.Principal, token string, l
 		live, at = append(live, c.u), append(at, i)
 	}
 	states := make([]InboxTopic, len(live))
-	if err := s.fill(ctx, db, p, live, states, false); err != nil {
+	if err := s.listEntries(ctx, db, p, live, states, false); err != nil {
 		return SyncPage{}, err
 	}
 	for j, i := range at {

@@ -64,8 +64,8 @@ func newPutCursor(keys routing.Keys, user int64, topic string, seq int64) putCur
 	}
 }
 
-// dropCursors bumps the user's cursor version (no fill computed before
-// lands) and drops their entry: the next read fills it from MySQL.
+// dropCursors bumps the user's cursor version (no cache fill computed
+// before lands) and drops their entry: the next read fills it from MySQL.
 func (s *Service) dropCursors(ctx context.Context, keys routing.Keys, user int64) error {
 	rdb := s.p.Redis
 	for _, r := range rdb.DoMulti(ctx, rdb.B().Incr().Key(keys.ReadCursorsVersion(user)).Build(),
@@ -97,7 +97,7 @@ func completeMark(res rueidis.RedisResult) (string, bool) {
 
 // cachedCursors is the entry cursorCmds read when it is complete at the
 // current groups epoch (nil otherwise), and the error when Redis could not
-// be read (no fill then).
+// be read (no cache fill then).
 func cachedCursors(res []rueidis.RedisResult) (cached map[string]string, readErr error) {
 	cached, err := res[0].AsStrMap()
 	if err != nil && !rueidis.IsRedisNil(err) {
@@ -123,9 +123,9 @@ func (s *Service) applyCursors(ctx context.Context, db *sql.DB, keys routing.Key
 			return nil
 		}
 		s.p.Log.Warn().Int64("user", user).Msg("malformed cached read cursors; dropped, reading MySQL")
-		_ = s.dropCursors(ctx, keys, user) // best effort: the fill below would keep a higher stray value
+		_ = s.dropCursors(ctx, keys, user) // best effort: the cache fill below would keep a higher stray value
 	}
-	stored, err := s.fillCursors(ctx, db, keys, user, err == nil)
+	stored, err := s.cursorsFromMySQL(ctx, db, keys, user, err == nil)
 	if err != nil {
 		return err
 	}
@@ -141,21 +141,21 @@ func (s *Service) applyCursors(ctx context.Context, db *sql.DB, keys routing.Key
 	return nil
 }
 
-// fillCursors reads the user's memberships of groups not dissolved with
+// cursorsFromMySQL reads the user's memberships of groups not dissolved with
 // their cursors from MySQL (one index range of im_group_members joined
-// with the group and the cursor) and, when Redis answered (fill), puts
+// with the group and the cursor) and, when Redis answered (fillCache), puts
 // them in the cache entry.
-func (s *Service) fillCursors(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, fill bool) ([]userTopic, error) {
-	if fill {
+func (s *Service) cursorsFromMySQL(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, fillCache bool) ([]userTopic, error) {
+	if fillCache {
 		s.m.cursorCache.WithLabelValues("miss").Inc()
 	} else {
 		s.m.cursorCache.WithLabelValues("error").Inc()
 		s.p.Log.Warn().Int64("user", user).Msg("read-cursor cache unavailable; MySQL answers")
 	}
 	var version, mark string
-	if fill {
+	if fillCache {
 		// both before MySQL is read: a join, leave or dissolve committed
-		// after bumps one of them, and this fill does not land or count
+		// after bumps one of them, and this cache fill does not land or count
 		rdb := s.p.Redis
 		res := rdb.DoMulti(ctx, rdb.B().Get().Key(keys.ReadCursorsVersion(user)).Build(), rdb.B().Get().Key(keys.GroupsEpoch()).Build())
 		var verr error
@@ -165,13 +165,13 @@ func (s *Service) fillCursors(ctx context.Context, db *sql.DB, keys routing.Keys
 		}
 		var ok bool
 		mark, ok = completeMark(res[1])
-		fill = verr == nil && ok
+		fillCache = verr == nil && ok
 	}
 	us, err := s.loadMemberships(ctx, db, user)
 	if err != nil {
 		return nil, err
 	}
-	if fill {
+	if fillCache {
 		args := make([]string, 0, 3+2*len(us))
 		args = append(args, version, strconv.FormatInt(cursorTTL.Milliseconds(), 10), mark)
 		for _, u := range us {
@@ -180,7 +180,7 @@ func (s *Service) fillCursors(ctx context.Context, db *sql.DB, keys routing.Keys
 				args = append(args, prefsMark+u.topic, p)
 			}
 		}
-		// best effort: a refused or failed fill costs the next read this one
+		// best effort: a refused or failed cache fill costs the next read this one
 		_ = s.p.Scripts.CursorFill.Exec(ctx, s.p.Redis,
 			[]string{keys.ReadCursorsVersion(user), keys.ReadCursors(user)}, args).Error()
 	}
@@ -305,9 +305,9 @@ func (s *Service) memberships(ctx context.Context, db *sql.DB, tenant string, ke
 			return us, nil, nil
 		}
 		s.p.Log.Warn().Int64("user", user).Msg("malformed cached read cursors; dropped, reading MySQL")
-		_ = s.dropCursors(ctx, keys, user) // best effort: the fill below would keep a higher stray value
+		_ = s.dropCursors(ctx, keys, user) // best effort: the cache fill below would keep a higher stray value
 	}
-	us, err := s.fillCursors(ctx, db, keys, user, rerr == nil)
+	us, err := s.cursorsFromMySQL(ctx, db, keys, user, rerr == nil)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -175,7 +175,7 @@ func (s *Service) joinedTimes(ctx context.Context, db *sql.DB, user int64, us []
 // loadMemberships reads the topics user is a member of that are not
 // dissolved, with their cursors and preferences (one index range of
 // im_group_members joined with the group and the cursor): what the user's
-// cache entry of memberships and cursors holds (fillCursors).
+// cache entry of memberships and cursors holds (cursorsFromMySQL).
 func (s *Service) loadMemberships(ctx context.Context, db *sql.DB, user int64) ([]userTopic, error) {
 	query, args, err := sq.Select("m.topic", "COALESCE(c.read_seq, 0)", "COALESCE(c.pinned, 0)", "c.notify_muted_until").From(membersTable + " AS m").
 		Join(groupsTable + " AS g ON g.topic = m.topic").
