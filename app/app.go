@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/rs/zerolog"
 
 	"github.com/imshard/imshard/config"
@@ -67,10 +68,7 @@ func New(cfg *config.Config, log zerolog.Logger) *App {
 	a := &App{Config: cfg, Log: log, Registry: reg, APIMux: httpapi.NewMux(), services: map[string]Service{}}
 	a.tenants.set(cfg.Tenants)
 	a.reload.live = cfg
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "imshard_ready",
-		Help: "1 when the process would answer /readyz 200 at this scrape, 0 when it would answer 503 (a dependency down, draining, shutting down).",
-	}, a.readyValue))
+	promauto.With(reg).NewGaugeFunc(prometheus.GaugeOpts{Name: "imshard_ready", Help: "1 when the process would answer /readyz 200 at this scrape, 0 when it would answer 503 (a dependency down, draining, shutting down)."}, a.readyValue)
 	return a
 }
 

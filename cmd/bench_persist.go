@@ -142,7 +142,7 @@ func runBenchPersist(ctx context.Context, cfg *config.Config, o *benchPersistOpt
 	rep, err := bench.Persist(ctx, bench.PersistParams{
 		Rows: o.rows, Batch: o.batch, Writers: o.writers, Topics: o.topics, Pairs: o.pairs, LegacyRows: o.legacyRows,
 		Tenant: o.tenant, DB: db, Redis: a.Redis(), PersistMonth: persistMonth, RawMonth: rawMonth,
-		Topic: k.Topic, KafkaConn: conn, Persist: run, RawBatch: persist.RawBatch, Progress: g.stderr,
+		Topic: k.Topic, KafkaConn: conn, Persist: run, Progress: g.stderr,
 	})
 	if !o.keep {
 		cleanup := context.WithoutCancel(ctx)

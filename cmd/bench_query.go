@@ -141,7 +141,7 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 			pg, err := svc.Before(ctx, me, topic, before, limit)
 			return len(pg.Messages), err
 		},
-		TablePage: a.Reader().TablePage,
+		Reader: a.Reader(),
 		Edit: func(ctx context.Context, me httpapi.Principal, topic string, seq int64, content json.RawMessage, version int) (int64, error) {
 			res, err := ch.Edit(ctx, me, topic, seq, changes.EditRequest{Content: content, ExpectedVersion: &version})
 			return res.ChangeSeq, err
@@ -150,7 +150,7 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 			res, err := ch.Recall(ctx, me, topic, seq, reason)
 			return res.ChangeSeq, err
 		},
-		RawEdit: changes.RawEdit, Routes: a.Routes(), Groups: a.ACL(), Redis: a.Redis(), DB: db, Tenant: o.tenant,
+		Routes: a.Routes(), Groups: a.ACL(), Redis: a.Redis(), DB: db, Tenant: o.tenant,
 		Tables: tables, BaseURL: "http://" + ln.Addr().String(), Token: token,
 		Topics: o.topics, Rows: o.rows, Concurrency: o.concurrency, Duration: o.duration, Warmup: o.warmup, Only: o.only,
 		Progress: g.stderr,

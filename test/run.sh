@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: bash test/run.sh [extra go test args, e.g. -run X -v]
-# Brings up MariaDB and Redis (test/services.sh), then gofmt, go vet, staticcheck and the
-# race-enabled tests.
+# Brings up MariaDB and Redis (test/services.sh), then gofmt, go vet, staticcheck, deadcode
+# and the race-enabled tests.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 command -v go >/dev/null 2>&1 || { echo "run.sh: Go >= 1.26 is needed and 'go' is not on PATH (https://go.dev/dl/)" >&2; exit 1; }
@@ -10,6 +10,11 @@ unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go')
 [ -z "$unformatted" ] || { echo "run.sh: gofmt would change: $unformatted" >&2; exit 1; }
 go vet ./...
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+# Product code that nothing reaches, not even a test, is dead: deadcode lists it. Only the
+# product packages are held to it; test/ is tooling.
+dead=$(go run golang.org/x/tools/cmd/deadcode@v0.53.0 -test \
+  -filter '^github.com/imshard/imshard($|/(app|cmd|config|modules|sql|lua)(/|$))' ./...)
+[ -z "$dead" ] || { echo "run.sh: unreachable product code:" >&2; echo "$dead" >&2; exit 1; }
 # Bounded fuzzing: every fuzz target of the repository for FUZZTIME each (default 2000x:
 # 2,000 executions, a few seconds at most; a count, not a duration, because Go 1.26's fuzz
 # coordinator can fail a duration-bounded run with "context deadline exceeded" when a loaded

@@ -18,7 +18,7 @@ import (
 
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/httpapi"
-	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -36,10 +36,10 @@ type InboxParams struct {
 	// NotHidden is the query role's condition on a message row (alias m,
 	// one ? for the user) that drops what the user hid
 	NotHidden string
-	// TablePage is the query role's read of a month table's page (the
-	// hot cache is filled from it); Redis is the service's. Cold leaves
-	// the hot caches and seq counters empty: every count reads MySQL.
-	TablePage   func(ctx context.Context, db *sql.DB, quoted, topic string, before int64, limit int) ([]message.Message, error)
+	// Reader is the query role's read path (the hot cache is filled from
+	// its pages); Redis is the service's. Cold leaves the hot caches and
+	// seq counters empty: every count reads MySQL.
+	Reader      *readpath.Reader
 	Redis       rueidis.Client
 	Cold        bool
 	DB          *sql.DB
@@ -215,7 +215,7 @@ func (p *InboxParams) fillHot(ctx context.Context) error {
 	for lo := 0; lo < p.Topics; lo += per {
 		var cmds []rueidis.Completed
 		for i := lo; i < min(p.Topics, lo+per); i++ {
-			ms, err := p.TablePage(ctx, p.DB, p.Table.Quoted(), inboxTopic(i), int64(p.Messages)+1, p.Messages)
+			ms, err := tablePage(ctx, p.Reader, p.DB, p.Table.Quoted(), inboxTopic(i), int64(p.Messages)+1, p.Messages)
 			if err != nil {
 				return err
 			}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -33,22 +34,19 @@ type Groups interface {
 // QueryParams shape one `imshard bench query` run. The tenant must be the
 // benchmark's own: its month tables get the fixture rows.
 type QueryParams struct {
-	// Page is the query role's `before` page (its message count); TablePage
-	// the statement such a page runs on one table (given by its quoted
-	// name) for a caller who hid nothing — the raw baseline
-	Page      func(ctx context.Context, p httpapi.Principal, topic string, before int64, limit int) (int, error)
-	TablePage func(ctx context.Context, db *sql.DB, quoted, topic string, before int64, limit int) ([]message.Message, error)
-	// Edit and Recall are the query role's changes (their change_seq);
-	// RawEdit an edit's transaction alone: the row locked, the update, the
-	// revision, no caches
-	Edit    func(ctx context.Context, p httpapi.Principal, topic string, seq int64, content json.RawMessage, expectedVersion int) (int64, error)
-	Recall  func(ctx context.Context, p httpapi.Principal, topic string, seq int64, reason string) (int64, error)
-	RawEdit func(ctx context.Context, db *sql.DB, t routing.Table, topic string, seq int64, content string, actor int64) error
-	Routes  *routing.Routes
-	Groups  Groups
-	Redis   rueidis.Client
-	DB      *sql.DB
-	Tenant  string
+	// Page is the query role's `before` page (its message count); Reader
+	// the read path under it, whose statement for one table is the raw
+	// baseline (tablePage)
+	Page   func(ctx context.Context, p httpapi.Principal, topic string, before int64, limit int) (int, error)
+	Reader *readpath.Reader
+	// Edit and Recall are the query role's changes (their change_seq)
+	Edit   func(ctx context.Context, p httpapi.Principal, topic string, seq int64, content json.RawMessage, expectedVersion int) (int64, error)
+	Recall func(ctx context.Context, p httpapi.Principal, topic string, seq int64, reason string) (int64, error)
+	Routes *routing.Routes
+	Groups Groups
+	Redis  rueidis.Client
+	DB     *sql.DB
+	Tenant string
 	// Tables are the months of history, oldest first, ending with the
 	// current month; pages are read in the last two.
 	Tables      []routing.Table
@@ -61,6 +59,16 @@ type QueryParams struct {
 	Warmup      time.Duration
 	Only        []string // run only the runs whose name contains one of these (all when empty)
 	Progress    io.Writer
+}
+
+// tablePage runs, through r, the statement a `before` page runs on one
+// table (given by its quoted name: a month table, or the legacy table of
+// the same template) for a caller who hid nothing: the newest limit
+// messages of topic below before — the raw limit of a page.
+func tablePage(ctx context.Context, r *readpath.Reader, db *sql.DB, quoted, topic string, before int64, limit int) ([]message.Message, error) {
+	q := readpath.ListQuery{Topic: topic, Order: readpath.Desc, Bound: before, Limit: limit, HidNothing: true}
+	ms, _, err := r.WalkSources(ctx, db, q, []readpath.Source{{Table: quoted, Q: q}})
+	return ms, err
 }
 
 // QueryResult is one measured run.
@@ -297,7 +305,7 @@ func (p *QueryParams) fillHotCache(ctx context.Context) error {
 	cur, _, _ := p.cur()
 	for i := range min(benchHotTopics, p.Topics) {
 		topic := benchTopic(i)
-		ms, err := p.TablePage(ctx, p.DB, cur.Quoted(), topic, last+1, benchHotDepth)
+		ms, err := tablePage(ctx, p.Reader, p.DB, cur.Quoted(), topic, last+1, benchHotDepth)
 		if err != nil {
 			return err
 		}
@@ -445,7 +453,7 @@ func (p *QueryParams) Measure(ctx context.Context) (QueryReport, error) {
 				table = "`" + routing.LegacyTable + "`"
 			}
 			// the statement the service runs for this caller, who hid nothing
-			ms, err := p.TablePage(ctx, p.DB, table, topic(rng), before, benchPage)
+			ms, err := tablePage(ctx, p.Reader, p.DB, table, topic(rng), before, benchPage)
 			return checkPage(len(ms), err)
 		}
 	}

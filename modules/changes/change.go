@@ -370,22 +370,14 @@ func (s *Service) apply(c changeReq, old message.Message) (message.Message, erro
 	return next.Normalized(), nil
 }
 
-// nullJSON is a JSON value for a column: NULL for JSON null.
-func nullJSON(raw json.RawMessage) any {
-	if raw == nil || string(raw) == "null" {
-		return nil
-	}
-	return string(raw)
-}
-
 // writeChange updates the row to next (with legacy, the legacy table's
 // row too, alike), drops the mention index entries of a message that stops
 // being normal, allocates the topic's next change_seq and records the
 // revision (the content and head before the change), all in tx.
 func writeChange(ctx context.Context, tx *sql.Tx, t routing.Table, c changeReq, old, next message.Message, legacy bool) (int64, error) {
 	at := next.UpdatedAt.Time
-	up := sq.Update(t.Quoted()).Set("status", next.Status).Set("content", nullJSON(next.Content)).
-		Set("head", nullJSON(next.Head)).Set("version", next.Version).Set("updated_at", at)
+	up := sq.Update(t.Quoted()).Set("status", next.Status).Set("content", message.JSONColumn(next.Content)).
+		Set("head", message.JSONColumn(next.Head)).Set("version", next.Version).Set("updated_at", at)
 	switch c.action {
 	case message.ActionRecall:
 		up = up.Set("recalled_at", at).Set("recalled_by", c.actor)
@@ -427,8 +419,8 @@ func writeChange(ctx context.Context, tx *sql.Tx, t routing.Table, c changeReq, 
 	}
 	if _, err := sq.Insert(readpath.RevisionsTable).
 		Columns("topic", "shard_month", "seqid", "message_id", "action", "version", "content", "head", "actor", "reason", "change_seq", "created_at").
-		Values(c.topic, t.Month().String(), c.seq, int64(old.MessageID), c.action, next.Version, nullJSON(old.Content),
-			nullJSON(old.Head), c.actor, reason, changeSeq, at).
+		Values(c.topic, t.Month().String(), c.seq, int64(old.MessageID), c.action, next.Version, message.JSONColumn(old.Content),
+			message.JSONColumn(old.Head), c.actor, reason, changeSeq, at).
 		RunWith(tx).ExecContext(ctx); err != nil {
 		return 0, err
 	}
@@ -478,31 +470,3 @@ func (s *Service) maxEditBody() int64 {
 
 // afterChangeTimeout bounds the best-effort steps after a commit.
 const afterChangeTimeout = 5 * time.Second
-
-// RawEdit is an edit's transaction and nothing else — the row locked, the
-// update, the revision; no membership check, caches or event — on table t:
-// `imshard bench query` measures it as the raw limit of an edit.
-func RawEdit(ctx context.Context, db *sql.DB, t routing.Table, topic string, seq int64, content string, actor int64) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
-	old, _, err := lockMessage(ctx, tx, []routing.Table{t}, topic, seq)
-	if err != nil {
-		return err
-	}
-	now := time.Now().UTC()
-	if _, err := sq.Update(t.Quoted()).Set("content", content).Set("version", old.Version+1).Set("updated_at", now).
-		Where(sq.Eq{"topic": topic, "seqid": seq}).RunWith(tx).ExecContext(ctx); err != nil {
-		return err
-	}
-	if _, err := sq.Insert(readpath.RevisionsTable).
-		Columns("topic", "shard_month", "seqid", "message_id", "action", "version", "content", "head", "actor", "change_seq", "created_at").
-		Values(topic, t.Month().String(), seq, int64(old.MessageID), message.ActionEdit, old.Version+1, nullJSON(old.Content),
-			nullJSON(old.Head), actor, 0, now).
-		RunWith(tx).ExecContext(ctx); err != nil {
-		return err
-	}
-	return tx.Commit()
-}

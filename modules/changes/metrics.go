@@ -2,6 +2,7 @@ package changes
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
@@ -24,21 +25,11 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
 	m := &metrics{}
-	m.changes = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "imshard_message_changes_total",
-		Help: "Message changes by action (recall, edit, delete) and result: ok, unchanged (a repeated recall or delete), in_flight (409: the message was not stored yet), or the error code answered (conflict, permission_denied, not_found, unavailable, ...).",
-	}, []string{"action", "result"})
-	m.changeLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "imshard_message_change_latency",
-		Help:    "Latency in seconds of message changes by action, whatever their result.",
-		Buckets: []float64{.001, .002, .005, .01, .025, .05, .1, .25, 1},
-	}, []string{"action"})
-	m.changeFollowups = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "imshard_message_change_followup_failures_total",
-		Help: "Best-effort steps after a committed change that failed: hot_put (the changed message was not put back into the hot cache: pages read MySQL for it), publish (the change event was not published).",
-	}, []string{"step"})
-	reg.MustRegister(m.changes, m.changeLatency, m.changeFollowups)
+	m.changes = f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_message_changes_total", Help: "Message changes by action (recall, edit, delete) and result: ok, unchanged (a repeated recall or delete), in_flight (409: the message was not stored yet), or the error code answered (conflict, permission_denied, not_found, unavailable, ...)."}, []string{"action", "result"})
+	m.changeLatency = f.NewHistogramVec(prometheus.HistogramOpts{Name: "imshard_message_change_latency", Help: "Latency in seconds of message changes by action, whatever their result.", Buckets: []float64{.001, .002, .005, .01, .025, .05, .1, .25, 1}}, []string{"action"})
+	m.changeFollowups = f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_message_change_followup_failures_total", Help: "Best-effort steps after a committed change that failed: hot_put (the changed message was not put back into the hot cache: pages read MySQL for it), publish (the change event was not published)."}, []string{"step"})
 	for _, step := range []string{stepHotPut, stepPublish} {
 		m.changeFollowups.WithLabelValues(step)
 	}

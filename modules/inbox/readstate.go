@@ -211,7 +211,7 @@ func (s *Service) SetPrefs(ctx context.Context, p httpapi.Principal, topic strin
 	}
 	u := userTopic{topic: topic, readSeq: rs.ReadSeq, pinned: rs.Pinned, notifyMute: rs.NotifyMute, mirror: mirrors[topic]}
 	out := []InboxTopic{{}}
-	if err := s.fill(ctx, db, p, []userTopic{u}, out, false); err != nil {
+	if err := s.listEntries(ctx, db, p, []userTopic{u}, out, false); err != nil {
 		return InboxTopic{}, err
 	}
 	s.m.readState.WithLabelValues("prefs").Observe(time.Since(start).Seconds())
@@ -268,10 +268,10 @@ func compareStrings(a, b string) int {
 	return 0
 }
 
-// fill computes the list entries of us into out (same length): counts and
+// listEntries computes the list entries of us into out (same length): counts and
 // last messages, read at the same time; first the last seqs and cursors,
 // unless inputs says us carries them already.
-func (s *Service) fill(ctx context.Context, db *sql.DB, p httpapi.Principal, us []userTopic, out []InboxTopic, inputs bool) error {
+func (s *Service) listEntries(ctx context.Context, db *sql.DB, p httpapi.Principal, us []userTopic, out []InboxTopic, inputs bool) error {
 	keys, err := routing.KeysFor(p.Tenant)
 	if err != nil {
 		return err
@@ -476,7 +476,7 @@ func (s *Service) Topics(ctx context.Context, p httpapi.Principal, limit int, cu
 		us[i] = all[l.i]
 	}
 	page.Topics = make([]InboxTopic, len(us))
-	if err := s.fill(ctx, db, p, us, page.Topics, inputs); err != nil {
+	if err := s.listEntries(ctx, db, p, us, page.Topics, inputs); err != nil {
 		return TopicsPage{}, err
 	}
 	for i, l := range ls {
@@ -607,7 +607,7 @@ func (s *Service) Sync(ctx context.Context, p httpapi.Principal, token string, l
 		live, at = append(live, c.u), append(at, i)
 	}
 	states := make([]InboxTopic, len(live))
-	if err := s.fill(ctx, db, p, live, states, false); err != nil {
+	if err := s.listEntries(ctx, db, p, live, states, false); err != nil {
 		return SyncPage{}, err
 	}
 	for j, i := range at {

@@ -46,7 +46,7 @@ func (s *Service) applyCursors(ctx context.Context, db *sql.DB, keys routing.Key
 		}
 		s.dropMalformed(ctx, keys, user)
 	}
-	stored, err := s.fillCursors(ctx, db, keys, user, err == nil)
+	stored, err := s.cursorsFromMySQL(ctx, db, keys, user, err == nil)
 	if err != nil {
 		return err
 	}
@@ -69,17 +69,17 @@ func (s *Service) dropMalformed(ctx context.Context, keys routing.Keys, user int
 	_ = s.p.ACL.DropCursors(ctx, keys, user)
 }
 
-// fillCursors reads the user's memberships of groups not dissolved with
-// their cursors from MySQL and, when Redis answered (fill), puts them in
-// the cache entry (acl.FillCursors).
-func (s *Service) fillCursors(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, fill bool) ([]userTopic, error) {
-	if fill {
+// cursorsFromMySQL reads the user's memberships of groups not dissolved
+// with their cursors from MySQL and, when Redis answered (fillCache), puts
+// them in the cache entry (acl.FillCursors).
+func (s *Service) cursorsFromMySQL(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, fillCache bool) ([]userTopic, error) {
+	if fillCache {
 		s.m.cursorCache.WithLabelValues("miss").Inc()
 	} else {
 		s.m.cursorCache.WithLabelValues("error").Inc()
 		s.p.Log.Warn().Int64("user", user).Msg("read-cursor cache unavailable; MySQL answers")
 	}
-	ms, err := s.p.ACL.FillCursors(ctx, s.st, db, keys, user, fill)
+	ms, err := s.p.ACL.FillCursors(ctx, s.st, db, keys, user, fillCache)
 	if err != nil {
 		return nil, err
 	}
@@ -106,8 +106,8 @@ func cursorsFrom(e acl.Entry, us []userTopic) bool {
 // last seqs in a second round trip — else from MySQL (filling the entry)
 // and then the last seqs. No MySQL read while the entry is complete: it is
 // dropped by every membership change and read again after every change of
-// a group (the groups epoch). Once this process holds the entry as it read
-// it (the user's memo), a call reads only its generation and "~" fields,
+// a group (the groups epoch). Once this process keeps a copy of the entry
+// as it read it (the user's memo), a call reads only its generation and "~" fields,
 // with the last seqs in the same round trip, and — with stamps — the
 // versions of the topics with a count remembered at their cursor (aligned
 // with us, for recall); an entry that moved since is read whole. A badge
@@ -116,7 +116,7 @@ func cursorsFrom(e acl.Entry, us []userTopic) bool {
 func (s *Service) memberships(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, buf *badgeBuf) ([]userTopic, []stamp, error) {
 	memo := s.memo.of(tenant, user)
 	now := time.Now()
-	tried, ok := s.heldMemberships(ctx, keys, memo, user, buf, now)
+	tried, ok := s.membershipsFromCopy(ctx, keys, memo, user, buf, now)
 	if ok {
 		return tried.us, tried.pre, nil
 	}
@@ -124,12 +124,12 @@ func (s *Service) memberships(ctx context.Context, db *sql.DB, tenant string, ke
 	if rerr == nil && e.Complete() {
 		if tried != nil && tried.e.sameTopics(e) {
 			// the entry moved (a cursor, a preference) but names the same
-			// topics: the last seqs and versions read with the held one
+			// topics: the last seqs and versions read with the copy
 			// stand, in its order, and so do its read commands
 			us := tried.us
 			if cursorsFrom(e, us) {
 				s.m.cursorCache.WithLabelValues("moved").Inc()
-				s.memo.hold(memo, e.Gen(), e.Mark(), us, tried.e.lasts, now)
+				s.memo.keepCopy(memo, e.Gen(), e.Mark(), us, tried.e.lasts, now)
 				return us, tried.pre, nil
 			}
 		}
@@ -143,7 +143,7 @@ func (s *Service) memberships(ctx context.Context, db *sql.DB, tenant string, ke
 			if len(us) > 0 {
 				lasts = s.lastCmd(keys, us)
 			}
-			lasts = s.memo.hold(memo, e.Gen(), e.Mark(), us, lasts, now)
+			lasts = s.memo.keepCopy(memo, e.Gen(), e.Mark(), us, lasts, now)
 			if len(us) > 0 {
 				applyLasts(s.p.Redis.Do(ctx, lasts), us)
 			}
@@ -151,7 +151,7 @@ func (s *Service) memberships(ctx context.Context, db *sql.DB, tenant string, ke
 		}
 		s.dropMalformed(ctx, keys, user)
 	}
-	us, err := s.fillCursors(ctx, db, keys, user, rerr == nil)
+	us, err := s.cursorsFromMySQL(ctx, db, keys, user, rerr == nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -162,21 +162,22 @@ func (s *Service) memberships(ctx context.Context, db *sql.DB, tenant string, ke
 	return us, nil, s.readInputs(ctx, db, keys, user, us, false)
 }
 
-// heldRead is what a call read with a held entry: its topics with their
-// last seqs (cursors and preferences as held), and the versions (pre).
-type heldRead struct {
-	e   *heldEntry
+// copyRead is what a call read with an entry's copy: its topics with
+// their last seqs (cursors and preferences as copied), and the versions
+// (pre).
+type copyRead struct {
+	e   *entryCopy
 	us  []userTopic
 	pre []stamp
 }
 
-// heldMemberships is memberships from the entry this process holds, when
+// membershipsFromCopy is memberships from this process's copy of the entry, when
 // its generation and "~" are still the ones in Redis at the current groups
 // epoch (ok). When they moved, the reads made with it are returned (not
 // ok): an entry read whole that names the same topics reuses them. Nil
-// when no entry is held or Redis failed.
-func (s *Service) heldMemberships(ctx context.Context, keys routing.Keys, memo *userMemo, user int64, buf *badgeBuf, now time.Time) (tried *heldRead, ok bool) {
-	e, idx, sc, built := memo.held(now)
+// when no copy is kept or Redis failed.
+func (s *Service) membershipsFromCopy(ctx context.Context, keys routing.Keys, memo *userMemo, user int64, buf *badgeBuf, now time.Time) (tried *copyRead, ok bool) {
+	e, idx, sc, built := memo.freshCopy(now)
 	if e == nil {
 		return nil, false
 	}
@@ -201,7 +202,7 @@ func (s *Service) heldMemberships(ctx context.Context, keys routing.Keys, memo *
 	if !ok {
 		return nil, false
 	}
-	tried = &heldRead{e: e, us: us}
+	tried = &copyRead{e: e, us: us}
 	if len(us) > 0 {
 		applyLasts(res[2], us)
 	}
@@ -211,7 +212,7 @@ func (s *Service) heldMemberships(ctx context.Context, keys routing.Keys, memo *
 	if !h.Complete || h.Mark != e.mark || h.Gen != e.gen {
 		return tried, false
 	}
-	s.m.cursorCache.WithLabelValues("held").Inc()
+	s.m.cursorCache.WithLabelValues("held").Inc() // the metric's name for an answer from the copy
 	return tried, true
 }
 

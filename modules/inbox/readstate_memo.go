@@ -62,19 +62,19 @@ func (r remembered) count() unreadCount {
 type userMemo struct {
 	mu     sync.Mutex
 	topics map[string]remembered
-	entry  *heldEntry
+	entry  *entryCopy
 }
 
-// heldEntry is a user's cache entry (acl.Entry) as read
-// whole: its generation (the field every script that writes the entry
+// entryCopy is this process's copy of a user's cache entry (acl.Entry)
+// as read whole: its generation (the field every script that writes the entry
 // moves — a join's or a leave's drop deletes it), its "~" value, and its
 // topics with their cursors and preferences. What it was read with never
-// changes once held (a newer read replaces it); the commands that read its
+// changes once copied (a newer read replaces the copy); the commands that read its
 // topics' last seqs and versions are built once and pinned for reuse.
-type heldEntry struct {
+type entryCopy struct {
 	gen, mark string
 	until     int64 // unix nanoseconds after which it is read whole again
-	topics    []heldTopic
+	topics    []topicCopy
 	lasts     rueidis.Completed // lastCmd of its topics (none when it has none)
 	// under the user's memo lock: memoStamps of topics[stampIdx], kept
 	// while the next call reads the same ones
@@ -82,28 +82,28 @@ type heldEntry struct {
 	stamps   rueidis.Completed
 }
 
-// heldTopic is one topic of a held entry.
-type heldTopic struct {
+// topicCopy is one topic of an entry's copy.
+type topicCopy struct {
 	topic   string
 	readSeq int64
 	pinned  bool
 	muteMs  int64 // notify_muted_until in unix ms, 0 none
 }
 
-// hold keeps the entry us was read from (gen and mark its "#" and "~"
-// fields) and returns the command that reads the topics' last seqs — the
-// entry's, pinned, when it is held. An entry without a generation (written
-// before it had one) is not held.
-func (b *badgeMemo) hold(m *userMemo, gen, mark string, us []userTopic, lasts rueidis.Completed, now time.Time) rueidis.Completed {
+// keepCopy keeps a copy of the entry us was read from (gen and mark its
+// "#" and "~" fields) and returns the command that reads the topics' last
+// seqs — the copy's, pinned, when one is kept. An entry without a
+// generation (written before it had one) is not copied.
+func (b *badgeMemo) keepCopy(m *userMemo, gen, mark string, us []userTopic, lasts rueidis.Completed, now time.Time) rueidis.Completed {
 	if m == nil || gen == "" {
 		return lasts
 	}
 	if len(us) > 0 {
 		lasts = lasts.Pin()
 	}
-	e := &heldEntry{gen: gen, mark: mark, until: lifetime(now, b.maxAge), topics: make([]heldTopic, len(us)), lasts: lasts}
+	e := &entryCopy{gen: gen, mark: mark, until: lifetime(now, b.maxAge), topics: make([]topicCopy, len(us)), lasts: lasts}
 	for i, u := range us {
-		e.topics[i] = heldTopic{topic: u.topic, readSeq: u.readSeq, pinned: u.pinned}
+		e.topics[i] = topicCopy{topic: u.topic, readSeq: u.readSeq, pinned: u.pinned}
 		if u.notifyMute.Valid {
 			e.topics[i].muteMs = u.notifyMute.Time.UnixMilli()
 		}
@@ -114,11 +114,11 @@ func (b *badgeMemo) hold(m *userMemo, gen, mark string, us []userTopic, lasts ru
 	return lasts
 }
 
-// held is the user's held entry when it is not too old, the indexes of
+// freshCopy is the copy of the user's entry when it is not too old, the indexes of
 // its topics with a remembered count made at the same cursor (their
 // versions are worth reading with the entry's generation: recall), and the
 // command reading them when the previous call built it for the same ones.
-func (m *userMemo) held(now time.Time) (e *heldEntry, idx []int, stamps rueidis.Completed, ok bool) {
+func (m *userMemo) freshCopy(now time.Time) (e *entryCopy, idx []int, stamps rueidis.Completed, ok bool) {
 	if m == nil {
 		return nil, nil, stamps, false
 	}
@@ -138,7 +138,7 @@ func (m *userMemo) held(now time.Time) (e *heldEntry, idx []int, stamps rueidis.
 
 // keepStamps keeps cmd, pinned, as the command reading the versions of
 // e.topics[idx].
-func (m *userMemo) keepStamps(e *heldEntry, idx []int, cmd rueidis.Completed) rueidis.Completed {
+func (m *userMemo) keepStamps(e *entryCopy, idx []int, cmd rueidis.Completed) rueidis.Completed {
 	cmd = cmd.Pin()
 	m.mu.Lock()
 	e.stampIdx, e.stamps = idx, cmd
@@ -148,7 +148,7 @@ func (m *userMemo) keepStamps(e *heldEntry, idx []int, cmd rueidis.Completed) ru
 
 // sameTopics reports whether an entry read whole names exactly e's
 // topics.
-func (e *heldEntry) sameTopics(read acl.Entry) bool {
+func (e *entryCopy) sameTopics(read acl.Entry) bool {
 	n := 0
 	for range read.Topics() {
 		n++
@@ -166,7 +166,7 @@ func (e *heldEntry) sameTopics(read acl.Entry) bool {
 
 // userTopics are the entry's topics with their cursors and preferences,
 // in into's array when it is large enough.
-func (e *heldEntry) userTopics(into []userTopic) []userTopic {
+func (e *entryCopy) userTopics(into []userTopic) []userTopic {
 	us := slices.Grow(into[:0], len(e.topics))[:len(e.topics)]
 	for i, t := range e.topics {
 		us[i] = userTopic{topic: t.topic, readSeq: t.readSeq, pinned: t.pinned}
@@ -239,8 +239,8 @@ func newBadgeMemo(users int, maxAge time.Duration) *badgeMemo {
 	return &badgeMemo{users: c, maxAge: maxAge}
 }
 
-// held is how many users the memo holds.
-func (b *badgeMemo) held() int {
+// userCount is how many users the memo remembers.
+func (b *badgeMemo) userCount() int {
 	if b == nil {
 		return 0
 	}
@@ -263,15 +263,15 @@ func (b *badgeMemo) of(tenant string, user int64) *userMemo {
 	return fresh
 }
 
-// holds reports whether r, remembered for u's topic, was made at u's last
+// current reports whether r, remembered for u's topic, was made at u's last
 // seq and cursor and is not too old (now in unix nanoseconds); the
 // versions decide the rest.
-func (r remembered) holds(u userTopic, now int64) bool {
+func (r remembered) current(u userTopic, now int64) bool {
 	return r.last == u.last && r.cursor == u.readSeq && r.until > now
 }
 
-// candidates are the indexes of us[hot] whose remembered count holds but
-// for the versions (memoStamps).
+// candidates are the indexes of us[hot] whose remembered count is current
+// but for the versions (memoStamps).
 func (m *userMemo) candidates(us []userTopic, hot []int, now time.Time) []int {
 	if m == nil {
 		return nil
@@ -280,7 +280,7 @@ func (m *userMemo) candidates(us []userTopic, hot []int, now time.Time) []int {
 	defer m.mu.Unlock()
 	var idx []int
 	for _, i := range hot {
-		if r, ok := m.topics[us[i].topic]; ok && r.holds(us[i], now.UnixNano()) {
+		if r, ok := m.topics[us[i].topic]; ok && r.current(us[i], now.UnixNano()) {
 			idx = append(idx, i)
 		}
 	}
@@ -288,7 +288,7 @@ func (m *userMemo) candidates(us []userTopic, hot []int, now time.Time) []int {
 }
 
 // answer sets out[i] to the remembered count of each of us[idx] that still
-// holds under the versions read (pre, aligned with us), marks it in done,
+// is current under the versions read (pre, aligned with us), marks it in done,
 // and returns how many it answered.
 func (m *userMemo) answer(us []userTopic, idx []int, pre []stamp, out []unreadCount, done []bool, now time.Time) int {
 	m.mu.Lock()
@@ -296,7 +296,7 @@ func (m *userMemo) answer(us []userTopic, idx []int, pre []stamp, out []unreadCo
 	n := 0
 	for _, i := range idx {
 		r, ok := m.topics[us[i].topic]
-		if st := pre[i]; ok && r.holds(us[i], now.UnixNano()) && st.read && st.msg == r.msgVer && st.hid == r.hidVer {
+		if st := pre[i]; ok && r.current(us[i], now.UnixNano()) && st.read && st.msg == r.msgVer && st.hid == r.hidVer {
 			out[i], done[i] = r.count(), true
 			n++
 		}
@@ -391,8 +391,8 @@ func newRouteMemo(topics int, maxAge time.Duration) *routeMemo {
 	return &routeMemo{byTenant: map[string]map[string]rememberedRoute{}, max: topics, maxAge: maxAge}
 }
 
-// held is how many mirrors the memo holds.
-func (r *routeMemo) held() int {
+// topicCount is how many mirrors the memo remembers.
+func (r *routeMemo) topicCount() int {
 	if r == nil {
 		return 0
 	}

@@ -64,7 +64,7 @@ type store struct{ *readpath.Store }
 func New(p Params) *Service {
 	bm := newBadgeMemo(p.LocalUsers, p.RememberedMaxAge)
 	rm := newRouteMemo(p.LocalRoutes, p.RememberedMaxAge)
-	return &Service{p: p, r: p.Reader, m: newMetrics(p.Registerer, bm.held, rm.held), st: store{p.Reader.Store()}, memo: bm, routes: rm}
+	return &Service{p: p, r: p.Reader, m: newMetrics(p.Registerer, bm.userCount, rm.topicCount), st: store{p.Reader.Store()}, memo: bm, routes: rm}
 }
 
 // Close waits for the read frames under way.

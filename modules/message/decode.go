@@ -305,17 +305,37 @@ func decodeCanonical(b []byte) (Message, bool) {
 	return m, !c.bad && string(c.b) == "}"
 }
 
-// Peek reads what a page needs of a hot-cache member — seq, version and
-// updated_at — and what an unread count needs — from_user and the
-// mentions — without decoding the rest, and keeps the member itself as
-// the message's rendering (Encoded). It succeeds only for a member in
-// AppendJSON's layout of a normalized message with status normal, whose
-// rendering is then the member as it stands; anything else (tombstones,
-// other layouts, null mentions) is for DecodeJSON. Nested values are
-// still validated: a page never carries broken JSON.
-func Peek(b []byte) (Message, bool) {
+// Peeked is what Peek reads of a hot-cache member, a type of its own so
+// that nothing reads a field Peek leaves undecoded: what a page needs —
+// seq, version, updated_at — and what an unread count needs — from_user
+// and the mentions — with the member itself, the message's whole
+// rendering.
+type Peeked struct {
+	Seq              int64
+	FromUser         ID
+	MentionedUserIDs IDs
+	MentionAll       bool
+	Version          int
+	UpdatedAt        Time
+	Encoded          []byte // the member as it stands
+}
+
+// Message is p as a page's message: a normal message rendered by Encoded,
+// with only the fields p holds set (see Message.Encoded).
+func (p Peeked) Message() Message {
+	return Message{Seq: p.Seq, FromUser: p.FromUser, MentionedUserIDs: p.MentionedUserIDs, MentionAll: p.MentionAll,
+		Version: p.Version, UpdatedAt: p.UpdatedAt, Status: StatusNormal, Encoded: p.Encoded}
+}
+
+// Peek reads a hot-cache member's Peeked fields without decoding the rest.
+// It succeeds only for a member in AppendJSON's layout of a normalized
+// message with status normal, whose rendering is then the member as it
+// stands; anything else (tombstones, other layouts, null mentions) is for
+// DecodeJSON. Nested values are still validated: a page never carries
+// broken JSON.
+func Peek(b []byte) (Peeked, bool) {
 	c := canonical{b: b}
-	var m Message
+	var m Peeked
 	c.view("topic")
 	m.Seq = c.int("seq")
 	c.id("message_id")
@@ -324,12 +344,12 @@ func Peek(b []byte) (Message, bool) {
 	c.view("client_msg_id")
 	c.view("msg_type")
 	if string(c.view("status")) != StatusNormal {
-		return Message{}, false
+		return Peeked{}, false
 	}
 	c.rawView("content")
 	c.rawView("head")
 	if !c.eachID("mentioned_user_ids", func(id ID) { m.MentionedUserIDs = append(m.MentionedUserIDs, id) }) {
-		return Message{}, false // null renders as [] once normalized
+		return Peeked{}, false // null renders as [] once normalized
 	}
 	m.MentionAll = c.boolean("mention_all")
 	c.optInt("reply_seqid")
@@ -340,8 +360,8 @@ func Peek(b []byte) (Message, bool) {
 	}
 	m.UpdatedAt = c.fastTime("updated_at")
 	if c.bad || string(c.b) != "}" {
-		return Message{}, false
+		return Peeked{}, false
 	}
-	m.Status, m.Encoded = StatusNormal, b
+	m.Encoded = b
 	return m, true
 }

@@ -80,18 +80,19 @@ func TestDecodeJSONIsUnmarshal(t *testing.T) {
 }
 
 // peekAgrees checks a peeked member against its full decoding: the same
-// seq, version and updated_at, and a rendering equal to the decoded,
-// normalized message's.
-func peekAgrees(t *testing.T, in []byte, m Message) {
+// seq, version, updated_at, sender and mentions, and, as a page's message,
+// a rendering equal to the decoded, normalized message's.
+func peekAgrees(t *testing.T, in []byte, p Peeked) {
 	t.Helper()
 	full, err := DecodeJSON(in)
 	if err != nil {
 		t.Fatalf("%s peeked but does not decode: %v", in, err)
 	}
 	full = full.Normalized()
+	m := p.Message()
 	if m.Seq != full.Seq || m.Version != full.Version || !m.UpdatedAt.Equal(full.UpdatedAt.Time) || m.Status != full.Status ||
 		m.FromUser != full.FromUser || m.MentionAll != full.MentionAll || !slices.Equal(m.MentionedUserIDs, full.MentionedUserIDs) {
-		t.Fatalf("peek %+v, decoded %+v", m, full)
+		t.Fatalf("peek %+v, decoded %+v", p, full)
 	}
 	got, err := m.AppendJSON(nil)
 	if err != nil {
@@ -131,10 +132,11 @@ func TestPeek(t *testing.T) {
 		"null content": encoded(func(m *Message) { m.Content, m.MentionedUserIDs = nil, IDs{} }),
 	} {
 		t.Run(name, func(t *testing.T) {
-			m, ok := Peek(in)
+			p, ok := Peek(in)
 			if !ok {
 				t.Fatalf("%s not peeked", in)
 			}
+			m := p.Message()
 			if string(m.Encoded) != string(in) {
 				t.Fatal("the member is not passed through as it is")
 			}
@@ -147,7 +149,7 @@ func TestPeek(t *testing.T) {
 			if n := m.Normalized(); string(n.Encoded) != string(in) {
 				t.Fatal("Normalized dropped the rendering")
 			}
-			peekAgrees(t, in, m)
+			peekAgrees(t, in, p)
 		})
 	}
 	for name, in := range map[string]string{
@@ -177,8 +179,8 @@ func FuzzPeek(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte(`{"topic":"x"}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		if m, ok := Peek(in); ok {
-			peekAgrees(t, in, m)
+		if p, ok := Peek(in); ok {
+			peekAgrees(t, in, p)
 		}
 	})
 }

@@ -97,8 +97,8 @@ type Message struct {
 	CreatedAt        Time            `json:"created_at"`
 	UpdatedAt        Time            `json:"updated_at"`
 	// Encoded, when set, is the message's complete rendering, and only
-	// Seq, Status, Version and UpdatedAt of the fields above are filled:
-	// a hot-cache member passed through to the page as it is (Peek).
+	// Status and the fields Peeked holds are filled above: a hot-cache
+	// member passed through to the page as it is (Peek).
 	// AppendJSON and MarshalJSON write it.
 	Encoded []byte `json:"-"`
 }

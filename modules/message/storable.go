@@ -88,6 +88,15 @@ func IsNull(raw []byte) bool {
 	return raw == nil || string(bytes.TrimSpace(raw)) == "null"
 }
 
+// JSONColumn is raw as the value of a JSON column: NULL for an absent
+// document or the literal null, so that a column never holds JSON null.
+func JSONColumn(raw json.RawMessage) any {
+	if raw == nil || string(raw) == "null" {
+		return nil
+	}
+	return string(raw)
+}
+
 // isObject reports whether raw, JSON or not, starts as an object.
 func isObject(raw []byte) bool {
 	t := bytes.TrimLeft(raw, " \t\r\n")

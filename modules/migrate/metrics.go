@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/imshard/imshard/modules/routing"
 )
@@ -23,46 +24,17 @@ var states = []routing.MigrationState{routing.MigrationPlanned, routing.Migratio
 	routing.MigrationPaused, routing.MigrationVerifying, routing.MigrationDone, routing.MigrationFinished}
 
 func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
 	m := &metrics{
-		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "imshard_migrate_rows_total",
-			Help: "Legacy rows the backfill handled, by result: inserted into a month table, already present, skewed (created_at month differs from the month its seq range went to; counted besides inserted or present).",
-		}, []string{"tenant", "result"}),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "imshard_migrate_batch_failures_total",
-			Help: "Backfill batches that failed and are retried.",
-		}, []string{"tenant"}),
-		rate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "imshard_migrate_rows_per_second",
-			Help: "Rows per second of the last backfill batch alone (throttle waits excluded): what the database gave the copy.",
-		}, []string{"tenant"}),
-		achieved: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "imshard_migrate_achieved_rows_per_second",
-			Help: "Rows per second the backfill copied over the last 10 s, throttle waits included (0 while it does not copy); compare with imshard_migrate_rows_per_second_limit.",
-		}, []string{"tenant"}),
-		limit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "imshard_migrate_rows_per_second_limit",
-			Help: "Rows per second the backfill is allowed (migrate.rows_per_second of the process copying; 0: unthrottled).",
-		}, []string{"tenant"}),
-		remaining: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "imshard_migrate_lag_rows",
-			Help: "Legacy rows the backfill has still to read (behind the legacy table's max message_id at cutover).",
-		}, []string{"tenant"}),
-		lastBatch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "imshard_migrate_last_batch_timestamp_seconds",
-			Help: "Unix time of the tenant's last committed backfill batch in this process.",
-		}, []string{"tenant"}),
-		diffs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "imshard_migrate_verify_differences",
-			Help: "Topic months the last verification found different (finish refuses while any remain).",
-		}, []string{"tenant"}),
-		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "imshard_migrate_state",
-			Help: "1 for the tenant's migration state, 0 for the others (all 0: no migration).",
-		}, []string{"tenant", "state"}),
-	}
-	if reg != nil {
-		reg.MustRegister(m.rows, m.failures, m.rate, m.achieved, m.limit, m.remaining, m.lastBatch, m.diffs, m.state)
+		rows:      f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_migrate_rows_total", Help: "Legacy rows the backfill handled, by result: inserted into a month table, already present, skewed (created_at month differs from the month its seq range went to; counted besides inserted or present)."}, []string{"tenant", "result"}),
+		failures:  f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_migrate_batch_failures_total", Help: "Backfill batches that failed and are retried."}, []string{"tenant"}),
+		rate:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_migrate_rows_per_second", Help: "Rows per second of the last backfill batch alone (throttle waits excluded): what the database gave the copy."}, []string{"tenant"}),
+		achieved:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_migrate_achieved_rows_per_second", Help: "Rows per second the backfill copied over the last 10 s, throttle waits included (0 while it does not copy); compare with imshard_migrate_rows_per_second_limit."}, []string{"tenant"}),
+		limit:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_migrate_rows_per_second_limit", Help: "Rows per second the backfill is allowed (migrate.rows_per_second of the process copying; 0: unthrottled)."}, []string{"tenant"}),
+		remaining: f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_migrate_lag_rows", Help: "Legacy rows the backfill has still to read (behind the legacy table's max message_id at cutover)."}, []string{"tenant"}),
+		lastBatch: f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_migrate_last_batch_timestamp_seconds", Help: "Unix time of the tenant's last committed backfill batch in this process."}, []string{"tenant"}),
+		diffs:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_migrate_verify_differences", Help: "Topic months the last verification found different (finish refuses while any remain)."}, []string{"tenant"}),
+		state:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_migrate_state", Help: "1 for the tenant's migration state, 0 for the others (all 0: no migration)."}, []string{"tenant", "state"}),
 	}
 	return m
 }

@@ -2,6 +2,7 @@ package persist
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // Persist outcomes, the status label of group_message_persist_total.
@@ -38,73 +39,24 @@ type metrics struct {
 // newMetrics registers the role's metrics; inFlight counts the records
 // polled and not yet done (imshard_persist_in_flight_records).
 func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
+	f := promauto.With(reg)
 	m := &metrics{
-		persisted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "group_message_persist_total",
-			Help: "Events handled by persist, by frozen month and outcome (inserted, replayed, duplicate, compensated, dead_letter, retry, abandoned).",
-		}, []string{"month", "status"}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "group_message_persist_latency",
-			Help:    "Seconds from the Kafka record timestamp to the DB commit that stored it.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
-		}),
-		dedupHits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "group_message_dedup_hit_total",
-			Help: "Events not stored because their (topic, from_user, client_msg_id) is already stored under another seq.",
-		}),
-		deadLetter: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "group_message_dead_letter_total",
-			Help: "Events sent to the dead-letter topic, by reason (malformed, shard_missing, rejected, unknown_tenant).",
-		}, []string{"reason"}),
-		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "group_message_route_repair_backlog",
-			Help: "Entries in the tenant's durable route repair queue (Redis follow-ups of committed batches still to redo).",
-		}, []string{"tenant"}),
-		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "imshard_persist_batch_size",
-			Help:    "Events per batch transaction.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
-		}),
-		batchTime: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "imshard_persist_batch_seconds",
-			Help:    "Seconds one batch took from dispatch to its DB commit.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
-		}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "imshard_persist_retries_total",
-			Help: "Failed batch attempts that will be retried, by class (transient, shard_missing, unclassified); refused data is never retried.",
-		}, []string{"reason"}),
-		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "imshard_persist_consumer_lag",
-			Help: "Records between the last polled offset and the partition's high watermark.",
-		}, []string{"partition"}),
-		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "imshard_persist_route_repairs_total",
-			Help: "Route repair queue entries processed, by result (done, failed).",
-		}, []string{"result"}),
-		parkedTenants: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "imshard_persist_parked_tenants",
-			Help: "Tenants whose events wait for a retry (their database down or refusing everyone, a month table missing) while other tenants' events are stored.",
-		}),
-		parkedEvents: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "imshard_persist_parked_events",
-			Help: "Events held in memory, uncommitted, behind parked tenants (at most persist.max_parked).",
-		}),
-		pollPaused: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "imshard_persist_poll_paused",
-			Help: "1 while persist stops polling Kafka because its in-flight or parked events are at their limit: every tenant waits.",
-		}),
-		progress: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "imshard_persist_progress_timestamp_seconds",
-			Help: "The Redis time before which every record produced to kafka.topic is stored, compensated or dead-lettered, as last published by this process (lifts resume fences).",
-		}),
+		persisted:     f.NewCounterVec(prometheus.CounterOpts{Name: "group_message_persist_total", Help: "Events handled by persist, by frozen month and outcome (inserted, replayed, duplicate, compensated, dead_letter, retry, abandoned)."}, []string{"month", "status"}),
+		latency:       f.NewHistogram(prometheus.HistogramOpts{Name: "group_message_persist_latency", Help: "Seconds from the Kafka record timestamp to the DB commit that stored it.", Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}}),
+		dedupHits:     f.NewCounter(prometheus.CounterOpts{Name: "group_message_dedup_hit_total", Help: "Events not stored because their (topic, from_user, client_msg_id) is already stored under another seq."}),
+		deadLetter:    f.NewCounterVec(prometheus.CounterOpts{Name: "group_message_dead_letter_total", Help: "Events sent to the dead-letter topic, by reason (malformed, shard_missing, rejected, unknown_tenant)."}, []string{"reason"}),
+		backlog:       f.NewGaugeVec(prometheus.GaugeOpts{Name: "group_message_route_repair_backlog", Help: "Entries in the tenant's durable route repair queue (Redis follow-ups of committed batches still to redo)."}, []string{"tenant"}),
+		batchSize:     f.NewHistogram(prometheus.HistogramOpts{Name: "imshard_persist_batch_size", Help: "Events per batch transaction.", Buckets: prometheus.ExponentialBuckets(1, 2, 14)}),
+		batchTime:     f.NewHistogram(prometheus.HistogramOpts{Name: "imshard_persist_batch_seconds", Help: "Seconds one batch took from dispatch to its DB commit.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
+		retries:       f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_persist_retries_total", Help: "Failed batch attempts that will be retried, by class (transient, shard_missing, unclassified); refused data is never retried."}, []string{"reason"}),
+		lag:           f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_persist_consumer_lag", Help: "Records between the last polled offset and the partition's high watermark."}, []string{"partition"}),
+		repairs:       f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_persist_route_repairs_total", Help: "Route repair queue entries processed, by result (done, failed)."}, []string{"result"}),
+		parkedTenants: f.NewGauge(prometheus.GaugeOpts{Name: "imshard_persist_parked_tenants", Help: "Tenants whose events wait for a retry (their database down or refusing everyone, a month table missing) while other tenants' events are stored."}),
+		parkedEvents:  f.NewGauge(prometheus.GaugeOpts{Name: "imshard_persist_parked_events", Help: "Events held in memory, uncommitted, behind parked tenants (at most persist.max_parked)."}),
+		pollPaused:    f.NewGauge(prometheus.GaugeOpts{Name: "imshard_persist_poll_paused", Help: "1 while persist stops polling Kafka because its in-flight or parked events are at their limit: every tenant waits."}),
+		progress:      f.NewGauge(prometheus.GaugeOpts{Name: "imshard_persist_progress_timestamp_seconds", Help: "The Redis time before which every record produced to kafka.topic is stored, compensated or dead-lettered, as last published by this process (lifts resume fences)."}),
 	}
-	inFlightGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "imshard_persist_in_flight_records",
-		Help: "Records polled from Kafka and not yet stored, compensated or dead-lettered (work persist holds).",
-	}, inFlight)
-	reg.MustRegister(m.persisted, m.latency, m.dedupHits, m.deadLetter, m.backlog, m.batchSize, m.batchTime,
-		m.retries, m.lag, m.repairs, m.parkedTenants, m.parkedEvents, m.pollPaused, m.progress, inFlightGauge)
+	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "imshard_persist_in_flight_records", Help: "Records polled from Kafka and not yet stored, compensated or dead-lettered (work persist holds)."}, inFlight)
 	// exported as 0 from the start, so an alert sees the first one as an increase
 	for _, r := range []string{reasonMalformed, missingTable.String(), permanent.String(), fatal.String()} {
 		m.deadLetter.WithLabelValues(r)

@@ -13,7 +13,6 @@ import (
 
 	sq "github.com/Masterminds/squirrel"
 
-	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -257,8 +256,7 @@ func insertRows(ctx context.Context, tx *sql.Tx, t routing.Table, recs []*record
 	return res.RowsAffected()
 }
 
-// insertQuery is the multi-row insert of recs into quoted, a month table
-// (or, for the benchmark's baseline, the legacy table of the same template).
+// insertQuery is the multi-row insert of recs into quoted, a month table.
 func insertQuery(quoted string, recs []*record) (sq.InsertBuilder, error) {
 	q := sq.Insert(quoted).Columns(insertColumns...)
 	for _, r := range recs {
@@ -347,36 +345,4 @@ func topicRanges(recs []*record) []*topicRange {
 	}
 	slices.SortFunc(out, func(a, b *topicRange) int { return strings.Compare(a.topic, b.topic) })
 	return out
-}
-
-// RawBatch stores evs into the table of the quoted name (a month table, or
-// the legacy table of the same template) with the statements persist uses,
-// without the role around them — no dedup probe, no Redis follow-ups: in
-// one transaction the multi-row insert, the mirror upsert for month m and
-// the mention index entries.
-// `imshard bench persist` measures it as the raw limit of a batch.
-func RawBatch(ctx context.Context, db *sql.DB, quoted string, m routing.Month, evs []message.Event) error {
-	recs := make([]*record, len(evs))
-	for i := range evs {
-		recs[i] = &record{ev: &evs[i], month: m}
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
-	q, err := insertQuery(quoted, recs)
-	if err != nil {
-		return err
-	}
-	if _, err := q.RunWith(tx).ExecContext(ctx); err != nil {
-		return err
-	}
-	if err := upsertMirror(ctx, tx, m, topicRanges(recs)); err != nil {
-		return err
-	}
-	if err := routing.AddMentions(ctx, tx, mentionsOf(recs)); err != nil {
-		return err
-	}
-	return tx.Commit()
 }

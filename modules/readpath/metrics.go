@@ -2,6 +2,7 @@ package readpath
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // Latency sources: a page served by the hot cache, by one
@@ -35,39 +36,16 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
+	f := promauto.With(reg)
 	m := &metrics{
-		tables: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "group_message_query_tables",
-			Help:    "Month tables one read request touched.",
-			Buckets: []float64{0, 1, 2, 3, 4, 6, 12},
-		}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "group_message_query_latency",
-			Help:    "Read latency in seconds by source: redis (hot cache), single_month, cross_month.",
-			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, 1},
-		}, []string{"source"}),
-		wide: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "imshard_query_wide_pages_total",
-			Help: "Read requests that touched more than 3 month tables (alerted: invariant 7).",
-		}),
-		hot: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "imshard_query_hot_cache_total",
-			Help: "List pages the hot cache could answer (hit) or not (miss: MySQL answered).",
-		}, []string{"result"}),
-		hidden: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "imshard_query_hidden_cache_total",
-			Help: "Lookups of a caller's deletion ranges: hit, miss (read from MySQL), many (too many to cache: MySQL filters), error (Redis failed: MySQL filters).",
-		}, []string{"result"}),
-		local: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "imshard_query_hot_local_total",
-			Help: "List pages read over this process's copy of a topic's newest messages: hit (the copy and the Redis read above it answered), fallback (they fell short: a full hot-cache read followed), reset (the topic's seq counter went below the copy: dropped), changed (a message of the topic was recalled, edited or deleted since the copy was read: dropped).",
-		}, []string{"result"}),
+		tables:  f.NewHistogram(prometheus.HistogramOpts{Name: "group_message_query_tables", Help: "Month tables one read request touched.", Buckets: []float64{0, 1, 2, 3, 4, 6, 12}}),
+		latency: f.NewHistogramVec(prometheus.HistogramOpts{Name: "group_message_query_latency", Help: "Read latency in seconds by source: redis (hot cache), single_month, cross_month.", Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, 1}}, []string{"source"}),
+		wide:    f.NewCounter(prometheus.CounterOpts{Name: "imshard_query_wide_pages_total", Help: "Read requests that touched more than 3 month tables (alerted: invariant 7)."}),
+		hot:     f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_query_hot_cache_total", Help: "List pages the hot cache could answer (hit) or not (miss: MySQL answered)."}, []string{"result"}),
+		hidden:  f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_query_hidden_cache_total", Help: "Lookups of a caller's deletion ranges: hit, miss (read from MySQL), many (too many to cache: MySQL filters), error (Redis failed: MySQL filters)."}, []string{"result"}),
+		local:   f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_query_hot_local_total", Help: "List pages read over this process's copy of a topic's newest messages: hit (the copy and the Redis read above it answered), fallback (they fell short: a full hot-cache read followed), reset (the topic's seq counter went below the copy: dropped), changed (a message of the topic was recalled, edited or deleted since the copy was read: dropped)."}, []string{"result"}),
 	}
-	topics := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "imshard_query_hot_local_topics",
-		Help: "Topics whose newest messages this process holds a copy of (at most hot_cache.local_topics).",
-	}, func() float64 { return float64(held()) })
-	reg.MustRegister(m.tables, m.latency, m.wide, m.hot, m.hidden, m.local, topics)
+	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "imshard_query_hot_local_topics", Help: "Topics whose newest messages this process holds a copy of (at most hot_cache.local_topics)."}, func() float64 { return float64(held()) })
 	for _, r := range []string{localHit, localFallback, localReset, localChanged} {
 		m.local.WithLabelValues(r) // exported as 0 from the start: rates need no first event
 	}

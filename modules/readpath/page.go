@@ -132,8 +132,10 @@ func (c Cached) msg(seq int64) (message.Message, bool) {
 	ok := false
 	for i := c.first(seq); i < len(c.Members) && int64(c.Members[i].Score) == seq; i++ {
 		raw := bytesOf(c.Members[i].Member)
-		m, peeked := message.Peek(raw)
-		if !peeked {
+		var m message.Message
+		if p, peeked := message.Peek(raw); peeked {
+			m = p.Message()
+		} else {
 			var err error
 			if m, err = message.DecodeJSON(raw); err != nil {
 				continue

@@ -285,13 +285,3 @@ func (s *Store) hiddenOfTopics(ctx context.Context, db *sql.DB, topics []string,
 	}
 	return out, rows.Err()
 }
-
-// TablePage runs, on one table given by its quoted name (a month table, or
-// the legacy table of the same template), the statement a `before` page
-// runs there for a caller who hid nothing: the newest limit messages of
-// topic below before. `imshard bench query` measures it as the raw limit
-// of a page.
-func (s *Reader) TablePage(ctx context.Context, db *sql.DB, quoted, topic string, before int64, limit int) ([]message.Message, error) {
-	q := ListQuery{Topic: topic, Order: Desc, Bound: before, Limit: limit, HidNothing: true}
-	return s.st.Messages(ctx, db, q.build(quoted))
-}

@@ -1,6 +1,9 @@
 package routing
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
 
 // Metrics shared by several modules live here, registered once per process,
 // so that `imshard all` (every role in one registry) registers each name once.
@@ -21,50 +24,19 @@ type Metrics struct {
 
 // NewMetrics registers the routing metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
 	m := &Metrics{
-		ShardMissing: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "group_message_shard_missing_total",
-			Help: "Month tables found missing: by the shard manager's patrol, or by persist for an event's month.",
-		}, []string{"tenant"}),
-		RouteMiss: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "group_message_route_miss_total",
-			Help: "Topic route lookups that found no Redis route and fell back to the MySQL mirror.",
-		}),
-		RouteRebuild: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "group_message_route_rebuild_total",
-			Help: "Redis topic routes rebuilt from the MySQL mirror, by result.",
-		}, []string{"status"}),
-		SeqReserve: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "imshard_seq_reservations_total",
-			Help: "Durable seq high-water reservations taken in MySQL, by result.",
-		}, []string{"result"}),
-		SeqResumed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "imshard_seq_resumed_total",
-			Help: "Topic seq counters re-seeded from the MySQL reservation after Redis lost them.",
-		}),
-		MonthSwitches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "imshard_active_month_switches_total",
-			Help: "Active-month activations written, by source (auto, activate, recover, ensure).",
-		}, []string{"source"}),
-		ActiveMonth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "imshard_active_month",
-			Help: "The tenant's active month as YYYYMM, as last seen by this process.",
-		}, []string{"tenant"}),
-		AllocRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "imshard_alloc_slow_path_total",
-			Help: "Allocations that took a slow path, by reason (recover, advance, seed, reserve, migration_gate).",
-		}, []string{"reason"}),
-		SeqFences: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "imshard_seq_fences_total",
-			Help: "Resume fences of re-seeded topic counters, by event (raised by a re-seed, lifted by a reader once persist passed them).",
-		}, []string{"event"}),
-		FenceStalls: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "imshard_seq_fence_stalled_reads_total",
-			Help: "Forward reads held by a resume fence standing more than a minute past send.produce_timeout (persist not passing it).",
-		}),
+		ShardMissing:  f.NewCounterVec(prometheus.CounterOpts{Name: "group_message_shard_missing_total", Help: "Month tables found missing: by the shard manager's patrol, or by persist for an event's month."}, []string{"tenant"}),
+		RouteMiss:     f.NewCounter(prometheus.CounterOpts{Name: "group_message_route_miss_total", Help: "Topic route lookups that found no Redis route and fell back to the MySQL mirror."}),
+		RouteRebuild:  f.NewCounterVec(prometheus.CounterOpts{Name: "group_message_route_rebuild_total", Help: "Redis topic routes rebuilt from the MySQL mirror, by result."}, []string{"status"}),
+		SeqReserve:    f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_seq_reservations_total", Help: "Durable seq high-water reservations taken in MySQL, by result."}, []string{"result"}),
+		SeqResumed:    f.NewCounter(prometheus.CounterOpts{Name: "imshard_seq_resumed_total", Help: "Topic seq counters re-seeded from the MySQL reservation after Redis lost them."}),
+		MonthSwitches: f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_active_month_switches_total", Help: "Active-month activations written, by source (auto, activate, recover, ensure)."}, []string{"source"}),
+		ActiveMonth:   f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_active_month", Help: "The tenant's active month as YYYYMM, as last seen by this process."}, []string{"tenant"}),
+		AllocRetries:  f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_alloc_slow_path_total", Help: "Allocations that took a slow path, by reason (recover, advance, seed, reserve, migration_gate)."}, []string{"reason"}),
+		SeqFences:     f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_seq_fences_total", Help: "Resume fences of re-seeded topic counters, by event (raised by a re-seed, lifted by a reader once persist passed them)."}, []string{"event"}),
+		FenceStalls:   f.NewCounter(prometheus.CounterOpts{Name: "imshard_seq_fence_stalled_reads_total", Help: "Forward reads held by a resume fence standing more than a minute past send.produce_timeout (persist not passing it)."}),
 	}
-	reg.MustRegister(m.ShardMissing, m.RouteMiss, m.RouteRebuild, m.SeqReserve, m.SeqResumed,
-		m.MonthSwitches, m.ActiveMonth, m.AllocRetries, m.SeqFences, m.FenceStalls)
 	for _, r := range []string{"ok", "error"} {
 		m.SeqReserve.WithLabelValues(r) // exported as 0 from the start: the first error is an increase
 	}

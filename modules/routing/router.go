@@ -299,46 +299,6 @@ func (r *Router) tables(ctx context.Context, tenant string, months []Month) ([]T
 	return out, nil
 }
 
-// WriteTable is the table of an event's frozen shard_month (invariant 2,
-// docs/invariants.md). It takes no created_at: the month is never
-// recomputed from a time, only checked against the catalog.
-func (r *Router) WriteTable(ctx context.Context, tenant, shardMonth string) (Table, error) {
-	m, err := ParseMonth(shardMonth)
-	if err != nil {
-		return Table{}, err
-	}
-	t, _, err := r.p.Catalog.Table(ctx, tenant, m)
-	return t, err
-}
-
-// CandidateTablesBySeq lists the tables that may hold (topic, seq), most
-// likely first.
-func (r *Router) CandidateTablesBySeq(ctx context.Context, tenant, topic string, seq int64) ([]Table, error) {
-	tr, err := r.Route(ctx, tenant, topic)
-	if err != nil {
-		return nil, err
-	}
-	return r.tables(ctx, tenant, tr.BySeq(seq))
-}
-
-// TablesBefore lists the tables that may hold seqs < before, newest first.
-func (r *Router) TablesBefore(ctx context.Context, tenant, topic string, before int64) ([]Table, error) {
-	tr, err := r.Route(ctx, tenant, topic)
-	if err != nil {
-		return nil, err
-	}
-	return r.tables(ctx, tenant, tr.Before(before))
-}
-
-// TablesSince lists the tables that may hold seqs > since, oldest first.
-func (r *Router) TablesSince(ctx context.Context, tenant, topic string, since int64) ([]Table, error) {
-	tr, err := r.Route(ctx, tenant, topic)
-	if err != nil {
-		return nil, err
-	}
-	return r.tables(ctx, tenant, tr.Since(since))
-}
-
 // Tables is tables for callers that resolved a route themselves.
 func (r *Router) Tables(ctx context.Context, tenant string, months []Month) ([]Table, error) {
 	return r.tables(ctx, tenant, months)

@@ -2,6 +2,7 @@ package send
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/imshard/imshard/modules/httpapi"
 )
@@ -34,30 +35,14 @@ const (
 )
 
 func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
 	m := &metrics{
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "imshard_send_latency_seconds",
-			Help:    "Send request latency, by result (ok, duplicate, or the error code).",
-			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}, []string{"result"}),
-		total: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "imshard_send_total",
-			Help: "Send requests, by result (ok, duplicate, or the error code).",
-		}, []string{"result"}),
-		gaps: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "imshard_seq_gaps_total",
-			Help: "Seqs the send path allocated and abandoned, recorded as gaps.",
-		}),
-		postAck: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "imshard_send_post_ack_failures_total",
-			Help: "Failures after the Kafka ack: the call recording it failed (pending, idempotency, hot_cache, publish) or came after the seq was recorded as a gap (late_after_gap); the send answered 503.",
-		}, []string{"step"}),
-		dedupHit: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "imshard_send_mysql_dedup_hits_total",
-			Help: "Retries Redis had forgotten, answered from MySQL (the month tables).",
-		}),
+		latency:  f.NewHistogramVec(prometheus.HistogramOpts{Name: "imshard_send_latency_seconds", Help: "Send request latency, by result (ok, duplicate, or the error code).", Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"result"}),
+		total:    f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_send_total", Help: "Send requests, by result (ok, duplicate, or the error code)."}, []string{"result"}),
+		gaps:     f.NewCounter(prometheus.CounterOpts{Name: "imshard_seq_gaps_total", Help: "Seqs the send path allocated and abandoned, recorded as gaps."}),
+		postAck:  f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_send_post_ack_failures_total", Help: "Failures after the Kafka ack: the call recording it failed (pending, idempotency, hot_cache, publish) or came after the seq was recorded as a gap (late_after_gap); the send answered 503."}, []string{"step"}),
+		dedupHit: f.NewCounter(prometheus.CounterOpts{Name: "imshard_send_mysql_dedup_hits_total", Help: "Retries Redis had forgotten, answered from MySQL (the month tables)."}),
 	}
-	reg.MustRegister(m.latency, m.total, m.gaps, m.postAck, m.dedupHit)
 	// exported as 0 from the start: the error-rate alert divides by them and
 	// sees a first failure as an increase
 	for _, r := range []string{resultOK, resultDuplicate, httpapi.CodeUnavailable, httpapi.CodeInternal} {

@@ -108,11 +108,6 @@ func Compose(ms int64, node, seq int) int64 {
 	return ms<<(NodeBits+SeqBits) | int64(node)<<SeqBits | int64(seq)
 }
 
-// Decompose splits an id into its fields.
-func Decompose(id int64) (ms int64, node, seq int) {
-	return id >> (NodeBits + SeqBits), int(id>>SeqBits) & MaxNode, int(id & maxSeq)
-}
-
 // NodeLease holds a Snowflake node id in Redis (routing.SnowflakeNode keys,
 // SET NX PX) and renews it every ttl/3. A lease it cannot renew is trusted
 // only until its TTL could have run out; a lease found lost (flushed,

@@ -7,6 +7,12 @@ import (
 	"time"
 )
 
+// Decompose splits an id into its fields: the inverse of Compose, which
+// only the tests need (the service never reads an id's fields back).
+func Decompose(id int64) (ms int64, node, seq int) {
+	return id >> (NodeBits + SeqBits), int(id>>SeqBits) & MaxNode, int(id & maxSeq)
+}
+
 func TestComposeLayout(t *testing.T) {
 	for _, tc := range []struct {
 		name      string

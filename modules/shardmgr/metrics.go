@@ -1,6 +1,9 @@
 package shardmgr
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
 
 type metrics struct {
 	lastSuccess  *prometheus.GaugeVec
@@ -13,39 +16,15 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
 	m := &metrics{
-		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "imshard_shardmgr_last_success_timestamp_seconds",
-			Help: "Unix time of the last sync that left every expected month table of the tenant in place.",
-		}, []string{"tenant"}),
-		ddlFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "imshard_shardmgr_ddl_failures_total",
-			Help: "Month-table DDL or catalog writes that failed (no month switch follows).",
-		}, []string{"tenant"}),
-		created: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "imshard_shardmgr_tables_created_total",
-			Help: "Month tables created by the shard manager.",
-		}, []string{"tenant"}),
-		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "imshard_shardmgr_sync_duration_seconds",
-			Help:    "Duration of one tenant's shard sync.",
-			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
-		}),
-		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "imshard_shardmgr_transitions_total",
-			Help: "Month status changes made by the shard manager, by target status.",
-		}, []string{"status"}),
-		readyAhead: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "imshard_shardmgr_months_ready_ahead",
-			Help: "Writable month tables after the current (Redis-time) month; 0 means next month's table is missing.",
-		}, []string{"tenant"}),
-		activeLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "imshard_shardmgr_active_month_lag",
-			Help: "Months the active month trails the Redis-time month (-1: no active month).",
-		}, []string{"tenant"}),
-	}
-	if reg != nil {
-		reg.MustRegister(m.lastSuccess, m.ddlFailures, m.created, m.syncDuration, m.transitions, m.readyAhead, m.activeLag)
+		lastSuccess:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_shardmgr_last_success_timestamp_seconds", Help: "Unix time of the last sync that left every expected month table of the tenant in place."}, []string{"tenant"}),
+		ddlFailures:  f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_shardmgr_ddl_failures_total", Help: "Month-table DDL or catalog writes that failed (no month switch follows)."}, []string{"tenant"}),
+		created:      f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_shardmgr_tables_created_total", Help: "Month tables created by the shard manager."}, []string{"tenant"}),
+		syncDuration: f.NewHistogram(prometheus.HistogramOpts{Name: "imshard_shardmgr_sync_duration_seconds", Help: "Duration of one tenant's shard sync.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}),
+		transitions:  f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_shardmgr_transitions_total", Help: "Month status changes made by the shard manager, by target status."}, []string{"status"}),
+		readyAhead:   f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_shardmgr_months_ready_ahead", Help: "Writable month tables after the current (Redis-time) month; 0 means next month's table is missing."}, []string{"tenant"}),
+		activeLag:    f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_shardmgr_active_month_lag", Help: "Months the active month trails the Redis-time month (-1: no active month)."}, []string{"tenant"}),
 	}
 	return m
 }

@@ -386,7 +386,7 @@ func (c *conn) handle(ctx context.Context, f *follow, ev *event) {
 		// publications may have been lost while Redis was away: read up
 		// to what was issued by now
 		c.expect(ctx, f)
-		c.fill(ctx, f)
+		c.catchUp(ctx, f)
 		if f.changes >= 0 {
 			c.catchUpChanges(ctx, f)
 		}
@@ -432,7 +432,7 @@ func (c *conn) retry(ctx context.Context) {
 		}
 	}
 	if c.behind {
-		c.fillAll(ctx)
+		c.catchUpAll(ctx)
 	}
 }
 
@@ -478,19 +478,19 @@ func (c *conn) updateBehind() {
 	}
 }
 
-func (c *conn) fillAll(ctx context.Context) {
+func (c *conn) catchUpAll(ctx context.Context) {
 	for _, f := range c.topics {
 		if f.seen > f.cursor {
-			c.fill(ctx, f)
+			c.catchUp(ctx, f)
 		}
 	}
 }
 
-// fill reads the topic forward from its cursor through the read path (the
+// catchUp reads the topic forward from its cursor through the read path (the
 // settled watermark stops it below a seq still in flight), sends what it
 // finds and the recorded gaps, then what is held above. It needs one of
 // the per-process catch-up slots.
-func (c *conn) fill(ctx context.Context, f *follow) {
+func (c *conn) catchUp(ctx context.Context, f *follow) {
 	if !c.s.acquire(ctx) {
 		return
 	}
@@ -664,7 +664,7 @@ func (c *conn) subscribe(ctx context.Context, topics map[string]cursors) {
 			f.cursor = *cur.Since
 		}
 		if cur.Since != nil || f.seen > f.cursor {
-			c.fill(ctx, f)
+			c.catchUp(ctx, f)
 		}
 		if cur.ChangesSince != nil {
 			f.changes = *cur.ChangesSince

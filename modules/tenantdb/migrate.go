@@ -85,15 +85,6 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// Version is the newest schema version recorded in db (0 if none).
-func Version(ctx context.Context, db sq.BaseRunner) (int, error) {
-	var v sql.NullInt64
-	if err := sq.Select("MAX(version)").From(migrationsTable).RunWith(db).QueryRowContext(ctx).Scan(&v); err != nil {
-		return 0, err
-	}
-	return int(v.Int64), nil
-}
-
 // connRunner lets squirrel run on one pinned connection: GET_LOCK belongs to
 // a session, so the lock, the steps and the release must share it.
 type connRunner struct{ *sql.Conn }

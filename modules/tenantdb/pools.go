@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/singleflight"
 
@@ -94,13 +95,10 @@ func New(p Params, tenants []Tenant) *Pools {
 	}
 	ps := &Pools{p: p, open: map[string]*entry{}}
 	ps.SetTenants(tenants)
-	ps.opened = prometheus.NewGauge(prometheus.GaugeOpts{
+	ps.opened = promauto.With(p.Registerer).NewGauge(prometheus.GaugeOpts{
 		Name: "imshard_mysql_tenant_pools_open",
 		Help: "Tenant MySQL pools opened by this process.",
 	})
-	if p.Registerer != nil {
-		p.Registerer.MustRegister(ps.opened)
-	}
 	return ps
 }
 

@@ -2,6 +2,7 @@ package tenantdb
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"runtime"
 	"strings"
@@ -9,10 +10,20 @@ import (
 	"testing"
 	"time"
 
+	sq "github.com/Masterminds/squirrel"
 	"github.com/rs/zerolog"
 
 	"github.com/imshard/imshard/test/testenv"
 )
+
+// schemaVersion is the newest schema version recorded in db (0 if none).
+func schemaVersion(ctx context.Context, db sq.BaseRunner) (int, error) {
+	var v sql.NullInt64
+	if err := sq.Select("MAX(version)").From(migrationsTable).RunWith(db).QueryRowContext(ctx).Scan(&v); err != nil {
+		return 0, err
+	}
+	return int(v.Int64), nil
+}
 
 func newPools(t *testing.T, ids ...string) *Pools {
 	t.Helper()
@@ -48,7 +59,7 @@ func TestPoolsOpenLazilyCreateDatabaseAndMigrate(t *testing.T) {
 	}
 	wg.Wait()
 	db, _ := ps.DB(context.Background(), a)
-	v, err := Version(context.Background(), db)
+	v, err := schemaVersion(context.Background(), db)
 	if err != nil || v < 1 {
 		t.Fatalf("schema version %d (%v)", v, err)
 	}
