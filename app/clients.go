@@ -418,6 +418,7 @@ func (a *App) NewShardManager() *shardmgr.Manager {
 func initShardMgr(ctx context.Context, a *App) (Service, error) {
 	mg := a.NewShardManager()
 	mg.ExportTenants(a.clients.pools.IDs())
+	a.onTenantsAdded(func(tenants []string) { mg.Reconcile(tenants...) })
 	return runner{run: mg.Run}, nil
 }
 
