@@ -48,6 +48,11 @@ type App struct {
 	// APIMux is where HTTP roles register their handlers before API starts.
 	APIMux *httpapi.Mux
 
+	// ReadOnly, set before StartTools or DLQTool, makes the clients only
+	// look: no tenant database, schema or Kafka topic is created, and a
+	// missing one is an error that names it (the read-only commands).
+	ReadOnly bool
+
 	clients  clients
 	tenants  tenantSet
 	reload   reloader

@@ -86,6 +86,7 @@ func (g *globals) serve(flags map[string]*pflag.Flag, roles []string) error {
 	if len(roles) == 1 && roles[0] == app.All {
 		validate = nil
 	}
+	flags = g.serverFlags(flags)
 	load := func() (*config.Config, error) {
 		cfg, err := g.load(flags, validate...)
 		if err != nil {
@@ -100,7 +101,7 @@ func (g *globals) serve(flags map[string]*pflag.Flag, roles []string) error {
 	if err != nil {
 		return err
 	}
-	log := g.logger(cfg)
+	log := g.serverLogger(cfg)
 	ctx, stop := signalContext()
 	defer stop()
 	a := app.New(cfg, log)

@@ -20,26 +20,34 @@ import (
 )
 
 // runCLI runs the binary with args and extra env; it returns the exit code
-// and the combined output.
+// and the output, stdout then stderr.
 func runCLI(t *testing.T, env []string, args ...string) (int, string) {
+	t.Helper()
+	code, stdout, stderr := runCLIApart(t, env, args...)
+	return code, stdout + stderr
+}
+
+// runCLIApart is runCLI with stdout and stderr apart, for what a script
+// reads (stdout) and what it logs (stderr).
+func runCLIApart(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, imshardBinary(t), args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Dir = t.TempDir()
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
-		return 0, out.String()
+		return 0, out.String(), errOut.String()
 	case errors.As(err, &ee):
-		return ee.ExitCode(), out.String()
+		return ee.ExitCode(), out.String(), errOut.String()
 	}
-	t.Fatalf("run %v: %v\n%s", args, err, out.String())
-	return -1, ""
+	t.Fatalf("run %v: %v\n%s%s", args, err, out.String(), errOut.String())
+	return -1, "", ""
 }
 
 // tenantConfig writes a config file for one fresh tenant on the shared services.

@@ -1,6 +1,7 @@
 package test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -52,8 +53,21 @@ tenants_file: %s
 
 	// 2. Check: `imshard shard list --tenant=T` shows the current month active.
 	waitFor(t, 30*time.Second, func() bool {
-		code, out := runCLI(t, nil, "--config", cfg, "shard", "list", "--tenant="+added)
-		return code == 0 && strings.Contains(out, "  *  ")
+		code, out, _ := runCLIApart(t, nil, "--config", cfg, "shard", "list", "--tenant="+added, "--output=json")
+		var list struct {
+			Shards []struct {
+				Active bool `json:"active"`
+			} `json:"shards"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &list) != nil {
+			return false
+		}
+		for _, s := range list.Shards {
+			if s.Active {
+				return true
+			}
+		}
+		return false
 	})
 	api := faultsClient(t, "http://"+httpAddr, []byte("secret-"+added), added)
 	api.group(t, "room1", 7, 42, 43)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	sq "github.com/Masterminds/squirrel"
+	"github.com/go-sql-driver/mysql"
 
 	imsql "github.com/imshard/imshard/sql"
 )
@@ -81,6 +82,29 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 			Options("IGNORE").RunWith(conn).ExecContext(ctx); err != nil {
 			return fmt.Errorf("schema: record %04d: %w", step.Version, err)
 		}
+	}
+	return nil
+}
+
+// checkSchema reports, as ErrNotProvisioned, a database that does not
+// exist or lacks schema steps this build applies — without changing it.
+func checkSchema(ctx context.Context, db *sql.DB, name string) error {
+	steps, err := imsql.Migrations()
+	if err != nil {
+		return err
+	}
+	want := steps[len(steps)-1].Version
+	have, err := Version(ctx, db)
+	var me *mysql.MySQLError
+	switch {
+	case errors.As(err, &me) && me.Number == 1049: // ER_BAD_DB_ERROR
+		return fmt.Errorf("database %s does not exist: %w", name, ErrNotProvisioned)
+	case errors.As(err, &me) && me.Number == 1146: // ER_NO_SUCH_TABLE: no step applied
+		return fmt.Errorf("database %s has no imshard schema: %w", name, ErrNotProvisioned)
+	case err != nil:
+		return fmt.Errorf("schema version: %w", err)
+	case have < want:
+		return fmt.Errorf("database %s is at schema version %d, this build's is %d: %w", name, have, want, ErrNotProvisioned)
 	}
 	return nil
 }
