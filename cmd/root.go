@@ -92,6 +92,7 @@ func NewRoot(stdout, stderr io.Writer, env []string) *cobra.Command {
 		newVersionCmd(g),
 		newBenchCmd(g),
 		newMigrateCmd(g),
+		newWatchCmd(g),
 	)
 	refuseUnknownSubcommands(root)
 	return root

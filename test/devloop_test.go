@@ -1,11 +1,14 @@
 package test
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/imshard/imshard/test/harness"
 )
 
 // TestCtrlCStopsAtOnce: `imshard all` on config.example.yaml stops at
@@ -60,5 +63,36 @@ func TestMakeRunInstallsOnlyTheService(t *testing.T) {
 	about, _, _ := strings.Cut(after, "bash test/run.sh")
 	if !strings.Contains(about, "minutes") {
 		t.Errorf("README does not say how long the test command takes")
+	}
+}
+
+// TestWatchFollowsATopic: `imshard watch`, the WebSocket client README
+// names, prints the messages above --since and then each new one as a JSON
+// line, and ends at once, exit 0, on Ctrl-C; a token the topic refuses
+// exits 1 naming the refusal.
+func TestWatchFollowsATopic(t *testing.T) {
+	t.Parallel()
+	e := stStart(t, harness.Options{})
+	e.group("room1", 7, "active")
+	e.member("room1", 42, "member", time.Time{})
+	alice := e.Token(42, "")
+	e.mustSend(alice, "room1", sendBody("c-1", "hello world"))
+	p := faultsStart(t, nil, "watch", "--api="+e.BaseURL, "--topic=room1", "--token="+alice, "--since=0")
+	waitFor(t, 30*time.Second, func() bool { return strings.Contains(p.out.String(), "hello world") })
+	e.mustSend(alice, "room1", sendBody("c-2", "second"))
+	waitFor(t, 30*time.Second, func() bool { return strings.Contains(p.out.String(), "second") })
+	for _, line := range strings.Split(strings.TrimSpace(p.out.String()), "\n") {
+		var f map[string]any
+		if err := json.Unmarshal([]byte(line), &f); err != nil || f["type"] == "ping" {
+			t.Fatalf("not a JSON frame (or a ping) per line: %q\n%s", line, p.out.String())
+		}
+	}
+	p.signal(t, os.Interrupt)
+	if err := p.wait(t, 10*time.Second); err != nil {
+		t.Fatalf("Ctrl-C: %v\n%s", err, p.out.String())
+	}
+	code, out := runCLI(t, nil, "watch", "--api="+e.BaseURL, "--topic=room1", "--token="+e.Token(43, ""))
+	if code != 1 || !strings.Contains(out, "403") {
+		t.Fatalf("a non-member: exit %d, want 1 naming 403\n%s", code, out)
 	}
 }
