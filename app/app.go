@@ -50,6 +50,11 @@ type App struct {
 	// APIMux is where HTTP roles register their handlers before API starts.
 	APIMux *httpapi.Mux
 
+	// ReadOnly, set before StartTools or DLQTool, makes the clients only
+	// look: no tenant database, schema or Kafka topic is created, and a
+	// missing one is an error that names it (the read-only commands).
+	ReadOnly bool
+
 	clients  clients
 	reader   *readpath.Reader // module readpath
 	tenants  tenantSet
@@ -113,6 +118,11 @@ func (a *App) Modules() []string {
 	return append([]string(nil), a.order...)
 }
 
+// ErrStopNow, as the cause that ends Run's context, skips
+// http.shutdown_delay: a Ctrl-C at a terminal, where no load balancer
+// waits to see /readyz turn 503.
+var ErrStopNow = errors.New("interrupted at the terminal")
+
 // Run runs every started module until ctx ends (a signal) or one fails —
 // returns an error, or returns at all, before it is asked to stop — then
 // shuts down: /readyz turns 503 at once; a process serving the API keeps
@@ -161,7 +171,7 @@ func (a *App) Run(ctx context.Context) error {
 	}
 
 	a.stopping.Store(true)
-	if delay := a.Config.HTTP.ShutdownDelay; delay > 0 && slices.Contains(a.order, API) {
+	if delay := a.Config.HTTP.ShutdownDelay; delay > 0 && slices.Contains(a.order, API) && !errors.Is(context.Cause(ctx), ErrStopNow) {
 		// /readyz already answers 503; the API keeps serving until the load
 		// balancer has seen that and stopped sending new requests here.
 		a.Log.Info().Dur("shutdown_delay", delay).Msg("not ready: draining from the load balancer")

@@ -123,6 +123,7 @@ func initMySQL(ctx context.Context, a *App) (Service, error) {
 		MaxIdleConns:    c.MaxIdleConns,
 		ConnMaxIdleTime: c.ConnMaxIdleTime,
 		MaxOpenTenants:  c.MaxOpenTenants,
+		ReadOnly:        a.ReadOnly,
 		Log:             a.Log,
 		Registerer:      a.Registry,
 	}, Tenants(a.Config))
@@ -196,6 +197,9 @@ func initKafka(ctx context.Context, a *App) (Service, error) {
 	k := a.Config.Kafka
 	var cluster *kfake.Cluster
 	if len(k.Brokers) == 0 {
+		if _, err := os.Stat(k.DataDir); a.ReadOnly && k.DataDir != "" && err != nil {
+			return nil, fmt.Errorf("kafka.brokers is empty and kafka.data_dir %s does not exist: no in-process Kafka log to read", k.DataDir)
+		}
 		var err error
 		cluster, err = StartKafka(k, "")
 		if err != nil {
@@ -223,9 +227,11 @@ func initKafka(ctx context.Context, a *App) (Service, error) {
 		admin.Close()
 		return fail(err)
 	}
-	if err := EnsureTopics(ctx, admin, k); err != nil {
-		admin.Close()
-		return fail(err)
+	if !a.ReadOnly {
+		if err := EnsureTopics(ctx, admin, k); err != nil {
+			admin.Close()
+			return fail(err)
+		}
 	}
 	a.clients.kafka = conn
 	return holder{
@@ -422,6 +428,7 @@ func (a *App) NewShardManager() *shardmgr.Manager {
 func initShardMgr(ctx context.Context, a *App) (Service, error) {
 	mg := a.NewShardManager()
 	mg.ExportTenants(a.clients.pools.IDs())
+	a.onTenantsAdded(func(tenants []string) { mg.Reconcile(tenants...) })
 	return runner{run: mg.Run}, nil
 }
 

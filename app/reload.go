@@ -32,11 +32,21 @@ type reloader struct {
 	// (the stream's sockets) run once a reload replaced the tenants; set
 	// by Start, read by reloads, which begin only once Run does
 	revoke []func()
+	// provision are what the modules that prepare a tenant's storage (the
+	// shard manager) run with the tenants a reload added or moved to
+	// another database; set and read as revoke
+	provision []func(tenants []string)
 }
 
 // onTenantsChanged registers fn to run after each reload has replaced the
 // tenant list.
 func (a *App) onTenantsChanged(fn func()) { a.reload.revoke = append(a.reload.revoke, fn) }
+
+// onTenantsAdded registers fn to run after each reload that added tenants
+// or changed the database (DSN) of some, with their ids.
+func (a *App) onTenantsAdded(fn func(tenants []string)) {
+	a.reload.provision = append(a.reload.provision, fn)
+}
 
 // watchReload applies a reload per signal until ctx ends. A reload that
 // fails (unreadable file, invalid value) is logged and changes nothing: a
@@ -90,6 +100,11 @@ func (a *App) Reload(next *config.Config) {
 	for _, revoke := range a.reload.revoke {
 		revoke()
 	}
+	if added := addedTenants(live, &applied); len(added) > 0 {
+		for _, provision := range a.reload.provision {
+			provision(added)
+		}
+	}
 	a.exportTenants(applied.Tenants)
 	if next.Log.Level != live.Log.Level {
 		SetLogLevel(next.Log.Level)
@@ -122,4 +137,17 @@ func (a *App) exportTenants(tenants []config.Tenant) {
 	if a.clients.migrator != nil && slices.Contains(a.Modules(), Migrate) {
 		a.clients.migrator.ExportTenants(ids)
 	}
+}
+
+// addedTenants are the tenants of next that live lacks or knew with another
+// database: those whose month tables may not exist yet.
+func addedTenants(live, next *config.Config) []string {
+	var out []string
+	for _, t := range next.Tenants {
+		i := slices.IndexFunc(live.Tenants, func(l config.Tenant) bool { return l.ID == t.ID })
+		if i < 0 || live.TenantDSN(live.Tenants[i]) != next.TenantDSN(t) {
+			out = append(out, t.ID)
+		}
+	}
+	return out
 }

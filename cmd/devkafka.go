@@ -21,7 +21,7 @@ func newDevKafkaCmd(g *globals) *cobra.Command {
 		Example: "  imshard devkafka --addr=127.0.0.1:19092 --data-dir=/tmp/imshard-kafka",
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			cfg, err := g.load(nil)
+			cfg, err := g.load(g.serverFlags(nil))
 			if err != nil {
 				return err
 			}
@@ -34,7 +34,7 @@ func newDevKafkaCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cluster.Close()
-			log := g.logger(cfg)
+			log := g.serverLogger(cfg)
 			log.Info().Strs("brokers", cluster.ListenAddrs()).Str("data_dir", k.DataDir).Msg("devkafka listening")
 			fmt.Fprintln(g.stdout, cluster.ListenAddrs()[0])
 			ctx, stop := signalContext()

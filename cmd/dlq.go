@@ -21,8 +21,9 @@ func newDLQCmd(g *globals) *cobra.Command {
 	return c
 }
 
-// withDLQ loads config, starts the clients the tool needs and hands it to fn.
-func (g *globals) withDLQ(tenant string, fn func(ctx context.Context, tool *persist.Tool) error) error {
+// withDLQ loads config, starts the clients the tool needs (read-only for a
+// command that only looks) and hands it to fn.
+func (g *globals) withDLQ(tenant string, readOnly bool, fn func(ctx context.Context, tool *persist.Tool) error) error {
 	cfg, err := g.load(nil, "persist")
 	if err != nil {
 		return err
@@ -33,6 +34,7 @@ func (g *globals) withDLQ(tenant string, fn func(ctx context.Context, tool *pers
 	ctx, stop := signalContext()
 	defer stop()
 	a := app.New(cfg, g.logger(cfg))
+	a.ReadOnly = readOnly
 	defer a.Close()
 	tool, err := a.DLQTool(ctx)
 	if err != nil {
@@ -44,32 +46,81 @@ func (g *globals) withDLQ(tenant string, fn func(ctx context.Context, tool *pers
 type dlqListOptions struct {
 	tenant string
 	limit  int
+	out    outputOptions
+}
+
+// deadLetterJSON is one dead letter in `dlq list --output=json`.
+type deadLetterJSON struct {
+	ID        string  `json:"id"`
+	Partition int32   `json:"partition"`
+	Offset    int64   `json:"offset"`
+	Tenant    string  `json:"tenant"`
+	Topic     string  `json:"topic"`
+	Seq       int64   `json:"seq"`
+	Month     string  `json:"month"`
+	Reason    string  `json:"reason"`
+	Error     string  `json:"error"`
+	Source    string  `json:"source"`
+	FailedAt  *string `json:"failed_at"`
+}
+
+// compensationJSON is one compensation entry in `dlq list --output=json`.
+type compensationJSON struct {
+	ID       string  `json:"id"`
+	Tenant   string  `json:"tenant"`
+	Topic    string  `json:"topic"`
+	Seq      int64   `json:"seq"`
+	Month    string  `json:"month"`
+	Status   string  `json:"status"`
+	Reason   string  `json:"reason"`
+	QueuedAt *string `json:"queued_at"`
 }
 
 func newDLQListCmd(g *globals) *cobra.Command {
 	o := &dlqListOptions{}
 	c := &cobra.Command{
-		Use:     "list [--tenant=T] [--limit=N]",
-		Short:   "List dead-letter records and compensation entries with their reasons",
-		Example: "  imshard dlq list\n  imshard dlq list --tenant=acme --limit=20",
+		Use:     "list [--tenant=T] [--limit=N] [--output=json]",
+		Short:   "List dead-letter records and compensation entries with their reasons (read-only)",
+		Example: "  imshard dlq list\n  imshard dlq list --tenant=acme --limit=20\n  imshard dlq list --output=json",
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if o.limit < 0 {
 				return usagef("--limit must be ≥ 0, got %d", o.limit)
 			}
-			return g.withDLQ(o.tenant, func(ctx context.Context, tool *persist.Tool) error {
+			if err := o.out.validate(); err != nil {
+				return err
+			}
+			return g.withDLQ(o.tenant, true, func(ctx context.Context, tool *persist.Tool) error {
 				dls, err := tool.DeadLetters(ctx, o.tenant, o.limit)
 				if err != nil {
 					return err
 				}
 				comps, cerr := tool.Compensations(ctx, o.tenant, o.limit)
+				if o.out.json() {
+					return errors.Join(dlqJSON(g, dls, comps), cerr)
+				}
 				return errors.Join(printDLQ(g, dls, comps), cerr)
 			})
 		},
 	}
 	c.Flags().StringVar(&o.tenant, "tenant", "", "only this tenant")
 	c.Flags().IntVar(&o.limit, "limit", 100, "at most this many of each kind (0: all)")
+	o.out.bind(c)
 	return c
+}
+
+func dlqJSON(g *globals, dls []persist.DeadLetter, comps []persist.Compensation) error {
+	dj := make([]deadLetterJSON, 0, len(dls))
+	for _, d := range dls {
+		dj = append(dj, deadLetterJSON{ID: d.ID, Partition: d.Partition, Offset: d.Offset, Tenant: d.Tenant, Topic: d.Topic,
+			Seq: d.Seq, Month: d.Month, Reason: d.Reason, Error: d.Error, Source: d.Source, FailedAt: jsonTime(!d.At.IsZero(), d.At)})
+	}
+	cj := make([]compensationJSON, 0, len(comps))
+	for _, c := range comps {
+		cj = append(cj, compensationJSON{ID: c.ID, Tenant: c.Tenant, Topic: c.Topic, Seq: c.Seq, Month: c.Month,
+			Status: c.Status, Reason: c.Reason, QueuedAt: jsonTime(!c.At.IsZero(), c.At)})
+	}
+	return writeJSON(g.stdout, map[string]any{"dead_letters": dj, "compensation": cj})
 }
 
 func printDLQ(g *globals, dls []persist.DeadLetter, comps []persist.Compensation) error {
@@ -114,7 +165,7 @@ func newDLQReplayCmd(g *globals) *cobra.Command {
 			if (o.id == "") == !o.all {
 				return usagef("give exactly one of --id or --all")
 			}
-			return g.withDLQ(o.tenant, func(ctx context.Context, tool *persist.Tool) error {
+			return g.withDLQ(o.tenant, false, func(ctx context.Context, tool *persist.Tool) error {
 				rep, err := tool.Replay(ctx, persist.ReplayOptions{Tenant: o.tenant, ID: o.id, All: o.all})
 				fmt.Fprintf(g.stdout, "replayed %d\n", rep.Replayed)
 				for _, s := range rep.Skipped {

@@ -50,10 +50,11 @@ See docs/migration.md for the states and the order of the steps.`,
 	return c
 }
 
-// withMigrator loads config, starts the tool modules and hands the
-// migrator to fn; a refusal is a failure (exit 1) that changed nothing.
-func (g *globals) withMigrator(tenant string, fn func(ctx context.Context, cfg *config.Config, mg *migrate.Migrator) error) error {
-	return g.withTools("migrate", func(ctx context.Context, cfg *config.Config, a *app.App) error {
+// withMigrator loads config, starts the tool modules (read-only for a
+// command that only looks) and hands the migrator to fn; a refusal is a
+// failure (exit 1) that changed nothing.
+func (g *globals) withMigrator(tenant string, readOnly bool, fn func(ctx context.Context, cfg *config.Config, mg *migrate.Migrator) error) error {
+	return g.withTools("migrate", readOnly, func(ctx context.Context, cfg *config.Config, a *app.App) error {
 		if tenant != "" {
 			if _, err := tenantsFor(cfg, tenant); err != nil {
 				return err
@@ -78,7 +79,7 @@ however old its own copy of the state.`,
 		Example: "  imshard migrate plan --tenant=acme",
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return g.withMigrator(tenant, func(ctx context.Context, _ *config.Config, mg *migrate.Migrator) error {
+			return g.withMigrator(tenant, false, func(ctx context.Context, _ *config.Config, mg *migrate.Migrator) error {
 				rep, err := mg.Plan(ctx, tenant)
 				if err != nil {
 					return err
@@ -132,7 +133,7 @@ month tables only) and the migrate module starts the backfill.`,
 					return errors.New("not confirmed: nothing changed")
 				}
 			}
-			return g.withMigrator(tenant, func(ctx context.Context, _ *config.Config, mg *migrate.Migrator) error {
+			return g.withMigrator(tenant, false, func(ctx context.Context, _ *config.Config, mg *migrate.Migrator) error {
 				_, err := mg.Start(ctx, tenant, func(format string, args ...any) {
 					fmt.Fprintf(g.stdout, "tenant %s: %s\n", tenant, fmt.Sprintf(format, args...))
 				})
@@ -169,7 +170,7 @@ func newMigrateStepCmd(g *globals, name, short string, fn func(*migrate.Migrator
 		Example: "  imshard migrate " + name + " --tenant=acme",
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return g.withMigrator(tenant, func(ctx context.Context, _ *config.Config, mg *migrate.Migrator) error {
+			return g.withMigrator(tenant, false, func(ctx context.Context, _ *config.Config, mg *migrate.Migrator) error {
 				m, err := fn(mg, ctx, tenant)
 				if err != nil {
 					return err
@@ -188,14 +189,15 @@ func newMigrateStatusCmd(g *globals) *cobra.Command {
 	var tenant string
 	var watch bool
 	var every time.Duration
+	var out outputOptions
 	c := &cobra.Command{
-		Use:   "status [--tenant=T] [--watch] [--interval=D]",
+		Use:   "status [--tenant=T] [--watch] [--interval=D] [--output=json]",
 		Short: "Show a tenant's migration (every tenant's without --tenant)",
 		Long: `Shows the state, the backfill's progress and counts, and the differences the
 last verification found. --watch repeats it until the migration is done (a
 progress bar with rate and ETA on a terminal, a plain line per interval
 otherwise).`,
-		Example: "  imshard migrate status\n  imshard migrate status --tenant=acme --watch",
+		Example: "  imshard migrate status\n  imshard migrate status --tenant=acme --watch\n  imshard migrate status --output=json",
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if every <= 0 {
@@ -204,7 +206,16 @@ otherwise).`,
 			if watch && tenant == "" {
 				return usagef("--watch needs --tenant")
 			}
-			return g.withMigrator(tenant, func(ctx context.Context, cfg *config.Config, mg *migrate.Migrator) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			if watch && out.json() {
+				return usagef("--watch draws for people; a script polls --output=json")
+			}
+			return g.withMigrator(tenant, true, func(ctx context.Context, cfg *config.Config, mg *migrate.Migrator) error {
+				if out.json() {
+					return g.migrationsJSON(ctx, cfg, mg, tenant)
+				}
 				if watch {
 					return g.watchMigration(ctx, mg, tenant, every)
 				}
@@ -223,7 +234,82 @@ otherwise).`,
 	c.Flags().StringVar(&tenant, "tenant", "", "only this tenant, in detail")
 	c.Flags().BoolVar(&watch, "watch", false, "repeat until the migration is done, verified or failed")
 	c.Flags().DurationVar(&every, "interval", 2*time.Second, "how often --watch refreshes")
+	out.bind(c)
 	return c
+}
+
+// migrationJSON is one tenant in `migrate status --output=json`.
+type migrationJSON struct {
+	Tenant            string              `json:"tenant"`
+	State             string              `json:"state"`
+	LegacyRows        int64               `json:"legacy_rows"`
+	MinMonth          string              `json:"min_month"`
+	MaxMonth          string              `json:"max_month"`
+	RowsRead          int64               `json:"rows_read"`
+	RowsInserted      int64               `json:"rows_inserted"`
+	RowsPresent       int64               `json:"rows_present"`
+	RowsSkewed        int64               `json:"rows_skewed"`
+	Batches           int64               `json:"batches"`
+	BatchFailures     int64               `json:"batch_failures"`
+	RoutesDone        bool                `json:"routes_done"`
+	VerifyRuns        int                 `json:"verify_runs"`
+	VerifyPending     bool                `json:"verify_pending"`
+	VerifyDifferences int                 `json:"verify_differences"`
+	Differences       []migrationDiffJSON `json:"differences"`
+	Locked            bool                `json:"locked"`
+	LastError         string              `json:"last_error"`
+	PlannedAt         *string             `json:"planned_at"`
+	CutoverAt         *string             `json:"cutover_at"`
+	UpdatedAt         *string             `json:"updated_at"`
+	Error             string              `json:"error,omitempty"`
+}
+
+type migrationDiffJSON struct {
+	Topic      string `json:"topic"`
+	Month      string `json:"month"`
+	MinSeq     int64  `json:"min_seq"`
+	MaxSeq     int64  `json:"max_seq"`
+	LegacyRows int64  `json:"legacy_rows"`
+	MonthRows  int64  `json:"month_rows"`
+}
+
+// migrationsJSON prints the migration of tenant (every tenant's when
+// empty) as one JSON document; a tenant it could not read fails (exit 1).
+func (g *globals) migrationsJSON(ctx context.Context, cfg *config.Config, mg *migrate.Migrator, tenant string) error {
+	tenants, err := tenantsFor(cfg, tenant)
+	if err != nil {
+		return err
+	}
+	out := []migrationJSON{}
+	var errs []error
+	for _, t := range tenants {
+		st, err := mg.Status(ctx, t)
+		if err != nil {
+			out = append(out, migrationJSON{Tenant: t, State: "unknown", Differences: []migrationDiffJSON{}, Error: err.Error()})
+			errs = append(errs, fmt.Errorf("tenant %s: %w", t, err))
+			continue
+		}
+		m := st.Migration
+		j := migrationJSON{Tenant: t, State: string(m.State), LegacyRows: m.LegacyRows, MinMonth: m.MinMonth.String(),
+			MaxMonth: m.MaxMonth.String(), RowsRead: m.RowsRead, RowsInserted: m.RowsInserted, RowsPresent: m.RowsPresent,
+			RowsSkewed: m.RowsSkewed, Batches: m.Batches, BatchFailures: m.BatchFailures, RoutesDone: m.RoutesDone,
+			VerifyRuns: m.VerifyRuns, VerifyPending: m.VerifyPending, VerifyDifferences: m.VerifyDiffs,
+			Differences: []migrationDiffJSON{}, Locked: st.Locked, LastError: m.LastError,
+			PlannedAt: jsonTime(!m.PlannedAt.IsZero(), m.PlannedAt), CutoverAt: jsonTime(m.CutoverAt.Valid, m.CutoverAt.Time),
+			UpdatedAt: jsonTime(!m.UpdatedAt.IsZero(), m.UpdatedAt)}
+		if m.State == routing.MigrationNone {
+			j.State = "none"
+		}
+		for _, d := range st.Diffs {
+			j.Differences = append(j.Differences, migrationDiffJSON{Topic: d.Topic, Month: d.Month.String(), MinSeq: d.MinSeq,
+				MaxSeq: d.MaxSeq, LegacyRows: d.LegacyRows, MonthRows: d.MonthRows})
+		}
+		out = append(out, j)
+	}
+	if err := writeJSON(g.stdout, map[string]any{"tenants": out}); err != nil {
+		return err
+	}
+	return errors.Join(errs...)
 }
 
 func (g *globals) listMigrations(ctx context.Context, cfg *config.Config, mg *migrate.Migrator) error {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -50,9 +51,12 @@ func usagef(format string, args ...any) error {
 // globals are the options every command shares.
 type globals struct {
 	configPath string
-	stdout     io.Writer
-	stderr     io.Writer
-	env        []string
+	// logLevel is --log-level: log.level for the long-running commands;
+	// the one-shot ones log warnings and errors only unless it is given
+	logLevel *pflag.Flag
+	stdout   io.Writer
+	stderr   io.Writer
+	env      []string
 }
 
 // NewRoot builds the command tree; tests call it with their own writers/env.
@@ -61,9 +65,9 @@ func NewRoot(stdout, stderr io.Writer, env []string) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "imshard",
 		Short: "Month-sharded group-message storage for a multi-tenant IM backend",
-		Example: `  imshard all --config config.example.yaml          # every role in one process
-  imshard serve --roles=send,query                   # the API roles only
-  imshard token --tenant=demo --sub=1 --role=service # a token for curl`,
+		Example: `  imshard all --config config.example.yaml           # every role in one process, on local defaults
+  imshard token --tenant=demo --sub=1 --role=service  # a token for curl
+  imshard shard list --output=json                    # month tables of every tenant, for a script`,
 		Version:       Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -72,7 +76,9 @@ func NewRoot(stdout, stderr io.Writer, env []string) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.configPath, "config", "", "YAML config file (default ./imshard.yaml if present, else built-in local defaults)")
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &UsageError{Err: err} })
+	root.PersistentFlags().String("log-level", "", "trace | debug | info | warn | error (default: log.level for all, serve, persist and devkafka; warn for every other command)")
+	g.logLevel = root.PersistentFlags().Lookup("log-level")
+	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(
 		newAllCmd(g),
 		newServeCmd(g),
@@ -86,7 +92,9 @@ func NewRoot(stdout, stderr io.Writer, env []string) *cobra.Command {
 		newVersionCmd(g),
 		newBenchCmd(g),
 		newMigrateCmd(g),
+		newWatchCmd(g),
 	)
+	refuseUnknownSubcommands(root)
 	return root
 }
 
@@ -136,6 +144,9 @@ func isCobraUsage(err error) bool {
 // load reads and validates the configuration for the given roles; flags maps
 // config keys to this command's flags that override them.
 func (g *globals) load(flags map[string]*pflag.Flag, roles ...string) (*config.Config, error) {
+	if err := g.checkLogLevel(); err != nil {
+		return nil, err
+	}
 	cfg, err := config.Load(config.LoadOptions{Path: g.configPath, Env: g.env, Flags: flags})
 	if err != nil {
 		return nil, &UsageError{Err: err}
@@ -146,14 +157,39 @@ func (g *globals) load(flags map[string]*pflag.Flag, roles ...string) (*config.C
 	return cfg, nil
 }
 
-func (g *globals) logger(cfg *config.Config) zerolog.Logger {
+// serverLogger is the logger of a long-running command: log.level (which
+// --log-level overrides through the flags its load was given).
+func (g *globals) serverLogger(cfg *config.Config) zerolog.Logger {
 	return app.NewLogger(cfg.Log, g.stderr)
+}
+
+// logger is the logger of a one-shot command: what it did goes to stdout,
+// so its log holds only warnings and errors unless --log-level asks for
+// more (log.level is the servers' setting).
+func (g *globals) logger(cfg *config.Config) zerolog.Logger {
+	c := cfg.Log
+	c.Level = zerolog.WarnLevel.String()
+	if g.logLevel.Changed {
+		c.Level = g.logLevel.Value.String()
+	}
+	return app.NewLogger(c, g.stderr)
+}
+
+// serverFlags adds --log-level to the flags a long-running command maps
+// onto configuration keys.
+func (g *globals) serverFlags(flags map[string]*pflag.Flag) map[string]*pflag.Flag {
+	out := map[string]*pflag.Flag{"log.level": g.logLevel}
+	for k, f := range flags {
+		out[k] = f
+	}
+	return out
 }
 
 // withTools loads the configuration validated for role, starts the clients
 // and the routing core (no servers, no loops) and hands them to fn, for the
-// one-shot operator commands; Ctrl-C cancels fn's context.
-func (g *globals) withTools(role string, fn func(ctx context.Context, cfg *config.Config, a *app.App) error) error {
+// one-shot operator commands; Ctrl-C cancels fn's context. readOnly
+// commands never create what they find missing (app.App.ReadOnly).
+func (g *globals) withTools(role string, readOnly bool, fn func(ctx context.Context, cfg *config.Config, a *app.App) error) error {
 	cfg, err := g.load(nil, role)
 	if err != nil {
 		return err
@@ -161,6 +197,7 @@ func (g *globals) withTools(role string, fn func(ctx context.Context, cfg *confi
 	ctx, stop := signalContext()
 	defer stop()
 	a := app.New(cfg, g.logger(cfg))
+	a.ReadOnly = readOnly
 	if err := a.StartTools(ctx); err != nil {
 		return err
 	}
@@ -171,4 +208,18 @@ func (g *globals) withTools(role string, fn func(ctx context.Context, cfg *confi
 // signalContext ends on SIGINT or SIGTERM.
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+var logLevels = []string{"trace", "debug", "info", "warn", "error"}
+
+// checkLogLevel refuses a --log-level a one-shot command cannot apply (the
+// long-running ones check it as log.level).
+func (g *globals) checkLogLevel() error {
+	if !g.logLevel.Changed {
+		return nil
+	}
+	if v := g.logLevel.Value.String(); !slices.Contains(logLevels, v) {
+		return usagef("--log-level: want one of %s, got %q", strings.Join(logLevels, ", "), v)
+	}
+	return nil
 }

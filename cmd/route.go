@@ -22,10 +22,10 @@ func newRouteCmd(g *globals) *cobra.Command {
 	return c
 }
 
-// withRouteCheck loads config, starts the tool modules and hands the route
-// checker to fn.
-func (g *globals) withRouteCheck(fn func(ctx context.Context, cfg *config.Config, rc *routecheck.Checker) error) error {
-	return g.withTools("query", func(ctx context.Context, cfg *config.Config, a *app.App) error {
+// withRouteCheck loads config, starts the tool modules (read-only for a
+// check that fixes nothing) and hands the route checker to fn.
+func (g *globals) withRouteCheck(readOnly bool, fn func(ctx context.Context, cfg *config.Config, rc *routecheck.Checker) error) error {
+	return g.withTools("query", readOnly, func(ctx context.Context, cfg *config.Config, a *app.App) error {
 		return fn(ctx, cfg, a.NewRouteCheck())
 	})
 }
@@ -34,6 +34,18 @@ type routeCheckOptions struct {
 	tenant string
 	topic  string
 	fix    bool
+	out    outputOptions
+}
+
+// routeCheckJSON is one tenant's result in `route check --output=json`.
+type routeCheckJSON struct {
+	Tenant        string                  `json:"tenant"`
+	TopicsChecked int                     `json:"topics_checked"`
+	Differences   []routecheck.Difference `json:"differences"`
+	Fixed         int                     `json:"fixed"`
+	Migration     string                  `json:"migration"`
+	LegacyTopics  int                     `json:"legacy_topics"`
+	Error         string                  `json:"error,omitempty"`
 }
 
 // errDifferences makes `route check` exit 1 when it found a difference it
@@ -43,17 +55,22 @@ var errDifferences = errors.New("route differences found (run with --fix to rewr
 func newRouteCheckCmd(g *globals) *cobra.Command {
 	o := &routeCheckOptions{}
 	c := &cobra.Command{
-		Use:     "check [--tenant=T] [--topic=X] [--fix]",
-		Short:   "Compare Redis routes, the MySQL mirror and the actual seq ranges of the month tables; print every difference",
-		Example: "  imshard route check                         # every tenant; exit 1: differences, 3: could not check\n  imshard route check --tenant=acme --topic=room-42 --fix",
+		Use:   "check [--tenant=T] [--topic=X] [--fix] [--output=json]",
+		Short: "Compare Redis routes, the MySQL mirror and the actual seq ranges of the month tables; print every difference",
+		Long: `Without --fix it only reads: a tenant whose database does not exist yet is
+named as such (exit 3, could not check), never created.`,
+		Example: "  imshard route check                         # every tenant; exit 1: differences, 3: could not check\n  imshard route check --tenant=acme --topic=room-42 --fix\n  imshard route check --output=json",
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if err := o.out.validate(); err != nil {
+				return err
+			}
 			if o.topic != "" {
 				if err := routing.ValidTopic(o.topic); err != nil {
 					return usagef("--topic: %v", err)
 				}
 			}
-			err := g.withRouteCheck(func(ctx context.Context, cfg *config.Config, rc *routecheck.Checker) error {
+			err := g.withRouteCheck(!o.fix, func(ctx context.Context, cfg *config.Config, rc *routecheck.Checker) error {
 				tenants, err := tenantsFor(cfg, o.tenant)
 				if err != nil {
 					return err
@@ -64,11 +81,30 @@ func newRouteCheckCmd(g *globals) *cobra.Command {
 				}
 				found := 0
 				var errs []error
+				results := []routeCheckJSON{}
 				for _, t := range tenants {
 					res, err := rc.Check(ctx, t, topics, o.fix, func(d routecheck.Difference) {
-						fmt.Fprintf(g.stdout, "tenant %s: %s\n", t, d)
+						if !o.out.json() {
+							fmt.Fprintf(g.stdout, "tenant %s: %s\n", t, d)
+						}
 					})
 					found += len(res.Differences)
+					r := routeCheckJSON{Tenant: t, TopicsChecked: res.Topics, Differences: res.Differences, Fixed: res.Fixed,
+						Migration: string(res.Migration), LegacyTopics: res.Legacy}
+					if r.Differences == nil {
+						r.Differences = []routecheck.Difference{}
+					}
+					if r.Migration == "" {
+						r.Migration = "none"
+					}
+					if err != nil {
+						r.Error = err.Error()
+						errs = append(errs, fmt.Errorf("tenant %s: %w", t, err))
+					}
+					results = append(results, r)
+					if o.out.json() {
+						continue
+					}
 					if res.Migration != routing.MigrationNone && res.Migration != routing.MigrationFinished {
 						fmt.Fprintf(g.stdout, "tenant %s: migrating from the legacy table (state %s): %d topics hold copied legacy rows "+
 							"(seqs up to their cutover_seq) the route mirror takes after the copy; reported as legacy, not compared\n",
@@ -76,8 +112,10 @@ func newRouteCheckCmd(g *globals) *cobra.Command {
 					}
 					fmt.Fprintf(g.stdout, "tenant %s: %d topics checked, %d differences, %d topics fixed\n",
 						t, res.Topics, len(res.Differences), res.Fixed)
-					if err != nil {
-						errs = append(errs, fmt.Errorf("tenant %s: %w", t, err))
+				}
+				if o.out.json() {
+					if err := writeJSON(g.stdout, map[string]any{"tenants": results}); err != nil {
+						return err
 					}
 				}
 				if len(errs) > 0 {
@@ -104,6 +142,7 @@ func newRouteCheckCmd(g *globals) *cobra.Command {
 	c.Flags().StringVar(&o.tenant, "tenant", "", "only this tenant")
 	c.Flags().StringVar(&o.topic, "topic", "", "only this topic")
 	c.Flags().BoolVar(&o.fix, "fix", false, "rewrite the mirror and the Redis route of each differing topic from the month tables")
+	o.out.bind(c)
 	return c
 }
 
@@ -131,7 +170,7 @@ func newRouteRebuildCmd(g *globals) *cobra.Command {
 				}
 				topics = []string{o.topic}
 			}
-			return g.withRouteCheck(func(ctx context.Context, cfg *config.Config, rc *routecheck.Checker) error {
+			return g.withRouteCheck(false, func(ctx context.Context, cfg *config.Config, rc *routecheck.Checker) error {
 				if _, err := tenantsFor(cfg, o.tenant); err != nil {
 					return err
 				}

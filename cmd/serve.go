@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"os"
 	"os/signal"
 	"syscall"
@@ -86,6 +87,7 @@ func (g *globals) serve(flags map[string]*pflag.Flag, roles []string) error {
 	if len(roles) == 1 && roles[0] == app.All {
 		validate = nil
 	}
+	flags = g.serverFlags(flags)
 	load := func() (*config.Config, error) {
 		cfg, err := g.load(flags, validate...)
 		if err != nil {
@@ -100,8 +102,8 @@ func (g *globals) serve(flags map[string]*pflag.Flag, roles []string) error {
 	if err != nil {
 		return err
 	}
-	log := g.logger(cfg)
-	ctx, stop := signalContext()
+	log := g.serverLogger(cfg)
+	ctx, stop := serveContext()
 	defer stop()
 	a := app.New(cfg, log)
 	a.ReloadOn(hup, load)
@@ -114,4 +116,31 @@ func (g *globals) serve(flags map[string]*pflag.Flag, roles []string) error {
 	}
 	log.Info().Msg("imshard stopped")
 	return nil
+}
+
+// serveContext ends on SIGTERM — a service manager's stop, which drains
+// through http.shutdown_delay — or on SIGINT, a Ctrl-C at a terminal, with
+// app.ErrStopNow: no load balancer is waiting there, so the process stops
+// at once.
+func serveContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sig:
+			if s == os.Interrupt {
+				cancel(app.ErrStopNow)
+			} else {
+				cancel(nil)
+			}
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sig)
+		close(done)
+		cancel(nil)
+	}
 }

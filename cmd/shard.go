@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -25,10 +26,11 @@ func newShardCmd(g *globals) *cobra.Command {
 	return c
 }
 
-// withShards loads config, starts the tool modules and hands the shard
-// manager to fn; errors from fn are failures (exit 1).
-func (g *globals) withShards(fn func(ctx context.Context, cfg *config.Config, mg *shardmgr.Manager) error) error {
-	return g.withTools("shardmgr", func(ctx context.Context, cfg *config.Config, a *app.App) error {
+// withShards loads config, starts the tool modules (read-only for a
+// command that only looks) and hands the shard manager to fn; errors from
+// fn are failures (exit 1).
+func (g *globals) withShards(readOnly bool, fn func(ctx context.Context, cfg *config.Config, mg *shardmgr.Manager) error) error {
+	return g.withTools("shardmgr", readOnly, func(ctx context.Context, cfg *config.Config, a *app.App) error {
 		return fn(ctx, cfg, a.NewShardManager())
 	})
 }
@@ -84,7 +86,7 @@ func newShardEnsureCmd(g *globals) *cobra.Command {
 				}
 				opts.From = m
 			}
-			return g.withShards(func(ctx context.Context, cfg *config.Config, mg *shardmgr.Manager) error {
+			return g.withShards(false, func(ctx context.Context, cfg *config.Config, mg *shardmgr.Manager) error {
 				tenants, err := tenantsFor(cfg, o.tenant)
 				if err != nil {
 					return err
@@ -129,50 +131,113 @@ func orDash(s string) string {
 	return s
 }
 
+type shardListOptions struct {
+	tenant string
+	out    outputOptions
+}
+
+// shardJSON is one month table in `shard list --output=json`.
+type shardJSON struct {
+	Tenant       string  `json:"tenant"`
+	Month        string  `json:"month"`
+	Table        string  `json:"table"`
+	Status       string  `json:"status"`
+	Exists       bool    `json:"exists"`
+	Active       bool    `json:"active"`
+	Rows         int64   `json:"rows"`
+	MinCreatedAt *string `json:"min_created_at"`
+	MaxCreatedAt *string `json:"max_created_at"`
+}
+
 func newShardListCmd(g *globals) *cobra.Command {
-	var tenant string
+	o := &shardListOptions{}
 	c := &cobra.Command{
-		Use:     "list [--tenant=T]",
-		Short:   "List month tables: status, rows, min/max created_at",
-		Example: "  imshard shard list --tenant=acme",
+		Use:   "list [--tenant=T] [--output=json]",
+		Short: "List month tables: status, rows, min/max created_at (read-only)",
+		Long: `Lists every registered month table of each tenant with its status, whether
+it is the active month, its rows and the span of their created_at. It only
+reads: a tenant whose database or schema does not exist yet is named with what
+is missing (exit 1), never created — the shard manager or ` + "`imshard shard ensure`" + ` does that.`,
+		Example: "  imshard shard list --tenant=acme\n  imshard shard list --output=json",
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return g.withShards(func(ctx context.Context, cfg *config.Config, mg *shardmgr.Manager) error {
-				tenants, err := tenantsFor(cfg, tenant)
+			if err := o.out.validate(); err != nil {
+				return err
+			}
+			return g.withShards(true, func(ctx context.Context, cfg *config.Config, mg *shardmgr.Manager) error {
+				tenants, err := tenantsFor(cfg, o.tenant)
 				if err != nil {
 					return err
 				}
-				tw := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "TENANT\tMONTH\tTABLE\tSTATUS\tACTIVE\tROWS\tMIN_CREATED_AT\tMAX_CREATED_AT")
-				var errs []error
+				rows := []shardJSON{}
+				failed := []tenantError{}
+				var errs, empty []string
 				for _, t := range tenants {
 					infos, err := mg.List(ctx, t)
 					if err != nil {
-						errs = append(errs, fmt.Errorf("tenant %s: %w", t, err))
+						failed = append(failed, tenantError{Tenant: t, Error: err.Error()})
+						errs = append(errs, fmt.Sprintf("tenant %s: %v", t, err))
 						continue
 					}
+					if len(infos) == 0 {
+						empty = append(empty, t)
+					}
 					for _, in := range infos {
-						active := ""
-						if in.Active {
-							active = "*"
-						}
-						status := string(in.Status)
-						if !in.Exists {
-							status += " (TABLE MISSING)"
-						}
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", t, in.Month, in.Table.Name(), status, active,
-							in.Rows, fmtTime(in.MinAt.Valid, in.MinAt.Time), fmtTime(in.MaxAt.Valid, in.MaxAt.Time))
+						rows = append(rows, shardJSON{Tenant: t, Month: in.Month.String(), Table: in.Table.Name(),
+							Status: string(in.Status), Exists: in.Exists, Active: in.Active, Rows: in.Rows,
+							MinCreatedAt: jsonTime(in.MinAt.Valid, in.MinAt.Time), MaxCreatedAt: jsonTime(in.MaxAt.Valid, in.MaxAt.Time)})
 					}
 				}
-				if err := tw.Flush(); err != nil {
+				if o.out.json() {
+					if err := writeJSON(g.stdout, map[string]any{"shards": rows, "errors": failed}); err != nil {
+						return err
+					}
+				} else if err := g.printShards(rows, empty); err != nil {
 					return err
 				}
-				return errors.Join(errs...)
+				if len(errs) > 0 {
+					return errors.New(strings.Join(errs, "\n"))
+				}
+				return nil
 			})
 		},
 	}
-	c.Flags().StringVar(&tenant, "tenant", "", "only this tenant")
+	c.Flags().StringVar(&o.tenant, "tenant", "", "only this tenant")
+	o.out.bind(c)
 	return c
+}
+
+// printShards is the text of `shard list`; empty are the tenants with a
+// database but no month table yet.
+func (g *globals) printShards(rows []shardJSON, empty []string) error {
+	tw := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tMONTH\tTABLE\tSTATUS\tACTIVE\tROWS\tMIN_CREATED_AT\tMAX_CREATED_AT")
+	for _, r := range rows {
+		active := ""
+		if r.Active {
+			active = "*"
+		}
+		status := r.Status
+		if !r.Exists {
+			status += " (TABLE MISSING)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Tenant, r.Month, r.Table, status, active, r.Rows,
+			orDash(deref(r.MinCreatedAt)), orDash(deref(r.MaxCreatedAt)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, t := range empty {
+		fmt.Fprintf(g.stdout, "tenant %s: no month table yet (the shard manager, or imshard shard ensure --tenant=%s, creates them)\n", t, t)
+	}
+	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 func fmtTime(ok bool, t time.Time) string {
@@ -229,7 +294,7 @@ func newShardMonthCmd(g *globals, verb, short, example string,
 			if err != nil {
 				return err
 			}
-			return g.withShards(func(ctx context.Context, cfg *config.Config, mg *shardmgr.Manager) error {
+			return g.withShards(false, func(ctx context.Context, cfg *config.Config, mg *shardmgr.Manager) error {
 				if _, err := tenantsFor(cfg, o.tenant); err != nil {
 					return err
 				}

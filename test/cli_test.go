@@ -20,26 +20,34 @@ import (
 )
 
 // runCLI runs the binary with args and extra env; it returns the exit code
-// and the combined output.
+// and the output, stdout then stderr.
 func runCLI(t *testing.T, env []string, args ...string) (int, string) {
+	t.Helper()
+	code, stdout, stderr := runCLIApart(t, env, args...)
+	return code, stdout + stderr
+}
+
+// runCLIApart is runCLI with stdout and stderr apart, for what a script
+// reads (stdout) and what it logs (stderr).
+func runCLIApart(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, imshardBinary(t), args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Dir = t.TempDir()
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
-		return 0, out.String()
+		return 0, out.String(), errOut.String()
 	case errors.As(err, &ee):
-		return ee.ExitCode(), out.String()
+		return ee.ExitCode(), out.String(), errOut.String()
 	}
-	t.Fatalf("run %v: %v\n%s", args, err, out.String())
-	return -1, ""
+	t.Fatalf("run %v: %v\n%s%s", args, err, out.String(), errOut.String())
+	return -1, "", ""
 }
 
 // tenantConfig writes a config file for one fresh tenant on the shared services.
@@ -156,19 +164,9 @@ func TestConfigErrorsExitTwoNamingTheKey(t *testing.T) {
 // /readyz 200, turns it 503 on SIGTERM for http.shutdown_delay, and exits 0.
 func TestExampleConfigServesAndDrainsOnSIGTERM(t *testing.T) {
 	t.Parallel()
-	tenant := testenv.NewTenant(t)
-	_, file, _, _ := runtime.Caller(0)
-	example := filepath.Join(filepath.Dir(filepath.Dir(file)), "config.example.yaml")
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	opsAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	example, env, opsAddr := exampleConfig(t)
 	cmd := exec.Command(imshardBinary(t), "all", "--config", example)
-	cmd.Env = append(os.Environ(),
-		"IMSHARD_HTTP_ADDR="+httpAddr, "IMSHARD_METRICS_ADDR="+opsAddr,
-		"IMSHARD_KAFKA_DATA_DIR="+t.TempDir(),
-		"IMSHARD_MYSQL_DSN_TEMPLATE="+testenv.DSNTemplate(),
-		"IMSHARD_REDIS_ADDRS="+testenv.RedisAddr(),
-		fmt.Sprintf(`IMSHARD_TENANTS=[{"id":%q,"jwt_secret":"secret-%s"}]`, tenant, tenant),
-	)
+	cmd.Env = append(os.Environ(), env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -220,4 +218,22 @@ func TestExampleConfigServesAndDrainsOnSIGTERM(t *testing.T) {
 	if !strings.Contains(out.String(), "imshard stopped") {
 		t.Fatalf("no clean-stop log line:\n%s", out.String())
 	}
+}
+
+// exampleConfig is config.example.yaml with the environment that moves its
+// ports, Kafka log and tenant onto free ports, a temporary directory and a
+// fresh tenant of the shared services; opsAddr serves /readyz.
+func exampleConfig(t *testing.T) (path string, env []string, opsAddr string) {
+	t.Helper()
+	tenant := testenv.NewTenant(t)
+	_, file, _, _ := runtime.Caller(0)
+	path = filepath.Join(filepath.Dir(filepath.Dir(file)), "config.example.yaml")
+	opsAddr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	return path, []string{
+		fmt.Sprintf("IMSHARD_HTTP_ADDR=127.0.0.1:%d", testenv.FreePort(t)), "IMSHARD_METRICS_ADDR=" + opsAddr,
+		"IMSHARD_KAFKA_DATA_DIR=" + t.TempDir(),
+		"IMSHARD_MYSQL_DSN_TEMPLATE=" + testenv.DSNTemplate(),
+		"IMSHARD_REDIS_ADDRS=" + testenv.RedisAddr(),
+		fmt.Sprintf(`IMSHARD_TENANTS=[{"id":%q,"jwt_secret":"secret-%s"}]`, tenant, tenant),
+	}, opsAddr
 }

@@ -180,17 +180,25 @@ func (c *faultsAPI) token(t *testing.T, uid int64, role string) string {
 	return tok
 }
 
+// do sends one request; a nil body sends none.
 func (c *faultsAPI) do(method, path, token string, body any) (int, []byte, error) {
-	raw, err := json.Marshal(body)
-	if err != nil {
-		return 0, nil, err
+	var raw []byte
+	var rd io.Reader
+	if body != nil {
+		var err error
+		if raw, err = json.Marshal(body); err != nil {
+			return 0, nil, err
+		}
+		rd = bytes.NewReader(raw)
 	}
-	req, err := http.NewRequest(method, c.base+path, bytes.NewReader(raw))
+	req, err := http.NewRequest(method, c.base+path, rd)
 	if err != nil {
 		return 0, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, nil, err

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Ensures the dev/test services are up: MariaDB and Redis, installing them with
-# apt-get where missing (fresh Debian), and promtool (the alert rules' tests).
+# bash test/services.sh [--test-tools]
+#
+# Ensures the services imshard runs on are up: MariaDB and Redis, installing them
+# with apt-get where missing (fresh Debian). This is all `make run` needs.
 # Idempotent: running services are only reported. Only the default local
-# addresses are ever started. Also installs systemd-analyze (package systemd),
-# which checks the shipped units; where it cannot be installed the unit test
-# says so when it skips.
+# addresses are ever started.
+#
+# --test-tools (test/run.sh) also installs what only the tests use: promtool
+# (package prometheus; the alert rules' tests) and systemd-analyze (package
+# systemd; checks the shipped units — where it cannot be installed the unit test
+# says so when it skips).
 #
 #   IMSHARD_TEST_MYSQL_ADDR  default 127.0.0.1:3306
 #   IMSHARD_TEST_REDIS_ADDR  default 127.0.0.1:6379
@@ -190,7 +195,14 @@ ensure_promtool() {
   say "promtool: $(promtool --version 2>&1 | head -n 1)"
 }
 
+case "${1:-}" in
+  "") test_tools=0 ;;
+  --test-tools) test_tools=1 ;;
+  *) die "unknown argument $1 (usage: bash test/services.sh [--test-tools])" ;;
+esac
 ensure_mysql
 ensure_redis
-ensure_systemd_analyze
-ensure_promtool
+if [ "$test_tools" = 1 ]; then
+  ensure_systemd_analyze
+  ensure_promtool
+fi

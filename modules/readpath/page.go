@@ -305,4 +305,3 @@ func Walk(v HotView, from, stop int64, o Order, limit int, hidden Hidden, keepDe
 		}
 	}
 }
-

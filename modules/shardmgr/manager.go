@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
@@ -43,6 +45,11 @@ type Manager struct {
 	p     Params
 	m     *metrics
 	clock routing.Clock
+
+	// kick wakes Run for the tenants in pending (Reconcile)
+	kick    chan struct{}
+	mu      sync.Mutex
+	pending []string
 }
 
 // New builds a Manager.
@@ -50,7 +57,7 @@ func New(p Params) *Manager {
 	if p.Config.LockTTL <= 0 {
 		p.Config.LockTTL = 30 * time.Second
 	}
-	return &Manager{p: p, m: newMetrics(p.Registerer), clock: routing.NewClock(p.Redis)}
+	return &Manager{p: p, m: newMetrics(p.Registerer), clock: routing.NewClock(p.Redis), kick: make(chan struct{}, 1)}
 }
 
 // Options narrow or widen one sync.
@@ -308,22 +315,59 @@ func existingTables(ctx context.Context, db *sql.DB) (map[routing.Month]bool, er
 }
 
 // Run patrols every tenant at start, then every patrol interval — every
-// minute near a month boundary — until ctx ends.
+// minute near a month boundary — and syncs the tenants Reconcile names as
+// soon as it names them, until ctx ends.
 func (mg *Manager) Run(ctx context.Context) error {
+	patrol := time.NewTimer(0)
+	defer patrol.Stop()
 	for {
-		if _, err := mg.Sync(ctx, Options{MonthsAhead: -1}, mg.p.Tenants()); err != nil && ctx.Err() == nil {
-			mg.p.Log.Error().Err(err).Msg("shard patrol failed for some tenants; retrying at the next patrol")
-		}
-		wait := mg.p.Config.PatrolInterval
-		if now, err := mg.clock.Now(ctx); err != nil || nearBoundary(now, time.Hour) {
-			wait = min(wait, time.Minute)
-		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(wait):
+		case <-mg.kick:
+			if _, err := mg.Sync(ctx, Options{MonthsAhead: -1}, mg.takePending()); err != nil && ctx.Err() == nil {
+				mg.p.Log.Error().Err(err).Msg("shard sync of changed tenants failed; retrying at the next patrol")
+			}
+		case <-patrol.C:
+			if _, err := mg.Sync(ctx, Options{MonthsAhead: -1}, mg.p.Tenants()); err != nil && ctx.Err() == nil {
+				mg.p.Log.Error().Err(err).Msg("shard patrol failed for some tenants; retrying at the next patrol")
+			}
+			wait := mg.p.Config.PatrolInterval
+			if now, err := mg.clock.Now(ctx); err != nil || nearBoundary(now, time.Hour) {
+				wait = min(wait, time.Minute)
+			}
+			patrol.Reset(wait)
 		}
 	}
+}
+
+// Reconcile has Run sync tenants now rather than at its next patrol: a
+// tenant a reload added, or moved to another database, takes sends only
+// once its month tables exist and a month is active. It never waits; the
+// tenants of several calls before Run gets to them are synced once.
+func (mg *Manager) Reconcile(tenants ...string) {
+	mg.mu.Lock()
+	for _, t := range tenants {
+		if !slices.Contains(mg.pending, t) {
+			mg.pending = append(mg.pending, t)
+		}
+	}
+	mg.mu.Unlock()
+	select {
+	case mg.kick <- struct{}{}:
+	default: // a wake-up is pending already; it takes these too
+	}
+}
+
+// takePending empties the tenants Reconcile named, keeping those still
+// configured (a later reload may have removed one again).
+func (mg *Manager) takePending() []string {
+	mg.mu.Lock()
+	pending := mg.pending
+	mg.pending = nil
+	mg.mu.Unlock()
+	configured := mg.p.Tenants()
+	return slices.DeleteFunc(pending, func(t string) bool { return !slices.Contains(configured, t) })
 }
 
 // Activate makes month the tenant's active month (`imshard shard activate`).

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	sq "github.com/Masterminds/squirrel"
+	"github.com/go-sql-driver/mysql"
 
 	imsql "github.com/imshard/imshard/sql"
 )
@@ -83,6 +84,38 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 		}
 	}
 	return nil
+}
+
+// checkSchema reports, as ErrNotProvisioned, a database that does not
+// exist or lacks schema steps this build applies — without changing it.
+func checkSchema(ctx context.Context, db *sql.DB, name string) error {
+	steps, err := imsql.Migrations()
+	if err != nil {
+		return err
+	}
+	want := steps[len(steps)-1].Version
+	have, err := schemaVersion(ctx, db)
+	var me *mysql.MySQLError
+	switch {
+	case errors.As(err, &me) && me.Number == 1049: // ER_BAD_DB_ERROR
+		return fmt.Errorf("database %s does not exist: %w", name, ErrNotProvisioned)
+	case errors.As(err, &me) && me.Number == 1146: // ER_NO_SUCH_TABLE: no step applied
+		return fmt.Errorf("database %s has no imshard schema: %w", name, ErrNotProvisioned)
+	case err != nil:
+		return fmt.Errorf("schema version: %w", err)
+	case have < want:
+		return fmt.Errorf("database %s is at schema version %d, this build's is %d: %w", name, have, want, ErrNotProvisioned)
+	}
+	return nil
+}
+
+// schemaVersion is the newest schema version recorded in db (0 if none).
+func schemaVersion(ctx context.Context, db sq.BaseRunner) (int, error) {
+	var v sql.NullInt64
+	if err := sq.Select("MAX(version)").From(migrationsTable).RunWith(db).QueryRowContext(ctx).Scan(&v); err != nil {
+		return 0, err
+	}
+	return int(v.Int64), nil
 }
 
 // connRunner lets squirrel run on one pinned connection: GET_LOCK belongs to

@@ -28,6 +28,10 @@ import (
 // ErrUnknownTenant is returned for a tenant id not in the configuration.
 var ErrUnknownTenant = errors.New("unknown tenant")
 
+// ErrNotProvisioned is returned by read-only pools for a tenant whose
+// database or schema does not exist yet, or is older than this build's.
+var ErrNotProvisioned = errors.New("not provisioned (the shard manager, or `imshard shard ensure`, creates it)")
+
 // IsDeadlock reports whether err is the server's deadlock (ER_LOCK_DEADLOCK,
 // 1213): it rolled the transaction back, which may simply run again.
 func IsDeadlock(err error) bool {
@@ -50,8 +54,12 @@ type Params struct {
 	MaxIdleConns    int
 	ConnMaxIdleTime time.Duration
 	MaxOpenTenants  int // pools open at once; least recently used idle ones close beyond it (0 = no bound)
-	Log             zerolog.Logger
-	Registerer      prometheus.Registerer
+	// ReadOnly opens a tenant's database as it is, for the commands that
+	// only look: a missing database or schema is ErrNotProvisioned, never
+	// created or migrated.
+	ReadOnly   bool
+	Log        zerolog.Logger
+	Registerer prometheus.Registerer
 }
 
 // Pools is the set of tenant pools of this process.
@@ -285,8 +293,10 @@ func (ps *Pools) openTenant(ctx context.Context, t Tenant) (*sql.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := ps.createDatabase(ctx, t.ID, cfg); err != nil {
-		return nil, err
+	if !ps.p.ReadOnly {
+		if err := ps.createDatabase(ctx, t.ID, cfg); err != nil {
+			return nil, err
+		}
 	}
 	db, err := open(cfg)
 	if err != nil {
@@ -296,6 +306,13 @@ func (ps *Pools) openTenant(ctx context.Context, t Tenant) (*sql.DB, error) {
 	db.SetMaxIdleConns(ps.p.MaxIdleConns)
 	db.SetConnMaxIdleTime(ps.p.ConnMaxIdleTime)
 	db.SetConnMaxLifetime(time.Hour)
+	if ps.p.ReadOnly {
+		if err := checkSchema(ctx, db, cfg.DBName); err != nil {
+			_ = db.Close()
+			return nil, err // callers name the tenant of what is missing
+		}
+		return db, nil
+	}
 	if err := Migrate(ctx, db); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("tenant %s: %w", t.ID, err)

@@ -2,7 +2,6 @@ package tenantdb
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"runtime"
 	"strings"
@@ -10,20 +9,10 @@ import (
 	"testing"
 	"time"
 
-	sq "github.com/Masterminds/squirrel"
 	"github.com/rs/zerolog"
 
 	"github.com/imshard/imshard/test/testenv"
 )
-
-// schemaVersion is the newest schema version recorded in db (0 if none).
-func schemaVersion(ctx context.Context, db sq.BaseRunner) (int, error) {
-	var v sql.NullInt64
-	if err := sq.Select("MAX(version)").From(migrationsTable).RunWith(db).QueryRowContext(ctx).Scan(&v); err != nil {
-		return 0, err
-	}
-	return int(v.Int64), nil
-}
 
 func newPools(t *testing.T, ids ...string) *Pools {
 	t.Helper()
