@@ -198,6 +198,35 @@ func TestReadStateRetriedJoinShowsGroup(t *testing.T) {
 	}
 }
 
+// TestReadStateSyncKeepsStoredCursorOfTopicNotCached: a sync reports each
+// topic MySQL names as the user's with the cursor MySQL holds for it, the
+// user's cache entry only raising it. Here the entry is complete and does
+// not name the topic — a join committed in MySQL whose drop of the entry
+// is still to come (emulated), the same entry a sync meets when a leave
+// commits between its membership read and its cursor read — and the sync
+// still answers the stored cursor, not 0 with every message unread.
+func TestReadStateSyncKeepsStoredCursorOfTopicNotCached(t *testing.T) {
+	env := rsStart(t)
+	const own, far, user, other = "rssc-own", "rssc-far", int64(97), int64(98)
+	rsRemovalSetup(t, env, own, far, user, other, false)
+	cursor := rsHalfDoneJoin(t, env, far, user)
+	last := env.mustSend(env.Token(other, ""), far, sendBody(far+"-2", "after the join")).Seq
+	chWaitSettled(t, env.Env, far)
+	if entry, _ := rsCachedEntry(t, env, user); entry["~"] == "" || entry[far] != "" {
+		t.Fatalf("the entry should be complete without %s: %v", far, entry)
+	}
+	var got *inbox.InboxTopic
+	page := rsSync(t, env, user, "", 100)
+	for i, e := range page.Topics {
+		if e.Topic == far {
+			got = &page.Topics[i]
+		}
+	}
+	if got == nil || got.Removed || got.ReadSeq != cursor || got.LastSeq != last || got.Unread != 1 || got.LastMessage == nil {
+		t.Fatalf("the sync reports %s as %+v, want read_seq %d, last_seq %d, 1 unread, its last message", far, got, cursor, last)
+	}
+}
+
 // TestReadStateRememberedRouteNeverFromMissedMirror: the topic list of a
 // user whose cache entry still names a topic MySQL no longer counts them a
 // member of (a leave committed whose drop of the entry is still to come,

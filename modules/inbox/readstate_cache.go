@@ -35,30 +35,19 @@ import (
 // hidden, deleted and the caller's own messages.
 const unreadSlack = 25
 
-// applyCursors sets each topic's readSeq from the cache entry read by
-// acl.EntryCmds; an incomplete or unreadable entry is filled from MySQL.
-func (s *Service) applyCursors(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, res []rueidis.RedisResult, us []userTopic) error {
-	e, err := acl.ReadEntry(res)
-	if err == nil && e.Complete() {
-		if ok := cursorsFrom(e, us); ok {
-			s.m.cursorCache.WithLabelValues("hit").Inc()
-			return nil
-		}
-		s.dropMalformed(ctx, keys, user)
-	}
-	stored, err := s.fillCursors(ctx, db, keys, user, err == nil)
-	if err != nil {
-		return err
-	}
-	byTopic := make(map[string]int64, len(stored))
-	for _, u := range stored {
-		byTopic[u.topic] = u.readSeq
-	}
+// raiseCursors raises each topic's readSeq — the cursor MySQL, the owner,
+// holds, read with the memberships that named the topic — to the one the
+// user's cache entry read by acl.EntryCmds holds, when higher: a move whose
+// write is under way raised its field already. The entry only narrows: a
+// topic it does not name (a join or leave committed between the two reads,
+// its drop still to come), or an incomplete or unreadable entry, leaves
+// MySQL's cursor as it is — the cache not naming a topic says nothing of
+// its cursor, never that it is 0.
+func raiseCursors(res []rueidis.RedisResult, us []userTopic) {
+	e, _ := acl.ReadEntry(res)
 	for i := range us {
-		// a move whose write is under way raised its field already
-		us[i].readSeq = max(byTopic[us[i].topic], e.Raised(us[i].topic))
+		us[i].readSeq = max(us[i].readSeq, e.Raised(us[i].topic))
 	}
-	return nil
 }
 
 // dropMalformed drops an entry holding a value that is neither a cursor nor
@@ -159,7 +148,8 @@ func (s *Service) memberships(ctx context.Context, db *sql.DB, tenant string, ke
 		// a move whose write is under way raised its field already
 		us[i].readSeq = max(us[i].readSeq, e.Raised(us[i].topic))
 	}
-	return us, nil, s.readInputs(ctx, db, keys, user, us, false)
+	s.readInputs(ctx, keys, user, us, false)
+	return us, nil, nil
 }
 
 // heldRead is what a call read with a held entry: its topics with their
@@ -240,21 +230,21 @@ func applyLasts(res rueidis.RedisResult, us []userTopic) {
 }
 
 // readInputs learns, in one Redis round trip, each topic's last issued
-// seq and (withCursors) the user's cursors.
-func (s *Service) readInputs(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, us []userTopic, withCursors bool) error {
+// seq and (raise) the cursors of the user's cache entry above those us
+// carries from MySQL (raiseCursors).
+func (s *Service) readInputs(ctx context.Context, keys routing.Keys, user int64, us []userTopic, raise bool) {
 	if len(us) == 0 {
-		return nil
+		return
 	}
 	cmds := []rueidis.Completed{s.lastCmd(keys, us)}
-	if withCursors {
+	if raise {
 		cmds = append(cmds, acl.EntryCmds(s.p.Redis, keys, user)...)
 	}
 	res := s.p.Redis.DoMulti(ctx, cmds...)
 	applyLasts(res[0], us)
-	if withCursors {
-		return s.applyCursors(ctx, db, keys, user, res[1:], us)
+	if raise {
+		raiseCursors(res[1:], us)
 	}
-	return nil
 }
 
 // counts is the unread state of each of us (readSeq and last set by
