@@ -19,6 +19,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"math"
 	"slices"
 	"time"
@@ -274,7 +275,7 @@ func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys ro
 		}
 	}
 	hot = s.recall(ctx, keys, memo, us, hot, out, pre, now)
-	fresh, cold, err := s.countHot(ctx, db, keys, user, us, hot, cold, out, memo != nil)
+	fresh, cold, err := s.countHot(ctx, db, tenant, keys, user, us, hot, cold, out, memo != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -367,7 +368,7 @@ func (s *Service) recall(ctx context.Context, keys routing.Keys, memo *userMemo,
 // us): proven up to the counter read with them, under the versions read
 // before the messages and ranges, with no seq up to the counter pending,
 // so that the mention index read after this holds every mention up to it.
-func (s *Service) countHot(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, us []userTopic, hot, cold []int, out []unreadCount, remember bool) (map[int]remembered, []int, error) {
+func (s *Service) countHot(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, us []userTopic, hot, cold []int, out []unreadCount, remember bool) (map[int]remembered, []int, error) {
 	if len(hot) == 0 {
 		return nil, cold, nil
 	}
@@ -413,7 +414,10 @@ func (s *Service) countHot(ctx context.Context, db *sql.DB, keys routing.Keys, u
 		if len(r.c.Members) > 0 {
 			r.last = min(r.last, int64(r.c.Members[0].Score))
 		}
-		if r.err == nil && r.last > us[i].readSeq {
+	}
+	s.aboveCachedInFlight(ctx, tenant, keys, us, hot, reads, counters)
+	for j, i := range hot {
+		if r := &reads[j]; r.err == nil && r.last > us[i].readSeq {
 			above = append(above, j)
 			names = append(names, us[i].topic)
 			hres = append(hres, hidden[j])
@@ -447,6 +451,65 @@ func (s *Service) countHot(ctx context.Context, db *sql.DB, keys routing.Keys, u
 		}
 	}
 	return fresh, cold, nil
+}
+
+// maxInFlightAbove is how many seqs above a topic's newest cached message
+// a hot count checks are in flight (aboveCachedInFlight); more and the
+// month tables count the topic.
+const maxInFlightAbove = 16
+
+// errNotInFlight marks a hot read whose seqs above the newest cached
+// message are not all in flight: the cache cannot prove the count.
+var errNotInFlight = errors.New("inbox: a seq above the newest cached message is not in flight")
+
+// aboveCachedInFlight checks, for each read of us[hot] whose newest cached
+// message lies below the topic's counter, that every seq between them that
+// is not a recorded gap is still in flight (routing.Flight: one pipelined
+// round trip for all of them), and marks the read unprovable
+// (errNotInFlight) when one is not. A count from the hot cache stops at its
+// newest cached message, taking what lies above as not stored yet; but a
+// send writes the cache only once Kafka acknowledged it in time, so a
+// message whose ack came after its send gave up (503) is stored by persist
+// and never cached: above the newest cached message for good. A cache that
+// lacks a seq says nothing of it, and the month tables count it; so they
+// do when a check cannot be read.
+func (s *Service) aboveCachedInFlight(ctx context.Context, tenant string, keys routing.Keys, us []userTopic, hot []int, reads []hotRead, counters []int64) {
+	type check struct {
+		j   int
+		seq int64
+	}
+	var checks []check
+	var cmds []rueidis.Completed
+	for j, i := range hot {
+		r := &reads[j]
+		if r.err != nil || r.last >= counters[j] {
+			continue
+		}
+		if counters[j]-r.last > maxInFlightAbove {
+			r.err = errNotInFlight
+			continue
+		}
+		for seq := r.last + 1; seq <= counters[j]; seq++ {
+			if !r.c.Gaps[seq] {
+				checks = append(checks, check{j, seq})
+				cmds = append(cmds, s.p.Flight.InFlightCmds(keys, us[i].topic, seq)...)
+			}
+		}
+	}
+	if len(cmds) == 0 {
+		return
+	}
+	res := s.p.Redis.DoMulti(ctx, cmds...)
+	per := len(cmds) / len(checks)
+	for k, c := range checks {
+		if reads[c.j].err != nil {
+			continue
+		}
+		flying, err := s.p.Flight.InFlightResolve(ctx, tenant, us[hot[c.j]].topic, c.seq, res[k*per:(k+1)*per])
+		if err != nil || !flying {
+			reads[c.j].err = errNotInFlight
+		}
+	}
 }
 
 // countCold counts us[cold] from the month tables (loading their route
@@ -491,8 +554,9 @@ func hotReadOf(u userTopic) int {
 
 // hotRead is a topic's hot-cache read for a count: the cache next to the
 // cursor, the last seq that may be answered (the counter's, lowered to the
-// newest cached message: seqs above it are in flight, not answered yet,
-// like those not stored yet in the month tables) and, when something
+// newest cached message: seqs above it are in flight — aboveCachedInFlight
+// checks they are — not answered yet, like those not stored yet in the
+// month tables) and, when something
 // lies above the cursor, the caller's deletion ranges.
 type hotRead struct {
 	c    readpath.Cached
