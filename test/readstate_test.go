@@ -404,3 +404,37 @@ func TestReadStateMentionOfCallerAndEveryoneCountsOnce(t *testing.T) {
 		t.Fatalf("badge %+v, want 2 unread and 1 mention", by[topic])
 	}
 }
+
+// TestReadStateUnreadCountsStoredMessagesMissingFromHotCache: messages
+// stored whose sends never wrote them to the hot cache (emulated: their
+// members taken out of the cache once persisted — a send whose Kafka ack
+// came after it answered 503, its retry answering from the idempotency
+// record) are not in flight: the badge and the list count them, from the
+// month tables, instead of stopping at the newest cached message.
+func TestReadStateUnreadCountsStoredMessagesMissingFromHotCache(t *testing.T) {
+	env := rsStart(t)
+	const topic, reader, sender = "rshotmiss", int64(33), int64(34)
+	env.group(topic, 505, "active")
+	env.member(topic, reader, "member", time.Time{})
+	env.member(topic, sender, "member", time.Time{})
+	var last int64
+	for i := 1; i <= 3; i++ {
+		last = env.mustSend(env.Token(sender, ""), topic, sendBody(fmt.Sprintf("hm-%d", i), "hello")).Seq
+	}
+	chWaitSettled(t, env.Env, topic)
+	ctx := context.Background()
+	if err := env.Redis.Do(ctx, env.Redis.B().Zremrangebyscore().Key(env.keys().HotMessages(topic)).
+		Min(strconv.FormatInt(last-1, 10)).Max(strconv.FormatInt(last, 10)).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for read := range 2 {
+		if _, by := rsUnread(t, env, reader); by[topic].Unread != 3 {
+			t.Fatalf("read %d: the badge shows %+v, want 3 unread", read, by[topic])
+		}
+		for _, e := range rsTopics(t, env, reader, 10) {
+			if e.Topic == topic && (e.Unread != 3 || e.LastSeq != last) {
+				t.Fatalf("read %d: the list shows %+v, want 3 unread up to %d", read, e, last)
+			}
+		}
+	}
+}

@@ -19,6 +19,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"math"
 	"slices"
 	"time"
@@ -35,30 +36,19 @@ import (
 // hidden, deleted and the caller's own messages.
 const unreadSlack = 25
 
-// applyCursors sets each topic's readSeq from the cache entry read by
-// acl.EntryCmds; an incomplete or unreadable entry is filled from MySQL.
-func (s *Service) applyCursors(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, res []rueidis.RedisResult, us []userTopic) error {
-	e, err := acl.ReadEntry(res)
-	if err == nil && e.Complete() {
-		if ok := cursorsFrom(e, us); ok {
-			s.m.cursorCache.WithLabelValues("hit").Inc()
-			return nil
-		}
-		s.dropMalformed(ctx, keys, user)
-	}
-	stored, err := s.cursorsFromMySQL(ctx, db, keys, user, err == nil)
-	if err != nil {
-		return err
-	}
-	byTopic := make(map[string]int64, len(stored))
-	for _, u := range stored {
-		byTopic[u.topic] = u.readSeq
-	}
+// raiseCursors raises each topic's readSeq — the cursor MySQL, the owner,
+// holds, read with the memberships that named the topic — to the one the
+// user's cache entry read by acl.EntryCmds holds, when higher: a move whose
+// write is under way raised its field already. The entry only narrows: a
+// topic it does not name (a join or leave committed between the two reads,
+// its drop still to come), or an incomplete or unreadable entry, leaves
+// MySQL's cursor as it is — the cache not naming a topic says nothing of
+// its cursor, never that it is 0.
+func raiseCursors(res []rueidis.RedisResult, us []userTopic) {
+	e, _ := acl.ReadEntry(res)
 	for i := range us {
-		// a move whose write is under way raised its field already
-		us[i].readSeq = max(byTopic[us[i].topic], e.Raised(us[i].topic))
+		us[i].readSeq = max(us[i].readSeq, e.Raised(us[i].topic))
 	}
-	return nil
 }
 
 // dropMalformed drops an entry holding a value that is neither a cursor nor
@@ -159,7 +149,8 @@ func (s *Service) memberships(ctx context.Context, db *sql.DB, tenant string, ke
 		// a move whose write is under way raised its field already
 		us[i].readSeq = max(us[i].readSeq, e.Raised(us[i].topic))
 	}
-	return us, nil, s.readInputs(ctx, db, keys, user, us, false)
+	s.readInputs(ctx, keys, user, us, false)
+	return us, nil, nil
 }
 
 // copyRead is what a call read with an entry's copy: its topics with
@@ -241,21 +232,21 @@ func applyLasts(res rueidis.RedisResult, us []userTopic) {
 }
 
 // readInputs learns, in one Redis round trip, each topic's last issued
-// seq and (withCursors) the user's cursors.
-func (s *Service) readInputs(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, us []userTopic, withCursors bool) error {
+// seq and (raise) the cursors of the user's cache entry above those us
+// carries from MySQL (raiseCursors).
+func (s *Service) readInputs(ctx context.Context, keys routing.Keys, user int64, us []userTopic, raise bool) {
 	if len(us) == 0 {
-		return nil
+		return
 	}
 	cmds := []rueidis.Completed{s.lastCmd(keys, us)}
-	if withCursors {
+	if raise {
 		cmds = append(cmds, acl.EntryCmds(s.p.Redis, keys, user)...)
 	}
 	res := s.p.Redis.DoMulti(ctx, cmds...)
 	applyLasts(res[0], us)
-	if withCursors {
-		return s.applyCursors(ctx, db, keys, user, res[1:], us)
+	if raise {
+		raiseCursors(res[1:], us)
 	}
-	return nil
 }
 
 // counts is the unread state of each of us (readSeq and last set by
@@ -285,7 +276,7 @@ func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys ro
 		}
 	}
 	hot = s.recall(ctx, keys, memo, us, hot, out, pre, now)
-	fresh, cold, err := s.countHot(ctx, db, keys, user, us, hot, cold, out, memo != nil)
+	fresh, cold, err := s.countHot(ctx, db, tenant, keys, user, us, hot, cold, out, memo != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -378,7 +369,7 @@ func (s *Service) recall(ctx context.Context, keys routing.Keys, memo *userMemo,
 // us): proven up to the counter read with them, under the versions read
 // before the messages and ranges, with no seq up to the counter pending,
 // so that the mention index read after this holds every mention up to it.
-func (s *Service) countHot(ctx context.Context, db *sql.DB, keys routing.Keys, user int64, us []userTopic, hot, cold []int, out []unreadCount, remember bool) (map[int]remembered, []int, error) {
+func (s *Service) countHot(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, user int64, us []userTopic, hot, cold []int, out []unreadCount, remember bool) (map[int]remembered, []int, error) {
 	if len(hot) == 0 {
 		return nil, cold, nil
 	}
@@ -424,7 +415,10 @@ func (s *Service) countHot(ctx context.Context, db *sql.DB, keys routing.Keys, u
 		if len(r.c.Members) > 0 {
 			r.last = min(r.last, int64(r.c.Members[0].Score))
 		}
-		if r.err == nil && r.last > us[i].readSeq {
+	}
+	s.aboveCachedInFlight(ctx, tenant, keys, us, hot, reads, counters)
+	for j, i := range hot {
+		if r := &reads[j]; r.err == nil && r.last > us[i].readSeq {
 			above = append(above, j)
 			names = append(names, us[i].topic)
 			hres = append(hres, hidden[j])
@@ -458,6 +452,65 @@ func (s *Service) countHot(ctx context.Context, db *sql.DB, keys routing.Keys, u
 		}
 	}
 	return fresh, cold, nil
+}
+
+// maxInFlightAbove is how many seqs above a topic's newest cached message
+// a hot count checks are in flight (aboveCachedInFlight); more and the
+// month tables count the topic.
+const maxInFlightAbove = 16
+
+// errNotInFlight marks a hot read whose seqs above the newest cached
+// message are not all in flight: the cache cannot prove the count.
+var errNotInFlight = errors.New("inbox: a seq above the newest cached message is not in flight")
+
+// aboveCachedInFlight checks, for each read of us[hot] whose newest cached
+// message lies below the topic's counter, that every seq between them that
+// is not a recorded gap is still in flight (routing.Flight: one pipelined
+// round trip for all of them), and marks the read unprovable
+// (errNotInFlight) when one is not. A count from the hot cache stops at its
+// newest cached message, taking what lies above as not stored yet; but a
+// send writes the cache only once Kafka acknowledged it in time, so a
+// message whose ack came after its send gave up (503) is stored by persist
+// and never cached: above the newest cached message for good. A cache that
+// lacks a seq says nothing of it, and the month tables count it; so they
+// do when a check cannot be read.
+func (s *Service) aboveCachedInFlight(ctx context.Context, tenant string, keys routing.Keys, us []userTopic, hot []int, reads []hotRead, counters []int64) {
+	type check struct {
+		j   int
+		seq int64
+	}
+	var checks []check
+	var cmds []rueidis.Completed
+	for j, i := range hot {
+		r := &reads[j]
+		if r.err != nil || r.last >= counters[j] {
+			continue
+		}
+		if counters[j]-r.last > maxInFlightAbove {
+			r.err = errNotInFlight
+			continue
+		}
+		for seq := r.last + 1; seq <= counters[j]; seq++ {
+			if !r.c.Gaps[seq] {
+				checks = append(checks, check{j, seq})
+				cmds = append(cmds, s.p.Flight.InFlightCmds(keys, us[i].topic, seq)...)
+			}
+		}
+	}
+	if len(cmds) == 0 {
+		return
+	}
+	res := s.p.Redis.DoMulti(ctx, cmds...)
+	per := len(cmds) / len(checks)
+	for k, c := range checks {
+		if reads[c.j].err != nil {
+			continue
+		}
+		flying, err := s.p.Flight.InFlightResolve(ctx, tenant, us[hot[c.j]].topic, c.seq, res[k*per:(k+1)*per])
+		if err != nil || !flying {
+			reads[c.j].err = errNotInFlight
+		}
+	}
 }
 
 // countCold counts us[cold] from the month tables (loading their route
@@ -502,8 +555,9 @@ func hotReadOf(u userTopic) int {
 
 // hotRead is a topic's hot-cache read for a count: the cache next to the
 // cursor, the last seq that may be answered (the counter's, lowered to the
-// newest cached message: seqs above it are in flight, not answered yet,
-// like those not stored yet in the month tables) and, when something
+// newest cached message: seqs above it are in flight — aboveCachedInFlight
+// checks they are — not answered yet, like those not stored yet in the
+// month tables) and, when something
 // lies above the cursor, the caller's deletion ranges.
 type hotRead struct {
 	c    readpath.Cached

@@ -497,15 +497,19 @@ func (s *Service) listTopics(ctx context.Context, db *sql.DB, tenant string, use
 		}
 		pending = s.p.Redis.DoMulti(ctx, cmds...)
 	}
+	names := make([]string, len(missed))
+	for j, i := range missed {
+		names[j] = us[i].topic
+	}
 	var mirrors map[string]routing.TopicMirror
 	if 4*len(missed) > len(us) {
-		// many: the one statement of fixed shape through the user's memberships
+		// many: the one statement of fixed shape through the user's
+		// memberships, and by topic those it misses
 		mirrors, err = acl.MemberMirrors(ctx, s.st, db, user)
-	} else {
-		names := make([]string, len(missed))
-		for j, i := range missed {
-			names[j] = us[i].topic
+		if err == nil {
+			err = completeMirrors(ctx, db, mirrors, names)
 		}
+	} else {
 		mirrors, err = routing.LoadMirrorMany(ctx, db, names)
 	}
 	if err != nil {

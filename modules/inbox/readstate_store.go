@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -64,10 +65,10 @@ func topicsOf(ms []acl.MemberTopic) []userTopic {
 }
 
 // loadTopics reads every topic user is a member of (acl.MembersOf) and,
-// at the same time, their mirrors (acl.MemberMirrors); dissolved groups
-// are kept, flagged by status, for sync. Without times, joinedAt and
-// changedAt are left zero (joinedTimes reads the join times a caller
-// needs).
+// at the same time, their mirrors (acl.MemberMirrors, completed by
+// completeMirrors); dissolved groups are kept, flagged by status, for
+// sync. Without times, joinedAt and changedAt are left zero (joinedTimes
+// reads the join times a caller needs).
 func (s *Service) loadTopics(ctx context.Context, db *sql.DB, user int64, times bool) ([]userTopic, error) {
 	var mirrors map[string]routing.TopicMirror
 	var merr error
@@ -85,6 +86,13 @@ func (s *Service) loadTopics(ctx context.Context, db *sql.DB, user int64, times 
 		return nil, merr
 	}
 	out := topicsOf(ms)
+	names := make([]string, len(out))
+	for i, u := range out {
+		names[i] = u.topic
+	}
+	if err := completeMirrors(ctx, db, mirrors, names); err != nil {
+		return nil, err
+	}
 	for i := range out {
 		out[i].mirror = mirrors[out[i].topic]
 		if out[i].mirror.ChangedAt.After(out[i].changedAt) {
@@ -92,6 +100,34 @@ func (s *Service) loadTopics(ctx context.Context, db *sql.DB, user int64, times 
 		}
 	}
 	return out, nil
+}
+
+// completeMirrors adds to mirrors — read through the user's memberships
+// (acl.MemberMirrors) — those of topics it does not hold, read by topic
+// (none when it holds them all). A read through the memberships leaves out
+// a topic the user stopped being a member of after the read that named it
+// (the membership read beside it, the user's cache entry: a leave
+// committed in between, its drop of the entry still to come), and that
+// absence says nothing of the topic's stored messages: taken as no mirror,
+// the topic would show no last seq nor message, and as a remembered route
+// (routeMemo) it would to every user of the tenant. A topic with no
+// stored messages costs the read by topic too.
+func completeMirrors(ctx context.Context, db *sql.DB, mirrors map[string]routing.TopicMirror, topics []string) error {
+	var missed []string
+	for _, t := range topics {
+		if _, ok := mirrors[t]; !ok {
+			missed = append(missed, t)
+		}
+	}
+	if len(missed) == 0 {
+		return nil
+	}
+	read, err := routing.LoadMirrorMany(ctx, db, missed)
+	if err != nil {
+		return err
+	}
+	maps.Copy(mirrors, read)
+	return nil
 }
 
 // joinedTimes sets joinedAt of the topics of us that need reports true
