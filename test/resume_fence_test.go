@@ -188,3 +188,29 @@ func TestSendRetryAfterRedisLostItsMemoryNeverGetsASecondSeq(t *testing.T) {
 		t.Fatalf("the next message got seq %d, want 11 (the refused retries allocated nothing)", next.Seq)
 	}
 }
+
+// A retry of a message persist stored before Redis lost the tenant's keys
+// (the active month with them, which nothing else puts back while every
+// send waits for its topic's resume fence): the send asks MySQL, and MySQL
+// has the message, so the retry answers 200 duplicate with the stored seq.
+// Redis's empty active month is no answer to which months MySQL must be
+// asked: taken as "no month", the probe asked none, found nothing, and the
+// retry was allocated a second seq for the one client_msg_id.
+func TestSendRetryOfAStoredMessageAfterRedisLostEverythingNeverGetsASecondSeq(t *testing.T) {
+	t.Parallel()
+	e := startSend(t, harness.Options{Roles: []string{"send", "query"}, Mutate: fenceTimeouts})
+	e.group("resume", 7, "active")
+	e.member("resume", rpMember, "member", time.Time{})
+	tok := e.Token(rpMember, "")
+	// rpInsert stores seq n under client_msg_id "c<n>", as persist would
+	first := e.mustSend(tok, "resume", sendBody("c1", "stored before the loss"))
+	rpInsert(t, e.Env, "resume", e.Start, rpRow{seq: first.Seq, created: time.Now().UTC().Truncate(time.Millisecond)})
+	if err := testenv.DeleteTenantKeys(context.Background(), e.Redis, e.Tenant); err != nil {
+		t.Fatal(err)
+	}
+	e.persistPassed()
+	code, r := e.send(tok, "resume", sendBody("c1", "the retry"))
+	if code != 200 || !r.Duplicate || r.Seq != first.Seq {
+		t.Fatalf("retry of the stored message after the loss: %d %+v, want 200 duplicate of seq %d", code, r, first.Seq)
+	}
+}

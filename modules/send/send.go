@@ -576,6 +576,14 @@ func (a *attempt) release() {
 // the month tables' unique key (topic, from_user, client_msg_id) in the
 // active month and the one before — a retry within send.idempotency_ttl
 // cannot reach further back.
+//
+// The active month is Redis's copy of the one MySQL recorded last (every
+// activation is recorded there first). A send asks MySQL mostly because
+// Redis lost its memory, and the active month went with it; nothing puts
+// it back until an allocation asks, which comes after this probe. So a
+// missing copy is read from the record: taken as "no month", the probe
+// would look nowhere and answer "no earlier send" for a stored message,
+// giving its retry a second seq.
 func (s *Service) fromMySQL(ctx context.Context, tenant, topic string, from int64, clientMsgID string) (Response, bool, error) {
 	db, err := s.p.DBs.DB(ctx, tenant)
 	if err != nil {
@@ -585,8 +593,16 @@ func (s *Service) fromMySQL(ctx context.Context, tenant, topic string, from int6
 	out := Response{Topic: topic}
 	var created time.Time
 	active, err := s.p.Allocator.ActiveMonth(ctx, tenant)
-	if err != nil || active.IsZero() {
-		return Response{}, false, err
+	if err == nil && active.IsZero() {
+		active, err = routing.RecordedActive(ctx, db)
+	}
+	if err != nil {
+		return Response{}, false, fmt.Errorf("send: dedup probe of %s: %w", tenant, err)
+	}
+	if active.IsZero() {
+		// no month was ever activated: nothing was allocated, so nothing
+		// is stored
+		return Response{}, false, nil
 	}
 	for _, m := range []routing.Month{active, active.Prev()} {
 		t, _, err := s.p.Catalog.Table(ctx, tenant, m)
