@@ -320,6 +320,12 @@ func kafkaRejected(err error, k config.Kafka) bool {
 // StartKafka starts the kfake stand-in with its log in k.DataDir and the
 // service's topics seeded. addr "" listens on a random loopback port.
 func StartKafka(k config.Kafka, addr string) (*kfake.Cluster, error) {
+	return startKafka(k, addr, nil)
+}
+
+// startKafka is StartKafka with every listener on addr passed through wrap
+// (when both are set).
+func startKafka(k config.Kafka, addr string, wrap func(net.Listener) net.Listener) (*kfake.Cluster, error) {
 	opts := []kfake.Opt{
 		kfake.NumBrokers(1),
 		kfake.SeedTopics(int32(k.Partitions), k.Topic, k.DLQTopic),
@@ -341,7 +347,11 @@ func StartKafka(k config.Kafka, addr string) (*kfake.Cluster, error) {
 			return nil, fmt.Errorf("kafka addr %q: bad port", addr)
 		}
 		opts = append(opts, kfake.Ports(p), kfake.ListenFn(func(network, _ string) (net.Listener, error) {
-			return net.Listen(network, net.JoinHostPort(host, port))
+			ln, err := net.Listen(network, net.JoinHostPort(host, port))
+			if err != nil || wrap == nil {
+				return ln, err
+			}
+			return wrap(ln), nil
 		}))
 	}
 	c, err := kfake.NewCluster(opts...)

@@ -29,12 +29,12 @@ func newDevKafkaCmd(g *globals) *cobra.Command {
 			if o.dataDir != "" {
 				k.DataDir = o.dataDir
 			}
-			cluster, err := app.StartKafka(k, o.addr)
+			log := g.serverLogger(cfg)
+			cluster, err := app.StartDevKafka(k, o.addr, log)
 			if err != nil {
 				return err
 			}
 			defer cluster.Close()
-			log := g.serverLogger(cfg)
 			log.Info().Strs("brokers", cluster.ListenAddrs()).Str("data_dir", k.DataDir).Msg("devkafka listening")
 			fmt.Fprintln(g.stdout, cluster.ListenAddrs()[0])
 			ctx, stop := signalContext()
