@@ -76,6 +76,7 @@ func TestRobustnessCatchesBrokenBuilds(t *testing.T) {
 		{testhook.CursorEcho, "cursor"},
 		{testhook.DupFrame, "no-duplicate"},
 		{testhook.LoseAcked, "settled"},
+		{testhook.LeaveKeepsCache, "isolation"},
 	} {
 		t.Run(tc.breakage, func(t *testing.T) {
 			run := rbRunSeed(t, 7, short, tc.breakage)

@@ -29,6 +29,9 @@ const (
 	// it — a message no reader ever gets, which only the settled state
 	// can tell from a slow persist.
 	LoseAcked = "lose-acked"
+	// LeaveKeepsCache: a leave keeps the user's cached read-state entry,
+	// so the removed member's list and badges go on showing the topic.
+	LeaveKeepsCache = "leave-keeps-cache"
 )
 
 // CrashAfterAckEnv arms the send role's failpoint: with
