@@ -77,6 +77,7 @@ func TestRobustnessCatchesBrokenBuilds(t *testing.T) {
 		{testhook.DupFrame, "no-duplicate"},
 		{testhook.LoseAcked, "settled"},
 		{testhook.LeaveKeepsCache, "isolation"},
+		{testhook.StaleVersion, "change-order"},
 	} {
 		t.Run(tc.breakage, func(t *testing.T) {
 			run := rbRunSeed(t, 7, short, tc.breakage)

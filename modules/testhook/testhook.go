@@ -32,6 +32,10 @@ const (
 	// LeaveKeepsCache: a leave keeps the user's cached read-state entry,
 	// so the removed member's list and badges go on showing the topic.
 	LeaveKeepsCache = "leave-keeps-cache"
+	// StaleVersion: a change puts the message back into the hot cache as
+	// it was before the change (and publishes its old version), so a page
+	// read after the change's answer serves the old version.
+	StaleVersion = "stale-version"
 )
 
 // CrashAfterAckEnv arms the send role's failpoint: with
