@@ -78,6 +78,7 @@ func TestRobustnessCatchesBrokenBuilds(t *testing.T) {
 		{testhook.LoseAcked, "settled"},
 		{testhook.LeaveKeepsCache, "isolation"},
 		{testhook.StaleVersion, "change-order"},
+		{testhook.UnreadPlusOne, "model"},
 	} {
 		t.Run(tc.breakage, func(t *testing.T) {
 			run := rbRunSeed(t, 7, short, tc.breakage)

@@ -36,6 +36,9 @@ const (
 	// it was before the change (and publishes its old version), so a page
 	// read after the change's answer serves the old version.
 	StaleVersion = "stale-version"
+	// UnreadPlusOne: a topic's unread count is answered one higher than
+	// counted when it is not zero.
+	UnreadPlusOne = "unread-plus-one"
 )
 
 // CrashAfterAckEnv arms the send role's failpoint: with
