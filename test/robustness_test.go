@@ -79,6 +79,7 @@ func TestRobustnessCatchesBrokenBuilds(t *testing.T) {
 		{testhook.LeaveKeepsCache, "isolation"},
 		{testhook.StaleVersion, "change-order"},
 		{testhook.UnreadPlusOne, "model"},
+		{testhook.GapOfStored, "no-missing"},
 	} {
 		t.Run(tc.breakage, func(t *testing.T) {
 			run := rbRunSeed(t, 7, short, tc.breakage)

@@ -39,6 +39,10 @@ const (
 	// UnreadPlusOne: a topic's unread count is answered one higher than
 	// counted when it is not zero.
 	UnreadPlusOne = "unread-plus-one"
+	// GapOfStored: one since page, once per query process, also lists its
+	// first message's seq in gaps — a stored message reported as a seq
+	// that never holds one.
+	GapOfStored = "gap-of-stored"
 )
 
 // CrashAfterAckEnv arms the send role's failpoint: with
