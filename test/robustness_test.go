@@ -79,6 +79,10 @@ func TestRobustnessCatchesBrokenBuilds(t *testing.T) {
 		{testhook.CursorEcho, "cursor"},
 		{testhook.DupFrame, "no-duplicate"},
 		{testhook.LoseAcked, "settled"},
+		{testhook.LeaveKeepsCache, "isolation"},
+		{testhook.StaleVersion, "change-order"},
+		{testhook.UnreadPlusOne, "model"},
+		{testhook.GapOfStored, "no-missing"},
 	} {
 		t.Run(tc.breakage, func(t *testing.T) {
 			run := rbRunSeed(t, 7, short, tc.breakage)

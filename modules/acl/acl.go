@@ -413,7 +413,7 @@ func (c *Checker) DeleteMember(ctx context.Context, tenant, topic string, userID
 	// the user's cached memberships (modules/inbox) may still name the
 	// topic: dropped whether or not this call deleted the row, so the retry
 	// of a leave that committed and failed before the drop heals it
-	if err := c.dropCursorsOf(ctx, tenant, userID); err != nil {
+	if err := c.dropCursorsOfLeaver(ctx, tenant, userID); err != nil {
 		return err
 	}
 	return c.invalidate(ctx, tenant, topic)

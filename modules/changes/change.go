@@ -283,7 +283,7 @@ func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, t
 	if err := tx.Commit(); err != nil {
 		return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable: the change may not have been applied, retry", err)
 	}
-	s.afterChange(context.WithoutCancel(ctx), keys, c, next, changeSeq, version)
+	s.afterChange(context.WithoutCancel(ctx), keys, c, testhook.Break(testhook.StaleVersion, old, next), changeSeq, version)
 	return ChangeResult{Message: next, ChangeSeq: changeSeq}, nil
 }
 

@@ -320,7 +320,7 @@ func (s *Service) counts(ctx context.Context, db *sql.DB, tenant string, keys ro
 		}
 		s.memo.put(memo, byTopic, now)
 	}
-	return out, nil
+	return plusOne(out), nil
 }
 
 // recall answers the topics of us[hot] whose remembered count still holds

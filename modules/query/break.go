@@ -1,6 +1,8 @@
 package query
 
 import (
+	"slices"
+
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/testhook"
 )
@@ -13,4 +15,15 @@ func dropFirst(page []message.Message) []message.Message {
 		return page
 	}
 	return page[1:]
+}
+
+// gapOfStored is the testhook.GapOfStored breakage: the page's gaps with
+// its first message's seq among them, once per process and only in a page
+// holding a message. Inert in a shipped build.
+func gapOfStored(gaps []int64, page []message.Message) []int64 {
+	if len(page) == 0 || !testhook.Broken(testhook.GapOfStored) {
+		return gaps
+	}
+	i, _ := slices.BinarySearch(gaps, page[0].Seq)
+	return slices.Concat(gaps[:i], []int64{page[0].Seq}, gaps[i:])
 }

@@ -132,6 +132,7 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 			}
 		}
 	}
+	gaps = gapOfStored(gaps, page)
 	through := max(hi, next)
 	if len(gaps) > 0 {
 		through = max(through, gaps[len(gaps)-1])

@@ -29,6 +29,20 @@ const (
 	// it — a message no reader ever gets, which only the settled state
 	// can tell from a slow persist.
 	LoseAcked = "lose-acked"
+	// LeaveKeepsCache: a leave keeps the user's cached read-state entry,
+	// so the removed member's list and badges go on showing the topic.
+	LeaveKeepsCache = "leave-keeps-cache"
+	// StaleVersion: a change puts the message back into the hot cache as
+	// it was before the change (and publishes its old version), so a page
+	// read after the change's answer serves the old version.
+	StaleVersion = "stale-version"
+	// UnreadPlusOne: a topic's unread count is answered one higher than
+	// counted when it is not zero.
+	UnreadPlusOne = "unread-plus-one"
+	// GapOfStored: one since page, once per query process, also lists its
+	// first message's seq in gaps — a stored message reported as a seq
+	// that never holds one.
+	GapOfStored = "gap-of-stored"
 )
 
 // CrashAfterAckEnv arms the send role's failpoint: with

@@ -21,10 +21,10 @@ var (
 		}
 		return out
 	})
-	// DropSeq and LoseAcked act once per process: dropping from every
-	// page (losing every batch) would make the breakage the whole history
-	// instead of one violation
-	once = map[string]*atomic.Bool{DropSeq: {}, LoseAcked: {}}
+	// DropSeq, LoseAcked and GapOfStored act once per process: dropping
+	// from every page (losing every batch, a gap in every page) would make
+	// the breakage the whole history instead of one violation
+	once = map[string]*atomic.Bool{DropSeq: {}, LoseAcked: {}, GapOfStored: {}}
 	// the acks seen, for CrashAfterAckEnv
 	acks       atomic.Int64
 	crashAtAck = sync.OnceValue(func() int64 {
