@@ -194,8 +194,10 @@ func TestReadPathSinceStopsAtTheLastSeqIssuedBeforeTheRead(t *testing.T) {
 // seqs 1–6 may still be on their way while 7 and 8 are stored. It returns
 // only what the route mirror proves stored — here nothing, since the
 // stored rows do not start at seq 1 — never the rows above the hole, and
-// the same for a counter it cannot read; once 1–6 land, the mirror proves
-// 1–8 and the walk continues without the counter.
+// the same for a counter it cannot read. The read that finds the counter
+// lost re-seeds it as a send would, fencing the seqs the mirror does not
+// prove stored; once 1–6 land and persist passed the fence, the walk
+// continues (the counter still unreadable: up to what the mirror proves).
 func TestReadPathSinceWithoutCounterNeverJumpsOverUnstoredSeqs(t *testing.T) {
 	t.Parallel()
 	env := rpStart(t)
@@ -233,6 +235,7 @@ func TestReadPathSinceWithoutCounterNeverJumpsOverUnstoredSeqs(t *testing.T) {
 	}
 	rpInsert(t, env, "lost", env.Start, rpSeqs(1, 6)...)
 	rpSyncRoute(t, env, "lost")
+	(&sendEnv{Env: env}).persistPassed()
 	p := rpList(t, env, rpMember, "lost", url.Values{"since": {"0"}})
 	rpExpect(t, "since once the mirror proves every seq stored", p.seqs(), rpAsc(1, 8))
 }

@@ -214,3 +214,54 @@ func TestSendRetryOfAStoredMessageAfterRedisLostEverythingNeverGetsASecondSeq(t 
 		t.Fatalf("retry of the stored message after the loss: %d %+v, want 200 duplicate of seq %d", code, r, first.Seq)
 	}
 }
+
+// A topic whose history holds a gap (seq 2, recorded) loses its counter,
+// its pending set and its gaps with Redis, and nobody sends to it
+// afterwards: the mirror proves only seq 1 stored, and only a re-seed's
+// fence, once lifted, records the lost gap again. The first reader runs
+// that seed itself, so the walk from 0 reaches seq 3 with seq 2 (and the
+// reservation's unallocated 4–10) as gaps instead of stopping below the
+// gap until the next send. A topic never written to gets no counter from
+// a read.
+func TestSeqResumeGappedTopicWithoutSendsReadsPastItsGaps(t *testing.T) {
+	t.Parallel()
+	e := startSend(t, harness.Options{Roles: []string{"send", "query"}, Mutate: fenceTimeouts})
+	for _, topic := range []string{"gapped", "unwritten"} {
+		e.group(topic, 7, "active")
+		e.member(topic, rpMember, "member", time.Time{})
+	}
+	ctx := context.Background()
+	var month routing.Month
+	for want := int64(1); want <= 3; want++ {
+		a, err := e.App.Allocator().Allocate(ctx, e.Tenant, "gapped")
+		if err != nil || a.Seq != want {
+			t.Fatalf("allocation %d: %+v %v", want, a, err)
+		}
+		month = a.Month
+	}
+	rpInsert(t, e.Env, "gapped", month, rpRow{seq: 1}, rpRow{seq: 3})
+	rpSyncRoute(t, e.Env, "gapped")
+	if err := e.App.Flight().MarkPersisted(ctx, e.Tenant, "gapped", 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.App.Flight().RecordGap(ctx, e.Tenant, "gapped", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.DeleteTenantKeys(ctx, e.Redis, e.Tenant); err != nil {
+		t.Fatal(err)
+	}
+	e.persistPassed()
+	p := rpList(t, e.Env, rpMember, "gapped", url.Values{"since": {"0"}})
+	if *p.NextSince != 3 {
+		t.Fatalf("the walk stopped at %d below the lost gap: since 0 returned %v, gaps %v", *p.NextSince, p.seqs(), p.Gaps)
+	}
+	rpExpect(t, "the walk after the loss", p.seqs(), []int64{1, 3})
+	rpExpect(t, "the gaps recorded again", p.Gaps, append([]int64{2}, rpAsc(4, 10)...))
+
+	if p := rpList(t, e.Env, rpMember, "unwritten", url.Values{"since": {"0"}}); len(p.Messages) != 0 || *p.NextSince != 0 {
+		t.Fatalf("a topic never written to: %v, next_since %d", p.seqs(), *p.NextSince)
+	}
+	if e.seqKeyExists("unwritten") {
+		t.Fatal("a read of a topic never written to created its counter")
+	}
+}

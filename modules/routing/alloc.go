@@ -249,14 +249,8 @@ func (a *Allocator) reserve(ctx context.Context, tenant, topic string, keys Keys
 	return nil
 }
 
-// seed restores a lost or stale counter at the durable high-water: every
-// seq ever handed out is at or below it, so the topic resumes above all of
-// them (a forward jump, never a repeat). The same call fences the seqs
-// from the first one MySQL does not prove stored up to the new counter
-// (lua/fenced.lua, seed): their pending entries were lost with the counter,
-// and some may still be on their way through Kafka (invariant 12,
-// docs/invariants.md). The proof is read before the call, so it can only be
-// older than the call: the fence can only start lower than it must.
+// seed restores a lost or stale counter at the durable high-water
+// (seedCounter) before the send calls again.
 func (a *Allocator) seed(ctx context.Context, tenant, topic string, keys Keys) error {
 	db, err := a.p.DBs.DB(ctx, tenant)
 	if err != nil {
@@ -266,31 +260,56 @@ func (a *Allocator) seed(ctx context.Context, tenant, topic string, keys Keys) e
 	if err != nil {
 		return err
 	}
-	ranges, err := LoadMirror(ctx, db, topic)
+	n, err := seedCounter(ctx, a.p.Redis, a.p.Scripts.Fenced, db, a.p.Metrics, topic, keys, hi)
 	if err != nil {
 		return fmt.Errorf("alloc: seed %s/%s: %w", tenant, topic, err)
+	}
+	if n > 0 && hi > 0 {
+		a.p.Log.Warn().Str("tenant", tenant).Str("topic", topic).Int64("resume_above", hi).
+			Msg("seq counter was lost in Redis; resumed above the durable reservation")
+	}
+	return nil
+}
+
+// seedCounter restores a lost or stale counter at the durable high-water
+// hi: every seq ever handed out is at or below it, so the topic resumes
+// above all of them (a forward jump, never a repeat). The same call fences
+// the seqs from the first one MySQL does not prove stored up to the new
+// counter (lua/fenced.lua, seed): their pending entries were lost with the
+// counter, and some may still be on their way through Kafka (invariant 12,
+// docs/invariants.md). The proof is read before the call, so it can only
+// be older than the call: the fence can only start lower than it must.
+// A send runs it (Allocator) and so does a reader that finds no counter
+// (Flight.SettledResolve): the fence's lift is what records the gaps lost
+// with Redis, and a topic nobody sends to must get it too. It returns the
+// script's reply (2 seeded and fenced, 1 seeded, 0 already seeded);
+// metrics nil counts nothing.
+func seedCounter(ctx context.Context, rdb rueidis.Client, lib *FencedLib, db sq.BaseRunner, metrics *Metrics, topic string, keys Keys, hi int64) (int64, error) {
+	ranges, err := LoadMirror(ctx, db, topic)
+	if err != nil {
+		return 0, err
 	}
 	// seqs at or below a migration's cutover are the legacy table's: none
 	// of them ever went through Kafka, so none is fenced
 	cut, err := CutoverSeq(ctx, db, topic)
 	if err != nil {
-		return fmt.Errorf("alloc: seed %s/%s: %w", tenant, topic, err)
+		return 0, err
 	}
 	from := max(StoredThrough(ranges), cut) + 1
-	n, err := a.p.Scripts.Fenced.Seed(ctx, a.p.Redis, append(keys.seqState(topic), keys.Pending(topic)),
+	n, err := lib.Seed(ctx, rdb, append(keys.seqState(topic), keys.Pending(topic)),
 		[]string{strconv.FormatInt(hi, 10), strconv.FormatInt(from, 10)}).AsInt64()
 	if err != nil {
-		return fmt.Errorf("alloc: seed %s/%s: %w", tenant, topic, err)
+		return 0, err
 	}
-	if n == 2 {
-		a.p.Metrics.SeqFences.WithLabelValues(fenceRaised).Inc()
+	if metrics != nil {
+		if n == 2 {
+			metrics.SeqFences.WithLabelValues(fenceRaised).Inc()
+		}
+		if n > 0 && hi > 0 {
+			metrics.SeqResumed.Inc()
+		}
 	}
-	if n > 0 && hi > 0 {
-		a.p.Metrics.SeqResumed.Inc()
-		a.p.Log.Warn().Str("tenant", tenant).Str("topic", topic).Int64("resume_above", hi).
-			Msg("seq counter was lost in Redis; resumed above the durable reservation")
-	}
-	return nil
+	return n, nil
 }
 
 func reservedHi(ctx context.Context, db sq.BaseRunner, topic string) (int64, error) {

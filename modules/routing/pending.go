@@ -240,26 +240,74 @@ func (f *Flight) Settled(ctx context.Context, tenant, topic string) (int64, erro
 // oldest pending seq is still within the produce timeout — the usual case —
 // the answer is in them; otherwise (seqs to record as gaps, foreign
 // members) the pending set is read in full. A counter Redis does not hold
-// or cannot read — a topic never written to, or one whose counter Redis
-// lost — proves no seq issued: the watermark is then only what MySQL
-// proves stored (storedThrough), 0 when it proves nothing, so the reader
-// stops at its cursor and tries again, never jumping over seqs still on
-// their way. regapped reports that the call itself recorded gaps (seqs
-// past the produce timeout, a lifted resume fence), which reads pipelined
-// with SettledCmds did not see: a caller that read the gaps there reads
-// them again.
+// — one it lost, with the topic's pending set and recorded gaps — is
+// re-seeded here as a send would (reseed): only the resume fence that
+// seed raises, once lifted, records the lost gaps again, and a topic
+// nobody sends to would otherwise stay below its first gap for good. The
+// watermark is then read again, and stops below the fence while it
+// stands. A topic with no durable reservation (never written to) or a
+// counter Redis cannot read proves no seq issued: the watermark is then
+// only what MySQL proves stored (storedThrough), 0 when it proves nothing,
+// so the reader stops at its cursor and tries again, never jumping over
+// seqs still on their way. regapped reports that the call itself recorded
+// gaps (seqs past the produce timeout, a lifted resume fence) or re-seeded,
+// which reads pipelined with SettledCmds did not see: a caller that read
+// the gaps there reads them again.
 func (f *Flight) SettledResolve(ctx context.Context, tenant, topic string, res []rueidis.RedisResult) (settled int64, regapped bool, err error) {
+	return f.settledResolve(ctx, tenant, topic, res, true)
+}
+
+// settledResolve is SettledResolve; reseed false, for the read after a
+// re-seed, falls back to storedThrough rather than seeding again.
+func (f *Flight) settledResolve(ctx context.Context, tenant, topic string, res []rueidis.RedisResult, reseed bool) (settled int64, regapped bool, err error) {
 	below, regapped, err := f.belowResolve(ctx, tenant, topic, res[1:])
 	if err != nil {
 		return 0, false, err
 	}
 	issued, err := res[0].AsInt64()
-	if err != nil {
-		if issued, err = f.storedThrough(ctx, tenant, topic); err != nil {
+	if err == nil {
+		return min(issued, below), regapped, nil
+	}
+	if reseed && rueidis.IsRedisNil(err) {
+		seeded, err := f.reseed(ctx, tenant, topic)
+		if err != nil {
 			return 0, false, err
 		}
+		if seeded {
+			keys, err := KeysFor(tenant)
+			if err != nil {
+				return 0, false, err
+			}
+			settled, _, err := f.settledResolve(ctx, tenant, topic, f.rdb.DoMulti(ctx, f.SettledCmds(keys, topic)...), false)
+			return settled, true, err
+		}
+	}
+	if issued, err = f.storedThrough(ctx, tenant, topic); err != nil {
+		return 0, false, err
 	}
 	return min(issued, below), regapped, nil
+}
+
+// reseed runs a send's seed (seedCounter) for a topic whose counter Redis
+// does not hold, and reports whether it did: a topic with no durable
+// reservation was never written to, holds no gap to lose, and gets no keys.
+func (f *Flight) reseed(ctx context.Context, tenant, topic string) (bool, error) {
+	keys, err := KeysFor(tenant)
+	if err != nil {
+		return false, err
+	}
+	db, err := f.dbs.DB(ctx, tenant)
+	if err != nil {
+		return false, fmt.Errorf("pending: reseed %s/%s: %w", tenant, topic, err)
+	}
+	hi, err := reservedHi(ctx, db, topic)
+	if err != nil || hi == 0 {
+		return false, err
+	}
+	if _, err := seedCounter(ctx, f.rdb, f.scripts.Fenced, db, f.metrics, topic, keys, hi); err != nil {
+		return false, fmt.Errorf("pending: reseed %s/%s: %w", tenant, topic, err)
+	}
+	return true, nil
 }
 
 // storedThrough is the highest seq up to which the route mirror proves
