@@ -217,8 +217,8 @@ func TestSendRetryOfAStoredMessageAfterRedisLostEverythingNeverGetsASecondSeq(t 
 
 // A topic whose history holds a gap (seq 2, recorded) loses its counter,
 // its pending set and its gaps with Redis, and nobody sends to it
-// afterwards: the mirror proves only seq 1 stored, and only a re-seed's
-// fence, once lifted, records the lost gap again. The first reader runs
+// afterwards: the mirror proves only seq 1 stored, and only the fence a
+// re-seed raises, once lifted, records the lost gap again. The first reader runs
 // that seed itself, so the walk from 0 reaches seq 3 with seq 2 (and the
 // reservation's unallocated 4–10) as gaps instead of stopping below the
 // gap until the next send. A topic never written to gets no counter from
