@@ -147,7 +147,7 @@ func TestSendIdempotentRetry(t *testing.T) {
 	// Redis loses the tenant's memory of sends: the record and the horizon
 	forget := func(cmid string) {
 		t.Helper()
-		k := e.keys()
+		k := e.Keys()
 		if err := e.Redis.Do(ctx, e.Redis.B().Del().Key(k.Idempotency("room", 1, cmid), k.IdemSince()).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +194,7 @@ func TestSendIdempotentRetry(t *testing.T) {
 	want := created.Add(e.Config.Send.IdempotencyTTL).UnixMilli()
 	sendWaitFor(t, 10*time.Second, "the idempotency horizon", func() bool {
 		// the horizon is stamped with the server incarnation: "run_id:ms"
-		v, err := e.Redis.Do(ctx, e.Redis.B().Get().Key(e.keys().IdemSince()).Build()).ToString()
+		v, err := e.Redis.Do(ctx, e.Redis.B().Get().Key(e.Keys().IdemSince()).Build()).ToString()
 		_, ms, _ := strings.Cut(v, ":")
 		return err == nil && ms == strconv.FormatInt(want, 10)
 	})
@@ -228,7 +228,7 @@ func TestSendRetryReproducesPendingEvent(t *testing.T) {
 		ShardMonth: al.Month.String(), MessageID: 12345, FromUser: 1, ClientMsgID: "c1", MsgType: "text",
 		Content: []byte(`{"text":"before the crash"}`), CreatedAt: message.NewTime(time.Now())}
 	raw, _ := json.Marshal(ev)
-	key := e.keys().Idempotency("room", 1, "c1")
+	key := e.Keys().Idempotency("room", 1, "c1")
 	if err := e.Redis.Do(ctx, e.Redis.B().Hset().Key(key).FieldValue().FieldValue("status", "pending").
 		FieldValue("owner", "dead").FieldValue("event", string(raw)).Build()).Error(); err != nil {
 		t.Fatal(err)
@@ -609,7 +609,7 @@ func TestSendGroupAndMemberEndpoints(t *testing.T) {
 func TestSendSnowflakeNodeLeases(t *testing.T) {
 	rs := testenv.StartRedis(t)
 	rdb := testenv.RedisClient(t, rs.Addr)
-	scripts := routing.NewScripts()
+	scripts, space := routing.NewScripts(), noPrefix(t)
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -619,7 +619,7 @@ func TestSendSnowflakeNodeLeases(t *testing.T) {
 	var gens []*send.Snowflake
 	for range 5 {
 		gen := send.NewSnowflake(time.Second)
-		l := send.NewNodeLease(rdb, scripts, ttl, gen, log)
+		l := send.NewNodeLease(rdb, space, scripts, ttl, gen, log)
 		if err := l.Acquire(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -642,7 +642,11 @@ func TestSendSnowflakeNodeLeases(t *testing.T) {
 	}
 	sendWaitFor(t, 10*time.Second, "every lease to be taken again", func() bool {
 		for _, g := range gens {
-			n, err := rdb.Do(ctx, rdb.B().Exists().Key(routing.SnowflakeNode(g.Node())).Build()).AsInt64()
+			key, err := space.SnowflakeNode(g.Node())
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := rdb.Do(ctx, rdb.B().Exists().Key(key).Build()).AsInt64()
 			if err != nil || n != 1 {
 				return false
 			}
@@ -668,7 +672,7 @@ func TestSendStaleClaimTakenOver(t *testing.T) {
 	ctx := context.Background()
 	claim := func(cmid string, at time.Time) {
 		t.Helper()
-		if err := e.Redis.Do(ctx, e.Redis.B().Hset().Key(e.keys().Idempotency("room", 1, cmid)).FieldValue().
+		if err := e.Redis.Do(ctx, e.Redis.B().Hset().Key(e.Keys().Idempotency("room", 1, cmid)).FieldValue().
 			FieldValue("status", "pending").FieldValue("owner", "dead").
 			FieldValue("claimed_at", fmt.Sprint(at.UnixMilli())).Build()).Error(); err != nil {
 			t.Fatal(err)
@@ -694,7 +698,7 @@ func TestSendHotCacheAndRealtime(t *testing.T) {
 	e.group("room", 7, "active")
 	e.member("room", 1, "member", time.Time{})
 	user := e.Token(1, "")
-	k := e.keys()
+	k := e.Keys()
 
 	sub := testenv.RedisClient(t, testenv.RedisAddr())
 	got := make(chan string, 32)

@@ -20,6 +20,16 @@ import (
 
 // hubFollower is a follower of topic whose socket only queues what the
 // hub offers it (closed: no pump starts).
+// noPrefix is the key space of an installation without redis.key_prefix.
+func noPrefix(t *testing.T) routing.KeySpace {
+	t.Helper()
+	s, err := routing.NewKeySpace("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func hubFollower(s *Server, tenant, topic string) *follow {
 	c := &conn{s: s, p: httpapi.Principal{Tenant: tenant, UserID: 1}, closed: true, done: make(chan struct{})}
 	return &follow{c: c, topic: topic}
@@ -48,10 +58,10 @@ func TestHubManyChannelsOnOneReader(t *testing.T) {
 	tenant := testenv.NewTenant(t)
 	rdb := testenv.Redis(t)
 	m := newMetrics(nil)
-	h := newHub(rdb, m, zerolog.Nop(), time.Hour)
+	h := newHub(rdb, noPrefix(t), m, zerolog.Nop(), time.Hour)
 	defer h.close()
 	s := &Server{lim: Limits{SendQueue: 1 << 20}, m: m, hub: h}
-	keys, err := routing.KeysFor(tenant)
+	keys, err := noPrefix(t).Tenant(tenant)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +153,7 @@ func TestHubManyChannelsOnOneReader(t *testing.T) {
 		defer h.mu.Unlock()
 		return len(h.topics) == 0 && len(h.readers) == 0
 	})
-	n, err := rdb.Do(ctx, rdb.B().PubsubShardchannels().Pattern("im:{"+tenant+"}:*").Build()).AsStrSlice()
+	n, err := rdb.Do(ctx, rdb.B().PubsubShardchannels().Pattern(keys.TenantPattern()).Build()).AsStrSlice()
 	if err != nil || len(n) != 0 {
 		t.Fatalf("channels still subscribed on Redis: %v %v", n, err)
 	}
@@ -186,7 +196,7 @@ func TestACLSpread(t *testing.T) {
 func TestHubClusterReaderPerSlot(t *testing.T) {
 	rdb := testenv.RedisClient(t, testenv.StartRedisCluster(t, 3)...)
 	m := newMetrics(nil)
-	h := newHub(rdb, m, zerolog.Nop(), time.Hour)
+	h := newHub(rdb, noPrefix(t), m, zerolog.Nop(), time.Hour)
 	defer h.close()
 	s := &Server{lim: Limits{SendQueue: 1 << 10}, m: m, hub: h}
 	ctx := context.Background()
@@ -195,7 +205,7 @@ func TestHubClusterReaderPerSlot(t *testing.T) {
 	slots := map[uint16]bool{}
 	var follows []*follow
 	for _, tenant := range tenants {
-		keys, err := routing.KeysFor(tenant)
+		keys, err := noPrefix(t).Tenant(tenant)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +226,7 @@ func TestHubClusterReaderPerSlot(t *testing.T) {
 		t.Fatalf("%d readers for channels in %d slots", readers, len(slots))
 	}
 	for _, f := range follows {
-		keys, _ := routing.KeysFor(f.c.p.Tenant)
+		keys, _ := h.keys.Tenant(f.c.p.Tenant)
 		if err := rdb.Do(ctx, rdb.B().Spublish().Channel(keys.Realtime(f.topic)).Message(`{"type":"change","change":{"seq":1,"change_seq":1}}`).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
