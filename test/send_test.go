@@ -767,14 +767,16 @@ func TestSendHotCacheAndRealtime(t *testing.T) {
 }
 
 // `imshard bench send` runs end to end — the rounds of the HTTP send, the
-// reference send and a peer command, the open loop — and rejects bad usage
-// with exit 2 (figures are not asserted: they belong to docs/performance.md).
+// reference send and a peer command, the open loop — in an installation
+// with a redis.key_prefix, leaves no key of its tenant behind under any
+// prefix, and rejects bad usage with exit 2 (figures are not asserted: they
+// belong to docs/performance.md).
 func TestSendBenchCommand(t *testing.T) {
 	tenant := testenv.NewTenant(t)
 	cfg := tenantConfig(t, tenant, "")
 	peer := `echo "minimal HTTP send: 1000 ok, 0 failed, 2000/s, p50 1.5ms, p99 4ms"`
 	profile := filepath.Join(t.TempDir(), "http.prof")
-	code, out := runCLI(t, nil, "--config", cfg, "bench", "send", "--tenant", tenant,
+	code, out := runCLI(t, []string{"IMSHARD_REDIS_KEY_PREFIX=bench:"}, "--config", cfg, "bench", "send", "--tenant", tenant,
 		"--concurrency=2", "--duration=500ms", "--warmup=0s", "--topics=2", "--pairs=2", "--rate=50", "--peer", peer,
 		"--profile-http", profile)
 	for _, want := range []string{"HTTP / reference send = rate ", "HTTP / peer (--peer) = rate ", "raw allocation (FCALL)",
@@ -786,11 +788,12 @@ func TestSendBenchCommand(t *testing.T) {
 	if st, err := os.Stat(profile); err != nil || st.Size() == 0 {
 		t.Fatalf("--profile-http wrote no profile: %v", err)
 	}
-	// the bench's own tenant is dropped: no Redis key of it is left
+	// the bench's own tenant is dropped: no Redis key of it is left, under
+	// the prefix or outside it
 	rdb := testenv.RedisClient(t, testenv.RedisAddr())
 	var left []string
 	for cursor := uint64(0); ; {
-		e, err := rdb.Do(context.Background(), rdb.B().Scan().Cursor(cursor).Match("im:{"+tenant+"}:*").Count(1000).Build()).AsScanEntry()
+		e, err := rdb.Do(context.Background(), rdb.B().Scan().Cursor(cursor).Match("*im:{"+tenant+"}:*").Count(1000).Build()).AsScanEntry()
 		if err != nil {
 			t.Fatal(err)
 		}
