@@ -12,21 +12,9 @@ import (
 
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/message"
-	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 	"github.com/imshard/imshard/test/testenv"
 )
-
-// noPrefix is the key space of an installation without redis.key_prefix,
-// as the processes a test starts from a configuration without one use.
-func noPrefix(t testing.TB) routing.KeySpace {
-	t.Helper()
-	s, err := routing.NewKeySpace("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // kpScan lists every key of every node matching pattern.
 func kpScan(t *testing.T, rdb rueidis.Client, pattern string) []string {

@@ -609,7 +609,11 @@ func TestSendGroupAndMemberEndpoints(t *testing.T) {
 func TestSendSnowflakeNodeLeases(t *testing.T) {
 	rs := testenv.StartRedis(t)
 	rdb := testenv.RedisClient(t, rs.Addr)
-	scripts, space := routing.NewScripts(), noPrefix(t)
+	scripts := routing.NewScripts()
+	space, err := routing.NewKeySpace("lease:")
+	if err != nil {
+		t.Fatal(err)
+	}
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

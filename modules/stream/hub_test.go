@@ -20,16 +20,6 @@ import (
 
 // hubFollower is a follower of topic whose socket only queues what the
 // hub offers it (closed: no pump starts).
-// noPrefix is the key space of an installation without redis.key_prefix.
-func noPrefix(t *testing.T) routing.KeySpace {
-	t.Helper()
-	s, err := routing.NewKeySpace("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 func hubFollower(s *Server, tenant, topic string) *follow {
 	c := &conn{s: s, p: httpapi.Principal{Tenant: tenant, UserID: 1}, closed: true, done: make(chan struct{})}
 	return &follow{c: c, topic: topic}
@@ -57,11 +47,15 @@ func changeSeqs(f *follow) []int64 {
 func TestHubManyChannelsOnOneReader(t *testing.T) {
 	tenant := testenv.NewTenant(t)
 	rdb := testenv.Redis(t)
+	space, err := routing.NewKeySpace("hub:")
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := newMetrics(nil)
-	h := newHub(rdb, noPrefix(t), m, zerolog.Nop(), time.Hour)
+	h := newHub(rdb, space, m, zerolog.Nop(), time.Hour)
 	defer h.close()
 	s := &Server{lim: Limits{SendQueue: 1 << 20}, m: m, hub: h}
-	keys, err := noPrefix(t).Tenant(tenant)
+	keys, err := space.Tenant(tenant)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,8 +189,12 @@ func TestACLSpread(t *testing.T) {
 // publications.
 func TestHubClusterReaderPerSlot(t *testing.T) {
 	rdb := testenv.RedisClient(t, testenv.StartRedisCluster(t, 3)...)
+	space, err := routing.NewKeySpace("")
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := newMetrics(nil)
-	h := newHub(rdb, noPrefix(t), m, zerolog.Nop(), time.Hour)
+	h := newHub(rdb, space, m, zerolog.Nop(), time.Hour)
 	defer h.close()
 	s := &Server{lim: Limits{SendQueue: 1 << 10}, m: m, hub: h}
 	ctx := context.Background()
@@ -205,7 +203,7 @@ func TestHubClusterReaderPerSlot(t *testing.T) {
 	slots := map[uint16]bool{}
 	var follows []*follow
 	for _, tenant := range tenants {
-		keys, err := noPrefix(t).Tenant(tenant)
+		keys, err := space.Tenant(tenant)
 		if err != nil {
 			t.Fatal(err)
 		}
