@@ -266,14 +266,20 @@ func (s KeySpace) global() (string, error) {
 // leases its node ids apart: its message ids are unique among its own.
 func (s KeySpace) SnowflakeNode(node int) (string, error) {
 	g, err := s.global()
-	return g + "snowflake:node:" + strconv.Itoa(node), err
+	if err != nil {
+		return "", err
+	}
+	return g + "snowflake:node:" + strconv.Itoa(node), nil
 }
 
 // BenchChannel is the pub/sub channel of `imshard bench stream`'s raw
 // baseline.
 func (s KeySpace) BenchChannel() (string, error) {
 	g, err := s.global()
-	return g + "bench:stream:raw", err
+	if err != nil {
+		return "", err
+	}
+	return g + "bench:stream:raw", nil
 }
 
 // RoutePattern is the SCAN pattern of every topic route ZSET of the tenant
