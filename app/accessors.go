@@ -19,6 +19,10 @@ func (a *App) Pools() *tenantdb.Pools { return a.clients.pools }
 // Redis is the Redis client (module redis).
 func (a *App) Redis() rueidis.Client { return a.clients.redis }
 
+// KeySpace is where every Redis key and channel is named: under
+// redis.key_prefix (module redis).
+func (a *App) KeySpace() routing.KeySpace { return a.clients.keys }
+
 // KafkaConn are the options every Kafka client connects with: the seed
 // brokers (the in-process cluster's when kafka.brokers is empty), TLS and
 // SASL (module kafka).

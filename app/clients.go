@@ -34,7 +34,8 @@ import (
 type clients struct {
 	pools    *tenantdb.Pools
 	redis    rueidis.Client
-	kafka    []kgo.Opt // KafkaOpts of the brokers in use
+	keys     routing.KeySpace // redis.key_prefix: every key and channel is named in it
+	kafka    []kgo.Opt        // KafkaOpts of the brokers in use
 	scripts  *routing.Scripts
 	rmetrics *routing.Metrics
 	catalog  *routing.Catalog
@@ -182,11 +183,15 @@ func NewRedis(c config.Redis) (rueidis.Client, error) {
 }
 
 func initRedis(ctx context.Context, a *App) (Service, error) {
+	keys, err := routing.NewKeySpace(a.Config.Redis.KeyPrefix)
+	if err != nil {
+		return nil, err
+	}
 	rdb, err := NewRedis(a.Config.Redis)
 	if err != nil {
 		return nil, fmt.Errorf("redis %v: %w", a.Config.Redis.Addrs, err)
 	}
-	a.clients.redis = rdb
+	a.clients.redis, a.clients.keys = rdb, keys
 	return holder{
 		close: func() error { rdb.Close(); return nil },
 		ready: func(ctx context.Context) error { return rdb.Do(ctx, rdb.B().Ping().Build()).Error() },
@@ -386,6 +391,7 @@ func initRouting(ctx context.Context, a *App) (Service, error) {
 	c.catalog = routing.NewCatalog(c.pools, routing.CatalogTTL)
 	c.alloc = routing.NewAllocator(routing.AllocatorParams{
 		Redis:       c.redis,
+		KeySpace:    c.keys,
 		DBs:         c.pools,
 		Catalog:     c.catalog,
 		Scripts:     c.scripts,
@@ -394,10 +400,10 @@ func initRouting(ctx context.Context, a *App) (Service, error) {
 		AutoAdvance: a.Config.Shard.AutoAdvance,
 		ReserveStep: a.Config.Send.SeqReserveStep,
 	})
-	c.flight = routing.NewFlight(c.redis, c.scripts, c.pools, a.Config.Send.ProduceTimeout, c.rmetrics)
-	c.routes = routing.NewRoutes(c.redis, c.scripts)
-	c.acl = acl.New(acl.Params{Redis: c.redis, Scripts: c.scripts, DBs: c.pools, TTL: a.Config.Send.ACLCacheTTL, Log: a.Log.With().Str("module", "acl").Logger()})
-	c.migs = routing.NewMigrations(c.pools, c.redis, c.scripts, a.Log.With().Str("module", Routing).Logger())
+	c.flight = routing.NewFlight(c.redis, c.keys, c.scripts, c.pools, a.Config.Send.ProduceTimeout, c.rmetrics)
+	c.routes = routing.NewRoutes(c.redis, c.keys, c.scripts)
+	c.acl = acl.New(acl.Params{Redis: c.redis, KeySpace: c.keys, Scripts: c.scripts, DBs: c.pools, TTL: a.Config.Send.ACLCacheTTL, Log: a.Log.With().Str("module", "acl").Logger()})
+	c.migs = routing.NewMigrations(c.pools, c.redis, c.keys, c.scripts, a.Log.With().Str("module", Routing).Logger())
 	alloc, migs := c.alloc, c.migs
 	// the loop keeps every process's view of migration states fresh
 	return runner{
@@ -425,6 +431,7 @@ func (a *App) NewShardManager() *shardmgr.Manager {
 		Tenants:    c.pools.IDs,
 		DBs:        c.pools,
 		Redis:      c.redis,
+		KeySpace:   c.keys,
 		Catalog:    c.catalog,
 		Allocator:  c.alloc,
 		Scripts:    c.scripts,

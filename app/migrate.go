@@ -23,6 +23,7 @@ func (a *App) NewMigrator() *migrate.Migrator {
 		Tenants:   c.pools.IDs,
 		DBs:       c.pools,
 		Redis:     c.redis,
+		KeySpace:  c.keys,
 		Scripts:   c.scripts,
 		Catalog:   c.catalog,
 		Allocator: c.alloc,

@@ -15,6 +15,7 @@ func initPersist(ctx context.Context, a *App) (Service, error) {
 		DBs:        c.pools,
 		Tenants:    c.pools.IDs,
 		Redis:      c.redis,
+		KeySpace:   c.keys,
 		Scripts:    c.scripts,
 		Catalog:    c.catalog,
 		Flight:     c.flight,

@@ -17,6 +17,7 @@ func (a *App) NewRouter() *routing.Router {
 	c := &a.clients
 	return routing.NewRouter(routing.RouterParams{
 		Redis:      c.redis,
+		KeySpace:   c.keys,
 		DBs:        c.pools,
 		Catalog:    c.catalog,
 		Routes:     c.routes,
@@ -33,6 +34,7 @@ func initReadPath(ctx context.Context, a *App) (Service, error) {
 	c := &a.clients
 	a.reader = readpath.New(readpath.Params{
 		Redis:       c.redis,
+		KeySpace:    c.keys,
 		DBs:         c.pools,
 		Router:      a.NewRouter(),
 		Flight:      c.flight,
@@ -54,6 +56,7 @@ func (a *App) NewQuery() *query.Service {
 	return query.New(query.Params{
 		Reader:     a.reader,
 		Redis:      c.redis,
+		KeySpace:   c.keys,
 		DBs:        c.pools,
 		Router:     a.NewRouter(),
 		Catalog:    c.catalog,
@@ -71,6 +74,7 @@ func (a *App) NewInbox() *inbox.Service {
 	return inbox.New(inbox.Params{
 		Reader:           a.reader,
 		Redis:            c.redis,
+		KeySpace:         c.keys,
 		DBs:              c.pools,
 		Router:           a.NewRouter(),
 		Flight:           c.flight,
@@ -88,7 +92,7 @@ func (a *App) NewInbox() *inbox.Service {
 // NewRouteCheck builds the route checker of `imshard route check|rebuild`.
 func (a *App) NewRouteCheck() *routecheck.Checker {
 	c := &a.clients
-	return &routecheck.Checker{Redis: c.redis, Routes: c.routes, Catalog: c.catalog, DBs: c.pools}
+	return &routecheck.Checker{Redis: c.redis, KeySpace: c.keys, Routes: c.routes, Catalog: c.catalog, DBs: c.pools}
 }
 
 // initQuery serves the message reads: pages, one message, context,
@@ -116,9 +120,10 @@ func initStream(ctx context.Context, a *App) (Service, error) {
 	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
 	st := a.Config.Stream
 	rt := stream.New(stream.Params{
-		Redis: a.clients.redis,
-		Reads: a.NewQuery(),
-		Auth:  auth,
+		Redis:    a.clients.redis,
+		KeySpace: a.clients.keys,
+		Reads:    a.NewQuery(),
+		Auth:     auth,
 		Limits: stream.Limits{
 			MaxConnections:    st.MaxConnections,
 			MaxTopics:         st.MaxTopics,

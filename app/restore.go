@@ -63,7 +63,7 @@ func (a *App) RestoreTenant(ctx context.Context, tenant string, o RestoreOptions
 		rep.MaxHi = max(rep.MaxHi, hi)
 	}
 	say("raised the seq reservations of %d topics (margin %d, highest now %d)", rep.Topics, o.SeqMargin, rep.MaxHi)
-	if err := routing.DropTenantKeys(ctx, a.clients.redis, tenant); err != nil {
+	if err := a.clients.keys.DropTenantKeys(ctx, a.clients.redis, tenant); err != nil {
 		return rep, fmt.Errorf("drop the Redis keys of %s: %w", tenant, err)
 	}
 	say("dropped the Redis keys")

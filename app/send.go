@@ -16,6 +16,7 @@ func initSend(ctx context.Context, a *App) (Service, error) {
 		KafkaConn:  c.kafka,
 		KafkaTopic: a.Config.Kafka.Topic,
 		Redis:      c.redis,
+		KeySpace:   c.keys,
 		DBs:        c.pools,
 		Catalog:    c.catalog,
 		Allocator:  c.alloc,

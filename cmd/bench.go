@@ -16,7 +16,6 @@ import (
 	"github.com/imshard/imshard/app"
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/bench"
-	"github.com/imshard/imshard/modules/routing"
 	imsql "github.com/imshard/imshard/sql"
 )
 
@@ -91,7 +90,7 @@ func dropBenchTenant(ctx context.Context, a *app.App, db *sql.DB, tenant string)
 	ctx = context.WithoutCancel(ctx)
 	return errors.Join(bench.DropFixtures(ctx, db, func(name string) string {
 		return strings.Replace(imsql.DropDatabase(), imsql.DatabasePlaceholder, name, 1)
-	}), routing.DropTenantKeys(ctx, a.Redis(), tenant))
+	}), a.KeySpace().DropTenantKeys(ctx, a.Redis(), tenant))
 }
 
 // verdict is how a bench line reads a bar.

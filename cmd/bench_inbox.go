@@ -112,7 +112,7 @@ func runBenchInbox(ctx context.Context, cfg *config.Config, o *benchInboxOptions
 			_, err := svc.MarkRead(ctx, pr, topic, seq)
 			return err
 		},
-		NotHidden: readpath.NotHidden, Reader: a.Reader(), Redis: a.Redis(), Cold: o.cold, DB: db, Tenant: o.tenant, Table: t, Users: o.users, Topics: o.topics,
+		NotHidden: readpath.NotHidden, Reader: a.Reader(), Redis: a.Redis(), KeySpace: a.KeySpace(), Cold: o.cold, DB: db, Tenant: o.tenant, Table: t, Users: o.users, Topics: o.topics,
 		MinPer: o.minPer, MaxPer: o.maxPer, HeavyUsers: o.heavy, Messages: o.messages, Concurrency: o.concurrency,
 		Duration: o.duration, Warmup: o.warmup, Progress: g.stderr}
 	start := time.Now()

@@ -129,7 +129,7 @@ func runBenchPersist(ctx context.Context, cfg *config.Config, o *benchPersistOpt
 			Config: config.Persist{BatchSize: o.batch, BatchLinger: 20 * time.Millisecond, MaxRetries: 10,
 				RetryBackoff: 100 * time.Millisecond, RetryBackoffMax: 5 * time.Second},
 			Kafka: k, KafkaConn: conn, DBs: a.Pools(), Tenants: func() []string { return []string{o.tenant} },
-			Redis: a.Redis(), Scripts: a.Scripts(), Catalog: a.Catalog(), Flight: a.Flight(), Routes: a.Routes(),
+			Redis: a.Redis(), KeySpace: a.KeySpace(), Scripts: a.Scripts(), Catalog: a.Catalog(), Flight: a.Flight(), Routes: a.Routes(),
 			Metrics: routing.NewMetrics(prometheus.NewRegistry()), Log: log, Registerer: prometheus.NewRegistry(),
 			Writers: o.writers, OnBatch: onBatch,
 		})
@@ -150,7 +150,7 @@ func runBenchPersist(ctx context.Context, cfg *config.Config, o *benchPersistOpt
 			bench.DropFixtures(cleanup, db, func(name string) string {
 				return strings.Replace(imsql.DropDatabase(), imsql.DatabasePlaceholder, name, 1)
 			}),
-			routing.DropTenantKeys(cleanup, a.Redis(), o.tenant))
+			a.KeySpace().DropTenantKeys(cleanup, a.Redis(), o.tenant))
 	}
 	return rep, err
 }

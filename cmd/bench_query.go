@@ -150,7 +150,7 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 			res, err := ch.Recall(ctx, me, topic, seq, reason)
 			return res.ChangeSeq, err
 		},
-		Routes: a.Routes(), Groups: a.ACL(), Redis: a.Redis(), DB: db, Tenant: o.tenant,
+		Routes: a.Routes(), Groups: a.ACL(), Redis: a.Redis(), KeySpace: a.KeySpace(), DB: db, Tenant: o.tenant,
 		Tables: tables, BaseURL: "http://" + ln.Addr().String(), Token: token,
 		Topics: o.topics, Rows: o.rows, Concurrency: o.concurrency, Duration: o.duration, Warmup: o.warmup, Only: o.only,
 		Progress: g.stderr,

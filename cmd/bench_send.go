@@ -180,7 +180,7 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 		Concurrency: o.concurrency, Round: o.duration, Warmup: o.warmup, Topics: o.topics, Pairs: o.pairs,
 		BodyBytes: o.bodyBytes, Rates: rates, RateShares: shares, Peer: o.peer, ProfileHTTP: profile,
 		BaseURL: baseURL, Tenant: o.tenant, Secret: secret,
-		Redis: a.Redis(), Allocator: a.Allocator(),
+		Redis: a.Redis(), KeySpace: a.KeySpace(), Allocator: a.Allocator(),
 		Producer: send.ProducerOpts(conn, cfg.Kafka.Topic, cfg.Send.ProduceTimeout),
 		Progress: g.stderr,
 	})

@@ -18,6 +18,7 @@ import (
 	"github.com/imshard/imshard/app"
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/bench"
+	"github.com/imshard/imshard/modules/routing"
 )
 
 type benchStreamOptions struct {
@@ -204,6 +205,10 @@ func runBenchStreamClients(g *globals) error {
 	}
 	ctx, stop := signalContext()
 	defer stop()
+	keys, err := routing.NewKeySpace(cfg.Redis.KeyPrefix)
+	if err != nil {
+		return err
+	}
 	rdb, err := app.NewRedis(cfg.Redis)
 	if err != nil {
 		return err
@@ -220,7 +225,7 @@ func runBenchStreamClients(g *globals) error {
 	}
 	rep, err := bench.Stream(ctx, bench.StreamParams{
 		BaseURL: plan.BaseURL, Tenants: plan.Tenants, Topics: plan.Topics, Sockets: plan.Sockets,
-		Rate: plan.Rate, Duration: plan.Duration, Rounds: plan.Rounds, Redis: rdb, Progress: g.stderr,
+		Rate: plan.Rate, Duration: plan.Duration, Rounds: plan.Rounds, Redis: rdb, KeySpace: keys, Progress: g.stderr,
 		Mark: func(stage string) error {
 			if _, err := fmt.Fprintf(g.stdout, "%s%s\n", streamMarkLine, stage); err != nil {
 				return err

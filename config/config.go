@@ -84,6 +84,11 @@ type MySQL struct {
 // Redis holds the Redis endpoints; several addresses mean Redis Cluster.
 type Redis struct {
 	Addrs []string `mapstructure:"addrs"` // host:port each, or one "unix:/path" (RedisSocket)
+	// KeyPrefix starts every Redis key and pub/sub channel of the
+	// installation, so that two installations can share one Redis; empty
+	// keeps the keys as they were before the setting existed. Read at start
+	// only: keys written under another prefix are not found again.
+	KeyPrefix string `mapstructure:"key_prefix"`
 	// Username is a Redis 6+ ACL user; empty means the default user (AUTH with
 	// the password alone).
 	Username    string        `mapstructure:"username"`
@@ -217,6 +222,12 @@ type Migrate struct {
 // TenantIDPattern is what a tenant id must match: the id becomes part of database
 // names and Redis keys, so it is kept to characters that need no quoting anywhere.
 var TenantIDPattern = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
+
+// KeyPrefixPattern is what redis.key_prefix must match: empty, or at most 32
+// letters, digits and "_.:-". No brace: the tenant's "{tenant}" after it must
+// stay the key's Redis Cluster hash tag. No glob metacharacter ("*?[]\"): the
+// SCAN patterns built on it must match only its own installation's keys.
+var KeyPrefixPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{0,32}$`)
 
 // DemoTenant is the built-in tenant of a local setup. It only stands in for a
 // tenant list nobody gave: Load drops it when a tenants_file is set, and a

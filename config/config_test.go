@@ -412,6 +412,10 @@ func TestValidateRules(t *testing.T) {
 		{"redis socket relative", func(c *Config) { c.Redis.Addrs = []string{"unix:redis.sock"} }, "redis.addrs[0]"},
 		{"redis socket in a cluster", func(c *Config) { c.Redis.Addrs = []string{"a:1", "unix:/run/redis.sock"} }, "redis.addrs[1]"},
 		{"redis dial timeout", func(c *Config) { c.Redis.DialTimeout = -1 }, "redis.dial_timeout"},
+		{"redis key prefix with a brace", func(c *Config) { c.Redis.KeyPrefix = "a{b}:" }, "redis.key_prefix"},
+		{"redis key prefix with a glob", func(c *Config) { c.Redis.KeyPrefix = "prod*" }, "redis.key_prefix"},
+		{"redis key prefix with a space", func(c *Config) { c.Redis.KeyPrefix = "my app:" }, "redis.key_prefix"},
+		{"redis key prefix too long", func(c *Config) { c.Redis.KeyPrefix = strings.Repeat("p", 33) }, "redis.key_prefix"},
 		{"kafka broker", func(c *Config) { c.Kafka.Brokers = []string{"k1"} }, "kafka.brokers[0]"},
 		{"kafka topic empty", func(c *Config) { c.Kafka.Topic = "" }, "kafka.topic"},
 		{"kafka topic illegal", func(c *Config) { c.Kafka.Topic = "a topic" }, "kafka.topic"},
@@ -562,6 +566,7 @@ func TestValidateAcceptsEdges(t *testing.T) {
 	}{
 		{"listen on all interfaces, any port", func(c *Config) { c.HTTP.Addr = ":0"; c.Metrics.Addr = "[::1]:0" }},
 		{"redis through its unix socket", func(c *Config) { c.Redis.Addrs = []string{"unix:/run/redis/redis.sock"} }},
+		{"redis key prefix of every allowed character, at its longest", func(c *Config) { c.Redis.KeyPrefix = "Az09_.:-" + strings.Repeat("p", 24) }},
 		{"template without {tenant} when every tenant has a dsn", func(c *Config) {
 			c.MySQL.DSNTemplate = ""
 			c.Tenants[0].DSN = "u@tcp(h:3306)/demo"

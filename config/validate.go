@@ -98,6 +98,9 @@ func (c *Config) Validate(roles ...string) error {
 			}
 		}
 		p.durAtLeast("redis.dial_timeout", c.Redis.DialTimeout, 0)
+		if !KeyPrefixPattern.MatchString(c.Redis.KeyPrefix) {
+			p.add("redis.key_prefix", "invalid %q: must match %s (for example \"prod:\")", c.Redis.KeyPrefix, KeyPrefixPattern)
+		}
 		c.validateRedisAuth(&p)
 	}
 	if need["kafka"] {

@@ -13,7 +13,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/imshard/imshard/modules/message"
-	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 )
 
@@ -124,7 +123,7 @@ func chCount(t testing.TB, env *harness.Env, table string, where sq.Eq) int {
 // message stored).
 func chWaitSettled(t *testing.T, env *harness.Env, topic string) {
 	t.Helper()
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	sendWaitFor(t, 30*time.Second, topic+" stored", func() bool {
 		n, err := env.Redis.Do(context.Background(), env.Redis.B().Zcard().Key(keys.Pending(topic)).Build()).AsInt64()
 		return err == nil && n == 0
@@ -134,7 +133,7 @@ func chWaitSettled(t *testing.T, env *harness.Env, topic string) {
 // chHot lists the members of topic's hot cache.
 func chHot(t testing.TB, env *harness.Env, topic string) []rueidis.ZScore {
 	t.Helper()
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	zs, err := env.Redis.Do(context.Background(), env.Redis.B().Zrange().Key(keys.HotMessages(topic)).Min("0").Max("-1").Withscores().Build()).AsZScores()
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +145,7 @@ func chHot(t testing.TB, env *harness.Env, topic string) []rueidis.ZScore {
 // every change event published from now on.
 func chSubscribe(t *testing.T, env *harness.Env, topic string) <-chan message.Change {
 	t.Helper()
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	ch := keys.Realtime(topic)
 	out := make(chan message.Change, 64)
 	probes := make(chan struct{}, 1)

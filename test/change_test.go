@@ -13,7 +13,6 @@ import (
 	sq "github.com/Masterminds/squirrel"
 
 	"github.com/imshard/imshard/modules/message"
-	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 )
 
@@ -306,7 +305,7 @@ func TestChangeRedisFailureChangesNothing(t *testing.T) {
 	t.Parallel()
 	env := rpStart(t)
 	ms := rpThreeMonths(t, env, "chred")
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	hot := keys.HotMessages("chred")
 	if err := env.Redis.Do(t.Context(), env.Redis.B().Set().Key(hot).Value("not a zset").Build()).Error(); err != nil {
 		t.Fatal(err)

@@ -141,6 +141,7 @@ func TestConfigErrorsExitTwoNamingTheKey(t *testing.T) {
 		{"bad duration from env", []string{"IMSHARD_HTTP_SHUTDOWN_GRACE=abc"}, []string{"config", "check"}, "http.shutdown_grace"},
 		{"bad bool from env", []string{"IMSHARD_SHARD_AUTO_ADVANCE=maybe"}, []string{"config", "check"}, "shard.auto_advance"},
 		{"out of range", []string{"IMSHARD_PERSIST_BATCH_SIZE=0"}, []string{"config", "check"}, "persist.batch_size"},
+		{"key prefix that would move the hash tag", []string{"IMSHARD_REDIS_KEY_PREFIX=a{b}:"}, []string{"config", "check"}, "redis.key_prefix"},
 		{"unknown key in file", nil, []string{"--config", unknown, "config", "check"}, "http.adr"},
 		{"unknown role", nil, []string{"serve", "--roles=bogus"}, "valid:"},
 		{"unknown flag", nil, []string{"shard", "ensure", "--bogus"}, "bogus"},

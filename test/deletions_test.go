@@ -11,7 +11,6 @@ import (
 
 	sq "github.com/Masterminds/squirrel"
 
-	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 )
 
@@ -30,10 +29,7 @@ func dellogRows(t *testing.T, env *harness.Env, topic string, user int64) int {
 // when not cached).
 func hiddenEntry(t *testing.T, env *harness.Env, topic string, user int64) (string, bool) {
 	t.Helper()
-	keys, err := routing.KeysFor(env.Tenant)
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := env.Keys()
 	rdb := env.App.Redis()
 	v, err := rdb.Do(context.Background(), rdb.B().Hget().Key(keys.Hidden(topic)).Field(strconv.FormatInt(user, 10)).Build()).ToString()
 	if err != nil {
@@ -138,7 +134,7 @@ func TestDeletionsShowAtOnce(t *testing.T) {
 	waitFor(t, 30*time.Second, func() bool { return len(rpWalkSince(t, env, rpOther, "delnow", 50)) == 10 }) // persisted
 	// the same from MySQL: the hot cache gone, read by a process holding
 	// no copy of the topic
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	rdb := env.App.Redis()
 	if err := rdb.Do(context.Background(), rdb.B().Del().Key(keys.HotMessages("delnow")).Build()).Error(); err != nil {
 		t.Fatal(err)
@@ -172,7 +168,7 @@ func TestDeletionsCacheFallbacks(t *testing.T) {
 	if rpMetric(t, env, "imshard_query_hidden_cache_total", "result=miss") != 1 || rpMetric(t, env, "imshard_query_hidden_cache_total", "result=many") < 1 {
 		t.Fatal("a miss, then entries of too many ranges, are counted")
 	}
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	rdb := env.App.Redis()
 	ctx := context.Background()
 	set := func(v string) {
@@ -225,7 +221,7 @@ func TestDeletionsSurviveLostRedis(t *testing.T) {
 	if v, ok := hiddenEntry(t, env, "dellost", rpMember); !ok || v != "5-25,50-51" {
 		t.Fatalf("cached ranges %q %v", v, ok)
 	}
-	if err := routing.DropTenantKeys(context.Background(), env.Redis, env.Tenant); err != nil {
+	if err := env.App.KeySpace().DropTenantKeys(context.Background(), env.Redis, env.Tenant); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := hiddenEntry(t, env, "dellost", rpMember); ok {

@@ -100,7 +100,11 @@ func TestFaultPersistKilledBetweenCommitsAndMidStream(t *testing.T) {
 		}
 		return n == 0
 	})
-	persistCheckRoutesOf(t, db, routing.NewRoutes(testenv.Redis(t), routing.NewScripts()), tenant, stored)
+	space, err := routing.NewKeySpace("") // the processes' configuration sets no redis.key_prefix
+	if err != nil {
+		t.Fatal(err)
+	}
+	persistCheckRoutesOf(t, db, routing.NewRoutes(testenv.Redis(t), space, routing.NewScripts()), tenant, stored)
 	_ = last.cmd.Process.Signal(syscall.SIGTERM)
 	if err := last.wait(t, 30*time.Second); err != nil {
 		t.Fatalf("persist did not stop cleanly: %v\n%s", err, last.out.String())

@@ -110,7 +110,7 @@ func TestActiveMonthNeverMovesBackwards(t *testing.T) {
 		t.Fatalf("activating an older month: err = %v, want ErrMonthOlder", err)
 	}
 	// a caller handing the script an older month directly changes nothing
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	reply, err := env.App.Scripts().Activate.Exec(ctx, env.Redis, []string{keys.ActiveMonth(), keys.ReadyMonths()},
 		[]string{env.Start.String(), env.Now().String()}).ToArray()
 	if err != nil {
@@ -132,7 +132,7 @@ func TestAutoAdvanceOnlyToReadyMonths(t *testing.T) {
 	t.Parallel()
 	env := shardOnly(t, harness.Options{})
 	ctx := context.Background()
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	now := env.Now()
 	// the tables after the active month exist, but Redis has not been told they are ready
 	for m := env.Start.Next(); !m.After(now.Add(2)); m = m.Next() {
@@ -141,7 +141,7 @@ func TestAutoAdvanceOnlyToReadyMonths(t *testing.T) {
 		}
 	}
 	auto := routing.NewAllocator(routing.AllocatorParams{
-		Redis: env.Redis, DBs: env.App.Pools(), Catalog: env.App.Catalog(), Scripts: env.App.Scripts(),
+		Redis: env.Redis, KeySpace: env.App.KeySpace(), DBs: env.App.Pools(), Catalog: env.App.Catalog(), Scripts: env.App.Scripts(),
 		Metrics: env.App.RoutingMetrics(), AutoAdvance: true, ReserveStep: 100,
 	})
 	t.Cleanup(auto.Close)
@@ -552,7 +552,7 @@ func TestSeqNeverReissuedAfterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	promoted := routing.NewAllocator(routing.AllocatorParams{
-		Redis: rep, DBs: env.App.Pools(), Catalog: env.App.Catalog(), Scripts: env.App.Scripts(),
+		Redis: rep, KeySpace: env.App.KeySpace(), DBs: env.App.Pools(), Catalog: env.App.Catalog(), Scripts: env.App.Scripts(),
 		Metrics: env.App.RoutingMetrics(), ReserveStep: 50,
 	})
 	t.Cleanup(promoted.Close)

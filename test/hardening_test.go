@@ -57,7 +57,7 @@ func TestLatestPageShowsOwnSendAfterHotKeyExpired(t *testing.T) {
 	e.member("room", 1, "member", time.Time{})
 	user := e.Token(1, "")
 	other := rpNoCopies(t, e.Env)
-	hot := e.keys().HotMessages("room")
+	hot := e.Keys().HotMessages("room")
 	for i := range 20 {
 		if err := e.Redis.Do(context.Background(), e.Redis.B().Del().Key(hot).Build()).Error(); err != nil {
 			t.Fatal(err)

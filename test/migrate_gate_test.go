@@ -77,7 +77,7 @@ func TestMigrationPlanShutsTheGateForAProcessStillSeeingNoMigration(t *testing.T
 	pending("a recall", code, string(out))
 
 	// Redis lost the gate: rebuilt from MySQL, never taken as open
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	if err := env.Redis.Do(ctx, env.Redis.B().Del().Key(keys.MigrationGate()).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}

@@ -527,7 +527,7 @@ func TestMigrationRefusals(t *testing.T) {
 		t.Fatalf("finish before verification: exit %d\n%s", code, out)
 	}
 	// two backfills of one tenant at once: the lock holder runs, the other waits
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	lock, err := routing.AcquireLock(ctx, env.Redis, env.App.Scripts(), keys.MigrateLock(), 10*time.Second, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -134,7 +134,7 @@ func TestPersistMalformedEventsAreDeadLettered(t *testing.T) {
 		t.Fatalf("dead letters by reason: %v (%d)", reasons, len(dl))
 	}
 	// nothing written for a tenant this deployment does not serve
-	keys, _ := routing.KeysFor("tnotconfigured")
+	keys, _ := env.App.KeySpace().Tenant("tnotconfigured")
 	if n, err := env.Redis.Do(context.Background(), env.Redis.B().Exists().Key(keys.Gaps("ok")).Build()).AsInt64(); err != nil || n != 0 {
 		t.Fatalf("a gap recorded for an unknown tenant: %d %v", n, err)
 	}
@@ -272,7 +272,7 @@ func TestPersistAdvancesRoutesCompleteOverSealedMonths(t *testing.T) {
 	persistProduce(t, env, persistEvent(env.Tenant, "wm", 1, env.Start.Add(2), 1, "x"))
 	persistWaitCount(t, env, 1, 20*time.Second, env.Start.Add(2))
 	waitFor(t, 20*time.Second, func() bool {
-		m, err := routing.RoutesComplete(ctx, env.Redis, env.Tenant)
+		m, err := routing.RoutesComplete(ctx, env.Redis, env.Keys())
 		return err == nil && m == env.Start.Next()
 	})
 }

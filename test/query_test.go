@@ -240,7 +240,7 @@ func TestAcceptance10_IncompleteHotCacheFallsBackToMySQL(t *testing.T) {
 	env := rpStart(t)
 	rpThreeMonths(t, env, "acc10")
 	ctx := context.Background()
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	rdb := env.Redis
 	cache := func(seq int64, text string) { rpCache(t, env, "acc10", seq, text) }
 	setLast := func(seq int64) { rpSetLast(t, env, "acc10", seq) }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/imshard/imshard/modules/message"
-	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 )
 
@@ -89,7 +88,7 @@ func TestReadPathEndToEndThroughPost(t *testing.T) {
 		return v
 	}
 	fromCache := latest()
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	if err := env.Redis.Do(ctx, env.Redis.B().Del().Key(keys.HotMessages("e2e")).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}

@@ -218,7 +218,7 @@ func TestReadPathSinceWithoutCounterNeverJumpsOverUnstoredSeqs(t *testing.T) {
 	if err := fl.MarkPersisted(ctx, env.Tenant, "lost", 7, 8); err != nil {
 		t.Fatal(err)
 	}
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	if err := env.Redis.Do(ctx, env.Redis.B().Del().Key(keys.Seq("lost"), keys.Pending("lost")).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func rpNoCopies(t *testing.T, env *harness.Env) *harness.Env {
 // send does once Kafka acknowledged it.
 func rpCache(t testing.TB, env *harness.Env, topic string, seq int64, text string) {
 	t.Helper()
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	m := message.Message{Topic: topic, Seq: seq, MessageID: message.ID(seq), Status: "normal", MsgType: "text",
 		Content: json.RawMessage(`{"text":"` + text + `"}`), Version: 1}
 	raw, _ := json.Marshal(m.Normalized())
@@ -63,7 +63,7 @@ func rpCache(t testing.TB, env *harness.Env, topic string, seq int64, text strin
 // rpSetLast sets topic's seq counter (the last seq issued).
 func rpSetLast(t testing.TB, env *harness.Env, topic string, seq int64) {
 	t.Helper()
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	if err := env.Redis.Do(context.Background(), env.Redis.B().Set().Key(keys.Seq(topic)).Value(strconv.FormatInt(seq, 10)).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}

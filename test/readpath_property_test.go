@@ -83,7 +83,7 @@ func rpRandomTopic(t *testing.T, env *harness.Env, rng *rand.Rand, topic string,
 func rpRandomHotCache(t *testing.T, env *harness.Env, rng *rand.Rand, topic string, n int64, status map[int64]string) (gaps []int64) {
 	t.Helper()
 	ctx := context.Background()
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	rdb := env.Redis
 	cmds := rueidis.Commands{rdb.B().Set().Key(keys.Seq(topic)).Value(strconv.FormatInt(n, 10)).Build()}
 	holes := rng.IntN(2) == 0
@@ -140,7 +140,7 @@ func TestReadPathPropertyPagingMatchesPersisted(t *testing.T) {
 		env.Activate(m)
 	}
 	ctx := context.Background()
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	rdb := env.Redis
 	readers := []*harness.Env{env, rpNoCopies(t, env)}
 	for _, m := range models {

@@ -36,7 +36,7 @@ func TestReadPathStaleRouteReachesNewestMonth(t *testing.T) {
 		t.Fatalf("exact seq in a month the route misses: %d", code)
 	}
 	// the watermark below the newest months: they are still probed
-	if err := routing.MarkRoutesComplete(ctx, env.Redis, env.Tenant, ms[0]); err != nil {
+	if err := routing.MarkRoutesComplete(ctx, env.Redis, env.Keys(), ms[0]); err != nil {
 		t.Fatal(err)
 	}
 	rpExpect(t, "watermark behind the data", rpWalkSince(t, env, rpMember, "stale", 50), rpAsc(1, 70))
@@ -50,10 +50,10 @@ func TestReadPathStaleRouteReachesNewestMonth(t *testing.T) {
 	if err != nil || len(tr.Probe) != 2 {
 		t.Fatalf("without a watermark the months after the route are probed: %+v %v", tr, err)
 	}
-	if err := routing.MarkRoutesComplete(ctx, env.Redis, env.Tenant, ms[2]); err != nil {
+	if err := routing.MarkRoutesComplete(ctx, env.Redis, env.Keys(), ms[2]); err != nil {
 		t.Fatal(err)
 	}
-	if err := routing.MarkRoutesComplete(ctx, env.Redis, env.Tenant, ms[1]); err != nil { // never moves back
+	if err := routing.MarkRoutesComplete(ctx, env.Redis, env.Keys(), ms[1]); err != nil { // never moves back
 		t.Fatal(err)
 	}
 	tr, err = router.Route(ctx, env.Tenant, "idle")
@@ -83,7 +83,7 @@ func TestReadPathFallbackWithoutRouteOrMirror(t *testing.T) {
 	}
 	rpSetLast(t, env, "lost", 12) // the routes are lost, the seq counter is not
 	rpExpect(t, "bounded fallback", rpWalkSince(t, env, rpMember, "lost", 50), rpAsc(6, 12))
-	queued, err := routing.RepairQueue(ctx, env.Redis, env.Tenant)
+	queued, err := routing.RepairQueue(ctx, env.Redis, env.Keys())
 	if err != nil || len(queued) != 1 || queued[0] != "lost" {
 		t.Fatalf("repair queued: %v %v", queued, err)
 	}
@@ -94,7 +94,7 @@ func TestReadPathFallbackWithoutRouteOrMirror(t *testing.T) {
 		t.Fatalf("check --fix: %+v %v %v", res, seen, err)
 	}
 	rpExpect(t, "after the repair", rpWalkSince(t, env, rpMember, "lost", 50), rpAsc(1, 12))
-	if queued, _ := routing.RepairQueue(ctx, env.Redis, env.Tenant); len(queued) != 0 {
+	if queued, _ := routing.RepairQueue(ctx, env.Redis, env.Keys()); len(queued) != 0 {
 		t.Fatalf("repair queue not drained: %v", queued)
 	}
 }
@@ -120,7 +120,7 @@ func TestRouteCheckAndRebuildCommands(t *testing.T) {
 	if _, err := sq.Update("im_group_message_topic_shards").Set("max_seq", 19).Where(sq.Eq{"topic": "rcheck", "shard_month": ms[0].String()}).RunWith(env.DB).ExecContext(ctx); err != nil {
 		t.Fatal(err)
 	}
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	if err := env.Redis.Do(ctx, env.Redis.B().Hdel().Key(keys.RouteMeta("rcheck")).Field(ms[1].String()).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}

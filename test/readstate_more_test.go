@@ -37,7 +37,7 @@ func TestReadStateCursorSurvivesRedisFlush(t *testing.T) {
 	ctx := context.Background()
 	cached := func() map[string]string {
 		t.Helper()
-		m, err := env.Redis.Do(ctx, env.Redis.B().Hgetall().Key(env.keys().ReadCursors(31)).Build()).AsStrMap()
+		m, err := env.Redis.Do(ctx, env.Redis.B().Hgetall().Key(env.Keys().ReadCursors(31)).Build()).AsStrMap()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +72,7 @@ func TestReadStateCursorSurvivesRedisFlush(t *testing.T) {
 	}
 	// a stale entry (as if an older fill had landed) is what a join
 	// replaces: the join bumps the version and drops it
-	if err := env.Redis.Do(ctx, env.Redis.B().Hset().Key(env.keys().ReadCursors(31)).FieldValue().
+	if err := env.Redis.Do(ctx, env.Redis.B().Hset().Key(env.Keys().ReadCursors(31)).FieldValue().
 		FieldValue("~", "e").FieldValue(topic, "0").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestReadStateCursorSurvivesRedisFlush(t *testing.T) {
 	}
 	// a malformed entry is dropped and read again from MySQL; a move over
 	// it still works
-	if err := env.Redis.Do(ctx, env.Redis.B().Hset().Key(env.keys().ReadCursors(31)).FieldValue().
+	if err := env.Redis.Do(ctx, env.Redis.B().Hset().Key(env.Keys().ReadCursors(31)).FieldValue().
 		FieldValue("~", "e").FieldValue(topic, "x").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestReadStateCursorSurvivesRedisFlush(t *testing.T) {
 	if c := cached(); c[topic] != "4" {
 		t.Fatalf("cached cursors after a malformed entry: %v", c)
 	}
-	if err := env.Redis.Do(ctx, env.Redis.B().Hset().Key(env.keys().ReadCursors(31)).FieldValue().
+	if err := env.Redis.Do(ctx, env.Redis.B().Hset().Key(env.Keys().ReadCursors(31)).FieldValue().
 		FieldValue(topic, "x").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
@@ -277,12 +277,12 @@ func TestReadStateBadgesFromCachedMemberships(t *testing.T) {
 	want("after a leave", map[string]int{b: 1})
 	// an entry of the older form (complete marker "1", topics left kept)
 	ctx := context.Background()
-	if err := env.Redis.Do(ctx, env.Redis.B().Hset().Key(env.keys().ReadCursors(user)).FieldValue().
+	if err := env.Redis.Do(ctx, env.Redis.B().Hset().Key(env.Keys().ReadCursors(user)).FieldValue().
 		FieldValue("~", "1").FieldValue(a, "0").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	want("over an entry of the older form", map[string]int{b: 1})
-	m, err := env.Redis.Do(ctx, env.Redis.B().Hgetall().Key(env.keys().ReadCursors(user)).Build()).AsStrMap()
+	m, err := env.Redis.Do(ctx, env.Redis.B().Hgetall().Key(env.Keys().ReadCursors(user)).Build()).AsStrMap()
 	if err != nil {
 		t.Fatal(err)
 	}

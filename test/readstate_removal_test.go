@@ -90,8 +90,8 @@ func rsShowsUnread(t *testing.T, env *sendEnv, step string, user int64, topic st
 func rsCachedEntry(t *testing.T, env *sendEnv, user int64) (map[string]string, string) {
 	t.Helper()
 	ctx := context.Background()
-	res := env.Redis.DoMulti(ctx, env.Redis.B().Hgetall().Key(env.keys().ReadCursors(user)).Build(),
-		env.Redis.B().Get().Key(env.keys().ReadCursorsVersion(user)).Build())
+	res := env.Redis.DoMulti(ctx, env.Redis.B().Hgetall().Key(env.Keys().ReadCursors(user)).Build(),
+		env.Redis.B().Get().Key(env.Keys().ReadCursorsVersion(user)).Build())
 	m, err := res[0].AsStrMap()
 	if err != nil {
 		t.Fatal(err)

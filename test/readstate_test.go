@@ -104,12 +104,12 @@ func TestReadStateUnreadExact(t *testing.T) {
 				r := env.mustSend(env.Token(from, ""), topic, body)
 				m.msgs[r.Seq], m.last = msg, r.Seq
 			case op < 62: // a gap: a seq issued that no message will ever use, recorded as routing.Flight.RecordGap does
-				n, err := env.Redis.Do(ctx, env.Redis.B().Incr().Key(env.keys().Seq(topic)).Build()).AsInt64()
+				n, err := env.Redis.Do(ctx, env.Redis.B().Incr().Key(env.Keys().Seq(topic)).Build()).AsInt64()
 				if err != nil {
 					t.Fatal(err)
 				}
 				v := strconv.FormatInt(n, 10)
-				if err := env.Redis.Do(ctx, env.Redis.B().Zadd().Key(env.keys().Gaps(topic)).ScoreMember().ScoreMember(float64(n), v).Build()).Error(); err != nil {
+				if err := env.Redis.Do(ctx, env.Redis.B().Zadd().Key(env.Keys().Gaps(topic)).ScoreMember().ScoreMember(float64(n), v).Build()).Error(); err != nil {
 					t.Fatal(err)
 				}
 				m.last = n
@@ -158,7 +158,7 @@ func TestReadStateUnreadExact(t *testing.T) {
 		// afresh), then from the month tables with the hot cache moved
 		// aside and the topic's message version moved forward, as a change
 		// of its messages would, so nothing remembered answers
-		hot := env.keys().HotMessages(topic)
+		hot := env.Keys().HotMessages(topic)
 		for _, u := range users {
 			n, men, rs := m.unread(u)
 			for _, cold := range []bool{false, false, true} {
@@ -247,7 +247,7 @@ func TestReadStateUnreadExact(t *testing.T) {
 // rsMoveVersion moves topic's message version forward.
 func rsMoveVersion(t *testing.T, env *sendEnv, topic string) {
 	t.Helper()
-	if err := env.Redis.Do(context.Background(), env.Redis.B().Incr().Key(env.keys().MessagesVersion(topic)).Build()).Error(); err != nil {
+	if err := env.Redis.Do(context.Background(), env.Redis.B().Incr().Key(env.Keys().MessagesVersion(topic)).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -423,7 +423,7 @@ func TestReadStateUnreadCountsStoredMessagesMissingFromHotCache(t *testing.T) {
 	}
 	chWaitSettled(t, env.Env, topic)
 	ctx := context.Background()
-	if err := env.Redis.Do(ctx, env.Redis.B().Zremrangebyscore().Key(env.keys().HotMessages(topic)).
+	if err := env.Redis.Do(ctx, env.Redis.B().Zremrangebyscore().Key(env.Keys().HotMessages(topic)).
 		Min(strconv.FormatInt(last-1, 10)).Max(strconv.FormatInt(last, 10)).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}

@@ -109,7 +109,7 @@ func (e *sendEnv) persistPassed() {
 		e.T.Fatal(err)
 	}
 	ms := strconv.FormatInt(now.Add(time.Hour).UnixMilli(), 10)
-	if err := e.Redis.Do(ctx, e.Redis.B().Set().Key(e.keys().PersistedBefore()).Value(ms).Build()).Error(); err != nil {
+	if err := e.Redis.Do(ctx, e.Redis.B().Set().Key(e.Keys().PersistedBefore()).Value(ms).Build()).Error(); err != nil {
 		e.T.Fatal(err)
 	}
 }
@@ -117,23 +117,12 @@ func (e *sendEnv) persistPassed() {
 // seqKeyExists reports whether Redis holds an allocation counter for topic.
 func (e *sendEnv) seqKeyExists(topic string) bool {
 	e.T.Helper()
-	keys, err := routing.KeysFor(e.Tenant)
-	if err != nil {
-		e.T.Fatal(err)
-	}
+	keys := e.Keys()
 	n, err := e.Redis.Do(context.Background(), e.Redis.B().Exists().Key(keys.Seq(topic)).Build()).AsInt64()
 	if err != nil {
 		e.T.Fatal(err)
 	}
 	return n == 1
-}
-
-func (e *sendEnv) keys() routing.Keys {
-	k, err := routing.KeysFor(e.Tenant)
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	return k
 }
 
 // events reads every event of this tenant produced so far, waiting until
@@ -190,7 +179,7 @@ func sendByCMID(evs []message.Event, id string) []message.Event {
 // idemRecord reads the idempotency HASH of one send.
 func (e *sendEnv) idemRecord(topic string, from int64, clientMsgID string) map[string]string {
 	e.T.Helper()
-	m, err := e.Redis.Do(context.Background(), e.Redis.B().Hgetall().Key(e.keys().Idempotency(topic, from, clientMsgID)).Build()).AsStrMap()
+	m, err := e.Redis.Do(context.Background(), e.Redis.B().Hgetall().Key(e.Keys().Idempotency(topic, from, clientMsgID)).Build()).AsStrMap()
 	if err != nil && !rueidis.IsRedisNil(err) {
 		e.T.Fatal(err)
 	}
@@ -266,10 +255,7 @@ func (e *sendEnv) sendConcurrently(topic string, workers, per int) {
 // the test chooses. It returns the call's reply.
 func sentAfterAck(t *testing.T, env *harness.Env, topic string, from int64, clientMsgID string, seq int64, member string) int64 {
 	t.Helper()
-	k, err := routing.KeysFor(env.Tenant)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := env.Keys()
 	keys := []string{k.Idempotency(topic, from, clientMsgID), k.Pending(topic), k.HotMessages(topic), k.Realtime(topic),
 		k.MessagesVersion(topic), k.Abandoned(topic)}
 	hc := env.Config.HotCache

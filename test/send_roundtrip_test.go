@@ -61,7 +61,7 @@ func TestSendOneRoundTripBeforeAndOneAfterProduce(t *testing.T) {
 	e.persistPassed()
 	first := e.mustSend(user, "room", sendBody("warm-0", "x"))
 	sendWaitFor(t, 10*time.Second, "the idempotency horizon", func() bool {
-		n, err := direct.Do(ctx, direct.B().Exists().Key(e.keys().IdemSince()).Build()).AsInt64()
+		n, err := direct.Do(ctx, direct.B().Exists().Key(e.Keys().IdemSince()).Build()).AsInt64()
 		return err == nil && n == 1
 	})
 	for i := 1; ; i++ {
@@ -136,7 +136,7 @@ func TestSendOnRedisCluster(t *testing.T) {
 	if status != 200 || !r.Duplicate || r.Seq < 1 {
 		t.Fatalf("duplicate on the cluster = %d %+v", status, r)
 	}
-	n, err := e.Redis.Do(context.Background(), e.Redis.B().Zcard().Key(e.keys().HotMessages("room")).Build()).AsInt64()
+	n, err := e.Redis.Do(context.Background(), e.Redis.B().Zcard().Key(e.Keys().HotMessages("room")).Build()).AsInt64()
 	if err != nil || n != workers*per {
 		t.Fatalf("hot cache holds %d (%v), want %d", n, err, workers*per)
 	}
@@ -160,7 +160,7 @@ func TestSendAckRewritesALostRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	k := e.keys()
+	k := e.Keys()
 	idem := k.Idempotency("room", 1, "lost-between")
 	if err := e.Redis.Do(ctx, e.Redis.B().Del().Key(idem).Build()).Error(); err != nil {
 		t.Fatal(err)
@@ -200,7 +200,7 @@ func TestSendAckAfterPersistDroppedItAsDuplicateNeverAnswered201(t *testing.T) {
 	if err := e.App.Flight().RecordDuplicate(ctx, e.Tenant, "room", al.Seq); err != nil {
 		t.Fatal(err)
 	}
-	k := e.keys()
+	k := e.Keys()
 	keys := []string{k.Idempotency("room", 1, "dropped"), k.Pending("room"), k.HotMessages("room"), k.Realtime("room"),
 		k.MessagesVersion("room"), k.Abandoned("room")}
 	args := []string{strconv.FormatInt(al.Seq, 10), "60000", "{}", "", "0", "0", "", "{}"}

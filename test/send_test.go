@@ -147,7 +147,7 @@ func TestSendIdempotentRetry(t *testing.T) {
 	// Redis loses the tenant's memory of sends: the record and the horizon
 	forget := func(cmid string) {
 		t.Helper()
-		k := e.keys()
+		k := e.Keys()
 		if err := e.Redis.Do(ctx, e.Redis.B().Del().Key(k.Idempotency("room", 1, cmid), k.IdemSince()).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +194,7 @@ func TestSendIdempotentRetry(t *testing.T) {
 	want := created.Add(e.Config.Send.IdempotencyTTL).UnixMilli()
 	sendWaitFor(t, 10*time.Second, "the idempotency horizon", func() bool {
 		// the horizon is stamped with the server incarnation: "run_id:ms"
-		v, err := e.Redis.Do(ctx, e.Redis.B().Get().Key(e.keys().IdemSince()).Build()).ToString()
+		v, err := e.Redis.Do(ctx, e.Redis.B().Get().Key(e.Keys().IdemSince()).Build()).ToString()
 		_, ms, _ := strings.Cut(v, ":")
 		return err == nil && ms == strconv.FormatInt(want, 10)
 	})
@@ -228,7 +228,7 @@ func TestSendRetryReproducesPendingEvent(t *testing.T) {
 		ShardMonth: al.Month.String(), MessageID: 12345, FromUser: 1, ClientMsgID: "c1", MsgType: "text",
 		Content: []byte(`{"text":"before the crash"}`), CreatedAt: message.NewTime(time.Now())}
 	raw, _ := json.Marshal(ev)
-	key := e.keys().Idempotency("room", 1, "c1")
+	key := e.Keys().Idempotency("room", 1, "c1")
 	if err := e.Redis.Do(ctx, e.Redis.B().Hset().Key(key).FieldValue().FieldValue("status", "pending").
 		FieldValue("owner", "dead").FieldValue("event", string(raw)).Build()).Error(); err != nil {
 		t.Fatal(err)
@@ -610,6 +610,10 @@ func TestSendSnowflakeNodeLeases(t *testing.T) {
 	rs := testenv.StartRedis(t)
 	rdb := testenv.RedisClient(t, rs.Addr)
 	scripts := routing.NewScripts()
+	space, err := routing.NewKeySpace("lease:")
+	if err != nil {
+		t.Fatal(err)
+	}
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -619,7 +623,7 @@ func TestSendSnowflakeNodeLeases(t *testing.T) {
 	var gens []*send.Snowflake
 	for range 5 {
 		gen := send.NewSnowflake(time.Second)
-		l := send.NewNodeLease(rdb, scripts, ttl, gen, log)
+		l := send.NewNodeLease(rdb, space, scripts, ttl, gen, log)
 		if err := l.Acquire(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -642,7 +646,11 @@ func TestSendSnowflakeNodeLeases(t *testing.T) {
 	}
 	sendWaitFor(t, 10*time.Second, "every lease to be taken again", func() bool {
 		for _, g := range gens {
-			n, err := rdb.Do(ctx, rdb.B().Exists().Key(routing.SnowflakeNode(g.Node())).Build()).AsInt64()
+			key, err := space.SnowflakeNode(g.Node())
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := rdb.Do(ctx, rdb.B().Exists().Key(key).Build()).AsInt64()
 			if err != nil || n != 1 {
 				return false
 			}
@@ -668,7 +676,7 @@ func TestSendStaleClaimTakenOver(t *testing.T) {
 	ctx := context.Background()
 	claim := func(cmid string, at time.Time) {
 		t.Helper()
-		if err := e.Redis.Do(ctx, e.Redis.B().Hset().Key(e.keys().Idempotency("room", 1, cmid)).FieldValue().
+		if err := e.Redis.Do(ctx, e.Redis.B().Hset().Key(e.Keys().Idempotency("room", 1, cmid)).FieldValue().
 			FieldValue("status", "pending").FieldValue("owner", "dead").
 			FieldValue("claimed_at", fmt.Sprint(at.UnixMilli())).Build()).Error(); err != nil {
 			t.Fatal(err)
@@ -694,7 +702,7 @@ func TestSendHotCacheAndRealtime(t *testing.T) {
 	e.group("room", 7, "active")
 	e.member("room", 1, "member", time.Time{})
 	user := e.Token(1, "")
-	k := e.keys()
+	k := e.Keys()
 
 	sub := testenv.RedisClient(t, testenv.RedisAddr())
 	got := make(chan string, 32)
@@ -763,14 +771,16 @@ func TestSendHotCacheAndRealtime(t *testing.T) {
 }
 
 // `imshard bench send` runs end to end — the rounds of the HTTP send, the
-// reference send and a peer command, the open loop — and rejects bad usage
-// with exit 2 (figures are not asserted: they belong to docs/performance.md).
+// reference send and a peer command, the open loop — in an installation
+// with a redis.key_prefix, leaves no key of its tenant behind under any
+// prefix, and rejects bad usage with exit 2 (figures are not asserted: they
+// belong to docs/performance.md).
 func TestSendBenchCommand(t *testing.T) {
 	tenant := testenv.NewTenant(t)
 	cfg := tenantConfig(t, tenant, "")
 	peer := `echo "minimal HTTP send: 1000 ok, 0 failed, 2000/s, p50 1.5ms, p99 4ms"`
 	profile := filepath.Join(t.TempDir(), "http.prof")
-	code, out := runCLI(t, nil, "--config", cfg, "bench", "send", "--tenant", tenant,
+	code, out := runCLI(t, []string{"IMSHARD_REDIS_KEY_PREFIX=bench:"}, "--config", cfg, "bench", "send", "--tenant", tenant,
 		"--concurrency=2", "--duration=500ms", "--warmup=0s", "--topics=2", "--pairs=2", "--rate=50", "--peer", peer,
 		"--profile-http", profile)
 	for _, want := range []string{"HTTP / reference send = rate ", "HTTP / peer (--peer) = rate ", "raw allocation (FCALL)",
@@ -782,11 +792,12 @@ func TestSendBenchCommand(t *testing.T) {
 	if st, err := os.Stat(profile); err != nil || st.Size() == 0 {
 		t.Fatalf("--profile-http wrote no profile: %v", err)
 	}
-	// the bench's own tenant is dropped: no Redis key of it is left
+	// the bench's own tenant is dropped: no Redis key of it is left, under
+	// the prefix or outside it
 	rdb := testenv.RedisClient(t, testenv.RedisAddr())
 	var left []string
 	for cursor := uint64(0); ; {
-		e, err := rdb.Do(context.Background(), rdb.B().Scan().Cursor(cursor).Match("im:{"+tenant+"}:*").Count(1000).Build()).AsScanEntry()
+		e, err := rdb.Do(context.Background(), rdb.B().Scan().Cursor(cursor).Match("*im:{"+tenant+"}:*").Count(1000).Build()).AsScanEntry()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 )
 
@@ -22,10 +21,7 @@ func TestSeqContinuesFromTheLayoutBefore(t *testing.T) {
 	env := shardOnly(t, harness.Options{})
 	ctx := context.Background()
 	alloc := env.App.Allocator()
-	keys, err := routing.KeysFor(env.Tenant)
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := env.Keys()
 	info, err := env.Redis.Do(ctx, env.Redis.B().Info().Section("server").Build()).ToString()
 	if err != nil {
 		t.Fatal(err)

@@ -35,7 +35,7 @@ func TestShardLockKeptWhileSyncRuns(t *testing.T) {
 	results := make(chan shardmgr.Result, 1)
 	go func() { results <- a.NewShardManager().SyncTenant(ctx, tenant, shardmgr.Options{MonthsAhead: -1}) }()
 	waitFor(t, 20*time.Second, func() bool { return lock.Waiters() == 1 })
-	keys, err := routing.KeysFor(tenant)
+	keys, err := a.KeySpace().Tenant(tenant)
 	if err != nil {
 		t.Fatal(err)
 	}

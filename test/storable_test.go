@@ -122,7 +122,7 @@ func TestSendRefusesWhatStorageRefuses(t *testing.T) {
 	check("month table", stored)
 	check("hot cache", rpList(t, e.Env, 1, topic, nil).Messages)
 	check("since page", rpList(t, e.Env, 1, topic, url.Values{"since": {"0"}}).Messages)
-	if err := e.Redis.Do(ctx, e.Redis.B().Del().Key(e.keys().HotMessages(topic)).Build()).Error(); err != nil {
+	if err := e.Redis.Do(ctx, e.Redis.B().Del().Key(e.Keys().HotMessages(topic)).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	q := rpNoCopies(t, e.Env)

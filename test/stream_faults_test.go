@@ -9,7 +9,6 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/imshard/imshard/config"
-	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 	"github.com/imshard/imshard/test/testenv"
 )
@@ -201,7 +200,7 @@ func TestStreamMembershipRecheckRetried(t *testing.T) {
 	// bob's membership can be read neither from the cache nor from MySQL,
 	// and the topic's memberships are announced as changed
 	ctx := context.Background()
-	keys, _ := routing.KeysFor(e.Tenant)
+	keys := e.Keys()
 	if _, err := e.DB.Exec("RENAME TABLE im_group_members TO im_group_members_away"); err != nil {
 		t.Fatal(err)
 	}

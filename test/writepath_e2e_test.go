@@ -93,7 +93,7 @@ func TestAcceptance03_RetryAcrossBoundaryStoredOnce(t *testing.T) {
 		first := e.mustSend(tok, "r", sendBody("same", "a"))
 		sent := []writepathSent{{topic: "r", cmid: "same", resp: first}}
 		writepathCheckStored(t, e, sent, e.Start)
-		if err := e.Redis.Do(ctx, e.Redis.B().Del().Key(e.keys().Idempotency("r", 5, "same")).Build()).Error(); err != nil {
+		if err := e.Redis.Do(ctx, e.Redis.B().Del().Key(e.Keys().Idempotency("r", 5, "same")).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
 		e.Activate(e.Start.Next())
@@ -118,7 +118,7 @@ func TestAcceptance03_RetryAcrossBoundaryStoredOnce(t *testing.T) {
 		e.member("r", 5, "member", time.Time{})
 		tok := e.Token(5, "")
 		first := e.mustSend(tok, "r", sendBody("same", "a"))
-		if err := e.Redis.Do(ctx, e.Redis.B().Del().Key(e.keys().Idempotency("r", 5, "same")).Build()).Error(); err != nil {
+		if err := e.Redis.Do(ctx, e.Redis.B().Del().Key(e.Keys().Idempotency("r", 5, "same")).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
 		e.Activate(e.Start.Next())

@@ -125,11 +125,12 @@ func (c *Checker) Authorize(ctx context.Context, p httpapi.Principal, topic stri
 
 // Params wires a Checker.
 type Params struct {
-	Redis   rueidis.Client
-	Scripts *routing.Scripts
-	DBs     routing.DBs
-	TTL     time.Duration // send.acl_cache_ttl
-	Log     zerolog.Logger
+	Redis    rueidis.Client
+	KeySpace routing.KeySpace // redis.key_prefix: where every key and channel is named
+	Scripts  *routing.Scripts
+	DBs      routing.DBs
+	TTL      time.Duration // send.acl_cache_ttl
+	Log      zerolog.Logger
 }
 
 // Checker looks memberships up, Redis first.
@@ -168,7 +169,7 @@ const absent = "-"
 // a HASH per topic; members in a HASH per topic (field user id), each entry
 // "role|muted_until_ms" or absent.
 func (c *Checker) Lookup(ctx context.Context, tenant, topic string, userID int64) (Membership, error) {
-	keys, err := routing.KeysFor(tenant)
+	keys, err := c.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return Membership{}, err
 	}
@@ -192,7 +193,7 @@ func (c *Checker) Resolve(ctx context.Context, tenant, topic string, userID int6
 	if gerr == nil && merr == nil {
 		return decode(group, member)
 	}
-	keys, err := routing.KeysFor(tenant)
+	keys, err := c.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return Membership{}, err
 	}
@@ -328,7 +329,7 @@ func (c *Checker) PutGroup(ctx context.Context, tenant, topic string, groupID in
 // is returned, as invalidate's: a dissolved group must not stay in the
 // badges, nor a group brought back stay out of them.
 func (c *Checker) bumpGroupsEpoch(ctx context.Context, tenant string) error {
-	keys, err := routing.KeysFor(tenant)
+	keys, err := c.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return err
 	}
@@ -423,7 +424,7 @@ func (c *Checker) DeleteMember(ctx context.Context, tenant, topic string, userID
 // failure is returned: the caller must not report success while a stale
 // grant could outlive the change by a whole TTL.
 func (c *Checker) invalidate(ctx context.Context, tenant, topic string) error {
-	keys, err := routing.KeysFor(tenant)
+	keys, err := c.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return err
 	}

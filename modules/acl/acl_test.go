@@ -19,7 +19,11 @@ func TestMembershipLifecycle(t *testing.T) {
 	pools := tenantdb.New(tenantdb.Params{MaxOpenConns: 4, Log: zerolog.Nop()},
 		[]tenantdb.Tenant{{ID: tenant, DSN: strings.ReplaceAll(testenv.DSNTemplate(), "{tenant}", tenant)}})
 	t.Cleanup(func() { _ = pools.Close() })
-	c := New(Params{Redis: testenv.Redis(t), Scripts: routing.NewScripts(), DBs: pools, TTL: time.Minute, Log: zerolog.Nop()})
+	space, err := routing.NewKeySpace("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(Params{Redis: testenv.Redis(t), KeySpace: space, Scripts: routing.NewScripts(), DBs: pools, TTL: time.Minute, Log: zerolog.Nop()})
 	ctx := context.Background()
 
 	if _, err := c.Lookup(ctx, tenant, "g", 1); !errors.Is(err, ErrNoGroup) {

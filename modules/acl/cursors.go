@@ -122,7 +122,7 @@ func (c *Checker) DropCursors(ctx context.Context, keys routing.Keys, user int64
 
 // dropCursorsOf is DropCursors after a membership change of tenant.
 func (c *Checker) dropCursorsOf(ctx context.Context, tenant string, user int64) error {
-	keys, err := routing.KeysFor(tenant)
+	keys, err := c.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return err
 	}

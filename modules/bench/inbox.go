@@ -41,6 +41,7 @@ type InboxParams struct {
 	// seq counters empty: every count reads MySQL.
 	Reader      *readpath.Reader
 	Redis       rueidis.Client
+	KeySpace    routing.KeySpace
 	Cold        bool
 	DB          *sql.DB
 	Tenant      string
@@ -207,7 +208,7 @@ func (p *InboxParams) Build(ctx context.Context) (int64, error) {
 // day) and its seq counter.
 func (p *InboxParams) fillHot(ctx context.Context) error {
 	p.logf("bench: hot caches of %d topics", p.Topics)
-	keys, err := routing.KeysFor(p.Tenant)
+	keys, err := p.KeySpace.Tenant(p.Tenant)
 	if err != nil {
 		return err
 	}

@@ -40,13 +40,14 @@ type QueryParams struct {
 	Page   func(ctx context.Context, p httpapi.Principal, topic string, before int64, limit int) (int, error)
 	Reader *readpath.Reader
 	// Edit and Recall are the query role's changes (their change_seq)
-	Edit   func(ctx context.Context, p httpapi.Principal, topic string, seq int64, content json.RawMessage, expectedVersion int) (int64, error)
-	Recall func(ctx context.Context, p httpapi.Principal, topic string, seq int64, reason string) (int64, error)
-	Routes *routing.Routes
-	Groups Groups
-	Redis  rueidis.Client
-	DB     *sql.DB
-	Tenant string
+	Edit     func(ctx context.Context, p httpapi.Principal, topic string, seq int64, content json.RawMessage, expectedVersion int) (int64, error)
+	Recall   func(ctx context.Context, p httpapi.Principal, topic string, seq int64, reason string) (int64, error)
+	Routes   *routing.Routes
+	Groups   Groups
+	Redis    rueidis.Client
+	KeySpace routing.KeySpace
+	DB       *sql.DB
+	Tenant   string
 	// Tables are the months of history, oldest first, ending with the
 	// current month; pages are read in the last two.
 	Tables      []routing.Table
@@ -297,7 +298,7 @@ func (p *QueryParams) fillMonth(ctx context.Context, t routing.Table, base, n in
 // fillHotCache puts the newest messages of the first topics in the hot
 // cache as send does, read back from MySQL.
 func (p *QueryParams) fillHotCache(ctx context.Context) error {
-	keys, err := routing.KeysFor(p.Tenant)
+	keys, err := p.KeySpace.Tenant(p.Tenant)
 	if err != nil {
 		return err
 	}

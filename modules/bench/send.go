@@ -48,6 +48,7 @@ type SendParams struct {
 	Secret  []byte
 
 	Redis     rueidis.Client
+	KeySpace  routing.KeySpace
 	Allocator *routing.Allocator // the raw allocation figure
 	Producer  []kgo.Opt          // the reference's producer: the send path's settings (send.ProducerOpts)
 
@@ -166,6 +167,10 @@ const recordSamples = 200
 // Send prepares the groups, measures the raw allocation, then runs the
 // rounds and the open-loop runs.
 func Send(ctx context.Context, p SendParams) (SendReport, error) {
+	keys, err := p.KeySpace.Tenant(p.Tenant)
+	if err != nil {
+		return SendReport{}, err
+	}
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	httpTopics, allocTopics := make([]string, p.Topics), make([]string, p.Topics)
 	for i := range p.Topics {
@@ -209,7 +214,7 @@ func Send(ctx context.Context, p SendParams) (SendReport, error) {
 		return rep, err
 	}
 
-	ref, err := startReference(p, run, p.Topics)
+	ref, err := startReference(p, keys.BenchReference(run), run, p.Topics)
 	if err != nil {
 		return rep, err
 	}
@@ -230,13 +235,12 @@ func Send(ctx context.Context, p SendParams) (SendReport, error) {
 		}
 		sampleMu.Unlock()
 	}
-	httpKeys, _ := routing.KeysFor(p.Tenant)
 	ops := map[string]func(ctx context.Context, w int, n int64) error{
 		SideHTTP: func(ctx context.Context, w int, n int64) error {
 			uid, topic, cmid := w%benchMembers+1, n%int64(p.Topics), run+"-"+strconv.FormatInt(n, 10)
 			err := b.post(ctx, b.p.BaseURL, tokens[uid-1], httpTopics[topic], cmid, text)
 			if err == nil {
-				keep(SideHTTP, httpKeys.Idempotency(httpTopics[topic], int64(uid), cmid))
+				keep(SideHTTP, keys.Idempotency(httpTopics[topic], int64(uid), cmid))
 			}
 			return err
 		},
@@ -406,7 +410,7 @@ func (b *sendBench) setup(ctx context.Context, topics []string) error {
 // a shared Redis does not keep a benchmark's idempotency records and caches
 // for a day.
 func (b *sendBench) cleanup(ctx context.Context) error {
-	keys, err := routing.KeysFor(b.p.Tenant)
+	keys, err := b.p.KeySpace.Tenant(b.p.Tenant)
 	if err != nil {
 		return err
 	}

@@ -40,7 +40,7 @@ type reference struct {
 	script  *rueidis.Lua
 	secret  []byte
 	tenant  string
-	prefix  string // "im:{tenant}:benchref:<run>:"
+	prefix  string // routing.Keys.BenchReference: the run's keys start here
 	topics  []string
 	members map[string]bool // "topic/uid"
 	nextID  atomic.Int64
@@ -51,13 +51,13 @@ type reference struct {
 	url string
 }
 
-func startReference(p SendParams, run string, topics int) (*reference, error) {
+func startReference(p SendParams, prefix, run string, topics int) (*reference, error) {
 	cl, err := kgo.NewClient(p.Producer...)
 	if err != nil {
 		return nil, err
 	}
 	r := &reference{rdb: p.Redis, cl: cl, script: rueidis.NewLuaScript(lua.BenchSend), secret: p.Secret,
-		tenant: p.Tenant, prefix: "im:{" + p.Tenant + "}:benchref:" + run + ":", members: map[string]bool{},
+		tenant: p.Tenant, prefix: prefix, members: map[string]bool{},
 		month: time.Now().UTC().Format("200601"), ttl: "86400"}
 	r.nextID.Store(time.Now().UnixMilli() << 22)
 	for i := range topics {

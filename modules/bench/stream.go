@@ -40,6 +40,7 @@ type StreamParams struct {
 	Duration time.Duration  // of each round
 	Rounds   int            // measured rounds, one after the other (at least 1)
 	Redis    rueidis.Client // for the raw pub/sub baseline
+	KeySpace routing.KeySpace
 	Progress io.Writer
 	// Mark, when set, is called at the stages of the run (StageIdleBefore
 	// once the members exist and before any socket opens, StageIdleAfter
@@ -277,6 +278,10 @@ func streamRound(ctx context.Context, p StreamParams, frames *atomic.Pointer[fra
 		}
 	}
 	defer stopSubs()
+	rawChannel, err := p.KeySpace.BenchChannel()
+	if err != nil {
+		return StreamRound{}, err
+	}
 	stop, err := subscribe(ctx, p.Redis, rawChannel, func(m string) {
 		if ns, err := strconv.ParseInt(m, 10, 64); err == nil {
 			raw.add(time.Since(time.Unix(0, ns)))
@@ -292,7 +297,7 @@ func streamRound(ctx context.Context, p StreamParams, frames *atomic.Pointer[fra
 	var published latencies
 	for i := range min(p.Topics, publishedSample) {
 		t, name := topic(i)
-		keys, err := routing.KeysFor(t.ID)
+		keys, err := p.KeySpace.Tenant(t.ID)
 		if err != nil {
 			return StreamRound{}, err
 		}
@@ -548,6 +553,3 @@ func parallel(ctx context.Context, workers, n int, fn func(int) error) error {
 	}
 	return first
 }
-
-// rawChannel is the raw pub/sub baseline's channel.
-const rawChannel = "imshard:bench:stream:raw"

@@ -226,7 +226,7 @@ func (s *Service) SetPrefs(ctx context.Context, p httpapi.Principal, topic strin
 // month tables only for topics the cache cannot prove.
 func (s *Service) Unread(ctx context.Context, p httpapi.Principal) (UnreadSummary, error) {
 	start := time.Now()
-	keys, err := routing.KeysFor(p.Tenant)
+	keys, err := s.p.KeySpace.Tenant(p.Tenant)
 	if err != nil {
 		return UnreadSummary{}, err
 	}
@@ -273,7 +273,7 @@ func compareStrings(a, b string) int {
 // says us carries them already, the last seqs, and the cursors us carries
 // from MySQL raised by the cache entry.
 func (s *Service) listEntries(ctx context.Context, db *sql.DB, p httpapi.Principal, us []userTopic, out []InboxTopic, inputs bool) error {
-	keys, err := routing.KeysFor(p.Tenant)
+	keys, err := s.p.KeySpace.Tenant(p.Tenant)
 	if err != nil {
 		return err
 	}

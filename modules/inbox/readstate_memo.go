@@ -473,7 +473,7 @@ func (s *Service) listTopics(ctx context.Context, db *sql.DB, tenant string, use
 		us, err = s.loadTopics(ctx, db, user, false)
 		return us, false, err
 	}
-	keys, err := routing.KeysFor(tenant)
+	keys, err := s.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return nil, false, err
 	}

@@ -21,13 +21,14 @@ import (
 // Params wires a Service.
 type Params struct {
 	// Reader is the process's read path (modules/readpath).
-	Reader  *readpath.Reader
-	Redis   rueidis.Client
-	DBs     routing.DBs
-	Router  *routing.Router
-	Flight  *routing.Flight
-	ACL     *acl.Checker
-	Scripts *routing.Scripts
+	Reader   *readpath.Reader
+	Redis    rueidis.Client
+	KeySpace routing.KeySpace // redis.key_prefix: where every key and channel is named
+	DBs      routing.DBs
+	Router   *routing.Router
+	Flight   *routing.Flight
+	ACL      *acl.Checker
+	Scripts  *routing.Scripts
 	// Migrations answers whether a tenant migrates from its legacy table
 	// (its legacy rows count, nothing is remembered meanwhile).
 	Migrations *routing.Migrations

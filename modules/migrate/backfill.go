@@ -51,7 +51,7 @@ func (mg *Migrator) Tick(ctx context.Context, tenant string) error {
 	if !mg.hasWork(m) {
 		return nil
 	}
-	keys, err := routing.KeysFor(tenant)
+	keys, err := mg.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return err
 	}

@@ -38,6 +38,7 @@ type Params struct {
 	Tenants   func() []string
 	DBs       routing.DBs
 	Redis     rueidis.Client
+	KeySpace  routing.KeySpace // redis.key_prefix: where every key and channel is named
 	Scripts   *routing.Scripts
 	Catalog   *routing.Catalog
 	Allocator *routing.Allocator
@@ -263,7 +264,7 @@ func (mg *Migrator) Plan(ctx context.Context, tenant string) (PlanReport, error)
 // its step; run again, it converges the gate (until then a process that
 // meets the old gate converges it itself before it lets a write through).
 func (mg *Migrator) gate(ctx context.Context, tenant string, db *sql.DB) error {
-	if _, err := routing.ConvergeMigrationGate(ctx, mg.p.Redis, mg.p.Scripts.Fenced, db, tenant); err != nil {
+	if _, err := routing.ConvergeMigrationGate(ctx, mg.p.Redis, mg.p.Scripts.Fenced, mg.p.KeySpace, db, tenant); err != nil {
 		return fmt.Errorf("migrate: the state is recorded but the write gate is not set: run the command again: %w", err)
 	}
 	return nil
@@ -569,7 +570,7 @@ func (mg *Migrator) Status(ctx context.Context, tenant string) (Status, error) {
 	if st.Diffs, err = routing.LoadMigrationDiffs(ctx, db, maxListed); err != nil {
 		return st, err
 	}
-	keys, err := routing.KeysFor(tenant)
+	keys, err := mg.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return st, err
 	}

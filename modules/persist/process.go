@@ -335,7 +335,7 @@ func (s *Service) history(ctx context.Context, key batchKey) (map[routing.Month]
 
 // activeMonth is the tenant's active month as Redis holds it.
 func (s *Service) activeMonth(ctx context.Context, tenant string) (routing.Month, error) {
-	keys, err := routing.KeysFor(tenant)
+	keys, err := s.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return routing.Month{}, err
 	}
@@ -371,7 +371,7 @@ func (s *Service) afterCommit(ctx context.Context, key batchKey, res writeResult
 	defer cancel()
 	inserted, replayed := res.ranges, topicRanges(res.replayed)
 	repairs := slices.Clone(replayed)
-	keys, err := routing.KeysFor(key.tenant)
+	keys, err := s.p.KeySpace.Tenant(key.tenant)
 	if err != nil {
 		return append(repairs, inserted...)
 	}

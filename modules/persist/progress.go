@@ -109,7 +109,7 @@ func (s *Service) publishProgress(ctx context.Context, at time.Time) error {
 	ms := strconv.FormatInt(at.UnixMilli(), 10)
 	var cmds rueidis.Commands
 	for _, t := range s.p.Tenants() {
-		keys, err := routing.KeysFor(t)
+		keys, err := s.p.KeySpace.Tenant(t)
 		if err != nil {
 			continue
 		}

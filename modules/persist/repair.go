@@ -179,7 +179,7 @@ func (s *Service) repairOne(ctx context.Context, tenant string, db *sql.DB, e ro
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	keys, err := routing.KeysFor(tenant)
+	keys, err := s.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return err
 	}
@@ -232,7 +232,11 @@ func (s *Service) advanceRoutesComplete(ctx context.Context, tenant string) erro
 	if waiting > 0 {
 		return nil
 	}
+	keys, err := s.p.KeySpace.Tenant(tenant)
+	if err != nil {
+		return err
+	}
 	rctx, cancel := context.WithTimeout(ctx, redisTimeout)
 	defer cancel()
-	return routing.MarkRoutesComplete(rctx, s.p.Redis, tenant, through)
+	return routing.MarkRoutesComplete(rctx, s.p.Redis, keys, through)
 }

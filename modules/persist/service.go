@@ -36,6 +36,7 @@ type Params struct {
 	DBs        routing.DBs
 	Tenants    func() []string // configured tenants: the repair worker's first scan
 	Redis      rueidis.Client
+	KeySpace   routing.KeySpace // redis.key_prefix: where every key and channel is named
 	Scripts    *routing.Scripts
 	Catalog    *routing.Catalog
 	Flight     *routing.Flight

@@ -136,7 +136,7 @@ func (s *Service) MessageByID(ctx context.Context, p httpapi.Principal, id int64
 		}
 		return message.Message{}, err
 	}
-	keys, err := routing.KeysFor(p.Tenant)
+	keys, err := s.p.KeySpace.Tenant(p.Tenant)
 	if err != nil {
 		return message.Message{}, err
 	}
@@ -318,7 +318,7 @@ func (s *Service) Shards(ctx context.Context, p httpapi.Principal) (Shards, erro
 }
 
 func (s *Service) bounds(ctx context.Context, tenant string) (active, complete routing.Month, err error) {
-	keys, err := routing.KeysFor(tenant)
+	keys, err := s.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return active, complete, err
 	}
@@ -326,7 +326,7 @@ func (s *Service) bounds(ctx context.Context, tenant string) (active, complete r
 	if err == nil {
 		active, _ = routing.ParseMonth(v)
 	}
-	complete, err = routing.RoutesComplete(ctx, s.p.Redis, tenant)
+	complete, err = routing.RoutesComplete(ctx, s.p.Redis, keys)
 	return active, complete, err
 }
 
@@ -339,7 +339,7 @@ func (s *Service) TopicRoute(ctx context.Context, p httpapi.Principal, topic str
 	if err := routing.ValidTopic(topic); err != nil {
 		return routecheck.TopicState{}, err
 	}
-	rc := &routecheck.Checker{Redis: s.p.Redis, Routes: s.p.Routes, Catalog: s.p.Catalog, DBs: s.p.DBs}
+	rc := &routecheck.Checker{Redis: s.p.Redis, KeySpace: s.p.KeySpace, Routes: s.p.Routes, Catalog: s.p.Catalog, DBs: s.p.DBs}
 	return rc.Topic(ctx, p.Tenant, topic)
 }
 

@@ -24,13 +24,14 @@ import (
 // Params wires a Service.
 type Params struct {
 	// Reader is the process's read path (modules/readpath).
-	Reader  *readpath.Reader
-	Redis   rueidis.Client
-	DBs     routing.DBs
-	Router  *routing.Router
-	Catalog *routing.Catalog
-	Routes  *routing.Routes
-	Flight  *routing.Flight
+	Reader   *readpath.Reader
+	Redis    rueidis.Client
+	KeySpace routing.KeySpace // redis.key_prefix: where every key and channel is named
+	DBs      routing.DBs
+	Router   *routing.Router
+	Catalog  *routing.Catalog
+	Routes   *routing.Routes
+	Flight   *routing.Flight
 	// Migrations answers whether a tenant migrates from its legacy table
 	// (dual reads).
 	Migrations *routing.Migrations
@@ -175,7 +176,7 @@ func (s *Service) get(ctx context.Context, p httpapi.Principal, topic string, se
 	if err != nil {
 		return message.Message{}, 0, err
 	}
-	keys, err := routing.KeysFor(p.Tenant)
+	keys, err := s.p.KeySpace.Tenant(p.Tenant)
 	if err != nil {
 		return message.Message{}, 0, err
 	}

@@ -26,12 +26,13 @@ import (
 
 // Params wires a Reader.
 type Params struct {
-	Redis   rueidis.Client
-	DBs     routing.DBs
-	Router  *routing.Router
-	Flight  *routing.Flight
-	ACL     *acl.Checker
-	Scripts *routing.Scripts
+	Redis    rueidis.Client
+	KeySpace routing.KeySpace // redis.key_prefix: where every key and channel is named
+	DBs      routing.DBs
+	Router   *routing.Router
+	Flight   *routing.Flight
+	ACL      *acl.Checker
+	Scripts  *routing.Scripts
 	// HiddenTTL is how long a caller's cached deletion ranges live (default 5m).
 	HiddenTTL time.Duration
 	// LocalTopics is how many topics' newest messages the process keeps a
@@ -130,7 +131,7 @@ func (s *Reader) Open(ctx context.Context, p httpapi.Principal, topic string) (r
 	if err := routing.ValidTopic(topic); err != nil {
 		return routing.Keys{}, nil, err
 	}
-	keys, err := routing.KeysFor(p.Tenant)
+	keys, err := s.p.KeySpace.Tenant(p.Tenant)
 	if err != nil {
 		return routing.Keys{}, nil, err
 	}

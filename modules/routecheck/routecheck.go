@@ -22,10 +22,11 @@ import (
 // Redis route, the MySQL mirror and the actual seq ranges in the month
 // tables, which are the truth (invariant 6, docs/invariants.md).
 type Checker struct {
-	Redis   rueidis.Client
-	Routes  *routing.Routes
-	Catalog *routing.Catalog
-	DBs     routing.DBs
+	Redis    rueidis.Client
+	KeySpace routing.KeySpace // redis.key_prefix: where every key and channel is named
+	Routes   *routing.Routes
+	Catalog  *routing.Catalog
+	DBs      routing.DBs
 }
 
 // Range is a MonthRange as JSON.
@@ -320,6 +321,10 @@ type CheckResult struct {
 // tables. report is called for every difference as it is found.
 func (c *Checker) Check(ctx context.Context, tenant string, topics []string, fix bool, report func(Difference)) (CheckResult, error) {
 	var res CheckResult
+	keys, err := c.KeySpace.Tenant(tenant)
+	if err != nil {
+		return res, err
+	}
 	db, err := c.DBs.DB(ctx, tenant)
 	if err != nil {
 		return res, err
@@ -370,7 +375,7 @@ func (c *Checker) Check(ctx context.Context, tenant string, topics []string, fix
 			res.Fixed++
 		}
 		if fix {
-			if err := routing.DoneRepair(ctx, c.Redis, tenant, topic); err != nil {
+			if err := routing.DoneRepair(ctx, c.Redis, keys, topic); err != nil {
 				return res, err
 			}
 		}
@@ -407,7 +412,7 @@ func (c *Checker) allTopics(ctx context.Context, db *sql.DB, tenant string, tabl
 	for _, t := range mirrored {
 		set[t] = true
 	}
-	keys, err := routing.KeysFor(tenant)
+	keys, err := c.KeySpace.Tenant(tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -427,7 +432,7 @@ func (c *Checker) allTopics(ctx context.Context, db *sql.DB, tenant string, tabl
 			}
 		}
 	}
-	queued, err := routing.RepairQueue(ctx, c.Redis, tenant)
+	queued, err := routing.RepairQueue(ctx, c.Redis, keys)
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,7 @@ var (
 // AllocatorParams wires an Allocator.
 type AllocatorParams struct {
 	Redis       rueidis.Client
+	KeySpace    KeySpace
 	DBs         DBs
 	Catalog     *Catalog
 	Scripts     *Scripts
@@ -89,7 +90,7 @@ func (a *Allocator) Allocate(ctx context.Context, tenant, topic string) (Allocat
 	if err := ValidTopic(topic); err != nil {
 		return Allocation{}, err
 	}
-	keys, err := KeysFor(tenant)
+	keys, err := a.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return Allocation{}, err
 	}
@@ -131,7 +132,7 @@ func (a *Allocator) Args() []string {
 // state may have died before it opened the gate again): the send is
 // refused with the state MySQL holds, or the caller calls again.
 func (a *Allocator) Resolve(ctx context.Context, tenant, topic string, status int64, reply []rueidis.RedisMessage) error {
-	keys, err := KeysFor(tenant)
+	keys, err := a.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return err
 	}
@@ -164,7 +165,7 @@ func (a *Allocator) Resolve(ctx context.Context, tenant, topic string, status in
 		if err != nil {
 			return err
 		}
-		st, err := ConvergeMigrationGate(ctx, a.p.Redis, a.p.Scripts.Fenced, db, tenant)
+		st, err := ConvergeMigrationGate(ctx, a.p.Redis, a.p.Scripts.Fenced, a.p.KeySpace, db, tenant)
 		if err != nil {
 			return err
 		}
@@ -197,7 +198,7 @@ func (a *Allocator) Allocated(tenant, topic string, reply []rueidis.RedisMessage
 // reserveAhead extends the reservation in the background before it runs
 // out, so the synchronous MySQL round trip stays off the hot path.
 func (a *Allocator) reserveAhead(tenant, topic string, hw int64) {
-	keys, err := KeysFor(tenant)
+	keys, err := a.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return
 	}
@@ -393,7 +394,7 @@ func (a *Allocator) RaiseReservations(ctx context.Context, tenant string, issued
 // on its next allocation — after RaiseReservations lifted it above seqs
 // handed out elsewhere (a migration's cutover from the legacy table).
 func (a *Allocator) ResetCounters(ctx context.Context, tenant string, topics []string) error {
-	keys, err := KeysFor(tenant)
+	keys, err := a.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return err
 	}
@@ -419,7 +420,7 @@ func (a *Allocator) MarkReady(ctx context.Context, tenant string, months ...Mont
 	if len(months) == 0 {
 		return nil
 	}
-	keys, err := KeysFor(tenant)
+	keys, err := a.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return err
 	}
@@ -435,7 +436,7 @@ func (a *Allocator) MarkReady(ctx context.Context, tenant string, months ...Mont
 
 // ActiveMonth reads the tenant's active month from Redis (zero if unset).
 func (a *Allocator) ActiveMonth(ctx context.Context, tenant string) (Month, error) {
-	keys, err := KeysFor(tenant)
+	keys, err := a.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return Month{}, err
 	}
@@ -453,7 +454,7 @@ func (a *Allocator) ActiveMonth(ctx context.Context, tenant string) (Month, erro
 // writable month not after the Redis-time month, recorded in MySQL before
 // Redis (invariant 3, docs/invariants.md). The already-active month is a no-op.
 func (a *Allocator) Activate(ctx context.Context, tenant string, m Month, source string) error {
-	keys, err := KeysFor(tenant)
+	keys, err := a.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return err
 	}
@@ -527,7 +528,7 @@ func (a *Allocator) setActive(ctx context.Context, tenant string, keys Keys, m, 
 // the newest writable month not after the Redis-time month if that is later
 // (recorded first). With neither, there is no active month.
 func (a *Allocator) RecoverActive(ctx context.Context, tenant string) (Month, error) {
-	keys, err := KeysFor(tenant)
+	keys, err := a.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return Month{}, err
 	}

@@ -24,6 +24,16 @@ func redisClient(t *testing.T) rueidis.Client {
 	return c
 }
 
+// noPrefix is the key space of an installation without redis.key_prefix.
+func noPrefix(t *testing.T) routing.KeySpace {
+	t.Helper()
+	s, err := routing.NewKeySpace("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // A multi-topic settle (more topics than one script chunk, some routes
 // already present, several months per topic, a topic without ranges) leaves
 // every route exactly as per-topic merges do.
@@ -31,7 +41,7 @@ func TestSettleMergesAsPerTopicMerges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rdb := redisClient(t)
-	routes := routing.NewRoutes(rdb, routing.NewScripts())
+	routes := routing.NewRoutes(rdb, noPrefix(t), routing.NewScripts())
 	single, many := testenv.NewTenant(t), testenv.NewTenant(t)
 	m1, m2 := routing.MustMonth("202607"), routing.MustMonth("202608")
 	const topics = 300
@@ -95,11 +105,11 @@ func TestMarkPersistedMany(t *testing.T) {
 	defer cancel()
 	rdb := redisClient(t)
 	tenant := testenv.NewTenant(t)
-	keys, err := routing.KeysFor(tenant)
+	keys, err := noPrefix(t).Tenant(tenant)
 	if err != nil {
 		t.Fatal(err)
 	}
-	flight := routing.NewFlight(rdb, routing.NewScripts(), nil, time.Minute, nil)
+	flight := routing.NewFlight(rdb, noPrefix(t), routing.NewScripts(), nil, time.Minute, nil)
 	for _, topic := range []string{"a", "b", "c"} {
 		for seq := int64(1); seq <= 10; seq++ {
 			v := strconv.FormatInt(seq, 10)
@@ -143,11 +153,11 @@ func TestSettleClearsPendingAndMarksIdempotencyDone(t *testing.T) {
 	defer cancel()
 	rdb := redisClient(t)
 	tenant := testenv.NewTenant(t)
-	keys, err := routing.KeysFor(tenant)
+	keys, err := noPrefix(t).Tenant(tenant)
 	if err != nil {
 		t.Fatal(err)
 	}
-	routes := routing.NewRoutes(rdb, routing.NewScripts())
+	routes := routing.NewRoutes(rdb, noPrefix(t), routing.NewScripts())
 	const big = 600 // records of topic "big": more than one call takes
 	var settle []routing.Settled
 	expired := map[string]bool{}

@@ -48,8 +48,8 @@ func gateValue(s MigrationState) string {
 // before the MySQL read is in what it writes, and a state committed after
 // it is converged by the command that committed it, whose read of MySQL
 // comes after its commit — so a stale read never overwrites a newer gate.
-func ConvergeMigrationGate(ctx context.Context, rdb rueidis.Client, lib *FencedLib, db sq.BaseRunner, tenant string) (MigrationState, error) {
-	keys, err := KeysFor(tenant)
+func ConvergeMigrationGate(ctx context.Context, rdb rueidis.Client, lib *FencedLib, space KeySpace, db sq.BaseRunner, tenant string) (MigrationState, error) {
+	keys, err := space.Tenant(tenant)
 	if err != nil {
 		return MigrationNone, err
 	}

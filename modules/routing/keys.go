@@ -3,11 +3,44 @@ package routing
 import (
 	"context"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/imshard/imshard/config"
 )
+
+// KeySpace is the Redis key space of one installation: every key and
+// pub/sub channel it names starts with the installation's redis.key_prefix,
+// so two installations sharing a Redis — even with a tenant of the same id —
+// never touch each other's keys. The prefix holds neither a brace nor a glob
+// metacharacter (config.KeyPrefixPattern): the first "{" of a key is still
+// its tenant's hash tag, so a tenant's keys keep sharing one Cluster slot;
+// and since the installation's "im:{" starts where its prefix ends, no key
+// or SCAN pattern of one prefix is a key or a match of another.
+//
+// Only NewKeySpace makes a usable one: the zero value refuses to name a
+// key (ErrNoKeySpace), so a component the configured key space did not reach
+// fails loudly instead of writing under no prefix.
+type KeySpace struct {
+	prefix string
+	made   bool
+}
+
+// ErrNoKeySpace is the error of a KeySpace not made by NewKeySpace.
+var ErrNoKeySpace = errors.New("routing: no Redis key space (a KeySpace not made by NewKeySpace)")
+
+// NewKeySpace is the key space under prefix (redis.key_prefix; "" is the
+// key space of an installation without one).
+func NewKeySpace(prefix string) (KeySpace, error) {
+	if !config.KeyPrefixPattern.MatchString(prefix) {
+		return KeySpace{}, fmt.Errorf("invalid redis.key_prefix %q: must match %s", prefix, config.KeyPrefixPattern)
+	}
+	return KeySpace{prefix: prefix, made: true}, nil
+}
 
 // Keys builds every Redis key of one tenant. All of them carry the hash tag
 // {tenant}, so a tenant's keys share one Redis Cluster slot and one Lua call
@@ -15,26 +48,39 @@ import (
 // bytes (client_msg_id) are hex-encoded: no request value shapes a key
 // pattern.
 type Keys struct {
-	prefix string // "im:{tenant}:groupmsg:"
+	prefix string // "<key_prefix>im:{tenant}:groupmsg:"
 }
 
-// KeysFor returns the key builder of a tenant; the id must be valid.
-func KeysFor(tenant string) (Keys, error) {
+// Tenant returns the key builder of a tenant; the id must be valid.
+func (s KeySpace) Tenant(tenant string) (Keys, error) {
+	if !s.made {
+		return Keys{}, ErrNoKeySpace
+	}
 	if err := ValidTenant(tenant); err != nil {
 		return Keys{}, err
 	}
-	return Keys{prefix: "im:{" + tenant + "}:groupmsg:"}, nil
+	return Keys{prefix: s.prefix + "im:{" + tenant + "}:groupmsg:"}, nil
 }
 
+// tenantBase is "<key_prefix>im:{tenant}:", where every key of the tenant
+// starts.
+func (k Keys) tenantBase() string { return k.prefix[:len(k.prefix)-len("groupmsg:")] }
+
 // TenantPattern is the SCAN pattern matching every key of the tenant; the
-// tenant id is validated, so it carries no glob metacharacters.
-func (k Keys) TenantPattern() string { return k.prefix[:len(k.prefix)-len("groupmsg:")] + "*" }
+// prefix and the tenant id are validated, so they carry no glob
+// metacharacters.
+func (k Keys) TenantPattern() string { return k.tenantBase() + "*" }
+
+// BenchReference is where `imshard bench send`'s reference send keeps the
+// keys of one run: inside the tenant's key space (its hash tag, and dropped
+// with it), apart from every key the service uses.
+func (k Keys) BenchReference(run string) string { return k.tenantBase() + "benchref:" + run + ":" }
 
 // DropTenantKeys deletes every Redis key of the tenant on every node: a
 // benchmark's clean-up, and a tenant restore's (the keys describe the state
 // before the restore; the service rebuilds them from MySQL).
-func DropTenantKeys(ctx context.Context, rdb rueidis.Client, tenant string) error {
-	keys, err := KeysFor(tenant)
+func (s KeySpace) DropTenantKeys(ctx context.Context, rdb rueidis.Client, tenant string) error {
+	keys, err := s.Tenant(tenant)
 	if err != nil {
 		return err
 	}
@@ -207,12 +253,34 @@ func (k Keys) RouteRepair() string { return k.prefix + "route_repair" }
 // RoutesComplete is the tenant's "routes complete through month M" watermark.
 func (k Keys) RoutesComplete() string { return k.prefix + "routes_complete" }
 
-// Global keys are not tenant data; they live under their own hash tag, which
-// no tenant id can equal ('-' is not allowed in tenant ids).
-const globalPrefix = "im:{-global}:"
+// global is where the keys that are no tenant's data start: under their own
+// hash tag, which no tenant id can equal ('-' is not allowed in tenant ids).
+func (s KeySpace) global() (string, error) {
+	if !s.made {
+		return "", ErrNoKeySpace
+	}
+	return s.prefix + "im:{-global}:", nil
+}
 
-// SnowflakeNode is the lease key of a Snowflake node id.
-func SnowflakeNode(node int) string { return globalPrefix + "snowflake:node:" + strconv.Itoa(node) }
+// SnowflakeNode is the lease key of a Snowflake node id. Each installation
+// leases its node ids apart: its message ids are unique among its own.
+func (s KeySpace) SnowflakeNode(node int) (string, error) {
+	g, err := s.global()
+	if err != nil {
+		return "", err
+	}
+	return g + "snowflake:node:" + strconv.Itoa(node), nil
+}
+
+// BenchChannel is the pub/sub channel of `imshard bench stream`'s raw
+// baseline.
+func (s KeySpace) BenchChannel() (string, error) {
+	g, err := s.global()
+	if err != nil {
+		return "", err
+	}
+	return g + "bench:stream:raw", nil
+}
 
 // RoutePattern is the SCAN pattern of every topic route ZSET of the tenant
 // (`imshard route check`); topics carry no glob metacharacters.

@@ -645,6 +645,7 @@ const MigrationPinnedEnv = "IMSHARD_TEST_MIGRATION_PINNED"
 type Migrations struct {
 	dbs    DBs
 	rdb    rueidis.Client
+	space  KeySpace
 	lib    *FencedLib
 	log    zerolog.Logger
 	every  time.Duration
@@ -667,14 +668,14 @@ type migrationCopy struct {
 	readAt time.Time
 }
 
-// NewMigrations builds the cache; rdb and scripts reach the gate in Redis
-// (GateChange).
-func NewMigrations(dbs DBs, rdb rueidis.Client, scripts *Scripts, log zerolog.Logger) *Migrations {
+// NewMigrations builds the cache; rdb, space and scripts reach the gate in
+// Redis (GateChange).
+func NewMigrations(dbs DBs, rdb rueidis.Client, space KeySpace, scripts *Scripts, log zerolog.Logger) *Migrations {
 	c, err := lru.New[[2]string, int64](100_000)
 	if err != nil {
 		panic(err)
 	}
-	return &Migrations{dbs: dbs, rdb: rdb, lib: scripts.Fenced, log: log, every: MigrationRefresh,
+	return &Migrations{dbs: dbs, rdb: rdb, space: space, lib: scripts.Fenced, log: log, every: MigrationRefresh,
 		stale: MigrationStaleAfter, now: time.Now, pinned: migrationPinnedFromEnv(),
 		states: map[string]migrationCopy{}, seqs: c}
 }
@@ -831,7 +832,7 @@ func (g *Migrations) GateChange(ctx context.Context, tenant string) error {
 // MigrationNone for an open gate (its state name is not needed), else the
 // state MySQL holds once the gate is converged with it.
 func (g *Migrations) gateForChange(ctx context.Context, tenant string) (MigrationState, error) {
-	keys, err := KeysFor(tenant)
+	keys, err := g.space.Tenant(tenant)
 	if err != nil {
 		return MigrationNone, err
 	}
@@ -846,7 +847,7 @@ func (g *Migrations) gateForChange(ctx context.Context, tenant string) (Migratio
 	if err != nil {
 		return MigrationNone, err
 	}
-	return ConvergeMigrationGate(ctx, g.rdb, g.lib, db, tenant)
+	return ConvergeMigrationGate(ctx, g.rdb, g.lib, g.space, db, tenant)
 }
 
 // DualRead reports whether the tenant's reads include the legacy table

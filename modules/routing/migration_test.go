@@ -101,7 +101,7 @@ func (unreachableDBs) DB(context.Context, string) (*sql.DB, error) {
 func TestMigrationGateRefusesWritesOnceTheStateCopyIsStale(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1_700_000_000, 0)
-	g := NewMigrations(unreachableDBs{}, nil, NewScripts(), zerolog.Nop())
+	g := NewMigrations(unreachableDBs{}, nil, KeySpace{}, NewScripts(), zerolog.Nop())
 	g.now = func() time.Time { return now }
 	g.states["acme"] = migrationCopy{state: MigrationNone, readAt: now}
 	var unknown *ErrMigrationStateUnknown

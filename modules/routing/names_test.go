@@ -70,29 +70,6 @@ func TestValidTopicAndTenant(t *testing.T) {
 	}
 }
 
-func TestKeysShareTheTenantHashTag(t *testing.T) {
-	k, err := KeysFor("acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := []string{k.ActiveMonth(), k.ReadyMonths(), k.Seq("g"), k.SeqReservation("g"), k.legacySeqHW("g"), k.legacySeqStamp("g"), k.Route("g"), k.RouteMeta("g"),
-		k.Idempotency("g", 7, "c:{x}*"), k.HotMessages("g"), k.Pending("g"), k.Gaps("g"), k.ShardLock()}
-	for _, key := range keys {
-		if !strings.HasPrefix(key, "im:{acme}:groupmsg:") {
-			t.Errorf("key %q lacks the tenant hash tag", key)
-		}
-		if strings.Count(key, "{") != 1 || strings.ContainsAny(key, "*? ") {
-			t.Errorf("key %q carries request metacharacters", key)
-		}
-	}
-	if k.ActiveMonth() != "im:{acme}:groupmsg:active_month" || k.Route("g") != "im:{acme}:groupmsg:route:g" {
-		t.Error("the documented Redis key names changed (docs/architecture.md)")
-	}
-	if _, err := KeysFor("a}b"); err == nil {
-		t.Error("a tenant id with a brace must be refused")
-	}
-}
-
 func FuzzParseTable(f *testing.F) {
 	for _, s := range []string{"im_group_messages_202609", "im_group_messages", "x`; DROP"} {
 		f.Add(s)

@@ -23,6 +23,7 @@ import (
 // an ack and the timeout can never both win.
 type Flight struct {
 	rdb     rueidis.Client
+	space   KeySpace
 	scripts *Scripts
 	dbs     DBs           // the route mirror, when Redis holds no counter or a fence is lifted
 	timeout time.Duration // send.produce_timeout
@@ -30,8 +31,8 @@ type Flight struct {
 }
 
 // NewFlight builds the tracker; timeout is send.produce_timeout.
-func NewFlight(rdb rueidis.Client, scripts *Scripts, dbs DBs, timeout time.Duration, metrics *Metrics) *Flight {
-	return &Flight{rdb: rdb, scripts: scripts, dbs: dbs, timeout: timeout, metrics: metrics}
+func NewFlight(rdb rueidis.Client, space KeySpace, scripts *Scripts, dbs DBs, timeout time.Duration, metrics *Metrics) *Flight {
+	return &Flight{rdb: rdb, space: space, scripts: scripts, dbs: dbs, timeout: timeout, metrics: metrics}
 }
 
 // noneInFlight is what below answers when nothing of the topic is in flight.
@@ -39,7 +40,7 @@ const noneInFlight = math.MaxInt64
 
 // MarkAcked records that Kafka acknowledged seq: it will be persisted.
 func (f *Flight) MarkAcked(ctx context.Context, tenant, topic string, seq int64) error {
-	keys, err := KeysFor(tenant)
+	keys, err := f.space.Tenant(tenant)
 	if err != nil {
 		return err
 	}
@@ -57,7 +58,7 @@ func (f *Flight) MarkPersisted(ctx context.Context, tenant, topic string, seqs .
 // consecutive seqs of a topic is one removal: every seq of the run was
 // committed, so nothing still in flight lies inside it.
 func (f *Flight) MarkPersistedMany(ctx context.Context, tenant string, seqs map[string][]int64) error {
-	keys, err := KeysFor(tenant)
+	keys, err := f.space.Tenant(tenant)
 	if err != nil {
 		return err
 	}
@@ -99,7 +100,7 @@ func seqRuns(seqs []int64) [][2]int64 {
 // RecordGap marks seq as allocated but never to be persisted: it leaves the
 // pending set and joins the topic's gaps, which readers skip knowingly.
 func (f *Flight) RecordGap(ctx context.Context, tenant, topic string, seq int64) error {
-	keys, err := KeysFor(tenant)
+	keys, err := f.space.Tenant(tenant)
 	if err != nil {
 		return err
 	}
@@ -123,7 +124,7 @@ func (f *Flight) RecordGap(ctx context.Context, tenant, topic string, seq int64)
 // MySQL. The abandoned mark comes before the pending entry goes, so a call
 // that no longer finds the entry finds the mark.
 func (f *Flight) RecordDuplicate(ctx context.Context, tenant, topic string, seq int64) error {
-	keys, err := KeysFor(tenant)
+	keys, err := f.space.Tenant(tenant)
 	if err != nil {
 		return err
 	}
@@ -154,7 +155,7 @@ func (f *Flight) abandon(ctx context.Context, keys Keys, topic, member string, s
 // events must be dropped, never stored — and marks every other seq still
 // pending as acknowledged, so none can time out while persist stores it.
 func (f *Flight) Claim(ctx context.Context, tenant string, seqs map[string][]int64) (map[string][]int64, error) {
-	keys, err := KeysFor(tenant)
+	keys, err := f.space.Tenant(tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +187,7 @@ func (f *Flight) Claim(ctx context.Context, tenant string, seqs map[string][]int
 
 // Gaps lists the recorded gaps of a topic within [lo, hi].
 func (f *Flight) Gaps(ctx context.Context, tenant, topic string, lo, hi int64) ([]int64, error) {
-	keys, err := KeysFor(tenant)
+	keys, err := f.space.Tenant(tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +229,7 @@ func (f *Flight) SettledCmds(keys Keys, topic string) []rueidis.Completed {
 // seq still in flight; unacked seqs older than the produce timeout are
 // recorded as gaps on the way. It is always a seq, never "unbounded".
 func (f *Flight) Settled(ctx context.Context, tenant, topic string) (int64, error) {
-	keys, err := KeysFor(tenant)
+	keys, err := f.space.Tenant(tenant)
 	if err != nil {
 		return 0, err
 	}
@@ -274,7 +275,7 @@ func (f *Flight) settledResolve(ctx context.Context, tenant, topic string, res [
 			return 0, false, err
 		}
 		if seeded {
-			keys, err := KeysFor(tenant)
+			keys, err := f.space.Tenant(tenant)
 			if err != nil {
 				return 0, false, err
 			}
@@ -292,7 +293,7 @@ func (f *Flight) settledResolve(ctx context.Context, tenant, topic string, res [
 // does not hold, and reports whether it did: a topic with no durable
 // reservation was never written to, holds no gap to lose, and gets no keys.
 func (f *Flight) reseed(ctx context.Context, tenant, topic string) (bool, error) {
-	keys, err := KeysFor(tenant)
+	keys, err := f.space.Tenant(tenant)
 	if err != nil {
 		return false, err
 	}
@@ -389,7 +390,7 @@ func pendingMember(m string, cutoff int64) (seq int64, ours, flying bool) {
 // behind any more are lifted; a fence that stands holds the answer below
 // its first seq. regapped reports that it recorded gaps.
 func (f *Flight) below(ctx context.Context, tenant, topic string) (below int64, regapped bool, err error) {
-	keys, err := KeysFor(tenant)
+	keys, err := f.space.Tenant(tenant)
 	if err != nil {
 		return 0, false, err
 	}
@@ -504,7 +505,7 @@ func (f *Flight) InFlightResolve(ctx context.Context, tenant, topic string, seq 
 		if !ok || seq < fc.from || seq > fc.to {
 			continue
 		}
-		keys, err := KeysFor(tenant)
+		keys, err := f.space.Tenant(tenant)
 		if err != nil {
 			return false, err
 		}

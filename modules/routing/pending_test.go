@@ -19,9 +19,9 @@ func TestSettledResolveIsSettled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rdb := redisClient(t)
-	flight := routing.NewFlight(rdb, routing.NewScripts(), nil, time.Minute, nil)
+	flight := routing.NewFlight(rdb, noPrefix(t), routing.NewScripts(), nil, time.Minute, nil)
 	tenant := testenv.NewTenant(t)
-	keys, err := routing.KeysFor(tenant)
+	keys, err := noPrefix(t).Tenant(tenant)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,8 +96,8 @@ func TestSettledStopsBelowAResumeFenceUntilPersistPassesIt(t *testing.T) {
 	defer cancel()
 	rdb := redisClient(t)
 	tenant, db := testenv.MigratedTenantDB(t)
-	flight := routing.NewFlight(rdb, routing.NewScripts(), &countingDBs{db: db}, time.Minute, nil)
-	keys, err := routing.KeysFor(tenant)
+	flight := routing.NewFlight(rdb, noPrefix(t), routing.NewScripts(), &countingDBs{db: db}, time.Minute, nil)
+	keys, err := noPrefix(t).Tenant(tenant)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,11 +29,12 @@ const FallbackMonths = 3
 
 // RouterParams wires a Router.
 type RouterParams struct {
-	Redis   rueidis.Client
-	DBs     DBs
-	Catalog *Catalog
-	Routes  *Routes
-	Metrics *Metrics
+	Redis    rueidis.Client
+	KeySpace KeySpace
+	DBs      DBs
+	Catalog  *Catalog
+	Routes   *Routes
+	Metrics  *Metrics
 	// Migrations, when set, adds a migrating tenant's legacy table to its
 	// reads (TopicRoute.Legacy).
 	Migrations *Migrations
@@ -154,7 +155,7 @@ func (r *Router) Route(ctx context.Context, tenant, topic string) (TopicRoute, e
 	if err := ValidTopic(topic); err != nil {
 		return TopicRoute{}, err
 	}
-	keys, err := KeysFor(tenant)
+	keys, err := r.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return TopicRoute{}, err
 	}
@@ -308,7 +309,7 @@ func (r *Router) Tables(ctx context.Context, tenant string, months []Month) ([]T
 // mirror although its tables hold rows (found by a fallback scan): `imshard
 // route check --fix` rebuilds it from the tables.
 func (r *Router) QueueRepair(ctx context.Context, tenant, topic string) error {
-	keys, err := KeysFor(tenant)
+	keys, err := r.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return err
 	}
@@ -317,20 +318,12 @@ func (r *Router) QueueRepair(ctx context.Context, tenant, topic string) error {
 }
 
 // RepairQueue lists the topics queued by QueueRepair.
-func RepairQueue(ctx context.Context, rdb rueidis.Client, tenant string) ([]string, error) {
-	keys, err := KeysFor(tenant)
-	if err != nil {
-		return nil, err
-	}
+func RepairQueue(ctx context.Context, rdb rueidis.Client, keys Keys) ([]string, error) {
 	return rdb.Do(ctx, rdb.B().Zrange().Key(keys.RouteRepair()).Min("0").Max("-1").Build()).AsStrSlice()
 }
 
 // DoneRepair removes topic from the repair queue once its route is rebuilt.
-func DoneRepair(ctx context.Context, rdb rueidis.Client, tenant, topic string) error {
-	keys, err := KeysFor(tenant)
-	if err != nil {
-		return err
-	}
+func DoneRepair(ctx context.Context, rdb rueidis.Client, keys Keys, topic string) error {
 	return rdb.Do(ctx, rdb.B().Zrem().Key(keys.RouteRepair()).Member(topic).Build()).Error()
 }
 
@@ -343,24 +336,16 @@ const routesCompleteMember = "month"
 // m" watermark: persist calls it once every route of month m (and of every
 // earlier month) is merged into Redis. Reads then probe only later months
 // for rows a stale route may not know yet. It never moves back.
-func MarkRoutesComplete(ctx context.Context, rdb rueidis.Client, tenant string, m Month) error {
+func MarkRoutesComplete(ctx context.Context, rdb rueidis.Client, keys Keys, m Month) error {
 	if !m.Valid() {
 		return fmt.Errorf("%w: %q", ErrInvalidMonth, m.String())
-	}
-	keys, err := KeysFor(tenant)
-	if err != nil {
-		return err
 	}
 	return rdb.Do(ctx, rdb.B().Zadd().Key(keys.RoutesComplete()).Gt().ScoreMember().
 		ScoreMember(float64(m.Int()), routesCompleteMember).Build()).Error()
 }
 
 // RoutesComplete reads the watermark (zero if unset).
-func RoutesComplete(ctx context.Context, rdb rueidis.Client, tenant string) (Month, error) {
-	keys, err := KeysFor(tenant)
-	if err != nil {
-		return Month{}, err
-	}
+func RoutesComplete(ctx context.Context, rdb rueidis.Client, keys Keys) (Month, error) {
 	return watermark(rdb.Do(ctx, rdb.B().Zscore().Key(keys.RoutesComplete()).Member(routesCompleteMember).Build()))
 }
 

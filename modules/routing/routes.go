@@ -25,12 +25,13 @@ type MonthRange struct {
 // (im_group_message_topic_shards) is the source they are rebuilt from.
 type Routes struct {
 	rdb     rueidis.Client
+	space   KeySpace
 	scripts *Scripts
 }
 
 // NewRoutes builds the route store.
-func NewRoutes(rdb rueidis.Client, scripts *Scripts) *Routes {
-	return &Routes{rdb: rdb, scripts: scripts}
+func NewRoutes(rdb rueidis.Client, space KeySpace, scripts *Scripts) *Routes {
+	return &Routes{rdb: rdb, space: space, scripts: scripts}
 }
 
 func rangeArgs(ranges []MonthRange) []string {
@@ -73,7 +74,7 @@ const (
 // may have been applied: callers repair every topic of the call, and a
 // repair rebuilds from the mirror, so that is safe.
 func (r *Routes) Settle(ctx context.Context, tenant string, topics []Settled) error {
-	keys, err := KeysFor(tenant)
+	keys, err := r.space.Tenant(tenant)
 	if err != nil {
 		return err
 	}
@@ -129,7 +130,7 @@ func (r *Routes) Settle(ctx context.Context, tenant string, topics []Settled) er
 
 // Replace makes the topic's route exactly ranges (a rebuild).
 func (r *Routes) Replace(ctx context.Context, tenant, topic string, ranges []MonthRange) error {
-	keys, err := KeysFor(tenant)
+	keys, err := r.space.Tenant(tenant)
 	if err != nil {
 		return err
 	}
@@ -141,7 +142,7 @@ func (r *Routes) Replace(ctx context.Context, tenant, topic string, ranges []Mon
 
 // Delete removes the topic's route (group physically deleted, retention).
 func (r *Routes) Delete(ctx context.Context, tenant, topic string) error {
-	keys, err := KeysFor(tenant)
+	keys, err := r.space.Tenant(tenant)
 	if err != nil {
 		return err
 	}
@@ -153,7 +154,7 @@ func (r *Routes) Delete(ctx context.Context, tenant, topic string) error {
 // the HASH keeps its first seq and MaxSeq 0 (unknown): callers treat the
 // route as incomplete.
 func (r *Routes) Load(ctx context.Context, tenant, topic string) ([]MonthRange, bool, error) {
-	keys, err := KeysFor(tenant)
+	keys, err := r.space.Tenant(tenant)
 	if err != nil {
 		return nil, false, err
 	}

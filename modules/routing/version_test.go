@@ -24,7 +24,7 @@ func TestScriptsMoveVersionsForward(t *testing.T) {
 	defer cancel()
 	rdb := redisClient(t)
 	scripts := routing.NewScripts()
-	keys, err := routing.KeysFor(testenv.NewTenant(t))
+	keys, err := noPrefix(t).Tenant(testenv.NewTenant(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestCursorPutRaisesOnlyANamedTopic(t *testing.T) {
 	defer cancel()
 	rdb := redisClient(t)
 	scripts := routing.NewScripts()
-	keys, err := routing.KeysFor(testenv.NewTenant(t))
+	keys, err := noPrefix(t).Tenant(testenv.NewTenant(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,7 +120,7 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request, p httpapi.Princip
 	if err != nil {
 		return Response{}, err
 	}
-	keys, err := routing.KeysFor(p.Tenant)
+	keys, err := s.p.KeySpace.Tenant(p.Tenant)
 	if err != nil {
 		return Response{}, err
 	}
@@ -656,7 +656,7 @@ func (s *Service) establishHorizon(tenant, start string) {
 }
 
 func (s *Service) horizon(ctx context.Context, tenant, start string) error {
-	keys, err := routing.KeysFor(tenant)
+	keys, err := s.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		return err
 	}

@@ -52,6 +52,7 @@ type Params struct {
 	LeaseTTL   time.Duration // 0 = DefaultLeaseTTL
 
 	Redis      rueidis.Client
+	KeySpace   routing.KeySpace // redis.key_prefix: where every key and channel is named
 	DBs        routing.DBs
 	Catalog    *routing.Catalog
 	Allocator  *routing.Allocator
@@ -93,7 +94,7 @@ func New(ctx context.Context, p Params) (*Service, error) {
 		hotTTL:  fmt.Sprint(p.HotCache.TTL.Milliseconds()),
 		hotMax:  fmt.Sprint(p.HotCache.MaxPerTopic),
 	}
-	s.lease = NewNodeLease(p.Redis, p.Scripts, p.LeaseTTL, s.ids, p.Log)
+	s.lease = NewNodeLease(p.Redis, p.KeySpace, p.Scripts, p.LeaseTTL, s.ids, p.Log)
 	if err := s.lease.Acquire(ctx); err != nil {
 		return nil, err
 	}

@@ -108,12 +108,13 @@ func Compose(ms int64, node, seq int) int64 {
 	return ms<<(NodeBits+SeqBits) | int64(node)<<SeqBits | int64(seq)
 }
 
-// NodeLease holds a Snowflake node id in Redis (routing.SnowflakeNode keys,
+// NodeLease holds a Snowflake node id in Redis (KeySpace.SnowflakeNode keys,
 // SET NX PX) and renews it every ttl/3. A lease it cannot renew is trusted
 // only until its TTL could have run out; a lease found lost (flushed,
 // expired, taken) is replaced by another free node id at once.
 type NodeLease struct {
 	rdb     rueidis.Client
+	space   routing.KeySpace
 	scripts *routing.Scripts
 	ttl     time.Duration
 	gen     *Snowflake
@@ -123,8 +124,8 @@ type NodeLease struct {
 }
 
 // NewNodeLease leases for gen.
-func NewNodeLease(rdb rueidis.Client, scripts *routing.Scripts, ttl time.Duration, gen *Snowflake, log zerolog.Logger) *NodeLease {
-	return &NodeLease{rdb: rdb, scripts: scripts, ttl: ttl, gen: gen, log: log, node: -1}
+func NewNodeLease(rdb rueidis.Client, space routing.KeySpace, scripts *routing.Scripts, ttl time.Duration, gen *Snowflake, log zerolog.Logger) *NodeLease {
+	return &NodeLease{rdb: rdb, space: space, scripts: scripts, ttl: ttl, gen: gen, log: log, node: -1}
 }
 
 // trust is how long after a successful SET or renewal the lease is used:
@@ -141,8 +142,12 @@ func (l *NodeLease) Acquire(ctx context.Context) error {
 	}
 	for i := range MaxNode + 1 {
 		n := (first + i) % (MaxNode + 1)
+		key, err := l.space.SnowflakeNode(n)
+		if err != nil {
+			return err
+		}
 		start := time.Now()
-		lock, err := routing.AcquireLock(ctx, l.rdb, l.scripts, routing.SnowflakeNode(n), l.ttl, 0)
+		lock, err := routing.AcquireLock(ctx, l.rdb, l.scripts, key, l.ttl, 0)
 		if errors.Is(err, routing.ErrLockBusy) {
 			continue
 		}

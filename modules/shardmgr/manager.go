@@ -32,6 +32,7 @@ type Params struct {
 	Tenants    func() []string
 	DBs        routing.DBs
 	Redis      rueidis.Client
+	KeySpace   routing.KeySpace // redis.key_prefix: where every key and channel is named
 	Catalog    *routing.Catalog
 	Allocator  *routing.Allocator
 	Scripts    *routing.Scripts
@@ -108,7 +109,7 @@ func (mg *Manager) SyncTenant(ctx context.Context, tenant string, opts Options) 
 			mg.m.lastSuccess.WithLabelValues(tenant).SetToCurrentTime()
 		}
 	}()
-	keys, err := routing.KeysFor(tenant)
+	keys, err := mg.p.KeySpace.Tenant(tenant)
 	if err != nil {
 		res.Err = err
 		return res

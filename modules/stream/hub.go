@@ -104,6 +104,7 @@ type reader struct {
 // Hub is the process's set of channel subscriptions.
 type Hub struct {
 	rdb     rueidis.Client
+	keys    routing.KeySpace
 	m       *metrics
 	log     zerolog.Logger
 	cluster bool
@@ -117,9 +118,9 @@ type Hub struct {
 	wg     sync.WaitGroup
 }
 
-func newHub(rdb rueidis.Client, m *metrics, log zerolog.Logger, aclEvery time.Duration) *Hub {
+func newHub(rdb rueidis.Client, keys routing.KeySpace, m *metrics, log zerolog.Logger, aclEvery time.Duration) *Hub {
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &Hub{rdb: rdb, m: m, log: log, cluster: rdb.Mode() == rueidis.ClientModeCluster,
+	h := &Hub{rdb: rdb, keys: keys, m: m, log: log, cluster: rdb.Mode() == rueidis.ClientModeCluster,
 		topics: map[string]*channel{}, readers: map[uint16]*reader{}, ctx: ctx, cancel: cancel}
 	h.wg.Add(1)
 	go h.watchACL(aclEvery)
@@ -143,7 +144,7 @@ func (h *Hub) close() {
 // version was read: every publication from then on reaches f, and a
 // membership change from then on is reported to it.
 func (h *Hub) join(ctx context.Context, f *follow) error {
-	keys, err := routing.KeysFor(f.c.p.Tenant)
+	keys, err := h.keys.Tenant(f.c.p.Tenant)
 	if err != nil {
 		return err
 	}

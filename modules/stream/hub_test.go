@@ -47,11 +47,15 @@ func changeSeqs(f *follow) []int64 {
 func TestHubManyChannelsOnOneReader(t *testing.T) {
 	tenant := testenv.NewTenant(t)
 	rdb := testenv.Redis(t)
+	space, err := routing.NewKeySpace("hub:")
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := newMetrics(nil)
-	h := newHub(rdb, m, zerolog.Nop(), time.Hour)
+	h := newHub(rdb, space, m, zerolog.Nop(), time.Hour)
 	defer h.close()
 	s := &Server{lim: Limits{SendQueue: 1 << 20}, m: m, hub: h}
-	keys, err := routing.KeysFor(tenant)
+	keys, err := space.Tenant(tenant)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +147,7 @@ func TestHubManyChannelsOnOneReader(t *testing.T) {
 		defer h.mu.Unlock()
 		return len(h.topics) == 0 && len(h.readers) == 0
 	})
-	n, err := rdb.Do(ctx, rdb.B().PubsubShardchannels().Pattern("im:{"+tenant+"}:*").Build()).AsStrSlice()
+	n, err := rdb.Do(ctx, rdb.B().PubsubShardchannels().Pattern(keys.TenantPattern()).Build()).AsStrSlice()
 	if err != nil || len(n) != 0 {
 		t.Fatalf("channels still subscribed on Redis: %v %v", n, err)
 	}
@@ -185,8 +189,12 @@ func TestACLSpread(t *testing.T) {
 // publications.
 func TestHubClusterReaderPerSlot(t *testing.T) {
 	rdb := testenv.RedisClient(t, testenv.StartRedisCluster(t, 3)...)
+	space, err := routing.NewKeySpace("")
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := newMetrics(nil)
-	h := newHub(rdb, m, zerolog.Nop(), time.Hour)
+	h := newHub(rdb, space, m, zerolog.Nop(), time.Hour)
 	defer h.close()
 	s := &Server{lim: Limits{SendQueue: 1 << 10}, m: m, hub: h}
 	ctx := context.Background()
@@ -195,7 +203,7 @@ func TestHubClusterReaderPerSlot(t *testing.T) {
 	slots := map[uint16]bool{}
 	var follows []*follow
 	for _, tenant := range tenants {
-		keys, err := routing.KeysFor(tenant)
+		keys, err := space.Tenant(tenant)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +224,7 @@ func TestHubClusterReaderPerSlot(t *testing.T) {
 		t.Fatalf("%d readers for channels in %d slots", readers, len(slots))
 	}
 	for _, f := range follows {
-		keys, _ := routing.KeysFor(f.c.p.Tenant)
+		keys, _ := h.keys.Tenant(f.c.p.Tenant)
 		if err := rdb.Do(ctx, rdb.B().Spublish().Channel(keys.Realtime(f.topic)).Message(`{"type":"change","change":{"seq":1,"change_seq":1}}`).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}

@@ -60,8 +60,9 @@ type Reads interface {
 
 // Params wires a Server.
 type Params struct {
-	Redis rueidis.Client
-	Reads Reads
+	Redis    rueidis.Client
+	KeySpace routing.KeySpace // redis.key_prefix: where every key and channel is named
+	Reads    Reads
 	// Auth verifies the credential of a socket at the upgrade, again once
 	// it is tracked, and on every Revalidate
 	Auth       *httpapi.Authenticator
@@ -73,6 +74,7 @@ type Params struct {
 // Server serves the stream routes.
 type Server struct {
 	rdb  rueidis.Client
+	keys routing.KeySpace
 	q    Reads
 	auth *httpapi.Authenticator
 	lim  Limits
@@ -96,8 +98,8 @@ type Server struct {
 // New builds the server and its hub; Close ends both.
 func New(p Params) *Server {
 	m := newMetrics(p.Registerer)
-	s := &Server{rdb: p.Redis, q: p.Reads, auth: p.Auth, lim: p.Limits, log: p.Log, m: m,
-		hub:      newHub(p.Redis, m, p.Log, p.Limits.ACLCheckInterval),
+	s := &Server{rdb: p.Redis, keys: p.KeySpace, q: p.Reads, auth: p.Auth, lim: p.Limits, log: p.Log, m: m,
+		hub:      newHub(p.Redis, p.KeySpace, m, p.Log, p.Limits.ACLCheckInterval),
 		catchups: make(chan struct{}, p.Limits.MaxCatchups), conns: map[*conn]struct{}{},
 		stopSweep: make(chan struct{})}
 	s.beats = make([]map[*conn]struct{}, beatCount(p.Limits.PingInterval))
@@ -451,7 +453,7 @@ func (s *Server) release() { <-s.catchups }
 // lastIssued is the topic's last issued seq (0 if none or unknown): how
 // far a topic reads storage before it is caught up (follow.seen).
 func (s *Server) lastIssued(ctx context.Context, tenant, topic string) (int64, error) {
-	keys, err := routing.KeysFor(tenant)
+	keys, err := s.keys.Tenant(tenant)
 	if err != nil {
 		return 0, err
 	}

@@ -190,6 +190,17 @@ func (e *Env) Now() routing.Month {
 	return m
 }
 
+// Keys is the tenant's Redis key builder, in the App's key space
+// (redis.key_prefix).
+func (e *Env) Keys() routing.Keys {
+	e.T.Helper()
+	k, err := e.App.KeySpace().Tenant(e.Tenant)
+	if err != nil {
+		e.T.Fatalf("harness: keys: %v", err)
+	}
+	return k
+}
+
 // Activate makes m the tenant's active month (`imshard shard activate`).
 func (e *Env) Activate(m routing.Month) {
 	e.T.Helper()

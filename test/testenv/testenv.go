@@ -94,7 +94,8 @@ func mysqlAddr(dsn string) string {
 // NewTenant returns a fresh tenant id: "t" followed by 12 random [a-z0-9].
 // It fails the test if the shared MariaDB or Redis does not answer, and
 // registers a cleanup that drops database imshard_<id> and deletes every
-// Redis key matching im:{<id>}:* on the shared servers.
+// Redis key of the tenant (*im:{<id>}:*, under any redis.key_prefix) on the
+// shared servers.
 func NewTenant(t testing.TB) string {
 	t.Helper()
 	checkShared(t)
@@ -198,13 +199,14 @@ func dropTenantDBAt(ctx context.Context, dsn, tenant string) error {
 	return DropTenantDB(ctx, db, tenant)
 }
 
-// DeleteTenantKeys deletes every key matching im:{<tenant>}:* with SCAN on
+// DeleteTenantKeys deletes every key matching *im:{<tenant>}:* — the
+// tenant's keys under any installation's redis.key_prefix — with SCAN on
 // every node the client knows (standalone or cluster) and UNLINK.
 func DeleteTenantKeys(ctx context.Context, c rueidis.Client, tenant string) error {
 	if !TenantPattern.MatchString(tenant) {
 		return fmt.Errorf("bad tenant id %q", tenant)
 	}
-	pattern := "im:{" + tenant + "}:*"
+	pattern := "*im:{" + tenant + "}:*"
 	for addr, node := range c.Nodes() {
 		var cursor uint64
 		for {
