@@ -7,7 +7,6 @@ import (
 	"io"
 	"time"
 
-	sq "github.com/Masterminds/squirrel"
 	"github.com/spf13/cobra"
 
 	"github.com/imshard/imshard/app"
@@ -140,11 +139,7 @@ func runBenchMigrate(ctx context.Context, cfg *config.Config, o *benchMigrateOpt
 			if err := routing.ClearMirror(ctx, db); err != nil {
 				return err
 			}
-			_, err = routing.SetMigration(ctx, db, map[string]any{"state": string(routing.MigrationBackfilling),
-				"cursor_id": 0, "rows_read": 0, "rows_inserted": 0, "rows_present": 0, "rows_skewed": 0, "batches": 0,
-				"routes_done": 0, "verify_pending": 0, "verify_runs": 0, "redo_rounds": 0, "verify_diffs": 0,
-				"version": sq.Expr("version + 1")})
-			return err
+			return routing.RestartBackfill(ctx, db)
 		},
 		Page: func(ctx context.Context, topic string, before int64) error {
 			_, err := q.Before(ctx, admin, topic, before, 50)

@@ -92,6 +92,8 @@ var sharedTables = map[string]string{
 	"im_groups":                     "modules/acl",
 	"im_group_members":              "modules/acl",
 	"im_user_read_cursors":          "modules/acl",
+	"im_topic_mentions":             "modules/routing/mentions.go",
+	"im_migration":                  "modules/routing/migration.go",
 }
 
 // aclOwned are the names only modules/acl may use: the constants naming its
@@ -108,7 +110,9 @@ var aclOwned = map[string]bool{
 
 // TestSharedTablesHaveOneOwner fails when a shared table's name appears as
 // a string in any non-test file of modules/, app/ or cmd/ other than its
-// owner, or when a name only acl may use (aclOwned) is used outside it.
+// owner, when a name only acl may use (aclOwned) is used outside it, or
+// when an owner's exported function takes an untyped column set
+// (map[string]any): every change to a shared table is a typed function.
 func TestSharedTablesHaveOneOwner(t *testing.T) {
 	_, self, _, _ := runtime.Caller(0)
 	root := filepath.Dir(filepath.Dir(self))
@@ -135,6 +139,10 @@ func TestSharedTablesHaveOneOwner(t *testing.T) {
 							t.Errorf("%s: names %s, which only %s may touch", fset.Position(n.Pos()), table, owner)
 						}
 					}
+				case *ast.FuncDecl:
+					if n.Name.IsExported() && owns(rel) && takesColumnMap(n.Type) {
+						t.Errorf("%s: %s takes a map[string]any: a shared table's owner takes typed changes", fset.Position(n.Pos()), n.Name.Name)
+					}
 				case *ast.SelectorExpr:
 					if aclOwned[n.Sel.Name] && path.Dir(rel) != "modules/acl" && rel != "modules/routing/scripts.go" {
 						t.Errorf("%s: uses %s, which only modules/acl may", fset.Position(n.Pos()), n.Sel.Name)
@@ -148,6 +156,34 @@ func TestSharedTablesHaveOneOwner(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// owns tells whether the file rel owns a shared table (is the owner, or
+// lies in the owning package).
+func owns(rel string) bool {
+	for _, owner := range sharedTables {
+		if rel == owner || path.Dir(rel) == owner {
+			return true
+		}
+	}
+	return false
+}
+
+// takesColumnMap tells whether a function has a map[string]any parameter.
+func takesColumnMap(ft *ast.FuncType) bool {
+	for _, f := range ft.Params.List {
+		m, ok := f.Type.(*ast.MapType)
+		if !ok {
+			continue
+		}
+		k, kok := m.Key.(*ast.Ident)
+		v, vok := m.Value.(*ast.Ident)
+		_, empty := m.Value.(*ast.InterfaceType)
+		if kok && k.Name == "string" && (vok && v.Name == "any" || empty) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestCrashHookOnlyInTestBuilds: the fault tests' crash hook is compiled

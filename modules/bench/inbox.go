@@ -104,7 +104,8 @@ func (p *InboxParams) Build(ctx context.Context) (int64, error) {
 			groups = groups[:0]
 		}
 	}
-	var vals, mentions []string
+	var vals []string
+	var mentions []routing.Mention
 	p.logf("bench: %d messages per topic in %s", p.Messages, p.Table.Name())
 	base := time.Now().Add(-time.Hour).UTC()
 	id := base.UnixNano()
@@ -118,7 +119,7 @@ func (p *InboxParams) Build(ctx context.Context) (int64, error) {
 			if rng.IntN(20) == 0 {
 				u := 1 + rng.IntN(p.Users)
 				mention = fmt.Sprintf("'[\"%d\"]'", u)
-				mentions = append(mentions, fmt.Sprintf("('%s', %d, %d)", inboxTopic(i), u, s))
+				mentions = append(mentions, routing.Mention{Topic: inboxTopic(i), User: int64(u), Seq: int64(s)})
 			}
 			id++
 			at := base.Add(time.Duration(rng.Int64N(int64(time.Hour)))).Format("2006-01-02 15:04:05.000")
@@ -137,7 +138,7 @@ func (p *InboxParams) Build(ctx context.Context) (int64, error) {
 	// the mention index persist writes beside such messages
 	for lo := 0; lo < len(mentions); lo += 1000 {
 		part := mentions[lo:min(len(mentions), lo+1000)]
-		if err := flush("INSERT INTO "+routing.MentionsTable+" (topic, user_id, seq) VALUES ", &part); err != nil {
+		if err := routing.AddMentions(ctx, p.DB, part); err != nil {
 			return 0, err
 		}
 	}

@@ -302,8 +302,8 @@ func (p *MigrateParams) busy(ctx context.Context, rate int) (Latencies, BatchLog
 	if err := p.Reset(ctx); err != nil {
 		return Latencies{}, BatchLog{}, err
 	}
-	var logFrom int64
-	if err := p.DB.QueryRowContext(ctx, "SELECT COALESCE(MAX(id), 0) FROM im_migration_batches").Scan(&logFrom); err != nil {
+	logFrom, err := routing.LastMigrationBatchID(ctx, p.DB)
+	if err != nil {
 		return Latencies{}, BatchLog{}, err
 	}
 	bctx, cancel := context.WithCancel(ctx)
@@ -330,30 +330,18 @@ func (p *MigrateParams) busy(ctx context.Context, rate int) (Latencies, BatchLog
 // batchLog sums the committed batches logged after id from.
 func batchLog(ctx context.Context, db *sql.DB, from int64) (BatchLog, error) {
 	var b BatchLog
-	rows, err := db.QueryContext(ctx, `SELECT rows_read, started_at, finished_at FROM im_migration_batches
-WHERE id > ? AND error IS NULL ORDER BY id`, from)
-	if err != nil {
+	batches, err := routing.CommittedMigrationBatches(ctx, db, from)
+	if err != nil || len(batches) == 0 {
 		return b, err
 	}
-	defer rows.Close()
-	var first, lastStart, lastEnd time.Time
-	var lastRows int64
-	for rows.Next() {
-		var n int64
-		var s, f time.Time
-		if err := rows.Scan(&n, &s, &f); err != nil {
-			return b, err
-		}
-		if b.Batches == 0 {
-			first = s
-		}
-		b.Batches++
-		b.Rows += n
-		b.Inside += f.Sub(s)
-		lastStart, lastEnd, lastRows = s, f, n
+	for _, x := range batches {
+		b.Rows += int64(x.Read)
+		b.Inside += x.Finished.Sub(x.Started)
 	}
-	b.Wall, b.Paced, b.PacedRows = lastEnd.Sub(first), lastStart.Sub(first), b.Rows-lastRows
-	return b, rows.Err()
+	first, last := batches[0], batches[len(batches)-1]
+	b.Batches = len(batches)
+	b.Wall, b.Paced, b.PacedRows = last.Finished.Sub(first.Started), last.Started.Sub(first.Started), b.Rows-int64(last.Read)
+	return b, nil
 }
 
 // rawCopy times one INSERT … SELECT of every legacy row into the emptied
@@ -391,11 +379,11 @@ func (p *MigrateParams) timeBackfill(ctx context.Context, throttle int) (copied,
 		case <-tick.C:
 		}
 		if copied == 0 {
-			var n int64
-			if err := p.DB.QueryRowContext(ctx, "SELECT rows_read FROM im_migration WHERE id = 1").Scan(&n); err != nil {
+			m, err := routing.LoadMigration(ctx, p.DB)
+			if err != nil {
 				return 0, 0, err
 			}
-			if n >= total {
+			if m.RowsRead >= total {
 				copied = time.Since(start)
 			}
 		}

@@ -35,7 +35,7 @@ import (
 //  3. one transaction: the row, locked (SELECT … FOR UPDATE) in the month
 //     the routing core names; the checks that need it (sender, recall
 //     window, status, expected version); the UPDATE; a recall or delete
-//     drops the message's mention index entries (routing.MentionsTable);
+//     drops the message's mention index entries (routing.DropMentions);
 //     the topic's next change_seq (im_topic_changes); the revision row;
 //  4. before the commit, one Redis script takes the message out of the hot
 //     cache and moves the topic's message version forward, which every

@@ -14,7 +14,7 @@ package inbox
 // (topic, from_user, seqid) indexes. The unread count of a topic is the
 // walk down from its newest message to the cursor, capped at UnreadCap;
 // the mention count reads the per-topic mention index
-// (routing.MentionsTable, written once per message by persist, its
+// (routing.AddMentions, written once per message by persist, its
 // entries dropped by a recall or delete for everyone) read beside the
 // counts, never the messages' own mention fields.
 

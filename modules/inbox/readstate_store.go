@@ -591,16 +591,9 @@ func (s store) unreadMany(ctx context.Context, db *sql.DB, t routing.Table, user
 // reused.
 const mentionBranches = 128
 
-// mentionQuery reads the caller's entries of the mention index — theirs
-// and everyone's (user 0) — above the cursor of each of mentionBranches
-// topics, leaving out what the caller hid: two ranges of the primary key
-// (topic, user_id, seq) per topic. Recalled and deleted messages have no
-// entries (the change drops them) and neither do gaps. A message that
-// mentions the caller and everyone has two entries and counts once:
-// DISTINCT.
-var mentionQuery = "SELECT DISTINCT x.topic, x.seq FROM " + routing.MentionsTable + " AS x WHERE x.user_id IN (?, 0) AND (" +
-	strings.Repeat("(x.topic = ? AND x.seq > ?) OR ", mentionBranches-1) + "(x.topic = ? AND x.seq > ?)) " +
-	"AND NOT EXISTS (SELECT 1 FROM " + readpath.DellogTable + " AS d WHERE d.topic = x.topic AND d.deletedfor = ? AND d.low <= x.seq AND d.hi > x.seq)"
+// mentionQuery reads the caller's entries of the mention index above the
+// cursor of each of mentionBranches topics, leaving out what the caller hid.
+var mentionQuery = routing.MentionsAboveQuery(mentionBranches, readpath.DellogTable)
 
 // mentionSeqs reads the seqs mentioning user (or everyone) above after[i]
 // in topics[i] that user did not hide, by topic.

@@ -148,7 +148,7 @@ func (mg *Migrator) batch(ctx context.Context, db *sql.DB, tenant string, m rout
 	}
 	if n == 0 {
 		// nothing left below the bound: the copy is complete
-		_, err := routing.SetMigration(ctx, db, map[string]any{"cursor_id": m.LegacyMax}, routing.MigrationBackfilling)
+		_, err := routing.SetMigration(ctx, db, routing.MigrationChange{CursorID: &m.LegacyMax}, routing.MigrationBackfilling)
 		return 0, err
 	}
 	tx, err := db.BeginTx(ctx, nil)
@@ -258,31 +258,15 @@ func (mg *Migrator) copyRange(ctx context.Context, tx *sql.Tx, tenant string, wh
 	return res, nil
 }
 
-// commitBatch moves the cursor and counts and logs the batch in the
-// batch's transaction, fenced by the cursor it started from and the
-// state: a batch whose migration was paused meanwhile (or moved on by
-// someone else) is rolled back (false).
+// commitBatch records the batch — cursor, counts, pace and its log line —
+// in the batch's transaction and commits it: false when the migration was
+// paused meanwhile (or moved on by someone else), and the batch is rolled
+// back.
 func (mg *Migrator) commitBatch(ctx context.Context, tx *sql.Tx, m routing.Migration, last int64, res copied, started time.Time, achieved float64) (bool, error) {
-	out, err := sq.Update("im_migration").
-		Set("rate_limit", mg.p.Config.RowsPerSecond).
-		Set("rate_achieved", int(achieved)).
-		Set("rate_batch", int(perSecond(res.read, time.Since(started)))).
-		Set("cursor_id", last).
-		Set("rows_read", sq.Expr("rows_read + ?", res.read)).
-		Set("rows_inserted", sq.Expr("rows_inserted + ?", res.inserted)).
-		Set("rows_present", sq.Expr("rows_present + ?", res.present)).
-		Set("rows_skewed", sq.Expr("rows_skewed + ?", res.skewed)).
-		Set("batches", sq.Expr("batches + 1")).
-		Where(sq.Eq{"id": 1, "cursor_id": m.CursorID, "state": string(routing.MigrationBackfilling)}).
-		RunWith(tx).ExecContext(ctx)
-	if err != nil {
-		return false, err
-	}
-	if n, err := out.RowsAffected(); err != nil || n == 0 {
-		return false, err
-	}
-	if err := routing.LogMigrationBatch(ctx, tx, routing.MigrationBatch{FromID: m.CursorID, ToID: last, Read: res.read,
-		Inserted: res.inserted, Present: res.present, Skew: res.skewed, Started: started, Finished: time.Now()}); err != nil {
+	ok, err := routing.RecordMigrationBatch(ctx, tx, routing.MigrationBatch{FromID: m.CursorID, ToID: last, Read: res.read,
+		Inserted: res.inserted, Present: res.present, Skew: res.skewed, Started: started, Finished: time.Now()},
+		routing.MigrationRate{Limit: mg.p.Config.RowsPerSecond, Achieved: int(achieved), Batch: int(perSecond(res.read, time.Since(started)))})
+	if err != nil || !ok {
 		return false, err
 	}
 	return true, tx.Commit()
@@ -296,8 +280,7 @@ func (mg *Migrator) failed(ctx context.Context, db *sql.DB, m routing.Migration,
 	msg := cause.Error()
 	_ = routing.LogMigrationBatch(ctx, db, routing.MigrationBatch{FromID: m.CursorID, ToID: m.CursorID, Err: msg,
 		Started: started, Finished: time.Now()})
-	_, _ = routing.SetMigration(ctx, db, map[string]any{"batch_failures": sq.Expr("batch_failures + 1"),
-		"last_error": truncate(msg, 500)})
+	_, _ = routing.SetMigration(ctx, db, routing.MigrationChange{Failure: truncate(msg, 500)})
 	return cause
 }
 
@@ -364,9 +347,7 @@ func (mg *Migrator) afterCopy(ctx context.Context, db *sql.DB, tenant string, m 
 			}
 		}
 	}
-	_, err := routing.StepMigration(ctx, db, routing.StepBackfilled, map[string]any{
-		"routes_done": 1, "verify_pending": 1, "backfilled_at": sq.Expr("COALESCE(backfilled_at, NOW(3))"),
-	})
+	_, err := routing.StepMigration(ctx, db, routing.StepBackfilled, routing.MigrationChange{})
 	if err == nil {
 		mg.p.Log.Info().Str("tenant", tenant).Int("topics", len(topics)).Msg("backfill complete, routes rebuilt; verifying")
 	}
@@ -384,7 +365,7 @@ func (mg *Migrator) recopy(ctx context.Context, db *sql.DB, tenant string, d rou
 	if err != nil {
 		return err
 	}
-	if _, err := routing.SetMigration(ctx, tx, map[string]any{"rows_inserted": sq.Expr("rows_inserted + ?", res.inserted)}); err != nil {
+	if _, err := routing.SetMigration(ctx, tx, routing.MigrationChange{Inserted: int64(res.inserted)}); err != nil {
 		return err
 	}
 	return tx.Commit()

@@ -339,7 +339,7 @@ func (mg *Migrator) Start(ctx context.Context, tenant string, say func(string, .
 			return rep, refusef("%d+ legacy topics have no group in imshard yet (load them through PUT /v1/topics/{topic} and its members first): %s",
 				len(missing), strings.Join(missing, ", "))
 		}
-		if cur, err = routing.StepMigration(ctx, db, routing.StepCutover, map[string]any{"cutover_at": sq.Expr("NOW(3)")}); err != nil {
+		if cur, err = routing.StepMigration(ctx, db, routing.StepCutover, routing.MigrationChange{}); err != nil {
 			return rep, err
 		}
 		say("cutover recorded at %s", cur.CutoverAt.Time.UTC().Format(time.RFC3339Nano))
@@ -388,8 +388,8 @@ func (mg *Migrator) Start(ctx context.Context, tenant string, say func(string, .
 		QueryRowContext(ctx).Scan(&maxID, &rowsN); err != nil {
 		return rep, fmt.Errorf("migrate: legacy bounds: %w", err)
 	}
-	if _, err := routing.StepMigration(ctx, db, routing.StepOpen, map[string]any{
-		"opened_at": sq.Expr("NOW(3)"), "legacy_max_id": maxID, "legacy_rows": rowsN,
+	if _, err := routing.StepMigration(ctx, db, routing.StepOpen, routing.MigrationChange{
+		Legacy: &routing.LegacyBounds{MaxID: maxID, Rows: rowsN},
 	}); err != nil {
 		return rep, err
 	}
@@ -403,17 +403,17 @@ func (mg *Migrator) Start(ctx context.Context, tenant string, say func(string, .
 
 // Pause stops the backfill after its current batch.
 func (mg *Migrator) Pause(ctx context.Context, tenant string) (routing.Migration, error) {
-	return mg.step(ctx, tenant, routing.StepPause, nil)
+	return mg.step(ctx, tenant, routing.StepPause)
 }
 
 // Resume lets the backfill go on from its last committed batch.
 func (mg *Migrator) Resume(ctx context.Context, tenant string) (routing.Migration, error) {
-	return mg.step(ctx, tenant, routing.StepResume, nil)
+	return mg.step(ctx, tenant, routing.StepResume)
 }
 
 // Verify asks the module to run the verification again.
 func (mg *Migrator) Verify(ctx context.Context, tenant string) (routing.Migration, error) {
-	return mg.step(ctx, tenant, routing.StepVerify, map[string]any{"verify_pending": 1})
+	return mg.step(ctx, tenant, routing.StepVerify)
 }
 
 // Abort drops a plan: the tenant is served as before it. The month tables
@@ -431,7 +431,7 @@ func (mg *Migrator) Abort(ctx context.Context, tenant string) (AbortReport, erro
 	if err != nil {
 		return rep, err
 	}
-	if rep.Migration, err = mg.step(ctx, tenant, routing.StepAbort, nil); err != nil {
+	if rep.Migration, err = mg.step(ctx, tenant, routing.StepAbort); err != nil {
 		return rep, err
 	}
 	active, err := routing.NewClock(mg.p.Redis).Month(ctx)
@@ -485,12 +485,12 @@ type AbortReport struct {
 	Dropped, Kept []routing.Month
 }
 
-func (mg *Migrator) step(ctx context.Context, tenant string, step routing.MigrationStep, set map[string]any) (routing.Migration, error) {
+func (mg *Migrator) step(ctx context.Context, tenant string, step routing.MigrationStep) (routing.Migration, error) {
 	db, err := mg.p.DBs.DB(ctx, tenant)
 	if err != nil {
 		return routing.Migration{}, err
 	}
-	m, err := routing.StepMigration(ctx, db, step, set)
+	m, err := routing.StepMigration(ctx, db, step, routing.MigrationChange{})
 	if errors.Is(err, routing.ErrMigrationState) {
 		return m, fmt.Errorf("%w: %v", ErrRefused, err)
 	}
@@ -523,7 +523,7 @@ func (mg *Migrator) Finish(ctx context.Context, tenant string) (routing.Migratio
 		if len(diffs) > 0 || m.VerifyDiffs > 0 {
 			return m, refusef("verification found %d differences; finish needs none", max(m.VerifyDiffs, len(diffs)))
 		}
-		if m, err = mg.step(ctx, tenant, routing.StepFinish, map[string]any{"finished_at": sq.Expr("NOW(3)")}); err != nil {
+		if m, err = mg.step(ctx, tenant, routing.StepFinish); err != nil {
 			return m, err
 		}
 		// no process may still read the legacy table under its old name

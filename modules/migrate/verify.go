@@ -35,15 +35,14 @@ func (mg *Migrator) verify(ctx context.Context, db *sql.DB, tenant string, m rou
 		return err
 	}
 	mg.m.diffs.WithLabelValues(tenant).Set(float64(len(diffs)))
-	set := map[string]any{"verify_pending": 0, "verify_runs": sq.Expr("verify_runs + 1"), "verify_diffs": len(diffs)}
-	log := mg.p.Log.Info().Str("tenant", tenant).Int("differences", len(diffs)).Dur("took", time.Since(start))
+	n := len(diffs)
+	set := routing.MigrationChange{Verified: &n}
+	log := mg.p.Log.Info().Str("tenant", tenant).Int("differences", n).Dur("took", time.Since(start))
 	switch {
-	case len(diffs) == 0:
-		set["verified_at"] = sq.Expr("NOW(3)")
+	case n == 0:
 		_, err = routing.StepMigration(ctx, db, routing.StepVerified, set)
 		log.Msg("verification passed")
 	case m.RedoRounds == 0:
-		set["redo_rounds"] = sq.Expr("redo_rounds + 1")
 		_, err = routing.StepMigration(ctx, db, routing.StepRedo, set)
 		log.Msg("verification found differences; copying their ranges again")
 	default:

@@ -3,16 +3,17 @@ package routing
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	sq "github.com/Masterminds/squirrel"
 )
 
-// MentionsTable is the per-topic mention index (sql/migrations/
+// mentionsTable is the per-topic mention index (sql/migrations/
 // 0007_topic_mentions.sql): one row per (topic, mentioned user, seq) of a
 // stored message that is neither recalled nor deleted for everyone, user
 // MentionEveryone for a mention of everyone. It is written once per
 // message, like the message row, never per member.
-const MentionsTable = "im_topic_mentions"
+const mentionsTable = "im_topic_mentions"
 
 // MentionEveryone is the user_id of a mention of everyone.
 const MentionEveryone int64 = 0
@@ -45,7 +46,7 @@ func AddMentions(ctx context.Context, tx sq.BaseRunner, ms []Mention) error {
 	if len(ms) == 0 {
 		return nil
 	}
-	q := sq.Insert(MentionsTable).Columns("topic", "user_id", "seq")
+	q := sq.Insert(mentionsTable).Columns("topic", "user_id", "seq")
 	for _, m := range ms {
 		q = q.Values(m.Topic, m.User, m.Seq)
 	}
@@ -65,10 +66,25 @@ func DropMentions(ctx context.Context, tx sq.BaseRunner, ms []Mention) error {
 	for i, m := range ms {
 		or[i] = sq.Eq{"topic": m.Topic, "user_id": m.User, "seq": m.Seq}
 	}
-	if _, err := sq.Delete(MentionsTable).Where(or).RunWith(tx).ExecContext(ctx); err != nil {
+	if _, err := sq.Delete(mentionsTable).Where(or).RunWith(tx).ExecContext(ctx); err != nil {
 		return fmt.Errorf("mentions: drop: %w", err)
 	}
 	return nil
+}
+
+// MentionsAboveQuery is the statement reading a user's entries of the index
+// — theirs and everyone's — above a cursor in each of branches topics,
+// leaving out the ranges the user hid (hidden: the hidden-ranges table,
+// columns topic, deletedfor, low, hi): two ranges of the primary key
+// (topic, user_id, seq) per topic. Its placeholders: the user, then a
+// topic and its cursor per branch, then the user again. Recalled and
+// deleted messages have no entries (the change drops them) and neither do
+// gaps. A message that mentions the user and everyone has two entries and
+// is read once: DISTINCT.
+func MentionsAboveQuery(branches int, hidden string) string {
+	return "SELECT DISTINCT x.topic, x.seq FROM " + mentionsTable + " AS x WHERE x.user_id IN (?, 0) AND (" +
+		strings.Repeat("(x.topic = ? AND x.seq > ?) OR ", branches-1) + "(x.topic = ? AND x.seq > ?)) " +
+		"AND NOT EXISTS (SELECT 1 FROM " + hidden + " AS d WHERE d.topic = x.topic AND d.deletedfor = ? AND d.low <= x.seq AND d.hi > x.seq)"
 }
 
 // legacyMentioned unnests the ids a legacy row aliased alias mentions, one
@@ -101,8 +117,8 @@ func CopyLegacyMentions(ctx context.Context, tx sq.BaseRunner, where sq.Sqlizer)
 		Join(SplitsJoin).Where(where).Where("l.status = 'normal'").Where("j.user_id > 0")
 	all := sq.Select("l.topic", fmt.Sprint(MentionEveryone), "l.seqid").From(from).
 		Join(SplitsJoin).Where(where).Where("l.status = 'normal'").Where("l.mention_all <> 0")
-	_, err := sq.Insert(MentionsTable).Columns("topic", "user_id", "seq").Select(ids.Suffix("UNION ALL").SuffixExpr(all)).
-		Suffix("ON DUPLICATE KEY UPDATE seq = " + MentionsTable + ".seq").RunWith(tx).ExecContext(ctx)
+	_, err := sq.Insert(mentionsTable).Columns("topic", "user_id", "seq").Select(ids.Suffix("UNION ALL").SuffixExpr(all)).
+		Suffix("ON DUPLICATE KEY UPDATE seq = " + mentionsTable + ".seq").RunWith(tx).ExecContext(ctx)
 	if err != nil {
 		return fmt.Errorf("mentions: copy legacy: %w", err)
 	}

@@ -219,10 +219,77 @@ func PlanMigration(ctx context.Context, db sq.BaseRunner, p MigrationPlan) error
 	return nil
 }
 
+// MigrationChange is what a step or an update records besides the state:
+// each field that is set changes its columns, a zero field leaves them.
+type MigrationChange struct {
+	// Legacy records the legacy table's highest message_id and row count,
+	// read when writes open: the bound of the backfill.
+	Legacy *LegacyBounds
+	// CursorID moves the backfill's cursor (the last copied message_id).
+	CursorID *int64
+	// Inserted adds rows copied outside a batch (a recopied difference).
+	Inserted int64
+	// Failure records a failed batch: one more batch failure, and its error.
+	Failure string
+	// Verified records a finished verification with the number of
+	// differences it found.
+	Verified *int
+}
+
+// LegacyBounds is the legacy table's highest message_id and row count.
+type LegacyBounds struct{ MaxID, Rows int64 }
+
+// migrationStamps are the columns a step sets by itself, whoever takes it.
+var migrationStamps = map[MigrationStep][]migrationSet{
+	StepCutover:    {{"cutover_at", sq.Expr("NOW(3)")}},
+	StepOpen:       {{"opened_at", sq.Expr("NOW(3)")}},
+	StepBackfilled: {{"routes_done", 1}, {"verify_pending", 1}, {"backfilled_at", sq.Expr("COALESCE(backfilled_at, NOW(3))")}},
+	StepVerify:     {{"verify_pending", 1}},
+	StepVerified:   {{"verified_at", sq.Expr("NOW(3)")}},
+	StepRedo:       {{"redo_rounds", sq.Expr("redo_rounds + 1")}},
+	StepFinish:     {{"finished_at", sq.Expr("NOW(3)")}},
+}
+
+type migrationSet struct {
+	column string
+	value  any
+}
+
+// sets lists the columns c changes.
+func (c MigrationChange) sets() []migrationSet {
+	var s []migrationSet
+	if c.Legacy != nil {
+		s = append(s, migrationSet{"legacy_max_id", c.Legacy.MaxID}, migrationSet{"legacy_rows", c.Legacy.Rows})
+	}
+	if c.CursorID != nil {
+		s = append(s, migrationSet{"cursor_id", *c.CursorID})
+	}
+	if c.Inserted != 0 {
+		s = append(s, migrationSet{"rows_inserted", sq.Expr("rows_inserted + ?", c.Inserted)})
+	}
+	if c.Failure != "" {
+		s = append(s, migrationSet{"batch_failures", sq.Expr("batch_failures + 1")}, migrationSet{"last_error", c.Failure})
+	}
+	if c.Verified != nil {
+		s = append(s, migrationSet{"verify_pending", 0}, migrationSet{"verify_runs", sq.Expr("verify_runs + 1")},
+			migrationSet{"verify_diffs", *c.Verified})
+	}
+	return s
+}
+
+func setAll(u sq.UpdateBuilder, sets ...[]migrationSet) sq.UpdateBuilder {
+	for _, ss := range sets {
+		for _, s := range ss {
+			u = u.Set(s.column, s.value)
+		}
+	}
+	return u
+}
+
 // StepMigration applies step to the tenant's migration if its state allows
-// it, with set applied in the same UPDATE; abort deletes the row and what
-// the plan recorded.
-func StepMigration(ctx context.Context, db *sql.DB, step MigrationStep, set map[string]any) (Migration, error) {
+// it, with the step's own stamps and change applied in the same UPDATE;
+// abort deletes the row and what the plan recorded.
+func StepMigration(ctx context.Context, db *sql.DB, step MigrationStep, change MigrationChange) (Migration, error) {
 	var from []MigrationState
 	to := MigrationState("?")
 	for _, t := range MigrationTransitions {
@@ -259,11 +326,8 @@ func StepMigration(ctx context.Context, db *sql.DB, step MigrationStep, set map[
 			}
 		}
 	} else {
-		u := sq.Update(migrationTable).Set("state", string(to)).Set("version", sq.Expr("version + 1")).
-			Where(sq.Eq{"id": 1, "state": names})
-		for k, v := range set {
-			u = u.Set(k, v)
-		}
+		u := setAll(sq.Update(migrationTable).Set("state", string(to)).Set("version", sq.Expr("version + 1")).
+			Where(sq.Eq{"id": 1, "state": names}), migrationStamps[step], change.sets())
 		res, err := u.RunWith(tx).ExecContext(ctx)
 		if err != nil {
 			return Migration{}, fmt.Errorf("migration: %s: %w", step, err)
@@ -282,9 +346,9 @@ func StepMigration(ctx context.Context, db *sql.DB, step MigrationStep, set map[
 	return m, tx.Commit()
 }
 
-// SetMigration updates fields of the migration row without a state change,
+// SetMigration records change in the migration row without a state change,
 // only while it is in one of states (none: any).
-func SetMigration(ctx context.Context, db sq.BaseRunner, set map[string]any, states ...MigrationState) (bool, error) {
+func SetMigration(ctx context.Context, db sq.BaseRunner, change MigrationChange, states ...MigrationState) (bool, error) {
 	u := sq.Update(migrationTable).Where(sq.Eq{"id": 1})
 	if len(states) > 0 {
 		names := make([]string, len(states))
@@ -293,15 +357,31 @@ func SetMigration(ctx context.Context, db sq.BaseRunner, set map[string]any, sta
 		}
 		u = u.Where(sq.Eq{"state": names})
 	}
-	for k, v := range set {
-		u = u.Set(k, v)
+	sets := change.sets()
+	if len(sets) == 0 {
+		return false, errors.New("migration: update: nothing to change")
 	}
-	res, err := u.RunWith(db).ExecContext(ctx)
+	res, err := setAll(u, sets).RunWith(db).ExecContext(ctx)
 	if err != nil {
 		return false, fmt.Errorf("migration: update: %w", err)
 	}
 	n, err := res.RowsAffected()
 	return n > 0, err
+}
+
+// RestartBackfill puts a migration back to the start of its backfill, every
+// counter zeroed (a benchmark's reset between rounds).
+func RestartBackfill(ctx context.Context, db sq.BaseRunner) error {
+	u := sq.Update(migrationTable).Where(sq.Eq{"id": 1}).Set("state", string(MigrationBackfilling)).
+		Set("version", sq.Expr("version + 1"))
+	for _, c := range []string{"cursor_id", "rows_read", "rows_inserted", "rows_present", "rows_skewed", "batches",
+		"routes_done", "verify_pending", "verify_runs", "redo_rounds", "verify_diffs"} {
+		u = u.Set(c, 0)
+	}
+	if _, err := u.RunWith(db).ExecContext(ctx); err != nil {
+		return fmt.Errorf("migration: restart the backfill: %w", err)
+	}
+	return nil
 }
 
 // MigrationTopic is one topic of the legacy table at cutover.
@@ -521,6 +601,38 @@ type MigrationBatch struct {
 	Started, Finished             time.Time
 }
 
+// MigrationRate is the pace a copying process records with a batch
+// (rows/s): its limit (0: unthrottled), the rate it achieved over the last
+// seconds with throttle waits, and the batch's rate alone.
+type MigrationRate struct{ Limit, Achieved, Batch int }
+
+// RecordMigrationBatch moves the backfill's cursor from b.FromID to b.ToID,
+// adds b's counts, records the pace and logs b, in the batch's
+// transaction, fenced by the cursor the batch started from and the
+// backfilling state: false, with nothing written, when the migration was
+// paused meanwhile or moved on by someone else.
+func RecordMigrationBatch(ctx context.Context, tx sq.BaseRunner, b MigrationBatch, rate MigrationRate) (bool, error) {
+	out, err := sq.Update(migrationTable).
+		Set("rate_limit", rate.Limit).
+		Set("rate_achieved", rate.Achieved).
+		Set("rate_batch", rate.Batch).
+		Set("cursor_id", b.ToID).
+		Set("rows_read", sq.Expr("rows_read + ?", b.Read)).
+		Set("rows_inserted", sq.Expr("rows_inserted + ?", b.Inserted)).
+		Set("rows_present", sq.Expr("rows_present + ?", b.Present)).
+		Set("rows_skewed", sq.Expr("rows_skewed + ?", b.Skew)).
+		Set("batches", sq.Expr("batches + 1")).
+		Where(sq.Eq{"id": 1, "cursor_id": b.FromID, "state": string(MigrationBackfilling)}).
+		RunWith(tx).ExecContext(ctx)
+	if err != nil {
+		return false, fmt.Errorf("migration: record batch: %w", err)
+	}
+	if n, err := out.RowsAffected(); err != nil || n == 0 {
+		return false, err
+	}
+	return true, LogMigrationBatch(ctx, tx, b)
+}
+
 // LogMigrationBatch records a batch (in the batch's transaction when it
 // committed, on its own when it failed).
 func LogMigrationBatch(ctx context.Context, db sq.BaseRunner, b MigrationBatch) error {
@@ -535,6 +647,35 @@ func LogMigrationBatch(ctx context.Context, db sq.BaseRunner, b MigrationBatch) 
 		return fmt.Errorf("migration: log batch: %w", err)
 	}
 	return nil
+}
+
+// LastMigrationBatchID is the id of the newest logged batch (0: none).
+func LastMigrationBatchID(ctx context.Context, db sq.BaseRunner) (int64, error) {
+	var id int64
+	if err := sq.Select("COALESCE(MAX(id), 0)").From(migrationBatchTable).RunWith(db).QueryRowContext(ctx).Scan(&id); err != nil {
+		return 0, fmt.Errorf("migration: last batch: %w", err)
+	}
+	return id, nil
+}
+
+// CommittedMigrationBatches lists the committed (not failed) batches logged
+// after the batch with id after, oldest first: their rows read and times.
+func CommittedMigrationBatches(ctx context.Context, db sq.BaseRunner, after int64) ([]MigrationBatch, error) {
+	rows, err := sq.Select("from_id", "to_id", "rows_read", "started_at", "finished_at").From(migrationBatchTable).
+		Where(sq.Gt{"id": after}).Where("error IS NULL").OrderBy("id").RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migration: batches: %w", err)
+	}
+	defer rows.Close()
+	var out []MigrationBatch
+	for rows.Next() {
+		var b MigrationBatch
+		if err := rows.Scan(&b.FromID, &b.ToID, &b.Read, &b.Started, &b.Finished); err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, rows.Err()
 }
 
 // MigrationDiff is one topic month where the verification found the month
