@@ -24,10 +24,11 @@ run: ## start local MariaDB + Redis if needed, then `imshard all` on local defau
 test: ## every test, against real MariaDB/Redis (started/installed when missing) — the README command
 	bash test/run.sh
 
-lint: ## gofmt, go vet, staticcheck
+lint: ## gofmt, go vet, staticcheck, the OpenAPI linter
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	bash test/tools/openapi-lint/lint.sh
 
 bench: ## Go benchmarks (figures, not pass/fail); see docs/performance.md for `imshard bench`
 	bash test/services.sh

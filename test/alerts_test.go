@@ -1,8 +1,6 @@
 package test
 
 import (
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -177,19 +175,15 @@ func exportedMetrics(t *testing.T) map[string]bool {
 
 // TestLabelledCountersStartAtZero: a process exports the labelled series
 // the alerts watch at 0 from its start, for every configured tenant, so the
-// first increment is an increase (app's tests cover tenants a reload adds).
+// first increment is an increase (app's tests cover tenants a reload adds),
+// and every series the dashboard or an alert uses, each label value they
+// select included, so that no panel shows "No data" until a first event —
+// except the few whose label values only a measurement tells
+// (measuredLater).
 func TestLabelledCountersStartAtZero(t *testing.T) {
 	env := harness.Start(t, harness.Options{})
-	resp, err := http.Get(env.OpsURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(body), "\n")
+	text := opsMetrics(t, env.OpsURL)
+	lines := strings.Split(text, "\n")
 	want := []string{
 		`group_message_shard_missing_total{tenant="` + env.Tenant + `"} 0`,
 		`imshard_shardmgr_ddl_failures_total{tenant="` + env.Tenant + `"} 0`,
@@ -206,5 +200,10 @@ func TestLabelledCountersStartAtZero(t *testing.T) {
 		if !slices.Contains(lines, line) {
 			t.Errorf("/metrics lacks %q", line)
 		}
+	}
+	later := func(metric string) bool { _, ok := measuredLater[metric]; return ok }
+	if missing := unexported(usedSeries(t), scrapeSamples(text), later); len(missing) > 0 {
+		t.Errorf("series the dashboard or the alerts use that a process does not export from its start (%d):\n  %s",
+			len(missing), strings.Join(missing, "\n  "))
 	}
 }

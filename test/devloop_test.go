@@ -33,7 +33,7 @@ func TestCtrlCStopsAtOnce(t *testing.T) {
 
 // TestMakeRunInstallsOnlyTheService: `make run` brings up what the service
 // runs on (MariaDB, Redis) and nothing only the tests use (promtool,
-// systemd-analyze), which test/run.sh asks for; README says how long the
+// systemd-analyze, the OpenAPI linter), which test/run.sh asks for; README says how long the
 // test command takes.
 func TestMakeRunInstallsOnlyTheService(t *testing.T) {
 	plan, err := exec.Command("make", "-n", "-C", repoFile("."), "run").CombinedOutput()
@@ -47,7 +47,7 @@ func TestMakeRunInstallsOnlyTheService(t *testing.T) {
 	if err != nil {
 		t.Fatalf("test/services.sh: %v\n%s", err, out)
 	}
-	for _, tool := range []string{"promtool", "systemd-analyze"} {
+	for _, tool := range []string{"promtool", "systemd-analyze", "openapi-lint"} {
 		if strings.Contains(string(out), tool) {
 			t.Errorf("test/services.sh without --test-tools deals with %s:\n%s", tool, out)
 		}

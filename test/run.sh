@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The test command: bash test/run.sh [extra go test args, e.g. -run X -v]
 # Brings up MariaDB and Redis and installs the test tools (test/services.sh --test-tools),
-# then gofmt, go vet, staticcheck, deadcode and the race-enabled tests: about 6-7 minutes on
-# a 2-core machine, most of it in `go test` of ./test, which prints nothing until its
-# package ends.
+# then gofmt, go vet, staticcheck, deadcode, the OpenAPI linter and the race-enabled tests:
+# about 6-7 minutes on a 2-core machine, most of it in `go test` of ./test, which prints
+# nothing until its package ends.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 command -v go >/dev/null 2>&1 || { echo "run.sh: Go >= 1.26 is needed and 'go' is not on PATH (https://go.dev/dl/)" >&2; exit 1; }
@@ -17,6 +17,11 @@ go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 dead=$(go run golang.org/x/tools/cmd/deadcode@v0.53.0 -test \
   -filter '^github.com/imshard/imshard($|/(app|cmd|config|modules|sql|lua)(/|$))' ./...)
 [ -z "$dead" ] || { echo "run.sh: unreachable product code:" >&2; echo "$dead" >&2; exit 1; }
+# docs/openapi.yaml under an independent linter (Redocly CLI, pinned and cached by
+# --test-tools above): clients generated from it must read the answers the service sends.
+lint=$(bash test/tools/openapi-lint/lint.sh 2>&1) || {
+  echo "$lint" >&2; echo "run.sh: docs/openapi.yaml fails the OpenAPI linter (bash test/tools/openapi-lint/lint.sh)" >&2; exit 1
+}
 # Bounded fuzzing: every fuzz target of the repository for FUZZTIME each (default 2000x:
 # 2,000 executions, a few seconds at most; a count, not a duration, because Go 1.26's fuzz
 # coordinator can fail a duration-bounded run with "context deadline exceeded" when a loaded

@@ -7,9 +7,10 @@
 # addresses are ever started.
 #
 # --test-tools (test/run.sh) also installs what only the tests use: promtool
-# (package prometheus; the alert rules' tests) and systemd-analyze (package
+# (package prometheus; the alert rules' tests), systemd-analyze (package
 # systemd; checks the shipped units — where it cannot be installed the unit test
-# says so when it skips).
+# says so when it skips) and the OpenAPI linter (Redocly CLI from the npm
+# registry, pinned by test/tools/openapi-lint; needs Node.js 20.19+ and npm).
 #
 #   IMSHARD_TEST_MYSQL_ADDR  default 127.0.0.1:3306
 #   IMSHARD_TEST_REDIS_ADDR  default 127.0.0.1:6379
@@ -195,6 +196,16 @@ ensure_promtool() {
   say "promtool: $(promtool --version 2>&1 | head -n 1)"
 }
 
+# ----------------------------------------------------------- openapi-lint ---
+# Redocly CLI lints docs/openapi.yaml (test/run.sh). Node.js and npm come from
+# Debian where missing (Debian 13's are recent enough; 12's Node.js 18 is not,
+# and lint.sh says so); the pinned CLI is installed once into a cache.
+ensure_openapi_lint() {
+  have node && have npm || apt_install nodejs npm
+  bash "$(dirname "${BASH_SOURCE[0]}")/tools/openapi-lint/lint.sh" --install
+  say "openapi-lint: Redocly CLI installed, node $(node --version)"
+}
+
 case "${1:-}" in
   "") test_tools=0 ;;
   --test-tools) test_tools=1 ;;
@@ -205,4 +216,5 @@ ensure_redis
 if [ "$test_tools" = 1 ]; then
   ensure_systemd_analyze
   ensure_promtool
+  ensure_openapi_lint
 fi

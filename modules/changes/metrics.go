@@ -33,10 +33,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, step := range []string{stepHotPut, stepPublish} {
 		m.changeFollowups.WithLabelValues(step)
 	}
+	// exported as 0 from the start: the alerts on failures and on changes
+	// waiting for persist see a first one as an increase
 	for _, action := range []string{message.ActionRecall, message.ActionEdit, message.ActionDelete} {
-		for _, result := range []string{httpapi.CodeUnavailable, httpapi.CodeInternal} {
-			m.changes.WithLabelValues(action, result) // the failure alert sees a first one as an increase
+		for _, result := range []string{changeOK, changeInFlight, httpapi.CodeUnavailable, httpapi.CodeInternal} {
+			m.changes.WithLabelValues(action, result)
 		}
+		m.changeLatency.WithLabelValues(action)
 	}
 	return m
 }

@@ -42,5 +42,8 @@ func newMetrics(reg prometheus.Registerer, memoUsers, memoRoutes func() int) *me
 	for _, r := range []string{"published", "failed"} {
 		m.readFrames.WithLabelValues(r)
 	}
+	for _, op := range []string{"read", "unread", "topics", "sync", "prefs"} {
+		m.readState.WithLabelValues(op)
+	}
 	return m
 }

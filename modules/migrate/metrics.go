@@ -39,11 +39,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// ExportTenants creates the tenant-labelled series at 0.
+// ExportTenants creates the tenant-labelled series at 0 (an existing series
+// keeps its value): a tenant without a migration has no rows left, no
+// differences and no batch yet (last batch time 0: never).
 func (mg *Migrator) ExportTenants(tenants []string) {
 	for _, t := range tenants {
 		for _, r := range []string{"inserted", "present", "skewed"} {
 			mg.m.rows.WithLabelValues(t, r)
+		}
+		for _, g := range []*prometheus.GaugeVec{mg.m.rate, mg.m.remaining, mg.m.lastBatch, mg.m.diffs} {
+			g.WithLabelValues(t)
 		}
 		mg.m.failures.WithLabelValues(t)
 		mg.m.limit.WithLabelValues(t).Set(float64(mg.p.Config.RowsPerSecond))

@@ -64,5 +64,8 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 	for _, f := range []failure{transient, missingTable, unclassified} {
 		m.retries.WithLabelValues(f.String())
 	}
+	for _, r := range []string{"done", "failed"} {
+		m.repairs.WithLabelValues(r)
+	}
 	return m
 }

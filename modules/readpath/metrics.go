@@ -46,8 +46,18 @@ func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
 		local:   f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_query_hot_local_total", Help: "List pages read over this process's copy of a topic's newest messages: hit (the copy and the Redis read above it answered), fallback (they fell short: a full hot-cache read followed), reset (the topic's seq counter went below the copy: dropped), changed (a message of the topic was recalled, edited or deleted since the copy was read: dropped)."}, []string{"result"}),
 	}
 	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "imshard_query_hot_local_topics", Help: "Topics whose newest messages this process holds a copy of (at most hot_cache.local_topics)."}, func() float64 { return float64(held()) })
+	// exported as 0 from the start: rates and quantiles need no first event
 	for _, r := range []string{localHit, localFallback, localReset, localChanged} {
-		m.local.WithLabelValues(r) // exported as 0 from the start: rates need no first event
+		m.local.WithLabelValues(r)
+	}
+	for _, s := range []string{sourceRedis, sourceSingle, sourceCross} {
+		m.latency.WithLabelValues(s)
+	}
+	for _, r := range []string{"hit", "miss"} {
+		m.hot.WithLabelValues(r)
+	}
+	for _, r := range []string{"hit", "miss", "many", "error"} {
+		m.hidden.WithLabelValues(r)
 	}
 	return m
 }

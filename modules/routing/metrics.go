@@ -43,6 +43,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, e := range []string{fenceRaised, fenceLifted} {
 		m.SeqFences.WithLabelValues(e)
 	}
+	for _, s := range []string{"ok", "empty", "error"} {
+		m.RouteRebuild.WithLabelValues(s)
+	}
+	for _, s := range []string{"auto", "activate", "recover", "ensure"} {
+		m.MonthSwitches.WithLabelValues(s)
+	}
+	for _, r := range []string{"recover", "advance", "seed", "reserve", "migration_gate"} {
+		m.AllocRetries.WithLabelValues(r)
+	}
 	return m
 }
 

@@ -44,9 +44,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		dedupHit: f.NewCounter(prometheus.CounterOpts{Name: "imshard_send_mysql_dedup_hits_total", Help: "Retries Redis had forgotten, answered from MySQL (the month tables)."}),
 	}
 	// exported as 0 from the start: the error-rate alert divides by them and
-	// sees a first failure as an increase
+	// sees a first failure as an increase, and the dashboard's rates and
+	// quantiles have a series before the first send
 	for _, r := range []string{resultOK, resultDuplicate, httpapi.CodeUnavailable, httpapi.CodeInternal} {
 		m.total.WithLabelValues(r)
+		m.latency.WithLabelValues(r)
+	}
+	for _, s := range []string{stepPending, stepIdempotency, stepHotCache, stepPublish, stepLateAfterGap} {
+		m.postAck.WithLabelValues(s)
 	}
 	return m
 }

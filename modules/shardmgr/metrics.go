@@ -3,6 +3,8 @@ package shardmgr
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/imshard/imshard/modules/routing"
 )
 
 type metrics struct {
@@ -25,6 +27,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		transitions:  f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_shardmgr_transitions_total", Help: "Month status changes made by the shard manager, by target status."}, []string{"status"}),
 		readyAhead:   f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_shardmgr_months_ready_ahead", Help: "Writable month tables after the current (Redis-time) month; 0 means next month's table is missing."}, []string{"tenant"}),
 		activeLag:    f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_shardmgr_active_month_lag", Help: "Months the active month trails the Redis-time month (-1: no active month)."}, []string{"tenant"}),
+	}
+	// the statuses the manager moves months to, exported as 0 from the start
+	for _, s := range []routing.Status{routing.StatusSealing, routing.StatusSealed} {
+		m.transitions.WithLabelValues(string(s))
 	}
 	return m
 }
