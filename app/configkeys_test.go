@@ -1,11 +1,9 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -110,38 +108,15 @@ func TestRestartNeededOnlyForKeysTheModulesRead(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink the test reads while the App writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestReloadWarnsRestartOnlyForKeysTheProcessUses: a shard-manager process
 // told of changes only other roles read (a persist batch size, a stream
 // limit) logs no "restart needed"; a change to a key it reads and cannot
 // apply live (shard.patrol_interval) is logged as needing one, with the key.
 func TestReloadWarnsRestartOnlyForKeysTheProcessUses(t *testing.T) {
 	tenant := testenv.NewTenant(t)
-	def := config.Default()
-	cfg := &def
-	cfg.HTTP.Addr, cfg.Metrics.Addr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.MySQL.DSNTemplate = testenv.DSNTemplate()
-	cfg.Redis.Addrs = []string{testenv.RedisAddr()}
-	cfg.Tenants = []config.Tenant{{ID: tenant, JWTSecret: "secret-" + tenant}}
+	cfg := localConfig(tenant)
 	cfg.Shard.PatrolInterval = time.Hour
-	var log syncBuffer
+	var log testenv.LogBuffer
 	a := New(cfg, zerolog.New(&log).Level(zerolog.InfoLevel))
 	if err := a.Start(context.Background(), []string{ShardMgr}); err != nil {
 		t.Fatal(err)

@@ -180,16 +180,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 // first increment is an increase (app's tests cover tenants a reload adds).
 func TestLabelledCountersStartAtZero(t *testing.T) {
 	env := harness.Start(t, harness.Options{})
-	resp, err := http.Get(env.OpsURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(body), "\n")
+	lines := scrapeMetrics(t, env.OpsURL)
 	want := []string{
 		`group_message_shard_missing_total{tenant="` + env.Tenant + `"} 0`,
 		`imshard_shardmgr_ddl_failures_total{tenant="` + env.Tenant + `"} 0`,
@@ -207,4 +198,19 @@ func TestLabelledCountersStartAtZero(t *testing.T) {
 			t.Errorf("/metrics lacks %q", line)
 		}
 	}
+}
+
+// scrapeMetrics is the text of /metrics at opsURL, a line each.
+func scrapeMetrics(t *testing.T, opsURL string) []string {
+	t.Helper()
+	resp, err := http.Get(opsURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(string(body), "\n")
 }

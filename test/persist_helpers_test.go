@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -223,17 +221,8 @@ func persistHeader(r *kgo.Record, key string) string {
 // labels contain every given label pair (`name{...}` lines).
 func persistMetric(t *testing.T, env *harness.Env, name string, labels ...string) float64 {
 	t.Helper()
-	resp, err := http.Get(env.OpsURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sum := 0.0
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range scrapeMetrics(t, env.OpsURL) {
 		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
 			continue
 		}

@@ -3,7 +3,6 @@ package test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -234,7 +233,7 @@ func TestReloadRefusedTheSameWhateverTheRole(t *testing.T) {
 			t.Fatalf("%s: the refused reload changed something:\n%s", pr.name, out)
 		}
 		for _, want := range []string{"imshard_config_last_reload_successful 0", "imshard_config_reload_failures_total 1"} {
-			if !hasMetricLine(t, pr.ops, want) {
+			if !slices.Contains(scrapeMetrics(t, "http://"+pr.ops), want) {
 				t.Fatalf("%s: /metrics lacks %q after the refused reload", pr.name, want)
 			}
 		}
@@ -256,7 +255,7 @@ func TestReloadRefusedTheSameWhateverTheRole(t *testing.T) {
 		if !slices.Equal(restart, want) {
 			t.Fatalf("%s: keys logged as needing a restart %v, want %v\n%s", pr.name, restart, want, pr.p.out.String())
 		}
-		if !hasMetricLine(t, pr.ops, "imshard_config_last_reload_successful 1") {
+		if !slices.Contains(scrapeMetrics(t, "http://"+pr.ops), "imshard_config_last_reload_successful 1") {
 			t.Fatalf("%s: /metrics does not show the valid reload as successful", pr.name)
 		}
 	}
@@ -278,19 +277,4 @@ func logLines(p *faultsProc, msg string) []map[string]any {
 		}
 	}
 	return out
-}
-
-// hasMetricLine reports whether /metrics at opsAddr holds line as it is.
-func hasMetricLine(t *testing.T, opsAddr, line string) bool {
-	t.Helper()
-	resp, err := http.Get("http://" + opsAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return slices.Contains(strings.Split(string(body), "\n"), line)
 }
