@@ -14,9 +14,9 @@ import (
 // ReloadOn makes Run apply the configuration load returns each time sig
 // delivers (SIGHUP in the binary: `systemctl reload`). load must read every
 // source again (file, tenants_file, environment, flags) and validate the
-// result as at start-up, with the same checks whatever the roles. The caller subscribes sig before starting, so a
-// signal that arrives while modules start is applied once they run rather
-// than killing the process.
+// result as at start-up, with the same checks whatever the roles. The
+// caller subscribes sig before starting, so a signal that arrives while
+// modules start is applied once they run rather than killing the process.
 func (a *App) ReloadOn(sig <-chan os.Signal, load func() (*config.Config, error)) {
 	a.reload.sig, a.reload.load = sig, load
 }

@@ -186,10 +186,10 @@ func (g *globals) serverFlags(flags map[string]*pflag.Flag) map[string]*pflag.Fl
 	return out
 }
 
-// withTools loads the configuration, starts the clients
-// and the routing core (no servers, no loops) and hands them to fn, for the
-// one-shot operator commands; Ctrl-C cancels fn's context. readOnly
-// commands never create what they find missing (app.App.ReadOnly).
+// withTools loads the configuration, starts the clients and the routing
+// core (no servers, no loops) and hands them to fn, for the one-shot
+// operator commands; Ctrl-C cancels fn's context. readOnly commands never
+// create what they find missing (app.App.ReadOnly).
 func (g *globals) withTools(readOnly bool, fn func(ctx context.Context, cfg *config.Config, a *app.App) error) error {
 	cfg, err := g.load(nil)
 	if err != nil {
