@@ -73,6 +73,7 @@ func New(cfg *config.Config, log zerolog.Logger) *App {
 	a := &App{Config: cfg, Log: log, Registry: reg, APIMux: httpapi.NewMux(), services: map[string]Service{}}
 	a.tenants.set(cfg.Tenants)
 	a.reload.live = cfg
+	a.reload.lastOK, a.reload.failures = newReloadMetrics(reg)
 	promauto.With(reg).NewGaugeFunc(prometheus.GaugeOpts{Name: "imshard_ready", Help: "1 when the process would answer /readyz 200 at this scrape, 0 when it would answer 503 (a dependency down, draining, shutting down)."}, a.readyValue)
 	return a
 }

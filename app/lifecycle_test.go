@@ -22,12 +22,7 @@ func TestLifecycleReadyThenDrainsWithoutLeaks(t *testing.T) {
 	tenant := testenv.NewTenant(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
-	def := config.Default()
-	cfg := &def
-	cfg.HTTP.Addr, cfg.Metrics.Addr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.MySQL.DSNTemplate = testenv.DSNTemplate()
-	cfg.Redis.Addrs = []string{testenv.RedisAddr()}
-	cfg.Tenants = []config.Tenant{{ID: tenant, JWTSecret: "secret-" + tenant}}
+	cfg := localConfig(tenant)
 	cfg.HTTP.ShutdownGrace = 5 * time.Second
 
 	a := New(cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
@@ -142,4 +137,15 @@ func TestStopWaitsForRun(t *testing.T) {
 			t.Fatalf("module %s was stopped while its Run was still under way", name)
 		}
 	}
+}
+
+// localConfig is the defaults on the shared MySQL and Redis, with tenant
+// alone and both listeners on free ports.
+func localConfig(tenant string) *config.Config {
+	cfg := config.Default()
+	cfg.HTTP.Addr, cfg.Metrics.Addr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.MySQL.DSNTemplate = testenv.DSNTemplate()
+	cfg.Redis.Addrs = []string{testenv.RedisAddr()}
+	cfg.Tenants = []config.Tenant{{ID: tenant, JWTSecret: "secret-" + tenant}}
+	return &cfg
 }

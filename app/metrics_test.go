@@ -16,12 +16,7 @@ import (
 // an alert sees its first shard or DDL failure as an increase.
 func TestReloadExportsAddedTenantsAtZero(t *testing.T) {
 	tenant, added := testenv.NewTenant(t), testenv.NewTenant(t)
-	def := config.Default()
-	cfg := &def
-	cfg.HTTP.Addr, cfg.Metrics.Addr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.MySQL.DSNTemplate = testenv.DSNTemplate()
-	cfg.Redis.Addrs = []string{testenv.RedisAddr()}
-	cfg.Tenants = []config.Tenant{{ID: tenant, JWTSecret: "secret-" + tenant}}
+	cfg := localConfig(tenant)
 	cfg.Shard.PatrolInterval = time.Hour
 	a := New(cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 	if err := a.Start(context.Background(), []string{ShardMgr}); err != nil {

@@ -5,19 +5,18 @@ import (
 	"os"
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
 	"github.com/imshard/imshard/config"
 )
-
-// liveKeys are the configuration keys a reload applies to a running process;
-// any other change waits for a restart.
-var liveKeys = []string{"log.level", "tenants", "tenants_file"}
 
 // ReloadOn makes Run apply the configuration load returns each time sig
 // delivers (SIGHUP in the binary: `systemctl reload`). load must read every
 // source again (file, tenants_file, environment, flags) and validate the
-// result as at start-up. The caller subscribes sig before starting, so a
-// signal that arrives while modules start is applied once they run rather
-// than killing the process.
+// result as at start-up, with the same checks whatever the roles. The
+// caller subscribes sig before starting, so a signal that arrives while
+// modules start is applied once they run rather than killing the process.
 func (a *App) ReloadOn(sig <-chan os.Signal, load func() (*config.Config, error)) {
 	a.reload.sig, a.reload.load = sig, load
 }
@@ -28,6 +27,10 @@ type reloader struct {
 	sig  <-chan os.Signal
 	load func() (*config.Config, error)
 	live *config.Config
+	// lastOK and failures tell a monitor that a reload was refused: the
+	// process runs on, on the configuration it had
+	lastOK   prometheus.Gauge
+	failures prometheus.Counter
 	// revoke are what the modules that hold credentials past their request
 	// (the stream's sockets) run once a reload replaced the tenants; set
 	// by Start, read by reloads, which begin only once Run does
@@ -36,6 +39,18 @@ type reloader struct {
 	// shard manager) run with the tenants a reload added or moved to
 	// another database; set and read as revoke
 	provision []func(tenants []string)
+}
+
+// newReloadMetrics registers the reload's series on reg: a process starts
+// on a configuration it validated, so the last reload counts as successful.
+func newReloadMetrics(reg prometheus.Registerer) (lastOK prometheus.Gauge, failures prometheus.Counter) {
+	f := promauto.With(reg)
+	lastOK = f.NewGauge(prometheus.GaugeOpts{Name: "imshard_config_last_reload_successful",
+		Help: "1 when the process runs on the configuration last read (at start or by the last reload), 0 when the last reload was refused and the process runs on the one before it."})
+	failures = f.NewCounter(prometheus.CounterOpts{Name: "imshard_config_reload_failures_total",
+		Help: "Reloads (SIGHUP) refused: unreadable file or invalid value; each changed nothing."})
+	lastOK.Set(1)
+	return lastOK, failures
 }
 
 // onTenantsChanged registers fn to run after each reload has replaced the
@@ -63,6 +78,8 @@ func (a *App) watchReload(ctx context.Context) {
 			case <-a.reload.sig:
 				next, err := a.reload.load()
 				if err != nil {
+					a.reload.lastOK.Set(0)
+					a.reload.failures.Inc()
 					a.Log.Error().Err(err).Msg("configuration reload failed; nothing changed")
 					continue
 				}
@@ -74,8 +91,9 @@ func (a *App) watchReload(ctx context.Context) {
 
 // Reload applies next, the configuration as read again, before it returns:
 // its tenants replace the running ones and log.level takes effect at once;
-// every other changed key is logged with "restart needed" (and again on
-// each reload until a restart applies it).
+// every other changed key that the process's modules read (keysRead) is
+// logged with "restart needed" (and again on each reload until a restart
+// applies it), and a key none of them reads is only listed at debug level.
 //
 // The tenant list has one owner, the set the credentials are verified
 // against: a tenant missing from next, or whose jwt_secret changed, has its
@@ -112,12 +130,11 @@ func (a *App) Reload(next *config.Config) {
 	}
 	changed := config.Changed(live, next)
 	a.Log.Debug().Strs("keys", changed).Msg("configuration keys changed")
-	for _, key := range changed {
-		if !slices.Contains(liveKeys, key) {
-			a.Log.Warn().Str("key", key).Msg("configuration key changed: restart needed")
-		}
+	for _, key := range restartNeeded(a.Modules(), changed) {
+		a.Log.Warn().Str("key", key).Msg("configuration key changed: restart needed")
 	}
 	a.reload.live = &applied
+	a.reload.lastOK.Set(1)
 	a.Log.Info().Int("tenants", len(applied.Tenants)).Str("log_level", applied.Log.Level).Msg("configuration reloaded")
 }
 

@@ -46,12 +46,12 @@ func benchTenant(cfg *config.Config, id string) string {
 	return secret
 }
 
-// runBench loads the configuration of roles, runs a bench until it ends or a
+// runBench loads the configuration, runs a bench until it ends or a
 // signal stops it (profiling the CPU into cpuProfile when set) and prints
 // its report.
-func runBench[R any](g *globals, cpuProfile string, roles []string,
+func runBench[R any](g *globals, cpuProfile string,
 	run func(context.Context, *config.Config) (R, error), print func(io.Writer, R)) error {
-	cfg, err := g.load(nil, roles...)
+	cfg, err := g.load(nil)
 	if err != nil {
 		return err
 	}

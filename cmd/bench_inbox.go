@@ -64,7 +64,7 @@ func newBenchInboxCmd(g *globals) *cobra.Command {
 		if err := routing.ValidTenant(o.tenant); err != nil {
 			return usagef("--tenant: %v", err)
 		}
-		return runBench(g, o.cpuProfile, []string{"query"}, func(ctx context.Context, cfg *config.Config) (bench.InboxReport, error) {
+		return runBench(g, o.cpuProfile, func(ctx context.Context, cfg *config.Config) (bench.InboxReport, error) {
 			return runBenchInbox(ctx, cfg, o, g)
 		}, func(w io.Writer, rep bench.InboxReport) { printBenchInbox(w, o, rep) })
 	}

@@ -65,7 +65,7 @@ func newBenchMigrateCmd(g *globals) *cobra.Command {
 		if err := routing.ValidTenant(o.tenant); err != nil {
 			return usagef("--tenant: %v", err)
 		}
-		cfg, err := g.load(nil, "query", "migrate")
+		cfg, err := g.load(nil)
 		if err != nil {
 			return err
 		}

@@ -62,7 +62,7 @@ func newBenchPersistCmd(g *globals) *cobra.Command {
 		if err := routing.ValidTenant(o.tenant); err != nil {
 			return usagef("--tenant: %v", err)
 		}
-		return runBench(g, o.cpuProfile, []string{"persist"}, func(ctx context.Context, cfg *config.Config) (bench.PersistReport, error) {
+		return runBench(g, o.cpuProfile, func(ctx context.Context, cfg *config.Config) (bench.PersistReport, error) {
 			return runBenchPersist(ctx, cfg, o, g)
 		}, func(w io.Writer, rep bench.PersistReport) { printBenchPersist(w, o, rep) })
 	}

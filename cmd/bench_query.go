@@ -68,7 +68,7 @@ func newBenchQueryCmd(g *globals) *cobra.Command {
 		if err := routing.ValidTenant(o.tenant); err != nil {
 			return usagef("--tenant: %v", err)
 		}
-		return runBench(g, o.cpuProfile, []string{"query"}, func(ctx context.Context, cfg *config.Config) (bench.QueryReport, error) {
+		return runBench(g, o.cpuProfile, func(ctx context.Context, cfg *config.Config) (bench.QueryReport, error) {
 			return runBenchQuery(ctx, cfg, o, g)
 		}, func(w io.Writer, rep bench.QueryReport) { printBenchQuery(w, o, rep) })
 	}

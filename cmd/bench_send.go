@@ -83,7 +83,7 @@ func newBenchSendCmd(g *globals) *cobra.Command {
 		if o.profileHTTP != "" && o.cpuProfile != "" {
 			return usagef("--profile-http and --cpuprofile cannot run together (one CPU profile at a time)")
 		}
-		return runBench(g, o.cpuProfile, []string{"send"}, func(ctx context.Context, cfg *config.Config) (bench.SendReport, error) {
+		return runBench(g, o.cpuProfile, func(ctx context.Context, cfg *config.Config) (bench.SendReport, error) {
 			return runBenchSend(ctx, cfg, o, rates, shares, g)
 		}, func(w io.Writer, rep bench.SendReport) { printBenchSend(w, o, rep) })
 	}

@@ -64,7 +64,7 @@ func newBenchStreamCmd(g *globals) *cobra.Command {
 		if o.sockets < 1 || o.topics < 1 || o.tenants < 1 || o.rate < 1 || o.duration <= 0 || o.rounds < 1 {
 			return usagef("--sockets, --topics, --tenants, --rate, --duration and --rounds must be positive")
 		}
-		return runBench(g, o.cpuProfile, []string{"send", "query"}, func(ctx context.Context, cfg *config.Config) (streamResult, error) {
+		return runBench(g, o.cpuProfile, func(ctx context.Context, cfg *config.Config) (streamResult, error) {
 			return runBenchStream(ctx, cfg, o, g)
 		}, func(w io.Writer, rep streamResult) { printBenchStream(w, o, rep) })
 	}
@@ -199,7 +199,7 @@ func runStreamChild(ctx context.Context, g *globals, plan streamPlan) (streamRes
 // runBenchStreamClients is the client process: it reads the plan, runs
 // the sockets and senders, and answers the report.
 func runBenchStreamClients(g *globals) error {
-	cfg, err := g.load(nil, "send")
+	cfg, err := g.load(nil)
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,7 @@ func newDLQCmd(g *globals) *cobra.Command {
 // withDLQ loads config, starts the clients the tool needs (read-only for a
 // command that only looks) and hands it to fn.
 func (g *globals) withDLQ(tenant string, readOnly bool, fn func(ctx context.Context, tool *persist.Tool) error) error {
-	cfg, err := g.load(nil, "persist")
+	cfg, err := g.load(nil)
 	if err != nil {
 		return err
 	}

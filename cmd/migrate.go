@@ -54,7 +54,7 @@ See docs/migration.md for the states and the order of the steps.`,
 // command that only looks) and hands the migrator to fn; a refusal is a
 // failure (exit 1) that changed nothing.
 func (g *globals) withMigrator(tenant string, readOnly bool, fn func(ctx context.Context, cfg *config.Config, mg *migrate.Migrator) error) error {
-	return g.withTools("migrate", readOnly, func(ctx context.Context, cfg *config.Config, a *app.App) error {
+	return g.withTools(readOnly, func(ctx context.Context, cfg *config.Config, a *app.App) error {
 		if tenant != "" {
 			if _, err := tenantsFor(cfg, tenant); err != nil {
 				return err

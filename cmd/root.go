@@ -141,9 +141,10 @@ func isCobraUsage(err error) bool {
 	return false
 }
 
-// load reads and validates the configuration for the given roles; flags maps
-// config keys to this command's flags that override them.
-func (g *globals) load(flags map[string]*pflag.Flag, roles ...string) (*config.Config, error) {
+// load reads and validates the configuration, the same way for every
+// command and role; flags maps config keys to this command's flags that
+// override them.
+func (g *globals) load(flags map[string]*pflag.Flag) (*config.Config, error) {
 	if err := g.checkLogLevel(); err != nil {
 		return nil, err
 	}
@@ -151,7 +152,7 @@ func (g *globals) load(flags map[string]*pflag.Flag, roles ...string) (*config.C
 	if err != nil {
 		return nil, &UsageError{Err: err}
 	}
-	if err := cfg.Validate(roles...); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, &UsageError{Err: err}
 	}
 	return cfg, nil
@@ -185,12 +186,12 @@ func (g *globals) serverFlags(flags map[string]*pflag.Flag) map[string]*pflag.Fl
 	return out
 }
 
-// withTools loads the configuration validated for role, starts the clients
-// and the routing core (no servers, no loops) and hands them to fn, for the
-// one-shot operator commands; Ctrl-C cancels fn's context. readOnly
-// commands never create what they find missing (app.App.ReadOnly).
-func (g *globals) withTools(role string, readOnly bool, fn func(ctx context.Context, cfg *config.Config, a *app.App) error) error {
-	cfg, err := g.load(nil, role)
+// withTools loads the configuration, starts the clients and the routing
+// core (no servers, no loops) and hands them to fn, for the one-shot
+// operator commands; Ctrl-C cancels fn's context. readOnly commands never
+// create what they find missing (app.App.ReadOnly).
+func (g *globals) withTools(readOnly bool, fn func(ctx context.Context, cfg *config.Config, a *app.App) error) error {
+	cfg, err := g.load(nil)
 	if err != nil {
 		return err
 	}

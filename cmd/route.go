@@ -25,7 +25,7 @@ func newRouteCmd(g *globals) *cobra.Command {
 // withRouteCheck loads config, starts the tool modules (read-only for a
 // check that fixes nothing) and hands the route checker to fn.
 func (g *globals) withRouteCheck(readOnly bool, fn func(ctx context.Context, cfg *config.Config, rc *routecheck.Checker) error) error {
-	return g.withTools("query", readOnly, func(ctx context.Context, cfg *config.Config, a *app.App) error {
+	return g.withTools(readOnly, func(ctx context.Context, cfg *config.Config, a *app.App) error {
 		return fn(ctx, cfg, a.NewRouteCheck())
 	})
 }
@@ -230,7 +230,7 @@ the topic routes are rebuilt from MySQL. Running it twice is harmless.`,
 				}
 				since = t
 			}
-			cfg, err := g.load(nil, "send", "persist")
+			cfg, err := g.load(nil)
 			if err != nil {
 				return err
 			}

@@ -83,13 +83,11 @@ func (g *globals) serve(flags map[string]*pflag.Flag, roles []string) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	validate := roles
-	if len(roles) == 1 && roles[0] == app.All {
-		validate = nil
-	}
 	flags = g.serverFlags(flags)
+	// one load for the start and every reload, so a reload refuses exactly
+	// what a start would
 	load := func() (*config.Config, error) {
-		cfg, err := g.load(flags, validate...)
+		cfg, err := g.load(flags)
 		if err != nil {
 			return nil, err
 		}

@@ -30,7 +30,7 @@ func newShardCmd(g *globals) *cobra.Command {
 // command that only looks) and hands the shard manager to fn; errors from
 // fn are failures (exit 1).
 func (g *globals) withShards(readOnly bool, fn func(ctx context.Context, cfg *config.Config, mg *shardmgr.Manager) error) error {
-	return g.withTools("shardmgr", readOnly, func(ctx context.Context, cfg *config.Config, a *app.App) error {
+	return g.withTools(readOnly, func(ctx context.Context, cfg *config.Config, a *app.App) error {
 		return fn(ctx, cfg, a.NewShardManager())
 	})
 }

@@ -2,8 +2,8 @@
 //
 // Values come from built-in defaults, an optional YAML file, IMSHARD_* environment
 // variables and command flags, in rising precedence (see Load). Every key has a
-// default, so an empty file is a complete local setup; Validate then checks only the
-// sections the chosen roles use.
+// default, so an empty file is a complete local setup; Validate then checks every key
+// the same way, whatever roles the process runs.
 package config
 
 import (

@@ -102,13 +102,9 @@ func flagSet(t *testing.T) *pflag.FlagSet {
 }
 
 func TestDefaultValidates(t *testing.T) {
-	for _, roles := range [][]string{nil, {"all"}, {"send"}, {"query"}, {"persist"}, {"shardmgr"}, {"migrate"}, {"send", "query"}} {
-		t.Run(strings.Join(roles, ","), func(t *testing.T) {
-			c := Default()
-			if err := c.Validate(roles...); err != nil {
-				t.Fatalf("Default().Validate(%v) = %v", roles, err)
-			}
-		})
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Default().Validate() = %v", err)
 	}
 }
 
@@ -603,55 +599,38 @@ func TestValidateJoinsErrors(t *testing.T) {
 	}
 }
 
-func TestValidateByRole(t *testing.T) {
-	// Each case breaks one section; the roles that read it must fail, the rest pass.
+// TestValidateChecksEverySection: a bad value in any section is refused,
+// whichever roles would read it — the one check every process, every reload
+// and `imshard config check` go through.
+func TestValidateChecksEverySection(t *testing.T) {
 	tests := []struct {
 		name   string
 		mutate func(*Config)
 		key    string
-		fails  []string
 	}{
-		{"http", func(c *Config) { c.HTTP.Addr = "x" }, "http.addr", []string{"send", "query"}},
-		{"redis", func(c *Config) { c.Redis.Addrs = nil }, "redis.addrs", []string{"send", "query", "persist", "shardmgr", "migrate"}},
-		{"kafka", func(c *Config) { c.Kafka.Group = "" }, "kafka.group", []string{"send", "persist"}},
-		{"tenants", func(c *Config) { c.Tenants = nil }, "tenants", []string{"send", "query", "persist", "shardmgr", "migrate"}},
-		{"shard", func(c *Config) { c.Shard.LockTTL = 0 }, "shard.lock_ttl", []string{"send", "shardmgr", "migrate"}},
-		{"send", func(c *Config) { c.Send.ProduceTimeout = 0 }, "send.produce_timeout", []string{"send"}},
-		{"hot_cache", func(c *Config) { c.HotCache.TTL = -1 }, "hot_cache.ttl", []string{"send", "query"}},
-		{"stream", func(c *Config) { c.Stream.IdleTimeout = c.Stream.PingInterval - 1 }, "stream.idle_timeout", []string{"query"}},
-		{"persist", func(c *Config) { c.Persist.BatchSize = 0 }, "persist.batch_size", []string{"persist"}},
-		{"migrate", func(c *Config) { c.Migrate.BatchSize = 0 }, "migrate.batch_size", []string{"migrate"}},
-		{"mysql always", func(c *Config) { c.MySQL.MaxOpenConns = 0 }, "mysql.max_open_conns", []string{"send", "query", "persist", "shardmgr", "migrate"}},
-		{"metrics always", func(c *Config) { c.Metrics.Addr = "x" }, "metrics.addr", []string{"send", "query", "persist", "shardmgr", "migrate"}},
-		{"log always", func(c *Config) { c.Log.Level = "x" }, "log.level", []string{"send", "query", "persist", "shardmgr", "migrate"}},
+		{"http", func(c *Config) { c.HTTP.Addr = "x" }, "http.addr"},
+		{"http against send", func(c *Config) { c.HTTP.WriteTimeout = c.Send.ProduceTimeout }, "http.write_timeout"},
+		{"auth", func(c *Config) { c.Auth.MaxTokenTTL = 0 }, "auth.max_token_ttl"},
+		{"metrics", func(c *Config) { c.Metrics.Addr = "x" }, "metrics.addr"},
+		{"log", func(c *Config) { c.Log.Level = "x" }, "log.level"},
+		{"mysql", func(c *Config) { c.MySQL.MaxOpenConns = 0 }, "mysql.max_open_conns"},
+		{"redis", func(c *Config) { c.Redis.Addrs = nil }, "redis.addrs"},
+		{"kafka", func(c *Config) { c.Kafka.Group = "" }, "kafka.group"},
+		{"tenants", func(c *Config) { c.Tenants = nil }, "tenants"},
+		{"shard", func(c *Config) { c.Shard.PatrolInterval = time.Second }, "shard.patrol_interval"},
+		{"send", func(c *Config) { c.Send.ProduceTimeout = 0 }, "send.produce_timeout"},
+		{"hot_cache", func(c *Config) { c.HotCache.TTL = -1 }, "hot_cache.ttl"},
+		{"stream", func(c *Config) { c.Stream.IdleTimeout = c.Stream.PingInterval - 1 }, "stream.idle_timeout"},
+		{"persist", func(c *Config) { c.Persist.BatchSize = 0 }, "persist.batch_size"},
+		{"migrate", func(c *Config) { c.Migrate.BatchSize = 0 }, "migrate.batch_size"},
 	}
 	for _, tt := range tests {
-		for _, role := range []string{"send", "query", "persist", "shardmgr", "migrate"} {
-			t.Run(tt.name+"/"+role, func(t *testing.T) {
-				c := Default()
-				tt.mutate(&c)
-				err := c.Validate(role)
-				if slices.Contains(tt.fails, role) {
-					wantKeyError(t, err, tt.key, "")
-				} else if err != nil {
-					t.Fatalf("Validate(%q) = %v, want nil", role, err)
-				}
-				wantKeyError(t, c.Validate(), tt.key, "") // no roles = every section
-			})
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.mutate(&c)
+			wantKeyError(t, c.Validate(), tt.key, "")
+		})
 	}
-	t.Run("several roles", func(t *testing.T) {
-		c := Default()
-		c.Persist.BatchSize = 0
-		if err := c.Validate("send", "query"); err != nil {
-			t.Fatal(err)
-		}
-		wantKeyError(t, c.Validate("query", "persist"), "persist.batch_size", "")
-	})
-	t.Run("unknown role", func(t *testing.T) {
-		c := Default()
-		wantKeyError(t, c.Validate("sned"), "roles", `"sned"`)
-	})
 }
 
 func TestMasked(t *testing.T) {

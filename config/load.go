@@ -40,8 +40,8 @@ type LoadOptions struct {
 
 // Load builds the effective Config from defaults, the file, IMSHARD_* variables and
 // changed flags, then merges tenants_file into Tenants (dropping the built-in demo
-// tenant, see DemoTenant). It does not Validate: which
-// sections must be sound depends on the roles the caller runs.
+// tenant, see DemoTenant). It does not Validate: every command validates the result
+// (the same check a Config built in code, as tests build one, goes through).
 //
 // Every problem with a value is a *KeyError naming the dotted key (or the unknown
 // IMSHARD_* variable); all of them are returned together with errors.Join. A file

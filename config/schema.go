@@ -47,6 +47,17 @@ func leaves() []leaf {
 	return out
 }
 
+// Keys lists every configuration key, in the order of the file (tenants is
+// one key).
+func Keys() []string {
+	ls := leaves()
+	out := make([]string, len(ls))
+	for i, l := range ls {
+		out[i] = l.key
+	}
+	return out
+}
+
 func keyName(f reflect.StructField) string {
 	name, _, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
 	if name == "" {

@@ -20,159 +20,133 @@ const (
 	maxSealingDays = 90
 )
 
-// roleSections is which config sections each role reads. mysql, metrics and log are
-// used by every role and always checked.
-func roleSections() map[string][]string {
-	return map[string][]string{
-		"send":     {"http", "auth", "redis", "kafka", "tenants", "send", "hot_cache", "shard"},
-		"query":    {"http", "auth", "redis", "tenants", "hot_cache", "stream"},
-		"stream":   {"http", "auth", "redis", "tenants", "hot_cache", "stream"},
-		"persist":  {"redis", "kafka", "tenants", "persist"},
-		"shardmgr": {"redis", "tenants", "shard"},
-		"migrate":  {"redis", "tenants", "shard", "migrate"},
-	}
-}
-
-// Validate checks the sections the given roles need ("send", "query", "stream",
-// "persist", "shardmgr", "migrate"; none or "all" means every section). A process checks only
-// what it runs, so a query node is not refused over a persist setting it never
-// reads. Every problem is reported at once as errors.Join of *KeyError.
-func (c *Config) Validate(roles ...string) error {
-	need := map[string]bool{"mysql": true, "metrics": true, "log": true}
-	byRole := roleSections()
+// Validate checks every key, whatever roles the process runs: a value one
+// process refuses, every process refuses with the same message — at start,
+// on a reload and in `imshard config check` alike — so a split deployment
+// sharing one file never finds a setting accepted by the processes that
+// ignore it and refused by the one that reads it. Every problem is reported
+// at once as errors.Join of *KeyError.
+func (c *Config) Validate() error {
 	var p problems
-	if len(roles) == 0 {
-		roles = []string{"all"}
-	}
-	for _, r := range roles {
-		if r == "all" {
-			for _, secs := range byRole {
-				for _, s := range secs {
-					need[s] = true
-				}
-			}
-			continue
-		}
-		secs, ok := byRole[r]
-		if !ok {
-			p.add("roles", "unknown role %q", r)
-			continue
-		}
-		for _, s := range secs {
-			need[s] = true
-		}
-	}
-
-	if need["http"] {
-		p.listenAddr("http.addr", c.HTTP.Addr)
-		h := c.HTTP
-		p.durAtLeast("http.shutdown_delay", h.ShutdownDelay, 0)
-		p.durAtLeast("http.shutdown_grace", h.ShutdownGrace, 0)
-		p.durRange("http.read_header_timeout", h.ReadHeaderTimeout, 100*time.Millisecond, time.Hour)
-		p.durRange("http.read_timeout", h.ReadTimeout, h.ReadHeaderTimeout, time.Hour)
-		p.durRange("http.write_timeout", h.WriteTimeout, 100*time.Millisecond, time.Hour)
-		p.durRange("http.idle_timeout", h.IdleTimeout, 100*time.Millisecond, time.Hour)
-		p.intRange("http.max_conns", int64(h.MaxConns), 1, 1<<20)
-	}
-	if need["auth"] {
-		p.durRange("auth.max_token_ttl", c.Auth.MaxTokenTTL, time.Minute, 366*24*time.Hour)
-	}
+	c.validateHTTP(&p)
+	p.durRange("auth.max_token_ttl", c.Auth.MaxTokenTTL, time.Minute, 366*24*time.Hour)
 	p.listenAddr("metrics.addr", c.Metrics.Addr)
 	p.oneOf("log.level", c.Log.Level, "trace", "debug", "info", "warn", "error")
 	p.oneOf("log.format", c.Log.Format, "auto", "json", "console")
 	c.validateMySQL(&p)
-	if need["redis"] {
-		if len(c.Redis.Addrs) == 0 {
-			p.add("redis.addrs", "at least one address is required")
-		}
-		for i, a := range c.Redis.Addrs {
-			key := fmt.Sprintf("redis.addrs[%d]", i)
-			path, socket := RedisSocket(a)
-			switch {
-			case socket && !filepath.IsAbs(path):
-				p.add(key, "a unix socket needs an absolute path, got %q", a)
-			case socket && len(c.Redis.Addrs) > 1:
-				p.add(key, "a unix socket names one server, not a member of a cluster: give it alone")
-			case !socket:
-				p.dialAddr(key, a)
-			}
-		}
-		p.durAtLeast("redis.dial_timeout", c.Redis.DialTimeout, 0)
-		if !KeyPrefixPattern.MatchString(c.Redis.KeyPrefix) {
-			p.add("redis.key_prefix", "invalid %q: must match %s (for example \"prod:\")", c.Redis.KeyPrefix, KeyPrefixPattern)
-		}
-		c.validateRedisAuth(&p)
+	c.validateRedis(&p)
+	c.validateKafka(&p)
+	if len(c.Tenants) == 0 {
+		p.add("tenants", "at least one tenant is required (in tenants or tenants_file)")
 	}
-	if need["kafka"] {
-		c.validateKafka(&p)
-	}
-	if need["tenants"] {
-		if len(c.Tenants) == 0 {
-			p.add("tenants", "at least one tenant is required (in tenants or tenants_file)")
-		}
-		p = append(p, tenantProblems(c.Tenants, "")...)
-	}
-	if need["shard"] {
-		p.intRange("shard.months_ahead", int64(c.Shard.MonthsAhead), 0, maxMonthsAhead)
-		p.intRange("shard.sealing_days", int64(c.Shard.SealingDays), 0, maxSealingDays)
-		p.durAtLeast("shard.patrol_interval", c.Shard.PatrolInterval, time.Minute)
-		// The lock is renewed on a timer; below a second renewal jitter alone loses it.
-		p.durAtLeast("shard.lock_ttl", c.Shard.LockTTL, time.Second)
-	}
-	if need["send"] {
-		s := c.Send
-		p.intRange("send.max_body_bytes", s.MaxBodyBytes, 1024, maxBodyLimit)
-		p.durAtLeast("send.recall_window", s.RecallWindow, 0)
-		// Shorter than a client's retry horizon would let a retried send be stored twice.
-		p.durAtLeast("send.idempotency_ttl", s.IdempotencyTTL, time.Minute)
-		p.intRange("send.seq_reserve_step", s.SeqReserveStep, 1, 1_000_000)
-		p.durAbove("send.produce_timeout", s.ProduceTimeout, 0)
-		// a send waits up to the produce timeout for Kafka and up to 5 s
-		// more for its Redis bookkeeping before it answers
-		if need["http"] && c.HTTP.WriteTimeout < s.ProduceTimeout+6*time.Second {
-			p.add("http.write_timeout", "must be at least send.produce_timeout + 6s (%s), got %s",
-				fmtDuration(s.ProduceTimeout+6*time.Second), fmtDuration(c.HTTP.WriteTimeout))
-		}
-		p.intRange("send.max_mentions", int64(s.MaxMentions), 0, 1<<31-1)
-		p.durAtLeast("send.acl_cache_ttl", s.ACLCacheTTL, 0)
-		p.durAtLeast("send.max_clock_backward", s.MaxClockBackward, 0)
-	}
-	if need["hot_cache"] {
-		p.durAtLeast("hot_cache.ttl", c.HotCache.TTL, 0)
-		p.intRange("hot_cache.max_per_topic", int64(c.HotCache.MaxPerTopic), 0, 1<<31-1)
-		p.intRange("hot_cache.local_topics", int64(c.HotCache.LocalTopics), 0, 1<<20)
-		p.durAtLeast("hot_cache.local_max_age", c.HotCache.LocalMaxAge, 0)
-		p.intRange("hot_cache.local_users", int64(c.HotCache.LocalUsers), 0, 1<<24)
-		p.durAtLeast("hot_cache.remembered_max_age", c.HotCache.RememberedMaxAge, 0)
-		p.intRange("hot_cache.local_routes", int64(c.HotCache.LocalRoutes), 0, 1<<24)
-	}
-	if need["stream"] {
-		st := c.Stream
-		p.intRange("stream.max_connections", int64(st.MaxConnections), 0, 1<<31-1)
-		p.intRange("stream.max_topics", int64(st.MaxTopics), 1, 100_000)
-		p.intRange("stream.send_queue", int64(st.SendQueue), 1, 1<<20)
-		p.durAbove("stream.write_timeout", st.WriteTimeout, 0)
-		p.durAbove("stream.ping_interval", st.PingInterval, 0)
-		p.durAtLeast("stream.idle_timeout", st.IdleTimeout, st.PingInterval)
-		p.durAbove("stream.acl_check_interval", st.ACLCheckInterval, 0)
-		p.intRange("stream.max_catchups", int64(st.MaxCatchups), 1, 1<<20)
-		p.intRange("stream.max_catchup_changes", int64(st.MaxCatchupChanges), 1, 1<<20)
-	}
-	if need["persist"] {
-		ps := c.Persist
-		p.intRange("persist.batch_size", int64(ps.BatchSize), 1, 10_000)
-		p.durRange("persist.batch_linger", ps.BatchLinger, 0, 10*time.Second)
-		p.intRange("persist.max_retries", int64(ps.MaxRetries), 0, 1<<31-1)
-		p.durAtLeast("persist.dedup_retention", ps.DedupRetention, 0)
-		p.durAtLeast("persist.retry_backoff", ps.RetryBackoff, 0)
-		p.durAtLeast("persist.retry_backoff_max", ps.RetryBackoffMax, ps.RetryBackoff)
-		p.intRange("persist.max_parked", int64(ps.MaxParked), 1, 1<<31-1)
-	}
-	if need["migrate"] {
-		p.intRange("migrate.batch_size", int64(c.Migrate.BatchSize), 1, 100_000)
-		p.intRange("migrate.rows_per_second", int64(c.Migrate.RowsPerSecond), 0, 1<<31-1)
-	}
+	p = append(p, tenantProblems(c.Tenants, "")...)
+	c.validateShard(&p)
+	c.validateSend(&p)
+	c.validateHotCache(&p)
+	c.validateStream(&p)
+	c.validatePersist(&p)
+	p.intRange("migrate.batch_size", int64(c.Migrate.BatchSize), 1, 100_000)
+	p.intRange("migrate.rows_per_second", int64(c.Migrate.RowsPerSecond), 0, 1<<31-1)
 	return errors.Join(p...)
+}
+
+func (c *Config) validateHTTP(p *problems) {
+	h := c.HTTP
+	p.listenAddr("http.addr", h.Addr)
+	p.durAtLeast("http.shutdown_delay", h.ShutdownDelay, 0)
+	p.durAtLeast("http.shutdown_grace", h.ShutdownGrace, 0)
+	p.durRange("http.read_header_timeout", h.ReadHeaderTimeout, 100*time.Millisecond, time.Hour)
+	p.durRange("http.read_timeout", h.ReadTimeout, h.ReadHeaderTimeout, time.Hour)
+	p.durRange("http.write_timeout", h.WriteTimeout, 100*time.Millisecond, time.Hour)
+	p.durRange("http.idle_timeout", h.IdleTimeout, 100*time.Millisecond, time.Hour)
+	p.intRange("http.max_conns", int64(h.MaxConns), 1, 1<<20)
+	// a send waits up to the produce timeout for Kafka and up to 5 s
+	// more for its Redis bookkeeping before it answers
+	if h.WriteTimeout < c.Send.ProduceTimeout+6*time.Second {
+		p.add("http.write_timeout", "must be at least send.produce_timeout + 6s (%s), got %s",
+			fmtDuration(c.Send.ProduceTimeout+6*time.Second), fmtDuration(h.WriteTimeout))
+	}
+}
+
+func (c *Config) validateRedis(p *problems) {
+	r := c.Redis
+	if len(r.Addrs) == 0 {
+		p.add("redis.addrs", "at least one address is required")
+	}
+	for i, a := range r.Addrs {
+		key := fmt.Sprintf("redis.addrs[%d]", i)
+		path, socket := RedisSocket(a)
+		switch {
+		case socket && !filepath.IsAbs(path):
+			p.add(key, "a unix socket needs an absolute path, got %q", a)
+		case socket && len(r.Addrs) > 1:
+			p.add(key, "a unix socket names one server, not a member of a cluster: give it alone")
+		case !socket:
+			p.dialAddr(key, a)
+		}
+	}
+	p.durAtLeast("redis.dial_timeout", r.DialTimeout, 0)
+	if !KeyPrefixPattern.MatchString(r.KeyPrefix) {
+		p.add("redis.key_prefix", "invalid %q: must match %s (for example \"prod:\")", r.KeyPrefix, KeyPrefixPattern)
+	}
+	c.validateRedisAuth(p)
+}
+
+func (c *Config) validateShard(p *problems) {
+	s := c.Shard
+	p.intRange("shard.months_ahead", int64(s.MonthsAhead), 0, maxMonthsAhead)
+	p.intRange("shard.sealing_days", int64(s.SealingDays), 0, maxSealingDays)
+	p.durAtLeast("shard.patrol_interval", s.PatrolInterval, time.Minute)
+	// The lock is renewed on a timer; below a second renewal jitter alone loses it.
+	p.durAtLeast("shard.lock_ttl", s.LockTTL, time.Second)
+}
+
+func (c *Config) validateSend(p *problems) {
+	s := c.Send
+	p.intRange("send.max_body_bytes", s.MaxBodyBytes, 1024, maxBodyLimit)
+	p.durAtLeast("send.recall_window", s.RecallWindow, 0)
+	// Shorter than a client's retry horizon would let a retried send be stored twice.
+	p.durAtLeast("send.idempotency_ttl", s.IdempotencyTTL, time.Minute)
+	p.intRange("send.seq_reserve_step", s.SeqReserveStep, 1, 1_000_000)
+	p.durAbove("send.produce_timeout", s.ProduceTimeout, 0)
+	p.intRange("send.max_mentions", int64(s.MaxMentions), 0, 1<<31-1)
+	p.durAtLeast("send.acl_cache_ttl", s.ACLCacheTTL, 0)
+	p.durAtLeast("send.max_clock_backward", s.MaxClockBackward, 0)
+}
+
+func (c *Config) validateHotCache(p *problems) {
+	h := c.HotCache
+	p.durAtLeast("hot_cache.ttl", h.TTL, 0)
+	p.intRange("hot_cache.max_per_topic", int64(h.MaxPerTopic), 0, 1<<31-1)
+	p.intRange("hot_cache.local_topics", int64(h.LocalTopics), 0, 1<<20)
+	p.durAtLeast("hot_cache.local_max_age", h.LocalMaxAge, 0)
+	p.intRange("hot_cache.local_users", int64(h.LocalUsers), 0, 1<<24)
+	p.durAtLeast("hot_cache.remembered_max_age", h.RememberedMaxAge, 0)
+	p.intRange("hot_cache.local_routes", int64(h.LocalRoutes), 0, 1<<24)
+}
+
+func (c *Config) validateStream(p *problems) {
+	st := c.Stream
+	p.intRange("stream.max_connections", int64(st.MaxConnections), 0, 1<<31-1)
+	p.intRange("stream.max_topics", int64(st.MaxTopics), 1, 100_000)
+	p.intRange("stream.send_queue", int64(st.SendQueue), 1, 1<<20)
+	p.durAbove("stream.write_timeout", st.WriteTimeout, 0)
+	p.durAbove("stream.ping_interval", st.PingInterval, 0)
+	p.durAtLeast("stream.idle_timeout", st.IdleTimeout, st.PingInterval)
+	p.durAbove("stream.acl_check_interval", st.ACLCheckInterval, 0)
+	p.intRange("stream.max_catchups", int64(st.MaxCatchups), 1, 1<<20)
+	p.intRange("stream.max_catchup_changes", int64(st.MaxCatchupChanges), 1, 1<<20)
+}
+
+func (c *Config) validatePersist(p *problems) {
+	ps := c.Persist
+	p.intRange("persist.batch_size", int64(ps.BatchSize), 1, 10_000)
+	p.durRange("persist.batch_linger", ps.BatchLinger, 0, 10*time.Second)
+	p.intRange("persist.max_retries", int64(ps.MaxRetries), 0, 1<<31-1)
+	p.durAtLeast("persist.dedup_retention", ps.DedupRetention, 0)
+	p.durAtLeast("persist.retry_backoff", ps.RetryBackoff, 0)
+	p.durAtLeast("persist.retry_backoff_max", ps.RetryBackoffMax, ps.RetryBackoff)
+	p.intRange("persist.max_parked", int64(ps.MaxParked), 1, 1<<31-1)
 }
 
 // ValidateServe checks what only a long-running process of a split

@@ -22,25 +22,8 @@ import (
 // faultsProc is an imshard process a fault test starts, kills and restarts.
 type faultsProc struct {
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *testenv.LogBuffer
 	exited chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // faultsStart runs the binary with args and extra env; it is killed on cleanup.
@@ -48,7 +31,7 @@ func faultsStart(t *testing.T, env []string, args ...string) *faultsProc {
 	t.Helper()
 	cmd := exec.Command(imshardBinary(t), args...)
 	cmd.Env = append(os.Environ(), env...)
-	p := &faultsProc{cmd: cmd, out: &syncBuffer{}, exited: make(chan error, 1)}
+	p := &faultsProc{cmd: cmd, out: &testenv.LogBuffer{}, exited: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

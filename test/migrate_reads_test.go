@@ -17,6 +17,7 @@ import (
 	"github.com/imshard/imshard/modules/query"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
+	"github.com/imshard/imshard/test/testenv"
 )
 
 // Migration from the legacy table, continued (docs/migration.md): every
@@ -389,7 +390,7 @@ func mrMonths(ms []routing.Month) string {
 }
 
 // mrLog collects a process's log lines.
-type mrLog struct{ syncBuffer }
+type mrLog struct{ testenv.LogBuffer }
 
 // TestMigrationStateTableMissingIsQuiet: a tenant database without the
 // migration tables (its schema predates them) reads as "no migration":

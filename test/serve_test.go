@@ -1,10 +1,12 @@
 package test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -173,4 +175,106 @@ func waitLog(t *testing.T, p *faultsProc, n int, msg string) {
 		}
 		return strings.Count(p.out.String(), msg) >= n
 	})
+}
+
+// TestReloadRefusedTheSameWhateverTheRole: one configuration file serves a
+// persist process and a shard manager. A reload to a value only the shard
+// manager reads, but no process may hold (shard.patrol_interval: 1s), is
+// refused by both with the same message: each keeps the configuration it
+// had (the log level raised with it does not apply), logs the refusal and
+// reports it on /metrics. A valid reload then names, in each process, only
+// the changed keys its own roles read as needing a restart.
+func TestReloadRefusedTheSameWhateverTheRole(t *testing.T) {
+	t.Parallel()
+	tenant := testenv.NewTenant(t)
+	brokers := testenv.Kafka(t)
+	cfgPath := filepath.Join(t.TempDir(), "imshard.yaml")
+	writeConfig := func(level, shard, persist string) {
+		t.Helper()
+		body := fmt.Sprintf("log: {level: %s, format: json}\nmysql: {dsn_template: %q}\nredis: {addrs: [%q]}\n"+
+			"kafka: {brokers: [%q], partitions: 4}\ntenants: [{id: %s, jwt_secret: secret-%s}]\nshard: {%s}\npersist: {%s}\n",
+			level, testenv.DSNTemplate(), testenv.RedisAddr(), brokers[0], tenant, tenant, shard, persist)
+		if err := os.WriteFile(cfgPath, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeConfig("info", "patrol_interval: 1h", "batch_size: 500")
+	type proc struct {
+		name string
+		p    *faultsProc
+		ops  string
+	}
+	var procs []proc
+	for _, args := range [][]string{{"persist"}, {"serve", "--roles=shardmgr"}} {
+		ops := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+		p := faultsStart(t, nil, append(args, "--config", cfgPath, "--metrics-addr", ops)...)
+		procs = append(procs, proc{strings.Join(args, " "), p, ops})
+	}
+	for _, pr := range procs {
+		waitReadyz(t, pr.p, pr.ops)
+	}
+
+	writeConfig("debug", "patrol_interval: 1s", "batch_size: 500")
+	var refusals []string
+	for _, pr := range procs {
+		pr.p.signal(t, syscall.SIGHUP)
+		waitLog(t, pr.p, 1, "configuration reload failed")
+		lines := logLines(pr.p, "configuration reload failed; nothing changed")
+		if len(lines) != 1 {
+			t.Fatalf("%s: %d refusals logged, want 1\n%s", pr.name, len(lines), pr.p.out.String())
+		}
+		msg, _ := lines[0]["error"].(string)
+		if !strings.Contains(msg, "shard.patrol_interval: must be at least 1m, got 1s") {
+			t.Fatalf("%s: the refusal does not name shard.patrol_interval: %q", pr.name, msg)
+		}
+		refusals = append(refusals, msg)
+		out := pr.p.out.String()
+		if strings.Contains(out, "configuration reloaded") || strings.Contains(out, `"level":"debug"`) {
+			t.Fatalf("%s: the refused reload changed something:\n%s", pr.name, out)
+		}
+		for _, want := range []string{"imshard_config_last_reload_successful 0", "imshard_config_reload_failures_total 1"} {
+			if !slices.Contains(strings.Split(opsMetrics(t, "http://"+pr.ops), "\n"), want) {
+				t.Fatalf("%s: /metrics lacks %q after the refused reload", pr.name, want)
+			}
+		}
+	}
+	if refusals[0] != refusals[1] {
+		t.Fatalf("the roles refuse the same file differently:\n%s: %s\n%s: %s", procs[0].name, refusals[0], procs[1].name, refusals[1])
+	}
+
+	writeConfig("info", "patrol_interval: 2h", "batch_size: 100")
+	for i, pr := range procs {
+		pr.p.signal(t, syscall.SIGHUP)
+		waitLog(t, pr.p, 1, "configuration reloaded")
+		var restart []string
+		for _, l := range logLines(pr.p, "configuration key changed: restart needed") {
+			key, _ := l["key"].(string)
+			restart = append(restart, key)
+		}
+		want := [][]string{{"persist.batch_size"}, {"shard.patrol_interval"}}[i]
+		if !slices.Equal(restart, want) {
+			t.Fatalf("%s: keys logged as needing a restart %v, want %v\n%s", pr.name, restart, want, pr.p.out.String())
+		}
+		if !slices.Contains(strings.Split(opsMetrics(t, "http://"+pr.ops), "\n"), "imshard_config_last_reload_successful 1") {
+			t.Fatalf("%s: /metrics does not show the valid reload as successful", pr.name)
+		}
+	}
+	for _, pr := range procs {
+		pr.p.signal(t, syscall.SIGTERM)
+		if err := pr.p.wait(t, 30*time.Second); err != nil {
+			t.Fatalf("%s: SIGTERM: %v\n%s", pr.name, err, pr.p.out.String())
+		}
+	}
+}
+
+// logLines are the JSON log lines of p whose message is msg.
+func logLines(p *faultsProc, msg string) []map[string]any {
+	var out []map[string]any
+	for line := range strings.SplitSeq(p.out.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["message"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
 }

@@ -255,7 +255,7 @@ func TestStreamRedisCluster(t *testing.T) {
 // socket with 1001.
 func TestStreamAccessToken(t *testing.T) {
 	t.Parallel()
-	var logs stLog
+	var logs testenv.LogBuffer
 	log := zerolog.New(&logs).Level(zerolog.DebugLevel)
 	e := stStart(t, harness.Options{Log: &log})
 	e.group("door", 7, "active")
@@ -285,24 +285,6 @@ func TestStreamAccessToken(t *testing.T) {
 	if !strings.Contains(logs.String(), "shutdown") {
 		t.Fatal("the log captured nothing: the check above proves nothing")
 	}
-}
-
-// stLog collects log lines from several goroutines.
-type stLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *stLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *stLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // A read-cursor move reaches the mover's sockets as a read frame, on a
