@@ -25,11 +25,24 @@ import (
 type inLog struct{ syncBuffer }
 
 // inStart runs every role for a fresh tenant, logging warnings and errors
-// into logs.
-func inStart(t *testing.T, logs *inLog) *sendEnv {
+// into logs, with user 1 a member of each of topics.
+func inStart(t *testing.T, logs *inLog, topics ...string) *sendEnv {
 	t.Helper()
 	log := zerolog.New(logs).Level(zerolog.WarnLevel)
-	return startSend(t, harness.Options{Roles: []string{"all"}, Log: &log})
+	env := startSend(t, harness.Options{Roles: []string{"all"}, Log: &log})
+	for _, topic := range topics {
+		env.group(topic, 1, "active")
+		env.member(topic, 1, "member", time.Time{})
+	}
+	return env
+}
+
+// inQuiet asserts that the refusals logged nothing.
+func inQuiet(t *testing.T, logs *inLog) {
+	t.Helper()
+	if out := logs.String(); out != "" {
+		t.Fatalf("refused requests were logged:\n%s", out)
+	}
 }
 
 // inRefused asserts that code and body are a 400 invalid_argument whose
@@ -58,9 +71,7 @@ func inOpaque(v string) string { return base64.RawURLEncoding.EncodeToString([]b
 func TestForgedSyncTokensAreRefused(t *testing.T) {
 	t.Parallel()
 	var logs inLog
-	env := inStart(t, &logs)
-	env.group("room", 1, "active")
-	env.member("room", 1, "member", time.Time{})
+	env := inStart(t, &logs, "room")
 	user := env.Token(1, "")
 	first := rsSync(t, env, 1, "", 50)
 	if len(first.Topics) != 1 {
@@ -85,9 +96,7 @@ func TestForgedSyncTokensAreRefused(t *testing.T) {
 		code, body := env.Do("GET", "/v1/me/sync?"+url.Values{"token": {c.tok}}.Encode(), user, nil)
 		inRefused(t, "sync token "+c.name, code, body, "token")
 	}
-	if out := logs.String(); out != "" {
-		t.Fatalf("refused tokens were logged:\n%s", out)
-	}
+	inQuiet(t, &logs)
 	if again := rsSync(t, env, 1, first.Token, 50); again.Reset || len(again.Topics) > 1 {
 		t.Fatalf("the device's own token after the forged ones: %+v", again)
 	}
@@ -99,11 +108,7 @@ func TestForgedSyncTokensAreRefused(t *testing.T) {
 func TestForgedTopicListCursorsAreRefused(t *testing.T) {
 	t.Parallel()
 	var logs inLog
-	env := inStart(t, &logs)
-	for _, topic := range []string{"a", "b"} {
-		env.group(topic, 1, "active")
-		env.member(topic, 1, "member", time.Time{})
-	}
+	env := inStart(t, &logs, "a", "b")
 	user := env.Token(1, "")
 	ahead := time.Now().Add(24 * time.Hour).UnixMilli()
 	for _, c := range []struct{ name, cur string }{
@@ -118,9 +123,7 @@ func TestForgedTopicListCursorsAreRefused(t *testing.T) {
 		code, body := env.Do("GET", "/v1/me/topics?"+url.Values{"limit": {"1"}, "cursor": {c.cur}}.Encode(), user, nil)
 		inRefused(t, "topic-list cursor "+c.name, code, body, "cursor")
 	}
-	if out := logs.String(); out != "" {
-		t.Fatalf("refused cursors were logged:\n%s", out)
-	}
+	inQuiet(t, &logs)
 	if got := rsTopics(t, env, 1, 1); len(got) != 2 {
 		t.Fatalf("topic list after the forged cursors: %+v", got)
 	}
@@ -133,9 +136,7 @@ func TestForgedTopicListCursorsAreRefused(t *testing.T) {
 func TestOutOfRangeNotifyMuteIsRefusedAndChangesNothing(t *testing.T) {
 	t.Parallel()
 	var logs inLog
-	env := inStart(t, &logs)
-	env.group("room", 1, "active")
-	env.member("room", 1, "member", time.Time{})
+	env := inStart(t, &logs, "room")
 	env.member("room", 2, "member", time.Time{})
 	env.mustSend(env.Token(2, ""), "room", sendBody("m1", "hello"))
 	chWaitSettled(t, env.Env, "room")
@@ -164,9 +165,7 @@ func TestOutOfRangeNotifyMuteIsRefusedAndChangesNothing(t *testing.T) {
 	if n := persistMetric(t, env.Env, "imshard_read_cursor_cache_total", `result="miss"`); n != misses {
 		t.Fatalf("the badges were read from MySQL again (%v misses)", n-misses)
 	}
-	if out := logs.String(); out != "" {
-		t.Fatalf("refused mutes were logged:\n%s", out)
-	}
+	inQuiet(t, &logs)
 	// the bounds themselves are accepted
 	for _, until := range []string{"2000-01-01T00:00:00Z", time.Now().AddDate(99, 0, 0).UTC().Format(time.RFC3339)} {
 		if code, body := env.Do("PUT", "/v1/topics/room/me", user, map[string]any{"notify_muted_until": until}); code != 200 {
@@ -181,9 +180,7 @@ func TestOutOfRangeNotifyMuteIsRefusedAndChangesNothing(t *testing.T) {
 func TestOutOfRangeMembershipMuteIsRefused(t *testing.T) {
 	t.Parallel()
 	var logs inLog
-	env := inStart(t, &logs)
-	env.group("room", 1, "active")
-	env.member("room", 1, "member", time.Time{})
+	env := inStart(t, &logs, "room")
 	for _, until := range []string{"0001-01-01T00:00:00Z", "1999-12-31T23:59:59Z", "9999-12-31T23:59:59Z"} {
 		code, body := env.Do("PUT", "/v1/topics/room/members/1", env.svc, map[string]any{"role": "owner", "muted_until": until})
 		inRefused(t, "muted_until "+until, code, body, "muted_until")
@@ -194,7 +191,5 @@ func TestOutOfRangeMembershipMuteIsRefused(t *testing.T) {
 	if err != nil || role != acl.RoleMember || muted.Valid {
 		t.Fatalf("membership after refused changes: %s %+v %v", role, muted, err)
 	}
-	if out := logs.String(); out != "" {
-		t.Fatalf("refused mutes were logged:\n%s", out)
-	}
+	inQuiet(t, &logs)
 }
