@@ -19,7 +19,8 @@ import (
 // anywhere (message.CheckJSON); unknown fields, trailing data, a value of
 // the wrong type and a body past the http.MaxBytesReader limit are errors
 // (invalid_argument, too_large) whose message names the field and what it
-// must be, never the decoder's own words.
+// must be, never the decoder's own words; a value of the wrong type also
+// names its field in the details.
 func DecodeStrict(r io.Reader, v any) error {
 	body, err := io.ReadAll(r)
 	if err != nil {
@@ -41,7 +42,12 @@ func DecodeStrict(r io.Reader, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return Wrap(CodeInvalidArgument, describeDecodeError(err), err)
+		e := Wrap(CodeInvalidArgument, describeDecodeError(err), err)
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			e.Details = map[string]any{"field": typeErr.Field}
+		}
+		return e
 	}
 	return nil
 }

@@ -21,7 +21,6 @@ package inbox
 import (
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"encoding/json"
 	"math"
 	"slices"
@@ -348,30 +347,6 @@ func parallel(ctx context.Context, n int, fn func(i int) error) error {
 	return first
 }
 
-// listCursor pins a topic list snapshot: the moment of the first page and
-// the sort key of the last topic served.
-type listCursor struct {
-	Snapshot int64  `json:"s"` // unix ms
-	Pinned   bool   `json:"p"`
-	Activity int64  `json:"a"` // unix ms
-	Topic    string `json:"t"`
-}
-
-var errBadCursor = httpapi.Errorf(httpapi.CodeInvalidArgument, "cursor is not one this API handed out")
-
-func encodeOpaque(v any) string {
-	b, _ := json.Marshal(v) // plain structs of numbers and strings
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func decodeOpaque(s string, v any) error {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || json.Unmarshal(b, v) != nil {
-		return errBadCursor
-	}
-	return nil
-}
-
 // listed is a topic's sort key at the snapshot, and its index among the
 // caller's topics (small: a list sorts hundreds).
 type listed struct {
@@ -400,13 +375,12 @@ func (a listed) before(b listed) bool {
 // pages being read (they arrive through sync).
 func (s *Service) Topics(ctx context.Context, p httpapi.Principal, limit int, cursor string) (TopicsPage, error) {
 	start := time.Now()
-	var cur listCursor
+	cur := listCursor{Snapshot: start.UnixMilli()}
 	if cursor != "" {
-		if err := decodeOpaque(cursor, &cur); err != nil || cur.Topic == "" {
-			return TopicsPage{}, errBadCursor
+		var err error
+		if cur, err = parseListCursor(cursor, start); err != nil {
+			return TopicsPage{}, err
 		}
-	} else {
-		cur.Snapshot = time.Now().UnixMilli()
 	}
 	snap := time.UnixMilli(cur.Snapshot)
 	db, err := s.p.DBs.DB(ctx, p.Tenant)
@@ -519,13 +493,6 @@ func (s *Service) activityAt(ctx context.Context, db *sql.DB, tenant string, u u
 	return u.joinedAt.Truncate(time.Millisecond), true, nil
 }
 
-// syncToken is where a device's last sync ended: every change up to Since
-// was reported, and of the changes at exactly Since those up to Topic.
-type syncToken struct {
-	Since int64  `json:"s"` // unix ms, MySQL's clock
-	Topic string `json:"t,omitempty"`
-}
-
 // Sync answers the caller's topics whose last seq, read cursor, membership
 // or preferences changed after the token (all of them without one),
 // oldest change first, with the token to pass next time.
@@ -533,7 +500,8 @@ func (s *Service) Sync(ctx context.Context, p httpapi.Principal, token string, l
 	start := time.Now()
 	var tok syncToken
 	if token != "" {
-		if err := decodeOpaque(token, &tok); err != nil {
+		var err error
+		if tok, err = parseSyncToken(token, start); err != nil {
 			return SyncPage{}, err
 		}
 	}

@@ -34,9 +34,10 @@ func DecodeRead(r io.Reader) (int64, error) {
 	return *req.Seq, nil
 }
 
-// DecodePrefs reads the body of PUT …/me: {"pinned"?: bool,
-// "notify_muted_until"?: RFC 3339 time or null}; at least one of them.
-func DecodePrefs(r io.Reader) (Prefs, error) {
+// DecodePrefs reads the body of PUT …/me at now: {"pinned"?: bool,
+// "notify_muted_until"?: RFC 3339 time within httpapi.CheckTime's bounds,
+// or null}; at least one of them.
+func DecodePrefs(r io.Reader, now time.Time) (Prefs, error) {
 	var req struct {
 		Pinned *bool           `json:"pinned"`
 		Mute   json.RawMessage `json:"notify_muted_until"`
@@ -50,13 +51,14 @@ func DecodePrefs(r io.Reader) (Prefs, error) {
 	case bytes.Equal(req.Mute, []byte("null")):
 		p.ClearNotifyMut = true
 	default:
+		const field = "notify_muted_until"
 		var s string
 		if json.Unmarshal(req.Mute, &s) != nil {
-			return Prefs{}, readpath.Invalid("notify_muted_until must be an RFC 3339 time or null")
+			return Prefs{}, httpapi.InvalidField(field, field+" must be an RFC 3339 time or null")
 		}
-		t, err := time.Parse(time.RFC3339Nano, s)
+		t, err := httpapi.ParseTime(field, s, now)
 		if err != nil {
-			return Prefs{}, readpath.Invalid("notify_muted_until must be an RFC 3339 time or null")
+			return Prefs{}, err
 		}
 		p.NotifyMute = &t
 	}
@@ -81,8 +83,8 @@ func ParsePaged(q url.Values, name string) (limit int, opaque string, err error)
 		return 0, "", err
 	}
 	opaque, _, err = readpath.Single(q, name)
-	if len(opaque) > 512 {
-		return 0, "", readpath.Invalid(name + " is not one this API handed out")
+	if len(opaque) > maxOpaque {
+		return 0, "", badOpaque(name)
 	}
 	return limit, opaque, err
 }
@@ -112,7 +114,7 @@ func (s *Service) handleRead(w http.ResponseWriter, r *http.Request, p httpapi.P
 }
 
 func (s *Service) handlePrefs(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
-	pr, err := DecodePrefs(http.MaxBytesReader(w, r.Body, MaxReadStateBody))
+	pr, err := DecodePrefs(http.MaxBytesReader(w, r.Body, MaxReadStateBody), time.Now())
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package query
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -76,7 +77,7 @@ func (s *Service) handleContext(w http.ResponseWriter, r *http.Request, p httpap
 }
 
 func (s *Service) handleSearch(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
-	req, err := ParseSearch(r.URL.Query())
+	req, err := ParseSearch(r.URL.Query(), time.Now())
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 )
@@ -88,7 +89,7 @@ func parseCount(name, v string, present bool) (int, error) {
 	}
 	n, err := readpath.ParseCursor(name, v, 0)
 	if err != nil || n > MaxContext {
-		return 0, readpath.Invalid(name + " must be 0.." + strconv.Itoa(MaxContext))
+		return 0, httpapi.InvalidField(name, name+" must be 0.."+strconv.Itoa(MaxContext))
 	}
 	return int(n), nil
 }
@@ -106,8 +107,8 @@ type SearchRequest struct {
 // maxQueryLen bounds the search text; longer needles are abuse, not search.
 const maxQueryLen = 256
 
-// ParseSearch validates ?q=&from=&to=&limit=&before=.
-func ParseSearch(q url.Values) (SearchRequest, error) {
+// ParseSearch validates ?q=&from=&to=&limit=&before= at now.
+func ParseSearch(q url.Values, now time.Time) (SearchRequest, error) {
 	var r SearchRequest
 	text, ok, err := readpath.Single(q, "q")
 	if err != nil {
@@ -126,13 +127,11 @@ func ParseSearch(q url.Values) (SearchRequest, error) {
 			return r, err
 		}
 		if !ok {
-			return r, readpath.Invalid(f.name + " is required (RFC 3339)")
+			return r, httpapi.InvalidField(f.name, f.name+" is required (RFC 3339)")
 		}
-		t, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			return r, readpath.Invalid(f.name + " must be RFC 3339")
+		if *f.dst, err = httpapi.ParseTime(f.name, v, now); err != nil {
+			return r, err
 		}
-		*f.dst = t.UTC()
 	}
 	if !r.To.After(r.From) {
 		return r, readpath.Invalid("to must be after from")

@@ -61,7 +61,7 @@ func TestParseContext(t *testing.T) {
 
 func TestParseSearch(t *testing.T) {
 	q, _ := url.ParseQuery("q=hi&from=2026-08-15T00:00:00Z&to=2026-10-31T00:00:00Z&limit=10")
-	r, err := ParseSearch(q)
+	r, err := ParseSearch(q, time.Now())
 	if err != nil || r.Q != "hi" || r.Limit != 10 {
 		t.Fatalf("got %+v %v", r, err)
 	}
@@ -73,12 +73,15 @@ func TestParseSearch(t *testing.T) {
 		"q=x&from=2026-01-01T00:00:00Z&to=2026-04-03T00:00:00Z",           // > 92 days
 		"q=x&from=2026-07-31T00:00:00Z&to=2026-10-01T00:00:01Z",           // 4 months
 		"q=x&from=1999-12-31T00:00:00Z&to=2000-01-02T00:00:00Z",           // out of years
+		"q=x&from=0001-01-01T00:00:00Z&to=0001-01-02T00:00:00Z",           // before 2000
+		"q=x&from=9999-12-01T00:00:00Z&to=9999-12-02T00:00:00Z",           // past the horizon
+		"q=x&from=2150-01-01T00:00:00Z&to=2150-01-02T00:00:00Z",           // a table's year, past the horizon
 		"q=x&from=2026-08-01T00:00:00Z&to=2026-08-02T00:00:00Z&limit=0",   // limit
 		"q=x&from=2026-08-01T00:00:00Z&to=2026-08-02T00:00:00Z&before=-1", // cursor
 	}
 	for _, s := range bad {
 		q, _ := url.ParseQuery(s)
-		if _, err := ParseSearch(q); !httpapi.HasCode(err, httpapi.CodeInvalidArgument) {
+		if _, err := ParseSearch(q, time.Now()); !httpapi.HasCode(err, httpapi.CodeInvalidArgument) {
 			t.Errorf("%q: want invalid_argument, got %v", s, err)
 		}
 	}
@@ -149,6 +152,31 @@ func FuzzParseCursor(f *testing.F) {
 		q := url.Values{"limit": {s}}
 		if r, err := ParseList(q); err == nil && (r.Limit < 1 || r.Limit > MaxLimit) {
 			t.Fatalf("limit %q accepted as %d", s, r.Limit)
+		}
+	})
+}
+
+// FuzzParseSearch: a search window is refused with invalid_argument, or
+// lies within the bounds of a client time, at most 92 days and 3 months,
+// in UTC; nothing panics.
+func FuzzParseSearch(f *testing.F) {
+	for _, c := range [][2]string{{"2026-05-01T00:00:00Z", "2026-06-01T00:00:00Z"}, {"0001-01-01T00:00:00Z", "0001-01-02T00:00:00Z"},
+		{"1999-12-31T00:00:00Z", "2000-01-02T00:00:00Z"}, {"2126-05-30T00:00:00Z", "2126-06-01T12:00:00.001Z"},
+		{"9999-12-01T00:00:00Z", "9999-12-02T00:00:00Z"}, {"2026-05-01T00:00:00+14:00", "2026-05-01T00:00:00-12:00"}, {"", "x"}} {
+		f.Add(c[0], c[1])
+	}
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, from, to string) {
+		r, err := ParseSearch(url.Values{"q": {"x"}, "from": {from}, "to": {to}}, now)
+		if err != nil {
+			if !httpapi.HasCode(err, httpapi.CodeInvalidArgument) {
+				t.Fatalf("%q..%q: %v, want invalid_argument", from, to, err)
+			}
+			return
+		}
+		if r.From.Before(httpapi.EarliestTime) || r.To.After(httpapi.Horizon(now)) || !r.To.After(r.From) ||
+			r.To.Sub(r.From) > MaxSearchDays*24*time.Hour || r.From.Location() != time.UTC || r.To.Location() != time.UTC {
+			t.Fatalf("%q..%q accepted as %v..%v", from, to, r.From, r.To)
 		}
 	})
 }

@@ -18,7 +18,7 @@ func Single(q url.Values, key string) (string, bool, error) {
 		return "", false, nil
 	}
 	if len(vs) != 1 {
-		return "", false, Invalid(key + " given more than once")
+		return "", false, httpapi.InvalidField(key, key+" given more than once")
 	}
 	if vs[0] == "" {
 		return "", false, nil
@@ -27,22 +27,23 @@ func Single(q url.Values, key string) (string, bool, error) {
 }
 
 // ParseCursor reads a seq cursor: a decimal int64 of at least min. Signs,
-// spaces, hex and values beyond int64 are rejected (invariant 11).
+// spaces, hex and values beyond int64 are rejected (invariant 11) with a
+// 400 naming the parameter.
 func ParseCursor(name, v string, min int64) (int64, error) {
 	if v == "" || len(v) > 19 {
-		return 0, Invalid(name + " must be a decimal seq")
+		return 0, httpapi.InvalidField(name, name+" must be a decimal seq")
 	}
 	for i := 0; i < len(v); i++ {
 		if v[i] < '0' || v[i] > '9' {
-			return 0, Invalid(name + " must be a decimal seq")
+			return 0, httpapi.InvalidField(name, name+" must be a decimal seq")
 		}
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
-		return 0, Invalid(name + " is out of range")
+		return 0, httpapi.InvalidField(name, name+" is out of range")
 	}
 	if n < min {
-		return 0, Invalid(name + " must be at least " + strconv.FormatInt(min, 10))
+		return 0, httpapi.InvalidField(name, name+" must be at least "+strconv.FormatInt(min, 10))
 	}
 	return n, nil
 }
@@ -54,7 +55,7 @@ func ParseLimit(name, v string, present bool, def, max int) (int, error) {
 	}
 	n, err := ParseCursor(name, v, 1)
 	if err != nil || n > int64(max) {
-		return 0, Invalid(name + " must be 1.." + strconv.Itoa(max))
+		return 0, httpapi.InvalidField(name, name+" must be 1.."+strconv.Itoa(max))
 	}
 	return int(n), nil
 }

@@ -3,6 +3,7 @@ package send
 import (
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/httpapi"
@@ -68,7 +69,7 @@ func (s *Service) handlePutMember(w http.ResponseWriter, r *http.Request, p http
 	if err != nil {
 		return err
 	}
-	req, err := DecodeMember(http.MaxBytesReader(w, r.Body, maxManageBody))
+	req, err := DecodeMember(http.MaxBytesReader(w, r.Body, maxManageBody), time.Now())
 	if err != nil {
 		return err
 	}

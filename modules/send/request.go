@@ -127,8 +127,8 @@ type MemberRequest struct {
 	MutedUntil *message.Time `json:"muted_until"`
 }
 
-// DecodeMember reads and validates a membership upsert.
-func DecodeMember(r io.Reader) (MemberRequest, error) {
+// DecodeMember reads and validates a membership upsert at now.
+func DecodeMember(r io.Reader, now time.Time) (MemberRequest, error) {
 	var req MemberRequest
 	if err := httpapi.DecodeStrict(r, &req); err != nil {
 		return MemberRequest{}, err
@@ -138,10 +138,10 @@ func DecodeMember(r io.Reader) (MemberRequest, error) {
 	default:
 		return MemberRequest{}, invalid("role must be member, admin or owner")
 	}
-	// DATETIME(3) holds years 1000–9999; a zero time would mean "muted
-	// forever from year 1", which no client means.
-	if m := req.MutedUntil; m != nil && (m.Year() < 1970 || m.Year() > 9999) {
-		return MemberRequest{}, invalid("muted_until must be an RFC 3339 time between 1970 and 9999")
+	if m := req.MutedUntil; m != nil {
+		if err := httpapi.CheckTime("muted_until", m.Time, now); err != nil {
+			return MemberRequest{}, err
+		}
 	}
 	return req, nil
 }

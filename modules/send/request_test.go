@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
@@ -152,9 +153,11 @@ func TestDecodeGroupAndMember(t *testing.T) {
 		{"bad role", `{"role":"king"}`, "invalid_argument"},
 		{"bad time", `{"role":"member","muted_until":"tomorrow"}`, "invalid_argument"},
 		{"ancient time", `{"role":"member","muted_until":"0001-01-01T00:00:00Z"}`, "invalid_argument"},
+		{"before 2000", `{"role":"member","muted_until":"1999-12-31T23:59:59.999Z"}`, "invalid_argument"},
+		{"past the horizon", `{"role":"member","muted_until":"9999-12-31T23:59:59Z"}`, "invalid_argument"},
 	} {
 		t.Run("member/"+tc.name, func(t *testing.T) {
-			_, err := DecodeMember(strings.NewReader(tc.body))
+			_, err := DecodeMember(strings.NewReader(tc.body), time.Now())
 			if got := codeOf(err); got != tc.code {
 				t.Fatalf("code = %q (%v), want %q", got, err, tc.code)
 			}
@@ -200,6 +203,43 @@ func FuzzDecodeSend(f *testing.F) {
 		}
 		if message.CheckStored(req.Content, req.Head) != nil || len(req.MentionedUserIDs) > 5 {
 			t.Fatalf("limits not enforced: %+v", req)
+		}
+	})
+}
+
+// FuzzDecodeMember: a membership body is refused with invalid_argument, or
+// has a role and, when muted, a mute within the bounds of a client time
+// that reads back from the answer's form; nothing panics.
+func FuzzDecodeMember(f *testing.F) {
+	for _, s := range []string{`{"role":"member"}`, `{"role":"owner","muted_until":"2030-01-01T00:00:00Z"}`,
+		`{"role":"member","muted_until":"0001-01-01T00:00:00Z"}`, `{"role":"member","muted_until":"1969-12-31T23:59:59Z"}`,
+		`{"role":"member","muted_until":"9999-12-31T23:59:59Z"}`, `{"role":"member","muted_until":"2126-06-01T12:00:00.001Z"}`,
+		`{"role":"member","muted_until":null}`, `{"role":"member","muted_until":5}`, `{"role":"king"}`, `null`, ``} {
+		f.Add(s)
+	}
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, body string) {
+		req, err := DecodeMember(strings.NewReader(body), now)
+		if err != nil {
+			if codeOf(err) != httpapi.CodeInvalidArgument {
+				t.Fatalf("%q: %v, want invalid_argument", body, err)
+			}
+			return
+		}
+		if req.Role != acl.RoleMember && req.Role != acl.RoleAdmin && req.Role != acl.RoleOwner {
+			t.Fatalf("%q accepted with the role %q", body, req.Role)
+		}
+		m := req.MutedUntil
+		if m == nil {
+			return
+		}
+		if m.Before(httpapi.EarliestTime) || m.After(httpapi.Horizon(now)) {
+			t.Fatalf("%q accepted with the mute %v", body, m.Time)
+		}
+		b, _ := m.MarshalJSON()
+		var back message.Time
+		if err := back.UnmarshalJSON(b); err != nil || !back.Equal(m.Time) {
+			t.Fatalf("%q: the mute %v reads back as %v %v", body, m.Time, back.Time, err)
 		}
 	})
 }
