@@ -97,10 +97,10 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 	// the watermark is a seq, never "unbounded": a topic whose counter
 	// Redis does not hold has only what MySQL proves stored (0: nothing
 	// above since, an empty page the client polls again)
-	settled := r.Settled
+	settled, forward := r.Bound.Forward(since)
 	var page []message.Message
 	ok, tables := false, 0
-	if settled > since {
+	if forward {
 		page, ok = s.r.FromCache(ctx, db, p, keys, topic, r, since, since+1, min(settled, r.Last), readpath.Asc, limit, since)
 		if !ok {
 			q := readpath.ListQuery{Topic: topic, User: p.UserID, Order: readpath.Asc, Bound: since, UpTo: settled, Limit: limit + 1, HidNothing: r.Hidden.None()}
@@ -123,7 +123,7 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 		// already), or this process's copy below it holds them: gaps are
 		// never taken back
 		read := false
-		if r.Err == nil && !r.Regapped {
+		if r.Err == nil && !r.Bound.Regapped {
 			gaps, read = r.View.GapsIn(since+1, hi)
 		}
 		if !read {
@@ -140,15 +140,16 @@ func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, 
 	return readpath.SincePage{Messages: readpath.NonNil(page), NextSince: next, HasMore: more, Gaps: readpath.NonNilSeqs(gaps), Through: through}, nil
 }
 
-// Settled is the topic's settled watermark (routing.Flight.Settled), the
-// bound of Since: where a stream that gave no cursor starts, so that a seq
-// still in flight below the last issued one is delivered once it settles.
-func (s *Service) Settled(ctx context.Context, tenant, topic string) (int64, error) {
-	settled, err := s.p.Flight.Settled(ctx, tenant, topic)
+// Bound is the topic's forward bound (routing.Flight.Bound), the bound of
+// Since: its settled watermark is where a stream that gave no cursor
+// starts, so that a seq still in flight below the last issued one is
+// delivered once it settles.
+func (s *Service) Bound(ctx context.Context, tenant, topic string) (routing.Bound, error) {
+	b, err := s.p.Flight.Bound(ctx, tenant, topic)
 	if err != nil {
-		return 0, httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
+		return routing.Bound{}, httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
 	}
-	return settled, nil
+	return b, nil
 }
 
 // Authorize answers whether p may read topic (members of its group, the

@@ -116,16 +116,13 @@ func (s *Reader) hotReread(ctx context.Context, keys routing.Keys, topic string,
 // the caller's deletion ranges, and on request the route's reads and the
 // settled watermark.
 type PageReads struct {
-	View HotView
-	At   time.Time // when the reads were sent: a copy made from them is this old
-	Last int64
-	Err  error // the hot-cache read failed: MySQL answers
-	// Regapped: the watermark's resolution recorded gaps after the
-	// round trip read them (routing.Flight.SettledResolve)
-	Regapped bool
-	Hidden   HiddenView
-	Route    []rueidis.RedisResult // the route's reads, when prefetched (routing.Router.RouteCmds)
-	Settled  int64                 // the settled watermark, when asked for
+	View   HotView
+	At     time.Time // when the reads were sent: a copy made from them is this old
+	Last   int64
+	Err    error // the hot-cache read failed: MySQL answers
+	Hidden HiddenView
+	Route  []rueidis.RedisResult // the route's reads, when prefetched (routing.Router.RouteCmds)
+	Bound  routing.Bound         // how far a forward page may go, when asked for
 }
 
 // PageAlso asks readPage for more in the same round trip: the route, for a
@@ -159,7 +156,7 @@ func (s *Reader) ReadPage(ctx context.Context, p httpapi.Principal, keys routing
 	if also.Settled {
 		// before the hot cache's gaps: a gap recorded after this read is
 		// of a seq still pending here, above the watermark
-		cmds = s.p.Flight.SettledCmds(keys, topic)
+		cmds = s.p.Flight.BoundCmds(keys, topic)
 	}
 	ns := len(cmds)
 	cmds = append(cmds, s.HotCmds(keys, topic, o, hb, floor, n)...)
@@ -183,7 +180,7 @@ func (s *Reader) ReadPage(ctx context.Context, p httpapi.Principal, keys routing
 	r := PageReads{At: at}
 	if also.Settled {
 		var err error
-		if r.Settled, r.Regapped, err = s.p.Flight.SettledResolve(ctx, p.Tenant, topic, res[:ns]); err != nil {
+		if r.Bound, err = s.p.Flight.BoundResolve(ctx, p.Tenant, topic, res[:ns]); err != nil {
 			return PageReads{}, httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
 		}
 	}
