@@ -104,6 +104,20 @@ func HotResolve(res []rueidis.RedisResult, o Order, bound, floor int64, n int) (
 	return c, last, nil
 }
 
+// HotBound is how far a count over the newest-first cache read c may go
+// (the unread badges): the topic's seq counter lowered to the newest
+// cached message — a seq above it is not answered yet, like one not
+// stored yet in the month tables (the caller checks each is in flight) —
+// and not Counted when Redis holds no counter: the cache proves nothing
+// then.
+func HotBound(c Cached, counter int64) routing.Bound {
+	b := routing.Bound{Settled: counter, Counted: counter > 0}
+	if len(c.Members) > 0 {
+		b.Settled = min(b.Settled, int64(c.Members[0].Score))
+	}
+	return b
+}
+
 // hotReread reads the cache next to bound again, n members this time.
 func (s *Reader) hotReread(ctx context.Context, keys routing.Keys, topic string, o Order, bound int64, n int) (Cached, error) {
 	c, _, err := HotResolve(s.p.Redis.DoMulti(ctx, s.HotCmds(keys, topic, o, bound, 0, n)...), o, bound, 0, n)

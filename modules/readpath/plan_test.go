@@ -199,3 +199,33 @@ func TestPlanMonthsAndGaps(t *testing.T) {
 		})
 	}
 }
+
+// A badge's count over the hot cache goes up to the newest cached message
+// below the counter, decided by the same Bound.Forward as a page; without
+// a counter the cache proves nothing.
+func TestHotBoundStopsAtTheNewestCachedMessage(t *testing.T) {
+	c := cached(t, 1, math.MaxInt64-1, msgs(upTo(1, 8)...), nil)
+	for _, tc := range []struct {
+		name    string
+		c       Cached
+		counter int64
+		cursor  int64
+		to      int64
+		counted bool
+		reads   bool
+	}{
+		{"seqs above the newest cached are in flight", c, 10, 5, 8, true, true},
+		{"the counter below the cache", c, 6, 5, 6, true, true},
+		{"read up to the newest cached", c, 10, 8, 8, true, false},
+		{"nothing cached", Cached{}, 10, 5, 10, true, true},
+		{"no counter", c, 0, 5, 0, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := HotBound(tc.c, tc.counter)
+			to, ok := b.Forward(tc.cursor)
+			if b.Counted != tc.counted || to != tc.to || ok != tc.reads {
+				t.Fatalf("%+v: Forward(%d) = %d %v, want %d %v counted %v", b, tc.cursor, to, ok, tc.to, tc.reads, tc.counted)
+			}
+		})
+	}
+}
