@@ -130,7 +130,7 @@ func (s *Reader) hotReread(ctx context.Context, keys routing.Keys, topic string,
 // MySQL), a forward page the bound. When this process holds a copy of the
 // topic's newest stretch that can serve the page, only what lies above the
 // copy is read.
-func (s *Reader) readPage(ctx context.Context, p httpapi.Principal, keys routing.Keys, db *sql.DB, req PageRequest) (pageReads, error) {
+func (s *Reader) readPage(ctx context.Context, p httpapi.Principal, keys routing.Keys, db *sql.DB, req pageRequest) (pageReads, error) {
 	rdb := s.p.Redis
 	topic, o, bound, n := req.Topic, req.Order, req.Cursor, req.slack()
 	withBound, withRoute := o == Asc, o == Desc && !req.latest()

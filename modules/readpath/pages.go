@@ -18,7 +18,7 @@ func (s *Reader) Before(ctx context.Context, p httpapi.Principal, topic string, 
 	if before <= 0 {
 		before = math.MaxInt64
 	}
-	req := PageRequest{Topic: topic, User: p.UserID, Order: Desc, Cursor: before, Limit: limit}
+	req := pageRequest{Topic: topic, User: p.UserID, Order: Desc, Cursor: before, Limit: limit}
 	pl, keys, db, err := s.plan(ctx, p, req)
 	if err != nil {
 		return BeforePage{}, err
@@ -37,7 +37,7 @@ func (s *Reader) Before(ctx context.Context, p httpapi.Principal, topic string, 
 // be jumped over.
 func (s *Reader) Since(ctx context.Context, p httpapi.Principal, topic string, since int64, limit int) (SincePage, error) {
 	start := time.Now()
-	req := PageRequest{Topic: topic, User: p.UserID, Order: Asc, Cursor: since, Limit: limit}
+	req := pageRequest{Topic: topic, User: p.UserID, Order: Asc, Cursor: since, Limit: limit}
 	pl, keys, db, err := s.plan(ctx, p, req)
 	if err != nil {
 		return SincePage{}, err
@@ -47,7 +47,7 @@ func (s *Reader) Since(ctx context.Context, p httpapi.Principal, topic string, s
 		return SincePage{}, err
 	}
 	page, more := Truncate(dropFirst(page), limit)
-	next := NextSince(page, since)
+	next := nextSince(page, since)
 	// the page accounts for every seq up to the bound, or up to its last
 	// row when more follow
 	hi, _ := pl.reads.Bound.Forward(since)
@@ -68,12 +68,12 @@ func (s *Reader) Since(ctx context.Context, p httpapi.Principal, topic string, s
 	if len(gaps) > 0 {
 		through = max(through, gaps[len(gaps)-1])
 	}
-	return SincePage{Messages: NonNil(page), NextSince: next, HasMore: more, Gaps: NonNilSeqs(gaps), Through: through}, nil
+	return SincePage{Messages: NonNil(page), NextSince: next, HasMore: more, Gaps: nonNilSeqs(gaps), Through: through}, nil
 }
 
 // plan opens the topic, makes the page's Redis round trip and plans the
 // page from what it returned.
-func (s *Reader) plan(ctx context.Context, p httpapi.Principal, req PageRequest) (plan, routing.Keys, *sql.DB, error) {
+func (s *Reader) plan(ctx context.Context, p httpapi.Principal, req pageRequest) (plan, routing.Keys, *sql.DB, error) {
 	keys, db, err := s.Open(ctx, p, req.Topic)
 	if err != nil {
 		return plan{}, keys, nil, err
@@ -179,7 +179,7 @@ func (s *Reader) withHeld(ctx context.Context, db *sql.DB, pl plan, page []messa
 			visible = append(visible, m)
 		}
 	}
-	return Merge(page, visible, Desc), nil
+	return merge(page, visible, Desc), nil
 }
 
 // keepRecent keeps what a page's view proved of the topic's newest

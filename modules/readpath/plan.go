@@ -10,8 +10,8 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// PageRequest is a list page as a client asks for it.
-type PageRequest struct {
+// pageRequest is a list page as a client asks for it.
+type pageRequest struct {
 	Topic string
 	User  int64
 	Order Order // Desc: a before page, newest first; Asc: a since page, oldest first
@@ -22,10 +22,10 @@ type PageRequest struct {
 }
 
 // latest reports a page of the topic's newest messages.
-func (q PageRequest) latest() bool { return q.Order == Desc && q.Cursor == math.MaxInt64 }
+func (q pageRequest) latest() bool { return q.Order == Desc && q.Cursor == math.MaxInt64 }
 
 // slack is how many cached members a page's first hot-cache read takes.
-func (q PageRequest) slack() int { return q.Limit + 1 + HotSlack }
+func (q pageRequest) slack() int { return q.Limit + 1 + HotSlack }
 
 // pageReads is what a list page learns from Redis in one round trip
 // (Reader.readPage): the hot cache next to the cursor (over this process's
@@ -54,7 +54,7 @@ type pageReads struct {
 // names that step (cacheStep) and the executor fetches it and asks the
 // plan again (walk, over), so every decision stays a pure function.
 type plan struct {
-	req   PageRequest
+	req   pageRequest
 	reads pageReads
 	// empty: the forward bound stops the page at its cursor (Asc only):
 	// nothing is read, the page is empty and echoes the cursor
@@ -94,7 +94,7 @@ type cacheStep struct {
 
 // planPage builds the plan of a page from its request and Redis replies;
 // no I/O.
-func planPage(req PageRequest, r pageReads) plan {
+func planPage(req pageRequest, r pageReads) plan {
 	pl := plan{req: req, reads: r}
 	q := ListQuery{Topic: req.Topic, User: req.User, Order: req.Order, Bound: req.Cursor, Limit: req.Limit + 1, HidNothing: r.Hidden.None()}
 	if req.Order == Desc {

@@ -38,7 +38,7 @@ func TestPlanPageDecidesFromTheRepliesAlone(t *testing.T) {
 	known := HiddenView{Known: true}
 	for _, tc := range []struct {
 		name  string
-		req   PageRequest
+		req   pageRequest
 		reads pageReads
 		empty bool
 		kind  cacheKind
@@ -46,42 +46,42 @@ func TestPlanPageDecidesFromTheRepliesAlone(t *testing.T) {
 		upTo  int64   // the MySQL query's bound (Asc)
 		flags string  // "failed", "reset", "walked"
 	}{
-		{name: "latest page, cache whole", req: PageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 3},
+		{name: "latest page, cache whole", req: pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 3},
 			reads: pageReads{View: HotView{Top: whole()}, Last: 30, Hidden: known}, kind: cacheHit, page: []int64{30, 29, 28, 27}, flags: "walked"},
-		{name: "before page steps over a recorded gap", req: PageRequest{Order: Desc, Cursor: 14, Limit: 2},
+		{name: "before page steps over a recorded gap", req: pageRequest{Order: Desc, Cursor: 14, Limit: 2},
 			reads: pageReads{View: HotView{Top: whole()}, Last: 30, Hidden: known}, kind: cacheHit, page: []int64{13, 11, 10}, flags: "walked"},
-		{name: "before page reaches seq 1", req: PageRequest{Order: Desc, Cursor: 3, Limit: 5},
+		{name: "before page reaches seq 1", req: pageRequest{Order: Desc, Cursor: 3, Limit: 5},
 			reads: pageReads{View: HotView{Top: whole()}, Last: 30, Hidden: known}, kind: cacheHit, page: []int64{2, 1}, flags: "walked"},
-		{name: "hidden ranges are skipped", req: PageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 2},
+		{name: "hidden ranges are skipped", req: pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 2},
 			reads: pageReads{View: HotView{Top: whole()}, Last: 30, Hidden: HiddenView{Known: true, Ranges: Hidden{{28, 30}}}}, kind: cacheHit, page: []int64{30, 27, 26}, flags: "walked"},
-		{name: "cache read cut short: read further", req: PageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 6},
+		{name: "cache read cut short: read further", req: pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 6},
 			reads: pageReads{View: HotView{Top: cut()}, Last: 30, Hidden: known}, kind: cacheFurther, flags: "walked"},
-		{name: "a seq in flight within the read: MySQL", req: PageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 20},
+		{name: "a seq in flight within the read: MySQL", req: pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 20},
 			reads: pageReads{View: HotView{Top: hole()}, Last: 30, Hidden: known}, kind: cacheMiss, flags: "walked"},
-		{name: "no counter: the cache proves nothing", req: PageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 3},
+		{name: "no counter: the cache proves nothing", req: pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 3},
 			reads: pageReads{View: HotView{Top: whole()}, Last: 0, Hidden: known}, kind: cacheMiss},
-		{name: "cache read failed", req: PageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 3},
+		{name: "cache read failed", req: pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 3},
 			reads: pageReads{Err: errors.New("down"), Last: 30, Hidden: known}, kind: cacheMiss, flags: "failed"},
-		{name: "ranges unknown, cache covers: read them", req: PageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 3},
+		{name: "ranges unknown, cache covers: read them", req: pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 3},
 			reads: pageReads{View: HotView{Top: whole()}, Last: 30}, kind: cacheRanges},
-		{name: "ranges unknown, cache has a hole: MySQL, no range read", req: PageRequest{Order: Desc, Cursor: 25, Limit: 10},
+		{name: "ranges unknown, cache has a hole: MySQL, no range read", req: pageRequest{Order: Desc, Cursor: 25, Limit: 10},
 			reads: pageReads{View: HotView{Top: hole()}, Last: 30}, kind: cacheMiss},
-		{name: "copy above the counter: dropped", req: PageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 3},
+		{name: "copy above the counter: dropped", req: pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 3},
 			reads: pageReads{View: HotView{Top: whole(), base: newRecent(whole(), 30, at)}, Last: 20, Hidden: known}, kind: cacheMiss, flags: "reset"},
-		{name: "latest page over the copy and the read above it", req: PageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 3},
+		{name: "latest page over the copy and the read above it", req: pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 3},
 			reads: pageReads{View: HotView{Top: cached(t, 29, math.MaxInt64-1, msgs(29, 30, 31), nil), base: newRecent(whole(), 28, at)}, Last: 31, Hidden: known},
 			kind:  cacheHit, page: []int64{31, 30, 29, 28}, flags: "walked"},
-		{name: "since page up to the bound", req: PageRequest{Order: Asc, Cursor: 24, Limit: 10},
+		{name: "since page up to the bound", req: pageRequest{Order: Asc, Cursor: 24, Limit: 10},
 			reads: pageReads{View: HotView{Top: whole()}, Last: 30, Hidden: known, Bound: routing.Bound{Settled: 27, Counted: true}},
 			kind:  cacheHit, page: []int64{25, 26, 27}, upTo: 27, flags: "walked"},
-		{name: "since page with lookahead", req: PageRequest{Order: Asc, Cursor: 10, Limit: 2},
+		{name: "since page with lookahead", req: pageRequest{Order: Asc, Cursor: 10, Limit: 2},
 			reads: pageReads{View: HotView{Top: whole()}, Last: 30, Hidden: known, Bound: routing.Bound{Settled: 30, Counted: true}},
 			kind:  cacheHit, page: []int64{11, 13, 14}, upTo: 30, flags: "walked"},
-		{name: "since page: a seq in flight right above the cursor", req: PageRequest{Order: Asc, Cursor: 19, Limit: 10},
+		{name: "since page: a seq in flight right above the cursor", req: pageRequest{Order: Asc, Cursor: 19, Limit: 10},
 			reads: pageReads{View: HotView{Top: hole()}, Last: 30, Hidden: known, Bound: routing.Bound{Settled: 19, Counted: true}}, empty: true},
-		{name: "since page, counter unknown, nothing proven stored", req: PageRequest{Order: Asc, Cursor: 5, Limit: 10},
+		{name: "since page, counter unknown, nothing proven stored", req: pageRequest{Order: Asc, Cursor: 5, Limit: 10},
 			reads: pageReads{View: HotView{Top: whole()}, Last: 0, Hidden: known, Bound: routing.Bound{}}, empty: true},
-		{name: "since page, counter unknown, the mirror proves a prefix", req: PageRequest{Order: Asc, Cursor: 5, Limit: 10},
+		{name: "since page, counter unknown, the mirror proves a prefix", req: pageRequest{Order: Asc, Cursor: 5, Limit: 10},
 			reads: pageReads{Last: 0, Hidden: known, Bound: routing.Bound{Settled: 9}}, kind: cacheMiss, upTo: 9},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -124,7 +124,7 @@ func TestPlanPageDecidesFromTheRepliesAlone(t *testing.T) {
 func TestPlanFollowUpSteps(t *testing.T) {
 	whole := cached(t, 1, math.MaxInt64-1, msgs(upTo(1, 30)...), nil)
 	t.Run("ranges read from MySQL are hidden, and never ask for more", func(t *testing.T) {
-		pl := planPage(PageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 2}, pageReads{View: HotView{Top: whole}, Last: 30})
+		pl := planPage(pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 2}, pageReads{View: HotView{Top: whole}, Last: 30})
 		if pl.cache.kind != cacheRanges || pl.hiddenLo != 1 {
 			t.Fatalf("step %+v, hiddenLo %d", pl.cache.kind, pl.hiddenLo)
 		}
@@ -142,7 +142,7 @@ func TestPlanFollowUpSteps(t *testing.T) {
 	t.Run("the longer read answers, and a latest page keeps its copy", func(t *testing.T) {
 		short := cached(t, 28, 30, msgs(28, 29, 30), nil)
 		short.Full = true
-		pl := planPage(PageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 4}, pageReads{View: HotView{Top: short}, Last: 30, Hidden: HiddenView{Known: true}})
+		pl := planPage(pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 4}, pageReads{View: HotView{Top: short}, Last: 30, Hidden: HiddenView{Known: true}})
 		if pl.cache.kind != cacheFurther || pl.furtherN() != hotFurther*(4+1+HotSlack) {
 			t.Fatalf("step %d, further %d", pl.cache.kind, pl.furtherN())
 		}
@@ -165,13 +165,13 @@ func TestPlanMonthsAndGaps(t *testing.T) {
 		{Month: m1, MinSeq: 1, MaxSeq: 10, Count: 10}, {Month: m2, MinSeq: 11, MaxSeq: 20, Count: 10}, {Month: m3, MinSeq: 21, MaxSeq: 30, Count: 10}}}
 	for _, tc := range []struct {
 		name string
-		req  PageRequest
+		req  pageRequest
 		want []routing.Month
 	}{
-		{"latest: every month, newest first", PageRequest{Order: Desc, Cursor: math.MaxInt64}, []routing.Month{m3, m2, m1}},
-		{"before spans two months", PageRequest{Order: Desc, Cursor: 15}, []routing.Month{m2, m1}},
-		{"since spans two months", PageRequest{Order: Asc, Cursor: 15}, []routing.Month{m2, m3}},
-		{"since at a month's end", PageRequest{Order: Asc, Cursor: 20}, []routing.Month{m3}},
+		{"latest: every month, newest first", pageRequest{Order: Desc, Cursor: math.MaxInt64}, []routing.Month{m3, m2, m1}},
+		{"before spans two months", pageRequest{Order: Desc, Cursor: 15}, []routing.Month{m2, m1}},
+		{"since spans two months", pageRequest{Order: Asc, Cursor: 15}, []routing.Month{m2, m3}},
+		{"since at a month's end", pageRequest{Order: Asc, Cursor: 20}, []routing.Month{m3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pl := planPage(tc.req, pageReads{Bound: routing.Bound{Settled: 30, Counted: true}})
@@ -191,7 +191,7 @@ func TestPlanMonthsAndGaps(t *testing.T) {
 		{"the cache read failed", pageReads{Err: errors.New("down"), Bound: routing.Bound{Settled: 14, Counted: true}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pl := planPage(PageRequest{Order: Asc, Cursor: 10, Limit: 10}, tc.reads)
+			pl := planPage(pageRequest{Order: Asc, Cursor: 10, Limit: 10}, tc.reads)
 			gaps, read := pl.gaps(11, 14)
 			if read != tc.read || read && !slices.Equal(gaps, []int64{12, 14}) {
 				t.Fatalf("gaps %v %v, want read %v", gaps, read, tc.read)

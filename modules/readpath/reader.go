@@ -4,8 +4,35 @@
 // newest stretch, the caller's deletion ranges and their cache, the walk
 // over a topic's month tables (and, while the tenant migrates, its legacy
 // table), the statement cache and the rendering of pages; a read's
-// membership decision is modules/acl's. It is a library, not a role: one Reader per process,
-// built once by app and handed to the modules that read.
+// membership decision is modules/acl's. It is a library, not a role: one
+// Reader per process, built once by app and handed to the modules that
+// read.
+//
+// A list page (Reader.Before, Reader.Since — query's pages, and through
+// them the stream's catch-up) is planned, then executed:
+//
+//  1. readPage makes one pipelined Redis round trip: the caller's
+//     membership (nothing read is used unless it allows the read), the
+//     hot cache next to the cursor — above this process's copy of the
+//     topic's newest stretch when the copy serves the page — with the
+//     topic's message version and seq counter, the caller's deletion
+//     ranges, and for a since page the forward bound (routing.Bound, read
+//     first), for a before page into history the route.
+//  2. planPage builds the page's plan from the request and those replies
+//     alone, no I/O: whether the bound leaves anything above the cursor
+//     (Bound.Forward), what the hot view proves of the page — the page
+//     itself, a miss, or one of two follow-ups: the caller's ranges from
+//     MySQL when Redis did not know them, one longer cache read — and
+//     the MySQL query and side of the route for a miss.
+//  3. run executes it: fetches a follow-up and asks the plan again (walk,
+//     over), keeps what the page proved as the process's copy, or else
+//     resolves the route (Redis, the mirror, the bounded fallback) to
+//     month tables, orders them with the legacy table (Sources) and reads
+//     them one at a time until the page is full; a newest-first page adds
+//     what the cache holds and MySQL does not yet (withHeld).
+//  4. A since page lists the recorded gaps it stepped over — from the
+//     round trip unless resolving the bound recorded gaps after it — and
+//     how far it accounts for (Through), where the stream goes on.
 package readpath
 
 import (
@@ -120,7 +147,7 @@ func NonNil(ms []message.Message) []message.Message {
 	return ms
 }
 
-func NonNilSeqs(s []int64) []int64 {
+func nonNilSeqs(s []int64) []int64 {
 	if s == nil {
 		return []int64{}
 	}
@@ -178,7 +205,7 @@ func (s *Reader) WalkSources(ctx context.Context, db *sql.DB, q ListQuery, srcs 
 			return nil, touched, err
 		}
 		touched++
-		page = Merge(page, rows, q.Order)
+		page = merge(page, rows, q.Order)
 	}
 	return page, touched, nil
 }
