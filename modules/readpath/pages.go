@@ -18,12 +18,7 @@ func (s *Reader) Before(ctx context.Context, p httpapi.Principal, topic string, 
 	if before <= 0 {
 		before = math.MaxInt64
 	}
-	req := pageRequest{Topic: topic, User: p.UserID, Order: Desc, Cursor: before, Limit: limit}
-	pl, keys, db, err := s.plan(ctx, p, req)
-	if err != nil {
-		return BeforePage{}, err
-	}
-	page, err := s.run(ctx, db, p.Tenant, keys, pl, start)
+	_, page, err := s.page(ctx, p, pageRequest{Topic: topic, User: p.UserID, Order: Desc, Cursor: before, Limit: limit}, start)
 	if err != nil {
 		return BeforePage{}, err
 	}
@@ -37,12 +32,7 @@ func (s *Reader) Before(ctx context.Context, p httpapi.Principal, topic string, 
 // be jumped over.
 func (s *Reader) Since(ctx context.Context, p httpapi.Principal, topic string, since int64, limit int) (SincePage, error) {
 	start := time.Now()
-	req := pageRequest{Topic: topic, User: p.UserID, Order: Asc, Cursor: since, Limit: limit}
-	pl, keys, db, err := s.plan(ctx, p, req)
-	if err != nil {
-		return SincePage{}, err
-	}
-	page, err := s.run(ctx, db, p.Tenant, keys, pl, start)
+	pl, page, err := s.page(ctx, p, pageRequest{Topic: topic, User: p.UserID, Order: Asc, Cursor: since, Limit: limit}, start)
 	if err != nil {
 		return SincePage{}, err
 	}
@@ -71,25 +61,28 @@ func (s *Reader) Since(ctx context.Context, p httpapi.Principal, topic string, s
 	return SincePage{Messages: NonNil(page), NextSince: next, HasMore: more, Gaps: nonNilSeqs(gaps), Through: through}, nil
 }
 
-// plan opens the topic, makes the page's Redis round trip and plans the
-// page from what it returned.
-func (s *Reader) plan(ctx context.Context, p httpapi.Principal, req pageRequest) (plan, routing.Keys, *sql.DB, error) {
+// page opens the topic, makes the page's Redis round trip, plans the
+// page from what it returned and runs the plan: the page's rows (up to
+// limit+1, one of lookahead) and the plan it ran.
+func (s *Reader) page(ctx context.Context, p httpapi.Principal, req pageRequest, start time.Time) (plan, []message.Message, error) {
 	keys, db, err := s.Open(ctx, p, req.Topic)
 	if err != nil {
-		return plan{}, keys, nil, err
+		return plan{}, nil, err
 	}
 	r, err := s.readPage(ctx, p, keys, db, req)
 	if err != nil {
-		return plan{}, keys, nil, err
+		return plan{}, nil, err
 	}
-	return planPage(req, r), keys, db, nil
+	pl := planPage(req, r)
+	page, err := s.run(ctx, db, p.Tenant, keys, pl, start)
+	return pl, page, err
 }
 
 // run executes a page's plan: the hot cache where it proves the page, else
 // the month tables (and the legacy table while the tenant migrates) one at
 // a time in the route's order — a newest-first page adding what the cache
 // holds and MySQL does not have yet — and records the read. The page
-// holds up to limit+1 rows (one of lookahead).
+// holds up to limit+1 rows.
 func (s *Reader) run(ctx context.Context, db *sql.DB, tenant string, keys routing.Keys, pl plan, start time.Time) ([]message.Message, error) {
 	var page []message.Message
 	ok, tables := false, 0
