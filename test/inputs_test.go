@@ -14,6 +14,7 @@ import (
 
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/test/harness"
+	"github.com/imshard/imshard/test/testenv"
 )
 
 // Opaque tokens, cursors and times a client sends are decoded in one
@@ -22,7 +23,7 @@ import (
 // a logged error, and changes nothing.
 
 // inLog collects a process's warnings and errors.
-type inLog struct{ syncBuffer }
+type inLog struct{ testenv.LogBuffer }
 
 // inStart runs every role for a fresh tenant, logging warnings and errors
 // into logs, with user 1 a member of each of topics.

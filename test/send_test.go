@@ -330,7 +330,7 @@ func TestSendAckAfterGapNeverAnsweredAsStored(t *testing.T) {
 	ctx := context.Background()
 	const gap = 2
 	sendWaitFor(t, 10*time.Second, "readers to record the held seq as a gap", func() bool {
-		if _, err := env.App.Flight().Settled(ctx, env.Tenant, "late"); err != nil {
+		if _, err := env.App.Flight().Bound(ctx, env.Tenant, "late"); err != nil {
 			t.Fatal(err)
 		}
 		gaps, err := env.App.Flight().Gaps(ctx, env.Tenant, "late", gap, gap)
@@ -402,7 +402,7 @@ func TestSendKafkaUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	sendWaitFor(t, 10*time.Second, "the failed seq to become a gap", func() bool {
-		if _, err := e.App.Flight().Settled(context.Background(), e.Tenant, "room"); err != nil {
+		if _, err := e.App.Flight().Bound(context.Background(), e.Tenant, "room"); err != nil {
 			t.Fatal(err)
 		}
 		gaps, err := e.App.Flight().Gaps(context.Background(), e.Tenant, "room", failedSeq, failedSeq)

@@ -410,15 +410,12 @@ func (s *Service) countHot(ctx context.Context, db *sql.DB, tenant string, keys 
 	var hres []rueidis.RedisResult
 	for j, i := range hot {
 		r := &reads[j]
-		r.c, r.last, r.err = readpath.HotResolve(res[j*per:(j+1)*per], readpath.Desc, math.MaxInt64, us[i].readSeq, hotReadOf(us[i]))
-		counters[j] = r.last
-		if len(r.c.Members) > 0 {
-			r.last = min(r.last, int64(r.c.Members[0].Score))
-		}
+		r.c, counters[j], r.err = readpath.HotResolve(res[j*per:(j+1)*per], readpath.Desc, math.MaxInt64, us[i].readSeq, hotReadOf(us[i]))
+		r.bound = readpath.HotBound(r.c, counters[j])
 	}
 	s.aboveCachedInFlight(ctx, tenant, keys, us, hot, reads, counters)
 	for j, i := range hot {
-		if r := &reads[j]; r.err == nil && r.last > us[i].readSeq {
+		if r := &reads[j]; r.err == nil && r.above(us[i].readSeq) {
 			above = append(above, j)
 			names = append(names, us[i].topic)
 			hres = append(hres, hidden[j])
@@ -483,14 +480,14 @@ func (s *Service) aboveCachedInFlight(ctx context.Context, tenant string, keys r
 	var cmds []rueidis.Completed
 	for j, i := range hot {
 		r := &reads[j]
-		if r.err != nil || r.last >= counters[j] {
+		if r.err != nil || r.bound.Settled >= counters[j] {
 			continue
 		}
-		if counters[j]-r.last > maxInFlightAbove {
+		if counters[j]-r.bound.Settled > maxInFlightAbove {
 			r.err = errNotInFlight
 			continue
 		}
-		for seq := r.last + 1; seq <= counters[j]; seq++ {
+		for seq := r.bound.Settled + 1; seq <= counters[j]; seq++ {
 			if !r.c.Gaps[seq] {
 				checks = append(checks, check{j, seq})
 				cmds = append(cmds, s.p.Flight.InFlightCmds(keys, us[i].topic, seq)...)
@@ -554,16 +551,22 @@ func hotReadOf(u userTopic) int {
 }
 
 // hotRead is a topic's hot-cache read for a count: the cache next to the
-// cursor, the last seq that may be answered (the counter's, lowered to the
-// newest cached message: seqs above it are in flight — aboveCachedInFlight
-// checks they are — not answered yet, like those not stored yet in the
-// month tables) and, when something
-// lies above the cursor, the caller's deletion ranges.
+// cursor, how far the count may go (readpath.HotBound: the counter's
+// last seq, lowered to the newest cached message: seqs above it are in
+// flight — aboveCachedInFlight checks they are — not answered yet, like
+// those not stored yet in the month tables) and, when something lies
+// above the cursor, the caller's deletion ranges.
 type hotRead struct {
-	c    readpath.Cached
-	last int64
-	err  error
-	hv   readpath.HiddenView
+	c     readpath.Cached
+	bound routing.Bound
+	err   error
+	hv    readpath.HiddenView
+}
+
+// above reports whether the count may reach above the read cursor.
+func (r hotRead) above(readSeq int64) bool {
+	_, ok := r.bound.Forward(readSeq)
+	return ok
 }
 
 // countHotOne counts u from its hot-cache read as countMany would from the
@@ -575,16 +578,17 @@ type hotRead struct {
 func (s *Service) countHotOne(user int64, u userTopic, r hotRead) (unreadCount, bool) {
 	out := unreadCount{readSeq: u.readSeq}
 	n := hotReadOf(u)
-	if r.err != nil || r.last == 0 {
+	if r.err != nil || !r.bound.Counted {
 		return out, false // Redis failed, or holds no counter
 	}
-	if r.last <= u.readSeq {
+	last, above := r.bound.Forward(u.readSeq)
+	if !above {
 		return out, true // nothing above the cursor
 	}
 	if !r.hv.Known {
 		return out, false // too many ranges to cache
 	}
-	c, last, hv := r.c, r.last, r.hv
+	c, hv := r.c, r.hv
 	// at most n rows: all the read may cover
 	page, ok, _ := readpath.Walk(readpath.HotView{Top: c}, last, u.readSeq+1, readpath.Desc, n-1, nil, true)
 	if !ok {

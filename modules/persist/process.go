@@ -375,14 +375,14 @@ func (s *Service) afterCommit(ctx context.Context, key batchKey, res writeResult
 	if err != nil {
 		return append(repairs, inserted...)
 	}
-	settle := make([]routing.Settled, 0, len(inserted)+len(replayed))
+	settle := make([]routing.Settlement, 0, len(inserted)+len(replayed))
 	for _, tr := range inserted {
-		settle = append(settle, settled(keys, tr, []routing.MonthRange{tr.MonthRange}))
+		settle = append(settle, settlement(keys, tr, []routing.MonthRange{tr.MonthRange}))
 	}
 	// replayed topics are repaired anyway; clearing them now keeps readers
 	// from waiting for the repair pass
 	for _, tr := range replayed {
-		settle = append(settle, settled(keys, tr, nil))
+		settle = append(settle, settlement(keys, tr, nil))
 	}
 	if err := s.p.Routes.Settle(rctx, key.tenant, settle); err != nil {
 		s.p.Log.Warn().Err(err).Str("tenant", key.tenant).Int("topics", len(inserted)).
@@ -403,10 +403,10 @@ func (s *Service) afterCommit(ctx context.Context, key batchKey, res writeResult
 	return repairs
 }
 
-// settled is a topic's Redis follow-up: ranges merged into its route, its
+// settlement is a topic's Redis follow-up: ranges merged into its route, its
 // seqs out of the pending set, its records' idempotency done.
-func settled(keys routing.Keys, tr *topicRange, ranges []routing.MonthRange) routing.Settled {
-	st := routing.Settled{Topic: tr.topic, Ranges: ranges, Seqs: make([]int64, len(tr.recs)), Idem: idemKeys(keys, tr.recs)}
+func settlement(keys routing.Keys, tr *topicRange, ranges []routing.MonthRange) routing.Settlement {
+	st := routing.Settlement{Topic: tr.topic, Ranges: ranges, Seqs: make([]int64, len(tr.recs)), Idem: idemKeys(keys, tr.recs)}
 	for i, r := range tr.recs {
 		st.Seqs[i] = r.ev.SeqID
 	}

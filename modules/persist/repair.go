@@ -160,7 +160,7 @@ func (s *Service) repairOne(ctx context.Context, tenant string, db *sql.DB, e ro
 		return err
 	}
 	var recs []*record
-	st := routing.Settled{Topic: e.Topic}
+	st := routing.Settlement{Topic: e.Topic}
 	for rows.Next() {
 		var ev message.Event
 		var cmid sql.NullString
@@ -184,7 +184,7 @@ func (s *Service) repairOne(ctx context.Context, tenant string, db *sql.DB, e ro
 		return err
 	}
 	st.Idem = idemKeys(keys, recs)
-	return s.p.Routes.Settle(rctx, tenant, []routing.Settled{st})
+	return s.p.Routes.Settle(rctx, tenant, []routing.Settlement{st})
 }
 
 // rebuildRoute replaces the Redis route with the mirror while no batch of

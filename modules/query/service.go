@@ -9,7 +9,6 @@ package query
 
 import (
 	"context"
-	"math"
 	"slices"
 	"time"
 
@@ -50,106 +49,29 @@ func New(p Params) *Service {
 }
 
 // Before is the page of up to limit visible messages with seq < before,
-// newest first; before 0 means the latest page.
+// newest first; before 0 means the latest page (readpath plans and reads
+// it).
 func (s *Service) Before(ctx context.Context, p httpapi.Principal, topic string, before int64, limit int) (readpath.BeforePage, error) {
-	start := time.Now()
-	if before <= 0 {
-		before = math.MaxInt64
-	}
-	keys, db, err := s.r.Open(ctx, p, topic)
-	if err != nil {
-		return readpath.BeforePage{}, err
-	}
-	// a latest page is the hot cache's; a cursor into history likely MySQL's
-	r, err := s.r.ReadPage(ctx, p, keys, db, topic, readpath.Desc, before, limit+1+readpath.HotSlack, readpath.PageAlso{Route: before < math.MaxInt64})
-	if err != nil {
-		return readpath.BeforePage{}, err
-	}
-	page, ok := s.r.FromCache(ctx, db, p, keys, topic, r, before, min(before-1, r.Last), 1, readpath.Desc, limit, r.View.Lo())
-	tables := 0
-	if !ok {
-		q := readpath.ListQuery{Topic: topic, User: p.UserID, Order: readpath.Desc, Bound: before, Limit: limit + 1, HidNothing: r.Hidden.None()}
-		if page, tables, err = s.r.Scan(ctx, db, p.Tenant, q, r.Route, func(tr routing.TopicRoute) []routing.Month { return tr.Before(before) }); err != nil {
-			return readpath.BeforePage{}, err
-		}
-		if page, err = s.r.WithHeld(ctx, db, p, topic, r, before, page); err != nil {
-			return readpath.BeforePage{}, err
-		}
-	}
-	s.r.Observe(tables, ok, time.Since(start).Seconds())
-	page, more := readpath.Truncate(page, limit)
-	return readpath.BeforePage{Messages: readpath.NonNil(page), NextBefore: readpath.NextBefore(page), HasMore: more}, nil
+	return s.r.Before(ctx, p, topic, before, limit)
 }
 
 // Since is the page of up to limit visible messages with seq > since,
-// oldest first, never above the topic's settled watermark (invariant 12):
-// a seq still in flight below a persisted one stops the page, so it cannot
-// be jumped over.
+// oldest first, never above the topic's forward bound (invariant 12;
+// readpath plans and reads it).
 func (s *Service) Since(ctx context.Context, p httpapi.Principal, topic string, since int64, limit int) (readpath.SincePage, error) {
-	start := time.Now()
-	keys, db, err := s.r.Open(ctx, p, topic)
-	if err != nil {
-		return readpath.SincePage{}, err
-	}
-	r, err := s.r.ReadPage(ctx, p, keys, db, topic, readpath.Asc, since, limit+1+readpath.HotSlack, readpath.PageAlso{Settled: true})
-	if err != nil {
-		return readpath.SincePage{}, err
-	}
-	// the watermark is a seq, never "unbounded": a topic whose counter
-	// Redis does not hold has only what MySQL proves stored (0: nothing
-	// above since, an empty page the client polls again)
-	settled := r.Settled
-	var page []message.Message
-	ok, tables := false, 0
-	if settled > since {
-		page, ok = s.r.FromCache(ctx, db, p, keys, topic, r, since, since+1, min(settled, r.Last), readpath.Asc, limit, since)
-		if !ok {
-			q := readpath.ListQuery{Topic: topic, User: p.UserID, Order: readpath.Asc, Bound: since, UpTo: settled, Limit: limit + 1, HidNothing: r.Hidden.None()}
-			if page, tables, err = s.r.Scan(ctx, db, p.Tenant, q, nil, func(tr routing.TopicRoute) []routing.Month { return tr.Since(since) }); err != nil {
-				return readpath.SincePage{}, err
-			}
-		}
-	}
-	s.r.Observe(tables, ok, time.Since(start).Seconds())
-	page, more := readpath.Truncate(dropFirst(page), limit)
-	next := readpath.NextSince(page, since)
-	hi := settled
-	if more {
-		hi = next
-	}
-	var gaps []int64
-	if hi > since {
-		// the page's round trip read every gap up to hi, after the
-		// watermark (a seq settled by then that became a gap was one
-		// already), or this process's copy below it holds them: gaps are
-		// never taken back
-		read := false
-		if r.Err == nil && !r.Regapped {
-			gaps, read = r.View.GapsIn(since+1, hi)
-		}
-		if !read {
-			if gaps, err = s.p.Flight.Gaps(ctx, p.Tenant, topic, since+1, hi); err != nil {
-				return readpath.SincePage{}, err
-			}
-		}
-	}
-	gaps = gapOfStored(gaps, page)
-	through := max(hi, next)
-	if len(gaps) > 0 {
-		through = max(through, gaps[len(gaps)-1])
-	}
-	return readpath.SincePage{Messages: readpath.NonNil(page), NextSince: next, HasMore: more, Gaps: readpath.NonNilSeqs(gaps), Through: through}, nil
+	return s.r.Since(ctx, p, topic, since, limit)
 }
 
-// Settled is the topic's settled watermark (routing.Flight.Settled), the
-// bound of Since: where a stream that gave no cursor starts, so that a seq
-// still in flight below the last issued one is delivered once it settles.
-func (s *Service) Settled(ctx context.Context, tenant, topic string) (int64, error) {
-	settled, err := s.p.Flight.Settled(ctx, tenant, topic)
+// Bound is the topic's forward bound (routing.Flight.Bound), the bound of
+// Since: its settled watermark is where a stream that gave no cursor
+// starts, so that a seq still in flight below the last issued one is
+// delivered once it settles.
+func (s *Service) Bound(ctx context.Context, tenant, topic string) (routing.Bound, error) {
+	b, err := s.p.Flight.Bound(ctx, tenant, topic)
 	if err != nil {
-		return 0, httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
+		return routing.Bound{}, httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
 	}
-	return settled, nil
+	return b, nil
 }
 
 // Authorize answers whether p may read topic (members of its group, the

@@ -104,44 +104,36 @@ func HotResolve(res []rueidis.RedisResult, o Order, bound, floor int64, n int) (
 	return c, last, nil
 }
 
+// HotBound is how far a count over the newest-first cache read c may go
+// (the unread badges): the topic's seq counter lowered to the newest
+// cached message — a seq above it is not answered yet, like one not
+// stored yet in the month tables (the caller checks each is in flight) —
+// and not Counted when Redis holds no counter: the cache proves nothing
+// then.
+func HotBound(c Cached, counter int64) routing.Bound {
+	b := routing.Bound{Settled: counter, Counted: counter > 0}
+	if len(c.Members) > 0 {
+		b.Settled = min(b.Settled, int64(c.Members[0].Score))
+	}
+	return b
+}
+
 // hotReread reads the cache next to bound again, n members this time.
 func (s *Reader) hotReread(ctx context.Context, keys routing.Keys, topic string, o Order, bound int64, n int) (Cached, error) {
 	c, _, err := HotResolve(s.p.Redis.DoMulti(ctx, s.HotCmds(keys, topic, o, bound, 0, n)...), o, bound, 0, n)
 	return c, err
 }
 
-// PageReads is what a list page learns from Redis in one round trip: the
-// caller's membership, the hot cache next to the cursor (over this
-// process's copy of the newest stretch, when that serves the page) and
-// the caller's deletion ranges, and on request the route's reads and the
-// settled watermark.
-type PageReads struct {
-	View HotView
-	At   time.Time // when the reads were sent: a copy made from them is this old
-	Last int64
-	Err  error // the hot-cache read failed: MySQL answers
-	// Regapped: the watermark's resolution recorded gaps after the
-	// round trip read them (routing.Flight.SettledResolve)
-	Regapped bool
-	Hidden   HiddenView
-	Route    []rueidis.RedisResult // the route's reads, when prefetched (routing.Router.RouteCmds)
-	Settled  int64                 // the settled watermark, when asked for
-}
-
-// PageAlso asks readPage for more in the same round trip: the route, for a
-// page likely to need MySQL (a cursor into history); the settled
-// watermark, for a since page.
-type PageAlso struct {
-	Route, Settled bool
-}
-
-// ReadPage makes the Redis reads of a list page as one pipeline and fails
+// readPage makes the Redis reads of a list page as one pipeline and fails
 // unless the caller may read the topic; nothing read is used before that.
-// When this process holds a copy of the topic's newest stretch that can
-// serve the page, only what lies above the copy is read.
-func (s *Reader) ReadPage(ctx context.Context, p httpapi.Principal, keys routing.Keys, db *sql.DB, topic string,
-	o Order, bound int64, n int, also PageAlso) (PageReads, error) {
+// A page with a cursor into history also reads the route (it likely needs
+// MySQL), a forward page the bound. When this process holds a copy of the
+// topic's newest stretch that can serve the page, only what lies above the
+// copy is read.
+func (s *Reader) readPage(ctx context.Context, p httpapi.Principal, keys routing.Keys, db *sql.DB, req pageRequest) (pageReads, error) {
 	rdb := s.p.Redis
+	topic, o, bound, n := req.Topic, req.Order, req.Cursor, req.slack()
+	withBound, withRoute := o == Asc, o == Desc && !req.latest()
 	at := time.Now()
 	base := s.recent.get(topicKey{p.Tenant, topic}, at)
 	if base != nil && !base.usable(o, bound, n) {
@@ -156,17 +148,17 @@ func (s *Reader) ReadPage(ctx context.Context, p httpapi.Principal, keys routing
 		}
 	}
 	var cmds []rueidis.Completed
-	if also.Settled {
+	if withBound {
 		// before the hot cache's gaps: a gap recorded after this read is
 		// of a seq still pending here, above the watermark
-		cmds = s.p.Flight.SettledCmds(keys, topic)
+		cmds = s.p.Flight.BoundCmds(keys, topic)
 	}
 	ns := len(cmds)
 	cmds = append(cmds, s.HotCmds(keys, topic, o, hb, floor, n)...)
 	nh := len(cmds)
 	cmds = append(cmds, s.HiddenCmds(keys, topic, p.UserID)...)
 	nd := len(cmds)
-	if also.Route {
+	if withRoute {
 		cmds = append(cmds, s.p.Router.RouteCmds(keys, topic)...)
 	}
 	na := len(cmds)
@@ -177,17 +169,17 @@ func (s *Reader) ReadPage(ctx context.Context, p httpapi.Principal, keys routing
 	res := rdb.DoMulti(ctx, cmds...)
 	if member {
 		if err := acl.Allowed(s.p.ACL.Resolve(ctx, p.Tenant, topic, p.UserID, res[na:])); err != nil {
-			return PageReads{}, err
+			return pageReads{}, err
 		}
 	}
-	r := PageReads{At: at}
-	if also.Settled {
+	r := pageReads{At: at}
+	if withBound {
 		var err error
-		if r.Settled, r.Regapped, err = s.p.Flight.SettledResolve(ctx, p.Tenant, topic, res[:ns]); err != nil {
-			return PageReads{}, httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
+		if r.Bound, err = s.p.Flight.BoundResolve(ctx, p.Tenant, topic, res[:ns]); err != nil {
+			return pageReads{}, httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
 		}
 	}
-	if also.Route {
+	if withRoute {
 		r.Route = res[nd:na]
 	}
 	r.View.Top, r.Last, r.Err = HotResolve(res[ns:nh], o, hb, floor, n)

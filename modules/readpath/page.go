@@ -19,12 +19,12 @@ const (
 	Asc               // oldest first (since, context)
 )
 
-// Merge appends rows read from one more month table to a page being built,
+// merge appends rows read from one more month table to a page being built,
 // keeping it sorted in order and each seq once. Month ranges never overlap
 // (invariant 4), yet a row can be met twice — read from the hot cache and
 // from MySQL, or from a legacy table during a migration — and then the
 // newer version wins.
-func Merge(page, rows []message.Message, o Order) []message.Message {
+func merge(page, rows []message.Message, o Order) []message.Message {
 	out := make([]message.Message, 0, len(page)+len(rows))
 	i, j := 0, 0
 	for i < len(page) || j < len(rows) {
@@ -85,9 +85,9 @@ func NextBefore(page []message.Message) *int64 {
 	return &s
 }
 
-// NextSince is a since page's cursor: the last seq scanned, or the
+// nextSince is a since page's cursor: the last seq scanned, or the
 // request's since for an empty page.
-func NextSince(page []message.Message, since int64) int64 {
+func nextSince(page []message.Message, since int64) int64 {
 	if len(page) == 0 {
 		return since
 	}
@@ -257,7 +257,7 @@ func (v HotView) Held(below int64) []message.Message {
 		}
 	}
 	slices.SortFunc(fromRead, func(a, b message.Message) int { return cmp.Compare(b.Seq, a.Seq) })
-	return Merge(fromCopy, fromRead, Desc)
+	return merge(fromCopy, fromRead, Desc)
 }
 
 // Walk builds a page from the view starting at seq from, stepping towards

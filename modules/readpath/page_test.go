@@ -43,7 +43,7 @@ func TestMerge(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := seqsOf(Merge(msgs(c.page...), msgs(c.add...), c.o))
+			got := seqsOf(merge(msgs(c.page...), msgs(c.add...), c.o))
 			if !slices.Equal(got, c.want) {
 				t.Fatalf("got %v, want %v", got, c.want)
 			}
@@ -52,11 +52,11 @@ func TestMerge(t *testing.T) {
 	t.Run("newer version wins", func(t *testing.T) {
 		a, b := msgs(7), msgs(7)
 		b[0].Version, b[0].Status = 2, message.StatusRecalled
-		if got := Merge(a, b, Desc); len(got) != 1 || got[0].Version != 2 {
+		if got := merge(a, b, Desc); len(got) != 1 || got[0].Version != 2 {
 			t.Fatalf("got %+v", got)
 		}
 		b[0].UpdatedAt = message.NewTime(time.Now())
-		if got := Merge(b, a, Desc); got[0].Version != 2 {
+		if got := merge(b, a, Desc); got[0].Version != 2 {
 			t.Fatalf("older won: %+v", got)
 		}
 	})
@@ -73,7 +73,7 @@ func TestTruncateAndCursors(t *testing.T) {
 	if NextBefore(nil) != nil {
 		t.Fatal("empty before page must have next_before null")
 	}
-	if NextSince(nil, 42) != 42 || NextSince(msgs(43, 44), 42) != 44 {
+	if nextSince(nil, 42) != 42 || nextSince(msgs(43, 44), 42) != 44 {
 		t.Fatal("next_since")
 	}
 	if page, more := Truncate(msgs(1), 5); len(page) != 1 || more {

@@ -4,8 +4,35 @@
 // newest stretch, the caller's deletion ranges and their cache, the walk
 // over a topic's month tables (and, while the tenant migrates, its legacy
 // table), the statement cache and the rendering of pages; a read's
-// membership decision is modules/acl's. It is a library, not a role: one Reader per process,
-// built once by app and handed to the modules that read.
+// membership decision is modules/acl's. It is a library, not a role: one
+// Reader per process, built once by app and handed to the modules that
+// read.
+//
+// A list page (Reader.Before, Reader.Since — query's pages, and through
+// them the stream's catch-up) is planned, then executed:
+//
+//  1. readPage makes one pipelined Redis round trip: the caller's
+//     membership (nothing read is used unless it allows the read), the
+//     hot cache next to the cursor — above this process's copy of the
+//     topic's newest stretch when the copy serves the page — with the
+//     topic's message version and seq counter, the caller's deletion
+//     ranges, and for a since page the forward bound (routing.Bound, read
+//     first), for a before page into history the route.
+//  2. planPage builds the page's plan from the request and those replies
+//     alone, no I/O: whether the bound leaves anything above the cursor
+//     (Bound.Forward), what the hot view proves of the page — the page
+//     itself, a miss, or one of two follow-ups: the caller's ranges from
+//     MySQL when Redis did not know them, one longer cache read — and
+//     the MySQL query and side of the route for a miss.
+//  3. run executes it: fetches a follow-up and asks the plan again (walk,
+//     over), keeps what the page proved as the process's copy, or else
+//     resolves the route (Redis, the mirror, the bounded fallback) to
+//     month tables, orders them with the legacy table (Sources) and reads
+//     them one at a time until the page is full; a newest-first page adds
+//     what the cache holds and MySQL does not yet (withHeld).
+//  4. A since page lists the recorded gaps it stepped over — from the
+//     round trip unless resolving the bound recorded gaps after it — and
+//     how far it accounts for (Through), where the stream goes on.
 package readpath
 
 import (
@@ -101,31 +128,6 @@ func (s *Reader) Authorize(ctx context.Context, p httpapi.Principal, topic strin
 	return s.p.ACL.Authorize(ctx, p, topic)
 }
 
-// WithHeld adds to a newest-first page read from MySQL what the page's
-// hot-cache read holds below before and MySQL did not return (messages
-// acknowledged but not persisted yet), minus what the caller hid.
-func (s *Reader) WithHeld(ctx context.Context, db *sql.DB, p httpapi.Principal, topic string, r PageReads,
-	before int64, page []message.Message) ([]message.Message, error) {
-	held := r.View.Held(before)
-	if len(held) == 0 {
-		return page, nil
-	}
-	hidden := r.Hidden.Ranges
-	if !r.Hidden.Known {
-		var err error
-		if hidden, err = s.st.HiddenRanges(ctx, db, topic, p.UserID, held[len(held)-1].Seq, 0); err != nil {
-			return nil, err
-		}
-	}
-	visible := held[:0]
-	for _, m := range held {
-		if !hidden.Hides(m.Seq) {
-			visible = append(visible, m)
-		}
-	}
-	return Merge(page, visible, Desc), nil
-}
-
 // Open validates the topic and returns the tenant's key builder and pool.
 func (s *Reader) Open(ctx context.Context, p httpapi.Principal, topic string) (routing.Keys, *sql.DB, error) {
 	if err := routing.ValidTopic(topic); err != nil {
@@ -146,7 +148,7 @@ func NonNil(ms []message.Message) []message.Message {
 	return ms
 }
 
-func NonNilSeqs(s []int64) []int64 {
+func nonNilSeqs(s []int64) []int64 {
 	if s == nil {
 		return []int64{}
 	}
@@ -204,7 +206,7 @@ func (s *Reader) WalkSources(ctx context.Context, db *sql.DB, q ListQuery, srcs 
 			return nil, touched, err
 		}
 		touched++
-		page = Merge(page, rows, q.Order)
+		page = merge(page, rows, q.Order)
 	}
 	return page, touched, nil
 }
@@ -277,95 +279,4 @@ func (s *Reader) RepairIfFallback(ctx context.Context, tenant, topic string, tr 
 	if err := s.p.Router.QueueRepair(ctx, tenant, topic); err != nil {
 		s.p.Log.Warn().Err(err).Str("tenant", tenant).Str("topic", topic).Msg("queue route repair")
 	}
-}
-
-// FromCache answers a page from the hot cache read r.v (next to bound)
-// when it provably covers every seq from `from` to `stop` the page walks
-// (Redis answers only a complete page); ok false sends the
-// page to MySQL. The caller's deletion ranges are r.hv; when Redis did not
-// know them, those reaching above hiddenLo are read from MySQL, only once
-// the hot cache is known to cover the page. A latest page keeps what it
-// proved as this process's copy of the topic's newest stretch, and a page
-// read over a copy extends it.
-func (s *Reader) FromCache(ctx context.Context, db *sql.DB, p httpapi.Principal, keys routing.Keys, topic string, r PageReads,
-	bound, from, stop int64, o Order, limit int, hiddenLo int64) ([]message.Message, bool) {
-	v, hidden := r.View, r.Hidden.Ranges
-	if r.Err != nil {
-		s.p.Log.Warn().Err(r.Err).Str("topic", topic).Msg("hot cache read failed; reading MySQL")
-		return nil, false
-	}
-	if r.Last == 0 {
-		return s.hotMiss()
-	}
-	k := topicKey{p.Tenant, topic}
-	latest := o == Desc && bound == math.MaxInt64
-	now := r.At
-	if v.base != nil && v.base.hi > r.Last {
-		// the seq counter is below the copy: the copy is of a past the
-		// topic no longer has, and the read above it proves nothing
-		s.recent.drop(k)
-		s.m.local.WithLabelValues(localReset).Inc()
-		return s.hotMiss()
-	}
-	if v.base == nil && latest {
-		v.base = newRecent(v.Top, r.Last, now)
-	}
-	if !r.Hidden.Known {
-		if _, ok, miss := Walk(v, from, stop, o, limit, nil, false); !ok && v.covers(miss) {
-			return s.hotMiss()
-		}
-		var err error
-		if hidden, err = s.st.HiddenRanges(ctx, db, topic, p.UserID, hiddenLo, 0); err != nil {
-			return nil, false
-		}
-	}
-	page, ok, miss := Walk(v, from, stop, o, limit, hidden, false)
-	if !ok && !v.covers(miss) && r.Hidden.Known {
-		// the read (or the copy) ended before the page did (seqs it skips
-		// in the way): read further once (with ranges read from MySQL
-		// above hiddenLo only, MySQL answers instead)
-		if r.View.base != nil {
-			s.m.local.WithLabelValues(localFallback).Inc()
-		}
-		if c, err := s.hotReread(ctx, keys, topic, o, bound, hotFurther*(limit+1+HotSlack)); err == nil {
-			v = HotView{Top: c}
-			if latest {
-				v.base = newRecent(c, r.Last, now)
-			}
-			page, ok, _ = Walk(v, from, stop, o, limit, hidden, false)
-		}
-	} else if ok && r.View.base != nil {
-		s.m.local.WithLabelValues(localHit).Inc()
-	}
-	s.keepRecent(k, v, r.View.base, latest, r.Last, now)
-	if !ok {
-		return s.hotMiss()
-	}
-	s.m.hot.WithLabelValues("hit").Inc()
-	return page, true
-}
-
-// keepRecent keeps what a page's view proved of the topic's newest
-// stretch: its copy extended by the read above it, or — for a latest page
-// whose copy could not reach the topic's last seq that way (the read above
-// it was cut short) — the stretch below the last seq. held is the copy the
-// page was read over (nil if none): kept as it is, it is not stored again.
-func (s *Reader) keepRecent(k topicKey, v HotView, held *recent, latest bool, last int64, now time.Time) {
-	if v.base == nil {
-		return
-	}
-	kept := v.base.extend(v.Top)
-	if latest && kept.hi < last {
-		if r := newRecent(v.Top, last, now); r != nil {
-			kept = r
-		}
-	}
-	if kept != held {
-		s.recent.put(k, kept, now)
-	}
-}
-
-func (s *Reader) hotMiss() ([]message.Message, bool) {
-	s.m.hot.WithLabelValues("miss").Inc()
-	return nil, false
 }

@@ -24,7 +24,7 @@ func TestPagesRenderAsWriteJSON(t *testing.T) {
 		"before, full":        BeforePage{Messages: full, NextBefore: &next, HasMore: true},
 		"since, empty, nil":   SincePage{Messages: NonNil(nil), NextSince: 4},
 		"since, gaps":         SincePage{Messages: full, NextSince: 3, HasMore: true, Gaps: []int64{5, 9}},
-		"since, no gaps":      SincePage{Messages: full[:1], NextSince: 3, Gaps: NonNilSeqs(nil)},
+		"since, no gaps":      SincePage{Messages: full[:1], NextSince: 3, Gaps: nonNilSeqs(nil)},
 		"before, nil message": BeforePage{Messages: []message.Message{{}}},
 	}
 	for name, page := range cases {

@@ -281,7 +281,7 @@ func (a *Allocator) seed(ctx context.Context, tenant, topic string, keys Keys) e
 // docs/invariants.md). The proof is read before the call, so it can only
 // be older than the call: the fence can only start lower than it must.
 // A send runs it (Allocator) and so does a reader that finds no counter
-// (Flight.SettledResolve): the fence's lift is what records the gaps lost
+// (Flight.BoundResolve): the fence's lift is what records the gaps lost
 // with Redis, and a topic nobody sends to must get it too. It returns the
 // script's reply (2 seeded and fenced, 1 seeded, 0 already seeded);
 // metrics nil counts nothing.
@@ -296,7 +296,7 @@ func seedCounter(ctx context.Context, rdb rueidis.Client, lib *FencedLib, db sq.
 	if err != nil {
 		return 0, err
 	}
-	from := max(StoredThrough(ranges), cut) + 1
+	from := max(MirrorBound(ranges).Settled, cut) + 1
 	n, err := lib.Seed(ctx, rdb, append(keys.seqState(topic), keys.Pending(topic)),
 		[]string{strconv.FormatInt(hi, 10), strconv.FormatInt(from, 10)}).AsInt64()
 	if err != nil {

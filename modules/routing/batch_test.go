@@ -45,7 +45,7 @@ func TestSettleMergesAsPerTopicMerges(t *testing.T) {
 	single, many := testenv.NewTenant(t), testenv.NewTenant(t)
 	m1, m2 := routing.MustMonth("202607"), routing.MustMonth("202608")
 	const topics = 300
-	var batch []routing.Settled
+	var batch []routing.Settlement
 	for i := range topics {
 		topic := fmt.Sprintf("t%03d", i)
 		base := int64(i * 1000)
@@ -68,7 +68,7 @@ func TestSettleMergesAsPerTopicMerges(t *testing.T) {
 			ranges = []routing.MonthRange{{Month: m2, MinSeq: base + 55, MaxSeq: base + 58, Count: 4}}
 		case 3: // nothing to merge: the topic must stay untouched
 		}
-		batch = append(batch, routing.Settled{Topic: topic, Ranges: ranges})
+		batch = append(batch, routing.Settlement{Topic: topic, Ranges: ranges})
 		if err := routes.Merge(ctx, single, topic, ranges...); err != nil {
 			t.Fatal(err)
 		}
@@ -159,11 +159,11 @@ func TestSettleClearsPendingAndMarksIdempotencyDone(t *testing.T) {
 	}
 	routes := routing.NewRoutes(rdb, noPrefix(t), routing.NewScripts())
 	const big = 600 // records of topic "big": more than one call takes
-	var settle []routing.Settled
+	var settle []routing.Settlement
 	expired := map[string]bool{}
 	for _, topic := range []string{"small", "big", "none"} {
 		n := map[string]int{"small": 5, "big": big, "none": 0}[topic]
-		st := routing.Settled{Topic: topic}
+		st := routing.Settlement{Topic: topic}
 		for i := range n {
 			seq := int64(i + 1)
 			if err := rdb.Do(ctx, rdb.B().Zadd().Key(keys.Pending(topic)).ScoreMember().

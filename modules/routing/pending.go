@@ -208,13 +208,13 @@ func (f *Flight) Gaps(ctx context.Context, tenant, topic string, lo, hi int64) (
 // settledBatch is how many pending seqs one read of the pending set takes.
 const settledBatch = 100
 
-// SettledCmds are the reads of the settled watermark (Settled): the
+// BoundCmds are the reads of the topic's forward bound (Bound): the
 // topic's last issued seq, then Redis time and the oldest pending seqs —
 // the counter first, so that every seq it counts was allocated, and so
 // added to the pending set, before the set is read. A caller pipelines
-// them with its own reads; SettledResolve computes the watermark from
-// their results.
-func (f *Flight) SettledCmds(keys Keys, topic string) []rueidis.Completed {
+// them with its own reads; BoundResolve computes the bound from their
+// results.
+func (f *Flight) BoundCmds(keys Keys, topic string) []rueidis.Completed {
 	return []rueidis.Completed{
 		f.rdb.B().Get().Key(keys.Seq(topic)).Build(),
 		f.rdb.B().Time().Build(),
@@ -222,71 +222,69 @@ func (f *Flight) SettledCmds(keys Keys, topic string) []rueidis.Completed {
 	}
 }
 
-// Settled is the topic's settled watermark: every seq at or below it is
-// stored or a recorded gap, so a forward reader — a since page, the
-// stream — may go up to it and no further (invariant 12,
-// docs/invariants.md). It is the last issued seq, lowered below the oldest
-// seq still in flight; unacked seqs older than the produce timeout are
-// recorded as gaps on the way. It is always a seq, never "unbounded".
-func (f *Flight) Settled(ctx context.Context, tenant, topic string) (int64, error) {
+// Bound is how far a forward reader of the topic — a since page, the
+// stream — may go (invariant 12, docs/invariants.md): the last issued seq,
+// lowered below the oldest seq still in flight, as the settled watermark;
+// unacked seqs older than the produce timeout are recorded as gaps on the
+// way.
+func (f *Flight) Bound(ctx context.Context, tenant, topic string) (Bound, error) {
 	keys, err := f.space.Tenant(tenant)
 	if err != nil {
-		return 0, err
+		return Bound{}, err
 	}
-	settled, _, err := f.SettledResolve(ctx, tenant, topic, f.rdb.DoMulti(ctx, f.SettledCmds(keys, topic)...))
-	return settled, err
+	return f.BoundResolve(ctx, tenant, topic, f.rdb.DoMulti(ctx, f.BoundCmds(keys, topic)...))
 }
 
-// SettledResolve is Settled from the results of SettledCmds. When the
-// oldest pending seq is still within the produce timeout — the usual case —
-// the answer is in them; otherwise (seqs to record as gaps, foreign
-// members) the pending set is read in full. A counter Redis does not hold
-// — one it lost, with the topic's pending set and recorded gaps — is
-// re-seeded here as a send would (reseed): only the resume fence that
-// seed raises, once lifted, records the lost gaps again, and a topic
-// nobody sends to would otherwise stay below its first gap for good. The
-// watermark is then read again, and stops below the fence while it
-// stands. A topic with no durable reservation (never written to) or a
-// counter Redis cannot read proves no seq issued: the watermark is then
-// only what MySQL proves stored (storedThrough), 0 when it proves nothing,
-// so the reader stops at its cursor and tries again, never jumping over
-// seqs still on their way. regapped reports that the call itself recorded
-// gaps (seqs past the produce timeout, a lifted resume fence) or re-seeded,
-// which reads pipelined with SettledCmds did not see: a caller that read
-// the gaps there reads them again.
-func (f *Flight) SettledResolve(ctx context.Context, tenant, topic string, res []rueidis.RedisResult) (settled int64, regapped bool, err error) {
-	return f.settledResolve(ctx, tenant, topic, res, true)
+// BoundResolve is Bound from the results of BoundCmds. When the oldest
+// pending seq is still within the produce timeout — the usual case — the
+// answer is in them; otherwise (seqs to record as gaps, foreign members)
+// the pending set is read in full. A counter Redis does not hold — one it
+// lost, with the topic's pending set and recorded gaps — is re-seeded here
+// as a send would (reseed): only the resume fence that seed raises, once
+// lifted, records the lost gaps again, and a topic nobody sends to would
+// otherwise stay below its first gap for good. The bound is then read
+// again (Counted, Regapped), and stops below the fence while it stands. A
+// topic with no durable reservation (never written to) or a counter Redis
+// cannot read proves no seq issued: the bound is then only what the route
+// mirror proves stored (MirrorBound, not Counted), 0 when it proves
+// nothing, so the reader stops at its cursor and tries again, never
+// jumping over seqs still on their way.
+func (f *Flight) BoundResolve(ctx context.Context, tenant, topic string, res []rueidis.RedisResult) (Bound, error) {
+	return f.boundResolve(ctx, tenant, topic, res, true)
 }
 
-// settledResolve is SettledResolve; reseed false, for the read after a
-// re-seed, falls back to storedThrough rather than seeding again.
-func (f *Flight) settledResolve(ctx context.Context, tenant, topic string, res []rueidis.RedisResult, reseed bool) (settled int64, regapped bool, err error) {
+// boundResolve is BoundResolve; reseed false, for the read after a
+// re-seed, falls back to the mirror rather than seeding again.
+func (f *Flight) boundResolve(ctx context.Context, tenant, topic string, res []rueidis.RedisResult, reseed bool) (Bound, error) {
 	below, regapped, err := f.belowResolve(ctx, tenant, topic, res[1:])
 	if err != nil {
-		return 0, false, err
+		return Bound{}, err
 	}
 	issued, err := res[0].AsInt64()
 	if err == nil {
-		return min(issued, below), regapped, nil
+		return Bound{Settled: min(issued, below), Counted: true, Regapped: regapped}, nil
 	}
 	if reseed && rueidis.IsRedisNil(err) {
 		seeded, err := f.reseed(ctx, tenant, topic)
 		if err != nil {
-			return 0, false, err
+			return Bound{}, err
 		}
 		if seeded {
 			keys, err := f.space.Tenant(tenant)
 			if err != nil {
-				return 0, false, err
+				return Bound{}, err
 			}
-			settled, _, err := f.settledResolve(ctx, tenant, topic, f.rdb.DoMulti(ctx, f.SettledCmds(keys, topic)...), false)
-			return settled, true, err
+			b, err := f.boundResolve(ctx, tenant, topic, f.rdb.DoMulti(ctx, f.BoundCmds(keys, topic)...), false)
+			b.Regapped = true
+			return b, err
 		}
 	}
-	if issued, err = f.storedThrough(ctx, tenant, topic); err != nil {
-		return 0, false, err
+	b, err := f.mirrorBound(ctx, tenant, topic)
+	if err != nil {
+		return Bound{}, err
 	}
-	return min(issued, below), regapped, nil
+	b.Settled, b.Regapped = min(b.Settled, below), regapped
+	return b, nil
 }
 
 // reseed runs a send's seed (seedCounter) for a topic whose counter Redis
@@ -311,44 +309,22 @@ func (f *Flight) reseed(ctx context.Context, tenant, topic string) (bool, error)
 	return true, nil
 }
 
-// storedThrough is the highest seq up to which the route mirror proves
-// every seq of the topic stored (StoredThrough), read from MySQL.
-func (f *Flight) storedThrough(ctx context.Context, tenant, topic string) (int64, error) {
+// mirrorBound is MirrorBound of the topic's route mirror, read from MySQL.
+func (f *Flight) mirrorBound(ctx context.Context, tenant, topic string) (Bound, error) {
 	db, err := f.dbs.DB(ctx, tenant)
 	if err != nil {
-		return 0, fmt.Errorf("pending: settled %s/%s: %w", tenant, topic, err)
+		return Bound{}, fmt.Errorf("pending: settled %s/%s: %w", tenant, topic, err)
 	}
 	ranges, err := LoadMirror(ctx, db, topic)
 	if err != nil {
-		return 0, fmt.Errorf("pending: settled %s/%s: %w", tenant, topic, err)
+		return Bound{}, fmt.Errorf("pending: settled %s/%s: %w", tenant, topic, err)
 	}
-	return StoredThrough(ranges), nil
-}
-
-// StoredThrough is the highest seq s such that the mirror ranges (oldest
-// month first) prove every seq from 1 to s stored: a month whose range
-// starts right after the previous one and counts one row per seq of its
-// range is whole (each row one seq: the unique key; counted in the
-// transaction that stored it). It stops at the first seq it cannot prove
-// — a gap, a seq still in flight, a month dropped, rows kept elsewhere —
-// and is 0 when it proves none.
-func StoredThrough(ranges []MonthRange) int64 {
-	var through int64
-	for _, r := range ranges {
-		if r.MinSeq != through+1 {
-			break
-		}
-		if r.Count != r.MaxSeq-r.MinSeq+1 {
-			return r.MinSeq
-		}
-		through = r.MaxSeq
-	}
-	return through
+	return MirrorBound(ranges), nil
 }
 
 // belowResolve is the seq below the oldest one still in flight
 // (noneInFlight when none is), from the Redis time and the oldest pending
-// seqs SettledCmds read; below reads the pending set in full when they do
+// seqs BoundCmds read; below reads the pending set in full when they do
 // not answer.
 func (f *Flight) belowResolve(ctx context.Context, tenant, topic string, res []rueidis.RedisResult) (below int64, regapped bool, err error) {
 	now, err := timeOf(res[0])

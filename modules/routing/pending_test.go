@@ -11,7 +11,7 @@ import (
 	"github.com/imshard/imshard/test/testenv"
 )
 
-// SettledResolve, from one pipelined read, gives what Settled gives: the
+// BoundResolve, from one pipelined read, gives what Bound gives: the
 // last issued seq, lowered below the oldest pending one still in time, or
 // — past the produce timeout — below the oldest after a full pass, which
 // records the stale seqs as gaps.
@@ -37,7 +37,7 @@ func TestSettledResolveIsSettled(t *testing.T) {
 	pend("acked", 4, "a")
 	pend("stale", 3, strconv.FormatInt(now-time.Hour.Milliseconds(), 10))
 	pend("stale", 7, strconv.FormatInt(now, 10))
-	pend("foreign", 2, "x") // not a time: treated as in flight, as Settled does
+	pend("foreign", 2, "x") // not a time: treated as in flight, as Bound does
 	issued := map[string]int64{"none": 10, "fresh": 10, "acked": 10, "stale": 10, "foreign": 10, "low": 3}
 	pend("low", 9, "a") // above the counter read before it: allocated after that read
 	for topic, n := range issued {
@@ -46,12 +46,12 @@ func TestSettledResolveIsSettled(t *testing.T) {
 		}
 	}
 	for topic, want := range map[string]int64{"none": 10, "fresh": 4, "acked": 3, "stale": 6, "foreign": 1, "low": 3} {
-		got, _, err := flight.SettledResolve(ctx, tenant, topic, rdb.DoMulti(ctx, flight.SettledCmds(keys, topic)...))
-		if err != nil || got != want {
-			t.Errorf("%s: SettledResolve %d %v, want %d", topic, got, err, want)
+		got, err := flight.BoundResolve(ctx, tenant, topic, rdb.DoMulti(ctx, flight.BoundCmds(keys, topic)...))
+		if err != nil || got.Settled != want || !got.Counted {
+			t.Errorf("%s: BoundResolve %+v %v, want %d (counted)", topic, got, err, want)
 		}
-		if again, err := flight.Settled(ctx, tenant, topic); err != nil || again != want {
-			t.Errorf("%s: Settled %d %v, want %d", topic, again, err, want)
+		if again, err := flight.Bound(ctx, tenant, topic); err != nil || again.Settled != want {
+			t.Errorf("%s: Bound %+v %v, want %d", topic, again, err, want)
 		}
 	}
 	if gaps, err := flight.Gaps(ctx, tenant, "stale", 1, 10); err != nil || len(gaps) != 1 || gaps[0] != 3 {
@@ -59,9 +59,9 @@ func TestSettledResolveIsSettled(t *testing.T) {
 	}
 }
 
-// StoredThrough proves a prefix of seqs stored only from months that start
+// MirrorBound proves a prefix of seqs stored only from months that start
 // right after the previous one and count one row per seq of their range.
-func TestStoredThroughIsTheProvenPrefix(t *testing.T) {
+func TestMirrorBoundIsTheProvenPrefix(t *testing.T) {
 	m1, _ := routing.ParseMonth("202601")
 	m2, _ := routing.ParseMonth("202602")
 	r := func(m routing.Month, lo, hi, n int64) routing.MonthRange {
@@ -79,8 +79,8 @@ func TestStoredThroughIsTheProvenPrefix(t *testing.T) {
 		{"a hole between months", []routing.MonthRange{r(m1, 1, 20, 20), r(m2, 23, 30, 8)}, 20},
 		{"oldest month dropped", []routing.MonthRange{r(m2, 21, 30, 10)}, 0},
 	} {
-		if got := routing.StoredThrough(tc.ranges); got != tc.want {
-			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		if got := routing.MirrorBound(tc.ranges); got.Settled != tc.want || got.Counted {
+			t.Errorf("%s: %+v, want %d (not counted)", tc.name, got, tc.want)
 		}
 	}
 }
@@ -127,9 +127,9 @@ func TestSettledStopsBelowAResumeFenceUntilPersistPassesIt(t *testing.T) {
 	}
 	settled := func(want int64) {
 		t.Helper()
-		got, _, err := flight.SettledResolve(ctx, tenant, "t", rdb.DoMulti(ctx, flight.SettledCmds(keys, "t")...))
-		if err != nil || got != want {
-			t.Fatalf("settled %d %v, want %d", got, err, want)
+		got, err := flight.BoundResolve(ctx, tenant, "t", rdb.DoMulti(ctx, flight.BoundCmds(keys, "t")...))
+		if err != nil || got.Settled != want {
+			t.Fatalf("settled %+v %v, want %d", got, err, want)
 		}
 	}
 	settled(2) // persist published nothing

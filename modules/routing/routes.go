@@ -45,11 +45,11 @@ func rangeArgs(ranges []MonthRange) []string {
 
 // Merge widens the topic's route by ranges.
 func (r *Routes) Merge(ctx context.Context, tenant, topic string, ranges ...MonthRange) error {
-	return r.Settle(ctx, tenant, []Settled{{Topic: topic, Ranges: ranges}})
+	return r.Settle(ctx, tenant, []Settlement{{Topic: topic, Ranges: ranges}})
 }
 
-// Settled is what persist settles in Redis for one topic after a DB commit.
-type Settled struct {
+// Settlement is what persist settles in Redis for one topic after a DB commit.
+type Settlement struct {
 	Topic  string
 	Ranges []MonthRange // merged into its route, with counts of rows actually inserted
 	Seqs   []int64      // stored: out of its pending set (invariant 12, docs/invariants.md)
@@ -73,7 +73,7 @@ const (
 // tenant hash tag, so this holds on Redis Cluster too). On error some chunks
 // may have been applied: callers repair every topic of the call, and a
 // repair rebuilds from the mirror, so that is safe.
-func (r *Routes) Settle(ctx context.Context, tenant string, topics []Settled) error {
+func (r *Routes) Settle(ctx context.Context, tenant string, topics []Settlement) error {
 	keys, err := r.space.Tenant(tenant)
 	if err != nil {
 		return err

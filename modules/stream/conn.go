@@ -656,10 +656,12 @@ func (c *conn) subscribe(ctx context.Context, topics map[string]cursors) {
 		}
 		f.seen = last
 		if cur.Since == nil {
-			if f.cursor, err = c.s.q.Settled(ctx, c.p.Tenant, topic); err != nil {
+			b, err := c.s.q.Bound(ctx, c.p.Tenant, topic)
+			if err != nil {
 				c.refuse(topic, err)
 				continue
 			}
+			f.cursor = b.Settled
 		} else {
 			f.cursor = *cur.Since
 		}

@@ -53,9 +53,9 @@ type Reads interface {
 	// Authorize answers whether p may read topic: nil, or the error a
 	// read would answer.
 	Authorize(ctx context.Context, p httpapi.Principal, topic string) error
-	// Settled is the topic's settled watermark: where a socket that gave
-	// no cursor starts.
-	Settled(ctx context.Context, tenant, topic string) (int64, error)
+	// Bound is how far a forward reader of the topic may go: its settled
+	// watermark is where a socket that gave no cursor starts.
+	Bound(ctx context.Context, tenant, topic string) (routing.Bound, error)
 }
 
 // Params wires a Server.

@@ -1,4 +1,4 @@
-package query
+package readpath
 
 import (
 	"slices"
