@@ -6,6 +6,7 @@ package lua
 
 import (
 	_ "embed"
+	"strings"
 )
 
 // Fenced is a Redis Function library of the operations whose master-only
@@ -15,7 +16,16 @@ import (
 // which routing fills with a hash of the text.
 //
 //go:embed fenced.lua
-var Fenced string
+var fenced string
+
+// Fenced is the library's text with next_version (version.lua) right after
+// its first line, which must stay the library's name.
+var Fenced = withVersion(fenced)
+
+func withVersion(library string) string {
+	head, body, _ := strings.Cut(library, "\n")
+	return head + "\n" + version + body
+}
 
 // version is the function next_version, put in front of the scripts that
 // move a version.
@@ -136,3 +146,10 @@ var cursorFill string
 // topics MySQL did not name, unless a join or leave bumped the version
 // (cursor_fill.lua after next_version, version.lua).
 var CursorFill = version + cursorFill
+
+//go:embed version_bump.lua
+var versionBump string
+
+// VersionBump moves a version forward as the scripts that change what it
+// versions do (version_bump.lua after next_version, version.lua).
+var VersionBump = version + versionBump

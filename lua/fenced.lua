@@ -330,6 +330,7 @@ end
 -- KEYS[12] persist's progress, persisted_before (STRING Redis ms, see
 --         modules/persist/progress.go), KEYS[13] the tenant's memory start
 --         (see memory_start); both read only when the horizon does not vouch
+-- KEYS[14] the topic's deletion-range version (STRING, moved by every hide)
 -- ARGV[1] owner token of this attempt
 -- ARGV[2] idempotency TTL ms (send.idempotency_ttl)
 -- ARGV[3] stale bound ms (send.produce_timeout; also how long after a
@@ -342,6 +343,7 @@ end
 --         check
 -- ARGV[7] "1" when shard.auto_advance is on; ARGV[8] low-water distance
 -- ARGV[9] the event JSON without allocation (message.Unallocated)
+-- ARGV[10] the message version's TTL ms: a topic without one gets one here
 --
 -- Replies (first element is the status):
 --   {0, seq, month, ask, gid, member}  allocated and the event stored; ask >
@@ -422,7 +424,7 @@ local function send(keys, args)
   local secs, now = clock()
   local gid = args[5]
   -- every string the call decides on, in one read
-  local v = redis.call('MGET', keys[3], keys[2], keys[5], keys[7], keys[8], keys[10], keys[11])
+  local v = redis.call('MGET', keys[3], keys[2], keys[5], keys[7], keys[8], keys[10], keys[11], keys[14])
   local shut = gate_shut(v[6])
   if shut then
     return shut
@@ -502,8 +504,21 @@ local function send(keys, args)
     redis.call('DEL', keys[1])
   end
   a[5], a[6] = gid, a[5]
+  -- a topic that takes sends holds a message and a deletion-range
+  -- version: a process's copy of its newest messages and its remembered
+  -- counts are trusted only under versions Redis holds, and a version lost
+  -- with its key is never handed out again (next_version), so nothing a
+  -- process kept from before a loss can match
+  local ver = v[7]
+  if not ver then
+    ver = next_version(nil)
+    redis.call('SET', keys[11], ver, 'PX', args[10])
+  end
+  if not v[8] then
+    redis.call('SET', keys[14], next_version(nil))
+  end
   redis.call('HSET', keys[1], 'status', 'pending', 'event', args[9], 'gid', gid, 'seq', a[2], 'month', a[3],
-    'ver', v[7] or '')
+    'ver', ver)
   redis.call('PEXPIRE', keys[1], args[2])
   return a
 end

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 )
 
@@ -103,4 +104,40 @@ func TestCopyReplacedOnceOld(t *testing.T) {
 	}
 	cache(65, "late")
 	waitFor(t, 15*time.Second, func() bool { return reflect.DeepEqual(page(), rpDesc(63, 70)) })
+}
+
+// TestCopyNeverOutlivesALostMessageVersion: a process's copy of a topic's
+// newest messages is trusted only under a message version Redis holds. A
+// copy made before an edit must not come back when Redis then loses the
+// version (a flush, a restart, an eviction): a missing version says nothing
+// of the changes made before it went missing, so the edited message shows.
+func TestCopyNeverOutlivesALostMessageVersion(t *testing.T) {
+	t.Parallel()
+	env := harness.Start(t, harness.Options{})
+	reader := harness.Start(t, harness.Options{Roles: []string{"query"}, Tenant: env.Tenant,
+		Mutate: func(c *config.Config) { c.HotCache.LocalMaxAge = time.Hour }})
+	rpGroup(t, env, "lost")
+	tok := env.Token(rpMember, "")
+	for i := range 5 {
+		rpPost(t, env, tok, "lost", fmt.Sprintf("l%d", i), fmt.Sprintf("text %d", i))
+	}
+	waitFor(t, 30*time.Second, func() bool { return len(rpWalkSince(t, env, rpMember, "lost", 50)) == 5 }) // persisted
+	latest := func() rpPage { return rpList(t, reader, rpMember, "lost", url.Values{"limit": {"5"}}) }
+	latest()
+	rpExpect(t, "the latest page over the copy", latest().seqs(), rpDesc(1, 5))
+	if rpMetric(t, reader, "imshard_query_hot_local_total", "result=hit") < 1 {
+		t.Fatal("no page was read over the copy")
+	}
+	if code, res := chEdit(t, env, tok, "lost", 3, chEditBody("edited", 1)); code != 200 {
+		t.Fatalf("edit: %d %+v", code, res)
+	}
+	keys, _ := routing.KeysFor(env.Tenant)
+	if err := env.Redis.Do(context.Background(), env.Redis.B().Del().Key(keys.MessagesVersion("lost")).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range latest().Messages {
+		if m.Seq == 3 && (m.Version != 2 || chText(m) != "edited") {
+			t.Fatalf("seq 3 after the version was lost: version %d %q, want the edit (version 2)", m.Version, chText(m))
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
+	"github.com/redis/rueidis"
 
 	"github.com/imshard/imshard/app"
 	"github.com/imshard/imshard/config"
@@ -55,7 +56,12 @@ func rpCache(t testing.TB, env *harness.Env, topic string, seq int64, text strin
 	m := message.Message{Topic: topic, Seq: seq, MessageID: message.ID(seq), Status: "normal", MsgType: "text",
 		Content: json.RawMessage(`{"text":"` + text + `"}`), Version: 1}
 	raw, _ := json.Marshal(m.Normalized())
-	if err := env.Redis.Do(context.Background(), env.Redis.B().Zadd().Key(keys.HotMessages(topic)).ScoreMember().ScoreMember(float64(seq), string(raw)).Build()).Error(); err != nil {
+	ctx := context.Background()
+	if err := env.Redis.Do(ctx, env.Redis.B().Zadd().Key(keys.HotMessages(topic)).ScoreMember().ScoreMember(float64(seq), string(raw)).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	// as a send would, the topic holds a message version
+	if err := env.Redis.Do(ctx, env.Redis.B().Set().Key(keys.MessagesVersion(topic)).Value("1").Nx().Build()).Error(); err != nil && !rueidis.IsRedisNil(err) {
 		t.Fatal(err)
 	}
 }

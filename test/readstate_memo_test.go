@@ -1,10 +1,13 @@
 package test
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/imshard/imshard/modules/routing"
 )
 
 // TestReadStateRememberedBadgesFollowEveryChange: a badge read twice is
@@ -239,4 +242,49 @@ func TestReadStateHeldEntryFollowsEveryWriter(t *testing.T) {
 	if held() <= before {
 		t.Fatal("the entry was not held again")
 	}
+}
+
+// TestReadStateRememberedBadgesNeverOutliveALostVersion: a count is
+// remembered only under message and deletion-range versions Redis holds.
+// When Redis loses a version after a recall or a hide moved it (a flush, a
+// restart), the badge shows the recall and the hide, never a count
+// remembered before them.
+func TestReadStateRememberedBadgesNeverOutliveALostVersion(t *testing.T) {
+	env := rsStart(t)
+	const topic = "rslost"
+	const reader, other = int64(31), int64(32)
+	env.group(topic, 503, "active")
+	for _, u := range []int64{reader, other} {
+		env.member(topic, u, "member", time.Time{})
+	}
+	for i := range 5 {
+		env.mustSend(env.Token(other, ""), topic, sendBody(fmt.Sprintf("l-%d", i), "hello"))
+	}
+	chWaitSettled(t, env.Env, topic)
+	keys, _ := routing.KeysFor(env.Tenant)
+	lose := func(key string) {
+		t.Helper()
+		if err := env.Redis.Do(context.Background(), env.Redis.B().Del().Key(key).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect := func(step string, want int) {
+		t.Helper()
+		for read := range 2 {
+			if _, by := rsUnread(t, env, reader); by[topic].Unread != want {
+				t.Fatalf("%s, read %d: %d unread, want %d", step, read, by[topic].Unread, want)
+			}
+		}
+	}
+	expect("five sends", 5)
+	if code, r := chRecall(t, env.Env, env.Token(other, ""), topic, 5, nil); code != 200 {
+		t.Fatalf("recall: %d %+v", code, r)
+	}
+	lose(keys.MessagesVersion(topic))
+	expect("a recall, then the message version lost", 4)
+	if code, out := env.Do("POST", "/v1/topics/"+topic+"/deletions", env.Token(reader, ""), map[string]any{"low": 1, "hi": 3}); code != 200 {
+		t.Fatalf("hide: %d %s", code, out)
+	}
+	lose(keys.HiddenVersion(topic))
+	expect("a hide, then the deletion-range version lost", 2)
 }

@@ -441,7 +441,10 @@ func (s *Service) countHot(ctx context.Context, db *sql.DB, tenant string, keys 
 		}
 		m, err := res[per*n+j].ToMessage()
 		hv, ok := stampOf(m)
-		if ok && (err == nil || rueidis.IsRedisNil(err)) && routing.NonePendingThrough(res[(per+2)*n+j], counters[j]) {
+		// remembered only under versions Redis holds: a missing one says
+		// nothing of the changes made before it went missing
+		versioned := reads[j].c.Version != 0 && hv != 0
+		if ok && versioned && (err == nil || rueidis.IsRedisNil(err)) && routing.NonePendingThrough(res[(per+2)*n+j], counters[j]) {
 			if fresh == nil {
 				fresh = map[int]remembered{}
 			}

@@ -46,7 +46,7 @@ type memoKey struct {
 // remembered is a count and the inputs it was made with.
 type remembered struct {
 	last, cursor   int64 // the topic's last issued seq and the caller's cursor
-	msgVer, hidVer int64 // the topic's message and deletion-range versions (0: none)
+	msgVer, hidVer int64 // the topic's message and deletion-range versions (never 0: none)
 	until          int64 // unix nanoseconds after which it is made again
 	readSeq, upTo  int64
 	unread, ments  int32

@@ -243,13 +243,16 @@ func (s *Reader) hiddenTTL() time.Duration {
 	return defaultHiddenTTL
 }
 
-// InvalidateHidden bumps the topic's version (so a fill computed before
-// cannot land) and drops the user's entry.
+// InvalidateHidden moves the topic's version forward (so a fill computed
+// before cannot land, and no count remembered under an older version is
+// reused) and drops the user's entry.
 func (s *Reader) InvalidateHidden(ctx context.Context, keys routing.Keys, topic string, user int64) error {
 	rdb := s.p.Redis
-	for _, r := range rdb.DoMulti(ctx,
-		rdb.B().Incr().Key(keys.HiddenVersion(topic)).Build(),
-		rdb.B().Hdel().Key(keys.Hidden(topic)).Field(strconv.FormatInt(user, 10)).Build()) {
+	ver := []string{keys.HiddenVersion(topic)}
+	res := rdb.DoMulti(ctx, s.p.Scripts.VersionBump.Cmd(rdb, ver, nil),
+		rdb.B().Hdel().Key(keys.Hidden(topic)).Field(strconv.FormatInt(user, 10)).Build())
+	res[0] = s.p.Scripts.VersionBump.Result(ctx, rdb, res[0], ver, nil)
+	for _, r := range res {
 		if err := r.Error(); err != nil {
 			return httpapi.Wrap(httpapi.CodeUnavailable, "deletion-range cache unavailable; the hide may not show yet, retry it", err)
 		}

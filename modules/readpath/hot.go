@@ -54,7 +54,9 @@ func (s *Reader) HotCmds(keys routing.Keys, topic string, o Order, bound, floor 
 func HotResolve(res []rueidis.RedisResult, o Order, bound, floor int64, n int) (Cached, int64, error) {
 	version, err := res[0].AsInt64()
 	if rueidis.IsRedisNil(err) {
-		version, err = 0, nil // no change within the version's lifetime
+		// no version: none was set within its lifetime, or Redis lost it
+		// (a flush, a restart) together with what it protected
+		version, err = unversioned, nil
 	}
 	if err != nil {
 		return Cached{}, 0, err
@@ -184,8 +186,9 @@ func (s *Reader) readPage(ctx context.Context, p httpapi.Principal, keys routing
 	}
 	r.View.Top, r.Last, r.Err = HotResolve(res[ns:nh], o, hb, floor, n)
 	if base != nil && r.Err == nil && base.ver != r.View.Top.Version {
-		// a message of the topic changed since the copy was read: the
-		// copy may hold its old version (the page reads the cache afresh)
+		// a message of the topic changed since the copy was read, or the
+		// version is gone: the copy may hold an old version of a message
+		// (the page reads the cache afresh)
 		s.recent.drop(topicKey{p.Tenant, topic})
 		s.m.local.WithLabelValues(localChanged).Inc()
 		base = nil

@@ -119,9 +119,13 @@ type Cached struct {
 	Hi      int64
 	Full    bool // the read returned all it asked for: more may lie beyond [Lo, Hi]
 	// Version is the topic's message version read before the members
-	// (routing.Keys.MessagesVersion): they are at least as new as it.
+	// (routing.Keys.MessagesVersion): they are at least as new as it;
+	// unversioned when Redis held none.
 	Version int64
 }
+
+// unversioned is the Version of a read that found no message version.
+const unversioned = 0
 
 // msg is the cached message of seq; of several members for one seq the
 // newest wins, and one that does not read back as this seq proves nothing.

@@ -85,7 +85,7 @@ func TestTruncateAndCursors(t *testing.T) {
 // first as a before page reads them) and gaps within [lo, hi].
 func cached(t *testing.T, lo, hi int64, have []message.Message, gaps []int64) Cached {
 	t.Helper()
-	c := Cached{Gaps: map[int64]bool{}, Lo: lo, Hi: hi}
+	c := Cached{Gaps: map[int64]bool{}, Lo: lo, Hi: hi, Version: 1} // read under a message version
 	for _, m := range have {
 		b, err := json.Marshal(m.Normalized())
 		if err != nil {

@@ -39,8 +39,14 @@ type recent struct {
 
 // newRecent decodes the stretch of c that a page walking down from top
 // passes while every seq is proven (cached or a recorded gap), at most
-// recentKeep seqs; nil when top itself is not proven.
+// recentKeep seqs; nil when top itself is not proven, or when c was read
+// without a message version (unversioned): a copy is only ever compared
+// with a version Redis held, since a missing one says nothing of the
+// changes made before it went missing.
 func newRecent(c Cached, top int64, read time.Time) *recent {
+	if c.Version == unversioned {
+		return nil
+	}
 	msgs := proven(c, top, -1)
 	if len(msgs) == 0 {
 		return nil

@@ -45,6 +45,11 @@ func TestNewRecent(t *testing.T) {
 	if r := newRecent(c, 11, at); r != nil {
 		t.Fatalf("an unproven top made a copy [%d, %d]", r.lo, r.hi)
 	}
+	lost := c
+	lost.Version = unversioned
+	if r := newRecent(lost, 10, at); r != nil {
+		t.Fatalf("a read without a message version made a copy [%d, %d]", r.lo, r.hi)
+	}
 	if r := newRecent(cached(t, 5, 20, msgs(5, 6), nil), 6, at); r.lo != 5 {
 		t.Fatalf("the copy reaches below the read: lo %d", r.lo)
 	}

@@ -154,7 +154,7 @@ func (k Keys) alloc(topic string) []string {
 // start — one hash tag, one call.
 func (k Keys) Send(topic string, fromUser int64, clientMsgID string) []string {
 	return append(append([]string{k.Idempotency(topic, fromUser, clientMsgID), k.IdemSince(), k.Group(topic), k.Members(topic)},
-		k.alloc(topic)...), k.MessagesVersion(topic), k.PersistedBefore(), k.IdemMemory())
+		k.alloc(topic)...), k.MessagesVersion(topic), k.PersistedBefore(), k.IdemMemory(), k.HiddenVersion(topic))
 }
 
 // MigrationGate is the tenant's migration write gate (STRING

@@ -34,8 +34,9 @@ type Scripts struct {
 	MsgChange      *rueidis.Lua
 	HotPut         *rueidis.Lua
 	CursorFill     *rueidis.Lua
-	// CursorPut runs inside a pipeline of other commands
-	CursorPut *Pipelined
+	// CursorPut and VersionBump run inside a pipeline of other commands
+	CursorPut   *Pipelined
+	VersionBump *Pipelined
 }
 
 // NewScripts prepares every script once per process.
@@ -60,6 +61,7 @@ func NewScripts() *Scripts {
 		HotPut:         rueidis.NewLuaScript(lua.HotPut),
 		CursorFill:     rueidis.NewLuaScript(lua.CursorFill),
 		CursorPut:      NewPipelined(lua.CursorPut),
+		VersionBump:    NewPipelined(lua.VersionBump),
 	}
 }
 

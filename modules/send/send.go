@@ -222,6 +222,10 @@ const (
 	replyUnsettled   = 12
 )
 
+// versionTTL is the message version's TTL the send call gives a topic that
+// has none (routing.MessagesVersionTTL, in ms).
+var versionTTL = strconv.FormatInt(routing.MessagesVersionTTL.Milliseconds(), 10)
+
 // progressEvery is how often persist publishes its progress
 // (persisted_before, operations.md "Persist"): a send refused until that
 // progress passes a time asks the client to wait this much longer.
@@ -243,7 +247,7 @@ func (a *attempt) run(ctx context.Context) (Response, error) {
 		// detached: once Redis ran the call a seq may exist, and an
 		// attempt that stopped listening would leave it to time out
 		rep, err := s.p.Scripts.Fenced.Send(context.WithoutCancel(ctx), s.p.Redis, keys, append([]string{
-			a.owner, s.idemTTL, s.stale, a.member, a.groupID, asked}, append(s.p.Allocator.Args(), string(a.stored))...)).ToArray()
+			a.owner, s.idemTTL, s.stale, a.member, a.groupID, asked}, append(s.p.Allocator.Args(), string(a.stored), versionTTL)...)).ToArray()
 		if err != nil {
 			return a.fail(unavailable("send: redis call failed", err))
 		}
