@@ -151,6 +151,11 @@ func TestTwoInstallationsShareRedisUnderTheirKeyPrefixes(t *testing.T) {
 		leases := kpScan(t, rdb, p+"im:{-global}:snowflake:node:*")
 		kpUnder(t, "snowflake lease", leases, p+"im:{-global}:")
 		keys := envs[i].Keys()
+		// persist publishes its progress on a timer: its key comes within seconds
+		waitFor(t, 30*time.Second, func() bool {
+			n, err := rdb.Do(context.Background(), rdb.B().Exists().Key(keys.PersistedBefore()).Build()).AsInt64()
+			return err == nil && n == 1
+		})
 		for _, key := range []string{keys.Seq("room"), keys.Route("room"), keys.ActiveMonth(), keys.PersistedBefore()} {
 			if !strings.HasPrefix(key, p) {
 				t.Fatalf("installation %s names key %q", p, key)

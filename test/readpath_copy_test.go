@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/imshard/imshard/config"
-	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 )
 
@@ -131,7 +130,7 @@ func TestCopyNeverOutlivesALostMessageVersion(t *testing.T) {
 	if code, res := chEdit(t, env, tok, "lost", 3, chEditBody("edited", 1)); code != 200 {
 		t.Fatalf("edit: %d %+v", code, res)
 	}
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	if err := env.Redis.Do(context.Background(), env.Redis.B().Del().Key(keys.MessagesVersion("lost")).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}

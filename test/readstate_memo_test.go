@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/imshard/imshard/modules/routing"
 )
 
 // TestReadStateRememberedBadgesFollowEveryChange: a badge read twice is
@@ -261,7 +259,7 @@ func TestReadStateRememberedBadgesNeverOutliveALostVersion(t *testing.T) {
 		env.mustSend(env.Token(other, ""), topic, sendBody(fmt.Sprintf("l-%d", i), "hello"))
 	}
 	chWaitSettled(t, env.Env, topic)
-	keys, _ := routing.KeysFor(env.Tenant)
+	keys := env.Keys()
 	lose := func(key string) {
 		t.Helper()
 		if err := env.Redis.Do(context.Background(), env.Redis.B().Del().Key(key).Build()).Error(); err != nil {
