@@ -365,8 +365,10 @@ func (mg *Migrator) recopy(ctx context.Context, db *sql.DB, tenant string, d rou
 	if err != nil {
 		return err
 	}
-	if _, err := routing.SetMigration(ctx, tx, routing.MigrationChange{Inserted: int64(res.inserted)}); err != nil {
-		return err
+	if res.inserted > 0 { // a range whose rows were all there already adds nothing
+		if _, err := routing.SetMigration(ctx, tx, routing.MigrationChange{Inserted: int64(res.inserted)}); err != nil {
+			return err
+		}
 	}
 	return tx.Commit()
 }
