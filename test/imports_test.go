@@ -94,6 +94,9 @@ var sharedTables = map[string]string{
 	"im_user_read_cursors":          "modules/acl",
 	"im_topic_mentions":             "modules/routing/mentions.go",
 	"im_migration":                  "modules/routing/migration.go",
+	"im_dellog":                     "modules/readpath",
+	"im_message_revisions":          "modules/readpath",
+	"im_topic_changes":              "modules/readpath",
 }
 
 // aclOwned are the names only modules/acl may use: the constants naming its
@@ -110,59 +113,127 @@ var aclOwned = map[string]bool{
 
 // TestSharedTablesHaveOneOwner fails when a shared table's name appears as
 // a string in any non-test file of modules/, app/ or cmd/ other than its
-// owner, when a name only acl may use (aclOwned) is used outside it, or
-// when an owner's exported function takes an untyped column set
+// owner, or is reached there through an owner's exported constant holding
+// it, when a name only acl may use (aclOwned) is used outside it, or when
+// an owner's exported function takes an untyped column set
 // (map[string]any): every change to a shared table is a typed function.
 func TestSharedTablesHaveOneOwner(t *testing.T) {
 	_, self, _, _ := runtime.Caller(0)
 	root := filepath.Dir(filepath.Dir(self))
 	fset := token.NewFileSet()
+	files := map[string]*ast.File{}
 	for _, dir := range []string{"modules", "app", "cmd"} {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(file string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(file, ".go") || strings.HasSuffix(file, "_test.go") {
 				return err
 			}
 			rel, _ := filepath.Rel(root, file)
-			rel = filepath.ToSlash(rel)
 			f, err := parser.ParseFile(fset, file, nil, 0)
-			if err != nil {
-				return err
-			}
-			ast.Inspect(f, func(n ast.Node) bool {
-				switch n := n.(type) {
-				case *ast.BasicLit:
-					if n.Kind != token.STRING {
-						return true
-					}
-					for table, owner := range sharedTables {
-						if strings.Contains(n.Value, table) && rel != owner && path.Dir(rel) != owner {
-							t.Errorf("%s: names %s, which only %s may touch", fset.Position(n.Pos()), table, owner)
-						}
-					}
-				case *ast.FuncDecl:
-					if n.Name.IsExported() && owns(rel) && takesColumnMap(n.Type) {
-						t.Errorf("%s: %s takes a map[string]any: a shared table's owner takes typed changes", fset.Position(n.Pos()), n.Name.Name)
-					}
-				case *ast.SelectorExpr:
-					if aclOwned[n.Sel.Name] && path.Dir(rel) != "modules/acl" && rel != "modules/routing/scripts.go" {
-						t.Errorf("%s: uses %s, which only modules/acl may", fset.Position(n.Pos()), n.Sel.Name)
-					}
-				}
-				return true
-			})
-			return nil
+			files[filepath.ToSlash(rel)] = f
+			return err
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
+	names := tableConsts(files)
+	for rel, f := range files {
+		imports := importNames(f)
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.BasicLit:
+				if n.Kind != token.STRING {
+					return true
+				}
+				for table, owner := range sharedTables {
+					if strings.Contains(n.Value, table) && !ownedBy(rel, owner) {
+						t.Errorf("%s: names %s, which only %s may touch", fset.Position(n.Pos()), table, owner)
+					}
+				}
+			case *ast.FuncDecl:
+				if n.Name.IsExported() && owns(rel) && takesColumnMap(n.Type) {
+					t.Errorf("%s: %s takes a map[string]any: a shared table's owner takes typed changes", fset.Position(n.Pos()), n.Name.Name)
+				}
+			case *ast.SelectorExpr:
+				if aclOwned[n.Sel.Name] && path.Dir(rel) != "modules/acl" && rel != "modules/routing/scripts.go" {
+					t.Errorf("%s: uses %s, which only modules/acl may", fset.Position(n.Pos()), n.Sel.Name)
+				}
+				if x, ok := n.X.(*ast.Ident); ok {
+					if table, ok := names[imports[x.Name]+"."+n.Sel.Name]; ok && !aclOwned[n.Sel.Name] {
+						t.Errorf("%s: reaches %s through %s.%s, which only %s may touch", fset.Position(n.Pos()), table, x.Name, n.Sel.Name, sharedTables[table])
+					}
+				}
+			}
+			return true
+		})
+	}
+}
+
+// tableConsts are the exported constants that hold a shared table's name,
+// each as "package directory.Name" with the table it names.
+func tableConsts(files map[string]*ast.File) map[string]string {
+	out := map[string]string{}
+	for rel, f := range files {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range g.Specs {
+				v := spec.(*ast.ValueSpec)
+				for i, name := range v.Names {
+					lit, ok := valueAt(v, i).(*ast.BasicLit)
+					if !ok || !name.IsExported() {
+						continue
+					}
+					for table := range sharedTables {
+						if strings.Contains(lit.Value, table) {
+							out[path.Dir(rel)+"."+name.Name] = table
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// valueAt is the i-th value of a constant spec, nil when it has none.
+func valueAt(v *ast.ValueSpec, i int) ast.Expr {
+	if i < len(v.Values) {
+		return v.Values[i]
+	}
+	return nil
+}
+
+// importNames maps the names a file refers to its module's packages by to
+// their directories (modules/readpath).
+func importNames(f *ast.File) map[string]string {
+	out := map[string]string{}
+	for _, im := range f.Imports {
+		p := strings.Trim(im.Path.Value, `"`)
+		if !strings.HasPrefix(p, module) {
+			continue
+		}
+		name := path.Base(p)
+		if im.Name != nil {
+			name = im.Name.Name
+		}
+		out[name] = strings.TrimPrefix(p, module)
+	}
+	return out
+}
+
+// ownedBy tells whether the file rel is owner or lies in the owning package.
+func ownedBy(rel, owner string) bool {
+	return rel == owner || path.Dir(rel) == owner
 }
 
 // owns tells whether the file rel owns a shared table (is the owner, or
 // lies in the owning package).
 func owns(rel string) bool {
 	for _, owner := range sharedTables {
-		if rel == owner || path.Dir(rel) == owner {
+		if ownedBy(rel, owner) {
 			return true
 		}
 	}

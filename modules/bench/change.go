@@ -125,11 +125,10 @@ func rawEdit(ctx context.Context, db *sql.DB, t routing.Table, topic string, seq
 		Where(sq.Eq{"topic": topic, "seqid": seq}).RunWith(tx).ExecContext(ctx); err != nil {
 		return err
 	}
-	if _, err := sq.Insert(readpath.RevisionsTable).
-		Columns("topic", "shard_month", "seqid", "message_id", "action", "version", "content", "head", "actor", "change_seq", "created_at").
-		Values(topic, t.Month().String(), seq, int64(old.MessageID), message.ActionEdit, old.Version+1, message.JSONColumn(old.Content),
-			message.JSONColumn(old.Head), benchUser, 0, now).
-		RunWith(tx).ExecContext(ctx); err != nil {
+	if err := readpath.RecordRevision(ctx, tx, readpath.NewRevision{
+		Topic: topic, Month: t.Month(), Seq: seq, MessageID: old.MessageID, Action: message.ActionEdit, Version: old.Version + 1,
+		Content: old.Content, Head: old.Head, Actor: benchUser, At: now,
+	}); err != nil {
 		return err
 	}
 	return tx.Commit()

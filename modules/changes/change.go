@@ -404,24 +404,14 @@ func writeChange(ctx context.Context, tx *sql.Tx, t routing.Table, c changeReq, 
 			return 0, err
 		}
 	}
-	res, err := sq.Insert(readpath.TopicChangesTable).Columns("topic", "change_seq").Values(c.topic, sq.Expr("LAST_INSERT_ID(1)")).
-		Suffix("ON DUPLICATE KEY UPDATE change_seq = LAST_INSERT_ID(change_seq + 1)").RunWith(tx).ExecContext(ctx)
+	changeSeq, err := readpath.NextChangeSeq(ctx, tx, c.topic)
 	if err != nil {
 		return 0, err
 	}
-	changeSeq, err := res.LastInsertId()
-	if err != nil {
-		return 0, err
-	}
-	var reason any
-	if c.reason != "" {
-		reason = c.reason
-	}
-	if _, err := sq.Insert(readpath.RevisionsTable).
-		Columns("topic", "shard_month", "seqid", "message_id", "action", "version", "content", "head", "actor", "reason", "change_seq", "created_at").
-		Values(c.topic, t.Month().String(), c.seq, int64(old.MessageID), c.action, next.Version, message.JSONColumn(old.Content),
-			message.JSONColumn(old.Head), c.actor, reason, changeSeq, at).
-		RunWith(tx).ExecContext(ctx); err != nil {
+	if err := readpath.RecordRevision(ctx, tx, readpath.NewRevision{
+		Topic: c.topic, Month: t.Month(), Seq: c.seq, MessageID: old.MessageID, Action: c.action, Version: next.Version,
+		Content: old.Content, Head: old.Head, Actor: c.actor, Reason: c.reason, ChangeSeq: changeSeq, At: at,
+	}); err != nil {
 		return 0, err
 	}
 	return changeSeq, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	sq "github.com/Masterminds/squirrel"
 	"github.com/redis/rueidis"
 
 	"github.com/imshard/imshard/modules/acl"
@@ -40,8 +39,7 @@ func (s *Service) Hide(ctx context.Context, p httpapi.Principal, topic string, l
 	if err := s.r.InvalidateHidden(ctx, keys, topic, p.UserID); err != nil {
 		return err
 	}
-	if _, err := sq.Insert(readpath.DellogTable).Columns("topic", "deletedfor", "low", "hi").Values(topic, p.UserID, low, hi).
-		RunWith(db).ExecContext(ctx); err != nil {
+	if err := readpath.AddHiddenRange(ctx, db, topic, p.UserID, low, hi); err != nil {
 		return httpapi.Wrap(httpapi.CodeUnavailable, "deletion store unavailable", err)
 	}
 	// the caller's unread count and last message of the topic may change:

@@ -411,32 +411,17 @@ func syncHorizon(ctx context.Context, db *sql.DB) (time.Time, error) {
 // addTopicChanges moves each topic's change time up to its last message
 // change (recall, edit, delete for everyone: im_topic_changes).
 func (s *Service) addTopicChanges(ctx context.Context, db *sql.DB, us []userTopic) error {
-	idx := make(map[string]int, len(us))
 	names := make([]string, len(us))
 	for i, u := range us {
-		idx[u.topic], names[i] = i, u.topic
+		names[i] = u.topic
 	}
-	for lo := 0; lo < len(names); lo += 500 {
-		rows, err := sq.Select("topic", "updated_at").From(readpath.TopicChangesTable).
-			Where(sq.Eq{"topic": names[lo:min(len(names), lo+500)]}).RunWith(db).QueryContext(ctx)
-		if err != nil {
-			return fmt.Errorf("inbox: topic changes: %w", err)
-		}
-		for rows.Next() {
-			var t string
-			var at time.Time
-			if err := rows.Scan(&t, &at); err != nil {
-				rows.Close()
-				return err
-			}
-			if u := &us[idx[t]]; at.After(u.changedAt) {
-				u.changedAt = at
-			}
-		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return err
+	at, err := readpath.ChangeTimes(ctx, db, names)
+	if err != nil {
+		return fmt.Errorf("inbox: %w", err)
+	}
+	for i := range us {
+		if t, ok := at[us[i].topic]; ok && t.After(us[i].changedAt) {
+			us[i].changedAt = t
 		}
 	}
 	return nil
@@ -454,9 +439,8 @@ const unreadRowsPerTopic = UnreadCap + 25
 
 // unreadBranch is one topic's part of a countMany statement: its rows above
 // the cursor, newest first, each with whether the caller hid it.
-const unreadBranch = "(SELECT ? AS i, m.seqid, m.from_user, m.status, " +
-	"NOT EXISTS (SELECT 1 FROM " + readpath.DellogTable + " AS d WHERE d.topic = m.topic AND d.deletedfor = ? AND d.low <= m.seqid AND d.hi > m.seqid) " +
-	"FROM %s AS m WHERE m.topic = ? AND m.seqid > ? ORDER BY m.seqid DESC LIMIT %d)"
+var unreadBranch = "(SELECT ? AS i, m.seqid, m.from_user, m.status, " +
+	readpath.NotHidden + " FROM %s AS m WHERE m.topic = ? AND m.seqid > ? ORDER BY m.seqid DESC LIMIT %d)"
 
 // countMany is countUnread for many topics at once: the topics whose seqs
 // above the cursor all lie in one month table are read with one statement
@@ -593,7 +577,7 @@ const mentionBranches = 128
 
 // mentionQuery reads the caller's entries of the mention index above the
 // cursor of each of mentionBranches topics, leaving out what the caller hid.
-var mentionQuery = routing.MentionsAboveQuery(mentionBranches, readpath.DellogTable)
+var mentionQuery = routing.MentionsAboveQuery(mentionBranches, readpath.NotHiddenAt("x.topic", "x.seq"))
 
 // mentionSeqs reads the seqs mentioning user (or everyone) above after[i]
 // in topics[i] that user did not hide, by topic.

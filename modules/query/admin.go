@@ -3,8 +3,6 @@ package query
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
@@ -28,23 +26,9 @@ func requireAdmin(p httpapi.Principal) error {
 // Located is a message found by its id, with the month table holding it
 // and (for the admin lookup) every change made to it, oldest first.
 type Located struct {
-	Message    message.Message `json:"message"`
-	ShardMonth string          `json:"shard_month"`
-	Revisions  []Revision      `json:"revisions"`
-}
-
-// Revision is one change of a message (im_message_revisions): the content
-// and head as they were before it, who made it and why.
-type Revision struct {
-	ChangeSeq  int64           `json:"change_seq"`
-	Action     string          `json:"action"`
-	Version    int             `json:"version"`
-	Content    json.RawMessage `json:"content"`
-	Head       json.RawMessage `json:"head"`
-	Actor      message.ID      `json:"actor"`
-	Reason     *string         `json:"reason"`
-	ShardMonth string          `json:"shard_month"`
-	CreatedAt  message.Time    `json:"created_at"`
+	Message    message.Message     `json:"message"`
+	ShardMonth string              `json:"shard_month"`
+	Revisions  []readpath.Revision `json:"revisions"`
 }
 
 // idBounds are a month table's smallest and largest message_id.
@@ -111,7 +95,7 @@ func (s *Service) AdminMessage(ctx context.Context, p httpapi.Principal, id int6
 	if err != nil {
 		return Located{}, err
 	}
-	loc.Revisions, err = revisions(ctx, db, id)
+	loc.Revisions, err = readpath.RevisionsOf(ctx, db, message.ID(id))
 	return loc, err
 }
 
@@ -227,42 +211,6 @@ func (s *Service) locateLegacy(ctx context.Context, db *sql.DB, id int64) (Locat
 		month = routing.MonthOf(m.CreatedAt.Time)
 	}
 	return Located{Message: m, ShardMonth: month.String()}, true, nil
-}
-
-// revisions reads the changes of message id, oldest first.
-func revisions(ctx context.Context, db *sql.DB, id int64) ([]Revision, error) {
-	rows, err := sq.Select("change_seq", "action", "version", "content", "head", "actor", "reason", "COALESCE(shard_month, '')", "created_at").
-		From(readpath.RevisionsTable).Where(sq.Eq{"message_id": id}).OrderBy("change_seq", "id").
-		RunWith(db).QueryContext(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("query: revisions: %w", err)
-	}
-	defer rows.Close()
-	out := []Revision{}
-	for rows.Next() {
-		var r Revision
-		var content, head []byte
-		var actor int64
-		var reason sql.NullString
-		if err := rows.Scan(&r.ChangeSeq, &r.Action, &r.Version, &content, &head, &actor, &reason, &r.ShardMonth, &r.CreatedAt.Time); err != nil {
-			return nil, fmt.Errorf("query: revisions: %w", err)
-		}
-		r.Content, r.Head, r.Actor = rawOrNull(content), rawOrNull(head), message.ID(actor)
-		if reason.Valid {
-			r.Reason = &reason.String
-		}
-		r.CreatedAt = message.NewTime(r.CreatedAt.Time)
-		out = append(out, r)
-	}
-	return out, rows.Err()
-}
-
-// rawOrNull is a JSON column's value, JSON null for SQL NULL.
-func rawOrNull(b []byte) json.RawMessage {
-	if b == nil {
-		return json.RawMessage("null")
-	}
-	return json.RawMessage(b)
 }
 
 // ShardInfo is one catalog row as the admin API shows it.

@@ -15,17 +15,35 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 )
 
-// DellogTable is the fixed table of deletion ranges (never built from input).
-const DellogTable = "im_dellog"
+// dellogTable is the fixed table of deletion ranges (never built from input).
+const dellogTable = "im_dellog"
 
 var Columns = []string{"m.topic", "m.seqid", "m.message_id", "m.group_id", "m.from_user", "m.client_msg_id",
 	"m.msg_type", "m.status", "m.content", "m.head", "m.mentioned_user_ids", "m.mention_all", "m.reply_seqid",
 	"m.root_seqid", "m.version", "m.created_at", "m.updated_at"}
 
-// NotHidden drops rows inside one of the caller's deletion ranges [low, hi):
-// applied in every month table's query, so a run hidden by
-// deletions is skipped by the index, never paged through.
-const NotHidden = "NOT EXISTS (SELECT 1 FROM " + DellogTable + " AS d WHERE d.topic = m.topic AND d.deletedfor = ? AND d.low <= m.seqid AND d.hi > m.seqid)"
+// NotHiddenAt is the condition that the row whose topic and seq are the
+// columns topic and seq (names from the code, never from a request) lies
+// in none of the caller's deletion ranges [low, hi); its one placeholder is
+// the caller. The ranges' alias is d.
+func NotHiddenAt(topic, seq string) string {
+	return "NOT EXISTS (SELECT 1 FROM " + dellogTable + " AS d WHERE d.topic = " + topic +
+		" AND d.deletedfor = ? AND d.low <= " + seq + " AND d.hi > " + seq + ")"
+}
+
+// NotHidden drops message rows (alias m) inside one of the caller's
+// deletion ranges: applied in every month table's query, so a run hidden
+// by deletions is skipped by the index, never paged through.
+var NotHidden = NotHiddenAt("m.topic", "m.seqid")
+
+// AddHiddenRange records that user hid the seqs [low, hi) of topic.
+func AddHiddenRange(ctx context.Context, db sq.BaseRunner, topic string, user, low, hi int64) error {
+	if _, err := sq.Insert(dellogTable).Columns("topic", "deletedfor", "low", "hi").Values(topic, user, low, hi).
+		RunWith(db).ExecContext(ctx); err != nil {
+		return fmt.Errorf("readpath: add hidden range: %w", err)
+	}
+	return nil
+}
 
 // Store runs the read statements. Each distinct statement is prepared once
 // per pool and reused: a page is then one round trip to MySQL instead of
@@ -238,7 +256,7 @@ func (s *Store) One(ctx context.Context, db *sql.DB, quoted, topic string, user,
 // HiddenRanges reads the caller's deletion ranges of topic that reach above lo,
 // at most limit of them (0: all).
 func (s *Store) HiddenRanges(ctx context.Context, db *sql.DB, topic string, user, lo int64, limit uint64) (Hidden, error) {
-	b := sq.Select("low", "hi").From(DellogTable).Where(sq.Eq{"topic": topic, "deletedfor": user}).Where(sq.Gt{"hi": lo})
+	b := sq.Select("low", "hi").From(dellogTable).Where(sq.Eq{"topic": topic, "deletedfor": user}).Where(sq.Gt{"hi": lo})
 	if limit > 0 {
 		b = b.Suffix("LIMIT ?", limit)
 	}
@@ -266,7 +284,7 @@ func (s *Store) HiddenRanges(ctx context.Context, db *sql.DB, topic string, user
 // statement (the (topic, deletedfor, low) index, one range per topic), at
 // most hiddenReadMax of each topic as hidden reads them.
 func (s *Store) hiddenOfTopics(ctx context.Context, db *sql.DB, topics []string, user int64) (map[string]Hidden, error) {
-	rows, err := sq.Select("topic", "low", "hi").From(DellogTable).Where(sq.Eq{"topic": topics, "deletedfor": user}).
+	rows, err := sq.Select("topic", "low", "hi").From(dellogTable).Where(sq.Eq{"topic": topics, "deletedfor": user}).
 		RunWith(db).QueryContext(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("readpath: dellog: %w", err)

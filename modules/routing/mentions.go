@@ -73,18 +73,18 @@ func DropMentions(ctx context.Context, tx sq.BaseRunner, ms []Mention) error {
 }
 
 // MentionsAboveQuery is the statement reading a user's entries of the index
-// — theirs and everyone's — above a cursor in each of branches topics,
-// leaving out the ranges the user hid (hidden: the hidden-ranges table,
-// columns topic, deletedfor, low, hi): two ranges of the primary key
-// (topic, user_id, seq) per topic. Its placeholders: the user, then a
-// topic and its cursor per branch, then the user again. Recalled and
+// (alias x) — theirs and everyone's — above a cursor in each of branches
+// topics, leaving out the ranges the user hid (notHidden: that condition
+// on x.topic and x.seq, with one placeholder, the user): two ranges of the
+// primary key (topic, user_id, seq) per topic. Its placeholders: the user,
+// then a topic and its cursor per branch, then the user again. Recalled and
 // deleted messages have no entries (the change drops them) and neither do
 // gaps. A message that mentions the user and everyone has two entries and
 // is read once: DISTINCT.
-func MentionsAboveQuery(branches int, hidden string) string {
+func MentionsAboveQuery(branches int, notHidden string) string {
 	return "SELECT DISTINCT x.topic, x.seq FROM " + mentionsTable + " AS x WHERE x.user_id IN (?, 0) AND (" +
 		strings.Repeat("(x.topic = ? AND x.seq > ?) OR ", branches-1) + "(x.topic = ? AND x.seq > ?)) " +
-		"AND NOT EXISTS (SELECT 1 FROM " + hidden + " AS d WHERE d.topic = x.topic AND d.deletedfor = ? AND d.low <= x.seq AND d.hi > x.seq)"
+		"AND " + notHidden
 }
 
 // legacyMentioned unnests the ids a legacy row aliased alias mentions, one
