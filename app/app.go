@@ -74,6 +74,8 @@ func New(cfg *config.Config, log zerolog.Logger) *App {
 	a.tenants.set(cfg.Tenants)
 	a.reload.live = cfg
 	a.reload.lastOK, a.reload.failures = newReloadMetrics(reg)
+	a.reload.weakSecrets = promauto.With(reg).NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_tenant_secret_weak",
+		Help: "1 for each tenant whose jwt_secret is accepted but weak, by reason: demo (the public demo secret) or short (under 32 bytes)."}, []string{"tenant", "reason"})
 	promauto.With(reg).NewGaugeFunc(prometheus.GaugeOpts{Name: "imshard_ready", Help: "1 when the process would answer /readyz 200 at this scrape, 0 when it would answer 503 (a dependency down, draining, shutting down)."}, a.readyValue)
 	return a
 }
@@ -85,6 +87,8 @@ func (a *App) Start(ctx context.Context, targets []string) error {
 	if err != nil {
 		return err
 	}
+	// servers only: a one-shot command's output stays its own
+	a.reportWeakSecrets(a.reload.live.Tenants)
 	for _, name := range order {
 		if err := a.startModule(ctx, name); err != nil {
 			return err

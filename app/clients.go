@@ -2,13 +2,16 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -206,13 +209,12 @@ func initKafka(ctx context.Context, a *App) (Service, error) {
 			return nil, fmt.Errorf("kafka.brokers is empty and kafka.data_dir %s does not exist: no in-process Kafka log to read", k.DataDir)
 		}
 		var err error
-		cluster, err = StartKafka(k, "")
+		cluster, k, err = StartPrivateKafka(k)
 		if err != nil {
 			return nil, err
 		}
-		k.Brokers = cluster.ListenAddrs()
 		a.Log.Warn().Strs("brokers", k.Brokers).Str("data_dir", k.DataDir).
-			Msg("kafka.brokers is empty: started the in-process kfake cluster (single-process use only)")
+			Msg("kafka.brokers is empty: started the in-process kfake cluster (single-process use only; it requires a SASL secret drawn at this start)")
 	}
 	fail := func(err error) (Service, error) {
 		if cluster != nil {
@@ -322,14 +324,29 @@ func kafkaRejected(err error, k config.Kafka) bool {
 	return false
 }
 
-// StartKafka starts the kfake stand-in with its log in k.DataDir and the
-// service's topics seeded. addr "" listens on a random loopback port.
-func StartKafka(k config.Kafka, addr string) (*kfake.Cluster, error) {
-	return startKafka(k, addr, nil)
+// privateKafkaUser is the SASL user of the in-process Kafka of one process.
+const privateKafkaUser = "imshard"
+
+// StartPrivateKafka starts the in-process Kafka of a single process (log in
+// k.DataDir, the service's topics seeded) and returns k pointed at it. Its
+// loopback port is reachable by any local process, so it accepts only the
+// SCRAM user whose password is drawn here, at each start, and held only in
+// memory by the returned k: no other process can produce into a tenant's
+// topic under a sender of its choosing.
+func StartPrivateKafka(k config.Kafka) (*kfake.Cluster, config.Kafka, error) {
+	k.SASL = config.SASL{Mechanism: config.SASLScramSHA256, Username: privateKafkaUser, Password: rand.Text()}
+	c, err := startKafka(k, "", nil)
+	if err != nil {
+		return nil, k, err
+	}
+	k.Brokers = c.ListenAddrs()
+	return c, k, nil
 }
 
-// startKafka is StartKafka with every listener on addr passed through wrap
-// (when both are set).
+// startKafka starts the kfake stand-in with its log in k.DataDir and the
+// service's topics seeded; with k.SASL set it accepts only that user. addr
+// "" listens on a random loopback port; every listener on addr is passed
+// through wrap (when both are set).
 func startKafka(k config.Kafka, addr string, wrap func(net.Listener) net.Listener) (*kfake.Cluster, error) {
 	opts := []kfake.Opt{
 		kfake.NumBrokers(1),
@@ -340,7 +357,16 @@ func startKafka(k config.Kafka, addr string, wrap func(net.Listener) net.Listene
 		if err := os.MkdirAll(k.DataDir, 0o755); err != nil {
 			return nil, fmt.Errorf("kafka.data_dir: %w", err)
 		}
+		// kfake restores the SASL users of the previous start from the log
+		// directory in place of those configured now: the credentials in
+		// force are always this start's.
+		if err := os.Remove(filepath.Join(k.DataDir, kfakeSASLFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("kafka.data_dir: %w", err)
+		}
 		opts = append(opts, kfake.DataDir(k.DataDir))
+	}
+	if s := k.SASL; s.Mechanism != "" {
+		opts = append(opts, kfake.EnableSASL(), kfake.Superuser(s.Mechanism, s.Username, s.Password))
 	}
 	if addr != "" {
 		host, port, err := net.SplitHostPort(addr)
@@ -365,6 +391,9 @@ func startKafka(k config.Kafka, addr string, wrap func(net.Listener) net.Listene
 	}
 	return c, nil
 }
+
+// kfakeSASLFile is where kfake keeps its SASL users in its log directory.
+const kfakeSASLFile = "sasl.json"
 
 // EnsureTopics creates the message and dead-letter topics if missing.
 func EnsureTopics(ctx context.Context, cl *kgo.Client, k config.Kafka) error {

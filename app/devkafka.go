@@ -24,14 +24,21 @@ type DevKafka struct {
 	r *reaper
 }
 
-// StartDevKafka starts the stand-in on addr (StartKafka) and its reaper.
+// StartDevKafka starts the stand-in on addr and its reaper. With k.SASL set
+// it accepts only that user, the one the processes sharing it name in their
+// own kafka.sasl; without, any local process may produce into it.
 func StartDevKafka(k config.Kafka, addr string, log zerolog.Logger) (*DevKafka, error) {
 	r := &reaper{log: log, heard: map[string]time.Time{}, groups: map[string]struct{}{}}
 	cluster, err := startKafka(k, addr, r.watch)
 	if err != nil {
 		return nil, err
 	}
-	if err := r.start(cluster); err != nil {
+	k.Brokers = cluster.ListenAddrs()
+	conn, err := KafkaOpts(k)
+	if err == nil {
+		err = r.start(cluster, conn)
+	}
+	if err != nil {
 		cluster.Close()
 		return nil, err
 	}
@@ -80,8 +87,8 @@ type reaper struct {
 // reaperKeys are the requests that show a member is alive.
 var reaperKeys = []kmsg.Key{kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat, kmsg.OffsetCommit}
 
-func (r *reaper) start(cluster *kfake.Cluster) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+func (r *reaper) start(cluster *kfake.Cluster, conn []kgo.Opt) error {
+	cl, err := kgo.NewClient(conn...)
 	if err != nil {
 		return fmt.Errorf("devkafka: reaper client: %w", err)
 	}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 
@@ -31,6 +32,9 @@ type reloader struct {
 	// process runs on, on the configuration it had
 	lastOK   prometheus.Gauge
 	failures prometheus.Counter
+	// weakSecrets is 1 per tenant and reason whose jwt_secret the running
+	// configuration accepts but an operator must replace (reportWeakSecrets)
+	weakSecrets *prometheus.GaugeVec
 	// revoke are what the modules that hold credentials past their request
 	// (the stream's sockets) run once a reload replaced the tenants; set
 	// by Start, read by reloads, which begin only once Run does
@@ -43,6 +47,21 @@ type reloader struct {
 
 // newReloadMetrics registers the reload's series on reg: a process starts
 // on a configuration it validated, so the last reload counts as successful.
+// reportWeakSecrets warns, at start and after each applied reload, of every
+// tenant whose jwt_secret is accepted but weak (config.WeakSecrets), and
+// exports exactly those as imshard_tenant_secret_weak.
+func (a *App) reportWeakSecrets(tenants []config.Tenant) {
+	a.reload.weakSecrets.Reset()
+	for _, w := range config.WeakSecrets(tenants) {
+		a.reload.weakSecrets.WithLabelValues(w.Tenant, w.Reason).Set(1)
+		msg := fmt.Sprintf("tenant jwt_secret is shorter than %d bytes: anyone who guesses it signs this tenant's tokens; rotate it", config.StrongSecretLen)
+		if w.Reason == config.WeakSecretDemo {
+			msg = "tenant jwt_secret is the public demo secret: anyone can sign this tenant's tokens; configure tenants before anyone but you can reach this process"
+		}
+		a.Log.Warn().Str("key", "tenants").Str("tenant", w.Tenant).Str("reason", w.Reason).Msg(msg)
+	}
+}
+
 func newReloadMetrics(reg prometheus.Registerer) (lastOK prometheus.Gauge, failures prometheus.Counter) {
 	f := promauto.With(reg)
 	lastOK = f.NewGauge(prometheus.GaugeOpts{Name: "imshard_config_last_reload_successful",
@@ -124,6 +143,7 @@ func (a *App) Reload(next *config.Config) {
 		}
 	}
 	a.exportTenants(applied.Tenants)
+	a.reportWeakSecrets(applied.Tenants)
 	if next.Log.Level != live.Log.Level {
 		SetLogLevel(next.Log.Level)
 		applied.Log.Level = next.Log.Level

@@ -78,12 +78,12 @@ func runBenchPersist(ctx context.Context, cfg *config.Config, o *benchPersistOpt
 	external := len(k.Brokers) > 0
 	if !external {
 		k.DataDir = ""
-		cluster, err := app.StartKafka(k, "")
+		cluster, private, err := app.StartPrivateKafka(k)
 		if err != nil {
 			return bench.PersistReport{}, err
 		}
 		defer cluster.Close()
-		k.Brokers = cluster.ListenAddrs()
+		k = private
 	}
 	conn, err := app.KafkaOpts(k)
 	if err != nil {

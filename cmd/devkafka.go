@@ -35,7 +35,10 @@ func newDevKafkaCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cluster.Close()
-			log.Info().Strs("brokers", cluster.ListenAddrs()).Str("data_dir", k.DataDir).Msg("devkafka listening")
+			if k.SASL.Mechanism == "" {
+				log.Warn().Msg("devkafka accepts any local client: set kafka.sasl (SCRAM) in its configuration and the clients' to require that user")
+			}
+			log.Info().Strs("brokers", cluster.ListenAddrs()).Str("data_dir", k.DataDir).Str("sasl_mechanism", k.SASL.Mechanism).Msg("devkafka listening")
 			fmt.Fprintln(g.stdout, cluster.ListenAddrs()[0])
 			ctx, stop := signalContext()
 			defer stop()

@@ -425,6 +425,9 @@ func TestValidateRules(t *testing.T) {
 		{"tenant id invalid", func(c *Config) { c.Tenants[0].ID = "Demo" }, "tenants[0].id"},
 		{"tenant id too long", func(c *Config) { c.Tenants[0].ID = strings.Repeat("a", 33) }, "tenants[0].id"},
 		{"tenant id duplicate", func(c *Config) { c.Tenants = append(c.Tenants, c.Tenants[0]) }, "tenants[1].id"},
+		{"two tenants share a secret", func(c *Config) {
+			c.Tenants = append(c.Tenants, Tenant{ID: "other", JWTSecret: c.Tenants[0].JWTSecret})
+		}, "tenants[1].jwt_secret"},
 		{"tenant secret empty", func(c *Config) { c.Tenants[0].JWTSecret = "" }, "tenants[0].jwt_secret"},
 		{"tenant secret short", func(c *Config) { c.Tenants[0].JWTSecret = "1234567" }, "tenants[0].jwt_secret"},
 		{"months ahead", func(c *Config) { c.Shard.MonthsAhead = 25 }, "shard.months_ahead"},
@@ -751,6 +754,7 @@ func TestTenantsFile(t *testing.T) {
 		{"invalid id json", "t.json", `[{"id":"ok","jwt_secret":"12345678x"},{"id":"Bad-ID","jwt_secret":"12345678x"}]`, "tenants[1].id", "t.json"},
 		{"short secret", "t.yaml", "- id: a\n  jwt_secret: short\n", "tenants[0].jwt_secret", "at least 8"},
 		{"duplicate id", "t.yaml", "- {id: a, jwt_secret: 12345678x}\n- {id: a, jwt_secret: 12345678y}\n", "tenants[1].id", "duplicate"},
+		{"shared secret", "t.yaml", "- {id: a, jwt_secret: 12345678x}\n- {id: b, jwt_secret: 12345678x}\n", "tenants[1].jwt_secret", "secret of tenants[0] too"},
 		{"unknown field yaml", "t.yaml", "- {id: a, jwt_secret: 12345678x, secret: y}\n", "", "t.yaml"},
 		{"unknown field json", "t.json", `[{"id":"a","jwt_secret":"12345678x","secret":"y"}]`, "", "t.json"},
 		{"trailing json", "t.json", `[] []`, "", "t.json"},

@@ -274,12 +274,13 @@ func (c *Config) validateKafka(p *problems) {
 		p.add("kafka.sasl.mechanism", "must be one of %s|%s|%s or empty, got %q", SASLPlain, SASLScramSHA256, SASLScramSHA512, s.Mechanism)
 	}
 	if len(k.Brokers) == 0 {
-		// The in-process stand-in listens in plaintext without authentication.
+		// The in-process stand-in speaks no TLS and authenticates its own
+		// clients only, with a secret it draws at each start.
 		if k.TLS.Enabled {
 			p.add("kafka.tls.enabled", "needs kafka.brokers: the in-process Kafka speaks no TLS")
 		}
 		if s.Mechanism != "" {
-			p.add("kafka.sasl.mechanism", "needs kafka.brokers: the in-process Kafka has no SASL")
+			p.add("kafka.sasl.mechanism", "needs kafka.brokers: the in-process Kafka draws its own SASL secret at each start")
 		}
 	}
 }
@@ -288,7 +289,7 @@ func (c *Config) validateKafka(p *problems) {
 // lists read from a tenants file.
 func tenantProblems(list []Tenant, where string) []error {
 	var p problems
-	first := map[string]int{}
+	first, secretOf := map[string]int{}, map[string]int{}
 	for i, t := range list {
 		key := fmt.Sprintf("tenants[%d]", i)
 		switch j, dup := first[t.ID]; {
@@ -302,6 +303,14 @@ func tenantProblems(list []Tenant, where string) []error {
 		// The secret is never echoed: it would end up in logs.
 		if len(t.JWTSecret) < minSecretLen {
 			p.add(key+".jwt_secret", "must be at least %d bytes%s", minSecretLen, where)
+		}
+		// Tokens are verified with the secret of the tenant they name, so a
+		// secret two tenants share lets either one's issuer act in the other.
+		// (A tenant listed twice is already refused as such.)
+		if j, shared := secretOf[t.JWTSecret]; shared && list[j].ID != t.ID {
+			p.add(key+".jwt_secret", "is the secret of tenants[%d] too%s: each tenant needs a secret of its own, or either one's tokens act in the other", j, where)
+		} else {
+			secretOf[t.JWTSecret] = i
 		}
 	}
 	return p

@@ -2,7 +2,9 @@ package httpapi
 
 import (
 	"crypto/hmac"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -11,6 +13,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/imshard/imshard/modules/message"
 )
 
 // Roles a credential may carry besides a plain user.
@@ -128,6 +132,9 @@ func (a *Authenticator) Verify(token string) (Principal, error) {
 // verify is Verify without the cache; secret is the one the token was
 // verified with.
 func (a *Authenticator) verify(token string, now time.Time) (Principal, []byte, error) {
+	if err := checkTokenJSON(token); err != nil {
+		return Principal{}, nil, Wrap(CodeUnauthenticated, err.Error(), err)
+	}
 	var claims Claims
 	var secret []byte
 	parser := jwt.NewParser(jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired(),
@@ -162,6 +169,28 @@ func (a *Authenticator) verify(token string, now time.Time) (Principal, []byte, 
 		return Principal{}, nil, Errorf(CodeUnauthenticated, "unknown role claim")
 	}
 	return Principal{Tenant: claims.Tenant, UserID: uid, Role: claims.Role, Expires: claims.ExpiresAt.Time}, secret, nil
+}
+
+// checkTokenJSON refuses a token whose header or claims, once decoded, are
+// JSON the request bodies would be refused for (message.CheckJSON): above all
+// a repeated key, since parsers disagree on which "tid" or "sub" of two
+// wins, and whoever issued the token may have checked the other one. A
+// segment that is not base64url is left to the parser to refuse.
+func checkTokenJSON(token string) error {
+	segs := strings.Split(token, ".")
+	if len(segs) != 3 {
+		return nil
+	}
+	for i, what := range []string{"token header", "token payload"} {
+		b, err := base64.RawURLEncoding.DecodeString(segs[i])
+		if err != nil {
+			return nil
+		}
+		if err := message.CheckJSON(b, 0); err != nil {
+			return fmt.Errorf("%s %w", what, err)
+		}
+	}
+	return nil
 }
 
 // maxCachedTokens bounds the verified tokens kept (a few MiB at most); past

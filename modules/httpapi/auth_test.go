@@ -346,3 +346,44 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	})
 }
+
+// TestVerifyRefusesRepeatedClaims signs, with the tenant's own secret, tokens
+// whose header or payload repeats a key: each is refused with 401
+// unauthenticated naming the repeated key, like a body repeating a key,
+// whichever of the two values the JSON decoder would have kept.
+func TestVerifyRefusesRepeatedClaims(t *testing.T) {
+	auth := NewAuthenticator(testSecrets, 24*time.Hour)
+	now := time.Now()
+	auth.now = func() time.Time { return now }
+	exp := now.Add(time.Hour).Unix()
+	raw := func(header, payload string) string {
+		enc := base64.RawURLEncoding
+		signing := enc.EncodeToString([]byte(header)) + "." + enc.EncodeToString([]byte(payload))
+		sig, err := jwt.SigningMethodHS256.Sign(signing, []byte("acme-secret-123"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return signing + "." + enc.EncodeToString(sig)
+	}
+	const header = `{"alg":"HS256","typ":"JWT"}`
+	if _, err := auth.Verify(raw(header, fmt.Sprintf(`{"tid":"acme","sub":"42","exp":%d}`, exp))); err != nil {
+		t.Fatalf("the token written by hand without repeats: %v", err)
+	}
+	tests := []struct{ name, header, payload, key string }{
+		{"two sub", header, fmt.Sprintf(`{"tid":"acme","sub":"1","sub":"42","exp":%d}`, exp), "sub"},
+		{"two tid", header, fmt.Sprintf(`{"tid":"other","tid":"acme","sub":"42","exp":%d}`, exp), "tid"},
+		{"two role", header, fmt.Sprintf(`{"tid":"acme","sub":"42","role":"admin","role":"","exp":%d}`, exp), "role"},
+		{"two exp", header, fmt.Sprintf(`{"tid":"acme","sub":"42","exp":%d,"exp":%d}`, now.Add(-time.Hour).Unix(), exp), "exp"},
+		{"a key escaped", header, fmt.Sprintf(`{"tid":"acme","sub":"1","s\u0075b":"42","exp":%d}`, exp), "sub"},
+		{"two alg", `{"alg":"none","alg":"HS256"}`, fmt.Sprintf(`{"tid":"acme","sub":"42","exp":%d}`, exp), "alg"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := auth.Verify(raw(tt.header, tt.payload))
+			code, _ := Classify(err)
+			if err == nil || code != CodeUnauthenticated || !strings.Contains(err.Error(), fmt.Sprintf("repeats the key %q", tt.key)) {
+				t.Fatalf("Verify = %+v, %v; want unauthenticated naming the repeated %q", p, err, tt.key)
+			}
+		})
+	}
+}
