@@ -28,6 +28,7 @@ import (
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/migrate"
+	"github.com/imshard/imshard/modules/ratelimit"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/shardmgr"
 	"github.com/imshard/imshard/modules/tenantdb"
@@ -49,6 +50,7 @@ type clients struct {
 	shards   *shardmgr.Manager
 	migs     *routing.Migrations
 	migrator *migrate.Migrator
+	limits   *ratelimit.Limiter
 }
 
 // holder is the Service of a module that is only a client: nothing to run,
@@ -433,6 +435,8 @@ func initRouting(ctx context.Context, a *App) (Service, error) {
 	c.routes = routing.NewRoutes(c.redis, c.keys, c.scripts)
 	c.acl = acl.New(acl.Params{Redis: c.redis, KeySpace: c.keys, Scripts: c.scripts, DBs: c.pools, TTL: a.Config.Send.ACLCacheTTL, Log: a.Log.With().Str("module", "acl").Logger()})
 	c.migs = routing.NewMigrations(c.pools, c.redis, c.keys, c.scripts, a.Log.With().Str("module", Routing).Logger())
+	c.limits = ratelimit.New(a.tenants.limitsOf, a.Registry)
+	c.limits.ExportTenants(c.pools.IDs())
 	alloc, migs := c.alloc, c.migs
 	// the loop keeps every process's view of migration states fresh
 	return runner{

@@ -23,6 +23,7 @@ func initSend(ctx context.Context, a *App) (Service, error) {
 		Scripts:    c.scripts,
 		ACL:        c.acl,
 		Migrations: c.migs,
+		Limits:     c.limits,
 		Auth:       httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL),
 		Log:        a.Log.With().Str("module", Send).Logger(),
 		Registerer: a.Registry,

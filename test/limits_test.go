@@ -1,0 +1,204 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/test/harness"
+)
+
+// slow is a bucket that refills so slowly (one send per 1,000 s) that
+// nothing refills during a test: its decisions depend on the count of
+// sends alone.
+func slow(burst int) config.Rate { return config.Rate{PerSecond: 0.001, Burst: burst} }
+
+// limitsSend sends as token and returns the status, the body's error code,
+// details and the header fields.
+func (e *sendEnv) limitsSend(token, topic, clientMsgID string) (int, string, map[string]any, http.Header) {
+	e.T.Helper()
+	code, raw, h := e.DoHeader("POST", "/v1/topics/"+url.PathEscape(topic)+"/messages", token, sendBody(clientMsgID, "hi"))
+	var out struct {
+		Error struct {
+			Code    string         `json:"code"`
+			Details map[string]any `json:"details"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		e.T.Fatalf("send: %d %q: %v", code, raw, err)
+	}
+	return code, out.Error.Code, out.Error.Details, h
+}
+
+// tenantState is every Redis key of the tenant with its DUMP: what a
+// refused send must leave as it was.
+func (e *sendEnv) tenantState() map[string]string {
+	e.T.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	var cursor uint64
+	for {
+		sc, err := e.Redis.Do(ctx, e.Redis.B().Scan().Cursor(cursor).Match(e.Keys().TenantPattern()).Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			e.T.Fatal(err)
+		}
+		for _, k := range sc.Elements {
+			v, err := e.Redis.Do(ctx, e.Redis.B().Dump().Key(k).Build()).ToString()
+			if err != nil {
+				e.T.Fatalf("dump %s: %v", k, err)
+			}
+			out[k] = v
+		}
+		if cursor = sc.Cursor; cursor == 0 {
+			return out
+		}
+	}
+}
+
+// rateLimited reads imshard_rate_limited_total{tenant,scope} from /metrics.
+func rateLimited(t *testing.T, e *harness.Env, scope string) float64 {
+	t.Helper()
+	resp, err := http.Get(e.OpsURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	m := regexp.MustCompile(fmt.Sprintf(`(?m)^imshard_rate_limited_total\{scope="%s",tenant="%s"\} (\S+)$`, scope, e.Tenant)).FindSubmatch(raw)
+	if m == nil {
+		t.Fatalf("/metrics lacks imshard_rate_limited_total for scope %s", scope)
+	}
+	n, _ := strconv.ParseFloat(string(m[1]), 64)
+	return n
+}
+
+// TestSendRateLimit: a user's send bucket lets its burst through, each 201
+// carrying the policy and the sends left; the next send is 429
+// rate_limited with Retry-After (whole seconds, rounded up),
+// details.retry_after_ms and the RateLimit fields, counted per tenant and
+// scope — and it changed nothing in Redis: no claim, no seq, no bucket
+// state. A retry of an accepted send is answered from its record, not
+// charged.
+func TestSendRateLimit(t *testing.T) {
+	e := startSend(t, harness.Options{Mutate: func(c *config.Config) { c.Limits.Send.User = slow(3) }})
+	e.groupOfUsers("lim", 2)
+	tok := e.Token(1, "")
+	for i := range 3 {
+		code, _, _, h := e.limitsSend(tok, "lim", fmt.Sprintf("m%d", i))
+		if code != 201 {
+			t.Fatalf("send %d: %d", i, code)
+		}
+		if got := h.Get("RateLimit-Policy"); got != `"user";q=3;w=3000` {
+			t.Errorf("send %d: RateLimit-Policy %q", i, got)
+		}
+		if got, want := h.Get("RateLimit"), fmt.Sprintf(`"user";r=%d;t=`, 2-i); !strings.HasPrefix(got, want) {
+			t.Errorf("send %d: RateLimit %q, want %s…", i, got, want)
+		}
+	}
+	before := e.tenantState()
+	code, errCode, details, h := e.limitsSend(tok, "lim", "m3")
+	if code != 429 || errCode != "rate_limited" {
+		t.Fatalf("4th send: %d %s, want 429 rate_limited", code, errCode)
+	}
+	retry, err := strconv.Atoi(h.Get("Retry-After"))
+	ms, _ := details["retry_after_ms"].(float64)
+	if err != nil || retry < 999 || retry > 1000 || ms <= 998_000 || ms > 1_000_000 || float64(retry) < ms/1000 {
+		t.Errorf("Retry-After %q, retry_after_ms %v: want about 1000 s, the header rounded up", h.Get("Retry-After"), details["retry_after_ms"])
+	}
+	if details["scope"] != "user" {
+		t.Errorf("details.scope %v, want user", details["scope"])
+	}
+	if got, want := h.Get("RateLimit"), fmt.Sprintf(`"user";r=0;t=%d`, retry); got != want {
+		t.Errorf("RateLimit %q, want %q", got, want)
+	}
+	if got := h.Get("RateLimit-Policy"); got != `"user";q=3;w=3000` {
+		t.Errorf("RateLimit-Policy %q", got)
+	}
+	if after := e.tenantState(); !maps.Equal(before, after) {
+		t.Errorf("a refused send changed Redis:\nbefore %v\nafter  %v", slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(after)))
+	}
+	if n := rateLimited(t, e.Env, "user"); n != 1 {
+		t.Errorf("imshard_rate_limited_total{scope=user} = %v, want 1", n)
+	}
+	// a retry of an accepted send: answered from its record, not charged
+	if code, _, _, _ := e.limitsSend(tok, "lim", "m0"); code != 200 {
+		t.Errorf("retry of an accepted send: %d, want 200 (duplicate)", code)
+	}
+	// another user has a bucket of its own
+	if code, _, _, _ := e.limitsSend(e.Token(2, ""), "lim", "n0"); code != 201 {
+		t.Errorf("another user's send: %d, want 201", code)
+	}
+	// a reload applies the limits at once: the bucket off, the send passes
+	e.Reload(func(c *config.Config) { c.Limits.Send.User = config.Rate{} })
+	if code, _, _, h := e.limitsSend(tok, "lim", "m3"); code != 201 || h.Get("RateLimit") != "" {
+		t.Errorf("after the reload turned the limit off: %d, RateLimit %q", code, h.Get("RateLimit"))
+	}
+}
+
+// TestSendRateLimitTopicAndTenant: the topic's bucket is shared by its
+// senders and the tenant's by every topic; a tenant's own limits replace
+// the defaults bucket by bucket, and the tightest bucket is the one the
+// RateLimit field names.
+func TestSendRateLimitTopicAndTenant(t *testing.T) {
+	e := startSend(t, harness.Options{Mutate: func(c *config.Config) {
+		c.Limits.Send.Topic = slow(2)
+		c.Tenants[0].Limits.Send.Tenant = &config.Rate{PerSecond: 0.001, Burst: 3}
+	}})
+	e.groupOfUsers("ta", 2)
+	e.groupOfUsers("tb", 2)
+	steps := []struct {
+		user  int64
+		topic string
+		code  int
+		state string // RateLimit's prefix
+	}{
+		{1, "ta", 201, `"topic";r=1;`}, // tenant r=2, topic r=1
+		{2, "ta", 201, `"topic";r=0;`}, // tenant r=1, topic r=0
+		{1, "ta", 429, `"topic";r=0;`}, // the topic's bucket is empty
+		{1, "tb", 201, `"tenant";r=0;`},
+		{2, "tb", 429, `"tenant";r=0;`}, // the tenant's is
+	}
+	for i, s := range steps {
+		code, _, details, h := e.limitsSend(e.Token(s.user, ""), s.topic, fmt.Sprintf("s%d", i))
+		if code != s.code || !strings.HasPrefix(h.Get("RateLimit"), s.state) {
+			t.Errorf("step %d: %d %v RateLimit %q, want %d %s…", i, code, details, h.Get("RateLimit"), s.code, s.state)
+		}
+		if got, want := h.Get("RateLimit-Policy"), `"tenant";q=3;w=3000, "topic";q=2;w=2000`; got != want {
+			t.Errorf("step %d: RateLimit-Policy %q, want %q", i, got, want)
+		}
+	}
+	if rateLimited(t, e.Env, "topic") != 1 || rateLimited(t, e.Env, "tenant") != 1 {
+		t.Errorf("refusals counted: topic %v, tenant %v; want 1 each", rateLimited(t, e.Env, "topic"), rateLimited(t, e.Env, "tenant"))
+	}
+}
+
+// TestSendRateLimitAcrossProcesses: two send processes of one tenant share
+// a user's bucket exactly: its burst passes once, whichever process takes
+// each send.
+func TestSendRateLimitAcrossProcesses(t *testing.T) {
+	mutate := func(c *config.Config) { c.Limits.Send.User = slow(4) }
+	a := startSend(t, harness.Options{Mutate: mutate})
+	b := startSend(t, harness.Options{Tenant: a.Tenant, Brokers: a.Config.Kafka.Brokers, Mutate: mutate})
+	a.groupOfUsers("x", 1)
+	tok := a.Token(1, "")
+	for i := range 6 {
+		node := a
+		if i%2 == 1 {
+			node = b
+		}
+		code, _, _, _ := node.limitsSend(tok, "x", fmt.Sprintf("p%d", i))
+		if want := map[bool]int{true: 201, false: 429}[i < 4]; code != want {
+			t.Errorf("send %d (process %d): %d, want %d", i, i%2, code, want)
+		}
+	}
+}
