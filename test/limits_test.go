@@ -4,15 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"net/url"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/test/harness"
@@ -65,23 +66,6 @@ func (e *sendEnv) tenantState() map[string]string {
 	}
 }
 
-// rateLimited reads imshard_rate_limited_total{tenant,scope} from /metrics.
-func rateLimited(t *testing.T, e *harness.Env, scope string) float64 {
-	t.Helper()
-	resp, err := http.Get(e.OpsURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(fmt.Sprintf(`(?m)^imshard_rate_limited_total\{scope="%s",tenant="%s"\} (\S+)$`, scope, e.Tenant)).FindSubmatch(raw)
-	if m == nil {
-		t.Fatalf("/metrics lacks imshard_rate_limited_total for scope %s", scope)
-	}
-	n, _ := strconv.ParseFloat(string(m[1]), 64)
-	return n
-}
-
 // TestSendRateLimit: a user's send bucket lets its burst through, each 201
 // carrying the policy and the sends left; the next send is 429
 // rate_limited with Retry-After (whole seconds, rounded up),
@@ -127,7 +111,7 @@ func TestSendRateLimit(t *testing.T) {
 	if after := e.tenantState(); !maps.Equal(before, after) {
 		t.Errorf("a refused send changed Redis:\nbefore %v\nafter  %v", slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(after)))
 	}
-	if n := rateLimited(t, e.Env, "user"); n != 1 {
+	if n := limited(t, e.Env, "user"); n != 1 {
 		t.Errorf("imshard_rate_limited_total{scope=user} = %v, want 1", n)
 	}
 	// a retry of an accepted send: answered from its record, not charged
@@ -177,8 +161,8 @@ func TestSendRateLimitTopicAndTenant(t *testing.T) {
 			t.Errorf("step %d: RateLimit-Policy %q, want %q", i, got, want)
 		}
 	}
-	if rateLimited(t, e.Env, "topic") != 1 || rateLimited(t, e.Env, "tenant") != 1 {
-		t.Errorf("refusals counted: topic %v, tenant %v; want 1 each", rateLimited(t, e.Env, "topic"), rateLimited(t, e.Env, "tenant"))
+	if limited(t, e.Env, "topic") != 1 || limited(t, e.Env, "tenant") != 1 {
+		t.Errorf("refusals counted: topic %v, tenant %v; want 1 each", limited(t, e.Env, "topic"), limited(t, e.Env, "tenant"))
 	}
 }
 
@@ -201,4 +185,93 @@ func TestSendRateLimitAcrossProcesses(t *testing.T) {
 			t.Errorf("send %d (process %d): %d, want %d", i, i%2, code, want)
 		}
 	}
+}
+
+// limited is imshard_rate_limited_total of the scope.
+func limited(t *testing.T, e *harness.Env, scope string) float64 {
+	t.Helper()
+	return rpMetric(t, e, "imshard_rate_limited_total", "tenant="+e.Tenant, "scope="+scope)
+}
+
+// TestReadAndChangeRateLimits: a user's reads and changes each have a
+// bucket of their own in the process: past it a request is 429
+// rate_limited with the same fields as a send's, another user is not
+// affected, and a reload changes the limits at once.
+func TestReadAndChangeRateLimits(t *testing.T) {
+	e := stStart(t, harness.Options{Mutate: func(c *config.Config) {
+		c.Limits.Reads = slow(2)
+		c.Limits.Changes = slow(1)
+	}})
+	e.groupOfUsers("rc", 2)
+	e.mustSend(e.Token(1, ""), "rc", sendBody("a", "hi"))
+	tok := e.Token(1, "")
+	for i := range 2 {
+		if code, _ := e.Do("GET", "/v1/topics/rc/messages", tok, nil); code != 200 {
+			t.Fatalf("read %d: %d", i, code)
+		}
+	}
+	for _, c := range []struct {
+		method, path string
+		body         any
+		scope        string
+		policy       string
+	}{
+		{"GET", "/v1/me/unread", nil, "reads", `"reads";q=2;w=2000`},
+		{"PUT", "/v1/topics/rc/read", map[string]any{"seq": 1}, "", ""},
+		{"PUT", "/v1/topics/rc/read", map[string]any{"seq": 1}, "changes", `"changes";q=1;w=1000`},
+	} {
+		code, raw, h := e.DoHeader(c.method, c.path, tok, c.body)
+		if c.scope == "" {
+			if code != 200 {
+				t.Errorf("%s %s: %d %s", c.method, c.path, code, raw)
+			}
+			continue
+		}
+		var out struct {
+			Error struct {
+				Code    string         `json:"code"`
+				Details map[string]any `json:"details"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(raw, &out)
+		retry, _ := strconv.Atoi(h.Get("Retry-After"))
+		if code != 429 || out.Error.Code != "rate_limited" || out.Error.Details["scope"] != c.scope || retry < 1 ||
+			h.Get("RateLimit-Policy") != c.policy || h.Get("RateLimit") != fmt.Sprintf(`"%s";r=0;t=%d`, c.scope, retry) {
+			t.Errorf("%s %s: %d %s %v", c.method, c.path, code, raw, h)
+		}
+		if n := limited(t, e.Env, c.scope); n != 1 {
+			t.Errorf("imshard_rate_limited_total{scope=%s} = %v, want 1", c.scope, n)
+		}
+	}
+	if code, _ := e.Do("GET", "/v1/topics/rc/messages", e.Token(2, ""), nil); code != 200 {
+		t.Errorf("another user's read: %d, want 200", code)
+	}
+	e.Reload(func(c *config.Config) { c.Limits.Reads = config.Rate{} })
+	if code, _ := e.Do("GET", "/v1/topics/rc/messages", tok, nil); code != 200 {
+		t.Errorf("a read after the reload turned reads off: %d, want 200", code)
+	}
+}
+
+// TestStreamConnectionsPerUser: stream.max_connections_per_user refuses a
+// user's socket past the cap with 429 before the upgrade, counts it, and
+// leaves other users alone; a socket closed frees its place.
+func TestStreamConnectionsPerUser(t *testing.T) {
+	e := stStart(t, harness.Options{Mutate: func(c *config.Config) { c.Stream.MaxConnectionsPerUser = 2 }})
+	e.groupOfUsers("sc", 2)
+	tok := e.Token(1, "")
+	first := stMustDial(t, e.Env, "/v1/topics/sc/stream", tok)
+	first.must("live")
+	stMustDial(t, e.Env, "/v1/stream", tok)
+	if _, status, err := stDial(t, e.Env, "/v1/topics/sc/stream", tok, 0); err == nil || status != 429 {
+		t.Fatalf("third socket of one user: %d %v, want 429", status, err)
+	}
+	if n := limited(t, e.Env, "connections"); n != 1 {
+		t.Errorf("imshard_rate_limited_total{scope=connections} = %v, want 1", n)
+	}
+	stMustDial(t, e.Env, "/v1/topics/sc/stream", e.Token(2, ""))
+	_ = first.ws.Close(websocket.StatusNormalClosure, "")
+	sendWaitFor(t, 10*time.Second, "the closed socket's place", func() bool {
+		c, status, _ := stDial(t, e.Env, "/v1/topics/sc/stream", tok, 0)
+		return c != nil && status == 101
+	})
 }

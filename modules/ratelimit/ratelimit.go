@@ -227,3 +227,31 @@ func SendPolicies(l config.SendLimits) string {
 	}
 	return Policies(members...)
 }
+
+// Reads wraps a read route: each request takes one of its caller's reads
+// before fn runs. A nil Limiter (a tool's service without limits) wraps
+// nothing.
+func (l *Limiter) Reads(fn httpapi.HandlerFunc) httpapi.HandlerFunc {
+	if l == nil {
+		return fn
+	}
+	return func(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
+		if err := l.Read(p.Tenant, p.UserID); err != nil {
+			return err
+		}
+		return fn(w, r, p)
+	}
+}
+
+// Changes wraps a change route as Reads does a read route.
+func (l *Limiter) Changes(fn httpapi.HandlerFunc) httpapi.HandlerFunc {
+	if l == nil {
+		return fn
+	}
+	return func(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
+		if err := l.Change(p.Tenant, p.UserID); err != nil {
+			return err
+		}
+		return fn(w, r, p)
+	}
+}
