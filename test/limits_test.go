@@ -275,3 +275,41 @@ func TestStreamConnectionsPerUser(t *testing.T) {
 		return c != nil && status == 101
 	})
 }
+
+// TestStreamSubscribeBounded: a subscribe frame naming more topics than a
+// socket may follow is refused whole before any topic is checked, and each
+// subscribe frame is one of the user's reads: past the bucket it is
+// refused with rate_limited and its wait.
+func TestStreamSubscribeBounded(t *testing.T) {
+	e := stStart(t, harness.Options{Mutate: func(c *config.Config) {
+		c.Stream.MaxTopics = 2
+		c.Limits.Reads = slow(1)
+	}})
+	e.groupOfUsers("sa", 1)
+	c := stMustDial(t, e.Env, "/v1/stream", e.Token(1, ""))
+	topics := func(names ...string) map[string]any {
+		m := map[string]any{}
+		for _, n := range names {
+			m[n] = map[string]any{"since": 0}
+		}
+		return m
+	}
+	c.write(map[string]any{"type": "subscribe", "topics": topics("sa", "x1", "x2")})
+	if f := c.must("error"); f.Code != "invalid_argument" || f.Topic != "" {
+		t.Fatalf("a subscribe of 3 topics with max_topics 2: %+v", f)
+	}
+	if n := rpMetric(t, e.Env, "imshard_stream_subscriptions"); n != 0 {
+		t.Errorf("the refused frame followed %v topics", n)
+	}
+	c.write(map[string]any{"type": "subscribe", "topics": topics("sa")})
+	if f := c.must("live"); f.Topic != "sa" {
+		t.Fatalf("first subscribe: %+v", f)
+	}
+	c.write(map[string]any{"type": "subscribe", "topics": topics("sa")})
+	if f := c.must("error"); f.Code != "rate_limited" || f.RetryMS <= 0 {
+		t.Fatalf("a subscribe past the user's reads: %+v", f)
+	}
+	if n := limited(t, e.Env, "reads"); n != 1 {
+		t.Errorf("imshard_rate_limited_total{scope=reads} = %v, want 1", n)
+	}
+}

@@ -802,6 +802,17 @@ func (c *conn) read() {
 				c.requestError(`subscribe needs "topics": {"<topic>": {"since": 0, "changes_since": 0}} (cursors >= 0) on a /v1/stream socket`)
 				continue
 			}
+			// bounded before any topic costs a check: a frame names at most
+			// what a socket may follow, and each frame is one of the user's
+			// reads
+			if len(r.subscribe) > c.s.lim.MaxTopics {
+				c.requestError("a subscribe names at most stream.max_topics (" + strconv.Itoa(c.s.lim.MaxTopics) + ") topics")
+				continue
+			}
+			if err := c.s.rl.Read(c.p.Tenant, c.p.UserID); err != nil {
+				c.limitedError(err)
+				continue
+			}
 		case "unsubscribe":
 			if c.single || json.Unmarshal(req.Topics, &r.unsubscribe) != nil {
 				c.requestError(`unsubscribe needs "topics": ["<topic>", …] on a /v1/stream socket`)
@@ -831,6 +842,18 @@ func negative(topics map[string]cursors) bool {
 		}
 	}
 	return false
+}
+
+// limitedError is the error frame of a request a rate limit refused, with
+// its wait.
+func (c *conn) limitedError(err error) {
+	var e *httpapi.Error
+	f := errorFrame{Type: "error", Code: httpapi.CodeRateLimited, Detail: "your read rate limit is reached; retry after retry_after_ms"}
+	if errors.As(err, &e) {
+		f.RetryAfterMS, _ = e.Details["retry_after_ms"].(int64)
+	}
+	b, _ := json.Marshal(f)
+	c.send(b, time.Time{})
 }
 
 func (c *conn) requestError(msg string) {
@@ -895,4 +918,7 @@ type errorFrame struct {
 	Topic  string `json:"topic,omitempty"`
 	Code   string `json:"code"`
 	Detail string `json:"detail"`
+	// RetryAfterMS is set on a rate_limited request error: the wait
+	// before the request passes
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }
