@@ -47,6 +47,10 @@ type HTTP struct {
 	WriteTimeout      time.Duration `mapstructure:"write_timeout"`
 	IdleTimeout       time.Duration `mapstructure:"idle_timeout"`
 	MaxConns          int           `mapstructure:"max_conns"`
+	// MaxConnsPerClient caps the API connections of one client address (0
+	// = no cap): one client cannot take every one of MaxConns. Leave it 0
+	// behind a proxy, where every connection comes from the proxy.
+	MaxConnsPerClient int `mapstructure:"max_conns_per_client"`
 }
 
 // Auth is how API credentials (the tenants' JWTs) are checked.

@@ -473,6 +473,7 @@ func TestValidateRules(t *testing.T) {
 		{"limit burst zero", func(c *Config) { c.Limits.Send.Topic.Burst = 0 }, "limits.send.topic.burst"},
 		{"tenant limit burst zero", func(c *Config) { c.Tenants[0].Limits.Send.Tenant = &Rate{PerSecond: 5} }, "tenants[0].limits.send.tenant.burst"},
 		{"connections per user", func(c *Config) { c.Stream.MaxConnectionsPerUser = -1 }, "stream.max_connections_per_user"},
+		{"connections per client above max conns", func(c *Config) { c.HTTP.MaxConnsPerClient = c.HTTP.MaxConns + 1 }, "http.max_conns_per_client"},
 		{"migrate batch size low", func(c *Config) { c.Migrate.BatchSize = 0 }, "migrate.batch_size"},
 		{"migrate batch size high", func(c *Config) { c.Migrate.BatchSize = 100_001 }, "migrate.batch_size"},
 		{"migrate rows per second", func(c *Config) { c.Migrate.RowsPerSecond = -1 }, "migrate.rows_per_second"},

@@ -61,6 +61,7 @@ func (c *Config) validateHTTP(p *problems) {
 	p.durRange("http.write_timeout", h.WriteTimeout, 100*time.Millisecond, time.Hour)
 	p.durRange("http.idle_timeout", h.IdleTimeout, 100*time.Millisecond, time.Hour)
 	p.intRange("http.max_conns", int64(h.MaxConns), 1, 1<<20)
+	p.intRange("http.max_conns_per_client", int64(h.MaxConnsPerClient), 0, int64(h.MaxConns))
 	// a send waits up to the produce timeout for Kafka and up to 5 s
 	// more for its Redis bookkeeping before it answers
 	if h.WriteTimeout < c.Send.ProduceTimeout+6*time.Second {
