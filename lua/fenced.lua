@@ -392,8 +392,9 @@ end
 -- ({6}) is decided before it and never charged. tats are the buckets'
 -- stored values as the call's MGET read them; now is Redis time in µs.
 --
--- A bucket's tat is the time it would be empty again at its rate; a send
--- passes while tat + interval - burst * interval <= now. Reply: nil and
+-- A bucket's tat (theoretical arrival time) is when it is full again: each
+-- send it let through moves it an interval on; a send passes while
+-- tat + interval - burst * interval <= now. Reply: nil and
 -- the new tats with the tightest bucket (fewest left), or the refusing
 -- bucket that frees last and its wait.
 local function limit(tats, args, now)
