@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/test/harness"
+	"github.com/imshard/imshard/test/testenv"
 )
 
 // slow is a bucket that refills so slowly (one send per 1,000 s) that
@@ -311,5 +313,42 @@ func TestStreamSubscribeBounded(t *testing.T) {
 	}
 	if n := limited(t, e.Env, "reads"); n != 1 {
 		t.Errorf("imshard_rate_limited_total{scope=reads} = %v, want 1", n)
+	}
+}
+
+// `imshard bench limits` runs end to end — two send processes, one user
+// over its limit — prints the accepted rate beside the limit, never lets
+// more than the limit (and its burst) through, leaves no key of its tenant
+// behind, and rejects bad usage with exit 2.
+func TestLimitsBenchCommand(t *testing.T) {
+	tenant := testenv.NewTenant(t)
+	cfg := tenantConfig(t, tenant, "")
+	code, out := runCLI(t, nil, "--config", cfg, "bench", "limits", "--tenant", tenant,
+		"--duration=2s", "--per-second=10", "--burst=5", "--offered=3")
+	m := regexp.MustCompile(`accepted (\d+), refused 429 (\d+), failed 0`).FindStringSubmatch(out)
+	if code != 0 || m == nil || !strings.Contains(out, "accepted rate (less the burst)") {
+		t.Fatalf("bench limits: exit %d\n%s", code, out)
+	}
+	// the limit lets through the burst and 10 a second of the run's time
+	el := regexp.MustCompile(`burst 5\) for ([0-9.]+)s`).FindStringSubmatch(out)
+	if el == nil {
+		t.Fatalf("bench limits printed no run time\n%s", out)
+	}
+	secs, _ := strconv.ParseFloat(el[1], 64)
+	if accepted, _ := strconv.Atoi(m[1]); float64(accepted) > 5+10*secs+1 {
+		t.Fatalf("bench limits: %d sends accepted in %.1f s under 10/s with a burst of 5\n%s", accepted, secs, out)
+	}
+	if refused, _ := strconv.Atoi(m[2]); refused == 0 {
+		t.Fatalf("bench limits refused nothing at 3× the limit\n%s", out)
+	}
+	rdb := testenv.RedisClient(t, testenv.RedisAddr())
+	e, err := rdb.Do(context.Background(), rdb.B().Scan().Cursor(0).Match("*im:{"+tenant+"}:*").Count(100000).Build()).AsScanEntry()
+	if err != nil || len(e.Elements) > 0 {
+		t.Fatalf("bench limits left keys of its tenant: %v %.5q", err, e.Elements)
+	}
+	for _, bad := range [][]string{{"--processes=0"}, {"--per-second=0"}, {"--burst=0"}, {"--offered=-1"}} {
+		if code, out := runCLI(t, nil, append([]string{"--config", cfg, "bench", "limits"}, bad...)...); code != 2 {
+			t.Fatalf("bench limits %v: exit %d, want 2\n%s", bad, code, out)
+		}
 	}
 }
