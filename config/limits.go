@@ -10,10 +10,9 @@ import (
 // "Limits"): the top-level section is every tenant's default, and a tenant's
 // own limits (Tenant.Limits) replace it bucket by bucket. Sends are counted
 // exactly across processes, inside the send's Redis call; reads and changes
-// per process (the query, send and changes roles each keep their own
-// buckets), where a client that spreads its requests over processes gets at
-// most the limit times the process count, which is all these limits are for:
-// no one user monopolising a process.
+// in each process that serves them, where a client that spreads its
+// requests over processes gets at most the limit times the process count:
+// these limits are there so that no one user monopolises a process.
 type Limits struct {
 	Send SendLimits `mapstructure:"send" yaml:"send" json:"send"`
 	// Reads are one user's history pages, message reads and read-state
