@@ -28,6 +28,7 @@ type stFrame struct {
 	Seq       int64           `json:"seq"`
 	ChangeSeq int64           `json:"change_seq"`
 	Code      string          `json:"code"`
+	Detail    string          `json:"detail"`
 	RetryMS   int64           `json:"retry_after_ms"`
 }
 

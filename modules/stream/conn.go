@@ -491,10 +491,11 @@ func (c *conn) catchUpAll(ctx context.Context) {
 // finds and the recorded gaps, then what is held above. It needs one of
 // the per-process catch-up slots.
 func (c *conn) catchUp(ctx context.Context, f *follow) {
-	if !c.s.acquire(ctx) {
+	release, ok := c.s.acquire(ctx, c.p)
+	if !ok {
 		return
 	}
-	defer c.s.release()
+	defer release()
 	c.s.m.catchups.Inc()
 	for {
 		page, err := c.s.q.Since(ctx, c.p, f.topic, f.cursor, pageSize)
@@ -567,10 +568,11 @@ func (c *conn) sendGaps(ctx context.Context, f *follow, gaps *[]int64, stop int6
 // of the topic's changes, is a reset frame instead: the client reloads
 // what it shows of the topic and continues from the reset's change_seq.
 func (c *conn) catchUpChanges(ctx context.Context, f *follow) {
-	if !c.s.acquire(ctx) {
+	release, ok := c.s.acquire(ctx, c.p)
+	if !ok {
 		return
 	}
-	defer c.s.release()
+	defer release()
 	ch, err := c.s.q.ChangesSince(ctx, c.p, f.topic, f.changes, c.s.lim.MaxCatchupChanges)
 	f.changesDue = err != nil && !denied(err)
 	if err != nil {
@@ -802,13 +804,13 @@ func (c *conn) read() {
 				c.requestError(`subscribe needs "topics": {"<topic>": {"since": 0, "changes_since": 0}} (cursors >= 0) on a /v1/stream socket`)
 				continue
 			}
-			// bounded before any topic costs a check: a frame names at most
-			// what a socket may follow, and each frame is one of the user's
-			// reads
+			// refused whole before any topic costs a read: a socket follows
+			// at most max_topics, so a longer frame cannot be meant
 			if len(r.subscribe) > c.s.lim.MaxTopics {
-				c.requestError("a subscribe names at most stream.max_topics (" + strconv.Itoa(c.s.lim.MaxTopics) + ") topics")
+				c.requestError("a subscribe names at most stream.max_topics (" + strconv.Itoa(c.s.lim.MaxTopics) + ") topics; nothing was subscribed")
 				continue
 			}
+			// and each frame is one of the user's reads
 			if err := c.s.rl.Read(c.p.Tenant, c.p.UserID); err != nil {
 				c.limitedError(err)
 				continue
