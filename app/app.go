@@ -71,7 +71,7 @@ func New(cfg *config.Config, log zerolog.Logger) *App {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a := &App{Config: cfg, Log: log, Registry: reg, APIMux: httpapi.NewMux(), services: map[string]Service{}}
-	a.tenants.set(cfg.Tenants)
+	a.tenants.set(cfg.Tenants, cfg.Limits)
 	a.reload.live = cfg
 	a.reload.lastOK, a.reload.failures = newReloadMetrics(reg)
 	a.reload.weakSecrets = promauto.With(reg).NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_tenant_secret_weak",

@@ -28,6 +28,7 @@ import (
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/migrate"
+	"github.com/imshard/imshard/modules/ratelimit"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/shardmgr"
 	"github.com/imshard/imshard/modules/tenantdb"
@@ -49,6 +50,7 @@ type clients struct {
 	shards   *shardmgr.Manager
 	migs     *routing.Migrations
 	migrator *migrate.Migrator
+	limits   *ratelimit.Limiter
 }
 
 // holder is the Service of a module that is only a client: nothing to run,
@@ -433,6 +435,8 @@ func initRouting(ctx context.Context, a *App) (Service, error) {
 	c.routes = routing.NewRoutes(c.redis, c.keys, c.scripts)
 	c.acl = acl.New(acl.Params{Redis: c.redis, KeySpace: c.keys, Scripts: c.scripts, DBs: c.pools, TTL: a.Config.Send.ACLCacheTTL, Log: a.Log.With().Str("module", "acl").Logger()})
 	c.migs = routing.NewMigrations(c.pools, c.redis, c.keys, c.scripts, a.Log.With().Str("module", Routing).Logger())
+	c.limits = ratelimit.New(a.tenants.limitsOf, a.Registry)
+	c.limits.ExportTenants(c.pools.IDs())
 	alloc, migs := c.alloc, c.migs
 	// the loop keeps every process's view of migration states fresh
 	return runner{
@@ -481,7 +485,7 @@ func initShardMgr(ctx context.Context, a *App) (Service, error) {
 func initOps(ctx context.Context, a *App) (Service, error) {
 	// probes and scrapes must get through while the API is saturated: no
 	// connection cap here, the same timeouts
-	return newHTTPServer(a.Config.Metrics.Addr, a.opsHandler(), a.Config.HTTP, 0, nil, a)
+	return newHTTPServer(a.Config.Metrics.Addr, a.opsHandler(), a.Config.HTTP, nil, a)
 }
 
 func initAPI(ctx context.Context, a *App) (Service, error) {
@@ -489,10 +493,17 @@ func initAPI(ctx context.Context, a *App) (Service, error) {
 		Name: "imshard_http_open_connections",
 		Help: "Connections the API server holds open (at most http.max_conns; more wait to be accepted).",
 	})
-	if err := a.Registry.Register(open); err != nil {
-		return nil, err
+	refused := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "imshard_http_connections_refused_total",
+		Help: "API connections answered 429 and closed at once because their client address held http.max_conns_per_client.",
+	})
+	for _, c := range []prometheus.Collector{open, refused} {
+		if err := a.Registry.Register(c); err != nil {
+			return nil, err
+		}
 	}
-	return newHTTPServer(a.Config.HTTP.Addr, a.APIMux, a.Config.HTTP, a.Config.HTTP.MaxConns, open, a)
+	return newHTTPServer(a.Config.HTTP.Addr, a.APIMux, a.Config.HTTP, &connLimits{max: a.Config.HTTP.MaxConns,
+		perClient: a.Config.HTTP.MaxConnsPerClient, open: open, refused: refused}, a)
 }
 
 // httpServer listens at start (so a taken port fails start-up); when its
@@ -520,15 +531,23 @@ type httpServer struct {
 	grace time.Duration
 }
 
-// newHTTPServer listens on addr; maxConns > 0 caps the connections held
-// at once, counted in open (if set).
-func newHTTPServer(addr string, h http.Handler, c config.HTTP, maxConns int, open prometheus.Gauge, a *App) (Service, error) {
+// connLimits are the caps of a listener's connections: max at once,
+// counted in open, and perClient of one client address (0: none), whose
+// refusals count in refused.
+type connLimits struct {
+	max, perClient int
+	open           prometheus.Gauge
+	refused        prometheus.Counter
+}
+
+// newHTTPServer listens on addr; limits (nil: none) cap the connections.
+func newHTTPServer(addr string, h http.Handler, c config.HTTP, limits *connLimits, a *App) (Service, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
-	if maxConns > 0 {
-		ln = newLimitListener(ln, maxConns, open)
+	if limits != nil {
+		ln = newLimitListener(ln, limits.max, limits.perClient, limits.open, limits.refused)
 	}
 	a.Log.Info().Str("addr", ln.Addr().String()).Msg("listening")
 	return &httpServer{ln: ln, srv: &http.Server{

@@ -24,8 +24,9 @@ func (k configKey) covers(key string) bool {
 // read, nor a query process for a persist batch size.
 var keysRead = map[string][]configKey{
 	// Ops is in every process: its listener shares the http timeouts, and
-	// the drain, the logger and the tenant set belong to the process
-	Ops:      {"metrics.addr", "log", "tenants", "tenants_file", "http.shutdown_grace", "http.read_header_timeout", "http.read_timeout", "http.write_timeout", "http.idle_timeout"},
+	// the drain, the logger and the tenant set (with each tenant's limits)
+	// belong to the process
+	Ops:      {"metrics.addr", "log", "tenants", "tenants_file", "limits", "http.shutdown_grace", "http.read_header_timeout", "http.read_timeout", "http.write_timeout", "http.idle_timeout"},
 	MySQL:    {"mysql"},
 	Redis:    {"redis"},
 	Kafka:    {"kafka.brokers", "kafka.topic", "kafka.dlq_topic", "kafka.partitions", "kafka.data_dir", "kafka.replication_factor", "kafka.sasl", "kafka.tls"},
@@ -46,7 +47,7 @@ var keysRead = map[string][]configKey{
 
 // liveKeys are the keys a reload applies to a running process; a change to
 // any other key a process uses waits for its restart.
-var liveKeys = []configKey{"log.level", "tenants", "tenants_file"}
+var liveKeys = []configKey{"log.level", "tenants", "tenants_file", "limits"}
 
 // KeysUsed lists the configuration keys a process running roles reads, in
 // the order of config.Keys.

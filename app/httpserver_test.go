@@ -20,12 +20,12 @@ import (
 	"github.com/imshard/imshard/config"
 )
 
-// serveHTTP runs an httpServer with the given timeouts and cap on a free
-// port until the test ends and returns its address.
-func serveHTTP(t *testing.T, c config.HTTP, maxConns int, open prometheus.Gauge, h http.Handler) string {
+// serveHTTP runs an httpServer with the given timeouts and caps (nil:
+// none) on a free port until the test ends and returns its address.
+func serveHTTP(t *testing.T, c config.HTTP, limits *connLimits, h http.Handler) string {
 	t.Helper()
 	a := &App{Log: zerolog.Nop()}
-	svc, err := newHTTPServer("127.0.0.1:0", h, c, maxConns, open, a)
+	svc, err := newHTTPServer("127.0.0.1:0", h, c, limits, a)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func trickle(conn net.Conn, s string, tick time.Duration) <-chan int {
 // than that, whatever it sends.
 func TestHTTPSlowClientsAreCutOff(t *testing.T) {
 	var served atomic.Int64
-	addr := serveHTTP(t, shortTimeouts(), 0, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr := serveHTTP(t, shortTimeouts(), nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, err := io.ReadAll(r.Body); err != nil {
 			http.Error(w, "slow", http.StatusBadRequest)
 			return
@@ -125,7 +125,7 @@ func TestHTTPSlowClientsAreCutOff(t *testing.T) {
 
 // An idle keep-alive connection is closed after the idle timeout.
 func TestHTTPIdleKeepAliveClosed(t *testing.T) {
-	addr := serveHTTP(t, shortTimeouts(), 0, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr := serveHTTP(t, shortTimeouts(), nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok")
 	}))
 	conn, err := net.Dial("tcp", addr)
@@ -158,7 +158,7 @@ func TestHTTPConnectionCap(t *testing.T) {
 	c := shortTimeouts()
 	c.IdleTimeout = time.Minute // held connections stay until the test closes them
 	open := prometheus.NewGauge(prometheus.GaugeOpts{Name: "open"})
-	addr := serveHTTP(t, c, 2, open, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr := serveHTTP(t, c, &connLimits{max: 2, open: open}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok")
 	}))
 	get := func(conn net.Conn, br *bufio.Reader) error {
@@ -215,13 +215,76 @@ func TestHTTPConnectionCap(t *testing.T) {
 	}
 }
 
+// Past http.max_conns_per_client, one more connection of the same client
+// address is answered 429 rate_limited and closed at once, counted, while
+// another client is served; a held connection closed frees its place.
+func TestHTTPConnectionCapPerClient(t *testing.T) {
+	c := shortTimeouts()
+	c.IdleTimeout = time.Minute
+	refused := prometheus.NewCounter(prometheus.CounterOpts{Name: "refused"})
+	addr := serveHTTP(t, c, &connLimits{max: 4, perClient: 2, refused: refused}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	get := func(from string) (net.Conn, *http.Response) {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		conn, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("from %s: %v", from, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		resp.Header.Set("X-Body", string(body))
+		return conn, resp
+	}
+	first, resp := get("127.0.0.1")
+	if resp.StatusCode != 200 {
+		t.Fatalf("first: %d", resp.StatusCode)
+	}
+	if _, resp := get("127.0.0.1"); resp.StatusCode != 200 {
+		t.Fatalf("second: %d", resp.StatusCode)
+	}
+	_, resp = get("127.0.0.1")
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" || !strings.Contains(resp.Header.Get("X-Body"), `"code":"rate_limited"`) {
+		t.Fatalf("third of one client: %d %v", resp.StatusCode, resp.Header)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(refused)
+	if mfs, err := reg.Gather(); err != nil || mfs[0].GetMetric()[0].GetCounter().GetValue() != 1 {
+		t.Fatalf("refused connections %v, %v; want 1", mfs, err)
+	}
+	if _, resp := get("127.0.0.2"); resp.StatusCode != 200 {
+		t.Fatalf("another client: %d", resp.StatusCode)
+	}
+	first.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, resp := get("127.0.0.1"); resp.StatusCode == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a closed connection did not free its client's place")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // A hijacked connection (an upgraded WebSocket) no longer takes one of the
 // max_conns slots: with a cap of 1, a second client is answered while the
 // first connection is held hijacked.
 func TestHTTPHijackedLeavesTheCap(t *testing.T) {
 	c := shortTimeouts()
 	held := make(chan net.Conn, 1)
-	addr := serveHTTP(t, c, 1, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr := serveHTTP(t, c, &connLimits{max: 1}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hijack" {
 			conn, _, err := http.NewResponseController(w).Hijack()
 			if err == nil {
@@ -258,7 +321,7 @@ func TestHTTPLongLivedRouteLiftsDeadlines(t *testing.T) {
 	c := shortTimeouts()
 	c.WriteTimeout = 300 * time.Millisecond
 	const chunks = 8 // 8 × 100 ms: well past the write timeout
-	addr := serveHTTP(t, c, 0, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr := serveHTTP(t, c, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
 		if r.URL.Path == "/stream" {
 			_ = rc.SetReadDeadline(time.Time{})

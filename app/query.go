@@ -99,7 +99,7 @@ func (a *App) NewRouteCheck() *routecheck.Checker {
 // search, by id, the admin lookups.
 func initQuery(ctx context.Context, a *App) (Service, error) {
 	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
-	a.NewQuery().Register(a.APIMux, auth, a.Log.With().Str("module", Query).Logger())
+	a.NewQuery().Register(a.APIMux, auth, a.Log.With().Str("module", Query).Logger(), a.clients.limits)
 	return holder{}, nil
 }
 
@@ -108,7 +108,7 @@ func initQuery(ctx context.Context, a *App) (Service, error) {
 func initInbox(ctx context.Context, a *App) (Service, error) {
 	svc := a.NewInbox()
 	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
-	svc.Register(a.APIMux, auth, a.Log.With().Str("module", Inbox).Logger())
+	svc.Register(a.APIMux, auth, a.Log.With().Str("module", Inbox).Logger(), a.clients.limits)
 	return holder{close: func() error { svc.Close(); return nil }}, nil
 }
 
@@ -134,7 +134,9 @@ func initStream(ctx context.Context, a *App) (Service, error) {
 			ACLCheckInterval:  st.ACLCheckInterval,
 			MaxCatchups:       st.MaxCatchups,
 			MaxCatchupChanges: st.MaxCatchupChanges,
+			MaxPerUser:        st.MaxConnectionsPerUser,
 		},
+		RateLimits: a.clients.limits,
 		Log:        a.Log.With().Str("module", Stream).Logger(),
 		Registerer: a.Registry,
 	})

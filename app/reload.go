@@ -109,7 +109,8 @@ func (a *App) watchReload(ctx context.Context) {
 }
 
 // Reload applies next, the configuration as read again, before it returns:
-// its tenants replace the running ones and log.level takes effect at once;
+// its tenants and their limits replace the running ones and log.level takes
+// effect at once;
 // every other changed key that the process's modules read (keysRead) is
 // logged with "restart needed" (and again on each reload until a restart
 // applies it), and a key none of them reads is only listed at debug level.
@@ -129,8 +130,8 @@ func (a *App) Reload(next *config.Config) {
 		}
 	}
 	applied := *live
-	applied.Tenants, applied.TenantsFile = next.Tenants, next.TenantsFile
-	a.tenants.set(applied.Tenants)
+	applied.Tenants, applied.TenantsFile, applied.Limits = next.Tenants, next.TenantsFile, next.Limits
+	a.tenants.set(applied.Tenants, applied.Limits)
 	if a.clients.pools != nil {
 		a.clients.pools.SetTenants(Tenants(&applied))
 	}
@@ -167,6 +168,9 @@ func (a *App) exportTenants(tenants []config.Tenant) {
 	}
 	if a.clients.rmetrics != nil {
 		a.clients.rmetrics.ExportTenants(ids)
+	}
+	if a.clients.limits != nil {
+		a.clients.limits.ExportTenants(ids)
 	}
 	if a.clients.shards != nil && slices.Contains(a.Modules(), ShardMgr) {
 		a.clients.shards.ExportTenants(ids)

@@ -23,6 +23,7 @@ func initSend(ctx context.Context, a *App) (Service, error) {
 		Scripts:    c.scripts,
 		ACL:        c.acl,
 		Migrations: c.migs,
+		Limits:     c.limits,
 		Auth:       httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL),
 		Log:        a.Log.With().Str("module", Send).Logger(),
 		Registerer: a.Registry,
@@ -58,6 +59,6 @@ func (a *App) NewChanges() *changes.Service {
 func initChanges(ctx context.Context, a *App) (Service, error) {
 	svc := a.NewChanges()
 	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
-	svc.Register(a.APIMux, auth, a.Log.With().Str("module", Changes).Logger())
+	svc.Register(a.APIMux, auth, a.Log.With().Str("module", Changes).Logger(), a.clients.limits)
 	return holder{}, nil
 }

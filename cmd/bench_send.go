@@ -35,7 +35,15 @@ type benchSendOptions struct {
 	tenant      string
 	cpuProfile  string
 	profileHTTP string
+	limits      string
 }
+
+// The --limits of bench send: the cost of the send call's limit check
+// with every bucket on (and never reached), or without it.
+const (
+	limitsUnhit = "unhit"
+	limitsOff   = "off"
+)
 
 // minPairs is the fewest rounds whose medians the bars are read from.
 const minPairs = 5
@@ -72,6 +80,7 @@ func newBenchSendCmd(g *globals) *cobra.Command {
 	c.Flags().StringVar(&o.addr, "addr", "", "API address of a running send role (default: start one in-process)")
 	c.Flags().StringVar(&o.tenant, "tenant", "bench", "tenant to send as (with --addr: a configured tenant)")
 	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (in-process API included) to this file")
+	c.Flags().StringVar(&o.limits, "limits", limitsUnhit, "the in-process tenant's send limits: unhit (its tenant, user and topic buckets on at 1,000,000/s, decided on every send and never reached) or off (no bucket)")
 	c.Flags().StringVar(&o.profileHTTP, "profile-http", "", "write a CPU profile of the first round's HTTP side alone to this file (not with --cpuprofile)")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		if o.concurrency < 1 || o.topics < 1 || o.pairs < 1 || o.duration <= 0 || o.bodyBytes < 1 || o.warmup < 0 {
@@ -80,6 +89,9 @@ func newBenchSendCmd(g *globals) *cobra.Command {
 		rates, shares, err := parseRates(o.rate)
 		if err != nil {
 			return err
+		}
+		if o.limits != limitsUnhit && o.limits != limitsOff {
+			return usagef("--limits must be %s or %s, got %q", limitsUnhit, limitsOff, o.limits)
 		}
 		if o.profileHTTP != "" && o.cpuProfile != "" {
 			return usagef("--profile-http and --cpuprofile cannot run together (one CPU profile at a time)")
@@ -116,6 +128,10 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 		// a tenant of our own with a one-off secret; its database and Redis
 		// keys are dropped at the end
 		secret = []byte(benchTenant(cfg, o.tenant))
+		if o.limits == limitsUnhit {
+			unhit := &config.Rate{PerSecond: 1_000_000, Burst: 1_000_000}
+			cfg.Tenants[len(cfg.Tenants)-1].Limits.Send = config.TenantSendLimits{Tenant: unhit, User: unhit, Topic: unhit}
+		}
 		cfg.HTTP.Addr, cfg.Metrics.Addr = "127.0.0.1:0", "127.0.0.1:0"
 		cfg.HTTP.ShutdownDelay = 0 // no load balancer to drain
 		if len(cfg.Kafka.Brokers) == 0 {
@@ -236,8 +252,12 @@ func prepareBenchTenant(ctx context.Context, a *app.App, tenant string) error {
 }
 
 func printBenchSend(w io.Writer, o *benchSendOptions, rep bench.SendReport) {
-	fmt.Fprintf(w, "send bench: concurrency=%d duration=%s/side/round rounds=%d topics=%d body=%dB GOMAXPROCS=%d\n",
-		o.concurrency, o.duration, len(rep.Rounds), o.topics, o.bodyBytes, rep.GOMAXPROCS)
+	limits := "limits=" + o.limits
+	if o.addr != "" {
+		limits = "limits as the API's configuration has them"
+	}
+	fmt.Fprintf(w, "send bench: concurrency=%d duration=%s/side/round rounds=%d topics=%d body=%dB GOMAXPROCS=%d %s\n",
+		o.concurrency, o.duration, len(rep.Rounds), o.topics, o.bodyBytes, rep.GOMAXPROCS, limits)
 	if o.peer != "" {
 		fmt.Fprintf(w, "peer: %s\n", o.peer)
 	}

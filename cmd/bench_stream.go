@@ -81,6 +81,7 @@ func runBenchStream(ctx context.Context, cfg *config.Config, o *benchStreamOptio
 	cfg.HTTP.MaxConns = max(cfg.HTTP.MaxConns, 1024)
 	cfg.HTTP.ShutdownDelay = 0 // no load balancer to drain
 	cfg.Stream.MaxConnections = max(cfg.Stream.MaxConnections, o.sockets)
+	cfg.Stream.MaxConnectionsPerUser = 0 // a user of the bench holds many sockets
 	if len(cfg.Kafka.Brokers) == 0 {
 		cfg.Kafka.DataDir = ""
 	}

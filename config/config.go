@@ -30,6 +30,7 @@ type Config struct {
 	Stream      Stream   `mapstructure:"stream"`
 	Persist     Persist  `mapstructure:"persist"`
 	Migrate     Migrate  `mapstructure:"migrate"`
+	Limits      Limits   `mapstructure:"limits"`
 }
 
 // HTTP is the API listener. On a stop signal /readyz answers 503 for
@@ -46,6 +47,10 @@ type HTTP struct {
 	WriteTimeout      time.Duration `mapstructure:"write_timeout"`
 	IdleTimeout       time.Duration `mapstructure:"idle_timeout"`
 	MaxConns          int           `mapstructure:"max_conns"`
+	// MaxConnsPerClient caps the API connections of one client address (0
+	// = no cap): one client cannot take every one of MaxConns. Leave it 0
+	// behind a proxy, where every connection comes from the proxy.
+	MaxConnsPerClient int `mapstructure:"max_conns_per_client"`
 }
 
 // Auth is how API credentials (the tenants' JWTs) are checked.
@@ -152,6 +157,8 @@ type Tenant struct {
 	JWTSecret string `mapstructure:"jwt_secret" yaml:"jwt_secret" json:"jwt_secret"`
 	// DSN overrides mysql.dsn_template for this tenant.
 	DSN string `mapstructure:"dsn" yaml:"dsn,omitempty" json:"dsn,omitempty"`
+	// Limits replace the limits section's buckets for this tenant.
+	Limits TenantLimits `mapstructure:"limits" yaml:"limits,omitempty" json:"limits,omitzero"`
 }
 
 // Shard drives the monthly table manager.
@@ -200,6 +207,9 @@ type Stream struct {
 	ACLCheckInterval  time.Duration `mapstructure:"acl_check_interval"`
 	MaxCatchups       int           `mapstructure:"max_catchups"`
 	MaxCatchupChanges int           `mapstructure:"max_catchup_changes"`
+	// MaxConnectionsPerUser caps one user's sockets on one process (0 = no
+	// cap): past it an upgrade is refused 429.
+	MaxConnectionsPerUser int `mapstructure:"max_connections_per_user"`
 }
 
 // Persist is the Kafka → MySQL writer.
@@ -289,15 +299,16 @@ func Default() Config {
 		},
 		HotCache: HotCache{TTL: 24 * time.Hour, MaxPerTopic: 1000, LocalTopics: 1024, LocalMaxAge: 10 * time.Second, LocalUsers: 4096, RememberedMaxAge: 5 * time.Minute, LocalRoutes: 65536},
 		Stream: Stream{
-			MaxConnections:    10_000,
-			MaxTopics:         500,
-			SendQueue:         256,
-			WriteTimeout:      10 * time.Second,
-			PingInterval:      20 * time.Second,
-			IdleTimeout:       60 * time.Second,
-			ACLCheckInterval:  500 * time.Millisecond,
-			MaxCatchups:       64,
-			MaxCatchupChanges: 1000,
+			MaxConnections:        10_000,
+			MaxTopics:             500,
+			SendQueue:             256,
+			WriteTimeout:          10 * time.Second,
+			PingInterval:          20 * time.Second,
+			IdleTimeout:           60 * time.Second,
+			ACLCheckInterval:      500 * time.Millisecond,
+			MaxCatchups:           64,
+			MaxCatchupChanges:     1000,
+			MaxConnectionsPerUser: 16,
 		},
 		Persist: Persist{
 			BatchSize:       500,
@@ -309,6 +320,7 @@ func Default() Config {
 			MaxParked:       50_000,
 		},
 		Migrate: Migrate{BatchSize: 2000, RowsPerSecond: 0},
+		Limits:  DefaultLimits(),
 	}
 }
 

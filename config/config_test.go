@@ -145,7 +145,7 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 	for i := 0; i < len(doc.Content[0].Content); i += 2 {
 		top = append(top, doc.Content[0].Content[i].Value)
 	}
-	want := []string{"http", "auth", "metrics", "log", "mysql", "redis", "kafka", "tenants", "tenants_file", "shard", "send", "hot_cache", "stream", "persist", "migrate"}
+	want := []string{"http", "auth", "metrics", "log", "mysql", "redis", "kafka", "tenants", "tenants_file", "shard", "send", "hot_cache", "stream", "persist", "migrate", "limits"}
 	if !slices.Equal(top, want) {
 		t.Errorf("top-level keys %v, want %v", top, want)
 	}
@@ -468,6 +468,12 @@ func TestValidateRules(t *testing.T) {
 		{"persist retry backoff", func(c *Config) { c.Persist.RetryBackoff = -1 }, "persist.retry_backoff"},
 		{"persist retry backoff max", func(c *Config) { c.Persist.RetryBackoffMax = c.Persist.RetryBackoff - 1 }, "persist.retry_backoff_max"},
 		{"persist max parked", func(c *Config) { c.Persist.MaxParked = 0 }, "persist.max_parked"},
+		{"limit rate negative", func(c *Config) { c.Limits.Send.User.PerSecond = -1 }, "limits.send.user.per_second"},
+		{"limit rate below one a day", func(c *Config) { c.Limits.Reads.PerSecond = 1e-6 }, "limits.reads.per_second"},
+		{"limit burst zero", func(c *Config) { c.Limits.Send.Topic.Burst = 0 }, "limits.send.topic.burst"},
+		{"tenant limit burst zero", func(c *Config) { c.Tenants[0].Limits.Send.Tenant = &Rate{PerSecond: 5} }, "tenants[0].limits.send.tenant.burst"},
+		{"connections per user", func(c *Config) { c.Stream.MaxConnectionsPerUser = -1 }, "stream.max_connections_per_user"},
+		{"connections per client above max conns", func(c *Config) { c.HTTP.MaxConnsPerClient = c.HTTP.MaxConns + 1 }, "http.max_conns_per_client"},
 		{"migrate batch size low", func(c *Config) { c.Migrate.BatchSize = 0 }, "migrate.batch_size"},
 		{"migrate batch size high", func(c *Config) { c.Migrate.BatchSize = 100_001 }, "migrate.batch_size"},
 		{"migrate rows per second", func(c *Config) { c.Migrate.RowsPerSecond = -1 }, "migrate.rows_per_second"},
@@ -869,4 +875,52 @@ func FuzzLoadYAML(f *testing.F) {
 			t.Fatalf("Masked: %v", err)
 		}
 	})
+}
+
+// TestLimitsLoad: the limits section from a file and the environment, and
+// a tenant's own buckets (in the file and a tenants file) replacing the
+// defaults bucket by bucket; an unknown key inside a tenant's limits is
+// refused with its path.
+func TestLimitsLoad(t *testing.T) {
+	tenants := writeFile(t, "tenants.yaml", "- {id: b, jwt_secret: s3cret-bbb, limits: {reads: {per_second: 7, burst: 9}}}\n")
+	path := writeFile(t, "imshard.yaml", `limits: {send: {user: {per_second: 2.5, burst: 5}}}
+tenants:
+  - {id: a, jwt_secret: s3cret-aaa, limits: {send: {topic: {per_second: 1, burst: 1}}}}
+tenants_file: `+tenants+"\n")
+	c := mustLoad(t, LoadOptions{Path: path, Env: []string{"IMSHARD_LIMITS_SEND_TENANT_PER_SECOND=0.5", "IMSHARD_LIMITS_SEND_TENANT_BURST=3"}})
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	def := DefaultLimits()
+	a, b := c.Limits.Of(c.Tenants[0]), c.Limits.Of(c.Tenants[1])
+	want := map[string][2]Rate{
+		"send.tenant": {a.Send.Tenant, Rate{0.5, 3}},
+		"send.user":   {a.Send.User, Rate{2.5, 5}},
+		"send.topic":  {a.Send.Topic, Rate{1, 1}},
+		"reads":       {a.Reads, def.Reads},
+		"b reads":     {b.Reads, Rate{7, 9}},
+		"b topic":     {b.Send.Topic, def.Send.Topic},
+	}
+	for name, w := range want {
+		if w[0] != w[1] {
+			t.Errorf("%s: %+v, want %+v", name, w[0], w[1])
+		}
+	}
+	bad := writeFile(t, "bad.yaml", "tenants: [{id: a, jwt_secret: s3cret-aaa, limits: {send: {usr: {per_second: 1, burst: 1}}}}]\n")
+	if _, err := Load(LoadOptions{Path: bad, Env: []string{}}); err == nil || !strings.Contains(err.Error(), "tenants[0].limits.send.usr") {
+		t.Errorf("unknown key in a tenant's limits: %v", err)
+	}
+}
+
+// TestRatePolicyWindow: a bucket's policy window is the time it refills
+// from empty, in whole seconds, at least one.
+func TestRatePolicyWindow(t *testing.T) {
+	for _, c := range []struct {
+		r    Rate
+		want int64
+	}{{Rate{10, 10}, 1}, {Rate{10, 20}, 2}, {Rate{20, 5}, 1}, {Rate{3, 10}, 4}, {Rate{0.001, 3}, 3000}} {
+		if got := c.r.Window(); got != c.want {
+			t.Errorf("%+v: window %d, want %d", c.r, got, c.want)
+		}
+	}
 }

@@ -88,6 +88,11 @@ func toNode(v reflect.Value) (*yaml.Node, error) {
 	switch {
 	case v.Type() == reflect.TypeFor[time.Duration]():
 		return scalar(fmtDuration(time.Duration(v.Int())))
+	case v.Kind() == reflect.Pointer:
+		if v.IsNil() {
+			return scalar(nil)
+		}
+		return toNode(v.Elem())
 	case v.Kind() == reflect.Struct:
 		n := &yaml.Node{Kind: yaml.MappingNode}
 		for i := range v.NumField() {

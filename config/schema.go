@@ -120,6 +120,11 @@ func normalize(key string, in any, t reflect.Type) (any, []error) {
 		}
 		return out, errs
 
+	case t.Kind() == reflect.Pointer:
+		// an optional section (a tenant's own limits): checked as the
+		// section it points to
+		return normalize(key, in, t.Elem())
+
 	case t.Kind() == reflect.Slice:
 		switch v := in.(type) {
 		case []any:
@@ -246,6 +251,8 @@ func decodeHook(from, to reflect.Type, data any) (any, error) {
 		return nil, fmt.Errorf("expected true or false, got %s", describe(data))
 	case to.Kind() == reflect.Int || to.Kind() == reflect.Int64:
 		return toInt(data)
+	case to.Kind() == reflect.Float64:
+		return toFloat(data)
 	case to.Kind() == reflect.String:
 		// Not converting numbers keeps a password like 0123 from silently becoming "83".
 		return nil, fmt.Errorf("expected a string, got %s (quote the value)", describe(data))
@@ -300,6 +307,24 @@ func toInt(data any) (any, error) {
 		return int64(v), nil
 	}
 	return nil, fmt.Errorf("expected an integer, got %s", describe(data))
+}
+
+func toFloat(data any) (any, error) {
+	switch v := data.(type) {
+	case string:
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+			return nil, fmt.Errorf("invalid number %q", v)
+		}
+		return f, nil
+	case int:
+		return float64(v), nil
+	case int64:
+		return float64(v), nil
+	case uint64:
+		return float64(v), nil
+	}
+	return nil, fmt.Errorf("expected a number, got %s", describe(data))
 }
 
 // splitList reads a comma-separated list, ignoring blanks so "a:1, b:2," works.

@@ -47,6 +47,7 @@ func (c *Config) Validate() error {
 	c.validatePersist(&p)
 	p.intRange("migrate.batch_size", int64(c.Migrate.BatchSize), 1, 100_000)
 	p.intRange("migrate.rows_per_second", int64(c.Migrate.RowsPerSecond), 0, 1<<31-1)
+	p.limits("limits", c.Limits)
 	return errors.Join(p...)
 }
 
@@ -60,6 +61,7 @@ func (c *Config) validateHTTP(p *problems) {
 	p.durRange("http.write_timeout", h.WriteTimeout, 100*time.Millisecond, time.Hour)
 	p.durRange("http.idle_timeout", h.IdleTimeout, 100*time.Millisecond, time.Hour)
 	p.intRange("http.max_conns", int64(h.MaxConns), 1, 1<<20)
+	p.intRange("http.max_conns_per_client", int64(h.MaxConnsPerClient), 0, int64(h.MaxConns))
 	// a send waits up to the produce timeout for Kafka and up to 5 s
 	// more for its Redis bookkeeping before it answers
 	if h.WriteTimeout < c.Send.ProduceTimeout+6*time.Second {
@@ -136,6 +138,7 @@ func (c *Config) validateStream(p *problems) {
 	p.durAbove("stream.acl_check_interval", st.ACLCheckInterval, 0)
 	p.intRange("stream.max_catchups", int64(st.MaxCatchups), 1, 1<<20)
 	p.intRange("stream.max_catchup_changes", int64(st.MaxCatchupChanges), 1, 1<<20)
+	p.intRange("stream.max_connections_per_user", int64(st.MaxConnectionsPerUser), 0, 1<<20)
 }
 
 func (c *Config) validatePersist(p *problems) {
@@ -304,6 +307,7 @@ func tenantProblems(list []Tenant, where string) []error {
 		if len(t.JWTSecret) < minSecretLen {
 			p.add(key+".jwt_secret", "must be at least %d bytes%s", minSecretLen, where)
 		}
+		p.tenantLimits(key+".limits", t.Limits)
 		// Tokens are verified with the secret of the tenant they name, so a
 		// secret two tenants share lets either one's issuer act in the other.
 		// (A tenant listed twice is already refused as such.)

@@ -170,10 +170,11 @@ local function alloc_with(ready_key, seq_key, pending_key, auto, low, secs, ms, 
   return {0, seq, active, ask, member}
 end
 
+-- clock is Redis time: seconds, ms and µs
 local function clock()
   local t = redis.call('TIME')
-  local secs = tonumber(t[1])
-  return secs, secs * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local secs, us = tonumber(t[1]), tonumber(t[2])
+  return secs, secs * 1000 + math.floor(us / 1000), secs * 1000000 + us
 end
 
 local function alloc(keys, args)
@@ -344,11 +345,19 @@ end
 -- ARGV[7] "1" when shard.auto_advance is on; ARGV[8] low-water distance
 -- ARGV[9] the event JSON without allocation (message.Unallocated)
 -- ARGV[10] the message version's TTL ms: a topic without one gets one here
+-- KEYS[15..17] the send's rate-limit buckets: the tenant's, the sender's,
+--         the topic's (STRING, the bucket's theoretical arrival time in
+--         Redis-time µs, expiring once the bucket is full again)
+-- ARGV[11..16] each bucket's emission interval (µs a send uses up; "0":
+--         the bucket is off) and burst, in the order of KEYS[15..17]
 --
 -- Replies (first element is the status):
---   {0, seq, month, ask, gid, member}  allocated and the event stored; ask >
---        0 asks for a reservation ahead (as alloc's hw_or_0); member is the
---        seq's pending entry (for sent)
+--   {0, seq, month, ask, gid, member, bucket, remaining, reset_us}
+--        allocated and the event stored; ask > 0 asks for a reservation
+--        ahead (as alloc's hw_or_0); member is the seq's pending entry (for
+--        sent); bucket (0: none is on) is the rate-limit bucket with the
+--        fewest sends left, remaining of them at once, full again in
+--        reset_us
 --   {1} {2, month} {3} {4, floor}   alloc's slow paths; the claim is held
 --   {10, state} {11}   alloc's gate replies, before any claim or check
 --   {5, status, event, resp, gid, seq, month}   a record exists: a retry
@@ -361,6 +370,9 @@ end
 --        when persist passed everything Kafka took before start + the
 --        produce timeout, so MySQL answers for every topic from then on
 --        (only then may a horizon be computed from it, see idem_since)
+--   {13, bucket, retry_us}  a rate limit refuses the send (bucket 1 the
+--        tenant's, 2 the sender's, 3 the topic's: the one that frees last);
+--        nothing claimed, allocated or charged, see limit
 --   {12, wait_ms}  nothing claimed or allocated: a resume fence of the topic
 --        stands, so a send made before Redis lost its memory may still be
 --        stored; MySQL's "no earlier send" is not complete for wait_ms more
@@ -370,7 +382,60 @@ end
 -- before its fences are read.
 --
 -- Room for later steps of the same call: a step that needs keys takes them
--- after KEYS[13] and its arguments after ARGV[9], all with the tenant tag.
+-- after KEYS[17] and its arguments after ARGV[16], all with the tenant tag.
+
+-- limit: the send's rate limits (GCRA, docs/operations.md "Limits"),
+-- decided for all three buckets before the call claims or allocates
+-- anything, and charged only by the call that allocates (charge), so a
+-- refused send changes nothing and a send that takes slow paths is charged
+-- once. A retry answered from its record ({5}) or waiting for a live claim
+-- ({6}) is decided before it and never charged. tats are the buckets'
+-- stored values as the call's MGET read them; now is Redis time in µs.
+--
+-- A bucket's tat (theoretical arrival time) is when it is full again: each
+-- send it let through moves it an interval on; a send passes while
+-- tat + interval - burst * interval <= now. Reply: nil and
+-- the new tats with the tightest bucket (fewest left), or the refusing
+-- bucket that frees last and its wait.
+local function limit(tats, args, now)
+  local nexts, tight, left, reset = {}, 0, nil, 0
+  local refused, wait = 0, 0
+  for b = 1, 3 do
+    local interval = tonumber(args[9 + 2 * b])
+    if interval > 0 then
+      local burst = tonumber(args[10 + 2 * b])
+      local tat = math.max(tonumber(tats[b] or '0') or 0, now)
+      local nxt = tat + interval
+      local allow_at = nxt - interval * burst
+      if allow_at > now then
+        if allow_at - now > wait then
+          refused, wait = b, allow_at - now
+        end
+      else
+        nexts[b] = nxt
+        local n = math.floor((now - allow_at) / interval)
+        if not left or n < left then
+          tight, left, reset = b, n, nxt - now
+        end
+      end
+    end
+  end
+  if refused > 0 then
+    return {13, refused, wait}
+  end
+  return nil, nexts, tight, left or 0, reset
+end
+
+-- charge stores the buckets' new tats, each expiring when its bucket would
+-- be full again (the state then says nothing a missing key does not).
+local function charge(keys, nexts, now)
+  for b = 1, 3 do
+    if nexts[b] then
+      redis.call('SET', keys[14 + b], string.format('%.0f', nexts[b]), 'PX',
+        math.floor((nexts[b] - now) / 1000) + 1)
+    end
+  end
+end
 
 -- memory_start is the Redis time (ms) from which this server remembers the
 -- tenant's sends: every send whose idempotency record it may have lost (a
@@ -421,10 +486,11 @@ local function hold(key, owner, now, ttl, held_by)
 end
 
 local function send(keys, args)
-  local secs, now = clock()
+  local secs, now, now_us = clock()
   local gid = args[5]
   -- every string the call decides on, in one read
-  local v = redis.call('MGET', keys[3], keys[2], keys[5], keys[7], keys[8], keys[10], keys[11], keys[14])
+  local v = redis.call('MGET', keys[3], keys[2], keys[5], keys[7], keys[8], keys[10], keys[11], keys[14],
+    keys[15], keys[16], keys[17])
   local shut = gate_shut(v[6])
   if shut then
     return shut
@@ -465,6 +531,10 @@ local function send(keys, args)
   if rec[1] and rec[5] ~= args[1] and now - tonumber(rec[4] or '0') < tonumber(args[3]) then
     return {6}
   end
+  local refusal, nexts, tight, left, reset = limit({v[9], v[10], v[11]}, args, now_us)
+  if refusal then
+    return refusal
+  end
   local stamp, since = string.match(v[2] or '', '^(%w+):(%d+)$')
   local set = stamp == incarnation()
   if args[6] == '1' or not set or now < tonumber(since) then
@@ -503,7 +573,8 @@ local function send(keys, args)
   if rec[1] then
     redis.call('DEL', keys[1])
   end
-  a[5], a[6] = gid, a[5]
+  charge(keys, nexts, now_us)
+  a[5], a[6], a[7], a[8], a[9] = gid, a[5], tight, left, reset
   -- a topic that takes sends holds a message and a deletion-range
   -- version: a process's copy of its newest messages and its remembered
   -- counts are trusted only under versions Redis holds, and a version lost

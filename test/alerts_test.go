@@ -194,6 +194,7 @@ func TestLabelledCountersStartAtZero(t *testing.T) {
 		`imshard_seq_reservations_total{result="error"} 0`,
 		`imshard_message_changes_total{action="recall",result="internal"} 0`,
 		`imshard_persist_in_flight_records 0`,
+		`imshard_rate_limited_total{scope="user",tenant="` + env.Tenant + `"} 0`,
 		`imshard_ready 1`,
 	}
 	for _, line := range want {

@@ -116,7 +116,8 @@ func faultsConfig(t *testing.T, tenant, broker, dsnTemplate, extra string) strin
 	return faultsConfigAt(t, tenant, broker, dsnTemplate, testenv.RedisAddr(), extra)
 }
 
-// faultsConfigAt is faultsConfig with the given Redis.
+// faultsConfigAt is faultsConfig with the given Redis. The processes run
+// without rate limits: their workloads send and read at machine speed.
 func faultsConfigAt(t *testing.T, tenant, broker, dsnTemplate, redisAddr, extra string) string {
 	t.Helper()
 	return faultsWriteConfig(t, fmt.Sprintf(`http: {addr: "127.0.0.1:%d", shutdown_grace: 10s}
@@ -128,6 +129,7 @@ tenants: [{id: %s, jwt_secret: "secret-%s"}]
 shard: {auto_advance: false}
 persist: {batch_size: 25, batch_linger: 5ms, retry_backoff: 10ms, retry_backoff_max: 100ms}
 log: {level: warn}
+limits: {send: {user: {per_second: 0}, topic: {per_second: 0}}, reads: {per_second: 0}, changes: {per_second: 0}}
 %s`, testenv.FreePort(t), testenv.FreePort(t), dsnTemplate, redisAddr, broker, tenant, tenant, extra))
 }
 

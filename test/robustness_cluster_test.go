@@ -79,7 +79,7 @@ func rbStart(t *testing.T, breakage string) *rbCluster {
 	mcfg.Timeout, mcfg.ReadTimeout, mcfg.WriteTimeout = 2*time.Second, 4*time.Second, 4*time.Second
 	c.cfg = faultsConfigAt(t, c.tenant, faultsDevKafka(t),
 		strings.Replace(mcfg.FormatDSN(), url.PathEscape("{tenant}"), "{tenant}", 1), c.rproxy.Listen, fmt.Sprintf(
-			"send: {produce_timeout: %s}\nstream: {acl_check_interval: 500ms}\n", rbProduceTimeout))
+			"send: {produce_timeout: %s}\nstream: {acl_check_interval: 500ms, max_connections_per_user: 0}\n", rbProduceTimeout))
 
 	now, err := routing.NewClock(testenv.Redis(t)).Month(context.Background())
 	if err != nil {

@@ -42,12 +42,18 @@ func withoutLease(counts map[string]int) map[string]int {
 
 // A steady-state send makes one Redis round trip before its produce and
 // one after the broker's ack, counted at the wire by a proxy in front of a
-// private Redis; a refusal by a cached membership is one call that changes
+// private Redis, its rate limits on (decided inside that call); a refusal
+// by a cached membership or by a rate limit is one call that changes
 // nothing; a removed member is refused at once.
 func TestSendOneRoundTripBeforeAndOneAfterProduce(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	wire := testenv.CountRedisCommands(t, srv.Addr)
-	e := startSend(t, harness.Options{Mutate: func(c *config.Config) { c.Redis.Addrs = []string{wire.Addr} }})
+	e := startSend(t, harness.Options{Mutate: func(c *config.Config) {
+		c.Redis.Addrs = []string{wire.Addr}
+		c.Limits = config.DefaultLimits()
+		c.Limits.Send.Tenant = config.Rate{PerSecond: 1000, Burst: 1000}
+		c.Limits.Send.User = config.Rate{PerSecond: 0.001, Burst: 60} // refills nothing during the test
+	}})
 	e.group("room", 7, "active")
 	e.member("room", 1, "member", time.Time{})
 	e.member("room", 2, "member", time.Now().Add(time.Hour))
@@ -93,6 +99,28 @@ func TestSendOneRoundTripBeforeAndOneAfterProduce(t *testing.T) {
 	}
 	if got := withoutLease(wire.Take()); !maps.Equal(got, map[string]int{"fcall imshard_send": 1}) {
 		t.Fatalf("a duplicate sent %v", got)
+	}
+
+	// a send the user's rate limit refuses is that same one call, and
+	// claims nothing
+	refused := ""
+	for i := 0; refused == ""; i++ {
+		wire.Take()
+		cmid := fmt.Sprintf("over-%d", i)
+		status, r := e.send(user, "room", sendBody(cmid, "x"))
+		switch {
+		case status == 201 && i < 60:
+		case status == 429 && r.Error.Code == "rate_limited":
+			refused = cmid
+		default:
+			t.Fatalf("send %d past the user's burst: %d %+v, want 429 rate_limited", i, status, r)
+		}
+	}
+	if got := withoutLease(wire.Take()); !maps.Equal(got, map[string]int{"fcall imshard_send": 1}) {
+		t.Fatalf("a send refused by a rate limit sent %v", got)
+	}
+	if rec := e.idemRecord("room", 1, refused); len(rec) != 0 {
+		t.Fatalf("a send refused by a rate limit left a record: %v", rec)
 	}
 
 	// refusals from the cached membership: the first of each reads MySQL

@@ -29,6 +29,7 @@ type stFrame struct {
 	ChangeSeq int64           `json:"change_seq"`
 	Code      string          `json:"code"`
 	Detail    string          `json:"detail"`
+	RetryMS   int64           `json:"retry_after_ms"`
 }
 
 // stClient is one socket of a test.

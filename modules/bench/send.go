@@ -373,10 +373,18 @@ func (b *sendBench) do(ctx context.Context, base, method, path, token string, bo
 	defer resp.Body.Close()
 	out, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != want {
-		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, out)
+		return &statusError{status: resp.StatusCode, msg: fmt.Sprintf("%s %s: %d %s", method, path, resp.StatusCode, out)}
 	}
 	return nil
 }
+
+// statusError is an answer of another status than the one wanted.
+type statusError struct {
+	status int
+	msg    string
+}
+
+func (e *statusError) Error() string { return e.msg }
 
 func (b *sendBench) setup(ctx context.Context, topics []string) error {
 	svc, err := httpapi.Sign(b.p.Secret, b.p.Tenant, 1<<40, httpapi.RoleService, time.Hour)

@@ -7,12 +7,14 @@ import (
 
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/ratelimit"
 	"github.com/imshard/imshard/modules/readpath"
 )
 
-// Register adds the change routes (docs/api.md, docs/openapi.yaml) to mux.
-func (s *Service) Register(mux *httpapi.Mux, auth *httpapi.Authenticator, log zerolog.Logger) {
-	h := func(fn httpapi.HandlerFunc) http.Handler { return httpapi.Handle(auth, log, false, fn) }
+// Register adds the change routes (docs/api.md, docs/openapi.yaml) to mux;
+// each request takes one of its caller's changes from limits.
+func (s *Service) Register(mux *httpapi.Mux, auth *httpapi.Authenticator, log zerolog.Logger, limits *ratelimit.Limiter) {
+	h := func(fn httpapi.HandlerFunc) http.Handler { return httpapi.Handle(auth, log, false, limits.Changes(fn)) }
 	mux.Handle("POST /v1/topics/{topic}/deletions", h(s.handleDeletions))
 	mux.Handle("DELETE /v1/topics/{topic}/messages/{seq}", h(s.handleDelete))
 	mux.Handle("PATCH /v1/topics/{topic}/messages/{seq}", h(s.handleEdit))

@@ -48,7 +48,10 @@ type Error struct {
 	// client that needs more than the code: the current version of a
 	// conflicting edit, how long to wait before a retry, a migration state.
 	Details map[string]any
-	Err     error
+	// Header holds response header fields the answer carries besides the
+	// envelope (a refusal's Retry-After and RateLimit fields).
+	Header http.Header
+	Err    error
 }
 
 func (e *Error) Error() string {
@@ -66,6 +69,15 @@ func Errorf(code, msg string) *Error { return &Error{Code: code, Message: msg} }
 // WithDetails sets the envelope's details object and returns e.
 func (e *Error) WithDetails(details map[string]any) *Error {
 	e.Details = details
+	return e
+}
+
+// WithHeader adds a response header field to the answer and returns e.
+func (e *Error) WithHeader(name, value string) *Error {
+	if e.Header == nil {
+		e.Header = http.Header{}
+	}
+	e.Header.Add(name, value)
 	return e
 }
 
@@ -137,6 +149,12 @@ func WriteError(w http.ResponseWriter, r *http.Request, log zerolog.Logger, err 
 	var mig *routing.ErrMigrationPending
 	if (code == CodeInternal || code == CodeUnavailable) && !errors.As(err, &mig) {
 		log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Str("code", code).Msg("request failed")
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		for name, values := range e.Header {
+			w.Header()[name] = values
+		}
 	}
 	var env envelope
 	env.Error.Code, env.Error.Message, env.Error.Details = code, msg, details

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/ratelimit"
 	"github.com/imshard/imshard/modules/readpath"
 )
 
@@ -90,14 +91,15 @@ func ParsePaged(q url.Values, name string) (limit int, opaque string, err error)
 }
 
 // Register adds the read-state routes (docs/api.md, docs/openapi.yaml) to
-// mux.
-func (s *Service) Register(mux *httpapi.Mux, auth *httpapi.Authenticator, log zerolog.Logger) {
+// mux: the cursor and preference moves take one of their caller's changes
+// from limits, the lists one of their reads.
+func (s *Service) Register(mux *httpapi.Mux, auth *httpapi.Authenticator, log zerolog.Logger, limits *ratelimit.Limiter) {
 	h := func(fn httpapi.HandlerFunc) http.Handler { return httpapi.Handle(auth, log, false, fn) }
-	mux.Handle("PUT /v1/topics/{topic}/read", h(s.handleRead))
-	mux.Handle("PUT /v1/topics/{topic}/me", h(s.handlePrefs))
-	mux.Handle("GET /v1/me/unread", h(s.handleUnread))
-	mux.Handle("GET /v1/me/topics", h(s.handleTopics))
-	mux.Handle("GET /v1/me/sync", h(s.handleSync))
+	mux.Handle("PUT /v1/topics/{topic}/read", h(limits.Changes(s.handleRead)))
+	mux.Handle("PUT /v1/topics/{topic}/me", h(limits.Changes(s.handlePrefs)))
+	mux.Handle("GET /v1/me/unread", h(limits.Reads(s.handleUnread)))
+	mux.Handle("GET /v1/me/topics", h(limits.Reads(s.handleTopics)))
+	mux.Handle("GET /v1/me/sync", h(limits.Reads(s.handleSync)))
 }
 
 func (s *Service) handleRead(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {

@@ -7,12 +7,14 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/ratelimit"
 	"github.com/imshard/imshard/modules/readpath"
 )
 
-// Register adds the read routes (docs/api.md, docs/openapi.yaml) to mux.
-func (s *Service) Register(mux *httpapi.Mux, auth *httpapi.Authenticator, log zerolog.Logger) {
-	h := func(fn httpapi.HandlerFunc) http.Handler { return httpapi.Handle(auth, log, false, fn) }
+// Register adds the read routes (docs/api.md, docs/openapi.yaml) to mux;
+// each request takes one of its caller's reads from limits.
+func (s *Service) Register(mux *httpapi.Mux, auth *httpapi.Authenticator, log zerolog.Logger, limits *ratelimit.Limiter) {
+	h := func(fn httpapi.HandlerFunc) http.Handler { return httpapi.Handle(auth, log, false, limits.Reads(fn)) }
 	mux.Handle("GET /v1/topics/{topic}/messages", h(s.handleList))
 	mux.Handle("GET /v1/topics/{topic}/messages/{seq}", h(s.handleGet))
 	mux.Handle("GET /v1/topics/{topic}/messages/{seq}/context", h(s.handleContext))

@@ -154,8 +154,19 @@ func (k Keys) alloc(topic string) []string {
 // start — one hash tag, one call.
 func (k Keys) Send(topic string, fromUser int64, clientMsgID string) []string {
 	return append(append([]string{k.Idempotency(topic, fromUser, clientMsgID), k.IdemSince(), k.Group(topic), k.Members(topic)},
-		k.alloc(topic)...), k.MessagesVersion(topic), k.PersistedBefore(), k.IdemMemory(), k.HiddenVersion(topic))
+		k.alloc(topic)...), k.MessagesVersion(topic), k.PersistedBefore(), k.IdemMemory(), k.HiddenVersion(topic),
+		k.SendRateTenant(), k.SendRateUser(fromUser), k.SendRateTopic(topic))
 }
+
+// SendRateTenant, SendRateUser and SendRateTopic are the send's rate-limit
+// buckets of the tenant, of one sender and of one topic (STRING, the
+// bucket's GCRA theoretical arrival time in Redis-time µs; it expires once
+// the bucket is full again): decided and charged inside the send call.
+func (k Keys) SendRateTenant() string { return k.prefix + "rl:send" }
+func (k Keys) SendRateUser(user int64) string {
+	return k.prefix + "rl:send:user:" + strconv.FormatInt(user, 10)
+}
+func (k Keys) SendRateTopic(topic string) string { return k.prefix + "rl:send:topic:" + topic }
 
 // MigrationGate is the tenant's migration write gate (STRING
 // "run_id:n:SC:state", master-only, fenced: see lua/fenced.lua): what the

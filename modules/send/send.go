@@ -14,9 +14,11 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/rs/zerolog"
 
+	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/ratelimit"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/testhook"
 )
@@ -139,7 +141,12 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request, p httpapi.Princip
 	if a.stored, err = message.Unallocated(&a.ev); err != nil {
 		return Response{}, fmt.Errorf("send: encode event: %w", err)
 	}
-	return a.run(r.Context())
+	a.limits = s.p.Limits.Of(p.Tenant).Send
+	resp, err := a.run(r.Context())
+	if err == nil && a.rate != "" {
+		ratelimit.SetHeaders(w.Header(), ratelimit.SendPolicies(a.limits), a.rate)
+	}
+	return resp, err
 }
 
 // senderOf resolves the sender and checks what the token's role allows; the
@@ -190,6 +197,9 @@ type attempt struct {
 	groupID string    // the group checkMember found
 	asked   bool      // MySQL said no earlier send exists (or the earlier seq is a gap)
 	held    bool      // the record holds this attempt's claim without an event
+
+	limits config.SendLimits // the tenant's send buckets as the attempt began
+	rate   string            // the RateLimit field of the allocation's tightest bucket ("" when none)
 }
 
 // log is the attempt's logger, made only when something is logged (a
@@ -220,6 +230,7 @@ const (
 	replyGateShut    = 10
 	replyGateUnknown = 11
 	replyUnsettled   = 12
+	replyLimited     = 13
 )
 
 // versionTTL is the message version's TTL the send call gives a topic that
@@ -238,6 +249,7 @@ func (a *attempt) run(ctx context.Context) (Response, error) {
 	// past the stale bound the call takes a dead claim over
 	deadline := time.Now().Add(s.p.Send.ProduceTimeout + time.Second)
 	keys := a.keys.Send(a.topic, a.sender, a.ev.ClientMsgID)
+	limits := ratelimit.SendArgs(a.limits)
 	for steps := 0; ; {
 		asked := ""
 		if a.asked {
@@ -247,7 +259,7 @@ func (a *attempt) run(ctx context.Context) (Response, error) {
 		// detached: once Redis ran the call a seq may exist, and an
 		// attempt that stopped listening would leave it to time out
 		rep, err := s.p.Scripts.Fenced.Send(context.WithoutCancel(ctx), s.p.Redis, keys, append([]string{
-			a.owner, s.idemTTL, s.stale, a.member, a.groupID, asked}, append(s.p.Allocator.Args(), string(a.stored), versionTTL)...)).ToArray()
+			a.owner, s.idemTTL, s.stale, a.member, a.groupID, asked}, append(append(s.p.Allocator.Args(), string(a.stored), versionTTL), limits...)...)).ToArray()
 		if err != nil {
 			return a.fail(unavailable("send: redis call failed", err))
 		}
@@ -296,6 +308,8 @@ func (a *attempt) run(ctx context.Context) (Response, error) {
 			if resp, done, err := a.askMySQL(ctx); done {
 				return resp, err
 			}
+		case replyLimited:
+			return a.fail(a.limited(rep))
 		case replyUnsettled:
 			wait, _ := rep[1].AsInt64()
 			return a.fail(httpapi.Errorf(httpapi.CodeUnavailable,
@@ -318,6 +332,19 @@ func (a *attempt) run(ctx context.Context) (Response, error) {
 			return a.fail(fmt.Errorf("send: %s/%s: no allocation after %d slow paths", a.tenant, a.topic, steps))
 		}
 	}
+}
+
+// limited is the 429 of a send a rate-limit bucket refused (the call's
+// reply {13, bucket, retry_us}); the refusal is counted.
+func (a *attempt) limited(rep []rueidis.RedisMessage) error {
+	b, _ := rep[1].AsInt64()
+	wait, _ := rep[2].AsInt64()
+	if b < 1 || int(b) > len(ratelimit.SendBuckets) {
+		return fmt.Errorf("send: rate limit reply names bucket %d", b)
+	}
+	scope := ratelimit.SendBuckets[b-1]
+	a.s.p.Limits.Counted(a.tenant, scope)
+	return ratelimit.Refusal(scope, ratelimit.SendPolicies(a.limits), time.Duration(wait)*time.Microsecond)
 }
 
 // askMySQL looks for an earlier send of the message in MySQL: done when it
@@ -372,6 +399,11 @@ func (a *attempt) sent(ctx context.Context, rep []rueidis.RedisMessage) (Respons
 		return Response{}, fmt.Errorf("send: group id in reply: %w", err)
 	}
 	a.pending, _ = rep[5].ToString()
+	if b, _ := rep[6].AsInt64(); b >= 1 && int(b) <= len(ratelimit.SendBuckets) {
+		left, _ := rep[7].AsInt64()
+		reset, _ := rep[8].AsInt64()
+		a.rate = ratelimit.State(ratelimit.SendBuckets[b-1], left, time.Duration(reset)*time.Microsecond)
+	}
 	a.ev.GroupID, a.ev.SeqID, a.ev.ShardMonth = message.ID(gid), al.Seq, al.Month.String()
 	raw, err := message.WithAllocation(a.stored, a.ev.GroupID, al.Seq, a.ev.ShardMonth)
 	if err != nil {

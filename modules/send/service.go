@@ -36,6 +36,7 @@ import (
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/ratelimit"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -60,6 +61,7 @@ type Params struct {
 	ACL        *acl.Checker
 	Auth       *httpapi.Authenticator
 	Migrations *routing.Migrations // the write gate of a tenant being migrated
+	Limits     *ratelimit.Limiter  // the tenants' send limits, decided in the send call
 	Log        zerolog.Logger
 	Registerer prometheus.Registerer
 }

@@ -810,6 +810,11 @@ func (c *conn) read() {
 				c.requestError("a subscribe names at most stream.max_topics (" + strconv.Itoa(c.s.lim.MaxTopics) + ") topics; nothing was subscribed")
 				continue
 			}
+			// and each frame is one of the user's reads
+			if err := c.s.rl.Read(c.p.Tenant, c.p.UserID); err != nil {
+				c.limitedError(err)
+				continue
+			}
 		case "unsubscribe":
 			if c.single || json.Unmarshal(req.Topics, &r.unsubscribe) != nil {
 				c.requestError(`unsubscribe needs "topics": ["<topic>", …] on a /v1/stream socket`)
@@ -839,6 +844,18 @@ func negative(topics map[string]cursors) bool {
 		}
 	}
 	return false
+}
+
+// limitedError is the error frame of a request a rate limit refused, with
+// its wait.
+func (c *conn) limitedError(err error) {
+	var e *httpapi.Error
+	f := errorFrame{Type: "error", Code: httpapi.CodeRateLimited, Detail: "your read rate limit is reached; retry after retry_after_ms"}
+	if errors.As(err, &e) {
+		f.RetryAfterMS, _ = e.Details["retry_after_ms"].(int64)
+	}
+	b, _ := json.Marshal(f)
+	c.send(b, time.Time{})
 }
 
 func (c *conn) requestError(msg string) {
@@ -903,4 +920,7 @@ type errorFrame struct {
 	Topic  string `json:"topic,omitempty"`
 	Code   string `json:"code"`
 	Detail string `json:"detail"`
+	// RetryAfterMS is set on a rate_limited request error: the wait
+	// before the request passes
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/ratelimit"
 	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 )
@@ -39,6 +40,8 @@ type Limits struct {
 	ACLCheckInterval  time.Duration
 	MaxCatchups       int
 	MaxCatchupChanges int
+	// MaxPerUser caps one user's sockets on this process (0: no cap)
+	MaxPerUser int
 }
 
 // Reads are the reads of a socket's catch-up and checks (the query
@@ -67,6 +70,7 @@ type Params struct {
 	// it is tracked, and on every Revalidate
 	Auth       *httpapi.Authenticator
 	Limits     Limits
+	RateLimits *ratelimit.Limiter // counts a refusal of MaxPerUser
 	Log        zerolog.Logger
 	Registerer prometheus.Registerer
 }
@@ -78,6 +82,7 @@ type Server struct {
 	q    Reads
 	auth *httpapi.Authenticator
 	lim  Limits
+	rl   *ratelimit.Limiter
 	log  zerolog.Logger
 	m    *metrics
 	hub  *Hub
@@ -90,6 +95,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
+	users    map[userKey]int      // sockets open or being opened per user (MaxPerUser)
 	beats    []map[*conn]struct{} // the sockets of each heartbeat slot (sweep)
 	stopping bool
 	active   sync.WaitGroup
@@ -98,7 +104,7 @@ type Server struct {
 // New builds the server and its hub; Close ends both.
 func New(p Params) *Server {
 	m := newMetrics(p.Registerer)
-	s := &Server{rdb: p.Redis, keys: p.KeySpace, q: p.Reads, auth: p.Auth, lim: p.Limits, log: p.Log, m: m,
+	s := &Server{rdb: p.Redis, keys: p.KeySpace, q: p.Reads, auth: p.Auth, lim: p.Limits, rl: p.RateLimits, log: p.Log, m: m, users: map[userKey]int{},
 		hub:      newHub(p.Redis, p.KeySpace, m, p.Log, p.Limits.ACLCheckInterval),
 		catchups: newCatchupSlots(p.Limits.MaxCatchups), conns: map[*conn]struct{}{},
 		stopSweep: make(chan struct{})}
@@ -192,6 +198,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, p httpapi.Princip
 		s.m.refused.WithLabelValues(refusedMax).Inc()
 		return httpapi.Errorf(httpapi.CodeUnavailable, "this process holds stream.max_connections sockets: retry (another process may take it)")
 	}
+	user := userKey{p.Tenant, p.UserID}
 	s.mu.Lock()
 	if s.stopping {
 		s.mu.Unlock()
@@ -199,11 +206,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, p httpapi.Princip
 		s.m.refused.WithLabelValues(refusedStopping).Inc()
 		return httpapi.Errorf(httpapi.CodeUnavailable, "shutting down")
 	}
+	if s.lim.MaxPerUser > 0 && s.users[user] >= s.lim.MaxPerUser {
+		s.mu.Unlock()
+		s.open.Add(-1)
+		s.rl.Counted(p.Tenant, ratelimit.ScopeConnections)
+		return ratelimit.Refusal(ratelimit.ScopeConnections, "", userSocketRetry)
+	}
+	s.users[user]++
 	s.active.Add(1)
 	s.mu.Unlock()
 	admitted := false
 	defer func() {
 		if !admitted {
+			s.leave(user)
 			s.active.Done()
 			s.open.Add(-1)
 		}
@@ -246,8 +261,23 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, p httpapi.Princip
 		s.mu.Lock()
 		s.untrackLocked(c)
 		s.mu.Unlock()
+		s.leave(user)
 	}()
 	return nil
+}
+
+// userSocketRetry is the wait a refusal of MaxPerUser suggests: a socket
+// frees when its user closes one, which no clock predicts, so a client is
+// asked to try again soon rather than at a time that means nothing.
+const userSocketRetry = time.Second
+
+// leave counts a user's socket gone (or never opened).
+func (s *Server) leave(user userKey) {
+	s.mu.Lock()
+	if s.users[user]--; s.users[user] <= 0 {
+		delete(s.users, user)
+	}
+	s.mu.Unlock()
 }
 
 // readLimit bounds one client request (a subscribe of max_topics topics

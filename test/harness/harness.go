@@ -133,6 +133,10 @@ func Config(t testing.TB, tenant string, opts Options) *config.Config {
 	cfg.Shard.AutoAdvance = opts.AutoAdvance
 	cfg.Shard.PatrolInterval = time.Hour
 	cfg.Persist.BatchLinger = 5 * time.Millisecond
+	// a test sends, reads and connects at machine speed: no limit throttles
+	// it unless it is about limits (and sets them in Mutate)
+	cfg.Limits = config.Limits{}
+	cfg.Stream.MaxConnectionsPerUser = 0
 	if opts.Mutate != nil {
 		opts.Mutate(cfg)
 	}
@@ -224,6 +228,13 @@ func (e *Env) Token(userID int64, role string) string {
 // docs/openapi.yaml describes (OpenAPI.Check); a departure fails the test.
 func (e *Env) Do(method, path, token string, body any) (int, []byte) {
 	e.T.Helper()
+	code, out, _ := e.DoHeader(method, path, token, body)
+	return code, out
+}
+
+// DoHeader is Do that also returns the answer's header fields.
+func (e *Env) DoHeader(method, path, token string, body any) (int, []byte, http.Header) {
+	e.T.Helper()
 	var raw []byte
 	switch b := body.(type) {
 	case nil:
@@ -259,5 +270,5 @@ func (e *Env) Do(method, path, token string, body any) (int, []byte) {
 		e.T.Fatalf("harness: read body: %v", err)
 	}
 	CheckExchange(e.T, req, raw, resp, out)
-	return resp.StatusCode, out
+	return resp.StatusCode, out, resp.Header
 }
