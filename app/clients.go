@@ -93,6 +93,7 @@ var inits = map[string]func(ctx context.Context, a *App) (Service, error){
 	Redis:    initRedis,
 	Kafka:    initKafka,
 	Routing:  initRouting,
+	Keys:     initKeys,
 	ShardMgr: initShardMgr,
 	Send:     initSend,
 	Changes:  initChanges,

@@ -23,7 +23,7 @@ func initSend(ctx context.Context, a *App) (Service, error) {
 		Scripts:    c.scripts,
 		ACL:        c.acl,
 		Migrations: c.migs,
-		Auth:       httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL),
+		Auth:       httpapi.NewAuthenticator(a.Keys(), a.Config.Auth.MaxTokenTTL),
 		Log:        a.Log.With().Str("module", Send).Logger(),
 		Registerer: a.Registry,
 	})
@@ -57,7 +57,7 @@ func (a *App) NewChanges() *changes.Service {
 // and for me.
 func initChanges(ctx context.Context, a *App) (Service, error) {
 	svc := a.NewChanges()
-	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
+	auth := httpapi.NewAuthenticator(a.Keys(), a.Config.Auth.MaxTokenTTL)
 	svc.Register(a.APIMux, auth, a.Log.With().Str("module", Changes).Logger())
 	return holder{}, nil
 }

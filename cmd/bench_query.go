@@ -122,7 +122,7 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 	}
 	svc, ch := a.NewQuery(), a.NewChanges()
 	mux := httpapi.NewMux()
-	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
+	auth := httpapi.NewAuthenticator(a.Keys(), a.Config.Auth.MaxTokenTTL)
 	svc.Register(mux, auth, log)
 	ch.Register(mux, auth, log)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

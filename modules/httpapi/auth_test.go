@@ -12,16 +12,22 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/keyset"
 )
 
-func testSecrets(tenant string) ([]byte, bool) {
-	switch tenant {
-	case "acme":
-		return []byte("acme-secret-123"), true
-	case "other":
-		return []byte("other-secret-456"), true
+// testTenants are acme and other, each with a jwt_secret only.
+var testTenants = []config.Tenant{{ID: "acme", JWTSecret: "acme-secret-123"}, {ID: "other", JWTSecret: "other-secret-456"}}
+
+// testKeys is the key set registry of tenants, with metrics of its own.
+func testKeys(tenants ...config.Tenant) *keyset.Registry {
+	if len(tenants) == 0 {
+		tenants = testTenants
 	}
-	return nil, false
+	return keyset.New(keyset.Params{Log: zerolog.Nop(), Registerer: prometheus.NewRegistry(), RefreshInterval: time.Minute}, tenants)
 }
 
 func sign(t *testing.T, method jwt.SigningMethod, key any, claims jwt.Claims) string {
@@ -34,7 +40,7 @@ func sign(t *testing.T, method jwt.SigningMethod, key any, claims jwt.Claims) st
 }
 
 func TestVerify(t *testing.T) {
-	auth := NewAuthenticator(testSecrets, 24*time.Hour)
+	auth := NewAuthenticator(testKeys(), 24*time.Hour)
 	now := time.Now()
 	auth.now = func() time.Time { return now }
 	key := []byte("acme-secret-123")
@@ -122,14 +128,12 @@ func TestVerify(t *testing.T) {
 // tenant's secret changes or goes, and a token refused (here for a lifetime
 // past max_token_ttl) is never kept.
 func TestVerifyCache(t *testing.T) {
-	secrets := map[string][]byte{"acme": []byte("acme-secret-123")}
-	auth := NewAuthenticator(func(tenant string) ([]byte, bool) {
-		s, ok := secrets[tenant]
-		return s, ok
-	}, time.Hour)
+	acme := config.Tenant{ID: "acme", JWTSecret: "acme-secret-123"}
+	keys := testKeys(acme)
+	auth := NewAuthenticator(keys, time.Hour)
 	now := time.Now()
 	auth.now = func() time.Time { return now }
-	tok, err := Sign(secrets["acme"], "acme", 42, RoleUser, 10*time.Minute)
+	tok, err := Sign([]byte(acme.JWTSecret), "acme", 42, RoleUser, 10*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,12 +153,15 @@ func TestVerifyCache(t *testing.T) {
 	}
 	expect("cached", true)
 
-	secrets["acme"] = []byte("rotated-secret-1")
+	keys.Apply([]config.Tenant{{ID: "acme", JWTSecret: "rotated-secret-1"}})
 	expect("secret rotated", false)
-	delete(secrets, "acme")
+	keys.Apply(nil)
 	expect("tenant removed", false)
-	secrets["acme"] = []byte("acme-secret-123")
+	keys.Apply([]config.Tenant{acme})
 	expect("secret back", true)
+	keys.Apply([]config.Tenant{{ID: "acme", JWTSecret: acme.JWTSecret, Issuer: "https://idp.example"}})
+	expect("issuer now required", false)
+	keys.Apply([]config.Tenant{acme})
 
 	exp := now.Truncate(time.Second).Add(10 * time.Minute)
 	now = exp.Add(Leeway - time.Millisecond)
@@ -164,7 +171,7 @@ func TestVerifyCache(t *testing.T) {
 
 	// refused ones are not kept: a lifetime over max_token_ttl stays refused
 	now = time.Now()
-	long, err := Sign(secrets["acme"], "acme", 42, RoleUser, 2*time.Hour)
+	long, err := Sign([]byte(acme.JWTSecret), "acme", 42, RoleUser, 2*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +241,7 @@ func FuzzVerify(f *testing.F) {
 		f.Add(s)
 	}
 	f.Add(`eyJhbGciOiJIUzI1NiJ9.eyJ0aWQiOiJhY21lIiwic3ViIjoiNDIiLCJleHAiOiIxIn0.x`)
-	auth := NewAuthenticator(testSecrets, time.Hour)
+	auth := NewAuthenticator(testKeys(), time.Hour)
 	f.Fuzz(func(t *testing.T, tok string) {
 		p, err := auth.Verify(tok)
 		// a second time (from the token cache when accepted) answers alike
@@ -276,7 +283,7 @@ func FuzzVerifyClaims(f *testing.F) {
 		f.Add([]byte(c))
 	}
 	key := []byte("acme-secret-123")
-	auth := NewAuthenticator(testSecrets, time.Hour)
+	auth := NewAuthenticator(testKeys(), time.Hour)
 	f.Fuzz(func(t *testing.T, claims []byte) {
 		b64 := base64.RawURLEncoding.EncodeToString
 		unsigned := b64([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + b64(claims)
@@ -328,11 +335,11 @@ func BenchmarkVerify(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	auth := NewAuthenticator(testSecrets, 24*time.Hour)
+	auth := NewAuthenticator(testKeys(), 24*time.Hour)
 	b.Run("parse", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, _, err := auth.verify(tok, time.Now()); err != nil {
+			if _, _, _, err := auth.verify(tok, time.Now()); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -352,7 +359,7 @@ func BenchmarkVerify(b *testing.B) {
 // unauthenticated naming the repeated key, like a body repeating a key,
 // whichever of the two values the JSON decoder would have kept.
 func TestVerifyRefusesRepeatedClaims(t *testing.T) {
-	auth := NewAuthenticator(testSecrets, 24*time.Hour)
+	auth := NewAuthenticator(testKeys(), 24*time.Hour)
 	now := time.Now()
 	auth.now = func() time.Time { return now }
 	exp := now.Add(time.Hour).Unix()
