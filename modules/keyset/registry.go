@@ -49,7 +49,8 @@ type Registry struct {
 // metrics; no JWKS is fetched before Start.
 func New(p Params, tenants []config.Tenant) *Registry {
 	if p.Client == nil {
-		p.Client = &http.Client{Timeout: FetchTimeout}
+		// a transport of its own, so Close can drop its idle connections
+		p.Client = &http.Client{Timeout: FetchTimeout, Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
 	r := &Registry{p: p, m: newMetrics(p.Registerer), remotes: map[string]*jwks{}, removed: make(chan struct{}, 1)}
 	r.sets = r.build(tenants, nil)
@@ -228,4 +229,5 @@ func (r *Registry) Close() {
 	r.cancel()
 	r.mu.Unlock()
 	r.notifying.Wait()
+	r.p.Client.CloseIdleConnections()
 }
