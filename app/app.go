@@ -77,7 +77,7 @@ func New(cfg *config.Config, log zerolog.Logger) *App {
 	a.reload.live = cfg
 	a.reload.lastOK, a.reload.failures = newReloadMetrics(reg)
 	a.reload.weakSecrets = promauto.With(reg).NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_tenant_secret_weak",
-		Help: "1 for each HS256 secret of a tenant (jwt_secret, kid \"\", or a key's) that is accepted but weak, by reason: demo (the public demo secret) or short (under 32 bytes)."}, []string{"tenant", "kid", "reason"})
+		Help: "1 for each HS256 secret of a tenant (jwt_secret, kid \"\", or a key's) that is accepted but weak, by reason: demo (a public demo secret) or short (under 32 bytes)."}, []string{"tenant", "kid", "reason"})
 	promauto.With(reg).NewGaugeFunc(prometheus.GaugeOpts{Name: "imshard_ready", Help: "1 when the process would answer /readyz 200 at this scrape, 0 when it would answer 503 (a dependency down, draining, shutting down)."}, a.readyValue)
 	return a
 }

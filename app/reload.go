@@ -58,7 +58,7 @@ func (a *App) reportWeakSecrets(tenants []config.Tenant) {
 		a.reload.weakSecrets.WithLabelValues(w.Tenant, w.KID, w.Reason).Set(1)
 		msg := fmt.Sprintf("tenant HS256 secret is shorter than %d bytes: anyone who guesses it signs this tenant's tokens; rotate it", config.StrongSecretLen)
 		if w.Reason == config.WeakSecretDemo {
-			msg = "tenant HS256 secret is the public demo secret: anyone can sign this tenant's tokens; configure tenants before anyone but you can reach this process"
+			msg = "tenant HS256 secret is a public demo secret: anyone can sign this tenant's tokens; configure tenants before anyone but you can reach this process"
 		}
 		ev := a.Log.Warn().Str("key", "tenants").Str("tenant", w.Tenant).Str("reason", w.Reason)
 		if w.KID != "" {

@@ -8,6 +8,7 @@ package config
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -247,12 +248,21 @@ var KeyPrefixPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{0,32}$`)
 
 // DemoTenant is the built-in tenant of a local setup. It only stands in for a
 // tenant list nobody gave: Load drops it when a tenants_file is set, and a
-// process running anything less than every role refuses its secret
-// (ValidateServe), so it never serves a real deployment.
-var DemoTenant = Tenant{ID: "demo", JWTSecret: DemoSecret}
+// process running anything less than every role refuses its secrets
+// (ValidateServe), so it never serves a real deployment. Besides its
+// jwt_secret it has one named key, so that a local setup shows a token
+// carrying a kid (`imshard token --kid=demo-1`).
+var DemoTenant = Tenant{ID: "demo", JWTSecret: DemoSecret, Keys: []TenantKey{{KID: "demo-1", Alg: AlgHS256, Secret: DemoKeySecret}}}
 
 // DemoSecret is the demo tenant's jwt_secret, public in the docs.
 const DemoSecret = "change-me"
+
+// DemoKeySecret is the secret of the demo tenant's key demo-1, public in
+// the docs as DemoSecret is.
+const DemoKeySecret = "change-me-demo-1"
+
+// IsDemoSecret reports whether s is one of the demo tenant's public secrets.
+func IsDemoSecret(s string) bool { return s == DemoSecret || s == DemoKeySecret }
 
 // minSecretLen is the shortest accepted jwt_secret; shorter HMAC keys are guessable.
 const minSecretLen = 8
@@ -285,7 +295,8 @@ func Default() Config {
 			DataDir:           "./data/kafka",
 			ReplicationFactor: 1,
 		},
-		Tenants: []Tenant{DemoTenant},
+		// a copy of its own: a caller changing the keys changes no other
+		Tenants: []Tenant{{ID: DemoTenant.ID, JWTSecret: DemoTenant.JWTSecret, Keys: slices.Clone(DemoTenant.Keys)}},
 		Shard: Shard{
 			MonthsAhead:    2,
 			SealingDays:    7,

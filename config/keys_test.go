@@ -96,10 +96,12 @@ func TestValidateTenantKeys(t *testing.T) {
 		t.Fatalf("a tenant with a jwks_url only: %v", err)
 	}
 
-	// the demo secret as a key's secret is refused outside `imshard all`
-	c = good()
-	c.Tenants[0].Keys[0].Secret = DemoSecret
-	wantKeyError(t, c.ValidateServe("send"), "tenants[0].keys[0].secret", "public demo secret")
+	// a demo secret as a key's secret is refused outside `imshard all`
+	for _, demo := range []string{DemoSecret, DemoKeySecret} {
+		c = good()
+		c.Tenants[0].Keys[0].Secret = demo
+		wantKeyError(t, c.ValidateServe("send"), "tenants[0].keys[0].secret", "public demo secret")
+	}
 
 	c = good()
 	c.Auth.JWKSRefreshInterval = 31 * time.Minute

@@ -3,7 +3,7 @@ package config
 // Reasons a tenant's HS256 secret (jwt_secret, or a key's secret) is
 // accepted but weak.
 const (
-	WeakSecretDemo  = "demo"  // the public demo secret: anyone can sign the tenant's tokens
+	WeakSecretDemo  = "demo"  // a public demo secret: anyone can sign the tenant's tokens
 	WeakSecretShort = "short" // shorter than StrongSecretLen bytes
 )
 
@@ -33,7 +33,7 @@ func WeakSecrets(tenants []Tenant) []WeakSecret {
 	for i, t := range tenants {
 		for _, k := range t.HS256Keys(i) {
 			switch {
-			case k.Secret == DemoSecret:
+			case IsDemoSecret(k.Secret):
 				weak = append(weak, WeakSecret{Tenant: t.ID, KID: k.KID, Reason: WeakSecretDemo})
 			case len(k.Secret) < StrongSecretLen:
 				weak = append(weak, WeakSecret{Tenant: t.ID, KID: k.KID, Reason: WeakSecretShort})

@@ -179,8 +179,8 @@ func (c *Config) ValidateServe(roles ...string) error {
 	}
 	for i, t := range c.Tenants {
 		for _, k := range t.HS256Keys(i) {
-			if k.Secret == DemoSecret {
-				p.add(k.Key, "tenant %q uses the public demo secret, accepted only by `imshard all`; give it a secret of its own", t.ID)
+			if IsDemoSecret(k.Secret) {
+				p.add(k.Key, "tenant %q uses a public demo secret, accepted only by `imshard all`; give it a secret of its own", t.ID)
 			}
 		}
 	}
