@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/MicahParks/jwkset"
@@ -122,9 +123,14 @@ type observed struct {
 	*jwkset.MemoryJWKSet
 	j       *jwks
 	fetched func(j *jwks, kids []string, removed bool)
+	// mu makes a background refresh and one for an unknown kid replace the
+	// keys one after the other, so neither misses a kid the other dropped
+	mu sync.Mutex
 }
 
 func (o *observed) KeyReplaceAll(ctx context.Context, given []jwkset.JWK) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	before, err := o.MemoryJWKSet.KeyReadAll(ctx)
 	if err != nil {
 		return err
