@@ -19,12 +19,14 @@ import (
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/bench"
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/routing"
 )
 
 type benchRotationOptions struct {
 	rate        int
 	duration    time.Duration
 	concurrency int
+	tenant      string
 	cpuProfile  string
 }
 
@@ -48,10 +50,14 @@ func newBenchRotationCmd(g *globals) *cobra.Command {
 	c.Flags().IntVar(&o.rate, "rate", rotationBar, "requests per second")
 	c.Flags().DurationVar(&o.duration, "duration", 20*time.Second, "measured time of each run")
 	c.Flags().IntVar(&o.concurrency, "concurrency", 64, "requests under way at most")
+	c.Flags().StringVar(&o.tenant, "tenant", "bench_rotation", "the benchmark's own tenant (its database is dropped afterwards)")
 	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		if o.rate < 1 || o.duration <= 0 || o.concurrency < 1 {
 			return usagef("--rate, --duration and --concurrency must be positive")
+		}
+		if err := routing.ValidTenant(o.tenant); err != nil {
+			return usagef("--tenant: %v", err)
 		}
 		return runBench(g, o.cpuProfile, func(ctx context.Context, cfg *config.Config) (bench.RotationReport, error) {
 			return runBenchRotation(ctx, cfg, o, g)
@@ -60,10 +66,8 @@ func newBenchRotationCmd(g *globals) *cobra.Command {
 	return c
 }
 
-const benchRotationTenant = "bench_rotation"
-
 func runBenchRotation(ctx context.Context, cfg *config.Config, o *benchRotationOptions, g *globals) (rep bench.RotationReport, err error) {
-	benchTenant(cfg, benchRotationTenant)
+	benchTenant(cfg, o.tenant)
 	keys := map[string]config.TenantKey{}
 	for _, kid := range []string{"bench-old", "bench-new"} {
 		var b [32]byte
@@ -71,7 +75,7 @@ func runBenchRotation(ctx context.Context, cfg *config.Config, o *benchRotationO
 		keys[kid] = config.TenantKey{KID: kid, Alg: config.AlgHS256, Secret: hex.EncodeToString(b[:])}
 	}
 	for i, t := range cfg.Tenants {
-		if t.ID == benchRotationTenant {
+		if t.ID == o.tenant {
 			cfg.Tenants[i].Keys = []config.TenantKey{keys["bench-old"]}
 		}
 	}
@@ -86,14 +90,14 @@ func runBenchRotation(ctx context.Context, cfg *config.Config, o *benchRotationO
 	done := make(chan error, 1)
 	go func() { done <- a.Run(runCtx) }()
 	defer func() { cancel(); <-done }()
-	if err := prepareBenchTenant(ctx, a, benchRotationTenant); err != nil {
+	if err := prepareBenchTenant(ctx, a, o.tenant); err != nil {
 		return rep, err
 	}
-	db, err := a.Pools().DB(ctx, benchRotationTenant)
+	db, err := a.Pools().DB(ctx, o.tenant)
 	if err != nil {
 		return rep, err
 	}
-	defer func() { err = errors.Join(err, dropBenchTenant(ctx, a, db, benchRotationTenant)) }()
+	defer func() { err = errors.Join(err, dropBenchTenant(ctx, a, db, o.tenant)) }()
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = o.concurrency
 	defer transport.CloseIdleConnections()
@@ -101,7 +105,7 @@ func runBenchRotation(ctx context.Context, cfg *config.Config, o *benchRotationO
 		URL: "http://" + a.APIAddr() + "/v1/me/topics",
 		Token: func(kid string) (string, error) {
 			k := keys[kid]
-			return httpapi.SignWith(httpapi.Signer{KID: kid, Alg: k.Alg, Key: []byte(k.Secret)}, benchRotationTenant, 1, "", time.Hour)
+			return httpapi.SignWith(httpapi.Signer{KID: kid, Alg: k.Alg, Key: []byte(k.Secret)}, o.tenant, 1, "", time.Hour)
 		},
 		Keys: func(kids []string) {
 			// a reload as SIGHUP makes it: the tenant list read again, with
@@ -109,7 +113,7 @@ func runBenchRotation(ctx context.Context, cfg *config.Config, o *benchRotationO
 			next := *cfg
 			next.Tenants = slices.Clone(cfg.Tenants)
 			for i, t := range next.Tenants {
-				if t.ID == benchRotationTenant {
+				if t.ID == o.tenant {
 					t.Keys = nil
 					for _, kid := range kids {
 						t.Keys = append(t.Keys, keys[kid])

@@ -19,6 +19,7 @@ import (
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/test/harness"
+	"github.com/imshard/imshard/test/testenv"
 )
 
 // issuer is a tenant's token issuer as a rotation sees it: it signs with
@@ -292,5 +293,26 @@ func TestJWKSKeysServeAndRotate(t *testing.T) {
 	}
 	if f := s2.must("message"); f.Message.ClientMsgID != "kept" {
 		t.Fatalf("the kept key's socket got %+v", f)
+	}
+}
+
+// `imshard bench rotation` runs end to end — the run without a rotation
+// and the one across it — in a tenant of its own that it drops, and
+// rejects bad usage with exit 2 (figures are not asserted: they belong to
+// docs/performance.md).
+func TestRotationBenchCommand(t *testing.T) {
+	t.Parallel()
+	tenant := testenv.NewTenant(t)
+	cfg := tenantConfig(t, tenant, "")
+	code, out := runCLI(t, nil, "--config", cfg, "bench", "rotation", "--tenant", tenant, "--rate=200", "--duration=1s", "--concurrency=4")
+	for _, want := range []string{"steady    200", "rotation  200", "key bench-new added", "key bench-old removed", "failed requests during the rotation                  0 at"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("bench rotation: exit %d, want %q in\n%s", code, want, out)
+		}
+	}
+	for _, bad := range [][]string{{"--rate=0"}, {"--duration=0s"}, {"--tenant=Bad-Id"}} {
+		if code, out := runCLI(t, nil, append([]string{"--config", cfg, "bench", "rotation"}, bad...)...); code != 2 {
+			t.Fatalf("bench rotation %v: exit %d, want 2\n%s", bad, code, out)
+		}
 	}
 }
