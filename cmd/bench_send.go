@@ -55,6 +55,7 @@ func newBenchSendCmd(g *globals) *cobra.Command {
 			"  reference send  the simplest correct send, in this process from plain Redis and Kafka client calls:\n" +
 			"                  token check, strict decode, membership map, one script call, produce, one pipeline\n" +
 			"  peer            --peer=CMD, run by sh; it must print \"N ok, F failed, R/s, p50 D, p99 D\"\n" +
+			"A persist role runs during the preparation until the tenant's idempotency horizon stands, then stops.\n" +
 			"It prints every round and the medians over the rounds, the ratios (bars: rate >= 0.80, p99 <= 1.50),\n" +
 			"Redis µs per send (INFO commandstats), Redis memory per idempotency record, this process's peak RSS,\n" +
 			"CPU µs and allocations per send, then open-loop runs (--rate) with latency from each request's scheduled time.",
@@ -118,7 +119,15 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 		cfg.HTTP.Addr, cfg.Metrics.Addr = "127.0.0.1:0", "127.0.0.1:0"
 		cfg.HTTP.ShutdownDelay = 0 // no load balancer to drain
 		if len(cfg.Kafka.Brokers) == 0 {
-			cfg.Kafka.DataDir = "" // the in-process Kafka in memory: nothing to clean up
+			// the in-process Kafka in memory (nothing to clean up), started
+			// here so that the preparation's persist process reaches it too
+			cfg.Kafka.DataDir = ""
+			cluster, private, err := app.StartPrivateKafka(cfg.Kafka)
+			if err != nil {
+				return bench.SendReport{}, err
+			}
+			defer cluster.Close()
+			cfg.Kafka = private
 		}
 	} else {
 		if len(cfg.Kafka.Brokers) == 0 {
@@ -139,6 +148,7 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 	a := app.New(cfg, g.logger(cfg))
 	baseURL := "http://" + o.addr
 	var conn []kgo.Opt
+	var persist func(context.Context) (func(), error)
 	if o.addr == "" {
 		if err := a.Start(ctx, []string{app.Send}); err != nil {
 			return bench.SendReport{}, err
@@ -157,6 +167,7 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 		}
 		defer func() { err = errors.Join(err, dropBenchTenant(ctx, a, db, o.tenant)) }()
 		conn = a.KafkaConn()
+		persist = func(ctx context.Context) (func(), error) { return runPersist(ctx, cfg, g) }
 	} else {
 		if err := a.StartTools(ctx); err != nil {
 			return bench.SendReport{}, err
@@ -182,8 +193,28 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 		BaseURL: baseURL, Tenant: o.tenant, Secret: secret,
 		Redis: a.Redis(), KeySpace: a.KeySpace(), Allocator: a.Allocator(),
 		Producer: send.ProducerOpts(conn, cfg.Kafka.Topic, cfg.Send.ProduceTimeout),
+		Persist:  persist, ProduceTimeout: cfg.Send.ProduceTimeout,
 		Progress: g.stderr,
 	})
+}
+
+// runPersist starts a persist role of its own in this process, against the
+// bench's Kafka, Redis and MySQL, until the returned stop is called: a send
+// role trusts its idempotency horizon only once persist's progress vouches
+// that MySQL holds everything sent before Redis's memory began, as it does
+// wherever persist runs. It runs during the preparation only, so that the
+// rounds measure the send alone, as the reference send is measured.
+func runPersist(ctx context.Context, cfg *config.Config, g *globals) (func(), error) {
+	pc := *cfg
+	pc.Metrics.Addr = "127.0.0.1:0"
+	a := app.New(&pc, g.logger(&pc))
+	if err := a.Start(ctx, []string{app.Persist}); err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	return func() { cancel(); <-done }, nil
 }
 
 // prepareBenchTenant creates the tenant's month tables and makes sure a

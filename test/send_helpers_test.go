@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	sq "github.com/Masterminds/squirrel"
 	"github.com/redis/rueidis"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -112,6 +113,33 @@ func (e *sendEnv) persistPassed() {
 	if err := e.Redis.Do(ctx, e.Redis.B().Set().Key(e.Keys().PersistedBefore()).Value(ms).Build()).Error(); err != nil {
 		e.T.Fatal(err)
 	}
+}
+
+// store writes a sent message into its month table and the mirror, as
+// persist does, and returns its created_at.
+func (e *sendEnv) store(topic string, groupID, from int64, cmid string, r sendResp) time.Time {
+	e.T.Helper()
+	ctx := context.Background()
+	created, err := time.Parse(time.RFC3339Nano, r.CreatedAt)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	table, err := routing.TableFor(e.Start)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	if _, err := sq.Insert(table.Quoted()).
+		Columns("message_id", "topic", "group_id", "seqid", "from_user", "client_msg_id", "content", "created_at", "updated_at").
+		Values(int64(r.MessageID), topic, groupID, r.Seq, from, cmid, `{"text":"stored"}`, created, created).
+		RunWith(e.DB).ExecContext(ctx); err != nil {
+		e.T.Fatal(err)
+	}
+	if err := routing.WidenMirror(ctx, e.DB, []routing.MirrorRow{{Topic: topic,
+		MonthRange:   routing.MonthRange{Month: e.Start, MinSeq: r.Seq, MaxSeq: r.Seq, Count: 1},
+		MinCreatedAt: created, MaxCreatedAt: created}}); err != nil {
+		e.T.Fatal(err)
+	}
+	return created
 }
 
 // seqKeyExists reports whether Redis holds an allocation counter for topic.

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	sq "github.com/Masterminds/squirrel"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/redis/rueidis"
 	"github.com/rs/zerolog"
@@ -163,41 +162,15 @@ func TestSendIdempotentRetry(t *testing.T) {
 	}
 
 	// once Redis forgot, the stored message itself (what persist writes)
-	// answers, and while MySQL holds a message that can still be retried,
-	// Redis is not trusted alone: the horizon lies a full idempotency TTL
-	// after it
+	// answers; the horizon waits for it meanwhile
+	// (TestSendHorizonSkipsMessagesWithRecords)
 	second := e.mustSend(user, "room", sendBody("m2", "stored"))
-	created, err := time.Parse(time.RFC3339Nano, second.CreatedAt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	table, err := routing.TableFor(e.Start)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sq.Insert(table.Quoted()).
-		Columns("message_id", "topic", "group_id", "seqid", "from_user", "client_msg_id", "content", "created_at", "updated_at").
-		Values(int64(second.MessageID), "room", 7, second.Seq, 1, "m2", `{"text":"stored"}`, created, created).
-		RunWith(e.DB).ExecContext(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := routing.WidenMirror(ctx, e.DB, []routing.MirrorRow{{Topic: "room",
-		MonthRange:   routing.MonthRange{Month: e.Start, MinSeq: second.Seq, MaxSeq: second.Seq, Count: 1},
-		MinCreatedAt: created, MaxCreatedAt: created}}); err != nil {
-		t.Fatal(err)
-	}
+	e.store("room", 7, 1, "m2", second)
 	forget("m2")
 	retry("m2", second)
 	if rec := e.idemRecord("room", 1, "m2"); rec["status"] != "done" || rec["resp"] == "" {
 		t.Fatalf("idempotency record not restored from MySQL: %v", rec)
 	}
-	want := created.Add(e.Config.Send.IdempotencyTTL).UnixMilli()
-	sendWaitFor(t, 10*time.Second, "the idempotency horizon", func() bool {
-		// the horizon is stamped with the server incarnation: "run_id:ms"
-		v, err := e.Redis.Do(ctx, e.Redis.B().Get().Key(e.Keys().IdemSince()).Build()).ToString()
-		_, ms, _ := strings.Cut(v, ":")
-		return err == nil && ms == strconv.FormatInt(want, 10)
-	})
 
 	next := e.mustSend(user, "room", sendBody("m3", "next"))
 	if next.Seq != second.Seq+1 {
@@ -208,6 +181,61 @@ func TestSendIdempotentRetry(t *testing.T) {
 		if got := sendByCMID(evs, cmid); len(got) != 1 {
 			t.Fatalf("%s produced %d times", cmid, len(got))
 		}
+	}
+}
+
+// The horizon waits a full idempotency TTL only after messages that a
+// retry could reach without their record: messages whose sends made their
+// records after Redis's memory began (a new tenant's first sends, any
+// tenant's traffic since a loss) do not hold it back, or every send would
+// ask MySQL for a day.
+func TestSendHorizonSkipsMessagesWithRecords(t *testing.T) {
+	e := startSend(t, harness.Options{})
+	e.group("room", 7, "active")
+	e.member("room", 1, "member", time.Time{})
+	user := e.Token(1, "")
+	ctx := context.Background()
+	horizon := func() int64 {
+		t.Helper()
+		var ms int64
+		sendWaitFor(t, 10*time.Second, "the idempotency horizon", func() bool {
+			v, err := e.Redis.Do(ctx, e.Redis.B().Get().Key(e.Keys().IdemSince()).Build()).ToString()
+			_, s, _ := strings.Cut(v, ":")
+			ms, _ = strconv.ParseInt(s, 10, 64)
+			return err == nil && ms > 0
+		})
+		return ms
+	}
+	recompute := func(cmid string) {
+		t.Helper()
+		if err := e.Redis.Do(ctx, e.Redis.B().Del().Key(e.Keys().IdemSince()).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		e.mustSend(user, "room", sendBody(cmid, "x"))
+	}
+
+	e.persistPassed()
+	var last sendResp
+	var created time.Time
+	for i := range 3 {
+		cmid := "m" + strconv.Itoa(i)
+		last = e.mustSend(user, "room", sendBody(cmid, "stored"))
+		created = e.store("room", 7, 1, cmid, last)
+	}
+	recompute("probe-1")
+	ttl := e.Config.Send.IdempotencyTTL
+	if h := horizon(); h >= created.Add(ttl/2).UnixMilli() {
+		t.Fatalf("horizon %s with every stored message recorded: a full TTL after %s", time.UnixMilli(h).UTC(), created)
+	}
+
+	// the newest stored message loses its record: a retry of it would find
+	// none, so the horizon lies a full TTL after it
+	if err := e.Redis.Do(ctx, e.Redis.B().Del().Key(e.Keys().Idempotency("room", 1, "m2")).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	recompute("probe-2")
+	if h, want := horizon(), created.Add(ttl).UnixMilli(); h != want {
+		t.Fatalf("horizon %s, want %s (the unrecorded message's created_at + TTL)", time.UnixMilli(h).UTC(), time.UnixMilli(want).UTC())
 	}
 }
 

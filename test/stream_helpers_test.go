@@ -28,6 +28,7 @@ type stFrame struct {
 	Seq       int64           `json:"seq"`
 	ChangeSeq int64           `json:"change_seq"`
 	Code      string          `json:"code"`
+	Detail    string          `json:"detail"`
 }
 
 // stClient is one socket of a test.

@@ -207,6 +207,36 @@ func TestStreamManyTopics(t *testing.T) {
 	}
 }
 
+// A subscribe frame naming more topics than a socket may follow is refused
+// whole with one error frame, before any topic is read or joined.
+func TestStreamSubscribeFrameCapped(t *testing.T) {
+	t.Parallel()
+	e := stStart(t, harness.Options{Mutate: func(c *config.Config) { c.Stream.MaxTopics = 3 }})
+	e.group("a", 7, "active")
+	e.member("a", 1, "member", time.Time{})
+	c := stMustDial(t, e.Env, "/v1/stream?topics=a", e.Token(1, ""))
+	c.must("live")
+	topics := map[string]any{}
+	for i := range 5000 {
+		topics[fmt.Sprintf("t%d", i)] = map[string]any{"since": 0}
+	}
+	catchups := rpMetric(t, e.Env, "imshard_stream_catchups_total")
+	c.write(map[string]any{"type": "subscribe", "topics": topics})
+	f := c.must("error")
+	if f.Code != "invalid_argument" || f.Topic != "" || !strings.Contains(f.Detail, "max_topics") {
+		t.Fatalf("error frame %+v", f)
+	}
+	// the socket goes on, and nothing of the frame was followed or read
+	c.write(map[string]any{"type": "subscribe", "topics": map[string]any{"a": map[string]any{"since": 0}}})
+	e.mustSend(e.Token(1, ""), "a", sendBody("a1", "after"))
+	if f := c.must("message"); f.Message.Topic != "a" || f.Message.Seq != 1 {
+		t.Fatalf("frame %+v", f.Message)
+	}
+	if got := rpMetric(t, e.Env, "imshard_stream_catchups_total"); got != catchups {
+		t.Fatalf("the refused frame made %v catch-ups", got-catchups)
+	}
+}
+
 // A client that stops reading is cut off with 1008 "slow consumer" once
 // its send queue is full; what it had not read is dropped, not kept.
 func TestStreamSlowConsumer(t *testing.T) {

@@ -52,6 +52,16 @@ type SendParams struct {
 	Allocator *routing.Allocator // the raw allocation figure
 	Producer  []kgo.Opt          // the reference's producer: the send path's settings (send.ProducerOpts)
 
+	// Persist, when set, starts a persist role for the preparation and
+	// returns its stop (nil: persist runs elsewhere, as behind --addr).
+	// A send role asks MySQL for an earlier send of every message until
+	// the tenant's idempotency horizon stands, and the horizon stands only
+	// once persist's progress vouches for MySQL (docs/operations.md,
+	// "Persist"): every deployment runs persist, so the rounds start once
+	// the horizon stands, and persist stops before them (awaitHorizon).
+	Persist        func(context.Context) (stop func(), err error)
+	ProduceTimeout time.Duration // send.produce_timeout: how long the horizon can take to stand
+
 	Progress io.Writer // one line per phase
 }
 
@@ -187,7 +197,18 @@ func Send(ctx context.Context, p SendParams) (SendReport, error) {
 	}
 	rep := SendReport{GOMAXPROCS: runtime.GOMAXPROCS(0), RecordBytes: map[string]float64{}}
 	progress("preparing %d groups of %d members", p.Topics, benchMembers)
-	if err := b.setup(ctx, httpTopics); err != nil {
+	stopPersist := func() {}
+	if p.Persist != nil {
+		if stopPersist, err = p.Persist(ctx); err != nil {
+			return rep, err
+		}
+	}
+	err = b.setup(ctx, httpTopics)
+	if err == nil {
+		err = b.awaitHorizon(ctx, keys, httpTopics[0], progress)
+	}
+	stopPersist()
+	if err != nil {
 		return rep, err
 	}
 	defer func() {
@@ -404,6 +425,44 @@ func (b *sendBench) setup(ctx context.Context, topics []string) error {
 		}
 	}
 	return first
+}
+
+// awaitHorizon sends to topic until the tenant's idempotency horizon stands
+// (routing.Keys.IdemSince): from then on a send that finds no record of
+// itself is new without asking MySQL, as in any deployment where persist
+// runs. Without it every HTTP send of the rounds would ask MySQL, which is
+// what a send role does while persist is down — not the path to measure.
+func (b *sendBench) awaitHorizon(ctx context.Context, keys routing.Keys, topic string, progress func(string, ...any)) error {
+	tok, err := httpapi.Sign(b.p.Secret, b.p.Tenant, 1, "", time.Hour)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	// persist vouches once its progress passes the memory start by the
+	// produce timeout; its consumer group joins first
+	limit := 3*b.p.ProduceTimeout + 30*time.Second
+	for i := 0; ; i++ {
+		set, err := b.p.Redis.Do(ctx, b.p.Redis.B().Exists().Key(keys.IdemSince()).Build()).AsInt64()
+		if err != nil {
+			return err
+		}
+		if set == 1 {
+			progress("idempotency horizon set after %s", time.Since(start).Round(100*time.Millisecond))
+			return nil
+		}
+		if time.Since(start) > limit {
+			progress("WARNING: the idempotency horizon did not stand within %s (is persist running and caught up?): every HTTP send asks MySQL for an earlier send", limit)
+			return nil
+		}
+		if err := b.post(ctx, b.p.BaseURL, tok, topic, b.run+"-horizon-"+strconv.Itoa(i), "horizon"); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // cleanup unlinks every Redis key of this run (each carries the run id), so

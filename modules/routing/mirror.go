@@ -255,17 +255,6 @@ func MirrorTopics(ctx context.Context, db sq.BaseRunner) ([]string, error) {
 	return out, rows.Err()
 }
 
-// NewestMirrored is the newest created_at the mirror records in month from
-// or later; ok is false when it records none.
-func NewestMirrored(ctx context.Context, db sq.BaseRunner, from Month) (newest time.Time, ok bool, err error) {
-	var last sql.NullTime
-	if err := sq.Select("MAX(max_created_at)").From(mirrorTable).Where(sq.GtOrEq{"shard_month": from.String()}).
-		RunWith(db).QueryRowContext(ctx).Scan(&last); err != nil {
-		return time.Time{}, false, fmt.Errorf("mirror: newest stored message: %w", err)
-	}
-	return last.Time, last.Valid, nil
-}
-
 // MirrorFromTable adds the mirror rows of every topic in month table t,
 // computed from its rows (benchmark fixtures, built in bulk).
 func MirrorFromTable(ctx context.Context, db sq.BaseRunner, t Table) error {

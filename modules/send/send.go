@@ -635,14 +635,14 @@ func (s *Service) fromMySQL(ctx context.Context, tenant, topic string, from int6
 
 // establishHorizon sets the tenant's idempotency horizon after Redis lost
 // it (or never had it): a claim is trusted without asking MySQL once no
-// message MySQL stored can still be retried, i.e. from the newest stored
-// created_at plus send.idempotency_ttl on — at once if nothing was stored
-// that recently. MySQL holds every message sent before Redis's memory
-// start only once persist passed that start by the produce timeout, which
-// the send call checked before asking for this: the horizon is set only
-// while the memory is still the one of start (idem_since). One computation
-// per tenant at a time, in the background: until it lands, each send asks
-// MySQL itself.
+// message MySQL stored can still be retried without finding its record,
+// i.e. from the newest such message's created_at plus
+// send.idempotency_ttl on — at once if there is none (newestUnrecorded).
+// MySQL holds every message sent before Redis's memory start only once
+// persist passed that start by the produce timeout, which the send call
+// checked before asking for this: the horizon is set only while the memory
+// is still the one of start (idem_since). One computation per tenant at a
+// time, in the background: until it lands, each send asks MySQL itself.
 func (s *Service) establishHorizon(tenant, start string) {
 	if _, busy := s.horizons.LoadOrStore(tenant, struct{}{}); busy {
 		return
@@ -679,16 +679,123 @@ func (s *Service) horizon(ctx context.Context, tenant, start string) error {
 	if active.IsZero() {
 		return routing.ErrNoActiveMonth
 	}
-	// the months fromMySQL probes: a retriable message lives in one of them
-	ttl := s.p.Send.IdempotencyTTL
-	last, ok, err := routing.NewestMirrored(ctx, db, active.Prev())
+	ms, err := strconv.ParseInt(start, 10, 64)
 	if err != nil {
-		return fmt.Errorf("send: %w", err)
+		return fmt.Errorf("send: memory start %q: %w", start, err)
+	}
+	last, ok, err := s.newestUnrecorded(ctx, db, keys, tenant, active, time.UnixMilli(ms))
+	if err != nil {
+		return err
 	}
 	h := now
-	if ok && last.Add(ttl).After(now) {
+	if ttl := s.p.Send.IdempotencyTTL; ok && last.Add(ttl).After(now) {
 		h = last.Add(ttl)
 	}
 	return s.p.Scripts.Fenced.IdemSince(ctx, s.p.Redis, []string{keys.IdemSince(), keys.IdemMemory()},
 		[]string{strconv.FormatInt(h.UnixMilli(), 10), start}).Error()
+}
+
+// unrecordedBatch is how many stored messages newestUnrecorded checks for
+// an idempotency record per round trip.
+const unrecordedBatch = 500
+
+// newestUnrecorded finds the created_at of the newest message MySQL stored
+// that a retry could reach without finding its idempotency record, in the
+// months fromMySQL probes (a retriable message lives in one of them).
+//
+// A message whose send call came after the memory start has its record
+// (made by that call, kept for the idempotency TTL): only one sent before
+// the start can lack it. The start is Redis time and a message's id and
+// created_at are its API process's clock, so the messages stamped within
+// the produce timeout of the start (the bound the send call already allows
+// between a send's stamp and its call) are checked one by one for a
+// record; every one stamped earlier counts without looking. Taking the
+// newest stored message whatever its record instead would make the
+// horizon a whole idempotency TTL away whenever messages were stored just
+// after the start — a new tenant's first sends, or any tenant under
+// traffic — and every send would ask MySQL for a day.
+func (s *Service) newestUnrecorded(ctx context.Context, db *sql.DB, keys routing.Keys, tenant string, active routing.Month, start time.Time) (time.Time, bool, error) {
+	slack := s.p.Send.ProduceTimeout
+	idAt := func(t time.Time) int64 { return Compose(t.Sub(Epoch).Milliseconds(), 0, 0) }
+	lo, hi := idAt(start.Add(-slack)), idAt(start.Add(slack+time.Millisecond))
+	var newest time.Time
+	for _, m := range []routing.Month{active, active.Prev()} {
+		t, _, err := s.p.Catalog.Table(ctx, tenant, m)
+		if errors.Is(err, routing.ErrShardNotRegistered) {
+			continue
+		}
+		if err != nil {
+			return time.Time{}, false, err
+		}
+		at, found, err := s.unrecordedNear(ctx, db, keys, t, lo, hi)
+		if err == nil && !found {
+			err = sq.Select("created_at").From(t.Quoted()).Where(sq.Lt{"message_id": lo}).
+				OrderBy("message_id DESC").Limit(1).RunWith(db).QueryRowContext(ctx).Scan(&at)
+			found = err == nil
+			if errors.Is(err, sql.ErrNoRows) {
+				err = nil
+			}
+		}
+		if routing.IsNoSuchTable(err) {
+			continue
+		}
+		if err != nil {
+			return time.Time{}, false, fmt.Errorf("send: idempotency horizon from %s: %w", t.Name(), err)
+		}
+		if found && at.After(newest) {
+			newest = at
+		}
+	}
+	return newest, !newest.IsZero(), nil
+}
+
+// unrecordedNear walks table t's messages with ids in [lo, hi), newest
+// first, and returns the created_at of the first without an idempotency
+// record.
+func (s *Service) unrecordedNear(ctx context.Context, db *sql.DB, keys routing.Keys, t routing.Table, lo, hi int64) (time.Time, bool, error) {
+	type stored struct {
+		id      int64
+		created time.Time
+		key     string
+	}
+	for {
+		rows, err := sq.Select("message_id", "topic", "from_user", "client_msg_id", "created_at").From(t.Quoted()).
+			Where(sq.And{sq.GtOrEq{"message_id": lo}, sq.Lt{"message_id": hi}}).
+			OrderBy("message_id DESC").Limit(unrecordedBatch).RunWith(db).QueryContext(ctx)
+		if err != nil {
+			return time.Time{}, false, err
+		}
+		var batch []stored
+		for rows.Next() {
+			var m stored
+			var topic, cmid string
+			var from int64
+			if err := rows.Scan(&m.id, &topic, &from, &cmid, &m.created); err != nil {
+				rows.Close()
+				return time.Time{}, false, err
+			}
+			m.key = keys.Idempotency(topic, from, cmid)
+			batch = append(batch, m)
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return time.Time{}, false, err
+		}
+		if len(batch) == 0 {
+			return time.Time{}, false, nil
+		}
+		cmds := make(rueidis.Commands, len(batch))
+		for i, m := range batch {
+			cmds[i] = s.p.Redis.B().Exists().Key(m.key).Build()
+		}
+		for i, r := range s.p.Redis.DoMulti(ctx, cmds...) {
+			n, err := r.AsInt64()
+			if err != nil {
+				return time.Time{}, false, err
+			}
+			if n == 0 {
+				return batch[i].created, true, nil
+			}
+		}
+		hi = batch[len(batch)-1].id
+	}
 }

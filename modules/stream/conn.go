@@ -504,10 +504,11 @@ func (c *conn) catchUpAll(ctx context.Context) {
 // finds and the recorded gaps, then what is held above. It needs one of
 // the per-process catch-up slots.
 func (c *conn) catchUp(ctx context.Context, f *follow) {
-	if !c.s.acquire(ctx) {
+	release, ok := c.s.acquire(ctx, c.p)
+	if !ok {
 		return
 	}
-	defer c.s.release()
+	defer release()
 	c.s.m.catchups.Inc()
 	for {
 		page, err := c.s.q.Since(ctx, c.p, f.topic, f.cursor, pageSize)
@@ -580,10 +581,11 @@ func (c *conn) sendGaps(ctx context.Context, f *follow, gaps *[]int64, stop int6
 // of the topic's changes, is a reset frame instead: the client reloads
 // what it shows of the topic and continues from the reset's change_seq.
 func (c *conn) catchUpChanges(ctx context.Context, f *follow) {
-	if !c.s.acquire(ctx) {
+	release, ok := c.s.acquire(ctx, c.p)
+	if !ok {
 		return
 	}
-	defer c.s.release()
+	defer release()
 	ch, err := c.s.q.ChangesSince(ctx, c.p, f.topic, f.changes, c.s.lim.MaxCatchupChanges)
 	f.changesDue = err != nil && !denied(err)
 	if err != nil {
@@ -813,6 +815,12 @@ func (c *conn) read() {
 		case "subscribe":
 			if c.single || json.Unmarshal(req.Topics, &r.subscribe) != nil || len(r.subscribe) == 0 || negative(r.subscribe) {
 				c.requestError(`subscribe needs "topics": {"<topic>": {"since": 0, "changes_since": 0}} (cursors >= 0) on a /v1/stream socket`)
+				continue
+			}
+			// refused whole before any topic costs a read: a socket follows
+			// at most max_topics, so a longer frame cannot be meant
+			if len(r.subscribe) > c.s.lim.MaxTopics {
+				c.requestError("a subscribe names at most stream.max_topics (" + strconv.Itoa(c.s.lim.MaxTopics) + ") topics; nothing was subscribed")
 				continue
 			}
 		case "unsubscribe":

@@ -82,7 +82,7 @@ type Server struct {
 	m    *metrics
 	hub  *Hub
 
-	catchups chan struct{} // slots for concurrent catch-ups
+	catchups *catchupSlots
 	open     atomic.Int64
 
 	stopSweep chan struct{}
@@ -100,7 +100,7 @@ func New(p Params) *Server {
 	m := newMetrics(p.Registerer)
 	s := &Server{rdb: p.Redis, keys: p.KeySpace, q: p.Reads, auth: p.Auth, lim: p.Limits, log: p.Log, m: m,
 		hub:      newHub(p.Redis, p.KeySpace, m, p.Log, p.Limits.ACLCheckInterval),
-		catchups: make(chan struct{}, p.Limits.MaxCatchups), conns: map[*conn]struct{}{},
+		catchups: newCatchupSlots(p.Limits.MaxCatchups), conns: map[*conn]struct{}{},
 		stopSweep: make(chan struct{})}
 	s.beats = make([]map[*conn]struct{}, beatCount(p.Limits.PingInterval))
 	for i := range s.beats {
@@ -438,17 +438,15 @@ func (s *Server) Revalidate() {
 	}
 }
 
-// acquire takes a catch-up slot (stream.max_catchups), waiting its turn.
-func (s *Server) acquire(ctx context.Context) bool {
-	select {
-	case s.catchups <- struct{}{}:
-		return true
-	case <-ctx.Done():
-		return false
+// acquire takes a catch-up slot (stream.max_catchups) for the socket's
+// user, waiting its turn (catchupSlots); ok is false when ctx ended first.
+func (s *Server) acquire(ctx context.Context, p httpapi.Principal) (release func(), ok bool) {
+	release, waited, ok := s.catchups.acquire(ctx, userKey{p.Tenant, p.UserID})
+	if waited {
+		s.m.catchupShareWaits.Inc()
 	}
+	return release, ok
 }
-
-func (s *Server) release() { <-s.catchups }
 
 // lastIssued is the topic's last issued seq (0 if none or unknown): how
 // far a topic reads storage before it is caught up (follow.seen).
