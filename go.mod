@@ -4,6 +4,8 @@ go 1.26.8
 
 require (
 	github.com/Masterminds/squirrel v1.5.4
+	github.com/MicahParks/jwkset v0.11.4
+	github.com/MicahParks/keyfunc/v3 v3.9.2
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/coder/websocket v1.8.15
@@ -26,6 +28,7 @@ require (
 	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/sync v0.23.0
+	golang.org/x/time v0.15.0
 )
 
 require (
@@ -38,6 +41,7 @@ require (
 	github.com/gorilla/mux v1.8.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/lann/builder v0.0.0-20180802200727-47ae307949d0 // indirect
 	github.com/lann/ps v0.0.0-20150810152359-62de8c46ede0 // indirect
 	github.com/mattn/go-colorable v0.1.14 // indirect

@@ -20,6 +20,7 @@ import (
 
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/keyset"
 	"github.com/imshard/imshard/modules/readpath"
 )
 
@@ -57,6 +58,7 @@ type App struct {
 
 	clients  clients
 	reader   *readpath.Reader // module readpath
+	keys     *keyset.Registry
 	tenants  tenantSet
 	reload   reloader
 	stopping atomic.Bool
@@ -72,10 +74,12 @@ func New(cfg *config.Config, log zerolog.Logger) *App {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a := &App{Config: cfg, Log: log, Registry: reg, APIMux: httpapi.NewMux(), services: map[string]Service{}}
 	a.tenants.set(cfg.Tenants, cfg.Limits)
+	a.keys = keyset.New(keyset.Params{Log: log.With().Str("module", Keys).Logger(), Registerer: reg,
+		RefreshInterval: cfg.Auth.JWKSRefreshInterval}, cfg.Tenants)
 	a.reload.live = cfg
 	a.reload.lastOK, a.reload.failures = newReloadMetrics(reg)
 	a.reload.weakSecrets = promauto.With(reg).NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_tenant_secret_weak",
-		Help: "1 for each tenant whose jwt_secret is accepted but weak, by reason: demo (the public demo secret) or short (under 32 bytes)."}, []string{"tenant", "reason"})
+		Help: "1 for each HS256 secret of a tenant (jwt_secret, kid \"\", or a key's) that is accepted but weak, by reason: demo (a public demo secret) or short (under 32 bytes)."}, []string{"tenant", "kid", "reason"})
 	promauto.With(reg).NewGaugeFunc(prometheus.GaugeOpts{Name: "imshard_ready", Help: "1 when the process would answer /readyz 200 at this scrape, 0 when it would answer 503 (a dependency down, draining, shutting down)."}, a.readyValue)
 	return a
 }

@@ -95,6 +95,7 @@ var inits = map[string]func(ctx context.Context, a *App) (Service, error){
 	Redis:    initRedis,
 	Kafka:    initKafka,
 	Routing:  initRouting,
+	Keys:     initKeys,
 	ShardMgr: initShardMgr,
 	Send:     initSend,
 	Changes:  initChanges,

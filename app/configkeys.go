@@ -30,6 +30,7 @@ var keysRead = map[string][]configKey{
 	MySQL:    {"mysql"},
 	Redis:    {"redis"},
 	Kafka:    {"kafka.brokers", "kafka.topic", "kafka.dlq_topic", "kafka.partitions", "kafka.data_dir", "kafka.replication_factor", "kafka.sasl", "kafka.tls"},
+	Keys:     {"auth.jwks_refresh_interval"},
 	Routing:  {"shard.auto_advance", "send.seq_reserve_step", "send.produce_timeout", "send.acl_cache_ttl"},
 	ReadPath: {"send.acl_cache_ttl", "hot_cache.local_topics", "hot_cache.local_max_age"},
 	ShardMgr: {"shard"},

@@ -15,6 +15,7 @@ const (
 	Redis    = "redis"    // Redis client (standalone or cluster)
 	Kafka    = "kafka"    // brokers (or the in-process kfake cluster)
 	Routing  = "routing"  // catalog, allocator, route lookup
+	Keys     = "keys"     // the tenants' key sets: their JWKS fetched in the background
 	ReadPath = "readpath" // the read path the reading modules share (library)
 	ShardMgr = "shardmgr" // month-table patrol
 	API      = "api"      // the HTTP API server on http.addr
@@ -37,14 +38,15 @@ var deps = map[string][]string{
 	Redis:    {Ops},
 	Kafka:    {Ops},
 	Routing:  {MySQL, Redis},
+	Keys:     {Ops},
 	ShardMgr: {Routing},
 	API:      {Routing},
-	Changes:  {ReadPath},
+	Changes:  {ReadPath, Keys},
 	Send:     {Routing, Kafka, Changes},
 	Persist:  {Routing, Kafka},
 	ReadPath: {Routing},
-	Inbox:    {ReadPath},
-	Stream:   {ReadPath},
+	Inbox:    {ReadPath, Keys},
+	Stream:   {ReadPath, Keys},
 	Query:    {ReadPath, Inbox, Stream},
 	Migrate:  {Routing},
 	All:      {ShardMgr, Send, Persist, Query, Migrate},

@@ -81,16 +81,17 @@ func TestParseRoles(t *testing.T) {
 // TestRolesRunTheirModules pins which modules each serving role runs: send
 // the changes; query the inbox and the stream; the stream alone (memory-
 // bound sockets scale apart from CPU-bound badges) neither the reads' nor
-// the inbox's routes.
+// the inbox's routes; every role serving the API the tenants' key sets
+// (keys, which fetches their JWKS), persist none.
 func TestRolesRunTheirModules(t *testing.T) {
 	for _, c := range []struct {
 		role      string
 		runs, not []string
 	}{
-		{Send, []string{Send, Changes, ReadPath, API}, []string{Query, Inbox, Stream}},
-		{Query, []string{Query, Inbox, Stream, ReadPath, API}, []string{Send, Changes, Kafka}},
-		{Stream, []string{Stream, ReadPath, API}, []string{Query, Inbox, Send, Changes, Kafka}},
-		{Persist, []string{Persist, Kafka}, []string{ReadPath, API}},
+		{Send, []string{Send, Changes, ReadPath, API, Keys}, []string{Query, Inbox, Stream}},
+		{Query, []string{Query, Inbox, Stream, ReadPath, API, Keys}, []string{Send, Changes, Kafka}},
+		{Stream, []string{Stream, ReadPath, API, Keys}, []string{Query, Inbox, Send, Changes, Kafka}},
+		{Persist, []string{Persist, Kafka}, []string{ReadPath, API, Keys}},
 	} {
 		order, err := StartOrder([]string{c.role})
 		if err != nil {

@@ -98,7 +98,7 @@ func (a *App) NewRouteCheck() *routecheck.Checker {
 // initQuery serves the message reads: pages, one message, context,
 // search, by id, the admin lookups.
 func initQuery(ctx context.Context, a *App) (Service, error) {
-	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
+	auth := httpapi.NewAuthenticator(a.Keys(), a.Config.Auth.MaxTokenTTL)
 	a.NewQuery().Register(a.APIMux, auth, a.Log.With().Str("module", Query).Logger(), a.clients.limits)
 	return holder{}, nil
 }
@@ -107,7 +107,7 @@ func initQuery(ctx context.Context, a *App) (Service, error) {
 // preferences; on stop it waits for the read frames under way.
 func initInbox(ctx context.Context, a *App) (Service, error) {
 	svc := a.NewInbox()
-	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
+	auth := httpapi.NewAuthenticator(a.Keys(), a.Config.Auth.MaxTokenTTL)
 	svc.Register(a.APIMux, auth, a.Log.With().Str("module", Inbox).Logger(), a.clients.limits)
 	return holder{close: func() error { svc.Close(); return nil }}, nil
 }
@@ -117,7 +117,7 @@ func initInbox(ctx context.Context, a *App) (Service, error) {
 // with 1001 within the stop context (http.shutdown_grace), after the API
 // listener closed.
 func initStream(ctx context.Context, a *App) (Service, error) {
-	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
+	auth := httpapi.NewAuthenticator(a.Keys(), a.Config.Auth.MaxTokenTTL)
 	st := a.Config.Stream
 	rt := stream.New(stream.Params{
 		Redis:    a.clients.redis,
@@ -142,6 +142,7 @@ func initStream(ctx context.Context, a *App) (Service, error) {
 	})
 	rt.Register(a.APIMux)
 	a.onTenantsChanged(rt.Revalidate)
+	a.keys.OnKeysRemoved(rt.Revalidate)
 	return runner{
 		run: func(ctx context.Context) error { <-ctx.Done(); return nil },
 		stop: func(ctx context.Context) error {

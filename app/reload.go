@@ -32,8 +32,9 @@ type reloader struct {
 	// process runs on, on the configuration it had
 	lastOK   prometheus.Gauge
 	failures prometheus.Counter
-	// weakSecrets is 1 per tenant and reason whose jwt_secret the running
-	// configuration accepts but an operator must replace (reportWeakSecrets)
+	// weakSecrets is 1 per tenant, kid and reason whose HS256 secret the
+	// running configuration accepts but an operator must replace
+	// (reportWeakSecrets)
 	weakSecrets *prometheus.GaugeVec
 	// revoke are what the modules that hold credentials past their request
 	// (the stream's sockets) run once a reload replaced the tenants; set
@@ -48,17 +49,22 @@ type reloader struct {
 // newReloadMetrics registers the reload's series on reg: a process starts
 // on a configuration it validated, so the last reload counts as successful.
 // reportWeakSecrets warns, at start and after each applied reload, of every
-// tenant whose jwt_secret is accepted but weak (config.WeakSecrets), and
-// exports exactly those as imshard_tenant_secret_weak.
+// HS256 secret of a tenant — jwt_secret or a key's — that is accepted but
+// weak (config.WeakSecrets), and exports exactly those as
+// imshard_tenant_secret_weak.
 func (a *App) reportWeakSecrets(tenants []config.Tenant) {
 	a.reload.weakSecrets.Reset()
 	for _, w := range config.WeakSecrets(tenants) {
-		a.reload.weakSecrets.WithLabelValues(w.Tenant, w.Reason).Set(1)
-		msg := fmt.Sprintf("tenant jwt_secret is shorter than %d bytes: anyone who guesses it signs this tenant's tokens; rotate it", config.StrongSecretLen)
+		a.reload.weakSecrets.WithLabelValues(w.Tenant, w.KID, w.Reason).Set(1)
+		msg := fmt.Sprintf("tenant HS256 secret is shorter than %d bytes: anyone who guesses it signs this tenant's tokens; rotate it", config.StrongSecretLen)
 		if w.Reason == config.WeakSecretDemo {
-			msg = "tenant jwt_secret is the public demo secret: anyone can sign this tenant's tokens; configure tenants before anyone but you can reach this process"
+			msg = "tenant HS256 secret is a public demo secret: anyone can sign this tenant's tokens; configure tenants before anyone but you can reach this process"
 		}
-		a.Log.Warn().Str("key", "tenants").Str("tenant", w.Tenant).Str("reason", w.Reason).Msg(msg)
+		ev := a.Log.Warn().Str("key", "tenants").Str("tenant", w.Tenant).Str("reason", w.Reason)
+		if w.KID != "" {
+			ev = ev.Str("kid", w.KID)
+		}
+		ev.Msg(msg)
 	}
 }
 
@@ -115,9 +121,10 @@ func (a *App) watchReload(ctx context.Context) {
 // logged with "restart needed" (and again on each reload until a restart
 // applies it), and a key none of them reads is only listed at debug level.
 //
-// The tenant list has one owner, the set the credentials are verified
-// against: a tenant missing from next, or whose jwt_secret changed, has its
-// old tokens refused by every route from the moment the set is replaced,
+// The tenant list has one owner, the key sets the credentials are verified
+// against: a tenant missing from next, or a key removed or changed (its
+// jwt_secret, a key of keys, its jwks_url, issuer or audience), has its
+// old tokens refused by every route from the moment the sets are replaced,
 // its pool closed (a request of it still under way may fail), and then
 // every open socket whose token no longer verifies ended. A socket admitted
 // meanwhile verifies its token again once it is tracked, so none slips
@@ -132,6 +139,7 @@ func (a *App) Reload(next *config.Config) {
 	applied := *live
 	applied.Tenants, applied.TenantsFile, applied.Limits = next.Tenants, next.TenantsFile, next.Limits
 	a.tenants.set(applied.Tenants, applied.Limits)
+	a.keys.Apply(applied.Tenants)
 	if a.clients.pools != nil {
 		a.clients.pools.SetTenants(Tenants(&applied))
 	}

@@ -32,10 +32,11 @@ func TestAddedTenants(t *testing.T) {
 	}
 }
 
-// TestWeakSecretsWarnedAtStartAndOnReload: a tenant whose jwt_secret is the
-// public demo secret or shorter than 32 bytes is logged and exported when a
-// server starts, per tenant and reason, and a reload that replaces it clears
-// it (while a reload bringing a new weak one reports that one).
+// TestWeakSecretsWarnedAtStartAndOnReload: a tenant whose jwt_secret, or
+// the secret of one of its HS256 keys, is the public demo secret or shorter
+// than 32 bytes is logged and exported when a server starts, per tenant,
+// kid and reason, and a reload that replaces it clears it (while a reload
+// bringing a new weak one reports that one).
 func TestWeakSecretsWarnedAtStartAndOnReload(t *testing.T) {
 	strong := strings.Repeat("s", config.StrongSecretLen)
 	cfg := config.Default()
@@ -63,7 +64,7 @@ func TestWeakSecretsWarnedAtStartAndOnReload(t *testing.T) {
 					labels[l.GetName()] = l.GetValue()
 				}
 				if m.GetGauge().GetValue() == 1 {
-					got[labels["tenant"]] = labels["reason"]
+					got[strings.TrimSuffix(labels["tenant"]+"/"+labels["kid"], "/")] = labels["reason"]
 				}
 			}
 		}
@@ -82,13 +83,15 @@ func TestWeakSecretsWarnedAtStartAndOnReload(t *testing.T) {
 	}
 
 	next := cfg
-	next.Tenants = []config.Tenant{{ID: "acme", JWTSecret: strings.Repeat("a", config.StrongSecretLen)}, {ID: "beta", JWTSecret: "beta-secret-123"}}
+	next.Tenants = []config.Tenant{{ID: "acme", JWTSecret: strings.Repeat("a", config.StrongSecretLen)}, {ID: "beta", JWTSecret: "beta-secret-123"},
+		{ID: "gamma", Keys: []config.TenantKey{{KID: "new", Alg: config.AlgHS256, Secret: strong + "g"}, {KID: "old", Alg: config.AlgHS256, Secret: "gamma-secret-1"}}}}
 	log.Reset()
 	a.Reload(&next)
-	if got, want := weak(), map[string]string{"beta": config.WeakSecretShort}; !maps.Equal(got, want) {
+	if got, want := weak(), map[string]string{"beta": config.WeakSecretShort, "gamma/old": config.WeakSecretShort}; !maps.Equal(got, want) {
 		t.Fatalf("after the reload imshard_tenant_secret_weak = %v, want %v", got, want)
 	}
-	if !strings.Contains(log.String(), `"tenant":"beta","reason":"short"`) || strings.Contains(log.String(), `"tenant":"acme","reason"`) {
-		t.Fatalf("reload log must warn of beta only:\n%s", log.String())
+	if !strings.Contains(log.String(), `"tenant":"beta","reason":"short"`) || strings.Contains(log.String(), `"tenant":"acme","reason"`) ||
+		!strings.Contains(log.String(), `"tenant":"gamma","reason":"short","kid":"old"`) || strings.Contains(log.String(), `"kid":"new"`) {
+		t.Fatalf("reload log must warn of beta and gamma's key old only:\n%s", log.String())
 	}
 }

@@ -24,7 +24,7 @@ func initSend(ctx context.Context, a *App) (Service, error) {
 		ACL:        c.acl,
 		Migrations: c.migs,
 		Limits:     c.limits,
-		Auth:       httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL),
+		Auth:       httpapi.NewAuthenticator(a.Keys(), a.Config.Auth.MaxTokenTTL),
 		Log:        a.Log.With().Str("module", Send).Logger(),
 		Registerer: a.Registry,
 	})
@@ -58,7 +58,7 @@ func (a *App) NewChanges() *changes.Service {
 // and for me.
 func initChanges(ctx context.Context, a *App) (Service, error) {
 	svc := a.NewChanges()
-	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
+	auth := httpapi.NewAuthenticator(a.Keys(), a.Config.Auth.MaxTokenTTL)
 	svc.Register(a.APIMux, auth, a.Log.With().Str("module", Changes).Logger(), a.clients.limits)
 	return holder{}, nil
 }

@@ -1,30 +1,28 @@
 package app
 
 import (
+	"context"
 	"sync"
 
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/httpapi"
 )
 
-// tenantSet is the live list of tenants: JWT secrets for the HTTP roles and
-// the ids/DSNs for the pools. A reload (SIGHUP) replaces it.
+// tenantSet is the live limits of the tenants. A reload (SIGHUP) replaces
+// it.
 type tenantSet struct {
-	mu      sync.RWMutex
-	secrets map[string][]byte
-	limits  map[string]config.Limits // each tenant's limits, its own over the defaults
-	deflt   config.Limits            // the limits section: a tenant's not (yet) in the set
+	mu     sync.RWMutex
+	limits map[string]config.Limits // each tenant's limits, its own over the defaults
+	deflt  config.Limits            // the limits section: a tenant's not (yet) in the set
 }
 
 func (s *tenantSet) set(tenants []config.Tenant, defaults config.Limits) {
-	m := make(map[string][]byte, len(tenants))
 	l := make(map[string]config.Limits, len(tenants))
 	for _, t := range tenants {
-		m[t.ID] = []byte(t.JWTSecret)
 		l[t.ID] = defaults.Of(t)
 	}
 	s.mu.Lock()
-	s.secrets, s.limits, s.deflt = m, l, defaults
+	s.limits, s.deflt = l, defaults
 	s.mu.Unlock()
 }
 
@@ -39,13 +37,16 @@ func (s *tenantSet) limitsOf(tenant string) config.Limits {
 	return s.deflt
 }
 
-// Secrets looks up a tenant's JWT secret in the live tenant list; the HTTP
-// roles verify tokens with it, so a reload takes effect at once.
-func (a *App) Secrets() httpapi.Secrets {
-	return func(tenant string) ([]byte, bool) {
-		a.tenants.mu.RLock()
-		defer a.tenants.mu.RUnlock()
-		s, ok := a.tenants.secrets[tenant]
-		return s, ok && len(s) > 0
-	}
+// Keys is the live key set of every tenant, which the HTTP roles verify
+// tokens with: built from the configuration in New, replaced by each
+// reload (so a key added or removed takes effect at once), and completed
+// by the tenants' JWKS once module keys has started.
+func (a *App) Keys() httpapi.KeySets { return a.keys }
+
+// initKeys fetches the JWKS of every tenant that has a jwks_url, then
+// keeps them fresh in the background until the process stops; a JWKS
+// fetch that drops a key ends the sockets it verified, as a reload does.
+func initKeys(ctx context.Context, a *App) (Service, error) {
+	a.keys.Start(a.reload.live.Tenants)
+	return holder{close: func() error { a.keys.Close(); return nil }}, nil
 }

@@ -23,9 +23,9 @@ import (
 // its raw limit on the same services in the same run (docs/performance.md).
 func newBenchCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "bench", Short: "Measure a path beside its raw limit on the same services",
-		Example: "  imshard bench send --duration=10s\n  imshard bench query --only='raw SQL'",
+		Example: "  imshard bench send --duration=10s\n  imshard bench query --only='raw SQL'\n  imshard bench rotation",
 	}
-	c.AddCommand(newBenchSendCmd(g), newBenchQueryCmd(g), newBenchPersistCmd(g), newBenchInboxCmd(g), newBenchStreamCmd(g), newBenchMigrateCmd(g), newBenchLimitsCmd(g))
+	c.AddCommand(newBenchSendCmd(g), newBenchQueryCmd(g), newBenchPersistCmd(g), newBenchInboxCmd(g), newBenchStreamCmd(g), newBenchMigrateCmd(g), newBenchLimitsCmd(g), newBenchRotationCmd(g))
 	return c
 }
 

@@ -122,7 +122,7 @@ func benchQueryOnce(ctx context.Context, cfg *config.Config, o *benchQueryOption
 	}
 	svc, ch := a.NewQuery(), a.NewChanges()
 	mux := httpapi.NewMux()
-	auth := httpapi.NewAuthenticator(a.Secrets(), a.Config.Auth.MaxTokenTTL)
+	auth := httpapi.NewAuthenticator(a.Keys(), a.Config.Auth.MaxTokenTTL)
 	// the bench measures the read path, not the per-user limits in front
 	// of it: its one user reads far above them
 	svc.Register(mux, auth, log, nil)

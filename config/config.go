@@ -8,6 +8,7 @@ package config
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -58,6 +59,10 @@ type Auth struct {
 	// MaxTokenTTL is the longest lifetime a token may have: exp − iat, or
 	// exp − now for a token without iat.
 	MaxTokenTTL time.Duration `mapstructure:"max_token_ttl"`
+	// JWKSRefreshInterval is how often each tenant's jwks_url is fetched
+	// again, and the least time between two fetches a token with an unknown
+	// kid may cause: a flood of unknown kids costs one fetch per interval.
+	JWKSRefreshInterval time.Duration `mapstructure:"jwks_refresh_interval"`
 }
 
 // Metrics is the listener for /metrics, /healthz and /readyz, kept apart from the
@@ -152,11 +157,23 @@ type TLS struct {
 }
 
 // Tenant is one tenant; the yaml and json tags are the tenants_file format.
+//
+// A tenant's tokens are verified against its key set: JWTSecret is the one
+// key without a kid (HS256), which verifies the tokens whose header names
+// no kid; Keys are named keys, and the keys the tenant's identity provider
+// publishes at JWKSURL are too. A token with a kid is verified by the key
+// of Keys with that kid, else by the JWKS key with it; none other is tried.
 type Tenant struct {
 	ID        string `mapstructure:"id" yaml:"id" json:"id"`
 	JWTSecret string `mapstructure:"jwt_secret" yaml:"jwt_secret" json:"jwt_secret"`
 	// DSN overrides mysql.dsn_template for this tenant.
-	DSN string `mapstructure:"dsn" yaml:"dsn,omitempty" json:"dsn,omitempty"`
+	DSN     string      `mapstructure:"dsn" yaml:"dsn,omitempty" json:"dsn,omitempty"`
+	Keys    []TenantKey `mapstructure:"keys" yaml:"keys,omitempty" json:"keys,omitempty"`
+	JWKSURL string      `mapstructure:"jwks_url" yaml:"jwks_url,omitempty" json:"jwks_url,omitempty"`
+	// Issuer and Audience, when set, are what every token of the tenant
+	// must carry as iss and among aud.
+	Issuer   string `mapstructure:"issuer" yaml:"issuer,omitempty" json:"issuer,omitempty"`
+	Audience string `mapstructure:"audience" yaml:"audience,omitempty" json:"audience,omitempty"`
 	// Limits replace the limits section's buckets for this tenant.
 	Limits TenantLimits `mapstructure:"limits" yaml:"limits,omitempty" json:"limits,omitzero"`
 }
@@ -241,12 +258,21 @@ var KeyPrefixPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{0,32}$`)
 
 // DemoTenant is the built-in tenant of a local setup. It only stands in for a
 // tenant list nobody gave: Load drops it when a tenants_file is set, and a
-// process running anything less than every role refuses its secret
-// (ValidateServe), so it never serves a real deployment.
-var DemoTenant = Tenant{ID: "demo", JWTSecret: DemoSecret}
+// process running anything less than every role refuses its secrets
+// (ValidateServe), so it never serves a real deployment. Besides its
+// jwt_secret it has one named key, so that a local setup shows a token
+// carrying a kid (`imshard token --kid=demo-1`).
+var DemoTenant = Tenant{ID: "demo", JWTSecret: DemoSecret, Keys: []TenantKey{{KID: "demo-1", Alg: AlgHS256, Secret: DemoKeySecret}}}
 
 // DemoSecret is the demo tenant's jwt_secret, public in the docs.
 const DemoSecret = "change-me"
+
+// DemoKeySecret is the secret of the demo tenant's key demo-1, public in
+// the docs as DemoSecret is.
+const DemoKeySecret = "change-me-demo-1"
+
+// IsDemoSecret reports whether s is one of the demo tenant's public secrets.
+func IsDemoSecret(s string) bool { return s == DemoSecret || s == DemoKeySecret }
 
 // minSecretLen is the shortest accepted jwt_secret; shorter HMAC keys are guessable.
 const minSecretLen = 8
@@ -258,7 +284,7 @@ func Default() Config {
 		HTTP: HTTP{Addr: "127.0.0.1:8080", ShutdownDelay: 5 * time.Second, ShutdownGrace: 30 * time.Second,
 			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
 			IdleTimeout: 60 * time.Second, MaxConns: 10000},
-		Auth:    Auth{MaxTokenTTL: 24 * time.Hour},
+		Auth:    Auth{MaxTokenTTL: 24 * time.Hour, JWKSRefreshInterval: 5 * time.Minute},
 		Metrics: Metrics{Addr: "127.0.0.1:9090"},
 		Log:     Log{Level: "info", Format: "auto"},
 		MySQL: MySQL{
@@ -279,7 +305,8 @@ func Default() Config {
 			DataDir:           "./data/kafka",
 			ReplicationFactor: 1,
 		},
-		Tenants: []Tenant{DemoTenant},
+		// a copy of its own: a caller changing the keys changes no other
+		Tenants: []Tenant{{ID: DemoTenant.ID, JWTSecret: DemoTenant.JWTSecret, Keys: slices.Clone(DemoTenant.Keys)}},
 		Shard: Shard{
 			MonthsAhead:    2,
 			SealingDays:    7,

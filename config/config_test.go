@@ -428,7 +428,7 @@ func TestValidateRules(t *testing.T) {
 		{"two tenants share a secret", func(c *Config) {
 			c.Tenants = append(c.Tenants, Tenant{ID: "other", JWTSecret: c.Tenants[0].JWTSecret})
 		}, "tenants[1].jwt_secret"},
-		{"tenant secret empty", func(c *Config) { c.Tenants[0].JWTSecret = "" }, "tenants[0].jwt_secret"},
+		{"tenant secret empty, no keys", func(c *Config) { c.Tenants[0].JWTSecret, c.Tenants[0].Keys = "", nil }, "tenants[0].jwt_secret"},
 		{"tenant secret short", func(c *Config) { c.Tenants[0].JWTSecret = "1234567" }, "tenants[0].jwt_secret"},
 		{"months ahead", func(c *Config) { c.Shard.MonthsAhead = 25 }, "shard.months_ahead"},
 		{"months ahead negative", func(c *Config) { c.Shard.MonthsAhead = -1 }, "shard.months_ahead"},

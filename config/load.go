@@ -97,7 +97,7 @@ func Load(opts LoadOptions) (*Config, error) {
 		// The demo tenant is a default, not a choice: an operator who
 		// configures only tenants_file (or keeps the example's tenants
 		// beside it) must not find it accepting tokens.
-		if slices.Equal(cfg.Tenants, Default().Tenants) {
+		if reflect.DeepEqual(cfg.Tenants, Default().Tenants) {
 			cfg.Tenants = []Tenant{}
 		}
 		extra, err := LoadTenantsFile(cfg.TenantsFile)
@@ -267,6 +267,13 @@ func decode(settings map[string]any, origin map[string]string) (*Config, []error
 	}
 	if err := dec.Decode(settings); err != nil {
 		return nil, keyErrors(err, origin)
+	}
+	for i := range cfg.Tenants {
+		// a tenant without keys reads as one never given any, as it does
+		// from a tenants_file, whatever layer the defaults came through
+		if len(cfg.Tenants[i].Keys) == 0 {
+			cfg.Tenants[i].Keys = nil
+		}
 	}
 	return &cfg, nil
 }

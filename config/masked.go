@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 const mask = "****"
 
 // Masked renders the effective config as YAML, keys in file order, for `imshard
-// config check` and startup logs. Secrets (tenant jwt_secret, the Redis and Kafka
+// config check` and startup logs. Secrets (tenant jwt_secret and keys' secret, the Redis and Kafka
 // SASL passwords, the password inside any DSN) become "****"; empty ones stay empty so an operator can
 // still see that a secret is missing. The output loads back with Load.
 func (c *Config) Masked() ([]byte, error) {
@@ -26,6 +27,10 @@ func (c *Config) Masked() ([]byte, error) {
 	m.Tenants = make([]Tenant, len(c.Tenants))
 	for i, t := range c.Tenants {
 		t.JWTSecret = maskSecret(t.JWTSecret)
+		t.Keys = slices.Clone(t.Keys)
+		for j := range t.Keys {
+			t.Keys[j].Secret = maskSecret(t.Keys[j].Secret)
+		}
 		t.DSN = maskDSN(t.DSN)
 		m.Tenants[i] = t
 	}

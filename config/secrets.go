@@ -1,8 +1,9 @@
 package config
 
-// Reasons a tenant's jwt_secret is accepted but weak.
+// Reasons a tenant's HS256 secret (jwt_secret, or a key's secret) is
+// accepted but weak.
 const (
-	WeakSecretDemo  = "demo"  // the public demo secret: anyone can sign the tenant's tokens
+	WeakSecretDemo  = "demo"  // a public demo secret: anyone can sign the tenant's tokens
 	WeakSecretShort = "short" // shorter than StrongSecretLen bytes
 )
 
@@ -15,24 +16,28 @@ const (
 // reported instead (WeakSecrets).
 const StrongSecretLen = 32
 
-// WeakSecret is one tenant whose jwt_secret validation accepts but an
-// operator must replace.
+// WeakSecret is one HS256 secret of a tenant that validation accepts but
+// an operator must replace.
 type WeakSecret struct {
 	Tenant string
+	KID    string // "" for jwt_secret
 	Reason string // WeakSecretDemo or WeakSecretShort
 }
 
-// WeakSecrets lists the tenants with an accepted but weak jwt_secret, in
-// the order of tenants: the public demo secret (which every process but
-// `imshard all` refuses), else one shorter than StrongSecretLen.
+// WeakSecrets lists the accepted but weak HS256 secrets, in the order of
+// tenants and, within one, jwt_secret then keys: the public demo secret
+// (which every process but `imshard all` refuses), else one shorter than
+// StrongSecretLen.
 func WeakSecrets(tenants []Tenant) []WeakSecret {
 	var weak []WeakSecret
-	for _, t := range tenants {
-		switch {
-		case t.JWTSecret == DemoSecret:
-			weak = append(weak, WeakSecret{Tenant: t.ID, Reason: WeakSecretDemo})
-		case len(t.JWTSecret) < StrongSecretLen:
-			weak = append(weak, WeakSecret{Tenant: t.ID, Reason: WeakSecretShort})
+	for i, t := range tenants {
+		for _, k := range t.HS256Keys(i) {
+			switch {
+			case IsDemoSecret(k.Secret):
+				weak = append(weak, WeakSecret{Tenant: t.ID, KID: k.KID, Reason: WeakSecretDemo})
+			case len(k.Secret) < StrongSecretLen:
+				weak = append(weak, WeakSecret{Tenant: t.ID, KID: k.KID, Reason: WeakSecretShort})
+			}
 		}
 	}
 	return weak

@@ -30,6 +30,9 @@ func (c *Config) Validate() error {
 	var p problems
 	c.validateHTTP(&p)
 	p.durRange("auth.max_token_ttl", c.Auth.MaxTokenTTL, time.Minute, 366*24*time.Hour)
+	// at most half the hour after which ImshardJWKSStale fires, so one
+	// failed fetch alone never raises it
+	p.durRange("auth.jwks_refresh_interval", c.Auth.JWKSRefreshInterval, time.Second, 30*time.Minute)
 	p.listenAddr("metrics.addr", c.Metrics.Addr)
 	p.oneOf("log.level", c.Log.Level, "trace", "debug", "info", "warn", "error")
 	p.oneOf("log.format", c.Log.Format, "auto", "json", "console")
@@ -178,8 +181,10 @@ func (c *Config) ValidateServe(roles ...string) error {
 			"list the cluster's brokers (for development, run `imshard devkafka` and point kafka.brokers at its address)", role, other)
 	}
 	for i, t := range c.Tenants {
-		if t.JWTSecret == DemoSecret {
-			p.add(fmt.Sprintf("tenants[%d].jwt_secret", i), "tenant %q uses the public demo secret, accepted only by `imshard all`; give it a secret of its own", t.ID)
+		for _, k := range t.HS256Keys(i) {
+			if IsDemoSecret(k.Secret) {
+				p.add(k.Key, "tenant %q uses a public demo secret, accepted only by `imshard all`; give it a secret of its own", t.ID)
+			}
 		}
 	}
 	return errors.Join(p...)
@@ -303,18 +308,21 @@ func tenantProblems(list []Tenant, where string) []error {
 		default:
 			first[t.ID] = i
 		}
-		// The secret is never echoed: it would end up in logs.
-		if len(t.JWTSecret) < minSecretLen {
-			p.add(key+".jwt_secret", "must be at least %d bytes%s", minSecretLen, where)
-		}
 		p.tenantLimits(key+".limits", t.Limits)
-		// Tokens are verified with the secret of the tenant they name, so a
-		// secret two tenants share lets either one's issuer act in the other.
-		// (A tenant listed twice is already refused as such.)
-		if j, shared := secretOf[t.JWTSecret]; shared && list[j].ID != t.ID {
-			p.add(key+".jwt_secret", "is the secret of tenants[%d] too%s: each tenant needs a secret of its own, or either one's tokens act in the other", j, where)
-		} else {
-			secretOf[t.JWTSecret] = i
+		keyProblems(&p, t, key, where)
+		// The secrets are never echoed: they would end up in logs.
+		for _, k := range t.HS256Keys(i) {
+			if len(k.Secret) < minSecretLen {
+				p.add(k.Key, "must be at least %d bytes%s", minSecretLen, where)
+			}
+			// Tokens are verified with the keys of the tenant they name, so
+			// a secret two tenants share lets either one's issuer act in the
+			// other. (A tenant listed twice is already refused as such.)
+			if j, shared := secretOf[k.Secret]; shared && list[j].ID != t.ID {
+				p.add(k.Key, "is the secret of tenants[%d] too%s: each tenant needs a secret of its own, or either one's tokens act in the other", j, where)
+			} else if !shared {
+				secretOf[k.Secret] = i
+			}
 		}
 	}
 	return p

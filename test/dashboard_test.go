@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/imshard/imshard/app"
+	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/test/harness"
+	"github.com/imshard/imshard/test/testenv"
 )
 
 // dashboardPanel is the part of a docs/dashboard.json panel the checks read.
@@ -299,12 +301,14 @@ func usedSeries(t *testing.T) []seriesUse {
 // values a process learns only from what it measures, so it cannot export
 // them before: anything exported earlier would be a value nobody measured.
 var measuredLater = map[string]string{
-	"imshard_persist_consumer_lag":        "one series per Kafka partition, from its first fetch",
-	"group_message_persist_total":         "one series per month of the events stored",
-	"group_message_route_repair_backlog":  "read from a tenant's repair queue by persist's first repair pass",
-	"imshard_shardmgr_months_ready_ahead": "measured by the shard manager's first sync",
-	"imshard_shardmgr_active_month_lag":   "measured by the shard manager's first sync",
-	"imshard_active_month":                "the active month as this process last saw it",
+	"imshard_persist_consumer_lag":                "one series per Kafka partition, from its first fetch",
+	"group_message_persist_total":                 "one series per month of the events stored",
+	"group_message_route_repair_backlog":          "read from a tenant's repair queue by persist's first repair pass",
+	"imshard_shardmgr_months_ready_ahead":         "measured by the shard manager's first sync",
+	"imshard_shardmgr_active_month_lag":           "measured by the shard manager's first sync",
+	"imshard_active_month":                        "the active month as this process last saw it",
+	"imshard_auth_refused_total":                  "one series per tenant and reason, from the first token refused so",
+	"imshard_jwks_last_success_timestamp_seconds": "one series per tenant with a jwks_url, from its first fetch",
 }
 
 // opsMetrics is the text a process's operations server (opsURL) answers
@@ -376,10 +380,18 @@ func unexported(uses []seriesUse, samples map[string][]map[string]string, skip f
 // missing then is listed).
 func checkUsedMetricsExported(t *testing.T) {
 	t.Helper()
-	e := startSend(t, harness.Options{Roles: []string{app.All}})
+	// a second tenant whose users come from their identity provider's
+	// JWKS, so that the JWKS series exist
+	idp := newJWKSServer(t)
+	e := startSend(t, harness.Options{Roles: []string{app.All}, Mutate: func(c *config.Config) {
+		c.Tenants = append(c.Tenants, config.Tenant{ID: testenv.NewTenant(t), JWKSURL: idp.srv.URL})
+	}})
 	e.group("room1", 7, "active")
 	e.member("room1", 42, "member", time.Time{})
 	e.mustSend(e.Token(42, ""), "room1", sendBody("c-1", "hello"))
+	if code, _ := e.Do("GET", "/v1/topics/room1/messages", "not-a-token", nil); code != http.StatusUnauthorized {
+		t.Fatalf("a request with a malformed token: %d, want 401", code)
+	}
 	uses := usedSeries(t)
 	for i, u := range uses {
 		if _, ok := measuredLater[u.metric]; ok {

@@ -32,13 +32,13 @@ func TestSplitProcessWithoutBrokersExitsTwo(t *testing.T) {
 	}
 }
 
-// TestDemoSecretRefusedOutsideAll: the built-in demo tenant's public secret
-// is accepted only by `imshard all`.
+// TestDemoSecretRefusedOutsideAll: the built-in demo tenant's public
+// secrets (jwt_secret and its key demo-1) are accepted only by `imshard all`.
 func TestDemoSecretRefusedOutsideAll(t *testing.T) {
 	t.Parallel()
 	code, out := runCLI(t, nil, "serve", "--roles=query") // no config: the demo tenant
-	if code != 2 || !strings.Contains(out, "tenants[0].jwt_secret") || !strings.Contains(out, `"demo"`) {
-		t.Fatalf("serve --roles=query with the demo tenant: exit %d, want 2 naming tenants[0].jwt_secret:\n%s", code, out)
+	if code != 2 || !strings.Contains(out, "tenants[0].jwt_secret") || !strings.Contains(out, "tenants[0].keys[0].secret") || !strings.Contains(out, `"demo"`) {
+		t.Fatalf("serve --roles=query with the demo tenant: exit %d, want 2 naming tenants[0].jwt_secret and its key's tenants[0].keys[0].secret:\n%s", code, out)
 	}
 	tenant := testenv.NewTenant(t)
 	cfg := tenantConfig(t, tenant, "")

@@ -3,8 +3,12 @@ package test
 import (
 	"encoding/base64"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/imshard/imshard/test/harness"
 )
@@ -65,5 +69,31 @@ func TestTokenCommandSignsForTheTenant(t *testing.T) {
 		if code != 2 || !strings.Contains(out, c.says) {
 			t.Errorf("token %v: exit %d %q, want 2 saying %q", c.args, code, out, c.says)
 		}
+	}
+}
+
+// TestTokenCommandSignsWithAKid: `imshard token --kid` signs with the
+// tenant's key of that kid and names it in the header, so the API verifies
+// it with that key; a kid the tenant lacks is bad usage naming the kids it
+// has.
+func TestTokenCommandSignsWithAKid(t *testing.T) {
+	t.Parallel()
+	secret := strings.Repeat("k", 40)
+	tenants := filepath.Join(t.TempDir(), "tenants.yaml")
+	if err := os.WriteFile(tenants, []byte(`- {id: acme, jwt_secret: "secret-acme", keys: [{kid: "2026-12", alg: HS256, secret: "`+secret+`"}]}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tenantConfig(t, "acme", "tenants_file: "+tenants+"\n")
+	code, out := runCLI(t, nil, "--config", cfg, "token", "--tenant=acme", "--sub=7", "--kid=2026-12")
+	if code != 0 {
+		t.Fatalf("token --kid: exit %d\n%s", code, out)
+	}
+	tok, err := jwt.Parse(strings.TrimSpace(out), func(*jwt.Token) (any, error) { return []byte(secret), nil }, jwt.WithValidMethods([]string{"HS256"}))
+	if err != nil || tok.Header["kid"] != "2026-12" {
+		t.Fatalf("the printed token does not verify with key 2026-12, or lacks its kid: %v %v", err, tok)
+	}
+	code, out = runCLI(t, nil, "--config", cfg, "token", "--tenant=acme", "--sub=7", "--kid=2027-01")
+	if code != 2 || !strings.Contains(out, `tenant "acme" has no key "2027-01" (configured: 2026-12)`) {
+		t.Fatalf("token with an unknown kid: exit %d %q, want 2 naming the configured kids", code, out)
 	}
 }

@@ -1,8 +1,12 @@
 package httpapi
 
 import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http/httptest"
@@ -12,16 +16,22 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/keyset"
 )
 
-func testSecrets(tenant string) ([]byte, bool) {
-	switch tenant {
-	case "acme":
-		return []byte("acme-secret-123"), true
-	case "other":
-		return []byte("other-secret-456"), true
+// testTenants are acme and other, each with a jwt_secret only.
+var testTenants = []config.Tenant{{ID: "acme", JWTSecret: "acme-secret-123"}, {ID: "other", JWTSecret: "other-secret-456"}}
+
+// testKeys is the key set registry of tenants, with metrics of its own.
+func testKeys(tenants ...config.Tenant) *keyset.Registry {
+	if len(tenants) == 0 {
+		tenants = testTenants
 	}
-	return nil, false
+	return keyset.New(keyset.Params{Log: zerolog.Nop(), Registerer: prometheus.NewRegistry(), RefreshInterval: time.Minute}, tenants)
 }
 
 func sign(t *testing.T, method jwt.SigningMethod, key any, claims jwt.Claims) string {
@@ -34,7 +44,7 @@ func sign(t *testing.T, method jwt.SigningMethod, key any, claims jwt.Claims) st
 }
 
 func TestVerify(t *testing.T) {
-	auth := NewAuthenticator(testSecrets, 24*time.Hour)
+	auth := NewAuthenticator(testKeys(), 24*time.Hour)
 	now := time.Now()
 	auth.now = func() time.Time { return now }
 	key := []byte("acme-secret-123")
@@ -122,14 +132,12 @@ func TestVerify(t *testing.T) {
 // tenant's secret changes or goes, and a token refused (here for a lifetime
 // past max_token_ttl) is never kept.
 func TestVerifyCache(t *testing.T) {
-	secrets := map[string][]byte{"acme": []byte("acme-secret-123")}
-	auth := NewAuthenticator(func(tenant string) ([]byte, bool) {
-		s, ok := secrets[tenant]
-		return s, ok
-	}, time.Hour)
+	acme := config.Tenant{ID: "acme", JWTSecret: "acme-secret-123"}
+	keys := testKeys(acme)
+	auth := NewAuthenticator(keys, time.Hour)
 	now := time.Now()
 	auth.now = func() time.Time { return now }
-	tok, err := Sign(secrets["acme"], "acme", 42, RoleUser, 10*time.Minute)
+	tok, err := Sign([]byte(acme.JWTSecret), "acme", 42, RoleUser, 10*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,12 +157,15 @@ func TestVerifyCache(t *testing.T) {
 	}
 	expect("cached", true)
 
-	secrets["acme"] = []byte("rotated-secret-1")
+	keys.Apply([]config.Tenant{{ID: "acme", JWTSecret: "rotated-secret-1"}})
 	expect("secret rotated", false)
-	delete(secrets, "acme")
+	keys.Apply(nil)
 	expect("tenant removed", false)
-	secrets["acme"] = []byte("acme-secret-123")
+	keys.Apply([]config.Tenant{acme})
 	expect("secret back", true)
+	keys.Apply([]config.Tenant{{ID: "acme", JWTSecret: acme.JWTSecret, Issuer: "https://idp.example"}})
+	expect("issuer now required", false)
+	keys.Apply([]config.Tenant{acme})
 
 	exp := now.Truncate(time.Second).Add(10 * time.Minute)
 	now = exp.Add(Leeway - time.Millisecond)
@@ -164,7 +175,7 @@ func TestVerifyCache(t *testing.T) {
 
 	// refused ones are not kept: a lifetime over max_token_ttl stays refused
 	now = time.Now()
-	long, err := Sign(secrets["acme"], "acme", 42, RoleUser, 2*time.Hour)
+	long, err := Sign([]byte(acme.JWTSecret), "acme", 42, RoleUser, 2*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +245,7 @@ func FuzzVerify(f *testing.F) {
 		f.Add(s)
 	}
 	f.Add(`eyJhbGciOiJIUzI1NiJ9.eyJ0aWQiOiJhY21lIiwic3ViIjoiNDIiLCJleHAiOiIxIn0.x`)
-	auth := NewAuthenticator(testSecrets, time.Hour)
+	auth := NewAuthenticator(testKeys(), time.Hour)
 	f.Fuzz(func(t *testing.T, tok string) {
 		p, err := auth.Verify(tok)
 		// a second time (from the token cache when accepted) answers alike
@@ -276,7 +287,7 @@ func FuzzVerifyClaims(f *testing.F) {
 		f.Add([]byte(c))
 	}
 	key := []byte("acme-secret-123")
-	auth := NewAuthenticator(testSecrets, time.Hour)
+	auth := NewAuthenticator(testKeys(), time.Hour)
 	f.Fuzz(func(t *testing.T, claims []byte) {
 		b64 := base64.RawURLEncoding.EncodeToString
 		unsigned := b64([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + b64(claims)
@@ -328,11 +339,11 @@ func BenchmarkVerify(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	auth := NewAuthenticator(testSecrets, 24*time.Hour)
+	auth := NewAuthenticator(testKeys(), 24*time.Hour)
 	b.Run("parse", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, _, err := auth.verify(tok, time.Now()); err != nil {
+			if _, _, _, err := auth.verify(tok, time.Now()); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -352,7 +363,7 @@ func BenchmarkVerify(b *testing.B) {
 // unauthenticated naming the repeated key, like a body repeating a key,
 // whichever of the two values the JSON decoder would have kept.
 func TestVerifyRefusesRepeatedClaims(t *testing.T) {
-	auth := NewAuthenticator(testSecrets, 24*time.Hour)
+	auth := NewAuthenticator(testKeys(), 24*time.Hour)
 	now := time.Now()
 	auth.now = func() time.Time { return now }
 	exp := now.Add(time.Hour).Unix()
@@ -385,5 +396,121 @@ func TestVerifyRefusesRepeatedClaims(t *testing.T) {
 				t.Fatalf("Verify = %+v, %v; want unauthenticated naming the repeated %q", p, err, tt.key)
 			}
 		})
+	}
+}
+
+// refusals reads imshard_auth_refused_total by "tenant/reason".
+func refusals(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "imshard_auth_refused_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			out[l["tenant"]+"/"+l["reason"]] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+// TestVerifyKeySetsAndRefusals: a token's kid picks the tenant's key and
+// becomes the principal's KeyID; a tenant's issuer and audience are
+// required when set; and every refusal is counted by tenant and reason,
+// a tid not configured as "unknown".
+func TestVerifyKeySetsAndRefusals(t *testing.T) {
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalPKIXPublicKey(rsaKey.Public())
+	acme := config.Tenant{ID: "acme", JWTSecret: "acme-secret-123", Issuer: "https://idp.acme", Audience: "imshard",
+		Keys: []config.TenantKey{
+			{KID: "2026-12", Alg: config.AlgHS256, Secret: "acme-secret-2026-12"},
+			{KID: "idp-1", Alg: config.AlgRS256, PublicKey: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))},
+		}}
+	reg := prometheus.NewRegistry()
+	keys := keyset.New(keyset.Params{Log: zerolog.Nop(), Registerer: reg, RefreshInterval: time.Minute}, []config.Tenant{acme})
+	auth := NewAuthenticator(keys, time.Hour)
+	tok := func(s Signer) string {
+		t.Helper()
+		if s.Issuer == "-" {
+			s.Issuer = ""
+		} else if s.Issuer == "" {
+			s.Issuer = acme.Issuer
+		}
+		if s.Audience == "-" {
+			s.Audience = ""
+		} else if s.Audience == "" {
+			s.Audience = acme.Audience
+		}
+		tk, err := SignWith(s, "acme", 42, RoleUser, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk
+	}
+	hs := Signer{KID: "2026-12", Alg: config.AlgHS256, Key: []byte("acme-secret-2026-12")}
+	for _, c := range []struct {
+		name, token string
+		kid         string // the principal's KeyID when accepted
+		reason      string // the refusal counted, "" when accepted
+	}{
+		{"jwt_secret, no kid", tok(Signer{Alg: config.AlgHS256, Key: []byte(acme.JWTSecret)}), "", ""},
+		{"HS256 key by kid", tok(hs), "2026-12", ""},
+		{"RS256 key by kid", tok(Signer{KID: "idp-1", Alg: config.AlgRS256, Key: rsaKey}), "idp-1", ""},
+		{"kid unknown", tok(Signer{KID: "2027-01", Alg: config.AlgHS256, Key: []byte("acme-secret-2026-12")}), "", RefusedUnknownKey},
+		{"HS256 naming the RS256 key", tok(Signer{KID: "idp-1", Alg: config.AlgHS256, Key: der}), "", RefusedAlgorithm},
+		{"wrong secret", tok(Signer{KID: "2026-12", Alg: config.AlgHS256, Key: []byte("acme-secret-guess")}), "", RefusedSignature},
+		{"no iss", tok(Signer{KID: hs.KID, Alg: hs.Alg, Key: hs.Key, Issuer: "-"}), "", RefusedIssuer},
+		{"another iss", tok(Signer{KID: hs.KID, Alg: hs.Alg, Key: hs.Key, Issuer: "https://evil"}), "", RefusedIssuer},
+		{"no aud", tok(Signer{KID: hs.KID, Alg: hs.Alg, Key: hs.Key, Audience: "-"}), "", RefusedAudience},
+		{"another aud", tok(Signer{KID: hs.KID, Alg: hs.Alg, Key: hs.Key, Audience: "other"}), "", RefusedAudience},
+		{"garbage", "a.b.c", "", RefusedMalformed},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := refusals(t, reg)["acme/"+c.reason]
+			if c.reason == RefusedMalformed {
+				before = refusals(t, reg)["unknown/"+c.reason]
+			}
+			p, err := auth.Verify(c.token)
+			if c.reason == "" {
+				if err != nil || p.KeyID != c.kid || p.UserID != 42 {
+					t.Fatalf("Verify = %+v, %v; want user 42 by kid %q", p, err, c.kid)
+				}
+				return
+			}
+			if code, _ := Classify(err); code != CodeUnauthenticated {
+				t.Fatalf("Verify = %+v, %v; want unauthenticated", p, err)
+			}
+			tenant := "acme"
+			if c.reason == RefusedMalformed {
+				tenant = "unknown"
+			}
+			if got := refusals(t, reg)[tenant+"/"+c.reason]; got != before+1 {
+				t.Fatalf("imshard_auth_refused_total{tenant=%q,reason=%q} = %v, want %v", tenant, c.reason, got, before+1)
+			}
+		})
+	}
+	other, _ := Sign([]byte("x-secret-123"), "nobody", 1, RoleUser, time.Minute)
+	if _, err := auth.Verify(other); err == nil {
+		t.Fatal("a token of a tenant not configured was accepted")
+	}
+	if got := refusals(t, reg)["unknown/"+RefusedUnknownTenant]; got != 1 {
+		t.Fatalf("refusal of a tid not configured counted as %v under unknown/unknown_tenant, want 1", got)
+	}
+	if _, err := auth.Authenticate(httptest.NewRequest("GET", "/", nil), false); err == nil {
+		t.Fatal("a request without credentials was authenticated")
+	}
+	if got := refusals(t, reg)["unknown/"+RefusedMissing]; got != 1 {
+		t.Fatalf("missing credentials counted %v times, want 1", got)
 	}
 }

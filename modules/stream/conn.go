@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/keyset"
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 )
@@ -119,6 +120,10 @@ const (
 	reasonGone    = "closed by the client"
 	reasonRetry   = "try again later"
 	reasonRevoked = "credentials revoked"
+	// reasonKeyRemoved: the key that verified the socket's token (its kid,
+	// Principal.KeyID) left the tenant's key set, by a reload or a JWKS
+	// fetch; a token of a key still in the set opens a new socket
+	reasonKeyRemoved = "key removed"
 )
 
 func (c *conn) alive() { c.lastSeen.Store(time.Now().UnixNano()) }
@@ -184,9 +189,17 @@ func (c *conn) end(code websocket.StatusCode, reason string) {
 	})
 }
 
-// revalidate ends the socket when its token no longer verifies.
+// revalidate ends the socket when its token no longer verifies: with
+// "key removed" when the set no longer holds the key of the token's kid,
+// else "credentials revoked" (the tenant is gone, or requires another
+// issuer or audience).
 func (c *conn) revalidate() {
 	if _, err := c.s.auth.Verify(c.token); err != nil {
+		if errors.Is(err, keyset.ErrUnknownKey) {
+			c.s.log.Info().Str("tenant", c.p.Tenant).Str("kid", c.p.KeyID).Msg("stream: socket closed, its key left the key set")
+			c.end(websocket.StatusPolicyViolation, reasonKeyRemoved)
+			return
+		}
 		c.end(websocket.StatusPolicyViolation, reasonRevoked)
 	}
 }

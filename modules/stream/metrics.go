@@ -31,7 +31,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		sent:              f.NewCounter(prometheus.CounterOpts{Name: "imshard_stream_frames_sent_total", Help: "Frames written to realtime sockets."}),
 		dropped:           f.NewCounter(prometheus.CounterOpts{Name: "imshard_stream_frames_dropped_total", Help: "Live events a socket could not take because its send queue was full or it was closing (the socket is closed: the client resumes with its cursors)."}),
 		slow:              f.NewCounter(prometheus.CounterOpts{Name: "imshard_stream_slow_consumer_closes_total", Help: "Sockets closed with 1008 \"slow consumer\": the send queue filled up."}),
-		closes:            f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_stream_closes_total", Help: "Sockets ended, by reason (slow consumer, token expired, idle timeout, permission denied, credentials revoked, server shutting down, closed by the client)."}, []string{"reason"}),
+		closes:            f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_stream_closes_total", Help: "Sockets ended, by reason (slow consumer, token expired, idle timeout, permission denied, credentials revoked, key removed, server shutting down, closed by the client)."}, []string{"reason"}),
 		refused:           f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_stream_refused_total", Help: "Stream requests refused before the upgrade because of a limit: max_connections, shutting_down."}, []string{"reason"}),
 		lag:               f.NewHistogram(prometheus.HistogramOpts{Name: "imshard_stream_delivery_lag_seconds", Help: "From a live message's created_at (the send) to its frame written to a socket.", Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}),
 		catchups:          f.NewCounter(prometheus.CounterOpts{Name: "imshard_stream_catchups_total", Help: "Reads from storage a socket made to catch up or to fill a seq held back (subscribe, seq jump, resubscription)."}),
@@ -40,7 +40,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		resubscribes:      f.NewCounter(prometheus.CounterOpts{Name: "imshard_stream_resubscribes_total", Help: "Redis subscriptions made again after a lost connection; each makes its sockets catch up from storage."}),
 		aclCheckErrors:    f.NewCounter(prometheus.CounterOpts{Name: "imshard_stream_acl_check_errors_total", Help: "Membership re-checks of a followed topic that failed (Redis and MySQL unreadable); each is made again after a pause doubling from 50 ms up to 2 s (jittered), the topic kept meanwhile."}),
 	}
-	for _, r := range []string{reasonSlow, reasonExpired, reasonIdle, reasonDenied, reasonRevoked, reasonStop, reasonGone, reasonRetry} {
+	for _, r := range []string{reasonSlow, reasonExpired, reasonIdle, reasonDenied, reasonRevoked, reasonKeyRemoved, reasonStop, reasonGone, reasonRetry} {
 		m.closes.WithLabelValues(r)
 	}
 	for _, r := range []string{refusedMax, refusedStopping} {
