@@ -91,6 +91,9 @@ func TestRolesRunTheirModules(t *testing.T) {
 		{Query, []string{Query, Inbox, Stream, ReadPath, API}, []string{Send, Changes, Kafka}},
 		{Stream, []string{Stream, ReadPath, API}, []string{Query, Inbox, Send, Changes, Kafka}},
 		{Persist, []string{Persist, Kafka}, []string{ReadPath, API}},
+		// the relay needs the tenant databases and Kafka, nothing of the
+		// request path
+		{Relay, []string{Relay, MySQL, Kafka}, []string{Redis, Routing, API, Persist}},
 	} {
 		order, err := StartOrder([]string{c.role})
 		if err != nil {
