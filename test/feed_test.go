@@ -96,7 +96,10 @@ func TestFeedSurvivesPersistAndRelayKill9(t *testing.T) {
 	client := faultsClient(t, "http://"+api, []byte("secret-"+tenant), tenant)
 	waitFor(t, 30*time.Second, func() bool { return client.ready() })
 	persistProc := faultsStart(t, metrics(), "persist", "--config", cfg)
-	crashing := faultsStart(t, append(metrics(), testhook.CrashAfterRelayEnv+"=5"), "serve", "--roles=relay", "--config", cfg)
+	// a slower poll than the restarted relay's, so the batch it dies after holds
+	// several changes of a topic
+	crashing := faultsStart(t, append(metrics(), testhook.CrashAfterRelayEnv+"=5", "IMSHARD_RELAY_POLL_INTERVAL=300ms"),
+		"serve", "--roles=relay", "--config", cfg)
 
 	var (
 		mu        sync.Mutex
