@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imshard/imshard/app"
 	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/feed"
+	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/testhook"
 	"github.com/imshard/imshard/test/harness"
@@ -148,4 +151,59 @@ func TestFeedSurvivesPersistAndRelayKill9(t *testing.T) {
 		t.Error("the relay's crash after an acknowledged batch re-sent nothing: the crash missed its window")
 	}
 	t.Logf("%d changes of %d messages on the feed, %d re-sent after the relay's crash", total, messages, got.resent)
+}
+
+// TestFeedRelayNeverSkipsALateCommit is the outbox's gap problem: a change
+// of one topic takes an outbox id and commits late, after a change of
+// another topic with a higher id was committed and relayed. A relay that
+// kept a cursor by id would have stepped past the lower id for good; this
+// one relays it as soon as it commits.
+func TestFeedRelayNeverSkipsALateCommit(t *testing.T) {
+	t.Parallel()
+	env := harness.Start(t, harness.Options{Roles: []string{app.Persist, app.Relay},
+		Mutate: func(c *config.Config) { c.Relay.PollInterval = 20 * time.Millisecond }})
+	ctx := t.Context()
+	event := func(topic string) feed.Event {
+		return feed.Event{Tenant: env.Tenant, Topic: topic, ChangeSeq: 1, Action: message.ActionRecall, SeqID: 1,
+			MessageID: 1, ShardMonth: env.Start.String(), Version: 2, Actor: 1, At: message.NewTime(time.Now())}
+	}
+	late, err := env.DB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = late.Rollback() }()
+	if err := feed.Record(ctx, late, event("late")); err != nil {
+		t.Fatal(err)
+	}
+	early, err := env.DB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := feed.Record(ctx, early, event("early")); err != nil {
+		t.Fatal(err)
+	}
+	if err := early.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	k := env.Config.Kafka
+	relayed := func(topic string) bool {
+		for _, r := range kafkaReadAll(t, k.Brokers, k.ChangesTopic) {
+			if string(r.Key) == env.Tenant+"/"+topic {
+				return true
+			}
+		}
+		return false
+	}
+	// the later id is relayed (and its row deleted) while the earlier one
+	// is still uncommitted
+	sendWaitFor(t, 30*time.Second, "the early commit relayed", func() bool { return relayed("early") })
+	feedWaitRelayed(t, env.DB)
+	if relayed("late") {
+		t.Fatal("an uncommitted change was relayed")
+	}
+	if err := late.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	sendWaitFor(t, 30*time.Second, "the late commit relayed", func() bool { return relayed("late") })
+	feedWaitRelayed(t, env.DB)
 }
