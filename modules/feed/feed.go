@@ -64,7 +64,10 @@ func (e *Event) Key() []byte { return []byte(e.Tenant + "/" + e.Topic) }
 // revision — so the event exists exactly when the change committed. The
 // topic's change_seq row lock, held until the commit, is what makes the
 // relay's per-topic order hold: a topic's next change cannot write its row
-// before this one committed.
+// before this one committed. Any job that changes stored messages (a
+// purge, an erasure) calls it the same way, one event per change_seq it
+// allocates, with its own Action and with Message nil where the message is
+// gone.
 func Record(ctx context.Context, tx sq.BaseRunner, ev Event) error {
 	ev.V = EventVersion
 	b, err := json.Marshal(&ev)

@@ -109,10 +109,15 @@ func (s *Service) pass(ctx context.Context) {
 	g.SetLimit(max(s.p.Config.Workers, 1))
 	for _, tenant := range s.p.Tenants() {
 		g.Go(func() error {
-			if err := s.Relay(ctx, tenant); err != nil && ctx.Err() == nil {
+			drained, err := s.Relay(ctx, tenant)
+			if err != nil && ctx.Err() == nil {
 				s.p.Log.Warn().Err(err).Str("tenant", tenant).Msg("relay: pass failed; the change events stay in the outbox and are relayed next pass")
 			}
-			s.measure(ctx, tenant)
+			if drained {
+				s.m.lag.WithLabelValues(tenant).Set(0)
+			} else {
+				s.measure(ctx, tenant)
+			}
 			return nil
 		})
 	}
@@ -120,17 +125,18 @@ func (s *Service) pass(ctx context.Context) {
 }
 
 // Relay produces tenant's outbox until it is empty (or a step fails),
-// unless another relay holds the tenant.
-func (s *Service) Relay(ctx context.Context, tenant string) error {
+// unless another relay holds the tenant; drained reports that this call
+// emptied it (the tenant's lag is then 0 without asking MySQL again).
+func (s *Service) Relay(ctx context.Context, tenant string) (drained bool, err error) {
 	db, err := s.p.DBs.DB(ctx, tenant)
 	if err != nil {
 		s.m.failures.WithLabelValues(tenant, stepRead).Inc()
-		return err
+		return false, err
 	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		s.m.failures.WithLabelValues(tenant, stepRead).Inc()
-		return fmt.Errorf("relay: %w", err)
+		return false, fmt.Errorf("relay: %w", err)
 	}
 	defer conn.Close()
 	held, err := feed.Lock(ctx, conn)
@@ -138,13 +144,16 @@ func (s *Service) Relay(ctx context.Context, tenant string) error {
 		if err != nil {
 			s.m.failures.WithLabelValues(tenant, stepRead).Inc()
 		}
-		return err
+		return false, err
 	}
 	defer func() { _ = feed.Unlock(context.WithoutCancel(ctx), conn) }()
 	for {
 		n, err := s.batch(ctx, tenant, conn)
-		if err != nil || n < s.p.Config.BatchSize {
-			return err
+		if err != nil {
+			return false, err
+		}
+		if n < s.p.Config.BatchSize {
+			return true, nil
 		}
 	}
 }
