@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +12,8 @@ import (
 
 	sq "github.com/Masterminds/squirrel"
 
+	"github.com/imshard/imshard/modules/readpath"
+	"github.com/imshard/imshard/modules/tenantdb"
 	"github.com/imshard/imshard/test/harness"
 )
 
@@ -235,4 +238,124 @@ func TestDeletionsSurviveLostRedis(t *testing.T) {
 	if v, ok := hiddenEntry(t, env, "dellost", rpMember); !ok || v != "5-25,50-51" {
 		t.Fatalf("ranges not cached again from MySQL: %q %v", v, ok)
 	}
+}
+
+// dellogRanges is the im_dellog rows of (topic, user) as [low, hi), by low.
+func dellogRanges(t *testing.T, env *harness.Env, topic string, user int64) [][2]int64 {
+	t.Helper()
+	rows, err := sq.Select("low", "hi").From("im_dellog").Where(sq.Eq{"topic": topic, "deletedfor": user}).OrderBy("low").
+		RunWith(env.DB).QueryContext(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out [][2]int64
+	for rows.Next() {
+		var r [2]int64
+		if err := rows.Scan(&r[0], &r[1]); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestDeletionsMergedAndBounded: a caller's ranges of a topic are stored
+// disjoint — a hide that overlaps or touches others is merged with them —
+// which the read condition relies on; a caller may hold at most
+// readpath.MaxHiddenRanges separate ranges of a topic, and a hide that
+// would pass that is refused (409) and changes nothing, while one that
+// joins ranges is still taken.
+func TestDeletionsMergedAndBounded(t *testing.T) {
+	t.Parallel()
+	env := rpStart(t)
+	rpGroup(t, env, "delmb")
+	const top = 4 * readpath.MaxHiddenRanges
+	rpInsert(t, env, "delmb", env.Start, rpSeqs(1, top)...)
+
+	for _, c := range []struct {
+		lo, hi int64
+		want   [][2]int64
+	}{
+		{1, 3, [][2]int64{{1, 3}}},
+		{5, 7, [][2]int64{{1, 3}, {5, 7}}},
+		{3, 5, [][2]int64{{1, 7}}},              // touches both sides
+		{10, 12, [][2]int64{{1, 7}, {10, 12}}},  // apart
+		{11, 12, [][2]int64{{1, 7}, {10, 12}}},  // inside one
+		{2, 11, [][2]int64{{1, 12}}},            // overlaps both
+		{20, 21, [][2]int64{{1, 12}, {20, 21}}}, // apart
+		{15, 30, [][2]int64{{1, 12}, {15, 30}}}, // covers one
+		{12, 15, [][2]int64{{1, 30}}},           // closes the gap
+		{40, 41, [][2]int64{{1, 30}, {40, 41}}}, // apart
+		{42, 43, [][2]int64{{1, 30}, {40, 41}, {42, 43}}},
+	} {
+		rpHide(t, env, "delmb", rpMember, c.lo, c.hi)
+		if got := dellogRanges(t, env, "delmb", rpMember); !slices.Equal(got, c.want) {
+			t.Fatalf("after hiding [%d, %d): rows %v, want %v", c.lo, c.hi, got, c.want)
+		}
+	}
+	want := append(append(rpAsc(30, 39), 41), rpAsc(43, 60)...)
+	rpExpect(t, "since walk over merged ranges", rpWalkSince(t, env, rpMember, "delmb", 7)[:len(want)], want)
+
+	// the other member holds the most separate ranges there may be: every
+	// fourth seq from 2
+	ins := sq.Insert("im_dellog").Columns("topic", "deletedfor", "low", "hi")
+	for i := range int64(readpath.MaxHiddenRanges) {
+		ins = ins.Values("delmb", rpOther, 4*i+2, 4*i+3)
+	}
+	if _, err := ins.RunWith(env.DB).ExecContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	code, body := env.Do("POST", "/v1/topics/delmb/deletions", env.Token(rpOther, ""), map[string]int64{"low": 4, "hi": 5})
+	if code != 409 || !strings.Contains(string(body), `"conflict"`) || !strings.Contains(string(body), `"max_ranges":1000`) {
+		t.Fatalf("a hide past the bound: %d %s, want 409 conflict with max_ranges", code, body)
+	}
+	if n := dellogRows(t, env, "delmb", rpOther); n != readpath.MaxHiddenRanges {
+		t.Fatalf("a refused hide changed the rows: %d", n)
+	}
+	// [3, 6) touches [2, 3) and [6, 7): three become one
+	rpHide(t, env, "delmb", rpOther, 3, 6)
+	if n := dellogRows(t, env, "delmb", rpOther); n != readpath.MaxHiddenRanges-1 {
+		t.Fatalf("a joining hide left %d rows, want %d", n, readpath.MaxHiddenRanges-1)
+	}
+	seen := []int64{1}
+	for s := int64(7); s <= top; s++ {
+		if s%4 != 2 {
+			seen = append(seen, s)
+		}
+	}
+	rpExpect(t, "the other member's walk", rpWalkSince(t, env, rpOther, "delmb", 50), seen)
+}
+
+// TestDeletionsMergedByMigration: ranges stored before hides were merged
+// (overlapping, touching, nested, empty) are merged into disjoint rows by
+// the schema step, which can run again.
+func TestDeletionsMergedByMigration(t *testing.T) {
+	t.Parallel()
+	env := rpStart(t)
+	rpGroup(t, env, "delmig")
+	rpInsert(t, env, "delmig", env.Start, rpSeqs(1, 60)...)
+	ctx := context.Background()
+	ins := sq.Insert("im_dellog").Columns("topic", "deletedfor", "low", "hi").
+		Values("delmig", rpMember, 1, 20).Values("delmig", rpMember, 5, 8).Values("delmig", rpMember, 20, 22).
+		Values("delmig", rpMember, 30, 35).Values("delmig", rpMember, 33, 40).Values("delmig", rpMember, 50, 50).
+		Values("delmig", rpOther, 5, 8).Values("delmig", rpOther, 9, 10)
+	if _, err := ins.RunWith(env.DB).ExecContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := env.DB.ExecContext(ctx, "DELETE FROM im_schema_migrations WHERE version = 10"); err != nil {
+			t.Fatal(err)
+		}
+		if err := tenantdb.Migrate(ctx, env.DB); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := dellogRanges(t, env, "delmig", rpMember), [][2]int64{{1, 22}, {30, 40}}; !slices.Equal(got, want) {
+			t.Fatalf("merged rows %v, want %v", got, want)
+		}
+		if got, want := dellogRanges(t, env, "delmig", rpOther), [][2]int64{{5, 8}, {9, 10}}; !slices.Equal(got, want) {
+			t.Fatalf("the other member's rows %v, want %v", got, want)
+		}
+	}
+	rpExpect(t, "walk over migrated ranges", rpWalkSince(t, env, rpMember, "delmig", 50), append(rpAsc(22, 29), rpAsc(40, 60)...))
 }

@@ -2,6 +2,8 @@ package changes
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/redis/rueidis"
@@ -10,6 +12,7 @@ import (
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/tenantdb"
 )
 
 // Hide records that p no longer sees topic's seqs [low, hi) (POST
@@ -39,8 +42,8 @@ func (s *Service) Hide(ctx context.Context, p httpapi.Principal, topic string, l
 	if err := s.r.InvalidateHidden(ctx, keys, topic, p.UserID); err != nil {
 		return err
 	}
-	if err := readpath.AddHiddenRange(ctx, db, topic, p.UserID, low, hi); err != nil {
-		return httpapi.Wrap(httpapi.CodeUnavailable, "deletion store unavailable", err)
+	if err := s.addHidden(ctx, db, topic, p.UserID, low, hi); err != nil {
+		return err
 	}
 	// the caller's unread count and last message of the topic may change:
 	// their devices' next sync reports the topic
@@ -48,6 +51,38 @@ func (s *Service) Hide(ctx context.Context, p httpapi.Principal, topic string, l
 		return httpapi.Wrap(httpapi.CodeUnavailable, "read state store unavailable", err)
 	}
 	return s.r.InvalidateHidden(ctx, keys, topic, p.UserID)
+}
+
+// addHidden records the range, merged with the caller's ranges it
+// overlaps or touches (readpath.AddHiddenRange), in a transaction run again
+// after a deadlock: two hides of one caller that find no range of theirs
+// both insert into the same gap.
+func (s *Service) addHidden(ctx context.Context, db *sql.DB, topic string, user, low, hi int64) error {
+	for attempt := 1; ; attempt++ {
+		err := hideTx(ctx, db, topic, user, low, hi)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, readpath.ErrTooManyHidden):
+			return httpapi.Errorf(httpapi.CodeConflict, fmt.Sprintf(
+				"this range would leave more than %d separate deletion ranges in the topic; hide a range that joins some of them",
+				readpath.MaxHiddenRanges)).WithDetails(map[string]any{"max_ranges": readpath.MaxHiddenRanges})
+		case !tenantdb.IsDeadlock(err) || attempt == maxChangeAttempts:
+			return httpapi.Wrap(httpapi.CodeUnavailable, "deletion store unavailable", err)
+		}
+	}
+}
+
+func hideTx(ctx context.Context, db *sql.DB, topic string, user, low, hi int64) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := readpath.AddHiddenRange(ctx, tx, topic, user, low, hi); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // lastSeq is the topic's last issued seq: the Redis counter, or, when Redis

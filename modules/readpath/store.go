@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -26,9 +27,18 @@ var Columns = []string{"m.topic", "m.seqid", "m.message_id", "m.group_id", "m.fr
 // columns topic and seq (names from the code, never from a request) lies
 // in none of the caller's deletion ranges [low, hi); its one placeholder is
 // the caller. The ranges' alias is d.
+//
+// A caller's ranges of a topic are disjoint (AddHiddenRange merges every
+// new range with those it overlaps or touches), so the only range that can
+// hold a seq is the one starting last at or below it. MySQL finds it by
+// reading the caller's ranges down the (topic, deletedfor, low) index from
+// the newest: only the ranges above the row are read — none for the newest
+// messages, which are what badges and first pages read — where "any range
+// holding the seq" reads every range starting below it, all of them for
+// the newest messages (a badge over 599 ranges took 489 ms that way).
 func NotHiddenAt(topic, seq string) string {
-	return "NOT EXISTS (SELECT 1 FROM " + dellogTable + " AS d WHERE d.topic = " + topic +
-		" AND d.deletedfor = ? AND d.low <= " + seq + " AND d.hi > " + seq + ")"
+	return "COALESCE((SELECT d.hi FROM " + dellogTable + " AS d WHERE d.topic = " + topic +
+		" AND d.deletedfor = ? AND d.low <= " + seq + " ORDER BY d.low DESC LIMIT 1), 0) <= " + seq
 }
 
 // NotHidden drops message rows (alias m) inside one of the caller's
@@ -36,10 +46,55 @@ func NotHiddenAt(topic, seq string) string {
 // by deletions is skipped by the index, never paged through.
 var NotHidden = NotHiddenAt("m.topic", "m.seqid")
 
-// AddHiddenRange records that user hid the seqs [low, hi) of topic.
-func AddHiddenRange(ctx context.Context, db sq.BaseRunner, topic string, user, low, hi int64) error {
+// MaxHiddenRanges bounds one caller's disjoint deletion ranges of one
+// topic: what a cache entry, a badge and a page may have to consider stays
+// bounded whatever one user does. A hide that would leave more is refused
+// (ErrTooManyHidden); one that joins ranges is always taken.
+const MaxHiddenRanges = 1000
+
+// ErrTooManyHidden refuses a hide that would leave the caller more than
+// MaxHiddenRanges disjoint ranges in the topic.
+var ErrTooManyHidden = errors.New("readpath: too many deletion ranges")
+
+// AddHiddenRange records in tx that user hid the seqs [low, hi) of topic,
+// merged with every range of the user's it overlaps or touches: the rows
+// of (topic, user) stay disjoint, which NotHiddenAt relies on. It locks
+// the user's rows of the topic first, so concurrent hides of one user
+// serialise (or one of them deadlocks and runs again: the caller retries).
+func AddHiddenRange(ctx context.Context, tx *sql.Tx, topic string, user, low, hi int64) error {
+	rows, err := sq.Select("id", "low", "hi").From(dellogTable).Where(sq.Eq{"topic": topic, "deletedfor": user}).
+		Suffix("FOR UPDATE").RunWith(tx).QueryContext(ctx)
+	if err != nil {
+		return fmt.Errorf("readpath: add hidden range: %w", err)
+	}
+	var absorbed []int64
+	kept := 0
+	for rows.Next() {
+		var id, l, h int64
+		if err := rows.Scan(&id, &l, &h); err != nil {
+			rows.Close()
+			return fmt.Errorf("readpath: add hidden range: %w", err)
+		}
+		if l <= hi && h >= low {
+			absorbed = append(absorbed, id)
+			low, hi = min(low, l), max(hi, h)
+			continue
+		}
+		kept++
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return fmt.Errorf("readpath: add hidden range: %w", err)
+	}
+	if kept+1 > MaxHiddenRanges {
+		return ErrTooManyHidden
+	}
+	if len(absorbed) > 0 {
+		if _, err := sq.Delete(dellogTable).Where(sq.Eq{"id": absorbed}).RunWith(tx).ExecContext(ctx); err != nil {
+			return fmt.Errorf("readpath: add hidden range: %w", err)
+		}
+	}
 	if _, err := sq.Insert(dellogTable).Columns("topic", "deletedfor", "low", "hi").Values(topic, user, low, hi).
-		RunWith(db).ExecContext(ctx); err != nil {
+		RunWith(tx).ExecContext(ctx); err != nil {
 		return fmt.Errorf("readpath: add hidden range: %w", err)
 	}
 	return nil
