@@ -169,12 +169,13 @@ func (s *Service) batch(ctx context.Context, tenant string, conn *sql.Conn) (int
 	if len(rows) == 0 {
 		return 0, nil
 	}
+	rows, tooLarge := sendable(rows)
 	recs := make([]*kgo.Record, len(rows))
 	for i, r := range rows {
 		recs[i] = &kgo.Record{Key: []byte(tenant + "/" + r.Topic), Value: r.Event}
 	}
 	done, err := acknowledged(rows, recs, s.cl.ProduceSync(ctx, recs...))
-	if err != nil {
+	if err = errors.Join(tooLarge, err); err != nil {
 		s.m.failures.WithLabelValues(tenant, stepProduce).Inc()
 	}
 	testhook.CrashAfterRelay()
@@ -186,6 +187,32 @@ func (s *Service) batch(ctx context.Context, tenant string, conn *sql.Conn) (int
 	}
 	s.m.relayed.WithLabelValues(tenant).Add(float64(len(done)))
 	return len(rows), err
+}
+
+// maxEventBytes is the largest event the relay hands the producer: below
+// franz-go's default batch limit (kgo.ProducerBatchMaxBytes, 1,000,012
+// bytes), which the client enforces by failing that record alone — a
+// later change of the same topic would then be acknowledged past it.
+const maxEventBytes = 1_000_012 - 1024
+
+// sendable drops from rows each topic's rows from its first event larger
+// than maxEventBytes on: they stay in the outbox, in order, and the topic's
+// lag grows until an operator acts (docs/operations.md,
+// ImshardChangeFeedLagging). err names the first such event.
+func sendable(rows []feed.Row) (out []feed.Row, err error) {
+	held := map[string]bool{}
+	out = rows[:0:0]
+	for _, r := range rows {
+		if held[r.Topic] || len(r.Event)+len(r.Topic) > maxEventBytes {
+			if !held[r.Topic] && err == nil {
+				err = fmt.Errorf("relay: change %s/%d is %d bytes, more than a record may carry (%d): held with the topic's later changes", r.Topic, r.ChangeSeq, len(r.Event), maxEventBytes)
+			}
+			held[r.Topic] = true
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, err
 }
 
 // acknowledged are the ids of rows whose records the broker acknowledged,

@@ -49,3 +49,27 @@ func TestAcknowledgedKeepsEachTopicFromItsFirstFailure(t *testing.T) {
 		})
 	}
 }
+
+// TestSendableHoldsATopicFromItsFirstOversizeEvent: an event the producer
+// would refuse is not handed to it, and neither are its topic's later
+// ones (which would be acknowledged past it); other topics go on.
+func TestSendableHoldsATopicFromItsFirstOversizeEvent(t *testing.T) {
+	big := make([]byte, maxEventBytes+1)
+	rows := []feed.Row{
+		{ID: 1, Topic: "a", ChangeSeq: 1, Event: []byte("{}")},
+		{ID: 2, Topic: "a", ChangeSeq: 2, Event: big},
+		{ID: 3, Topic: "b", ChangeSeq: 1, Event: []byte("{}")},
+		{ID: 4, Topic: "a", ChangeSeq: 3, Event: []byte("{}")},
+	}
+	got, err := sendable(rows)
+	var ids []int64
+	for _, r := range got {
+		ids = append(ids, r.ID)
+	}
+	if !slices.Equal(ids, []int64{1, 3}) || err == nil {
+		t.Fatalf("sendable = %v, %v; want [1 3] and an error naming a/2", ids, err)
+	}
+	if got, err := sendable(rows[:1]); len(got) != 1 || err != nil {
+		t.Fatalf("a small event: %v, %v", got, err)
+	}
+}
