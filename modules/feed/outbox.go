@@ -3,6 +3,7 @@ package feed
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"time"
@@ -36,9 +37,13 @@ func Lock(ctx context.Context, conn *sql.Conn) (bool, error) {
 	return got.Valid && got.Int64 == 1, nil
 }
 
-// Unlock releases the relay lock taken on conn.
+// Unlock releases the relay lock taken on conn. When the release fails the
+// connection is closed rather than pooled — its session, which ends with
+// it, would otherwise keep the lock while idle in the pool, and no relay
+// (this one included, on another connection) could take the tenant.
 func Unlock(ctx context.Context, conn *sql.Conn) error {
 	if _, err := conn.ExecContext(ctx, "DO RELEASE_LOCK(CONCAT(?, ':', DATABASE()))", relayLock); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		return fmt.Errorf("feed: relay unlock: %w", err)
 	}
 	return nil
