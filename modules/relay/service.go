@@ -130,19 +130,19 @@ func (s *Service) pass(ctx context.Context) {
 func (s *Service) Relay(ctx context.Context, tenant string) (drained bool, err error) {
 	db, err := s.p.DBs.DB(ctx, tenant)
 	if err != nil {
-		s.m.failures.WithLabelValues(tenant, stepRead).Inc()
+		s.fail(ctx, tenant, stepRead)
 		return false, err
 	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		s.m.failures.WithLabelValues(tenant, stepRead).Inc()
+		s.fail(ctx, tenant, stepRead)
 		return false, fmt.Errorf("relay: %w", err)
 	}
 	defer conn.Close()
 	held, err := feed.Lock(ctx, conn)
 	if err != nil || !held {
 		if err != nil {
-			s.m.failures.WithLabelValues(tenant, stepRead).Inc()
+			s.fail(ctx, tenant, stepRead)
 		}
 		return false, err
 	}
@@ -163,7 +163,7 @@ func (s *Service) Relay(ctx context.Context, tenant string) (drained bool, err e
 func (s *Service) batch(ctx context.Context, tenant string, conn *sql.Conn) (int, error) {
 	rows, err := feed.Pending(ctx, conn, s.p.Config.BatchSize)
 	if err != nil {
-		s.m.failures.WithLabelValues(tenant, stepRead).Inc()
+		s.fail(ctx, tenant, stepRead)
 		return 0, err
 	}
 	if len(rows) == 0 {
@@ -176,17 +176,25 @@ func (s *Service) batch(ctx context.Context, tenant string, conn *sql.Conn) (int
 	}
 	done, err := acknowledged(rows, recs, s.cl.ProduceSync(ctx, recs...))
 	if err = errors.Join(tooLarge, err); err != nil {
-		s.m.failures.WithLabelValues(tenant, stepProduce).Inc()
+		s.fail(ctx, tenant, stepProduce)
 	}
 	testhook.CrashAfterRelay()
 	// the rows acknowledged are deleted even when others failed: what is
 	// left is each failed topic's rows from its first failure on
 	if derr := feed.Delete(context.WithoutCancel(ctx), conn, done); derr != nil {
-		s.m.failures.WithLabelValues(tenant, stepDelete).Inc()
+		s.fail(ctx, tenant, stepDelete)
 		return 0, derr
 	}
 	s.m.relayed.WithLabelValues(tenant).Add(float64(len(done)))
 	return len(rows), err
+}
+
+// fail counts a failed step of tenant's pass, unless the process is
+// stopping (its own cancellation is no failure).
+func (s *Service) fail(ctx context.Context, tenant, step string) {
+	if ctx.Err() == nil {
+		s.m.failures.WithLabelValues(tenant, step).Inc()
+	}
 }
 
 // maxEventBytes is the largest event the relay hands the producer: below
