@@ -105,6 +105,7 @@ var inits = map[string]func(ctx context.Context, a *App) (Service, error){
 	Inbox:    initInbox,
 	Stream:   initStream,
 	Migrate:  initMigrate,
+	Relay:    initRelay,
 	API:      initAPI,
 	All:      func(context.Context, *App) (Service, error) { return holder{}, nil },
 }
@@ -353,7 +354,7 @@ func StartPrivateKafka(k config.Kafka) (*kfake.Cluster, config.Kafka, error) {
 func startKafka(k config.Kafka, addr string, wrap func(net.Listener) net.Listener) (*kfake.Cluster, error) {
 	opts := []kfake.Opt{
 		kfake.NumBrokers(1),
-		kfake.SeedTopics(int32(k.Partitions), k.Topic, k.DLQTopic),
+		kfake.SeedTopics(int32(k.Partitions), k.Topic, k.DLQTopic, k.ChangesTopic),
 		kfake.DefaultNumPartitions(k.Partitions),
 	}
 	if k.DataDir != "" {
@@ -398,12 +399,15 @@ func startKafka(k config.Kafka, addr string, wrap func(net.Listener) net.Listene
 // kfakeSASLFile is where kfake keeps its SASL users in its log directory.
 const kfakeSASLFile = "sasl.json"
 
-// EnsureTopics creates the message and dead-letter topics if missing.
+// EnsureTopics creates the message, dead-letter and change feed topics if
+// missing. The change feed has as many partitions as the message topic and
+// the same keys, so a topic's messages and changes share a partition
+// number.
 func EnsureTopics(ctx context.Context, cl *kgo.Client, k config.Kafka) error {
 	adm := kadm.NewClient(cl)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	resp, err := adm.CreateTopics(ctx, int32(k.Partitions), int16(k.ReplicationFactor), nil, k.Topic, k.DLQTopic)
+	resp, err := adm.CreateTopics(ctx, int32(k.Partitions), int16(k.ReplicationFactor), nil, k.Topic, k.DLQTopic, k.ChangesTopic)
 	if err != nil {
 		return fmt.Errorf("kafka: create topics: %w", err)
 	}

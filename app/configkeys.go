@@ -29,7 +29,7 @@ var keysRead = map[string][]configKey{
 	Ops:      {"metrics.addr", "log", "tenants", "tenants_file", "limits", "http.shutdown_grace", "http.read_header_timeout", "http.read_timeout", "http.write_timeout", "http.idle_timeout"},
 	MySQL:    {"mysql"},
 	Redis:    {"redis"},
-	Kafka:    {"kafka.brokers", "kafka.topic", "kafka.dlq_topic", "kafka.partitions", "kafka.data_dir", "kafka.replication_factor", "kafka.sasl", "kafka.tls"},
+	Kafka:    {"kafka.brokers", "kafka.topic", "kafka.dlq_topic", "kafka.changes_topic", "kafka.partitions", "kafka.data_dir", "kafka.replication_factor", "kafka.sasl", "kafka.tls"},
 	Keys:     {"auth.jwks_refresh_interval"},
 	Routing:  {"shard.auto_advance", "send.seq_reserve_step", "send.produce_timeout", "send.acl_cache_ttl"},
 	ReadPath: {"send.acl_cache_ttl", "hot_cache.local_topics", "hot_cache.local_max_age"},
@@ -43,6 +43,7 @@ var keysRead = map[string][]configKey{
 	Stream:   {"auth", "stream"},
 	// the migrator syncs a tenant's months through the shard manager
 	Migrate: {"migrate", "shard.lock_ttl", "shard.auto_advance", "shard.sealing_days"},
+	Relay:   {"relay", "kafka.changes_topic"},
 	All:     nil,
 }
 

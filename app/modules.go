@@ -26,6 +26,7 @@ const (
 	Inbox    = "inbox"    // read cursors, badges, topic list, sync, preferences
 	Stream   = "stream"   // the realtime WebSocket stream
 	Migrate  = "migrate"  // legacy-table migrations: backfill, routes, verification
+	Relay    = "relay"    // the change feed: outbox rows → kafka.changes_topic
 	All      = "all"      // every role; no code of its own
 )
 
@@ -49,7 +50,8 @@ var deps = map[string][]string{
 	Stream:   {ReadPath, Keys},
 	Query:    {ReadPath, Inbox, Stream},
 	Migrate:  {Routing},
-	All:      {ShardMgr, Send, Persist, Query, Migrate},
+	Relay:    {MySQL, Kafka},
+	All:      {ShardMgr, Send, Persist, Query, Migrate, Relay},
 }
 
 // after orders the API server behind the HTTP roles present, so every
@@ -60,7 +62,7 @@ var after = map[string][]string{
 }
 
 // roles are the modules an operator may name in `serve --roles`.
-var roles = []string{ShardMgr, Send, Persist, Query, Stream, Migrate}
+var roles = []string{ShardMgr, Send, Persist, Query, Stream, Migrate, Relay}
 
 // httpModules are the modules that serve the HTTP API; any of them adds API.
 var httpModules = []string{Send, Changes, Query, Inbox, Stream}

@@ -92,6 +92,9 @@ func TestRolesRunTheirModules(t *testing.T) {
 		{Query, []string{Query, Inbox, Stream, ReadPath, API, Keys}, []string{Send, Changes, Kafka}},
 		{Stream, []string{Stream, ReadPath, API, Keys}, []string{Query, Inbox, Send, Changes, Kafka}},
 		{Persist, []string{Persist, Kafka}, []string{ReadPath, API, Keys}},
+		// the relay needs the tenant databases and Kafka, nothing of the
+		// request path
+		{Relay, []string{Relay, MySQL, Kafka}, []string{Redis, Routing, API, Persist, Keys}},
 	} {
 		order, err := StartOrder([]string{c.role})
 		if err != nil {

@@ -30,6 +30,7 @@ type Config struct {
 	HotCache    HotCache `mapstructure:"hot_cache"`
 	Stream      Stream   `mapstructure:"stream"`
 	Persist     Persist  `mapstructure:"persist"`
+	Relay       Relay    `mapstructure:"relay"`
 	Migrate     Migrate  `mapstructure:"migrate"`
 	Limits      Limits   `mapstructure:"limits"`
 }
@@ -115,12 +116,15 @@ func RedisSocket(addr string) (path string, ok bool) { return strings.CutPrefix(
 // Kafka holds the message bus settings. No brokers means the in-process kfake
 // cluster, whose log lives in DataDir.
 type Kafka struct {
-	Brokers    []string `mapstructure:"brokers"`
-	Topic      string   `mapstructure:"topic"`
-	DLQTopic   string   `mapstructure:"dlq_topic"`
-	Group      string   `mapstructure:"group"`
-	Partitions int      `mapstructure:"partitions"`
-	DataDir    string   `mapstructure:"data_dir"`
+	Brokers  []string `mapstructure:"brokers"`
+	Topic    string   `mapstructure:"topic"`
+	DLQTopic string   `mapstructure:"dlq_topic"`
+	// ChangesTopic is the change feed: every recall, edit and delete for
+	// everyone as a change event (docs/events.md), produced by the relay.
+	ChangesTopic string `mapstructure:"changes_topic"`
+	Group        string `mapstructure:"group"`
+	Partitions   int    `mapstructure:"partitions"`
+	DataDir      string `mapstructure:"data_dir"`
 	// ReplicationFactor is only used when the service creates its topics on a real
 	// cluster; kfake has a single broker.
 	ReplicationFactor int  `mapstructure:"replication_factor"`
@@ -240,6 +244,14 @@ type Persist struct {
 	MaxParked       int           `mapstructure:"max_parked"`
 }
 
+// Relay produces the change feed's outbox to kafka.changes_topic.
+type Relay struct {
+	BatchSize      int           `mapstructure:"batch_size"`
+	PollInterval   time.Duration `mapstructure:"poll_interval"`
+	Workers        int           `mapstructure:"workers"`
+	ProduceTimeout time.Duration `mapstructure:"produce_timeout"`
+}
+
 // Migrate is the legacy-table backfill; RowsPerSecond 0 means unthrottled.
 type Migrate struct {
 	BatchSize     int `mapstructure:"batch_size"`
@@ -300,6 +312,7 @@ func Default() Config {
 			Brokers:           []string{},
 			Topic:             "imshard.groupmsg",
 			DLQTopic:          "imshard.groupmsg.dlq",
+			ChangesTopic:      "imshard.changes",
 			Group:             "imshard-persist",
 			Partitions:        16,
 			DataDir:           "./data/kafka",
@@ -346,6 +359,7 @@ func Default() Config {
 			RetryBackoffMax: 30 * time.Second,
 			MaxParked:       50_000,
 		},
+		Relay:   Relay{BatchSize: 500, PollInterval: 200 * time.Millisecond, Workers: 4, ProduceTimeout: 30 * time.Second},
 		Migrate: Migrate{BatchSize: 2000, RowsPerSecond: 0},
 		Limits:  DefaultLimits(),
 	}

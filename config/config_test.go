@@ -145,7 +145,7 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 	for i := 0; i < len(doc.Content[0].Content); i += 2 {
 		top = append(top, doc.Content[0].Content[i].Value)
 	}
-	want := []string{"http", "auth", "metrics", "log", "mysql", "redis", "kafka", "tenants", "tenants_file", "shard", "send", "hot_cache", "stream", "persist", "migrate", "limits"}
+	want := []string{"http", "auth", "metrics", "log", "mysql", "redis", "kafka", "tenants", "tenants_file", "shard", "send", "hot_cache", "stream", "persist", "relay", "migrate", "limits"}
 	if !slices.Equal(top, want) {
 		t.Errorf("top-level keys %v, want %v", top, want)
 	}
@@ -417,6 +417,13 @@ func TestValidateRules(t *testing.T) {
 		{"kafka topic illegal", func(c *Config) { c.Kafka.Topic = "a topic" }, "kafka.topic"},
 		{"kafka dlq empty", func(c *Config) { c.Kafka.DLQTopic = "" }, "kafka.dlq_topic"},
 		{"kafka dlq same as topic", func(c *Config) { c.Kafka.DLQTopic = c.Kafka.Topic }, "kafka.dlq_topic"},
+		{"kafka changes topic empty", func(c *Config) { c.Kafka.ChangesTopic = "" }, "kafka.changes_topic"},
+		{"kafka changes topic same as topic", func(c *Config) { c.Kafka.ChangesTopic = c.Kafka.Topic }, "kafka.changes_topic"},
+		{"kafka changes topic same as dlq", func(c *Config) { c.Kafka.ChangesTopic = c.Kafka.DLQTopic }, "kafka.changes_topic"},
+		{"relay batch size", func(c *Config) { c.Relay.BatchSize = 0 }, "relay.batch_size"},
+		{"relay poll interval", func(c *Config) { c.Relay.PollInterval = time.Millisecond }, "relay.poll_interval"},
+		{"relay workers", func(c *Config) { c.Relay.Workers = 0 }, "relay.workers"},
+		{"relay produce timeout", func(c *Config) { c.Relay.ProduceTimeout = 0 }, "relay.produce_timeout"},
 		{"kafka group", func(c *Config) { c.Kafka.Group = "" }, "kafka.group"},
 		{"kafka partitions low", func(c *Config) { c.Kafka.Partitions = 0 }, "kafka.partitions"},
 		{"kafka partitions high", func(c *Config) { c.Kafka.Partitions = 1025 }, "kafka.partitions"},

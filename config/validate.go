@@ -48,6 +48,7 @@ func (c *Config) Validate() error {
 	c.validateHotCache(&p)
 	c.validateStream(&p)
 	c.validatePersist(&p)
+	c.validateRelay(&p)
 	p.intRange("migrate.batch_size", int64(c.Migrate.BatchSize), 1, 100_000)
 	p.intRange("migrate.rows_per_second", int64(c.Migrate.RowsPerSecond), 0, 1<<31-1)
 	p.limits("limits", c.Limits)
@@ -142,6 +143,14 @@ func (c *Config) validateStream(p *problems) {
 	p.intRange("stream.max_catchups", int64(st.MaxCatchups), 1, 1<<20)
 	p.intRange("stream.max_catchup_changes", int64(st.MaxCatchupChanges), 1, 1<<20)
 	p.intRange("stream.max_connections_per_user", int64(st.MaxConnectionsPerUser), 0, 1<<20)
+}
+
+func (c *Config) validateRelay(p *problems) {
+	r := c.Relay
+	p.intRange("relay.batch_size", int64(r.BatchSize), 1, 10_000)
+	p.durRange("relay.poll_interval", r.PollInterval, 10*time.Millisecond, time.Minute)
+	p.intRange("relay.workers", int64(r.Workers), 1, 256)
+	p.durRange("relay.produce_timeout", r.ProduceTimeout, time.Second, 10*time.Minute)
 }
 
 func (c *Config) validatePersist(p *problems) {
@@ -255,6 +264,11 @@ func (c *Config) validateKafka(p *problems) {
 	if k.Topic != "" && k.Topic == k.DLQTopic {
 		// Dead letters written to the main topic would be consumed and fail again forever.
 		p.add("kafka.dlq_topic", "must differ from kafka.topic")
+	}
+	p.topic("kafka.changes_topic", k.ChangesTopic)
+	if k.ChangesTopic != "" && (k.ChangesTopic == k.Topic || k.ChangesTopic == k.DLQTopic) {
+		// persist would take change events for messages and dead-letter them
+		p.add("kafka.changes_topic", "must differ from kafka.topic and kafka.dlq_topic")
 	}
 	if k.Group == "" {
 		p.add("kafka.group", "must not be empty")

@@ -270,6 +270,7 @@ persist: {batch_size: 25, batch_linger: 5ms, retry_backoff: 10ms, retry_backoff_
 
 	specs := []struct{ name, role string }{
 		{"api", "api"}, {"api-2", "api"}, {"persist", "persist"}, {"persist-2", "persist"}, {"shardmgr", "shardmgr"},
+		{"relay", "relay"},
 	}
 	inst := map[string]unitInstance{}
 	procs := map[string]*faultsProc{}

@@ -20,12 +20,12 @@ const module = "github.com/imshard/imshard/"
 // (and the benchmark drivers, which only cmd uses): they may use the
 // libraries and the shared packages under modules/ but never each other.
 var roleModules = map[string]bool{"send": true, "changes": true, "persist": true, "query": true, "inbox": true,
-	"stream": true, "shardmgr": true, "migrate": true, "bench": true}
+	"stream": true, "shardmgr": true, "migrate": true, "relay": true, "bench": true}
 
 // libraries are the shared machinery of several modules, no role of their
 // own: they may use the shared packages below them, never a module nor
 // each other.
-var libraries = map[string]bool{"readpath": true, "routecheck": true}
+var libraries = map[string]bool{"readpath": true, "routecheck": true, "feed": true}
 
 // TestImportDirection enforces main → cmd → app → modules/<module> →
 // modules/<library> → modules/routing (+ small shared packages) → config,
@@ -97,6 +97,7 @@ var sharedTables = map[string]string{
 	"im_dellog":                     "modules/readpath",
 	"im_message_revisions":          "modules/readpath",
 	"im_topic_changes":              "modules/readpath",
+	"im_change_outbox":              "modules/feed",
 }
 
 // aclOwned are the names only modules/acl may use: the constants naming its

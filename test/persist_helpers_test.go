@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/imshard/imshard/modules/message"
@@ -183,29 +182,7 @@ func persistCheckRoutesOf(t *testing.T, db *sql.DB, routes *routing.Routes, tena
 // persistDeadLetters reads every record of the dead-letter topic.
 func persistDeadLetters(t *testing.T, env *harness.Env) []*kgo.Record {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(env.Config.Kafka.Brokers...), kgo.ConsumeTopics(env.Config.Kafka.DLQTopic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, env.Config.Kafka.DLQTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := int64(0)
-	ends.Each(func(o kadm.ListedOffset) { want += o.Offset })
-	var out []*kgo.Record
-	for int64(len(out)) < want {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("read dead letters: %d of %d", len(out), want)
-		}
-		out = append(out, fs.Records()...)
-	}
-	return out
+	return kafkaReadAll(t, env.Config.Kafka.Brokers, env.Config.Kafka.DLQTopic)
 }
 
 func persistHeader(r *kgo.Record, key string) string {

@@ -12,6 +12,7 @@ import (
 	sq "github.com/Masterminds/squirrel"
 
 	"github.com/imshard/imshard/modules/acl"
+	"github.com/imshard/imshard/modules/feed"
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/readpath"
@@ -37,6 +38,9 @@ import (
 //     window, status, expected version); the UPDATE; a recall or delete
 //     drops the message's mention index entries (routing.DropMentions);
 //     the topic's next change_seq (im_topic_changes); the revision row;
+//     the change event the relay role produces to the change feed
+//     (modules/feed: an outbox row, so the event exists exactly when the
+//     change committed);
 //  4. before the commit, one Redis script takes the message out of the hot
 //     cache and moves the topic's message version forward, which every
 //     query process's copy of the newest messages is checked against on
@@ -63,6 +67,7 @@ type ChangeResult struct {
 
 // changeReq is one change past its request's validation.
 type changeReq struct {
+	tenant string
 	action string
 	topic  string
 	seq    int64
@@ -185,6 +190,7 @@ func (s *Service) change(ctx context.Context, p httpapi.Principal, c changeReq) 
 	if err := s.p.Migrations.GateChange(ctx, p.Tenant); err != nil {
 		return ChangeResult{}, err
 	}
+	c.tenant = p.Tenant
 	keys, db, err := s.r.Open(ctx, p, c.topic)
 	if err != nil {
 		return ChangeResult{}, err
@@ -412,6 +418,11 @@ func writeChange(ctx context.Context, tx *sql.Tx, t routing.Table, c changeReq, 
 		Topic: c.topic, Month: t.Month(), Seq: c.seq, MessageID: old.MessageID, Action: c.action, Version: next.Version,
 		Content: old.Content, Head: old.Head, Actor: c.actor, Reason: c.reason, ChangeSeq: changeSeq, At: at,
 	}); err != nil {
+		return 0, err
+	}
+	if err := feed.Record(ctx, tx, feed.Event{Tenant: c.tenant, Topic: c.topic, ChangeSeq: changeSeq, Action: c.action,
+		SeqID: c.seq, MessageID: old.MessageID, ShardMonth: t.Month().String(), Version: next.Version,
+		Actor: message.ID(c.actor), Reason: c.reason, At: next.UpdatedAt, Message: &next}); err != nil {
 		return 0, err
 	}
 	return changeSeq, nil

@@ -53,6 +53,13 @@ const (
 // Read only by a test build, as BreakEnv.
 const CrashAfterAckEnv = "IMSHARD_TEST_CRASH_AFTER_ACK"
 
+// CrashAfterRelayEnv arms the relay role's failpoint: with
+// IMSHARD_TEST_CRASH_AFTER_RELAY=N the process kills itself with SIGKILL
+// right after the broker acknowledged its Nth batch of change events,
+// before their outbox rows are deleted — the window in which a crash must
+// turn into a re-send, never a loss. Read only by a test build, as BreakEnv.
+const CrashAfterRelayEnv = "IMSHARD_TEST_CRASH_AFTER_RELAY"
+
 // AckDelayFileEnv names a file the send role reads on every Kafka ack: while
 // it holds a duration ("1500ms"), each ack reaches the send handler that
 // much later — acks slower than send.produce_timeout without a slow broker.

@@ -31,6 +31,12 @@ var (
 		n, _ := strconv.ParseInt(os.Getenv(CrashAfterAckEnv), 10, 64)
 		return n
 	})
+	// the relayed batches seen, for CrashAfterRelayEnv
+	relayed      atomic.Int64
+	crashAtRelay = sync.OnceValue(func() int64 {
+		n, _ := strconv.ParseInt(os.Getenv(CrashAfterRelayEnv), 10, 64)
+		return n
+	})
 )
 
 // Broken reports whether the breakage name is armed (BreakEnv).
@@ -46,14 +52,23 @@ func Broken(name string) bool {
 
 // CrashAfterAck is the send role's failpoint after a Kafka ack (CrashAfterAckEnv):
 // at the armed ack the process kills itself and never returns.
-func CrashAfterAck() {
-	if n := crashAtAck(); n <= 0 || acks.Add(1) != n {
+func CrashAfterAck() { crashAt(&acks, crashAtAck()) }
+
+// CrashAfterRelay is the relay role's failpoint after a batch of change
+// events was acknowledged (CrashAfterRelayEnv): at the armed batch the
+// process kills itself and never returns.
+func CrashAfterRelay() { crashAt(&relayed, crashAtRelay()) }
+
+// crashAt counts one pass through a failpoint and, at the nth (n > 0),
+// kills the process with SIGKILL.
+func crashAt(seen *atomic.Int64, n int64) {
+	if n <= 0 || seen.Add(1) != n {
 		return
 	}
 	if p, err := os.FindProcess(os.Getpid()); err == nil {
 		_ = p.Kill()
 	}
-	select {} // the kill is asynchronous: nothing may run past the ack
+	select {} // the kill is asynchronous: nothing may run past the failpoint
 }
 
 // Ack runs deliver, the ack of one send, after the delay AckDelayFileEnv's

@@ -10,3 +10,6 @@ func Ack(deliver func()) { deliver() }
 
 // CrashAfterAck does nothing in a shipped build: the failpoint cannot be armed.
 func CrashAfterAck() {}
+
+// CrashAfterRelay does nothing in a shipped build: the failpoint cannot be armed.
+func CrashAfterRelay() {}
