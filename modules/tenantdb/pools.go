@@ -69,6 +69,11 @@ type Pools struct {
 	mu      sync.Mutex
 	tenants map[string]Tenant
 	open    map[string]*entry // pools ready to use
+	// probes are readiness's own handles, one connection each, one per
+	// server (address and user) under the open pools: a pool that requests
+	// have filled (every connection busy, callers queued) says nothing about
+	// the server, and must not turn /readyz 503
+	probes map[string]*sql.DB
 
 	// opening coalesces the opens of one tenant (and DSN): every caller
 	// waits for the same attempt, which runs with a context of its own
@@ -101,7 +106,7 @@ func New(p Params, tenants []Tenant) *Pools {
 	if p.MaxIdleConns <= 0 || p.MaxIdleConns > p.MaxOpenConns {
 		p.MaxIdleConns = p.MaxOpenConns
 	}
-	ps := &Pools{p: p, open: map[string]*entry{}}
+	ps := &Pools{p: p, open: map[string]*entry{}, probes: map[string]*sql.DB{}}
 	ps.SetTenants(tenants)
 	ps.opened = promauto.With(p.Registerer).NewGauge(prometheus.GaugeOpts{
 		Name: "imshard_mysql_tenant_pools_open",
@@ -378,21 +383,50 @@ func (ps *Pools) createDatabase(ctx context.Context, tenant string, cfg *mysql.C
 	return fmt.Errorf("tenant %s: create database: %w", tenant, err)
 }
 
-// Ping checks every opened pool (readiness): the server of a tenant whose
-// pool is open must answer.
+// Ping checks the servers under the opened pools (readiness): each must
+// answer. It asks through the probes, never through a tenant's pool, so a
+// pool whose connections are all taken by requests does not make a
+// reachable server look down; several tenants on one server cost one ping.
 func (ps *Pools) Ping(ctx context.Context) error {
 	ps.mu.Lock()
-	var dbs []*sql.DB
-	var ids []string
-	for id, e := range ps.open {
-		dbs = append(dbs, e.db)
-		ids = append(ids, id)
-	}
-	ps.mu.Unlock()
+	tenants := map[string][]string{} // probe key → tenant ids
+	probes := map[string]*sql.DB{}
 	var errs []error
-	for i, db := range dbs {
+	for id := range ps.open {
+		cfg, err := ps.tenantConfig(ps.tenants[id])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		key := cfg.Net + "|" + cfg.Addr + "|" + cfg.User
+		tenants[key] = append(tenants[key], id)
+		if probes[key] != nil {
+			continue
+		}
+		if probes[key] = ps.probes[key]; probes[key] == nil {
+			if probes[key], err = server(cfg); err != nil {
+				errs = append(errs, fmt.Errorf("tenant %s: open server: %w", id, err))
+				delete(tenants, key)
+				continue
+			}
+			probes[key].SetMaxOpenConns(1)
+			probes[key].SetConnMaxLifetime(time.Hour)
+		}
+	}
+	stale := ps.probes
+	for key := range probes {
+		delete(stale, key)
+	}
+	ps.probes = probes
+	ps.mu.Unlock()
+	for _, db := range stale {
+		_ = db.Close()
+	}
+	for key, db := range probes {
 		if err := db.PingContext(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("tenant %s: %w", ids[i], err))
+			ids := tenants[key]
+			sort.Strings(ids)
+			errs = append(errs, fmt.Errorf("tenant %s: %w", strings.Join(ids, ","), err))
 		}
 	}
 	return errors.Join(errs...)
@@ -406,11 +440,16 @@ func (ps *Pools) Close() error {
 		dbs = append(dbs, e.db)
 	}
 	ps.open = map[string]*entry{}
+	probes := ps.probes
+	ps.probes = map[string]*sql.DB{}
 	ps.mu.Unlock()
 	var errs []error
 	for _, db := range dbs {
 		errs = append(errs, db.Close())
 		ps.opened.Dec()
+	}
+	for _, db := range probes {
+		errs = append(errs, db.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package tenantdb
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"runtime"
 	"strings"
@@ -114,5 +115,43 @@ func waitUntil(t *testing.T, what string, ok func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("gave up waiting for %s", what)
 		}
+	}
+}
+
+// A pool whose every connection is taken (requests queued behind them) is
+// not a server down: readiness asks through a probe of its own and answers
+// at once, where a ping through the pool would wait for a free connection.
+func TestPingDoesNotWaitForASaturatedPool(t *testing.T) {
+	a, b := testenv.NewTenant(t), testenv.NewTenant(t)
+	ps := newPools(t, a, b)
+	var held []*sql.Conn
+	for _, id := range []string{a, b} {
+		db, err := ps.DB(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 4; i++ { // newPools' MaxOpenConns
+			c, err := db.Conn(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, c)
+		}
+	}
+	t.Cleanup(func() {
+		for _, c := range held {
+			_ = c.Close()
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := ps.Ping(ctx); err != nil {
+		t.Fatalf("readiness failed while only the pools were full: %v", err)
+	}
+	ps.mu.Lock()
+	probes := len(ps.probes)
+	ps.mu.Unlock()
+	if probes != 1 {
+		t.Fatalf("two tenants on one server: %d probes, want 1", probes)
 	}
 }
