@@ -61,7 +61,7 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 	for _, r := range []string{reasonMalformed, missingTable.String(), permanent.String(), fatal.String()} {
 		m.deadLetter.WithLabelValues(r)
 	}
-	for _, f := range []failure{transient, missingTable, unclassified} {
+	for _, f := range []failure{transient, missingTable, unclassified, moved} {
 		m.retries.WithLabelValues(f.String())
 	}
 	for _, r := range []string{"done", "failed"} {
