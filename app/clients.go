@@ -28,6 +28,7 @@ import (
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/migrate"
+	"github.com/imshard/imshard/modules/placement"
 	"github.com/imshard/imshard/modules/ratelimit"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/shardmgr"
@@ -51,6 +52,9 @@ type clients struct {
 	migs     *routing.Migrations
 	migrator *migrate.Migrator
 	limits   *ratelimit.Limiter
+	// placed reads the placement records; placement re-points pools by them
+	placed    *placement.Store
+	placement *placement.Watcher
 }
 
 // holder is the Service of a module that is only a client: nothing to run,
@@ -147,7 +151,13 @@ func initMySQL(ctx context.Context, a *App) (Service, error) {
 			a.Log.Warn().Err(err).Msg("mysql not reachable yet; tenant pools open on first use")
 		}
 	}
-	return holder{close: pools.Close, ready: func(ctx context.Context) error {
+	if err := initPlacement(ctx, a, tlsCfg); err != nil {
+		return nil, err
+	}
+	watcher, store := a.clients.placement, a.clients.placed
+	return following{run: watcher.Run, holder: holder{close: func() error {
+		return errors.Join(pools.Close(), store.Close())
+	}, ready: func(ctx context.Context) error {
 		ids := pools.IDs()
 		if len(ids) == 0 {
 			return errors.New("no tenant configured")
@@ -158,7 +168,7 @@ func initMySQL(ctx context.Context, a *App) (Service, error) {
 			return err
 		}
 		return pools.Ping(ctx)
-	}}, nil
+	}}}, nil
 }
 
 // NewRedis builds the Redis client: several addrs mean Redis Cluster, one

@@ -177,6 +177,9 @@ func (a *App) exportTenants(tenants []config.Tenant) {
 	if a.clients.rmetrics != nil {
 		a.clients.rmetrics.ExportTenants(ids)
 	}
+	if a.clients.placement != nil {
+		a.clients.placement.ExportTenants(ids)
+	}
 	if a.clients.limits != nil {
 		a.clients.limits.ExportTenants(ids)
 	}

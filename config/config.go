@@ -90,6 +90,10 @@ type MySQL struct {
 	MaxOpenTenants int `mapstructure:"max_open_tenants"`
 	// TLS applies to the connections of every tenant.
 	TLS TLS `mapstructure:"tls"`
+	// PlacementDSNs are the servers holding the tenants' placement records
+	// (config/placement.go); PlacementPoll how often every process reads them.
+	PlacementDSNs []string      `mapstructure:"placement_dsns"`
+	PlacementPoll time.Duration `mapstructure:"placement_poll"`
 }
 
 // Redis holds the Redis endpoints; several addresses mean Redis Cluster.
@@ -305,6 +309,8 @@ func Default() Config {
 			MaxIdleConns:    16,
 			ConnMaxIdleTime: 5 * time.Minute,
 			MaxOpenTenants:  256,
+			PlacementDSNs:   []string{},
+			PlacementPoll:   time.Second,
 		},
 		Redis: Redis{Addrs: []string{"127.0.0.1:6379"}, DialTimeout: 5 * time.Second},
 		Kafka: Kafka{

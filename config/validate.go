@@ -212,6 +212,7 @@ func (c *Config) validateMySQL(p *problems) {
 	p.durAtLeast("mysql.conn_max_idle_time", m.ConnMaxIdleTime, 0)
 	p.intRange("mysql.max_open_tenants", int64(m.MaxOpenTenants), 1, 1<<31-1)
 	p.tlsSection("mysql.tls", m.TLS)
+	c.validatePlacement(p)
 	if m.TLS.Enabled {
 		// One setting for every tenant: a DSN choosing its own TLS would make
 		// which one applies a guess.

@@ -37,6 +37,10 @@ func DropDatabase() string { return mustRead("drop_database.sql") }
 // migration plan created, when the plan is aborted.
 func DropTable() string { return mustRead("drop_table.sql") }
 
+// PlacementTable holds the tenants' placement records, in the placement
+// database of each placement server (not in a tenant database).
+func PlacementTable() string { return mustRead("placement.sql") }
+
 // MigrationsTable records which schema versions a tenant database has.
 func MigrationsTable() string { return mustRead("schema_migrations.sql") }
 

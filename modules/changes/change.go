@@ -243,6 +243,19 @@ func (s *Service) changeTables(ctx context.Context, db *sql.DB, tenant string, t
 	return tables, true, nil
 }
 
+// placementHeld answers a change the placement fence refused: the
+// tenant's switch to another server is under way (or this process has not
+// yet followed it), nothing changed, and the client retries shortly — 409
+// with retry_after_ms, like a message still in flight.
+func placementHeld(err error) error {
+	if !errors.Is(err, routing.ErrPlacementMoved) {
+		return httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+	}
+	return httpapi.Errorf(httpapi.CodeConflict,
+		"the tenant is switching to another database server; nothing changed, retry after retry_after_ms").
+		WithDetails(map[string]any{"retry_after_ms": retryAfter.Milliseconds(), "reason": "tenant_moving"})
+}
+
 // maxChangeAttempts is how often a change's transaction runs when MySQL
 // resolves deadlocks against it.
 const maxChangeAttempts = 3
@@ -254,6 +267,10 @@ func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, t
 		return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	// first, so that its shared lock covers the whole transaction
+	if err := routing.CheckPlacement(ctx, tx); err != nil {
+		return ChangeResult{}, placementHeld(err)
+	}
 	if legacy {
 		found, err := routing.CopyLegacyRow(ctx, tx, tables[0], c.topic, c.seq)
 		if err != nil {

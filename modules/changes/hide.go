@@ -67,6 +67,8 @@ func (s *Service) addHidden(ctx context.Context, db *sql.DB, topic string, user,
 			return httpapi.Errorf(httpapi.CodeConflict, fmt.Sprintf(
 				"this range would leave more than %d separate deletion ranges in the topic; hide a range that joins some of them",
 				readpath.MaxHiddenRanges)).WithDetails(map[string]any{"max_ranges": readpath.MaxHiddenRanges})
+		case errors.Is(err, routing.ErrPlacementMoved):
+			return placementHeld(err)
 		case !tenantdb.IsDeadlock(err) || attempt == maxChangeAttempts:
 			return httpapi.Wrap(httpapi.CodeUnavailable, "deletion store unavailable", err)
 		}
@@ -79,6 +81,9 @@ func hideTx(ctx context.Context, db *sql.DB, topic string, user, low, hi int64) 
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
+	if err := routing.CheckPlacement(ctx, tx); err != nil {
+		return err
+	}
 	if err := readpath.AddHiddenRange(ctx, tx, topic, user, low, hi); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package persist
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -37,7 +38,18 @@ const (
 	fatal
 	// aborted: the process is stopping; the batch is abandoned uncommitted.
 	aborted
+	// moved: the tenant's placement fence refused the batch (a move's
+	// switch is under way, or this process still follows the placement
+	// before it): nothing was written. The batch is parked — never
+	// dead-lettered — and retried every movedRetry until this process
+	// follows the new placement (within mysql.placement_poll).
+	moved
 )
+
+// movedRetry is the fixed wait of a batch the placement fence refused: a
+// switch parks the tenant's persistence for about a second, and a backoff
+// growing past that would stretch the pause.
+const movedRetry = 100 * time.Millisecond
 
 // Server error numbers (MariaDB 10.11 and MySQL 8 share the numbers below
 // 3000; the 3xxx ones are MySQL's, the 4xxx ones MariaDB's). Classified by
@@ -110,6 +122,9 @@ func classify(ctx context.Context, err error) failure {
 	if errors.Is(err, tenantdb.ErrUnknownTenant) {
 		return fatal
 	}
+	if errors.Is(err, routing.ErrPlacementMoved) {
+		return moved
+	}
 	if errors.Is(err, errInsertCollision) {
 		// the slow path reads the existing keys with locks, so no concurrent
 		// writer can slip in between: a row still not inserted collides on
@@ -149,6 +164,8 @@ func (f failure) String() string {
 		return "unclassified"
 	case fatal:
 		return "unknown_tenant"
+	case moved:
+		return "moved"
 	}
 	return "aborted"
 }

@@ -48,7 +48,7 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 		backlog:       f.NewGaugeVec(prometheus.GaugeOpts{Name: "group_message_route_repair_backlog", Help: "Entries in the tenant's durable route repair queue (Redis follow-ups of committed batches still to redo)."}, []string{"tenant"}),
 		batchSize:     f.NewHistogram(prometheus.HistogramOpts{Name: "imshard_persist_batch_size", Help: "Events per batch transaction.", Buckets: prometheus.ExponentialBuckets(1, 2, 14)}),
 		batchTime:     f.NewHistogram(prometheus.HistogramOpts{Name: "imshard_persist_batch_seconds", Help: "Seconds one batch took from dispatch to its DB commit.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
-		retries:       f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_persist_retries_total", Help: "Failed batch attempts that will be retried, by class (transient, shard_missing, unclassified); refused data is never retried."}, []string{"reason"}),
+		retries:       f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_persist_retries_total", Help: "Failed batch attempts that will be retried, by class (transient, shard_missing, unclassified, moved: refused by the placement fence during a move); refused data is never retried."}, []string{"reason"}),
 		lag:           f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_persist_consumer_lag", Help: "Records between the last polled offset and the partition's high watermark."}, []string{"partition"}),
 		repairs:       f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_persist_route_repairs_total", Help: "Route repair queue entries processed, by result (done, failed)."}, []string{"result"}),
 		parkedTenants: f.NewGauge(prometheus.GaugeOpts{Name: "imshard_persist_parked_tenants", Help: "Tenants whose events wait for a retry (their database down or refusing everyone, a month table missing) while other tenants' events are stored."}),
@@ -61,7 +61,7 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 	for _, r := range []string{reasonMalformed, missingTable.String(), permanent.String(), fatal.String()} {
 		m.deadLetter.WithLabelValues(r)
 	}
-	for _, f := range []failure{transient, missingTable, unclassified} {
+	for _, f := range []failure{transient, missingTable, unclassified, moved} {
 		m.retries.WithLabelValues(f.String())
 	}
 	for _, r := range []string{"done", "failed"} {

@@ -439,7 +439,11 @@ func (s *Service) settle(sch *scheduler, b *batch) {
 		return
 	}
 	b.recs, b.retry = b.retry, nil
-	d := sch.park(b, time.Now(), s.retryDelay)
+	delay := s.retryDelay
+	if b.fail == moved {
+		delay = func(int) time.Duration { return movedRetry }
+	}
+	d := sch.park(b, time.Now(), delay)
 	s.m.retries.WithLabelValues(b.fail.String()).Inc()
 	s.m.persisted.WithLabelValues(k.month.String(), statusRetry).Add(float64(len(b.recs)))
 	s.p.Log.Warn().Err(b.err).Str("tenant", k.tenant).Str("month", k.month.String()).Int("events", len(b.recs)).

@@ -91,6 +91,10 @@ func writeTx(ctx context.Context, db *sql.DB, table routing.Table, neighbours []
 		return res, false, fmt.Errorf("persist: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	// first, so that its shared lock covers the whole transaction
+	if err := routing.CheckPlacement(ctx, tx); err != nil {
+		return res, false, err
+	}
 
 	todo := recs
 	for _, n := range neighbours {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -62,13 +63,29 @@ type Params struct {
 	Registerer prometheus.Registerer
 }
 
+// Placement is where a tenant's database is: a placement record's DSN and
+// epoch, or the configured DSN at epoch 0.
+type Placement struct {
+	DSN   string
+	Epoch int64
+}
+
+// EpochVar is the session variable every connection of a tenant pool
+// carries: the epoch of the placement the pool was opened for. The write
+// transactions compare it with the database's fence row
+// (routing.CheckPlacement), so the epoch a write is checked against always
+// belongs to the very connection that writes — no code path can pair a
+// handle with another placement's epoch.
+const EpochVar = "@imshard_epoch"
+
 // Pools is the set of tenant pools of this process.
 type Pools struct {
 	p Params
 
 	mu      sync.Mutex
 	tenants map[string]Tenant
-	open    map[string]*entry // pools ready to use
+	placed  map[string]Placement // placement records: they override tenants' DSNs
+	open    map[string]*entry    // pools ready to use
 	// probes are readiness's own handles, one connection each, one per
 	// server (address and user) under the open pools: a pool that requests
 	// have filled (every connection busy, callers queued) says nothing about
@@ -84,7 +101,7 @@ type Pools struct {
 
 type entry struct {
 	db       *sql.DB
-	dsn      string
+	at       Placement
 	lastUsed time.Time // guarded by Pools.mu
 }
 
@@ -124,19 +141,89 @@ func (ps *Pools) SetTenants(tenants []Tenant) {
 		next[t.ID] = t
 	}
 	ps.mu.Lock()
-	var stale []*entry
-	for id, e := range ps.open {
-		if t, ok := next[id]; !ok || t.DSN != e.dsn {
-			stale = append(stale, e)
-			delete(ps.open, id)
-		}
-	}
 	ps.tenants = next
+	stale := ps.staleLocked()
 	ps.mu.Unlock()
 	for _, e := range stale {
 		_ = e.db.Close()
 		ps.opened.Dec()
 	}
+}
+
+// movedPoolGrace is how long the pool of a placement a tenant left stays
+// open: a read that fetched the handle just before the switch still
+// finishes on the old server, which keeps its copy until the move's
+// finish; a write on it is refused by the fence.
+const movedPoolGrace = time.Minute
+
+// SetPlacements replaces the placement records (every tenant's newest
+// epoch; a tenant absent from placed is placed by its configured DSN at
+// epoch 0). A pool whose placement changed is replaced on next use; the
+// old one closes after movedPoolGrace. It reports the tenants whose
+// placement changed.
+func (ps *Pools) SetPlacements(placed map[string]Placement) []string {
+	ps.mu.Lock()
+	var changed []string
+	for id, t := range ps.tenants {
+		if ps.placementLocked(t) != placementIn(placed, t) {
+			changed = append(changed, id)
+		}
+	}
+	ps.placed = placed
+	stale := ps.staleLocked()
+	ps.mu.Unlock()
+	for _, e := range stale {
+		time.AfterFunc(movedPoolGrace, func() {
+			_ = e.db.Close()
+			ps.opened.Dec()
+		})
+	}
+	sort.Strings(changed)
+	return changed
+}
+
+// Placement is where tenant's database is now, as this process follows it.
+func (ps *Pools) Placement(tenant string) (Placement, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	t, ok := ps.tenants[tenant]
+	if !ok {
+		return Placement{}, fmt.Errorf("%w: %q", ErrUnknownTenant, tenant)
+	}
+	return ps.placementLocked(t), nil
+}
+
+// Configured is tenant's configured DSN (its placement at epoch 0).
+func (ps *Pools) Configured(tenant string) (string, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	t, ok := ps.tenants[tenant]
+	if !ok {
+		return "", fmt.Errorf("%w: %q", ErrUnknownTenant, tenant)
+	}
+	return t.DSN, nil
+}
+
+func (ps *Pools) placementLocked(t Tenant) Placement { return placementIn(ps.placed, t) }
+
+func placementIn(placed map[string]Placement, t Tenant) Placement {
+	if p, ok := placed[t.ID]; ok {
+		return p
+	}
+	return Placement{DSN: t.DSN}
+}
+
+// staleLocked takes out of the open pools those of tenants no longer
+// configured or placed elsewhere (another DSN or epoch).
+func (ps *Pools) staleLocked() []*entry {
+	var stale []*entry
+	for id, e := range ps.open {
+		if t, ok := ps.tenants[id]; !ok || ps.placementLocked(t) != e.at {
+			stale = append(stale, e)
+			delete(ps.open, id)
+		}
+	}
+	return stale
 }
 
 // IDs lists the configured tenant ids, sorted.
@@ -176,8 +263,10 @@ func (ps *Pools) DB(ctx context.Context, tenant string) (*sql.DB, error) {
 		ps.mu.Unlock()
 		return e.db, nil
 	}
+	at := ps.placementLocked(t)
 	ps.mu.Unlock()
-	res := ps.opening.DoChan(tenant+"\x00"+t.DSN, func() (any, error) { return ps.openAndAdd(t) })
+	key := fmt.Sprintf("%s\x00%s\x00%d", tenant, at.DSN, at.Epoch)
+	res := ps.opening.DoChan(key, func() (any, error) { return ps.openAndAdd(t.ID, at) })
 	select {
 	case r := <-res:
 		if r.Err != nil {
@@ -191,18 +280,19 @@ func (ps *Pools) DB(ctx context.Context, tenant string) (*sql.DB, error) {
 
 // openAndAdd opens the tenant's pool and adds it to the open ones, closing
 // the least recently used beyond the bound.
-func (ps *Pools) openAndAdd(t Tenant) (*sql.DB, error) {
+func (ps *Pools) openAndAdd(id string, at Placement) (*sql.DB, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
-	db, err := ps.openTenant(ctx, t)
+	t := Tenant{ID: id, DSN: at.DSN}
+	db, err := ps.openTenant(ctx, t, at.Epoch)
 	if err != nil {
 		return nil, err
 	}
 	ps.mu.Lock()
-	if cur, ok := ps.tenants[t.ID]; !ok || cur.DSN != t.DSN {
+	if cur, ok := ps.tenants[t.ID]; !ok || ps.placementLocked(cur) != at {
 		ps.mu.Unlock()
 		_ = db.Close()
-		return nil, fmt.Errorf("tenant %s: its configuration changed while its pool opened; try again", t.ID)
+		return nil, fmt.Errorf("tenant %s: its configuration or placement changed while its pool opened; try again", t.ID)
 	}
 	if e, ok := ps.open[t.ID]; ok {
 		// an earlier open finished between our caller's look and this one
@@ -211,11 +301,11 @@ func (ps *Pools) openAndAdd(t Tenant) (*sql.DB, error) {
 		_ = db.Close()
 		return e.db, nil
 	}
-	ps.open[t.ID] = &entry{db: db, dsn: t.DSN, lastUsed: time.Now()}
+	ps.open[t.ID] = &entry{db: db, at: at, lastUsed: time.Now()}
 	evicted := ps.evictLocked(t.ID)
 	ps.mu.Unlock()
 	ps.opened.Inc()
-	ps.p.Log.Info().Str("tenant", t.ID).Msg("tenant pool opened")
+	ps.p.Log.Info().Str("tenant", t.ID).Int64("epoch", at.Epoch).Msg("tenant pool opened")
 	for _, old := range evicted {
 		_ = old.db.Close()
 		ps.opened.Dec()
@@ -274,6 +364,9 @@ func (ps *Pools) tenantConfig(t Tenant) (*mysql.Config, error) {
 func (ps *Pools) Reach(ctx context.Context, tenant string) error {
 	ps.mu.Lock()
 	t, ok := ps.tenants[tenant]
+	if ok {
+		t.DSN = ps.placementLocked(t).DSN
+	}
 	ps.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrUnknownTenant, tenant)
@@ -293,11 +386,12 @@ func (ps *Pools) Reach(ctx context.Context, tenant string) error {
 	return nil
 }
 
-func (ps *Pools) openTenant(ctx context.Context, t Tenant) (*sql.DB, error) {
+func (ps *Pools) openTenant(ctx context.Context, t Tenant, epoch int64) (*sql.DB, error) {
 	cfg, err := ps.tenantConfig(t)
 	if err != nil {
 		return nil, err
 	}
+	cfg.Params[EpochVar] = strconv.FormatInt(epoch, 10)
 	if !ps.p.ReadOnly {
 		if err := ps.createDatabase(ctx, t.ID, cfg); err != nil {
 			return nil, err
@@ -392,8 +486,8 @@ func (ps *Pools) Ping(ctx context.Context) error {
 	tenants := map[string][]string{} // probe key → tenant ids
 	probes := map[string]*sql.DB{}
 	var errs []error
-	for id := range ps.open {
-		cfg, err := ps.tenantConfig(ps.tenants[id])
+	for id, e := range ps.open {
+		cfg, err := ps.tenantConfig(Tenant{ID: id, DSN: e.at.DSN})
 		if err != nil {
 			errs = append(errs, err)
 			continue

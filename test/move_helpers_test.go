@@ -1,0 +1,71 @@
+package test
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/imshard/imshard/modules/placement"
+	"github.com/imshard/imshard/test/harness"
+	"github.com/imshard/imshard/test/testenv"
+)
+
+// mvStore is the placement store env's processes follow (its
+// mysql.placement_dsns, or the default: the shared server's placement
+// database); the test's records are removed at cleanup.
+func mvStore(t *testing.T, env *harness.Env) *placement.Store {
+	t.Helper()
+	dsns := env.Config.MySQL.PlacementDSNs
+	if len(dsns) == 0 {
+		var err error
+		if dsns, err = placement.DefaultServers([]string{env.Config.TenantDSN(env.Config.Tenants[0])}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := placement.Open(dsns, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.Delete(context.Background(), env.Tenant)
+		_ = s.Close()
+	})
+	return s
+}
+
+// mvPlace writes tenant's placement record (every placement server).
+func mvPlace(t *testing.T, s *placement.Store, tenant, dsn string, epoch int64) {
+	t.Helper()
+	if err := s.Write(context.Background(), placement.Record{Tenant: tenant, DSN: dsn, Epoch: epoch}); err != nil {
+		t.Fatalf("write placement: %v", err)
+	}
+}
+
+// mvWaitEpoch waits until env's process follows tenant at epoch.
+func mvWaitEpoch(t *testing.T, env *harness.Env, epoch int64) {
+	t.Helper()
+	sendWaitFor(t, 10*time.Second, "the process follows the new placement", func() bool {
+		at, err := env.App.Pools().Placement(env.Tenant)
+		return err == nil && at.Epoch == epoch
+	})
+}
+
+// mvFence is the fence epoch of the database db.
+func mvFence(t *testing.T, db *sql.DB) int64 {
+	t.Helper()
+	var e int64
+	if err := db.QueryRow("SELECT epoch FROM im_tenant_fence WHERE id = 1").Scan(&e); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// mvStartSecond starts a private MariaDB server and returns it with the
+// DSN the tenant's database would have there.
+func mvStartSecond(t *testing.T, tenant string) (*testenv.MariaDB, string) {
+	t.Helper()
+	m := testenv.StartMariaDB(t)
+	return m, strings.ReplaceAll(m.DSNTemplate, "{tenant}", tenant)
+}
