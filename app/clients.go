@@ -30,6 +30,7 @@ import (
 	"github.com/imshard/imshard/modules/migrate"
 	"github.com/imshard/imshard/modules/placement"
 	"github.com/imshard/imshard/modules/ratelimit"
+	"github.com/imshard/imshard/modules/retention"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/shardmgr"
 	"github.com/imshard/imshard/modules/tenantdb"
@@ -37,21 +38,22 @@ import (
 
 // clients are the shared objects init functions build for later modules.
 type clients struct {
-	pools    *tenantdb.Pools
-	redis    rueidis.Client
-	keys     routing.KeySpace // redis.key_prefix: every key and channel is named in it
-	kafka    []kgo.Opt        // KafkaOpts of the brokers in use
-	scripts  *routing.Scripts
-	rmetrics *routing.Metrics
-	catalog  *routing.Catalog
-	alloc    *routing.Allocator
-	flight   *routing.Flight
-	routes   *routing.Routes
-	acl      *acl.Checker
-	shards   *shardmgr.Manager
-	migs     *routing.Migrations
-	migrator *migrate.Migrator
-	limits   *ratelimit.Limiter
+	pools     *tenantdb.Pools
+	redis     rueidis.Client
+	keys      routing.KeySpace // redis.key_prefix: every key and channel is named in it
+	kafka     []kgo.Opt        // KafkaOpts of the brokers in use
+	scripts   *routing.Scripts
+	rmetrics  *routing.Metrics
+	catalog   *routing.Catalog
+	alloc     *routing.Allocator
+	flight    *routing.Flight
+	routes    *routing.Routes
+	acl       *acl.Checker
+	shards    *shardmgr.Manager
+	retention *retention.Retention
+	migs      *routing.Migrations
+	migrator  *migrate.Migrator
+	limits    *ratelimit.Limiter
 	// placed reads the placement records; placement re-points pools by them
 	placed    *placement.Store
 	placement *placement.Watcher
@@ -486,13 +488,36 @@ func (a *App) NewShardManager() *shardmgr.Manager {
 		Metrics:    c.rmetrics,
 		Log:        a.Log.With().Str("module", ShardMgr).Logger(),
 		Registerer: a.Registry,
+		Retention:  a.Retention(),
 	})
 	return c.shards
+}
+
+// Retention builds the retention runner from the shared clients; the
+// patrol and `imshard retention` use it.
+func (a *App) Retention() *retention.Retention {
+	c := &a.clients
+	if c.retention != nil {
+		return c.retention
+	}
+	c.retention = retention.New(retention.Params{
+		DBs:        c.pools,
+		Redis:      c.redis,
+		KeySpace:   c.keys,
+		Scripts:    c.scripts,
+		Catalog:    c.catalog,
+		Months:     a.tenants.retentionOf,
+		LockTTL:    a.Config.Shard.LockTTL,
+		Log:        a.Log.With().Str("module", "retention").Logger(),
+		Registerer: a.Registry,
+	})
+	return c.retention
 }
 
 func initShardMgr(ctx context.Context, a *App) (Service, error) {
 	mg := a.NewShardManager()
 	mg.ExportTenants(a.clients.pools.IDs())
+	a.Retention().ExportTenants(a.clients.pools.IDs())
 	a.onTenantsAdded(func(tenants []string) { mg.Reconcile(tenants...) })
 	return runner{run: mg.Run}, nil
 }

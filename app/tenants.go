@@ -14,6 +14,8 @@ type tenantSet struct {
 	mu     sync.RWMutex
 	limits map[string]config.Limits // each tenant's limits, its own over the defaults
 	deflt  config.Limits            // the limits section: a tenant's not (yet) in the set
+	// retention is each tenant's retention_months
+	retention map[string]int
 }
 
 func (s *tenantSet) set(tenants []config.Tenant, defaults config.Limits) {
@@ -21,8 +23,12 @@ func (s *tenantSet) set(tenants []config.Tenant, defaults config.Limits) {
 	for _, t := range tenants {
 		l[t.ID] = defaults.Of(t)
 	}
+	r := make(map[string]int, len(tenants))
+	for _, t := range tenants {
+		r[t.ID] = t.RetentionMonths
+	}
 	s.mu.Lock()
-	s.limits, s.deflt = l, defaults
+	s.limits, s.deflt, s.retention = l, defaults, r
 	s.mu.Unlock()
 }
 
@@ -49,4 +55,12 @@ func (a *App) Keys() httpapi.KeySets { return a.keys }
 func initKeys(ctx context.Context, a *App) (Service, error) {
 	a.keys.Start(a.reload.live.Tenants)
 	return holder{close: func() error { a.keys.Close(); return nil }}, nil
+}
+
+// retentionOf is a tenant's retention_months in the live tenant list (0,
+// keep forever, for a tenant a reload removed).
+func (s *tenantSet) retentionOf(tenant string) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.retention[tenant]
 }

@@ -85,6 +85,7 @@ func NewRoot(stdout, stderr io.Writer, env []string) *cobra.Command {
 		newPersistCmd(g),
 		newDLQCmd(g),
 		newShardCmd(g),
+		newRetentionCmd(g),
 		newRouteCmd(g),
 		newConfigCmd(g),
 		newDevKafkaCmd(g),

@@ -184,6 +184,9 @@ type Tenant struct {
 	Audience string `mapstructure:"audience" yaml:"audience,omitempty" json:"audience,omitempty"`
 	// Limits replace the limits section's buckets for this tenant.
 	Limits TenantLimits `mapstructure:"limits" yaml:"limits,omitempty" json:"limits,omitzero"`
+	// RetentionMonths: 0 keeps history forever; with N, a month older than
+	// the current UTC month minus N expires (config/retention.go).
+	RetentionMonths int `mapstructure:"retention_months" yaml:"retention_months,omitempty" json:"retention_months,omitempty"`
 }
 
 // Shard drives the monthly table manager.

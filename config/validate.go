@@ -324,6 +324,7 @@ func tenantProblems(list []Tenant, where string) []error {
 			first[t.ID] = i
 		}
 		p.tenantLimits(key+".limits", t.Limits)
+		p.intRange(key+".retention_months", int64(t.RetentionMonths), 0, MaxRetentionMonths)
 		keyProblems(&p, t, key, where)
 		// The secrets are never echoed: they would end up in logs.
 		for _, k := range t.HS256Keys(i) {

@@ -440,3 +440,40 @@ func (c *Checker) invalidate(ctx context.Context, tenant, topic string) error {
 	}
 	return nil
 }
+
+// SetRetention sets the group's own retention in months (0: keep its
+// history forever, whatever its tenant's retention). The group must exist.
+func (c *Checker) SetRetention(ctx context.Context, tenant, topic string, months int) error {
+	db, err := c.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if _, err := sq.Update(GroupsTable).Set("retention_months", months).Where(sq.Eq{"topic": topic}).
+		RunWith(db).ExecContext(ctx); err != nil {
+		return fmt.Errorf("acl: set retention %s: %w", topic, err)
+	}
+	return nil
+}
+
+// Retention is the group's own retention in months, nil when it follows
+// its tenant's.
+func (c *Checker) Retention(ctx context.Context, tenant, topic string) (*int, error) {
+	db, err := c.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	var v sql.NullInt64
+	err = sq.Select("retention_months").From(GroupsTable).Where(sq.Eq{"topic": topic}).
+		RunWith(db).QueryRowContext(ctx).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNoGroup
+	}
+	if err != nil {
+		return nil, fmt.Errorf("acl: retention %s: %w", topic, err)
+	}
+	if !v.Valid {
+		return nil, nil
+	}
+	n := int(v.Int64)
+	return &n, nil
+}

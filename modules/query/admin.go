@@ -246,8 +246,16 @@ func (s *Service) Shards(ctx context.Context, p httpapi.Principal) (Shards, erro
 	if err := requireAdmin(p); err != nil {
 		return Shards{}, err
 	}
-	list, err := s.p.Catalog.List(ctx, p.Tenant)
+	db, err := s.p.DBs.DB(ctx, p.Tenant)
 	if err != nil {
+		return Shards{}, err
+	}
+	list, err := routing.ListShards(ctx, db)
+	if err != nil {
+		return Shards{}, err
+	}
+	// counted at seal; an open month's from the route mirror
+	if err := routing.FillCounts(ctx, db, list); err != nil {
 		return Shards{}, err
 	}
 	active, complete, err := s.bounds(ctx, p.Tenant)

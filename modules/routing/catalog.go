@@ -25,6 +25,9 @@ const (
 	StatusSealing  Status = "sealing"
 	StatusSealed   Status = "sealed"
 	StatusArchived Status = "archived"
+	// StatusExpiring: past retention, its removal begun (a retention run
+	// stopped half-way finishes it); no read or write reaches it.
+	StatusExpiring Status = "expiring"
 )
 
 // AcceptsWrites reports whether persist may insert into a month in s: the
@@ -57,6 +60,7 @@ type Shard struct {
 	RowCount      int64
 	MinCreatedAt  sql.NullTime
 	MaxCreatedAt  sql.NullTime
+	StatsAt       sql.NullTime // when RowCount and the created_at bounds were counted (at seal)
 	ActivatedAt   sql.NullTime
 	DeactivatedAt sql.NullTime
 	CreatedAt     time.Time
@@ -112,7 +116,7 @@ func (c *Catalog) List(ctx context.Context, tenant string) ([]Shard, error) {
 // ListShards reads a catalog from db.
 func ListShards(ctx context.Context, db sq.BaseRunner) ([]Shard, error) {
 	rows, err := sq.Select("shard_month", "table_name", "status", "row_count", "min_created_at",
-		"max_created_at", "activated_at", "deactivated_at", "created_at", "updated_at").
+		"max_created_at", "stats_at", "activated_at", "deactivated_at", "created_at", "updated_at").
 		From(catalogTable).OrderBy("shard_month").RunWith(db).QueryContext(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("catalog: list: %w", err)
@@ -123,7 +127,7 @@ func ListShards(ctx context.Context, db sq.BaseRunner) ([]Shard, error) {
 		var s Shard
 		var month, name, status string
 		if err := rows.Scan(&month, &name, &status, &s.RowCount, &s.MinCreatedAt, &s.MaxCreatedAt,
-			&s.ActivatedAt, &s.DeactivatedAt, &s.CreatedAt, &s.UpdatedAt); err != nil {
+			&s.StatsAt, &s.ActivatedAt, &s.DeactivatedAt, &s.CreatedAt, &s.UpdatedAt); err != nil {
 			return nil, fmt.Errorf("catalog: scan: %w", err)
 		}
 		m, err := ParseMonth(month)
@@ -287,7 +291,8 @@ func SetStatus(ctx context.Context, db sq.BaseRunner, m Month, to Status, from .
 		// The sealing grace counts from when the month stopped being active
 		// (stamped at the switch); an unseal restarts it.
 		if slices.Contains(from, StatusSealed) {
-			q = q.Set("deactivated_at", sq.Expr("UTC_TIMESTAMP(3)"))
+			// reopened for late rows: its counts are the mirror's again
+			q = q.Set("deactivated_at", sq.Expr("UTC_TIMESTAMP(3)")).Set("stats_at", nil)
 		} else {
 			q = q.Set("deactivated_at", sq.Expr("COALESCE(deactivated_at, UTC_TIMESTAMP(3))"))
 		}
@@ -337,4 +342,46 @@ func RecordedActive(ctx context.Context, db sq.BaseRunner) (Month, error) {
 		return Month{}, nil
 	}
 	return ParseMonth(s.String)
+}
+
+// RecordShardStats counts the rows of month table t and their created_at
+// span into its catalog row, once, when the month is sealed: from then on
+// the catalog answers how big a month is without counting it again.
+func RecordShardStats(ctx context.Context, db *sql.DB, t Table) error {
+	_, err := db.ExecContext(ctx, "UPDATE "+catalogTable+" AS c, (SELECT COUNT(*) AS n, MIN(created_at) AS lo, MAX(created_at) AS hi FROM "+
+		t.Quoted()+") AS x SET c.row_count = x.n, c.min_created_at = x.lo, c.max_created_at = x.hi, c.stats_at = UTC_TIMESTAMP(3) WHERE c.shard_month = ?",
+		t.Month().String())
+	if err != nil {
+		return fmt.Errorf("catalog: count %s: %w", t.Name(), err)
+	}
+	return nil
+}
+
+// FillCounts completes shards whose counts were not recorded at seal (a
+// month still taking rows, or sealed before counts were kept) with the
+// route mirror's totals for their months: one grouped read of the mirror's
+// month index, never a count of a month table.
+func FillCounts(ctx context.Context, db sq.BaseRunner, shards []Shard) error {
+	var open []Month
+	for _, s := range shards {
+		if !s.StatsAt.Valid {
+			open = append(open, s.Month)
+		}
+	}
+	if len(open) == 0 {
+		return nil
+	}
+	totals, err := MirrorMonthTotals(ctx, db, open)
+	if err != nil {
+		return err
+	}
+	for i := range shards {
+		if shards[i].StatsAt.Valid {
+			continue
+		}
+		t := totals[shards[i].Month]
+		shards[i].RowCount = t.Count
+		shards[i].MinCreatedAt, shards[i].MaxCreatedAt = t.MinCreatedAt, t.MaxCreatedAt
+	}
+	return nil
 }

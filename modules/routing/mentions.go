@@ -124,3 +124,15 @@ func CopyLegacyMentions(ctx context.Context, tx sq.BaseRunner, where sq.Sqlizer)
 	}
 	return nil
 }
+
+// DropMentionsUpTo removes the topic's entries for seqs at or below last
+// (past retention), at most limit per statement; it reports how many went.
+func DropMentionsUpTo(ctx context.Context, db sq.BaseRunner, topic string, last int64, limit uint64) (int64, error) {
+	res, err := sq.Delete(mentionsTable).Where(sq.Eq{"topic": topic}).Where(sq.LtOrEq{"seq": last}).
+		Limit(limit).RunWith(db).ExecContext(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("mentions: drop %s up to %d: %w", topic, last, err)
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}

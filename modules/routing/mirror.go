@@ -266,3 +266,73 @@ func MirrorFromTable(ctx context.Context, db sq.BaseRunner, t Table) error {
 	}
 	return nil
 }
+
+// MonthTotal is the mirror's sum over one month: rows and created_at span.
+type MonthTotal struct {
+	Count                      int64
+	MinCreatedAt, MaxCreatedAt sql.NullTime
+}
+
+// MirrorMonthTotals sums the mirror rows of months.
+func MirrorMonthTotals(ctx context.Context, db sq.BaseRunner, months []Month) (map[Month]MonthTotal, error) {
+	names := make([]string, len(months))
+	for i, m := range months {
+		names[i] = m.String()
+	}
+	rows, err := sq.Select("shard_month", "SUM(message_count)", "MIN(min_created_at)", "MAX(max_created_at)").
+		From(mirrorTable).Where(sq.Eq{"shard_month": names}).GroupBy("shard_month").RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("mirror: month totals: %w", err)
+	}
+	defer rows.Close()
+	out := map[Month]MonthTotal{}
+	for rows.Next() {
+		var ms string
+		var t MonthTotal
+		if err := rows.Scan(&ms, &t.Count, &t.MinCreatedAt, &t.MaxCreatedAt); err != nil {
+			return nil, fmt.Errorf("mirror: month totals: %w", err)
+		}
+		if m, err := ParseMonth(ms); err == nil {
+			out[m] = t
+		}
+	}
+	return out, rows.Err()
+}
+
+// MirrorMonthRows reads every topic's mirror row of month m, in topic
+// order.
+func MirrorMonthRows(ctx context.Context, db sq.BaseRunner, m Month) ([]MirrorRow, error) {
+	rows, err := sq.Select(mirrorColumns...).From(mirrorTable).Where(sq.Eq{"shard_month": m.String()}).
+		OrderBy("topic").RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("mirror: month %s: %w", m, err)
+	}
+	defer rows.Close()
+	var out []MirrorRow
+	for rows.Next() {
+		var r MirrorRow
+		var ms string
+		if err := rows.Scan(&r.Topic, &ms, &r.MinSeq, &r.MaxSeq, &r.Count, &r.MinCreatedAt, &r.MaxCreatedAt); err != nil {
+			return nil, fmt.Errorf("mirror: month %s: %w", m, err)
+		}
+		r.Month = m
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// DropMirrorRows removes the mirror rows of topics in month m (all of the
+// month's when topics is empty), at most limit rows per statement, and
+// reports how many went.
+func DropMirrorRows(ctx context.Context, db sq.BaseRunner, m Month, topics []string, limit uint64) (int64, error) {
+	q := sq.Delete(mirrorTable).Where(sq.Eq{"shard_month": m.String()})
+	if len(topics) > 0 {
+		q = q.Where(sq.Eq{"topic": topics})
+	}
+	res, err := q.Limit(limit).RunWith(db).ExecContext(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("mirror: drop %s: %w", m, err)
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}

@@ -35,6 +35,8 @@ type groupResponse struct {
 	GroupID message.ID `json:"group_id"`
 	Name    string     `json:"name"`
 	Status  string     `json:"status"`
+	// RetentionMonths is the group's own retention; absent: the tenant's.
+	RetentionMonths *int `json:"retention_months,omitempty"`
 }
 
 func (s *Service) handlePutGroup(w http.ResponseWriter, r *http.Request, p httpapi.Principal) error {
@@ -49,7 +51,15 @@ func (s *Service) handlePutGroup(w http.ResponseWriter, r *http.Request, p httpa
 	if err := s.p.ACL.PutGroup(r.Context(), p.Tenant, topic, int64(*req.GroupID), req.Name, req.Status); err != nil {
 		return aclError(err)
 	}
-	httpapi.WriteJSON(w, http.StatusOK, groupResponse{Topic: topic, GroupID: *req.GroupID, Name: req.Name, Status: req.Status})
+	retention := req.RetentionMonths
+	if retention != nil {
+		if err := s.p.ACL.SetRetention(r.Context(), p.Tenant, topic, *retention); err != nil {
+			return aclError(err)
+		}
+	} else if retention, err = s.p.ACL.Retention(r.Context(), p.Tenant, topic); err != nil {
+		return aclError(err)
+	}
+	httpapi.WriteJSON(w, http.StatusOK, groupResponse{Topic: topic, GroupID: *req.GroupID, Name: req.Name, Status: req.Status, RetentionMonths: retention})
 	return nil
 }
 

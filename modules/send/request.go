@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
@@ -96,6 +97,9 @@ type GroupRequest struct {
 	GroupID *message.ID `json:"group_id"`
 	Name    string      `json:"name"`
 	Status  string      `json:"status"`
+	// RetentionMonths, when given, replaces the group's retention (0: keep
+	// forever); absent keeps what the group has (at first, the tenant's).
+	RetentionMonths *int `json:"retention_months"`
 }
 
 // MaxGroupName is the longest group name in characters (VARCHAR(255)).
@@ -117,6 +121,9 @@ func DecodeGroup(r io.Reader) (GroupRequest, error) {
 	case acl.GroupActive, acl.GroupMuted, acl.GroupDissolved:
 	default:
 		return GroupRequest{}, invalid("status must be active, muted or dissolved")
+	}
+	if r := req.RetentionMonths; r != nil && (*r < 0 || *r > config.MaxRetentionMonths) {
+		return GroupRequest{}, invalid("retention_months must be between 0 (keep forever) and %d", config.MaxRetentionMonths)
 	}
 	return req, nil
 }

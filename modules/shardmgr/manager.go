@@ -39,6 +39,15 @@ type Params struct {
 	Metrics    *routing.Metrics
 	Log        zerolog.Logger
 	Registerer prometheus.Registerer
+	// Retention, when set, runs for each tenant after its sync in the
+	// patrol (removing what is past retention); nil: no retention here.
+	Retention Retainer
+}
+
+// Retainer removes what is past retention from one tenant
+// (modules/retention); it takes the tenant's shard lock itself.
+type Retainer interface {
+	Apply(ctx context.Context, tenant string) error
 }
 
 // Manager creates, registers, readies, activates and seals month tables.
@@ -222,10 +231,26 @@ func (mg *Manager) SyncTenant(ctx context.Context, tenant string, opts Options) 
 			res.Err = errors.Join(res.Err, err)
 			continue
 		}
+		if ok && tr.To == routing.StatusSealed {
+			// sealed: no row arrives any more, so its counts hold from now on
+			if t, err := routing.TableFor(tr.Month); err == nil {
+				if err := routing.RecordShardStats(ctx, db, t); err != nil {
+					res.Err = errors.Join(res.Err, err)
+				}
+			}
+		}
 		if ok {
 			res.Changed = append(res.Changed, tr)
 			mg.m.transitions.WithLabelValues(string(tr.To)).Inc()
 			mg.p.Log.Info().Str("tenant", tenant).Str("month", tr.Month.String()).Str("status", string(tr.To)).Msg("month status changed")
+		}
+	}
+	// months sealed before their counts were kept, or whose count failed
+	for _, s := range shards {
+		if s.Status == routing.StatusSealed && !s.StatsAt.Valid && !slices.ContainsFunc(res.Changed, func(t Transition) bool { return t.Month == s.Month }) {
+			if err := routing.RecordShardStats(ctx, db, s.Table); err != nil {
+				res.Err = errors.Join(res.Err, err)
+			}
 		}
 	}
 	return res
@@ -330,14 +355,32 @@ func (mg *Manager) Run(ctx context.Context) error {
 				mg.p.Log.Error().Err(err).Msg("shard sync of changed tenants failed; retrying at the next patrol")
 			}
 		case <-patrol.C:
-			if _, err := mg.Sync(ctx, Options{MonthsAhead: -1}, mg.p.Tenants()); err != nil && ctx.Err() == nil {
+			tenants := mg.p.Tenants()
+			if _, err := mg.Sync(ctx, Options{MonthsAhead: -1}, tenants); err != nil && ctx.Err() == nil {
 				mg.p.Log.Error().Err(err).Msg("shard patrol failed for some tenants; retrying at the next patrol")
 			}
+			mg.retain(ctx, tenants)
 			wait := mg.p.Config.PatrolInterval
 			if now, err := mg.clock.Now(ctx); err != nil || nearBoundary(now, time.Hour) {
 				wait = min(wait, time.Minute)
 			}
 			patrol.Reset(wait)
+		}
+	}
+}
+
+// retain runs retention for each tenant after the patrol's sync; a failed
+// tenant is logged (and counted by the retention metrics), the others go on.
+func (mg *Manager) retain(ctx context.Context, tenants []string) {
+	if mg.p.Retention == nil {
+		return
+	}
+	for _, t := range tenants {
+		if ctx.Err() != nil {
+			return
+		}
+		if err := mg.p.Retention.Apply(ctx, t); err != nil && ctx.Err() == nil {
+			mg.p.Log.Error().Err(err).Str("tenant", t).Msg("retention run failed; retrying at the next patrol")
 		}
 	}
 }
@@ -389,7 +432,18 @@ func (mg *Manager) Seal(ctx context.Context, tenant string, month routing.Month)
 	if month == active {
 		return fmt.Errorf("%w: %s", ErrActiveMonth, month)
 	}
-	return mg.setStatus(ctx, tenant, month, routing.StatusSealed, routing.StatusWritable, routing.StatusSealing)
+	if err := mg.setStatus(ctx, tenant, month, routing.StatusSealed, routing.StatusWritable, routing.StatusSealing); err != nil {
+		return err
+	}
+	db, err := mg.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	t, err := routing.TableFor(month)
+	if err != nil {
+		return err
+	}
+	return routing.RecordShardStats(ctx, db, t)
 }
 
 // Unseal reopens a sealed month for late writes; its sealing grace restarts.
@@ -444,7 +498,9 @@ type Info struct {
 	MaxAt  sql.NullTime
 }
 
-// List reports the catalog of tenant with live row counts and time ranges.
+// List reports the catalog of tenant with row counts and time ranges: a
+// sealed month's as counted at seal, an open month's from the route
+// mirror — no month table is counted.
 func (mg *Manager) List(ctx context.Context, tenant string) ([]Info, error) {
 	db, err := mg.p.DBs.DB(ctx, tenant)
 	if err != nil {
@@ -452,6 +508,9 @@ func (mg *Manager) List(ctx context.Context, tenant string) ([]Info, error) {
 	}
 	shards, err := routing.ListShards(ctx, db)
 	if err != nil {
+		return nil, err
+	}
+	if err := routing.FillCounts(ctx, db, shards); err != nil {
 		return nil, err
 	}
 	existing, err := existingTables(ctx, db)
@@ -464,15 +523,8 @@ func (mg *Manager) List(ctx context.Context, tenant string) ([]Info, error) {
 	}
 	out := make([]Info, 0, len(shards))
 	for _, s := range shards {
-		in := Info{Shard: s, Exists: existing[s.Month], Active: s.Month == active}
-		if in.Exists {
-			err := sq.Select("COUNT(*)", "MIN(created_at)", "MAX(created_at)").From(s.Table.Quoted()).
-				RunWith(db).QueryRowContext(ctx).Scan(&in.Rows, &in.MinAt, &in.MaxAt)
-			if err != nil {
-				return nil, fmt.Errorf("count %s: %w", s.Table.Name(), err)
-			}
-		}
-		out = append(out, in)
+		out = append(out, Info{Shard: s, Exists: existing[s.Month], Active: s.Month == active,
+			Rows: s.RowCount, MinAt: s.MinCreatedAt, MaxAt: s.MaxCreatedAt})
 	}
 	return out, nil
 }

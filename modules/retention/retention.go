@@ -1,0 +1,374 @@
+// Package retention removes history past retention: a month whose every
+// topic is past it goes whole (its table dropped, with its mirror rows,
+// route fields, revisions, hidden ranges and mention rows), a topic whose
+// own retention is shorter loses its rows of a month that stays, in short
+// batches. Before anything is removed each topic's retention floor is
+// raised, so readers stop at it (modules/readpath).
+package retention
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+	"github.com/rs/zerolog"
+
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// Params wires a Retention.
+type Params struct {
+	DBs      routing.DBs
+	Redis    rueidis.Client
+	KeySpace routing.KeySpace
+	Scripts  *routing.Scripts
+	Catalog  *routing.Catalog
+	// Months is a tenant's retention_months (0: keep forever).
+	Months     func(tenant string) int
+	LockTTL    time.Duration
+	Log        zerolog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Retention plans and runs the removal of what is past retention.
+type Retention struct {
+	p     Params
+	m     *metrics
+	clock routing.Clock
+}
+
+// New builds a Retention.
+func New(p Params) *Retention {
+	if p.LockTTL <= 0 {
+		p.LockTTL = 30 * time.Second
+	}
+	return &Retention{p: p, m: newMetrics(p.Registerer), clock: routing.NewClock(p.Redis)}
+}
+
+// batch bounds the rows of one delete statement: each is its own short
+// transaction, so no lock is held long enough to delay a send.
+const batch = 1000
+
+// Tables the removal clears beside the month tables.
+const (
+	groupsTable    = "im_groups"
+	revisionsTable = "im_message_revisions"
+	dellogTable    = "im_dellog"
+)
+
+// Plan is what a run would remove from tenant now; it removes nothing.
+func (r *Retention) Plan(ctx context.Context, tenant string) (Plan, error) {
+	db, err := r.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return Plan{}, err
+	}
+	return r.plan(ctx, tenant, db)
+}
+
+func (r *Retention) plan(ctx context.Context, tenant string, db *sql.DB) (Plan, error) {
+	now, err := r.clock.Month(ctx)
+	if err != nil {
+		return Plan{}, err
+	}
+	shards, err := routing.ListShards(ctx, db)
+	if err != nil {
+		return Plan{}, err
+	}
+	override, err := groupRetentions(ctx, db)
+	if err != nil {
+		return Plan{}, err
+	}
+	tenantMonths := r.p.Months(tenant)
+	var months []MonthState
+	for _, s := range shards {
+		// only a month some retention could expire is read
+		if s.Status != routing.StatusExpiring && !Expired(s.Month, now, 1) {
+			continue
+		}
+		rows, err := routing.MirrorMonthRows(ctx, db, s.Month)
+		if err != nil {
+			return Plan{}, err
+		}
+		months = append(months, MonthState{Shard: s, Topics: rows})
+	}
+	return Decide(tenant, now, tenantMonths, override, months), nil
+}
+
+// groupRetentions is every group's own retention (those that have one).
+func groupRetentions(ctx context.Context, db *sql.DB) (map[string]int, error) {
+	rows, err := sq.Select("topic", "retention_months").From(groupsTable).Where(sq.NotEq{"retention_months": nil}).
+		RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("retention: group retentions: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var t string
+		var n int
+		if err := rows.Scan(&t, &n); err != nil {
+			return nil, fmt.Errorf("retention: group retentions: %w", err)
+		}
+		out[t] = n
+	}
+	return out, rows.Err()
+}
+
+// Report is what a run removed: its plan, then what each step did.
+type Report struct {
+	Plan        Plan   `json:"plan"`
+	RowsDropped int64  `json:"rows_dropped"` // in the months dropped whole
+	RowsTrimmed int64  `json:"rows_trimmed"` // deleted from months that stay
+	Months      int    `json:"months_dropped"`
+	Error       string `json:"error,omitempty"`
+}
+
+// Apply runs retention for tenant (the shard manager's patrol).
+func (r *Retention) Apply(ctx context.Context, tenant string) error {
+	_, err := r.Run(ctx, tenant)
+	return err
+}
+
+// Run plans and removes, under the tenant's shard lock (no month changes
+// status meanwhile): first every drop, oldest month first, then every
+// trim. A run that stops half-way is finished by the next one (a month
+// being dropped is marked expiring before anything of it goes).
+func (r *Retention) Run(ctx context.Context, tenant string) (rep Report, err error) {
+	defer func() {
+		if err != nil {
+			rep.Error = err.Error()
+			r.m.runs.WithLabelValues(tenant, "failed").Inc()
+			return
+		}
+		r.m.runs.WithLabelValues(tenant, "ok").Inc()
+		r.m.lastSuccess.WithLabelValues(tenant).SetToCurrentTime()
+	}()
+	keys, err := r.p.KeySpace.Tenant(tenant)
+	if err != nil {
+		return rep, err
+	}
+	lock, err := routing.AcquireLock(ctx, r.p.Redis, r.p.Scripts, keys.ShardLock(), r.p.LockTTL, 2*r.p.LockTTL)
+	if err != nil {
+		return rep, err
+	}
+	defer func() { _ = lock.Release(context.WithoutCancel(ctx)) }()
+	defer r.p.Catalog.Invalidate(tenant)
+	held, stop := lock.Keep(ctx)
+	defer stop()
+	defer func() {
+		if cause := context.Cause(held); errors.Is(cause, routing.ErrLockLost) {
+			err = errors.Join(cause, err)
+		}
+	}()
+	ctx = held
+	db, err := r.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return rep, err
+	}
+	if rep.Plan, err = r.plan(ctx, tenant, db); err != nil {
+		return rep, err
+	}
+	behind := len(rep.Plan.Skipped)
+	defer func() { r.m.behind.WithLabelValues(tenant).Set(float64(behind)) }()
+	for _, d := range rep.Plan.Drops {
+		start := time.Now()
+		if err := r.dropMonth(ctx, tenant, db, keys, d.month); err != nil {
+			behind += len(rep.Plan.Drops) - rep.Months
+			return rep, err
+		}
+		r.m.dropDuration.Observe(time.Since(start).Seconds())
+		r.m.monthsDropped.WithLabelValues(tenant).Inc()
+		r.m.rowsRemoved.WithLabelValues(tenant, "drop").Add(float64(d.Rows))
+		rep.Months++
+		rep.RowsDropped += d.Rows
+		r.p.Log.Info().Str("tenant", tenant).Str("month", d.Month).Int64("rows", d.Rows).Dur("took", time.Since(start)).Msg("month past retention dropped")
+	}
+	trimmed := map[routing.Month]bool{}
+	for _, t := range rep.Plan.Trims {
+		n, err := r.trimTopic(ctx, db, keys, t)
+		rep.RowsTrimmed += n
+		r.m.rowsRemoved.WithLabelValues(tenant, "trim").Add(float64(n))
+		if err != nil {
+			behind++
+			return rep, err
+		}
+		trimmed[t.month] = true
+	}
+	// a sealed month's catalog counts follow what left it
+	for m := range trimmed {
+		t, err := routing.TableFor(m)
+		if err != nil {
+			return rep, err
+		}
+		if err := routing.RecordShardStats(ctx, db, t); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// dropMonth removes month m whole. It is the one place a month leaves
+// because of retention: marked expiring (so a stopped run resumes it),
+// every topic's floor raised past it, then its side rows, route fields and
+// mirror rows, then the table itself and its catalog row. Each step can
+// run again.
+func (r *Retention) dropMonth(ctx context.Context, tenant string, db *sql.DB, keys routing.Keys, m routing.Month) error {
+	t, err := routing.TableFor(m)
+	if err != nil {
+		return err
+	}
+	if _, err := routing.SetStatus(ctx, db, m, routing.StatusExpiring, routing.StatusSealed); err != nil {
+		return err
+	}
+	r.p.Catalog.Invalidate(tenant)
+	rows, err := routing.MirrorMonthRows(ctx, db, m)
+	if err != nil {
+		return err
+	}
+	floors := make([]routing.Floor, len(rows))
+	topics := make([]string, len(rows))
+	for i, row := range rows {
+		floors[i] = routing.Floor{Topic: row.Topic, Seq: row.MaxSeq + 1}
+		topics[i] = row.Topic
+	}
+	if err := routing.RaiseFloors(ctx, db, floors); err != nil {
+		return err
+	}
+	for _, row := range rows {
+		if err := clearSide(ctx, db, row.Topic, row.MaxSeq); err != nil {
+			return err
+		}
+	}
+	if err := deleteAll(ctx, func() (int64, error) {
+		return execN(ctx, sq.Delete(revisionsTable).Where(sq.Eq{"shard_month": m.String()}).Limit(batch).RunWith(db))
+	}); err != nil {
+		return fmt.Errorf("retention: revisions of %s: %w", m, err)
+	}
+	if err := r.dropRoutes(ctx, keys, m, topics); err != nil {
+		return err
+	}
+	if err := deleteAll(ctx, func() (int64, error) { return routing.DropMirrorRows(ctx, db, m, nil, batch) }); err != nil {
+		return err
+	}
+	// DDL on its own statement; disk goes back at once (file per table)
+	if _, err := db.ExecContext(ctx, t.DropDDL()); err != nil {
+		return fmt.Errorf("retention: drop %s: %w", t.Name(), err)
+	}
+	if err := routing.UnregisterShard(ctx, db, m); err != nil {
+		return err
+	}
+	r.p.Catalog.Invalidate(tenant)
+	return nil
+}
+
+// trimTopic removes one topic's rows of a month that stays, in batches,
+// after raising its floor; it reports the message rows deleted.
+func (r *Retention) trimTopic(ctx context.Context, db *sql.DB, keys routing.Keys, tr Trim) (int64, error) {
+	t, err := routing.TableFor(tr.month)
+	if err != nil {
+		return 0, err
+	}
+	if err := routing.RaiseFloors(ctx, db, []routing.Floor{{Topic: tr.Topic, Seq: tr.MaxSeq + 1}}); err != nil {
+		return 0, err
+	}
+	var removed int64
+	err = deleteAll(ctx, func() (int64, error) {
+		n, err := execN(ctx, sq.Delete(t.Quoted()).Where(sq.Eq{"topic": tr.Topic}).Where(sq.LtOrEq{"seqid": tr.MaxSeq}).
+			OrderBy("seqid").Limit(batch).RunWith(db))
+		removed += n
+		return n, err
+	})
+	if err != nil {
+		return removed, fmt.Errorf("retention: trim %s in %s: %w", tr.Topic, t.Name(), err)
+	}
+	if err := clearSide(ctx, db, tr.Topic, tr.MaxSeq); err != nil {
+		return removed, err
+	}
+	if err := deleteAll(ctx, func() (int64, error) {
+		return execN(ctx, sq.Delete(revisionsTable).Where(sq.Eq{"topic": tr.Topic}).Where(sq.LtOrEq{"seqid": tr.MaxSeq}).Limit(batch).RunWith(db))
+	}); err != nil {
+		return removed, fmt.Errorf("retention: revisions of %s: %w", tr.Topic, err)
+	}
+	if err := r.dropRoutes(ctx, keys, tr.month, []string{tr.Topic}); err != nil {
+		return removed, err
+	}
+	if _, err := routing.DropMirrorRows(ctx, db, tr.month, []string{tr.Topic}, batch); err != nil {
+		return removed, err
+	}
+	return removed, nil
+}
+
+// clearSide removes what refers to the topic's seqs up to last beside the
+// message rows: mention rows, and hidden ranges (a range reaching past
+// last is cut at the floor).
+func clearSide(ctx context.Context, db *sql.DB, topic string, last int64) error {
+	if err := deleteAll(ctx, func() (int64, error) { return routing.DropMentionsUpTo(ctx, db, topic, last, batch) }); err != nil {
+		return err
+	}
+	if err := deleteAll(ctx, func() (int64, error) {
+		return execN(ctx, sq.Delete(dellogTable).Where(sq.Eq{"topic": topic}).Where(sq.LtOrEq{"hi": last + 1}).Limit(batch).RunWith(db))
+	}); err != nil {
+		return fmt.Errorf("retention: hidden ranges of %s: %w", topic, err)
+	}
+	if _, err := sq.Update(dellogTable).Set("low", last+1).Where(sq.Eq{"topic": topic}).
+		Where(sq.LtOrEq{"low": last}).RunWith(db).ExecContext(ctx); err != nil {
+		return fmt.Errorf("retention: hidden ranges of %s: %w", topic, err)
+	}
+	return nil
+}
+
+// routeBatch bounds the topics of one Redis round trip.
+const routeBatch = 200
+
+// dropRoutes removes month m from the Redis routes of topics.
+func (r *Retention) dropRoutes(ctx context.Context, keys routing.Keys, m routing.Month, topics []string) error {
+	rdb := r.p.Redis
+	for len(topics) > 0 {
+		part := topics[:min(len(topics), routeBatch)]
+		topics = topics[len(part):]
+		cmds := make(rueidis.Commands, 0, 2*len(part))
+		for _, t := range part {
+			cmds = append(cmds, rdb.B().Zrem().Key(keys.Route(t)).Member(m.String()).Build(),
+				rdb.B().Hdel().Key(keys.RouteMeta(t)).Field(m.String()).Build())
+		}
+		for _, res := range rdb.DoMulti(ctx, cmds...) {
+			if err := res.Error(); err != nil {
+				return fmt.Errorf("retention: routes of %s: %w", m, err)
+			}
+		}
+	}
+	return nil
+}
+
+// deleteAll repeats one bounded delete until it removes nothing.
+func deleteAll(ctx context.Context, step func() (int64, error)) error {
+	for {
+		n, err := step()
+		if err != nil {
+			return err
+		}
+		if n < batch {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+type execer interface {
+	ExecContext(ctx context.Context) (sql.Result, error)
+}
+
+func execN(ctx context.Context, q execer) (int64, error) {
+	res, err := q.ExecContext(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
