@@ -33,6 +33,7 @@ type Config struct {
 	Relay       Relay    `mapstructure:"relay"`
 	Migrate     Migrate  `mapstructure:"migrate"`
 	Limits      Limits   `mapstructure:"limits"`
+	Archive     Archive  `mapstructure:"archive"`
 }
 
 // HTTP is the API listener. On a stop signal /readyz answers 503 for
@@ -180,6 +181,9 @@ type Tenant struct {
 	Audience string `mapstructure:"audience" yaml:"audience,omitempty" json:"audience,omitempty"`
 	// Limits replace the limits section's buckets for this tenant.
 	Limits TenantLimits `mapstructure:"limits" yaml:"limits,omitempty" json:"limits,omitzero"`
+	// ArchiveAfterMonths has the shard manager archive each sealed month
+	// this many months after it (0: never automatically).
+	ArchiveAfterMonths int `mapstructure:"archive_after_months" yaml:"archive_after_months,omitempty" json:"archive_after_months,omitempty"`
 }
 
 // Shard drives the monthly table manager.
@@ -362,6 +366,7 @@ func Default() Config {
 		Relay:   Relay{BatchSize: 500, PollInterval: 200 * time.Millisecond, Workers: 4, ProduceTimeout: 30 * time.Second},
 		Migrate: Migrate{BatchSize: 2000, RowsPerSecond: 0},
 		Limits:  DefaultLimits(),
+		Archive: DefaultArchive(),
 	}
 }
 
