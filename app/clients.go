@@ -477,6 +477,7 @@ func (a *App) NewShardManager() *shardmgr.Manager {
 			PatrolInterval: s.PatrolInterval,
 			AutoAdvance:    s.AutoAdvance,
 			LockTTL:        s.LockTTL,
+			ProduceTimeout: a.Config.Send.ProduceTimeout,
 		},
 		Tenants:    c.pools.IDs,
 		DBs:        c.pools,

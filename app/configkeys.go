@@ -33,7 +33,8 @@ var keysRead = map[string][]configKey{
 	Keys:     {"auth.jwks_refresh_interval"},
 	Routing:  {"shard.auto_advance", "send.seq_reserve_step", "send.produce_timeout", "send.acl_cache_ttl"},
 	ReadPath: {"send.acl_cache_ttl", "hot_cache.local_topics", "hot_cache.local_max_age"},
-	ShardMgr: {"shard"},
+	// the archive belongs to the shard manager: `shard archive` runs with its keys
+	ShardMgr: {"shard", "send.produce_timeout", "archive"},
 	API:      {"http"},
 	Send:     {"send", "hot_cache.ttl", "hot_cache.max_per_topic", "kafka.topic", "auth"},
 	Changes:  {"send.recall_window", "send.max_body_bytes", "auth"},

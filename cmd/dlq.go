@@ -152,21 +152,36 @@ type dlqReplayOptions struct {
 	tenant string
 	id     string
 	all    bool
+	month  string
 }
 
 func newDLQReplayCmd(g *globals) *cobra.Command {
 	o := &dlqReplayOptions{}
 	c := &cobra.Command{
-		Use:     "replay [--tenant=T] (--id=ID | --all)",
+		Use:     "replay [--tenant=T] (--id=ID | --all | --month=YYYYMM)",
 		Short:   "Re-inject compensation entries / dead letters into the message topic with their frozen month (idempotent)",
-		Example: "  imshard dlq replay --id=dl-3-1187\n  imshard dlq replay --tenant=acme --all",
+		Example: "  imshard dlq replay --id=dl-3-1187\n  imshard dlq replay --tenant=acme --all\n  imshard dlq replay --tenant=acme --month=202601",
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if (o.id == "") == !o.all {
-				return usagef("give exactly one of --id or --all")
+			n := 0
+			for _, set := range []bool{o.id != "", o.all, o.month != ""} {
+				if set {
+					n++
+				}
+			}
+			if n != 1 {
+				return usagef("give exactly one of --id, --all or --month")
+			}
+			if o.month != "" {
+				if o.tenant == "" {
+					return usagef("--month needs --tenant")
+				}
+				if _, err := parseMonthFlag("month", o.month); err != nil {
+					return err
+				}
 			}
 			return g.withDLQ(o.tenant, false, func(ctx context.Context, tool *persist.Tool) error {
-				rep, err := tool.Replay(ctx, persist.ReplayOptions{Tenant: o.tenant, ID: o.id, All: o.all})
+				rep, err := tool.Replay(ctx, persist.ReplayOptions{Tenant: o.tenant, ID: o.id, All: o.all, Month: o.month})
 				fmt.Fprintf(g.stdout, "replayed %d\n", rep.Replayed)
 				for _, s := range rep.Skipped {
 					fmt.Fprintf(g.stdout, "skipped %s\n", s)
@@ -178,5 +193,6 @@ func newDLQReplayCmd(g *globals) *cobra.Command {
 	c.Flags().StringVar(&o.tenant, "tenant", "", "only this tenant")
 	c.Flags().StringVar(&o.id, "id", "", "one entry: its `ID` as imshard dlq list prints it (comp-TENANT-N or dl-PARTITION-OFFSET)")
 	c.Flags().BoolVar(&o.all, "all", false, "every pending compensation entry and every dead letter that is not malformed")
+	c.Flags().StringVar(&o.month, "month", "", "the late events of one month `YYYYMM` (with --tenant): a sealed month is reopened first and sealed again once they are stored")
 	return c
 }

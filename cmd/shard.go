@@ -22,7 +22,7 @@ func newShardCmd(g *globals) *cobra.Command {
 		Example: "  imshard shard ensure\n  imshard shard list --tenant=acme",
 	}
 	c.AddCommand(newShardEnsureCmd(g), newShardListCmd(g), newShardActivateCmd(g),
-		newShardSealCmd(g, "seal"), newShardSealCmd(g, "unseal"))
+		newShardSealCmd(g, "seal"), newShardSealCmd(g, "unseal"), newShardArchiveCmd(g))
 	return c
 }
 
@@ -147,6 +147,7 @@ type shardJSON struct {
 	Rows         int64   `json:"rows"`
 	MinCreatedAt *string `json:"min_created_at"`
 	MaxCreatedAt *string `json:"max_created_at"`
+	SealWait     *string `json:"seal_wait"` // why a sealing month past its grace is not sealed yet
 }
 
 func newShardListCmd(g *globals) *cobra.Command {
@@ -185,7 +186,8 @@ is missing (exit 1), never created — the shard manager or ` + "`imshard shard 
 					for _, in := range infos {
 						rows = append(rows, shardJSON{Tenant: t, Month: in.Month.String(), Table: in.Table.Name(),
 							Status: string(in.Status), Exists: in.Exists, Active: in.Active, Rows: in.Rows,
-							MinCreatedAt: jsonTime(in.MinAt.Valid, in.MinAt.Time), MaxCreatedAt: jsonTime(in.MaxAt.Valid, in.MaxAt.Time)})
+							MinCreatedAt: jsonTime(in.MinAt.Valid, in.MinAt.Time), MaxCreatedAt: jsonTime(in.MaxAt.Valid, in.MaxAt.Time),
+							SealWait: orNil(in.SealWait)})
 					}
 				}
 				if o.out.json() {
@@ -227,10 +229,22 @@ func (g *globals) printShards(rows []shardJSON, empty []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, r := range rows {
+		if r.SealWait != nil {
+			fmt.Fprintf(g.stdout, "tenant %s month %s waits to seal: %s\n", r.Tenant, r.Month, *r.SealWait)
+		}
+	}
 	for _, t := range empty {
 		fmt.Fprintf(g.stdout, "tenant %s: no month table yet (the shard manager, or imshard shard ensure --tenant=%s, creates them)\n", t, t)
 	}
 	return nil
+}
+
+func orNil(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 func deref(s *string) string {

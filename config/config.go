@@ -33,6 +33,7 @@ type Config struct {
 	Relay       Relay    `mapstructure:"relay"`
 	Migrate     Migrate  `mapstructure:"migrate"`
 	Limits      Limits   `mapstructure:"limits"`
+	Archive     Archive  `mapstructure:"archive"`
 }
 
 // HTTP is the API listener. On a stop signal /readyz answers 503 for
@@ -187,6 +188,9 @@ type Tenant struct {
 	// RetentionMonths: 0 keeps history forever; with N, a month older than
 	// the current UTC month minus N expires (config/retention.go).
 	RetentionMonths int `mapstructure:"retention_months" yaml:"retention_months,omitempty" json:"retention_months,omitempty"`
+	// ArchiveAfterMonths has the shard manager archive each sealed month
+	// this many months after it (0: never automatically).
+	ArchiveAfterMonths int `mapstructure:"archive_after_months" yaml:"archive_after_months,omitempty" json:"archive_after_months,omitempty"`
 }
 
 // Shard drives the monthly table manager.
@@ -371,6 +375,7 @@ func Default() Config {
 		Relay:   Relay{BatchSize: 500, PollInterval: 200 * time.Millisecond, Workers: 4, ProduceTimeout: 30 * time.Second},
 		Migrate: Migrate{BatchSize: 2000, RowsPerSecond: 0},
 		Limits:  DefaultLimits(),
+		Archive: DefaultArchive(),
 	}
 }
 

@@ -145,7 +145,7 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 	for i := 0; i < len(doc.Content[0].Content); i += 2 {
 		top = append(top, doc.Content[0].Content[i].Value)
 	}
-	want := []string{"http", "auth", "metrics", "log", "mysql", "redis", "kafka", "tenants", "tenants_file", "shard", "send", "hot_cache", "stream", "persist", "relay", "migrate", "limits"}
+	want := []string{"http", "auth", "metrics", "log", "mysql", "redis", "kafka", "tenants", "tenants_file", "shard", "send", "hot_cache", "stream", "persist", "relay", "migrate", "limits", "archive"}
 	if !slices.Equal(top, want) {
 		t.Errorf("top-level keys %v, want %v", top, want)
 	}

@@ -52,6 +52,7 @@ func (c *Config) Validate() error {
 	p.intRange("migrate.batch_size", int64(c.Migrate.BatchSize), 1, 100_000)
 	p.intRange("migrate.rows_per_second", int64(c.Migrate.RowsPerSecond), 0, 1<<31-1)
 	p.limits("limits", c.Limits)
+	c.validateArchive(&p)
 	return errors.Join(p...)
 }
 
@@ -325,6 +326,7 @@ func tenantProblems(list []Tenant, where string) []error {
 		}
 		p.tenantLimits(key+".limits", t.Limits)
 		p.intRange(key+".retention_months", int64(t.RetentionMonths), 0, MaxRetentionMonths)
+		p.tenantArchive(key, t)
 		keyProblems(&p, t, key, where)
 		// The secrets are never echoed: they would end up in logs.
 		for _, k := range t.HS256Keys(i) {

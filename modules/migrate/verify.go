@@ -6,10 +6,8 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -199,60 +197,8 @@ func hashRows(ctx context.Context, db *sql.DB, quoted string, topics []string, f
 	return rows.Err()
 }
 
-// CanonicalRow writes one row (the legacy columns' values as the driver
-// returns them) in a form that does not depend on the server: JSON
-// re-encoded with sorted keys and no spaces, times in UTC with
-// milliseconds, each value tagged by kind.
-func CanonicalRow(buf *bytes.Buffer, vals []any) error {
-	for i, v := range vals {
-		if i > 0 {
-			buf.WriteByte(0x1f)
-		}
-		switch x := v.(type) {
-		case nil:
-			buf.WriteString("\x00null")
-		case int64:
-			buf.WriteString(strconv.FormatInt(x, 10))
-		case []byte:
-			if routing.LegacyColumns[i].Type == "json" {
-				if err := canonicalJSON(buf, x); err != nil {
-					return fmt.Errorf("column %s: %w", routing.LegacyColumns[i].Name, err)
-				}
-				continue
-			}
-			buf.Write(x)
-		case string:
-			if routing.LegacyColumns[i].Type == "json" {
-				if err := canonicalJSON(buf, []byte(x)); err != nil {
-					return fmt.Errorf("column %s: %w", routing.LegacyColumns[i].Name, err)
-				}
-				continue
-			}
-			buf.WriteString(x)
-		case time.Time:
-			buf.WriteString(x.UTC().Format("2006-01-02 15:04:05.000"))
-		default:
-			fmt.Fprintf(buf, "%v", x)
-		}
-	}
-	return nil
-}
+// CanonicalRow is routing.CanonicalRow: the verification hashes rows the
+// way the archive does.
+func CanonicalRow(buf *bytes.Buffer, vals []any) error { return routing.CanonicalRow(buf, vals) }
 
-// canonicalJSON re-encodes raw with sorted object keys and numbers as
-// written; invalid JSON is hashed as its text, so it still differs.
-func canonicalJSON(buf *bytes.Buffer, raw []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		buf.WriteString("\x00invalid:")
-		buf.Write(raw)
-		return nil
-	}
-	out, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	buf.Write(out)
-	return nil
-}
+func canonicalJSON(buf *bytes.Buffer, raw []byte) error { return routing.CanonicalJSON(buf, raw) }

@@ -2,6 +2,7 @@ package persist
 
 import (
 	"context"
+	"database/sql"
 	"strconv"
 	"strings"
 	"time"
@@ -66,18 +67,48 @@ func (s *Service) deadLetter(ctx context.Context, recs []*record, reason string,
 	// no key space: a gap would write Redis keys for any tenant id an
 	// event names
 	served := reason != fatal.String()
+	noted := map[string][]routing.DeadLetterRow{}
 	for _, r := range recs {
 		month := ""
 		if r.ev != nil {
 			month = r.month.String()
 			if served {
 				s.gap(ctx, r)
+				noted[r.ev.Tenant] = append(noted[r.ev.Tenant], routing.DeadLetterRow{Topic: r.ev.Topic, Seq: r.ev.SeqID, Month: r.month, Reason: reason})
 			}
 		}
 		s.m.persisted.WithLabelValues(month, statusDeadLetter).Inc()
 	}
+	for tenant, rows := range noted {
+		s.noteDeadLetters(ctx, tenant, rows)
+	}
 	s.p.Log.Error().Str("reason", reason).Str("error", errText).Int("events", len(recs)).Msg("persist: events sent to the dead-letter topic")
 	s.finish(recs)
+}
+
+// noteDeadLetterAttempts bounds how often persist tries to note dead
+// letters in the tenant's database before it gives up with an error log.
+const noteDeadLetterAttempts = 3
+
+// noteDeadLetters records the tenant's dead-lettered events in its
+// database, where sealing a month looks for them: a month with a dead
+// letter not stored since is not sealed (routing.ProveComplete).
+func (s *Service) noteDeadLetters(ctx context.Context, tenant string, rows []routing.DeadLetterRow) {
+	var err error
+	for n := 0; n < noteDeadLetterAttempts; n++ {
+		var db *sql.DB
+		if db, err = s.p.DBs.DB(ctx, tenant); err == nil {
+			if err = routing.RecordDeadLetters(ctx, db, rows); err == nil {
+				return
+			}
+		}
+		if !sleep(ctx, s.retryDelay(n)) {
+			break
+		}
+	}
+	s.m.deadLetterUnnoted.Add(float64(len(rows)))
+	s.p.Log.Error().Err(err).Str("tenant", tenant).Int("events", len(rows)).
+		Msg("persist: dead letters not noted in the tenant database; a seal will not see them (check imshard dlq list before sealing)")
 }
 
 // gap records a seq that has no row (dead-lettered, compensated, duplicate)
@@ -111,8 +142,9 @@ func (s *Service) compensate(ctx context.Context, key batchKey, recs []*record, 
 		s.gap(ctx, r)
 	}
 	s.m.persisted.WithLabelValues(key.month.String(), statusCompensated).Add(float64(len(recs)))
-	s.p.Log.Warn().Str("tenant", key.tenant).Str("month", key.month.String()).Int("events", len(recs)).
-		Msg("persist: events for a sealed month queued for compensation")
+	s.m.lateEvents.WithLabelValues(key.tenant).Add(float64(len(recs)))
+	s.p.Log.Error().Str("tenant", key.tenant).Str("month", key.month.String()).Int("events", len(recs)).
+		Msg("persist: late events for a sealed month queued for compensation; replay them with imshard dlq replay --tenant --month")
 	s.finish(recs)
 	return nil
 }

@@ -34,6 +34,9 @@ type metrics struct {
 	parkedEvents  prometheus.Gauge // imshard_persist_parked_events
 	pollPaused    prometheus.Gauge // imshard_persist_poll_paused
 	progress      prometheus.Gauge // imshard_persist_progress_timestamp_seconds
+
+	lateEvents        *prometheus.CounterVec // imshard_persist_late_events_total{tenant}
+	deadLetterUnnoted prometheus.Counter     // imshard_persist_dead_letters_unnoted_total
 }
 
 // newMetrics registers the role's metrics; inFlight counts the records
@@ -56,6 +59,8 @@ func newMetrics(reg prometheus.Registerer, inFlight func() float64) *metrics {
 		pollPaused:    f.NewGauge(prometheus.GaugeOpts{Name: "imshard_persist_poll_paused", Help: "1 while persist stops polling Kafka because its in-flight or parked events are at their limit: every tenant waits."}),
 		progress:      f.NewGauge(prometheus.GaugeOpts{Name: "imshard_persist_progress_timestamp_seconds", Help: "The Redis time before which every record produced to kafka.topic is stored, compensated or dead-lettered, as last published by this process (lifts resume fences)."}),
 	}
+	m.lateEvents = f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_persist_late_events_total", Help: "Events that arrived for a month already sealed (or archived) and went to the compensation queue: answered 201 but not readable until replayed into the month."}, []string{"tenant"})
+	m.deadLetterUnnoted = f.NewCounter(prometheus.CounterOpts{Name: "imshard_persist_dead_letters_unnoted_total", Help: "Dead-lettered events persist could not note in their tenant's database (a seal cannot see them)."})
 	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "imshard_persist_in_flight_records", Help: "Records polled from Kafka and not yet stored, compensated or dead-lettered (work persist holds)."}, inFlight)
 	// exported as 0 from the start, so an alert sees the first one as an increase
 	for _, r := range []string{reasonMalformed, missingTable.String(), permanent.String(), fatal.String()} {

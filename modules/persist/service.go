@@ -127,6 +127,12 @@ func New(p Params) (*Service, error) {
 	}
 	s.capCond = sync.NewCond(&s.capMu)
 	s.m = newMetrics(p.Registerer, s.inFlight)
+	if p.Tenants != nil {
+		// at 0 from the start: the late-event alert sees the first as an increase
+		for _, t := range p.Tenants() {
+			s.m.lateEvents.WithLabelValues(t)
+		}
+	}
 	s.work, s.cancelWork = context.WithCancel(context.Background())
 	cl, err := kgo.NewClient(append(slices.Clone(p.KafkaConn),
 		kgo.ConsumerGroup(p.Kafka.Group),

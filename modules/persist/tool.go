@@ -266,6 +266,11 @@ type ReplayOptions struct {
 	Tenant string
 	ID     string
 	All    bool
+	// Month (with Tenant) replays the late events of one month: its pending
+	// compensation entries and its dead letters. A sealed month is reopened
+	// (sealing, its grace restarted) first, so the patrol seals it again only
+	// once the replayed events are proven stored.
+	Month string
 }
 
 // ReplayReport says what a replay did.
@@ -292,6 +297,11 @@ func (t *Tool) Replay(ctx context.Context, o ReplayOptions) (ReplayReport, error
 	comps, dls, err := t.selectEntries(ctx, o)
 	if err != nil {
 		return rep, err
+	}
+	if o.Month != "" && len(comps)+len(dls) > 0 {
+		if err := t.reopen(ctx, o.Tenant, o.Month); err != nil {
+			return rep, err
+		}
 	}
 	for _, c := range comps {
 		m, err := routing.ParseMonth(c.Month)
@@ -329,6 +339,37 @@ func (t *Tool) Replay(ctx context.Context, o ReplayOptions) (ReplayReport, error
 		return rep, fmt.Errorf("%d entries skipped: %s", len(rep.Skipped), strings.Join(rep.Skipped, "; "))
 	}
 	return rep, nil
+}
+
+// ErrArchived refuses a month replay into an archived month: its rows are
+// in the archive, which is never rewritten; restore the month first.
+var ErrArchived = errors.New("month is archived; run imshard shard restore first")
+
+// reopen makes a sealed month take writes again for a month replay.
+func (t *Tool) reopen(ctx context.Context, tenant, month string) error {
+	m, err := routing.ParseMonth(month)
+	if err != nil {
+		return err
+	}
+	defer t.p.Catalog.Invalidate(tenant)
+	t.p.Catalog.Invalidate(tenant)
+	_, st, err := t.p.Catalog.Table(ctx, tenant, m)
+	switch {
+	case err != nil:
+		return err
+	case st == routing.StatusArchived:
+		return fmt.Errorf("%w: %s", ErrArchived, month)
+	case st != routing.StatusSealed:
+		return nil
+	}
+	db, err := t.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if _, err := routing.SetStatus(ctx, db, m, routing.StatusSealing, routing.StatusSealed); err != nil {
+		return err
+	}
+	return nil
 }
 
 func orErr(st routing.Status, err error) string {
@@ -372,6 +413,28 @@ func (t *Tool) selectEntries(ctx context.Context, o ReplayOptions) ([]Compensati
 		return nil, nil, fmt.Errorf("%w: %s", ErrNotFound, o.ID)
 	case o.ID != "":
 		return nil, nil, fmt.Errorf("%w: %s (ids look like comp-TENANT-N or dl-P-OFFSET)", ErrNotFound, o.ID)
+	case o.Month != "":
+		if o.Tenant == "" {
+			return nil, nil, errors.New("replay --month needs --tenant")
+		}
+		if _, err := routing.ParseMonth(o.Month); err != nil {
+			return nil, nil, err
+		}
+		comps, err := t.compensations(ctx, o.Tenant, sq.Eq{"status": "pending", "shard_month": o.Month}, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		all, err := t.DeadLetters(ctx, o.Tenant, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		var dls []DeadLetter
+		for _, d := range all {
+			if d.Reason != reasonMalformed && d.Month == o.Month {
+				dls = append(dls, d)
+			}
+		}
+		return comps, dls, nil
 	case !o.All:
 		return nil, nil, errors.New("replay needs --id or --all")
 	}

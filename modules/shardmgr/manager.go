@@ -24,6 +24,10 @@ type Config struct {
 	PatrolInterval time.Duration
 	AutoAdvance    bool
 	LockTTL        time.Duration
+	// ProduceTimeout is send.produce_timeout: an event allocated in a month
+	// reaches Kafka within it or is abandoned, so the completeness proof
+	// waits for persist to pass the month's end plus this.
+	ProduceTimeout time.Duration
 }
 
 // Params wires a Manager.
@@ -221,10 +225,18 @@ func (mg *Manager) SyncTenant(ctx context.Context, tenant string, opts Options) 
 		res.Err = errors.Join(res.Err, err)
 		return res
 	}
+	waiting := map[string]int{}
 	for _, tr := range HoldForMigration(Lifecycle(shards, active, nowT, grace), mig) {
 		from := routing.StatusWritable
 		if tr.To == routing.StatusSealed {
 			from = routing.StatusSealing
+			proof := mg.prove(ctx, db, keys, shardOf(shards, tr.Month))
+			if !proof.Complete() {
+				waiting[proof.Reason]++
+				mg.p.Log.Info().Str("tenant", tenant).Str("month", tr.Month.String()).Str("reason", proof.Reason).
+					Str("detail", proof.Detail).Msg("month past its sealing grace stays unsealed until it is proven complete")
+				continue
+			}
 		}
 		ok, err := routing.SetStatus(ctx, db, tr.Month, tr.To, from)
 		if err != nil {
@@ -253,7 +265,29 @@ func (mg *Manager) SyncTenant(ctx context.Context, tenant string, opts Options) 
 			}
 		}
 	}
+	for _, r := range routing.WaitReasons {
+		mg.m.sealWaiting.WithLabelValues(tenant, r).Set(float64(waiting[r]))
+	}
 	return res
+}
+
+// prove runs the completeness proof of s; a proof that cannot be read
+// counts as not complete (the month waits, the reason says why).
+func (mg *Manager) prove(ctx context.Context, db *sql.DB, keys routing.Keys, s routing.Shard) routing.CompletenessProof {
+	p, err := routing.ProveComplete(ctx, db, mg.p.Redis, keys, s, mg.p.Config.ProduceTimeout)
+	if err != nil {
+		return routing.CompletenessProof{Month: s.Month, Reason: routing.WaitUnknown, Detail: err.Error(), Checked: time.Now()}
+	}
+	return p
+}
+
+func shardOf(shards []routing.Shard, m routing.Month) routing.Shard {
+	for _, s := range shards {
+		if s.Month == m {
+			return s
+		}
+	}
+	return routing.Shard{Month: m}
 }
 
 // ensureTables creates and registers the missing expected tables and makes
@@ -496,6 +530,9 @@ type Info struct {
 	Rows   int64
 	MinAt  sql.NullTime
 	MaxAt  sql.NullTime
+	// SealWait says why a sealing month is not sealed yet when its grace
+	// has passed (the completeness proof's first failing check).
+	SealWait string
 }
 
 // List reports the catalog of tenant with row counts and time ranges: a
@@ -521,10 +558,25 @@ func (mg *Manager) List(ctx context.Context, tenant string) ([]Info, error) {
 	if err != nil {
 		return nil, err
 	}
+	keys, err := mg.p.KeySpace.Tenant(tenant)
+	if err != nil {
+		return nil, err
+	}
+	now, err := mg.clock.Now(ctx)
+	if err != nil {
+		return nil, err
+	}
+	grace := time.Duration(mg.p.Config.SealingDays) * 24 * time.Hour
 	out := make([]Info, 0, len(shards))
 	for _, s := range shards {
-		out = append(out, Info{Shard: s, Exists: existing[s.Month], Active: s.Month == active,
-			Rows: s.RowCount, MinAt: s.MinCreatedAt, MaxAt: s.MaxCreatedAt})
+		in := Info{Shard: s, Exists: existing[s.Month], Active: s.Month == active,
+			Rows: s.RowCount, MinAt: s.MinCreatedAt, MaxAt: s.MaxCreatedAt}
+		if s.Status == routing.StatusSealing && s.DeactivatedAt.Valid && !now.Before(s.DeactivatedAt.Time.Add(grace)) {
+			if p := mg.prove(ctx, db, keys, s); !p.Complete() {
+				in.SealWait = p.Reason + ": " + p.Detail
+			}
+		}
+		out = append(out, in)
 	}
 	return out, nil
 }

@@ -15,6 +15,7 @@ type metrics struct {
 	transitions  *prometheus.CounterVec
 	readyAhead   *prometheus.GaugeVec
 	activeLag    *prometheus.GaugeVec
+	sealWaiting  *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -27,6 +28,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		transitions:  f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_shardmgr_transitions_total", Help: "Month status changes made by the shard manager, by target status."}, []string{"status"}),
 		readyAhead:   f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_shardmgr_months_ready_ahead", Help: "Writable month tables after the current (Redis-time) month; 0 means next month's table is missing."}, []string{"tenant"}),
 		activeLag:    f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_shardmgr_active_month_lag", Help: "Months the active month trails the Redis-time month (-1: no active month)."}, []string{"tenant"}),
+		sealWaiting:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_shardmgr_seal_waiting_months", Help: "Months past their sealing grace that stay unsealed because they are not proven complete, by the first failing check (consumer, dead_letter, compensation, route_repair, route_check, still_active, check_failed)."}, []string{"tenant", "reason"}),
 	}
 	// the statuses the manager moves months to, exported as 0 from the start
 	for _, s := range []routing.Status{routing.StatusSealing, routing.StatusSealed} {
@@ -45,5 +47,8 @@ func (mg *Manager) ExportTenants(tenants []string) {
 		mg.m.ddlFailures.WithLabelValues(t)
 		mg.m.created.WithLabelValues(t)
 		mg.m.lastSuccess.WithLabelValues(t).Add(0)
+		for _, r := range routing.WaitReasons {
+			mg.m.sealWaiting.WithLabelValues(t, r).Add(0)
+		}
 	}
 }

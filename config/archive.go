@@ -1,0 +1,48 @@
+package config
+
+import (
+	"net/url"
+	"time"
+)
+
+// Archive is where sealed months go when they leave MySQL, and how fast.
+// URL is a gocloud.dev/blob bucket URL: file:// (relative to the working
+// directory when it starts with file://./), s3:// (S3, MinIO, Ceph: add
+// endpoint and use_path_style), gs://, azblob://. KeepTable is how long a
+// month's table stays after its archive is verified (0: dropped at once);
+// RowsPerSecond throttles the export's reads of the month table (0: no
+// limit).
+type Archive struct {
+	URL           string        `mapstructure:"url"`
+	KeepTable     time.Duration `mapstructure:"keep_table"`
+	RowsPerSecond int           `mapstructure:"rows_per_second"`
+}
+
+// DefaultArchive is the archive section's defaults: a directory under the
+// data directory, tables dropped once verified, no throttle.
+func DefaultArchive() Archive {
+	return Archive{URL: "file://./data/archive", KeepTable: 0, RowsPerSecond: 0}
+}
+
+// archiveSchemes are the bucket schemes the binary registers.
+var archiveSchemes = []string{"file", "s3", "gs", "azblob", "mem"}
+
+func (c *Config) validateArchive(p *problems) {
+	a := c.Archive
+	u, err := url.Parse(a.URL)
+	switch {
+	case a.URL == "":
+		p.add("archive.url", "is required (a bucket URL: file://, s3://, gs://, azblob://)")
+	case err != nil:
+		p.add("archive.url", "is not a URL: %v", err)
+	default:
+		p.oneOf("archive.url", u.Scheme, archiveSchemes...)
+	}
+	p.durRange("archive.keep_table", a.KeepTable, 0, 24*365*time.Hour)
+	p.intRange("archive.rows_per_second", int64(a.RowsPerSecond), 0, 1<<31-1)
+}
+
+// tenantArchive checks a tenant's archive_after_months (0: never automatic).
+func (p *problems) tenantArchive(key string, t Tenant) {
+	p.intRange(key+".archive_after_months", int64(t.ArchiveAfterMonths), 0, 1200)
+}

@@ -1,0 +1,25 @@
+package archive
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+type metrics struct {
+	rows           prometheus.Counter
+	bytes          prometheus.Counter
+	archived       prometheus.Counter
+	verifyFailures prometheus.Counter
+	exportSeconds  prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	return &metrics{
+		rows:           f.NewCounter(prometheus.CounterOpts{Name: "imshard_archive_rows_exported_total", Help: "Month-table rows written to archives."}),
+		bytes:          f.NewCounter(prometheus.CounterOpts{Name: "imshard_archive_bytes_written_total", Help: "Bytes of Parquet archives written."}),
+		archived:       f.NewCounter(prometheus.CounterOpts{Name: "imshard_archive_months_verified_total", Help: "Month archives written and verified against their table."}),
+		verifyFailures: f.NewCounter(prometheus.CounterOpts{Name: "imshard_archive_verify_failures_total", Help: "Archive verifications that found the archive differing from its month table (the month stays in MySQL)."}),
+		exportSeconds:  f.NewHistogram(prometheus.HistogramOpts{Name: "imshard_archive_export_seconds", Help: "Duration of one month's export.", Buckets: prometheus.ExponentialBuckets(0.1, 2, 14)}),
+	}
+}

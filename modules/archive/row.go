@@ -1,0 +1,136 @@
+package archive
+
+import (
+	"fmt"
+	"time"
+)
+
+// Row is one month-table row as the archive stores it: a Parquet column
+// per table column, in (topic, seqid) order. Times are microseconds since
+// the epoch (UTC); text columns keep the bytes the table returned, so a
+// read of the archive gives back exactly what the table gave.
+type Row struct {
+	MessageID        int64   `parquet:"message_id"`
+	Topic            string  `parquet:"topic"`
+	GroupID          int64   `parquet:"group_id"`
+	SeqID            int64   `parquet:"seqid"`
+	FromUser         int64   `parquet:"from_user"`
+	ClientMsgID      *string `parquet:"client_msg_id,optional"`
+	MsgType          string  `parquet:"msg_type"`
+	Status           string  `parquet:"status"`
+	Content          *string `parquet:"content,optional"`
+	Head             *string `parquet:"head,optional"`
+	MentionedUserIDs *string `parquet:"mentioned_user_ids,optional"`
+	MentionAll       int64   `parquet:"mention_all"`
+	ReplySeqID       *int64  `parquet:"reply_seqid,optional"`
+	RootSeqID        *int64  `parquet:"root_seqid,optional"`
+	FileCount        int64   `parquet:"file_count"`
+	ContentSize      int64   `parquet:"content_size"`
+	HasRisk          int64   `parquet:"has_risk"`
+	AuditStatus      string  `parquet:"audit_status"`
+	Version          int64   `parquet:"version"`
+	RecalledAt       *int64  `parquet:"recalled_at,optional"`
+	RecalledBy       *int64  `parquet:"recalled_by,optional"`
+	DeletedAt        *int64  `parquet:"deleted_at,optional"`
+	ExpiresAt        *int64  `parquet:"expires_at,optional"`
+	CreatedAt        int64   `parquet:"created_at"`
+	UpdatedAt        int64   `parquet:"updated_at"`
+}
+
+// columns is how many values a table row has (routing.LegacyColumns).
+const columns = 25
+
+// rowOf converts a table row (routing.LegacyColumns' order, values as the
+// driver returns them with parseTime) to a Row.
+func rowOf(v []any) (Row, error) {
+	if len(v) != columns {
+		return Row{}, fmt.Errorf("archive: a row of %d columns, want %d", len(v), columns)
+	}
+	var r Row
+	var err error
+	i64 := func(x any) int64 {
+		n, ok := x.(int64)
+		if !ok && err == nil {
+			err = fmt.Errorf("archive: %T where an integer belongs", x)
+		}
+		return n
+	}
+	str := func(x any) string {
+		switch s := x.(type) {
+		case []byte:
+			return string(s)
+		case string:
+			return s
+		}
+		if err == nil {
+			err = fmt.Errorf("archive: %T where text belongs", x)
+		}
+		return ""
+	}
+	ostr := func(x any) *string {
+		if x == nil {
+			return nil
+		}
+		s := str(x)
+		return &s
+	}
+	oi64 := func(x any) *int64 {
+		if x == nil {
+			return nil
+		}
+		n := i64(x)
+		return &n
+	}
+	ts := func(x any) int64 {
+		t, ok := x.(time.Time)
+		if !ok && err == nil {
+			err = fmt.Errorf("archive: %T where a time belongs", x)
+		}
+		return t.UnixMicro()
+	}
+	ots := func(x any) *int64 {
+		if x == nil {
+			return nil
+		}
+		n := ts(x)
+		return &n
+	}
+	r = Row{
+		MessageID: i64(v[0]), Topic: str(v[1]), GroupID: i64(v[2]), SeqID: i64(v[3]), FromUser: i64(v[4]),
+		ClientMsgID: ostr(v[5]), MsgType: str(v[6]), Status: str(v[7]), Content: ostr(v[8]), Head: ostr(v[9]),
+		MentionedUserIDs: ostr(v[10]), MentionAll: i64(v[11]), ReplySeqID: oi64(v[12]), RootSeqID: oi64(v[13]),
+		FileCount: i64(v[14]), ContentSize: i64(v[15]), HasRisk: i64(v[16]), AuditStatus: str(v[17]),
+		Version: i64(v[18]), RecalledAt: ots(v[19]), RecalledBy: oi64(v[20]), DeletedAt: ots(v[21]),
+		ExpiresAt: ots(v[22]), CreatedAt: ts(v[23]), UpdatedAt: ts(v[24]),
+	}
+	return r, err
+}
+
+// values is the row as the driver would return it from the table, for
+// routing.CanonicalRow: the archive and the table hash alike.
+func (r *Row) values() []any {
+	ostr := func(s *string) any {
+		if s == nil {
+			return nil
+		}
+		return []byte(*s)
+	}
+	oi64 := func(n *int64) any {
+		if n == nil {
+			return nil
+		}
+		return *n
+	}
+	ts := func(us int64) time.Time { return time.UnixMicro(us).UTC() }
+	ots := func(us *int64) any {
+		if us == nil {
+			return nil
+		}
+		return ts(*us)
+	}
+	return []any{r.MessageID, []byte(r.Topic), r.GroupID, r.SeqID, r.FromUser, ostr(r.ClientMsgID),
+		[]byte(r.MsgType), []byte(r.Status), ostr(r.Content), ostr(r.Head), ostr(r.MentionedUserIDs),
+		r.MentionAll, oi64(r.ReplySeqID), oi64(r.RootSeqID), r.FileCount, r.ContentSize, r.HasRisk,
+		[]byte(r.AuditStatus), r.Version, ots(r.RecalledAt), oi64(r.RecalledBy), ots(r.DeletedAt),
+		ots(r.ExpiresAt), ts(r.CreatedAt), ts(r.UpdatedAt)}
+}
