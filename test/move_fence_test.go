@@ -3,6 +3,9 @@ package test
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,6 +79,9 @@ func TestMoveFenceStaleWriterWritesNothing(t *testing.T) {
 	code, r := chRecall(t, env, env.Token(rpAdmin, "admin"), "mvf", first, nil)
 	if code != 409 || r.Error.Code != "conflict" || r.Error.Details["retry_after_ms"] == nil || r.Error.Details["reason"] != "tenant_moving" {
 		t.Fatalf("change during the switch: %d %+v, want 409 conflict with retry_after_ms and reason tenant_moving", code, r.Error)
+	}
+	if err := env.App.ACL().PutMember(ctx, env.Tenant, "mvf", rpStranger, "member", nil); !errors.Is(err, routing.ErrPlacementMoved) && !strings.Contains(fmt.Sprint(err), "tenant is switching") {
+		t.Fatalf("membership write during the switch: %v, want refused by the fence", err)
 	}
 	sendWaitFor(t, 10*time.Second, "the stale batch refused by the fence", func() bool {
 		return persistMetric(t, env, "imshard_persist_retries_total", `reason="moved"`) > 0

@@ -297,9 +297,13 @@ func (c *Checker) PutGroup(ctx context.Context, tenant, topic string, groupID in
 	if err != nil {
 		return err
 	}
-	res, err := sq.Insert(GroupsTable).Columns("topic", "group_id", "name", "status").Values(topic, groupID, name, status).
-		Suffix("ON DUPLICATE KEY UPDATE group_id = VALUES(group_id), name = VALUES(name), status = VALUES(status)").
-		RunWith(db).ExecContext(ctx)
+	var res sql.Result
+	err = inTx(ctx, db, func(tx *sql.Tx) error {
+		res, err = sq.Insert(GroupsTable).Columns("topic", "group_id", "name", "status").Values(topic, groupID, name, status).
+			Suffix("ON DUPLICATE KEY UPDATE group_id = VALUES(group_id), name = VALUES(name), status = VALUES(status)").
+			RunWith(tx).ExecContext(ctx)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("acl: put group %s: %w", topic, err)
 	}
@@ -380,9 +384,27 @@ func (c *Checker) PutMember(ctx context.Context, tenant, topic string, userID in
 	return c.invalidate(ctx, tenant, topic)
 }
 
+// inTx runs fn in a transaction of its own that first passes the
+// tenant's placement fence (routing.CheckPlacement): during a move's
+// switch a membership write changes nothing and answers 409 with
+// retry_after_ms.
+// movingRetryAfter is what a membership write refused during a switch
+// asks the caller to wait: a switch holds the tenant's writes about a
+// second.
+const movingRetryAfter = 250 * time.Millisecond
+
 func inTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
+		return err
+	}
+	if err := routing.CheckPlacement(ctx, tx); err != nil {
+		_ = tx.Rollback()
+		if errors.Is(err, routing.ErrPlacementMoved) {
+			return httpapi.Errorf(httpapi.CodeConflict,
+				"the tenant is switching to another database server; nothing changed, retry after retry_after_ms").
+				WithDetails(map[string]any{"retry_after_ms": movingRetryAfter.Milliseconds(), "reason": "tenant_moving"})
+		}
 		return err
 	}
 	if err := fn(tx); err != nil {

@@ -193,17 +193,6 @@ func (ps *Pools) Placement(tenant string) (Placement, error) {
 	return ps.placementLocked(t), nil
 }
 
-// Configured is tenant's configured DSN (its placement at epoch 0).
-func (ps *Pools) Configured(tenant string) (string, error) {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	t, ok := ps.tenants[tenant]
-	if !ok {
-		return "", fmt.Errorf("%w: %q", ErrUnknownTenant, tenant)
-	}
-	return t.DSN, nil
-}
-
 func (ps *Pools) placementLocked(t Tenant) Placement { return placementIn(ps.placed, t) }
 
 func placementIn(placed map[string]Placement, t Tenant) Placement {
