@@ -148,6 +148,7 @@ type shardJSON struct {
 	MinCreatedAt *string `json:"min_created_at"`
 	MaxCreatedAt *string `json:"max_created_at"`
 	SealWait     *string `json:"seal_wait"` // why a sealing month past its grace is not sealed yet
+	Archive      *string `json:"archive"`   // the archive step reached (with its last error)
 }
 
 func newShardListCmd(g *globals) *cobra.Command {
@@ -165,7 +166,8 @@ is missing (exit 1), never created — the shard manager or ` + "`imshard shard 
 			if err := o.out.validate(); err != nil {
 				return err
 			}
-			return g.withShards(true, func(ctx context.Context, cfg *config.Config, mg *shardmgr.Manager) error {
+			return g.withTools(true, func(ctx context.Context, cfg *config.Config, a *app.App) error {
+				mg := a.NewShardManager()
 				tenants, err := tenantsFor(cfg, o.tenant)
 				if err != nil {
 					return err
@@ -183,11 +185,16 @@ is missing (exit 1), never created — the shard manager or ` + "`imshard shard 
 					if len(infos) == 0 {
 						empty = append(empty, t)
 					}
+					progress, err := a.NewArchiver().Progress(ctx, t)
+					if err != nil {
+						failed = append(failed, tenantError{Tenant: t, Error: err.Error()})
+						errs = append(errs, fmt.Sprintf("tenant %s: %v", t, err))
+					}
 					for _, in := range infos {
 						rows = append(rows, shardJSON{Tenant: t, Month: in.Month.String(), Table: in.Table.Name(),
 							Status: string(in.Status), Exists: in.Exists, Active: in.Active, Rows: in.Rows,
 							MinCreatedAt: jsonTime(in.MinAt.Valid, in.MinAt.Time), MaxCreatedAt: jsonTime(in.MaxAt.Valid, in.MaxAt.Time),
-							SealWait: orNil(in.SealWait)})
+							SealWait: orNil(in.SealWait), Archive: orNil(archiveText(progress[in.Month]))})
 					}
 				}
 				if o.out.json() {
@@ -232,6 +239,9 @@ func (g *globals) printShards(rows []shardJSON, empty []string) error {
 	for _, r := range rows {
 		if r.SealWait != nil {
 			fmt.Fprintf(g.stdout, "tenant %s month %s waits to seal: %s\n", r.Tenant, r.Month, *r.SealWait)
+		}
+		if r.Archive != nil {
+			fmt.Fprintf(g.stdout, "tenant %s month %s archive: %s\n", r.Tenant, r.Month, *r.Archive)
 		}
 	}
 	for _, t := range empty {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/imshard/imshard/app"
 	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/archive"
 )
 
 type shardArchiveOptions struct {
@@ -55,4 +56,17 @@ counts. The month table is read, never changed.`,
 	o.bind(c)
 	c.Flags().BoolVar(&o.dryRun, "dry-run", false, "only check and count; write nothing")
 	return c
+}
+
+// archiveText is a month's archive progress in `shard list` ("" when the
+// archive never touched it).
+func archiveText(p archive.Progress) string {
+	if p.Step == "" {
+		return ""
+	}
+	s := fmt.Sprintf("%s, %d rows, %d bytes", p.Step, p.Rows, p.Bytes)
+	if p.LastError != "" {
+		s += "; last error: " + p.LastError
+	}
+	return s
 }

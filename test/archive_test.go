@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,6 +98,16 @@ func TestArchiveExportsAndVerifiesASealedMonth(t *testing.T) {
 	again, err := archiverFor(env, fileURL, 0).Archive(ctx, env.Tenant, old, false)
 	if err != nil || again != rep {
 		t.Fatalf("second run: %+v %v, want %+v", again, err, rep)
+	}
+
+	cfg := tenantConfig(t, env.Tenant, "send: {produce_timeout: 500ms}\n")
+	if code, out := runCLI(t, nil, "shard", "list", "--config", cfg, "--tenant", env.Tenant); code != 0 ||
+		!strings.Contains(out, "month "+old.String()+" archive: verified, "+fmt.Sprint(n)+" rows") {
+		t.Fatalf("shard list: %d\n%s", code, out)
+	}
+	if code, out := runCLI(t, nil, "shard", "archive", "--config", cfg, "--tenant", env.Tenant, "--month", old.String(), "--dry-run"); code != 0 ||
+		!strings.Contains(out, "can be archived: "+fmt.Sprint(n)+" rows in 3 topics") {
+		t.Fatalf("shard archive --dry-run: %d\n%s", code, out)
 	}
 
 	// the same month against an S3 protocol server (path style, custom endpoint)

@@ -21,22 +21,21 @@ type state struct {
 	bytes    int64
 	hash     string
 	manifest string
-	lastErr  string
 }
 
 func loadState(ctx context.Context, db sq.BaseRunner, m routing.Month) (state, error) {
 	var s state
-	var manifest, lastErr sql.NullString
-	err := sq.Select("step", "object_key", "row_count", "bytes", "table_hash", "manifest", "last_error").
+	var manifest sql.NullString
+	err := sq.Select("step", "object_key", "row_count", "bytes", "table_hash", "manifest").
 		From(stateTable).Where(sq.Eq{"shard_month": m.String()}).RunWith(db).QueryRowContext(ctx).
-		Scan(&s.step, &s.key, &s.rows, &s.bytes, &s.hash, &manifest, &lastErr)
+		Scan(&s.step, &s.key, &s.rows, &s.bytes, &s.hash, &manifest)
 	if errors.Is(err, sql.ErrNoRows) {
 		return state{}, nil
 	}
 	if err != nil {
 		return state{}, fmt.Errorf("archive: state of %s: %w", m, err)
 	}
-	s.manifest, s.lastErr = manifest.String, lastErr.String
+	s.manifest = manifest.String
 	return s, nil
 }
 
@@ -69,4 +68,42 @@ func recordError(ctx context.Context, db sq.BaseRunner, m routing.Month, cause e
 	_, err := sq.Update(stateTable).Set("last_error", msg).Where(sq.Eq{"shard_month": m.String()}).
 		RunWith(db).ExecContext(context.WithoutCancel(ctx))
 	return err
+}
+
+// Progress is one month's archive as `shard list` shows it.
+type Progress struct {
+	Step      string
+	Rows      int64
+	Bytes     int64
+	LastError string
+}
+
+// Progress lists the tenant's months the archive has touched.
+func (a *Archiver) Progress(ctx context.Context, tenant string) (map[routing.Month]Progress, error) {
+	db, err := a.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := sq.Select("shard_month", "step", "row_count", "bytes", "last_error").From(stateTable).
+		RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("archive: progress: %w", err)
+	}
+	defer rows.Close()
+	out := map[routing.Month]Progress{}
+	for rows.Next() {
+		var ms string
+		var p Progress
+		var lastErr sql.NullString
+		if err := rows.Scan(&ms, &p.Step, &p.Rows, &p.Bytes, &lastErr); err != nil {
+			return nil, err
+		}
+		m, err := routing.ParseMonth(ms)
+		if err != nil {
+			return nil, err
+		}
+		p.LastError = lastErr.String
+		out[m] = p
+	}
+	return out, rows.Err()
 }
