@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -56,7 +57,7 @@ func retFixture(t *testing.T, e *sendEnv, m routing.Month, topic string, lo, hi 
 // nothing.
 func TestRetentionDropsAndTrims(t *testing.T) {
 	ctx := context.Background()
-	e := startSend(t, harness.Options{Mutate: func(c *config.Config) { c.Tenants[0].RetentionMonths = 1 }})
+	e := startSend(t, harness.Options{Roles: []string{"send", "query"}, Mutate: func(c *config.Config) { c.Tenants[0].RetentionMonths = 1 }})
 	now := e.Now()
 	m3, m2 := now.Add(-3), now.Add(-2)
 	e.group("ra", 1, "active")
@@ -76,6 +77,11 @@ func TestRetentionDropsAndTrims(t *testing.T) {
 	retFixture(t, e, m3, "ra", 1, 5)
 	retFixture(t, e, m3, "rkeep", 1, 3)
 	retFixture(t, e, m2, "ra", 6, 10)
+	// rmix: seqs 1..4 expire with their month, 5..7 stay
+	e.group("rmix", 4, "active")
+	e.member("rmix", 5, "member", time.Time{})
+	retFixture(t, e, m2, "rmix", 1, 4)
+	retFixture(t, e, now.Add(-1), "rmix", 5, 7)
 	e.Activate(now)
 	mg := e.App.NewShardManager()
 	for _, m := range []routing.Month{m3, m2} {
@@ -97,7 +103,7 @@ func TestRetentionDropsAndTrims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(plan.Drops) != 1 || plan.Drops[0].Month != m2.String() || plan.Drops[0].Rows != 5 ||
+	if len(plan.Drops) != 1 || plan.Drops[0].Month != m2.String() || plan.Drops[0].Rows != 9 ||
 		len(plan.Trims) != 1 || plan.Trims[0].Topic != "ra" || plan.Trims[0].Month != m3.String() || plan.Trims[0].Rows != 5 {
 		t.Fatalf("plan %+v", plan)
 	}
@@ -107,7 +113,7 @@ func TestRetentionDropsAndTrims(t *testing.T) {
 	}
 	pj, _ := json.Marshal(plan)
 	rj, _ := json.Marshal(rep.Plan)
-	if string(pj) != string(rj) || rep.RowsDropped != 5 || rep.RowsTrimmed != 5 || rep.Months != 1 {
+	if string(pj) != string(rj) || rep.RowsDropped != 9 || rep.RowsTrimmed != 5 || rep.Months != 1 {
 		t.Fatalf("run %+v after plan %s", rep, pj)
 	}
 
@@ -144,11 +150,69 @@ func TestRetentionDropsAndTrims(t *testing.T) {
 	if route, _, err := e.App.Routes().Load(ctx, e.Tenant, "rkeep"); err != nil || len(route) != 1 {
 		t.Fatalf("route of rkeep: %+v %v", route, err)
 	}
+	retReadsBeginAtFloor(t, e)
 	again, err := e.App.Retention().Plan(ctx, e.Tenant)
 	if err != nil || len(again.Drops)+len(again.Trims)+len(again.Skipped) != 0 {
 		t.Fatalf("second plan %+v %v", again, err)
 	}
 	if v := persistMetric(t, e.Env, "imshard_retention_months_dropped_total", "tenant", e.Tenant); v != 1 {
 		t.Fatalf("months dropped metric %v", v)
+	}
+}
+
+// retReadsBeginAtFloor: after the drop, rmix's history begins at seq 5.
+func retReadsBeginAtFloor(t *testing.T, e *sendEnv) {
+	t.Helper()
+	tok := e.Token(5, "")
+	var page struct {
+		Messages []struct {
+			Seq int64 `json:"seq"`
+		} `json:"messages"`
+		HasMore bool `json:"has_more"`
+	}
+	seqs := func() []int64 {
+		var out []int64
+		for _, m := range page.Messages {
+			out = append(out, m.Seq)
+		}
+		return out
+	}
+	code, body := e.Do("GET", "/v1/topics/rmix/messages?limit=50", tok, nil)
+	if err := json.Unmarshal(body, &page); code != 200 || err != nil || !slices.Equal(seqs(), []int64{7, 6, 5}) || page.HasMore {
+		t.Fatalf("latest page after retention: %d %s", code, body)
+	}
+	code, body = e.Do("GET", "/v1/topics/rmix/messages?before=6&limit=1", tok, nil)
+	if err := json.Unmarshal(body, &page); code != 200 || err != nil || !slices.Equal(seqs(), []int64{5}) || page.HasMore {
+		t.Fatalf("a before walk must end at the floor: %d %s", code, body)
+	}
+	code, body = e.Do("GET", "/v1/topics/rmix/messages?before=3&limit=10", tok, nil)
+	if err := json.Unmarshal(body, &page); code != 200 || err != nil || len(page.Messages) != 0 || page.HasMore {
+		t.Fatalf("before below the floor: %d %s", code, body)
+	}
+	e.persistPassed()
+	var since struct {
+		Messages []struct {
+			Seq int64 `json:"seq"`
+		} `json:"messages"`
+		NextSince int64 `json:"next_since"`
+	}
+	code, body = e.Do("GET", "/v1/topics/rmix/messages?since=1&limit=2", tok, nil)
+	if err := json.Unmarshal(body, &since); code != 200 || err != nil || len(since.Messages) == 0 || since.Messages[0].Seq != 5 {
+		t.Fatalf("a since walk from below the floor must start at it: %d %s", code, body)
+	}
+	for _, path := range []string{"/v1/topics/rmix/messages/2", "/v1/topics/rmix/messages/2/context"} {
+		code, body := e.Do("GET", path, tok, nil)
+		var env struct {
+			Error struct {
+				Code    string         `json:"code"`
+				Details map[string]any `json:"details"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(body, &env); code != 404 || err != nil || env.Error.Code != "not_found" || env.Error.Details["reason"] != "expired" {
+			t.Fatalf("%s of an expired seq: %d %s", path, code, body)
+		}
+	}
+	if code, body := e.Do("GET", "/v1/topics/rmix/messages/6", tok, nil); code != 200 {
+		t.Fatalf("a kept seq: %d %s", code, body)
 	}
 }
