@@ -216,3 +216,45 @@ func retReadsBeginAtFloor(t *testing.T, e *sendEnv) {
 		t.Fatalf("a kept seq: %d %s", code, body)
 	}
 }
+
+// TestRetentionResumesAStoppedDrop: a run killed after it marked a month
+// expiring and raised the floors leaves a month the next plan names as
+// resumed, with its rows counted at seal, and the next run finishes it —
+// even with a retention (here 0, keep forever) that would not expire it.
+func TestRetentionResumesAStoppedDrop(t *testing.T) {
+	ctx := context.Background()
+	e := startSend(t, harness.Options{})
+	now := e.Now()
+	m3 := now.Add(-3)
+	e.group("rr", 1, "active")
+	retFixture(t, e, m3, "rr", 1, 6)
+	e.Activate(now)
+	if err := e.App.NewShardManager().Seal(ctx, e.Tenant, m3); err != nil {
+		t.Fatal(err)
+	}
+	// what the killed run did before it died
+	if ok, err := routing.SetStatus(ctx, e.DB, m3, routing.StatusExpiring, routing.StatusSealed); err != nil || !ok {
+		t.Fatalf("mark expiring: %v %v", ok, err)
+	}
+	if err := routing.RaiseFloors(ctx, e.DB, []routing.Floor{{Topic: "rr", Seq: 7}}); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := e.App.Retention().Plan(ctx, e.Tenant)
+	if err != nil || len(plan.Drops) != 1 || !plan.Drops[0].Resumed || plan.Drops[0].Rows != 6 || plan.Drops[0].Month != m3.String() {
+		t.Fatalf("plan after a stopped drop: %+v %v", plan, err)
+	}
+	rep, err := e.App.Retention().Run(ctx, e.Tenant)
+	if err != nil || rep.Months != 1 || rep.RowsDropped != 6 {
+		t.Fatalf("resumed run: %+v %v", rep, err)
+	}
+	var n int
+	if err := e.DB.QueryRow("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?", "im_group_messages_"+m3.String()).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("table of the resumed month still there (%d, %v)", n, err)
+	}
+	if _, _, err := e.App.Catalog().Table(ctx, e.Tenant, m3); err == nil {
+		t.Fatal("the resumed month is still in the catalog")
+	}
+	if route, _, err := e.App.Routes().Load(ctx, e.Tenant, "rr"); err != nil || len(route) != 0 {
+		t.Fatalf("route after the resumed drop: %+v %v", route, err)
+	}
+}

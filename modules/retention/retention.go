@@ -249,6 +249,8 @@ func (r *Retention) dropMonth(ctx context.Context, tenant string, db *sql.DB, ke
 	}); err != nil {
 		return fmt.Errorf("retention: revisions of %s: %w", m, err)
 	}
+	// the mirror rows go last: they name the topics a resumed drop still
+	// has to clear
 	if err := r.dropRoutes(ctx, keys, m, topics); err != nil {
 		return err
 	}
