@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
+	"github.com/imshard/imshard/test/testenv"
 )
 
 // retFixture writes seqs lo..hi of topic into month m's table (with a
@@ -256,5 +258,35 @@ func TestRetentionResumesAStoppedDrop(t *testing.T) {
 	}
 	if route, _, err := e.App.Routes().Load(ctx, e.Tenant, "rr"); err != nil || len(route) != 0 {
 		t.Fatalf("route after the resumed drop: %+v %v", route, err)
+	}
+}
+
+// TestRetentionCommands: `retention plan` and `run` answer per tenant, in
+// text and JSON, and refuse an unknown tenant as a usage error.
+func TestRetentionCommands(t *testing.T) {
+	t.Parallel()
+	tenant := testenv.NewTenant(t)
+	cfg := tenantConfig(t, tenant, "")
+	if code, out := runCLI(t, nil, "--config", cfg, "shard", "ensure"); code != 0 {
+		t.Fatalf("shard ensure: exit %d\n%s", code, out)
+	}
+	code, out := runCLI(t, nil, "--config", cfg, "retention", "plan", "--tenant", tenant)
+	if code != 0 || !strings.Contains(out, "tenant "+tenant+": now ") || !strings.Contains(out, "0 months to drop, 0 topic trims, 0 rows") {
+		t.Fatalf("retention plan: exit %d\n%s", code, out)
+	}
+	code, out = runCLI(t, nil, "--config", cfg, "retention", "run", "--tenant", tenant, "--output=json")
+	var got struct {
+		Reports []struct {
+			Plan struct {
+				Tenant string `json:"tenant"`
+			} `json:"plan"`
+			Months int `json:"months_dropped"`
+		} `json:"reports"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || len(got.Reports) != 1 || got.Reports[0].Plan.Tenant != tenant {
+		t.Fatalf("retention run --output=json: exit %d (%v)\n%s", code, err, out)
+	}
+	if code, out := runCLI(t, nil, "--config", cfg, "retention", "plan", "--tenant", "nope"); code != 2 {
+		t.Fatalf("unknown tenant: exit %d, want 2\n%s", code, out)
 	}
 }
