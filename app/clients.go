@@ -520,6 +520,7 @@ func initShardMgr(ctx context.Context, a *App) (Service, error) {
 	mg.ExportTenants(a.clients.pools.IDs())
 	a.Retention().ExportTenants(a.clients.pools.IDs())
 	a.onTenantsAdded(func(tenants []string) { mg.Reconcile(tenants...) })
+	a.onTenantsAdded(a.Retention().ExportTenants)
 	return runner{run: mg.Run}, nil
 }
 

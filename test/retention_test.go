@@ -3,6 +3,8 @@ package test
 import (
 	"context"
 	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
+	"github.com/imshard/imshard/test/testenv"
 )
 
 // retFixture writes seqs lo..hi of topic into month m's table (with a
@@ -56,7 +59,7 @@ func retFixture(t *testing.T, e *sendEnv, m routing.Month, topic string, lo, hi 
 // nothing.
 func TestRetentionDropsAndTrims(t *testing.T) {
 	ctx := context.Background()
-	e := startSend(t, harness.Options{Mutate: func(c *config.Config) { c.Tenants[0].RetentionMonths = 1 }})
+	e := startSend(t, harness.Options{Roles: []string{"send", "query"}, Mutate: func(c *config.Config) { c.Tenants[0].RetentionMonths = 1 }})
 	now := e.Now()
 	m3, m2 := now.Add(-3), now.Add(-2)
 	e.group("ra", 1, "active")
@@ -76,6 +79,11 @@ func TestRetentionDropsAndTrims(t *testing.T) {
 	retFixture(t, e, m3, "ra", 1, 5)
 	retFixture(t, e, m3, "rkeep", 1, 3)
 	retFixture(t, e, m2, "ra", 6, 10)
+	// rmix: seqs 1..4 expire with their month, 5..7 stay
+	e.group("rmix", 4, "active")
+	e.member("rmix", 5, "member", time.Time{})
+	retFixture(t, e, m2, "rmix", 1, 4)
+	retFixture(t, e, now.Add(-1), "rmix", 5, 7)
 	e.Activate(now)
 	mg := e.App.NewShardManager()
 	for _, m := range []routing.Month{m3, m2} {
@@ -97,7 +105,7 @@ func TestRetentionDropsAndTrims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(plan.Drops) != 1 || plan.Drops[0].Month != m2.String() || plan.Drops[0].Rows != 5 ||
+	if len(plan.Drops) != 1 || plan.Drops[0].Month != m2.String() || plan.Drops[0].Rows != 9 ||
 		len(plan.Trims) != 1 || plan.Trims[0].Topic != "ra" || plan.Trims[0].Month != m3.String() || plan.Trims[0].Rows != 5 {
 		t.Fatalf("plan %+v", plan)
 	}
@@ -107,7 +115,7 @@ func TestRetentionDropsAndTrims(t *testing.T) {
 	}
 	pj, _ := json.Marshal(plan)
 	rj, _ := json.Marshal(rep.Plan)
-	if string(pj) != string(rj) || rep.RowsDropped != 5 || rep.RowsTrimmed != 5 || rep.Months != 1 {
+	if string(pj) != string(rj) || rep.RowsDropped != 9 || rep.RowsTrimmed != 5 || rep.Months != 1 {
 		t.Fatalf("run %+v after plan %s", rep, pj)
 	}
 
@@ -144,11 +152,141 @@ func TestRetentionDropsAndTrims(t *testing.T) {
 	if route, _, err := e.App.Routes().Load(ctx, e.Tenant, "rkeep"); err != nil || len(route) != 1 {
 		t.Fatalf("route of rkeep: %+v %v", route, err)
 	}
+	retReadsBeginAtFloor(t, e)
 	again, err := e.App.Retention().Plan(ctx, e.Tenant)
 	if err != nil || len(again.Drops)+len(again.Trims)+len(again.Skipped) != 0 {
 		t.Fatalf("second plan %+v %v", again, err)
 	}
 	if v := persistMetric(t, e.Env, "imshard_retention_months_dropped_total", "tenant", e.Tenant); v != 1 {
 		t.Fatalf("months dropped metric %v", v)
+	}
+}
+
+// retReadsBeginAtFloor: after the drop, rmix's history begins at seq 5.
+func retReadsBeginAtFloor(t *testing.T, e *sendEnv) {
+	t.Helper()
+	tok := e.Token(5, "")
+	var page struct {
+		Messages []struct {
+			Seq int64 `json:"seq"`
+		} `json:"messages"`
+		HasMore bool `json:"has_more"`
+	}
+	seqs := func() []int64 {
+		var out []int64
+		for _, m := range page.Messages {
+			out = append(out, m.Seq)
+		}
+		return out
+	}
+	code, body := e.Do("GET", "/v1/topics/rmix/messages?limit=50", tok, nil)
+	if err := json.Unmarshal(body, &page); code != 200 || err != nil || !slices.Equal(seqs(), []int64{7, 6, 5}) || page.HasMore {
+		t.Fatalf("latest page after retention: %d %s", code, body)
+	}
+	code, body = e.Do("GET", "/v1/topics/rmix/messages?before=6&limit=1", tok, nil)
+	if err := json.Unmarshal(body, &page); code != 200 || err != nil || !slices.Equal(seqs(), []int64{5}) || page.HasMore {
+		t.Fatalf("a before walk must end at the floor: %d %s", code, body)
+	}
+	code, body = e.Do("GET", "/v1/topics/rmix/messages?before=3&limit=10", tok, nil)
+	if err := json.Unmarshal(body, &page); code != 200 || err != nil || len(page.Messages) != 0 || page.HasMore {
+		t.Fatalf("before below the floor: %d %s", code, body)
+	}
+	e.persistPassed()
+	var since struct {
+		Messages []struct {
+			Seq int64 `json:"seq"`
+		} `json:"messages"`
+		NextSince int64 `json:"next_since"`
+	}
+	code, body = e.Do("GET", "/v1/topics/rmix/messages?since=1&limit=2", tok, nil)
+	if err := json.Unmarshal(body, &since); code != 200 || err != nil || len(since.Messages) == 0 || since.Messages[0].Seq != 5 {
+		t.Fatalf("a since walk from below the floor must start at it: %d %s", code, body)
+	}
+	for _, path := range []string{"/v1/topics/rmix/messages/2", "/v1/topics/rmix/messages/2/context"} {
+		code, body := e.Do("GET", path, tok, nil)
+		var env struct {
+			Error struct {
+				Code    string         `json:"code"`
+				Details map[string]any `json:"details"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(body, &env); code != 404 || err != nil || env.Error.Code != "not_found" || env.Error.Details["reason"] != "expired" {
+			t.Fatalf("%s of an expired seq: %d %s", path, code, body)
+		}
+	}
+	if code, body := e.Do("GET", "/v1/topics/rmix/messages/6", tok, nil); code != 200 {
+		t.Fatalf("a kept seq: %d %s", code, body)
+	}
+}
+
+// TestRetentionResumesAStoppedDrop: a run killed after it marked a month
+// expiring and raised the floors leaves a month the next plan names as
+// resumed, with its rows counted at seal, and the next run finishes it —
+// even with a retention (here 0, keep forever) that would not expire it.
+func TestRetentionResumesAStoppedDrop(t *testing.T) {
+	ctx := context.Background()
+	e := startSend(t, harness.Options{})
+	now := e.Now()
+	m3 := now.Add(-3)
+	e.group("rr", 1, "active")
+	retFixture(t, e, m3, "rr", 1, 6)
+	e.Activate(now)
+	if err := e.App.NewShardManager().Seal(ctx, e.Tenant, m3); err != nil {
+		t.Fatal(err)
+	}
+	// what the killed run did before it died
+	if ok, err := routing.SetStatus(ctx, e.DB, m3, routing.StatusExpiring, routing.StatusSealed); err != nil || !ok {
+		t.Fatalf("mark expiring: %v %v", ok, err)
+	}
+	if err := routing.RaiseFloors(ctx, e.DB, []routing.Floor{{Topic: "rr", Seq: 7}}); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := e.App.Retention().Plan(ctx, e.Tenant)
+	if err != nil || len(plan.Drops) != 1 || !plan.Drops[0].Resumed || plan.Drops[0].Rows != 6 || plan.Drops[0].Month != m3.String() {
+		t.Fatalf("plan after a stopped drop: %+v %v", plan, err)
+	}
+	rep, err := e.App.Retention().Run(ctx, e.Tenant)
+	if err != nil || rep.Months != 1 || rep.RowsDropped != 6 {
+		t.Fatalf("resumed run: %+v %v", rep, err)
+	}
+	var n int
+	if err := e.DB.QueryRow("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?", "im_group_messages_"+m3.String()).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("table of the resumed month still there (%d, %v)", n, err)
+	}
+	if _, _, err := e.App.Catalog().Table(ctx, e.Tenant, m3); err == nil {
+		t.Fatal("the resumed month is still in the catalog")
+	}
+	if route, _, err := e.App.Routes().Load(ctx, e.Tenant, "rr"); err != nil || len(route) != 0 {
+		t.Fatalf("route after the resumed drop: %+v %v", route, err)
+	}
+}
+
+// TestRetentionCommands: `retention plan` and `run` answer per tenant, in
+// text and JSON, and refuse an unknown tenant as a usage error.
+func TestRetentionCommands(t *testing.T) {
+	t.Parallel()
+	tenant := testenv.NewTenant(t)
+	cfg := tenantConfig(t, tenant, "")
+	if code, out := runCLI(t, nil, "--config", cfg, "shard", "ensure"); code != 0 {
+		t.Fatalf("shard ensure: exit %d\n%s", code, out)
+	}
+	code, out := runCLI(t, nil, "--config", cfg, "retention", "plan", "--tenant", tenant)
+	if code != 0 || !strings.Contains(out, "tenant "+tenant+": now ") || !strings.Contains(out, "0 months to drop, 0 topic trims, 0 rows") {
+		t.Fatalf("retention plan: exit %d\n%s", code, out)
+	}
+	code, out = runCLI(t, nil, "--config", cfg, "retention", "run", "--tenant", tenant, "--output=json")
+	var got struct {
+		Reports []struct {
+			Plan struct {
+				Tenant string `json:"tenant"`
+			} `json:"plan"`
+			Months int `json:"months_dropped"`
+		} `json:"reports"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || len(got.Reports) != 1 || got.Reports[0].Plan.Tenant != tenant {
+		t.Fatalf("retention run --output=json: exit %d (%v)\n%s", code, err, out)
+	}
+	if code, out := runCLI(t, nil, "--config", cfg, "retention", "plan", "--tenant", "nope"); code != 2 {
+		t.Fatalf("unknown tenant: exit %d, want 2\n%s", code, out)
 	}
 }

@@ -98,6 +98,10 @@ func (s *Service) get(ctx context.Context, p httpapi.Principal, topic string, se
 	if err != nil {
 		return message.Message{}, 0, err
 	}
+	// below the retention floor: removed, and said so
+	if err := s.r.CheckExpired(ctx, db, topic, seq); err != nil {
+		return message.Message{}, 0, err
+	}
 	keys, err := s.p.KeySpace.Tenant(p.Tenant)
 	if err != nil {
 		return message.Message{}, 0, err

@@ -18,7 +18,7 @@ func (s *Reader) Before(ctx context.Context, p httpapi.Principal, topic string, 
 	if before <= 0 {
 		before = math.MaxInt64
 	}
-	_, page, err := s.page(ctx, p, pageRequest{Topic: topic, User: p.UserID, Order: Desc, Cursor: before, Limit: limit}, start)
+	_, page, _, err := s.page(ctx, p, pageRequest{Topic: topic, User: p.UserID, Order: Desc, Cursor: before, Limit: limit}, start)
 	if err != nil {
 		return BeforePage{}, err
 	}
@@ -32,10 +32,12 @@ func (s *Reader) Before(ctx context.Context, p httpapi.Principal, topic string, 
 // be jumped over.
 func (s *Reader) Since(ctx context.Context, p httpapi.Principal, topic string, since int64, limit int) (SincePage, error) {
 	start := time.Now()
-	pl, page, err := s.page(ctx, p, pageRequest{Topic: topic, User: p.UserID, Order: Asc, Cursor: since, Limit: limit}, start)
+	pl, page, floor, err := s.page(ctx, p, pageRequest{Topic: topic, User: p.UserID, Order: Asc, Cursor: since, Limit: limit}, start)
 	if err != nil {
 		return SincePage{}, err
 	}
+	// a walk from below the retention floor starts at it
+	since = max(since, floor-1)
 	page, more := Truncate(dropFirst(page), limit)
 	next := nextSince(page, since)
 	// the page accounts for every seq up to the bound, or up to its last
@@ -63,19 +65,31 @@ func (s *Reader) Since(ctx context.Context, p httpapi.Principal, topic string, s
 
 // page opens the topic, makes the page's Redis round trip, plans the
 // page from what it returned and runs the plan: the page's rows (up to
-// limit+1, one of lookahead) and the plan it ran.
-func (s *Reader) page(ctx context.Context, p httpapi.Principal, req pageRequest, start time.Time) (plan, []message.Message, error) {
+// limit+1, one of lookahead), the plan it ran and the topic's retention
+// floor: history begins there — a newest-first walk ends at it, an
+// oldest-first walk from below it starts at it, and no row below it is in
+// the page, whatever source answered.
+func (s *Reader) page(ctx context.Context, p httpapi.Principal, req pageRequest, start time.Time) (plan, []message.Message, int64, error) {
 	keys, db, err := s.Open(ctx, p, req.Topic)
 	if err != nil {
-		return plan{}, nil, err
+		return plan{}, nil, 0, err
+	}
+	floor, err := s.Floor(ctx, db, req.Topic)
+	if err != nil {
+		return plan{}, nil, 0, err
+	}
+	if req.Order == Asc {
+		req.Cursor = max(req.Cursor, floor-1)
+	} else if req.Cursor <= floor {
+		return plan{req: req}, nil, floor, nil
 	}
 	r, err := s.readPage(ctx, p, keys, db, req)
 	if err != nil {
-		return plan{}, nil, err
+		return plan{}, nil, 0, err
 	}
 	pl := planPage(req, r)
 	page, err := s.run(ctx, db, p.Tenant, keys, pl, start)
-	return pl, page, err
+	return pl, AboveFloor(page, floor), floor, err
 }
 
 // run executes a page's plan: the hot cache where it proves the page, else

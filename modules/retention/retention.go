@@ -84,10 +84,17 @@ func (r *Retention) plan(ctx context.Context, tenant string, db *sql.DB) (Plan, 
 		return Plan{}, err
 	}
 	tenantMonths := r.p.Months(tenant)
+	// the shortest retention that applies anywhere: only a month it
+	// expires is read (none at all when everything is kept forever)
+	shortest := tenantMonths
+	for _, n := range override {
+		if n > 0 && (shortest == 0 || n < shortest) {
+			shortest = n
+		}
+	}
 	var months []MonthState
 	for _, s := range shards {
-		// only a month some retention could expire is read
-		if s.Status != routing.StatusExpiring && !Expired(s.Month, now, 1) {
+		if s.Status != routing.StatusExpiring && !Expired(s.Month, now, shortest) {
 			continue
 		}
 		rows, err := routing.MirrorMonthRows(ctx, db, s.Month)
@@ -249,6 +256,8 @@ func (r *Retention) dropMonth(ctx context.Context, tenant string, db *sql.DB, ke
 	}); err != nil {
 		return fmt.Errorf("retention: revisions of %s: %w", m, err)
 	}
+	// the mirror rows go last: they name the topics a resumed drop still
+	// has to clear
 	if err := r.dropRoutes(ctx, keys, m, topics); err != nil {
 		return err
 	}

@@ -296,7 +296,12 @@ func seedCounter(ctx context.Context, rdb rueidis.Client, lib *FencedLib, db sq.
 	if err != nil {
 		return 0, err
 	}
-	from := max(MirrorBound(ranges).Settled, cut) + 1
+	// seqs below the retention floor were issued once, whatever is left
+	floor, err := LoadFloor(ctx, db, topic)
+	if err != nil {
+		return 0, err
+	}
+	from := max(MirrorBoundAbove(ranges, floor).Settled, cut) + 1
 	n, err := lib.Seed(ctx, rdb, append(keys.seqState(topic), keys.Pending(topic)),
 		[]string{strconv.FormatInt(hi, 10), strconv.FormatInt(from, 10)}).AsInt64()
 	if err != nil {

@@ -38,9 +38,17 @@ func (b Bound) Forward(from int64) (to int64, ok bool) {
 // unique key; counted in the transaction that stored it). It stops at the
 // first seq it cannot prove — a gap, a seq still in flight, a month
 // dropped, rows kept elsewhere — and is 0 when it proves none.
-func MirrorBound(ranges []MonthRange) Bound {
-	var through int64
+func MirrorBound(ranges []MonthRange) Bound { return MirrorBoundAbove(ranges, 0) }
+
+// MirrorBoundAbove is MirrorBound for a topic whose history begins at its
+// retention floor (LoadFloor): every seq below the floor is accounted for
+// (removed past retention), so the proof starts there.
+func MirrorBoundAbove(ranges []MonthRange, floor int64) Bound {
+	through := max(floor-1, 0)
 	for _, r := range ranges {
+		if r.MaxSeq <= through {
+			continue
+		}
 		if r.MinSeq != through+1 {
 			break
 		}

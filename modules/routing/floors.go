@@ -38,3 +38,14 @@ func RaiseFloors(ctx context.Context, db sq.BaseRunner, floors []Floor) error {
 	}
 	return nil
 }
+
+// LoadFloor reads the topic's floor (0: nothing of it expired).
+func LoadFloor(ctx context.Context, db sq.BaseRunner, topic string) (int64, error) {
+	var f int64
+	err := sq.Select("COALESCE(MAX(floor_seq), 0)").From(floorsTable).Where(sq.Eq{"topic": topic}).
+		RunWith(db).QueryRowContext(ctx).Scan(&f)
+	if err != nil {
+		return 0, fmt.Errorf("floors: load %s: %w", topic, err)
+	}
+	return f, nil
+}

@@ -319,7 +319,11 @@ func (f *Flight) mirrorBound(ctx context.Context, tenant, topic string) (Bound, 
 	if err != nil {
 		return Bound{}, fmt.Errorf("pending: settled %s/%s: %w", tenant, topic, err)
 	}
-	return MirrorBound(ranges), nil
+	floor, err := LoadFloor(ctx, db, topic)
+	if err != nil {
+		return Bound{}, fmt.Errorf("pending: settled %s/%s: %w", tenant, topic, err)
+	}
+	return MirrorBoundAbove(ranges, floor), nil
 }
 
 // belowResolve is the seq below the oldest one still in flight
