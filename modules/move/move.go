@@ -74,6 +74,9 @@ type State struct {
 	Tables      int64     `json:"tables"`
 }
 
+// Server names the peer's host:port/database (never its password).
+func (s State) Server() string { return serverOf(s.Peer) }
+
 // Mover drives one tenant's move.
 type Mover struct {
 	tenant   string
