@@ -47,6 +47,7 @@ func (g *globals) tenantMove(tenant string, fn func(ctx context.Context, at tena
 func newTenantMoveCmd(g *globals) *cobra.Command {
 	var tenant, to string
 	var yes bool
+	var chunkRows int
 	c := &cobra.Command{
 		Use:   "move --tenant=T --to=DSN [--yes]",
 		Short: "Move a live tenant to another MySQL server (plan, copy, catch up, switch behind the fence)",
@@ -65,6 +66,9 @@ every step can be re-run. See docs/operations.md, "Moving a tenant".`,
 			if tenant == "" || to == "" {
 				return usagef("--tenant and --to are required")
 			}
+			if chunkRows < 1 {
+				return usagef("--chunk-rows: want at least 1, got %d", chunkRows)
+			}
 			return g.tenantMove(tenant, func(ctx context.Context, at tenantdb.Placement, o move.Options, a *app.App) error {
 				if !yes {
 					ok, err := askMove(c.InOrStdin(), g.stdout, fmt.Sprintf("Move tenant %s (epoch %d) to %s? [y/N] ", tenant, at.Epoch, dsnServer(to)))
@@ -75,6 +79,7 @@ every step can be re-run. See docs/operations.md, "Moving a tenant".`,
 						return errors.New("not confirmed: nothing changed")
 					}
 				}
+				o.ChunkRows = chunkRows
 				m, err := move.Begin(ctx, tenant, at, to, a.PlacementStore(), o)
 				if err != nil {
 					return err
@@ -87,6 +92,7 @@ every step can be re-run. See docs/operations.md, "Moving a tenant".`,
 	c.Flags().StringVar(&tenant, "tenant", "", "tenant id (required)")
 	c.Flags().StringVar(&to, "to", "", "the target database's DSN, as mysql.dsn_template would name it (required)")
 	c.Flags().BoolVar(&yes, "yes", false, "skip the prompt (scripts)")
+	chunkFlag(c, &chunkRows)
 	c.AddCommand(newTenantMoveStatusCmd(g), newTenantMovePauseCmd(g, true), newTenantMovePauseCmd(g, false),
 		newTenantMoveCancelCmd(g), newTenantMoveFinishCmd(g))
 	return c
@@ -118,6 +124,10 @@ func askMove(in io.Reader, out io.Writer, question string) (bool, error) {
 func dsnServer(dsn string) string {
 	st := move.State{Peer: dsn}
 	return st.Server()
+}
+
+func chunkFlag(c *cobra.Command, rows *int) {
+	c.Flags().IntVar(rows, "chunk-rows", 2000, "rows per copied and checksummed chunk")
 }
 
 func tenantFlag(c *cobra.Command, tenant *string) {
@@ -196,6 +206,7 @@ func printMove(w io.Writer, tenant string, at tenantdb.Placement, st move.State,
 
 func newTenantMovePauseCmd(g *globals, pause bool) *cobra.Command {
 	var tenant string
+	var chunkRows int
 	use, short := "pause", "Pause the tenant's copy between two chunks (the switch, once begun, completes)"
 	if !pause {
 		use, short = "resume", "Resume a paused move, or drive a move whose mover died (kill -9) to its end"
@@ -214,6 +225,7 @@ func newTenantMovePauseCmd(g *globals, pause bool) *cobra.Command {
 					fmt.Fprintf(g.stdout, "tenant %s: move paused\n", tenant)
 					return nil
 				}
+				o.ChunkRows = chunkRows
 				m, err := move.Resume(ctx, tenant, at, a.PlacementStore(), o)
 				if errors.Is(err, move.ErrBusy) {
 					fmt.Fprintf(g.stdout, "tenant %s: move resumed (its running mover continues)\n", tenant)
@@ -228,6 +240,9 @@ func newTenantMovePauseCmd(g *globals, pause bool) *cobra.Command {
 		},
 	}
 	tenantFlag(c, &tenant)
+	if !pause {
+		chunkFlag(c, &chunkRows)
+	}
 	return c
 }
 

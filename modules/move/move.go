@@ -619,12 +619,17 @@ func (m *Mover) switchOver(ctx context.Context) error {
 		return fmt.Errorf("move: write the placement record: %w", err)
 	}
 	took := time.Since(began)
+	cur, err := readState(ctx, m.src)
+	if err != nil {
+		return err
+	}
+	m.st.RowsCopied, m.st.BytesCopied = cur.RowsCopied, cur.BytesCopied
 	if _, err := m.dst.ExecContext(ctx, `REPLACE INTO im_tenant_move (id, role, peer_dsn, step, from_epoch, rows_copied, bytes_copied, switch_ms, started_at)
 		VALUES (1, 'target', ?, ?, ?, ?, ?, ?, ?)`, m.srcDSN, StepDone, m.st.FromEpoch, m.st.RowsCopied, m.st.BytesCopied, took.Milliseconds(),
 		m.st.StartedAt.Format("2006-01-02 15:04:05.000")); err != nil {
 		return fmt.Errorf("move: record the move on the target: %w", err)
 	}
-	_, err := m.src.ExecContext(ctx, "UPDATE im_tenant_move SET switch_ms = ? WHERE id = 1", took.Milliseconds())
+	_, err = m.src.ExecContext(ctx, "UPDATE im_tenant_move SET switch_ms = ? WHERE id = 1", took.Milliseconds())
 	return err
 }
 
