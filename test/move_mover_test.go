@@ -37,6 +37,32 @@ func mvMonthInt(month string) int64 {
 	return n
 }
 
+// mvTopicRows counts topic's rows and distinct seqs over every month table of db.
+func mvTopicRows(t *testing.T, db *sql.DB, topic string) (rowsN, seqs int64) {
+	t.Helper()
+	names, err := db.Query("SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name LIKE 'im\\_group\\_messages\\_%'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tables []string
+	for names.Next() {
+		var n string
+		if err := names.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		tables = append(tables, n)
+	}
+	names.Close()
+	for _, tb := range tables {
+		var a, b int64
+		if err := db.QueryRow("SELECT COUNT(*), COUNT(DISTINCT seqid) FROM "+tb+" WHERE topic = ?", topic).Scan(&a, &b); err != nil {
+			t.Fatal(err)
+		}
+		rowsN, seqs = rowsN+a, seqs+b
+	}
+	return rowsN, seqs
+}
+
 // mvDigest is, per table and topic, the rows' count and hash.
 func mvDigest(t *testing.T, db *sql.DB, tables ...string) map[string]string {
 	t.Helper()
@@ -121,6 +147,39 @@ func TestMoveTenantCopiesCatchesUpAndSwitches(t *testing.T) {
 	}()
 	defer func() { close(stop); wg.Wait() }()
 
+	// sends (persist running in the same process) and reads go on through
+	// the whole move: every send answers 201, every read 200
+	rpGroup(t, env, "mvs")
+	tok := env.Token(rpMember, "")
+	var sent, failed atomic.Int64
+	var failure atomic.Value
+	sendsDone := make(chan struct{})
+	moved := make(chan struct{})
+	go func() {
+		defer close(sendsDone)
+		after := 0
+		for i := 0; after < 10; i++ {
+			select {
+			case <-moved:
+				after++
+			default:
+			}
+			code, body := env.Do("POST", "/v1/topics/mvs/messages", tok, map[string]any{
+				"client_msg_id": fmt.Sprintf("mv%d", i), "msg_type": "text", "content": map[string]any{"text": fmt.Sprint(i)}})
+			if code != 201 {
+				failed.Add(1)
+				failure.Store(fmt.Sprintf("send %d: %d %s", i, code, body))
+				continue
+			}
+			sent.Add(1)
+			if code, body := env.Do("GET", "/v1/topics/mvs/messages?limit=20", tok, nil); code != 200 {
+				failed.Add(1)
+				failure.Store(fmt.Sprintf("read: %d %s", code, body))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+
 	at, err := env.App.Pools().Placement(tenant)
 	if err != nil {
 		t.Fatal(err)
@@ -176,6 +235,11 @@ func TestMoveTenantCopiesCatchesUpAndSwitches(t *testing.T) {
 	}
 	wg.Wait()
 	mvWaitEpoch(t, env, at.Epoch+1)
+	close(moved)
+	<-sendsDone
+	if failed.Load() > 0 {
+		t.Fatalf("%d sends or reads failed during the move; last: %v", failed.Load(), failure.Load())
+	}
 	dst, err := env.App.Pools().DB(ctx, tenant)
 	if err != nil {
 		t.Fatal(err)
@@ -191,6 +255,28 @@ func TestMoveTenantCopiesCatchesUpAndSwitches(t *testing.T) {
 	}
 	if e := mvFence(t, dst); e != at.Epoch+1 {
 		t.Fatalf("target fence %d, want %d", e, at.Epoch+1)
+	}
+	// every message sent during the move is on the target exactly once
+	var rowsN, seqs int64
+	count := func() { rowsN, seqs = mvTopicRows(t, dst, "mvs") }
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if count(); rowsN >= sent.Load() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sends not stored on the target: %d of %d", rowsN, sent.Load())
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	count()
+	if rowsN != sent.Load() || seqs != rowsN {
+		t.Fatalf("topic mvs on the target: %d rows, %d seqs; %d sends answered 201", rowsN, seqs, sent.Load())
+	}
+	if onSource, _ := mvTopicRows(t, srcDB, "mvs"); onSource > rowsN {
+		t.Fatalf("the source holds %d rows of mvs, more than the target's %d", onSource, rowsN)
+	}
+	if n := persistMetric(t, env, "group_message_dead_letter_total"); n != 0 {
+		t.Fatalf("%v events dead-lettered during the move", n)
 	}
 	// reads on the new placement answer from the target
 	var n int
