@@ -47,8 +47,8 @@ func mvKillMidCopy(t *testing.T, src *sql.DB, args ...string) {
 // TestMoveCLIKilledCancelledAndResumed: `imshard tenant move` is killed
 // with SIGKILL in the middle of the copy; status tells where it stood;
 // cancel drops the target copy and leaves the source (fence, placement,
-// rows) as it was; a new move killed again is driven to its end by
-// `resume`, and every row is on the target exactly once.
+// rows) as it was; a new move killed again, then paused (status says so),
+// is driven to its end by `resume`, and every row is on the target exactly once.
 func TestMoveCLIKilledCancelledAndResumed(t *testing.T) {
 	t.Parallel()
 	tenant := testenv.NewTenant(t)
@@ -125,6 +125,12 @@ func TestMoveCLIKilledCancelledAndResumed(t *testing.T) {
 
 	// a new move, killed again, then resumed to its end
 	mvKillMidCopy(t, src, moveArgs...)
+	if code, out := runCLI(t, nil, "--config", cfg, "tenant", "move", "pause", "--tenant="+tenant); code != 0 || !strings.Contains(out, "paused") {
+		t.Fatalf("pause: %d %s", code, out)
+	}
+	if code, out := runCLI(t, nil, "--config", cfg, "tenant", "move", "status", "--tenant="+tenant); code != 0 || !strings.Contains(out, "step copy (paused)") {
+		t.Fatalf("status of a paused move: %d %s", code, out)
+	}
 	code, out = runCLI(t, nil, "--config", cfg, "tenant", "move", "resume", "--tenant="+tenant, "--chunk-rows=500")
 	if code != 0 || !strings.Contains(out, "moved") {
 		t.Fatalf("resume: %d %s", code, out)
