@@ -93,6 +93,14 @@ func TestMoveCLIKilledCancelledAndResumed(t *testing.T) {
 		t.Fatalf("a refused move recorded step %q", step)
 	}
 
+	// a target that is the source database itself: refused, nothing recorded
+	if code, out := runCLI(t, nil, "--config", cfg, "tenant", "move", "--tenant="+tenant, "--to="+sourceDSN, "--yes"); code != 1 || !strings.Contains(out, "current database") {
+		t.Fatalf("move onto itself: %d %s", code, out)
+	}
+	if step, _ := mvState(t, src); step != "" {
+		t.Fatalf("a move onto itself recorded step %q", step)
+	}
+
 	mvKillMidCopy(t, src, moveArgs...)
 	code, out := runCLI(t, nil, "--config", cfg, "tenant", "move", "status", "--tenant="+tenant)
 	if code != 0 || !strings.Contains(out, "step copy") || !strings.Contains(out, "lag ") {

@@ -3,7 +3,7 @@ package move
 import (
 	"context"
 	"crypto/tls"
-	"errors"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -68,7 +68,7 @@ func Cancel(ctx context.Context, tenant string, at tenantdb.Placement, store *pl
 	defer func() {
 		_, _ = c.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK(CONCAT('imshard_move:', DATABASE()))")
 	}()
-	if err := dropDatabase(ctx, st.Peer, o.TLS); err != nil {
+	if err := dropTarget(ctx, src, st.Peer, o.TLS); err != nil {
 		return false, err
 	}
 	if _, err := src.ExecContext(ctx, "DELETE FROM im_tenant_move_chunks"); err != nil {
@@ -96,14 +96,20 @@ func Finish(ctx context.Context, tenant string, at tenantdb.Placement, o Options
 	if st.Step == StepFinished {
 		return nil
 	}
-	if serverOf(st.Peer) == serverOf(at.DSN) {
-		return errors.New("move: the source is the tenant's current placement; refusing to drop it")
-	}
-	if err := dropDatabase(ctx, st.Peer, o.TLS); err != nil {
+	if err := dropTarget(ctx, db, st.Peer, o.TLS); err != nil {
 		return err
 	}
 	_, err = db.ExecContext(ctx, "UPDATE im_tenant_move SET step = ? WHERE id = 1", StepFinished)
 	return err
+}
+
+// dropTarget drops the other copy of a move (the target of a cancelled
+// one, the source of a finished one), never the database db serves.
+func dropTarget(ctx context.Context, src *sql.DB, dsn string, tlsCfg *tls.Config) error {
+	if err := notItself(ctx, src, dsn, tlsCfg); err != nil {
+		return fmt.Errorf("%w; nothing dropped", err)
+	}
+	return dropDatabase(ctx, dsn, tlsCfg)
 }
 
 func dropDatabase(ctx context.Context, dsn string, tlsCfg *tls.Config) error {

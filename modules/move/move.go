@@ -142,6 +142,11 @@ func Begin(ctx context.Context, tenant string, from tenantdb.Placement, to strin
 		src.Close()
 		return nil, err
 	}
+	if err := notItself(ctx, src, to, o.TLS); err != nil {
+		src.Close()
+		dst.Close()
+		return nil, err
+	}
 	m := &Mover{tenant: tenant, src: src, dst: dst, dstCfg: dstCfg, srcDSN: from.DSN, dstDSN: to, store: store, o: o}
 	if err := m.claim(ctx, from, to); err != nil {
 		m.Close()
@@ -340,6 +345,7 @@ func (m *Mover) plan(ctx context.Context) error {
 	if err := server.PingContext(ctx); err != nil {
 		return fmt.Errorf("move: target %s not reachable: %w", serverOf(m.dstDSN), err)
 	}
+
 	create := strings.Replace(imsql.CreateDatabase(), imsql.DatabasePlaceholder, quote(m.dstCfg.DBName), 1)
 	if _, err := server.ExecContext(ctx, create); err != nil {
 		return fmt.Errorf("move: create the target database: %w", err)
@@ -659,4 +665,35 @@ func (m *Mover) verify(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// notItself refuses a target that is the source database itself.
+func notItself(ctx context.Context, src *sql.DB, to string, tlsCfg *tls.Config) error {
+	server, cfg, err := OpenDB(to, tlsCfg, false)
+	if err != nil {
+		return err
+	}
+	defer server.Close()
+	same, err := sameDatabase(ctx, src, server, cfg.DBName)
+	if err != nil {
+		return err
+	}
+	if same {
+		return fmt.Errorf("move: the target %s is the tenant's current database", serverOf(to))
+	}
+	return nil
+}
+
+// sameDatabase tells whether the database name on server b is the database
+// of a (the same server by host name and port, the same name): a move
+// must never copy onto, nor cancel by dropping, its own source.
+func sameDatabase(ctx context.Context, a, b *sql.DB, name string) (bool, error) {
+	var ha, hb string
+	if err := a.QueryRowContext(ctx, "SELECT CONCAT(@@hostname, ':', @@port, '/', DATABASE())").Scan(&ha); err != nil {
+		return false, fmt.Errorf("move: source identity: %w", err)
+	}
+	if err := b.QueryRowContext(ctx, "SELECT CONCAT(@@hostname, ':', @@port, '/', ?)", name).Scan(&hb); err != nil {
+		return false, fmt.Errorf("move: target identity: %w", err)
+	}
+	return ha == hb, nil
 }
