@@ -153,6 +153,11 @@ func confirm(in io.Reader, out io.Writer, question string) (bool, error) {
 	if !ok || !isatty.IsTerminal(f.Fd()) {
 		return false, usagef("not a terminal: confirm with --yes that the legacy writers are stopped")
 	}
+	return confirmLine(in, out, question)
+}
+
+// confirmLine asks question and reads a yes or no.
+func confirmLine(in io.Reader, out io.Writer, question string) (bool, error) {
 	fmt.Fprint(out, question)
 	line, err := bufio.NewReader(in).ReadString('\n')
 	if err != nil && line == "" {

@@ -94,6 +94,7 @@ func NewRoot(stdout, stderr io.Writer, env []string) *cobra.Command {
 		newBenchCmd(g),
 		newMigrateCmd(g),
 		newWatchCmd(g),
+		newTenantCmd(g),
 	)
 	refuseUnknownSubcommands(root)
 	return root

@@ -1,0 +1,298 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/spf13/cobra"
+
+	"github.com/imshard/imshard/app"
+	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/move"
+	"github.com/imshard/imshard/modules/tenantdb"
+)
+
+func newTenantCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{Use: "tenant", Short: "Operate on one tenant's placement: move it to another MySQL server",
+		Example: "  imshard tenant move --tenant=acme --to='imshard:pw@tcp(db2:3306)/im_acme'\n  imshard tenant move status --tenant=acme",
+	}
+	c.AddCommand(newTenantMoveCmd(g))
+	return c
+}
+
+// tenantMove runs fn with the tenant's current placement, the mover's
+// options and the app (its placement store).
+func (g *globals) tenantMove(tenant string, fn func(ctx context.Context, at tenantdb.Placement, o move.Options, a *app.App) error) error {
+	return g.withTools(false, func(ctx context.Context, cfg *config.Config, a *app.App) error {
+		if _, err := tenantsFor(cfg, tenant); err != nil {
+			return err
+		}
+		at, err := a.Pools().Placement(tenant)
+		if err != nil {
+			return err
+		}
+		tlsCfg, err := cfg.MySQL.TLS.Client("mysql.tls")
+		if err != nil {
+			return err
+		}
+		return fn(ctx, at, move.Options{TLS: tlsCfg}, a)
+	})
+}
+
+func newTenantMoveCmd(g *globals) *cobra.Command {
+	var tenant, to string
+	var yes bool
+	var chunkRows int
+	c := &cobra.Command{
+		Use:   "move --tenant=T --to=DSN [--yes]",
+		Short: "Move a live tenant to another MySQL server (plan, copy, catch up, switch behind the fence)",
+		Long: `Plans the move (the target reachable, its database empty or absent, the same
+schema version), copies every table in primary key chunks checksummed in the
+database on both sides, catches up on the chunks that changed, then switches:
+raises the source's fence to the next epoch (writers of the old placement are
+refused from then on: persist parks, changes answer 409 tenant_moving), copies
+what is left, verifies every table (per topic for month tables), raises the
+target's fence and writes the placement record to every placement server.
+Asks on a terminal; --yes in scripts. Run again (or "resume") after a crash:
+every step can be re-run. See docs/operations.md, "Moving a tenant".`,
+		Example: "  imshard tenant move --tenant=acme --to='imshard:pw@tcp(db2:3306)/im_acme' --yes",
+		Args:    cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if tenant == "" || to == "" {
+				return usagef("--tenant and --to are required")
+			}
+			if chunkRows < 1 {
+				return usagef("--chunk-rows: want at least 1, got %d", chunkRows)
+			}
+			return g.tenantMove(tenant, func(ctx context.Context, at tenantdb.Placement, o move.Options, a *app.App) error {
+				if !yes {
+					ok, err := askMove(c.InOrStdin(), g.stdout, fmt.Sprintf("Move tenant %s (epoch %d) to %s? [y/N] ", tenant, at.Epoch, dsnServer(to)))
+					if err != nil {
+						return err
+					}
+					if !ok {
+						return errors.New("not confirmed: nothing changed")
+					}
+				}
+				o.ChunkRows = chunkRows
+				m, err := move.Begin(ctx, tenant, at, to, a.PlacementStore(), o)
+				if err != nil {
+					return err
+				}
+				defer m.Close()
+				return runMove(ctx, g.stdout, tenant, m)
+			})
+		},
+	}
+	c.Flags().StringVar(&tenant, "tenant", "", "tenant id (required)")
+	c.Flags().StringVar(&to, "to", "", "the target database's DSN, as mysql.dsn_template would name it (required)")
+	c.Flags().BoolVar(&yes, "yes", false, "skip the prompt (scripts)")
+	chunkFlag(c, &chunkRows)
+	c.AddCommand(newTenantMoveStatusCmd(g), newTenantMovePauseCmd(g, true), newTenantMovePauseCmd(g, false),
+		newTenantMoveCancelCmd(g), newTenantMoveFinishCmd(g))
+	return c
+}
+
+func runMove(ctx context.Context, w io.Writer, tenant string, m *move.Mover) error {
+	fmt.Fprintf(w, "tenant %s: move at step %s\n", tenant, m.State().Step)
+	err := m.Run(ctx)
+	if errors.Is(err, move.ErrCancelled) {
+		fmt.Fprintf(w, "tenant %s: the move was cancelled\n", tenant)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "tenant %s: moved (step %s); check it, then `imshard tenant move finish --tenant=%s` drops the source copy\n", tenant, m.State().Step, tenant)
+	return nil
+}
+
+// askMove asks on a terminal; without one it refuses (scripts pass --yes).
+func askMove(in io.Reader, out io.Writer, question string) (bool, error) {
+	f, ok := in.(*os.File)
+	if !ok || !isatty.IsTerminal(f.Fd()) {
+		return false, usagef("not a terminal: confirm the move with --yes")
+	}
+	return confirmLine(in, out, question)
+}
+
+func dsnServer(dsn string) string {
+	st := move.State{Peer: dsn}
+	return st.Server()
+}
+
+func chunkFlag(c *cobra.Command, rows *int) {
+	c.Flags().IntVar(rows, "chunk-rows", 2000, "rows per copied and checksummed chunk")
+}
+
+func tenantFlag(c *cobra.Command, tenant *string) {
+	c.Flags().StringVar(tenant, "tenant", "", "tenant id (required)")
+	_ = c.MarkFlagRequired("tenant")
+}
+
+func newTenantMoveStatusCmd(g *globals) *cobra.Command {
+	var tenant string
+	var out outputOptions
+	c := &cobra.Command{
+		Use:     "status --tenant=T [--output=json]",
+		Short:   "Print the tenant's move: step, tables, rows and bytes copied, rate, ETA, lag (chunks to copy again)",
+		Example: "  imshard tenant move status --tenant=acme",
+		Args:    cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			return g.tenantMove(tenant, func(ctx context.Context, at tenantdb.Placement, o move.Options, _ *app.App) error {
+				st, err := move.ReadState(ctx, at.DSN, o.TLS)
+				if errors.Is(err, move.ErrNoMove) {
+					fmt.Fprintf(g.stdout, "tenant %s: no move (epoch %d)\n", tenant, at.Epoch)
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				p := moveProgress(st)
+				if out.json() {
+					return writeJSON(g.stdout, map[string]any{"tenant": tenant, "epoch": at.Epoch, "move": st, "progress": p})
+				}
+				printMove(g.stdout, tenant, at, st, p)
+				return nil
+			})
+		},
+	}
+	tenantFlag(c, &tenant)
+	out.bind(c)
+	return c
+}
+
+// progress is what status derives from the counters: rows per second since
+// the move began and the time the chunks still to copy take at that rate.
+type progress struct {
+	RowsPerSecond float64 `json:"rows_per_second"`
+	ETASeconds    float64 `json:"eta_seconds"`
+}
+
+func moveProgress(st move.State) progress {
+	var p progress
+	secs := st.UpdatedAt.Sub(st.StartedAt).Seconds()
+	if secs > 0 {
+		p.RowsPerSecond = float64(st.RowsCopied) / secs
+	}
+	copied := st.Chunks - st.Lag
+	if p.RowsPerSecond > 0 && copied > 0 {
+		p.ETASeconds = float64(st.Lag) * float64(st.RowsCopied) / float64(copied) / p.RowsPerSecond
+	}
+	return p
+}
+
+func printMove(w io.Writer, tenant string, at tenantdb.Placement, st move.State, p progress) {
+	paused := ""
+	if st.Paused {
+		paused = " (paused)"
+	}
+	fmt.Fprintf(w, "tenant %s: move %s of this database (epoch %d), peer %s: step %s%s\n", tenant, st.Role, at.Epoch, st.PeerServer, st.Step, paused)
+	fmt.Fprintf(w, "  tables %d, chunks %d, lag %d chunks to copy\n", st.Tables, st.Chunks, st.Lag)
+	fmt.Fprintf(w, "  copied %d rows, %d bytes, %.0f rows/s, ETA %s\n", st.RowsCopied, st.BytesCopied, p.RowsPerSecond,
+		(time.Duration(p.ETASeconds) * time.Second).String())
+	if st.SwitchMS > 0 {
+		fmt.Fprintf(w, "  switch took %d ms\n", st.SwitchMS)
+	}
+}
+
+func newTenantMovePauseCmd(g *globals, pause bool) *cobra.Command {
+	var tenant string
+	var chunkRows int
+	use, short := "pause", "Pause the tenant's copy between two chunks (the switch, once begun, completes)"
+	if !pause {
+		use, short = "resume", "Resume a paused move, or drive a move whose mover died (kill -9) to its end"
+	}
+	c := &cobra.Command{
+		Use:     use + " --tenant=T",
+		Short:   short,
+		Example: "  imshard tenant move " + use + " --tenant=acme",
+		Args:    cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return g.tenantMove(tenant, func(ctx context.Context, at tenantdb.Placement, o move.Options, a *app.App) error {
+				if err := move.SetPaused(ctx, at.DSN, o.TLS, pause); err != nil {
+					return err
+				}
+				if pause {
+					fmt.Fprintf(g.stdout, "tenant %s: move paused\n", tenant)
+					return nil
+				}
+				o.ChunkRows = chunkRows
+				m, err := move.Resume(ctx, tenant, at, a.PlacementStore(), o)
+				if errors.Is(err, move.ErrBusy) {
+					fmt.Fprintf(g.stdout, "tenant %s: move resumed (its running mover continues)\n", tenant)
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				defer m.Close()
+				return runMove(ctx, g.stdout, tenant, m)
+			})
+		},
+	}
+	tenantFlag(c, &tenant)
+	if !pause {
+		chunkFlag(c, &chunkRows)
+	}
+	return c
+}
+
+func newTenantMoveCancelCmd(g *globals) *cobra.Command {
+	var tenant string
+	c := &cobra.Command{
+		Use:   "cancel --tenant=T",
+		Short: "Cancel the move: before the switch the target copy is dropped; once the fence is raised the switch completes",
+		Long: `Before the switch, stops the mover, drops the target's copy and leaves the
+source as it was. Once the switch has raised the source's fence, cancel lowers
+nothing: it completes the switch, so the tenant ends wholly on the target.
+Safe to run again after a crash.`,
+		Example: "  imshard tenant move cancel --tenant=acme",
+		Args:    cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return g.tenantMove(tenant, func(ctx context.Context, at tenantdb.Placement, o move.Options, a *app.App) error {
+				completed, err := move.Cancel(ctx, tenant, at, a.PlacementStore(), o)
+				if err != nil {
+					return err
+				}
+				if completed {
+					fmt.Fprintf(g.stdout, "tenant %s: the switch had begun; it completed, the tenant is on the target\n", tenant)
+				} else {
+					fmt.Fprintf(g.stdout, "tenant %s: move cancelled, target copy dropped, the tenant stays on its source\n", tenant)
+				}
+				return nil
+			})
+		},
+	}
+	tenantFlag(c, &tenant)
+	return c
+}
+
+func newTenantMoveFinishCmd(g *globals) *cobra.Command {
+	var tenant string
+	c := &cobra.Command{
+		Use:     "finish --tenant=T",
+		Short:   "Drop the source copy of a move that is done (only then)",
+		Example: "  imshard tenant move finish --tenant=acme",
+		Args:    cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return g.tenantMove(tenant, func(ctx context.Context, at tenantdb.Placement, o move.Options, _ *app.App) error {
+				if err := move.Finish(ctx, tenant, at, o); err != nil {
+					return err
+				}
+				fmt.Fprintf(g.stdout, "tenant %s: source copy dropped\n", tenant)
+				return nil
+			})
+		},
+	}
+	tenantFlag(c, &tenant)
+	return c
+}

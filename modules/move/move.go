@@ -1,0 +1,699 @@
+// Package move moves a live tenant's database to another MySQL server:
+// plan, copy in primary key chunks checksummed in the database on both
+// sides, catch up on the chunks whose checksum changed, then switch behind
+// the fence (the source refuses writers of the old epoch), verify, and
+// write the new placement record. Its state lives in the source database
+// (im_tenant_move, im_tenant_move_chunks); every step can be re-run, so a
+// mover killed at any point is resumed by running it again.
+package move
+
+import (
+	"context"
+	"crypto/tls"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/imshard/imshard/modules/placement"
+	"github.com/imshard/imshard/modules/tenantdb"
+	imsql "github.com/imshard/imshard/sql"
+)
+
+// Steps of a move, in order; cancelling and cancelled end it before the
+// switch, finished after `finish` dropped the source.
+const (
+	StepPlan       = "plan"
+	StepCopy       = "copy"
+	StepCatchUp    = "catchup"
+	StepSwitch     = "switch"
+	StepDone       = "done"
+	StepCancelling = "cancelling"
+	StepCancelled  = "cancelled"
+	StepFinished   = "finished"
+)
+
+// Errors a caller tells apart.
+var (
+	ErrBusy      = errors.New("move: another mover runs this tenant's move")
+	ErrNoMove    = errors.New("move: no move of this tenant")
+	ErrCancelled = errors.New("move: cancelled")
+)
+
+// Options tune a move.
+type Options struct {
+	ChunkRows int         // rows per chunk (default 2000)
+	TLS       *tls.Config // as mysql.tls, for both servers
+	// CatchUpRounds bounds the catch-up rounds before the switch (default 5);
+	// the switch's own final catch-up copies what is left.
+	CatchUpRounds int
+	// StepHook, when set, is called as each step begins (tests stop a
+	// mover there).
+	StepHook func(step string) error
+}
+
+// State is the move's row.
+type State struct {
+	Role        string    `json:"role"`
+	Peer        string    `json:"-"`
+	PeerServer  string    `json:"peer"`
+	Step        string    `json:"step"`
+	FromEpoch   int64     `json:"from_epoch"`
+	Paused      bool      `json:"paused"`
+	RowsCopied  int64     `json:"rows_copied"`
+	BytesCopied int64     `json:"bytes_copied"`
+	SwitchMS    int64     `json:"switch_ms"`
+	Note        string    `json:"note,omitempty"`
+	StartedAt   time.Time `json:"started_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	Chunks      int64     `json:"chunks"`
+	Lag         int64     `json:"lag_chunks"`
+	Tables      int64     `json:"tables"`
+}
+
+// Server names the peer's host:port/database (never its password).
+func (s State) Server() string { return serverOf(s.Peer) }
+
+// Mover drives one tenant's move.
+type Mover struct {
+	tenant   string
+	src, dst *sql.DB
+	dstCfg   *mysql.Config
+	srcDSN   string
+	dstDSN   string
+	st       State
+	store    *placement.Store
+	o        Options
+	lock     *sql.Conn
+}
+
+// OpenDB opens a database handle for the move: strict, UTC, and times kept
+// as the server's text so rows are copied byte for byte.
+func OpenDB(dsn string, tlsCfg *tls.Config, withDB bool) (*sql.DB, *mysql.Config, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("move: dsn: %w", err)
+	}
+	if cfg.DBName == "" || strings.ContainsAny(cfg.DBName, "`\x00") {
+		return nil, nil, fmt.Errorf("move: dsn of %s names no plain database", cfg.Addr)
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["time_zone"] = "'+00:00'"
+	cfg.Params["sql_mode"] = "'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'"
+	cfg.ParseTime, cfg.InterpolateParams = false, false
+	cfg.Timeout = 5 * time.Second
+	if tlsCfg != nil {
+		cfg.TLS = tlsCfg.Clone()
+	}
+	open := cfg.Clone()
+	if !withDB {
+		open.DBName = ""
+	}
+	conn, err := mysql.NewConnector(open)
+	if err != nil {
+		return nil, nil, err
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxOpenConns(4)
+	return db, cfg, nil
+}
+
+// Begin opens the move of tenant from its current placement to the
+// database dsn names, creating its state on the source, or returns the
+// move already under way to the same target.
+func Begin(ctx context.Context, tenant string, from tenantdb.Placement, to string, store *placement.Store, o Options) (*Mover, error) {
+	if o.ChunkRows <= 0 {
+		o.ChunkRows = 2000
+	}
+	if o.CatchUpRounds <= 0 {
+		o.CatchUpRounds = 5
+	}
+	src, _, err := OpenDB(from.DSN, o.TLS, true)
+	if err != nil {
+		return nil, err
+	}
+	dst, dstCfg, err := OpenDB(to, o.TLS, true)
+	if err != nil {
+		src.Close()
+		return nil, err
+	}
+	if err := notItself(ctx, src, to, o.TLS); err != nil {
+		src.Close()
+		dst.Close()
+		return nil, err
+	}
+	m := &Mover{tenant: tenant, src: src, dst: dst, dstCfg: dstCfg, srcDSN: from.DSN, dstDSN: to, store: store, o: o}
+	if err := m.claim(ctx, from, to); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// Resume opens the move recorded on the tenant's current placement.
+func Resume(ctx context.Context, tenant string, at tenantdb.Placement, store *placement.Store, o Options) (*Mover, error) {
+	st, err := ReadState(ctx, at.DSN, o.TLS)
+	if err != nil {
+		return nil, err
+	}
+	if st.Role != "source" {
+		return nil, fmt.Errorf("move: the move of %s is %s (on its target)", tenant, st.Step)
+	}
+	return Begin(ctx, tenant, at, st.Peer, store, o)
+}
+
+// Close releases the handles (and the mover's lock).
+func (m *Mover) Close() {
+	if m.lock != nil {
+		_ = m.lock.Close()
+	}
+	_ = m.src.Close()
+	_ = m.dst.Close()
+}
+
+func serverOf(dsn string) string {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "?"
+	}
+	return cfg.Addr + "/" + cfg.DBName
+}
+
+// claim takes the mover's lock on the source and records the move there.
+func (m *Mover) claim(ctx context.Context, from tenantdb.Placement, to string) error {
+	c, err := m.src.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("move: source: %w", err)
+	}
+	var got sql.NullInt64
+	if err := c.QueryRowContext(ctx, "SELECT GET_LOCK(CONCAT('imshard_move:', DATABASE()), 0)").Scan(&got); err != nil {
+		c.Close()
+		return fmt.Errorf("move: source: %w", err)
+	}
+	if !got.Valid || got.Int64 != 1 {
+		c.Close()
+		return ErrBusy
+	}
+	m.lock = c
+	st, err := readState(ctx, m.src)
+	switch {
+	case errors.Is(err, ErrNoMove):
+	case err != nil:
+		return err
+	case st.Role == "source" && st.Step != StepCancelled:
+		if serverOf(st.Peer) != serverOf(to) {
+			return fmt.Errorf("move: tenant %s is already moving to %s (%s); cancel it first", m.tenant, serverOf(st.Peer), st.Step)
+		}
+		m.st = st
+		return nil
+	}
+	if _, err := m.src.ExecContext(ctx, "DELETE FROM im_tenant_move_chunks"); err != nil {
+		return err
+	}
+	if _, err := m.src.ExecContext(ctx, `REPLACE INTO im_tenant_move (id, role, peer_dsn, step, from_epoch, started_at)
+		VALUES (1, 'source', ?, ?, ?, CURRENT_TIMESTAMP(3))`, to, StepPlan, from.Epoch); err != nil {
+		return fmt.Errorf("move: record: %w", err)
+	}
+	m.st, err = readState(ctx, m.src)
+	return err
+}
+
+// ReadState reads the move recorded on the database dsn names.
+func ReadState(ctx context.Context, dsn string, tlsCfg *tls.Config) (State, error) {
+	db, _, err := OpenDB(dsn, tlsCfg, true)
+	if err != nil {
+		return State{}, err
+	}
+	defer db.Close()
+	return readState(ctx, db)
+}
+
+func readState(ctx context.Context, db *sql.DB) (State, error) {
+	var st State
+	var started, updated string
+	err := db.QueryRowContext(ctx, `SELECT role, peer_dsn, step, from_epoch, paused, rows_copied, bytes_copied, switch_ms, note,
+		DATE_FORMAT(started_at, '%Y-%m-%dT%H:%i:%s.%fZ'), DATE_FORMAT(updated_at, '%Y-%m-%dT%H:%i:%s.%fZ') FROM im_tenant_move WHERE id = 1`).
+		Scan(&st.Role, &st.Peer, &st.Step, &st.FromEpoch, &st.Paused, &st.RowsCopied, &st.BytesCopied, &st.SwitchMS, &st.Note, &started, &updated)
+	if err == sql.ErrNoRows {
+		return st, ErrNoMove
+	}
+	if err != nil {
+		return st, fmt.Errorf("move: read state: %w", err)
+	}
+	st.StartedAt, _ = time.Parse("2006-01-02T15:04:05.000000Z", started)
+	st.UpdatedAt, _ = time.Parse("2006-01-02T15:04:05.000000Z", updated)
+	st.PeerServer = serverOf(st.Peer)
+	if st.Role == "source" {
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(copied = 0), 0), COUNT(DISTINCT table_name) FROM im_tenant_move_chunks`).
+			Scan(&st.Chunks, &st.Lag, &st.Tables); err != nil {
+			return st, fmt.Errorf("move: read chunks: %w", err)
+		}
+	}
+	return st, nil
+}
+
+// SetPaused sets the flag the mover checks between chunks.
+func SetPaused(ctx context.Context, dsn string, tlsCfg *tls.Config, paused bool) error {
+	db, _, err := OpenDB(dsn, tlsCfg, true)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	res, err := db.ExecContext(ctx, "UPDATE im_tenant_move SET paused = ? WHERE id = 1 AND role = 'source'", paused)
+	if err != nil {
+		return fmt.Errorf("move: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		if _, err := readState(ctx, db); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Mover) setStep(ctx context.Context, step string) error {
+	if _, err := m.src.ExecContext(ctx, "UPDATE im_tenant_move SET step = ? WHERE id = 1", step); err != nil {
+		return fmt.Errorf("move: record step %s: %w", step, err)
+	}
+	m.st.Step = step
+	return nil
+}
+
+// State is the move's state as last read or written.
+func (m *Mover) State() State { return m.st }
+
+// Run drives the move from its recorded step to done; a paused move waits
+// between chunks, a cancelled one returns ErrCancelled.
+func (m *Mover) Run(ctx context.Context) error {
+	for {
+		if m.o.StepHook != nil {
+			if err := m.o.StepHook(m.st.Step); err != nil {
+				return err
+			}
+		}
+		var err error
+		switch m.st.Step {
+		case StepPlan:
+			if err = m.plan(ctx); err == nil {
+				err = m.setStep(ctx, StepCopy)
+			}
+		case StepCopy:
+			if err = m.copyAll(ctx); err == nil {
+				err = m.setStep(ctx, StepCatchUp)
+			}
+		case StepCatchUp:
+			for i := 0; i < m.o.CatchUpRounds && err == nil; i++ {
+				var n int
+				n, err = m.catchUp(ctx, false)
+				if n == 0 {
+					break
+				}
+			}
+			if err == nil {
+				err = m.setStep(ctx, StepSwitch)
+			}
+		case StepSwitch:
+			if err = m.switchOver(ctx); err == nil {
+				err = m.setStep(ctx, StepDone)
+			}
+		case StepDone:
+			return nil
+		case StepCancelling, StepCancelled:
+			return ErrCancelled
+		default:
+			return fmt.Errorf("move: unknown step %q", m.st.Step)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// plan checks the target: reachable, same schema version, and empty (or
+// absent: created and migrated here).
+func (m *Mover) plan(ctx context.Context) error {
+	server, _, err := OpenDB(m.dstDSN, m.o.TLS, false)
+	if err != nil {
+		return err
+	}
+	defer server.Close()
+	if err := server.PingContext(ctx); err != nil {
+		return fmt.Errorf("move: target %s not reachable: %w", serverOf(m.dstDSN), err)
+	}
+
+	create := strings.Replace(imsql.CreateDatabase(), imsql.DatabasePlaceholder, quote(m.dstCfg.DBName), 1)
+	if _, err := server.ExecContext(ctx, create); err != nil {
+		return fmt.Errorf("move: create the target database: %w", err)
+	}
+	if err := tenantdb.Migrate(ctx, m.dst); err != nil {
+		return fmt.Errorf("move: target: %w", err)
+	}
+	var sv, tv int
+	if err := m.src.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM im_schema_migrations").Scan(&sv); err != nil {
+		return err
+	}
+	if err := m.dst.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM im_schema_migrations").Scan(&tv); err != nil {
+		return err
+	}
+	if sv != tv {
+		return fmt.Errorf("move: schema version %d on the source, %d on the target: upgrade the older one first", sv, tv)
+	}
+	tables, err := listTables(ctx, m.dst)
+	if err != nil {
+		return err
+	}
+	for _, t := range tables {
+		var one int
+		err := m.dst.QueryRowContext(ctx, "SELECT 1 FROM "+quote(t.name)+" LIMIT 1").Scan(&one)
+		if err == nil {
+			return fmt.Errorf("move: the target database is not empty (table %s has rows)", t.name)
+		}
+		if err != sql.ErrNoRows {
+			return err
+		}
+	}
+	return nil
+}
+
+// planTables records the chunks of every source table not yet planned,
+// creating its table on the target from the source's own definition.
+func (m *Mover) planTables(ctx context.Context) ([]table, error) {
+	tables, err := listTables(ctx, m.src)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tables {
+		var n int
+		if err := m.src.QueryRowContext(ctx, "SELECT COUNT(*) FROM im_tenant_move_chunks WHERE table_name = ?", t.name).Scan(&n); err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			continue
+		}
+		var name, ddl string
+		if err := m.src.QueryRowContext(ctx, "SHOW CREATE TABLE "+quote(t.name)).Scan(&name, &ddl); err != nil {
+			return nil, fmt.Errorf("move: definition of %s: %w", t.name, err)
+		}
+		ddl = strings.Replace(ddl, "CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ", 1)
+		if _, err := m.dst.ExecContext(ctx, ddl); err != nil {
+			return nil, fmt.Errorf("move: create %s on the target: %w", t.name, err)
+		}
+		chunks, err := t.boundaries(ctx, m.src, m.o.ChunkRows)
+		if err != nil {
+			return nil, err
+		}
+		tx, err := m.src.BeginTx(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range chunks {
+			var lo, hi sql.NullString
+			if c.lo != nil {
+				lo.String, lo.Valid = mustKey(c.lo)
+			}
+			if c.hi != nil {
+				hi.String, hi.Valid = mustKey(c.hi)
+			}
+			if _, err := tx.ExecContext(ctx, "INSERT INTO im_tenant_move_chunks (table_name, chunk_no, lo_key, hi_key) VALUES (?, ?, ?, ?)",
+				t.name, c.no, lo, hi); err != nil {
+				_ = tx.Rollback()
+				return nil, err
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return nil, err
+		}
+	}
+	return tables, nil
+}
+
+func mustKey(vals []any) (string, bool) {
+	s, err := encodeKey(vals)
+	if err != nil {
+		panic(err) // a key scanned from the server: types encodeKey knows
+	}
+	return s, true
+}
+
+type storedChunk struct {
+	chunk
+	table    string
+	checksum string
+	copied   bool
+}
+
+func (m *Mover) chunks(ctx context.Context, onlyPending bool) ([]storedChunk, error) {
+	q := "SELECT table_name, chunk_no, lo_key, hi_key, checksum, copied FROM im_tenant_move_chunks"
+	if onlyPending {
+		q += " WHERE copied = 0"
+	}
+	rows, err := m.src.QueryContext(ctx, q+" ORDER BY table_name, chunk_no")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []storedChunk
+	for rows.Next() {
+		var c storedChunk
+		var lo, hi sql.NullString
+		if err := rows.Scan(&c.table, &c.no, &lo, &hi, &c.checksum, &c.copied); err != nil {
+			return nil, err
+		}
+		if lo.Valid {
+			if c.lo, err = decodeKey(lo.String); err != nil {
+				return nil, err
+			}
+		}
+		if hi.Valid {
+			if c.hi, err = decodeKey(hi.String); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// between is the mover's check between chunks: a cancel stops it, a pause
+// holds it until resumed.
+func (m *Mover) between(ctx context.Context) error {
+	for {
+		var step string
+		var paused bool
+		if err := m.src.QueryRowContext(ctx, "SELECT step, paused FROM im_tenant_move WHERE id = 1").Scan(&step, &paused); err != nil {
+			return fmt.Errorf("move: read state: %w", err)
+		}
+		if step == StepCancelling || step == StepCancelled {
+			return ErrCancelled
+		}
+		if !paused || m.st.Step == StepSwitch {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// copyChunks copies the chunks, source checksum first (a row changed after
+// it makes the next comparison differ and the chunk copied again).
+func (m *Mover) copyChunks(ctx context.Context, tables []table, chunks []storedChunk) error {
+	byName := map[string]table{}
+	for _, t := range tables {
+		byName[t.name] = t
+	}
+	for _, c := range chunks {
+		if err := m.between(ctx); err != nil {
+			return err
+		}
+		t, ok := byName[c.table]
+		if !ok {
+			return fmt.Errorf("move: table %s left the source during the move", c.table)
+		}
+		sum, err := t.checksum(ctx, m.src, c.chunk)
+		if err != nil {
+			return err
+		}
+		rowsN, bytesN, err := t.copyChunk(ctx, m.src, m.dst, c.chunk)
+		if err != nil {
+			return err
+		}
+		if _, err := m.src.ExecContext(ctx, `UPDATE im_tenant_move_chunks SET checksum = ?, copied = 1 WHERE table_name = ? AND chunk_no = ?`,
+			sum, c.table, c.no); err != nil {
+			return err
+		}
+		if _, err := m.src.ExecContext(ctx, `UPDATE im_tenant_move SET rows_copied = rows_copied + ?, bytes_copied = bytes_copied + ? WHERE id = 1`,
+			rowsN, bytesN); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Mover) copyAll(ctx context.Context) error {
+	tables, err := m.planTables(ctx)
+	if err != nil {
+		return err
+	}
+	pending, err := m.chunks(ctx, true)
+	if err != nil {
+		return err
+	}
+	return m.copyChunks(ctx, tables, pending)
+}
+
+// catchUp compares every chunk's source checksum (with the target's too
+// when both is set) with what was copied, marks the differing ones to copy
+// (the lag) and copies them; it returns how many it copied.
+func (m *Mover) catchUp(ctx context.Context, both bool) (int, error) {
+	tables, err := m.planTables(ctx)
+	if err != nil {
+		return 0, err
+	}
+	byName := map[string]table{}
+	for _, t := range tables {
+		byName[t.name] = t
+	}
+	all, err := m.chunks(ctx, false)
+	if err != nil {
+		return 0, err
+	}
+	var stale []storedChunk
+	for _, c := range all {
+		t, ok := byName[c.table]
+		if !ok {
+			return 0, fmt.Errorf("move: table %s left the source during the move", c.table)
+		}
+		sum, err := t.checksum(ctx, m.src, c.chunk)
+		if err != nil {
+			return 0, err
+		}
+		differs := !c.copied || sum != c.checksum
+		if !differs && both {
+			dsum, err := t.checksum(ctx, m.dst, c.chunk)
+			if err != nil {
+				return 0, err
+			}
+			differs = dsum != sum
+		}
+		if differs {
+			stale = append(stale, c)
+			if _, err := m.src.ExecContext(ctx, `UPDATE im_tenant_move_chunks SET copied = 0 WHERE table_name = ? AND chunk_no = ?`, c.table, c.no); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if err := m.copyChunks(ctx, tables, stale); err != nil {
+		return 0, err
+	}
+	return len(stale), nil
+}
+
+// switchOver raises the source fence (its UPDATE waits for the writers in
+// flight; from its commit no writer of the old epoch changes the source),
+// copies what is left, verifies every table (per topic for month tables),
+// raises the target's fence and writes the placement record everywhere.
+// Every part can run again after a crash.
+func (m *Mover) switchOver(ctx context.Context) error {
+	began := time.Now()
+	next := m.st.FromEpoch + 1
+	if _, err := m.src.ExecContext(ctx, "UPDATE im_tenant_fence SET epoch = GREATEST(epoch, ?) WHERE id = 1", next); err != nil {
+		return fmt.Errorf("move: raise the source fence: %w", err)
+	}
+	if m.o.StepHook != nil {
+		if err := m.o.StepHook("fenced"); err != nil {
+			return err
+		}
+	}
+	if _, err := m.catchUp(ctx, true); err != nil {
+		return err
+	}
+	if err := m.verify(ctx); err != nil {
+		return err
+	}
+	if _, err := m.dst.ExecContext(ctx, "UPDATE im_tenant_fence SET epoch = GREATEST(epoch, ?) WHERE id = 1", next); err != nil {
+		return fmt.Errorf("move: raise the target fence: %w", err)
+	}
+	if err := m.store.Write(ctx, placement.Record{Tenant: m.tenant, DSN: m.dstDSN, Epoch: next}); err != nil {
+		return fmt.Errorf("move: write the placement record: %w", err)
+	}
+	took := time.Since(began)
+	cur, err := readState(ctx, m.src)
+	if err != nil {
+		return err
+	}
+	m.st.RowsCopied, m.st.BytesCopied = cur.RowsCopied, cur.BytesCopied
+	if _, err := m.dst.ExecContext(ctx, `REPLACE INTO im_tenant_move (id, role, peer_dsn, step, from_epoch, rows_copied, bytes_copied, switch_ms, started_at)
+		VALUES (1, 'target', ?, ?, ?, ?, ?, ?, ?)`, m.srcDSN, StepDone, m.st.FromEpoch, m.st.RowsCopied, m.st.BytesCopied, took.Milliseconds(),
+		m.st.StartedAt.Format("2006-01-02 15:04:05.000")); err != nil {
+		return fmt.Errorf("move: record the move on the target: %w", err)
+	}
+	_, err = m.src.ExecContext(ctx, "UPDATE im_tenant_move SET switch_ms = ? WHERE id = 1", took.Milliseconds())
+	return err
+}
+
+// verify compares every table's rows on both sides: per topic for month
+// tables, whole for the others (count, CRC sum and xor).
+func (m *Mover) verify(ctx context.Context) error {
+	tables, err := listTables(ctx, m.src)
+	if err != nil {
+		return err
+	}
+	for _, t := range tables {
+		a, err := t.groups(ctx, m.src)
+		if err != nil {
+			return err
+		}
+		b, err := t.groups(ctx, m.dst)
+		if err != nil {
+			return err
+		}
+		if len(a) != len(b) {
+			return fmt.Errorf("move: verify %s: %d groups on the source, %d on the target", t.name, len(a), len(b))
+		}
+		for k, v := range a {
+			if b[k] != v {
+				return fmt.Errorf("move: verify %s %q: source %s, target %s", t.name, k, v, b[k])
+			}
+		}
+	}
+	return nil
+}
+
+// notItself refuses a target that is the source database itself.
+func notItself(ctx context.Context, src *sql.DB, to string, tlsCfg *tls.Config) error {
+	server, cfg, err := OpenDB(to, tlsCfg, false)
+	if err != nil {
+		return err
+	}
+	defer server.Close()
+	same, err := sameDatabase(ctx, src, server, cfg.DBName)
+	if err != nil {
+		return err
+	}
+	if same {
+		return fmt.Errorf("move: the target %s is the tenant's current database", serverOf(to))
+	}
+	return nil
+}
+
+// sameDatabase tells whether the database name on server b is the database
+// of a (the same server by host name and port, the same name): a move
+// must never copy onto, nor cancel by dropping, its own source.
+func sameDatabase(ctx context.Context, a, b *sql.DB, name string) (bool, error) {
+	var ha, hb string
+	if err := a.QueryRowContext(ctx, "SELECT CONCAT(@@hostname, ':', @@port, '/', DATABASE())").Scan(&ha); err != nil {
+		return false, fmt.Errorf("move: source identity: %w", err)
+	}
+	if err := b.QueryRowContext(ctx, "SELECT CONCAT(@@hostname, ':', @@port, '/', ?)", name).Scan(&hb); err != nil {
+		return false, fmt.Errorf("move: target identity: %w", err)
+	}
+	return ha == hb, nil
+}

@@ -1,0 +1,265 @@
+package move
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+)
+
+// skipped are the tables a move does not copy: the schema versions and the
+// fence belong to each database, and the move's own state stays where it is.
+var skipped = map[string]bool{
+	"im_schema_migrations":  true,
+	"im_tenant_fence":       true,
+	"im_tenant_move":        true,
+	"im_tenant_move_chunks": true,
+}
+
+// monthPrefix names the month tables, verified per topic.
+const monthPrefix = "im_group_messages_"
+
+// table is one copied table: its columns in order and its primary key.
+type table struct {
+	name string
+	cols []string
+	pk   []string
+}
+
+func quote(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" }
+
+func quoteAll(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = quote(n)
+	}
+	return strings.Join(q, ", ")
+}
+
+// listTables reads the tenant database's base tables, their columns and
+// primary keys; a table without a primary key cannot be chunked and fails.
+func listTables(ctx context.Context, db *sql.DB) ([]table, error) {
+	rows, err := db.QueryContext(ctx, `SELECT table_name FROM information_schema.tables
+		WHERE table_schema = DATABASE() AND table_type = 'BASE TABLE' ORDER BY table_name`)
+	if err != nil {
+		return nil, fmt.Errorf("move: list tables: %w", err)
+	}
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if !skipped[n] {
+			names = append(names, n)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]table, 0, len(names))
+	for _, n := range names {
+		t := table{name: n}
+		if t.cols, err = column(ctx, db, `SELECT column_name FROM information_schema.columns
+			WHERE table_schema = DATABASE() AND table_name = ? ORDER BY ordinal_position`, n); err != nil {
+			return nil, err
+		}
+		if t.pk, err = column(ctx, db, `SELECT column_name FROM information_schema.statistics
+			WHERE table_schema = DATABASE() AND table_name = ? AND index_name = 'PRIMARY' ORDER BY seq_in_index`, n); err != nil {
+			return nil, err
+		}
+		if len(t.pk) == 0 {
+			return nil, fmt.Errorf("move: table %s has no primary key", n)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func column(ctx context.Context, db *sql.DB, query string, args ...any) ([]string, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// chunk is a primary key range: after lo (none: from the start) up to and
+// including hi (none: to the end).
+type chunk struct {
+	no     int
+	lo, hi []any
+}
+
+// where is the chunk's range condition and its arguments.
+func (t table) where(c chunk) (string, []any) {
+	pk := "(" + quoteAll(t.pk) + ")"
+	marks := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(t.pk)), ", ") + ")"
+	var conds []string
+	var args []any
+	if c.lo != nil {
+		conds = append(conds, pk+" > "+marks)
+		args = append(args, c.lo...)
+	}
+	if c.hi != nil {
+		conds = append(conds, pk+" <= "+marks)
+		args = append(args, c.hi...)
+	}
+	if len(conds) == 0 {
+		return "1 = 1", nil
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// rowHash is a row's CRC32 over every column's bytes and its NULL marks,
+// computed by the server.
+func (t table) rowHash() string {
+	parts := make([]string, 0, len(t.cols)+1)
+	nulls := make([]string, len(t.cols))
+	for i, c := range t.cols {
+		parts = append(parts, "CAST("+quote(c)+" AS BINARY)")
+		nulls[i] = "ISNULL(" + quote(c) + ")"
+	}
+	parts = append(parts, "CONCAT("+strings.Join(nulls, ", ")+")")
+	return "CRC32(CONCAT_WS(0x1f, " + strings.Join(parts, ", ") + "))"
+}
+
+// checksum is the rows' count, CRC sum and CRC xor in the range, computed
+// in the database.
+func (t table) checksum(ctx context.Context, db *sql.DB, c chunk) (string, error) {
+	cond, args := t.where(c)
+	h := t.rowHash()
+	var n, sum, xor int64
+	q := "SELECT COUNT(*), COALESCE(SUM(" + h + "), 0), COALESCE(BIT_XOR(" + h + "), 0) FROM " + quote(t.name) + " WHERE " + cond
+	if err := db.QueryRowContext(ctx, q, args...).Scan(&n, &sum, &xor); err != nil {
+		return "", fmt.Errorf("move: checksum %s: %w", t.name, err)
+	}
+	return fmt.Sprintf("%d:%d:%d", n, sum, xor), nil
+}
+
+// groups is, per group (a month table's topic; "" for the whole table),
+// the rows' count and CRC sum: the verification of the switch.
+func (t table) groups(ctx context.Context, db *sql.DB) (map[string]string, error) {
+	h := t.rowHash()
+	key := "''"
+	if strings.HasPrefix(t.name, monthPrefix) {
+		key = "`topic`"
+	}
+	rows, err := db.QueryContext(ctx, "SELECT "+key+", COUNT(*), COALESCE(SUM("+h+"), 0), COALESCE(BIT_XOR("+h+"), 0) FROM "+
+		quote(t.name)+" GROUP BY 1")
+	if err != nil {
+		return nil, fmt.Errorf("move: verify %s: %w", t.name, err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var k string
+		var n, sum, xor int64
+		if err := rows.Scan(&k, &n, &sum, &xor); err != nil {
+			return nil, err
+		}
+		out[k] = fmt.Sprintf("%d:%d:%d", n, sum, xor)
+	}
+	return out, rows.Err()
+}
+
+// boundaries splits the table into chunks of size rows by primary key.
+func (t table) boundaries(ctx context.Context, db *sql.DB, size int) ([]chunk, error) {
+	var out []chunk
+	var lo []any
+	for {
+		c := chunk{no: len(out), lo: lo}
+		cond, args := t.where(c)
+		q := "SELECT " + quoteAll(t.pk) + " FROM " + quote(t.name) + " WHERE " + cond +
+			" ORDER BY " + quoteAll(t.pk) + fmt.Sprintf(" LIMIT 1 OFFSET %d", size-1)
+		vals := make([]any, len(t.pk))
+		ptrs := make([]any, len(t.pk))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		err := db.QueryRowContext(ctx, q, args...).Scan(ptrs...)
+		if err == sql.ErrNoRows {
+			out = append(out, c)
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("move: split %s: %w", t.name, err)
+		}
+		c.hi = vals
+		out = append(out, c)
+		lo = vals
+	}
+}
+
+// copyChunk replaces the chunk's rows on the target by the source's, in one
+// target transaction, and returns the rows and bytes it wrote.
+func (t table) copyChunk(ctx context.Context, src, dst *sql.DB, c chunk) (rowsN, bytesN int64, err error) {
+	cond, args := t.where(c)
+	rows, err := src.QueryContext(ctx, "SELECT "+quoteAll(t.cols)+" FROM "+quote(t.name)+" WHERE "+cond+" ORDER BY "+quoteAll(t.pk), args...)
+	if err != nil {
+		return 0, 0, fmt.Errorf("move: read %s: %w", t.name, err)
+	}
+	var data [][]any
+	for rows.Next() {
+		vals := make([]any, len(t.cols))
+		ptrs := make([]any, len(t.cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			rows.Close()
+			return 0, 0, err
+		}
+		for _, v := range vals {
+			switch x := v.(type) {
+			case []byte:
+				bytesN += int64(len(x))
+			case nil:
+			default:
+				bytesN += 8
+			}
+		}
+		data = append(data, vals)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, 0, fmt.Errorf("move: read %s: %w", t.name, err)
+	}
+	tx, err := dst.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, "DELETE FROM "+quote(t.name)+" WHERE "+cond, args...); err != nil {
+		return 0, 0, fmt.Errorf("move: clear %s on the target: %w", t.name, err)
+	}
+	const batch = 200
+	one := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(t.cols)), ", ") + ")"
+	for i := 0; i < len(data); i += batch {
+		end := min(i+batch, len(data))
+		marks := make([]string, 0, end-i)
+		vals := make([]any, 0, (end-i)*len(t.cols))
+		for _, r := range data[i:end] {
+			marks = append(marks, one)
+			vals = append(vals, r...)
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO "+quote(t.name)+" ("+quoteAll(t.cols)+") VALUES "+strings.Join(marks, ", "), vals...); err != nil {
+			return 0, 0, fmt.Errorf("move: write %s on the target: %w", t.name, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, 0, err
+	}
+	return int64(len(data)), bytesN, nil
+}

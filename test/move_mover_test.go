@@ -1,0 +1,299 @@
+package test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/move"
+	"github.com/imshard/imshard/modules/shardmgr"
+	"github.com/imshard/imshard/test/harness"
+	"github.com/imshard/imshard/test/testenv"
+)
+
+// mvInsert writes message rows straight into a month table (topic, seqs).
+func mvInsert(t *testing.T, db *sql.DB, month, topic string, first, n int64) {
+	t.Helper()
+	for s := first; s < first+n; s++ {
+		if _, err := db.Exec("INSERT INTO im_group_messages_"+month+
+			" (message_id, topic, group_id, seqid, from_user, content, created_at, updated_at) VALUES (?, ?, 7, ?, 1, ?, NOW(3), NOW(3))",
+			mvMonthInt(month)*10_000_000+int64(topic[2])*10_000+s, topic, s, fmt.Sprintf(`{"text":"m%d"}`, s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func mvMonthInt(month string) int64 {
+	var n int64
+	for _, c := range month {
+		n = n*10 + int64(c-'0')
+	}
+	return n
+}
+
+// mvTopicRows counts topic's rows and distinct seqs over every month table of db.
+func mvTopicRows(t *testing.T, db *sql.DB, topic string) (rowsN, seqs int64) {
+	t.Helper()
+	names, err := db.Query("SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name LIKE 'im\\_group\\_messages\\_%'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tables []string
+	for names.Next() {
+		var n string
+		if err := names.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		tables = append(tables, n)
+	}
+	names.Close()
+	for _, tb := range tables {
+		var a, b int64
+		if err := db.QueryRow("SELECT COUNT(*), COUNT(DISTINCT seqid) FROM "+tb+" WHERE topic = ?", topic).Scan(&a, &b); err != nil {
+			t.Fatal(err)
+		}
+		rowsN, seqs = rowsN+a, seqs+b
+	}
+	return rowsN, seqs
+}
+
+// mvDigest is, per table and topic, the rows' count and hash.
+func mvDigest(t *testing.T, db *sql.DB, tables ...string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, tb := range tables {
+		rows, err := db.Query("SELECT topic, COUNT(*), COUNT(DISTINCT seqid), SUM(CRC32(CONCAT_WS('|', message_id, seqid, CAST(content AS BINARY), CAST(status AS BINARY)))) FROM " + tb + " GROUP BY topic")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var topic string
+			var n, distinct, sum int64
+			if err := rows.Scan(&topic, &n, &distinct, &sum); err != nil {
+				t.Fatal(err)
+			}
+			if n != distinct {
+				t.Fatalf("%s %s: %d rows, %d distinct seqs", tb, topic, n, distinct)
+			}
+			out[tb+" "+topic] = fmt.Sprintf("%d/%d", n, sum)
+		}
+		rows.Close()
+	}
+	return out
+}
+
+// TestMoveTenantCopiesCatchesUpAndSwitches: a tenant with messages in two
+// months and a writer still writing is moved to a second server. The mover
+// is stopped at the copy and resumed, a cancel arriving after the fence
+// was raised completes the switch (the tenant ends wholly on the target),
+// every row is there exactly once with the same hashes per topic-month, the
+// process follows the new placement, and finish drops the source.
+func TestMoveTenantCopiesCatchesUpAndSwitches(t *testing.T) {
+	t.Parallel()
+	tenant := testenv.NewTenant(t)
+	_, targetDSN := mvStartSecond(t, tenant)
+	env := harness.Start(t, harness.Options{Tenant: tenant, Mutate: func(c *config.Config) {
+		c.MySQL.PlacementPoll = 200 * time.Millisecond
+	}})
+	store := mvStore(t, env)
+	ctx := context.Background()
+	now := env.Now()
+	if res := env.App.NewShardManager().SyncTenant(ctx, tenant, shardmgr.Options{MonthsAhead: 1}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	src, err := env.App.Pools().DB(ctx, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	months := []string{now.String(), now.Next().String()}
+	tables := []string{"im_group_messages_" + months[0], "im_group_messages_" + months[1]}
+	for _, m := range months {
+		mvInsert(t, src, m, "g_a", 1, 120)
+		mvInsert(t, src, m, "g_b", 1, 45)
+	}
+	if _, err := src.Exec("INSERT INTO im_groups (group_id, topic) VALUES (7, 'g_a')"); err != nil {
+		t.Fatal(err)
+	}
+
+	// a writer keeps writing until the fence is raised (as persist does:
+	// its batches are refused from then on)
+	var fenced atomic.Bool
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		seq := int64(1000)
+		for !fenced.Load() {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			mvInsert(t, src, months[0], "g_a", seq, 1)
+			if _, err := src.Exec("UPDATE im_group_messages_"+months[1]+" SET status = 'recalled' WHERE topic = 'g_b' AND seqid = ?", seq%45+1); err != nil {
+				t.Error(err)
+				return
+			}
+			seq++
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+
+	// sends (persist running in the same process) and reads go on through
+	// the whole move: every send answers 201, every read 200
+	rpGroup(t, env, "mvs")
+	tok := env.Token(rpMember, "")
+	var sent, failed atomic.Int64
+	var failure atomic.Value
+	sendsDone := make(chan struct{})
+	moved := make(chan struct{})
+	go func() {
+		defer close(sendsDone)
+		after := 0
+		for i := 0; after < 10; i++ {
+			select {
+			case <-moved:
+				after++
+			default:
+			}
+			code, body := env.Do("POST", "/v1/topics/mvs/messages", tok, map[string]any{
+				"client_msg_id": fmt.Sprintf("mv%d", i), "msg_type": "text", "content": map[string]any{"text": fmt.Sprint(i)}})
+			if code != 201 {
+				failed.Add(1)
+				failure.Store(fmt.Sprintf("send %d: %d %s", i, code, body))
+				continue
+			}
+			sent.Add(1)
+			if code, body := env.Do("GET", "/v1/topics/mvs/messages?limit=20", tok, nil); code != 200 {
+				failed.Add(1)
+				failure.Store(fmt.Sprintf("read: %d %s", code, body))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+
+	at, err := env.App.Pools().Placement(tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := errors.New("killed")
+	copies := 0
+	o := move.Options{ChunkRows: 50, StepHook: func(step string) error {
+		if step == move.StepCopy {
+			copies++
+			if copies == 1 {
+				return killed // the mover dies as it starts copying
+			}
+		}
+		if step == "fenced" && copies < 100 {
+			fenced.Store(true)
+			copies = 100
+			return killed // and again just after the fence was raised
+		}
+		return nil
+	}}
+	m, err := move.Begin(ctx, tenant, at, targetDSN, store, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Run(ctx); !errors.Is(err, killed) {
+		t.Fatalf("first run: %v, want it stopped at the copy", err)
+	}
+	m.Close()
+	// a second mover while a first holds the lock is refused
+	m, err = move.Resume(ctx, tenant, at, store, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := move.Begin(ctx, tenant, at, targetDSN, store, o); !errors.Is(err, move.ErrBusy) {
+		t.Fatalf("a second mover: %v, want ErrBusy", err)
+	}
+	if err := m.Run(ctx); !errors.Is(err, killed) {
+		t.Fatalf("second run: %v, want it stopped after the fence", err)
+	}
+	m.Close()
+	st, err := move.ReadState(ctx, at.DSN, nil)
+	if err != nil || st.Step != move.StepSwitch || st.RowsCopied == 0 {
+		t.Fatalf("state after the kill in the switch: %+v %v", st, err)
+	}
+	if e := mvFence(t, src); e != at.Epoch+1 {
+		t.Fatalf("source fence %d, want %d", e, at.Epoch+1)
+	}
+	wg.Wait()
+	// cancel after the fence: the switch completes, the tenant is on the target
+	completed, err := move.Cancel(ctx, tenant, at, store, o)
+	if err != nil || !completed {
+		t.Fatalf("cancel in the switch: completed %v, %v", completed, err)
+	}
+	wg.Wait()
+	mvWaitEpoch(t, env, at.Epoch+1)
+	close(moved)
+	<-sendsDone
+	if failed.Load() > 0 {
+		t.Fatalf("%d sends or reads failed during the move; last: %v", failed.Load(), failure.Load())
+	}
+	dst, err := env.App.Pools().DB(ctx, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcDB, _, err := move.OpenDB(at.DSN, nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srcDB.Close()
+	want, got := mvDigest(t, srcDB, tables...), mvDigest(t, dst, tables...)
+	if len(want) != 4 || fmt.Sprint(want) != fmt.Sprint(got) {
+		t.Fatalf("per topic-month digests: source %v, target %v", want, got)
+	}
+	if e := mvFence(t, dst); e != at.Epoch+1 {
+		t.Fatalf("target fence %d, want %d", e, at.Epoch+1)
+	}
+	// every message sent during the move is on the target exactly once
+	var rowsN, seqs int64
+	count := func() { rowsN, seqs = mvTopicRows(t, dst, "mvs") }
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if count(); rowsN >= sent.Load() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sends not stored on the target: %d of %d", rowsN, sent.Load())
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	count()
+	if rowsN != sent.Load() || seqs != rowsN {
+		t.Fatalf("topic mvs on the target: %d rows, %d seqs; %d sends answered 201", rowsN, seqs, sent.Load())
+	}
+	if onSource, _ := mvTopicRows(t, srcDB, "mvs"); onSource > rowsN {
+		t.Fatalf("the source holds %d rows of mvs, more than the target's %d", onSource, rowsN)
+	}
+	if n := persistMetric(t, env, "group_message_dead_letter_total"); n != 0 {
+		t.Fatalf("%v events dead-lettered during the move", n)
+	}
+	// reads on the new placement answer from the target
+	var n int
+	if err := dst.QueryRow("SELECT COUNT(*) FROM " + tables[1]).Scan(&n); err != nil || n != 165 {
+		t.Fatalf("rows of %s on the target: %d %v", tables[1], n, err)
+	}
+	now2, _ := env.App.Pools().Placement(tenant)
+	if err := move.Finish(ctx, tenant, now2, move.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	server, cfg, err := move.OpenDB(at.DSN, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	if err := server.QueryRow("SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = ?", cfg.DBName).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("source database after finish: %d %v", left, err)
+	}
+}
