@@ -20,7 +20,8 @@ const module = "github.com/imshard/imshard/"
 // (and the benchmark drivers, which only cmd uses): they may use the
 // libraries and the shared packages under modules/ but never each other.
 var roleModules = map[string]bool{"send": true, "changes": true, "persist": true, "query": true, "inbox": true,
-	"stream": true, "shardmgr": true, "migrate": true, "relay": true, "bench": true}
+	"stream": true, "shardmgr": true, "migrate": true, "relay": true, "bench": true,
+	"retention": true, "archive": true, "move": true}
 
 // libraries are the shared machinery of several modules, no role of their
 // own: they may use the shared packages below them, never a module nor

@@ -477,6 +477,27 @@ func (c *Checker) SetRetention(ctx context.Context, tenant, topic string, months
 	return nil
 }
 
+// GroupRetentions is every group of the tenant database db that has a
+// retention of its own: topic → months.
+func GroupRetentions(ctx context.Context, db *sql.DB) (map[string]int, error) {
+	rows, err := sq.Select("topic", "retention_months").From(GroupsTable).Where(sq.NotEq{"retention_months": nil}).
+		RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acl: group retentions: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var t string
+		var n int
+		if err := rows.Scan(&t, &n); err != nil {
+			return nil, fmt.Errorf("acl: group retentions: %w", err)
+		}
+		out[t] = n
+	}
+	return out, rows.Err()
+}
+
 // Retention is the group's own retention in months, nil when it follows
 // its tenant's.
 func (c *Checker) Retention(ctx context.Context, tenant, topic string) (*int, error) {

@@ -18,6 +18,8 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/rs/zerolog"
 
+	"github.com/imshard/imshard/modules/acl"
+	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -54,13 +56,6 @@ func New(p Params) *Retention {
 // transaction, so no lock is held long enough to delay a send.
 const batch = 1000
 
-// Tables the removal clears beside the month tables.
-const (
-	groupsTable    = "im_groups"
-	revisionsTable = "im_message_revisions"
-	dellogTable    = "im_dellog"
-)
-
 // Plan is what a run would remove from tenant now; it removes nothing.
 func (r *Retention) Plan(ctx context.Context, tenant string) (Plan, error) {
 	db, err := r.p.DBs.DB(ctx, tenant)
@@ -79,7 +74,7 @@ func (r *Retention) plan(ctx context.Context, tenant string, db *sql.DB) (Plan, 
 	if err != nil {
 		return Plan{}, err
 	}
-	override, err := groupRetentions(ctx, db)
+	override, err := acl.GroupRetentions(ctx, db)
 	if err != nil {
 		return Plan{}, err
 	}
@@ -104,26 +99,6 @@ func (r *Retention) plan(ctx context.Context, tenant string, db *sql.DB) (Plan, 
 		months = append(months, MonthState{Shard: s, Topics: rows})
 	}
 	return Decide(tenant, now, tenantMonths, override, months), nil
-}
-
-// groupRetentions is every group's own retention (those that have one).
-func groupRetentions(ctx context.Context, db *sql.DB) (map[string]int, error) {
-	rows, err := sq.Select("topic", "retention_months").From(groupsTable).Where(sq.NotEq{"retention_months": nil}).
-		RunWith(db).QueryContext(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("retention: group retentions: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var t string
-		var n int
-		if err := rows.Scan(&t, &n); err != nil {
-			return nil, fmt.Errorf("retention: group retentions: %w", err)
-		}
-		out[t] = n
-	}
-	return out, rows.Err()
 }
 
 // Report is what a run removed: its plan, then what each step did.
@@ -252,7 +227,7 @@ func (r *Retention) dropMonth(ctx context.Context, tenant string, db *sql.DB, ke
 		}
 	}
 	if err := deleteAll(ctx, func() (int64, error) {
-		return execN(ctx, sq.Delete(revisionsTable).Where(sq.Eq{"shard_month": m.String()}).Limit(batch).RunWith(db))
+		return readpath.DropMonthRevisions(ctx, db, m.String(), batch)
 	}); err != nil {
 		return fmt.Errorf("retention: revisions of %s: %w", m, err)
 	}
@@ -299,7 +274,7 @@ func (r *Retention) trimTopic(ctx context.Context, db *sql.DB, keys routing.Keys
 		return removed, err
 	}
 	if err := deleteAll(ctx, func() (int64, error) {
-		return execN(ctx, sq.Delete(revisionsTable).Where(sq.Eq{"topic": tr.Topic}).Where(sq.LtOrEq{"seqid": tr.MaxSeq}).Limit(batch).RunWith(db))
+		return readpath.DropRevisionsUpTo(ctx, db, tr.Topic, tr.MaxSeq, batch)
 	}); err != nil {
 		return removed, fmt.Errorf("retention: revisions of %s: %w", tr.Topic, err)
 	}
@@ -320,13 +295,12 @@ func clearSide(ctx context.Context, db *sql.DB, topic string, last int64) error 
 		return err
 	}
 	if err := deleteAll(ctx, func() (int64, error) {
-		return execN(ctx, sq.Delete(dellogTable).Where(sq.Eq{"topic": topic}).Where(sq.LtOrEq{"hi": last + 1}).Limit(batch).RunWith(db))
+		return readpath.DropHiddenUpTo(ctx, db, topic, last, batch)
 	}); err != nil {
 		return fmt.Errorf("retention: hidden ranges of %s: %w", topic, err)
 	}
-	if _, err := sq.Update(dellogTable).Set("low", last+1).Where(sq.Eq{"topic": topic}).
-		Where(sq.LtOrEq{"low": last}).RunWith(db).ExecContext(ctx); err != nil {
-		return fmt.Errorf("retention: hidden ranges of %s: %w", topic, err)
+	if err := readpath.CutHiddenAt(ctx, db, topic, last); err != nil {
+		return err
 	}
 	return nil
 }
