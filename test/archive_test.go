@@ -275,3 +275,45 @@ func TestArchiveMarkRefusesAChangedMonthAndArchivedMonthsRefuseChanges(t *testin
 		t.Fatalf("an archived message changed: version %d, was %d", got, v)
 	}
 }
+
+// The patrol's part (what the shard manager runs for each tenant after its
+// sync) finishes a month whose archive a kill left half done, and archives
+// a sealed month once it is archive_after_months behind — not before the
+// tenant asks for it.
+func TestArchivePatrolResumesAndArchivesPastArchiveAfterMonths(t *testing.T) {
+	fileURL := "file://" + t.TempDir()
+	env := sealEnv(t, func(c *config.Config) { c.Archive.URL = fileURL })
+	old, _ := sealedMonth(t, env)
+	ctx := context.Background()
+	patrol := env.App.NewArchiver()
+	if err := patrol.Apply(ctx, env.Tenant); err != nil {
+		t.Fatal(err)
+	}
+	if step, status := archiveStep(t, env, old); step != "" || status != routing.StatusSealed {
+		t.Fatalf("archive_after_months 0 archived %s: step %q status %s", old, step, status)
+	}
+
+	cfg := tenantConfig(t, env.Tenant, "send: {produce_timeout: 500ms}\narchive: {url: \""+fileURL+"\"}\n")
+	if code, out := runCLI(t, []string{testhook.CrashArchiveEnv + "=" + archive.StepExported},
+		"shard", "archive", "--config", cfg, "--tenant", env.Tenant, "--month", old.String()); code == 0 {
+		t.Fatalf("the run was not killed\n%s", out)
+	}
+	if err := patrol.Apply(ctx, env.Tenant); err != nil {
+		t.Fatal(err)
+	}
+	if step, status := archiveStep(t, env, old); step != archive.StepMarked || status != routing.StatusArchived {
+		t.Fatalf("patrol after a killed run: step %q status %s", step, status)
+	}
+
+	unmark(t, env, old)
+	if _, err := env.DB.Exec("DELETE FROM im_archives"); err != nil {
+		t.Fatal(err)
+	}
+	env.Reload(func(c *config.Config) { c.Tenants[0].ArchiveAfterMonths = 1 })
+	if err := patrol.Apply(ctx, env.Tenant); err != nil {
+		t.Fatal(err)
+	}
+	if step, status := archiveStep(t, env, old); step != archive.StepMarked || status != routing.StatusArchived {
+		t.Fatalf("patrol with archive_after_months 1: step %q status %s", step, status)
+	}
+}

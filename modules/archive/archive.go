@@ -50,18 +50,27 @@ type Params struct {
 	Redis          rueidis.Client
 	KeySpace       routing.KeySpace
 	ProduceTimeout time.Duration // send.produce_timeout, for the completeness proof
-	Log            zerolog.Logger
-	Registerer     prometheus.Registerer
+	// AfterMonths is a tenant's archive_after_months (0: never
+	// automatically), for the patrol (Apply).
+	AfterMonths func(tenant string) int
+	Log         zerolog.Logger
+	Registerer  prometheus.Registerer
 }
 
 // Archiver exports and verifies month archives.
 type Archiver struct {
-	p Params
-	m *metrics
+	p     Params
+	m     *metrics
+	clock routing.Clock
 }
 
 // New builds an Archiver.
-func New(p Params) *Archiver { return &Archiver{p: p, m: newMetrics(p.Registerer)} }
+func New(p Params) *Archiver {
+	if p.AfterMonths == nil {
+		p.AfterMonths = func(string) int { return 0 }
+	}
+	return &Archiver{p: p, m: newMetrics(p.Registerer), clock: routing.NewClock(p.Redis)}
+}
 
 // Steps of a month's archive, in order (im_archives.step).
 const (
@@ -250,6 +259,58 @@ func (a *Archiver) Archive(ctx context.Context, tenant string, m routing.Month, 
 	a.p.Log.Info().Str("tenant", tenant).Str("month", m.String()).Int64("rows", st.rows).Int64("bytes", st.bytes).
 		Msg("month archive written, verified and marked")
 	return report(rep, st), nil
+}
+
+// Apply is the shard manager patrol's part, for one tenant: it resumes
+// every month whose archive stopped half-way (a killed run, a refused
+// mark), then archives each sealed month archive_after_months or more
+// behind the current month, oldest first, one at a time. The first
+// failure ends the run (the next patrol tries again) and is counted in
+// imshard_archive_failures_total.
+func (a *Archiver) Apply(ctx context.Context, tenant string) error {
+	todo, err := a.due(ctx, tenant)
+	for _, m := range todo {
+		if err != nil {
+			break
+		}
+		_, err = a.Archive(ctx, tenant, m, false)
+	}
+	if err != nil && ctx.Err() == nil {
+		a.m.failures.WithLabelValues(tenant).Inc()
+	}
+	return err
+}
+
+// due lists the months Apply archives: those with an unfinished archive,
+// then those past the tenant's archive_after_months, oldest first.
+func (a *Archiver) due(ctx context.Context, tenant string) ([]routing.Month, error) {
+	progress, err := a.Progress(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	var out []routing.Month
+	for m, p := range progress {
+		if p.Step != StepMarked {
+			out = append(out, m)
+		}
+	}
+	if after := a.p.AfterMonths(tenant); after > 0 {
+		now, err := a.clock.Month(ctx)
+		if err != nil {
+			return nil, err
+		}
+		shards, err := a.p.Catalog.List(ctx, tenant)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range shards {
+			if _, touched := progress[s.Month]; !touched && s.Status == routing.StatusSealed && !now.Before(s.Month.Add(after)) {
+				out = append(out, s.Month)
+			}
+		}
+	}
+	slices.SortFunc(out, func(x, y routing.Month) int { return x.Compare(y) })
+	return out, nil
 }
 
 // report fills rep from the month's recorded state.
