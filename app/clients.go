@@ -27,6 +27,7 @@ import (
 
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/acl"
+	"github.com/imshard/imshard/modules/archive"
 	"github.com/imshard/imshard/modules/migrate"
 	"github.com/imshard/imshard/modules/placement"
 	"github.com/imshard/imshard/modules/ratelimit"
@@ -51,6 +52,7 @@ type clients struct {
 	acl       *acl.Checker
 	shards    *shardmgr.Manager
 	retention *retention.Retention
+	archiver  *archive.Archiver
 	migs      *routing.Migrations
 	migrator  *migrate.Migrator
 	limits    *ratelimit.Limiter
@@ -490,6 +492,7 @@ func (a *App) NewShardManager() *shardmgr.Manager {
 		Log:        a.Log.With().Str("module", ShardMgr).Logger(),
 		Registerer: a.Registry,
 		Retention:  a.Retention(),
+		Archive:    a.NewArchiver(),
 	})
 	return c.shards
 }
@@ -519,8 +522,10 @@ func initShardMgr(ctx context.Context, a *App) (Service, error) {
 	mg := a.NewShardManager()
 	mg.ExportTenants(a.clients.pools.IDs())
 	a.Retention().ExportTenants(a.clients.pools.IDs())
+	a.NewArchiver().ExportTenants(a.clients.pools.IDs())
 	a.onTenantsAdded(func(tenants []string) { mg.Reconcile(tenants...) })
 	a.onTenantsAdded(a.Retention().ExportTenants)
+	a.onTenantsAdded(a.NewArchiver().ExportTenants)
 	return runner{run: mg.Run}, nil
 }
 
