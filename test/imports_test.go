@@ -101,6 +101,7 @@ var sharedTables = map[string]string{
 	"im_change_outbox":              "modules/feed",
 	"im_legal_holds":                "modules/retention",
 	"im_legal_hold_targets":         "modules/retention",
+	"im_jobs":                       "modules/retention",
 }
 
 // aclOwned are the names only modules/acl may use: the constants naming its

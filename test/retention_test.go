@@ -402,3 +402,125 @@ func TestRetentionLegalHold(t *testing.T) {
 		t.Fatalf("plan with no hold %+v %v", plan, err)
 	}
 }
+
+// TestRetentionPurgeJob: a group purge is refused under a hold and with bad
+// input; as a job it is paused and resumed, a runner whose lease has not
+// expired keeps it from another, and once the lease expired (its runner
+// killed) another runner finishes it: the topic's rows in both months, its
+// side rows and route are gone, its pages answer empty, the report counts
+// rows per month, a change event is recorded, another topic is untouched.
+func TestRetentionPurgeJob(t *testing.T) {
+	ctx := context.Background()
+	e := startSend(t, harness.Options{Roles: []string{"send", "query"}})
+	admin := e.Token(1, "admin")
+	now := e.Now()
+	m2, m1 := now.Add(-2), now.Add(-1)
+	e.group("pg", 1, "active")
+	e.group("pother", 2, "active")
+	for _, topic := range []string{"pg", "pother"} {
+		e.member(topic, 5, "member", time.Time{})
+	}
+	retFixture(t, e, m2, "pg", 1, 4)
+	retFixture(t, e, m1, "pg", 5, 7)
+	retFixture(t, e, m1, "pother", 1, 2)
+	e.Activate(now)
+
+	if code, body := e.Do("PUT", "/v1/admin/holds/h1", admin, map[string]any{"tenant": e.Tenant, "topics": []string{"pg"}, "reason": "r"}); code != 200 {
+		t.Fatalf("hold: %d %s", code, body)
+	}
+	code, body := e.Do("DELETE", "/v1/topics/pg?purge=true", e.svc, nil)
+	if code != 409 || !strings.Contains(string(body), `"reason":"legal_hold"`) {
+		t.Fatalf("purge under a hold: %d %s", code, body)
+	}
+	if code, body := e.Do("DELETE", "/v1/admin/holds/h1", admin, nil); code != 204 {
+		t.Fatalf("lift: %d %s", code, body)
+	}
+	for _, c := range []struct {
+		method, path, token string
+		want                int
+	}{
+		{"DELETE", "/v1/topics/pg", e.svc, 400},
+		{"DELETE", "/v1/topics/pg?purge=1", e.svc, 400},
+		{"DELETE", "/v1/topics/pg?purge=true", e.Token(5, ""), 403},
+		{"GET", "/v1/admin/jobs/0", e.svc, 400},
+		{"GET", "/v1/admin/jobs/999", e.svc, 404},
+	} {
+		if code, body := e.Do(c.method, c.path, c.token, nil); code != c.want {
+			t.Fatalf("%s %s: %d %s, want %d", c.method, c.path, code, body, c.want)
+		}
+	}
+	type job struct {
+		ID          string `json:"id"`
+		State       string `json:"state"`
+		RowsRemoved int64  `json:"rows_removed"`
+		Report      struct {
+			Months map[string]int64 `json:"months"`
+			Side   map[string]int64 `json:"side"`
+		} `json:"report"`
+	}
+	var j job
+	do := func(method, path string, want int) {
+		t.Helper()
+		code, body := e.Do(method, path, e.svc, nil)
+		if err := json.Unmarshal(body, &j); code != want || err != nil {
+			t.Fatalf("%s %s: %d %s (%v), want %d", method, path, code, body, err, want)
+		}
+	}
+	do("DELETE", "/v1/topics/pg?purge=true", 202)
+	if j.State != "queued" {
+		t.Fatalf("new job %+v", j)
+	}
+	path := "/v1/admin/jobs/" + j.ID
+	do("POST", path+"/pause", 200)
+	if n, err := e.App.Retention().RunJobs(ctx, e.Tenant, "runner-a", time.Second); err != nil || n != 0 || j.State != "paused" {
+		t.Fatalf("a paused job ran: %d %v %+v", n, err, j)
+	}
+	do("POST", path+"/resume", 200)
+	// runner "dead" took it and was killed: its lease still holds it
+	if _, err := e.DB.ExecContext(ctx, "UPDATE im_jobs SET state = 'running', lease_owner = 'dead', lease_until = NOW(3) + INTERVAL 300000 MICROSECOND WHERE job_id = ?", j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.App.Retention().RunJobs(ctx, e.Tenant, "runner-b", time.Second); err != nil || n != 0 {
+		t.Fatalf("a job under another runner's lease ran: %d %v", n, err)
+	}
+	time.Sleep(350 * time.Millisecond)
+	if n, err := e.App.Retention().RunJobs(ctx, e.Tenant, "runner-b", time.Second); err != nil || n != 1 {
+		t.Fatalf("the expired job was not taken over: %d %v", n, err)
+	}
+	do("GET", path, 200)
+	if j.State != "done" || j.RowsRemoved != 7 || j.Report.Months[m2.String()] != 4 || j.Report.Months[m1.String()] != 3 ||
+		j.Report.Side["mentions"] != 7 || j.Report.Side["revisions"] != 2 {
+		t.Fatalf("finished job %+v", j)
+	}
+	if code, body := e.Do("POST", path+"/pause", e.svc, nil); code != 409 {
+		t.Fatalf("pause of a finished job: %d %s", code, body)
+	}
+	for _, c := range []struct {
+		table string
+		topic string
+		want  int
+	}{
+		{"im_group_messages_" + m2.String(), "pg", 0},
+		{"im_group_messages_" + m1.String(), "pg", 0},
+		{"im_group_messages_" + m1.String(), "pother", 2},
+		{"im_group_message_topic_shards", "pg", 0},
+		{"im_topic_mentions", "pg", 0},
+		{"im_message_revisions", "pg", 0},
+		{"im_change_outbox", "pg", 1},
+	} {
+		var n int
+		if err := sq.Select("COUNT(*)").From(c.table).Where(sq.Eq{"topic": c.topic}).RunWith(e.DB).QueryRowContext(ctx).Scan(&n); err != nil || n != c.want {
+			t.Errorf("%s rows of %s: %d (%v), want %d", c.table, c.topic, n, err, c.want)
+		}
+	}
+	if route, _, err := e.App.Routes().Load(ctx, e.Tenant, "pg"); err != nil || len(route) != 0 {
+		t.Fatalf("route after purge: %+v %v", route, err)
+	}
+	tok := e.Token(5, "")
+	if code, body := e.Do("GET", "/v1/topics/pg/messages?limit=50", tok, nil); code != 200 || strings.Contains(string(body), `"seq"`) {
+		t.Fatalf("purged topic's page: %d %s", code, body)
+	}
+	if code, body := e.Do("GET", "/v1/topics/pother/messages?limit=50", tok, nil); code != 200 || strings.Count(string(body), `"seq"`) != 2 {
+		t.Fatalf("other topic's page: %d %s", code, body)
+	}
+}

@@ -305,7 +305,7 @@ func joinWhy(have, why string) string {
 // heldIn is why each of the month's topics is held (absent: not held): a
 // hold naming the topic, or one naming a user who sent a message of it in
 // the month (users: heldUsers; the month table is read only when some
-// user is held).
+// user is held). Only topics of the month are ever reported.
 func heldIn(ctx context.Context, db *sql.DB, m routing.Month, topics []string, users map[int64]string) (map[string]string, error) {
 	held, err := heldTopics(ctx, db, topics)
 	if err != nil || len(users) == 0 {
@@ -323,8 +323,13 @@ func heldIn(ctx context.Context, db *sql.DB, m routing.Month, topics []string, u
 	for len(ids) > 0 {
 		part := ids[:min(len(ids), holdBatch)]
 		ids = ids[len(part):]
-		rows, err := sq.Select("DISTINCT topic", "from_user").From(t.Quoted()).Where(sq.Eq{"from_user": part}).
-			OrderBy("topic", "from_user").RunWith(db).QueryContext(ctx)
+		q := sq.Select("DISTINCT topic", "from_user").From(t.Quoted()).Where(sq.Eq{"from_user": part})
+		if len(topics) <= holdBatch {
+			// a few topics: read through (topic, from_user, seqid)
+			// instead of scanning the month
+			q = q.Where(sq.Eq{"topic": topics})
+		}
+		rows, err := q.OrderBy("topic", "from_user").RunWith(db).QueryContext(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("holds: held users in %s: %w", t.Name(), err)
 		}
