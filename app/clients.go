@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -526,7 +527,17 @@ func initShardMgr(ctx context.Context, a *App) (Service, error) {
 	a.onTenantsAdded(func(tenants []string) { mg.Reconcile(tenants...) })
 	a.onTenantsAdded(a.Retention().ExportTenants)
 	a.onTenantsAdded(a.NewArchiver().ExportTenants)
-	return runner{run: mg.Run}, nil
+	ret, tenants, lease := a.Retention(), a.clients.pools.IDs, a.Config.Shard.LockTTL
+	// the patrol and the job loop (group purges) run side by side until
+	// the context ends
+	return runner{run: func(ctx context.Context) error {
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = ret.RunJobLoop(ctx, tenants, lease) }()
+		err := mg.Run(ctx)
+		wg.Wait()
+		return err
+	}}, nil
 }
 
 func initOps(ctx context.Context, a *App) (Service, error) {

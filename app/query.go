@@ -96,10 +96,13 @@ func (a *App) NewRouteCheck() *routecheck.Checker {
 }
 
 // initQuery serves the message reads: pages, one message, context,
-// search, by id, the admin lookups.
+// search, by id, the admin lookups and legal holds.
 func initQuery(ctx context.Context, a *App) (Service, error) {
 	auth := httpapi.NewAuthenticator(a.Keys(), a.Config.Auth.MaxTokenTTL)
-	a.NewQuery().Register(a.APIMux, auth, a.Log.With().Str("module", Query).Logger(), a.clients.limits)
+	log := a.Log.With().Str("module", Query).Logger()
+	a.NewQuery().Register(a.APIMux, auth, log, a.clients.limits)
+	// the retention admin routes (holds) sit beside the other admin routes
+	a.Retention().Register(a.APIMux, auth, log)
 	return holder{}, nil
 }
 

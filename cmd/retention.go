@@ -118,6 +118,9 @@ finished by the next one.`,
 						}
 						fmt.Fprintf(g.stdout, "tenant %s: removed %d months (%d rows), trimmed %d rows, %s\n",
 							r.Plan.Tenant, r.Months, r.RowsDropped, r.RowsTrimmed, status)
+						for _, h := range r.HeldSincePlan {
+							fmt.Fprintf(g.stdout, "  held since the plan %s %s: %d rows kept: %s\n", h.Month, h.Topic, h.Rows, h.Reason)
+						}
 					}
 				}
 				if len(errs) > 0 {
@@ -147,5 +150,8 @@ func printPlan(w io.Writer, p retention.Plan) {
 	}
 	for _, s := range p.Skipped {
 		fmt.Fprintf(w, "  keep %s: %d topics, %d rows past retention: %s\n", s.Month, s.Topics, s.Rows, s.Reason)
+	}
+	for _, h := range p.Held {
+		fmt.Fprintf(w, "  held %s %s: %d rows past retention kept: %s\n", h.Month, h.Topic, h.Rows, h.Reason)
 	}
 }

@@ -99,6 +99,9 @@ var sharedTables = map[string]string{
 	"im_message_revisions":          "modules/readpath",
 	"im_topic_changes":              "modules/readpath",
 	"im_change_outbox":              "modules/feed",
+	"im_legal_holds":                "modules/retention",
+	"im_legal_hold_targets":         "modules/retention",
+	"im_jobs":                       "modules/retention",
 }
 
 // aclOwned are the names only modules/acl may use: the constants naming its

@@ -290,3 +290,237 @@ func TestRetentionCommands(t *testing.T) {
 		t.Fatalf("unknown tenant: exit %d, want 2\n%s", code, out)
 	}
 }
+
+// TestRetentionLegalHold: holds are set, listed and lifted by an admin
+// (bad requests refused with 4xx, changing nothing); a held topic keeps
+// its rows through a run that drops the month for the others (the month
+// is trimmed per topic instead), its floor and route untouched; a held
+// user keeps every topic they wrote in; the plan says what is held and why.
+func TestRetentionLegalHold(t *testing.T) {
+	ctx := context.Background()
+	e := startSend(t, harness.Options{Roles: []string{"send", "query"}, Mutate: func(c *config.Config) { c.Tenants[0].RetentionMonths = 1 }})
+	admin := e.Token(1, "admin")
+	now := e.Now()
+	m3, m2 := now.Add(-3), now.Add(-2)
+	for i, topic := range []string{"hx", "hyy", "hzzz"} {
+		e.group(topic, int64(i+1), "active")
+	}
+	retFixture(t, e, m2, "hx", 1, 3)
+	retFixture(t, e, m2, "hyy", 1, 4)
+	retFixture(t, e, m3, "hzzz", 1, 2)
+	e.Activate(now)
+	mg := e.App.NewShardManager()
+	for _, m := range []routing.Month{m3, m2} {
+		if err := mg.Seal(ctx, e.Tenant, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		method, path, token string
+		body                any
+		want                int
+	}{
+		{"PUT", "/v1/admin/holds/case-1", e.svc, map[string]any{"tenant": e.Tenant, "topics": []string{"hx"}, "reason": "r"}, 403},
+		{"PUT", "/v1/admin/holds/bad%20id", admin, map[string]any{"tenant": e.Tenant, "topics": []string{"hx"}, "reason": "r"}, 400},
+		{"PUT", "/v1/admin/holds/case-1", admin, map[string]any{"tenant": "other", "topics": []string{"hx"}, "reason": "r"}, 400},
+		{"PUT", "/v1/admin/holds/case-1", admin, map[string]any{"tenant": e.Tenant, "reason": "r"}, 400},
+		{"PUT", "/v1/admin/holds/case-1", admin, map[string]any{"tenant": e.Tenant, "topics": []string{"hx"}, "reason": " "}, 400},
+		{"PUT", "/v1/admin/holds/case-1", admin, map[string]any{"tenant": e.Tenant, "topics": []string{"h x"}, "reason": "r"}, 400},
+		{"PUT", "/v1/admin/holds/case-1", admin, map[string]any{"tenant": e.Tenant, "users": []int{0}, "reason": "r"}, 400},
+		{"DELETE", "/v1/admin/holds/case-9", admin, nil, 404},
+		{"GET", "/v1/admin/holds", e.svc, nil, 403},
+	} {
+		if code, body := e.Do(c.method, c.path, c.token, c.body); code != c.want {
+			t.Fatalf("%s %s %v: %d %s, want %d", c.method, c.path, c.body, code, body, c.want)
+		}
+	}
+	var list struct {
+		Holds []struct {
+			ID     string   `json:"id"`
+			Topics []string `json:"topics"`
+			Users  []string `json:"users"`
+		} `json:"holds"`
+	}
+	if code, body := e.Do("GET", "/v1/admin/holds", admin, nil); code != 200 || json.Unmarshal(body, &list) != nil || len(list.Holds) != 0 {
+		t.Fatalf("holds after refused puts: %d %s", code, body)
+	}
+	if code, body := e.Do("PUT", "/v1/admin/holds/case-1", admin, map[string]any{"tenant": e.Tenant, "topics": []string{"hx", "hx"}, "reason": "litigation 42"}); code != 200 {
+		t.Fatalf("put hold: %d %s", code, body)
+	}
+	if code, body := e.Do("GET", "/v1/admin/holds", admin, nil); code != 200 || json.Unmarshal(body, &list) != nil ||
+		len(list.Holds) != 1 || list.Holds[0].ID != "case-1" || !slices.Equal(list.Holds[0].Topics, []string{"hx"}) {
+		t.Fatalf("holds: %d %s", code, body)
+	}
+
+	plan, err := e.App.Retention().Plan(ctx, e.Tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Drops) != 1 || plan.Drops[0].Month != m3.String() || len(plan.Trims) != 1 || plan.Trims[0].Topic != "hyy" ||
+		len(plan.Held) != 1 || plan.Held[0].Topic != "hx" || plan.Held[0].Rows != 3 || plan.Held[0].Reason != "hold case-1: litigation 42" {
+		t.Fatalf("plan under a hold %+v", plan)
+	}
+	rep, err := e.App.Retention().Run(ctx, e.Tenant)
+	if err != nil || rep.Months != 1 || rep.RowsTrimmed != 4 || len(rep.HeldSincePlan) != 0 {
+		t.Fatalf("run under a hold: %+v %v", rep, err)
+	}
+	table := "im_group_messages_" + m2.String()
+	for topic, want := range map[string]int{"hx": 3, "hyy": 0} {
+		var n int
+		if err := sq.Select("COUNT(*)").From(table).Where(sq.Eq{"topic": topic}).RunWith(e.DB).QueryRowContext(ctx).Scan(&n); err != nil || n != want {
+			t.Fatalf("%s rows of %s: %d (%v), want %d", table, topic, n, err, want)
+		}
+	}
+	if f, err := routing.LoadFloor(ctx, e.DB, "hx"); err != nil || f != 0 {
+		t.Fatalf("held topic's floor %d %v", f, err)
+	}
+	if route, _, err := e.App.Routes().Load(ctx, e.Tenant, "hx"); err != nil || len(route) != 1 {
+		t.Fatalf("held topic's route %+v %v", route, err)
+	}
+	e.member("hx", 5, "member", time.Time{})
+	code, body := e.Do("GET", "/v1/topics/hx/messages?limit=10", e.Token(5, ""), nil)
+	if code != 200 || strings.Count(string(body), `"seq"`) != 3 {
+		t.Fatalf("held topic's page: %d %s", code, body)
+	}
+
+	// the topic hold lifted, a hold on the user who wrote there keeps it
+	if code, body := e.Do("DELETE", "/v1/admin/holds/case-1", admin, nil); code != 204 {
+		t.Fatalf("lift hold: %d %s", code, body)
+	}
+	if code, body := e.Do("PUT", "/v1/admin/holds/case-2", admin, map[string]any{"tenant": e.Tenant, "users": []any{"5", 77}, "reason": "audit"}); code != 200 ||
+		!strings.Contains(string(body), `"users":["5","77"]`) {
+		t.Fatalf("put user hold: %d %s", code, body)
+	}
+	plan, err = e.App.Retention().Plan(ctx, e.Tenant)
+	if err != nil || len(plan.Drops) != 0 || len(plan.Held) != 1 || plan.Held[0].Reason != "user 5 under hold case-2: audit" {
+		t.Fatalf("plan under a user hold %+v %v", plan, err)
+	}
+	if code, body := e.Do("DELETE", "/v1/admin/holds/case-2", admin, nil); code != 204 {
+		t.Fatalf("lift user hold: %d %s", code, body)
+	}
+	if plan, err = e.App.Retention().Plan(ctx, e.Tenant); err != nil || len(plan.Drops) != 1 || plan.Drops[0].Month != m2.String() || len(plan.Held) != 0 {
+		t.Fatalf("plan with no hold %+v %v", plan, err)
+	}
+}
+
+// TestRetentionPurgeJob: a group purge is refused under a hold and with bad
+// input; as a job it is paused and resumed, a runner whose lease has not
+// expired keeps it from another, and once the lease expired (its runner
+// killed) another runner finishes it: the topic's rows in both months, its
+// side rows and route are gone, its pages answer empty, the report counts
+// rows per month, a change event is recorded, another topic is untouched.
+func TestRetentionPurgeJob(t *testing.T) {
+	ctx := context.Background()
+	e := startSend(t, harness.Options{Roles: []string{"send", "query"}})
+	admin := e.Token(1, "admin")
+	now := e.Now()
+	m2, m1 := now.Add(-2), now.Add(-1)
+	e.group("pg", 1, "active")
+	e.group("pother", 2, "active")
+	for _, topic := range []string{"pg", "pother"} {
+		e.member(topic, 5, "member", time.Time{})
+	}
+	retFixture(t, e, m2, "pg", 1, 4)
+	retFixture(t, e, m1, "pg", 5, 7)
+	retFixture(t, e, m1, "pother", 1, 2)
+	e.Activate(now)
+
+	if code, body := e.Do("PUT", "/v1/admin/holds/h1", admin, map[string]any{"tenant": e.Tenant, "topics": []string{"pg"}, "reason": "r"}); code != 200 {
+		t.Fatalf("hold: %d %s", code, body)
+	}
+	code, body := e.Do("DELETE", "/v1/topics/pg?purge=true", e.svc, nil)
+	if code != 409 || !strings.Contains(string(body), `"reason":"legal_hold"`) {
+		t.Fatalf("purge under a hold: %d %s", code, body)
+	}
+	if code, body := e.Do("DELETE", "/v1/admin/holds/h1", admin, nil); code != 204 {
+		t.Fatalf("lift: %d %s", code, body)
+	}
+	for _, c := range []struct {
+		method, path, token string
+		want                int
+	}{
+		{"DELETE", "/v1/topics/pg", e.svc, 400},
+		{"DELETE", "/v1/topics/pg?purge=1", e.svc, 400},
+		{"DELETE", "/v1/topics/pg?purge=true", e.Token(5, ""), 403},
+		{"GET", "/v1/admin/jobs/0", e.svc, 400},
+		{"GET", "/v1/admin/jobs/999", e.svc, 404},
+	} {
+		if code, body := e.Do(c.method, c.path, c.token, nil); code != c.want {
+			t.Fatalf("%s %s: %d %s, want %d", c.method, c.path, code, body, c.want)
+		}
+	}
+	type job struct {
+		ID          string `json:"id"`
+		State       string `json:"state"`
+		RowsRemoved int64  `json:"rows_removed"`
+		Report      struct {
+			Months map[string]int64 `json:"months"`
+			Side   map[string]int64 `json:"side"`
+		} `json:"report"`
+	}
+	var j job
+	do := func(method, path string, want int) {
+		t.Helper()
+		code, body := e.Do(method, path, e.svc, nil)
+		if err := json.Unmarshal(body, &j); code != want || err != nil {
+			t.Fatalf("%s %s: %d %s (%v), want %d", method, path, code, body, err, want)
+		}
+	}
+	do("DELETE", "/v1/topics/pg?purge=true", 202)
+	if j.State != "queued" {
+		t.Fatalf("new job %+v", j)
+	}
+	path := "/v1/admin/jobs/" + j.ID
+	do("POST", path+"/pause", 200)
+	if n, err := e.App.Retention().RunJobs(ctx, e.Tenant, "runner-a", time.Second); err != nil || n != 0 || j.State != "paused" {
+		t.Fatalf("a paused job ran: %d %v %+v", n, err, j)
+	}
+	do("POST", path+"/resume", 200)
+	// runner "dead" took it and was killed: its lease still holds it
+	if _, err := e.DB.ExecContext(ctx, "UPDATE im_jobs SET state = 'running', lease_owner = 'dead', lease_until = NOW(3) + INTERVAL 300000 MICROSECOND WHERE job_id = ?", j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.App.Retention().RunJobs(ctx, e.Tenant, "runner-b", time.Second); err != nil || n != 0 {
+		t.Fatalf("a job under another runner's lease ran: %d %v", n, err)
+	}
+	time.Sleep(350 * time.Millisecond)
+	if n, err := e.App.Retention().RunJobs(ctx, e.Tenant, "runner-b", time.Second); err != nil || n != 1 {
+		t.Fatalf("the expired job was not taken over: %d %v", n, err)
+	}
+	do("GET", path, 200)
+	if j.State != "done" || j.RowsRemoved != 7 || j.Report.Months[m2.String()] != 4 || j.Report.Months[m1.String()] != 3 ||
+		j.Report.Side["mentions"] != 7 || j.Report.Side["revisions"] != 2 {
+		t.Fatalf("finished job %+v", j)
+	}
+	if code, body := e.Do("POST", path+"/pause", e.svc, nil); code != 409 {
+		t.Fatalf("pause of a finished job: %d %s", code, body)
+	}
+	for _, c := range []struct {
+		table string
+		topic string
+		want  int
+	}{
+		{"im_group_messages_" + m2.String(), "pg", 0},
+		{"im_group_messages_" + m1.String(), "pg", 0},
+		{"im_group_messages_" + m1.String(), "pother", 2},
+		{"im_group_message_topic_shards", "pg", 0},
+		{"im_topic_mentions", "pg", 0},
+		{"im_message_revisions", "pg", 0},
+		{"im_change_outbox", "pg", 1},
+	} {
+		var n int
+		if err := sq.Select("COUNT(*)").From(c.table).Where(sq.Eq{"topic": c.topic}).RunWith(e.DB).QueryRowContext(ctx).Scan(&n); err != nil || n != c.want {
+			t.Errorf("%s rows of %s: %d (%v), want %d", c.table, c.topic, n, err, c.want)
+		}
+	}
+	if route, _, err := e.App.Routes().Load(ctx, e.Tenant, "pg"); err != nil || len(route) != 0 {
+		t.Fatalf("route after purge: %+v %v", route, err)
+	}
+	tok := e.Token(5, "")
+	if code, body := e.Do("GET", "/v1/topics/pg/messages?limit=50", tok, nil); code != 200 || strings.Contains(string(body), `"seq"`) {
+		t.Fatalf("purged topic's page: %d %s", code, body)
+	}
+	if code, body := e.Do("GET", "/v1/topics/pother/messages?limit=50", tok, nil); code != 200 || strings.Count(string(body), `"seq"`) != 2 {
+		t.Fatalf("other topic's page: %d %s", code, body)
+	}
+}

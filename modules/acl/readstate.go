@@ -275,3 +275,13 @@ func ChangedSince(ctx context.Context, db *sql.DB, user int64, since time.Time) 
 	}
 	return out, rows.Err()
 }
+
+// DropTopicCursors removes up to limit read cursors (and preferences) of
+// topic, for a group purge; it reports how many went.
+func DropTopicCursors(ctx context.Context, db *sql.DB, topic string, limit uint64) (int64, error) {
+	res, err := sq.Delete(CursorsTable).Where(sq.Eq{"topic": topic}).Limit(limit).RunWith(db).ExecContext(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("acl: drop cursors of %s: %w", topic, err)
+	}
+	return res.RowsAffected()
+}

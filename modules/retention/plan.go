@@ -14,10 +14,12 @@ func Expired(m, now routing.Month, months int) bool {
 }
 
 // MonthState is what a plan is decided from for one registered month: its
-// catalog row and the route mirror's rows of every topic in it.
+// catalog row, the route mirror's rows of every topic in it, and why each
+// held topic is held (a hold naming it, or a held user who wrote in it).
 type MonthState struct {
 	Shard  routing.Shard
 	Topics []routing.MirrorRow
+	Held   map[string]string
 }
 
 // Plan is exactly what one retention run removes, decided before anything
@@ -29,6 +31,7 @@ type Plan struct {
 	Drops           []Drop `json:"drops"`
 	Trims           []Trim `json:"trims"`
 	Skipped         []Skip `json:"skipped"`
+	Held            []Held `json:"held"`
 }
 
 // Drop is a month removed whole: every topic in it is past retention.
@@ -63,6 +66,14 @@ type Skip struct {
 	Reason string `json:"reason"`
 }
 
+// Held is one topic's rows past retention that a legal hold keeps.
+type Held struct {
+	Month  string `json:"month"`
+	Topic  string `json:"topic"`
+	Rows   int64  `json:"rows"`
+	Reason string `json:"reason"`
+}
+
 // Rows is the total the plan removes.
 func (p Plan) Rows() int64 {
 	var n int64
@@ -82,24 +93,47 @@ func (p Plan) Rows() int64 {
 // A month whose every topic is past retention goes whole; one that keeps
 // some topic loses only the expired topics' rows. Only a sealed month is
 // touched: one still taking rows may yet get some, an archived one is
-// removed through the archive store.
+// removed through the archive store. A held topic (held in any month of
+// the plan) keeps its rows in every month: a month holding one is never
+// dropped whole, its other expired topics are trimmed instead. A month already being dropped (expiring: its floors were raised
+// before the hold came) is finished.
 func Decide(tenant string, now routing.Month, tenantMonths int, override map[string]int, months []MonthState) Plan {
-	p := Plan{Tenant: tenant, Now: now.String(), RetentionMonths: tenantMonths, Drops: []Drop{}, Trims: []Trim{}, Skipped: []Skip{}}
+	p := Plan{Tenant: tenant, Now: now.String(), RetentionMonths: tenantMonths, Drops: []Drop{}, Trims: []Trim{}, Skipped: []Skip{}, Held: []Held{}}
 	retentionOf := func(topic string) int {
 		if r, ok := override[topic]; ok {
 			return r
 		}
 		return tenantMonths
 	}
+	// a topic held in one month is held in all: a floor raised by trimming
+	// or dropping a newer month would hide the held rows of an older one
+	heldAny := map[string]string{}
+	for _, ms := range months {
+		for t, why := range ms.Held {
+			if _, ok := heldAny[t]; !ok {
+				heldAny[t] = why
+			}
+		}
+	}
 	for _, ms := range months {
 		m, st := ms.Shard.Month, ms.Shard.Status
 		var rows int64
 		var expired []routing.MirrorRow
+		var held []Held
 		for _, r := range ms.Topics {
 			rows += r.Count
-			if Expired(m, now, retentionOf(r.Topic)) {
-				expired = append(expired, r)
+			if !Expired(m, now, retentionOf(r.Topic)) {
+				continue
 			}
+			why, ok := ms.Held[r.Topic]
+			if !ok {
+				why, ok = heldAny[r.Topic]
+			}
+			if ok {
+				held = append(held, Held{Month: m.String(), Topic: r.Topic, Rows: r.Count, Reason: why})
+				continue
+			}
+			expired = append(expired, r)
 		}
 		if ms.Shard.StatsAt.Valid {
 			rows = ms.Shard.RowCount
@@ -108,7 +142,8 @@ func Decide(tenant string, now routing.Month, tenantMonths int, override map[str
 			p.Drops = append(p.Drops, Drop{Month: m.String(), Rows: rows, Topics: len(ms.Topics), Resumed: true, month: m})
 			continue
 		}
-		whole := len(expired) == len(ms.Topics) && (len(ms.Topics) > 0 || Expired(m, now, tenantMonths))
+		p.Held = append(p.Held, held...)
+		whole := len(held) == 0 && len(expired) == len(ms.Topics) && (len(ms.Topics) > 0 || Expired(m, now, tenantMonths))
 		if !whole && len(expired) == 0 {
 			continue
 		}

@@ -78,3 +78,30 @@ func TestDecide(t *testing.T) {
 		t.Fatalf("per-group retention: %+v", p)
 	}
 }
+
+// TestDecideHolds: a month holding a held topic is not dropped whole, its
+// other expired topics are trimmed instead; a topic held in one month is
+// kept in every month of the plan; the plan says what is held and why.
+func TestDecideHolds(t *testing.T) {
+	now := routing.MustMonth("202612")
+	held := func(ms MonthState, why map[string]string) MonthState { ms.Held = why; return ms }
+	months := []MonthState{
+		held(month("202607", routing.StatusSealed, 15, row("a", 1, 5), row("h", 1, 10)), map[string]string{"h": "hold L: case 1"}),
+		month("202608", routing.StatusSealed, 12, row("h", 11, 20), row("b", 1, 2)), // h held by the older month's hold
+		month("202609", routing.StatusSealed, 3, row("c", 1, 3)),                    // nothing held: drop
+	}
+	p := Decide("t", now, 2, nil, months)
+	if len(p.Drops) != 1 || p.Drops[0].Month != "202609" {
+		t.Fatalf("drops %+v", p.Drops)
+	}
+	if len(p.Trims) != 2 || p.Trims[0].Topic != "a" || p.Trims[0].Month != "202607" || p.Trims[1].Topic != "b" || p.Trims[1].Month != "202608" {
+		t.Fatalf("trims %+v", p.Trims)
+	}
+	if len(p.Held) != 2 || p.Held[0] != (Held{Month: "202607", Topic: "h", Rows: 10, Reason: "hold L: case 1"}) ||
+		p.Held[1] != (Held{Month: "202608", Topic: "h", Rows: 10, Reason: "hold L: case 1"}) {
+		t.Fatalf("held %+v", p.Held)
+	}
+	if p.Rows() != 3+5+2 {
+		t.Fatalf("rows %d", p.Rows())
+	}
+}

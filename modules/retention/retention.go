@@ -11,6 +11,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
@@ -87,6 +88,10 @@ func (r *Retention) plan(ctx context.Context, tenant string, db *sql.DB) (Plan, 
 			shortest = n
 		}
 	}
+	users, err := heldUsers(ctx, db)
+	if err != nil {
+		return Plan{}, err
+	}
 	var months []MonthState
 	for _, s := range shards {
 		if s.Status != routing.StatusExpiring && !Expired(s.Month, now, shortest) {
@@ -96,18 +101,28 @@ func (r *Retention) plan(ctx context.Context, tenant string, db *sql.DB) (Plan, 
 		if err != nil {
 			return Plan{}, err
 		}
-		months = append(months, MonthState{Shard: s, Topics: rows})
+		ms := MonthState{Shard: s, Topics: rows}
+		// only a sealed month is removed, and only its table is sure to
+		// be there to read held users' messages from
+		if s.Status == routing.StatusSealed {
+			if ms.Held, err = heldIn(ctx, db, s.Month, topicsOf(rows), users); err != nil {
+				return Plan{}, err
+			}
+		}
+		months = append(months, ms)
 	}
 	return Decide(tenant, now, tenantMonths, override, months), nil
 }
 
 // Report is what a run removed: its plan, then what each step did.
 type Report struct {
-	Plan        Plan   `json:"plan"`
-	RowsDropped int64  `json:"rows_dropped"` // in the months dropped whole
-	RowsTrimmed int64  `json:"rows_trimmed"` // deleted from months that stay
-	Months      int    `json:"months_dropped"`
-	Error       string `json:"error,omitempty"`
+	Plan        Plan  `json:"plan"`
+	RowsDropped int64 `json:"rows_dropped"` // in the months dropped whole
+	RowsTrimmed int64 `json:"rows_trimmed"` // deleted from months that stay
+	Months      int   `json:"months_dropped"`
+	// HeldSincePlan: what a hold stored after the plan was made kept.
+	HeldSincePlan []Held `json:"held_since_plan"`
+	Error         string `json:"error,omitempty"`
 }
 
 // Apply runs retention for tenant (the shard manager's patrol).
@@ -157,7 +172,19 @@ func (r *Retention) Run(ctx context.Context, tenant string) (rep Report, err err
 	}
 	behind := len(rep.Plan.Skipped)
 	defer func() { r.m.behind.WithLabelValues(tenant).Set(float64(behind)) }()
+	rep.HeldSincePlan = []Held{}
 	for _, d := range rep.Plan.Drops {
+		if !d.Resumed {
+			held, err := r.heldSincePlan(ctx, db, d.month, nil)
+			if err != nil {
+				return rep, err
+			}
+			if len(held) > 0 {
+				rep.HeldSincePlan = append(rep.HeldSincePlan, held...)
+				behind++
+				continue
+			}
+		}
 		start := time.Now()
 		if err := r.dropMonth(ctx, tenant, db, keys, d.month); err != nil {
 			behind += len(rep.Plan.Drops) - rep.Months
@@ -171,7 +198,31 @@ func (r *Retention) Run(ctx context.Context, tenant string) (rep Report, err err
 		r.p.Log.Info().Str("tenant", tenant).Str("month", d.Month).Int64("rows", d.Rows).Dur("took", time.Since(start)).Msg("month past retention dropped")
 	}
 	trimmed := map[routing.Month]bool{}
+	heldNow := map[routing.Month]map[string]bool{}
 	for _, t := range rep.Plan.Trims {
+		held, ok := heldNow[t.month]
+		if !ok {
+			var topics []string
+			for _, o := range rep.Plan.Trims {
+				if o.month == t.month {
+					topics = append(topics, o.Topic)
+				}
+			}
+			late, err := r.heldSincePlan(ctx, db, t.month, topics)
+			if err != nil {
+				return rep, err
+			}
+			rep.HeldSincePlan = append(rep.HeldSincePlan, late...)
+			held = map[string]bool{}
+			for _, h := range late {
+				held[h.Topic] = true
+			}
+			heldNow[t.month] = held
+		}
+		if held[t.Topic] {
+			behind++
+			continue
+		}
 		n, err := r.trimTopic(ctx, db, keys, t)
 		rep.RowsTrimmed += n
 		r.m.rowsRemoved.WithLabelValues(tenant, "trim").Add(float64(n))
@@ -194,6 +245,42 @@ func (r *Retention) Run(ctx context.Context, tenant string) (rep Report, err err
 	return rep, nil
 }
 
+// heldSincePlan is what of month m a hold keeps now: the topics of the
+// month (nil: every topic in it) that a hold stored since the plan names,
+// or that a held user wrote in.
+func (r *Retention) heldSincePlan(ctx context.Context, db *sql.DB, m routing.Month, topics []string) ([]Held, error) {
+	rows, err := routing.MirrorMonthRows(ctx, db, m)
+	if err != nil {
+		return nil, err
+	}
+	if topics != nil {
+		rows = slices.DeleteFunc(rows, func(r routing.MirrorRow) bool { return !slices.Contains(topics, r.Topic) })
+	}
+	users, err := heldUsers(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	why, err := heldIn(ctx, db, m, topicsOf(rows), users)
+	if err != nil {
+		return nil, err
+	}
+	var out []Held
+	for _, row := range rows {
+		if w, ok := why[row.Topic]; ok {
+			out = append(out, Held{Month: m.String(), Topic: row.Topic, Rows: row.Count, Reason: w})
+		}
+	}
+	return out, nil
+}
+
+func topicsOf(rows []routing.MirrorRow) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.Topic
+	}
+	return out
+}
+
 // dropMonth removes month m whole. It is the one place a month leaves
 // because of retention: marked expiring (so a stopped run resumes it),
 // every topic's floor raised past it, then its side rows, route fields and
@@ -213,10 +300,9 @@ func (r *Retention) dropMonth(ctx context.Context, tenant string, db *sql.DB, ke
 		return err
 	}
 	floors := make([]routing.Floor, len(rows))
-	topics := make([]string, len(rows))
+	topics := topicsOf(rows)
 	for i, row := range rows {
 		floors[i] = routing.Floor{Topic: row.Topic, Seq: row.MaxSeq + 1}
-		topics[i] = row.Topic
 	}
 	if err := routing.RaiseFloors(ctx, db, floors); err != nil {
 		return err

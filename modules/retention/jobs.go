@@ -1,0 +1,428 @@
+package retention
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+
+	"github.com/imshard/imshard/modules/acl"
+	"github.com/imshard/imshard/modules/feed"
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/readpath"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// jobsTable holds the tenant's jobs (sql/migrations/0021_jobs.sql); only
+// this package reads or writes it.
+const jobsTable = "im_jobs"
+
+// Job kinds and states.
+const (
+	KindPurge = "purge"
+
+	StateQueued  = "queued"
+	StateRunning = "running"
+	StatePaused  = "paused"
+	StateDone    = "done"
+	StateFailed  = "failed"
+)
+
+// ActionPurge is the change-feed action of a group purge: every message of
+// the topic up to the event's seq_id is gone.
+const ActionPurge = "purge"
+
+// JobReport is what a job removed, per month, and what it left.
+type JobReport struct {
+	// Months: message rows removed per month (YYYYMM).
+	Months map[string]int64 `json:"months"`
+	// PendingArchive: archived months whose rows of the topic are removed
+	// through the archive, not here.
+	PendingArchive []string `json:"pending_archive"`
+	// Side: rows removed beside the messages (revisions, hidden ranges,
+	// mentions, routes, cursors), by kind.
+	Side map[string]int64 `json:"side"`
+}
+
+// Job is a background job of the tenant as GET /v1/admin/jobs/{id} shows it.
+type Job struct {
+	ID          message.ID   `json:"id"`
+	Kind        string       `json:"kind"`
+	Topic       string       `json:"topic"`
+	State       string       `json:"state"`
+	RowsRemoved int64        `json:"rows_removed"`
+	Report      JobReport    `json:"report"`
+	Error       string       `json:"error"`
+	CreatedAt   message.Time `json:"created_at"`
+	UpdatedAt   message.Time `json:"updated_at"`
+}
+
+// ErrNoJob: no job of the tenant has the id.
+var ErrNoJob = httpapi.Errorf(httpapi.CodeNotFound, "no such job")
+
+func emptyReport() JobReport {
+	return JobReport{Months: map[string]int64{}, PendingArchive: []string{}, Side: map[string]int64{}}
+}
+
+// topicHeld refuses a purge of a held topic, or of one a held user wrote
+// in (409 conflict, details.reason "legal_hold").
+func topicHeld(ctx context.Context, db *sql.DB, topic string) error {
+	users, err := heldUsers(ctx, db)
+	if err != nil {
+		return err
+	}
+	why, err := heldTopics(ctx, db, []string{topic})
+	if err != nil {
+		return err
+	}
+	if len(why) == 0 && len(users) > 0 {
+		shards, err := routing.ListShards(ctx, db)
+		if err != nil {
+			return err
+		}
+		for _, s := range shards {
+			if s.Status == routing.StatusArchived {
+				continue
+			}
+			if why, err = heldIn(ctx, db, s.Month, []string{topic}, users); err != nil || len(why) > 0 {
+				break
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if w, ok := why[topic]; ok {
+		return httpapi.Errorf(httpapi.CodeConflict, "topic is under legal hold: "+w).
+			WithDetails(map[string]any{"reason": "legal_hold"})
+	}
+	return nil
+}
+
+// StartPurge queues a purge of topic's history; the shard managers' job
+// loop runs it. Refused while a hold keeps the topic.
+func (r *Retention) StartPurge(ctx context.Context, tenant, topic string) (Job, error) {
+	db, err := r.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return Job{}, err
+	}
+	if err := topicHeld(ctx, db, topic); err != nil {
+		return Job{}, err
+	}
+	rep, _ := json.Marshal(emptyReport())
+	res, err := sq.Insert(jobsTable).Columns("kind", "target", "state", "report").
+		Values(KindPurge, topic, StateQueued, string(rep)).RunWith(db).ExecContext(ctx)
+	if err != nil {
+		return Job{}, fmt.Errorf("jobs: queue purge of %s: %w", topic, err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return Job{}, fmt.Errorf("jobs: queue purge of %s: %w", topic, err)
+	}
+	r.p.Log.Info().Str("tenant", tenant).Str("topic", topic).Int64("job", id).Msg("group purge queued")
+	return r.Job(ctx, tenant, id)
+}
+
+// Job reads job id of tenant.
+func (r *Retention) Job(ctx context.Context, tenant string, id int64) (Job, error) {
+	db, err := r.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return Job{}, err
+	}
+	var j Job
+	var rep string
+	var created, updated time.Time
+	err = sq.Select("job_id", "kind", "target", "state", "rows_removed", "report", "last_error", "created_at", "updated_at").
+		From(jobsTable).Where(sq.Eq{"job_id": id}).RunWith(db).QueryRowContext(ctx).
+		Scan(&j.ID, &j.Kind, &j.Topic, &j.State, &j.RowsRemoved, &rep, &j.Error, &created, &updated)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Job{}, ErrNoJob
+	}
+	if err != nil {
+		return Job{}, fmt.Errorf("jobs: read %d: %w", id, err)
+	}
+	j.Report = emptyReport()
+	if err := json.Unmarshal([]byte(rep), &j.Report); err != nil {
+		return Job{}, fmt.Errorf("jobs: report of %d: %w", id, err)
+	}
+	j.CreatedAt, j.UpdatedAt = message.NewTime(created), message.NewTime(updated)
+	return j, nil
+}
+
+// SetPaused pauses a queued or running job (its runner stops after the
+// batch under way) or resumes a paused one; any other state is a conflict.
+func (r *Retention) SetPaused(ctx context.Context, tenant string, id int64, pause bool) (Job, error) {
+	db, err := r.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return Job{}, err
+	}
+	q := sq.Update(jobsTable).Set("state", StatePaused).Where(sq.Eq{"job_id": id, "state": []string{StateQueued, StateRunning}})
+	if !pause {
+		q = sq.Update(jobsTable).Set("state", StateQueued).Where(sq.Eq{"job_id": id, "state": StatePaused})
+	}
+	n, err := execN(ctx, q.RunWith(db))
+	if err != nil {
+		return Job{}, fmt.Errorf("jobs: pause %d: %w", id, err)
+	}
+	j, err := r.Job(ctx, tenant, id)
+	if err != nil || n > 0 {
+		return j, err
+	}
+	return j, httpapi.Errorf(httpapi.CodeConflict, "job is "+j.State).WithDetails(map[string]any{"state": j.State})
+}
+
+// jobPoll is how often the job loop looks for a job to run.
+const jobPoll = 5 * time.Second
+
+// RunJobLoop runs the tenants' jobs until ctx ends (the shard manager
+// role): every jobPoll, each tenant's next runnable job (queued, or
+// running with an expired lease) is taken under a lease of lease and run.
+func (r *Retention) RunJobLoop(ctx context.Context, tenants func() []string, lease time.Duration) error {
+	host, _ := os.Hostname()
+	owner := host + "/" + strconv.Itoa(os.Getpid()) + "/" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		for _, tenant := range tenants() {
+			if _, err := r.RunJobs(ctx, tenant, owner, lease); err != nil && ctx.Err() == nil {
+				r.p.Log.Error().Err(err).Str("tenant", tenant).Msg("job run failed; retrying at the next poll")
+			}
+		}
+		t.Reset(jobPoll)
+	}
+}
+
+// RunJobs runs the tenant's runnable jobs one after the other as owner and
+// reports how many it ran to their end.
+func (r *Retention) RunJobs(ctx context.Context, tenant, owner string, lease time.Duration) (int, error) {
+	db, err := r.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return 0, err
+	}
+	ran := 0
+	for {
+		id, ok, err := claim(ctx, db, owner, lease)
+		if err != nil || !ok {
+			return ran, err
+		}
+		if err := r.runJob(ctx, tenant, db, id, owner, lease); err != nil {
+			return ran, err
+		}
+		ran++
+	}
+}
+
+// claim takes the next runnable job's lease.
+func claim(ctx context.Context, db *sql.DB, owner string, lease time.Duration) (int64, bool, error) {
+	runnable := sq.Or{sq.Eq{"state": StateQueued},
+		sq.And{sq.Eq{"state": StateRunning}, sq.Or{sq.Eq{"lease_until": nil}, sq.Expr("lease_until < NOW(3)")}}}
+	ids, err := sq.Select("job_id").From(jobsTable).Where(runnable).OrderBy("job_id").Limit(10).RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return 0, false, fmt.Errorf("jobs: runnable: %w", err)
+	}
+	var cand []int64
+	for ids.Next() {
+		var id int64
+		if err := ids.Scan(&id); err != nil {
+			ids.Close()
+			return 0, false, fmt.Errorf("jobs: runnable: %w", err)
+		}
+		cand = append(cand, id)
+	}
+	ids.Close()
+	for _, id := range cand {
+		n, err := execN(ctx, sq.Update(jobsTable).Set("state", StateRunning).Set("lease_owner", owner).
+			Set("lease_until", sq.Expr("NOW(3) + INTERVAL ? MICROSECOND", lease.Microseconds())).
+			Where(sq.Eq{"job_id": id}).Where(runnable).RunWith(db))
+		if err != nil {
+			return 0, false, fmt.Errorf("jobs: claim %d: %w", id, err)
+		}
+		if n == 1 {
+			return id, true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+// errLeaseLost: the job was paused, or another runner took it over.
+var errLeaseLost = errors.New("jobs: lease lost or job paused")
+
+// runJob runs job id to its end, or until it is paused or its lease lost.
+// Every step can run again: a runner that takes the job over redoes what
+// its killed predecessor had not recorded.
+func (r *Retention) runJob(ctx context.Context, tenant string, db *sql.DB, id int64, owner string, lease time.Duration) error {
+	j, err := r.Job(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	keys, err := r.p.KeySpace.Tenant(tenant)
+	if err != nil {
+		return err
+	}
+	p := &purge{r: r, tenant: tenant, db: db, keys: keys, job: j, owner: owner, lease: lease}
+	err = p.run(ctx)
+	switch {
+	case errors.Is(err, errLeaseLost):
+		r.p.Log.Info().Str("tenant", tenant).Int64("job", id).Msg("job stopped: paused or taken over")
+		return nil
+	case err != nil && ctx.Err() == nil:
+		r.p.Log.Error().Err(err).Str("tenant", tenant).Int64("job", id).Msg("job failed")
+		msg := err.Error()
+		if len(msg) > 1024 {
+			msg = msg[:1024]
+		}
+		_, uerr := execN(context.WithoutCancel(ctx), sq.Update(jobsTable).Set("state", StateFailed).Set("last_error", msg).
+			Set("lease_owner", "").Set("lease_until", nil).Where(sq.Eq{"job_id": id, "lease_owner": owner}).RunWith(db))
+		return uerr
+	}
+	return err
+}
+
+// purge removes one topic's history: its floor raised past every stored
+// seq first (readers see nothing of it from then on), then its rows in
+// every month in bounded batches, then what refers to them.
+type purge struct {
+	r      *Retention
+	tenant string
+	db     *sql.DB
+	keys   routing.Keys
+	job    Job
+	owner  string
+	lease  time.Duration
+}
+
+func (p *purge) run(ctx context.Context) error {
+	topic, db := p.job.Topic, p.db
+	if err := topicHeld(ctx, db, topic); err != nil {
+		return err
+	}
+	last, err := routing.LastStoredSeq(ctx, db, topic)
+	if err != nil {
+		return err
+	}
+	if err := routing.RaiseFloors(ctx, db, []routing.Floor{{Topic: topic, Seq: last + 1}}); err != nil {
+		return err
+	}
+	shards, err := routing.ListShards(ctx, db)
+	if err != nil {
+		return err
+	}
+	rep := &p.job.Report
+	rep.PendingArchive = rep.PendingArchive[:0]
+	var months []routing.Month
+	for _, s := range shards {
+		if s.Status == routing.StatusArchived {
+			rep.PendingArchive = append(rep.PendingArchive, s.Month.String())
+			continue
+		}
+		months = append(months, s.Month)
+		t, err := routing.TableFor(s.Month)
+		if err != nil {
+			return err
+		}
+		if err := deleteAll(ctx, func() (int64, error) {
+			n, err := execN(ctx, sq.Delete(t.Quoted()).Where(sq.Eq{"topic": topic}).OrderBy("seqid").Limit(batch).RunWith(db))
+			if err != nil {
+				return n, fmt.Errorf("purge: %s of %s: %w", t.Name(), topic, err)
+			}
+			rep.Months[s.Month.String()] += n
+			p.job.RowsRemoved += n
+			return n, p.progress(ctx)
+		}); err != nil {
+			return err
+		}
+	}
+	side := func(kind string, step func() (int64, error)) error {
+		return deleteAll(ctx, func() (int64, error) {
+			n, err := step()
+			rep.Side[kind] += n
+			if err != nil {
+				return n, err
+			}
+			return n, p.progress(ctx)
+		})
+	}
+	if err := side("revisions", func() (int64, error) { return readpath.DropRevisionsUpTo(ctx, db, topic, last, batch) }); err != nil {
+		return err
+	}
+	if err := side("hidden_ranges", func() (int64, error) { return readpath.DropHiddenUpTo(ctx, db, topic, last, batch) }); err != nil {
+		return err
+	}
+	if err := side("mentions", func() (int64, error) { return routing.DropMentionsUpTo(ctx, db, topic, last, batch) }); err != nil {
+		return err
+	}
+	if err := side("read_cursors", func() (int64, error) { return acl.DropTopicCursors(ctx, db, topic, batch) }); err != nil {
+		return err
+	}
+	for _, m := range months {
+		if err := p.r.dropRoutes(ctx, p.keys, m, []string{topic}); err != nil {
+			return err
+		}
+		if err := side("mirror_rows", func() (int64, error) { return routing.DropMirrorRows(ctx, db, m, []string{topic}, batch) }); err != nil {
+			return err
+		}
+	}
+	return p.finish(ctx, last)
+}
+
+// progress records the report so far and renews the lease; errLeaseLost
+// when the job was paused or taken over meanwhile.
+func (p *purge) progress(ctx context.Context) error {
+	return p.record(ctx, p.job.State)
+}
+
+func (p *purge) record(ctx context.Context, state string) error {
+	rep, err := json.Marshal(p.job.Report)
+	if err != nil {
+		return err
+	}
+	q := sq.Update(jobsTable).Set("rows_removed", p.job.RowsRemoved).Set("report", string(rep)).Set("state", state)
+	if state == StateDone {
+		q = q.Set("lease_owner", "").Set("lease_until", nil)
+	} else {
+		q = q.Set("lease_until", sq.Expr("NOW(3) + INTERVAL ? MICROSECOND", p.lease.Microseconds()))
+	}
+	n, err := execN(ctx, q.Where(sq.Eq{"job_id": p.job.ID, "lease_owner": p.owner, "state": StateRunning}).RunWith(p.db))
+	if err != nil {
+		return fmt.Errorf("jobs: progress of %d: %w", p.job.ID, err)
+	}
+	if n == 0 {
+		return errLeaseLost
+	}
+	return nil
+}
+
+// finish records the purge in the change feed (one event: every message
+// of the topic up to last is gone) and marks the job done.
+func (p *purge) finish(ctx context.Context, last int64) error {
+	tx, err := p.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("purge: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	cs, err := readpath.NextChangeSeq(ctx, tx, p.job.Topic)
+	if err != nil {
+		return err
+	}
+	if err := feed.Record(ctx, tx, feed.Event{Tenant: p.tenant, Topic: p.job.Topic, ChangeSeq: cs, Action: ActionPurge,
+		SeqID: last, At: message.NewTime(time.Now())}); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("purge: commit feed event: %w", err)
+	}
+	p.r.p.Log.Info().Str("tenant", p.tenant).Str("topic", p.job.Topic).Int64("rows", p.job.RowsRemoved).Msg("group purged")
+	return p.record(ctx, StateDone)
+}
