@@ -629,27 +629,45 @@ func (r readerAt) ReadAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
-// readDigests re-reads the archive and hashes it as the table is hashed.
-func readDigests(ctx context.Context, bucket *blob.Bucket, key string) (map[string]*routing.Digest, error) {
+// readRows reads the archive at key in batches, in its (topic, seqid)
+// order, handing each batch to fn.
+func readRows(ctx context.Context, bucket *blob.Bucket, key string, fn func([]Row) error) error {
 	attrs, err := bucket.Attributes(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("archive: %s: %w", key, err)
+		return fmt.Errorf("archive: %s: %w", key, err)
 	}
 	f, err := parquet.OpenFile(readerAt{ctx: ctx, bucket: bucket, key: key}, attrs.Size)
 	if err != nil {
-		return nil, fmt.Errorf("archive: open %s: %w", key, err)
+		return fmt.Errorf("archive: open %s: %w", key, err)
 	}
 	pr := parquet.NewGenericReader[Row](f)
 	defer pr.Close()
-	out := map[string]*routing.Digest{}
-	var buf bytes.Buffer
 	rows := make([]Row, 512)
 	for {
 		n, err := pr.Read(rows)
-		for i := range rows[:n] {
-			sum, herr := routing.RowSum(&buf, rows[i].values())
-			if herr != nil {
-				return nil, herr
+		if n > 0 {
+			if ferr := fn(rows[:n]); ferr != nil {
+				return ferr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("archive: read %s: %w", key, err)
+		}
+	}
+}
+
+// readDigests re-reads the archive and hashes it as the table is hashed.
+func readDigests(ctx context.Context, bucket *blob.Bucket, key string) (map[string]*routing.Digest, error) {
+	out := map[string]*routing.Digest{}
+	var buf bytes.Buffer
+	err := readRows(ctx, bucket, key, func(rows []Row) error {
+		for i := range rows {
+			sum, err := routing.RowSum(&buf, rows[i].values())
+			if err != nil {
+				return err
 			}
 			d := out[rows[i].Topic]
 			if d == nil {
@@ -658,13 +676,9 @@ func readDigests(ctx context.Context, bucket *blob.Bucket, key string) (map[stri
 			}
 			d.Add(rows[i].SeqID, sum)
 		}
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("archive: read %s: %w", key, err)
-		}
-	}
+		return nil
+	})
+	return out, err
 }
 
 // verify compares the archive, read back from the bucket, with the table
@@ -678,6 +692,12 @@ func (a *Archiver) verify(ctx context.Context, db *sql.DB, bucket *blob.Bucket, 
 	if err != nil {
 		return err
 	}
+	return compare(want, got)
+}
+
+// compare reports the topics whose table digests (want) and archive
+// digests (got) differ, as ErrMismatch.
+func compare(want, got map[string]*routing.Digest) error {
 	var diffs []string
 	for topic, w := range want {
 		if g := got[topic]; g == nil || *g != *w {
