@@ -178,13 +178,28 @@ func OpenBucket(ctx context.Context, raw string) (*blob.Bucket, error) {
 // export to Parquet and the manifest, a re-read of the archive compared
 // with the table, then the mark: the catalog row archived, if the table is
 // still the one verified. dryRun stops after the pre-checks and writes
-// nothing. The month stays readable from its table throughout.
+// nothing. The month stays readable from its table throughout. A run
+// that writes holds the tenant's archive lock (ErrBusy while another
+// holds it).
 func (a *Archiver) Archive(ctx context.Context, tenant string, m routing.Month, dryRun bool) (Report, error) {
 	rep := Report{Tenant: tenant, Month: m, Key: ObjectKey(tenant, m), DryRun: dryRun}
 	db, err := a.p.DBs.DB(ctx, tenant)
+	if err != nil || dryRun {
+		return a.archive(ctx, db, rep, err)
+	}
+	err = exclusive(ctx, db, func() error {
+		rep, err = a.archive(ctx, db, rep, nil)
+		return err
+	})
+	return rep, err
+}
+
+// archive is Archive's run, with db the tenant's database (or its error).
+func (a *Archiver) archive(ctx context.Context, db *sql.DB, rep Report, err error) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
+	tenant, m, dryRun := rep.Tenant, rep.Month, rep.DryRun
 	st, err := loadState(ctx, db, m)
 	if err != nil || st.step == StepMarked {
 		return report(rep, st), err
@@ -274,6 +289,9 @@ func (a *Archiver) Apply(ctx context.Context, tenant string) error {
 			break
 		}
 		_, err = a.Archive(ctx, tenant, m, false)
+	}
+	if errors.Is(err, ErrBusy) {
+		return nil // a command archives or restores the tenant now; the next patrol goes on
 	}
 	if err != nil && ctx.Err() == nil {
 		a.m.failures.WithLabelValues(tenant).Inc()

@@ -29,13 +29,22 @@ type RestoreReport struct {
 // archive, and only then the catalog row set back to sealed and the
 // month's archive record removed, in one transaction under the catalog
 // row's exclusive lock. The archive objects stay; nothing is deleted
-// before the table is verified.
+// before the table is verified. It holds the tenant's archive lock.
 func (a *Archiver) Restore(ctx context.Context, tenant string, m routing.Month) (RestoreReport, error) {
 	rep := RestoreReport{Tenant: tenant, Month: m}
 	db, err := a.p.DBs.DB(ctx, tenant)
 	if err != nil {
 		return rep, err
 	}
+	err = exclusive(ctx, db, func() error {
+		rep, err = a.restore(ctx, db, rep)
+		return err
+	})
+	return rep, err
+}
+
+func (a *Archiver) restore(ctx context.Context, db *sql.DB, rep RestoreReport) (RestoreReport, error) {
+	tenant, m := rep.Tenant, rep.Month
 	t, status, err := a.p.Catalog.Table(ctx, tenant, m)
 	if err != nil {
 		return rep, err
