@@ -22,7 +22,7 @@ func newShardCmd(g *globals) *cobra.Command {
 		Example: "  imshard shard ensure\n  imshard shard list --tenant=acme",
 	}
 	c.AddCommand(newShardEnsureCmd(g), newShardListCmd(g), newShardActivateCmd(g),
-		newShardSealCmd(g, "seal"), newShardSealCmd(g, "unseal"), newShardArchiveCmd(g))
+		newShardSealCmd(g, "seal"), newShardSealCmd(g, "unseal"), newShardArchiveCmd(g), newShardRestoreCmd(g))
 	return c
 }
 

@@ -8,8 +8,9 @@ import (
 // Archive is where sealed months go when they leave MySQL, and how fast.
 // URL is a gocloud.dev/blob bucket URL: file:// (relative to the working
 // directory when it starts with file://./), s3:// (S3, MinIO, Ceph: add
-// endpoint and use_path_style), gs://, azblob://. KeepTable is how long a
-// month's table stays after its archive is verified (0: dropped at once);
+// endpoint and use_path_style), gs://, azblob://. KeepTable is how long an
+// archived month's table is to stay before it is dropped; no step drops it
+// yet (the drop waits for the cold read path), so the table stays;
 // RowsPerSecond throttles the export's reads of the month table (0: no
 // limit).
 type Archive struct {
@@ -19,7 +20,7 @@ type Archive struct {
 }
 
 // DefaultArchive is the archive section's defaults: a directory under the
-// data directory, tables dropped once verified, no throttle.
+// data directory, no keep time, no throttle.
 func DefaultArchive() Archive {
 	return Archive{URL: "file://./data/archive", KeepTable: 0, RowsPerSecond: 0}
 }

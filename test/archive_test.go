@@ -85,6 +85,17 @@ func unmark(t *testing.T, env *harness.Env, m routing.Month) {
 	env.App.Catalog().Invalidate(env.Tenant)
 }
 
+// tableChecksum is CHECKSUM TABLE … EXTENDED of t: equal for equal rows.
+func tableChecksum(t *testing.T, env *harness.Env, table routing.Table) string {
+	t.Helper()
+	var name string
+	var sum sql.NullInt64
+	if err := env.DB.QueryRow("CHECKSUM TABLE "+table.Quoted()+" EXTENDED").Scan(&name, &sum); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprint(sum.Int64)
+}
+
 // archiveStep is the month's recorded archive step and catalog status.
 func archiveStep(t *testing.T, env *harness.Env, m routing.Month) (string, routing.Status) {
 	t.Helper()
@@ -187,14 +198,7 @@ func TestArchiveExportsAndVerifiesASealedMonth(t *testing.T) {
 func TestArchiveSurvivesAKillAtEveryStep(t *testing.T) {
 	env, old, n := archivedMonth(t)
 	table, _ := routing.TableFor(old)
-	checksum := func() string {
-		var name string
-		var sum sql.NullInt64
-		if err := env.DB.QueryRow("CHECKSUM TABLE "+table.Quoted()+" EXTENDED").Scan(&name, &sum); err != nil {
-			t.Fatal(err)
-		}
-		return fmt.Sprint(sum.Int64)
-	}
+	checksum := func() string { return tableChecksum(t, env, table) }
 	before := checksum()
 	cfg := tenantConfig(t, env.Tenant, "send: {produce_timeout: 500ms}\narchive: {url: \"file://"+t.TempDir()+"\"}\n")
 	args := []string{"shard", "archive", "--config", cfg, "--tenant", env.Tenant, "--month", old.String()}
@@ -315,5 +319,87 @@ func TestArchivePatrolResumesAndArchivesPastArchiveAfterMonths(t *testing.T) {
 	}
 	if step, status := archiveStep(t, env, old); step != archive.StepMarked || status != routing.StatusArchived {
 		t.Fatalf("patrol with archive_after_months 1: step %q status %s", step, status)
+	}
+}
+
+// `shard restore` brings an archived month back into MySQL: with its table
+// still there it only verifies and flips it back to sealed; with rows
+// missing (a restore killed half-way) or the table gone it writes back
+// what the table lacks, verifies, and the month is as it was — while a
+// month that is not archived is refused, and so is a restore or archive
+// while another holds the tenant's archive lock.
+func TestArchiveRestoreRebuildsTheMonth(t *testing.T) {
+	env, old, n := archivedMonth(t)
+	ctx := context.Background()
+	table, _ := routing.TableFor(old)
+	checksum := func() string { return tableChecksum(t, env, table) }
+	before := checksum()
+	fileURL := "file://" + t.TempDir()
+	arch := archiverFor(env, fileURL, 0)
+	archiveIt := func() {
+		t.Helper()
+		if rep, err := arch.Archive(ctx, env.Tenant, old, false); err != nil || rep.Step != archive.StepMarked {
+			t.Fatalf("archive: %+v %v", rep, err)
+		}
+	}
+	archiveIt()
+	cfg := tenantConfig(t, env.Tenant, "send: {produce_timeout: 500ms}\narchive: {url: \""+fileURL+"\"}\n")
+	if code, out := runCLI(t, nil, "shard", "restore", "--config", cfg, "--tenant", env.Tenant, "--month", old.Next().String()); code == 0 ||
+		!strings.Contains(out, "not archived") {
+		t.Fatalf("restore of a month not archived: %d\n%s", code, out)
+	}
+
+	// one archive or restore per tenant at a time: another holder of the
+	// tenant's archive lock refuses both
+	conn, err := env.DB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got int
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(CONCAT('imshard_archive:', DATABASE()), 0)").Scan(&got); err != nil || got != 1 {
+		t.Fatalf("take the archive lock: %d %v", got, err)
+	}
+	if _, err := arch.Restore(ctx, env.Tenant, old); !errors.Is(err, archive.ErrBusy) {
+		t.Fatalf("restore while another holds the lock: %v", err)
+	}
+	if _, err := arch.Archive(ctx, env.Tenant, old, false); !errors.Is(err, archive.ErrBusy) {
+		t.Fatalf("archive while another holds the lock: %v", err)
+	}
+	if _, err := conn.ExecContext(ctx, "SELECT RELEASE_LOCK(CONCAT('imshard_archive:', DATABASE()))"); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+
+	rep, err := arch.Restore(ctx, env.Tenant, old)
+	if err != nil || rep.Rows != int64(n) || rep.Restored != 0 {
+		t.Fatalf("restore with the table whole: %+v %v", rep, err)
+	}
+	if step, status := archiveStep(t, env, old); step != "" || status != routing.StatusSealed {
+		t.Fatalf("after the restore: step %q status %s", step, status)
+	}
+
+	archiveIt()
+	res, err := env.DB.Exec("DELETE FROM " + table.Quoted() + " WHERE topic = 'arch-b'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing, _ := res.RowsAffected()
+	if rep, err := arch.Restore(ctx, env.Tenant, old); err != nil || rep.Restored != missing || rep.Rows != int64(n) {
+		t.Fatalf("restore of a half-restored table: %+v %v, want %d written back", rep, err, missing)
+	}
+
+	archiveIt()
+	if _, err := env.DB.Exec(table.DropDDL()); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := runCLI(t, nil, "shard", "restore", "--config", cfg, "--tenant", env.Tenant, "--month", old.String()); code != 0 ||
+		!strings.Contains(out, fmt.Sprintf("restored and sealed: %d rows, %d written back", n, n)) {
+		t.Fatalf("restore of a dropped table: %d\n%s", code, out)
+	}
+	if step, status := archiveStep(t, env, old); step != "" || status != routing.StatusSealed {
+		t.Fatalf("after restoring the dropped table: step %q status %s", step, status)
+	}
+	if after := checksum(); after != before {
+		t.Fatalf("the restored table differs: checksum %s, was %s", after, before)
 	}
 }

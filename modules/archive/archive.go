@@ -178,13 +178,28 @@ func OpenBucket(ctx context.Context, raw string) (*blob.Bucket, error) {
 // export to Parquet and the manifest, a re-read of the archive compared
 // with the table, then the mark: the catalog row archived, if the table is
 // still the one verified. dryRun stops after the pre-checks and writes
-// nothing. The month stays readable from its table throughout.
+// nothing. The month stays readable from its table throughout. A run
+// that writes holds the tenant's archive lock (ErrBusy while another
+// holds it).
 func (a *Archiver) Archive(ctx context.Context, tenant string, m routing.Month, dryRun bool) (Report, error) {
 	rep := Report{Tenant: tenant, Month: m, Key: ObjectKey(tenant, m), DryRun: dryRun}
 	db, err := a.p.DBs.DB(ctx, tenant)
+	if err != nil || dryRun {
+		return a.archive(ctx, db, rep, err)
+	}
+	err = exclusive(ctx, db, func() error {
+		rep, err = a.archive(ctx, db, rep, nil)
+		return err
+	})
+	return rep, err
+}
+
+// archive is Archive's run, with db the tenant's database (or its error).
+func (a *Archiver) archive(ctx context.Context, db *sql.DB, rep Report, err error) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
+	tenant, m, dryRun := rep.Tenant, rep.Month, rep.DryRun
 	st, err := loadState(ctx, db, m)
 	if err != nil || st.step == StepMarked {
 		return report(rep, st), err
@@ -274,6 +289,9 @@ func (a *Archiver) Apply(ctx context.Context, tenant string) error {
 			break
 		}
 		_, err = a.Archive(ctx, tenant, m, false)
+	}
+	if errors.Is(err, ErrBusy) {
+		return nil // a command archives or restores the tenant now; the next patrol goes on
 	}
 	if err != nil && ctx.Err() == nil {
 		a.m.failures.WithLabelValues(tenant).Inc()
@@ -629,27 +647,45 @@ func (r readerAt) ReadAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
-// readDigests re-reads the archive and hashes it as the table is hashed.
-func readDigests(ctx context.Context, bucket *blob.Bucket, key string) (map[string]*routing.Digest, error) {
+// readRows reads the archive at key in batches, in its (topic, seqid)
+// order, handing each batch to fn.
+func readRows(ctx context.Context, bucket *blob.Bucket, key string, fn func([]Row) error) error {
 	attrs, err := bucket.Attributes(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("archive: %s: %w", key, err)
+		return fmt.Errorf("archive: %s: %w", key, err)
 	}
 	f, err := parquet.OpenFile(readerAt{ctx: ctx, bucket: bucket, key: key}, attrs.Size)
 	if err != nil {
-		return nil, fmt.Errorf("archive: open %s: %w", key, err)
+		return fmt.Errorf("archive: open %s: %w", key, err)
 	}
 	pr := parquet.NewGenericReader[Row](f)
 	defer pr.Close()
-	out := map[string]*routing.Digest{}
-	var buf bytes.Buffer
 	rows := make([]Row, 512)
 	for {
 		n, err := pr.Read(rows)
-		for i := range rows[:n] {
-			sum, herr := routing.RowSum(&buf, rows[i].values())
-			if herr != nil {
-				return nil, herr
+		if n > 0 {
+			if ferr := fn(rows[:n]); ferr != nil {
+				return ferr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("archive: read %s: %w", key, err)
+		}
+	}
+}
+
+// readDigests re-reads the archive and hashes it as the table is hashed.
+func readDigests(ctx context.Context, bucket *blob.Bucket, key string) (map[string]*routing.Digest, error) {
+	out := map[string]*routing.Digest{}
+	var buf bytes.Buffer
+	err := readRows(ctx, bucket, key, func(rows []Row) error {
+		for i := range rows {
+			sum, err := routing.RowSum(&buf, rows[i].values())
+			if err != nil {
+				return err
 			}
 			d := out[rows[i].Topic]
 			if d == nil {
@@ -658,13 +694,9 @@ func readDigests(ctx context.Context, bucket *blob.Bucket, key string) (map[stri
 			}
 			d.Add(rows[i].SeqID, sum)
 		}
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("archive: read %s: %w", key, err)
-		}
-	}
+		return nil
+	})
+	return out, err
 }
 
 // verify compares the archive, read back from the bucket, with the table
@@ -678,6 +710,12 @@ func (a *Archiver) verify(ctx context.Context, db *sql.DB, bucket *blob.Bucket, 
 	if err != nil {
 		return err
 	}
+	return compare(want, got)
+}
+
+// compare reports the topics whose table digests (want) and archive
+// digests (got) differ, as ErrMismatch.
+func compare(want, got map[string]*routing.Digest) error {
 	var diffs []string
 	for topic, w := range want {
 		if g := got[topic]; g == nil || *g != *w {

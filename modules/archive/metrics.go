@@ -12,6 +12,8 @@ type metrics struct {
 	verifyFailures prometheus.Counter
 	exportSeconds  prometheus.Histogram
 	failures       *prometheus.CounterVec
+	monthsRestored prometheus.Counter
+	rowsRestored   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -22,6 +24,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		archived:       f.NewCounter(prometheus.CounterOpts{Name: "imshard_archive_months_verified_total", Help: "Month archives written and verified against their table."}),
 		verifyFailures: f.NewCounter(prometheus.CounterOpts{Name: "imshard_archive_verify_failures_total", Help: "Archive verifications that found the archive differing from its month table (the month stays in MySQL)."}),
 		failures:       f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_archive_failures_total", Help: "Patrol archive runs that failed (a month not finishing its archive: its step and last error are in shard list)."}, []string{"tenant"}),
+		monthsRestored: f.NewCounter(prometheus.CounterOpts{Name: "imshard_archive_months_restored_total", Help: "Archived months restored to MySQL and verified (shard restore)."}),
+		rowsRestored:   f.NewCounter(prometheus.CounterOpts{Name: "imshard_archive_rows_restored_total", Help: "Rows written back from archives into month tables by restores."}),
 		exportSeconds:  f.NewHistogram(prometheus.HistogramOpts{Name: "imshard_archive_export_seconds", Help: "Duration of one month's export.", Buckets: prometheus.ExponentialBuckets(0.1, 2, 14)}),
 	}
 }

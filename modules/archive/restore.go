@@ -1,0 +1,170 @@
+package archive
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	sq "github.com/Masterminds/squirrel"
+	"gocloud.dev/blob"
+
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// ErrNotArchived refuses the restore of a month that is not archived.
+var ErrNotArchived = errors.New("archive: the month is not archived")
+
+// RestoreReport is what one restore did.
+type RestoreReport struct {
+	Tenant   string
+	Month    routing.Month
+	Rows     int64 // rows in the month after the restore
+	Restored int64 // rows written back from the archive (0: the table was whole)
+}
+
+// Restore brings an archived month back: the month table (re)created and
+// filled from the archive where it lacks rows (INSERT IGNORE, so a run
+// killed half-way is simply run again), compared topic by topic with the
+// archive, and only then the catalog row set back to sealed and the
+// month's archive record removed, in one transaction under the catalog
+// row's exclusive lock. The archive objects stay; nothing is deleted
+// before the table is verified. It holds the tenant's archive lock.
+func (a *Archiver) Restore(ctx context.Context, tenant string, m routing.Month) (RestoreReport, error) {
+	rep := RestoreReport{Tenant: tenant, Month: m}
+	db, err := a.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return rep, err
+	}
+	err = exclusive(ctx, db, func() error {
+		rep, err = a.restore(ctx, db, rep)
+		return err
+	})
+	return rep, err
+}
+
+func (a *Archiver) restore(ctx context.Context, db *sql.DB, rep RestoreReport) (RestoreReport, error) {
+	tenant, m := rep.Tenant, rep.Month
+	t, status, err := a.p.Catalog.Table(ctx, tenant, m)
+	if err != nil {
+		return rep, err
+	}
+	if status != routing.StatusArchived {
+		return rep, fmt.Errorf("%w: %s is %s", ErrNotArchived, m, status)
+	}
+	bucket, err := OpenBucket(ctx, a.p.Config.URL)
+	if err != nil {
+		return rep, err
+	}
+	defer bucket.Close()
+	key := ObjectKey(tenant, m)
+	want, err := readDigests(ctx, bucket, key)
+	if err != nil {
+		return rep, err
+	}
+	// DDL on its own statement
+	if _, err := db.ExecContext(ctx, t.CreateDDL()); err != nil {
+		return rep, fmt.Errorf("archive: create %s: %w", t.Name(), err)
+	}
+	have, err := a.tableDigests(ctx, db, t, nil)
+	if err != nil {
+		return rep, err
+	}
+	if compare(have, want) != nil {
+		if rep.Restored, err = a.reload(ctx, db, bucket, key, t); err != nil {
+			return rep, err
+		}
+		if have, err = a.tableDigests(ctx, db, t, nil); err != nil {
+			return rep, err
+		}
+		if err := compare(have, want); err != nil {
+			a.m.verifyFailures.Inc()
+			return rep, err
+		}
+	}
+	if err := a.unmark(ctx, db, m); err != nil {
+		return rep, err
+	}
+	a.p.Catalog.Invalidate(tenant)
+	rep.Rows = total(have)
+	a.m.monthsRestored.Inc()
+	a.m.rowsRestored.Add(float64(rep.Restored))
+	a.p.Log.Info().Str("tenant", tenant).Str("month", m.String()).Int64("rows", rep.Rows).Int64("restored", rep.Restored).
+		Msg("archived month restored to MySQL and verified")
+	return rep, nil
+}
+
+// restoreBatch bounds the rows of one INSERT of a restore.
+const restoreBatch = 500
+
+// reload writes the archive's rows the table lacks, a batch per
+// transaction behind the placement fence; it reports the rows inserted.
+func (a *Archiver) reload(ctx context.Context, db *sql.DB, bucket *blob.Bucket, key string, t routing.Table) (int64, error) {
+	var n int64
+	cols := routing.LegacyColumnNames()
+	err := readRows(ctx, bucket, key, func(rows []Row) error {
+		for len(rows) > 0 {
+			chunk := rows[:min(len(rows), restoreBatch)]
+			rows = rows[len(chunk):]
+			q := sq.Insert(t.Quoted()).Options("IGNORE").Columns(cols...)
+			for i := range chunk {
+				q = q.Values(chunk[i].values()...)
+			}
+			added, err := insertFenced(ctx, db, q)
+			if err != nil {
+				return fmt.Errorf("archive: restore into %s: %w", t.Name(), err)
+			}
+			n += added
+		}
+		return nil
+	})
+	return n, err
+}
+
+// insertFenced runs q in its own transaction behind the placement fence.
+func insertFenced(ctx context.Context, db *sql.DB, q sq.InsertBuilder) (int64, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := routing.CheckPlacement(ctx, tx); err != nil {
+		return 0, err
+	}
+	res, err := q.RunWith(tx).ExecContext(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	return n, tx.Commit()
+}
+
+// unmark sets the month back to sealed and forgets its archive run, in
+// one transaction under the catalog row's exclusive lock.
+func (a *Archiver) unmark(ctx context.Context, db *sql.DB, m routing.Month) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := routing.CheckPlacement(ctx, tx); err != nil {
+		return err
+	}
+	status, err := routing.LockForArchive(ctx, tx, m)
+	if err != nil {
+		return err
+	}
+	if status != routing.StatusArchived {
+		return fmt.Errorf("%w: %s is %s", ErrNotArchived, m, status)
+	}
+	if _, err := routing.SetStatus(ctx, tx, m, routing.StatusSealed, routing.StatusArchived); err != nil {
+		return err
+	}
+	if _, err := sq.Delete(stateTable).Where(sq.Eq{"shard_month": m.String()}).RunWith(tx).ExecContext(ctx); err != nil {
+		return fmt.Errorf("archive: forget %s: %w", m, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("archive: restore %s: %w", m, err)
+	}
+	return nil
+}
