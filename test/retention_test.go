@@ -495,6 +495,28 @@ func TestRetentionPurgeJob(t *testing.T) {
 	if code, body := e.Do("POST", path+"/pause", e.svc, nil); code != 409 {
 		t.Fatalf("pause of a finished job: %d %s", code, body)
 	}
+	if v := persistMetric(t, e.Env, "imshard_jobs_rows_removed_total", `tenant="`+e.Tenant+`"`); v != 7 {
+		t.Fatalf("rows removed metric %v", v)
+	}
+	// a hold placed after the purge was asked fails the job when it starts
+	do("DELETE", "/v1/topics/pother?purge=true", 202)
+	if code, body := e.Do("PUT", "/v1/admin/holds/late", admin, map[string]any{"tenant": e.Tenant, "topics": []string{"pother"}, "reason": "late"}); code != 200 {
+		t.Fatalf("late hold: %d %s", code, body)
+	}
+	if _, err := e.App.Retention().RunJobs(ctx, e.Tenant, "runner-b", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var failed struct {
+		State string `json:"state"`
+		Error string `json:"error"`
+	}
+	code, body = e.Do("GET", "/v1/admin/jobs/"+j.ID, e.svc, nil)
+	if err := json.Unmarshal(body, &failed); code != 200 || err != nil || failed.State != "failed" || !strings.Contains(failed.Error, "legal hold") {
+		t.Fatalf("job under a late hold: %d %s", code, body)
+	}
+	if v := persistMetric(t, e.Env, "imshard_jobs_failures_total", `tenant="`+e.Tenant+`"`); v != 1 {
+		t.Fatalf("job failures metric %v", v)
+	}
 	for _, c := range []struct {
 		table string
 		topic string

@@ -196,12 +196,35 @@ func (r *Retention) RunJobLoop(ctx context.Context, tenants func() []string, lea
 		case <-t.C:
 		}
 		for _, tenant := range tenants() {
+			if err := r.countStalled(ctx, tenant); err != nil && ctx.Err() == nil {
+				r.p.Log.Warn().Err(err).Str("tenant", tenant).Msg("stalled jobs not counted")
+			}
 			if _, err := r.RunJobs(ctx, tenant, owner, lease); err != nil && ctx.Err() == nil {
 				r.p.Log.Error().Err(err).Str("tenant", tenant).Msg("job run failed; retrying at the next poll")
 			}
 		}
 		t.Reset(jobPoll)
 	}
+}
+
+// stallAfter is how long a queued or running job may go without progress
+// before it counts as stalled (imshard_jobs_stalled).
+const stallAfter = 15 * time.Minute
+
+// countStalled sets the tenant's stalled-jobs gauge.
+func (r *Retention) countStalled(ctx context.Context, tenant string) error {
+	db, err := r.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	var n int
+	if err := sq.Select("COUNT(*)").From(jobsTable).Where(sq.Eq{"state": []string{StateQueued, StateRunning}}).
+		Where(sq.Expr("updated_at < NOW(3) - INTERVAL ? SECOND", int(stallAfter.Seconds()))).
+		RunWith(db).QueryRowContext(ctx).Scan(&n); err != nil {
+		return fmt.Errorf("jobs: stalled: %w", err)
+	}
+	r.m.jobsStalled.WithLabelValues(tenant).Set(float64(n))
+	return nil
 }
 
 // RunJobs runs the tenant's runnable jobs one after the other as owner and
@@ -272,13 +295,17 @@ func (r *Retention) runJob(ctx context.Context, tenant string, db *sql.DB, id in
 		return err
 	}
 	p := &purge{r: r, tenant: tenant, db: db, keys: keys, job: j, owner: owner, lease: lease}
+	running := r.m.jobsRunning.WithLabelValues(tenant)
+	running.Inc()
 	err = p.run(ctx)
+	running.Dec()
 	switch {
 	case errors.Is(err, errLeaseLost):
 		r.p.Log.Info().Str("tenant", tenant).Int64("job", id).Msg("job stopped: paused or taken over")
 		return nil
 	case err != nil && ctx.Err() == nil:
 		r.p.Log.Error().Err(err).Str("tenant", tenant).Int64("job", id).Msg("job failed")
+		r.m.jobFailures.WithLabelValues(tenant).Inc()
 		msg := err.Error()
 		if len(msg) > 1024 {
 			msg = msg[:1024]
@@ -339,6 +366,7 @@ func (p *purge) run(ctx context.Context) error {
 			}
 			rep.Months[s.Month.String()] += n
 			p.job.RowsRemoved += n
+			p.r.m.jobRows.WithLabelValues(p.tenant, KindPurge).Add(float64(n))
 			return n, p.progress(ctx)
 		}); err != nil {
 			return err
@@ -394,11 +422,21 @@ func (p *purge) record(ctx context.Context, state string) error {
 	} else {
 		q = q.Set("lease_until", sq.Expr("NOW(3) + INTERVAL ? MICROSECOND", p.lease.Microseconds()))
 	}
-	n, err := execN(ctx, q.Where(sq.Eq{"job_id": p.job.ID, "lease_owner": p.owner, "state": StateRunning}).RunWith(p.db))
+	ours := sq.Eq{"job_id": p.job.ID, "lease_owner": p.owner, "state": StateRunning}
+	n, err := execN(ctx, q.Where(ours).RunWith(p.db))
 	if err != nil {
 		return fmt.Errorf("jobs: progress of %d: %w", p.job.ID, err)
 	}
-	if n == 0 {
+	if n > 0 {
+		return nil
+	}
+	// MySQL counts changed rows only: an update within the same
+	// millisecond as the last one changes nothing and still holds the job
+	var held int
+	if err := sq.Select("COUNT(*)").From(jobsTable).Where(ours).RunWith(p.db).QueryRowContext(ctx).Scan(&held); err != nil {
+		return fmt.Errorf("jobs: progress of %d: %w", p.job.ID, err)
+	}
+	if held == 0 {
 		return errLeaseLost
 	}
 	return nil
