@@ -28,6 +28,8 @@ import (
 
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/acl"
+	"github.com/imshard/imshard/modules/changes"
+	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/migrate"
 	"github.com/imshard/imshard/modules/placement"
 	"github.com/imshard/imshard/modules/ratelimit"
@@ -52,6 +54,7 @@ type clients struct {
 	acl       *acl.Checker
 	shards    *shardmgr.Manager
 	retention *retention.Retention
+	changes   *changes.Service
 	migs      *routing.Migrations
 	migrator  *migrate.Migrator
 	limits    *ratelimit.Limiter
@@ -503,13 +506,19 @@ func (a *App) Retention() *retention.Retention {
 		return c.retention
 	}
 	c.retention = retention.New(retention.Params{
-		DBs:        c.pools,
-		Redis:      c.redis,
-		KeySpace:   c.keys,
-		Scripts:    c.scripts,
-		Catalog:    c.catalog,
-		Months:     a.tenants.retentionOf,
-		LockTTL:    a.Config.Shard.LockTTL,
+		DBs:      c.pools,
+		Redis:    c.redis,
+		KeySpace: c.keys,
+		Scripts:  c.scripts,
+		Catalog:  c.catalog,
+		Months:   a.tenants.retentionOf,
+		LockTTL:  a.Config.Shard.LockTTL,
+		// a user erase deletes each message as delete-for-everyone does;
+		// only the job loop calls it, in a process that runs the read path
+		Delete: func(ctx context.Context, tenant, topic string, seq, actor int64, reason string) error {
+			_, err := a.NewChanges().DeleteAll(ctx, httpapi.Principal{Tenant: tenant, UserID: actor, Role: httpapi.RoleAdmin}, topic, seq, reason)
+			return err
+		},
 		Log:        a.Log.With().Str("module", "retention").Logger(),
 		Registerer: a.Registry,
 	})
