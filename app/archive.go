@@ -2,18 +2,23 @@ package app
 
 import "github.com/imshard/imshard/modules/archive"
 
-// NewArchiver builds the month archiver from the shared clients (`imshard
-// shard archive`).
+// NewArchiver builds the month archiver from the shared clients, once
+// (`imshard shard archive` and the shard manager's patrol).
 func (a *App) NewArchiver() *archive.Archiver {
 	c := &a.clients
-	return archive.New(archive.Params{
+	if c.archiver != nil {
+		return c.archiver
+	}
+	c.archiver = archive.New(archive.Params{
 		Config:         archive.Config{URL: a.Config.Archive.URL, RowsPerSecond: a.Config.Archive.RowsPerSecond},
 		DBs:            c.pools,
 		Catalog:        c.catalog,
 		Redis:          c.redis,
 		KeySpace:       c.keys,
 		ProduceTimeout: a.Config.Send.ProduceTimeout,
+		AfterMonths:    a.tenants.archiveAfterOf,
 		Log:            a.Log.With().Str("module", "archive").Logger(),
 		Registerer:     a.Registry,
 	})
+	return c.archiver
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/acl"
+	"github.com/imshard/imshard/modules/archive"
 	"github.com/imshard/imshard/modules/changes"
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/migrate"
@@ -55,6 +56,7 @@ type clients struct {
 	shards    *shardmgr.Manager
 	retention *retention.Retention
 	changes   *changes.Service
+	archiver  *archive.Archiver
 	migs      *routing.Migrations
 	migrator  *migrate.Migrator
 	limits    *ratelimit.Limiter
@@ -494,6 +496,7 @@ func (a *App) NewShardManager() *shardmgr.Manager {
 		Log:        a.Log.With().Str("module", ShardMgr).Logger(),
 		Registerer: a.Registry,
 		Retention:  a.Retention(),
+		Archive:    a.NewArchiver(),
 	})
 	return c.shards
 }
@@ -529,11 +532,13 @@ func initShardMgr(ctx context.Context, a *App) (Service, error) {
 	mg := a.NewShardManager()
 	mg.ExportTenants(a.clients.pools.IDs())
 	a.Retention().ExportTenants(a.clients.pools.IDs())
+	a.NewArchiver().ExportTenants(a.clients.pools.IDs())
 	a.onTenantsAdded(func(tenants []string) { mg.Reconcile(tenants...) })
 	a.onTenantsAdded(a.Retention().ExportTenants)
+	a.onTenantsAdded(a.NewArchiver().ExportTenants)
 	ret, tenants, lease := a.Retention(), a.clients.pools.IDs, a.Config.Shard.LockTTL
-	// the patrol and the job loop (group purges) run side by side until
-	// the context ends
+	// the patrol and the job loop (group purges, user erases) run side by
+	// side until the context ends
 	return runner{run: func(ctx context.Context) error {
 		var wg sync.WaitGroup
 		wg.Add(1)

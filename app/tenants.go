@@ -16,6 +16,8 @@ type tenantSet struct {
 	deflt  config.Limits            // the limits section: a tenant's not (yet) in the set
 	// retention is each tenant's retention_months
 	retention map[string]int
+	// archiveAfter is each tenant's archive_after_months
+	archiveAfter map[string]int
 }
 
 func (s *tenantSet) set(tenants []config.Tenant, defaults config.Limits) {
@@ -24,11 +26,12 @@ func (s *tenantSet) set(tenants []config.Tenant, defaults config.Limits) {
 		l[t.ID] = defaults.Of(t)
 	}
 	r := make(map[string]int, len(tenants))
+	ar := make(map[string]int, len(tenants))
 	for _, t := range tenants {
-		r[t.ID] = t.RetentionMonths
+		r[t.ID], ar[t.ID] = t.RetentionMonths, t.ArchiveAfterMonths
 	}
 	s.mu.Lock()
-	s.limits, s.deflt, s.retention = l, defaults, r
+	s.limits, s.deflt, s.retention, s.archiveAfter = l, defaults, r, ar
 	s.mu.Unlock()
 }
 
@@ -63,4 +66,12 @@ func (s *tenantSet) retentionOf(tenant string) int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.retention[tenant]
+}
+
+// archiveAfterOf is a tenant's archive_after_months in the live tenant
+// list (0, never automatically, for a tenant a reload removed).
+func (s *tenantSet) archiveAfterOf(tenant string) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.archiveAfter[tenant]
 }

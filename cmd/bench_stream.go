@@ -28,6 +28,8 @@ type benchStreamOptions struct {
 	rate     int
 	duration time.Duration
 	rounds   int
+	hoarders int
+	hoardMB  int
 	clients  bool // this process is the client side the bench started
 
 	cpuProfile string
@@ -54,6 +56,8 @@ func newBenchStreamCmd(g *globals) *cobra.Command {
 	c.Flags().IntVar(&o.rate, "rate", 1000, "messages sent per second")
 	c.Flags().DurationVar(&o.duration, "duration", 20*time.Second, "measured time of each round")
 	c.Flags().IntVar(&o.rounds, "rounds", 3, "measured rounds, one after the other on the same sockets")
+	c.Flags().IntVar(&o.hoarders, "hoarders", 0, "after the rounds, open this many sockets of one member that catch up --hoard-mb of history and never read, and time another user's catch-up and /readyz meanwhile (0: no hoard phase)")
+	c.Flags().IntVar(&o.hoardMB, "hoard-mb", 18, "MB of history the hoarders catch up")
 	c.Flags().BoolVar(&o.clients, "clients", false, "run as the client side of a bench (started by the bench itself)")
 	_ = c.Flags().MarkHidden("clients")
 	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the server process (not the clients) to this file")
@@ -63,6 +67,9 @@ func newBenchStreamCmd(g *globals) *cobra.Command {
 		}
 		if o.sockets < 1 || o.topics < 1 || o.tenants < 1 || o.rate < 1 || o.duration <= 0 || o.rounds < 1 {
 			return usagef("--sockets, --topics, --tenants, --rate, --duration and --rounds must be positive")
+		}
+		if o.hoarders < 0 || o.hoardMB < 1 {
+			return usagef("--hoarders must be 0 or more and --hoard-mb positive")
 		}
 		return runBench(g, o.cpuProfile, func(ctx context.Context, cfg *config.Config) (streamResult, error) {
 			return runBenchStream(ctx, cfg, o, g)
@@ -105,20 +112,24 @@ func runBenchStream(ctx context.Context, cfg *config.Config, o *benchStreamOptio
 	}
 	return runStreamChild(ctx, g, streamPlan{
 		BaseURL: "http://" + a.APIAddr(), Tenants: tenants, Topics: o.topics, Sockets: o.sockets,
-		Rate: o.rate, Duration: o.duration, Rounds: o.rounds,
+		Rate: o.rate, Duration: o.duration, Rounds: o.rounds, Hoarders: o.hoarders, HoardBytes: int64(o.hoardMB) << 20,
+		OpsURL: "http://" + a.OpsAddr(),
 	})
 }
 
 // streamPlan is what the bench tells its client process (one JSON line on
 // the child's stdin).
 type streamPlan struct {
-	BaseURL  string               `json:"base_url"`
-	Tenants  []bench.StreamTenant `json:"tenants"`
-	Topics   int                  `json:"topics"`
-	Sockets  int                  `json:"sockets"`
-	Rate     int                  `json:"rate"`
-	Duration time.Duration        `json:"duration"`
-	Rounds   int                  `json:"rounds"`
+	BaseURL    string               `json:"base_url"`
+	Tenants    []bench.StreamTenant `json:"tenants"`
+	Topics     int                  `json:"topics"`
+	Sockets    int                  `json:"sockets"`
+	Rate       int                  `json:"rate"`
+	Duration   time.Duration        `json:"duration"`
+	Rounds     int                  `json:"rounds"`
+	Hoarders   int                  `json:"hoarders"`
+	HoardBytes int64                `json:"hoard_bytes"`
+	OpsURL     string               `json:"ops_url"`
 }
 
 // streamResult is the whole measurement: the clients' report and the
@@ -226,7 +237,8 @@ func runBenchStreamClients(g *globals) error {
 	}
 	rep, err := bench.Stream(ctx, bench.StreamParams{
 		BaseURL: plan.BaseURL, Tenants: plan.Tenants, Topics: plan.Topics, Sockets: plan.Sockets,
-		Rate: plan.Rate, Duration: plan.Duration, Rounds: plan.Rounds, Redis: rdb, KeySpace: keys, Progress: g.stderr,
+		Rate: plan.Rate, Duration: plan.Duration, Rounds: plan.Rounds, Redis: rdb,
+		Hoarders: plan.Hoarders, HoardBytes: plan.HoardBytes, OpsURL: plan.OpsURL, KeySpace: keys, Progress: g.stderr,
 		Mark: func(stage string) error {
 			if _, err := fmt.Fprintf(g.stdout, "%s%s\n", streamMarkLine, stage); err != nil {
 				return err
@@ -268,4 +280,14 @@ func printBenchStream(w io.Writer, o *benchStreamOptions, rep streamResult) {
 	}
 	fmt.Fprintf(w, "server memory per idle socket (Go heap + stacks of the server process; the clients run in another): %.1f KiB, %.2f goroutines (bar: <= 20 KiB)\n",
 		rep.IdleBytes()/1024, rep.IdleGoroutines())
+	if h := rep.Hoard; h != nil {
+		fmt.Fprintf(w, "hoard: %d of %d sockets of one member opened, each catching up %d messages (%d MB) without reading\n",
+			h.Opened, h.Hoarders, h.HistoryMsgs, h.HistoryBytes>>20)
+		for _, l := range []bench.StreamLatency{h.VictimBefore, h.VictimDuring} {
+			fmt.Fprintf(w, "hoard: %s (%d runs): p50 %s, max %s\n", l.Name, l.Count, l.P50.Round(time.Microsecond), l.P99.Round(time.Microsecond))
+		}
+		before, during := rep.Server[bench.StageHoardBefore], rep.Server[bench.StageHoardDuring]
+		fmt.Fprintf(w, "hoard: server Go heap + stacks %.1f MB before, %.1f MB while hoarded; /readyz not 200 in %d of %d checks\n",
+			float64(before.HeapStacks)/(1<<20), float64(during.HeapStacks)/(1<<20), h.ReadyFailures, h.ReadyChecks)
+	}
 }

@@ -42,6 +42,11 @@ counts. The month table is read, never changed.`,
 				if err != nil {
 					return fmt.Errorf("archive %s for %s: %w", m, o.tenant, err)
 				}
+				if rep.DryRun && rep.Step == archive.StepMarked {
+					fmt.Fprintf(g.stdout, "tenant %s: month %s is archived already: %d rows in %d topics, %d bytes at %s\n",
+						o.tenant, m, rep.Rows, rep.Topics, rep.Bytes, rep.Key)
+					return nil
+				}
 				if rep.DryRun {
 					fmt.Fprintf(g.stdout, "tenant %s: month %s can be archived: %d rows in %d topics (step so far: %s)\n",
 						o.tenant, m, rep.Rows, rep.Topics, orDash(rep.Step))

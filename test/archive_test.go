@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/http/httptest"
@@ -16,9 +17,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/archive"
+	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/testhook"
 	"github.com/imshard/imshard/test/harness"
 )
 
@@ -37,6 +41,13 @@ func archiverFor(env *harness.Env, url string, rps int) *archive.Archiver {
 func archivedMonth(t *testing.T) (*harness.Env, routing.Month, int) {
 	t.Helper()
 	env := sealEnv(t, nil)
+	old, n := sealedMonth(t, env)
+	return env, old, n
+}
+
+// sealedMonth is archivedMonth's month, in env.
+func sealedMonth(t *testing.T, env *harness.Env) (routing.Month, int) {
+	t.Helper()
 	old := env.Start
 	var evs []message.Event
 	for i, topic := range []string{"arch-a", "arch-b", "arch-c"} {
@@ -61,7 +72,31 @@ func archivedMonth(t *testing.T) (*harness.Env, routing.Month, int) {
 	}
 	env.Activate(old.Next())
 	sealWaitFor(t, env, old, routing.StatusSealed, 30*time.Second)
-	return env, old, len(evs)
+	return old, len(evs)
+}
+
+// unmark puts an archived month back to sealed, for a test that archives
+// it again elsewhere.
+func unmark(t *testing.T, env *harness.Env, m routing.Month) {
+	t.Helper()
+	if _, err := env.DB.Exec("UPDATE im_group_message_shards SET status = 'sealed' WHERE shard_month = ?", m.String()); err != nil {
+		t.Fatal(err)
+	}
+	env.App.Catalog().Invalidate(env.Tenant)
+}
+
+// archiveStep is the month's recorded archive step and catalog status.
+func archiveStep(t *testing.T, env *harness.Env, m routing.Month) (string, routing.Status) {
+	t.Helper()
+	var step, status string
+	if err := env.DB.QueryRow("SELECT status FROM im_group_message_shards WHERE shard_month = ?", m.String()).Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	err := env.DB.QueryRow("SELECT step FROM im_archives WHERE shard_month = ?", m.String()).Scan(&step)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		t.Fatal(err)
+	}
+	return step, routing.Status(status)
 }
 
 // A sealed, complete month is exported to Parquet with a manifest, read
@@ -89,7 +124,7 @@ func TestArchiveExportsAndVerifiesASealedMonth(t *testing.T) {
 	}
 
 	rep, err := archiverFor(env, fileURL, 40).Archive(ctx, env.Tenant, old, false)
-	if err != nil || rep.Step != archive.StepVerified || rep.Rows != int64(n) || rep.Topics != 3 || rep.Bytes == 0 {
+	if err != nil || rep.Step != archive.StepMarked || rep.Rows != int64(n) || rep.Topics != 3 || rep.Bytes == 0 {
 		t.Fatalf("archive: %+v %v", rep, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, env.Tenant, old.String(), "manifest.json")); err != nil {
@@ -102,12 +137,12 @@ func TestArchiveExportsAndVerifiesASealedMonth(t *testing.T) {
 
 	cfg := tenantConfig(t, env.Tenant, "send: {produce_timeout: 500ms}\n")
 	if code, out := runCLI(t, nil, "shard", "list", "--config", cfg, "--tenant", env.Tenant); code != 0 ||
-		!strings.Contains(out, "month "+old.String()+" archive: verified, "+fmt.Sprint(n)+" rows") {
+		!strings.Contains(out, "month "+old.String()+" archive: marked, "+fmt.Sprint(n)+" rows") {
 		t.Fatalf("shard list: %d\n%s", code, out)
 	}
 	if code, out := runCLI(t, nil, "shard", "archive", "--config", cfg, "--tenant", env.Tenant, "--month", old.String(), "--dry-run"); code != 0 ||
-		!strings.Contains(out, "can be archived: "+fmt.Sprint(n)+" rows in 3 topics") {
-		t.Fatalf("shard archive --dry-run: %d\n%s", code, out)
+		!strings.Contains(out, "is archived already") {
+		t.Fatalf("shard archive --dry-run of an archived month: %d\n%s", code, out)
 	}
 
 	// the same month against an S3 protocol server (path style, custom endpoint)
@@ -121,8 +156,9 @@ func TestArchiveExportsAndVerifiesASealedMonth(t *testing.T) {
 	if _, err := env.DB.Exec("DELETE FROM im_archives"); err != nil {
 		t.Fatal(err)
 	}
+	unmark(t, env, old)
 	s3rep, err := archiverFor(env, s3URL, 0).Archive(ctx, env.Tenant, old, false)
-	if err != nil || s3rep.Step != archive.StepVerified || s3rep.Rows != int64(n) {
+	if err != nil || s3rep.Step != archive.StepMarked || s3rep.Rows != int64(n) {
 		t.Fatalf("archive to s3: %+v %v", s3rep, err)
 	}
 
@@ -131,6 +167,7 @@ func TestArchiveExportsAndVerifiesASealedMonth(t *testing.T) {
 	if _, err := env.DB.Exec("UPDATE im_archives SET step = ?", archive.StepExported); err != nil {
 		t.Fatal(err)
 	}
+	unmark(t, env, old)
 	if _, err := env.DB.Exec("UPDATE " + table.Quoted() + " SET content = '{\"text\":\"changed\"}' WHERE topic = 'arch-c' AND seqid = 2"); err != nil {
 		t.Fatal(err)
 	}
@@ -140,5 +177,143 @@ func TestArchiveExportsAndVerifiesASealedMonth(t *testing.T) {
 	var step string
 	if err := env.DB.QueryRow("SELECT step FROM im_archives").Scan(&step); err != nil || step != archive.StepExported {
 		t.Fatalf("step after a failed verification: %q %v", step, err)
+	}
+}
+
+// A kill -9 of `shard archive` at every step (each step's work done, not
+// yet recorded; the mark inside its transaction) leaves the month sealed
+// and read from its table, or archived — never half marked; the next run
+// resumes from the step recorded and ends marked, the table untouched.
+func TestArchiveSurvivesAKillAtEveryStep(t *testing.T) {
+	env, old, n := archivedMonth(t)
+	table, _ := routing.TableFor(old)
+	checksum := func() string {
+		var name string
+		var sum sql.NullInt64
+		if err := env.DB.QueryRow("CHECKSUM TABLE "+table.Quoted()+" EXTENDED").Scan(&name, &sum); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(sum.Int64)
+	}
+	before := checksum()
+	cfg := tenantConfig(t, env.Tenant, "send: {produce_timeout: 500ms}\narchive: {url: \"file://"+t.TempDir()+"\"}\n")
+	args := []string{"shard", "archive", "--config", cfg, "--tenant", env.Tenant, "--month", old.String()}
+	recorded := ""
+	for _, step := range []string{archive.StepPrechecked, archive.StepExported, archive.StepVerified, archive.StepMarked} {
+		code, out := runCLI(t, []string{testhook.CrashArchiveEnv + "=" + step}, args...)
+		if code == 0 {
+			t.Fatalf("killed at %s: the run finished\n%s", step, out)
+		}
+		got, status := archiveStep(t, env, old)
+		if got != recorded || status != routing.StatusSealed {
+			t.Fatalf("killed at %s: step %q status %s, want %q sealed", step, got, status, recorded)
+		}
+		recorded = step
+	}
+	if code, out := runCLI(t, nil, args...); code != 0 || !strings.Contains(out, "month "+old.String()+" marked: "+fmt.Sprint(n)+" rows") {
+		t.Fatalf("resumed run: %d\n%s", code, out)
+	}
+	if step, status := archiveStep(t, env, old); step != archive.StepMarked || status != routing.StatusArchived {
+		t.Fatalf("after the resumed run: step %q status %s", step, status)
+	}
+	if after := checksum(); after != before {
+		t.Fatalf("the month table changed: checksum %s, was %s", after, before)
+	}
+}
+
+// A change that lands after the verification refuses the mark (the month
+// goes back to be exported and verified again, and the next run archives
+// it with the change); once the month is archived, a recall or a delete
+// for everyone of its messages answers 409 month_archived and changes
+// nothing (an edit takes the same path after its sender checks).
+func TestArchiveMarkRefusesAChangedMonthAndArchivedMonthsRefuseChanges(t *testing.T) {
+	env := harness.Start(t, harness.Options{Mutate: func(c *config.Config) {
+		c.Shard.SealingDays = 0
+		c.Send.ProduceTimeout = time.Second
+	}})
+	old, n := sealedMonth(t, env)
+	ctx := context.Background()
+	url := "file://" + t.TempDir()
+	cfg := tenantConfig(t, env.Tenant, "send: {produce_timeout: 1s}\narchive: {url: \""+url+"\"}\n")
+	if code, out := runCLI(t, []string{testhook.CrashArchiveEnv + "=" + archive.StepMarked},
+		"shard", "archive", "--config", cfg, "--tenant", env.Tenant, "--month", old.String()); code == 0 {
+		t.Fatalf("the run was not killed before its mark\n%s", out)
+	}
+	admin := env.Token(1, httpapi.RoleAdmin)
+	if code, r := chRecall(t, env, admin, "arch-a", 5, nil); code != 200 {
+		t.Fatalf("recall before the mark: %d %+v", code, r.Error)
+	}
+	if _, err := archiverFor(env, url, 0).Archive(ctx, env.Tenant, old, false); !errors.Is(err, archive.ErrChanged) {
+		t.Fatalf("mark after a change: %v", err)
+	}
+	if step, status := archiveStep(t, env, old); step != archive.StepPrechecked || status != routing.StatusSealed {
+		t.Fatalf("after the refused mark: step %q status %s", step, status)
+	}
+	rep, err := archiverFor(env, url, 0).Archive(ctx, env.Tenant, old, false)
+	if err != nil || rep.Step != archive.StepMarked || rep.Rows != int64(n) {
+		t.Fatalf("archive again: %+v %v", rep, err)
+	}
+
+	table, _ := routing.TableFor(old)
+	version := func() (v int) {
+		if err := env.DB.QueryRow("SELECT version FROM " + table.Quoted() + " WHERE topic = 'arch-a' AND seqid = 6").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	v := version()
+	for name, change := range map[string]func() (int, chResult){
+		"recall": func() (int, chResult) { return chRecall(t, env, admin, "arch-a", 6, nil) },
+		"delete": func() (int, chResult) { return chDeleteAll(t, env, admin, "arch-a", 6, "") },
+	} {
+		code, r := change()
+		if code != 409 || r.Error.Code != httpapi.CodeConflict || r.Error.Details["reason"] != "month_archived" {
+			t.Fatalf("%s of an archived message: %d %+v", name, code, r.Error)
+		}
+	}
+	if got := version(); got != v {
+		t.Fatalf("an archived message changed: version %d, was %d", got, v)
+	}
+}
+
+// The patrol's part (what the shard manager runs for each tenant after its
+// sync) finishes a month whose archive a kill left half done, and archives
+// a sealed month once it is archive_after_months behind — not before the
+// tenant asks for it.
+func TestArchivePatrolResumesAndArchivesPastArchiveAfterMonths(t *testing.T) {
+	fileURL := "file://" + t.TempDir()
+	env := sealEnv(t, func(c *config.Config) { c.Archive.URL = fileURL })
+	old, _ := sealedMonth(t, env)
+	ctx := context.Background()
+	patrol := env.App.NewArchiver()
+	if err := patrol.Apply(ctx, env.Tenant); err != nil {
+		t.Fatal(err)
+	}
+	if step, status := archiveStep(t, env, old); step != "" || status != routing.StatusSealed {
+		t.Fatalf("archive_after_months 0 archived %s: step %q status %s", old, step, status)
+	}
+
+	cfg := tenantConfig(t, env.Tenant, "send: {produce_timeout: 500ms}\narchive: {url: \""+fileURL+"\"}\n")
+	if code, out := runCLI(t, []string{testhook.CrashArchiveEnv + "=" + archive.StepExported},
+		"shard", "archive", "--config", cfg, "--tenant", env.Tenant, "--month", old.String()); code == 0 {
+		t.Fatalf("the run was not killed\n%s", out)
+	}
+	if err := patrol.Apply(ctx, env.Tenant); err != nil {
+		t.Fatal(err)
+	}
+	if step, status := archiveStep(t, env, old); step != archive.StepMarked || status != routing.StatusArchived {
+		t.Fatalf("patrol after a killed run: step %q status %s", step, status)
+	}
+
+	unmark(t, env, old)
+	if _, err := env.DB.Exec("DELETE FROM im_archives"); err != nil {
+		t.Fatal(err)
+	}
+	env.Reload(func(c *config.Config) { c.Tenants[0].ArchiveAfterMonths = 1 })
+	if err := patrol.Apply(ctx, env.Tenant); err != nil {
+		t.Fatal(err)
+	}
+	if step, status := archiveStep(t, env, old); step != archive.StepMarked || status != routing.StatusArchived {
+		t.Fatalf("patrol with archive_after_months 1: step %q status %s", step, status)
 	}
 }

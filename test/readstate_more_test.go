@@ -9,6 +9,7 @@ import (
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/inbox"
@@ -315,16 +316,27 @@ func TestReadStateSyncSevenOf200(t *testing.T) {
 	acl := env.App.ACL()
 	var topics []string
 	for i := range 200 {
-		topic := fmt.Sprintf("rssync%03d", i)
-		topics = append(topics, topic)
-		if err := acl.PutGroup(ctx, env.Tenant, topic, int64(1000+i), topic, "active"); err != nil {
-			t.Fatal(err)
-		}
-		for _, u := range []int64{user, other} {
-			if err := acl.PutMember(ctx, env.Tenant, topic, u, "member", nil); err != nil {
-				t.Fatal(err)
+		topics = append(topics, fmt.Sprintf("rssync%03d", i))
+	}
+	// the 200 groups are made 16 at a time: each is a few MySQL commits,
+	// and one at a time they were a minute of the suite
+	var g errgroup.Group
+	g.SetLimit(16)
+	for i, topic := range topics {
+		g.Go(func() error {
+			if err := acl.PutGroup(ctx, env.Tenant, topic, int64(1000+i), topic, "active"); err != nil {
+				return err
 			}
-		}
+			for _, u := range []int64{user, other} {
+				if err := acl.PutMember(ctx, env.Tenant, topic, u, "member", nil); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
 	}
 	read := env.mustSend(env.Token(other, ""), topics[1], sendBody("r", "x"))
 	recall := env.mustSend(env.Token(other, ""), topics[6], sendBody("c", "x"))

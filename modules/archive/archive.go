@@ -33,6 +33,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/testhook"
 )
 
 // Config is the archive section.
@@ -49,24 +50,36 @@ type Params struct {
 	Redis          rueidis.Client
 	KeySpace       routing.KeySpace
 	ProduceTimeout time.Duration // send.produce_timeout, for the completeness proof
-	Log            zerolog.Logger
-	Registerer     prometheus.Registerer
+	// AfterMonths is a tenant's archive_after_months (0: never
+	// automatically), for the patrol (Apply).
+	AfterMonths func(tenant string) int
+	Log         zerolog.Logger
+	Registerer  prometheus.Registerer
 }
 
 // Archiver exports and verifies month archives.
 type Archiver struct {
-	p Params
-	m *metrics
+	p     Params
+	m     *metrics
+	clock routing.Clock
 }
 
 // New builds an Archiver.
-func New(p Params) *Archiver { return &Archiver{p: p, m: newMetrics(p.Registerer)} }
+func New(p Params) *Archiver {
+	if p.AfterMonths == nil {
+		p.AfterMonths = func(string) int { return 0 }
+	}
+	return &Archiver{p: p, m: newMetrics(p.Registerer), clock: routing.NewClock(p.Redis)}
+}
 
 // Steps of a month's archive, in order (im_archives.step).
 const (
 	StepPrechecked = "prechecked"
 	StepExported   = "exported"
 	StepVerified   = "verified"
+	// StepMarked: the catalog row is archived (set in one transaction
+	// with this step); changes of the month answer 409 from then on.
+	StepMarked = "marked"
 )
 
 // Errors of the pre-checks: the month is left as it was.
@@ -74,6 +87,10 @@ var (
 	ErrNotSealed  = errors.New("archive: the month is not sealed")
 	ErrIncomplete = errors.New("archive: the month is not proven complete")
 	ErrMismatch   = errors.New("archive: the archive differs from the month table")
+	// ErrChanged refuses the mark: the month table changed after it was
+	// verified, or the month is no longer sealed; the month is exported
+	// and verified again by the next run.
+	ErrChanged = errors.New("archive: the month changed after its verification")
 )
 
 // SchemaVersion is the manifest's and the Parquet file's layout version.
@@ -158,8 +175,9 @@ func OpenBucket(ctx context.Context, raw string) (*blob.Bucket, error) {
 
 // Archive runs (or resumes) the archive of tenant's month: pre-checks
 // (sealed, proven complete, counts and per-topic hashes of the table),
-// export to Parquet and the manifest, then a re-read of the archive
-// compared with the table. dryRun stops after the pre-checks and writes
+// export to Parquet and the manifest, a re-read of the archive compared
+// with the table, then the mark: the catalog row archived, if the table is
+// still the one verified. dryRun stops after the pre-checks and writes
 // nothing. The month stays readable from its table throughout.
 func (a *Archiver) Archive(ctx context.Context, tenant string, m routing.Month, dryRun bool) (Report, error) {
 	rep := Report{Tenant: tenant, Month: m, Key: ObjectKey(tenant, m), DryRun: dryRun}
@@ -167,11 +185,11 @@ func (a *Archiver) Archive(ctx context.Context, tenant string, m routing.Month, 
 	if err != nil {
 		return rep, err
 	}
-	t, err := a.precheck(ctx, db, tenant, m)
-	if err != nil {
-		return rep, err
-	}
 	st, err := loadState(ctx, db, m)
+	if err != nil || st.step == StepMarked {
+		return report(rep, st), err
+	}
+	t, err := a.precheck(ctx, db, tenant, m)
 	if err != nil {
 		return rep, err
 	}
@@ -184,6 +202,7 @@ func (a *Archiver) Archive(ctx context.Context, tenant string, m routing.Month, 
 		return rep, nil
 	}
 	if st.step == "" {
+		testhook.CrashArchive(StepPrechecked)
 		if err := saveState(ctx, db, m, state{step: StepPrechecked, key: rep.Key}); err != nil {
 			return rep, err
 		}
@@ -203,6 +222,7 @@ func (a *Archiver) Archive(ctx context.Context, tenant string, m routing.Month, 
 		}
 		a.m.exportSeconds.Observe(time.Since(start).Seconds())
 		raw, _ := json.Marshal(man)
+		testhook.CrashArchive(StepExported)
 		if err := saveState(ctx, db, m, state{step: StepExported, key: rep.Key, rows: man.Rows, bytes: man.Bytes,
 			hash: man.Hash, manifest: string(raw)}); err != nil {
 			return rep, err
@@ -210,29 +230,155 @@ func (a *Archiver) Archive(ctx context.Context, tenant string, m routing.Month, 
 		st.step = StepExported
 	}
 	if st.step == StepExported {
+		// the stamp is taken before the verification reads the table: a
+		// change landing during or after it makes the mark refuse
+		stamp, err := tableStamp(ctx, db, t)
+		if err != nil {
+			return rep, err
+		}
 		if err := a.verify(ctx, db, bucket, tenant, t); err != nil {
 			_ = recordError(ctx, db, m, err)
 			a.m.verifyFailures.Inc()
 			return rep, err
 		}
-		if err := setStep(ctx, db, m, StepVerified); err != nil {
+		testhook.CrashArchive(StepVerified)
+		if err := setVerified(ctx, db, m, stamp); err != nil {
 			return rep, err
 		}
-		st.step = StepVerified
+		st.step, st.stamp = StepVerified, stamp
+	}
+	if err := a.mark(ctx, db, tenant, t, st.stamp); err != nil {
+		_ = recordError(ctx, db, m, err)
+		return rep, err
 	}
 	st, err = loadState(ctx, db, m)
 	if err != nil {
 		return rep, err
 	}
+	a.m.archived.Inc()
+	a.p.Log.Info().Str("tenant", tenant).Str("month", m.String()).Int64("rows", st.rows).Int64("bytes", st.bytes).
+		Msg("month archive written, verified and marked")
+	return report(rep, st), nil
+}
+
+// Apply is the shard manager patrol's part, for one tenant: it resumes
+// every month whose archive stopped half-way (a killed run, a refused
+// mark), then archives each sealed month archive_after_months or more
+// behind the current month, oldest first, one at a time. The first
+// failure ends the run (the next patrol tries again) and is counted in
+// imshard_archive_failures_total.
+func (a *Archiver) Apply(ctx context.Context, tenant string) error {
+	todo, err := a.due(ctx, tenant)
+	for _, m := range todo {
+		if err != nil {
+			break
+		}
+		_, err = a.Archive(ctx, tenant, m, false)
+	}
+	if err != nil && ctx.Err() == nil {
+		a.m.failures.WithLabelValues(tenant).Inc()
+	}
+	return err
+}
+
+// due lists the months Apply archives: those with an unfinished archive,
+// then those past the tenant's archive_after_months, oldest first.
+func (a *Archiver) due(ctx context.Context, tenant string) ([]routing.Month, error) {
+	progress, err := a.Progress(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	var out []routing.Month
+	for m, p := range progress {
+		if p.Step != StepMarked {
+			out = append(out, m)
+		}
+	}
+	if after := a.p.AfterMonths(tenant); after > 0 {
+		now, err := a.clock.Month(ctx)
+		if err != nil {
+			return nil, err
+		}
+		shards, err := a.p.Catalog.List(ctx, tenant)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range shards {
+			if _, touched := progress[s.Month]; !touched && s.Status == routing.StatusSealed && !now.Before(s.Month.Add(after)) {
+				out = append(out, s.Month)
+			}
+		}
+	}
+	slices.SortFunc(out, func(x, y routing.Month) int { return x.Compare(y) })
+	return out, nil
+}
+
+// report fills rep from the month's recorded state.
+func report(rep Report, st state) Report {
 	rep.Step, rep.Rows, rep.Bytes = st.step, st.rows, st.bytes
 	var man Manifest
 	if json.Unmarshal([]byte(st.manifest), &man) == nil {
 		rep.Topics = len(man.Topics)
 	}
-	a.m.archived.Inc()
-	a.p.Log.Info().Str("tenant", tenant).Str("month", m.String()).Int64("rows", rep.Rows).Int64("bytes", rep.Bytes).
-		Msg("month archive written and verified")
-	return rep, nil
+	return rep
+}
+
+// tableStamp is what tells a month table changed: its row count, the sum
+// of its rows' versions (every change raises a version) and its newest
+// updated_at — one scan, none of the hashing a verification does.
+func tableStamp(ctx context.Context, db sq.BaseRunner, t routing.Table) (string, error) {
+	var n, versions int64
+	var newest sql.NullTime
+	if err := sq.Select("COUNT(*)", "COALESCE(SUM(version), 0)", "MAX(updated_at)").From(t.Quoted()).
+		RunWith(db).QueryRowContext(ctx).Scan(&n, &versions, &newest); err != nil {
+		return "", fmt.Errorf("archive: stamp %s: %w", t.Name(), err)
+	}
+	return fmt.Sprintf("%d/%d/%d", n, versions, newest.Time.UnixMicro()), nil
+}
+
+// mark sets the month's catalog row to archived and records the step, in
+// one transaction, under the catalog row's exclusive lock — which waits
+// for every change of the month under way (routing.LockForChange) — and
+// only if the month is still sealed and its table still the one verified
+// (the stamp). Otherwise the month goes back to prechecked: the next run
+// exports and verifies it again.
+func (a *Archiver) mark(ctx context.Context, db *sql.DB, tenant string, t routing.Table, stamp string) error {
+	m := t.Month()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := routing.CheckPlacement(ctx, tx); err != nil {
+		return err
+	}
+	status, err := routing.LockForArchive(ctx, tx, m)
+	if err != nil {
+		return err
+	}
+	now, err := tableStamp(ctx, tx, t)
+	if err != nil {
+		return err
+	}
+	if status != routing.StatusSealed || now != stamp {
+		_ = tx.Rollback()
+		if err := setStep(ctx, db, m, StepPrechecked); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %s is %s, table %s, verified as %s", ErrChanged, m, status, now, stamp)
+	}
+	if _, err := routing.SetStatus(ctx, tx, m, routing.StatusArchived, routing.StatusSealed); err != nil {
+		return err
+	}
+	if err := setMarked(ctx, tx, m); err != nil {
+		return err
+	}
+	testhook.CrashArchive(StepMarked)
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("archive: mark %s: %w", m, err)
+	}
+	a.p.Catalog.Invalidate(tenant)
+	return nil
 }
 
 // precheck makes sure the month is sealed and proven complete.

@@ -11,6 +11,7 @@ type metrics struct {
 	archived       prometheus.Counter
 	verifyFailures prometheus.Counter
 	exportSeconds  prometheus.Histogram
+	failures       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -20,6 +21,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		bytes:          f.NewCounter(prometheus.CounterOpts{Name: "imshard_archive_bytes_written_total", Help: "Bytes of Parquet archives written."}),
 		archived:       f.NewCounter(prometheus.CounterOpts{Name: "imshard_archive_months_verified_total", Help: "Month archives written and verified against their table."}),
 		verifyFailures: f.NewCounter(prometheus.CounterOpts{Name: "imshard_archive_verify_failures_total", Help: "Archive verifications that found the archive differing from its month table (the month stays in MySQL)."}),
+		failures:       f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_archive_failures_total", Help: "Patrol archive runs that failed (a month not finishing its archive: its step and last error are in shard list)."}, []string{"tenant"}),
 		exportSeconds:  f.NewHistogram(prometheus.HistogramOpts{Name: "imshard_archive_export_seconds", Help: "Duration of one month's export.", Buckets: prometheus.ExponentialBuckets(0.1, 2, 14)}),
+	}
+}
+
+// ExportTenants creates the tenant-labelled failure series at 0, so an
+// alert sees a tenant's first failure as an increase.
+func (a *Archiver) ExportTenants(tenants []string) {
+	for _, t := range tenants {
+		a.m.failures.WithLabelValues(t)
 	}
 }

@@ -20,15 +20,16 @@ type state struct {
 	rows     int64
 	bytes    int64
 	hash     string
+	stamp    string // the table's stamp taken for the verification (tableStamp)
 	manifest string
 }
 
 func loadState(ctx context.Context, db sq.BaseRunner, m routing.Month) (state, error) {
 	var s state
 	var manifest sql.NullString
-	err := sq.Select("step", "object_key", "row_count", "bytes", "table_hash", "manifest").
+	err := sq.Select("step", "object_key", "row_count", "bytes", "table_hash", "stamp", "manifest").
 		From(stateTable).Where(sq.Eq{"shard_month": m.String()}).RunWith(db).QueryRowContext(ctx).
-		Scan(&s.step, &s.key, &s.rows, &s.bytes, &s.hash, &manifest)
+		Scan(&s.step, &s.key, &s.rows, &s.bytes, &s.hash, &s.stamp, &manifest)
 	if errors.Is(err, sql.ErrNoRows) {
 		return state{}, nil
 	}
@@ -56,6 +57,24 @@ func setStep(ctx context.Context, db sq.BaseRunner, m routing.Month, step string
 	if _, err := sq.Update(stateTable).Set("step", step).Set("last_error", nil).
 		Where(sq.Eq{"shard_month": m.String()}).RunWith(db).ExecContext(ctx); err != nil {
 		return fmt.Errorf("archive: record %s %s: %w", m, step, err)
+	}
+	return nil
+}
+
+// setVerified records the verification with the stamp it was made against.
+func setVerified(ctx context.Context, db sq.BaseRunner, m routing.Month, stamp string) error {
+	if _, err := sq.Update(stateTable).Set("step", StepVerified).Set("stamp", stamp).Set("last_error", nil).
+		Where(sq.Eq{"shard_month": m.String()}).RunWith(db).ExecContext(ctx); err != nil {
+		return fmt.Errorf("archive: record %s %s: %w", m, StepVerified, err)
+	}
+	return nil
+}
+
+// setMarked records the mark, in the mark's transaction.
+func setMarked(ctx context.Context, db sq.BaseRunner, m routing.Month) error {
+	if _, err := sq.Update(stateTable).Set("step", StepMarked).Set("marked_at", sq.Expr("UTC_TIMESTAMP(3)")).
+		Set("last_error", nil).Where(sq.Eq{"shard_month": m.String()}).RunWith(db).ExecContext(ctx); err != nil {
+		return fmt.Errorf("archive: record %s %s: %w", m, StepMarked, err)
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	rtmetrics "runtime/metrics"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +40,13 @@ type StreamParams struct {
 	Redis    rueidis.Client // for the raw pub/sub baseline
 	KeySpace routing.KeySpace
 	Progress io.Writer
+	// Hoarders, when positive, adds the hoard phase after the rounds:
+	// that many sockets of one member catch up HoardBytes of history
+	// without reading, beside another user's catch-up and /readyz (at
+	// OpsURL).
+	Hoarders   int
+	HoardBytes int64
+	OpsURL     string
 	// Mark, when set, is called at the stages of the run (StageIdleBefore
 	// once the members exist and before any socket opens, StageIdleAfter
 	// once every socket is open and idle): the server process, apart from
@@ -111,6 +116,7 @@ type StreamReport struct {
 	Rounds  []StreamRound
 	Warmup  StreamLatency // the first send of each topic, before the measured rounds
 	Sockets int
+	Hoard   *HoardReport // the hoard phase, when asked for
 }
 
 // MedianRatios are the medians over the rounds of their Ratios (0 when no
@@ -137,29 +143,9 @@ func (p StreamParams) progress(format string, a ...any) {
 // at the rate for the duration while a raw pub/sub pair runs at the same
 // rate, and reports both latency distributions.
 func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 30 * time.Second}
-	tok := func(t StreamTenant, uid int64, role string) string {
-		s, _ := httpapi.Sign(t.Secret, t.ID, uid, role, 24*time.Hour)
-		return s
-	}
-	do := func(method, url, token string, body any) error {
-		b, _ := json.Marshal(body)
-		req, err := http.NewRequestWithContext(ctx, method, p.BaseURL+url, bytes.NewReader(b))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode >= 300 {
-			return fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, raw)
-		}
-		return nil
-	}
+	c := newStreamClient(p.BaseURL)
+	tok := c.token
+	do := func(method, url, token string, body any) error { return c.do(ctx, method, url, token, body) }
 	topic := func(i int) (StreamTenant, string) {
 		return p.Tenants[i%len(p.Tenants)], "bst" + strconv.Itoa(i)
 	}
@@ -205,10 +191,9 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 		wg.Wait()
 	}()
 	p.progress("stream bench: opening %d sockets", p.Sockets)
-	ws0 := "ws" + strings.TrimPrefix(p.BaseURL, "http")
 	if err := parallel(ctx, 64, p.Sockets, func(i int) error {
 		t, name := topic(i % p.Topics)
-		ws, _, err := websocket.Dial(ctx, ws0+"/v1/topics/"+name+"/stream", &websocket.DialOptions{
+		ws, _, err := websocket.Dial(ctx, c.ws+"/v1/topics/"+name+"/stream", &websocket.DialOptions{
 			HTTPHeader: http.Header{"Authorization": {"Bearer " + tok(t, int64(1000+i), "")}}})
 		if err != nil {
 			return err
@@ -263,6 +248,13 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 		}
 		p.progress("stream bench: round %d of %d done", r+1, max(p.Rounds, 1))
 		rep.Rounds = append(rep.Rounds, round)
+	}
+	if p.Hoarders > 0 {
+		h, err := hoard(ctx, p, c, mark)
+		rep.Hoard = &h
+		if err != nil {
+			return rep, err
+		}
 	}
 	return rep, ctx.Err()
 }

@@ -256,6 +256,13 @@ func placementHeld(err error) error {
 		WithDetails(map[string]any{"retry_after_ms": retryAfter.Milliseconds(), "reason": "tenant_moving"})
 }
 
+// monthArchived answers a change of a message in an archived month: the
+// archive is never rewritten in place, and nothing changed.
+func monthArchived() error {
+	return httpapi.Errorf(httpapi.CodeConflict, "the message's month is archived; archived messages cannot be changed").
+		WithDetails(map[string]any{"reason": "month_archived"})
+}
+
 // maxChangeAttempts is how often a change's transaction runs when MySQL
 // resolves deadlocks against it.
 const maxChangeAttempts = 3
@@ -271,6 +278,15 @@ func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, t
 	if err := routing.CheckPlacement(ctx, tx); err != nil {
 		return ChangeResult{}, placementHeld(err)
 	}
+	// the months' catalog rows, shared: an archive's mark waits for this
+	// change, and a change after the mark leaves the archived table alone
+	tables, archived, err := routing.LockForChange(ctx, tx, tables)
+	if err != nil {
+		return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+	}
+	if legacy && archived {
+		return ChangeResult{}, monthArchived()
+	}
 	if legacy {
 		found, err := routing.CopyLegacyRow(ctx, tx, tables[0], c.topic, c.seq)
 		if err != nil {
@@ -281,6 +297,9 @@ func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, t
 		}
 	}
 	old, table, err := lockMessage(ctx, tx, tables, c.topic, c.seq)
+	if errors.Is(err, readpath.ErrNotFound) && archived {
+		return ChangeResult{}, monthArchived()
+	}
 	if errors.Is(err, readpath.ErrNotFound) && flying {
 		return ChangeResult{}, httpapi.Errorf(httpapi.CodeConflict,
 			"the message is not stored yet (still on its way from the queue); retry after retry_after_ms").

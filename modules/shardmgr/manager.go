@@ -46,10 +46,15 @@ type Params struct {
 	// Retention, when set, runs for each tenant after its sync in the
 	// patrol (removing what is past retention); nil: no retention here.
 	Retention Retainer
+	// Archive, when set, runs for each tenant after retention in the
+	// patrol (finishing archives stopped half-way, archiving months past
+	// the tenant's archive_after_months); nil: no archive here.
+	Archive Retainer
 }
 
-// Retainer removes what is past retention from one tenant
-// (modules/retention); it takes the tenant's shard lock itself.
+// Retainer is a job the patrol runs for one tenant after its sync:
+// retention (modules/retention, which takes the tenant's shard lock
+// itself) or the archive (modules/archive).
 type Retainer interface {
 	Apply(ctx context.Context, tenant string) error
 }
@@ -403,18 +408,24 @@ func (mg *Manager) Run(ctx context.Context) error {
 	}
 }
 
-// retain runs retention for each tenant after the patrol's sync; a failed
-// tenant is logged (and counted by the retention metrics), the others go on.
+// retain runs retention, then the archive, for each tenant after the
+// patrol's sync; a failed tenant is logged (and counted by the job's
+// metrics), the others go on.
 func (mg *Manager) retain(ctx context.Context, tenants []string) {
-	if mg.p.Retention == nil {
-		return
-	}
-	for _, t := range tenants {
-		if ctx.Err() != nil {
-			return
+	for _, job := range []struct {
+		name string
+		r    Retainer
+	}{{"retention", mg.p.Retention}, {"archive", mg.p.Archive}} {
+		if job.r == nil {
+			continue
 		}
-		if err := mg.p.Retention.Apply(ctx, t); err != nil && ctx.Err() == nil {
-			mg.p.Log.Error().Err(err).Str("tenant", t).Msg("retention run failed; retrying at the next patrol")
+		for _, t := range tenants {
+			if ctx.Err() != nil {
+				return
+			}
+			if err := job.r.Apply(ctx, t); err != nil && ctx.Err() == nil {
+				mg.p.Log.Error().Err(err).Str("tenant", t).Msg(job.name + " run failed; retrying at the next patrol")
+			}
 		}
 	}
 }

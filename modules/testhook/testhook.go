@@ -75,3 +75,11 @@ func Break[T any](name string, broken, right T) T {
 	}
 	return right
 }
+
+// CrashArchiveEnv arms the archive's failpoints: with
+// IMSHARD_TEST_CRASH_ARCHIVE=STEP the process kills itself with SIGKILL
+// when a month's archive has done the work of STEP (prechecked, exported,
+// verified, marked) and is about to record it — the step done, nothing
+// knowing; the marked point is inside the mark's transaction, before its
+// commit. Read only by a test build, as BreakEnv.
+const CrashArchiveEnv = "IMSHARD_TEST_CRASH_ARCHIVE"

@@ -59,6 +59,16 @@ func CrashAfterAck() { crashAt(&acks, crashAtAck()) }
 // process kills itself and never returns.
 func CrashAfterRelay() { crashAt(&relayed, crashAtRelay()) }
 
+// CrashArchive is the archive's failpoint before it records step
+// (CrashArchiveEnv): at the armed step the process kills itself and never
+// returns.
+func CrashArchive(step string) {
+	if os.Getenv(CrashArchiveEnv) == step {
+		var seen atomic.Int64
+		crashAt(&seen, 1)
+	}
+}
+
 // crashAt counts one pass through a failpoint and, at the nth (n > 0),
 // kills the process with SIGKILL.
 func crashAt(seen *atomic.Int64, n int64) {

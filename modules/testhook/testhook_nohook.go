@@ -13,3 +13,6 @@ func CrashAfterAck() {}
 
 // CrashAfterRelay does nothing in a shipped build: the failpoint cannot be armed.
 func CrashAfterRelay() {}
+
+// CrashArchive does nothing in a shipped build: the failpoint cannot be armed.
+func CrashArchive(string) {}

@@ -1,0 +1,67 @@
+package routing
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	sq "github.com/Masterminds/squirrel"
+)
+
+// LockForChange takes, in tx, a shared lock on the catalog rows of tables'
+// months and returns the tables whose months are not archived, and whether
+// one was. A change of a month's rows runs under this lock, so the
+// archive's mark (LockForArchive, an exclusive lock on the same row) waits
+// for every change already under way, and every change after the mark
+// sees the month archived and leaves its table alone.
+func LockForChange(ctx context.Context, tx sq.BaseRunner, tables []Table) (open []Table, archived bool, err error) {
+	if len(tables) == 0 {
+		return nil, false, nil
+	}
+	months := make([]string, len(tables))
+	for i, t := range tables {
+		months[i] = t.Month().String()
+	}
+	rows, err := sq.Select("shard_month", "status").From(catalogTable).Where(sq.Eq{"shard_month": months}).
+		Suffix("LOCK IN SHARE MODE").RunWith(tx).QueryContext(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("catalog: lock for change: %w", err)
+	}
+	defer rows.Close()
+	gone := map[string]bool{}
+	for rows.Next() {
+		var m, st string
+		if err := rows.Scan(&m, &st); err != nil {
+			return nil, false, fmt.Errorf("catalog: lock for change: %w", err)
+		}
+		gone[m] = Status(st) == StatusArchived
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("catalog: lock for change: %w", err)
+	}
+	for _, t := range tables {
+		if gone[t.Month().String()] {
+			archived = true
+		} else {
+			open = append(open, t)
+		}
+	}
+	return open, archived, nil
+}
+
+// LockForArchive takes, in tx, the exclusive lock on month m's catalog row
+// (waiting for every change holding LockForChange's shared lock) and
+// returns the month's status.
+func LockForArchive(ctx context.Context, tx sq.BaseRunner, m Month) (Status, error) {
+	var st string
+	err := sq.Select("status").From(catalogTable).Where(sq.Eq{"shard_month": m.String()}).
+		Suffix("FOR UPDATE").RunWith(tx).QueryRowContext(ctx).Scan(&st)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("%w: %s", ErrShardNotRegistered, m)
+	}
+	if err != nil {
+		return "", fmt.Errorf("catalog: lock %s: %w", m, err)
+	}
+	return Status(st), nil
+}
