@@ -29,6 +29,8 @@ import (
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/archive"
+	"github.com/imshard/imshard/modules/changes"
+	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/migrate"
 	"github.com/imshard/imshard/modules/placement"
 	"github.com/imshard/imshard/modules/ratelimit"
@@ -53,6 +55,7 @@ type clients struct {
 	acl       *acl.Checker
 	shards    *shardmgr.Manager
 	retention *retention.Retention
+	changes   *changes.Service
 	archiver  *archive.Archiver
 	migs      *routing.Migrations
 	migrator  *migrate.Migrator
@@ -506,13 +509,19 @@ func (a *App) Retention() *retention.Retention {
 		return c.retention
 	}
 	c.retention = retention.New(retention.Params{
-		DBs:        c.pools,
-		Redis:      c.redis,
-		KeySpace:   c.keys,
-		Scripts:    c.scripts,
-		Catalog:    c.catalog,
-		Months:     a.tenants.retentionOf,
-		LockTTL:    a.Config.Shard.LockTTL,
+		DBs:      c.pools,
+		Redis:    c.redis,
+		KeySpace: c.keys,
+		Scripts:  c.scripts,
+		Catalog:  c.catalog,
+		Months:   a.tenants.retentionOf,
+		LockTTL:  a.Config.Shard.LockTTL,
+		// a user erase deletes each message as delete-for-everyone does;
+		// only the job loop calls it, in a process that runs the read path
+		Delete: func(ctx context.Context, tenant, topic string, seq, actor int64, reason string) error {
+			_, err := a.NewChanges().DeleteAll(ctx, httpapi.Principal{Tenant: tenant, UserID: actor, Role: httpapi.RoleAdmin}, topic, seq, reason)
+			return err
+		},
 		Log:        a.Log.With().Str("module", "retention").Logger(),
 		Registerer: a.Registry,
 	})
@@ -528,8 +537,8 @@ func initShardMgr(ctx context.Context, a *App) (Service, error) {
 	a.onTenantsAdded(a.Retention().ExportTenants)
 	a.onTenantsAdded(a.NewArchiver().ExportTenants)
 	ret, tenants, lease := a.Retention(), a.clients.pools.IDs, a.Config.Shard.LockTTL
-	// the patrol and the job loop (group purges) run side by side until
-	// the context ends
+	// the patrol and the job loop (group purges, user erases) run side by
+	// side until the context ends
 	return runner{run: func(ctx context.Context) error {
 		var wg sync.WaitGroup
 		wg.Add(1)

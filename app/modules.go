@@ -40,7 +40,7 @@ var deps = map[string][]string{
 	Kafka:    {Ops},
 	Routing:  {MySQL, Redis},
 	Keys:     {Ops},
-	ShardMgr: {Routing},
+	ShardMgr: {Routing, ReadPath}, // ReadPath: the erase jobs delete through the changes path
 	API:      {Routing},
 	Changes:  {ReadPath, Keys},
 	Send:     {Routing, Kafka, Changes},

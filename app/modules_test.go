@@ -44,7 +44,7 @@ func TestModuleGraphPerRole(t *testing.T) {
 		})
 	}
 	order, _ := StartOrder([]string{ShardMgr})
-	if want := []string{Ops, MySQL, Redis, Routing, ShardMgr}; !slices.Equal(order, want) {
+	if want := []string{Ops, MySQL, Redis, Routing, ReadPath, ShardMgr}; !slices.Equal(order, want) {
 		t.Errorf("shardmgr order = %v, want %v", order, want)
 	}
 	all, _ := StartOrder([]string{All})

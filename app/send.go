@@ -36,10 +36,14 @@ func initSend(ctx context.Context, a *App) (Service, error) {
 }
 
 // NewChanges builds the message-change service (also used by `imshard
-// bench query`) over the read path (module readpath).
+// bench query` and by the erase jobs) over the read path (module
+// readpath), once per process.
 func (a *App) NewChanges() *changes.Service {
 	c := &a.clients
-	return changes.New(changes.Params{
+	if c.changes != nil {
+		return c.changes
+	}
+	c.changes = changes.New(changes.Params{
 		Reader:       a.reader,
 		Redis:        c.redis,
 		Router:       a.NewRouter(),
@@ -52,6 +56,7 @@ func (a *App) NewChanges() *changes.Service {
 		Log:          a.Log.With().Str("module", Changes).Logger(),
 		Registerer:   a.Registry,
 	})
+	return c.changes
 }
 
 // initChanges serves the change routes: recall, edit, delete for everyone

@@ -495,6 +495,28 @@ func TestRetentionPurgeJob(t *testing.T) {
 	if code, body := e.Do("POST", path+"/pause", e.svc, nil); code != 409 {
 		t.Fatalf("pause of a finished job: %d %s", code, body)
 	}
+	if v := persistMetric(t, e.Env, "imshard_jobs_rows_removed_total", `tenant="`+e.Tenant+`"`); v != 7 {
+		t.Fatalf("rows removed metric %v", v)
+	}
+	// a hold placed after the purge was asked fails the job when it starts
+	do("DELETE", "/v1/topics/pother?purge=true", 202)
+	if code, body := e.Do("PUT", "/v1/admin/holds/late", admin, map[string]any{"tenant": e.Tenant, "topics": []string{"pother"}, "reason": "late"}); code != 200 {
+		t.Fatalf("late hold: %d %s", code, body)
+	}
+	if _, err := e.App.Retention().RunJobs(ctx, e.Tenant, "runner-b", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var failed struct {
+		State string `json:"state"`
+		Error string `json:"error"`
+	}
+	code, body = e.Do("GET", "/v1/admin/jobs/"+j.ID, e.svc, nil)
+	if err := json.Unmarshal(body, &failed); code != 200 || err != nil || failed.State != "failed" || !strings.Contains(failed.Error, "legal hold") {
+		t.Fatalf("job under a late hold: %d %s", code, body)
+	}
+	if v := persistMetric(t, e.Env, "imshard_jobs_failures_total", `tenant="`+e.Tenant+`"`); v != 1 {
+		t.Fatalf("job failures metric %v", v)
+	}
 	for _, c := range []struct {
 		table string
 		topic string
@@ -522,5 +544,103 @@ func TestRetentionPurgeJob(t *testing.T) {
 	}
 	if code, body := e.Do("GET", "/v1/topics/pother/messages?limit=50", tok, nil); code != 200 || strings.Count(string(body), `"seq"`) != 2 {
 		t.Fatalf("other topic's page: %d %s", code, body)
+	}
+}
+
+// TestRetentionUserErase: an erase is refused while the user is held and
+// with bad input; as a job it makes every message the user sent in every
+// month a tombstone through the delete-for-everyone path (revision content
+// cleared, change events recorded), leaves a held topic's messages and
+// names it, leaves another user's messages, and reports per month.
+func TestRetentionUserErase(t *testing.T) {
+	ctx := context.Background()
+	e := startSend(t, harness.Options{Roles: []string{"send", "query"}})
+	admin := e.Token(1, "admin")
+	now := e.Now()
+	m2, m1 := now.Add(-2), now.Add(-1)
+	for i, topic := range []string{"ea", "ebb", "eccc"} {
+		e.group(topic, int64(i+1), "active")
+		e.member(topic, 5, "member", time.Time{})
+	}
+	retFixture(t, e, m2, "ea", 1, 3)
+	retFixture(t, e, m1, "ebb", 1, 2)
+	retFixture(t, e, m1, "eccc", 1, 2)
+	at := m1.Start().Add(time.Hour)
+	if _, err := sq.Insert("im_group_messages_"+m1.String()).Columns("message_id", "topic", "group_id", "seqid", "from_user", "content", "created_at", "updated_at").
+		Values(999999, "ebb", 2, 3, 6, `{"text":"other"}`, at, at).RunWith(e.DB).ExecContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.Activate(now)
+
+	if code, body := e.Do("PUT", "/v1/admin/holds/u5", admin, map[string]any{"tenant": e.Tenant, "users": []int{5}, "reason": "r"}); code != 200 {
+		t.Fatalf("hold: %d %s", code, body)
+	}
+	if code, body := e.Do("POST", "/v1/admin/users/5/erase", e.svc, nil); code != 409 || !strings.Contains(string(body), `"reason":"legal_hold"`) {
+		t.Fatalf("erase of a held user: %d %s", code, body)
+	}
+	if code, body := e.Do("DELETE", "/v1/admin/holds/u5", admin, nil); code != 204 {
+		t.Fatalf("lift: %d %s", code, body)
+	}
+	if code, body := e.Do("PUT", "/v1/admin/holds/t3", admin, map[string]any{"tenant": e.Tenant, "topics": []string{"eccc"}, "reason": "r"}); code != 200 {
+		t.Fatalf("topic hold: %d %s", code, body)
+	}
+	for _, c := range []struct {
+		path, token string
+		want        int
+	}{
+		{"/v1/admin/users/0/erase", e.svc, 400},
+		{"/v1/admin/users/x/erase", e.svc, 400},
+		{"/v1/admin/users/5/erase", e.Token(5, ""), 403},
+	} {
+		if code, body := e.Do("POST", c.path, c.token, nil); code != c.want {
+			t.Fatalf("POST %s: %d %s, want %d", c.path, code, body, c.want)
+		}
+	}
+	type job struct {
+		ID          string `json:"id"`
+		Kind        string `json:"kind"`
+		UserID      string `json:"user_id"`
+		State       string `json:"state"`
+		Error       string `json:"error"`
+		RowsRemoved int64  `json:"rows_removed"`
+		Report      struct {
+			Months     map[string]int64 `json:"months"`
+			Side       map[string]int64 `json:"side"`
+			HeldTopics []string         `json:"held_topics"`
+		} `json:"report"`
+	}
+	var j job
+	code, body := e.Do("POST", "/v1/admin/users/5/erase", e.svc, nil)
+	if err := json.Unmarshal(body, &j); code != 202 || err != nil || j.Kind != "erase" || j.UserID != "5" || j.State != "queued" {
+		t.Fatalf("erase: %d %s", code, body)
+	}
+	if n, err := e.App.Retention().RunJobs(ctx, e.Tenant, "runner", 5*time.Second); err != nil || n != 1 {
+		t.Fatalf("erase run: %d %v", n, err)
+	}
+	code, body = e.Do("GET", "/v1/admin/jobs/"+j.ID, e.svc, nil)
+	if err := json.Unmarshal(body, &j); code != 200 || err != nil || j.State != "done" || j.RowsRemoved != 5 ||
+		j.Report.Months[m2.String()] != 3 || j.Report.Months[m1.String()] != 2 || j.Report.Side["revisions"] != 5 ||
+		!slices.Equal(j.Report.HeldTopics, []string{"eccc"}) {
+		t.Fatalf("erase job: %d %s", code, body)
+	}
+	for _, c := range []struct {
+		table string
+		where sq.Sqlizer
+		want  int
+	}{
+		{"im_group_messages_" + m2.String(), sq.Eq{"from_user": 5, "status": "deleted", "content": nil}, 3},
+		{"im_group_messages_" + m1.String(), sq.Eq{"topic": "ebb", "from_user": 5, "status": "deleted", "content": nil}, 2},
+		{"im_group_messages_" + m1.String(), sq.Eq{"topic": "eccc", "status": "normal"}, 2},
+		{"im_group_messages_" + m1.String(), sq.Eq{"topic": "ebb", "from_user": 6, "status": "normal"}, 1},
+		{"im_message_revisions", sq.And{sq.Eq{"topic": []string{"ea", "ebb"}}, sq.NotEq{"content": nil}}, 0},
+		{"im_change_outbox", sq.Eq{"topic": "ea"}, 3},
+	} {
+		var n int
+		if err := sq.Select("COUNT(*)").From(c.table).Where(c.where).RunWith(e.DB).QueryRowContext(ctx).Scan(&n); err != nil || n != c.want {
+			t.Errorf("%s where %v: %d (%v), want %d", c.table, c.where, n, err, c.want)
+		}
+	}
+	if code, body := e.Do("GET", "/v1/topics/ea/messages/2", e.Token(5, ""), nil); code != 200 || !strings.Contains(string(body), `"status":"deleted"`) {
+		t.Fatalf("an erased message: %d %s", code, body)
 	}
 }

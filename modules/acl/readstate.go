@@ -285,3 +285,13 @@ func DropTopicCursors(ctx context.Context, db *sql.DB, topic string, limit uint6
 	}
 	return res.RowsAffected()
 }
+
+// DropUserCursors removes up to limit of user's read cursors (and
+// preferences) in every topic, for a user erase; it reports how many went.
+func DropUserCursors(ctx context.Context, db *sql.DB, user int64, limit uint64) (int64, error) {
+	res, err := sq.Delete(CursorsTable).Where(sq.Eq{"user_id": user}).Limit(limit).RunWith(db).ExecContext(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("acl: drop cursors of user %d: %w", user, err)
+	}
+	return res.RowsAffected()
+}

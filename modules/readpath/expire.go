@@ -45,3 +45,18 @@ func affected(res sql.Result, err error) (int64, error) {
 	}
 	return res.RowsAffected()
 }
+
+// EraseRevisionContent clears the content and head every revision of
+// (topic, seq) kept (a user erase: the message is a tombstone, and its
+// history keeps no copy of what it said), reporting how many revisions
+// were cleared.
+func EraseRevisionContent(ctx context.Context, db *sql.DB, topic string, seq int64) (int64, error) {
+	return affected(sq.Update(revisionsTable).Set("content", nil).Set("head", nil).
+		Where(sq.Eq{"topic": topic, "seqid": seq}).Where("(content IS NOT NULL OR head IS NOT NULL)").RunWith(db).ExecContext(ctx))
+}
+
+// DropUserHidden deletes up to limit of user's hidden ranges (in every
+// topic), reporting how many went.
+func DropUserHidden(ctx context.Context, db *sql.DB, user int64, limit uint64) (int64, error) {
+	return affected(sq.Delete(dellogTable).Where(sq.Eq{"deletedfor": user}).Limit(limit).RunWith(db).ExecContext(ctx))
+}

@@ -23,6 +23,7 @@ func (r *Retention) Register(mux *httpapi.Mux, auth *httpapi.Authenticator, log 
 	mux.Handle("DELETE /v1/admin/holds/{id}", h(r.handleDeleteHold))
 	mux.Handle("GET /v1/admin/holds", h(r.handleHolds))
 	mux.Handle("DELETE /v1/topics/{topic}", h(r.handlePurge))
+	mux.Handle("POST /v1/admin/users/{uid}/erase", h(r.handleErase))
 	mux.Handle("GET /v1/admin/jobs/{id}", h(r.handleJob))
 	mux.Handle("POST /v1/admin/jobs/{id}/pause", h(r.handlePause(true)))
 	mux.Handle("POST /v1/admin/jobs/{id}/resume", h(r.handlePause(false)))
@@ -56,17 +57,37 @@ func (r *Retention) handlePurge(w http.ResponseWriter, req *http.Request, p http
 	return nil
 }
 
+func (r *Retention) handleErase(w http.ResponseWriter, req *http.Request, p httpapi.Principal) error {
+	if err := requireService(p); err != nil {
+		return err
+	}
+	user, err := positiveID(req.PathValue("uid"), "uid")
+	if err != nil {
+		return err
+	}
+	j, err := r.StartErase(req.Context(), p.Tenant, user)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusAccepted, j)
+	return nil
+}
+
+// positiveID parses a path id: a positive decimal integer.
+func positiveID(s, field string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != s {
+		return 0, invalid(field, field+" must be a positive decimal integer")
+	}
+	return id, nil
+}
+
 // pathJob is the job id of a job request, after its role check.
 func pathJob(req *http.Request, p httpapi.Principal) (int64, error) {
 	if err := requireService(p); err != nil {
 		return 0, err
 	}
-	s := req.PathValue("id")
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != s {
-		return 0, invalid("id", "job id must be a positive decimal integer")
-	}
-	return id, nil
+	return positiveID(req.PathValue("id"), "id")
 }
 
 func (r *Retention) handleJob(w http.ResponseWriter, req *http.Request, p httpapi.Principal) error {

@@ -27,6 +27,7 @@ const jobsTable = "im_jobs"
 // Job kinds and states.
 const (
 	KindPurge = "purge"
+	KindErase = "erase"
 
 	StateQueued  = "queued"
 	StateRunning = "running"
@@ -47,15 +48,20 @@ type JobReport struct {
 	// through the archive, not here.
 	PendingArchive []string `json:"pending_archive"`
 	// Side: rows removed beside the messages (revisions, hidden ranges,
-	// mentions, routes, cursors), by kind.
+	// mentions, routes, cursors), by kind; for an erase, revisions whose
+	// content was cleared.
 	Side map[string]int64 `json:"side"`
+	// HeldTopics: an erase's topics a hold keeps, whose messages of the
+	// user it left as they are.
+	HeldTopics []string `json:"held_topics"`
 }
 
 // Job is a background job of the tenant as GET /v1/admin/jobs/{id} shows it.
 type Job struct {
 	ID          message.ID   `json:"id"`
 	Kind        string       `json:"kind"`
-	Topic       string       `json:"topic"`
+	Topic       string       `json:"topic,omitempty"`
+	UserID      message.ID   `json:"user_id,omitempty"`
 	State       string       `json:"state"`
 	RowsRemoved int64        `json:"rows_removed"`
 	Report      JobReport    `json:"report"`
@@ -68,7 +74,7 @@ type Job struct {
 var ErrNoJob = httpapi.Errorf(httpapi.CodeNotFound, "no such job")
 
 func emptyReport() JobReport {
-	return JobReport{Months: map[string]int64{}, PendingArchive: []string{}, Side: map[string]int64{}}
+	return JobReport{Months: map[string]int64{}, PendingArchive: []string{}, Side: map[string]int64{}, HeldTopics: []string{}}
 }
 
 // topicHeld refuses a purge of a held topic, or of one a held user wrote
@@ -116,17 +122,22 @@ func (r *Retention) StartPurge(ctx context.Context, tenant, topic string) (Job, 
 	if err := topicHeld(ctx, db, topic); err != nil {
 		return Job{}, err
 	}
+	return r.queue(ctx, tenant, db, KindPurge, topic)
+}
+
+// queue adds a job of kind on target (a topic, or a user id).
+func (r *Retention) queue(ctx context.Context, tenant string, db *sql.DB, kind, target string) (Job, error) {
 	rep, _ := json.Marshal(emptyReport())
 	res, err := sq.Insert(jobsTable).Columns("kind", "target", "state", "report").
-		Values(KindPurge, topic, StateQueued, string(rep)).RunWith(db).ExecContext(ctx)
+		Values(kind, target, StateQueued, string(rep)).RunWith(db).ExecContext(ctx)
 	if err != nil {
-		return Job{}, fmt.Errorf("jobs: queue purge of %s: %w", topic, err)
+		return Job{}, fmt.Errorf("jobs: queue %s of %s: %w", kind, target, err)
 	}
 	id, err := res.LastInsertId()
 	if err != nil {
-		return Job{}, fmt.Errorf("jobs: queue purge of %s: %w", topic, err)
+		return Job{}, fmt.Errorf("jobs: queue %s of %s: %w", kind, target, err)
 	}
-	r.p.Log.Info().Str("tenant", tenant).Str("topic", topic).Int64("job", id).Msg("group purge queued")
+	r.p.Log.Info().Str("tenant", tenant).Str("kind", kind).Str("target", target).Int64("job", id).Msg("job queued")
 	return r.Job(ctx, tenant, id)
 }
 
@@ -153,6 +164,13 @@ func (r *Retention) Job(ctx context.Context, tenant string, id int64) (Job, erro
 		return Job{}, fmt.Errorf("jobs: report of %d: %w", id, err)
 	}
 	j.CreatedAt, j.UpdatedAt = message.NewTime(created), message.NewTime(updated)
+	if j.Kind == KindErase {
+		u, err := strconv.ParseInt(j.Topic, 10, 64)
+		if err != nil {
+			return Job{}, fmt.Errorf("jobs: %d erases user %q: %w", id, j.Topic, err)
+		}
+		j.Topic, j.UserID = "", message.ID(u)
+	}
 	return j, nil
 }
 
@@ -196,12 +214,35 @@ func (r *Retention) RunJobLoop(ctx context.Context, tenants func() []string, lea
 		case <-t.C:
 		}
 		for _, tenant := range tenants() {
+			if err := r.countStalled(ctx, tenant); err != nil && ctx.Err() == nil {
+				r.p.Log.Warn().Err(err).Str("tenant", tenant).Msg("stalled jobs not counted")
+			}
 			if _, err := r.RunJobs(ctx, tenant, owner, lease); err != nil && ctx.Err() == nil {
 				r.p.Log.Error().Err(err).Str("tenant", tenant).Msg("job run failed; retrying at the next poll")
 			}
 		}
 		t.Reset(jobPoll)
 	}
+}
+
+// stallAfter is how long a queued or running job may go without progress
+// before it counts as stalled (imshard_jobs_stalled).
+const stallAfter = 15 * time.Minute
+
+// countStalled sets the tenant's stalled-jobs gauge.
+func (r *Retention) countStalled(ctx context.Context, tenant string) error {
+	db, err := r.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	var n int
+	if err := sq.Select("COUNT(*)").From(jobsTable).Where(sq.Eq{"state": []string{StateQueued, StateRunning}}).
+		Where(sq.Expr("updated_at < NOW(3) - INTERVAL ? SECOND", int(stallAfter.Seconds()))).
+		RunWith(db).QueryRowContext(ctx).Scan(&n); err != nil {
+		return fmt.Errorf("jobs: stalled: %w", err)
+	}
+	r.m.jobsStalled.WithLabelValues(tenant).Set(float64(n))
+	return nil
 }
 
 // RunJobs runs the tenant's runnable jobs one after the other as owner and
@@ -271,14 +312,22 @@ func (r *Retention) runJob(ctx context.Context, tenant string, db *sql.DB, id in
 	if err != nil {
 		return err
 	}
-	p := &purge{r: r, tenant: tenant, db: db, keys: keys, job: j, owner: owner, lease: lease}
-	err = p.run(ctx)
+	p := &jobRun{r: r, tenant: tenant, db: db, keys: keys, job: j, owner: owner, lease: lease}
+	running := r.m.jobsRunning.WithLabelValues(tenant)
+	running.Inc()
+	if j.Kind == KindErase {
+		err = p.erase(ctx)
+	} else {
+		err = p.purge(ctx)
+	}
+	running.Dec()
 	switch {
 	case errors.Is(err, errLeaseLost):
 		r.p.Log.Info().Str("tenant", tenant).Int64("job", id).Msg("job stopped: paused or taken over")
 		return nil
 	case err != nil && ctx.Err() == nil:
 		r.p.Log.Error().Err(err).Str("tenant", tenant).Int64("job", id).Msg("job failed")
+		r.m.jobFailures.WithLabelValues(tenant).Inc()
 		msg := err.Error()
 		if len(msg) > 1024 {
 			msg = msg[:1024]
@@ -290,10 +339,8 @@ func (r *Retention) runJob(ctx context.Context, tenant string, db *sql.DB, id in
 	return err
 }
 
-// purge removes one topic's history: its floor raised past every stored
-// seq first (readers see nothing of it from then on), then its rows in
-// every month in bounded batches, then what refers to them.
-type purge struct {
+// jobRun is one runner's run of one job.
+type jobRun struct {
 	r      *Retention
 	tenant string
 	db     *sql.DB
@@ -303,7 +350,10 @@ type purge struct {
 	lease  time.Duration
 }
 
-func (p *purge) run(ctx context.Context) error {
+// purge removes one topic's history: its floor raised past every stored
+// seq first (readers see nothing of it from then on), then its rows in
+// every month in bounded batches, then what refers to them.
+func (p *jobRun) purge(ctx context.Context) error {
 	topic, db := p.job.Topic, p.db
 	if err := topicHeld(ctx, db, topic); err != nil {
 		return err
@@ -339,6 +389,7 @@ func (p *purge) run(ctx context.Context) error {
 			}
 			rep.Months[s.Month.String()] += n
 			p.job.RowsRemoved += n
+			p.r.m.jobRows.WithLabelValues(p.tenant, KindPurge).Add(float64(n))
 			return n, p.progress(ctx)
 		}); err != nil {
 			return err
@@ -379,11 +430,11 @@ func (p *purge) run(ctx context.Context) error {
 
 // progress records the report so far and renews the lease; errLeaseLost
 // when the job was paused or taken over meanwhile.
-func (p *purge) progress(ctx context.Context) error {
+func (p *jobRun) progress(ctx context.Context) error {
 	return p.record(ctx, p.job.State)
 }
 
-func (p *purge) record(ctx context.Context, state string) error {
+func (p *jobRun) record(ctx context.Context, state string) error {
 	rep, err := json.Marshal(p.job.Report)
 	if err != nil {
 		return err
@@ -394,11 +445,21 @@ func (p *purge) record(ctx context.Context, state string) error {
 	} else {
 		q = q.Set("lease_until", sq.Expr("NOW(3) + INTERVAL ? MICROSECOND", p.lease.Microseconds()))
 	}
-	n, err := execN(ctx, q.Where(sq.Eq{"job_id": p.job.ID, "lease_owner": p.owner, "state": StateRunning}).RunWith(p.db))
+	ours := sq.Eq{"job_id": p.job.ID, "lease_owner": p.owner, "state": StateRunning}
+	n, err := execN(ctx, q.Where(ours).RunWith(p.db))
 	if err != nil {
 		return fmt.Errorf("jobs: progress of %d: %w", p.job.ID, err)
 	}
-	if n == 0 {
+	if n > 0 {
+		return nil
+	}
+	// MySQL counts changed rows only: an update within the same
+	// millisecond as the last one changes nothing and still holds the job
+	var held int
+	if err := sq.Select("COUNT(*)").From(jobsTable).Where(ours).RunWith(p.db).QueryRowContext(ctx).Scan(&held); err != nil {
+		return fmt.Errorf("jobs: progress of %d: %w", p.job.ID, err)
+	}
+	if held == 0 {
 		return errLeaseLost
 	}
 	return nil
@@ -406,7 +467,7 @@ func (p *purge) record(ctx context.Context, state string) error {
 
 // finish records the purge in the change feed (one event: every message
 // of the topic up to last is gone) and marks the job done.
-func (p *purge) finish(ctx context.Context, last int64) error {
+func (p *jobRun) finish(ctx context.Context, last int64) error {
 	tx, err := p.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("purge: begin: %w", err)

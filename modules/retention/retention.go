@@ -32,8 +32,10 @@ type Params struct {
 	Scripts  *routing.Scripts
 	Catalog  *routing.Catalog
 	// Months is a tenant's retention_months (0: keep forever).
-	Months     func(tenant string) int
-	LockTTL    time.Duration
+	Months  func(tenant string) int
+	LockTTL time.Duration
+	// Delete deletes one message for everyone (a user erase).
+	Delete     Deleter
 	Log        zerolog.Logger
 	Registerer prometheus.Registerer
 }
