@@ -19,6 +19,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/imshard/imshard/modules/placement"
+	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/tenantdb"
 	imsql "github.com/imshard/imshard/sql"
 )
@@ -604,8 +605,10 @@ func (m *Mover) catchUp(ctx context.Context, both bool) (int, error) {
 func (m *Mover) switchOver(ctx context.Context) error {
 	began := time.Now()
 	next := m.st.FromEpoch + 1
-	if _, err := m.src.ExecContext(ctx, "UPDATE im_tenant_fence SET epoch = GREATEST(epoch, ?) WHERE id = 1", next); err != nil {
-		return fmt.Errorf("move: raise the source fence: %w", err)
+	// on the mover's own connection, which holds its lock: RaiseFence
+	// takes the fence's DDL lock there too
+	if err := routing.RaiseFence(ctx, m.lock, next); err != nil {
+		return fmt.Errorf("move: source: %w", err)
 	}
 	if m.o.StepHook != nil {
 		if err := m.o.StepHook("fenced"); err != nil {
