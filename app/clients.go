@@ -24,10 +24,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/migrate"
+	"github.com/imshard/imshard/modules/move"
 	"github.com/imshard/imshard/modules/placement"
 	"github.com/imshard/imshard/modules/ratelimit"
 	"github.com/imshard/imshard/modules/retention"
@@ -521,7 +523,14 @@ func initShardMgr(ctx context.Context, a *App) (Service, error) {
 	a.Retention().ExportTenants(a.clients.pools.IDs())
 	a.onTenantsAdded(func(tenants []string) { mg.Reconcile(tenants...) })
 	a.onTenantsAdded(a.Retention().ExportTenants)
-	return runner{run: mg.Run}, nil
+	moves := move.NewWatch(move.WatchParams{Tenants: a.clients.pools.IDs, DBs: a.clients.pools,
+		Log: a.Log.With().Str("module", "move").Logger(), Registerer: a.Registry})
+	return runner{run: func(ctx context.Context) error {
+		var g errgroup.Group
+		g.Go(func() error { return mg.Run(ctx) })
+		g.Go(func() error { return moves.Run(ctx) })
+		return g.Wait()
+	}}, nil
 }
 
 func initOps(ctx context.Context, a *App) (Service, error) {
