@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -25,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/acl"
@@ -32,6 +32,7 @@ import (
 	"github.com/imshard/imshard/modules/changes"
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/migrate"
+	"github.com/imshard/imshard/modules/move"
 	"github.com/imshard/imshard/modules/placement"
 	"github.com/imshard/imshard/modules/ratelimit"
 	"github.com/imshard/imshard/modules/retention"
@@ -537,15 +538,16 @@ func initShardMgr(ctx context.Context, a *App) (Service, error) {
 	a.onTenantsAdded(a.Retention().ExportTenants)
 	a.onTenantsAdded(a.NewArchiver().ExportTenants)
 	ret, tenants, lease := a.Retention(), a.clients.pools.IDs, a.Config.Shard.LockTTL
-	// the patrol and the job loop (group purges, user erases) run side by
-	// side until the context ends
+	moves := move.NewWatch(move.WatchParams{Tenants: a.clients.pools.IDs, DBs: a.clients.pools,
+		Log: a.Log.With().Str("module", "move").Logger(), Registerer: a.Registry})
+	// the patrol, the job loop (group purges, user erases) and the move
+	// watch run side by side until the context ends
 	return runner{run: func(ctx context.Context) error {
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = ret.RunJobLoop(ctx, tenants, lease) }()
-		err := mg.Run(ctx)
-		wg.Wait()
-		return err
+		var g errgroup.Group
+		g.Go(func() error { return mg.Run(ctx) })
+		g.Go(func() error { return moves.Run(ctx) })
+		g.Go(func() error { _ = ret.RunJobLoop(ctx, tenants, lease); return nil })
+		return g.Wait()
 	}}, nil
 }
 

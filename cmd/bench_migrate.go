@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -136,10 +137,12 @@ func runBenchMigrate(ctx context.Context, cfg *config.Config, o *benchMigrateOpt
 					return err
 				}
 			}
-			if err := routing.ClearMirror(ctx, db); err != nil {
-				return err
-			}
-			return routing.RestartBackfill(ctx, db)
+			return routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+				if err := routing.ClearMirror(ctx, tx); err != nil {
+					return err
+				}
+				return routing.RestartBackfill(ctx, tx)
+			})
 		},
 		Page: func(ctx context.Context, topic string, before int64) error {
 			_, err := q.Before(ctx, admin, topic, before, 50)

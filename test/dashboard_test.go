@@ -309,6 +309,13 @@ var measuredLater = map[string]string{
 	"imshard_active_month":                        "the active month as this process last saw it",
 	"imshard_auth_refused_total":                  "one series per tenant and reason, from the first token refused so",
 	"imshard_jwks_last_success_timestamp_seconds": "one series per tenant with a jwks_url, from its first fetch",
+	"imshard_move_step":                           "read from the tenant's move record by the shard manager's first poll",
+	"imshard_move_rows_copied":                    "read from the tenant's move record by the shard manager's first poll",
+	"imshard_move_bytes_copied":                   "read from the tenant's move record by the shard manager's first poll",
+	"imshard_move_lag_chunks":                     "read from the tenant's move record by the shard manager's first poll",
+	"imshard_move_paused":                         "read from the tenant's move record by the shard manager's first poll",
+	"imshard_move_switch_seconds":                 "read from the tenant's move record by the shard manager's first poll",
+	"imshard_move_updated_timestamp_seconds":      "read from the tenant's move record by the shard manager's first poll",
 }
 
 // opsMetrics is the text a process's operations server (opsURL) answers

@@ -63,7 +63,12 @@ func TestMovePlacementFollowedAtRunTime(t *testing.T) {
 	if e := mvFence(t, db); e != 0 {
 		t.Fatalf("a fresh database's fence is at %d, want 0", e)
 	}
-	// the shard manager of the same process creates the month tables there
+	// the shard manager of the same process creates the month tables
+	// there, once the database serves epoch 1 (a move's switch raises the
+	// target's fence so; every write, DDL included, passes the fence)
+	if _, err := db.Exec("UPDATE im_tenant_fence SET epoch = 1 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
 	now := env.Now()
 	if res := env.App.NewShardManager().SyncTenant(ctx, tenant, shardmgr.Options{MonthsAhead: 1}); res.Err != nil {
 		t.Fatalf("shard ensure on the new placement: %v", res.Err)

@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -154,9 +155,11 @@ func rpInsert(t testing.TB, env *harness.Env, topic string, m routing.Month, row
 	if _, err := ins.RunWith(env.DB).ExecContext(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := routing.WidenMirror(ctx, env.DB, []routing.MirrorRow{{Topic: topic,
-		MonthRange:   routing.MonthRange{Month: m, MinSeq: minSeq, MaxSeq: maxSeq, Count: int64(len(rows))},
-		MinCreatedAt: lo, MaxCreatedAt: hi}}); err != nil {
+	if err := routing.Fenced(ctx, env.DB, func(tx *sql.Tx) error {
+		return routing.WidenMirror(ctx, tx, []routing.MirrorRow{{Topic: topic,
+			MonthRange:   routing.MonthRange{Month: m, MinSeq: minSeq, MaxSeq: maxSeq, Count: int64(len(rows))},
+			MinCreatedAt: lo, MaxCreatedAt: hi}})
+	}); err != nil {
 		t.Fatal(err)
 	}
 }

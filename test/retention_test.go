@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -35,11 +36,13 @@ func retFixture(t *testing.T, e *sendEnv, m routing.Month, topic string, lo, hi 
 	if _, err := q.RunWith(e.DB).ExecContext(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := routing.AddMentions(ctx, e.DB, ms); err != nil {
-		t.Fatal(err)
-	}
-	if err := routing.WidenMirror(ctx, e.DB, []routing.MirrorRow{{Topic: topic,
-		MonthRange: routing.MonthRange{Month: m, MinSeq: lo, MaxSeq: hi, Count: hi - lo + 1}, MinCreatedAt: at, MaxCreatedAt: at}}); err != nil {
+	if err := routing.Fenced(ctx, e.DB, func(tx *sql.Tx) error {
+		if err := routing.AddMentions(ctx, tx, ms); err != nil {
+			return err
+		}
+		return routing.WidenMirror(ctx, tx, []routing.MirrorRow{{Topic: topic,
+			MonthRange: routing.MonthRange{Month: m, MinSeq: lo, MaxSeq: hi, Count: hi - lo + 1}, MinCreatedAt: at, MaxCreatedAt: at}})
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.App.Routes().Merge(ctx, e.Tenant, topic, routing.MonthRange{Month: m, MinSeq: lo, MaxSeq: hi, Count: hi - lo + 1}); err != nil {

@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -134,9 +135,11 @@ func (e *sendEnv) store(topic string, groupID, from int64, cmid string, r sendRe
 		RunWith(e.DB).ExecContext(ctx); err != nil {
 		e.T.Fatal(err)
 	}
-	if err := routing.WidenMirror(ctx, e.DB, []routing.MirrorRow{{Topic: topic,
-		MonthRange:   routing.MonthRange{Month: e.Start, MinSeq: r.Seq, MaxSeq: r.Seq, Count: 1},
-		MinCreatedAt: created, MaxCreatedAt: created}}); err != nil {
+	if err := routing.Fenced(ctx, e.DB, func(tx *sql.Tx) error {
+		return routing.WidenMirror(ctx, tx, []routing.MirrorRow{{Topic: topic,
+			MonthRange:   routing.MonthRange{Month: e.Start, MinSeq: r.Seq, MaxSeq: r.Seq, Count: 1},
+			MinCreatedAt: created, MaxCreatedAt: created}})
+	}); err != nil {
 		e.T.Fatal(err)
 	}
 	return created

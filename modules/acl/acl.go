@@ -298,7 +298,7 @@ func (c *Checker) PutGroup(ctx context.Context, tenant, topic string, groupID in
 		return err
 	}
 	var res sql.Result
-	err = inTx(ctx, db, func(tx *sql.Tx) error {
+	err = routing.Fenced(ctx, db, func(tx *sql.Tx) error {
 		res, err = sq.Insert(GroupsTable).Columns("topic", "group_id", "name", "status").Values(topic, groupID, name, status).
 			Suffix("ON DUPLICATE KEY UPDATE group_id = VALUES(group_id), name = VALUES(name), status = VALUES(status)").
 			RunWith(tx).ExecContext(ctx)
@@ -353,7 +353,7 @@ func (c *Checker) PutMember(ctx context.Context, tenant, topic string, userID in
 	if mutedUntil != nil {
 		muted = mutedUntil.UTC()
 	}
-	err = inTx(ctx, db, func(tx *sql.Tx) error {
+	err = routing.Fenced(ctx, db, func(tx *sql.Tx) error {
 		res, err := sq.Insert(MembersTable).Columns("topic", "user_id", "role", "muted_until").Values(topic, userID, role, muted).
 			Suffix("ON DUPLICATE KEY UPDATE role = VALUES(role), muted_until = VALUES(muted_until)").
 			RunWith(tx).ExecContext(ctx)
@@ -384,43 +384,13 @@ func (c *Checker) PutMember(ctx context.Context, tenant, topic string, userID in
 	return c.invalidate(ctx, tenant, topic)
 }
 
-// inTx runs fn in a transaction of its own that first passes the
-// tenant's placement fence (routing.CheckPlacement): during a move's
-// switch a membership write changes nothing and answers 409 with
-// retry_after_ms.
-// movingRetryAfter is what a membership write refused during a switch
-// asks the caller to wait: a switch holds the tenant's writes about a
-// second.
-const movingRetryAfter = 250 * time.Millisecond
-
-func inTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := routing.CheckPlacement(ctx, tx); err != nil {
-		_ = tx.Rollback()
-		if errors.Is(err, routing.ErrPlacementMoved) {
-			return httpapi.Errorf(httpapi.CodeConflict,
-				"the tenant is switching to another database server; nothing changed, retry after retry_after_ms").
-				WithDetails(map[string]any{"retry_after_ms": movingRetryAfter.Milliseconds(), "reason": "tenant_moving"})
-		}
-		return err
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
-}
-
 // DeleteMember removes a member.
 func (c *Checker) DeleteMember(ctx context.Context, tenant, topic string, userID int64) error {
 	db, err := c.p.DBs.DB(ctx, tenant)
 	if err != nil {
 		return err
 	}
-	err = inTx(ctx, db, func(tx *sql.Tx) error {
+	err = routing.Fenced(ctx, db, func(tx *sql.Tx) error {
 		res, err := sq.Delete(MembersTable).Where(sq.Eq{"topic": topic, "user_id": userID}).RunWith(tx).ExecContext(ctx)
 		if err != nil {
 			return err
@@ -470,8 +440,11 @@ func (c *Checker) SetRetention(ctx context.Context, tenant, topic string, months
 	if err != nil {
 		return err
 	}
-	if _, err := sq.Update(GroupsTable).Set("retention_months", months).Where(sq.Eq{"topic": topic}).
-		RunWith(db).ExecContext(ctx); err != nil {
+	if err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := sq.Update(GroupsTable).Set("retention_months", months).Where(sq.Eq{"topic": topic}).
+			RunWith(tx).ExecContext(ctx)
+		return err
+	}); err != nil {
 		return fmt.Errorf("acl: set retention %s: %w", topic, err)
 	}
 	return nil

@@ -10,6 +10,8 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+
+	"github.com/imshard/imshard/modules/routing"
 )
 
 // Group is a group of a benchmark fixture.
@@ -46,7 +48,10 @@ func insertRows(ctx context.Context, db *sql.DB, table string, cols []string, n 
 		args = append(args, row(i)...)
 	}
 	q := "INSERT INTO " + table + " (" + strings.Join(cols, ", ") + ") VALUES " + strings.Join(vals, ", ")
-	if _, err := db.ExecContext(ctx, q, args...); err != nil {
+	if err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, q, args...)
+		return err
+	}); err != nil {
 		return fmt.Errorf("acl: insert %d rows into %s: %w", n, table, err)
 	}
 	return nil
@@ -77,7 +82,10 @@ func InsertCursors(ctx context.Context, db *sql.DB, cs []Cursor) error {
 // one (group id 1, named after the topic), so that reads of its topics are
 // allowed.
 func GroupEveryTopic(ctx context.Context, db *sql.DB, quoted string) error {
-	if _, err := db.ExecContext(ctx, "INSERT IGNORE INTO "+GroupsTable+" (topic, group_id, name) SELECT DISTINCT topic, 1, topic FROM "+quoted); err != nil {
+	if err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "INSERT IGNORE INTO "+GroupsTable+" (topic, group_id, name) SELECT DISTINCT topic, 1, topic FROM "+quoted)
+		return err
+	}); err != nil {
 		return fmt.Errorf("acl: group the topics of %s: %w", quoted, err)
 	}
 	return nil

@@ -28,7 +28,7 @@ const CursorsTable = "im_user_read_cursors"
 // of fixed shape and prepared once per tenant database.
 type Stmts interface {
 	Run(ctx context.Context, db *sql.DB, query string, args []any) (*sql.Rows, error)
-	Exec(ctx context.Context, db *sql.DB, query string, args []any) (sql.Result, error)
+	Exec(ctx context.Context, db *sql.DB, tx *sql.Tx, query string, args []any) (sql.Result, error)
 }
 
 // Prefs are a user's own settings of a topic.
@@ -69,7 +69,7 @@ type Changed struct {
 
 // touchCursor raises the user's read cursor of topic to at least seq and
 // marks the row changed.
-func touchCursor(ctx context.Context, tx sq.BaseRunner, topic string, userID, seq int64) error {
+func touchCursor(ctx context.Context, tx *sql.Tx, topic string, userID, seq int64) error {
 	_, err := sq.Insert(CursorsTable).Columns("user_id", "topic", "read_seq").Values(userID, topic, seq).
 		Suffix("ON DUPLICATE KEY UPDATE read_seq = GREATEST(read_seq, VALUES(read_seq)), updated_at = CURRENT_TIMESTAMP(3)").
 		RunWith(tx).ExecContext(ctx)
@@ -79,8 +79,11 @@ func touchCursor(ctx context.Context, tx sq.BaseRunner, topic string, userID, se
 // TouchReadState marks the caller's read state of topic changed (a hide),
 // so a device sync reports the topic.
 func TouchReadState(ctx context.Context, db *sql.DB, user int64, topic string) error {
-	_, err := sq.Insert(CursorsTable).Columns("user_id", "topic").Values(user, topic).
-		Suffix("ON DUPLICATE KEY UPDATE updated_at = CURRENT_TIMESTAMP(3)").RunWith(db).ExecContext(ctx)
+	err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := sq.Insert(CursorsTable).Columns("user_id", "topic").Values(user, topic).
+			Suffix("ON DUPLICATE KEY UPDATE updated_at = CURRENT_TIMESTAMP(3)").RunWith(tx).ExecContext(ctx)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("acl: touch the read state %s/%d: %w", topic, user, err)
 	}
@@ -197,15 +200,16 @@ func memberships(ctx context.Context, st Stmts, db *sql.DB, user int64) ([]Membe
 // MarkRead moves user's cursor of topic up to seq (never down) in one
 // statement and returns the cursor it holds afterwards: the
 // LAST_INSERT_ID(expr) form hands the row's value back with the result.
-// It is a cached prepared statement: one round trip, and running it twice
-// is the same as once. The caller decided the membership (MoveCursor).
+// It is a cached prepared statement, run in a fenced transaction: running
+// it twice is the same as once. The caller decided the membership
+// (MoveCursor).
 func MarkRead(ctx context.Context, st Stmts, db *sql.DB, user int64, topic string, seq int64) (int64, error) {
 	query, args, err := sq.Insert(CursorsTable).Columns("user_id", "topic", "read_seq").Values(user, topic, seq).
 		Suffix("ON DUPLICATE KEY UPDATE read_seq = LAST_INSERT_ID(GREATEST(read_seq, VALUES(read_seq)))").ToSql()
 	if err != nil {
 		return 0, err
 	}
-	res, err := st.Exec(ctx, db, query, args)
+	res, err := routing.FencedValue(ctx, db, func(tx *sql.Tx) (sql.Result, error) { return st.Exec(ctx, db, tx, query, args) })
 	if err != nil {
 		return 0, fmt.Errorf("acl: read cursor %s/%d: %w", topic, user, err)
 	}
@@ -235,7 +239,10 @@ func PutPrefs(ctx context.Context, db *sql.DB, user int64, topic string, pr Pref
 		}
 		upd += "notify_muted_until = VALUES(notify_muted_until)"
 	}
-	_, err := b.Columns(cols...).Values(vals...).Suffix("ON DUPLICATE KEY UPDATE " + upd).RunWith(db).ExecContext(ctx)
+	err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := b.Columns(cols...).Values(vals...).Suffix("ON DUPLICATE KEY UPDATE " + upd).RunWith(tx).ExecContext(ctx)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("acl: preferences %s/%d: %w", topic, user, err)
 	}
@@ -278,8 +285,8 @@ func ChangedSince(ctx context.Context, db *sql.DB, user int64, since time.Time) 
 
 // DropTopicCursors removes up to limit read cursors (and preferences) of
 // topic, for a group purge; it reports how many went.
-func DropTopicCursors(ctx context.Context, db *sql.DB, topic string, limit uint64) (int64, error) {
-	res, err := sq.Delete(CursorsTable).Where(sq.Eq{"topic": topic}).Limit(limit).RunWith(db).ExecContext(ctx)
+func DropTopicCursors(ctx context.Context, tx *sql.Tx, topic string, limit uint64) (int64, error) {
+	res, err := sq.Delete(CursorsTable).Where(sq.Eq{"topic": topic}).Limit(limit).RunWith(tx).ExecContext(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("acl: drop cursors of %s: %w", topic, err)
 	}
@@ -288,8 +295,8 @@ func DropTopicCursors(ctx context.Context, db *sql.DB, topic string, limit uint6
 
 // DropUserCursors removes up to limit of user's read cursors (and
 // preferences) in every topic, for a user erase; it reports how many went.
-func DropUserCursors(ctx context.Context, db *sql.DB, user int64, limit uint64) (int64, error) {
-	res, err := sq.Delete(CursorsTable).Where(sq.Eq{"user_id": user}).Limit(limit).RunWith(db).ExecContext(ctx)
+func DropUserCursors(ctx context.Context, tx *sql.Tx, user int64, limit uint64) (int64, error) {
+	res, err := sq.Delete(CursorsTable).Where(sq.Eq{"user_id": user}).Limit(limit).RunWith(tx).ExecContext(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("acl: drop cursors of user %d: %w", user, err)
 	}

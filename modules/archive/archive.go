@@ -362,37 +362,36 @@ func tableStamp(ctx context.Context, db sq.BaseRunner, t routing.Table) (string,
 // exports and verifies it again.
 func (a *Archiver) mark(ctx context.Context, db *sql.DB, tenant string, t routing.Table, stamp string) error {
 	m := t.Month()
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
-	if err := routing.CheckPlacement(ctx, tx); err != nil {
-		return err
-	}
-	status, err := routing.LockForArchive(ctx, tx, m)
-	if err != nil {
-		return err
-	}
-	now, err := tableStamp(ctx, tx, t)
-	if err != nil {
-		return err
-	}
-	if status != routing.StatusSealed || now != stamp {
-		_ = tx.Rollback()
+	var changed error
+	err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		status, err := routing.LockForArchive(ctx, tx, m)
+		if err != nil {
+			return err
+		}
+		now, err := tableStamp(ctx, tx, t)
+		if err != nil {
+			return err
+		}
+		if status != routing.StatusSealed || now != stamp {
+			changed = fmt.Errorf("%w: %s is %s, table %s, verified as %s", ErrChanged, m, status, now, stamp)
+			return changed
+		}
+		if _, err := routing.SetArchived(ctx, tx, m, true); err != nil {
+			return err
+		}
+		if err := setMarked(ctx, tx, m); err != nil {
+			return err
+		}
+		testhook.CrashArchive(StepMarked)
+		return nil
+	})
+	if changed != nil {
 		if err := setStep(ctx, db, m, StepPrechecked); err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: %s is %s, table %s, verified as %s", ErrChanged, m, status, now, stamp)
+		return changed
 	}
-	if _, err := routing.SetStatus(ctx, tx, m, routing.StatusArchived, routing.StatusSealed); err != nil {
-		return err
-	}
-	if err := setMarked(ctx, tx, m); err != nil {
-		return err
-	}
-	testhook.CrashArchive(StepMarked)
-	if err := tx.Commit(); err != nil {
+	if err != nil {
 		return fmt.Errorf("archive: mark %s: %w", m, err)
 	}
 	a.p.Catalog.Invalidate(tenant)

@@ -34,7 +34,7 @@ func exclusive(ctx context.Context, db *sql.DB, fn func() error) error {
 		return ErrBusy
 	}
 	defer func() {
-		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK(?)", lock)
+		_ = conn.QueryRowContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK(?)", lock).Scan(new(sql.NullInt64))
 	}()
 	return fn()
 }

@@ -63,7 +63,7 @@ func (a *Archiver) restore(ctx context.Context, db *sql.DB, rep RestoreReport) (
 		return rep, err
 	}
 	// DDL on its own statement
-	if _, err := db.ExecContext(ctx, t.CreateDDL()); err != nil {
+	if err := routing.FencedDDL(ctx, db, t.CreateDDL()); err != nil {
 		return rep, fmt.Errorf("archive: create %s: %w", t.Name(), err)
 	}
 	have, err := a.tableDigests(ctx, db, t, nil)
@@ -123,47 +123,35 @@ func (a *Archiver) reload(ctx context.Context, db *sql.DB, bucket *blob.Bucket, 
 
 // insertFenced runs q in its own transaction behind the placement fence.
 func insertFenced(ctx context.Context, db *sql.DB, q sq.InsertBuilder) (int64, error) {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = tx.Rollback() }()
-	if err := routing.CheckPlacement(ctx, tx); err != nil {
-		return 0, err
-	}
-	res, err := q.RunWith(tx).ExecContext(ctx)
-	if err != nil {
-		return 0, err
-	}
-	n, _ := res.RowsAffected()
-	return n, tx.Commit()
+	return routing.FencedValue(ctx, db, func(tx *sql.Tx) (int64, error) {
+		res, err := q.RunWith(tx).ExecContext(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	})
 }
 
 // unmark sets the month back to sealed and forgets its archive run, in
 // one transaction under the catalog row's exclusive lock.
 func (a *Archiver) unmark(ctx context.Context, db *sql.DB, m routing.Month) error {
-	tx, err := db.BeginTx(ctx, nil)
+	err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		status, err := routing.LockForArchive(ctx, tx, m)
+		if err != nil {
+			return err
+		}
+		if status != routing.StatusArchived {
+			return fmt.Errorf("%w: %s is %s", ErrNotArchived, m, status)
+		}
+		if _, err := routing.SetArchived(ctx, tx, m, false); err != nil {
+			return err
+		}
+		if _, err := sq.Delete(stateTable).Where(sq.Eq{"shard_month": m.String()}).RunWith(tx).ExecContext(ctx); err != nil {
+			return fmt.Errorf("archive: forget %s: %w", m, err)
+		}
+		return nil
+	})
 	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
-	if err := routing.CheckPlacement(ctx, tx); err != nil {
-		return err
-	}
-	status, err := routing.LockForArchive(ctx, tx, m)
-	if err != nil {
-		return err
-	}
-	if status != routing.StatusArchived {
-		return fmt.Errorf("%w: %s is %s", ErrNotArchived, m, status)
-	}
-	if _, err := routing.SetStatus(ctx, tx, m, routing.StatusSealed, routing.StatusArchived); err != nil {
-		return err
-	}
-	if _, err := sq.Delete(stateTable).Where(sq.Eq{"shard_month": m.String()}).RunWith(tx).ExecContext(ctx); err != nil {
-		return fmt.Errorf("archive: forget %s: %w", m, err)
-	}
-	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("archive: restore %s: %w", m, err)
 	}
 	return nil

@@ -40,53 +40,65 @@ func loadState(ctx context.Context, db sq.BaseRunner, m routing.Month) (state, e
 	return s, nil
 }
 
-func saveState(ctx context.Context, db sq.BaseRunner, m routing.Month, s state) error {
-	_, err := sq.Insert(stateTable).
-		Columns("shard_month", "step", "object_key", "row_count", "rows_done", "bytes", "table_hash", "manifest").
-		Values(m.String(), s.step, s.key, s.rows, s.rows, s.bytes, s.hash, sql.NullString{String: s.manifest, Valid: s.manifest != ""}).
-		Suffix(`ON DUPLICATE KEY UPDATE step = VALUES(step), object_key = VALUES(object_key), row_count = VALUES(row_count),
+func saveState(ctx context.Context, db *sql.DB, m routing.Month, s state) error {
+	err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := sq.Insert(stateTable).
+			Columns("shard_month", "step", "object_key", "row_count", "rows_done", "bytes", "table_hash", "manifest").
+			Values(m.String(), s.step, s.key, s.rows, s.rows, s.bytes, s.hash, sql.NullString{String: s.manifest, Valid: s.manifest != ""}).
+			Suffix(`ON DUPLICATE KEY UPDATE step = VALUES(step), object_key = VALUES(object_key), row_count = VALUES(row_count),
   rows_done = VALUES(rows_done), bytes = VALUES(bytes), table_hash = VALUES(table_hash), manifest = VALUES(manifest), last_error = NULL`).
-		RunWith(db).ExecContext(ctx)
+			RunWith(tx).ExecContext(ctx)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("archive: record %s %s: %w", m, s.step, err)
 	}
 	return nil
 }
 
-func setStep(ctx context.Context, db sq.BaseRunner, m routing.Month, step string) error {
-	if _, err := sq.Update(stateTable).Set("step", step).Set("last_error", nil).
-		Where(sq.Eq{"shard_month": m.String()}).RunWith(db).ExecContext(ctx); err != nil {
+func setStep(ctx context.Context, db *sql.DB, m routing.Month, step string) error {
+	if err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := sq.Update(stateTable).Set("step", step).Set("last_error", nil).
+			Where(sq.Eq{"shard_month": m.String()}).RunWith(tx).ExecContext(ctx)
+		return err
+	}); err != nil {
 		return fmt.Errorf("archive: record %s %s: %w", m, step, err)
 	}
 	return nil
 }
 
 // setVerified records the verification with the stamp it was made against.
-func setVerified(ctx context.Context, db sq.BaseRunner, m routing.Month, stamp string) error {
-	if _, err := sq.Update(stateTable).Set("step", StepVerified).Set("stamp", stamp).Set("last_error", nil).
-		Where(sq.Eq{"shard_month": m.String()}).RunWith(db).ExecContext(ctx); err != nil {
+func setVerified(ctx context.Context, db *sql.DB, m routing.Month, stamp string) error {
+	if err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := sq.Update(stateTable).Set("step", StepVerified).Set("stamp", stamp).Set("last_error", nil).
+			Where(sq.Eq{"shard_month": m.String()}).RunWith(tx).ExecContext(ctx)
+		return err
+	}); err != nil {
 		return fmt.Errorf("archive: record %s %s: %w", m, StepVerified, err)
 	}
 	return nil
 }
 
-// setMarked records the mark, in the mark's transaction.
-func setMarked(ctx context.Context, db sq.BaseRunner, m routing.Month) error {
+// setMarked records the mark, in the mark's (fenced) transaction.
+func setMarked(ctx context.Context, tx *sql.Tx, m routing.Month) error {
 	if _, err := sq.Update(stateTable).Set("step", StepMarked).Set("marked_at", sq.Expr("UTC_TIMESTAMP(3)")).
-		Set("last_error", nil).Where(sq.Eq{"shard_month": m.String()}).RunWith(db).ExecContext(ctx); err != nil {
+		Set("last_error", nil).Where(sq.Eq{"shard_month": m.String()}).RunWith(tx).ExecContext(ctx); err != nil {
 		return fmt.Errorf("archive: record %s %s: %w", m, StepMarked, err)
 	}
 	return nil
 }
 
-func recordError(ctx context.Context, db sq.BaseRunner, m routing.Month, cause error) error {
+func recordError(ctx context.Context, db *sql.DB, m routing.Month, cause error) error {
 	msg := cause.Error()
 	if len(msg) > 1000 {
 		msg = msg[:1000]
 	}
-	_, err := sq.Update(stateTable).Set("last_error", msg).Where(sq.Eq{"shard_month": m.String()}).
-		RunWith(db).ExecContext(context.WithoutCancel(ctx))
-	return err
+	ctx = context.WithoutCancel(ctx)
+	return routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := sq.Update(stateTable).Set("last_error", msg).Where(sq.Eq{"shard_month": m.String()}).
+			RunWith(tx).ExecContext(ctx)
+		return err
+	})
 }
 
 // Progress is one month's archive as `shard list` shows it.

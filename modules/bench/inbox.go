@@ -138,11 +138,11 @@ func (p *InboxParams) Build(ctx context.Context) (int64, error) {
 	// the mention index persist writes beside such messages
 	for lo := 0; lo < len(mentions); lo += 1000 {
 		part := mentions[lo:min(len(mentions), lo+1000)]
-		if err := routing.AddMentions(ctx, p.DB, part); err != nil {
+		if err := routing.Fenced(ctx, p.DB, func(tx *sql.Tx) error { return routing.AddMentions(ctx, tx, part) }); err != nil {
 			return 0, err
 		}
 	}
-	if err := routing.MirrorFromTable(ctx, p.DB, p.Table); err != nil {
+	if err := routing.Fenced(ctx, p.DB, func(tx *sql.Tx) error { return routing.MirrorFromTable(ctx, tx, p.Table) }); err != nil {
 		return 0, err
 	}
 	if !p.Cold {

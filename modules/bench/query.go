@@ -224,7 +224,7 @@ func (p *QueryParams) Build(ctx context.Context) error {
 		p.logf("bench: legacy table has %s's rows (%s)", t.Name(), time.Since(start).Round(time.Second))
 	}
 	for _, t := range p.Tables {
-		if err := routing.MirrorFromTable(ctx, p.DB, t); err != nil {
+		if err := routing.Fenced(ctx, p.DB, func(tx *sql.Tx) error { return routing.MirrorFromTable(ctx, tx, t) }); err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}
 	}

@@ -243,19 +243,6 @@ func (s *Service) changeTables(ctx context.Context, db *sql.DB, tenant string, t
 	return tables, true, nil
 }
 
-// placementHeld answers a change the placement fence refused: the
-// tenant's switch to another server is under way (or this process has not
-// yet followed it), nothing changed, and the client retries shortly — 409
-// with retry_after_ms, like a message still in flight.
-func placementHeld(err error) error {
-	if !errors.Is(err, routing.ErrPlacementMoved) {
-		return httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
-	}
-	return httpapi.Errorf(httpapi.CodeConflict,
-		"the tenant is switching to another database server; nothing changed, retry after retry_after_ms").
-		WithDetails(map[string]any{"retry_after_ms": retryAfter.Milliseconds(), "reason": "tenant_moving"})
-}
-
 // monthArchived answers a change of a message in an archived month: the
 // archive is never rewritten in place, and nothing changed.
 func monthArchived() error {
@@ -267,66 +254,94 @@ func monthArchived() error {
 // resolves deadlocks against it.
 const maxChangeAttempts = 3
 
-// changeTx is steps 3 to 5 of a change.
+// errUnchanged rolls back a change that changes nothing (the message is
+// already as asked): a legacy row copied for it stays where it was.
+var errUnchanged = errors.New("changes: nothing to change")
+
+// changeTx is steps 3 to 5 of a change, in a fenced transaction
+// (routing.Fenced: the placement fence is its first statement, so its
+// shared lock covers the whole transaction; a refusal answers 409
+// tenant_moving, modules/httpapi).
 func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, tables []routing.Table, c changeReq, flying, legacy bool) (ChangeResult, error) {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+	var w written
+	err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		var err error
+		w, err = s.changeIn(ctx, tx, keys, tables, c, flying, legacy)
+		return err
+	})
+	var e *httpapi.Error
+	switch {
+	case errors.Is(err, errUnchanged):
+		return ChangeResult{Message: w.old}, nil
+	case err == nil:
+	case errors.As(err, &e), errors.Is(err, routing.ErrPlacementMoved), errors.Is(err, readpath.ErrNotFound):
+		return ChangeResult{}, err
+	default: // begin or commit
+		return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable: the change may not have been applied, retry", err)
 	}
-	defer func() { _ = tx.Rollback() }()
-	// first, so that its shared lock covers the whole transaction
-	if err := routing.CheckPlacement(ctx, tx); err != nil {
-		return ChangeResult{}, placementHeld(err)
-	}
+	s.afterChange(context.WithoutCancel(ctx), keys, c, testhook.Break(testhook.StaleVersion, w.old, w.next), w.changeSeq, w.version)
+	return ChangeResult{Message: w.next, ChangeSeq: w.changeSeq}, nil
+}
+
+// written is what a change's transaction wrote, for what follows its
+// commit.
+type written struct {
+	old, next message.Message
+	changeSeq int64
+	version   string
+}
+
+func (s *Service) changeIn(ctx context.Context, tx *sql.Tx, keys routing.Keys, tables []routing.Table, c changeReq, flying, legacy bool) (written, error) {
+	var w written
 	// the months' catalog rows, shared: an archive's mark waits for this
 	// change, and a change after the mark leaves the archived table alone
 	tables, archived, err := routing.LockForChange(ctx, tx, tables)
 	if err != nil {
-		return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+		return w, err
 	}
 	if legacy && archived {
-		return ChangeResult{}, monthArchived()
+		return w, monthArchived()
 	}
 	if legacy {
 		found, err := routing.CopyLegacyRow(ctx, tx, tables[0], c.topic, c.seq)
 		if err != nil {
-			return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+			return w, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
 		}
 		if !found {
-			return ChangeResult{}, readpath.ErrNotFound
+			return w, readpath.ErrNotFound
 		}
 	}
 	old, table, err := lockMessage(ctx, tx, tables, c.topic, c.seq)
 	if errors.Is(err, readpath.ErrNotFound) && archived {
-		return ChangeResult{}, monthArchived()
+		return w, monthArchived()
 	}
 	if errors.Is(err, readpath.ErrNotFound) && flying {
-		return ChangeResult{}, httpapi.Errorf(httpapi.CodeConflict,
+		return w, httpapi.Errorf(httpapi.CodeConflict,
 			"the message is not stored yet (still on its way from the queue); retry after retry_after_ms").
 			WithDetails(map[string]any{"retry_after_ms": retryAfter.Milliseconds()})
 	}
 	if err != nil {
-		return ChangeResult{}, err
+		return w, err
 	}
+	w.old = old
 	next, err := s.apply(c, old)
-	if err != nil || next.Version == old.Version {
-		return ChangeResult{Message: old}, err
-	}
-	changeSeq, err := writeChange(ctx, tx, table, c, old, next, legacy)
 	if err != nil {
-		return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+		return w, err
 	}
-	version, err := s.p.Scripts.MsgChange.Exec(ctx, s.p.Redis,
+	if next.Version == old.Version {
+		return w, errUnchanged
+	}
+	w.next = next
+	if w.changeSeq, err = writeChange(ctx, tx, table, c, old, next, legacy); err != nil {
+		return w, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+	}
+	w.version, err = s.p.Scripts.MsgChange.Exec(ctx, s.p.Redis,
 		[]string{keys.HotMessages(c.topic), keys.MessagesVersion(c.topic)},
 		[]string{strconv.FormatInt(c.seq, 10), strconv.FormatInt(routing.MessagesVersionTTL.Milliseconds(), 10)}).ToString()
 	if err != nil {
-		return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "the caches cannot be told (Redis unavailable): nothing changed, retry", err)
+		return w, httpapi.Wrap(httpapi.CodeUnavailable, "the caches cannot be told (Redis unavailable): nothing changed, retry", err)
 	}
-	if err := tx.Commit(); err != nil {
-		return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable: the change may not have been applied, retry", err)
-	}
-	s.afterChange(context.WithoutCancel(ctx), keys, c, testhook.Break(testhook.StaleVersion, old, next), changeSeq, version)
-	return ChangeResult{Message: next, ChangeSeq: changeSeq}, nil
+	return w, nil
 }
 
 // lockMessage reads (topic, seq) from the first of tables holding it,

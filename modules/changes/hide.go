@@ -68,7 +68,7 @@ func (s *Service) addHidden(ctx context.Context, db *sql.DB, topic string, user,
 				"this range would leave more than %d separate deletion ranges in the topic; hide a range that joins some of them",
 				readpath.MaxHiddenRanges)).WithDetails(map[string]any{"max_ranges": readpath.MaxHiddenRanges})
 		case errors.Is(err, routing.ErrPlacementMoved):
-			return placementHeld(err)
+			return err // 409 tenant_moving (modules/httpapi)
 		case !tenantdb.IsDeadlock(err) || attempt == maxChangeAttempts:
 			return httpapi.Wrap(httpapi.CodeUnavailable, "deletion store unavailable", err)
 		}
@@ -76,18 +76,7 @@ func (s *Service) addHidden(ctx context.Context, db *sql.DB, topic string, user,
 }
 
 func hideTx(ctx context.Context, db *sql.DB, topic string, user, low, hi int64) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
-	if err := routing.CheckPlacement(ctx, tx); err != nil {
-		return err
-	}
-	if err := readpath.AddHiddenRange(ctx, tx, topic, user, low, hi); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return routing.Fenced(ctx, db, func(tx *sql.Tx) error { return readpath.AddHiddenRange(ctx, tx, topic, user, low, hi) })
 }
 
 // lastSeq is the topic's last issued seq: the Redis counter, or, when Redis

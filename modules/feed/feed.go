@@ -18,6 +18,7 @@ package feed
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 
@@ -68,7 +69,7 @@ func (e *Event) Key() []byte { return []byte(e.Tenant + "/" + e.Topic) }
 // purge, an erasure) calls it the same way, one event per change_seq it
 // allocates, with its own Action and with Message nil where the message is
 // gone.
-func Record(ctx context.Context, tx sq.BaseRunner, ev Event) error {
+func Record(ctx context.Context, tx *sql.Tx, ev Event) error {
 	ev.V = EventVersion
 	b, err := json.Marshal(&ev)
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
+
+	"github.com/imshard/imshard/modules/routing"
 )
 
 // Row is one outbox row still to be relayed.
@@ -42,7 +44,8 @@ func Lock(ctx context.Context, conn *sql.Conn) (bool, error) {
 // it, would otherwise keep the lock while idle in the pool, and no relay
 // (this one included, on another connection) could take the tenant.
 func Unlock(ctx context.Context, conn *sql.Conn) error {
-	if _, err := conn.ExecContext(ctx, "DO RELEASE_LOCK(CONCAT(?, ':', DATABASE()))", relayLock); err != nil {
+	var released sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK(CONCAT(?, ':', DATABASE()))", relayLock).Scan(&released); err != nil {
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		return fmt.Errorf("feed: relay unlock: %w", err)
 	}
@@ -78,16 +81,18 @@ func Pending(ctx context.Context, conn *sql.Conn, limit int) ([]Row, error) {
 	return out, rows.Err()
 }
 
-// Delete removes relayed rows by id.
+// Delete removes relayed rows by id, behind the placement fence: after a
+// move's switch the rows stay on the source (the target has their copy,
+// which the relay of the new placement relays again — consumers
+// deduplicate by change_seq).
 func Delete(ctx context.Context, conn *sql.Conn, ids []int64) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	query, args, err := sq.Delete(outboxTable).Where(sq.Eq{"id": ids}).ToSql()
-	if err != nil {
+	if err := routing.Fenced(ctx, conn, func(tx *sql.Tx) error {
+		_, err := sq.Delete(outboxTable).Where(sq.Eq{"id": ids}).RunWith(tx).ExecContext(ctx)
 		return err
-	}
-	if _, err := conn.ExecContext(ctx, query, args...); err != nil {
+	}); err != nil {
 		return fmt.Errorf("feed: delete relayed: %w", err)
 	}
 	return nil

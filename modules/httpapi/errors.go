@@ -103,6 +103,11 @@ func classify(err error) (code, msg string, details map[string]any) {
 	var mig *routing.ErrMigrationPending
 	var unknown *routing.ErrMigrationStateUnknown
 	switch {
+	case errors.Is(err, routing.ErrPlacementMoved):
+		// first, whatever wraps it: a write the placement fence refused
+		// wrote nothing, whichever module it came from
+		return CodeConflict, "the tenant is switching to another database server; nothing changed, retry after retry_after_ms",
+			map[string]any{"reason": "tenant_moving", "retry_after_ms": routing.MovingRetryAfter.Milliseconds()}
 	case errors.As(err, &e):
 		return e.Code, e.Message, e.Details
 	case errors.As(err, &mig):

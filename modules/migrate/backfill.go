@@ -148,24 +148,28 @@ func (mg *Migrator) batch(ctx context.Context, db *sql.DB, tenant string, m rout
 	}
 	if n == 0 {
 		// nothing left below the bound: the copy is complete
-		_, err := routing.SetMigration(ctx, db, routing.MigrationChange{CursorID: &m.LegacyMax}, routing.MigrationBackfilling)
-		return 0, err
+		return 0, routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+			_, err := routing.SetMigration(ctx, tx, routing.MigrationChange{CursorID: &m.LegacyMax}, routing.MigrationBackfilling)
+			return err
+		})
 	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, mg.failed(ctx, db, m, started, err)
+	var res copied
+	err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		var err error
+		res, err = mg.copyRange(ctx, tx, tenant, sq.And{sq.Gt{"l.message_id": m.CursorID}, sq.LtOrEq{"l.message_id": last.Int64}})
+		if err == nil && res.read != n {
+			err = fmt.Errorf("%d of the %d rows after message_id %d have no recorded month range (rows added to the legacy table after cutover?)",
+				n-res.read, n, m.CursorID)
+		}
+		if err != nil {
+			return err
+		}
+		return mg.recordBatch(ctx, tx, m, last.Int64, res, started, achieved)
+	})
+	committed := err == nil
+	if errors.Is(err, errMovedOn) {
+		err = nil
 	}
-	defer func() { _ = tx.Rollback() }()
-	res, err := mg.copyRange(ctx, tx, tenant, sq.And{sq.Gt{"l.message_id": m.CursorID}, sq.LtOrEq{"l.message_id": last.Int64}})
-	if err == nil && res.read != n {
-		err = fmt.Errorf("%d of the %d rows after message_id %d have no recorded month range (rows added to the legacy table after cutover?)",
-			n-res.read, n, m.CursorID)
-	}
-	if err != nil {
-		_ = tx.Rollback()
-		return 0, mg.failed(ctx, db, m, started, err)
-	}
-	committed, err := mg.commitBatch(ctx, tx, m, last.Int64, res, started, achieved)
 	if err != nil {
 		return 0, mg.failed(ctx, db, m, started, err)
 	}
@@ -258,18 +262,21 @@ func (mg *Migrator) copyRange(ctx context.Context, tx *sql.Tx, tenant string, wh
 	return res, nil
 }
 
-// commitBatch records the batch — cursor, counts, pace and its log line —
-// in the batch's transaction and commits it: false when the migration was
-// paused meanwhile (or moved on by someone else), and the batch is rolled
-// back.
-func (mg *Migrator) commitBatch(ctx context.Context, tx *sql.Tx, m routing.Migration, last int64, res copied, started time.Time, achieved float64) (bool, error) {
+// errMovedOn rolls a batch back: the migration was paused meanwhile (or
+// moved on by someone else).
+var errMovedOn = errors.New("migrate: the backfill moved on meanwhile")
+
+// recordBatch records the batch — cursor, counts, pace and its log line —
+// in the batch's transaction: errMovedOn when the migration was paused
+// meanwhile (or moved on by someone else), and the batch is rolled back.
+func (mg *Migrator) recordBatch(ctx context.Context, tx *sql.Tx, m routing.Migration, last int64, res copied, started time.Time, achieved float64) error {
 	ok, err := routing.RecordMigrationBatch(ctx, tx, routing.MigrationBatch{FromID: m.CursorID, ToID: last, Read: res.read,
 		Inserted: res.inserted, Present: res.present, Skew: res.skewed, Started: started, Finished: time.Now()},
 		routing.MigrationRate{Limit: mg.p.Config.RowsPerSecond, Achieved: int(achieved), Batch: int(perSecond(res.read, time.Since(started)))})
-	if err != nil || !ok {
-		return false, err
+	if err == nil && !ok {
+		err = errMovedOn
 	}
-	return true, tx.Commit()
+	return err
 }
 
 // failed records a failed batch attempt and returns its error.
@@ -278,9 +285,14 @@ func (mg *Migrator) failed(ctx context.Context, db *sql.DB, m routing.Migration,
 		return cause
 	}
 	msg := cause.Error()
-	_ = routing.LogMigrationBatch(ctx, db, routing.MigrationBatch{FromID: m.CursorID, ToID: m.CursorID, Err: msg,
-		Started: started, Finished: time.Now()})
-	_, _ = routing.SetMigration(ctx, db, routing.MigrationChange{Failure: truncate(msg, 500)})
+	_ = routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		if err := routing.LogMigrationBatch(ctx, tx, routing.MigrationBatch{FromID: m.CursorID, ToID: m.CursorID, Err: msg,
+			Started: started, Finished: time.Now()}); err != nil {
+			return err
+		}
+		_, err := routing.SetMigration(ctx, tx, routing.MigrationChange{Failure: truncate(msg, 500)})
+		return err
+	})
 	return cause
 }
 
@@ -356,19 +368,12 @@ func (mg *Migrator) afterCopy(ctx context.Context, db *sql.DB, tenant string, m 
 
 // recopy copies the legacy rows of one listed difference again.
 func (mg *Migrator) recopy(ctx context.Context, db *sql.DB, tenant string, d routing.MigrationDiff) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
-	res, err := mg.copyRange(ctx, tx, tenant, sq.And{sq.Eq{"l.topic": d.Topic}, sq.GtOrEq{"l.seqid": d.MinSeq}, sq.LtOrEq{"l.seqid": d.MaxSeq}})
-	if err != nil {
-		return err
-	}
-	if res.inserted > 0 { // a range whose rows were all there already adds nothing
-		if _, err := routing.SetMigration(ctx, tx, routing.MigrationChange{Inserted: int64(res.inserted)}); err != nil {
+	return routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		res, err := mg.copyRange(ctx, tx, tenant, sq.And{sq.Eq{"l.topic": d.Topic}, sq.GtOrEq{"l.seqid": d.MinSeq}, sq.LtOrEq{"l.seqid": d.MaxSeq}})
+		if err != nil || res.inserted == 0 { // a range whose rows were all there already adds nothing
 			return err
 		}
-	}
-	return tx.Commit()
+		_, err = routing.SetMigration(ctx, tx, routing.MigrationChange{Inserted: int64(res.inserted)})
+		return err
+	})
 }

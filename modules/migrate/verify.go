@@ -44,7 +44,10 @@ func (mg *Migrator) verify(ctx context.Context, db *sql.DB, tenant string, m rou
 		_, err = routing.StepMigration(ctx, db, routing.StepRedo, set)
 		log.Msg("verification found differences; copying their ranges again")
 	default:
-		_, err = routing.SetMigration(ctx, db, set, routing.MigrationVerifying)
+		err = routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+			_, err := routing.SetMigration(ctx, tx, set, routing.MigrationVerifying)
+			return err
+		})
 		log.Msg("verification found differences again; waiting for the operator")
 	}
 	return err

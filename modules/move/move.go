@@ -19,6 +19,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/imshard/imshard/modules/placement"
+	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/tenantdb"
 	imsql "github.com/imshard/imshard/sql"
 )
@@ -50,6 +51,10 @@ type Options struct {
 	// CatchUpRounds bounds the catch-up rounds before the switch (default 5);
 	// the switch's own final catch-up copies what is left.
 	CatchUpRounds int
+	// MaxSwitchLag is the most chunks the last catch-up round before the
+	// switch may find changed (default DefaultMaxSwitchLag); more refuses
+	// the switch (ErrSwitchRefused).
+	MaxSwitchLag int
 	// StepHook, when set, is called as each step begins (tests stop a
 	// mover there).
 	StepHook func(step string) error
@@ -132,6 +137,9 @@ func Begin(ctx context.Context, tenant string, from tenantdb.Placement, to strin
 	}
 	if o.CatchUpRounds <= 0 {
 		o.CatchUpRounds = 5
+	}
+	if o.MaxSwitchLag <= 0 {
+		o.MaxSwitchLag = DefaultMaxSwitchLag
 	}
 	src, _, err := OpenDB(from.DSN, o.TLS, true)
 	if err != nil {
@@ -318,7 +326,11 @@ func (m *Mover) Run(ctx context.Context) error {
 				err = m.setStep(ctx, StepSwitch)
 			}
 		case StepSwitch:
-			if err = m.switchOver(ctx); err == nil {
+			if err = m.switchOver(ctx); errors.Is(err, ErrSwitchRefused) {
+				// nothing is held: back to catch-up, for a run that retries
+				return errors.Join(err, m.setStep(ctx, StepCatchUp))
+			}
+			if err == nil {
 				err = m.setStep(ctx, StepDone)
 			}
 		case StepDone:
@@ -353,15 +365,8 @@ func (m *Mover) plan(ctx context.Context) error {
 	if err := tenantdb.Migrate(ctx, m.dst); err != nil {
 		return fmt.Errorf("move: target: %w", err)
 	}
-	var sv, tv int
-	if err := m.src.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM im_schema_migrations").Scan(&sv); err != nil {
+	if err := m.sameSchema(ctx); err != nil {
 		return err
-	}
-	if err := m.dst.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM im_schema_migrations").Scan(&tv); err != nil {
-		return err
-	}
-	if sv != tv {
-		return fmt.Errorf("move: schema version %d on the source, %d on the target: upgrade the older one first", sv, tv)
 	}
 	tables, err := listTables(ctx, m.dst)
 	if err != nil {
@@ -602,10 +607,23 @@ func (m *Mover) catchUp(ctx context.Context, both bool) (int, error) {
 // raises the target's fence and writes the placement record everywhere.
 // Every part can run again after a crash.
 func (m *Mover) switchOver(ctx context.Context) error {
-	began := time.Now()
 	next := m.st.FromEpoch + 1
-	if _, err := m.src.ExecContext(ctx, "UPDATE im_tenant_fence SET epoch = GREATEST(epoch, ?) WHERE id = 1", next); err != nil {
-		return fmt.Errorf("move: raise the source fence: %w", err)
+	var fence int64
+	if err := m.src.QueryRowContext(ctx, "SELECT epoch FROM im_tenant_fence WHERE id = 1").Scan(&fence); err != nil {
+		return fmt.Errorf("move: source fence: %w", err)
+	}
+	// a switch resumed after its fence was raised goes on: refusing then
+	// would hold the tenant's writes
+	if fence < next {
+		if err := m.preSwitch(ctx); err != nil {
+			return err
+		}
+	}
+	began := time.Now()
+	// on the mover's own connection, which holds its lock: RaiseFence
+	// takes the fence's DDL lock there too
+	if err := routing.RaiseFence(ctx, m.lock, next); err != nil {
+		return fmt.Errorf("move: source: %w", err)
 	}
 	if m.o.StepHook != nil {
 		if err := m.o.StepHook("fenced"); err != nil {

@@ -134,8 +134,11 @@ func (s *Service) compensate(ctx context.Context, key batchKey, recs []*record, 
 	for _, r := range recs {
 		q = q.Values(r.ev.EventID, r.ev.Topic, r.ev.SeqID, key.month.String(), r.value, "month "+string(status))
 	}
-	if _, err := q.Suffix("ON DUPLICATE KEY UPDATE status = 'pending', reason = VALUES(reason)").
-		RunWith(db).ExecContext(ctx); err != nil {
+	if err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := q.Suffix("ON DUPLICATE KEY UPDATE status = 'pending', reason = VALUES(reason)").
+			RunWith(tx).ExecContext(ctx)
+		return err
+	}); err != nil {
 		return err
 	}
 	for _, r := range recs {

@@ -82,32 +82,43 @@ func writeBatch(ctx context.Context, db *sql.DB, table routing.Table, neighbours
 	return res, err
 }
 
-// writeTx runs the transaction; ok is false (and the transaction rolled
-// back) when the insert added fewer rows than it was given.
+// errShortInsert rolls a batch back whose insert added fewer rows than it
+// was given.
+var errShortInsert = errors.New("persist: the insert added fewer rows than given")
+
+// writeTx runs the transaction (routing.Fenced: the placement fence is its
+// first statement, so its shared lock covers the whole transaction); ok
+// is false (and the transaction rolled back) when the insert added fewer
+// rows than it was given.
 func writeTx(ctx context.Context, db *sql.DB, table routing.Table, neighbours []routing.Table, recs []*record, slow bool) (writeResult, bool, error) {
 	var res writeResult
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return res, false, fmt.Errorf("persist: begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	// first, so that its shared lock covers the whole transaction
-	if err := routing.CheckPlacement(ctx, tx); err != nil {
+	err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		res = writeResult{}
+		return writeIn(ctx, tx, table, neighbours, recs, slow, &res)
+	})
+	switch {
+	case errors.Is(err, errShortInsert):
+		return writeResult{}, false, nil
+	case err != nil:
 		return res, false, err
 	}
+	return res, true, nil
+}
 
+func writeIn(ctx context.Context, tx *sql.Tx, table routing.Table, neighbours []routing.Table, recs []*record, slow bool, res *writeResult) error {
 	todo := recs
+	var err error
 	for _, n := range neighbours {
 		var hits []*record
 		if todo, hits, err = probeOtherMonth(ctx, tx, n, todo); err != nil {
-			return res, false, err
+			return err
 		}
 		res.dedup = append(res.dedup, hits...)
 	}
 	if slow {
 		var replayed, dups []*record
 		if todo, replayed, dups, err = splitExisting(ctx, tx, table, todo); err != nil {
-			return res, false, err
+			return err
 		}
 		res.replayed = append(res.replayed, replayed...)
 		res.dedup = append(res.dedup, dups...)
@@ -115,24 +126,21 @@ func writeTx(ctx context.Context, db *sql.DB, table routing.Table, neighbours []
 	if len(todo) > 0 {
 		n, err := insertRows(ctx, tx, table, todo)
 		if err != nil {
-			return res, false, err
+			return err
 		}
 		if n != int64(len(todo)) {
-			return writeResult{}, false, nil
+			return errShortInsert
 		}
 		res.ranges = topicRanges(todo)
 		if err := upsertMirror(ctx, tx, table.Month(), res.ranges); err != nil {
-			return res, false, err
+			return err
 		}
 		if err := routing.AddMentions(ctx, tx, mentionsOf(todo)); err != nil {
-			return res, false, err
+			return err
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return writeResult{}, false, fmt.Errorf("persist: commit %s: %w", table.Name(), err)
-	}
 	res.inserted = todo
-	return res, true, nil
+	return nil
 }
 
 func senderKey(r *record) sq.Eq {

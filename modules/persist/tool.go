@@ -3,6 +3,7 @@ package persist
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -322,8 +323,11 @@ func (t *Tool) Replay(ctx context.Context, o ReplayOptions) (ReplayReport, error
 		if err != nil {
 			return rep, err
 		}
-		if _, err := sq.Update(compensationTable).Set("status", "replayed").Where(sq.Eq{"id": c.Row}).
-			RunWith(db).ExecContext(ctx); err != nil {
+		if err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+			_, err := sq.Update(compensationTable).Set("status", "replayed").Where(sq.Eq{"id": c.Row}).
+				RunWith(tx).ExecContext(ctx)
+			return err
+		}); err != nil {
 			return rep, fmt.Errorf("replay %s: mark replayed: %w", c.ID, err)
 		}
 		rep.Replayed++

@@ -65,7 +65,7 @@ type NewRevision struct {
 // NextChangeSeq allocates topic's next change_seq in tx: an upsert through
 // LAST_INSERT_ID, so the row lock orders concurrent changes of the topic
 // and a rolled back change gives its number back.
-func NextChangeSeq(ctx context.Context, tx sq.BaseRunner, topic string) (int64, error) {
+func NextChangeSeq(ctx context.Context, tx *sql.Tx, topic string) (int64, error) {
 	res, err := sq.Insert(topicChangesTable).Columns("topic", "change_seq").Values(topic, sq.Expr("LAST_INSERT_ID(1)")).
 		Suffix("ON DUPLICATE KEY UPDATE change_seq = LAST_INSERT_ID(change_seq + 1)").RunWith(tx).ExecContext(ctx)
 	if err != nil {
@@ -79,7 +79,7 @@ func NextChangeSeq(ctx context.Context, tx sq.BaseRunner, topic string) (int64, 
 }
 
 // RecordRevision writes r in tx.
-func RecordRevision(ctx context.Context, tx sq.BaseRunner, r NewRevision) error {
+func RecordRevision(ctx context.Context, tx *sql.Tx, r NewRevision) error {
 	var reason any
 	if r.Reason != "" {
 		reason = r.Reason

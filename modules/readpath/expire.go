@@ -10,30 +10,30 @@ import (
 
 // DropMonthRevisions deletes up to limit revisions of month (YYYYMM) and
 // reports how many went: retention calls it until it reports 0.
-func DropMonthRevisions(ctx context.Context, db *sql.DB, month string, limit uint64) (int64, error) {
-	return affected(sq.Delete(revisionsTable).Where(sq.Eq{"shard_month": month}).Limit(limit).RunWith(db).ExecContext(ctx))
+func DropMonthRevisions(ctx context.Context, tx *sql.Tx, month string, limit uint64) (int64, error) {
+	return affected(sq.Delete(revisionsTable).Where(sq.Eq{"shard_month": month}).Limit(limit).RunWith(tx).ExecContext(ctx))
 }
 
 // DropRevisionsUpTo deletes up to limit revisions of topic's seqs up to
 // last, reporting how many went.
-func DropRevisionsUpTo(ctx context.Context, db *sql.DB, topic string, last int64, limit uint64) (int64, error) {
+func DropRevisionsUpTo(ctx context.Context, tx *sql.Tx, topic string, last int64, limit uint64) (int64, error) {
 	return affected(sq.Delete(revisionsTable).Where(sq.Eq{"topic": topic}).Where(sq.LtOrEq{"seqid": last}).
-		Limit(limit).RunWith(db).ExecContext(ctx))
+		Limit(limit).RunWith(tx).ExecContext(ctx))
 }
 
 // DropHiddenUpTo deletes up to limit hidden ranges of topic that end at or
 // below last+1 (nothing they hide stays), reporting how many went.
-func DropHiddenUpTo(ctx context.Context, db *sql.DB, topic string, last int64, limit uint64) (int64, error) {
+func DropHiddenUpTo(ctx context.Context, tx *sql.Tx, topic string, last int64, limit uint64) (int64, error) {
 	return affected(sq.Delete(dellogTable).Where(sq.Eq{"topic": topic}).Where(sq.LtOrEq{"hi": last + 1}).
-		Limit(limit).RunWith(db).ExecContext(ctx))
+		Limit(limit).RunWith(tx).ExecContext(ctx))
 }
 
 // CutHiddenAt starts every hidden range of topic that reaches below the
 // floor (last+1) at the floor: ranges stay disjoint, and none names an
 // expired seq.
-func CutHiddenAt(ctx context.Context, db *sql.DB, topic string, last int64) error {
+func CutHiddenAt(ctx context.Context, tx *sql.Tx, topic string, last int64) error {
 	if _, err := sq.Update(dellogTable).Set("low", last+1).Where(sq.Eq{"topic": topic}).
-		Where(sq.LtOrEq{"low": last}).RunWith(db).ExecContext(ctx); err != nil {
+		Where(sq.LtOrEq{"low": last}).RunWith(tx).ExecContext(ctx); err != nil {
 		return fmt.Errorf("readpath: hidden ranges of %s: %w", topic, err)
 	}
 	return nil
@@ -50,13 +50,13 @@ func affected(res sql.Result, err error) (int64, error) {
 // (topic, seq) kept (a user erase: the message is a tombstone, and its
 // history keeps no copy of what it said), reporting how many revisions
 // were cleared.
-func EraseRevisionContent(ctx context.Context, db *sql.DB, topic string, seq int64) (int64, error) {
+func EraseRevisionContent(ctx context.Context, tx *sql.Tx, topic string, seq int64) (int64, error) {
 	return affected(sq.Update(revisionsTable).Set("content", nil).Set("head", nil).
-		Where(sq.Eq{"topic": topic, "seqid": seq}).Where("(content IS NOT NULL OR head IS NOT NULL)").RunWith(db).ExecContext(ctx))
+		Where(sq.Eq{"topic": topic, "seqid": seq}).Where("(content IS NOT NULL OR head IS NOT NULL)").RunWith(tx).ExecContext(ctx))
 }
 
 // DropUserHidden deletes up to limit of user's hidden ranges (in every
 // topic), reporting how many went.
-func DropUserHidden(ctx context.Context, db *sql.DB, user int64, limit uint64) (int64, error) {
-	return affected(sq.Delete(dellogTable).Where(sq.Eq{"deletedfor": user}).Limit(limit).RunWith(db).ExecContext(ctx))
+func DropUserHidden(ctx context.Context, tx *sql.Tx, user int64, limit uint64) (int64, error) {
+	return affected(sq.Delete(dellogTable).Where(sq.Eq{"deletedfor": user}).Limit(limit).RunWith(tx).ExecContext(ctx))
 }

@@ -173,12 +173,13 @@ func (s *Store) Messages(ctx context.Context, db *sql.DB, b sq.SelectBuilder) ([
 	return out, rows.Err()
 }
 
-// Exec runs a write of fixed shape as a cached prepared statement (one
-// round trip, where an ad-hoc statement with arguments costs a prepare
-// too); like run it prepares afresh once when the statement was dropped,
-// so the write must be one that may run twice.
-func (s *Store) Exec(ctx context.Context, db *sql.DB, query string, args []any) (sql.Result, error) {
-	return withStmt(ctx, s, db, query, func(st *sql.Stmt) (sql.Result, error) { return st.ExecContext(ctx, args...) })
+// Exec runs a write of fixed shape as db's cached prepared statement in
+// tx, a fenced transaction of db (routing.Fenced): no prepare per call,
+// where an ad-hoc statement with arguments costs one. Like run it
+// prepares afresh once when the statement was dropped, so the write must
+// be one that may run twice.
+func (s *Store) Exec(ctx context.Context, db *sql.DB, tx *sql.Tx, query string, args []any) (sql.Result, error) {
+	return withStmt(ctx, s, db, query, func(st *sql.Stmt) (sql.Result, error) { return tx.StmtContext(ctx, st).ExecContext(ctx, args...) })
 }
 
 func (s *Store) Run(ctx context.Context, db *sql.DB, query string, args []any) (*sql.Rows, error) {

@@ -106,7 +106,9 @@ func (p *jobRun) erase(ctx context.Context) error {
 				if err := p.r.p.Delete(ctx, p.tenant, m.topic, m.seq, 0, reason); err != nil {
 					return fmt.Errorf("erase: %s/%d: %w", m.topic, m.seq, err)
 				}
-				n, err := readpath.EraseRevisionContent(ctx, db, m.topic, m.seq)
+				n, err := routing.FencedValue(ctx, db, func(tx *sql.Tx) (int64, error) {
+					return readpath.EraseRevisionContent(ctx, tx, m.topic, m.seq)
+				})
 				if err != nil {
 					return fmt.Errorf("erase: revisions of %s/%d: %w", m.topic, m.seq, err)
 				}
@@ -120,12 +122,12 @@ func (p *jobRun) erase(ctx context.Context) error {
 			}
 		}
 	}
-	for kind, step := range map[string]func() (int64, error){
-		"hidden_ranges": func() (int64, error) { return readpath.DropUserHidden(ctx, db, user, batch) },
-		"read_cursors":  func() (int64, error) { return acl.DropUserCursors(ctx, db, user, batch) },
+	for kind, step := range map[string]func(tx *sql.Tx) (int64, error){
+		"hidden_ranges": func(tx *sql.Tx) (int64, error) { return readpath.DropUserHidden(ctx, tx, user, batch) },
+		"read_cursors":  func(tx *sql.Tx) (int64, error) { return acl.DropUserCursors(ctx, tx, user, batch) },
 	} {
-		if err := deleteAll(ctx, func() (int64, error) {
-			n, err := step()
+		if err := deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) {
+			n, err := step(tx)
 			rep.Side[kind] += n
 			if err != nil {
 				return n, err

@@ -112,39 +112,36 @@ func (r *Retention) PutHold(ctx context.Context, tenant, id string, q HoldReques
 	if err != nil {
 		return Hold{}, err
 	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return Hold{}, fmt.Errorf("holds: begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	if _, err := sq.Insert(holdsTable).Columns("hold_id", "reason").Values(id, q.Reason).
-		Suffix("ON DUPLICATE KEY UPDATE reason = VALUES(reason), updated_at = CURRENT_TIMESTAMP(3)").
-		RunWith(tx).ExecContext(ctx); err != nil {
-		return Hold{}, fmt.Errorf("holds: put %s: %w", id, err)
-	}
-	if _, err := sq.Delete(targetsTable).Where(sq.Eq{"hold_id": id}).RunWith(tx).ExecContext(ctx); err != nil {
-		return Hold{}, fmt.Errorf("holds: clear targets of %s: %w", id, err)
-	}
-	targets := make([][2]string, 0, len(q.Topics)+len(q.Users))
-	for _, t := range q.Topics {
-		targets = append(targets, [2]string{kindTopic, t})
-	}
-	for _, u := range q.Users {
-		targets = append(targets, [2]string{kindUser, strconv.FormatInt(int64(u), 10)})
-	}
-	for len(targets) > 0 {
-		part := targets[:min(len(targets), holdBatch)]
-		targets = targets[len(part):]
-		ins := sq.Insert(targetsTable).Columns("hold_id", "kind", "target")
-		for _, t := range part {
-			ins = ins.Values(id, t[0], t[1])
+	if err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		if _, err := sq.Insert(holdsTable).Columns("hold_id", "reason").Values(id, q.Reason).
+			Suffix("ON DUPLICATE KEY UPDATE reason = VALUES(reason), updated_at = CURRENT_TIMESTAMP(3)").
+			RunWith(tx).ExecContext(ctx); err != nil {
+			return fmt.Errorf("holds: put %s: %w", id, err)
 		}
-		if _, err := ins.RunWith(tx).ExecContext(ctx); err != nil {
-			return Hold{}, fmt.Errorf("holds: targets of %s: %w", id, err)
+		if _, err := sq.Delete(targetsTable).Where(sq.Eq{"hold_id": id}).RunWith(tx).ExecContext(ctx); err != nil {
+			return fmt.Errorf("holds: clear targets of %s: %w", id, err)
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return Hold{}, fmt.Errorf("holds: commit %s: %w", id, err)
+		targets := make([][2]string, 0, len(q.Topics)+len(q.Users))
+		for _, t := range q.Topics {
+			targets = append(targets, [2]string{kindTopic, t})
+		}
+		for _, u := range q.Users {
+			targets = append(targets, [2]string{kindUser, strconv.FormatInt(int64(u), 10)})
+		}
+		for len(targets) > 0 {
+			part := targets[:min(len(targets), holdBatch)]
+			targets = targets[len(part):]
+			ins := sq.Insert(targetsTable).Columns("hold_id", "kind", "target")
+			for _, t := range part {
+				ins = ins.Values(id, t[0], t[1])
+			}
+			if _, err := ins.RunWith(tx).ExecContext(ctx); err != nil {
+				return fmt.Errorf("holds: targets of %s: %w", id, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		return Hold{}, err
 	}
 	holds, err := loadHolds(ctx, db, tenant, sq.Eq{"h.hold_id": id})
 	if err != nil {
@@ -163,27 +160,24 @@ func (r *Retention) DeleteHold(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		return err
 	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("holds: begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	res, err := sq.Delete(holdsTable).Where(sq.Eq{"hold_id": id}).RunWith(tx).ExecContext(ctx)
-	if err != nil {
-		return fmt.Errorf("holds: delete %s: %w", id, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("holds: delete %s: %w", id, err)
-	}
-	if n == 0 {
-		return ErrNoHold
-	}
-	if _, err := sq.Delete(targetsTable).Where(sq.Eq{"hold_id": id}).RunWith(tx).ExecContext(ctx); err != nil {
-		return fmt.Errorf("holds: delete targets of %s: %w", id, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("holds: commit delete %s: %w", id, err)
+	if err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		res, err := sq.Delete(holdsTable).Where(sq.Eq{"hold_id": id}).RunWith(tx).ExecContext(ctx)
+		if err != nil {
+			return fmt.Errorf("holds: delete %s: %w", id, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("holds: delete %s: %w", id, err)
+		}
+		if n == 0 {
+			return ErrNoHold
+		}
+		if _, err := sq.Delete(targetsTable).Where(sq.Eq{"hold_id": id}).RunWith(tx).ExecContext(ctx); err != nil {
+			return fmt.Errorf("holds: delete targets of %s: %w", id, err)
+		}
+		return nil
+	}); err != nil {
+		return err
 	}
 	r.p.Log.Info().Str("tenant", tenant).Str("hold", id).Msg("legal hold lifted")
 	return nil

@@ -128,12 +128,14 @@ func (r *Retention) StartPurge(ctx context.Context, tenant, topic string) (Job, 
 // queue adds a job of kind on target (a topic, or a user id).
 func (r *Retention) queue(ctx context.Context, tenant string, db *sql.DB, kind, target string) (Job, error) {
 	rep, _ := json.Marshal(emptyReport())
-	res, err := sq.Insert(jobsTable).Columns("kind", "target", "state", "report").
-		Values(kind, target, StateQueued, string(rep)).RunWith(db).ExecContext(ctx)
-	if err != nil {
-		return Job{}, fmt.Errorf("jobs: queue %s of %s: %w", kind, target, err)
-	}
-	id, err := res.LastInsertId()
+	id, err := routing.FencedValue(ctx, db, func(tx *sql.Tx) (int64, error) {
+		res, err := sq.Insert(jobsTable).Columns("kind", "target", "state", "report").
+			Values(kind, target, StateQueued, string(rep)).RunWith(tx).ExecContext(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return res.LastInsertId()
+	})
 	if err != nil {
 		return Job{}, fmt.Errorf("jobs: queue %s of %s: %w", kind, target, err)
 	}
@@ -185,7 +187,7 @@ func (r *Retention) SetPaused(ctx context.Context, tenant string, id int64, paus
 	if !pause {
 		q = sq.Update(jobsTable).Set("state", StateQueued).Where(sq.Eq{"job_id": id, "state": StatePaused})
 	}
-	n, err := execN(ctx, q.RunWith(db))
+	n, err := fencedN(ctx, db, q)
 	if err != nil {
 		return Job{}, fmt.Errorf("jobs: pause %d: %w", id, err)
 	}
@@ -284,9 +286,9 @@ func claim(ctx context.Context, db *sql.DB, owner string, lease time.Duration) (
 	}
 	ids.Close()
 	for _, id := range cand {
-		n, err := execN(ctx, sq.Update(jobsTable).Set("state", StateRunning).Set("lease_owner", owner).
+		n, err := fencedN(ctx, db, sq.Update(jobsTable).Set("state", StateRunning).Set("lease_owner", owner).
 			Set("lease_until", sq.Expr("NOW(3) + INTERVAL ? MICROSECOND", lease.Microseconds())).
-			Where(sq.Eq{"job_id": id}).Where(runnable).RunWith(db))
+			Where(sq.Eq{"job_id": id}).Where(runnable))
 		if err != nil {
 			return 0, false, fmt.Errorf("jobs: claim %d: %w", id, err)
 		}
@@ -332,8 +334,8 @@ func (r *Retention) runJob(ctx context.Context, tenant string, db *sql.DB, id in
 		if len(msg) > 1024 {
 			msg = msg[:1024]
 		}
-		_, uerr := execN(context.WithoutCancel(ctx), sq.Update(jobsTable).Set("state", StateFailed).Set("last_error", msg).
-			Set("lease_owner", "").Set("lease_until", nil).Where(sq.Eq{"job_id": id, "lease_owner": owner}).RunWith(db))
+		_, uerr := fencedN(context.WithoutCancel(ctx), db, sq.Update(jobsTable).Set("state", StateFailed).Set("last_error", msg).
+			Set("lease_owner", "").Set("lease_until", nil).Where(sq.Eq{"job_id": id, "lease_owner": owner}))
 		return uerr
 	}
 	return err
@@ -382,8 +384,8 @@ func (p *jobRun) purge(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := deleteAll(ctx, func() (int64, error) {
-			n, err := execN(ctx, sq.Delete(t.Quoted()).Where(sq.Eq{"topic": topic}).OrderBy("seqid").Limit(batch).RunWith(db))
+		if err := deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) {
+			n, err := rowsN(sq.Delete(t.Quoted()).Where(sq.Eq{"topic": topic}).OrderBy("seqid").Limit(batch).RunWith(tx).ExecContext(ctx))
 			if err != nil {
 				return n, fmt.Errorf("purge: %s of %s: %w", t.Name(), topic, err)
 			}
@@ -395,9 +397,9 @@ func (p *jobRun) purge(ctx context.Context) error {
 			return err
 		}
 	}
-	side := func(kind string, step func() (int64, error)) error {
-		return deleteAll(ctx, func() (int64, error) {
-			n, err := step()
+	side := func(kind string, step func(tx *sql.Tx) (int64, error)) error {
+		return deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) {
+			n, err := step(tx)
 			rep.Side[kind] += n
 			if err != nil {
 				return n, err
@@ -405,23 +407,23 @@ func (p *jobRun) purge(ctx context.Context) error {
 			return n, p.progress(ctx)
 		})
 	}
-	if err := side("revisions", func() (int64, error) { return readpath.DropRevisionsUpTo(ctx, db, topic, last, batch) }); err != nil {
+	if err := side("revisions", func(tx *sql.Tx) (int64, error) { return readpath.DropRevisionsUpTo(ctx, tx, topic, last, batch) }); err != nil {
 		return err
 	}
-	if err := side("hidden_ranges", func() (int64, error) { return readpath.DropHiddenUpTo(ctx, db, topic, last, batch) }); err != nil {
+	if err := side("hidden_ranges", func(tx *sql.Tx) (int64, error) { return readpath.DropHiddenUpTo(ctx, tx, topic, last, batch) }); err != nil {
 		return err
 	}
-	if err := side("mentions", func() (int64, error) { return routing.DropMentionsUpTo(ctx, db, topic, last, batch) }); err != nil {
+	if err := side("mentions", func(tx *sql.Tx) (int64, error) { return routing.DropMentionsUpTo(ctx, tx, topic, last, batch) }); err != nil {
 		return err
 	}
-	if err := side("read_cursors", func() (int64, error) { return acl.DropTopicCursors(ctx, db, topic, batch) }); err != nil {
+	if err := side("read_cursors", func(tx *sql.Tx) (int64, error) { return acl.DropTopicCursors(ctx, tx, topic, batch) }); err != nil {
 		return err
 	}
 	for _, m := range months {
 		if err := p.r.dropRoutes(ctx, p.keys, m, []string{topic}); err != nil {
 			return err
 		}
-		if err := side("mirror_rows", func() (int64, error) { return routing.DropMirrorRows(ctx, db, m, []string{topic}, batch) }); err != nil {
+		if err := side("mirror_rows", func(tx *sql.Tx) (int64, error) { return routing.DropMirrorRows(ctx, tx, m, []string{topic}, batch) }); err != nil {
 			return err
 		}
 	}
@@ -446,7 +448,7 @@ func (p *jobRun) record(ctx context.Context, state string) error {
 		q = q.Set("lease_until", sq.Expr("NOW(3) + INTERVAL ? MICROSECOND", p.lease.Microseconds()))
 	}
 	ours := sq.Eq{"job_id": p.job.ID, "lease_owner": p.owner, "state": StateRunning}
-	n, err := execN(ctx, q.Where(ours).RunWith(p.db))
+	n, err := fencedN(ctx, p.db, q.Where(ours))
 	if err != nil {
 		return fmt.Errorf("jobs: progress of %d: %w", p.job.ID, err)
 	}
@@ -468,21 +470,15 @@ func (p *jobRun) record(ctx context.Context, state string) error {
 // finish records the purge in the change feed (one event: every message
 // of the topic up to last is gone) and marks the job done.
 func (p *jobRun) finish(ctx context.Context, last int64) error {
-	tx, err := p.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("purge: begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	cs, err := readpath.NextChangeSeq(ctx, tx, p.job.Topic)
-	if err != nil {
-		return err
-	}
-	if err := feed.Record(ctx, tx, feed.Event{Tenant: p.tenant, Topic: p.job.Topic, ChangeSeq: cs, Action: ActionPurge,
-		SeqID: last, At: message.NewTime(time.Now())}); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("purge: commit feed event: %w", err)
+	if err := routing.Fenced(ctx, p.db, func(tx *sql.Tx) error {
+		cs, err := readpath.NextChangeSeq(ctx, tx, p.job.Topic)
+		if err != nil {
+			return err
+		}
+		return feed.Record(ctx, tx, feed.Event{Tenant: p.tenant, Topic: p.job.Topic, ChangeSeq: cs, Action: ActionPurge,
+			SeqID: last, At: message.NewTime(time.Now())})
+	}); err != nil {
+		return fmt.Errorf("purge: feed event: %w", err)
 	}
 	p.r.p.Log.Info().Str("tenant", p.tenant).Str("topic", p.job.Topic).Int64("rows", p.job.RowsRemoved).Msg("group purged")
 	return p.record(ctx, StateDone)

@@ -314,8 +314,8 @@ func (r *Retention) dropMonth(ctx context.Context, tenant string, db *sql.DB, ke
 			return err
 		}
 	}
-	if err := deleteAll(ctx, func() (int64, error) {
-		return readpath.DropMonthRevisions(ctx, db, m.String(), batch)
+	if err := deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) {
+		return readpath.DropMonthRevisions(ctx, tx, m.String(), batch)
 	}); err != nil {
 		return fmt.Errorf("retention: revisions of %s: %w", m, err)
 	}
@@ -324,11 +324,11 @@ func (r *Retention) dropMonth(ctx context.Context, tenant string, db *sql.DB, ke
 	if err := r.dropRoutes(ctx, keys, m, topics); err != nil {
 		return err
 	}
-	if err := deleteAll(ctx, func() (int64, error) { return routing.DropMirrorRows(ctx, db, m, nil, batch) }); err != nil {
+	if err := deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) { return routing.DropMirrorRows(ctx, tx, m, nil, batch) }); err != nil {
 		return err
 	}
 	// DDL on its own statement; disk goes back at once (file per table)
-	if _, err := db.ExecContext(ctx, t.DropDDL()); err != nil {
+	if err := routing.FencedDDL(ctx, db, t.DropDDL()); err != nil {
 		return fmt.Errorf("retention: drop %s: %w", t.Name(), err)
 	}
 	if err := routing.UnregisterShard(ctx, db, m); err != nil {
@@ -349,9 +349,13 @@ func (r *Retention) trimTopic(ctx context.Context, db *sql.DB, keys routing.Keys
 		return 0, err
 	}
 	var removed int64
-	err = deleteAll(ctx, func() (int64, error) {
-		n, err := execN(ctx, sq.Delete(t.Quoted()).Where(sq.Eq{"topic": tr.Topic}).Where(sq.LtOrEq{"seqid": tr.MaxSeq}).
-			OrderBy("seqid").Limit(batch).RunWith(db))
+	err = deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) {
+		res, err := sq.Delete(t.Quoted()).Where(sq.Eq{"topic": tr.Topic}).Where(sq.LtOrEq{"seqid": tr.MaxSeq}).
+			OrderBy("seqid").Limit(batch).RunWith(tx).ExecContext(ctx)
+		if err != nil {
+			return 0, err
+		}
+		n, err := res.RowsAffected()
 		removed += n
 		return n, err
 	})
@@ -361,15 +365,17 @@ func (r *Retention) trimTopic(ctx context.Context, db *sql.DB, keys routing.Keys
 	if err := clearSide(ctx, db, tr.Topic, tr.MaxSeq); err != nil {
 		return removed, err
 	}
-	if err := deleteAll(ctx, func() (int64, error) {
-		return readpath.DropRevisionsUpTo(ctx, db, tr.Topic, tr.MaxSeq, batch)
+	if err := deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) {
+		return readpath.DropRevisionsUpTo(ctx, tx, tr.Topic, tr.MaxSeq, batch)
 	}); err != nil {
 		return removed, fmt.Errorf("retention: revisions of %s: %w", tr.Topic, err)
 	}
 	if err := r.dropRoutes(ctx, keys, tr.month, []string{tr.Topic}); err != nil {
 		return removed, err
 	}
-	if _, err := routing.DropMirrorRows(ctx, db, tr.month, []string{tr.Topic}, batch); err != nil {
+	if err := deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) {
+		return routing.DropMirrorRows(ctx, tx, tr.month, []string{tr.Topic}, batch)
+	}); err != nil {
 		return removed, err
 	}
 	return removed, nil
@@ -379,18 +385,15 @@ func (r *Retention) trimTopic(ctx context.Context, db *sql.DB, keys routing.Keys
 // message rows: mention rows, and hidden ranges (a range reaching past
 // last is cut at the floor).
 func clearSide(ctx context.Context, db *sql.DB, topic string, last int64) error {
-	if err := deleteAll(ctx, func() (int64, error) { return routing.DropMentionsUpTo(ctx, db, topic, last, batch) }); err != nil {
+	if err := deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) { return routing.DropMentionsUpTo(ctx, tx, topic, last, batch) }); err != nil {
 		return err
 	}
-	if err := deleteAll(ctx, func() (int64, error) {
-		return readpath.DropHiddenUpTo(ctx, db, topic, last, batch)
+	if err := deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) {
+		return readpath.DropHiddenUpTo(ctx, tx, topic, last, batch)
 	}); err != nil {
 		return fmt.Errorf("retention: hidden ranges of %s: %w", topic, err)
 	}
-	if err := readpath.CutHiddenAt(ctx, db, topic, last); err != nil {
-		return err
-	}
-	return nil
+	return routing.Fenced(ctx, db, func(tx *sql.Tx) error { return readpath.CutHiddenAt(ctx, tx, topic, last) })
 }
 
 // routeBatch bounds the topics of one Redis round trip.
@@ -416,10 +419,11 @@ func (r *Retention) dropRoutes(ctx context.Context, keys routing.Keys, m routing
 	return nil
 }
 
-// deleteAll repeats one bounded delete until it removes nothing.
-func deleteAll(ctx context.Context, step func() (int64, error)) error {
+// deleteAll repeats one bounded delete, each in a fenced transaction of
+// its own, until it removes less than a batch.
+func deleteAll(ctx context.Context, db *sql.DB, step func(tx *sql.Tx) (int64, error)) error {
 	for {
-		n, err := step()
+		n, err := routing.FencedValue(ctx, db, step)
 		if err != nil {
 			return err
 		}
@@ -432,12 +436,18 @@ func deleteAll(ctx context.Context, step func() (int64, error)) error {
 	}
 }
 
-type execer interface {
-	ExecContext(ctx context.Context) (sql.Result, error)
+// fencedN runs q in a fenced transaction of its own (routing.Fenced) and
+// answers the rows it changed.
+func fencedN(ctx context.Context, db *sql.DB, q sq.Sqlizer) (int64, error) {
+	query, args, err := q.ToSql()
+	if err != nil {
+		return 0, err
+	}
+	return routing.FencedValue(ctx, db, func(tx *sql.Tx) (int64, error) { return rowsN(tx.ExecContext(ctx, query, args...)) })
 }
 
-func execN(ctx context.Context, q execer) (int64, error) {
-	res, err := q.ExecContext(ctx)
+// rowsN is the rows a statement changed.
+func rowsN(res sql.Result, err error) (int64, error) {
 	if err != nil {
 		return 0, err
 	}

@@ -480,11 +480,10 @@ func (c *Checker) Fix(ctx context.Context, tenant, topic string) error {
 const fixAttempts = 5
 
 func (c *Checker) fixTx(ctx context.Context, db *sql.DB, tables []routing.Table, tenant, topic string) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
+	return routing.Fenced(ctx, db, func(tx *sql.Tx) error { return c.fixIn(ctx, tx, tables, tenant, topic) })
+}
+
+func (c *Checker) fixIn(ctx context.Context, tx *sql.Tx, tables []routing.Table, tenant, topic string) error {
 	seqs, err := fixSeqs(ctx, tx, topic)
 	if err != nil {
 		return err
@@ -505,10 +504,7 @@ func (c *Checker) fixTx(ctx context.Context, db *sql.DB, tables []routing.Table,
 		}
 		err = c.Routes.Replace(ctx, tenant, topic, act)
 	}
-	if err != nil {
-		return err
-	}
-	return tx.Commit()
+	return err
 }
 
 // fixSeqs bounds the rows a fix writes into the mirror and Redis route:

@@ -232,9 +232,12 @@ func (a *Allocator) reserve(ctx context.Context, tenant, topic string, keys Keys
 		return err
 	}
 	want := observed + a.p.ReserveStep
-	if _, err := sq.Insert(reservationsTable).Columns("topic", "reserved_hi").Values(topic, want).
-		Suffix("ON DUPLICATE KEY UPDATE reserved_hi = GREATEST(reserved_hi, VALUES(reserved_hi))").
-		RunWith(db).ExecContext(ctx); err != nil {
+	if err := Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := sq.Insert(reservationsTable).Columns("topic", "reserved_hi").Values(topic, want).
+			Suffix("ON DUPLICATE KEY UPDATE reserved_hi = GREATEST(reserved_hi, VALUES(reserved_hi))").
+			RunWith(tx).ExecContext(ctx)
+		return err
+	}); err != nil {
 		a.p.Metrics.SeqReserve.WithLabelValues("error").Inc()
 		return fmt.Errorf("alloc: reserve %s/%s: %w", tenant, topic, err)
 	}
@@ -386,8 +389,11 @@ func (a *Allocator) RaiseReservations(ctx context.Context, tenant string, issued
 		for _, topic := range topics[lo:min(lo+chunk, len(topics))] {
 			ins = ins.Values(topic, hi[topic])
 		}
-		if _, err := ins.Suffix("ON DUPLICATE KEY UPDATE reserved_hi = GREATEST(reserved_hi, VALUES(reserved_hi))").
-			RunWith(db).ExecContext(ctx); err != nil {
+		if err := Fenced(ctx, db, func(tx *sql.Tx) error {
+			_, err := ins.Suffix("ON DUPLICATE KEY UPDATE reserved_hi = GREATEST(reserved_hi, VALUES(reserved_hi))").
+				RunWith(tx).ExecContext(ctx)
+			return err
+		}); err != nil {
 			return nil, fmt.Errorf("alloc: raise reservations of %s: %w", tenant, err)
 		}
 	}

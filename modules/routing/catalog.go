@@ -254,13 +254,16 @@ func (c *Catalog) refresh(ctx context.Context, tenant string, seen time.Time) (c
 }
 
 // RegisterShard records t in the catalog as prepared, keeping an existing row.
-func RegisterShard(ctx context.Context, db sq.BaseRunner, t Table) error {
+func RegisterShard(ctx context.Context, db TxBeginner, t Table) error {
 	m := t.Month()
-	_, err := sq.Insert(catalogTable).
-		Columns("shard_month", "table_name", "shard_start", "shard_end", "status").
-		Values(m.String(), t.Name(), m.Start(), m.End(), string(StatusPrepared)).
-		Suffix("ON DUPLICATE KEY UPDATE shard_month = shard_month").
-		RunWith(db).ExecContext(ctx)
+	err := Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := sq.Insert(catalogTable).
+			Columns("shard_month", "table_name", "shard_start", "shard_end", "status").
+			Values(m.String(), t.Name(), m.Start(), m.End(), string(StatusPrepared)).
+			Suffix("ON DUPLICATE KEY UPDATE shard_month = shard_month").
+			RunWith(tx).ExecContext(ctx)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("catalog: register %s: %w", t.Name(), err)
 	}
@@ -269,8 +272,11 @@ func RegisterShard(ctx context.Context, db sq.BaseRunner, t Table) error {
 
 // UnregisterShard removes month m from the catalog (an aborted migration
 // plan's empty month, before its table is dropped).
-func UnregisterShard(ctx context.Context, db sq.BaseRunner, m Month) error {
-	if _, err := sq.Delete(catalogTable).Where(sq.Eq{"shard_month": m.String()}).RunWith(db).ExecContext(ctx); err != nil {
+func UnregisterShard(ctx context.Context, db TxBeginner, m Month) error {
+	if err := Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := sq.Delete(catalogTable).Where(sq.Eq{"shard_month": m.String()}).RunWith(tx).ExecContext(ctx)
+		return err
+	}); err != nil {
 		return fmt.Errorf("catalog: unregister %s: %w", m, err)
 	}
 	return nil
@@ -278,7 +284,7 @@ func UnregisterShard(ctx context.Context, db sq.BaseRunner, m Month) error {
 
 // SetStatus moves month m to status to if it is currently in one of from.
 // It reports whether a row changed.
-func SetStatus(ctx context.Context, db sq.BaseRunner, m Month, to Status, from ...Status) (bool, error) {
+func SetStatus(ctx context.Context, db TxBeginner, m Month, to Status, from ...Status) (bool, error) {
 	q := sq.Update(catalogTable).Set("status", string(to)).Where(sq.Eq{"shard_month": m.String()})
 	if len(from) > 0 {
 		fs := make([]string, len(from))
@@ -297,23 +303,44 @@ func SetStatus(ctx context.Context, db sq.BaseRunner, m Month, to Status, from .
 			q = q.Set("deactivated_at", sq.Expr("COALESCE(deactivated_at, UTC_TIMESTAMP(3))"))
 		}
 	}
-	res, err := q.RunWith(db).ExecContext(ctx)
+	n, err := FencedValue(ctx, db, func(tx *sql.Tx) (int64, error) {
+		res, err := q.RunWith(tx).ExecContext(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	})
 	if err != nil {
 		return false, fmt.Errorf("catalog: set %s %s: %w", m, to, err)
 	}
-	n, _ := res.RowsAffected()
 	return n > 0, nil
+}
+
+// SetArchived moves month m between sealed and archived (archived true:
+// sealed → archived; false: back) in tx, a fenced transaction holding the
+// month's catalog row (LockForArchive). It reports whether a row changed.
+func SetArchived(ctx context.Context, tx *sql.Tx, m Month, archived bool) (bool, error) {
+	from, to := StatusSealed, StatusArchived
+	if !archived {
+		from, to = to, from
+	}
+	res, err := sq.Update(catalogTable).Set("status", string(to)).Where(sq.Eq{"shard_month": m.String(), "status": string(from)}).
+		RunWith(tx).ExecContext(ctx)
+	if err != nil {
+		return false, fmt.Errorf("catalog: set %s %s: %w", m, to, err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
 }
 
 // RecordActivation writes the activation of m to MySQL — always before Redis
 // is told (invariant 3, docs/invariants.md) — and stamps the catalog: m becomes active,
 // every older active month stops being active (its sealing grace starts).
 func RecordActivation(ctx context.Context, db *sql.DB, m Month, source string) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
+	return Fenced(ctx, db, func(tx *sql.Tx) error { return recordActivation(ctx, tx, m, source) })
+}
+
+func recordActivation(ctx context.Context, tx *sql.Tx, m Month, source string) error {
 	if _, err := sq.Insert(activationsTable).Columns("shard_month", "source").Values(m.String(), source).
 		Options("IGNORE").RunWith(tx).ExecContext(ctx); err != nil {
 		return fmt.Errorf("catalog: record activation %s: %w", m, err)
@@ -328,7 +355,7 @@ func RecordActivation(ctx context.Context, db *sql.DB, m Month, source string) e
 		RunWith(tx).ExecContext(ctx); err != nil {
 		return fmt.Errorf("catalog: stamp deactivation before %s: %w", m, err)
 	}
-	return tx.Commit()
+	return nil
 }
 
 // RecordedActive is the newest activation recorded in MySQL (zero if none).
@@ -348,9 +375,12 @@ func RecordedActive(ctx context.Context, db sq.BaseRunner) (Month, error) {
 // span into its catalog row, once, when the month is sealed: from then on
 // the catalog answers how big a month is without counting it again.
 func RecordShardStats(ctx context.Context, db *sql.DB, t Table) error {
-	_, err := db.ExecContext(ctx, "UPDATE "+catalogTable+" AS c, (SELECT COUNT(*) AS n, MIN(created_at) AS lo, MAX(created_at) AS hi FROM "+
-		t.Quoted()+") AS x SET c.row_count = x.n, c.min_created_at = x.lo, c.max_created_at = x.hi, c.stats_at = UTC_TIMESTAMP(3) WHERE c.shard_month = ?",
-		t.Month().String())
+	err := Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "UPDATE "+catalogTable+" AS c, (SELECT COUNT(*) AS n, MIN(created_at) AS lo, MAX(created_at) AS hi FROM "+
+			t.Quoted()+") AS x SET c.row_count = x.n, c.min_created_at = x.lo, c.max_created_at = x.hi, c.stats_at = UTC_TIMESTAMP(3) WHERE c.shard_month = ?",
+			t.Month().String())
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("catalog: count %s: %w", t.Name(), err)
 	}

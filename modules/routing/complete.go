@@ -2,6 +2,7 @@ package routing
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -60,7 +61,7 @@ func (p CompletenessProof) Complete() bool { return p.Reason == "" }
 //  4. no route repair of the month waits (its Redis follow-ups);
 //  5. the route mirror's per-topic seq range and count for the month
 //     equal the month table's — the last and only full read of the table.
-func ProveComplete(ctx context.Context, db sq.BaseRunner, rdb rueidis.Client, keys Keys, s Shard, produceTimeout time.Duration) (CompletenessProof, error) {
+func ProveComplete(ctx context.Context, db *sql.DB, rdb rueidis.Client, keys Keys, s Shard, produceTimeout time.Duration) (CompletenessProof, error) {
 	p := CompletenessProof{Month: s.Month, Checked: time.Now()}
 	wait := func(reason, format string, args ...any) (CompletenessProof, error) {
 		p.Reason, p.Detail = reason, fmt.Sprintf(format, args...)
@@ -125,11 +126,14 @@ func countRows(ctx context.Context, db sq.BaseRunner, table string, where sq.Sql
 
 // resolveDeadLetters marks resolved the month's pending dead letters whose
 // event is stored by now (replayed) and counts those still missing.
-func resolveDeadLetters(ctx context.Context, db sq.BaseRunner, t Table) (int64, error) {
-	if _, err := sq.Update(deadLetterTable+" d").Set("d.status", "resolved").
-		Where(sq.Eq{"d.shard_month": t.Month().String(), "d.status": "pending"}).
-		Where(sq.Expr("EXISTS (SELECT 1 FROM " + t.Quoted() + " m WHERE m.topic = d.topic AND m.seqid = d.seqid)")).
-		RunWith(db).ExecContext(ctx); err != nil {
+func resolveDeadLetters(ctx context.Context, db *sql.DB, t Table) (int64, error) {
+	if err := Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := sq.Update(deadLetterTable+" d").Set("d.status", "resolved").
+			Where(sq.Eq{"d.shard_month": t.Month().String(), "d.status": "pending"}).
+			Where(sq.Expr("EXISTS (SELECT 1 FROM " + t.Quoted() + " m WHERE m.topic = d.topic AND m.seqid = d.seqid)")).
+			RunWith(tx).ExecContext(ctx)
+		return err
+	}); err != nil {
 		return 0, fmt.Errorf("completeness: resolve dead letters of %s: %w", t.Name(), err)
 	}
 	return countRows(ctx, db, deadLetterTable, sq.Eq{"shard_month": t.Month().String(), "status": "pending"})
@@ -190,7 +194,7 @@ type DeadLetterRow struct {
 // RecordDeadLetters notes events that went to the dead-letter topic
 // (persist, after the broker took them); a redelivered one is noted once
 // and is pending again.
-func RecordDeadLetters(ctx context.Context, db sq.BaseRunner, rows []DeadLetterRow) error {
+func RecordDeadLetters(ctx context.Context, db TxBeginner, rows []DeadLetterRow) error {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -198,8 +202,11 @@ func RecordDeadLetters(ctx context.Context, db sq.BaseRunner, rows []DeadLetterR
 	for _, r := range rows {
 		q = q.Values(r.Topic, r.Seq, r.Month.String(), r.Reason)
 	}
-	if _, err := q.Suffix("ON DUPLICATE KEY UPDATE status = 'pending', reason = VALUES(reason), shard_month = VALUES(shard_month)").
-		RunWith(db).ExecContext(ctx); err != nil {
+	if err := Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := q.Suffix("ON DUPLICATE KEY UPDATE status = 'pending', reason = VALUES(reason), shard_month = VALUES(shard_month)").
+			RunWith(tx).ExecContext(ctx)
+		return err
+	}); err != nil {
 		return fmt.Errorf("dead letters: record: %w", err)
 	}
 	return nil

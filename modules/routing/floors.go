@@ -2,6 +2,7 @@ package routing
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	sq "github.com/Masterminds/squirrel"
@@ -23,7 +24,7 @@ const floorBatch = 500
 
 // RaiseFloors moves each topic's floor up to its Seq (never down), in
 // statements of at most floorBatch topics.
-func RaiseFloors(ctx context.Context, db sq.BaseRunner, floors []Floor) error {
+func RaiseFloors(ctx context.Context, db TxBeginner, floors []Floor) error {
 	for len(floors) > 0 {
 		part := floors[:min(len(floors), floorBatch)]
 		floors = floors[len(part):]
@@ -31,8 +32,11 @@ func RaiseFloors(ctx context.Context, db sq.BaseRunner, floors []Floor) error {
 		for _, f := range part {
 			q = q.Values(f.Topic, f.Seq)
 		}
-		if _, err := q.Suffix("ON DUPLICATE KEY UPDATE floor_seq = GREATEST(floor_seq, VALUES(floor_seq))").
-			RunWith(db).ExecContext(ctx); err != nil {
+		if err := Fenced(ctx, db, func(tx *sql.Tx) error {
+			_, err := q.Suffix("ON DUPLICATE KEY UPDATE floor_seq = GREATEST(floor_seq, VALUES(floor_seq))").
+				RunWith(tx).ExecContext(ctx)
+			return err
+		}); err != nil {
 			return fmt.Errorf("floors: raise: %w", err)
 		}
 	}

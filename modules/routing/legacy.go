@@ -71,7 +71,7 @@ func CopyLegacyRow(ctx context.Context, tx *sql.Tx, t Table, topic string, seq i
 
 // RecordPlanMonths remembers the month tables a plan created (abort drops
 // those still empty).
-func RecordPlanMonths(ctx context.Context, db sq.BaseRunner, months []Month) error {
+func RecordPlanMonths(ctx context.Context, db TxBeginner, months []Month) error {
 	if len(months) == 0 {
 		return nil
 	}
@@ -79,7 +79,10 @@ func RecordPlanMonths(ctx context.Context, db sq.BaseRunner, months []Month) err
 	for _, m := range months {
 		ins = ins.Values(m.String())
 	}
-	if _, err := ins.Suffix("ON DUPLICATE KEY UPDATE shard_month = shard_month").RunWith(db).ExecContext(ctx); err != nil {
+	if err := Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := ins.Suffix("ON DUPLICATE KEY UPDATE shard_month = shard_month").RunWith(tx).ExecContext(ctx)
+		return err
+	}); err != nil {
 		return fmt.Errorf("migration: record the plan's months: %w", err)
 	}
 	return nil
@@ -151,7 +154,7 @@ func DropUnregisteredMonth(ctx context.Context, db *sql.DB, m Month, was Status)
 		_, err := SetStatus(ctx, db, m, was, StatusPrepared)
 		return false, err
 	}
-	if _, err := db.ExecContext(ctx, t.DropDDL()); err != nil {
+	if err := FencedDDL(ctx, db, t.DropDDL()); err != nil {
 		return false, fmt.Errorf("migration: drop %s: %w", t.Name(), err)
 	}
 	return true, nil
@@ -178,8 +181,11 @@ func tableEmpty(ctx context.Context, db sq.BaseRunner, t Table) (bool, error) {
 // stood): an interrupted pass resumes after the last committed chunk and
 // no topic is counted twice, even by two processes.
 func MirrorLegacy(ctx context.Context, db *sql.DB, topics []string, chunk int) error {
-	if _, err := sq.Insert(migrationMirrorTable).Columns("id", "topic").Values(1, "").
-		Suffix("ON DUPLICATE KEY UPDATE id = id").RunWith(db).ExecContext(ctx); err != nil {
+	if err := Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := sq.Insert(migrationMirrorTable).Columns("id", "topic").Values(1, "").
+			Suffix("ON DUPLICATE KEY UPDATE id = id").RunWith(tx).ExecContext(ctx)
+		return err
+	}); err != nil {
 		return fmt.Errorf("migration: mirror progress: %w", err)
 	}
 	done, err := MirrorProgress(ctx, db)
@@ -194,7 +200,7 @@ func MirrorLegacy(ctx context.Context, db *sql.DB, topics []string, chunk int) e
 		part := rest[:min(chunk, len(rest))]
 		rest = rest[len(part):]
 		last := part[len(part)-1]
-		if err := mirrorChunk(ctx, db, part, done, last); err != nil {
+		if err := Fenced(ctx, db, func(tx *sql.Tx) error { return mirrorChunk(ctx, tx, part, done, last) }); err != nil {
 			return err
 		}
 		done = last
@@ -217,12 +223,7 @@ func MirrorProgress(ctx context.Context, db sq.BaseRunner) (string, error) {
 	return done, nil
 }
 
-func mirrorChunk(ctx context.Context, db *sql.DB, topics []string, from, to string) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
+func mirrorChunk(ctx context.Context, tx *sql.Tx, topics []string, from, to string) error {
 	res, err := sq.Update(migrationMirrorTable).Set("topic", to).Where(sq.Eq{"id": 1, "topic": from}).RunWith(tx).ExecContext(ctx)
 	if err != nil {
 		return fmt.Errorf("migration: mirror progress: %w", err)
@@ -235,5 +236,5 @@ func mirrorChunk(ctx context.Context, db *sql.DB, topics []string, from, to stri
 		Where(sq.Eq{"l.topic": topics}).GroupBy("1", "2")); err != nil {
 		return err
 	}
-	return tx.Commit()
+	return nil
 }

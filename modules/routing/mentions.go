@@ -2,6 +2,7 @@ package routing
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 
@@ -42,7 +43,7 @@ func MentionsOf(topic string, seq int64, users []int64, everyone bool) []Mention
 // AddMentions writes entries in the caller's transaction (the one storing
 // their messages); an entry already there is left as it is, so a replay
 // adds nothing.
-func AddMentions(ctx context.Context, tx sq.BaseRunner, ms []Mention) error {
+func AddMentions(ctx context.Context, tx *sql.Tx, ms []Mention) error {
 	if len(ms) == 0 {
 		return nil
 	}
@@ -58,7 +59,7 @@ func AddMentions(ctx context.Context, tx sq.BaseRunner, ms []Mention) error {
 
 // DropMentions removes the entries of one message (a recall or a delete
 // for everyone, in its transaction): it no longer counts for anyone.
-func DropMentions(ctx context.Context, tx sq.BaseRunner, ms []Mention) error {
+func DropMentions(ctx context.Context, tx *sql.Tx, ms []Mention) error {
 	if len(ms) == 0 {
 		return nil
 	}
@@ -110,7 +111,7 @@ func LegacyMentioning(alias string) string {
 // splits as s) selects that are neither recalled nor deleted: one
 // INSERT … SELECT on the server, the mentioned ids unnested by JSON_TABLE
 // (ids written as numbers or as strings), mention_all as MentionEveryone.
-func CopyLegacyMentions(ctx context.Context, tx sq.BaseRunner, where sq.Sqlizer) error {
+func CopyLegacyMentions(ctx context.Context, tx *sql.Tx, where sq.Sqlizer) error {
 	from := LegacyQuoted() + " AS l"
 	ids := sq.Select("l.topic", "j.user_id", "l.seqid").
 		From(from + " CROSS JOIN " + legacyMentioned("l")).
@@ -127,9 +128,9 @@ func CopyLegacyMentions(ctx context.Context, tx sq.BaseRunner, where sq.Sqlizer)
 
 // DropMentionsUpTo removes the topic's entries for seqs at or below last
 // (past retention), at most limit per statement; it reports how many went.
-func DropMentionsUpTo(ctx context.Context, db sq.BaseRunner, topic string, last int64, limit uint64) (int64, error) {
+func DropMentionsUpTo(ctx context.Context, tx *sql.Tx, topic string, last int64, limit uint64) (int64, error) {
 	res, err := sq.Delete(mentionsTable).Where(sq.Eq{"topic": topic}).Where(sq.LtOrEq{"seq": last}).
-		Limit(limit).RunWith(db).ExecContext(ctx)
+		Limit(limit).RunWith(tx).ExecContext(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("mentions: drop %s up to %d: %w", topic, last, err)
 	}

@@ -193,7 +193,11 @@ type MigrationPlan struct {
 
 // PlanMigration records a plan: a new row in state planned, or the report
 // of an existing plan refreshed (still planned). Any other state refuses.
-func PlanMigration(ctx context.Context, db sq.BaseRunner, p MigrationPlan) error {
+func PlanMigration(ctx context.Context, db TxBeginner, p MigrationPlan) error {
+	return Fenced(ctx, db, func(tx *sql.Tx) error { return planMigration(ctx, tx, p) })
+}
+
+func planMigration(ctx context.Context, tx *sql.Tx, p MigrationPlan) error {
 	res, err := sq.Insert(migrationTable).Columns("id", "state", "legacy_rows", "legacy_min_id", "legacy_max_id",
 		"min_month", "max_month", "planned_at").
 		Values(1, string(MigrationPlanned), p.LegacyRows, p.LegacyMinID, p.LegacyMaxID, p.MinMonth.String(), p.MaxMonth.String(), sq.Expr("NOW(3)")).
@@ -202,14 +206,14 @@ func PlanMigration(ctx context.Context, db sq.BaseRunner, p MigrationPlan) error
   legacy_min_id = IF(state = 'planned', VALUES(legacy_min_id), legacy_min_id),
   legacy_max_id = IF(state = 'planned', VALUES(legacy_max_id), legacy_max_id),
   min_month = IF(state = 'planned', VALUES(min_month), min_month),
-  max_month = IF(state = 'planned', VALUES(max_month), max_month)`).RunWith(db).ExecContext(ctx)
+  max_month = IF(state = 'planned', VALUES(max_month), max_month)`).RunWith(tx).ExecContext(ctx)
 	if err != nil {
 		return fmt.Errorf("migration: plan: %w", err)
 	}
 	if _, err := res.RowsAffected(); err != nil {
 		return err
 	}
-	m, err := LoadMigration(ctx, db)
+	m, err := LoadMigration(ctx, tx)
 	if err != nil {
 		return err
 	}
@@ -304,11 +308,16 @@ func StepMigration(ctx context.Context, db *sql.DB, step MigrationStep, change M
 	for i, s := range from {
 		names[i] = string(s)
 	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return Migration{}, err
-	}
-	defer func() { _ = tx.Rollback() }()
+	var m Migration
+	err := Fenced(ctx, db, func(tx *sql.Tx) error {
+		var err error
+		m, err = stepMigration(ctx, tx, step, names, to, change)
+		return err
+	})
+	return m, err
+}
+
+func stepMigration(ctx context.Context, tx *sql.Tx, step MigrationStep, names []string, to MigrationState, change MigrationChange) (Migration, error) {
 	var n int64
 	if step == StepAbort {
 		res, err := sq.Delete(migrationTable).Where(sq.Eq{"id": 1, "state": names}).RunWith(tx).ExecContext(ctx)
@@ -343,12 +352,12 @@ func StepMigration(ctx context.Context, db *sql.DB, step MigrationStep, change M
 	if n == 0 {
 		return m, fmt.Errorf("%w: %s needs state %s, the tenant's is %s", ErrMigrationState, step, strings.Join(names, " or "), m.State)
 	}
-	return m, tx.Commit()
+	return m, nil
 }
 
 // SetMigration records change in the migration row without a state change,
 // only while it is in one of states (none: any).
-func SetMigration(ctx context.Context, db sq.BaseRunner, change MigrationChange, states ...MigrationState) (bool, error) {
+func SetMigration(ctx context.Context, tx *sql.Tx, change MigrationChange, states ...MigrationState) (bool, error) {
 	u := sq.Update(migrationTable).Where(sq.Eq{"id": 1})
 	if len(states) > 0 {
 		names := make([]string, len(states))
@@ -361,7 +370,7 @@ func SetMigration(ctx context.Context, db sq.BaseRunner, change MigrationChange,
 	if len(sets) == 0 {
 		return false, errors.New("migration: update: nothing to change")
 	}
-	res, err := setAll(u, sets).RunWith(db).ExecContext(ctx)
+	res, err := setAll(u, sets).RunWith(tx).ExecContext(ctx)
 	if err != nil {
 		return false, fmt.Errorf("migration: update: %w", err)
 	}
@@ -371,14 +380,14 @@ func SetMigration(ctx context.Context, db sq.BaseRunner, change MigrationChange,
 
 // RestartBackfill puts a migration back to the start of its backfill, every
 // counter zeroed (a benchmark's reset between rounds).
-func RestartBackfill(ctx context.Context, db sq.BaseRunner) error {
+func RestartBackfill(ctx context.Context, tx *sql.Tx) error {
 	u := sq.Update(migrationTable).Where(sq.Eq{"id": 1}).Set("state", string(MigrationBackfilling)).
 		Set("version", sq.Expr("version + 1"))
 	for _, c := range []string{"cursor_id", "rows_read", "rows_inserted", "rows_present", "rows_skewed", "batches",
 		"routes_done", "verify_pending", "verify_runs", "redo_rounds", "verify_diffs"} {
 		u = u.Set(c, 0)
 	}
-	if _, err := u.RunWith(db).ExecContext(ctx); err != nil {
+	if _, err := u.RunWith(tx).ExecContext(ctx); err != nil {
 		return fmt.Errorf("migration: restart the backfill: %w", err)
 	}
 	return nil
@@ -395,12 +404,15 @@ type MigrationTopic struct {
 // highest seq (its cutover_seq) and row count, straight from the legacy
 // table; running it again gives the same rows (the legacy writers are
 // stopped by then).
-func RecordCutoverTopics(ctx context.Context, db sq.BaseRunner) error {
-	if _, err := sq.Insert(migrationTopicsTable).Columns("topic", "cutover_seq", "legacy_rows").
-		Select(sq.Select("topic COLLATE utf8mb4_bin", "MAX(seqid)", "COUNT(*)").From(LegacyQuoted()).
-			GroupBy("topic COLLATE utf8mb4_bin")).
-		Suffix("ON DUPLICATE KEY UPDATE cutover_seq = VALUES(cutover_seq), legacy_rows = VALUES(legacy_rows)").
-		RunWith(db).ExecContext(ctx); err != nil {
+func RecordCutoverTopics(ctx context.Context, db TxBeginner) error {
+	if err := Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := sq.Insert(migrationTopicsTable).Columns("topic", "cutover_seq", "legacy_rows").
+			Select(sq.Select("topic COLLATE utf8mb4_bin", "MAX(seqid)", "COUNT(*)").From(LegacyQuoted()).
+				GroupBy("topic COLLATE utf8mb4_bin")).
+			Suffix("ON DUPLICATE KEY UPDATE cutover_seq = VALUES(cutover_seq), legacy_rows = VALUES(legacy_rows)").
+			RunWith(tx).ExecContext(ctx)
+		return err
+	}); err != nil {
 		return fmt.Errorf("migration: record cutover seqs: %w", err)
 	}
 	return nil
@@ -536,7 +548,10 @@ func RecordSplits(ctx context.Context, db *sql.DB) (int, error) {
 		if pending == 0 {
 			return nil
 		}
-		_, err := ins.Suffix("ON DUPLICATE KEY UPDATE first_seq = VALUES(first_seq), next_seq = VALUES(next_seq)").RunWith(db).ExecContext(ctx)
+		err := Fenced(ctx, db, func(tx *sql.Tx) error {
+			_, err := ins.Suffix("ON DUPLICATE KEY UPDATE first_seq = VALUES(first_seq), next_seq = VALUES(next_seq)").RunWith(tx).ExecContext(ctx)
+			return err
+		})
 		ins, pending = sq.Insert(migrationSplitsTable).Columns(cols...), 0
 		return err
 	}
@@ -611,7 +626,7 @@ type MigrationRate struct{ Limit, Achieved, Batch int }
 // transaction, fenced by the cursor the batch started from and the
 // backfilling state: false, with nothing written, when the migration was
 // paused meanwhile or moved on by someone else.
-func RecordMigrationBatch(ctx context.Context, tx sq.BaseRunner, b MigrationBatch, rate MigrationRate) (bool, error) {
+func RecordMigrationBatch(ctx context.Context, tx *sql.Tx, b MigrationBatch, rate MigrationRate) (bool, error) {
 	out, err := sq.Update(migrationTable).
 		Set("rate_limit", rate.Limit).
 		Set("rate_achieved", rate.Achieved).
@@ -635,14 +650,14 @@ func RecordMigrationBatch(ctx context.Context, tx sq.BaseRunner, b MigrationBatc
 
 // LogMigrationBatch records a batch (in the batch's transaction when it
 // committed, on its own when it failed).
-func LogMigrationBatch(ctx context.Context, db sq.BaseRunner, b MigrationBatch) error {
+func LogMigrationBatch(ctx context.Context, tx *sql.Tx, b MigrationBatch) error {
 	var e any
 	if b.Err != "" {
 		e = truncate(b.Err, 500)
 	}
 	_, err := sq.Insert(migrationBatchTable).Columns("from_id", "to_id", "rows_read", "rows_inserted", "rows_present",
 		"rows_skewed", "error", "started_at", "finished_at").
-		Values(b.FromID, b.ToID, b.Read, b.Inserted, b.Present, b.Skew, e, b.Started, b.Finished).RunWith(db).ExecContext(ctx)
+		Values(b.FromID, b.ToID, b.Read, b.Inserted, b.Present, b.Skew, e, b.Started, b.Finished).RunWith(tx).ExecContext(ctx)
 	if err != nil {
 		return fmt.Errorf("migration: log batch: %w", err)
 	}
@@ -690,11 +705,10 @@ type MigrationDiff struct {
 
 // ReplaceMigrationDiffs makes the recorded differences exactly diffs.
 func ReplaceMigrationDiffs(ctx context.Context, db *sql.DB, diffs []MigrationDiff) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
+	return Fenced(ctx, db, func(tx *sql.Tx) error { return replaceMigrationDiffs(ctx, tx, diffs) })
+}
+
+func replaceMigrationDiffs(ctx context.Context, tx *sql.Tx, diffs []MigrationDiff) error {
 	if _, err := sq.Delete(migrationDiffsTable).RunWith(tx).ExecContext(ctx); err != nil {
 		return fmt.Errorf("migration: clear diffs: %w", err)
 	}
@@ -708,7 +722,7 @@ func ReplaceMigrationDiffs(ctx context.Context, db *sql.DB, diffs []MigrationDif
 			return fmt.Errorf("migration: record diffs: %w", err)
 		}
 	}
-	return tx.Commit()
+	return nil
 }
 
 // LoadMigrationDiffs lists the recorded differences (at most limit; 0: all).
@@ -753,7 +767,7 @@ func LegacyExists(ctx context.Context, db sq.BaseRunner) (bool, error) {
 
 // RenameLegacy renames the legacy table to its read-only name (finish).
 func RenameLegacy(ctx context.Context, db *sql.DB) error {
-	if _, err := db.ExecContext(ctx, "RENAME TABLE "+LegacyQuoted()+" TO `"+LegacyRenamedTable+"`"); err != nil {
+	if err := FencedDDL(ctx, db, "RENAME TABLE "+LegacyQuoted()+" TO `"+LegacyRenamedTable+"`"); err != nil {
 		return fmt.Errorf("migration: rename %s: %w", LegacyTable, err)
 	}
 	return nil

@@ -171,7 +171,7 @@ func LastStoredSeq(ctx context.Context, db sq.BaseRunner, topic string) (int64, 
 // transaction: each row widens its topic's range and times in its month and
 // adds its count (one statement; rows in topic order, the order every writer
 // locks mirror rows in, so concurrent writers do not deadlock on them).
-func WidenMirror(ctx context.Context, tx sq.BaseRunner, rows []MirrorRow) error {
+func WidenMirror(ctx context.Context, tx *sql.Tx, rows []MirrorRow) error {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -199,7 +199,7 @@ const widenMirror = `ON DUPLICATE KEY UPDATE
 // backfill widens by the legacy rows it just copied without reading them
 // into imshard. Rows are merged in topic order, as every writer locks
 // mirror rows.
-func WidenMirrorFrom(ctx context.Context, tx sq.BaseRunner, sel sq.SelectBuilder) error {
+func WidenMirrorFrom(ctx context.Context, tx *sql.Tx, sel sq.SelectBuilder) error {
 	if _, err := sq.Insert(mirrorTable).Columns(mirrorColumns...).Select(sel.OrderBy("1", "2")).
 		Suffix(widenMirror).RunWith(tx).ExecContext(ctx); err != nil {
 		return fmt.Errorf("mirror: widen: %w", err)
@@ -209,7 +209,7 @@ func WidenMirrorFrom(ctx context.Context, tx sq.BaseRunner, sel sq.SelectBuilder
 
 // ReplaceMirror makes the topic's mirror rows exactly rows (the route
 // checker's fix, in its transaction).
-func ReplaceMirror(ctx context.Context, tx sq.BaseRunner, topic string, rows []MirrorRow) error {
+func ReplaceMirror(ctx context.Context, tx *sql.Tx, topic string, rows []MirrorRow) error {
 	if _, err := sq.Delete(mirrorTable).Where(sq.Eq{"topic": topic}).RunWith(tx).ExecContext(ctx); err != nil {
 		return fmt.Errorf("mirror: clear %s: %w", topic, err)
 	}
@@ -228,9 +228,9 @@ func ReplaceMirror(ctx context.Context, tx sq.BaseRunner, topic string, rows []M
 
 // ClearMirror empties the mirror and the migration's mirror pass
 // (`imshard bench migrate` before copying the same legacy rows again).
-func ClearMirror(ctx context.Context, db sq.BaseRunner) error {
+func ClearMirror(ctx context.Context, tx *sql.Tx) error {
 	for _, t := range []string{mirrorTable, migrationMirrorTable} {
-		if _, err := sq.Delete(t).RunWith(db).ExecContext(ctx); err != nil {
+		if _, err := sq.Delete(t).RunWith(tx).ExecContext(ctx); err != nil {
 			return fmt.Errorf("mirror: clear %s: %w", t, err)
 		}
 	}
@@ -257,11 +257,11 @@ func MirrorTopics(ctx context.Context, db sq.BaseRunner) ([]string, error) {
 
 // MirrorFromTable adds the mirror rows of every topic in month table t,
 // computed from its rows (benchmark fixtures, built in bulk).
-func MirrorFromTable(ctx context.Context, db sq.BaseRunner, t Table) error {
+func MirrorFromTable(ctx context.Context, tx *sql.Tx, t Table) error {
 	if _, err := sq.Insert(mirrorTable).Columns(mirrorColumns...).
 		Select(sq.Select("topic").Column("?", t.Month().String()).
 			Columns("MIN(seqid)", "MAX(seqid)", "COUNT(*)", "MIN(created_at)", "MAX(created_at)").
-			From(t.Quoted()).GroupBy("topic")).RunWith(db).ExecContext(ctx); err != nil {
+			From(t.Quoted()).GroupBy("topic")).RunWith(tx).ExecContext(ctx); err != nil {
 		return fmt.Errorf("mirror: from %s: %w", t.Name(), err)
 	}
 	return nil
@@ -324,12 +324,12 @@ func MirrorMonthRows(ctx context.Context, db sq.BaseRunner, m Month) ([]MirrorRo
 // DropMirrorRows removes the mirror rows of topics in month m (all of the
 // month's when topics is empty), at most limit rows per statement, and
 // reports how many went.
-func DropMirrorRows(ctx context.Context, db sq.BaseRunner, m Month, topics []string, limit uint64) (int64, error) {
+func DropMirrorRows(ctx context.Context, tx *sql.Tx, m Month, topics []string, limit uint64) (int64, error) {
 	q := sq.Delete(mirrorTable).Where(sq.Eq{"shard_month": m.String()})
 	if len(topics) > 0 {
 		q = q.Where(sq.Eq{"topic": topics})
 	}
-	res, err := q.Limit(limit).RunWith(db).ExecContext(ctx)
+	res, err := q.Limit(limit).RunWith(tx).ExecContext(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("mirror: drop %s: %w", m, err)
 	}

@@ -2,6 +2,7 @@ package routing_test
 
 import (
 	"context"
+	"database/sql"
 	"slices"
 	"strconv"
 	"testing"
@@ -110,9 +111,11 @@ func TestSettledStopsBelowAResumeFenceUntilPersistPassesIt(t *testing.T) {
 	// stored: 1-3 and 5 (whole months); the fence covers 3-10, re-seeded
 	// at 10; 11 was sent after the re-seed and acknowledged; 7 is a
 	// retry's re-produce, in flight on its own
-	if err := routing.WidenMirror(ctx, db, []routing.MirrorRow{
-		{Topic: "t", MonthRange: routing.MonthRange{Month: routing.MustMonth("202601"), MinSeq: 1, MaxSeq: 3, Count: 3}, MinCreatedAt: now, MaxCreatedAt: now},
-		{Topic: "t", MonthRange: routing.MonthRange{Month: routing.MustMonth("202602"), MinSeq: 5, MaxSeq: 5, Count: 1}, MinCreatedAt: now, MaxCreatedAt: now},
+	if err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		return routing.WidenMirror(ctx, tx, []routing.MirrorRow{
+			{Topic: "t", MonthRange: routing.MonthRange{Month: routing.MustMonth("202601"), MinSeq: 1, MaxSeq: 3, Count: 3}, MinCreatedAt: now, MaxCreatedAt: now},
+			{Topic: "t", MonthRange: routing.MonthRange{Month: routing.MustMonth("202602"), MinSeq: 5, MaxSeq: 5, Count: 1}, MinCreatedAt: now, MaxCreatedAt: now},
+		})
 	}); err != nil {
 		t.Fatal(err)
 	}

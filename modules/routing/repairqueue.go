@@ -2,6 +2,7 @@ package routing
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	sq "github.com/Masterminds/squirrel"
@@ -25,7 +26,7 @@ type RouteRepair struct {
 }
 
 // QueueRouteRepairs adds entries, all for reason, in one statement.
-func QueueRouteRepairs(ctx context.Context, db sq.BaseRunner, reason string, entries []RouteRepair) error {
+func QueueRouteRepairs(ctx context.Context, db TxBeginner, reason string, entries []RouteRepair) error {
 	if len(entries) == 0 {
 		return nil
 	}
@@ -33,7 +34,10 @@ func QueueRouteRepairs(ctx context.Context, db sq.BaseRunner, reason string, ent
 	for _, e := range entries {
 		q = q.Values(e.Topic, e.Month.String(), e.MinSeq, e.MaxSeq, reason)
 	}
-	if _, err := q.RunWith(db).ExecContext(ctx); err != nil {
+	if err := Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := q.RunWith(tx).ExecContext(ctx)
+		return err
+	}); err != nil {
 		return fmt.Errorf("repair queue: add: %w", err)
 	}
 	return nil
@@ -64,17 +68,23 @@ func RouteRepairs(ctx context.Context, db sq.BaseRunner, limit uint64) ([]RouteR
 
 // RouteRepairFailed counts a failed attempt at entry id and keeps its cause
 // (at most 512 bytes).
-func RouteRepairFailed(ctx context.Context, db sq.BaseRunner, id int64, cause string) error {
-	if _, err := sq.Update(repairTable).Set("attempts", sq.Expr("attempts + 1")).Set("last_error", cause).
-		Where(sq.Eq{"id": id}).RunWith(db).ExecContext(ctx); err != nil {
+func RouteRepairFailed(ctx context.Context, db TxBeginner, id int64, cause string) error {
+	if err := Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := sq.Update(repairTable).Set("attempts", sq.Expr("attempts + 1")).Set("last_error", cause).
+			Where(sq.Eq{"id": id}).RunWith(tx).ExecContext(ctx)
+		return err
+	}); err != nil {
 		return fmt.Errorf("repair queue: entry %d: %w", id, err)
 	}
 	return nil
 }
 
 // RouteRepairDone removes entry id.
-func RouteRepairDone(ctx context.Context, db sq.BaseRunner, id int64) error {
-	if _, err := sq.Delete(repairTable).Where(sq.Eq{"id": id}).RunWith(db).ExecContext(ctx); err != nil {
+func RouteRepairDone(ctx context.Context, db TxBeginner, id int64) error {
+	if err := Fenced(ctx, db, func(tx *sql.Tx) error {
+		_, err := sq.Delete(repairTable).Where(sq.Eq{"id": id}).RunWith(tx).ExecContext(ctx)
+		return err
+	}); err != nil {
 		return fmt.Errorf("repair queue: entry %d: %w", id, err)
 	}
 	return nil

@@ -323,7 +323,7 @@ func (mg *Manager) ensureTables(ctx context.Context, tenant string, db *sql.DB, 
 		}
 		if !existing[m] {
 			// DDL runs on its own statement, never inside a business transaction.
-			if _, err := db.ExecContext(ctx, t.CreateDDL()); err != nil {
+			if err := routing.FencedDDL(ctx, db, t.CreateDDL()); err != nil {
 				mg.m.ddlFailures.WithLabelValues(tenant).Inc()
 				mg.p.Metrics.ShardMissing.WithLabelValues(tenant).Inc()
 				mg.p.Log.Error().Err(err).Str("tenant", tenant).Str("table", t.Name()).Msg("month table DDL failed; the month stays unready")

@@ -11,7 +11,9 @@ import (
 
 // MigratedTenantDB makes a fresh tenant (see NewTenant), creates its
 // database with every embedded schema step applied, and returns the tenant
-// and a handle on the database, closed on cleanup.
+// and a handle on the database, closed on cleanup. Its connections carry
+// the placement epoch 0 (as a tenant pool at the configured placement
+// does), so routing's fenced writes pass on it.
 func MigratedTenantDB(t testing.TB) (string, *sql.DB) {
 	t.Helper()
 	ctx := context.Background()
@@ -19,7 +21,7 @@ func MigratedTenantDB(t testing.TB) (string, *sql.DB) {
 	if _, err := MySQL(t).ExecContext(ctx, "CREATE DATABASE `"+TenantDBPrefix+tenant+"`"); err != nil {
 		t.Fatalf("testenv: create database of %s: %v", tenant, err)
 	}
-	db := OpenDB(t, strings.ReplaceAll(DSNTemplate(), "{tenant}", tenant))
+	db := OpenDB(t, strings.ReplaceAll(DSNTemplate(), "{tenant}", tenant)+"&@imshard_epoch=0")
 	steps, err := imsql.Migrations()
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,147 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/imshard/imshard/modules/feed"
+	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/test/harness"
+)
+
+// TestMoveFenceRefusesEveryWriter: with the source's fence raised past
+// the epoch this process writes with (a switch it has not followed yet),
+// every kind of writer of the tenant database refuses — the HTTP ones 409
+// conflict with reason tenant_moving and retry_after_ms, the others
+// routing.ErrPlacementMoved — and no table of the database changes, nor
+// appears.
+func TestMoveFenceRefusesEveryWriter(t *testing.T) {
+	t.Parallel()
+	env := harness.Start(t, harness.Options{})
+	ctx := context.Background()
+	rpGroup(t, env, "mvw")
+	seq, month := rpPost(t, env, env.Token(rpMember, ""), "mvw", "w1", "stored before the switch")
+	chWaitSettled(t, env, "mvw")
+	m, err := routing.ParseMonth(month)
+	if err != nil {
+		t.Fatal(err)
+	}
+	future, err := routing.TableFor(m.Add(24))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := env.DB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	if _, err := env.DB.ExecContext(ctx, "UPDATE im_tenant_fence SET epoch = 1 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	before := mvChecksums(t, env)
+
+	seqPath := fmt.Sprintf("/v1/topics/mvw/messages/%d", seq)
+	for _, c := range []struct {
+		name   string
+		method string
+		path   string
+		token  string
+		body   any
+	}{
+		{"read cursor", "PUT", "/v1/topics/mvw/read", env.Token(rpMember, ""), map[string]any{"seq": seq}},
+		{"preferences", "PUT", "/v1/topics/mvw/me", env.Token(rpMember, ""), map[string]any{"pinned": true}},
+		{"hide", "DELETE", seqPath + "?scope=me", env.Token(rpMember, ""), nil},
+		{"recall", "POST", seqPath + "/recall", env.Token(rpAdmin, "admin"), nil},
+		{"delete for everyone", "DELETE", seqPath + "?scope=all", env.Token(rpAdmin, "admin"), nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, body := env.Do(c.method, c.path, c.token, c.body)
+			var r struct {
+				Error struct {
+					Code    string         `json:"code"`
+					Details map[string]any `json:"details"`
+				} `json:"error"`
+			}
+			_ = json.Unmarshal(body, &r)
+			if code != http.StatusConflict || r.Error.Code != "conflict" || r.Error.Details["reason"] != "tenant_moving" || r.Error.Details["retry_after_ms"] == nil {
+				t.Fatalf("%s %s: %d %s, want 409 conflict, reason tenant_moving, retry_after_ms", c.method, c.path, code, body)
+			}
+		})
+	}
+	for _, c := range []struct {
+		name  string
+		write func() error
+	}{
+		{"membership", func() error { return env.App.ACL().PutMember(ctx, env.Tenant, "mvw", rpStranger, "member", nil) }},
+		{"group retention", func() error { return env.App.ACL().SetRetention(ctx, env.Tenant, "mvw", 3) }},
+		{"seq reservation", func() error {
+			_, err := env.App.Allocator().RaiseReservations(ctx, env.Tenant, map[string]int64{"mvw": seq + 100}, 0)
+			return err
+		}},
+		{"route repair queue", func() error {
+			return routing.QueueRouteRepairs(ctx, env.DB, "test", []routing.RouteRepair{{Topic: "mvw", Month: m, MinSeq: seq, MaxSeq: seq}})
+		}},
+		{"dead letters", func() error {
+			return routing.RecordDeadLetters(ctx, env.DB, []routing.DeadLetterRow{{Topic: "mvw", Seq: seq + 1, Month: m, Reason: "rejected"}})
+		}},
+		{"catalog", func() error {
+			_, err := routing.SetStatus(ctx, env.DB, m, routing.StatusSealing, routing.StatusWritable)
+			return err
+		}},
+		{"retention floors", func() error { return routing.RaiseFloors(ctx, env.DB, []routing.Floor{{Topic: "mvw", Seq: seq + 1}}) }},
+		{"month table DDL", func() error { return routing.FencedDDL(ctx, env.DB, future.CreateDDL()) }},
+		{"migration", func() error {
+			return routing.PlanMigration(ctx, env.DB, routing.MigrationPlan{LegacyRows: 1, LegacyMinID: 1, LegacyMaxID: 1, MinMonth: m, MaxMonth: m})
+		}},
+		{"change outbox", func() error { return feed.Delete(ctx, conn, []int64{1}) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := c.write(); !errors.Is(err, routing.ErrPlacementMoved) {
+				t.Fatalf("%s with the fence raised: %v, want refused by the fence", c.name, err)
+			}
+		})
+	}
+	after := mvChecksums(t, env)
+	for name, sum := range after {
+		if before[name] != sum {
+			t.Errorf("table %s changed behind the raised fence (checksum %s, was %s)", name, sum, before[name])
+		}
+	}
+	if len(after) != len(before) {
+		t.Errorf("%d tables behind the raised fence, %d before", len(after), len(before))
+	}
+}
+
+// mvChecksums is every table of env's tenant database with its checksum.
+func mvChecksums(t *testing.T, env *harness.Env) map[string]string {
+	t.Helper()
+	rows, err := env.DB.Query("SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, n := range names {
+		var name, sum string
+		if err := env.DB.QueryRow("CHECKSUM TABLE `"+n+"`").Scan(&name, &sum); err != nil {
+			t.Fatal(err)
+		}
+		out[n] = sum
+	}
+	return out
+}
