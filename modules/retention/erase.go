@@ -28,10 +28,16 @@ func userHeld(ctx context.Context, db *sql.DB, user int64) error {
 		return err
 	}
 	if why, ok := users[user]; ok {
-		return httpapi.Errorf(httpapi.CodeConflict, "user is under legal hold: "+why).
-			WithDetails(map[string]any{"reason": "legal_hold"})
+		return heldConflict("user", why)
 	}
 	return nil
+}
+
+// heldConflict is the refusal of a job on what a legal hold keeps: 409
+// conflict, details.reason "legal_hold", the hold's reason in the message.
+func heldConflict(what, why string) error {
+	return httpapi.Errorf(httpapi.CodeConflict, what+" is under legal hold: "+why).
+		WithDetails(map[string]any{"reason": "legal_hold"})
 }
 
 // StartErase queues the erase of everything user sent in the tenant; the

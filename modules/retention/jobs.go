@@ -106,8 +106,7 @@ func topicHeld(ctx context.Context, db *sql.DB, topic string) error {
 		}
 	}
 	if w, ok := why[topic]; ok {
-		return httpapi.Errorf(httpapi.CodeConflict, "topic is under legal hold: "+w).
-			WithDetails(map[string]any{"reason": "legal_hold"})
+		return heldConflict("topic", w)
 	}
 	return nil
 }
