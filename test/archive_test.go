@@ -116,6 +116,7 @@ func archiveStep(t *testing.T, env *harness.Env, m routing.Month) (string, routi
 // writes nothing; a month not sealed is refused; an archive that no longer
 // matches its table fails verification.
 func TestArchiveExportsAndVerifiesASealedMonth(t *testing.T) {
+	t.Parallel()
 	env, old, n := archivedMonth(t)
 	ctx := context.Background()
 

@@ -25,6 +25,7 @@ import (
 // once in the month its answer named, the mirror counts each row once, the
 // repair queue has rebuilt the Redis routes, and nothing is left behind.
 func TestFaultPersistKilledBetweenCommitsAndMidStream(t *testing.T) {
+	t.Parallel()
 	tenant := testenv.NewTenant(t)
 	broker := faultsDevKafka(t)
 	cfg := faultsConfig(t, tenant, broker, testenv.DSNTemplate(), "")

@@ -69,6 +69,7 @@ const feedBarChangesEnv = "IMSHARD_TEST_FEED_CHANGES"
 // topic, some of them re-sent, and the messages rebuilt from both topics
 // are what the API answers.
 func TestFeedSurvivesPersistAndRelayKill9(t *testing.T) {
+	t.Parallel()
 	changes := 1500
 	if s := os.Getenv(feedBarChangesEnv); s != "" {
 		n, err := strconv.Atoi(s)

@@ -199,6 +199,7 @@ func isoProduceEverywhere(t *testing.T, env *sendEnv, tenant, prefix string, m r
 // proceeds again; when A's database is back, A's events are stored exactly
 // once and nothing was dead-lettered.
 func TestPersistTenantOutageParksOnlyThatTenant(t *testing.T) {
+	t.Parallel()
 	mdb := testenv.StartMariaDB(t)
 	tenantA, tenantB := testenv.NewTenant(t), testenv.NewTenant(t)
 	dsnA := strings.Replace(mdb.DSNTemplate, "{tenant}", tenantA, 1)

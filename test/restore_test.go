@@ -51,6 +51,7 @@ func restoreClientArgs(t *testing.T) []string {
 // every topic, including one created after the dump, resumes above every
 // seq ever issued.
 func TestRestoreDrill(t *testing.T) {
+	t.Parallel()
 	const step = 4 // reservations move often, so seqs issued after the dump pass the dump's
 	e := writepathStart(t, harness.Options{Mutate: func(c *config.Config) { c.Send.SeqReserveStep = step }})
 	topics := []string{"rst-a", "rst-b", "rst-c"}

@@ -73,7 +73,11 @@ func TestRobustnessSoak(t *testing.T) {
 // Each deliberate breakage of a test build (modules/testhook) breaks one
 // invariant; a short run without faults must make its checker fire, so a
 // checker that never fires cannot pass for a system that never fails.
+//
+// Each run has its own processes, Redis, Kafka and tenant database and
+// mostly waits on its paced workload, so the runs go in parallel.
 func TestRobustnessCatchesBrokenBuilds(t *testing.T) {
+	t.Parallel()
 	short := rbSize{topics: 2, workload: 4 * time.Second, pace: 30 * time.Millisecond, settle: 5 * time.Second}
 	for _, tc := range []struct{ breakage, checker string }{
 		{testhook.DropSeq, "delivery"},
@@ -87,6 +91,7 @@ func TestRobustnessCatchesBrokenBuilds(t *testing.T) {
 		{testhook.GapOfStored, "no-missing"},
 	} {
 		t.Run(tc.breakage, func(t *testing.T) {
+			t.Parallel()
 			run := rbRunSeed(t, 7, short, tc.breakage)
 			vs := robustness.Check(run.h.Ops())
 			if !slices.ContainsFunc(vs, func(v robustness.Violation) bool { return v.Checker == tc.checker }) {
