@@ -2,7 +2,6 @@ package test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -17,45 +16,9 @@ import (
 	"github.com/imshard/imshard/test/testenv"
 )
 
-// retWaitJob runs the tenant's jobs (the shard manager's loop may have
-// taken the job first) until job id is in a state of want, and answers
-// its JSON as GET /v1/admin/jobs/{id} shows it.
-func retWaitJob(t *testing.T, e *sendEnv, id string, want ...string) map[string]any {
-	t.Helper()
-	var j map[string]any
-	sendWaitFor(t, 8*time.Second, "job "+id+" "+strings.Join(want, "|"), func() bool {
-		if _, err := e.App.Retention().RunJobs(context.Background(), e.Tenant, "test-runner", 2*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		code, body := e.Do("GET", "/v1/admin/jobs/"+id, e.svc, nil)
-		if err := json.Unmarshal(body, &j); code != 200 || err != nil {
-			t.Fatalf("job %s: %d %s", id, code, body)
-		}
-		for _, w := range want {
-			if j["state"] == w {
-				return true
-			}
-		}
-		return false
-	})
-	return j
-}
-
-// retStartJob asks for a job (a purge or an erase) and answers its id.
-func retStartJob(t *testing.T, e *sendEnv, method, path string) string {
-	t.Helper()
-	code, body := e.Do(method, path, e.svc, nil)
-	var j struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(body, &j); code != 202 || err != nil {
-		t.Fatalf("%s %s: %d %s", method, path, code, body)
-	}
-	return j.ID
-}
-
 // retWarm reads everything a reader keeps copies of for topic as user:
-// pages both ways, an exact read, the badges, the topic list, a sync.
+// a page (the hot cache and the process's copy), the badges (remembered),
+// the topic list (route mirrors, last message), a sync.
 func retWarm(t *testing.T, e *sendEnv, user int64, topic string) {
 	t.Helper()
 	for range 2 {
@@ -94,7 +57,7 @@ func TestRetentionJobsLeaveNoCopies(t *testing.T) {
 
 	// purge: nothing of the topic is served any more
 	purge := retStartJob(t, e, "DELETE", "/v1/topics/cpurge?purge=true")
-	retWaitJob(t, e, purge, "done")
+	retWaitJob(t, e, purge)
 	if p := rpList(t, e.Env, reader, "cpurge", nil); len(p.seqs()) != 0 {
 		t.Fatalf("purged topic's page: %v", p.seqs())
 	}
@@ -119,7 +82,7 @@ func TestRetentionJobsLeaveNoCopies(t *testing.T) {
 	// erase: the writer's messages are tombstones everywhere, the other
 	// user's stay
 	erase := retStartJob(t, e, "POST", "/v1/admin/users/"+strconv.Itoa(writer)+"/erase")
-	retWaitJob(t, e, erase, "done")
+	retWaitJob(t, e, erase)
 	p := rpList(t, e.Env, reader, "cerase", nil)
 	normal := 0
 	for _, m := range p.Messages {
@@ -192,17 +155,9 @@ func TestRetentionHoldStopsARunningJob(t *testing.T) {
 	if err := <-ran; err != nil {
 		t.Fatal(err)
 	}
-	code, body := e.Do("GET", "/v1/admin/jobs/"+id, e.svc, nil)
-	var j struct {
-		State  string `json:"state"`
-		Error  string `json:"error"`
-		Report struct {
-			Months map[string]int64 `json:"months"`
-		} `json:"report"`
-	}
-	if err := json.Unmarshal(body, &j); code != 200 || err != nil || j.State != "failed" ||
-		!strings.Contains(j.Error, "legal hold: hold late: case 9") || j.Report.Months[m2.String()] != 3 || j.Report.Months[m1.String()] != 0 {
-		t.Fatalf("job under a hold placed mid-run: %d %s", code, body)
+	if j := retGetJob(t, e, id); j.State != "failed" || !strings.Contains(j.Error, "legal hold: hold late: case 9") ||
+		j.Report.Months[m2.String()] != 3 || j.Report.Months[m1.String()] != 0 {
+		t.Fatalf("job under a hold placed mid-run: %+v", j)
 	}
 	if n := count(m1); n != 3 {
 		t.Fatalf("held rows removed: %d left of 3", n)
@@ -269,16 +224,10 @@ func TestRetentionPurgeSurvivesKill9(t *testing.T) {
 		return err == nil && n == 1
 	})
 	shardmgr()
-	var j struct {
-		State       string `json:"state"`
-		RowsRemoved int64  `json:"rows_removed"`
-		Report      struct {
-			Months map[string]int64 `json:"months"`
-		} `json:"report"`
-	}
+	var j retJob
 	sendWaitFor(t, 8*time.Second, "the job done", func() bool {
-		code, body := e.Do("GET", "/v1/admin/jobs/"+id, e.svc, nil)
-		return code == 200 && json.Unmarshal(body, &j) == nil && j.State == "done"
+		j = retGetJob(t, e, id)
+		return j.State == "done"
 	})
 	for _, m := range months {
 		if j.Report.Months[m.String()] != 3 {

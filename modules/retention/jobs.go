@@ -187,7 +187,7 @@ func (r *Retention) SetPaused(ctx context.Context, tenant string, id int64, paus
 	if !pause {
 		q = sq.Update(jobsTable).Set("state", StateQueued).Where(sq.Eq{"job_id": id, "state": StatePaused})
 	}
-	n, err := fencedN(ctx, db, q)
+	n, err := routing.FencedRows(ctx, db, q)
 	if err != nil {
 		return Job{}, fmt.Errorf("jobs: pause %d: %w", id, err)
 	}
@@ -286,7 +286,7 @@ func claim(ctx context.Context, db *sql.DB, owner string, lease time.Duration) (
 	}
 	ids.Close()
 	for _, id := range cand {
-		n, err := fencedN(ctx, db, sq.Update(jobsTable).Set("state", StateRunning).Set("lease_owner", owner).
+		n, err := routing.FencedRows(ctx, db, sq.Update(jobsTable).Set("state", StateRunning).Set("lease_owner", owner).
 			Set("lease_until", sq.Expr("NOW(3) + INTERVAL ? MICROSECOND", lease.Microseconds())).
 			Where(sq.Eq{"job_id": id}).Where(runnable))
 		if err != nil {
@@ -334,7 +334,7 @@ func (r *Retention) runJob(ctx context.Context, tenant string, db *sql.DB, id in
 		if len(msg) > 1024 {
 			msg = msg[:1024]
 		}
-		_, uerr := fencedN(context.WithoutCancel(ctx), db, sq.Update(jobsTable).Set("state", StateFailed).Set("last_error", msg).
+		_, uerr := routing.FencedRows(context.WithoutCancel(ctx), db, sq.Update(jobsTable).Set("state", StateFailed).Set("last_error", msg).
 			Set("lease_owner", "").Set("lease_until", nil).Where(sq.Eq{"job_id": id, "lease_owner": owner}))
 		return uerr
 	}
@@ -390,7 +390,7 @@ func (p *jobRun) purge(ctx context.Context) error {
 			return err
 		}
 		if err := batches(ctx, db, func(tx *sql.Tx) (int64, error) {
-			n, err := rowsN(sq.Delete(t.Quoted()).Where(sq.Eq{"topic": topic}).OrderBy("seqid").Limit(batch).RunWith(tx).ExecContext(ctx))
+			n, err := routing.RowsOf(sq.Delete(t.Quoted()).Where(sq.Eq{"topic": topic}).OrderBy("seqid").Limit(batch).RunWith(tx).ExecContext(ctx))
 			if err != nil {
 				return n, fmt.Errorf("purge: %s of %s: %w", t.Name(), topic, err)
 			}
@@ -477,7 +477,7 @@ func (p *jobRun) record(ctx context.Context, state string) error {
 		q = q.Set("lease_until", sq.Expr("NOW(3) + INTERVAL ? MICROSECOND", p.lease.Microseconds()))
 	}
 	ours := sq.Eq{"job_id": p.job.ID, "lease_owner": p.owner, "state": StateRunning}
-	n, err := fencedN(ctx, p.db, q.Where(ours))
+	n, err := routing.FencedRows(ctx, p.db, q.Where(ours))
 	if err != nil {
 		return fmt.Errorf("jobs: progress of %d: %w", p.job.ID, err)
 	}

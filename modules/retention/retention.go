@@ -351,12 +351,8 @@ func (r *Retention) trimTopic(ctx context.Context, db *sql.DB, keys routing.Keys
 	}
 	var removed int64
 	err = batches(ctx, db, func(tx *sql.Tx) (int64, error) {
-		res, err := sq.Delete(t.Quoted()).Where(sq.Eq{"topic": tr.Topic}).Where(sq.LtOrEq{"seqid": tr.MaxSeq}).
-			OrderBy("seqid").Limit(batch).RunWith(tx).ExecContext(ctx)
-		if err != nil {
-			return 0, err
-		}
-		n, err := res.RowsAffected()
+		n, err := routing.RowsOf(sq.Delete(t.Quoted()).Where(sq.Eq{"topic": tr.Topic}).Where(sq.LtOrEq{"seqid": tr.MaxSeq}).
+			OrderBy("seqid").Limit(batch).RunWith(tx).ExecContext(ctx))
 		removed += n
 		return n, err
 	}, func() error { return r.forget(ctx, keys, tr.Topic, tr.MaxSeq) })
@@ -458,22 +454,4 @@ func batches(ctx context.Context, db *sql.DB, step func(tx *sql.Tx) (int64, erro
 			return err
 		}
 	}
-}
-
-// fencedN runs q in a fenced transaction of its own (routing.Fenced) and
-// answers the rows it changed.
-func fencedN(ctx context.Context, db *sql.DB, q sq.Sqlizer) (int64, error) {
-	query, args, err := q.ToSql()
-	if err != nil {
-		return 0, err
-	}
-	return routing.FencedValue(ctx, db, func(tx *sql.Tx) (int64, error) { return rowsN(tx.ExecContext(ctx, query, args...)) })
-}
-
-// rowsN is the rows a statement changed.
-func rowsN(res sql.Result, err error) (int64, error) {
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
 }
