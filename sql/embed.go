@@ -37,6 +37,11 @@ func DropDatabase() string { return mustRead("drop_database.sql") }
 // migration plan created, when the plan is aborted.
 func DropTable() string { return mustRead("drop_table.sql") }
 
+// SenderIndex adds a month table's (from_user, topic, seqid) index, which
+// a user erase walks, to a table made before the template had it (its name
+// is TablePlaceholder): online, so sends and persist go on meanwhile.
+func SenderIndex() string { return mustRead("sender_index.sql") }
+
 // PlacementTable holds the tenants' placement records, in the placement
 // database of each placement server (not in a tenant database).
 func PlacementTable() string { return mustRead("placement.sql") }

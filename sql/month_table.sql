@@ -30,6 +30,7 @@ CREATE TABLE IF NOT EXISTS {{table}} (
   KEY idx_group_seq (group_id, seqid),
   KEY idx_topic_created (topic, created_at),
   KEY idx_topic_from_seq (topic, from_user, seqid),
+  KEY idx_from_topic_seq (from_user, topic, seqid),
   KEY idx_audit_created (audit_status, created_at),
   KEY idx_expires (expires_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci

@@ -110,7 +110,7 @@ func (a *Archiver) reload(ctx context.Context, db *sql.DB, bucket *blob.Bucket, 
 			for i := range chunk {
 				q = q.Values(chunk[i].values()...)
 			}
-			added, err := insertFenced(ctx, db, q)
+			added, err := routing.FencedRows(ctx, db, q)
 			if err != nil {
 				return fmt.Errorf("archive: restore into %s: %w", t.Name(), err)
 			}
@@ -119,17 +119,6 @@ func (a *Archiver) reload(ctx context.Context, db *sql.DB, bucket *blob.Bucket, 
 		return nil
 	})
 	return n, err
-}
-
-// insertFenced runs q in its own transaction behind the placement fence.
-func insertFenced(ctx context.Context, db *sql.DB, q sq.InsertBuilder) (int64, error) {
-	return routing.FencedValue(ctx, db, func(tx *sql.Tx) (int64, error) {
-		res, err := q.RunWith(tx).ExecContext(ctx)
-		if err != nil {
-			return 0, err
-		}
-		return res.RowsAffected()
-	})
 }
 
 // unmark sets the month back to sealed and forgets its archive run, in

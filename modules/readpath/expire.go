@@ -6,25 +6,27 @@ import (
 	"fmt"
 
 	sq "github.com/Masterminds/squirrel"
+
+	"github.com/imshard/imshard/modules/routing"
 )
 
 // DropMonthRevisions deletes up to limit revisions of month (YYYYMM) and
 // reports how many went: retention calls it until it reports 0.
 func DropMonthRevisions(ctx context.Context, tx *sql.Tx, month string, limit uint64) (int64, error) {
-	return affected(sq.Delete(revisionsTable).Where(sq.Eq{"shard_month": month}).Limit(limit).RunWith(tx).ExecContext(ctx))
+	return routing.RowsOf(sq.Delete(revisionsTable).Where(sq.Eq{"shard_month": month}).Limit(limit).RunWith(tx).ExecContext(ctx))
 }
 
 // DropRevisionsUpTo deletes up to limit revisions of topic's seqs up to
 // last, reporting how many went.
 func DropRevisionsUpTo(ctx context.Context, tx *sql.Tx, topic string, last int64, limit uint64) (int64, error) {
-	return affected(sq.Delete(revisionsTable).Where(sq.Eq{"topic": topic}).Where(sq.LtOrEq{"seqid": last}).
+	return routing.RowsOf(sq.Delete(revisionsTable).Where(sq.Eq{"topic": topic}).Where(sq.LtOrEq{"seqid": last}).
 		Limit(limit).RunWith(tx).ExecContext(ctx))
 }
 
 // DropHiddenUpTo deletes up to limit hidden ranges of topic that end at or
 // below last+1 (nothing they hide stays), reporting how many went.
 func DropHiddenUpTo(ctx context.Context, tx *sql.Tx, topic string, last int64, limit uint64) (int64, error) {
-	return affected(sq.Delete(dellogTable).Where(sq.Eq{"topic": topic}).Where(sq.LtOrEq{"hi": last + 1}).
+	return routing.RowsOf(sq.Delete(dellogTable).Where(sq.Eq{"topic": topic}).Where(sq.LtOrEq{"hi": last + 1}).
 		Limit(limit).RunWith(tx).ExecContext(ctx))
 }
 
@@ -39,24 +41,17 @@ func CutHiddenAt(ctx context.Context, tx *sql.Tx, topic string, last int64) erro
 	return nil
 }
 
-func affected(res sql.Result, err error) (int64, error) {
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
 // EraseRevisionContent clears the content and head every revision of
 // (topic, seq) kept (a user erase: the message is a tombstone, and its
 // history keeps no copy of what it said), reporting how many revisions
 // were cleared.
 func EraseRevisionContent(ctx context.Context, tx *sql.Tx, topic string, seq int64) (int64, error) {
-	return affected(sq.Update(revisionsTable).Set("content", nil).Set("head", nil).
+	return routing.RowsOf(sq.Update(revisionsTable).Set("content", nil).Set("head", nil).
 		Where(sq.Eq{"topic": topic, "seqid": seq}).Where("(content IS NOT NULL OR head IS NOT NULL)").RunWith(tx).ExecContext(ctx))
 }
 
 // DropUserHidden deletes up to limit of user's hidden ranges (in every
 // topic), reporting how many went.
 func DropUserHidden(ctx context.Context, tx *sql.Tx, user int64, limit uint64) (int64, error) {
-	return affected(sq.Delete(dellogTable).Where(sq.Eq{"deletedfor": user}).Limit(limit).RunWith(tx).ExecContext(ctx))
+	return routing.RowsOf(sq.Delete(dellogTable).Where(sq.Eq{"deletedfor": user}).Limit(limit).RunWith(tx).ExecContext(ctx))
 }

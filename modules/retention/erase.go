@@ -57,12 +57,12 @@ func (r *Retention) StartErase(ctx context.Context, tenant string, user int64) (
 // tombstone through the delete-for-everyone path, clears the content its
 // revisions kept, then removes the user's read cursors, preferences and
 // hidden ranges. Messages in a held topic are left and the topic named in
-// the report. Walks each month by (topic, seqid), so a run taken over
-// redoes at most what was not recorded; a delete of a tombstone changes
-// nothing.
+// the report. Walks each month by its sender index (from_user, topic,
+// seqid) in batches, so a run taken over redoes at most what was not
+// recorded; a delete of a tombstone changes nothing.
 func (p *jobRun) erase(ctx context.Context) error {
 	user, db := int64(p.job.UserID), p.db
-	if err := userHeld(ctx, db, user); err != nil {
+	if err := p.unheld(ctx); err != nil {
 		return err
 	}
 	shards, err := routing.ListShards(ctx, db)
@@ -81,6 +81,9 @@ func (p *jobRun) erase(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if err := ensureSenderIndex(ctx, db, t); err != nil {
+			return err
+		}
 		month := s.Month.String()
 		lastTopic, lastSeq := "", int64(0)
 		for {
@@ -96,6 +99,11 @@ func (p *jobRun) erase(ctx context.Context) error {
 				if !slices.Contains(topics, m.topic) {
 					topics = append(topics, m.topic)
 				}
+			}
+			// a hold placed since the last batch: on the user stops
+			// the job, on a topic leaves its messages
+			if err := p.unheld(ctx); err != nil {
+				return err
 			}
 			held, err := heldTopics(ctx, db, topics)
 			if err != nil {
@@ -128,23 +136,36 @@ func (p *jobRun) erase(ctx context.Context) error {
 			}
 		}
 	}
-	for kind, step := range map[string]func(tx *sql.Tx) (int64, error){
-		"hidden_ranges": func(tx *sql.Tx) (int64, error) { return readpath.DropUserHidden(ctx, tx, user, batch) },
-		"read_cursors":  func(tx *sql.Tx) (int64, error) { return acl.DropUserCursors(ctx, tx, user, batch) },
-	} {
-		if err := deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) {
-			n, err := step(tx)
-			rep.Side[kind] += n
-			if err != nil {
-				return n, err
-			}
-			return n, p.progress(ctx)
-		}); err != nil {
-			return err
-		}
+	if err := p.side(ctx, "hidden_ranges", func(tx *sql.Tx) (int64, error) { return readpath.DropUserHidden(ctx, tx, user, batch) }); err != nil {
+		return err
+	}
+	if err := p.side(ctx, "read_cursors", func(tx *sql.Tx) (int64, error) { return acl.DropUserCursors(ctx, tx, user, batch) }); err != nil {
+		return err
 	}
 	p.r.p.Log.Info().Str("tenant", p.tenant).Int64("user", user).Int64("messages", p.job.RowsRemoved).Msg("user erased")
 	return p.record(ctx, StateDone)
+}
+
+// senderIndex is the month tables' (from_user, topic, seqid) index: an
+// erase's batch is one range of it, never a scan of the month.
+const senderIndex = "idx_from_topic_seq"
+
+// ensureSenderIndex gives t the sender index when it lacks it (a month
+// table made before the template had it): one online ALTER per table,
+// sends and persist going on meanwhile; every later erase finds it.
+func ensureSenderIndex(ctx context.Context, db *sql.DB, t routing.Table) error {
+	var n int
+	if err := sq.Select("COUNT(*)").From("information_schema.STATISTICS").Where("TABLE_SCHEMA = DATABASE()").
+		Where(sq.Eq{"TABLE_NAME": t.Name(), "INDEX_NAME": senderIndex}).RunWith(db).QueryRowContext(ctx).Scan(&n); err != nil {
+		return fmt.Errorf("erase: indexes of %s: %w", t.Name(), err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if err := routing.FencedDDL(ctx, db, t.SenderIndexDDL()); err != nil {
+		return fmt.Errorf("erase: sender index of %s: %w", t.Name(), err)
+	}
+	return nil
 }
 
 type sentMsg struct {
@@ -153,9 +174,9 @@ type sentMsg struct {
 }
 
 // sentBy is the next batch of user's messages in table t after (topic,
-// seq), in (topic, seqid) order.
+// seq), in (topic, seqid) order: one range of the sender index.
 func sentBy(ctx context.Context, db *sql.DB, t routing.Table, user int64, topic string, seq int64) ([]sentMsg, error) {
-	rows, err := sq.Select("topic", "seqid").From(t.Quoted()).Where(sq.Eq{"from_user": user}).
+	rows, err := sq.Select("topic", "seqid").From(t.Quoted()+" FORCE INDEX ("+senderIndex+")").Where(sq.Eq{"from_user": user}).
 		Where(sq.Or{sq.Gt{"topic": topic}, sq.And{sq.Eq{"topic": topic}, sq.Gt{"seqid": seq}}}).
 		OrderBy("topic", "seqid").Limit(batch).RunWith(db).QueryContext(ctx)
 	if err != nil {

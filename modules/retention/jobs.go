@@ -18,6 +18,7 @@ import (
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/testhook"
 )
 
 // jobsTable holds the tenant's jobs (sql/migrations/0021_jobs.sql); only
@@ -186,7 +187,7 @@ func (r *Retention) SetPaused(ctx context.Context, tenant string, id int64, paus
 	if !pause {
 		q = sq.Update(jobsTable).Set("state", StateQueued).Where(sq.Eq{"job_id": id, "state": StatePaused})
 	}
-	n, err := fencedN(ctx, db, q)
+	n, err := routing.FencedRows(ctx, db, q)
 	if err != nil {
 		return Job{}, fmt.Errorf("jobs: pause %d: %w", id, err)
 	}
@@ -285,7 +286,7 @@ func claim(ctx context.Context, db *sql.DB, owner string, lease time.Duration) (
 	}
 	ids.Close()
 	for _, id := range cand {
-		n, err := fencedN(ctx, db, sq.Update(jobsTable).Set("state", StateRunning).Set("lease_owner", owner).
+		n, err := routing.FencedRows(ctx, db, sq.Update(jobsTable).Set("state", StateRunning).Set("lease_owner", owner).
 			Set("lease_until", sq.Expr("NOW(3) + INTERVAL ? MICROSECOND", lease.Microseconds())).
 			Where(sq.Eq{"job_id": id}).Where(runnable))
 		if err != nil {
@@ -333,7 +334,7 @@ func (r *Retention) runJob(ctx context.Context, tenant string, db *sql.DB, id in
 		if len(msg) > 1024 {
 			msg = msg[:1024]
 		}
-		_, uerr := fencedN(context.WithoutCancel(ctx), db, sq.Update(jobsTable).Set("state", StateFailed).Set("last_error", msg).
+		_, uerr := routing.FencedRows(context.WithoutCancel(ctx), db, sq.Update(jobsTable).Set("state", StateFailed).Set("last_error", msg).
 			Set("lease_owner", "").Set("lease_until", nil).Where(sq.Eq{"job_id": id, "lease_owner": owner}))
 		return uerr
 	}
@@ -353,10 +354,11 @@ type jobRun struct {
 
 // purge removes one topic's history: its floor raised past every stored
 // seq first (readers see nothing of it from then on), then its rows in
-// every month in bounded batches, then what refers to them.
+// every month in bounded batches, then what refers to them. The topic's
+// hot cache and message version follow each batch that commits (forget).
 func (p *jobRun) purge(ctx context.Context) error {
 	topic, db := p.job.Topic, p.db
-	if err := topicHeld(ctx, db, topic); err != nil {
+	if err := p.unheld(ctx); err != nil {
 		return err
 	}
 	last, err := routing.LastStoredSeq(ctx, db, topic)
@@ -364,6 +366,10 @@ func (p *jobRun) purge(ctx context.Context) error {
 		return err
 	}
 	if err := routing.RaiseFloors(ctx, db, []routing.Floor{{Topic: topic, Seq: last + 1}}); err != nil {
+		return err
+	}
+	forget := func() error { return p.r.forget(ctx, p.keys, topic, last) }
+	if err := forget(); err != nil {
 		return err
 	}
 	shards, err := routing.ListShards(ctx, db)
@@ -383,8 +389,8 @@ func (p *jobRun) purge(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) {
-			n, err := rowsN(sq.Delete(t.Quoted()).Where(sq.Eq{"topic": topic}).OrderBy("seqid").Limit(batch).RunWith(tx).ExecContext(ctx))
+		if err := batches(ctx, db, func(tx *sql.Tx) (int64, error) {
+			n, err := routing.RowsOf(sq.Delete(t.Quoted()).Where(sq.Eq{"topic": topic}).OrderBy("seqid").Limit(batch).RunWith(tx).ExecContext(ctx))
 			if err != nil {
 				return n, fmt.Errorf("purge: %s of %s: %w", t.Name(), topic, err)
 			}
@@ -392,46 +398,70 @@ func (p *jobRun) purge(ctx context.Context) error {
 			p.job.RowsRemoved += n
 			p.r.m.jobRows.WithLabelValues(p.tenant, KindPurge).Add(float64(n))
 			return n, p.progress(ctx)
+		}, func() error {
+			testhook.CrashAfterJobBatch()
+			return forget()
 		}); err != nil {
 			return err
 		}
 	}
-	side := func(kind string, step func(tx *sql.Tx) (int64, error)) error {
-		return deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) {
-			n, err := step(tx)
-			rep.Side[kind] += n
-			if err != nil {
-				return n, err
-			}
-			return n, p.progress(ctx)
-		})
-	}
-	if err := side("revisions", func(tx *sql.Tx) (int64, error) { return readpath.DropRevisionsUpTo(ctx, tx, topic, last, batch) }); err != nil {
+	side := p.side
+	if err := side(ctx, "revisions", func(tx *sql.Tx) (int64, error) { return readpath.DropRevisionsUpTo(ctx, tx, topic, last, batch) }); err != nil {
 		return err
 	}
-	if err := side("hidden_ranges", func(tx *sql.Tx) (int64, error) { return readpath.DropHiddenUpTo(ctx, tx, topic, last, batch) }); err != nil {
+	if err := side(ctx, "hidden_ranges", func(tx *sql.Tx) (int64, error) { return readpath.DropHiddenUpTo(ctx, tx, topic, last, batch) }); err != nil {
 		return err
 	}
-	if err := side("mentions", func(tx *sql.Tx) (int64, error) { return routing.DropMentionsUpTo(ctx, tx, topic, last, batch) }); err != nil {
+	if err := side(ctx, "mentions", func(tx *sql.Tx) (int64, error) { return routing.DropMentionsUpTo(ctx, tx, topic, last, batch) }); err != nil {
 		return err
 	}
-	if err := side("read_cursors", func(tx *sql.Tx) (int64, error) { return acl.DropTopicCursors(ctx, tx, topic, batch) }); err != nil {
+	if err := side(ctx, "read_cursors", func(tx *sql.Tx) (int64, error) { return acl.DropTopicCursors(ctx, tx, topic, batch) }); err != nil {
 		return err
 	}
 	for _, m := range months {
 		if err := p.r.dropRoutes(ctx, p.keys, m, []string{topic}); err != nil {
 			return err
 		}
-		if err := side("mirror_rows", func(tx *sql.Tx) (int64, error) { return routing.DropMirrorRows(ctx, tx, m, []string{topic}, batch) }); err != nil {
+		if err := side(ctx, "mirror_rows", func(tx *sql.Tx) (int64, error) { return routing.DropMirrorRows(ctx, tx, m, []string{topic}, batch) }); err != nil {
 			return err
 		}
 	}
 	return p.finish(ctx, last)
 }
 
-// progress records the report so far and renews the lease; errLeaseLost
-// when the job was paused or taken over meanwhile.
+// side removes rows of one kind beside the messages in batches, counted
+// in the report under kind, with the job's progress recorded in each
+// batch (a job paused, taken over or held meanwhile rolls the batch back).
+func (p *jobRun) side(ctx context.Context, kind string, step func(tx *sql.Tx) (int64, error)) error {
+	return deleteAll(ctx, p.db, func(tx *sql.Tx) (int64, error) {
+		n, err := step(tx)
+		p.job.Report.Side[kind] += n
+		if err != nil {
+			return n, err
+		}
+		return n, p.progress(ctx)
+	})
+}
+
+// unheld refuses to go on with a job on what a hold now keeps (a purge's
+// topic, an erase's user): checked when the job starts and again before
+// each batch commits, so a hold placed while the job runs stops it with
+// nothing under the hold removed; the job fails with the hold named.
+func (p *jobRun) unheld(ctx context.Context) error {
+	if p.job.Kind == KindErase {
+		return userHeld(ctx, p.db, int64(p.job.UserID))
+	}
+	return topicHeld(ctx, p.db, p.job.Topic)
+}
+
+// progress checks that no hold keeps what the job removes (unheld), then
+// records the report so far and renews the lease; errLeaseLost when the
+// job was paused or taken over meanwhile. A batch calls it before it
+// commits: either error rolls the batch back.
 func (p *jobRun) progress(ctx context.Context) error {
+	if err := p.unheld(ctx); err != nil {
+		return err
+	}
 	return p.record(ctx, p.job.State)
 }
 
@@ -447,7 +477,7 @@ func (p *jobRun) record(ctx context.Context, state string) error {
 		q = q.Set("lease_until", sq.Expr("NOW(3) + INTERVAL ? MICROSECOND", p.lease.Microseconds()))
 	}
 	ours := sq.Eq{"job_id": p.job.ID, "lease_owner": p.owner, "state": StateRunning}
-	n, err := fencedN(ctx, p.db, q.Where(ours))
+	n, err := routing.FencedRows(ctx, p.db, q.Where(ours))
 	if err != nil {
 		return fmt.Errorf("jobs: progress of %d: %w", p.job.ID, err)
 	}

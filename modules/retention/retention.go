@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
@@ -349,16 +350,12 @@ func (r *Retention) trimTopic(ctx context.Context, db *sql.DB, keys routing.Keys
 		return 0, err
 	}
 	var removed int64
-	err = deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) {
-		res, err := sq.Delete(t.Quoted()).Where(sq.Eq{"topic": tr.Topic}).Where(sq.LtOrEq{"seqid": tr.MaxSeq}).
-			OrderBy("seqid").Limit(batch).RunWith(tx).ExecContext(ctx)
-		if err != nil {
-			return 0, err
-		}
-		n, err := res.RowsAffected()
+	err = batches(ctx, db, func(tx *sql.Tx) (int64, error) {
+		n, err := routing.RowsOf(sq.Delete(t.Quoted()).Where(sq.Eq{"topic": tr.Topic}).Where(sq.LtOrEq{"seqid": tr.MaxSeq}).
+			OrderBy("seqid").Limit(batch).RunWith(tx).ExecContext(ctx))
 		removed += n
 		return n, err
-	})
+	}, func() error { return r.forget(ctx, keys, tr.Topic, tr.MaxSeq) })
 	if err != nil {
 		return removed, fmt.Errorf("retention: trim %s in %s: %w", tr.Topic, t.Name(), err)
 	}
@@ -396,6 +393,18 @@ func clearSide(ctx context.Context, db *sql.DB, topic string, last int64) error 
 	return routing.Fenced(ctx, db, func(tx *sql.Tx) error { return readpath.CutHiddenAt(ctx, tx, topic, last) })
 }
 
+// forget takes topic's seqs up to last out of its hot cache and moves its
+// message version forward, as a change does (lua/msg_change.lua): no
+// process's copy of the newest messages, and no badge remembered from
+// them, outlives the removal of the rows.
+func (r *Retention) forget(ctx context.Context, keys routing.Keys, topic string, last int64) error {
+	if err := r.p.Scripts.MsgChange.Exec(ctx, r.p.Redis, []string{keys.HotMessages(topic), keys.MessagesVersion(topic)},
+		[]string{"-inf", strconv.FormatInt(routing.MessagesVersionTTL.Milliseconds(), 10), strconv.FormatInt(last, 10)}).Error(); err != nil {
+		return fmt.Errorf("retention: caches of %s: %w", topic, err)
+	}
+	return nil
+}
+
 // routeBatch bounds the topics of one Redis round trip.
 const routeBatch = 200
 
@@ -422,10 +431,21 @@ func (r *Retention) dropRoutes(ctx context.Context, keys routing.Keys, m routing
 // deleteAll repeats one bounded delete, each in a fenced transaction of
 // its own, until it removes less than a batch.
 func deleteAll(ctx context.Context, db *sql.DB, step func(tx *sql.Tx) (int64, error)) error {
+	return batches(ctx, db, step, nil)
+}
+
+// batches is deleteAll with committed, when not nil, run after each batch
+// that removed something commits.
+func batches(ctx context.Context, db *sql.DB, step func(tx *sql.Tx) (int64, error), committed func() error) error {
 	for {
 		n, err := routing.FencedValue(ctx, db, step)
 		if err != nil {
 			return err
+		}
+		if n > 0 && committed != nil {
+			if err := committed(); err != nil {
+				return err
+			}
 		}
 		if n < batch {
 			return nil
@@ -434,22 +454,4 @@ func deleteAll(ctx context.Context, db *sql.DB, step func(tx *sql.Tx) (int64, er
 			return err
 		}
 	}
-}
-
-// fencedN runs q in a fenced transaction of its own (routing.Fenced) and
-// answers the rows it changed.
-func fencedN(ctx context.Context, db *sql.DB, q sq.Sqlizer) (int64, error) {
-	query, args, err := q.ToSql()
-	if err != nil {
-		return 0, err
-	}
-	return routing.FencedValue(ctx, db, func(tx *sql.Tx) (int64, error) { return rowsN(tx.ExecContext(ctx, query, args...)) })
-}
-
-// rowsN is the rows a statement changed.
-func rowsN(res sql.Result, err error) (int64, error) {
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
 }

@@ -303,13 +303,7 @@ func SetStatus(ctx context.Context, db TxBeginner, m Month, to Status, from ...S
 			q = q.Set("deactivated_at", sq.Expr("COALESCE(deactivated_at, UTC_TIMESTAMP(3))"))
 		}
 	}
-	n, err := FencedValue(ctx, db, func(tx *sql.Tx) (int64, error) {
-		res, err := q.RunWith(tx).ExecContext(ctx)
-		if err != nil {
-			return 0, err
-		}
-		return res.RowsAffected()
-	})
+	n, err := FencedRows(ctx, db, q)
 	if err != nil {
 		return false, fmt.Errorf("catalog: set %s %s: %w", m, to, err)
 	}

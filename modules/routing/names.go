@@ -117,6 +117,12 @@ func (t Table) CreateDDL() string {
 	return strings.Replace(imsql.MonthTable(), imsql.TablePlaceholder, t.Quoted(), 1)
 }
 
+// SenderIndexDDL adds t's (from_user, topic, seqid) index when missing
+// (a table made before the template had it).
+func (t Table) SenderIndexDDL() string {
+	return strings.Replace(imsql.SenderIndex(), imsql.TablePlaceholder, t.Quoted(), 1)
+}
+
 // DropDDL drops t (an aborted migration plan's empty month tables).
 func (t Table) DropDDL() string {
 	return strings.Replace(imsql.DropTable(), imsql.TablePlaceholder, t.Quoted(), 1)

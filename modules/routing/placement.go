@@ -159,6 +159,25 @@ func releaseFenceLock(ctx context.Context, conn *sql.Conn) {
 	}
 }
 
+// FencedRows runs q, one statement, in a fenced transaction of its own
+// (Fenced) and answers the rows it changed: the bounded deletes, claims
+// and batch inserts that only need to know how much they did.
+func FencedRows(ctx context.Context, db TxBeginner, q sq.Sqlizer) (int64, error) {
+	query, args, err := q.ToSql()
+	if err != nil {
+		return 0, err
+	}
+	return FencedValue(ctx, db, func(tx *sql.Tx) (int64, error) { return RowsOf(tx.ExecContext(ctx, query, args...)) })
+}
+
+// RowsOf is the rows a statement changed, from what ExecContext answered.
+func RowsOf(res sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
 // FencedValue is Fenced for a write that reports a value (the rows a
 // bounded delete removed, a change's new sequence number).
 func FencedValue[T any](ctx context.Context, db TxBeginner, fn func(tx *sql.Tx) (T, error)) (T, error) {

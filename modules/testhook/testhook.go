@@ -83,3 +83,11 @@ func Break[T any](name string, broken, right T) T {
 // knowing; the marked point is inside the mark's transaction, before its
 // commit. Read only by a test build, as BreakEnv.
 const CrashArchiveEnv = "IMSHARD_TEST_CRASH_ARCHIVE"
+
+// CrashAfterJobBatchEnv arms the purge job's failpoint: with
+// IMSHARD_TEST_CRASH_AFTER_JOB_BATCH=N the process kills itself with
+// SIGKILL right after its Nth batch of a purge's messages committed (with
+// the job's progress), before the topic's caches are told — a runner that
+// takes the job over must finish it from there. Read only by a test build,
+// as BreakEnv.
+const CrashAfterJobBatchEnv = "IMSHARD_TEST_CRASH_AFTER_JOB_BATCH"

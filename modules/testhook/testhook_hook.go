@@ -31,6 +31,12 @@ var (
 		n, _ := strconv.ParseInt(os.Getenv(CrashAfterAckEnv), 10, 64)
 		return n
 	})
+	// the purge batches committed, for CrashAfterJobBatchEnv
+	jobBatches      atomic.Int64
+	crashAtJobBatch = sync.OnceValue(func() int64 {
+		n, _ := strconv.ParseInt(os.Getenv(CrashAfterJobBatchEnv), 10, 64)
+		return n
+	})
 	// the relayed batches seen, for CrashAfterRelayEnv
 	relayed      atomic.Int64
 	crashAtRelay = sync.OnceValue(func() int64 {
@@ -58,6 +64,11 @@ func CrashAfterAck() { crashAt(&acks, crashAtAck()) }
 // events was acknowledged (CrashAfterRelayEnv): at the armed batch the
 // process kills itself and never returns.
 func CrashAfterRelay() { crashAt(&relayed, crashAtRelay()) }
+
+// CrashAfterJobBatch is the purge job's failpoint after a batch committed
+// (CrashAfterJobBatchEnv): at the armed batch the process kills itself
+// and never returns.
+func CrashAfterJobBatch() { crashAt(&jobBatches, crashAtJobBatch()) }
 
 // CrashArchive is the archive's failpoint before it records step
 // (CrashArchiveEnv): at the armed step the process kills itself and never

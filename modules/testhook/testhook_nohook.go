@@ -16,3 +16,6 @@ func CrashAfterRelay() {}
 
 // CrashArchive does nothing in a shipped build: the failpoint cannot be armed.
 func CrashArchive(string) {}
+
+// CrashAfterJobBatch does nothing in a shipped build: the failpoint cannot be armed.
+func CrashAfterJobBatch() {}

@@ -1,0 +1,71 @@
+package test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+
+	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/test/harness"
+)
+
+// BenchmarkEraseWalk: how long an erase takes to find one user's messages
+// in a month table of 100,000 rows (100 topics of 1,000 seqs, 50 senders:
+// the user sent 2,000), in batches of 1,000 as the job reads them — through
+// the sender index (from_user, topic, seqid), and ignoring it (a table made
+// before the template had it). docs/performance.md "User erase".
+//
+//	go test -run '^$' -bench BenchmarkEraseWalk -benchtime 20x ./test
+func BenchmarkEraseWalk(b *testing.B) {
+	ctx := context.Background()
+	e := harness.Start(b, harness.Options{Roles: []string{"query"}})
+	t, err := routing.TableFor(e.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	at := time.Now().UTC()
+	for topic := range 100 {
+		q := sq.Insert(t.Quoted()).Columns("message_id", "topic", "group_id", "seqid", "from_user", "content", "created_at", "updated_at")
+		for seq := 1; seq <= 1000; seq++ {
+			q = q.Values(topic*10_000+seq, "t"+string(rune('A'+topic/26))+string(rune('a'+topic%26)), topic, seq, seq%50, `{"text":"x"}`, at, at)
+		}
+		if _, err := q.RunWith(e.DB).ExecContext(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := e.DB.ExecContext(ctx, "ANALYZE TABLE "+t.Quoted()); err != nil {
+		b.Fatal(err)
+	}
+	walk := func(b *testing.B, hint string) {
+		for b.Loop() {
+			topic, seq, found := "", int64(0), 0
+			for {
+				rows, err := sq.Select("topic", "seqid").From(t.Quoted()+" "+hint+" (idx_from_topic_seq)").Where(sq.Eq{"from_user": 7}).
+					Where(sq.Or{sq.Gt{"topic": topic}, sq.And{sq.Eq{"topic": topic}, sq.Gt{"seqid": seq}}}).
+					OrderBy("topic", "seqid").Limit(1000).RunWith(e.DB).QueryContext(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n := 0
+				for rows.Next() {
+					if err := rows.Scan(&topic, &seq); err != nil {
+						b.Fatal(err)
+					}
+					n++
+				}
+				rows.Close()
+				found += n
+				if n < 1000 {
+					break
+				}
+			}
+			if found != 2000 {
+				b.Fatalf("found %d of the user's 2,000 messages", found)
+			}
+		}
+	}
+	b.Run("scan", func(b *testing.B) { walk(b, "IGNORE INDEX") })
+	b.Run("index", func(b *testing.B) { walk(b, "FORCE INDEX") })
+}
