@@ -374,12 +374,12 @@ func (s *Service) countHot(ctx context.Context, db *sql.DB, tenant string, keys 
 		return nil, cold, nil
 	}
 	rdb := s.p.Redis
-	const per = 4 // hotCmds
+	const per = readpath.NewestCmdCount
 	n := len(hot)
 	cmds := make([]rueidis.Completed, 0, (per+3)*n)
 	for _, i := range hot {
 		u := us[i]
-		cmds = append(cmds, s.r.HotCmds(keys, u.topic, readpath.Desc, math.MaxInt64, u.readSeq, hotReadOf(u))...)
+		cmds = append(cmds, s.r.NewestCmds(keys, countRead(u))...)
 	}
 	if remember {
 		// before the ranges: a hide moves it forward before and after its insert
@@ -410,8 +410,8 @@ func (s *Service) countHot(ctx context.Context, db *sql.DB, tenant string, keys 
 	var hres []rueidis.RedisResult
 	for j, i := range hot {
 		r := &reads[j]
-		r.c, counters[j], r.err = readpath.HotResolve(res[j*per:(j+1)*per], readpath.Desc, math.MaxInt64, us[i].readSeq, hotReadOf(us[i]))
-		r.bound = readpath.HotBound(r.c, counters[j])
+		r.c, r.err = readpath.ResolveNewest(res[j*per:(j+1)*per], countRead(us[i]))
+		counters[j], r.bound = r.c.Counter(), r.c.Bound()
 	}
 	s.aboveCachedInFlight(ctx, tenant, keys, us, hot, reads, counters)
 	for j, i := range hot {
@@ -443,12 +443,12 @@ func (s *Service) countHot(ctx context.Context, db *sql.DB, tenant string, keys 
 		hv, ok := stampOf(m)
 		// remembered only under versions Redis holds: a missing one says
 		// nothing of the changes made before it went missing
-		versioned := reads[j].c.Version != 0 && hv != 0
+		versioned := reads[j].c.Version() != 0 && hv != 0
 		if ok && versioned && (err == nil || rueidis.IsRedisNil(err)) && routing.NonePendingThrough(res[(per+2)*n+j], counters[j]) {
 			if fresh == nil {
 				fresh = map[int]remembered{}
 			}
-			fresh[i] = remembered{last: counters[j], cursor: us[i].readSeq, msgVer: reads[j].c.Version, hidVer: hv}
+			fresh[i] = remembered{last: counters[j], cursor: us[i].readSeq, msgVer: reads[j].c.Version(), hidVer: hv}
 		}
 	}
 	return fresh, cold, nil
@@ -491,7 +491,7 @@ func (s *Service) aboveCachedInFlight(ctx context.Context, tenant string, keys r
 			continue
 		}
 		for seq := r.bound.Settled + 1; seq <= counters[j]; seq++ {
-			if !r.c.Gaps[seq] {
+			if !r.c.Gap(seq) {
 				checks = append(checks, check{j, seq})
 				cmds = append(cmds, s.p.Flight.InFlightCmds(keys, us[i].topic, seq)...)
 			}
@@ -553,14 +553,20 @@ func hotReadOf(u userTopic) int {
 	return int(min(u.last-u.readSeq, UnreadCap+1)) + unreadSlack
 }
 
+// countRead is the hot-cache read of a count of u: newest first from the
+// top down to the cursor, hotReadOf(u) members at most.
+func countRead(u userTopic) readpath.NewestRead {
+	return readpath.NewestRead{Topic: u.topic, Below: math.MaxInt64, Floor: u.readSeq, N: hotReadOf(u)}
+}
+
 // hotRead is a topic's hot-cache read for a count: the cache next to the
-// cursor, how far the count may go (readpath.HotBound: the counter's
+// cursor, how far the count may go (readpath.Newest.Bound: the counter's
 // last seq, lowered to the newest cached message: seqs above it are in
 // flight — aboveCachedInFlight checks they are — not answered yet, like
 // those not stored yet in the month tables) and, when something lies
 // above the cursor, the caller's deletion ranges.
 type hotRead struct {
-	c     readpath.Cached
+	c     readpath.Newest
 	bound routing.Bound
 	err   error
 	hv    readpath.HiddenView
@@ -593,7 +599,7 @@ func (s *Service) countHotOne(user int64, u userTopic, r hotRead) (unreadCount, 
 	}
 	c, hv := r.c, r.hv
 	// at most n rows: all the read may cover
-	page, ok, _ := readpath.Walk(readpath.HotView{Top: c}, last, u.readSeq+1, readpath.Desc, n-1, nil, true)
+	page, ok := c.Walk(last, u.readSeq+1, n-1, nil, true)
 	if !ok {
 		return out, false
 	}
@@ -612,10 +618,12 @@ func (s *Service) countHotOne(user int64, u userTopic, r hotRead) (unreadCount, 
 	return out, true
 }
 
-// lastRead is how many cached members a last-message read takes: the
-// newest stored one and a few it may have to step over (deleted for
-// everyone, hidden by the caller, gaps).
-const lastRead = readpath.HotSlack + 1
+// lastMessageRead is the hot-cache read of u's last message: down from the
+// last stored seq (the mirror's), the newest stored message and a few it
+// may have to step over (deleted for everyone, hidden by the caller, gaps).
+func lastMessageRead(u userTopic) readpath.NewestRead {
+	return readpath.NewestRead{Topic: u.topic, Below: u.mirror.LastSeq() + 1, N: readpath.HotSlack + 1}
+}
 
 // lastMessages is the last message of each of us the caller may see (nil:
 // none), as lastMessage answers it, and each topic's last stored seq: from
@@ -641,10 +649,10 @@ func (s *Service) lastMessages(ctx context.Context, db *sql.DB, tenant string, k
 		}
 	}
 	if len(hot) > 0 {
-		const per = 4 // hotCmds
+		const per = readpath.NewestCmdCount
 		cmds := make([]rueidis.Completed, 0, (per+1)*len(hot))
 		for _, i := range hot {
-			cmds = append(cmds, s.r.HotCmds(keys, us[i].topic, readpath.Desc, us[i].mirror.LastSeq()+1, 0, lastRead)...)
+			cmds = append(cmds, s.r.NewestCmds(keys, lastMessageRead(us[i]))...)
 		}
 		names := make([]string, len(hot))
 		for j, i := range hot {
@@ -658,12 +666,12 @@ func (s *Service) lastMessages(ctx context.Context, db *sql.DB, tenant string, k
 		}
 		for j, i := range hot {
 			last := us[i].mirror.LastSeq()
-			c, _, err := readpath.HotResolve(res[j*per:(j+1)*per], readpath.Desc, last+1, 0, lastRead)
+			c, err := readpath.ResolveNewest(res[j*per:(j+1)*per], lastMessageRead(us[i]))
 			if err != nil || !hvs[j].Known {
 				cold = append(cold, i)
 				continue
 			}
-			page, ok, _ := readpath.Walk(readpath.HotView{Top: c}, last, 1, readpath.Desc, 0, hvs[j].Ranges, false)
+			page, ok := c.Walk(last, 1, 0, hvs[j].Ranges, false)
 			if !ok {
 				cold = append(cold, i)
 				continue

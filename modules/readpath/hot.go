@@ -24,13 +24,13 @@ const (
 	hotFurther = 4
 )
 
-// HotCmds read the topic's message version (first: whatever the cache
+// hotCmds read the topic's message version (first: whatever the cache
 // read after it shows is at least as new as that version), the last issued
 // seq and the cached messages and recorded gaps next to bound, in order o
 // (exclusive of bound), at most n of each; newest first they stop above
 // floor when it is positive (a read of what lies above a process's copy).
 // hotResolve reads their results.
-func (s *Reader) HotCmds(keys routing.Keys, topic string, o Order, bound, floor int64, n int) []rueidis.Completed {
+func (s *Reader) hotCmds(keys routing.Keys, topic string, o Order, bound, floor int64, n int) []rueidis.Completed {
 	rdb := s.p.Redis
 	b := "(" + strconv.FormatInt(bound, 10)
 	var hot, gaps rueidis.Completed
@@ -48,10 +48,10 @@ func (s *Reader) HotCmds(keys routing.Keys, topic string, o Order, bound, floor 
 	return []rueidis.Completed{rdb.B().Get().Key(keys.MessagesVersion(topic)).Build(), rdb.B().Get().Key(keys.Seq(topic)).Build(), hot, gaps}
 }
 
-// HotResolve is the cache read of hotCmds' results and the topic's last
+// hotResolve is the cache read of hotCmds' results and the topic's last
 // issued seq. The returned bounds are where the read was complete: a ZSET
 // that returned n entries may hold more beyond the last.
-func HotResolve(res []rueidis.RedisResult, o Order, bound, floor int64, n int) (Cached, int64, error) {
+func hotResolve(res []rueidis.RedisResult, o Order, bound, floor int64, n int) (Cached, int64, error) {
 	version, err := res[0].AsInt64()
 	if rueidis.IsRedisNil(err) {
 		// no version: none was set within its lifetime, or Redis lost it
@@ -106,23 +106,9 @@ func HotResolve(res []rueidis.RedisResult, o Order, bound, floor int64, n int) (
 	return c, last, nil
 }
 
-// HotBound is how far a count over the newest-first cache read c may go
-// (the unread badges): the topic's seq counter lowered to the newest
-// cached message — a seq above it is not answered yet, like one not
-// stored yet in the month tables (the caller checks each is in flight) —
-// and not Counted when Redis holds no counter: the cache proves nothing
-// then.
-func HotBound(c Cached, counter int64) routing.Bound {
-	b := routing.Bound{Settled: counter, Counted: counter > 0}
-	if len(c.Members) > 0 {
-		b.Settled = min(b.Settled, int64(c.Members[0].Score))
-	}
-	return b
-}
-
 // hotReread reads the cache next to bound again, n members this time.
 func (s *Reader) hotReread(ctx context.Context, keys routing.Keys, topic string, o Order, bound int64, n int) (Cached, error) {
-	c, _, err := HotResolve(s.p.Redis.DoMulti(ctx, s.HotCmds(keys, topic, o, bound, 0, n)...), o, bound, 0, n)
+	c, _, err := hotResolve(s.p.Redis.DoMulti(ctx, s.hotCmds(keys, topic, o, bound, 0, n)...), o, bound, 0, n)
 	return c, err
 }
 
@@ -156,7 +142,7 @@ func (s *Reader) readPage(ctx context.Context, p httpapi.Principal, keys routing
 		cmds = s.p.Flight.BoundCmds(keys, topic)
 	}
 	ns := len(cmds)
-	cmds = append(cmds, s.HotCmds(keys, topic, o, hb, floor, n)...)
+	cmds = append(cmds, s.hotCmds(keys, topic, o, hb, floor, n)...)
 	nh := len(cmds)
 	cmds = append(cmds, s.HiddenCmds(keys, topic, p.UserID)...)
 	nd := len(cmds)
@@ -184,7 +170,7 @@ func (s *Reader) readPage(ctx context.Context, p httpapi.Principal, keys routing
 	if withRoute {
 		r.Route = res[nd:na]
 	}
-	r.View.Top, r.Last, r.Err = HotResolve(res[ns:nh], o, hb, floor, n)
+	r.View.Top, r.Last, r.Err = hotResolve(res[ns:nh], o, hb, floor, n)
 	if base != nil && r.Err == nil && base.ver != r.View.Top.Version {
 		// a message of the topic changed since the copy was read, or the
 		// version is gone: the copy may hold an old version of a message

@@ -185,23 +185,23 @@ func (c Cached) first(seq int64) int {
 	})
 }
 
-// HotView is what a page walks: the hot-cache read of its request (top)
+// hotView is what a page walks: the hot-cache read of its request (top)
 // and, when one was used, this process's copy of the topic's newest
 // stretch (base): seqs from base.lo to base.hi are the copy's, all others
 // the read's — above a copy held from before, the read is of what lies
 // above it; below a copy just made from the read, the read may know more.
-type HotView struct {
+type hotView struct {
 	Top  Cached
 	base *recent
 }
 
 // inBase reports whether the copy answers for seq.
-func (v HotView) inBase(seq int64) bool {
+func (v hotView) inBase(seq int64) bool {
 	return v.base != nil && seq >= v.base.lo && seq <= v.base.hi
 }
 
 // Lo is the lowest seq the view may cover.
-func (v HotView) Lo() int64 {
+func (v hotView) Lo() int64 {
 	if v.base != nil {
 		return min(v.base.lo, v.Top.Lo)
 	}
@@ -209,13 +209,13 @@ func (v HotView) Lo() int64 {
 }
 
 // covers reports whether seq lies within what the view read completely.
-func (v HotView) covers(seq int64) bool {
+func (v hotView) covers(seq int64) bool {
 	return v.inBase(seq) || seq >= v.Top.Lo && seq <= v.Top.Hi
 }
 
 // GapsIn lists the recorded gaps within [lo, hi], ascending, and whether
 // the view covers all of [lo, hi] (else the list proves nothing).
-func (v HotView) GapsIn(lo, hi int64) ([]int64, bool) {
+func (v hotView) GapsIn(lo, hi int64) ([]int64, bool) {
 	var out []int64
 	for lo <= hi {
 		if v.inBase(lo) {
@@ -242,7 +242,7 @@ func (v HotView) GapsIn(lo, hi int64) ([]int64, bool) {
 // before its send answers 201 but in MySQL only once persisted: a page the
 // view cannot prove complete, which MySQL answers, adds these so that a
 // reader whose request starts after the 201 sees the message.
-func (v HotView) Held(below int64) []message.Message {
+func (v hotView) Held(below int64) []message.Message {
 	var fromCopy, fromRead []message.Message
 	if v.base != nil {
 		for s := min(v.base.hi, below-1); s >= v.base.lo; s-- {
@@ -264,13 +264,13 @@ func (v HotView) Held(below int64) []message.Message {
 	return merge(fromCopy, fromRead, Desc)
 }
 
-// Walk builds a page from the view starting at seq from, stepping towards
+// walk builds a page from the view starting at seq from, stepping towards
 // stop (inclusive) in order o, with one row of lookahead. It succeeds only
 // if the view provably covers every seq it passes: each is cached or a
 // recorded gap, within the bounds read; on failure miss is the first seq
 // it could not prove. It ends early once the page holds limit+1 visible
 // rows. Deleted rows are skipped unless keepDeleted, hidden ones always.
-func Walk(v HotView, from, stop int64, o Order, limit int, hidden Hidden, keepDeleted bool) (page []message.Message, ok bool, miss int64) {
+func walk(v hotView, from, stop int64, o Order, limit int, hidden Hidden, keepDeleted bool) (page []message.Message, ok bool, miss int64) {
 	step := int64(1)
 	if o == Desc {
 		step = -1

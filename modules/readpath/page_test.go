@@ -151,7 +151,7 @@ func TestWalkCoverage(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, ok, _ := Walk(HotView{Top: c.c}, c.from, c.stop, c.o, c.limit, c.hidden, false)
+			got, ok, _ := walk(hotView{Top: c.c}, c.from, c.stop, c.o, c.limit, c.hidden, false)
 			if ok != c.ok || (ok && !slices.Equal(seqsOf(got), c.want)) {
 				t.Fatalf("got %v %v, want %v %v", seqsOf(got), ok, c.want, c.ok)
 			}
@@ -161,11 +161,11 @@ func TestWalkCoverage(t *testing.T) {
 		ms := msgs(1, 2, 3)
 		ms[1].Status = message.StatusDeleted
 		c := cached(t, 1, 3, ms, nil)
-		got, _, _ := Walk(HotView{Top: c}, 3, 1, Desc, 10, nil, false)
+		got, _, _ := walk(hotView{Top: c}, 3, 1, Desc, 10, nil, false)
 		if !slices.Equal(seqsOf(got), []int64{3, 1}) {
 			t.Fatalf("got %v", seqsOf(got))
 		}
-		got, _, _ = Walk(HotView{Top: c}, 3, 1, Desc, 10, nil, true)
+		got, _, _ = walk(hotView{Top: c}, 3, 1, Desc, 10, nil, true)
 		if !slices.Equal(seqsOf(got), []int64{3, 2, 1}) {
 			t.Fatalf("kept: got %v", seqsOf(got))
 		}

@@ -194,7 +194,7 @@ func (s *Reader) withHeld(ctx context.Context, db *sql.DB, pl plan, page []messa
 // whose copy could not reach the topic's last seq that way (the read above
 // it was cut short) — the stretch below the last seq. held is the copy the
 // page was read over (nil if none): kept as it is, it is not stored again.
-func (s *Reader) keepRecent(k topicKey, v HotView, held *recent, latest bool, last int64, now time.Time) {
+func (s *Reader) keepRecent(k topicKey, v hotView, held *recent, latest bool, last int64, now time.Time) {
 	if v.base == nil {
 		return
 	}

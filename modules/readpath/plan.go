@@ -34,7 +34,7 @@ func (q pageRequest) slack() int { return q.Limit + 1 + HotSlack }
 // reads and the forward bound. Everything a plan decides, it decides from
 // these.
 type pageReads struct {
-	View HotView
+	View hotView
 	At   time.Time // when the reads were sent: a copy made from them is this old
 	Last int64     // the seq counter; 0: Redis holds none, the cache proves nothing
 	Err  error     // the hot-cache read failed: MySQL answers
@@ -86,7 +86,7 @@ type cacheStep struct {
 	page []message.Message // cacheHit
 	// view is what the page walked (with a latest page's copy made from
 	// the read); nil base and zero Top when no walk was made
-	view   HotView
+	view   hotView
 	walked bool // a walk was made: what it proved of the newest stretch is kept
 	failed bool // the cache read failed (logged; not a miss of the cache)
 	reset  bool // the copy lies above the seq counter: dropped
@@ -134,7 +134,7 @@ func (pl plan) first() cacheStep {
 	if !r.Hidden.Known {
 		// the ranges are worth a MySQL read only once the cache is known to
 		// cover the page
-		if _, ok, miss := Walk(v, pl.from, pl.stop, pl.req.Order, pl.req.Limit, nil, false); !ok && v.covers(miss) {
+		if _, ok, miss := walk(v, pl.from, pl.stop, pl.req.Order, pl.req.Limit, nil, false); !ok && v.covers(miss) {
 			return cacheStep{}
 		}
 		return cacheStep{kind: cacheRanges, view: v}
@@ -146,8 +146,8 @@ func (pl plan) first() cacheStep {
 // further allows one longer cache read when the view ends before the page
 // does (not with ranges read from MySQL above hiddenLo only: MySQL answers
 // instead).
-func (pl plan) walk(v HotView, hidden Hidden, further bool) cacheStep {
-	page, ok, miss := Walk(v, pl.from, pl.stop, pl.req.Order, pl.req.Limit, hidden, false)
+func (pl plan) walk(v hotView, hidden Hidden, further bool) cacheStep {
+	page, ok, miss := walk(v, pl.from, pl.stop, pl.req.Order, pl.req.Limit, hidden, false)
 	switch {
 	case ok:
 		return cacheStep{kind: cacheHit, page: page, view: v, walked: true}
@@ -162,7 +162,7 @@ func (pl plan) furtherN() int { return hotFurther * pl.req.slack() }
 
 // over is what the longer cache read c proves of the page (cacheFurther).
 func (pl plan) over(c Cached) cacheStep {
-	v := HotView{Top: c}
+	v := hotView{Top: c}
 	if pl.req.latest() {
 		v.base = newRecent(c, pl.reads.Last, pl.reads.At)
 	}

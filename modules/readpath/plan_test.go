@@ -47,40 +47,40 @@ func TestPlanPageDecidesFromTheRepliesAlone(t *testing.T) {
 		flags string  // "failed", "reset", "walked"
 	}{
 		{name: "latest page, cache whole", req: pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 3},
-			reads: pageReads{View: HotView{Top: whole()}, Last: 30, Hidden: known}, kind: cacheHit, page: []int64{30, 29, 28, 27}, flags: "walked"},
+			reads: pageReads{View: hotView{Top: whole()}, Last: 30, Hidden: known}, kind: cacheHit, page: []int64{30, 29, 28, 27}, flags: "walked"},
 		{name: "before page steps over a recorded gap", req: pageRequest{Order: Desc, Cursor: 14, Limit: 2},
-			reads: pageReads{View: HotView{Top: whole()}, Last: 30, Hidden: known}, kind: cacheHit, page: []int64{13, 11, 10}, flags: "walked"},
+			reads: pageReads{View: hotView{Top: whole()}, Last: 30, Hidden: known}, kind: cacheHit, page: []int64{13, 11, 10}, flags: "walked"},
 		{name: "before page reaches seq 1", req: pageRequest{Order: Desc, Cursor: 3, Limit: 5},
-			reads: pageReads{View: HotView{Top: whole()}, Last: 30, Hidden: known}, kind: cacheHit, page: []int64{2, 1}, flags: "walked"},
+			reads: pageReads{View: hotView{Top: whole()}, Last: 30, Hidden: known}, kind: cacheHit, page: []int64{2, 1}, flags: "walked"},
 		{name: "hidden ranges are skipped", req: pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 2},
-			reads: pageReads{View: HotView{Top: whole()}, Last: 30, Hidden: HiddenView{Known: true, Ranges: Hidden{{28, 30}}}}, kind: cacheHit, page: []int64{30, 27, 26}, flags: "walked"},
+			reads: pageReads{View: hotView{Top: whole()}, Last: 30, Hidden: HiddenView{Known: true, Ranges: Hidden{{28, 30}}}}, kind: cacheHit, page: []int64{30, 27, 26}, flags: "walked"},
 		{name: "cache read cut short: read further", req: pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 6},
-			reads: pageReads{View: HotView{Top: cut()}, Last: 30, Hidden: known}, kind: cacheFurther, flags: "walked"},
+			reads: pageReads{View: hotView{Top: cut()}, Last: 30, Hidden: known}, kind: cacheFurther, flags: "walked"},
 		{name: "a seq in flight within the read: MySQL", req: pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 20},
-			reads: pageReads{View: HotView{Top: hole()}, Last: 30, Hidden: known}, kind: cacheMiss, flags: "walked"},
+			reads: pageReads{View: hotView{Top: hole()}, Last: 30, Hidden: known}, kind: cacheMiss, flags: "walked"},
 		{name: "no counter: the cache proves nothing", req: pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 3},
-			reads: pageReads{View: HotView{Top: whole()}, Last: 0, Hidden: known}, kind: cacheMiss},
+			reads: pageReads{View: hotView{Top: whole()}, Last: 0, Hidden: known}, kind: cacheMiss},
 		{name: "cache read failed", req: pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 3},
 			reads: pageReads{Err: errors.New("down"), Last: 30, Hidden: known}, kind: cacheMiss, flags: "failed"},
 		{name: "ranges unknown, cache covers: read them", req: pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 3},
-			reads: pageReads{View: HotView{Top: whole()}, Last: 30}, kind: cacheRanges},
+			reads: pageReads{View: hotView{Top: whole()}, Last: 30}, kind: cacheRanges},
 		{name: "ranges unknown, cache has a hole: MySQL, no range read", req: pageRequest{Order: Desc, Cursor: 25, Limit: 10},
-			reads: pageReads{View: HotView{Top: hole()}, Last: 30}, kind: cacheMiss},
+			reads: pageReads{View: hotView{Top: hole()}, Last: 30}, kind: cacheMiss},
 		{name: "copy above the counter: dropped", req: pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 3},
-			reads: pageReads{View: HotView{Top: whole(), base: newRecent(whole(), 30, at)}, Last: 20, Hidden: known}, kind: cacheMiss, flags: "reset"},
+			reads: pageReads{View: hotView{Top: whole(), base: newRecent(whole(), 30, at)}, Last: 20, Hidden: known}, kind: cacheMiss, flags: "reset"},
 		{name: "latest page over the copy and the read above it", req: pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 3},
-			reads: pageReads{View: HotView{Top: cached(t, 29, math.MaxInt64-1, msgs(29, 30, 31), nil), base: newRecent(whole(), 28, at)}, Last: 31, Hidden: known},
+			reads: pageReads{View: hotView{Top: cached(t, 29, math.MaxInt64-1, msgs(29, 30, 31), nil), base: newRecent(whole(), 28, at)}, Last: 31, Hidden: known},
 			kind:  cacheHit, page: []int64{31, 30, 29, 28}, flags: "walked"},
 		{name: "since page up to the bound", req: pageRequest{Order: Asc, Cursor: 24, Limit: 10},
-			reads: pageReads{View: HotView{Top: whole()}, Last: 30, Hidden: known, Bound: routing.Bound{Settled: 27, Counted: true}},
+			reads: pageReads{View: hotView{Top: whole()}, Last: 30, Hidden: known, Bound: routing.Bound{Settled: 27, Counted: true}},
 			kind:  cacheHit, page: []int64{25, 26, 27}, upTo: 27, flags: "walked"},
 		{name: "since page with lookahead", req: pageRequest{Order: Asc, Cursor: 10, Limit: 2},
-			reads: pageReads{View: HotView{Top: whole()}, Last: 30, Hidden: known, Bound: routing.Bound{Settled: 30, Counted: true}},
+			reads: pageReads{View: hotView{Top: whole()}, Last: 30, Hidden: known, Bound: routing.Bound{Settled: 30, Counted: true}},
 			kind:  cacheHit, page: []int64{11, 13, 14}, upTo: 30, flags: "walked"},
 		{name: "since page: a seq in flight right above the cursor", req: pageRequest{Order: Asc, Cursor: 19, Limit: 10},
-			reads: pageReads{View: HotView{Top: hole()}, Last: 30, Hidden: known, Bound: routing.Bound{Settled: 19, Counted: true}}, empty: true},
+			reads: pageReads{View: hotView{Top: hole()}, Last: 30, Hidden: known, Bound: routing.Bound{Settled: 19, Counted: true}}, empty: true},
 		{name: "since page, counter unknown, nothing proven stored", req: pageRequest{Order: Asc, Cursor: 5, Limit: 10},
-			reads: pageReads{View: HotView{Top: whole()}, Last: 0, Hidden: known, Bound: routing.Bound{}}, empty: true},
+			reads: pageReads{View: hotView{Top: whole()}, Last: 0, Hidden: known, Bound: routing.Bound{}}, empty: true},
 		{name: "since page, counter unknown, the mirror proves a prefix", req: pageRequest{Order: Asc, Cursor: 5, Limit: 10},
 			reads: pageReads{Last: 0, Hidden: known, Bound: routing.Bound{Settled: 9}}, kind: cacheMiss, upTo: 9},
 	} {
@@ -124,7 +124,7 @@ func TestPlanPageDecidesFromTheRepliesAlone(t *testing.T) {
 func TestPlanFollowUpSteps(t *testing.T) {
 	whole := cached(t, 1, math.MaxInt64-1, msgs(upTo(1, 30)...), nil)
 	t.Run("ranges read from MySQL are hidden, and never ask for more", func(t *testing.T) {
-		pl := planPage(pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 2}, pageReads{View: HotView{Top: whole}, Last: 30})
+		pl := planPage(pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 2}, pageReads{View: hotView{Top: whole}, Last: 30})
 		if pl.cache.kind != cacheRanges || pl.hiddenLo != 1 {
 			t.Fatalf("step %+v, hiddenLo %d", pl.cache.kind, pl.hiddenLo)
 		}
@@ -135,14 +135,14 @@ func TestPlanFollowUpSteps(t *testing.T) {
 		short := cached(t, 28, 30, msgs(28, 29, 30), nil)
 		short.Full = true
 		pl.req.Limit = 5
-		if st := pl.walk(HotView{Top: short}, nil, false); st.kind != cacheMiss {
+		if st := pl.walk(hotView{Top: short}, nil, false); st.kind != cacheMiss {
 			t.Fatalf("a view ending early with ranges from MySQL goes to MySQL, got %d", st.kind)
 		}
 	})
 	t.Run("the longer read answers, and a latest page keeps its copy", func(t *testing.T) {
 		short := cached(t, 28, 30, msgs(28, 29, 30), nil)
 		short.Full = true
-		pl := planPage(pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 4}, pageReads{View: HotView{Top: short}, Last: 30, Hidden: HiddenView{Known: true}})
+		pl := planPage(pageRequest{Order: Desc, Cursor: math.MaxInt64, Limit: 4}, pageReads{View: hotView{Top: short}, Last: 30, Hidden: HiddenView{Known: true}})
 		if pl.cache.kind != cacheFurther || pl.furtherN() != hotFurther*(4+1+HotSlack) {
 			t.Fatalf("step %d, further %d", pl.cache.kind, pl.furtherN())
 		}
@@ -180,7 +180,7 @@ func TestPlanMonthsAndGaps(t *testing.T) {
 			}
 		})
 	}
-	view := HotView{Top: cached(t, 11, math.MaxInt64-1, msgs(11, 13), []int64{12, 14})}
+	view := hotView{Top: cached(t, 11, math.MaxInt64-1, msgs(11, 13), []int64{12, 14})}
 	for _, tc := range []struct {
 		name  string
 		reads pageReads
@@ -203,7 +203,7 @@ func TestPlanMonthsAndGaps(t *testing.T) {
 // A badge's count over the hot cache goes up to the newest cached message
 // below the counter, decided by the same Bound.Forward as a page; without
 // a counter the cache proves nothing.
-func TestHotBoundStopsAtTheNewestCachedMessage(t *testing.T) {
+func TestNewestBoundStopsAtTheNewestCachedMessage(t *testing.T) {
 	c := cached(t, 1, math.MaxInt64-1, msgs(upTo(1, 8)...), nil)
 	for _, tc := range []struct {
 		name    string
@@ -221,7 +221,7 @@ func TestHotBoundStopsAtTheNewestCachedMessage(t *testing.T) {
 		{"no counter", c, 0, 5, 0, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := HotBound(tc.c, tc.counter)
+			b := Newest{c: tc.c, counter: tc.counter}.Bound()
 			to, ok := b.Forward(tc.cursor)
 			if b.Counted != tc.counted || to != tc.to || ok != tc.reads {
 				t.Fatalf("%+v: Forward(%d) = %d %v, want %d %v counted %v", b, tc.cursor, to, ok, tc.to, tc.reads, tc.counted)

@@ -140,18 +140,18 @@ func TestWalkOverCopy(t *testing.T) {
 	at := time.Unix(100, 0)
 	base := newRecent(cached(t, 1, 20, msgs(11, 12, 14, 15, 16, 17, 18, 19, 20), []int64{13}), 20, at) // [11, 20]
 	above := cached(t, 21, math.MaxInt64-1, msgs(21, 22, 24), nil)                                     // 23 unknown
-	v := HotView{Top: above, base: base}
-	page, ok, _ := Walk(v, 22, 1, Desc, 5, nil, false)
+	v := hotView{Top: above, base: base}
+	page, ok, _ := walk(v, 22, 1, Desc, 5, nil, false)
 	if !ok || !slices.Equal(seqsOf(page), []int64{22, 21, 20, 19, 18, 17}) {
 		t.Fatalf("page over the read and the copy: %v %v", seqsOf(page), ok)
 	}
-	if _, ok, miss := Walk(v, 24, 1, Desc, 5, nil, false); ok || miss != 23 || !v.covers(miss) {
+	if _, ok, miss := walk(v, 24, 1, Desc, 5, nil, false); ok || miss != 23 || !v.covers(miss) {
 		t.Fatalf("an unknown seq above the copy: ok %v miss %d", ok, miss)
 	}
-	if _, ok, miss := Walk(v, 22, 1, Desc, 20, nil, false); ok || miss != 10 || v.covers(miss) {
+	if _, ok, miss := walk(v, 22, 1, Desc, 20, nil, false); ok || miss != 10 || v.covers(miss) {
 		t.Fatalf("a page deeper than the copy: ok %v miss %d", ok, miss)
 	}
-	page, ok, _ = Walk(v, 12, 22, Asc, 10, Hidden{{15, 17}}, false)
+	page, ok, _ = walk(v, 12, 22, Asc, 10, Hidden{{15, 17}}, false)
 	if !ok || !slices.Equal(seqsOf(page), []int64{12, 14, 17, 18, 19, 20, 21, 22}) {
 		t.Fatalf("since page over the copy: %v %v", seqsOf(page), ok)
 	}
@@ -160,14 +160,14 @@ func TestWalkOverCopy(t *testing.T) {
 	}
 	// a copy made from the read itself: below the copy the read answers
 	read := cached(t, 1, math.MaxInt64-1, msgs(1, 2, 3, 5, 6), nil)
-	own := HotView{Top: read, base: newRecent(read, 6, at)}
-	if _, ok, miss := Walk(own, 6, 1, Desc, 5, nil, false); ok || miss != 4 || !own.covers(miss) {
+	own := hotView{Top: read, base: newRecent(read, 6, at)}
+	if _, ok, miss := walk(own, 6, 1, Desc, 5, nil, false); ok || miss != 4 || !own.covers(miss) {
 		t.Fatalf("an unknown seq right below a copy of the same read: ok %v miss %d", ok, miss)
 	}
 	if g, ok := own.GapsIn(1, 6); !ok || len(g) != 0 {
 		t.Fatalf("gaps %v %v", g, ok)
 	}
-	hole := HotView{Top: cached(t, 25, 30, msgs(25), nil), base: base}
+	hole := hotView{Top: cached(t, 25, 30, msgs(25), nil), base: base}
 	if _, ok := hole.GapsIn(12, 26); ok {
 		t.Fatal("gaps across a hole above the copy proved")
 	}
@@ -223,17 +223,17 @@ func TestCopyAnswersAsTheCache(t *testing.T) {
 			limit := 1 + rng.IntN(30)
 			n := limit + 1 + HotSlack
 			// the latest page, newest first
-			want, wantOK, _ := Walk(HotView{Top: c}, last, 1, Desc, limit, nil, false)
-			v := HotView{Top: c}
+			want, wantOK, _ := walk(hotView{Top: c}, last, 1, Desc, limit, nil, false)
+			v := hotView{Top: c}
 			fromHeld := held != nil && held.usable(Desc, math.MaxInt64, n)
 			if fromHeld {
 				above := c
 				above.Lo = held.hi + 1 // what a read above the copy covers
-				v = HotView{Top: above, base: held}
+				v = hotView{Top: above, base: held}
 			} else if b := newRecent(c, last, now); b != nil {
 				v.base = b
 			}
-			got, ok, _ := Walk(v, last, 1, Desc, limit, nil, false)
+			got, ok, _ := walk(v, last, 1, Desc, limit, nil, false)
 			if ok && fromHeld {
 				overCopy++
 			}
@@ -256,10 +256,10 @@ func TestCopyAnswersAsTheCache(t *testing.T) {
 			if !held.usable(Asc, since, n) {
 				t.Fatalf("since %d within the copy [%d, %d] not usable", since, held.lo, held.hi)
 			}
-			want, wantOK, _ = Walk(HotView{Top: c}, since+1, last, Asc, limit, nil, false)
+			want, wantOK, _ = walk(hotView{Top: c}, since+1, last, Asc, limit, nil, false)
 			above := c
 			above.Lo = held.hi + 1
-			got, ok, _ = Walk(HotView{Top: above, base: held}, since+1, last, Asc, limit, nil, false)
+			got, ok, _ = walk(hotView{Top: above, base: held}, since+1, last, Asc, limit, nil, false)
 			if ok && (!wantOK || !slices.Equal(seqsOf(got), seqsOf(want))) {
 				t.Fatalf("round %d step %d: since %d over the copy %v, the cache says %v (%v)", round, step, since, seqsOf(got), seqsOf(want), wantOK)
 			}
