@@ -25,15 +25,15 @@ var coldTopics = map[string]int64{"arch-a": 20, "arch-b": 27, "arch-c": 34}
 
 // coldEnv is a tenant whose sealed month (sealedMonth's) holds, besides
 // its varied rows, a recalled, an edited and a deleted-for-everyone
-// message and a range one member hid, archived to url's bucket — and the
+// message and ranges one member hid, archiving to bucket (a URL) — and the
 // month's message ids.
-func coldEnv(t *testing.T, url string) (*harness.Env, routing.Month, []int64) {
+func coldEnv(t *testing.T, bucket string) (*harness.Env, routing.Month, []int64) {
 	t.Helper()
 	env := harness.Start(t, harness.Options{Mutate: func(c *config.Config) {
 		c.Shard.SealingDays = 0
 		c.Send.ProduceTimeout = time.Second
 		c.HotCache.LocalTopics = 0 // no process copy: every page reads MySQL or the archive
-		c.Archive.URL = url
+		c.Archive.URL = bucket
 	}})
 	old, _ := sealedMonth(t, env)
 	ctx := context.Background()
@@ -74,12 +74,13 @@ func coldEnv(t *testing.T, url string) (*harness.Env, routing.Month, []int64) {
 }
 
 // coldWalk reads the topics every way the API reads messages — before and
-// since walks at limits (and 50), the changed and hidden seqs and a sample
-// of the rest, contexts, by id and the admin lookup — as a member who hid
+// since walks at limits (and 50), searches, the changed and hidden seqs and
+// a sample of the rest, contexts, by id and the admin lookup — as a member who hid
 // ranges and one who hid nothing, and
-// returns each response's status and bytes by request. The hot cache is
+// returns each response's status and bytes by request (searches in
+// window). The hot cache is
 // emptied first, so every answer comes from the month's tier.
-func coldWalk(t *testing.T, env *harness.Env, ids []int64, limits []int) map[string]string {
+func coldWalk(t *testing.T, env *harness.Env, ids []int64, limits []int, window url.Values) map[string]string {
 	t.Helper()
 	ctx := context.Background()
 	keys := env.Keys()
@@ -94,16 +95,19 @@ func coldWalk(t *testing.T, env *harness.Env, ids []int64, limits []int) map[str
 		out[fmt.Sprint(user, role, " ", path)] = fmt.Sprint(code, " ", string(body))
 		return body
 	}
-	seen := 0
-	walk := func(user int64, base string, limit int, cursor string) {
+	seen := map[bool]int{} // messages listed by pages (false) and searches (true)
+	walk := func(user int64, base string, limit int, cursor string, search ...string) {
 		q := url.Values{"limit": {strconv.Itoa(limit)}}
 		if cursor == "since" {
 			q.Set(cursor, "0")
 		}
+		if len(search) > 0 {
+			q["from"], q["to"], q["q"] = window["from"], window["to"], search
+		}
 		for range 100 {
 			var p rpPage
 			_ = json.Unmarshal(get(user, "", base+"?"+q.Encode()), &p)
-			seen += len(p.Messages)
+			seen[len(search) > 0] += len(p.Messages)
 			next := p.NextBefore
 			if cursor == "since" {
 				next = p.NextSince
@@ -122,6 +126,12 @@ func coldWalk(t *testing.T, env *harness.Env, ids []int64, limits []int) map[str
 		}
 		walk(rpOther, base, 50, "before")
 		walk(rpOther, base, 50, "since")
+		// search: the texts are m<seq> (the edited one "edited"); case and _ are literal
+		search := "/v1/topics/" + topic + "/search"
+		for _, text := range []string{"m1", "M1", "1_", "edit"} {
+			walk(rpMember, search, 3, "before", text)
+		}
+		walk(rpOther, search, 50, "before", "m")
 		for seq := int64(1); seq <= last+1; seq++ {
 			// the changed and hidden seqs, a sample of the rest, one past the end
 			if (seq > 7 && seq < 30 || seq > 33) && seq%5 != 0 && seq != last+1 {
@@ -135,8 +145,8 @@ func coldWalk(t *testing.T, env *harness.Env, ids []int64, limits []int) map[str
 			}
 		}
 	}
-	if seen == 0 {
-		t.Fatal("the walk read no message")
+	if seen[false] == 0 || seen[true] == 0 {
+		t.Fatalf("the walk listed %d messages in pages, %d in searches", seen[false], seen[true])
 	}
 	for i, id := range ids {
 		if i%5 == 0 || i == len(ids)-1 {
@@ -150,9 +160,11 @@ func coldWalk(t *testing.T, env *harness.Env, ids []int64, limits []int) map[str
 // coldCompare walks the month from its table, archives it, takes the
 // table away (so any read that still went to it fails) and walks again:
 // every answer must be byte-identical.
-func coldCompare(t *testing.T, url string, limits []int) {
-	env, old, ids := coldEnv(t, url)
-	before := coldWalk(t, env, ids, limits)
+func coldCompare(t *testing.T, bucket string, limits []int) {
+	env, old, ids := coldEnv(t, bucket)
+	window := url.Values{"from": {time.Now().Add(-24 * time.Hour).UTC().Format(time.RFC3339)},
+		"to": {time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}}
+	before := coldWalk(t, env, ids, limits, window)
 	rep, err := env.App.NewArchiver().Archive(context.Background(), env.Tenant, old, false)
 	if err != nil || rep.Step != archive.StepMarked {
 		t.Fatalf("archive: %+v %v", rep, err)
@@ -161,7 +173,7 @@ func coldCompare(t *testing.T, url string, limits []int) {
 	if _, err := env.DB.Exec("RENAME TABLE " + table.Quoted() + " TO `" + table.Name() + "_away`"); err != nil {
 		t.Fatal(err)
 	}
-	after := coldWalk(t, env, ids, limits)
+	after := coldWalk(t, env, ids, limits, window)
 	if len(after) != len(before) {
 		t.Fatalf("%d answers from the archive, %d from the table", len(after), len(before))
 	}

@@ -3,9 +3,12 @@ package readpath
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
+	"strings"
 
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
@@ -61,9 +64,12 @@ func (s *Reader) Archived(ctx context.Context, tenant string, m routing.Month) (
 // coldList is a list query's share of an archived month, filtered as
 // ListQuery.build filters a table's rows.
 func (s *Reader) coldList(ctx context.Context, db *sql.DB, tenant string, m routing.Month, q ListQuery) ([]message.Message, error) {
+	var match func(*Row) bool
 	if q.Match != nil {
-		// search reads month tables only (archived months are not searched)
-		return nil, nil
+		var err error
+		if match, err = q.Match.rows(); err != nil {
+			return nil, err
+		}
 	}
 	r := ColdRange{Topic: q.Topic, Lo: math.MinInt64, Hi: math.MaxInt64, Desc: q.Order == Desc, Limit: q.Limit}
 	if q.Order == Desc {
@@ -83,7 +89,7 @@ func (s *Reader) coldList(ctx context.Context, db *sql.DB, tenant string, m rout
 		return nil, err
 	}
 	r.Keep = func(row *Row) bool {
-		return (q.KeepDeleted || row.Status != message.StatusDeleted) && !hidden.Hides(row.Seq)
+		return (q.KeepDeleted || row.Status != message.StatusDeleted) && !hidden.Hides(row.Seq) && (match == nil || match(row))
 	}
 	rows, err := s.p.Cold.Rows(ctx, tenant, m, r)
 	if err != nil {
@@ -164,6 +170,64 @@ func (s *Reader) IDRangeIn(ctx context.Context, db *sql.DB, tenant string, t rou
 		return 0, 0, false, fmt.Errorf("readpath: message ids of %s: %w", t.Name(), err)
 	}
 	return l.Int64, h.Int64, l.Valid, nil
+}
+
+// rows is the search's condition on rows, as ListQuery.build states it in
+// SQL: a normal message created in [From, To) whose content's text
+// (JSON_UNQUOTE(JSON_EXTRACT(content, '$.text')), compared as utf8mb4_bin:
+// case-sensitive, a character per _) is LIKE the pattern, ESCAPE '!'.
+func (m *TextMatch) rows() (func(*Row) bool, error) {
+	re, err := likeRegexp(m.Like)
+	if err != nil {
+		return nil, err
+	}
+	return func(row *Row) bool {
+		if row.Status != message.StatusNormal || row.CreatedAt.Before(m.From) || !row.CreatedAt.Before(m.To) {
+			return false
+		}
+		var doc map[string]json.RawMessage
+		if json.Unmarshal(row.Content, &doc) != nil {
+			return false
+		}
+		raw, ok := doc["text"]
+		if !ok || string(raw) == "null" {
+			return false // NULL is LIKE nothing
+		}
+		text := string(raw)
+		var str string
+		if json.Unmarshal(raw, &str) == nil {
+			text = str
+		}
+		return re.MatchString(text)
+	}, nil
+}
+
+// likeRegexp is a LIKE pattern with ESCAPE '!' as an anchored regexp.
+func likeRegexp(pattern string) (*regexp.Regexp, error) {
+	var b strings.Builder
+	b.WriteString(`(?s)\A`)
+	escaped := false
+	for _, r := range pattern {
+		switch {
+		case escaped:
+			b.WriteString(regexp.QuoteMeta(string(r)))
+			escaped = false
+		case r == '!':
+			escaped = true
+		case r == '%':
+			b.WriteString(".*")
+		case r == '_':
+			b.WriteString(".")
+		default:
+			b.WriteString(regexp.QuoteMeta(string(r)))
+		}
+	}
+	b.WriteString(`\z`)
+	re, err := regexp.Compile(b.String())
+	if err != nil {
+		return nil, fmt.Errorf("readpath: search pattern: %w", err)
+	}
+	return re, nil
 }
 
 func messagesOf(rows []Row) ([]message.Message, error) {
