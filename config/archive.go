@@ -10,7 +10,9 @@ import (
 // directory when it starts with file://./), s3:// (S3, MinIO, Ceph: add
 // endpoint and use_path_style), gs://, azblob://. KeepTable is how long an
 // archived month's table is to stay before it is dropped; no step drops it
-// yet (the drop waits for the cold read path), so the table stays;
+// yet: the API reads archived months from their archive, but the inbox's
+// unread counts and activity, the route check and the mirror rebuild still
+// read month tables, so the table stays;
 // RowsPerSecond throttles the export's reads of the month table (0: no
 // limit). CacheBytes bounds each process's cache of archived months'
 // manifests and Parquet footers (the cold read path's metadata).
