@@ -547,12 +547,7 @@ func (a *Archiver) export(ctx context.Context, db *sql.DB, bucket *blob.Bucket, 
 		return Manifest{}, fmt.Errorf("archive: write %s: %w", key, err)
 	}
 	hw := &hashingWriter{w: bw, h: sha256.New()}
-	pw := parquet.NewGenericWriter[Row](hw,
-		parquet.Compression(&parquet.Zstd),
-		parquet.MaxRowsPerRowGroup(rowGroupRows),
-		parquet.BloomFilters(parquet.SplitBlockFilter(10, "topic")),
-		parquet.SortingWriterConfig(parquet.SortingColumns(parquet.Ascending("topic"), parquet.Ascending("seqid"))),
-	)
+	pw := newWriter(hw)
 	man := Manifest{SchemaVersion: SchemaVersion, Tenant: tenant, Month: t.Month().String(), Object: key, CreatedAt: time.Now().UTC()}
 	ranges := map[string]*TopicRange{}
 	batch := make([]Row, 0, 512)
@@ -611,6 +606,16 @@ func (a *Archiver) export(ctx context.Context, db *sql.DB, bucket *blob.Bucket, 
 	}
 	a.m.bytes.Add(float64(man.Bytes))
 	return man, nil
+}
+
+// newWriter is the Parquet layout of SchemaVersion, writing to w.
+func newWriter(w io.Writer) *parquet.GenericWriter[Row] {
+	return parquet.NewGenericWriter[Row](w,
+		parquet.Compression(&parquet.Zstd),
+		parquet.MaxRowsPerRowGroup(rowGroupRows),
+		parquet.BloomFilters(parquet.SplitBlockFilter(10, "topic")),
+		parquet.SortingWriterConfig(parquet.SortingColumns(parquet.Ascending("topic"), parquet.Ascending("seqid"))),
+	)
 }
 
 // topicRanges orders the topics and hashes their hashes into one.

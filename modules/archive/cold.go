@@ -159,8 +159,9 @@ func (c *Cold) IDRange(ctx context.Context, tenant string, m routing.Month) (int
 	return e.man.MinMessageID, e.man.MaxMessageID, e.man.Rows > 0, nil
 }
 
-// retryStale runs read over the month's cached entry; when the object
-// changed under the entry, it drops the entry and runs read once more.
+// retryStale runs read over the month's cached entry; when that fails —
+// the object changed under the entry (errStale), or a range the entry
+// named is gone — it drops the entry and runs read once more, afresh.
 func retryStale[T any](ctx context.Context, c *Cold, tenant string, m routing.Month, read func(*coldEntry, *blob.Bucket) (T, error)) (T, error) {
 	for attempt := 0; ; attempt++ {
 		e, bucket, err := c.entry(ctx, tenant, m)
@@ -169,7 +170,7 @@ func retryStale[T any](ctx context.Context, c *Cold, tenant string, m routing.Mo
 			return zero, err
 		}
 		out, err := read(e, bucket)
-		if !errors.Is(err, errStale) || attempt > 0 {
+		if err == nil || attempt > 0 || ctx.Err() != nil {
 			return out, err
 		}
 		c.mu.Lock()
@@ -274,25 +275,32 @@ func (c *Cold) readGroup(ctx context.Context, bucket *blob.Bucket, e *coldEntry,
 	}
 }
 
-// fetch reads n bytes at off of the entry's object, in one range request.
+// fetch reads n bytes at off of the entry's object, in one range request,
+// if the object is still the one the entry describes (errStale).
 func (c *Cold) fetch(ctx context.Context, bucket *blob.Bucket, e *coldEntry, off, n int64) ([]byte, error) {
-	buf, size, mod, err := fetchRange(ctx, bucket, e.key, off, n, &c.m)
-	if err != nil {
-		return nil, err
-	}
-	if size != e.size || !mod.Equal(e.mod) {
-		return nil, fmt.Errorf("%w: %s", errStale, e.key)
-	}
-	return buf, nil
+	buf, _, _, err := fetchRange(ctx, bucket, e.key, off, n, &c.m, func(size int64, mod time.Time) error {
+		if size != e.size || !mod.Equal(e.mod) {
+			return fmt.Errorf("%w: %s", errStale, e.key)
+		}
+		return nil
+	})
+	return buf, err
 }
 
-// fetchRange reads n bytes at off of key, with the object's size and time.
-func fetchRange(ctx context.Context, bucket *blob.Bucket, key string, off, n int64, m *coldMetrics) ([]byte, int64, time.Time, error) {
+// fetchRange reads n bytes at off of key, with the object's size and
+// time; check, when set, vets those before anything is read.
+func fetchRange(ctx context.Context, bucket *blob.Bucket, key string, off, n int64, m *coldMetrics,
+	check func(size int64, mod time.Time) error) ([]byte, int64, time.Time, error) {
 	rr, err := bucket.NewRangeReader(ctx, key, off, n, nil)
 	if err != nil {
 		return nil, 0, time.Time{}, fmt.Errorf("archive: read %s: %w", key, err)
 	}
 	defer rr.Close()
+	if check != nil {
+		if err := check(rr.Size(), rr.ModTime()); err != nil {
+			return nil, 0, time.Time{}, err
+		}
+	}
 	buf := make([]byte, n)
 	if _, err := io.ReadFull(rr, buf); err != nil {
 		return nil, 0, time.Time{}, fmt.Errorf("archive: read %s at %d: %w", key, off, err)
@@ -372,7 +380,7 @@ func load(ctx context.Context, bucket *blob.Bucket, tenant string, m routing.Mon
 	}
 	size := e.man.Bytes
 	n := min(size, footerGuess)
-	tail, gotSize, mod, err := fetchRange(ctx, bucket, e.key, size-n, n, cm)
+	tail, gotSize, mod, err := fetchRange(ctx, bucket, e.key, size-n, n, cm, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -380,7 +388,7 @@ func load(ctx context.Context, bucket *blob.Bucket, tenant string, m routing.Mon
 		return nil, fmt.Errorf("archive: %s is %d bytes, its manifest says %d", e.key, gotSize, size)
 	}
 	if footer := int64(binary.LittleEndian.Uint32(tail[n-8:])) + 8; footer > n && footer <= size {
-		if tail, _, mod, err = fetchRange(ctx, bucket, e.key, size-footer, footer, cm); err != nil {
+		if tail, _, mod, err = fetchRange(ctx, bucket, e.key, size-footer, footer, cm, nil); err != nil {
 			return nil, err
 		}
 		n = footer
