@@ -22,3 +22,13 @@ func (a *App) NewArchiver() *archive.Archiver {
 	})
 	return c.archiver
 }
+
+// NewColdReader builds the reader of archived months the read path serves
+// them with (readpath.ColdMonths), once.
+func (a *App) NewColdReader() *archive.Cold {
+	c := &a.clients
+	if c.cold == nil {
+		c.cold = archive.NewCold(a.Config.Archive.URL, a.Config.Archive.CacheBytes, a.Registry)
+	}
+	return c.cold
+}

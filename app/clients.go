@@ -58,6 +58,7 @@ type clients struct {
 	retention *retention.Retention
 	changes   *changes.Service
 	archiver  *archive.Archiver
+	cold      *archive.Cold
 	migs      *routing.Migrations
 	migrator  *migrate.Migrator
 	limits    *ratelimit.Limiter

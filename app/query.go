@@ -37,6 +37,8 @@ func initReadPath(ctx context.Context, a *App) (Service, error) {
 		KeySpace:    c.keys,
 		DBs:         c.pools,
 		Router:      a.NewRouter(),
+		Catalog:     c.catalog,
+		Cold:        a.NewColdReader(),
 		Flight:      c.flight,
 		ACL:         c.acl,
 		Scripts:     c.scripts,
@@ -46,7 +48,7 @@ func initReadPath(ctx context.Context, a *App) (Service, error) {
 		Log:         a.Log.With().Str("module", ReadPath).Logger(),
 		Registerer:  a.Registry,
 	})
-	return holder{close: func() error { a.reader.Close(); return nil }}, nil
+	return holder{close: func() error { a.reader.Close(); return c.cold.Close() }}, nil
 }
 
 // NewQuery builds the read service (also used by `imshard bench query`)

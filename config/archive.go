@@ -10,19 +10,24 @@ import (
 // directory when it starts with file://./), s3:// (S3, MinIO, Ceph: add
 // endpoint and use_path_style), gs://, azblob://. KeepTable is how long an
 // archived month's table is to stay before it is dropped; no step drops it
-// yet (the drop waits for the cold read path), so the table stays;
+// yet: the API reads archived months from their archive, but the inbox's
+// unread counts and activity, the route check and the mirror rebuild still
+// read month tables, so the table stays;
 // RowsPerSecond throttles the export's reads of the month table (0: no
-// limit).
+// limit). CacheBytes bounds each process's cache of archived months'
+// manifests and Parquet footers (the cold read path's metadata).
 type Archive struct {
 	URL           string        `mapstructure:"url"`
 	KeepTable     time.Duration `mapstructure:"keep_table"`
 	RowsPerSecond int           `mapstructure:"rows_per_second"`
+	CacheBytes    int64         `mapstructure:"cache_bytes"`
 }
 
 // DefaultArchive is the archive section's defaults: a directory under the
-// data directory, no keep time, no throttle.
+// data directory, no keep time, no throttle, 64 MiB of cached archive
+// metadata.
 func DefaultArchive() Archive {
-	return Archive{URL: "file://./data/archive", KeepTable: 0, RowsPerSecond: 0}
+	return Archive{URL: "file://./data/archive", KeepTable: 0, RowsPerSecond: 0, CacheBytes: 64 << 20}
 }
 
 // archiveSchemes are the bucket schemes the binary registers.
@@ -41,6 +46,7 @@ func (c *Config) validateArchive(p *problems) {
 	}
 	p.durRange("archive.keep_table", a.KeepTable, 0, 24*365*time.Hour)
 	p.intRange("archive.rows_per_second", int64(a.RowsPerSecond), 0, 1<<31-1)
+	p.intRange("archive.cache_bytes", a.CacheBytes, 1<<20, 1<<40)
 }
 
 // tenantArchive checks a tenant's archive_after_months (0: never automatic).

@@ -1,8 +1,11 @@
 package archive
 
 import (
+	"database/sql"
 	"fmt"
 	"time"
+
+	"github.com/imshard/imshard/modules/readpath"
 )
 
 // Row is one month-table row as the archive stores it: a Parquet column
@@ -133,4 +136,30 @@ func (r *Row) values() []any {
 		r.MentionAll, oi64(r.ReplySeqID), oi64(r.RootSeqID), r.FileCount, r.ContentSize, r.HasRisk,
 		[]byte(r.AuditStatus), r.Version, ots(r.RecalledAt), oi64(r.RecalledBy), ots(r.DeletedAt),
 		ots(r.ExpiresAt), ts(r.CreatedAt), ts(r.UpdatedAt)}
+}
+
+// readRow is the row as the read path renders it (readpath.Row), as a
+// scan of the month table would give it.
+func (r *Row) readRow() readpath.Row {
+	ostr := func(s *string) []byte {
+		if s == nil {
+			return nil
+		}
+		return []byte(*s)
+	}
+	oi64 := func(n *int64) sql.NullInt64 {
+		if n == nil {
+			return sql.NullInt64{}
+		}
+		return sql.NullInt64{Int64: *n, Valid: true}
+	}
+	var cmid sql.NullString
+	if r.ClientMsgID != nil {
+		cmid = sql.NullString{String: *r.ClientMsgID, Valid: true}
+	}
+	return readpath.Row{Topic: r.Topic, Seq: r.SeqID, MessageID: r.MessageID, GroupID: r.GroupID, From: r.FromUser,
+		ClientMsgID: cmid, MsgType: r.MsgType, Status: r.Status, Content: ostr(r.Content), Head: ostr(r.Head),
+		Mentions: ostr(r.MentionedUserIDs), MentionAll: r.MentionAll != 0, ReplySeqID: oi64(r.ReplySeqID),
+		RootSeqID: oi64(r.RootSeqID), Version: int(r.Version), CreatedAt: time.UnixMicro(r.CreatedAt).UTC(),
+		UpdatedAt: time.UnixMicro(r.UpdatedAt).UTC()}
 }

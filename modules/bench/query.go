@@ -68,7 +68,7 @@ type QueryParams struct {
 // messages of topic below before — the raw limit of a page.
 func tablePage(ctx context.Context, r *readpath.Reader, db *sql.DB, quoted, topic string, before int64, limit int) ([]message.Message, error) {
 	q := readpath.ListQuery{Topic: topic, Order: readpath.Desc, Bound: before, Limit: limit, HidNothing: true}
-	ms, _, err := r.WalkSources(ctx, db, q, []readpath.Source{{Table: quoted, Q: q}})
+	ms, _, err := r.WalkSources(ctx, db, "", q, []readpath.Source{{Table: quoted, Q: q}})
 	return ms, err
 }
 

@@ -264,7 +264,7 @@ func (s *Service) lastMessage(ctx context.Context, db *sql.DB, tenant string, us
 		return nil, last, err
 	}
 	q := readpath.ListQuery{Topic: u.topic, User: user, Order: readpath.Desc, Bound: math.MaxInt64, Limit: 1}
-	page, _, err := s.r.WalkSources(ctx, db, q, readpath.Sources(q, tables, leg))
+	page, _, err := s.r.WalkSources(ctx, db, tenant, q, readpath.Sources(q, tables, leg))
 	if leg.Split {
 		last = max(last, leg.Hi)
 	}

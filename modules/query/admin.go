@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"time"
 
-	sq "github.com/Masterminds/squirrel"
-
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/readpath"
@@ -168,12 +166,11 @@ func (s *Service) locate(ctx context.Context, db *sql.DB, tenant string, id int6
 		if b, ok := memo[i]; ok {
 			return b, nil
 		}
-		var lo, hi sql.NullInt64
-		if err := sq.Select("MIN(message_id)", "MAX(message_id)").From(tables[i].Quoted()).
-			RunWith(db).QueryRowContext(ctx).Scan(&lo, &hi); err != nil {
+		lo, hi, ok, err := s.r.IDRangeIn(ctx, db, tenant, tables[i])
+		if err != nil {
 			return idBounds{}, err
 		}
-		b := idBounds{lo: lo.Int64, hi: hi.Int64, empty: !lo.Valid}
+		b := idBounds{lo: lo, hi: hi, empty: !ok}
 		memo[i] = b
 		return b, nil
 	}
@@ -182,13 +179,12 @@ func (s *Service) locate(ctx context.Context, db *sql.DB, tenant string, id int6
 		return Located{}, err
 	}
 	for _, i := range order {
-		ms, err := s.st.Messages(ctx, db, sq.Select(readpath.Columns...).From(tables[i].Quoted()+" AS m").
-			Where(sq.Eq{"m.message_id": id}))
+		m, ok, err := s.r.ByIDIn(ctx, db, tenant, tables[i], id)
 		if err != nil {
 			return Located{}, err
 		}
-		if len(ms) > 0 {
-			return Located{Message: ms[0], ShardMonth: tables[i].Month().String()}, nil
+		if ok {
+			return Located{Message: m, ShardMonth: tables[i].Month().String()}, nil
 		}
 	}
 	return Located{}, readpath.ErrNotFound
@@ -198,7 +194,7 @@ func (s *Service) locate(ctx context.Context, db *sql.DB, tenant string, id int6
 // the month the backfill copies it into (its created_at month before the
 // cutover recorded the months).
 func (s *Service) locateLegacy(ctx context.Context, db *sql.DB, id int64) (Located, bool, error) {
-	ms, err := s.st.Messages(ctx, db, sq.Select(readpath.Columns...).From(routing.LegacyQuoted()+" AS m").Where(sq.Eq{"m.message_id": id}))
+	ms, err := s.st.Messages(ctx, db, readpath.SelectByID(routing.LegacyQuoted(), id))
 	if err != nil || len(ms) == 0 {
 		return Located{}, false, err
 	}

@@ -98,7 +98,7 @@ func (s *Service) Search(ctx context.Context, p httpapi.Principal, topic string,
 	}
 	q := readpath.ListQuery{Topic: topic, User: p.UserID, Order: readpath.Desc, Bound: before, Limit: r.Limit + 1,
 		Match: &readpath.TextMatch{From: r.From, To: r.To, Like: likePattern(r.Q)}}
-	page, touched, err := s.r.WalkSources(ctx, db, q, readpath.Sources(q, tables, leg))
+	page, touched, err := s.r.WalkSources(ctx, db, p.Tenant, q, readpath.Sources(q, tables, leg))
 	if err != nil {
 		return readpath.BeforePage{}, err
 	}

@@ -130,18 +130,21 @@ func (s *Service) get(ctx context.Context, p httpapi.Principal, topic string, se
 	if err != nil {
 		return message.Message{}, 0, err
 	}
-	quoted := make([]string, 0, len(tables)+1)
+	type lookup func() (message.Message, bool, error)
+	reads := make([]lookup, 0, len(tables)+1)
 	if seq <= tr.Legacy.Hi {
 		// while the tenant migrates, the legacy table answers for its seqs
-		quoted = append(quoted, routing.LegacyQuoted())
+		reads = append(reads, func() (message.Message, bool, error) {
+			return s.st.One(ctx, db, routing.LegacyQuoted(), topic, p.UserID, seq)
+		})
 	}
 	if seq > tr.Legacy.Hi || !tr.Legacy.Split {
 		for _, t := range tables {
-			quoted = append(quoted, t.Quoted())
+			reads = append(reads, func() (message.Message, bool, error) { return s.r.OneIn(ctx, db, p.Tenant, t, topic, p.UserID, seq) })
 		}
 	}
-	for i, t := range quoted {
-		m, ok, err := s.st.One(ctx, db, t, topic, p.UserID, seq)
+	for i, read := range reads {
+		m, ok, err := read()
 		if err != nil {
 			return message.Message{}, i + 1, err
 		}

@@ -33,17 +33,20 @@ type metrics struct {
 	hot     *prometheus.CounterVec
 	hidden  *prometheus.CounterVec
 	local   *prometheus.CounterVec
+	// coldReads counts reads of archived months served from their archive
+	coldReads prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
 	f := promauto.With(reg)
 	m := &metrics{
-		tables:  f.NewHistogram(prometheus.HistogramOpts{Name: "group_message_query_tables", Help: "Month tables one read request touched.", Buckets: []float64{0, 1, 2, 3, 4, 6, 12}}),
-		latency: f.NewHistogramVec(prometheus.HistogramOpts{Name: "group_message_query_latency", Help: "Read latency in seconds by source: redis (hot cache), single_month, cross_month.", Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, 1}}, []string{"source"}),
-		wide:    f.NewCounter(prometheus.CounterOpts{Name: "imshard_query_wide_pages_total", Help: "Read requests that touched more than 3 month tables (alerted: invariant 7)."}),
-		hot:     f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_query_hot_cache_total", Help: "List pages the hot cache could answer (hit) or not (miss: MySQL answered)."}, []string{"result"}),
-		hidden:  f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_query_hidden_cache_total", Help: "Lookups of a caller's deletion ranges: hit, miss (read from MySQL), many (too many to cache: MySQL filters), error (Redis failed: MySQL filters)."}, []string{"result"}),
-		local:   f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_query_hot_local_total", Help: "List pages read over this process's copy of a topic's newest messages: hit (the copy and the Redis read above it answered), fallback (they fell short: a full hot-cache read followed), reset (the topic's seq counter went below the copy: dropped), changed (a message of the topic was recalled, edited or deleted since the copy was read: dropped)."}, []string{"result"}),
+		tables:    f.NewHistogram(prometheus.HistogramOpts{Name: "group_message_query_tables", Help: "Month tables one read request touched.", Buckets: []float64{0, 1, 2, 3, 4, 6, 12}}),
+		latency:   f.NewHistogramVec(prometheus.HistogramOpts{Name: "group_message_query_latency", Help: "Read latency in seconds by source: redis (hot cache), single_month, cross_month.", Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, 1}}, []string{"source"}),
+		wide:      f.NewCounter(prometheus.CounterOpts{Name: "imshard_query_wide_pages_total", Help: "Read requests that touched more than 3 month tables (alerted: invariant 7)."}),
+		hot:       f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_query_hot_cache_total", Help: "List pages the hot cache could answer (hit) or not (miss: MySQL answered)."}, []string{"result"}),
+		hidden:    f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_query_hidden_cache_total", Help: "Lookups of a caller's deletion ranges: hit, miss (read from MySQL), many (too many to cache: MySQL filters), error (Redis failed: MySQL filters)."}, []string{"result"}),
+		local:     f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_query_hot_local_total", Help: "List pages read over this process's copy of a topic's newest messages: hit (the copy and the Redis read above it answered), fallback (they fell short: a full hot-cache read followed), reset (the topic's seq counter went below the copy: dropped), changed (a message of the topic was recalled, edited or deleted since the copy was read: dropped)."}, []string{"result"}),
+		coldReads: f.NewCounter(prometheus.CounterOpts{Name: "imshard_query_cold_reads_total", Help: "Reads of archived months (a page's share of a month, one message, a lookup by id) served from their archive object."}),
 	}
 	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "imshard_query_hot_local_topics", Help: "Topics whose newest messages this process holds a copy of (at most hot_cache.local_topics)."}, func() float64 { return float64(held()) })
 	// exported as 0 from the start: rates and quantiles need no first event

@@ -57,9 +57,12 @@ type Params struct {
 	KeySpace routing.KeySpace // redis.key_prefix: where every key and channel is named
 	DBs      routing.DBs
 	Router   *routing.Router
-	Flight   *routing.Flight
-	ACL      *acl.Checker
-	Scripts  *routing.Scripts
+	Catalog  *routing.Catalog // which months are archived
+	// Cold reads archived months (nil: a read of one fails, ErrNoColdTier).
+	Cold    ColdMonths
+	Flight  *routing.Flight
+	ACL     *acl.Checker
+	Scripts *routing.Scripts
 	// HiddenTTL is how long a caller's cached deletion ranges live (default 5m).
 	HiddenTTL time.Duration
 	// LocalTopics is how many topics' newest messages the process keeps a
@@ -175,7 +178,7 @@ func (s *Reader) Scan(ctx context.Context, db *sql.DB, tenant string, q ListQuer
 	if err != nil {
 		return nil, 0, err
 	}
-	page, touched, err := s.WalkSources(ctx, db, q, Sources(q, tables, tr.Legacy))
+	page, touched, err := s.WalkSources(ctx, db, tenant, q, Sources(q, tables, tr.Legacy))
 	if err != nil {
 		return nil, touched, err
 	}
@@ -188,8 +191,9 @@ func (s *Reader) Scan(ctx context.Context, db *sql.DB, tenant string, q ListQuer
 // q.limit rows, merging rows met twice by seq: every list read of a topic's
 // messages — pages, context, search, the topic list's last message — walks
 // its month tables and, while the tenant migrates, the legacy table this
-// way. It returns the rows and how many tables it read.
-func (s *Reader) WalkSources(ctx context.Context, db *sql.DB, q ListQuery, srcs []Source) ([]message.Message, int, error) {
+// way; an archived month is read from its archive (coldList). It returns
+// the rows and how many sources it read.
+func (s *Reader) WalkSources(ctx context.Context, db *sql.DB, tenant string, q ListQuery, srcs []Source) ([]message.Message, int, error) {
 	var page []message.Message
 	touched := 0
 	want := q.Limit
@@ -201,7 +205,7 @@ func (s *Reader) WalkSources(ctx context.Context, db *sql.DB, q ListQuery, srcs 
 		if src.full {
 			src.Q.Limit = want
 		}
-		rows, err := s.st.Messages(ctx, db, src.Q.build(src.Table))
+		rows, err := s.read(ctx, db, tenant, src)
 		if err != nil {
 			return nil, touched, err
 		}
@@ -211,9 +215,24 @@ func (s *Reader) WalkSources(ctx context.Context, db *sql.DB, q ListQuery, srcs 
 	return page, touched, nil
 }
 
+// read is one source's rows, from its table or its month's archive.
+func (s *Reader) read(ctx context.Context, db *sql.DB, tenant string, src Source) ([]message.Message, error) {
+	if !src.Month.IsZero() {
+		cold, err := s.Archived(ctx, tenant, src.Month)
+		if err != nil {
+			return nil, err
+		}
+		if cold {
+			return s.coldList(ctx, db, tenant, src.Month, src.Q)
+		}
+	}
+	return s.st.Messages(ctx, db, src.Q.build(src.Table))
+}
+
 // Source is one table a list page reads, with its share of the query.
 type Source struct {
-	Table string // quoted
+	Table string        // quoted
+	Month routing.Month // a month table's month (zero: the legacy table)
 	Q     ListQuery
 	full  bool // read whole (limit rows) even when the page is already full
 }
@@ -250,7 +269,7 @@ func orderSources(q ListQuery, tables []routing.Table, leg routing.LegacySource)
 	}
 	if !(leg.Split && q.Order == Desc && q.Bound <= leg.Hi+1) {
 		for _, t := range tables {
-			months = append(months, Source{Table: t.Quoted(), Q: mq})
+			months = append(months, Source{Table: t.Quoted(), Month: t.Month(), Q: mq})
 		}
 	}
 	if leg.Hi <= 0 {

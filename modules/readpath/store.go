@@ -204,36 +204,56 @@ func withStmt[T any](ctx context.Context, s *Store, db *sql.DB, query string, fn
 	}
 }
 
-func ScanMessage(rows *sql.Rows) (message.Message, error) {
-	var m message.Message
-	var mid, gid, from int64
-	var cmid sql.NullString
-	var content, head, mentions []byte
-	var reply, root sql.NullInt64
-	if err := rows.Scan(&m.Topic, &m.Seq, &mid, &gid, &from, &cmid, &m.MsgType, &m.Status, &content, &head,
-		&mentions, &m.MentionAll, &reply, &root, &m.Version, &m.CreatedAt.Time, &m.UpdatedAt.Time); err != nil {
-		return m, fmt.Errorf("readpath: scan: %w", err)
+// Row is one message row as a month table holds it, in the columns of
+// Columns: what ScanMessage reads from MySQL and an archived month's rows
+// are given as (ColdMonths), so both tiers render a message alike.
+type Row struct {
+	Topic                    string
+	Seq                      int64
+	MessageID, GroupID, From int64
+	ClientMsgID              sql.NullString
+	MsgType, Status          string
+	Content, Head, Mentions  []byte // nil: NULL
+	MentionAll               bool
+	ReplySeqID, RootSeqID    sql.NullInt64
+	Version                  int
+	CreatedAt, UpdatedAt     time.Time
+}
+
+// Message is the row as the API renders it.
+func (r *Row) Message() (message.Message, error) {
+	m := message.Message{Topic: r.Topic, Seq: r.Seq, MessageID: message.ID(r.MessageID), GroupID: message.ID(r.GroupID),
+		FromUser: message.ID(r.From), ClientMsgID: r.ClientMsgID.String, MsgType: r.MsgType, Status: r.Status,
+		MentionAll: r.MentionAll, Version: r.Version,
+		CreatedAt: message.NewTime(r.CreatedAt), UpdatedAt: message.NewTime(r.UpdatedAt)}
+	if r.Content != nil {
+		m.Content = json.RawMessage(r.Content)
 	}
-	m.MessageID, m.GroupID, m.FromUser, m.ClientMsgID = message.ID(mid), message.ID(gid), message.ID(from), cmid.String
-	if content != nil {
-		m.Content = json.RawMessage(content)
+	if r.Head != nil {
+		m.Head = json.RawMessage(r.Head)
 	}
-	if head != nil {
-		m.Head = json.RawMessage(head)
-	}
-	if len(mentions) > 0 {
-		if err := json.Unmarshal(mentions, &m.MentionedUserIDs); err != nil {
+	if len(r.Mentions) > 0 {
+		if err := json.Unmarshal(r.Mentions, &m.MentionedUserIDs); err != nil {
 			return m, fmt.Errorf("readpath: mentioned_user_ids of %s/%d: %w", m.Topic, m.Seq, err)
 		}
 	}
-	if reply.Valid {
-		m.ReplySeqID = &reply.Int64
+	if r.ReplySeqID.Valid {
+		m.ReplySeqID = &r.ReplySeqID.Int64
 	}
-	if root.Valid {
-		m.RootSeqID = &root.Int64
+	if r.RootSeqID.Valid {
+		m.RootSeqID = &r.RootSeqID.Int64
 	}
-	m.CreatedAt, m.UpdatedAt = message.NewTime(m.CreatedAt.Time), message.NewTime(m.UpdatedAt.Time)
 	return m.Normalized(), nil
+}
+
+func ScanMessage(rows *sql.Rows) (message.Message, error) {
+	var r Row
+	if err := rows.Scan(&r.Topic, &r.Seq, &r.MessageID, &r.GroupID, &r.From, &r.ClientMsgID, &r.MsgType, &r.Status,
+		&r.Content, &r.Head, &r.Mentions, &r.MentionAll, &r.ReplySeqID, &r.RootSeqID, &r.Version, &r.CreatedAt,
+		&r.UpdatedAt); err != nil {
+		return message.Message{}, fmt.Errorf("readpath: scan: %w", err)
+	}
+	return r.Message()
 }
 
 // ListQuery is one month table's share of a list page.
@@ -297,6 +317,11 @@ func (q ListQuery) build(table string) sq.SelectBuilder {
 		b = b.Where(NotHidden, q.User)
 	}
 	return b.Suffix("LIMIT ?", q.Limit)
+}
+
+// SelectByID selects message id from the table quoted.
+func SelectByID(quoted string, id int64) sq.SelectBuilder {
+	return sq.Select(Columns...).From(quoted + " AS m").Where(sq.Eq{"m.message_id": id})
 }
 
 // One reads (topic, seq) from the table quoted unless the caller hid it.
