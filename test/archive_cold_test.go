@@ -195,11 +195,13 @@ func coldCompare(t *testing.T, bucket string, limits []int) {
 // with recalled, edited, deleted-for-everyone and hidden messages — with
 // the same bytes from its archive (file backend) as from its table.
 func TestArchiveColdReadsAnswerAsTheTable(t *testing.T) {
+	t.Parallel()
 	coldCompare(t, "file://"+t.TempDir(), []int{3})
 }
 
 // The same, smaller, against an S3 protocol server.
 func TestArchiveColdReadsAnswerAsTheTableOnS3(t *testing.T) {
+	t.Parallel()
 	backend := s3mem.New()
 	if err := backend.CreateBucket("archive"); err != nil {
 		t.Fatal(err)
