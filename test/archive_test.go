@@ -230,7 +230,10 @@ func TestArchiveSurvivesAKillAtEveryStep(t *testing.T) {
 // goes back to be exported and verified again, and the next run archives
 // it with the change); once the month is archived, a recall or a delete
 // for everyone of its messages answers 409 month_archived and changes
-// nothing (an edit takes the same path after its sender checks).
+// nothing (an edit takes the same path after its sender checks). Right
+// after a restore, while another process's catalog cache may still read
+// the month from its archive, a change answers 409 month_restoring with
+// retry_after_ms; once that window has passed it goes through.
 func TestArchiveMarkRefusesAChangedMonthAndArchivedMonthsRefuseChanges(t *testing.T) {
 	env := harness.Start(t, harness.Options{Mutate: func(c *config.Config) {
 		c.Shard.SealingDays = 0
@@ -278,6 +281,25 @@ func TestArchiveMarkRefusesAChangedMonthAndArchivedMonthsRefuseChanges(t *testin
 	}
 	if got := version(); got != v {
 		t.Fatalf("an archived message changed: version %d, was %d", got, v)
+	}
+
+	if _, err := archiverFor(env, url, 0).Restore(ctx, env.Tenant, old); err != nil {
+		t.Fatal(err)
+	}
+	code, r := chRecall(t, env, admin, "arch-a", 6, nil)
+	if code != 409 || r.Error.Details["reason"] != "month_restoring" || r.Error.Details["retry_after_ms"] == nil {
+		t.Fatalf("recall right after the restore: %d %+v", code, r.Error)
+	}
+	if got := version(); got != v {
+		t.Fatalf("a message changed right after the restore: version %d, was %d", got, v)
+	}
+	// the window passed (every catalog cache reads the table again)
+	if _, err := env.DB.Exec("UPDATE im_group_message_shards SET unarchived_at = unarchived_at - INTERVAL ? MICROSECOND WHERE shard_month = ?",
+		routing.RestoreSettle.Microseconds(), old.String()); err != nil {
+		t.Fatal(err)
+	}
+	if code, r := chRecall(t, env, admin, "arch-a", 6, nil); code != 200 {
+		t.Fatalf("recall once the restore settled: %d %+v", code, r.Error)
 	}
 }
 

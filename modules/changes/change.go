@@ -170,7 +170,7 @@ func (s *Service) counted(action string, fn func() (ChangeResult, error)) (Chang
 	result := changeOK
 	var e *httpapi.Error
 	switch {
-	case errors.As(err, &e) && e.Details["retry_after_ms"] != nil:
+	case errors.As(err, &e) && e.Details["retry_after_ms"] != nil && e.Details["reason"] == nil:
 		result = changeInFlight
 	case err != nil:
 		result, _ = httpapi.Classify(err)
@@ -250,6 +250,14 @@ func monthArchived() error {
 		WithDetails(map[string]any{"reason": "month_archived"})
 }
 
+// monthRestoring answers a change of a month just restored from its
+// archive: it is retried once every process reads the month from its table
+// again (routing.RestoreSettle), and nothing changed.
+func monthRestoring() error {
+	return httpapi.Errorf(httpapi.CodeConflict, "the message's month was just restored from its archive; retry after retry_after_ms").
+		WithDetails(map[string]any{"reason": "month_restoring", "retry_after_ms": routing.RestoreSettle.Milliseconds()})
+}
+
 // maxChangeAttempts is how often a change's transaction runs when MySQL
 // resolves deadlocks against it.
 const maxChangeAttempts = 3
@@ -296,6 +304,9 @@ func (s *Service) changeIn(ctx context.Context, tx *sql.Tx, keys routing.Keys, t
 	// the months' catalog rows, shared: an archive's mark waits for this
 	// change, and a change after the mark leaves the archived table alone
 	tables, archived, err := routing.LockForChange(ctx, tx, tables)
+	if errors.Is(err, routing.ErrMonthRestoring) {
+		return w, monthRestoring()
+	}
 	if err != nil {
 		return w, err
 	}

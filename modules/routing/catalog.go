@@ -318,8 +318,13 @@ func SetArchived(ctx context.Context, tx *sql.Tx, m Month, archived bool) (bool,
 	if !archived {
 		from, to = to, from
 	}
-	res, err := sq.Update(catalogTable).Set("status", string(to)).Where(sq.Eq{"shard_month": m.String(), "status": string(from)}).
-		RunWith(tx).ExecContext(ctx)
+	q := sq.Update(catalogTable).Set("status", string(to))
+	if !archived {
+		// starts the window in which changes wait for every catalog cache
+		// to see the month read from its table again (LockForChange)
+		q = q.Set("unarchived_at", sq.Expr("UTC_TIMESTAMP(3)"))
+	}
+	res, err := q.Where(sq.Eq{"shard_month": m.String(), "status": string(from)}).RunWith(tx).ExecContext(ctx)
 	if err != nil {
 		return false, fmt.Errorf("catalog: set %s %s: %w", m, to, err)
 	}
