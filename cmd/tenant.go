@@ -94,7 +94,7 @@ every step can be re-run. See docs/operations.md, "Moving a tenant".`,
 	c.Flags().BoolVar(&yes, "yes", false, "skip the prompt (scripts)")
 	chunkFlag(c, &chunkRows)
 	c.AddCommand(newTenantMoveStatusCmd(g), newTenantMovePauseCmd(g, true), newTenantMovePauseCmd(g, false),
-		newTenantMoveCancelCmd(g), newTenantMoveFinishCmd(g))
+		newTenantMoveCancelCmd(g), newTenantMoveReverseCmd(g), newTenantMoveFinishCmd(g))
 	return c
 }
 
@@ -195,7 +195,11 @@ func printMove(w io.Writer, tenant string, at tenantdb.Placement, st move.State,
 	if st.Paused {
 		paused = " (paused)"
 	}
-	fmt.Fprintf(w, "tenant %s: move %s of this database (epoch %d), peer %s: step %s%s\n", tenant, st.Role, at.Epoch, st.PeerServer, st.Step, paused)
+	kind := "move"
+	if st.Reverse {
+		kind = "reverse move"
+	}
+	fmt.Fprintf(w, "tenant %s: %s %s of this database (epoch %d), peer %s: step %s%s\n", tenant, kind, st.Role, at.Epoch, st.PeerServer, st.Step, paused)
 	fmt.Fprintf(w, "  tables %d, chunks %d, lag %d chunks to copy\n", st.Tables, st.Chunks, st.Lag)
 	fmt.Fprintf(w, "  copied %d rows, %d bytes, %.0f rows/s, ETA %s\n", st.RowsCopied, st.BytesCopied, p.RowsPerSecond,
 		(time.Duration(p.ETASeconds) * time.Second).String())
@@ -259,13 +263,20 @@ Safe to run again after a crash.`,
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return g.tenantMove(tenant, func(ctx context.Context, at tenantdb.Placement, o move.Options, a *app.App) error {
+				st, err := move.ReadState(ctx, at.DSN, o.TLS)
+				if err != nil {
+					return err
+				}
 				completed, err := move.Cancel(ctx, tenant, at, a.PlacementStore(), o)
 				if err != nil {
 					return err
 				}
-				if completed {
+				switch {
+				case completed:
 					fmt.Fprintf(g.stdout, "tenant %s: the switch had begun; it completed, the tenant is on the target\n", tenant)
-				} else {
+				case st.Reverse:
+					fmt.Fprintf(g.stdout, "tenant %s: reverse cancelled, the tenant stays where its move put it (move done; finish or reverse later)\n", tenant)
+				default:
 					fmt.Fprintf(g.stdout, "tenant %s: move cancelled, target copy dropped, the tenant stays on its source\n", tenant)
 				}
 				return nil
@@ -273,6 +284,56 @@ Safe to run again after a crash.`,
 		},
 	}
 	tenantFlag(c, &tenant)
+	return c
+}
+
+func newTenantMoveReverseCmd(g *globals) *cobra.Command {
+	var tenant string
+	var yes bool
+	var chunkRows int
+	c := &cobra.Command{
+		Use:   "reverse --tenant=T [--yes]",
+		Short: "Move a tenant whose move is done back onto the copy its source kept (before finish)",
+		Long: `After the switch (step done) and before finish, moves the tenant back to the
+move's source with the same steps and guarantees: the source copy must still be
+there, answer, be that move's copy and be at the same schema version, or the
+reverse is refused and nothing changes. Only the chunks that differ (what was
+written on the target since the switch) are copied; then the same fenced switch
+in the other direction raises the epoch again. Run again (or "resume") after a
+crash; "cancel" before its switch leaves the tenant on the target, the move done.`,
+		Example: "  imshard tenant move reverse --tenant=acme --yes",
+		Args:    cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if chunkRows < 1 {
+				return usagef("--chunk-rows: want at least 1, got %d", chunkRows)
+			}
+			return g.tenantMove(tenant, func(ctx context.Context, at tenantdb.Placement, o move.Options, a *app.App) error {
+				st, err := move.ReadState(ctx, at.DSN, o.TLS)
+				if err != nil {
+					return err
+				}
+				if !yes {
+					ok, err := askMove(c.InOrStdin(), g.stdout, fmt.Sprintf("Move tenant %s (epoch %d) back to %s? [y/N] ", tenant, at.Epoch, st.PeerServer))
+					if err != nil {
+						return err
+					}
+					if !ok {
+						return errors.New("not confirmed: nothing changed")
+					}
+				}
+				o.ChunkRows = chunkRows
+				m, err := move.Reverse(ctx, tenant, at, a.PlacementStore(), o)
+				if err != nil {
+					return err
+				}
+				defer m.Close()
+				return runMove(ctx, g.stdout, tenant, m)
+			})
+		},
+	}
+	tenantFlag(c, &tenant)
+	c.Flags().BoolVar(&yes, "yes", false, "skip the prompt (scripts)")
+	chunkFlag(c, &chunkRows)
 	return c
 }
 
