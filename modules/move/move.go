@@ -268,6 +268,10 @@ func (m *Mover) claim(ctx context.Context, from tenantdb.Placement, to string, r
 		m.st = st
 		return nil
 	}
+	// noted first: the shard manager exports the moves of noted tenants only
+	if err := m.store.NoteMove(ctx, m.tenant); err != nil {
+		return fmt.Errorf("move: note the move on the placement servers: %w", err)
+	}
 	if _, err := m.src.ExecContext(ctx, "DELETE FROM im_tenant_move_chunks"); err != nil {
 		return err
 	}
