@@ -539,7 +539,7 @@ func initShardMgr(ctx context.Context, a *App) (Service, error) {
 	a.onTenantsAdded(a.Retention().ExportTenants)
 	a.onTenantsAdded(a.NewArchiver().ExportTenants)
 	ret, tenants, lease := a.Retention(), a.clients.pools.IDs, a.Config.Shard.LockTTL
-	moves := move.NewWatch(move.WatchParams{Tenants: a.clients.pools.IDs, DBs: a.clients.pools,
+	moves := move.NewWatch(move.WatchParams{Tenants: a.clients.pools.IDs, Moving: a.clients.placed.Moving, DBs: a.clients.pools,
 		Log: a.Log.With().Str("module", "move").Logger(), Registerer: a.Registry})
 	// the patrol, the job loop (group purges, user erases) and the move
 	// watch run side by side until the context ends

@@ -47,7 +47,7 @@ func (g *globals) tenantMove(tenant string, fn func(ctx context.Context, at tena
 func newTenantMoveCmd(g *globals) *cobra.Command {
 	var tenant, to string
 	var yes bool
-	var chunkRows int
+	var mf moverFlags
 	c := &cobra.Command{
 		Use:   "move --tenant=T --to=DSN [--yes]",
 		Short: "Move a live tenant to another MySQL server (plan, copy, catch up, switch behind the fence)",
@@ -66,8 +66,8 @@ every step can be re-run. See docs/operations.md, "Moving a tenant".`,
 			if tenant == "" || to == "" {
 				return usagef("--tenant and --to are required")
 			}
-			if chunkRows < 1 {
-				return usagef("--chunk-rows: want at least 1, got %d", chunkRows)
+			if err := mf.validate(); err != nil {
+				return err
 			}
 			return g.tenantMove(tenant, func(ctx context.Context, at tenantdb.Placement, o move.Options, a *app.App) error {
 				if !yes {
@@ -79,7 +79,7 @@ every step can be re-run. See docs/operations.md, "Moving a tenant".`,
 						return errors.New("not confirmed: nothing changed")
 					}
 				}
-				o.ChunkRows = chunkRows
+				mf.apply(&o)
 				m, err := move.Begin(ctx, tenant, at, to, a.PlacementStore(), o)
 				if err != nil {
 					return err
@@ -92,9 +92,9 @@ every step can be re-run. See docs/operations.md, "Moving a tenant".`,
 	c.Flags().StringVar(&tenant, "tenant", "", "tenant id (required)")
 	c.Flags().StringVar(&to, "to", "", "the target database's DSN, as mysql.dsn_template would name it (required)")
 	c.Flags().BoolVar(&yes, "yes", false, "skip the prompt (scripts)")
-	chunkFlag(c, &chunkRows)
+	mf.bind(c)
 	c.AddCommand(newTenantMoveStatusCmd(g), newTenantMovePauseCmd(g, true), newTenantMovePauseCmd(g, false),
-		newTenantMoveCancelCmd(g), newTenantMoveFinishCmd(g))
+		newTenantMoveCancelCmd(g), newTenantMoveReverseCmd(g), newTenantMoveFinishCmd(g))
 	return c
 }
 
@@ -126,8 +126,30 @@ func dsnServer(dsn string) string {
 	return st.Server()
 }
 
-func chunkFlag(c *cobra.Command, rows *int) {
-	c.Flags().IntVar(rows, "chunk-rows", 2000, "rows per copied and checksummed chunk")
+// moverFlags are the flags of the commands that run a mover (move, resume,
+// reverse): chunk size and the switch's lag limit.
+type moverFlags struct {
+	chunkRows, maxLag int
+}
+
+func (f *moverFlags) bind(c *cobra.Command) {
+	c.Flags().IntVar(&f.chunkRows, "chunk-rows", 2000, "rows per copied and checksummed chunk")
+	c.Flags().IntVar(&f.maxLag, "max-lag-chunks", move.DefaultMaxSwitchLag,
+		"the most chunks the last catch-up round before the switch may find changed; more refuses the switch (back to catch-up)")
+}
+
+func (f *moverFlags) validate() error {
+	if f.chunkRows < 1 {
+		return usagef("--chunk-rows: want at least 1, got %d", f.chunkRows)
+	}
+	if f.maxLag < 1 {
+		return usagef("--max-lag-chunks: want at least 1, got %d", f.maxLag)
+	}
+	return nil
+}
+
+func (f *moverFlags) apply(o *move.Options) {
+	o.ChunkRows, o.MaxSwitchLag = f.chunkRows, f.maxLag
 }
 
 func tenantFlag(c *cobra.Command, tenant *string) {
@@ -195,7 +217,11 @@ func printMove(w io.Writer, tenant string, at tenantdb.Placement, st move.State,
 	if st.Paused {
 		paused = " (paused)"
 	}
-	fmt.Fprintf(w, "tenant %s: move %s of this database (epoch %d), peer %s: step %s%s\n", tenant, st.Role, at.Epoch, st.PeerServer, st.Step, paused)
+	kind := "move"
+	if st.Reverse {
+		kind = "reverse move"
+	}
+	fmt.Fprintf(w, "tenant %s: %s %s of this database (epoch %d), peer %s: step %s%s\n", tenant, kind, st.Role, at.Epoch, st.PeerServer, st.Step, paused)
 	fmt.Fprintf(w, "  tables %d, chunks %d, lag %d chunks to copy\n", st.Tables, st.Chunks, st.Lag)
 	fmt.Fprintf(w, "  copied %d rows, %d bytes, %.0f rows/s, ETA %s\n", st.RowsCopied, st.BytesCopied, p.RowsPerSecond,
 		(time.Duration(p.ETASeconds) * time.Second).String())
@@ -206,7 +232,7 @@ func printMove(w io.Writer, tenant string, at tenantdb.Placement, st move.State,
 
 func newTenantMovePauseCmd(g *globals, pause bool) *cobra.Command {
 	var tenant string
-	var chunkRows int
+	var mf moverFlags
 	use, short := "pause", "Pause the tenant's copy between two chunks (the switch, once begun, completes)"
 	if !pause {
 		use, short = "resume", "Resume a paused move, or drive a move whose mover died (kill -9) to its end"
@@ -217,6 +243,11 @@ func newTenantMovePauseCmd(g *globals, pause bool) *cobra.Command {
 		Example: "  imshard tenant move " + use + " --tenant=acme",
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if !pause {
+				if err := mf.validate(); err != nil {
+					return err
+				}
+			}
 			return g.tenantMove(tenant, func(ctx context.Context, at tenantdb.Placement, o move.Options, a *app.App) error {
 				if err := move.SetPaused(ctx, at.DSN, o.TLS, pause); err != nil {
 					return err
@@ -225,7 +256,7 @@ func newTenantMovePauseCmd(g *globals, pause bool) *cobra.Command {
 					fmt.Fprintf(g.stdout, "tenant %s: move paused\n", tenant)
 					return nil
 				}
-				o.ChunkRows = chunkRows
+				mf.apply(&o)
 				m, err := move.Resume(ctx, tenant, at, a.PlacementStore(), o)
 				if errors.Is(err, move.ErrBusy) {
 					fmt.Fprintf(g.stdout, "tenant %s: move resumed (its running mover continues)\n", tenant)
@@ -241,7 +272,7 @@ func newTenantMovePauseCmd(g *globals, pause bool) *cobra.Command {
 	}
 	tenantFlag(c, &tenant)
 	if !pause {
-		chunkFlag(c, &chunkRows)
+		mf.bind(c)
 	}
 	return c
 }
@@ -259,13 +290,20 @@ Safe to run again after a crash.`,
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return g.tenantMove(tenant, func(ctx context.Context, at tenantdb.Placement, o move.Options, a *app.App) error {
+				st, err := move.ReadState(ctx, at.DSN, o.TLS)
+				if err != nil {
+					return err
+				}
 				completed, err := move.Cancel(ctx, tenant, at, a.PlacementStore(), o)
 				if err != nil {
 					return err
 				}
-				if completed {
+				switch {
+				case completed:
 					fmt.Fprintf(g.stdout, "tenant %s: the switch had begun; it completed, the tenant is on the target\n", tenant)
-				} else {
+				case st.Reverse:
+					fmt.Fprintf(g.stdout, "tenant %s: reverse cancelled, the tenant stays where its move put it (move done; finish or reverse later)\n", tenant)
+				default:
 					fmt.Fprintf(g.stdout, "tenant %s: move cancelled, target copy dropped, the tenant stays on its source\n", tenant)
 				}
 				return nil
@@ -273,6 +311,56 @@ Safe to run again after a crash.`,
 		},
 	}
 	tenantFlag(c, &tenant)
+	return c
+}
+
+func newTenantMoveReverseCmd(g *globals) *cobra.Command {
+	var tenant string
+	var yes bool
+	var mf moverFlags
+	c := &cobra.Command{
+		Use:   "reverse --tenant=T [--yes]",
+		Short: "Move a tenant whose move is done back onto the copy its source kept (before finish)",
+		Long: `After the switch (step done) and before finish, moves the tenant back to the
+move's source with the same steps and guarantees: the source copy must still be
+there, answer, be that move's copy and be at the same schema version, or the
+reverse is refused and nothing changes. Only the chunks that differ (what was
+written on the target since the switch) are copied; then the same fenced switch
+in the other direction raises the epoch again. Run again (or "resume") after a
+crash; "cancel" before its switch leaves the tenant on the target, the move done.`,
+		Example: "  imshard tenant move reverse --tenant=acme --yes",
+		Args:    cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := mf.validate(); err != nil {
+				return err
+			}
+			return g.tenantMove(tenant, func(ctx context.Context, at tenantdb.Placement, o move.Options, a *app.App) error {
+				st, err := move.ReadState(ctx, at.DSN, o.TLS)
+				if err != nil {
+					return err
+				}
+				if !yes {
+					ok, err := askMove(c.InOrStdin(), g.stdout, fmt.Sprintf("Move tenant %s (epoch %d) back to %s? [y/N] ", tenant, at.Epoch, st.PeerServer))
+					if err != nil {
+						return err
+					}
+					if !ok {
+						return errors.New("not confirmed: nothing changed")
+					}
+				}
+				mf.apply(&o)
+				m, err := move.Reverse(ctx, tenant, at, a.PlacementStore(), o)
+				if err != nil {
+					return err
+				}
+				defer m.Close()
+				return runMove(ctx, g.stdout, tenant, m)
+			})
+		},
+	}
+	tenantFlag(c, &tenant)
+	c.Flags().BoolVar(&yes, "yes", false, "skip the prompt (scripts)")
+	mf.bind(c)
 	return c
 }
 

@@ -46,6 +46,10 @@ func SenderIndex() string { return mustRead("sender_index.sql") }
 // database of each placement server (not in a tenant database).
 func PlacementTable() string { return mustRead("placement.sql") }
 
+// PlacementMovesTable notes the tenants a move was begun for, beside the
+// placement records.
+func PlacementMovesTable() string { return mustRead("placement_moves.sql") }
+
 // MigrationsTable records which schema versions a tenant database has.
 func MigrationsTable() string { return mustRead("schema_migrations.sql") }
 

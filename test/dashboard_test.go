@@ -309,13 +309,21 @@ var measuredLater = map[string]string{
 	"imshard_active_month":                        "the active month as this process last saw it",
 	"imshard_auth_refused_total":                  "one series per tenant and reason, from the first token refused so",
 	"imshard_jwks_last_success_timestamp_seconds": "one series per tenant with a jwks_url, from its first fetch",
-	"imshard_move_step":                           "read from the tenant's move record by the shard manager's first poll",
-	"imshard_move_rows_copied":                    "read from the tenant's move record by the shard manager's first poll",
-	"imshard_move_bytes_copied":                   "read from the tenant's move record by the shard manager's first poll",
-	"imshard_move_lag_chunks":                     "read from the tenant's move record by the shard manager's first poll",
-	"imshard_move_paused":                         "read from the tenant's move record by the shard manager's first poll",
-	"imshard_move_switch_seconds":                 "read from the tenant's move record by the shard manager's first poll",
-	"imshard_move_updated_timestamp_seconds":      "read from the tenant's move record by the shard manager's first poll",
+}
+
+// afterAMove are the series exported only for a tenant a move was begun
+// for (a tenant that never moved has none, and no pool is opened to find
+// that out): no process without a move exports them, so the checks of a
+// plain process skip them; TestMoveSwitchPreChecksAndMetrics sees them
+// follow a move.
+var afterAMove = map[string]bool{
+	"imshard_move_step":                      true,
+	"imshard_move_rows_copied":               true,
+	"imshard_move_bytes_copied":              true,
+	"imshard_move_lag_chunks":                true,
+	"imshard_move_paused":                    true,
+	"imshard_move_switch_seconds":            true,
+	"imshard_move_updated_timestamp_seconds": true,
 }
 
 // opsMetrics is the text a process's operations server (opsURL) answers
@@ -408,7 +416,7 @@ func checkUsedMetricsExported(t *testing.T) {
 	var missing []string
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		missing = unexported(uses, scrapeSamples(opsMetrics(t, e.OpsURL)), func(string) bool { return false })
+		missing = unexported(uses, scrapeSamples(opsMetrics(t, e.OpsURL)), func(m string) bool { return afterAMove[m] })
 		if len(missing) == 0 || time.Now().After(deadline) {
 			break
 		}

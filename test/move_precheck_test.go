@@ -42,8 +42,13 @@ func TestMoveSwitchPreChecksAndMetrics(t *testing.T) {
 	}
 	mvInsert(t, src, month, "g_p", 1, 100)
 	reg := prometheus.NewRegistry()
-	watch := move.NewWatch(move.WatchParams{Tenants: func() []string { return []string{tenant} }, DBs: env.App.Pools(),
+	watch := move.NewWatch(move.WatchParams{Tenants: func() []string { return []string{tenant} }, Moving: store.Moving, DBs: env.App.Pools(),
 		Log: zerolog.Nop(), Registerer: reg})
+	// a tenant never noted as moving has no move series
+	watch.Poll(ctx)
+	if families, err := reg.Gather(); err != nil || len(families) != 0 {
+		t.Fatalf("series of a tenant that never moved: %d families, %v", len(families), err)
+	}
 
 	at, err := env.App.Pools().Placement(tenant)
 	if err != nil {

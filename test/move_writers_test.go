@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
+	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/feed"
+	"github.com/imshard/imshard/modules/placement"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 )
@@ -144,4 +147,53 @@ func mvChecksums(t *testing.T, env *harness.Env) map[string]string {
 		out[n] = sum
 	}
 	return out
+}
+
+// TestMoveSendWaitsOutTheSwitch: a send whose seq reservation meets the
+// raised fence of a switch (the first send of a topic always reserves)
+// waits until the process follows the new placement and answers 201,
+// instead of 409; nothing reached the database before that.
+func TestMoveSendWaitsOutTheSwitch(t *testing.T) {
+	t.Parallel()
+	env := harness.Start(t, harness.Options{Mutate: func(c *config.Config) {
+		c.MySQL.PlacementPoll = 100 * time.Millisecond
+	}})
+	store := mvStore(t, env)
+	rpGroup(t, env, "mvq")
+	at, err := env.App.Pools().Placement(env.Tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.DB.Exec("UPDATE im_tenant_fence SET epoch = ? WHERE id = 1", at.Epoch+1); err != nil {
+		t.Fatal(err)
+	}
+	const hold = 700 * time.Millisecond
+	placed := make(chan time.Time, 1)
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		time.Sleep(hold)
+		var rows int
+		if err := env.DB.QueryRow("SELECT COUNT(*) FROM im_seq_reservations WHERE topic = 'mvq'").Scan(&rows); err != nil || rows != 0 {
+			t.Errorf("reservations of mvq behind the fence: %d %v", rows, err)
+		}
+		placed <- time.Now()
+		if err := store.Write(context.Background(), placement.Record{Tenant: env.Tenant, DSN: at.DSN, Epoch: at.Epoch + 1}); err != nil {
+			t.Errorf("write placement: %v", err)
+		}
+	}()
+	code, body := env.Do("POST", "/v1/topics/mvq/messages", env.Token(rpMember, ""), map[string]any{
+		"client_msg_id": "q1", "msg_type": "text", "content": map[string]any{"text": "during the switch"}})
+	answered := time.Now()
+	<-wrote
+	if code != 201 {
+		t.Fatalf("send during the switch: %d %s, want 201", code, body)
+	}
+	if p := <-placed; answered.Before(p) {
+		t.Fatal("the send answered before the switch ended: its reservation was not refused")
+	}
+	sendWaitFor(t, 10*time.Second, "the send stored", func() bool {
+		n, _ := mvTopicRows(t, env.DB, "mvq")
+		return n == 1
+	})
 }

@@ -15,9 +15,11 @@ import (
 
 // Cancel ends the move recorded on the tenant's current placement. Before
 // the switch it stops the mover, drops the target copy and leaves the
-// source as it was. Once the switch began (the source fence is raised) it
-// lowers nothing: it completes the switch, so the tenant ends wholly on the
-// target; completed reports that. Running it again is harmless.
+// source as it was; a reverse's target is the copy the reversed move kept,
+// so it stays, and the tenant is back at that move's done. Once the switch
+// began (the source fence is raised) it lowers nothing: it completes the
+// switch, so the tenant ends wholly on the target; completed reports that.
+// Running it again is harmless.
 func Cancel(ctx context.Context, tenant string, at tenantdb.Placement, store *placement.Store, o Options) (completed bool, err error) {
 	st, err := ReadState(ctx, at.DSN, o.TLS)
 	if err != nil {
@@ -68,10 +70,16 @@ func Cancel(ctx context.Context, tenant string, at tenantdb.Placement, store *pl
 	defer func() {
 		_, _ = c.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK(CONCAT('imshard_move:', DATABASE()))")
 	}()
-	if err := dropTarget(ctx, src, st.Peer, o.TLS); err != nil {
-		return false, err
+	if !st.Reverse {
+		if err := dropTarget(ctx, src, st.Peer, o.TLS); err != nil {
+			return false, err
+		}
 	}
 	if _, err := src.ExecContext(ctx, "DELETE FROM im_tenant_move_chunks"); err != nil {
+		return false, err
+	}
+	if st.Reverse {
+		_, err = src.ExecContext(ctx, "UPDATE im_tenant_move SET role = 'target', step = ?, reverse = 0 WHERE id = 1", StepDone)
 		return false, err
 	}
 	_, err = src.ExecContext(ctx, "UPDATE im_tenant_move SET step = ? WHERE id = 1", StepCancelled)

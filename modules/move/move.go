@@ -4,7 +4,9 @@
 // the fence (the source refuses writers of the old epoch), verify, and
 // write the new placement record. Its state lives in the source database
 // (im_tenant_move, im_tenant_move_chunks); every step can be re-run, so a
-// mover killed at any point is resumed by running it again.
+// mover killed at any point is resumed by running it again. A reverse move
+// is the same move from a done move's target back onto the copy its source
+// kept: only the chunks that differ are copied.
 package move
 
 import (
@@ -42,6 +44,8 @@ var (
 	ErrBusy      = errors.New("move: another mover runs this tenant's move")
 	ErrNoMove    = errors.New("move: no move of this tenant")
 	ErrCancelled = errors.New("move: cancelled")
+	// ErrReverseRefused is a reverse the pre-checks refused: nothing changed.
+	ErrReverseRefused = errors.New("move: reverse refused")
 )
 
 // Options tune a move.
@@ -67,6 +71,7 @@ type State struct {
 	PeerServer  string    `json:"peer"`
 	Step        string    `json:"step"`
 	FromEpoch   int64     `json:"from_epoch"`
+	Reverse     bool      `json:"reverse"`
 	Paused      bool      `json:"paused"`
 	RowsCopied  int64     `json:"rows_copied"`
 	BytesCopied int64     `json:"bytes_copied"`
@@ -132,6 +137,53 @@ func OpenDB(dsn string, tlsCfg *tls.Config, withDB bool) (*sql.DB, *mysql.Config
 // database dsn names, creating its state on the source, or returns the
 // move already under way to the same target.
 func Begin(ctx context.Context, tenant string, from tenantdb.Placement, to string, store *placement.Store, o Options) (*Mover, error) {
+	m, err := open(ctx, tenant, from, to, store, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.claim(ctx, from, to, false); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// Reverse opens the move of a tenant whose move is done (its current
+// placement the move's target) back onto the copy the move's source kept,
+// or returns the reverse already under way. It refuses (ErrReverseRefused)
+// when that copy cannot take the tenant back: finished (dropped), not
+// reachable, not the copy this move left, or at another schema version.
+func Reverse(ctx context.Context, tenant string, at tenantdb.Placement, store *placement.Store, o Options) (*Mover, error) {
+	st, err := ReadState(ctx, at.DSN, o.TLS)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case st.Role == "source" && st.Reverse && st.Step != StepCancelled:
+		return Begin(ctx, tenant, at, st.Peer, store, o)
+	case st.Role != "target":
+		return nil, fmt.Errorf("%w: the move of %s is at %s on this database; reverse only follows a switch", ErrReverseRefused, tenant, st.Step)
+	case st.Step == StepFinished:
+		return nil, fmt.Errorf("%w: the move of %s was finished: its source copy on %s is dropped", ErrReverseRefused, tenant, st.PeerServer)
+	}
+	m, err := open(ctx, tenant, at, st.Peer, store, o)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrReverseRefused, err)
+	}
+	if err := m.reverseReady(ctx); err != nil {
+		m.Close()
+		return nil, err
+	}
+	if err := m.claim(ctx, at, st.Peer, true); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// open connects a mover of tenant from its placement to the database to
+// names (never the source itself).
+func open(ctx context.Context, tenant string, from tenantdb.Placement, to string, store *placement.Store, o Options) (*Mover, error) {
 	if o.ChunkRows <= 0 {
 		o.ChunkRows = 2000
 	}
@@ -155,12 +207,7 @@ func Begin(ctx context.Context, tenant string, from tenantdb.Placement, to strin
 		dst.Close()
 		return nil, err
 	}
-	m := &Mover{tenant: tenant, src: src, dst: dst, dstCfg: dstCfg, srcDSN: from.DSN, dstDSN: to, store: store, o: o}
-	if err := m.claim(ctx, from, to); err != nil {
-		m.Close()
-		return nil, err
-	}
-	return m, nil
+	return &Mover{tenant: tenant, src: src, dst: dst, dstCfg: dstCfg, srcDSN: from.DSN, dstDSN: to, store: store, o: o}, nil
 }
 
 // Resume opens the move recorded on the tenant's current placement.
@@ -192,8 +239,9 @@ func serverOf(dsn string) string {
 	return cfg.Addr + "/" + cfg.DBName
 }
 
-// claim takes the mover's lock on the source and records the move there.
-func (m *Mover) claim(ctx context.Context, from tenantdb.Placement, to string) error {
+// claim takes the mover's lock on the source and records the move there
+// (a reverse one when reverse is set).
+func (m *Mover) claim(ctx context.Context, from tenantdb.Placement, to string, reverse bool) error {
 	c, err := m.src.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("move: source: %w", err)
@@ -220,11 +268,15 @@ func (m *Mover) claim(ctx context.Context, from tenantdb.Placement, to string) e
 		m.st = st
 		return nil
 	}
+	// noted first: the shard manager exports the moves of noted tenants only
+	if err := m.store.NoteMove(ctx, m.tenant); err != nil {
+		return fmt.Errorf("move: note the move on the placement servers: %w", err)
+	}
 	if _, err := m.src.ExecContext(ctx, "DELETE FROM im_tenant_move_chunks"); err != nil {
 		return err
 	}
-	if _, err := m.src.ExecContext(ctx, `REPLACE INTO im_tenant_move (id, role, peer_dsn, step, from_epoch, started_at)
-		VALUES (1, 'source', ?, ?, ?, CURRENT_TIMESTAMP(3))`, to, StepPlan, from.Epoch); err != nil {
+	if _, err := m.src.ExecContext(ctx, `REPLACE INTO im_tenant_move (id, role, peer_dsn, step, from_epoch, reverse, started_at)
+		VALUES (1, 'source', ?, ?, ?, ?, CURRENT_TIMESTAMP(3))`, to, StepPlan, from.Epoch, reverse); err != nil {
 		return fmt.Errorf("move: record: %w", err)
 	}
 	m.st, err = readState(ctx, m.src)
@@ -244,9 +296,9 @@ func ReadState(ctx context.Context, dsn string, tlsCfg *tls.Config) (State, erro
 func readState(ctx context.Context, db *sql.DB) (State, error) {
 	var st State
 	var started, updated string
-	err := db.QueryRowContext(ctx, `SELECT role, peer_dsn, step, from_epoch, paused, rows_copied, bytes_copied, switch_ms, note,
+	err := db.QueryRowContext(ctx, `SELECT role, peer_dsn, step, from_epoch, reverse, paused, rows_copied, bytes_copied, switch_ms, note,
 		DATE_FORMAT(started_at, '%Y-%m-%dT%H:%i:%s.%fZ'), DATE_FORMAT(updated_at, '%Y-%m-%dT%H:%i:%s.%fZ') FROM im_tenant_move WHERE id = 1`).
-		Scan(&st.Role, &st.Peer, &st.Step, &st.FromEpoch, &st.Paused, &st.RowsCopied, &st.BytesCopied, &st.SwitchMS, &st.Note, &started, &updated)
+		Scan(&st.Role, &st.Peer, &st.Step, &st.FromEpoch, &st.Reverse, &st.Paused, &st.RowsCopied, &st.BytesCopied, &st.SwitchMS, &st.Note, &started, &updated)
 	if err == sql.ErrNoRows {
 		return st, ErrNoMove
 	}
@@ -347,8 +399,15 @@ func (m *Mover) Run(ctx context.Context) error {
 }
 
 // plan checks the target: reachable, same schema version, and empty (or
-// absent: created and migrated here).
+// absent: created and migrated here); a reverse's target is the copy its
+// move left (reverseReady).
 func (m *Mover) plan(ctx context.Context) error {
+	if m.st.Reverse {
+		if err := m.reverseReady(ctx); err != nil {
+			return err
+		}
+		return m.dropGone(ctx)
+	}
 	server, _, err := OpenDB(m.dstDSN, m.o.TLS, false)
 	if err != nil {
 		return err
@@ -526,9 +585,21 @@ func (m *Mover) copyChunks(ctx context.Context, tables []table, chunks []storedC
 		if err != nil {
 			return err
 		}
-		rowsN, bytesN, err := t.copyChunk(ctx, m.src, m.dst, c.chunk)
-		if err != nil {
-			return err
+		var rowsN, bytesN int64
+		same := false
+		if m.st.Reverse {
+			// the target holds the move's old copy: what did not change
+			// since the switch is there already
+			dsum, err := t.checksum(ctx, m.dst, c.chunk)
+			if err != nil {
+				return err
+			}
+			same = dsum == sum
+		}
+		if !same {
+			if rowsN, bytesN, err = t.copyChunk(ctx, m.src, m.dst, c.chunk); err != nil {
+				return err
+			}
 		}
 		if _, err := m.src.ExecContext(ctx, `UPDATE im_tenant_move_chunks SET checksum = ?, copied = 1 WHERE table_name = ? AND chunk_no = ?`,
 			sum, c.table, c.no); err != nil {

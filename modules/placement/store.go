@@ -28,8 +28,12 @@ import (
 	imsql "github.com/imshard/imshard/sql"
 )
 
-// table is the fixed placement table (sql/placement.sql).
-const table = "im_tenant_placement"
+// table is the fixed placement table (sql/placement.sql); movesTable
+// notes the tenants a move was begun for (sql/placement_moves.sql).
+const (
+	table      = "im_tenant_placement"
+	movesTable = "im_tenant_moves"
+)
 
 // serverTimeout bounds one read or write of one placement server: a server
 // that does not answer is skipped by readers, and fails a writer.
@@ -158,6 +162,9 @@ func (sv *server) handle(ctx context.Context) (*sql.DB, error) {
 	if _, err := sv.db.ExecContext(ctx, imsql.PlacementTable()); err != nil {
 		return nil, fmt.Errorf("create %s: %w", table, err)
 	}
+	if _, err := sv.db.ExecContext(ctx, imsql.PlacementMovesTable()); err != nil {
+		return nil, fmt.Errorf("create %s: %w", movesTable, err)
+	}
 	sv.ready = true
 	return sv.db, nil
 }
@@ -235,51 +242,104 @@ func (sv *server) load(ctx context.Context) ([]Record, error) {
 	return out, rows.Err()
 }
 
+// NoteMove notes on every placement server that a move of tenant began,
+// so Moving finds it without opening the tenant's database; like Write it
+// fails unless every server took it.
+func (s *Store) NoteMove(ctx context.Context, tenant string) error {
+	return s.everyServer(ctx, func(ctx context.Context, db *sql.DB) error {
+		_, err := sq.Insert(movesTable).Columns("tenant").Values(tenant).
+			Suffix("ON DUPLICATE KEY UPDATE noted_at = CURRENT_TIMESTAMP(3)").RunWith(db).ExecContext(ctx)
+		return err
+	})
+}
+
+// Moving is every tenant a move was begun for, as the placement servers
+// that answer note them; err is set only when none answered.
+func (s *Store) Moving(ctx context.Context) ([]string, error) {
+	seen := map[string]bool{}
+	var errs []error
+	for _, sv := range s.servers {
+		rctx, cancel := context.WithTimeout(ctx, serverTimeout)
+		err := sv.moving(rctx, seen)
+		cancel()
+		if err != nil {
+			errs = append(errs, &ServerError{Server: sv.name, Err: err})
+		}
+	}
+	if len(errs) == len(s.servers) {
+		return nil, fmt.Errorf("placement: no placement server answered: %w", errors.Join(errs...))
+	}
+	out := make([]string, 0, len(seen))
+	for t := range seen {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (sv *server) moving(ctx context.Context, into map[string]bool) error {
+	db, err := sv.handle(ctx)
+	if err != nil {
+		return err
+	}
+	rows, err := sq.Select("tenant").From(movesTable).RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			return err
+		}
+		into[t] = true
+	}
+	return rows.Err()
+}
+
+// everyServer runs fn on every placement server and fails unless each one
+// succeeded.
+func (s *Store) everyServer(ctx context.Context, fn func(ctx context.Context, db *sql.DB) error) error {
+	var errs []error
+	for _, sv := range s.servers {
+		wctx, cancel := context.WithTimeout(ctx, serverTimeout)
+		db, err := sv.handle(wctx)
+		if err == nil {
+			err = fn(wctx, db)
+		}
+		cancel()
+		if err != nil {
+			errs = append(errs, &ServerError{Server: sv.name, Err: err})
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Write puts rec on every placement server, where it replaces a record of
 // a lower epoch and leaves a higher (or equal) one alone, so running it
 // again — after a crash between two servers — is harmless. It fails unless
 // every server took it: a switch must not count on a record one server
 // lacks.
 func (s *Store) Write(ctx context.Context, rec Record) error {
-	var errs []error
-	for _, sv := range s.servers {
-		wctx, cancel := context.WithTimeout(ctx, serverTimeout)
-		err := sv.write(wctx, rec)
-		cancel()
-		if err != nil {
-			errs = append(errs, &ServerError{Server: sv.name, Err: err})
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func (sv *server) write(ctx context.Context, rec Record) error {
-	db, err := sv.handle(ctx)
-	if err != nil {
+	return s.everyServer(ctx, func(ctx context.Context, db *sql.DB) error {
+		// dsn is assigned before epoch: its IF still sees the stored epoch
+		_, err := sq.Insert(table).Columns("tenant", "dsn", "epoch").Values(rec.Tenant, rec.DSN, rec.Epoch).
+			Suffix("ON DUPLICATE KEY UPDATE dsn = IF(VALUES(epoch) > epoch, VALUES(dsn), dsn), epoch = GREATEST(epoch, VALUES(epoch))").
+			RunWith(db).ExecContext(ctx)
 		return err
-	}
-	// dsn is assigned before epoch: its IF still sees the stored epoch
-	_, err = sq.Insert(table).Columns("tenant", "dsn", "epoch").Values(rec.Tenant, rec.DSN, rec.Epoch).
-		Suffix("ON DUPLICATE KEY UPDATE dsn = IF(VALUES(epoch) > epoch, VALUES(dsn), dsn), epoch = GREATEST(epoch, VALUES(epoch))").
-		RunWith(db).ExecContext(ctx)
-	return err
+	})
 }
 
-// Delete removes tenant's record from every server it can reach (a test
-// or an operator removing a tenant for good); a tenant with no record is
-// placed by its configuration again.
+// Delete removes tenant's record and move note from every server it can
+// reach (a test or an operator removing a tenant for good); a tenant with
+// no record is placed by its configuration again.
 func (s *Store) Delete(ctx context.Context, tenant string) error {
-	var errs []error
-	for _, sv := range s.servers {
-		dctx, cancel := context.WithTimeout(ctx, serverTimeout)
-		db, err := sv.handle(dctx)
-		if err == nil {
-			_, err = sq.Delete(table).Where(sq.Eq{"tenant": tenant}).RunWith(db).ExecContext(dctx)
+	return s.everyServer(ctx, func(ctx context.Context, db *sql.DB) error {
+		for _, t := range []string{table, movesTable} {
+			if _, err := sq.Delete(t).Where(sq.Eq{"tenant": tenant}).RunWith(db).ExecContext(ctx); err != nil {
+				return err
+			}
 		}
-		cancel()
-		if err != nil {
-			errs = append(errs, &ServerError{Server: sv.name, Err: err})
-		}
-	}
-	return errors.Join(errs...)
+		return nil
+	})
 }

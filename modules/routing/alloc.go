@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	sq "github.com/Masterminds/squirrel"
 	"github.com/redis/rueidis"
@@ -223,21 +224,38 @@ func (a *Allocator) reserveAhead(tenant, topic string, hw int64) {
 	}()
 }
 
+// reserveMovedWait bounds how long a reservation refused by the tenant's
+// placement fence waits for the switch to end (a switch holds writes about
+// a second, and the process follows the new placement within
+// mysql.placement_poll); reserveMovedRetry is the pause between attempts.
+const (
+	reserveMovedWait  = 5 * time.Second
+	reserveMovedRetry = 50 * time.Millisecond
+)
+
 // reserve raises the durable high-water to observed+step in MySQL, then in
 // Redis. GREATEST keeps it monotonic and makes concurrent reservations from
-// the same observation collapse into one step.
+// the same observation collapse into one step. A reservation refused by the
+// fence (a move's switch) is tried again, on the pool of the placement the
+// process follows by then, for up to reserveMovedWait: the send that needs
+// it waits out the switch instead of failing, and the fence still lets
+// nothing through to the source.
 func (a *Allocator) reserve(ctx context.Context, tenant, topic string, keys Keys, observed int64) error {
-	db, err := a.p.DBs.DB(ctx, tenant)
-	if err != nil {
-		return err
-	}
 	want := observed + a.p.ReserveStep
-	if err := Fenced(ctx, db, func(tx *sql.Tx) error {
-		_, err := sq.Insert(reservationsTable).Columns("topic", "reserved_hi").Values(topic, want).
-			Suffix("ON DUPLICATE KEY UPDATE reserved_hi = GREATEST(reserved_hi, VALUES(reserved_hi))").
-			RunWith(tx).ExecContext(ctx)
-		return err
-	}); err != nil {
+	var db *sql.DB
+	write := func() error {
+		var err error
+		if db, err = a.p.DBs.DB(ctx, tenant); err != nil {
+			return err
+		}
+		return Fenced(ctx, db, func(tx *sql.Tx) error {
+			_, err := sq.Insert(reservationsTable).Columns("topic", "reserved_hi").Values(topic, want).
+				Suffix("ON DUPLICATE KEY UPDATE reserved_hi = GREATEST(reserved_hi, VALUES(reserved_hi))").
+				RunWith(tx).ExecContext(ctx)
+			return err
+		})
+	}
+	if err := waitMoved(ctx, write); err != nil {
 		a.p.Metrics.SeqReserve.WithLabelValues("error").Inc()
 		return fmt.Errorf("alloc: reserve %s/%s: %w", tenant, topic, err)
 	}
@@ -591,4 +609,21 @@ func (a *Allocator) RecoverActive(ctx context.Context, tenant string) (Month, er
 		return Month{}, err
 	}
 	return target, nil
+}
+
+// waitMoved runs write until it is not refused by the placement fence, or
+// reserveMovedWait has passed, or ctx ends; it returns write's last error.
+func waitMoved(ctx context.Context, write func() error) error {
+	deadline := time.Now().Add(reserveMovedWait)
+	for {
+		err := write()
+		if !errors.Is(err, ErrPlacementMoved) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(reserveMovedRetry):
+		}
+	}
 }

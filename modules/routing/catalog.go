@@ -372,12 +372,22 @@ func RecordedActive(ctx context.Context, db sq.BaseRunner) (Month, error) {
 
 // RecordShardStats counts the rows of month table t and their created_at
 // span into its catalog row, once, when the month is sealed: from then on
-// the catalog answers how big a month is without counting it again.
+// the catalog answers how big a month is without counting it again. The
+// count (a scan of the whole table) runs before the fenced transaction,
+// which only writes the result: a fenced transaction holds the fence row
+// shared until it ends, and a move's switch waits for it, so a scan inside
+// would hold the switch for as long as it takes. The month is sealed, so
+// what is counted is what the table holds; a trim by retention records the
+// stats again after it.
 func RecordShardStats(ctx context.Context, db *sql.DB, t Table) error {
+	var n int64
+	var lo, hi sql.NullTime
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*), MIN(created_at), MAX(created_at) FROM "+t.Quoted()).Scan(&n, &lo, &hi); err != nil {
+		return fmt.Errorf("catalog: count %s: %w", t.Name(), err)
+	}
 	err := Fenced(ctx, db, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, "UPDATE "+catalogTable+" AS c, (SELECT COUNT(*) AS n, MIN(created_at) AS lo, MAX(created_at) AS hi FROM "+
-			t.Quoted()+") AS x SET c.row_count = x.n, c.min_created_at = x.lo, c.max_created_at = x.hi, c.stats_at = UTC_TIMESTAMP(3) WHERE c.shard_month = ?",
-			t.Month().String())
+		_, err := sq.Update(catalogTable).Set("row_count", n).Set("min_created_at", lo).Set("max_created_at", hi).
+			Set("stats_at", sq.Expr("UTC_TIMESTAMP(3)")).Where(sq.Eq{"shard_month": t.Month().String()}).RunWith(tx).ExecContext(ctx)
 		return err
 	})
 	if err != nil {
