@@ -499,6 +499,13 @@ func (a *App) NewShardManager() *shardmgr.Manager {
 		Registerer: a.Registry,
 		Retention:  a.Retention(),
 		Archive:    a.NewArchiver(),
+		Moving: func(ctx context.Context, tenant string) (bool, error) {
+			db, err := c.pools.DB(ctx, tenant)
+			if err != nil {
+				return false, err
+			}
+			return move.Moving(ctx, db)
+		},
 	})
 	return c.shards
 }

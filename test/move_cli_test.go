@@ -102,6 +102,10 @@ func TestMoveCLIKilledCancelledAndResumed(t *testing.T) {
 	}
 
 	mvKillMidCopy(t, src, moveArgs...)
+	// the shard manager's retention and archive wait for a move under way
+	if moving, err := move.Moving(context.Background(), src); err != nil || !moving {
+		t.Fatalf("Moving mid-copy: %v %v", moving, err)
+	}
 	code, out := runCLI(t, nil, "--config", cfg, "tenant", "move", "status", "--tenant="+tenant)
 	if code != 0 || !strings.Contains(out, "step copy") || !strings.Contains(out, "lag ") {
 		t.Fatalf("status after the kill: %d %s", code, out)
@@ -120,6 +124,9 @@ func TestMoveCLIKilledCancelledAndResumed(t *testing.T) {
 	}
 	if step, _ := mvState(t, src); step != move.StepCancelled {
 		t.Fatalf("step after cancel: %q", step)
+	}
+	if moving, err := move.Moving(context.Background(), src); err != nil || moving {
+		t.Fatalf("Moving after cancel: %v %v", moving, err)
 	}
 	if e := mvFence(t, src); e != 0 {
 		t.Fatalf("source fence after cancel: %d", e)

@@ -293,6 +293,20 @@ func ReadState(ctx context.Context, dsn string, tlsCfg *tls.Config) (State, erro
 	return readState(ctx, db)
 }
 
+// Moving reports whether the tenant database db is in a move between its
+// plan and its switch (either direction): its month tables are being
+// copied and caught up, so nothing may remove or replace one meanwhile
+// (the shard manager's retention and archive wait for the move).
+func Moving(ctx context.Context, db *sql.DB) (bool, error) {
+	var n int
+	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM im_tenant_move WHERE id = 1 AND step IN (?, ?, ?, ?)",
+		StepPlan, StepCopy, StepCatchUp, StepSwitch).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("move: read step: %w", err)
+	}
+	return n > 0, nil
+}
+
 func readState(ctx context.Context, db *sql.DB) (State, error) {
 	var st State
 	var started, updated string

@@ -50,6 +50,11 @@ type Params struct {
 	// patrol (finishing archives stopped half-way, archiving months past
 	// the tenant's archive_after_months); nil: no archive here.
 	Archive Retainer
+	// Moving, when set, reports whether a tenant is in a move between its
+	// plan and its switch (modules/move): its retention and archive wait
+	// for the move, since they remove or replace month tables the move
+	// copies and catches up.
+	Moving func(ctx context.Context, tenant string) (bool, error)
 }
 
 // Retainer is a job the patrol runs for one tenant after its sync:
@@ -410,8 +415,10 @@ func (mg *Manager) Run(ctx context.Context) error {
 
 // retain runs retention, then the archive, for each tenant after the
 // patrol's sync; a failed tenant is logged (and counted by the job's
-// metrics), the others go on.
+// metrics), the others go on. A tenant in a move (or whose move state
+// cannot be read) is left for a later patrol.
 func (mg *Manager) retain(ctx context.Context, tenants []string) {
+	tenants = mg.notMoving(ctx, tenants)
 	for _, job := range []struct {
 		name string
 		r    Retainer
@@ -428,6 +435,26 @@ func (mg *Manager) retain(ctx context.Context, tenants []string) {
 			}
 		}
 	}
+}
+
+// notMoving is tenants less those in a move (Params.Moving), each logged.
+func (mg *Manager) notMoving(ctx context.Context, tenants []string) []string {
+	if mg.p.Moving == nil {
+		return tenants
+	}
+	out := make([]string, 0, len(tenants))
+	for _, t := range tenants {
+		moving, err := mg.p.Moving(ctx, t)
+		switch {
+		case err != nil:
+			mg.p.Log.Error().Err(err).Str("tenant", t).Msg("cannot tell whether the tenant is moving; its retention and archive wait for the next patrol")
+		case moving:
+			mg.p.Log.Info().Str("tenant", t).Msg("the tenant is moving; its retention and archive wait until the move has switched or was cancelled")
+		default:
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // Reconcile has Run sync tenants now rather than at its next patrol: a
