@@ -7,10 +7,43 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/placement"
+	"github.com/imshard/imshard/modules/shardmgr"
 	"github.com/imshard/imshard/test/harness"
 	"github.com/imshard/imshard/test/testenv"
 )
+
+// mvLive is a live tenant to move: a second server started as its target
+// (targetDSN), the service following its placement every 200 ms, the
+// placement store, and the tenant's database (src) with its month tables
+// up to monthsAhead after the current one.
+type mvLive struct {
+	tenant    string
+	targetDSN string
+	env       *harness.Env
+	store     *placement.Store
+	src       *sql.DB
+}
+
+func mvStartLive(t *testing.T, monthsAhead int) mvLive {
+	t.Helper()
+	l := mvLive{tenant: testenv.NewTenant(t)}
+	_, l.targetDSN = mvStartSecond(t, l.tenant)
+	l.env = harness.Start(t, harness.Options{Tenant: l.tenant, Mutate: func(c *config.Config) {
+		c.MySQL.PlacementPoll = 200 * time.Millisecond
+	}})
+	l.store = mvStore(t, l.env)
+	ctx := context.Background()
+	if res := l.env.App.NewShardManager().SyncTenant(ctx, l.tenant, shardmgr.Options{MonthsAhead: monthsAhead}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	var err error
+	if l.src, err = l.env.App.Pools().DB(ctx, l.tenant); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
 
 // mvStore is the placement store env's processes follow (its
 // mysql.placement_dsns, or the default: the shared server's placement

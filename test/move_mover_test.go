@@ -10,11 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/move"
-	"github.com/imshard/imshard/modules/shardmgr"
-	"github.com/imshard/imshard/test/harness"
-	"github.com/imshard/imshard/test/testenv"
 )
 
 // mvInsert writes message rows straight into a month table (topic, seqs).
@@ -96,21 +92,10 @@ func mvDigest(t *testing.T, db *sql.DB, tables ...string) map[string]string {
 // process follows the new placement, and finish drops the source.
 func TestMoveTenantCopiesCatchesUpAndSwitches(t *testing.T) {
 	t.Parallel()
-	tenant := testenv.NewTenant(t)
-	_, targetDSN := mvStartSecond(t, tenant)
-	env := harness.Start(t, harness.Options{Tenant: tenant, Mutate: func(c *config.Config) {
-		c.MySQL.PlacementPoll = 200 * time.Millisecond
-	}})
-	store := mvStore(t, env)
+	l := mvStartLive(t, 1)
+	tenant, targetDSN, env, store, src := l.tenant, l.targetDSN, l.env, l.store, l.src
 	ctx := context.Background()
 	now := env.Now()
-	if res := env.App.NewShardManager().SyncTenant(ctx, tenant, shardmgr.Options{MonthsAhead: 1}); res.Err != nil {
-		t.Fatal(res.Err)
-	}
-	src, err := env.App.Pools().DB(ctx, tenant)
-	if err != nil {
-		t.Fatal(err)
-	}
 	months := []string{now.String(), now.Next().String()}
 	tables := []string{"im_group_messages_" + months[0], "im_group_messages_" + months[1]}
 	for _, m := range months {

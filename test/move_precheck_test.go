@@ -5,16 +5,11 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/move"
-	"github.com/imshard/imshard/modules/shardmgr"
-	"github.com/imshard/imshard/test/harness"
-	"github.com/imshard/imshard/test/testenv"
 )
 
 // TestMoveSwitchPreChecksAndMetrics: a switch whose last catch-up round
@@ -25,21 +20,10 @@ import (
 // move record from catch-up to done.
 func TestMoveSwitchPreChecksAndMetrics(t *testing.T) {
 	t.Parallel()
-	tenant := testenv.NewTenant(t)
-	_, targetDSN := mvStartSecond(t, tenant)
-	env := harness.Start(t, harness.Options{Tenant: tenant, Mutate: func(c *config.Config) {
-		c.MySQL.PlacementPoll = 200 * time.Millisecond
-	}})
-	store := mvStore(t, env)
+	l := mvStartLive(t, 0)
+	tenant, targetDSN, env, store, src := l.tenant, l.targetDSN, l.env, l.store, l.src
 	ctx := context.Background()
 	month := env.Now().String()
-	if res := env.App.NewShardManager().SyncTenant(ctx, tenant, shardmgr.Options{MonthsAhead: 0}); res.Err != nil {
-		t.Fatal(res.Err)
-	}
-	src, err := env.App.Pools().DB(ctx, tenant)
-	if err != nil {
-		t.Fatal(err)
-	}
 	mvInsert(t, src, month, "g_p", 1, 100)
 	reg := prometheus.NewRegistry()
 	watch := move.NewWatch(move.WatchParams{Tenants: func() []string { return []string{tenant} }, Moving: store.Moving, DBs: env.App.Pools(),

@@ -8,11 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/move"
-	"github.com/imshard/imshard/modules/shardmgr"
-	"github.com/imshard/imshard/test/harness"
-	"github.com/imshard/imshard/test/testenv"
 )
 
 // TestMoveReverse: a tenant is moved to a second server, takes more sends
@@ -24,21 +20,10 @@ import (
 // topic-month), its fence and the placement at the epoch after.
 func TestMoveReverse(t *testing.T) {
 	t.Parallel()
-	tenant := testenv.NewTenant(t)
-	_, targetDSN := mvStartSecond(t, tenant)
-	env := harness.Start(t, harness.Options{Tenant: tenant, Mutate: func(c *config.Config) {
-		c.MySQL.PlacementPoll = 200 * time.Millisecond
-	}})
-	store := mvStore(t, env)
+	l := mvStartLive(t, 1)
+	tenant, targetDSN, env, store, src := l.tenant, l.targetDSN, l.env, l.store, l.src
 	ctx := context.Background()
 	now := env.Now()
-	if res := env.App.NewShardManager().SyncTenant(ctx, tenant, shardmgr.Options{MonthsAhead: 1}); res.Err != nil {
-		t.Fatal(res.Err)
-	}
-	src, err := env.App.Pools().DB(ctx, tenant)
-	if err != nil {
-		t.Fatal(err)
-	}
 	months := []string{now.String(), now.Next().String()}
 	tables := []string{"im_group_messages_" + months[0], "im_group_messages_" + months[1]}
 	for _, m := range months {
