@@ -13,9 +13,10 @@ import (
 // yet: the API reads archived months from their archive, but the inbox's
 // unread counts and activity, the route check and the mirror rebuild still
 // read month tables, so the table stays;
-// RowsPerSecond throttles the export's reads of the month table (0: no
-// limit). CacheBytes bounds each process's cache of archived months'
-// manifests and Parquet footers (the cold read path's metadata).
+// RowsPerSecond throttles an archive's reads of the month table and a
+// restore's writes back into it (0: no limit). CacheBytes bounds each
+// process's cache of archived months' manifests and Parquet footers (the
+// cold read path's metadata).
 type Archive struct {
 	URL           string        `mapstructure:"url"`
 	KeepTable     time.Duration `mapstructure:"keep_table"`

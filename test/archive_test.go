@@ -426,3 +426,34 @@ func TestArchiveRestoreRebuildsTheMonth(t *testing.T) {
 		t.Fatalf("the restored table differs: checksum %s, was %s", after, before)
 	}
 }
+
+// A restore writes back no faster than archive.rows_per_second, as the
+// export reads: every row of a dropped month is written back and then read
+// back for the verification, each pass allowed one second's worth of rows
+// at once and the rest at the limit.
+func TestArchiveRestoreIsThrottled(t *testing.T) {
+	t.Parallel()
+	env, old, n := archivedMonth(t)
+	ctx := context.Background()
+	fileURL := "file://" + t.TempDir()
+	if rep, err := archiverFor(env, fileURL, 0).Archive(ctx, env.Tenant, old, false); err != nil || rep.Step != archive.StepMarked {
+		t.Fatalf("archive: %+v %v", rep, err)
+	}
+	table, _ := routing.TableFor(old)
+	if _, err := env.DB.Exec(table.DropDDL()); err != nil {
+		t.Fatal(err)
+	}
+	const rps = 20
+	start := time.Now()
+	rep, err := archiverFor(env, fileURL, rps).Restore(ctx, env.Tenant, old)
+	took := time.Since(start)
+	if err != nil || rep.Restored != int64(n) || rep.Rows != int64(n) {
+		t.Fatalf("restore: %+v %v", rep, err)
+	}
+	if least := time.Duration(2*(n-rps)) * time.Second / rps; took < least {
+		t.Fatalf("restore of %d rows at %d rows/s took %v, at least %v expected", n, rps, took, least)
+	}
+	if step, status := archiveStep(t, env, old); step != "" || status != routing.StatusSealed {
+		t.Fatalf("after the restore: step %q status %s", step, status)
+	}
+}

@@ -432,26 +432,49 @@ func (a *Archiver) precheck(ctx context.Context, db *sql.DB, tenant string, m ro
 // scanChunk is how many rows one keyset-paged read of the table takes.
 const scanChunk = 2000
 
+// pace is archive.rows_per_second over one pass of a run (a read of the
+// month table, a restore's writes into it): the pass moves rows in
+// batches of at most a second's worth, each waiting for its rows, so the
+// pass keeps the limit to within one batch from its start — a batch
+// larger than the limit would let its whole burst through at once.
+type pace struct {
+	lim   *rate.Limiter // nil: unthrottled
+	batch int
+}
+
+// pace is the throttle of a pass that moves up to batch rows at a time.
+func (a *Archiver) pace(batch int) pace {
+	rps := a.p.Config.RowsPerSecond
+	if rps <= 0 {
+		return pace{batch: batch}
+	}
+	batch = min(batch, rps)
+	return pace{lim: rate.NewLimiter(rate.Limit(rps), batch), batch: batch}
+}
+
+// wait blocks until n (at most the batch) more rows may move.
+func (p pace) wait(ctx context.Context, n int) error {
+	if p.lim == nil {
+		return nil
+	}
+	return p.lim.WaitN(ctx, n)
+}
+
 // scanTable reads t in (topic, seqid) order in keyset pages (each its own
 // short statement: no long transaction holds the table), throttled to
 // archive.rows_per_second, handing each row's driver values to fn.
 func (a *Archiver) scanTable(ctx context.Context, db *sql.DB, t routing.Table, fn func(vals []any) error) error {
-	var lim *rate.Limiter
-	if a.p.Config.RowsPerSecond > 0 {
-		lim = rate.NewLimiter(rate.Limit(a.p.Config.RowsPerSecond), max(a.p.Config.RowsPerSecond, scanChunk))
-	}
+	pc := a.pace(scanChunk)
 	cols := routing.LegacyColumnNames()
 	var lastTopic string
 	lastSeq := int64(-1 << 62)
 	for {
-		if lim != nil {
-			if err := lim.WaitN(ctx, scanChunk); err != nil {
-				return err
-			}
+		if err := pc.wait(ctx, pc.batch); err != nil {
+			return err
 		}
 		rows, err := sq.Select(cols...).From(t.Quoted()).
 			Where(sq.Or{sq.Gt{"topic": lastTopic}, sq.And{sq.Eq{"topic": lastTopic}, sq.Gt{"seqid": lastSeq}}}).
-			OrderBy("topic", "seqid").Limit(scanChunk).RunWith(db).QueryContext(ctx)
+			OrderBy("topic", "seqid").Limit(uint64(pc.batch)).RunWith(db).QueryContext(ctx)
 		if err != nil {
 			return fmt.Errorf("archive: read %s: %w", t.Name(), err)
 		}
@@ -479,7 +502,7 @@ func (a *Archiver) scanTable(ctx context.Context, db *sql.DB, t routing.Table, f
 		if err != nil {
 			return err
 		}
-		if n < scanChunk {
+		if n < pc.batch {
 			return nil
 		}
 	}

@@ -98,14 +98,20 @@ func (a *Archiver) restore(ctx context.Context, db *sql.DB, rep RestoreReport) (
 const restoreBatch = 500
 
 // reload writes the archive's rows the table lacks, a batch per
-// transaction behind the placement fence; it reports the rows inserted.
+// transaction behind the placement fence, throttled to
+// archive.rows_per_second as the export's reads are; it reports the rows
+// inserted.
 func (a *Archiver) reload(ctx context.Context, db *sql.DB, bucket *blob.Bucket, key string, t routing.Table) (int64, error) {
 	var n int64
 	cols := routing.LegacyColumnNames()
+	pc := a.pace(restoreBatch)
 	err := readRows(ctx, bucket, key, func(rows []Row) error {
 		for len(rows) > 0 {
-			chunk := rows[:min(len(rows), restoreBatch)]
+			chunk := rows[:min(len(rows), pc.batch)]
 			rows = rows[len(chunk):]
+			if err := pc.wait(ctx, len(chunk)); err != nil {
+				return err
+			}
 			q := sq.Insert(t.Quoted()).Options("IGNORE").Columns(cols...)
 			for i := range chunk {
 				q = q.Values(chunk[i].values()...)
