@@ -1,6 +1,7 @@
 package archive
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
@@ -9,11 +10,13 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sort"
 	"sync"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/encoding"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"gocloud.dev/blob"
@@ -96,8 +99,12 @@ type coldEntry struct {
 	size   int64
 	mod    time.Time
 	groups []groupSpan
+	cols   keyColumns
 	bytes  int64
 }
+
+// keyColumns are the indexes of the columns reads find rows by.
+type keyColumns struct{ topic, seq, id int }
 
 // groupSpan is a row group's byte range and the column statistics a read
 // selects it by.
@@ -128,19 +135,20 @@ func (c *Cold) ByID(ctx context.Context, tenant string, m routing.Month, id int6
 			if id < g.idLo || id > g.idHi {
 				continue
 			}
-			var found []readpath.Row
-			err := c.readGroup(ctx, bucket, e, i, func(rows []Row) bool {
-				for j := range rows {
-					if rows[j].MessageID == id {
-						found = append(found, rows[j].readRow())
-						return false
-					}
-				}
-				return true
-			})
-			if err != nil || found != nil {
-				return found, err
+			g, err := c.fetchGroup(ctx, bucket, e, i)
+			if err != nil {
+				return nil, err
 			}
+			at, err := g.find(e.cols.id, id)
+			if err != nil || at < 0 {
+				return nil, err
+			}
+			var found []readpath.Row
+			err = g.read(at, at+1, false, func() int { return 1 }, func(r *Row) bool {
+				found = append(found, r.readRow())
+				return false
+			})
+			return found, err
 		}
 		return nil, nil
 	})
@@ -206,73 +214,193 @@ func (c *Cold) rows(ctx context.Context, bucket *blob.Bucket, e *coldEntry, r re
 		slices.Reverse(groups)
 	}
 	var out []readpath.Row
+	want := func() int { return r.Limit - len(out) }
 	for _, j := range groups {
-		var in []readpath.Row
-		err := c.readGroup(ctx, bucket, e, j, func(rows []Row) bool {
-			for k := range rows {
-				if rows[k].Topic == r.Topic && rows[k].SeqID >= lo && rows[k].SeqID <= hi {
-					in = append(in, rows[k].readRow())
-				} else if rows[k].Topic > r.Topic || (rows[k].Topic == r.Topic && rows[k].SeqID > hi) {
-					return false // sorted by (topic, seq): nothing further is in range
-				}
+		g, err := c.fetchGroup(ctx, bucket, e, j)
+		if err != nil {
+			return nil, err
+		}
+		from, to, err := g.window(e.cols, r.Topic, lo, hi)
+		if err != nil {
+			return nil, err
+		}
+		err = g.read(from, to, r.Desc, want, func(row *Row) bool {
+			rr := row.readRow()
+			if r.Keep == nil || r.Keep(&rr) {
+				out = append(out, rr)
 			}
-			return true
+			return len(out) < r.Limit
 		})
 		if err != nil {
 			return nil, err
 		}
-		if r.Desc {
-			slices.Reverse(in)
-		}
-		for k := range in {
-			if r.Keep == nil || r.Keep(&in[k]) {
-				out = append(out, in[k])
-				if len(out) == r.Limit {
-					return out, nil
-				}
-			}
+		if len(out) == r.Limit {
+			break
 		}
 	}
 	return out, nil
 }
 
-// groupBatch is how many rows one read of a row group decodes at a time.
-const groupBatch = 256
+// group is a row group fetched in one range request, read from memory.
+type group struct {
+	key    string
+	i      int
+	chunks []parquet.ColumnChunk
+	rg     fetchedGroup
+}
 
-// readGroup fetches row group i in one range request and hands its rows,
-// in file order, to fn until fn returns false.
-func (c *Cold) readGroup(ctx context.Context, bucket *blob.Bucket, e *coldEntry, i int, fn func([]Row) bool) error {
-	g := e.groups[i]
-	buf, err := c.fetch(ctx, bucket, e, g.off, g.end-g.off)
+// fetchGroup fetches row group i of the entry's object in one range
+// request.
+func (c *Cold) fetchGroup(ctx context.Context, bucket *blob.Bucket, e *coldEntry, i int) (*group, error) {
+	sp := e.groups[i]
+	buf, err := c.fetch(ctx, bucket, e, sp.off, sp.end-sp.off)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	at := sectionAt{off: g.off, data: buf}
+	at := sectionAt{off: sp.off, data: buf}
 	rg := e.file.RowGroups()[i]
 	chunks := rg.ColumnChunks()
 	fetched := make([]parquet.ColumnChunk, len(chunks))
 	for j, ch := range chunks {
 		fc, ok := ch.(*parquet.FileColumnChunk)
 		if !ok {
-			return fmt.Errorf("archive: %s: row group %d: unexpected column chunk %T", e.key, i, ch)
+			return nil, fmt.Errorf("archive: %s: row group %d: unexpected column chunk %T", e.key, i, ch)
 		}
 		fetched[j] = fetchedChunk{FileColumnChunk: fc, at: at}
 	}
-	pr := parquet.NewGenericRowGroupReader[Row](fetchedGroup{RowGroup: rg, chunks: fetched})
-	defer pr.Close()
-	rows := make([]Row, groupBatch)
+	return &group{key: e.key, i: i, chunks: fetched, rg: fetchedGroup{RowGroup: rg, chunks: fetched}}, nil
+}
+
+// pages hands column col's values to fn page by page, with the index of
+// each page's first row, until fn returns false. The key columns (topic,
+// seqid, message_id) are required and not dictionary-encoded in
+// SchemaVersion's layout, so a page's values are its rows, of kind.
+func (g *group) pages(col int, kind encoding.Kind, fn func(first int64, v encoding.Values) bool) error {
+	pages := g.chunks[col].Pages()
+	defer pages.Close()
+	var first int64
 	for {
-		n, err := pr.Read(rows)
-		if n > 0 && !fn(rows[:n]) {
-			return nil
-		}
+		p, err := pages.ReadPage()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("archive: read %s row group %d: %w", e.key, i, err)
+			return fmt.Errorf("archive: read %s row group %d column %d: %w", g.key, g.i, col, err)
+		}
+		v := p.Data()
+		if p.Dictionary() != nil || v.Kind() != kind || p.NumValues() != p.NumRows() {
+			parquet.Release(p)
+			return fmt.Errorf("archive: %s row group %d column %d: not a page of plain required values", g.key, g.i, col)
+		}
+		more := fn(first, v)
+		first += p.NumRows()
+		parquet.Release(p)
+		if !more {
+			return nil
 		}
 	}
+}
+
+// window is the rows [from, to) of the group whose topic is topic and
+// seqid within [lo, hi]. The file is sorted by (topic, seqid), so each
+// bound is a binary search of a decoded key column — two columns decoded,
+// not the group's rows.
+func (g *group) window(cols keyColumns, topic string, lo, hi int64) (from, to int64, err error) {
+	t := []byte(topic)
+	var tFrom, tTo int64 // the topic's rows
+	err = g.pages(cols.topic, encoding.ByteArray, func(_ int64, v encoding.Values) bool {
+		data, offs := v.ByteArray()
+		at := func(k int) []byte { return data[offs[k]:offs[k+1]] }
+		n := len(offs) - 1
+		tFrom += int64(sort.Search(n, func(k int) bool { return bytes.Compare(at(k), t) >= 0 }))
+		tTo += int64(sort.Search(n, func(k int) bool { return bytes.Compare(at(k), t) > 0 }))
+		return true
+	})
+	if err != nil || tFrom == tTo {
+		return 0, 0, err
+	}
+	from, to = tFrom, tFrom
+	err = g.pages(cols.seq, encoding.Int64, func(first int64, v encoding.Values) bool {
+		seqs := v.Int64()
+		a, b := max(tFrom-first, 0), min(tTo-first, int64(len(seqs)))
+		if a < b {
+			in := seqs[a:b]
+			from += int64(sort.Search(len(in), func(k int) bool { return in[k] >= lo }))
+			to += int64(sort.Search(len(in), func(k int) bool { return in[k] > hi }))
+		}
+		return first+int64(len(seqs)) < tTo
+	})
+	return from, to, err
+}
+
+// find is the index of the row whose column col (an int64 key) is x, or
+// -1.
+func (g *group) find(col int, x int64) (int64, error) {
+	at := int64(-1)
+	err := g.pages(col, encoding.Int64, func(first int64, v encoding.Values) bool {
+		if k := slices.Index(v.Int64(), x); k >= 0 {
+			at = first + int64(k)
+			return false
+		}
+		return true
+	})
+	return at, err
+}
+
+// groupBatch bounds how many rows one read of a row group decodes at a
+// time.
+const groupBatch = 256
+
+// read decodes rows [from, to) of the group, at most want() rows (at
+// least one, at most groupBatch) at a time, and hands them to fn in file
+// order or, desc, from the last, until fn returns false. Rows outside
+// the range are not decoded into rows: the reader seeks to the first row
+// of each batch.
+func (g *group) read(from, to int64, desc bool, want func() int, fn func(*Row) bool) error {
+	if from >= to {
+		return nil
+	}
+	pr := parquet.NewGenericRowGroupReader[Row](g.rg)
+	defer pr.Close()
+	buf := make([]Row, min(to-from, groupBatch))
+	seek := true
+	for from < to {
+		n := min(int64(min(max(want(), 1), groupBatch)), to-from)
+		at := from
+		if desc {
+			at, seek = to-n, true
+		}
+		if seek {
+			if err := pr.SeekToRow(at); err != nil {
+				return fmt.Errorf("archive: seek %s row group %d to row %d: %w", g.key, g.i, at, err)
+			}
+			seek = false
+		}
+		rows := buf[:n]
+		got, err := pr.Read(rows)
+		if int64(got) < n {
+			if err == nil || errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("archive: read %s row group %d rows [%d, %d): %w", g.key, g.i, at, at+n, err)
+		}
+		if desc {
+			to = at
+			for k := len(rows) - 1; k >= 0; k-- {
+				if !fn(&rows[k]) {
+					return nil
+				}
+			}
+			continue
+		}
+		from = at + n
+		for k := range rows {
+			if !fn(&rows[k]) {
+				return nil
+			}
+		}
+	}
+	return nil
 }
 
 // fetch reads n bytes at off of the entry's object, in one range request,
@@ -399,15 +527,17 @@ func load(ctx context.Context, bucket *blob.Bucket, tenant string, m routing.Mon
 	if err != nil {
 		return nil, fmt.Errorf("archive: open %s: %w", e.key, err)
 	}
-	if e.groups, err = spans(e.file); err != nil {
+	if e.groups, e.cols, err = spans(e.file); err != nil {
 		return nil, fmt.Errorf("archive: %s: %w", e.key, err)
 	}
 	e.bytes = int64(len(raw)) + n
 	return e, nil
 }
 
-// spans lists the row groups' byte ranges and statistics.
-func spans(f *parquet.File) ([]groupSpan, error) {
+// spans lists the row groups' byte ranges and statistics, and where the
+// key columns are.
+func spans(f *parquet.File) ([]groupSpan, keyColumns, error) {
+	var cols keyColumns
 	col := func(name string) (int, error) {
 		leaf, ok := f.Schema().Lookup(name)
 		if !ok {
@@ -415,17 +545,15 @@ func spans(f *parquet.File) ([]groupSpan, error) {
 		}
 		return leaf.ColumnIndex, nil
 	}
-	topic, err := col("topic")
-	if err != nil {
-		return nil, err
+	var err error
+	if cols.topic, err = col("topic"); err != nil {
+		return nil, cols, err
 	}
-	seq, err := col("seqid")
-	if err != nil {
-		return nil, err
+	if cols.seq, err = col("seqid"); err != nil {
+		return nil, cols, err
 	}
-	id, err := col("message_id")
-	if err != nil {
-		return nil, err
+	if cols.id, err = col("message_id"); err != nil {
+		return nil, cols, err
 	}
 	groups := f.RowGroups()
 	out := make([]groupSpan, len(groups))
@@ -454,21 +582,21 @@ func spans(f *parquet.File) ([]groupSpan, error) {
 			}
 			return lo, hi, nil
 		}
-		lo, hi, err := bounds(topic)
+		lo, hi, err := bounds(cols.topic)
 		if err != nil {
-			return nil, err
+			return nil, cols, err
 		}
 		g.topicLo, g.topicHi = string(lo.ByteArray()), string(hi.ByteArray())
-		if lo, hi, err = bounds(seq); err != nil {
-			return nil, err
+		if lo, hi, err = bounds(cols.seq); err != nil {
+			return nil, cols, err
 		}
 		g.seqLo, g.seqHi = lo.Int64(), hi.Int64()
-		if lo, hi, err = bounds(id); err != nil {
-			return nil, err
+		if lo, hi, err = bounds(cols.id); err != nil {
+			return nil, cols, err
 		}
 		g.idLo, g.idHi = lo.Int64(), hi.Int64()
 	}
-	return out, nil
+	return out, cols, nil
 }
 
 // sectionAt serves reads of [off, off+len(data)) of an object from memory.
