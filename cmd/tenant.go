@@ -59,7 +59,9 @@ refused from then on: persist parks, changes answer 409 tenant_moving), copies
 what is left, verifies every table (per topic for month tables), raises the
 target's fence and writes the placement record to every placement server.
 Asks on a terminal; --yes in scripts. Run again (or "resume") after a crash:
-every step can be re-run. See docs/operations.md, "Moving a tenant".`,
+every step can be re-run. One move of a tenant at a time: refused while the
+last one is under way, or done and not finished. See docs/operations.md,
+"Moving a tenant".`,
 		Example: "  imshard tenant move --tenant=acme --to='imshard:pw@tcp(db2:3306)/im_acme' --yes",
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -228,6 +230,9 @@ func printMove(w io.Writer, tenant string, at tenantdb.Placement, st move.State,
 	if st.SwitchMS > 0 {
 		fmt.Fprintf(w, "  switch took %d ms\n", st.SwitchMS)
 	}
+	if st.HalfSwitched() {
+		fmt.Fprintf(w, "  the switch is half done (its mover died): `imshard tenant move resume --tenant=%s` completes it; cancel, finish, reverse and a new move are refused until then\n", tenant)
+	}
 }
 
 func newTenantMovePauseCmd(g *globals, pause bool) *cobra.Command {
@@ -235,7 +240,7 @@ func newTenantMovePauseCmd(g *globals, pause bool) *cobra.Command {
 	var mf moverFlags
 	use, short := "pause", "Pause the tenant's copy between two chunks (the switch, once begun, completes)"
 	if !pause {
-		use, short = "resume", "Resume a paused move, or drive a move whose mover died (kill -9) to its end"
+		use, short = "resume", "Resume a paused move, or drive a move whose mover died (kill -9) to its end (a half-done switch included)"
 	}
 	c := &cobra.Command{
 		Use:     use + " --tenant=T",
@@ -285,7 +290,9 @@ func newTenantMoveCancelCmd(g *globals) *cobra.Command {
 		Long: `Before the switch, stops the mover, drops the target's copy and leaves the
 source as it was. Once the switch has raised the source's fence, cancel lowers
 nothing: it completes the switch, so the tenant ends wholly on the target.
-Safe to run again after a crash.`,
+Safe to run again after a crash. Refused (exit 1) while a switch is half done
+(the placement names the target, the move's end not recorded): "resume"
+completes it.`,
 		Example: "  imshard tenant move cancel --tenant=acme",
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -368,7 +375,7 @@ func newTenantMoveFinishCmd(g *globals) *cobra.Command {
 	var tenant string
 	c := &cobra.Command{
 		Use:     "finish --tenant=T",
-		Short:   "Drop the source copy of a move that is done (only then)",
+		Short:   "Drop the source copy of a move that is done (only then; refused while a switch is half done)",
 		Example: "  imshard tenant move finish --tenant=acme",
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {

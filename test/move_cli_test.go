@@ -3,14 +3,22 @@ package test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/imshard/imshard/modules/move"
 	"github.com/imshard/imshard/modules/placement"
 	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/testhook"
 	"github.com/imshard/imshard/test/testenv"
 )
 
@@ -174,4 +182,181 @@ func mapLines(m map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// TestMoveCLIKilledAfterThePlacement: `imshard tenant move` kills itself
+// (IMSHARD_TEST_CRASH_MOVE=placed) right after the switch wrote the
+// placement record, before it recorded the move's end, while sends and
+// reads go on. The service follows the record onto the target at once and
+// keeps storing there. The half-done switch is recorded on the target, so
+// status says so and cancel, finish, reverse and a new move are refused
+// (exit 1) without changing anything; resume only completes the
+// bookkeeping — it copies nothing over what the target took since — and
+// every message is then on the target exactly once, read back in full.
+func TestMoveCLIKilledAfterThePlacement(t *testing.T) {
+	t.Parallel()
+	l := mvStartLive(t, 1)
+	tenant, targetDSN, env, store, src := l.tenant, l.targetDSN, l.env, l.store, l.src
+	ctx := context.Background()
+	now := env.Now()
+	months := []string{now.String(), now.Next().String()}
+	tables := []string{"im_group_messages_" + months[0], "im_group_messages_" + months[1]}
+	for _, m := range months {
+		mvInsert(t, src, m, "g_a", 1, 150)
+	}
+	at, err := env.App.Pools().Placement(tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := tenantConfig(t, tenant, "")
+	cli := func(args ...string) (int, string) {
+		return runCLI(t, nil, append([]string{"--config", cfg, "tenant", "move"}, args...)...)
+	}
+
+	// sends and reads through the move, the crash and the resume
+	rpGroup(t, env, "mvk")
+	tok := env.Token(rpMember, "")
+	var mu sync.Mutex
+	var seqs []int64
+	var failed atomic.Int64
+	var failure atomic.Value
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			code, body := env.Do("POST", "/v1/topics/mvk/messages", tok, map[string]any{
+				"client_msg_id": fmt.Sprintf("mvk%d", i), "msg_type": "text", "content": map[string]any{"text": fmt.Sprint(i)}})
+			var r sendResp
+			if code != 201 || json.Unmarshal(body, &r) != nil || r.Duplicate {
+				failed.Add(1)
+				failure.Store(fmt.Sprintf("send %d: %d %s", i, code, body))
+				continue
+			}
+			mu.Lock()
+			seqs = append(seqs, r.Seq)
+			mu.Unlock()
+			if code, body := env.Do("GET", "/v1/topics/mvk/messages?limit=20", tok, nil); code != 200 {
+				failed.Add(1)
+				failure.Store(fmt.Sprintf("read: %d %s", code, body))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	stopped := false
+	stopSends := func() {
+		if !stopped {
+			stopped = true
+			close(stop)
+			<-done
+		}
+	}
+	defer stopSends()
+	sentN := func() int64 { mu.Lock(); defer mu.Unlock(); return int64(len(seqs)) }
+	sendWaitFor(t, 10*time.Second, "sends stored on the source", func() bool {
+		n, _ := mvTopicRows(t, src, "mvk")
+		return n >= 20
+	})
+
+	p := faultsStart(t, []string{testhook.CrashMoveEnv + "=" + testhook.MovePlaced},
+		"--config", cfg, "tenant", "move", "--tenant="+tenant, "--to="+targetDSN, "--yes", "--chunk-rows=40")
+	err = p.wait(t, 60*time.Second)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the mover was to kill itself after the placement write: %v\n%s", err, p.out.String())
+	}
+	if recs, _, err := store.Load(ctx); err != nil || recs[tenant].Epoch != at.Epoch+1 || recs[tenant].DSN != targetDSN {
+		t.Fatalf("placement after the kill: %+v %v, want the target at epoch %d", recs[tenant], err, at.Epoch+1)
+	}
+	if step, _ := mvState(t, src); step != move.StepSwitch {
+		t.Fatalf("source step after the kill: %q, want switch", step)
+	}
+	st, err := move.ReadState(ctx, targetDSN, nil)
+	if err != nil || !st.HalfSwitched() {
+		t.Fatalf("target's move after the kill: %+v %v, want the half-done switch recorded", st, err)
+	}
+
+	// the service follows the record: the tenant is written on the target
+	mvWaitEpoch(t, env, at.Epoch+1)
+	dst, err := env.App.Pools().DB(ctx, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := sentN()
+	sendWaitFor(t, 15*time.Second, "sends stored on the target", func() bool {
+		n, _ := mvTopicRows(t, dst, "mvk")
+		return n >= before+20
+	})
+
+	if code, out := cli("status", "--tenant="+tenant); code != 0 || !strings.Contains(out, "step switch") || !strings.Contains(out, "half done") {
+		t.Fatalf("status of the half-done switch: %d %s", code, out)
+	}
+	for _, args := range [][]string{
+		{"cancel", "--tenant=" + tenant},
+		{"finish", "--tenant=" + tenant},
+		{"reverse", "--tenant=" + tenant, "--yes"},
+		{"--tenant=" + tenant, "--to=" + at.DSN, "--yes"},
+	} {
+		if code, out := cli(args...); code != 1 || !strings.Contains(out, "the switch is half done") || !strings.Contains(out, "resume") {
+			t.Errorf("%v on the half-done switch: %d %s, want exit 1 naming the half-done switch and resume", args, code, out)
+		}
+	}
+	if step, _ := mvState(t, src); step != move.StepSwitch {
+		t.Fatalf("source step after the refusals: %q", step)
+	}
+	if st, err := move.ReadState(ctx, targetDSN, nil); err != nil || !st.HalfSwitched() {
+		t.Fatalf("target's move after the refusals: %+v %v", st, err)
+	}
+
+	if code, out := cli("resume", "--tenant="+tenant); code != 0 || !strings.Contains(out, "moved") {
+		t.Fatalf("resume of the half-done switch: %d %s", code, out)
+	}
+	if st, err := move.ReadState(ctx, targetDSN, nil); err != nil || st.Role != "target" || st.Step != move.StepDone {
+		t.Fatalf("target's move after resume: %+v %v, want done", st, err)
+	}
+	if step, _ := mvState(t, src); step != move.StepDone {
+		t.Fatalf("source step after resume: %q, want done", step)
+	}
+	if recs, _, err := store.Load(ctx); err != nil || recs[tenant].Epoch != at.Epoch+1 || recs[tenant].DSN != targetDSN {
+		t.Fatalf("placement after resume: %+v %v", recs[tenant], err)
+	}
+	sendWaitFor(t, 10*time.Second, "more sends after resume", func() bool { return sentN() >= before+40 })
+	stopSends()
+	if failed.Load() > 0 {
+		t.Fatalf("%d sends or reads failed; last: %v", failed.Load(), failure.Load())
+	}
+
+	// every 201 exactly once on the target, and read back in full
+	var rowsN, distinct int64
+	count := func() { rowsN, distinct = mvTopicRows(t, dst, "mvk") }
+	sendWaitFor(t, 15*time.Second, "every send stored on the target", func() bool { count(); return rowsN >= sentN() })
+	time.Sleep(300 * time.Millisecond)
+	count()
+	if rowsN != sentN() || distinct != rowsN {
+		t.Fatalf("topic mvk on the target: %d rows, %d seqs; %d sends answered 201", rowsN, distinct, sentN())
+	}
+	read := rpWalkSince(t, env, rpMember, "mvk", 50)
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	if fmt.Sprint(read) != fmt.Sprint(seqs) {
+		t.Fatalf("read back %d seqs %v\nwant the %d answered %v", len(read), read, len(seqs), seqs)
+	}
+	if n := persistMetric(t, env, "group_message_dead_letter_total"); n != 0 {
+		t.Fatalf("%v events dead-lettered", n)
+	}
+	// the rows the move copied are the source's, per topic-month
+	want, got := mvDigest(t, src, tables...), mvDigest(t, dst, tables...)
+	for _, tb := range tables {
+		delete(want, tb+" mvk")
+		delete(got, tb+" mvk")
+	}
+	if len(want) != 2 || fmt.Sprint(want) != fmt.Sprint(got) {
+		t.Fatalf("per topic-month digests: source %v, target %v", want, got)
+	}
+	if code, out := cli("finish", "--tenant="+tenant); code != 0 || !strings.Contains(out, "dropped") {
+		t.Fatalf("finish after resume: %d %s", code, out)
+	}
 }

@@ -5,12 +5,17 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/imshard/imshard/modules/move"
+	"github.com/imshard/imshard/modules/placement"
+	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/tenantdb"
+	"github.com/imshard/imshard/test/testenv"
 )
 
 // mvInsert writes message rows straight into a month table (topic, seqs).
@@ -280,5 +285,97 @@ func TestMoveTenantCopiesCatchesUpAndSwitches(t *testing.T) {
 	defer server.Close()
 	if err := server.QueryRow("SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = ?", cfg.DBName).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("source database after finish: %d %v", left, err)
+	}
+}
+
+// TestMoveOneAtATime: a tenant has one move at a time. While a move is
+// under way a move to another target is refused; once it is done (the
+// tenant on its target, the source copy kept) a new move — onward or back
+// by a new move instead of reverse — is refused and records nothing,
+// until finish drops the source copy; then a new move begins (and is
+// cancelled).
+func TestMoveOneAtATime(t *testing.T) {
+	t.Parallel()
+	tenant := testenv.NewTenant(t)
+	second, targetDSN := mvStartSecond(t, tenant)
+	thirdDSN := strings.ReplaceAll(second.DSNTemplate, "{tenant}", tenant+"c")
+	sourceDSN := strings.ReplaceAll(testenv.DSNTemplate(), "{tenant}", tenant)
+	servers, err := placement.DefaultServers([]string{sourceDSN})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := placement.Open(servers, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Delete(context.Background(), tenant); _ = store.Close() })
+	if code, out := runCLI(t, nil, "--config", tenantConfig(t, tenant, ""), "shard", "ensure", "--months=1"); code != 0 {
+		t.Fatalf("shard ensure: %d %s", code, out)
+	}
+	ctx := context.Background()
+	src, _, err := move.OpenDB(sourceDSN, nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	now, err := routing.NewClock(testenv.Redis(t)).Month(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mvInsert(t, src, now.String(), "g_a", 1, 50)
+
+	at := tenantdb.Placement{DSN: sourceDSN}
+	stopped := errors.New("stopped")
+	o := move.Options{ChunkRows: 20, StepHook: func(step string) error {
+		if step == move.StepCatchUp {
+			return stopped
+		}
+		return nil
+	}}
+	m, err := move.Begin(ctx, tenant, at, targetDSN, store, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Run(ctx); !errors.Is(err, stopped) {
+		t.Fatalf("first run: %v, want it stopped at the catch-up", err)
+	}
+	m.Close()
+	if _, err := move.Begin(ctx, tenant, at, thirdDSN, store, o); !errors.Is(err, move.ErrLastMoveOpen) {
+		t.Fatalf("a move elsewhere while one is under way: %v, want ErrLastMoveOpen", err)
+	}
+	o.StepHook = nil
+	if m, err = move.Begin(ctx, tenant, at, targetDSN, store, o); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+
+	moved := tenantdb.Placement{DSN: targetDSN, Epoch: at.Epoch + 1}
+	for _, to := range []string{thirdDSN, sourceDSN} {
+		if _, err := move.Begin(ctx, tenant, moved, to, store, o); !errors.Is(err, move.ErrLastMoveOpen) || !strings.Contains(err.Error(), "finish it") {
+			t.Fatalf("a new move to %s before finish: %v, want ErrLastMoveOpen", to, err)
+		}
+	}
+	if st, err := move.ReadState(ctx, targetDSN, nil); err != nil || st.Role != "target" || st.Step != move.StepDone {
+		t.Fatalf("the done move after the refused ones: %+v %v", st, err)
+	}
+	if recs, _, err := store.Load(ctx); err != nil || recs[tenant].Epoch != moved.Epoch || recs[tenant].DSN != targetDSN {
+		t.Fatalf("placement after the refused moves: %+v %v", recs[tenant], err)
+	}
+
+	if err := move.Finish(ctx, tenant, moved, o); err != nil {
+		t.Fatal(err)
+	}
+	if m, err = move.Begin(ctx, tenant, moved, thirdDSN, store, o); err != nil {
+		t.Fatalf("a new move after finish: %v", err)
+	}
+	if st := m.State(); st.Role != "source" || st.Step != move.StepPlan {
+		t.Fatalf("the new move: %+v", st)
+	}
+	m.Close()
+	if completed, err := move.Cancel(ctx, tenant, moved, store, o); err != nil || completed {
+		t.Fatalf("cancel of the new move: %v %v", completed, err)
 	}
 }

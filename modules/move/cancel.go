@@ -25,6 +25,9 @@ func Cancel(ctx context.Context, tenant string, at tenantdb.Placement, store *pl
 	if err != nil {
 		return false, err
 	}
+	if st.HalfSwitched() {
+		return false, halfSwitched(tenant, st)
+	}
 	if st.Role != "source" || st.Step == StepDone {
 		return false, fmt.Errorf("move: the move of %s is done; nothing to cancel", tenant)
 	}
@@ -97,6 +100,9 @@ func Finish(ctx context.Context, tenant string, at tenantdb.Placement, o Options
 	st, err := readState(ctx, db)
 	if err != nil {
 		return err
+	}
+	if st.HalfSwitched() {
+		return halfSwitched(tenant, st)
 	}
 	if st.Role != "target" {
 		return fmt.Errorf("move: the move of %s is at %s; finish only follows the switch", tenant, st.Step)

@@ -23,6 +23,7 @@ import (
 	"github.com/imshard/imshard/modules/placement"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/tenantdb"
+	"github.com/imshard/imshard/modules/testhook"
 	imsql "github.com/imshard/imshard/sql"
 )
 
@@ -46,6 +47,15 @@ var (
 	ErrCancelled = errors.New("move: cancelled")
 	// ErrReverseRefused is a reverse the pre-checks refused: nothing changed.
 	ErrReverseRefused = errors.New("move: reverse refused")
+	// ErrHalfSwitched refuses cancel, finish, reverse and a new move while
+	// a switch is half done: the target's row says the switch, so the
+	// placement record may already name the target while the move's end is
+	// not recorded. Only resume completes it.
+	ErrHalfSwitched = errors.New("move: the switch is half done")
+	// ErrLastMoveOpen refuses a new move of a tenant whose last move is
+	// neither finished nor cancelled: its other copy still stands, and
+	// cancel, finish and reverse know one move only.
+	ErrLastMoveOpen = errors.New("move: the tenant's last move is neither finished nor cancelled")
 )
 
 // Options tune a move.
@@ -86,6 +96,17 @@ type State struct {
 
 // Server names the peer's host:port/database (never its password).
 func (s State) Server() string { return serverOf(s.Peer) }
+
+// HalfSwitched is a target's row written by a switch that has not
+// recorded its end: the placement record may name this database or not
+// yet, and only resume may act on the move.
+func (s State) HalfSwitched() bool { return s.Role == "target" && s.Step == StepSwitch }
+
+// halfSwitched is the error of an action refused on a half-done switch.
+func halfSwitched(tenant string, st State) error {
+	return fmt.Errorf("%w: tenant %s was switched from %s and the move's end is not recorded; resume the move to complete it, then act on it",
+		ErrHalfSwitched, tenant, st.PeerServer)
+}
 
 // Mover drives one tenant's move.
 type Mover struct {
@@ -159,6 +180,8 @@ func Reverse(ctx context.Context, tenant string, at tenantdb.Placement, store *p
 		return nil, err
 	}
 	switch {
+	case st.HalfSwitched():
+		return nil, fmt.Errorf("%w: %w", ErrReverseRefused, halfSwitched(tenant, st))
 	case st.Role == "source" && st.Reverse && st.Step != StepCancelled:
 		return Begin(ctx, tenant, at, st.Peer, store, o)
 	case st.Role != "target":
@@ -210,11 +233,16 @@ func open(ctx context.Context, tenant string, from tenantdb.Placement, to string
 	return &Mover{tenant: tenant, src: src, dst: dst, dstCfg: dstCfg, srcDSN: from.DSN, dstDSN: to, store: store, o: o}, nil
 }
 
-// Resume opens the move recorded on the tenant's current placement.
+// Resume opens the move recorded on the tenant's current placement. A
+// half-done switch (the placement already names the target) is the move
+// recorded on its source: the mover opens there and completes it.
 func Resume(ctx context.Context, tenant string, at tenantdb.Placement, store *placement.Store, o Options) (*Mover, error) {
 	st, err := ReadState(ctx, at.DSN, o.TLS)
 	if err != nil {
 		return nil, err
+	}
+	if st.HalfSwitched() {
+		return Begin(ctx, tenant, tenantdb.Placement{DSN: st.Peer, Epoch: st.FromEpoch}, at.DSN, store, o)
 	}
 	if st.Role != "source" {
 		return nil, fmt.Errorf("move: the move of %s is %s (on its target)", tenant, st.Step)
@@ -261,9 +289,15 @@ func (m *Mover) claim(ctx context.Context, from tenantdb.Placement, to string, r
 	case errors.Is(err, ErrNoMove):
 	case err != nil:
 		return err
+	case st.HalfSwitched():
+		return halfSwitched(m.tenant, st)
+	case st.Role == "target" && st.Step != StepFinished && !reverse:
+		// a reverse follows the move; a new move waits for its end
+		return fmt.Errorf("%w: tenant %s's move from %s is %s: finish it (drops that copy) or reverse it first",
+			ErrLastMoveOpen, m.tenant, st.PeerServer, st.Step)
 	case st.Role == "source" && st.Step != StepCancelled:
 		if serverOf(st.Peer) != serverOf(to) {
-			return fmt.Errorf("move: tenant %s is already moving to %s (%s); cancel it first", m.tenant, serverOf(st.Peer), st.Step)
+			return fmt.Errorf("%w: tenant %s is already moving to %s (%s); cancel it first", ErrLastMoveOpen, m.tenant, serverOf(st.Peer), st.Step)
 		}
 		m.st = st
 		return nil
@@ -396,11 +430,10 @@ func (m *Mover) Run(ctx context.Context) error {
 				// nothing is held: back to catch-up, for a run that retries
 				return errors.Join(err, m.setStep(ctx, StepCatchUp))
 			}
-			if err == nil {
-				err = m.setStep(ctx, StepDone)
-			}
 		case StepDone:
-			return nil
+			// last of the bookkeeping, after the source's: a mover killed
+			// between the two is completed by a run that finds it done
+			return m.targetDone(ctx)
 		case StepCancelling, StepCancelled:
 			return ErrCancelled
 		default:
@@ -689,10 +722,71 @@ func (m *Mover) catchUp(ctx context.Context, both bool) (int, error) {
 // switchOver raises the source fence (its UPDATE waits for the writers in
 // flight; from its commit no writer of the old epoch changes the source),
 // copies what is left, verifies every table (per topic for month tables),
-// raises the target's fence and writes the placement record everywhere.
-// Every part can run again after a crash.
+// raises the target's fence, records the switch on the target, writes the
+// placement record everywhere and records the step done on the source.
+// The target's row is written before the placement record: from the
+// record on, the target takes the tenant's writes, and a switch resumed
+// then must not copy a chunk again (that would replace them with the
+// source's rows) — it finds the row and only writes what is left of the
+// bookkeeping. Every part can run again after a crash.
 func (m *Mover) switchOver(ctx context.Context) error {
 	next := m.st.FromEpoch + 1
+	switched, err := m.targetSwitched(ctx)
+	if err != nil {
+		return err
+	}
+	if !switched {
+		began := time.Now()
+		if err := m.fenceAndVerify(ctx, next); err != nil {
+			return err
+		}
+		cur, err := readState(ctx, m.src)
+		if err != nil {
+			return err
+		}
+		m.st.RowsCopied, m.st.BytesCopied = cur.RowsCopied, cur.BytesCopied
+		m.st.SwitchMS = time.Since(began).Milliseconds()
+		if _, err := m.dst.ExecContext(ctx, `REPLACE INTO im_tenant_move (id, role, peer_dsn, step, from_epoch, rows_copied, bytes_copied, switch_ms, started_at)
+			VALUES (1, 'target', ?, ?, ?, ?, ?, ?, ?)`, m.srcDSN, StepSwitch, m.st.FromEpoch, m.st.RowsCopied, m.st.BytesCopied, m.st.SwitchMS,
+			m.st.StartedAt.Format("2006-01-02 15:04:05.000")); err != nil {
+			return fmt.Errorf("move: record the switch on the target: %w", err)
+		}
+	}
+	if err := m.store.Write(ctx, placement.Record{Tenant: m.tenant, DSN: m.dstDSN, Epoch: next}); err != nil {
+		return fmt.Errorf("move: write the placement record: %w", err)
+	}
+	testhook.CrashMove(testhook.MovePlaced)
+	if _, err := m.src.ExecContext(ctx, "UPDATE im_tenant_move SET step = ?, switch_ms = ? WHERE id = 1", StepDone, m.st.SwitchMS); err != nil {
+		return fmt.Errorf("move: record step %s: %w", StepDone, err)
+	}
+	m.st.Step = StepDone
+	return nil
+}
+
+// targetSwitched reports whether the target's row records this move's
+// switch (half done or done), and takes the switch's duration from it.
+func (m *Mover) targetSwitched(ctx context.Context) (bool, error) {
+	var role, peer, step string
+	var from, ms int64
+	err := m.dst.QueryRowContext(ctx, "SELECT role, peer_dsn, step, from_epoch, switch_ms FROM im_tenant_move WHERE id = 1").
+		Scan(&role, &peer, &step, &from, &ms)
+	if err == sql.ErrNoRows {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("move: read the target's move: %w", err)
+	}
+	if role != "target" || (step != StepSwitch && step != StepDone) || from != m.st.FromEpoch || serverOf(peer) != serverOf(m.srcDSN) {
+		return false, nil
+	}
+	m.st.SwitchMS = ms
+	return true, nil
+}
+
+// fenceAndVerify is the switch's fenced part: the pre-checks (unless the
+// fence is up already), the source fence, the final catch-up, the
+// verification and the target's fence.
+func (m *Mover) fenceAndVerify(ctx context.Context, next int64) error {
 	var fence int64
 	if err := m.src.QueryRowContext(ctx, "SELECT epoch FROM im_tenant_fence WHERE id = 1").Scan(&fence); err != nil {
 		return fmt.Errorf("move: source fence: %w", err)
@@ -704,7 +798,6 @@ func (m *Mover) switchOver(ctx context.Context) error {
 			return err
 		}
 	}
-	began := time.Now()
 	// on the mover's own connection, which holds its lock: RaiseFence
 	// takes the fence's DDL lock there too
 	if err := routing.RaiseFence(ctx, m.lock, next); err != nil {
@@ -724,22 +817,17 @@ func (m *Mover) switchOver(ctx context.Context) error {
 	if _, err := m.dst.ExecContext(ctx, "UPDATE im_tenant_fence SET epoch = GREATEST(epoch, ?) WHERE id = 1", next); err != nil {
 		return fmt.Errorf("move: raise the target fence: %w", err)
 	}
-	if err := m.store.Write(ctx, placement.Record{Tenant: m.tenant, DSN: m.dstDSN, Epoch: next}); err != nil {
-		return fmt.Errorf("move: write the placement record: %w", err)
+	return nil
+}
+
+// targetDone records the end of the switch on the target's row; a row
+// already done, or no longer this move's target, is left.
+func (m *Mover) targetDone(ctx context.Context) error {
+	if _, err := m.dst.ExecContext(ctx, "UPDATE im_tenant_move SET step = ?, switch_ms = ? WHERE id = 1 AND role = 'target' AND step = ?",
+		StepDone, m.st.SwitchMS, StepSwitch); err != nil {
+		return fmt.Errorf("move: record the move done on the target: %w", err)
 	}
-	took := time.Since(began)
-	cur, err := readState(ctx, m.src)
-	if err != nil {
-		return err
-	}
-	m.st.RowsCopied, m.st.BytesCopied = cur.RowsCopied, cur.BytesCopied
-	if _, err := m.dst.ExecContext(ctx, `REPLACE INTO im_tenant_move (id, role, peer_dsn, step, from_epoch, rows_copied, bytes_copied, switch_ms, started_at)
-		VALUES (1, 'target', ?, ?, ?, ?, ?, ?, ?)`, m.srcDSN, StepDone, m.st.FromEpoch, m.st.RowsCopied, m.st.BytesCopied, took.Milliseconds(),
-		m.st.StartedAt.Format("2006-01-02 15:04:05.000")); err != nil {
-		return fmt.Errorf("move: record the move on the target: %w", err)
-	}
-	_, err = m.src.ExecContext(ctx, "UPDATE im_tenant_move SET switch_ms = ? WHERE id = 1", took.Milliseconds())
-	return err
+	return nil
 }
 
 // verify compares every table's rows on both sides: per topic for month

@@ -91,3 +91,15 @@ const CrashArchiveEnv = "IMSHARD_TEST_CRASH_ARCHIVE"
 // takes the job over must finish it from there. Read only by a test build,
 // as BreakEnv.
 const CrashAfterJobBatchEnv = "IMSHARD_TEST_CRASH_AFTER_JOB_BATCH"
+
+// CrashMoveEnv arms the tenant move's failpoints: with
+// IMSHARD_TEST_CRASH_MOVE=STEP the mover kills itself with SIGKILL when the
+// switch has done STEP — placed: the placement record is on every
+// placement server, the move's end not recorded yet (the source's row
+// still says switch, the target's says the switch is half done). Read only
+// by a test build, as BreakEnv.
+const CrashMoveEnv = "IMSHARD_TEST_CRASH_MOVE"
+
+// MovePlaced is the failpoint right after a switch wrote the placement
+// record (CrashMoveEnv=placed).
+const MovePlaced = "placed"

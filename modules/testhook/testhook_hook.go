@@ -80,6 +80,15 @@ func CrashArchive(step string) {
 	}
 }
 
+// CrashMove is the tenant move's failpoint after step (CrashMoveEnv): at
+// the armed step the process kills itself and never returns.
+func CrashMove(step string) {
+	if os.Getenv(CrashMoveEnv) == step {
+		var seen atomic.Int64
+		crashAt(&seen, 1)
+	}
+}
+
 // crashAt counts one pass through a failpoint and, at the nth (n > 0),
 // kills the process with SIGKILL.
 func crashAt(seen *atomic.Int64, n int64) {

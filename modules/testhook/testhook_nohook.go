@@ -19,3 +19,6 @@ func CrashArchive(string) {}
 
 // CrashAfterJobBatch does nothing in a shipped build: the failpoint cannot be armed.
 func CrashAfterJobBatch() {}
+
+// CrashMove does nothing in a shipped build: the failpoint cannot be armed.
+func CrashMove(string) {}
