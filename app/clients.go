@@ -30,7 +30,6 @@ import (
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/archive"
 	"github.com/imshard/imshard/modules/changes"
-	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/migrate"
 	"github.com/imshard/imshard/modules/move"
 	"github.com/imshard/imshard/modules/placement"
@@ -525,11 +524,12 @@ func (a *App) Retention() *retention.Retention {
 		Catalog:  c.catalog,
 		Months:   a.tenants.retentionOf,
 		LockTTL:  a.Config.Shard.LockTTL,
-		// a user erase deletes each message as delete-for-everyone does;
-		// only the job loop calls it, in a process that runs the read path
-		Delete: func(ctx context.Context, tenant, topic string, seq, actor int64, reason string) error {
-			_, err := a.NewChanges().DeleteAll(ctx, httpapi.Principal{Tenant: tenant, UserID: actor, Role: httpapi.RoleAdmin}, topic, seq, reason)
-			return err
+		// a user erase deletes its batches of messages as delete-for-everyone
+		// does one; only the job loop calls it, in a process that runs the
+		// read path
+		Erase: func(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef, reason string,
+			before func(messages, revisions int64) error) (int64, int64, error) {
+			return a.NewChanges().EraseMessages(ctx, tenant, m, refs, reason, before)
 		},
 		Log:        a.Log.With().Str("module", "retention").Logger(),
 		Registerer: a.Registry,

@@ -1,15 +1,18 @@
 package changes
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
+	"github.com/redis/rueidis"
 
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/feed"
@@ -80,6 +83,14 @@ type changeReq struct {
 	// edit
 	content, head json.RawMessage // head nil: keep it
 	expected      int
+	// refs are the messages the change applies to: a request's change
+	// names one, (topic, seq); a batch (EraseMessages) many of one month
+	// table, sorted (routing.SortRefs). Every one gets the same change, so
+	// one statement of each kind writes them all.
+	refs []routing.MessageRef
+	// erase: the revisions the change records keep no content, and those
+	// the messages had lose theirs (a user erase)
+	erase bool
 }
 
 // Recall withdraws a message: its sender within send.recall_window; a
@@ -150,6 +161,52 @@ func (s *Service) DeleteAll(ctx context.Context, p httpapi.Principal, topic stri
 	return s.change(ctx, p, changeReq{action: message.ActionDelete, topic: topic, seq: seq, actor: p.UserID, reason: reason})
 }
 
+// EraseMessages deletes the messages refs of month m for everyone as one
+// change of many rows (a batch of a user erase, by actor 0, the system):
+// DeleteAll's change — the rows locked, made tombstones, their mentions
+// dropped, their change_seqs, revisions and change events recorded, the
+// caches told before the commit, the tombstones put back and published
+// after it — in one transaction, one statement of each kind and one Redis
+// round trip each side of the commit. The revisions keep no content, and
+// the messages' earlier revisions lose theirs. before runs in the
+// transaction after its writes with what they changed (messages made
+// tombstones, revisions without content); its error rolls the batch back
+// and is answered as it is. A message already deleted, or no longer
+// stored, is left out; archived months are refused as a change is (409
+// month_archived).
+func (s *Service) EraseMessages(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef, reason string,
+	before func(messages, revisions int64) error) (messages, revisions int64, err error) {
+	if len(refs) == 0 {
+		return 0, 0, nil
+	}
+	if err := s.p.Migrations.GateChange(ctx, tenant); err != nil {
+		return 0, 0, err
+	}
+	refs = slices.Clone(refs)
+	routing.SortRefs(refs)
+	keys, db, err := s.r.Open(ctx, httpapi.Principal{Tenant: tenant}, refs[0].Topic)
+	if err != nil {
+		return 0, 0, err
+	}
+	t, err := routing.TableFor(m)
+	if err != nil {
+		return 0, 0, err
+	}
+	counts := func(w *written) (int64, int64) {
+		return int64(len(w.changed)), int64(len(w.changed)) + w.revisionsCleared
+	}
+	c := changeReq{tenant: tenant, action: message.ActionDelete, topic: refs[0].Topic, seq: refs[0].Seq, reason: reason, refs: refs, erase: true}
+	w, err := s.changeTx(ctx, db, keys, []routing.Table{t}, c, false, false, func(w *written) error { return before(counts(w)) })
+	if errors.Is(err, errUnchanged) || errors.Is(err, readpath.ErrNotFound) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	messages, revisions = counts(&w)
+	return messages, revisions, nil
+}
+
 // member is the caller's membership of topic; anyone else is refused.
 func (s *Service) member(ctx context.Context, tenant, topic string, user int64) (acl.Membership, error) {
 	if err := routing.ValidTopic(topic); err != nil {
@@ -190,7 +247,7 @@ func (s *Service) change(ctx context.Context, p httpapi.Principal, c changeReq) 
 	if err := s.p.Migrations.GateChange(ctx, p.Tenant); err != nil {
 		return ChangeResult{}, err
 	}
-	c.tenant = p.Tenant
+	c.tenant, c.refs = p.Tenant, []routing.MessageRef{{Topic: c.topic, Seq: c.seq}}
 	keys, db, err := s.r.Open(ctx, p, c.topic)
 	if err != nil {
 		return ChangeResult{}, err
@@ -211,14 +268,14 @@ func (s *Service) change(ctx context.Context, p httpapi.Principal, c changeReq) 
 	if err != nil {
 		return ChangeResult{}, err
 	}
-	for attempt := 1; ; attempt++ {
-		res, err := s.changeTx(ctx, db, keys, tables, c, flying, legacy)
-		// a deadlock rolled the transaction back before the caches were
-		// told (its statements come first): run it again
-		if !tenantdb.IsDeadlock(err) || attempt == maxChangeAttempts {
-			return res, err
-		}
+	w, err := s.changeTx(ctx, db, keys, tables, c, flying, legacy, nil)
+	switch {
+	case errors.Is(err, errUnchanged):
+		return ChangeResult{Message: w.old[0]}, nil
+	case err != nil:
+		return ChangeResult{}, err
 	}
+	return ChangeResult{Message: w.changed[0].next, ChangeSeq: w.changed[0].changeSeq}, nil
 }
 
 // changeTables are the month tables that may hold the changed message,
@@ -269,34 +326,61 @@ var errUnchanged = errors.New("changes: nothing to change")
 // changeTx is steps 3 to 5 of a change, in a fenced transaction
 // (routing.Fenced: the placement fence is its first statement, so its
 // shared lock covers the whole transaction; a refusal answers 409
-// tenant_moving, modules/httpapi).
-func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, tables []routing.Table, c changeReq, flying, legacy bool) (ChangeResult, error) {
+// tenant_moving, modules/httpapi). before, when set, runs in the
+// transaction after the change's writes and before its commit; its error
+// rolls the change back. A deadlock rolled the transaction back before
+// the caches were told (its statements come first): it runs again.
+func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, tables []routing.Table, c changeReq, flying, legacy bool,
+	before func(w *written) error) (written, error) {
 	var w written
-	err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
-		var err error
-		w, err = s.changeIn(ctx, tx, keys, tables, c, flying, legacy)
-		return err
-	})
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+			var err error
+			if w, err = s.changeIn(ctx, tx, keys, tables, c, flying, legacy); err != nil || before == nil {
+				return err
+			}
+			return before(&w)
+		})
+		if !tenantdb.IsDeadlock(err) || attempt == maxChangeAttempts {
+			break
+		}
+	}
 	var e *httpapi.Error
 	switch {
-	case errors.Is(err, errUnchanged):
-		return ChangeResult{Message: w.old}, nil
 	case err == nil:
-	case errors.As(err, &e), errors.Is(err, routing.ErrPlacementMoved), errors.Is(err, readpath.ErrNotFound):
-		return ChangeResult{}, err
+	case errors.Is(err, errUnchanged), errors.As(err, &e), errors.Is(err, routing.ErrPlacementMoved), errors.Is(err, readpath.ErrNotFound):
+		return w, err
+	case before != nil && !tenantdb.IsDeadlock(err):
+		return w, err // the caller's own refusal, or its statement's failure
 	default: // begin or commit
-		return ChangeResult{}, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable: the change may not have been applied, retry", err)
+		return w, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable: the change may not have been applied, retry", err)
 	}
-	s.afterChange(context.WithoutCancel(ctx), keys, c, testhook.Break(testhook.StaleVersion, w.old, w.next), w.changeSeq, w.version)
-	return ChangeResult{Message: w.next, ChangeSeq: w.changeSeq}, nil
+	s.afterChange(context.WithoutCancel(ctx), keys, c, w)
+	return w, nil
 }
 
 // written is what a change's transaction wrote, for what follows its
 // commit.
 type written struct {
+	// old: the messages as they were, locked, in refs order
+	old []message.Message
+	// changed: those the change changed (a repeated delete changes
+	// nothing), in refs order
+	changed []changedMsg
+	// versions: each changed topic's message version, as the change moved
+	// it (lua/msg_change.lua)
+	versions map[string]string
+	// revisionsCleared: earlier revisions of the messages whose content an
+	// erase cleared
+	revisionsCleared int64
+}
+
+// changedMsg is one message a change changed.
+type changedMsg struct {
 	old, next message.Message
+	table     routing.Table
 	changeSeq int64
-	version   string
 }
 
 func (s *Service) changeIn(ctx context.Context, tx *sql.Tx, keys routing.Keys, tables []routing.Table, c changeReq, flying, legacy bool) (written, error) {
@@ -322,71 +406,129 @@ func (s *Service) changeIn(ctx context.Context, tx *sql.Tx, keys routing.Keys, t
 			return w, readpath.ErrNotFound
 		}
 	}
-	old, table, err := lockMessage(ctx, tx, tables, c.topic, c.seq)
-	if errors.Is(err, readpath.ErrNotFound) && archived {
+	locked, err := lockMessages(ctx, tx, tables, c.refs)
+	if err != nil {
+		return w, err
+	}
+	// a batch's message gone meanwhile has nothing left to change; a
+	// request's is not found
+	if len(locked) == 0 && archived {
 		return w, monthArchived()
 	}
-	if errors.Is(err, readpath.ErrNotFound) && flying {
+	if len(locked) == 0 && flying {
 		return w, httpapi.Errorf(httpapi.CodeConflict,
 			"the message is not stored yet (still on its way from the queue); retry after retry_after_ms").
 			WithDetails(map[string]any{"retry_after_ms": retryAfter.Milliseconds()})
 	}
-	if err != nil {
-		return w, err
+	if len(locked) == 0 {
+		return w, readpath.ErrNotFound
 	}
-	w.old = old
-	next, err := s.apply(c, old)
-	if err != nil {
-		return w, err
+	for _, l := range locked {
+		w.old = append(w.old, l.msg)
+		next, err := s.apply(c, l.msg)
+		if err != nil {
+			return w, err
+		}
+		if next.Version != l.msg.Version {
+			w.changed = append(w.changed, changedMsg{old: l.msg, next: next, table: l.table})
+		}
 	}
-	if next.Version == old.Version {
+	if len(w.changed) == 0 {
 		return w, errUnchanged
 	}
-	w.next = next
-	if w.changeSeq, err = writeChange(ctx, tx, table, c, old, next, legacy); err != nil {
+	if w.revisionsCleared, err = writeChanges(ctx, tx, c, w.changed, legacy); err != nil {
 		return w, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
 	}
-	w.version, err = s.p.Scripts.MsgChange.Exec(ctx, s.p.Redis,
-		[]string{keys.HotMessages(c.topic), keys.MessagesVersion(c.topic)},
-		[]string{strconv.FormatInt(c.seq, 10), strconv.FormatInt(routing.MessagesVersionTTL.Milliseconds(), 10)}).ToString()
-	if err != nil {
+	if w.versions, err = s.tellCaches(ctx, keys, w.changed); err != nil {
 		return w, httpapi.Wrap(httpapi.CodeUnavailable, "the caches cannot be told (Redis unavailable): nothing changed, retry", err)
 	}
 	return w, nil
 }
 
-// lockMessage reads (topic, seq) from the first of tables holding it,
-// locking the row; 404 when none does.
-func lockMessage(ctx context.Context, tx *sql.Tx, tables []routing.Table, topic string, seq int64) (message.Message, routing.Table, error) {
-	for _, t := range tables {
-		query, args, err := sq.Select(readpath.Columns...).From(t.Quoted() + " AS m").
-			Where(sq.Eq{"m.topic": topic, "m.seqid": seq}).Suffix("FOR UPDATE").ToSql()
+// tellCaches takes the changed messages out of their topics' hot caches
+// and moves each topic's message version forward (lua/msg_change.lua, one
+// call per topic, all in one round trip), answering the versions set.
+func (s *Service) tellCaches(ctx context.Context, keys routing.Keys, changed []changedMsg) (map[string]string, error) {
+	rdb, script := s.p.Redis, s.p.Scripts.MsgChange
+	ttl := strconv.FormatInt(routing.MessagesVersionTTL.Milliseconds(), 10)
+	type call struct {
+		topic      string
+		keys, args []string
+	}
+	var calls []call
+	for i := 0; i < len(changed); {
+		topic := changed[i].next.Topic
+		args := []string{ttl}
+		// one stretch per run of consecutive seqs (changed is in seq order)
+		for i < len(changed) && changed[i].next.Topic == topic {
+			first, last := changed[i].next.Seq, changed[i].next.Seq
+			for i++; i < len(changed) && changed[i].next.Topic == topic && changed[i].next.Seq == last+1; i++ {
+				last++
+			}
+			args = append(args, strconv.FormatInt(first, 10), strconv.FormatInt(last, 10))
+		}
+		calls = append(calls, call{topic, []string{keys.HotMessages(topic), keys.MessagesVersion(topic)}, args})
+	}
+	cmds := make(rueidis.Commands, len(calls))
+	for i, c := range calls {
+		cmds[i] = script.Cmd(rdb, c.keys, c.args)
+	}
+	versions := make(map[string]string, len(calls))
+	for i, res := range rdb.DoMulti(ctx, cmds...) {
+		v, err := script.Result(ctx, rdb, res, calls[i].keys, calls[i].args).ToString()
 		if err != nil {
-			return message.Message{}, routing.Table{}, err
+			return nil, err
+		}
+		versions[calls[i].topic] = v
+	}
+	return versions, nil
+}
+
+// lockedMsg is a message a change locked, and the table it is in.
+type lockedMsg struct {
+	msg   message.Message
+	table routing.Table
+}
+
+// lockMessages reads the messages refs (sorted) from tables, locking
+// their rows, each from the first of tables holding it (a request's change
+// may name several months, most likely first); one in none is left out.
+// The answer is in refs order.
+func lockMessages(ctx context.Context, tx *sql.Tx, tables []routing.Table, refs []routing.MessageRef) ([]lockedMsg, error) {
+	var out []lockedMsg
+	left := refs
+	for _, t := range tables {
+		if len(left) == 0 {
+			break
+		}
+		query, args, err := sq.Select(readpath.Columns...).From(t.Quoted()+" AS m").
+			Where(routing.RefsCond(left, "m.topic", "m.seqid")).OrderBy("m.topic", "m.seqid").Suffix("FOR UPDATE").ToSql()
+		if err != nil {
+			return nil, err
 		}
 		rows, err := tx.QueryContext(ctx, query, args...)
 		if err != nil {
-			return message.Message{}, routing.Table{}, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+			return nil, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
 		}
-		found := rows.Next()
-		var m message.Message
-		if found {
-			m, err = readpath.ScanMessage(rows)
+		found := map[routing.MessageRef]bool{}
+		for rows.Next() {
+			m, err := readpath.ScanMessage(rows)
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out = append(out, lockedMsg{msg: m, table: t})
+			found[routing.MessageRef{Topic: m.Topic, Seq: m.Seq}] = true
 		}
-		if cerr := rows.Close(); err == nil {
-			err = cerr
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return nil, err
 		}
-		if err == nil {
-			err = rows.Err()
-		}
-		if err != nil {
-			return message.Message{}, routing.Table{}, err
-		}
-		if found {
-			return m, t, nil
-		}
+		left = slices.DeleteFunc(slices.Clone(left), func(r routing.MessageRef) bool { return found[r] })
 	}
-	return message.Message{}, routing.Table{}, readpath.ErrNotFound
+	slices.SortFunc(out, func(a, b lockedMsg) int {
+		return cmp.Or(cmp.Compare(a.msg.Topic, b.msg.Topic), cmp.Compare(a.msg.Seq, b.msg.Seq))
+	})
+	return out, nil
 }
 
 // apply checks c against the locked message and returns its new state; the
@@ -438,86 +580,155 @@ func (s *Service) apply(c changeReq, old message.Message) (message.Message, erro
 	return next.Normalized(), nil
 }
 
-// writeChange updates the row to next (with legacy, the legacy table's
-// row too, alike), drops the mention index entries of a message that stops
-// being normal, allocates the topic's next change_seq and records the
-// revision (the content and head before the change), all in tx.
-func writeChange(ctx context.Context, tx *sql.Tx, t routing.Table, c changeReq, old, next message.Message, legacy bool) (int64, error) {
+// writeChanges updates the changed rows to their next state (with legacy,
+// the legacy table's row too, alike), drops the mention index entries of
+// messages that stop being normal, allocates each topic's next change_seqs
+// and records the revisions (the content and head before the change; none
+// for an erase, whose messages' earlier revisions lose theirs too) and the
+// change events, all in tx: one statement of each kind for the whole
+// batch. The changes share their action, content and head, so one UPDATE
+// per table sets them all; each row's version moves on by one, as apply
+// computed. Answers how many earlier revisions an erase cleared.
+func writeChanges(ctx context.Context, tx *sql.Tx, c changeReq, changed []changedMsg, legacy bool) (int64, error) {
+	next := changed[0].next
 	at := next.UpdatedAt.Time
-	up := sq.Update(t.Quoted()).Set("status", next.Status).Set("content", message.JSONColumn(next.Content)).
-		Set("head", message.JSONColumn(next.Head)).Set("version", next.Version).Set("updated_at", at)
+	up := sq.Update("").Set("status", next.Status).Set("content", message.JSONColumn(next.Content)).
+		Set("head", message.JSONColumn(next.Head)).Set("version", sq.Expr("version + 1")).Set("updated_at", at)
 	switch c.action {
 	case message.ActionRecall:
 		up = up.Set("recalled_at", at).Set("recalled_by", c.actor)
 	case message.ActionDelete:
 		up = up.Set("deleted_at", at)
 	}
-	up = up.Where(sq.Eq{"topic": c.topic, "seqid": c.seq})
-	if _, err := up.RunWith(tx).ExecContext(ctx); err != nil {
-		return 0, err
+	refs := make([]routing.MessageRef, len(changed))
+	byTable := map[routing.Table][]routing.MessageRef{}
+	var tables []routing.Table
+	var mentions []routing.Mention
+	for i, ch := range changed {
+		refs[i] = routing.MessageRef{Topic: ch.old.Topic, Seq: ch.old.Seq}
+		if _, ok := byTable[ch.table]; !ok {
+			tables = append(tables, ch.table)
+		}
+		byTable[ch.table] = append(byTable[ch.table], refs[i])
+		if ch.old.Status == message.StatusNormal && ch.next.Status != message.StatusNormal {
+			// a recalled or deleted message no longer counts in anyone's
+			// mention_unread
+			users := make([]int64, len(ch.old.MentionedUserIDs))
+			for i, id := range ch.old.MentionedUserIDs {
+				users[i] = int64(id)
+			}
+			mentions = append(mentions, routing.MentionsOf(ch.old.Topic, ch.old.Seq, users, ch.old.MentionAll)...)
+		}
 	}
-	if legacy {
-		if _, err := up.Table(routing.LegacyQuoted()).RunWith(tx).ExecContext(ctx); err != nil {
+	for _, t := range tables {
+		q := up.Where(routing.RefsCond(byTable[t], "topic", "seqid"))
+		if _, err := q.Table(t.Quoted()).RunWith(tx).ExecContext(ctx); err != nil {
 			return 0, err
 		}
-	}
-	if old.Status == message.StatusNormal && next.Status != message.StatusNormal {
-		// a recalled or deleted message no longer counts in anyone's
-		// mention_unread
-		users := make([]int64, len(old.MentionedUserIDs))
-		for i, id := range old.MentionedUserIDs {
-			users[i] = int64(id)
+		if legacy {
+			if _, err := q.Table(routing.LegacyQuoted()).RunWith(tx).ExecContext(ctx); err != nil {
+				return 0, err
+			}
 		}
-		if err := routing.DropMentions(ctx, tx, routing.MentionsOf(c.topic, c.seq, users, old.MentionAll)); err != nil {
+	}
+	if err := routing.DropMentions(ctx, tx, mentions); err != nil {
+		return 0, err
+	}
+	var cleared int64
+	if c.erase {
+		// before this change's revisions exist: those keep nothing anyway
+		n, err := readpath.EraseRevisionContent(ctx, tx, refs)
+		if err != nil {
 			return 0, err
 		}
+		cleared = n
 	}
-	changeSeq, err := readpath.NextChangeSeq(ctx, tx, c.topic)
-	if err != nil {
+	revs := make([]readpath.NewRevision, len(changed))
+	evs := make([]feed.Event, len(changed))
+	for i := 0; i < len(changed); {
+		// the topic's run of changes takes its change_seqs at once, in seq
+		// order (changed is sorted)
+		topic, j := changed[i].old.Topic, i
+		for j < len(changed) && changed[j].old.Topic == topic {
+			j++
+		}
+		first, err := readpath.NextChangeSeqs(ctx, tx, topic, int64(j-i))
+		if err != nil {
+			return 0, err
+		}
+		for k := i; k < j; k++ {
+			ch := &changed[k]
+			ch.changeSeq = first + int64(k-i)
+			content, head := ch.old.Content, ch.old.Head
+			if c.erase {
+				content, head = nil, nil
+			}
+			revs[k] = readpath.NewRevision{Topic: topic, Month: ch.table.Month(), Seq: ch.old.Seq, MessageID: ch.old.MessageID,
+				Action: c.action, Version: ch.next.Version, Content: content, Head: head, Actor: c.actor, Reason: c.reason,
+				ChangeSeq: ch.changeSeq, At: at}
+			evs[k] = feed.Event{Tenant: c.tenant, Topic: topic, ChangeSeq: ch.changeSeq, Action: c.action,
+				SeqID: ch.old.Seq, MessageID: ch.old.MessageID, ShardMonth: ch.table.Month().String(), Version: ch.next.Version,
+				Actor: message.ID(c.actor), Reason: c.reason, At: ch.next.UpdatedAt, Message: &ch.next}
+		}
+		i = j
+	}
+	if err := readpath.RecordRevisions(ctx, tx, revs); err != nil {
 		return 0, err
 	}
-	if err := readpath.RecordRevision(ctx, tx, readpath.NewRevision{
-		Topic: c.topic, Month: t.Month(), Seq: c.seq, MessageID: old.MessageID, Action: c.action, Version: next.Version,
-		Content: old.Content, Head: old.Head, Actor: c.actor, Reason: c.reason, ChangeSeq: changeSeq, At: at,
-	}); err != nil {
+	if err := feed.RecordAll(ctx, tx, evs); err != nil {
 		return 0, err
 	}
-	if err := feed.Record(ctx, tx, feed.Event{Tenant: c.tenant, Topic: c.topic, ChangeSeq: changeSeq, Action: c.action,
-		SeqID: c.seq, MessageID: old.MessageID, ShardMonth: t.Month().String(), Version: next.Version,
-		Actor: message.ID(c.actor), Reason: c.reason, At: next.UpdatedAt, Message: &next}); err != nil {
-		return 0, err
-	}
-	return changeSeq, nil
+	return cleared, nil
 }
 
-// afterChange puts the changed message back into the hot cache (unless a
-// later change moved the topic's message version on) and publishes the
-// change event. Both are best effort: the change is committed and no cache
-// serves its old version; a failure costs a cache miss or a missed event
-// (a consumer resumes from the revisions by change_seq).
-func (s *Service) afterChange(ctx context.Context, keys routing.Keys, c changeReq, next message.Message, changeSeq int64, version string) {
+// afterChange puts the changed messages back into their topics' hot
+// caches (unless a later change moved a topic's message version on) and
+// publishes the change events, all in one round trip. Both are best
+// effort: the change is committed and no cache serves its old version; a
+// failure costs a cache miss or a missed event (a consumer resumes from
+// the revisions by change_seq).
+func (s *Service) afterChange(ctx context.Context, keys routing.Keys, c changeReq, w written) {
 	ctx, cancel := context.WithTimeout(ctx, afterChangeTimeout)
 	defer cancel()
-	member, _ := json.Marshal(next)
-	ev, _ := json.Marshal(struct {
-		Type   string         `json:"type"`
-		Change message.Change `json:"change"`
-	}{"change", message.Change{Topic: c.topic, Seq: c.seq, MessageID: next.MessageID, Action: c.action, Version: next.Version,
-		ChangeSeq: changeSeq, Actor: message.ID(c.actor), At: next.UpdatedAt}})
-	rdb := s.p.Redis
-	// both in one round trip: issued together, the client pipelines them
-	published := make(chan error, 1)
-	go func() {
-		published <- rdb.Do(ctx, rdb.B().Spublish().Channel(keys.Realtime(c.topic)).Message(string(ev)).Build()).Error()
-	}()
-	if err := s.p.Scripts.HotPut.Exec(ctx, rdb, []string{keys.HotMessages(c.topic), keys.MessagesVersion(c.topic)},
-		[]string{strconv.FormatInt(c.seq, 10), string(member), version}).Error(); err != nil {
-		s.m.changeFollowups.WithLabelValues(stepHotPut).Inc()
-		s.p.Log.Warn().Err(err).Str("topic", c.topic).Int64("seq", c.seq).Msg("changed message not put back into the hot cache; pages read MySQL for it")
+	rdb, script := s.p.Redis, s.p.Scripts.HotPut
+	type put struct {
+		topic      string
+		keys, args []string
 	}
-	if err := <-published; err != nil {
-		s.m.changeFollowups.WithLabelValues(stepPublish).Inc()
-		s.p.Log.Warn().Err(err).Str("topic", c.topic).Int64("change_seq", changeSeq).Msg("change event not published; consumers resume from the revisions")
+	var puts []put
+	var pubs rueidis.Commands
+	for i, ch := range w.changed {
+		topic, next := ch.next.Topic, testhook.Break(testhook.StaleVersion, ch.old, ch.next)
+		if i == 0 || w.changed[i-1].next.Topic != topic {
+			puts = append(puts, put{topic, []string{keys.HotMessages(topic), keys.MessagesVersion(topic)}, []string{w.versions[topic]}})
+		}
+		member, _ := json.Marshal(next)
+		p := &puts[len(puts)-1]
+		p.args = append(p.args, strconv.FormatInt(next.Seq, 10), string(member))
+		ev, _ := json.Marshal(struct {
+			Type   string         `json:"type"`
+			Change message.Change `json:"change"`
+		}{"change", message.Change{Topic: topic, Seq: next.Seq, MessageID: next.MessageID, Action: c.action, Version: next.Version,
+			ChangeSeq: ch.changeSeq, Actor: message.ID(c.actor), At: next.UpdatedAt}})
+		pubs = append(pubs, rdb.B().Spublish().Channel(keys.Realtime(topic)).Message(string(ev)).Build())
+	}
+	cmds := make(rueidis.Commands, 0, len(puts)+len(pubs))
+	for _, p := range puts {
+		cmds = append(cmds, script.Cmd(rdb, p.keys, p.args))
+	}
+	res := rdb.DoMulti(ctx, append(cmds, pubs...)...)
+	for i, p := range puts {
+		if err := script.Result(ctx, rdb, res[i], p.keys, p.args).Error(); err != nil {
+			s.m.changeFollowups.WithLabelValues(stepHotPut).Inc()
+			s.p.Log.Warn().Err(err).Str("topic", p.topic).Int("messages", len(p.args)/2).Msg("changed messages not put back into the hot cache; pages read MySQL for them")
+		}
+	}
+	for i, r := range res[len(puts):] {
+		if err := r.Error(); err != nil {
+			s.m.changeFollowups.WithLabelValues(stepPublish).Inc()
+			ch := w.changed[i]
+			s.p.Log.Warn().Err(err).Str("topic", ch.next.Topic).Int64("change_seq", ch.changeSeq).Msg("change event not published; consumers resume from the revisions")
+		}
 	}
 }
 

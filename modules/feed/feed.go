@@ -70,14 +70,29 @@ func (e *Event) Key() []byte { return []byte(e.Tenant + "/" + e.Topic) }
 // allocates, with its own Action and with Message nil where the message is
 // gone.
 func Record(ctx context.Context, tx *sql.Tx, ev Event) error {
-	ev.V = EventVersion
-	b, err := json.Marshal(&ev)
-	if err != nil {
-		return fmt.Errorf("feed: encode change %s/%d: %w", ev.Topic, ev.ChangeSeq, err)
+	return RecordAll(ctx, tx, []Event{ev})
+}
+
+// RecordAll writes evs to the outbox in tx, in one statement, as Record
+// writes one: a batch of changes (a user erase) records its events in the
+// order of their rows' ids, so each topic's events are in change_seq order
+// as long as evs lists them so.
+func RecordAll(ctx context.Context, tx *sql.Tx, evs []Event) error {
+	if len(evs) == 0 {
+		return nil
 	}
-	if _, err := sq.Insert(outboxTable).Columns("topic", "change_seq", "event").
-		Values(ev.Topic, ev.ChangeSeq, b).RunWith(tx).ExecContext(ctx); err != nil {
-		return fmt.Errorf("feed: record change %s/%d: %w", ev.Topic, ev.ChangeSeq, err)
+	q := sq.Insert(outboxTable).Columns("topic", "change_seq", "event")
+	for i := range evs {
+		ev := &evs[i]
+		ev.V = EventVersion
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return fmt.Errorf("feed: encode change %s/%d: %w", ev.Topic, ev.ChangeSeq, err)
+		}
+		q = q.Values(ev.Topic, ev.ChangeSeq, b)
+	}
+	if _, err := q.RunWith(tx).ExecContext(ctx); err != nil {
+		return fmt.Errorf("feed: record changes %s/%d (%d): %w", evs[0].Topic, evs[0].ChangeSeq, len(evs), err)
 	}
 	return nil
 }

@@ -66,29 +66,46 @@ type NewRevision struct {
 // LAST_INSERT_ID, so the row lock orders concurrent changes of the topic
 // and a rolled back change gives its number back.
 func NextChangeSeq(ctx context.Context, tx *sql.Tx, topic string) (int64, error) {
-	res, err := sq.Insert(topicChangesTable).Columns("topic", "change_seq").Values(topic, sq.Expr("LAST_INSERT_ID(1)")).
-		Suffix("ON DUPLICATE KEY UPDATE change_seq = LAST_INSERT_ID(change_seq + 1)").RunWith(tx).ExecContext(ctx)
+	return NextChangeSeqs(ctx, tx, topic, 1)
+}
+
+// NextChangeSeqs allocates n consecutive change_seqs of topic in tx, as
+// NextChangeSeq allocates one, and returns the first: a batch of changes of
+// the topic takes its numbers in one statement and one row lock.
+func NextChangeSeqs(ctx context.Context, tx *sql.Tx, topic string, n int64) (int64, error) {
+	res, err := sq.Insert(topicChangesTable).Columns("topic", "change_seq").Values(topic, sq.Expr("LAST_INSERT_ID(?)", n)).
+		Suffix("ON DUPLICATE KEY UPDATE change_seq = LAST_INSERT_ID(change_seq + ?)", n).RunWith(tx).ExecContext(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("readpath: next change_seq: %w", err)
 	}
-	seq, err := res.LastInsertId()
+	last, err := res.LastInsertId()
 	if err != nil {
 		return 0, fmt.Errorf("readpath: next change_seq: %w", err)
 	}
-	return seq, nil
+	return last - n + 1, nil
 }
 
 // RecordRevision writes r in tx.
 func RecordRevision(ctx context.Context, tx *sql.Tx, r NewRevision) error {
-	var reason any
-	if r.Reason != "" {
-		reason = r.Reason
+	return RecordRevisions(ctx, tx, []NewRevision{r})
+}
+
+// RecordRevisions writes rs in tx, in one statement.
+func RecordRevisions(ctx context.Context, tx *sql.Tx, rs []NewRevision) error {
+	if len(rs) == 0 {
+		return nil
 	}
-	if _, err := sq.Insert(revisionsTable).
-		Columns("topic", "shard_month", "seqid", "message_id", "action", "version", "content", "head", "actor", "reason", "change_seq", "created_at").
-		Values(r.Topic, r.Month.String(), r.Seq, int64(r.MessageID), r.Action, r.Version, message.JSONColumn(r.Content),
-			message.JSONColumn(r.Head), r.Actor, reason, r.ChangeSeq, r.At).
-		RunWith(tx).ExecContext(ctx); err != nil {
+	q := sq.Insert(revisionsTable).
+		Columns("topic", "shard_month", "seqid", "message_id", "action", "version", "content", "head", "actor", "reason", "change_seq", "created_at")
+	for _, r := range rs {
+		var reason any
+		if r.Reason != "" {
+			reason = r.Reason
+		}
+		q = q.Values(r.Topic, r.Month.String(), r.Seq, int64(r.MessageID), r.Action, r.Version, message.JSONColumn(r.Content),
+			message.JSONColumn(r.Head), r.Actor, reason, r.ChangeSeq, r.At)
+	}
+	if _, err := q.RunWith(tx).ExecContext(ctx); err != nil {
 		return fmt.Errorf("readpath: record revision: %w", err)
 	}
 	return nil

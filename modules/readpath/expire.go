@@ -41,13 +41,16 @@ func CutHiddenAt(ctx context.Context, tx *sql.Tx, topic string, last int64) erro
 	return nil
 }
 
-// EraseRevisionContent clears the content and head every revision of
-// (topic, seq) kept (a user erase: the message is a tombstone, and its
-// history keeps no copy of what it said), reporting how many revisions
-// were cleared.
-func EraseRevisionContent(ctx context.Context, tx *sql.Tx, topic string, seq int64) (int64, error) {
+// EraseRevisionContent clears the content and head every revision of the
+// messages refs (sorted, routing.SortRefs) kept (a user erase: the message
+// is a tombstone, and its history keeps no copy of what it said), in one
+// statement, reporting how many revisions were cleared.
+func EraseRevisionContent(ctx context.Context, tx *sql.Tx, refs []routing.MessageRef) (int64, error) {
+	if len(refs) == 0 {
+		return 0, nil
+	}
 	return routing.RowsOf(sq.Update(revisionsTable).Set("content", nil).Set("head", nil).
-		Where(sq.Eq{"topic": topic, "seqid": seq}).Where("(content IS NOT NULL OR head IS NOT NULL)").RunWith(tx).ExecContext(ctx))
+		Where(routing.RefsCond(refs, "topic", "seqid")).Where("(content IS NOT NULL OR head IS NOT NULL)").RunWith(tx).ExecContext(ctx))
 }
 
 // DropUserHidden deletes up to limit of user's hidden ranges (in every

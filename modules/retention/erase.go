@@ -3,6 +3,7 @@ package retention
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -13,12 +14,19 @@ import (
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/readpath"
 	"github.com/imshard/imshard/modules/routing"
+	"github.com/imshard/imshard/modules/testhook"
 )
 
-// Deleter deletes one message for everyone through the changes module's
-// path (app wires it): the row becomes a tombstone, a revision and a change
-// event are recorded, caches and streams follow. actor 0 is the system.
-type Deleter func(ctx context.Context, tenant, topic string, seq, actor int64, reason string) error
+// Eraser deletes messages of month m for everyone, by the system, through
+// the changes module's delete-for-everyone path as one batch (app wires
+// it): in one transaction the rows become tombstones, revisions without
+// content and change events are recorded and the messages' earlier
+// revisions lose their content; caches and streams follow. before runs in
+// that transaction after its writes, with what they changed (messages,
+// revisions without content), and its error rolls the batch back. A
+// message already a tombstone is left out.
+type Eraser func(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef, reason string,
+	before func(messages, revisions int64) error) (messages, revisions int64, err error)
 
 // userHeld refuses an erase of a held user (409 conflict, details.reason
 // "legal_hold").
@@ -54,12 +62,13 @@ func (r *Retention) StartErase(ctx context.Context, tenant string, user int64) (
 }
 
 // erase makes every message the user sent, in every month not archived, a
-// tombstone through the delete-for-everyone path, clears the content its
-// revisions kept, then removes the user's read cursors, preferences and
-// hidden ranges. Messages in a held topic are left and the topic named in
-// the report. Walks each month by its sender index (from_user, topic,
-// seqid) in batches, so a run taken over redoes at most what was not
-// recorded; a delete of a tombstone changes nothing.
+// tombstone through the delete-for-everyone path, its revisions' content
+// cleared, then removes the user's read cursors, preferences and hidden
+// ranges. Messages in a held topic are left and the topic named in the
+// report. Walks each month by its sender index (from_user, topic, seqid)
+// and erases each batch of it in one transaction (eraseBatch), so a run
+// taken over redoes at most the batch under way; a tombstone is left as it
+// is.
 func (p *jobRun) erase(ctx context.Context) error {
 	user, db := int64(p.job.UserID), p.db
 	if err := p.unheld(ctx); err != nil {
@@ -71,7 +80,6 @@ func (p *jobRun) erase(ctx context.Context) error {
 	}
 	rep := &p.job.Report
 	rep.PendingArchive = rep.PendingArchive[:0]
-	reason := "user erase (job " + strconv.FormatInt(int64(p.job.ID), 10) + ")"
 	for _, s := range shards {
 		if s.Status == routing.StatusArchived {
 			rep.PendingArchive = append(rep.PendingArchive, s.Month.String())
@@ -84,56 +92,20 @@ func (p *jobRun) erase(ctx context.Context) error {
 		if err := ensureSenderIndex(ctx, db, t); err != nil {
 			return err
 		}
-		month := s.Month.String()
-		lastTopic, lastSeq := "", int64(0)
+		last := routing.MessageRef{}
 		for {
-			msgs, err := sentBy(ctx, db, t, user, lastTopic, lastSeq)
-			if err != nil || len(msgs) == 0 {
+			refs, err := sentBy(ctx, db, t, user, last)
+			if err != nil || len(refs) == 0 {
 				if err != nil {
 					return err
 				}
 				break
 			}
-			topics := []string{}
-			for _, m := range msgs {
-				if !slices.Contains(topics, m.topic) {
-					topics = append(topics, m.topic)
-				}
-			}
-			// a hold placed since the last batch: on the user stops
-			// the job, on a topic leaves its messages
-			if err := p.unheld(ctx); err != nil {
+			if err := p.eraseBatch(ctx, s.Month, refs); err != nil {
 				return err
 			}
-			held, err := heldTopics(ctx, db, topics)
-			if err != nil {
-				return err
-			}
-			for _, m := range msgs {
-				lastTopic, lastSeq = m.topic, m.seq
-				if _, ok := held[m.topic]; ok {
-					if !slices.Contains(rep.HeldTopics, m.topic) {
-						rep.HeldTopics = append(rep.HeldTopics, m.topic)
-					}
-					continue
-				}
-				if err := p.r.p.Delete(ctx, p.tenant, m.topic, m.seq, 0, reason); err != nil {
-					return fmt.Errorf("erase: %s/%d: %w", m.topic, m.seq, err)
-				}
-				n, err := routing.FencedValue(ctx, db, func(tx *sql.Tx) (int64, error) {
-					return readpath.EraseRevisionContent(ctx, tx, m.topic, m.seq)
-				})
-				if err != nil {
-					return fmt.Errorf("erase: revisions of %s/%d: %w", m.topic, m.seq, err)
-				}
-				rep.Months[month]++
-				rep.Side["revisions"] += n
-				p.job.RowsRemoved++
-				p.r.m.jobRows.WithLabelValues(p.tenant, KindErase).Inc()
-			}
-			if err := p.progress(ctx); err != nil {
-				return err
-			}
+			last = refs[len(refs)-1]
+			testhook.CrashAfterJobBatch()
 		}
 	}
 	if err := p.side(ctx, "hidden_ranges", func(tx *sql.Tx) (int64, error) { return readpath.DropUserHidden(ctx, tx, user, batch) }); err != nil {
@@ -144,6 +116,74 @@ func (p *jobRun) erase(ctx context.Context) error {
 	}
 	p.r.p.Log.Info().Str("tenant", p.tenant).Int64("user", user).Int64("messages", p.job.RowsRemoved).Msg("user erased")
 	return p.record(ctx, StateDone)
+}
+
+// errHeldMeanwhile: a topic of the batch came under a hold after the batch
+// read the holds; the batch rolls back and runs again without it.
+var errHeldMeanwhile = errors.New("erase: a topic of the batch was held meanwhile")
+
+// eraseBatch erases one batch of the user's messages in month m (refs,
+// sorted) in one transaction, those of held topics left out and the
+// topics reported. Before the batch commits the holds are read again (a
+// hold on the user rolls it back and fails the job; one on a topic rolls
+// it back and runs it again without the topic) and the job's progress is
+// recorded with the batch counted.
+func (p *jobRun) eraseBatch(ctx context.Context, m routing.Month, refs []routing.MessageRef) error {
+	rep, db := &p.job.Report, p.db
+	month := m.String()
+	topics := []string{}
+	for _, r := range refs {
+		if !slices.Contains(topics, r.Topic) {
+			topics = append(topics, r.Topic)
+		}
+	}
+	reason := "user erase (job " + strconv.FormatInt(int64(p.job.ID), 10) + ")"
+	baseMonth, baseRevs, baseRows := rep.Months[month], rep.Side["revisions"], p.job.RowsRemoved
+	count := func(n, revs int64) {
+		rep.Months[month], rep.Side["revisions"], p.job.RowsRemoved = baseMonth+n, baseRevs+revs, baseRows+n
+	}
+	for {
+		held, err := heldTopics(ctx, db, topics)
+		if err != nil {
+			return err
+		}
+		free := make([]routing.MessageRef, 0, len(refs))
+		for _, r := range refs {
+			if _, ok := held[r.Topic]; !ok {
+				free = append(free, r)
+			}
+		}
+		for _, t := range topics {
+			if _, ok := held[t]; ok && !slices.Contains(rep.HeldTopics, t) {
+				rep.HeldTopics = append(rep.HeldTopics, t)
+			}
+		}
+		committing := false
+		n, _, err := p.r.p.Erase(ctx, p.tenant, m, free, reason, func(n, revs int64) error {
+			committing = true
+			if now, err := heldTopics(ctx, db, topics); err != nil || len(now) != len(held) {
+				return errors.Join(err, errHeldMeanwhile)
+			}
+			count(n, revs)
+			return p.progress(ctx)
+		})
+		if errors.Is(err, errHeldMeanwhile) {
+			count(0, 0)
+			continue
+		}
+		if err != nil {
+			count(0, 0)
+			return fmt.Errorf("erase: %s: %w", month, err)
+		}
+		p.r.m.jobRows.WithLabelValues(p.tenant, KindErase).Add(float64(n))
+		if !committing {
+			// nothing left to change in the batch: the holds and the lease
+			// are checked all the same
+			count(0, 0)
+			return p.progress(ctx)
+		}
+		return nil
+	}
 }
 
 // senderIndex is the month tables' (from_user, topic, seqid) index: an
@@ -168,25 +208,20 @@ func ensureSenderIndex(ctx context.Context, db *sql.DB, t routing.Table) error {
 	return nil
 }
 
-type sentMsg struct {
-	topic string
-	seq   int64
-}
-
-// sentBy is the next batch of user's messages in table t after (topic,
-// seq), in (topic, seqid) order: one range of the sender index.
-func sentBy(ctx context.Context, db *sql.DB, t routing.Table, user int64, topic string, seq int64) ([]sentMsg, error) {
+// sentBy is the next batch of user's messages in table t after last, in
+// (topic, seqid) order: one range of the sender index.
+func sentBy(ctx context.Context, db *sql.DB, t routing.Table, user int64, last routing.MessageRef) ([]routing.MessageRef, error) {
 	rows, err := sq.Select("topic", "seqid").From(t.Quoted()+" FORCE INDEX ("+senderIndex+")").Where(sq.Eq{"from_user": user}).
-		Where(sq.Or{sq.Gt{"topic": topic}, sq.And{sq.Eq{"topic": topic}, sq.Gt{"seqid": seq}}}).
+		Where(sq.Or{sq.Gt{"topic": last.Topic}, sq.And{sq.Eq{"topic": last.Topic}, sq.Gt{"seqid": last.Seq}}}).
 		OrderBy("topic", "seqid").Limit(batch).RunWith(db).QueryContext(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("erase: messages of %d in %s: %w", user, t.Name(), err)
 	}
 	defer rows.Close()
-	var out []sentMsg
+	var out []routing.MessageRef
 	for rows.Next() {
-		var m sentMsg
-		if err := rows.Scan(&m.topic, &m.seq); err != nil {
+		var m routing.MessageRef
+		if err := rows.Scan(&m.Topic, &m.Seq); err != nil {
 			return nil, fmt.Errorf("erase: messages of %d in %s: %w", user, t.Name(), err)
 		}
 		out = append(out, m)

@@ -35,8 +35,8 @@ type Params struct {
 	// Months is a tenant's retention_months (0: keep forever).
 	Months  func(tenant string) int
 	LockTTL time.Duration
-	// Delete deletes one message for everyone (a user erase).
-	Delete     Deleter
+	// Erase deletes a batch of messages for everyone (a user erase).
+	Erase      Eraser
 	Log        zerolog.Logger
 	Registerer prometheus.Registerer
 }
@@ -399,7 +399,7 @@ func clearSide(ctx context.Context, db *sql.DB, topic string, last int64) error 
 // them, outlives the removal of the rows.
 func (r *Retention) forget(ctx context.Context, keys routing.Keys, topic string, last int64) error {
 	if err := r.p.Scripts.MsgChange.Exec(ctx, r.p.Redis, []string{keys.HotMessages(topic), keys.MessagesVersion(topic)},
-		[]string{"-inf", strconv.FormatInt(routing.MessagesVersionTTL.Milliseconds(), 10), strconv.FormatInt(last, 10)}).Error(); err != nil {
+		[]string{strconv.FormatInt(routing.MessagesVersionTTL.Milliseconds(), 10), "-inf", strconv.FormatInt(last, 10)}).Error(); err != nil {
 		return fmt.Errorf("retention: caches of %s: %w", topic, err)
 	}
 	return nil

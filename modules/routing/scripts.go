@@ -31,12 +31,14 @@ type Scripts struct {
 	IdemRelease    *rueidis.Lua
 	IdemRetry      *rueidis.Lua
 	FenceLift      *rueidis.Lua
-	MsgChange      *rueidis.Lua
-	HotPut         *rueidis.Lua
 	CursorFill     *rueidis.Lua
-	// CursorPut and VersionBump run inside a pipeline of other commands
+	// CursorPut, VersionBump, MsgChange and HotPut run inside a pipeline
+	// of other commands (a batch of changes tells every topic's caches in
+	// one round trip)
 	CursorPut   *Pipelined
 	VersionBump *Pipelined
+	MsgChange   *Pipelined
+	HotPut      *Pipelined
 }
 
 // NewScripts prepares every script once per process.
@@ -57,11 +59,11 @@ func NewScripts() *Scripts {
 		IdemRelease:    rueidis.NewLuaScript(lua.IdemRelease),
 		IdemRetry:      rueidis.NewLuaScript(lua.IdemRetry),
 		FenceLift:      rueidis.NewLuaScript(lua.FenceLift),
-		MsgChange:      rueidis.NewLuaScript(lua.MsgChange),
-		HotPut:         rueidis.NewLuaScript(lua.HotPut),
 		CursorFill:     rueidis.NewLuaScript(lua.CursorFill),
 		CursorPut:      NewPipelined(lua.CursorPut),
 		VersionBump:    NewPipelined(lua.VersionBump),
+		MsgChange:      NewPipelined(lua.MsgChange),
+		HotPut:         NewPipelined(lua.HotPut),
 	}
 }
 
@@ -104,4 +106,10 @@ func (p *Pipelined) Result(ctx context.Context, rdb rueidis.Client, res rueidis.
 		return rdb.Do(ctx, rdb.B().Eval().Script(p.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	}
 	return res
+}
+
+// Exec runs the script alone: one round trip, and a second only on
+// NOSCRIPT.
+func (p *Pipelined) Exec(ctx context.Context, rdb rueidis.Client, keys, args []string) rueidis.RedisResult {
+	return p.Result(ctx, rdb, rdb.Do(ctx, p.Cmd(rdb, keys, args)), keys, args)
 }

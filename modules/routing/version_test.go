@@ -52,7 +52,7 @@ func TestScriptsMoveVersionsForward(t *testing.T) {
 	const topic, user = "vers", int64(7)
 	ttl := strconv.FormatInt(time.Hour.Milliseconds(), 10)
 	msgChange := func() int64 {
-		return num(scripts.MsgChange.Exec(ctx, rdb, []string{keys.HotMessages(topic), keys.MessagesVersion(topic)}, []string{"0", ttl}).ToString())
+		return num(scripts.MsgChange.Exec(ctx, rdb, []string{keys.HotMessages(topic), keys.MessagesVersion(topic)}, []string{ttl, "0", "0"}).ToString())
 	}
 	gen := func() int64 {
 		return num(rdb.Do(ctx, rdb.B().Hget().Key(keys.ReadCursors(user)).Field("#").Build()).ToString())
