@@ -681,3 +681,89 @@ func TestRetentionUserErase(t *testing.T) {
 		t.Fatalf("an erased message: %d %s", code, body)
 	}
 }
+
+// TestRetentionEraseManyTopics: a user who wrote in 40 topics over two
+// months (1,200 messages a month, more than one batch of 1,000 each) is
+// erased batch by batch: every message a tombstone, no revision keeps content, one change event per message in each topic's
+// seq order with consecutive change_seqs, another user's message left, and
+// the report counts each month.
+func TestRetentionEraseManyTopics(t *testing.T) {
+	ctx := context.Background()
+	e := startSend(t, harness.Options{Roles: []string{"send", "query"}})
+	now := e.Now()
+	m2, m1 := now.Add(-2), now.Add(-1)
+	var topics []string
+	for i := 1; i <= 40; i++ {
+		topic := "m" + strings.Repeat("t", i)
+		topics = append(topics, topic)
+		retFixture(t, e, m2, topic, 1, 30)
+		retFixture(t, e, m1, topic, 31, 60)
+	}
+	at := m1.Start().Add(time.Hour)
+	if _, err := sq.Insert("im_group_messages_"+m1.String()).Columns("message_id", "topic", "group_id", "seqid", "from_user", "content", "created_at", "updated_at").
+		Values(999999, topics[0], 1, 61, 6, `{"text":"other"}`, at, at).RunWith(e.DB).ExecContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.Activate(now)
+	j := retWaitJob(t, e, retStartJob(t, e, "POST", "/v1/admin/users/5/erase"))
+	if j.RowsRemoved != 2400 || j.Report.Months[m2.String()] != 1200 || j.Report.Months[m1.String()] != 1200 || j.Report.Side["revisions"] != 2400 {
+		t.Fatalf("erase job: %+v", j)
+	}
+	for _, c := range []struct {
+		table string
+		where sq.Sqlizer
+		want  int
+	}{
+		{"im_group_messages_" + m2.String(), sq.Eq{"from_user": 5, "status": "deleted", "content": nil, "version": 2}, 1200},
+		{"im_group_messages_" + m1.String(), sq.Eq{"from_user": 5, "status": "deleted", "content": nil, "version": 2}, 1200},
+		{"im_group_messages_" + m1.String(), sq.Eq{"from_user": 6, "status": "normal"}, 1},
+		{"im_message_revisions", sq.NotEq{"content": nil}, 0},
+		{"im_message_revisions", sq.Eq{"action": "delete"}, 2400},
+		{"im_change_outbox", nil, 2400},
+	} {
+		q := sq.Select("COUNT(*)").From(c.table)
+		if c.where != nil {
+			q = q.Where(c.where)
+		}
+		var n int
+		if err := q.RunWith(e.DB).QueryRowContext(ctx).Scan(&n); err != nil || n != c.want {
+			t.Errorf("%s where %v: %d (%v), want %d", c.table, c.where, n, err, c.want)
+		}
+	}
+	// each topic's events, in the order the relay reads them (by id): seqs
+	// 1..60 with change_seqs 1..60
+	rows, err := sq.Select("topic", "change_seq", "event").From("im_change_outbox").OrderBy("id").RunWith(e.DB).QueryContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	next := map[string]int64{}
+	for rows.Next() {
+		var topic string
+		var cs int64
+		var raw []byte
+		if err := rows.Scan(&topic, &cs, &raw); err != nil {
+			t.Fatal(err)
+		}
+		var ev struct {
+			SeqID     int64  `json:"seq_id"`
+			ChangeSeq int64  `json:"change_seq"`
+			Action    string `json:"action"`
+		}
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			t.Fatal(err)
+		}
+		next[topic]++
+		if cs != next[topic] || ev.ChangeSeq != cs || ev.SeqID != cs || ev.Action != "delete" {
+			t.Fatalf("%s: event %d of the topic is change_seq %d %+v", topic, next[topic], cs, ev)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, topic := range topics {
+		if next[topic] != 60 {
+			t.Errorf("%s: %d events, want 60", topic, next[topic])
+		}
+	}
+}
