@@ -360,3 +360,93 @@ func TestMoveCLIKilledAfterThePlacement(t *testing.T) {
 		t.Fatalf("finish after resume: %d %s", code, out)
 	}
 }
+
+// TestMoveSigstoppedPersistWritesOnceOnTheTarget: the mover is stopped
+// with SIGSTOP in the middle of its catch-up while sends (and persist)
+// keep writing to the source, then continued with SIGCONT: it catches up,
+// switches, and every message answered 201 is on the target exactly once.
+func TestMoveSigstoppedPersistWritesOnceOnTheTarget(t *testing.T) {
+	t.Parallel()
+	l := mvStartLive(t, 1)
+	tenant, targetDSN, env, src := l.tenant, l.targetDSN, l.env, l.src
+	ctx := context.Background()
+	for _, m := range []string{env.Now().String(), env.Now().Next().String()} {
+		mvInsert(t, src, m, "g_a", 1, 300)
+	}
+	at, err := env.App.Pools().Placement(tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rpGroup(t, env, "mvz")
+	tok := env.Token(rpMember, "")
+	var sent, failed atomic.Int64
+	var failure atomic.Value
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			code, body := env.Do("POST", "/v1/topics/mvz/messages", tok, map[string]any{
+				"client_msg_id": fmt.Sprintf("mvz%d", i), "msg_type": "text", "content": map[string]any{"text": fmt.Sprint(i)}})
+			if code != 201 {
+				failed.Add(1)
+				failure.Store(fmt.Sprintf("send %d: %d %s", i, code, body))
+				continue
+			}
+			sent.Add(1)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	stopped := false
+	stopSends := func() {
+		if !stopped {
+			stopped = true
+			close(stop)
+			<-done
+		}
+	}
+	defer stopSends()
+
+	p := faultsStart(t, nil, "--config", tenantConfig(t, tenant, ""), "tenant", "move", "--tenant="+tenant, "--to="+targetDSN, "--yes", "--chunk-rows=5")
+	sendWaitFor(t, 60*time.Second, "the mover catches up", func() bool {
+		step, _ := mvState(t, src)
+		return step == move.StepCatchUp || !p.running()
+	})
+	p.signal(t, syscall.SIGSTOP)
+	if step, _ := mvState(t, src); step != move.StepCatchUp {
+		p.signal(t, syscall.SIGCONT)
+		t.Fatalf("the mover got past the catch-up (%s) before its SIGSTOP\n%s", step, p.out.String())
+	}
+	// persist keeps writing to the source while the mover sleeps
+	before := sent.Load()
+	sendWaitFor(t, 15*time.Second, "sends stored on the source while the mover is stopped", func() bool {
+		n, _ := mvTopicRows(t, src, "mvz")
+		return n >= before+50
+	})
+	p.signal(t, syscall.SIGCONT)
+	if err := p.wait(t, 90*time.Second); err != nil {
+		t.Fatalf("the continued mover: %v\n%s", err, p.out.String())
+	}
+	mvWaitEpoch(t, env, at.Epoch+1)
+	time.Sleep(300 * time.Millisecond)
+	stopSends()
+	if failed.Load() > 0 {
+		t.Fatalf("%d sends failed; last: %v", failed.Load(), failure.Load())
+	}
+	dst, err := env.App.Pools().DB(ctx, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rowsN, seqs int64
+	count := func() { rowsN, seqs = mvTopicRows(t, dst, "mvz") }
+	sendWaitFor(t, 15*time.Second, "every send stored on the target", func() bool { count(); return rowsN >= sent.Load() })
+	time.Sleep(300 * time.Millisecond)
+	count()
+	if rowsN != sent.Load() || seqs != rowsN {
+		t.Fatalf("topic mvz on the target: %d rows, %d seqs; %d sends answered 201", rowsN, seqs, sent.Load())
+	}
+}
