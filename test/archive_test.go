@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/testhook"
 	"github.com/imshard/imshard/test/harness"
+	"github.com/imshard/imshard/test/testenv"
 )
 
 // archiverFor builds an archiver of env's tenant writing to url.
@@ -455,5 +457,54 @@ func TestArchiveRestoreIsThrottled(t *testing.T) {
 	}
 	if step, status := archiveStep(t, env, old); step != "" || status != routing.StatusSealed {
 		t.Fatalf("after the restore: step %q status %s", step, status)
+	}
+}
+
+// `imshard bench archive` runs end to end on a small month — the table's
+// page, the archive, its pages warm and cold, every bar printed — and
+// leaves neither its tenant's database and keys nor its archive objects
+// behind; bad usage exits 2 (figures are not asserted: they belong to
+// docs/performance.md).
+func TestArchiveBenchCommand(t *testing.T) {
+	t.Parallel()
+	tenant := testenv.NewTenant(t)
+	cfg := tenantConfig(t, tenant, "")
+	bucket := t.TempDir()
+	code, out := runCLI(t, nil, "--config", cfg, "bench", "archive", "--tenant", tenant, "--url=file://"+bucket,
+		"--rows=2000", "--topics=20", "--duration=300ms", "--warmup=0s")
+	if code != 0 {
+		t.Fatalf("bench archive: exit %d\n%s", code, out)
+	}
+	for _, run := range []string{`month-table page \(before archiving\)`, `archived page, warm`, `archived page, cold \(empty cache\)`} {
+		if !regexp.MustCompile(run + `\s+[1-9]\d*\s+0\s`).MatchString(out) {
+			t.Fatalf("bench archive: no pages without errors for %q in\n%s", run, out)
+		}
+	}
+	for _, bar := range []string{"export rate / raw SELECT rate", "archived bytes / table data + index",
+		"archived page p99 warm / month-table page p99", "archived page p99 cold (empty cache)", "archive export            2000 rows"} {
+		if !strings.Contains(out, bar) {
+			t.Fatalf("bench archive: want %q in\n%s", bar, out)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(bucket, tenant, "*", "*")); len(left) > 0 {
+		t.Fatalf("bench archive left archive objects: %v", left)
+	}
+	admin, err := sql.Open("mysql", testenv.MySQLAdminDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	var dbs int
+	if err := admin.QueryRow("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", testenv.TenantDBPrefix+tenant).Scan(&dbs); err != nil || dbs != 0 {
+		t.Fatalf("bench archive left its tenant's database: %d %v", dbs, err)
+	}
+	rdb := testenv.Redis(t)
+	if keys, err := rdb.Do(context.Background(), rdb.B().Keys().Pattern("*{"+tenant+"}*").Build()).AsStrSlice(); err != nil || len(keys) > 0 {
+		t.Fatalf("bench archive left keys of its tenant: %v %v", keys, err)
+	}
+	for _, bad := range [][]string{{"--topics=0"}, {"--duration=0s"}, {"--rows=100", "--topics=10"}, {"--tenant=Bad-Id"}} {
+		if code, out := runCLI(t, nil, append([]string{"--config", cfg, "bench", "archive", "--tenant", tenant}, bad...)...); code != 2 {
+			t.Fatalf("bench archive %v: exit %d, want 2\n%s", bad, code, out)
+		}
 	}
 }

@@ -113,6 +113,8 @@ type Report struct {
 	Bytes  int64
 	Key    string
 	DryRun bool
+	// Export is how long this run's export took (0: it exported nothing).
+	Export time.Duration
 }
 
 // TopicRange is one topic's part of the archive, in the manifest.
@@ -238,7 +240,8 @@ func (a *Archiver) archive(ctx context.Context, db *sql.DB, rep Report, err erro
 			_ = recordError(ctx, db, m, err)
 			return rep, err
 		}
-		a.m.exportSeconds.Observe(time.Since(start).Seconds())
+		rep.Export = time.Since(start)
+		a.m.exportSeconds.Observe(rep.Export.Seconds())
 		raw, _ := json.Marshal(man)
 		testhook.CrashArchive(StepExported)
 		if err := saveState(ctx, db, m, state{step: StepExported, key: rep.Key, rows: man.Rows, bytes: man.Bytes,

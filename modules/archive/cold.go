@@ -70,6 +70,16 @@ func (c *Cold) Close() error {
 	return b.Close()
 }
 
+// Purge empties the cache, as a process just started has it: the next
+// read of each month reads its manifest and footer again (`imshard bench
+// archive` times such cold reads).
+func (c *Cold) Purge() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cache.Purge()
+	c.m.cached.Set(float64(c.size))
+}
+
 type coldMetrics struct {
 	cache      *prometheus.CounterVec
 	rangeBytes prometheus.Counter

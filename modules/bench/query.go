@@ -67,8 +67,14 @@ type QueryParams struct {
 // the same template) for a caller who hid nothing: the newest limit
 // messages of topic below before — the raw limit of a page.
 func tablePage(ctx context.Context, r *readpath.Reader, db *sql.DB, quoted, topic string, before int64, limit int) ([]message.Message, error) {
-	q := readpath.ListQuery{Topic: topic, Order: readpath.Desc, Bound: before, Limit: limit, HidNothing: true}
-	ms, _, err := r.WalkSources(ctx, db, "", q, []readpath.Source{{Table: quoted, Q: q}})
+	return sourcePage(ctx, r, db, "", readpath.Source{Table: quoted}, topic, before, limit)
+}
+
+// sourcePage is tablePage on one source of tenant's: a month table, read
+// from its archive when its month is archived (src.Month set).
+func sourcePage(ctx context.Context, r *readpath.Reader, db *sql.DB, tenant string, src readpath.Source, topic string, before int64, limit int) ([]message.Message, error) {
+	src.Q = readpath.ListQuery{Topic: topic, Order: readpath.Desc, Bound: before, Limit: limit, HidNothing: true}
+	ms, _, err := r.WalkSources(ctx, db, tenant, src.Q, []readpath.Source{src})
 	return ms, err
 }
 
@@ -208,7 +214,7 @@ func (p *QueryParams) Build(ctx context.Context) error {
 	start := time.Now()
 	for j, t := range p.Tables {
 		base, n := p.span(j)
-		if err := p.fillMonth(ctx, t, base, n); err != nil {
+		if err := fillMonth(ctx, p.DB, t, p.Topics, base, n); err != nil {
 			return err
 		}
 		p.logf("bench: %s filled (%d rows, %s)", t.Name(), n*int64(p.Topics), time.Since(start).Round(time.Second))
@@ -249,30 +255,31 @@ func (p *QueryParams) Build(ctx context.Context) error {
 	return p.fillHotCache(ctx)
 }
 
-// fillMonth writes seqs base+1 … base+n of every topic into t: seq base+1
-// of each topic by multi-row inserts, then doublings.
-func (p *QueryParams) fillMonth(ctx context.Context, t routing.Table, base, n int64) error {
+// fillMonth writes seqs base+1 … base+n of each of topics topics
+// (benchTopic) into t: seq base+1 of each topic by multi-row inserts, then
+// doublings.
+func fillMonth(ctx context.Context, db *sql.DB, t routing.Table, topics int, base, n int64) error {
 	m := t.Month()
 	span := m.End().Sub(m.Start()) - time.Minute
-	stepUs := span.Microseconds() / (n * int64(p.Topics))
+	stepUs := span.Microseconds() / (n * int64(topics))
 	startUs := m.Start().UnixMicro()
 	// created_at and message_id of (topic i = group_id-1, k-th seq of the
 	// month): time grows with k across all topics; the id is a snowflake of
 	// that time with the topic as node bits and the seq as sequence bits
 	createdUs := func(k, gid string) string {
-		return fmt.Sprintf("(%d + ((%s) * %d + (%s) - 1) * %d)", startUs, k, p.Topics, gid, stepUs)
+		return fmt.Sprintf("(%d + ((%s) * %d + (%s) - 1) * %d)", startUs, k, topics, gid, stepUs)
 	}
 	cols := []string{"message_id", "topic", "group_id", "seqid", "from_user", "client_msg_id", "msg_type", "status",
 		"content", "version", "created_at", "updated_at"}
 	ins := sq.Insert(t.Quoted()).Columns(cols...)
-	for i := range p.Topics {
+	for i := range topics {
 		us := startUs + int64(i)*stepUs
 		at := time.UnixMicro(us).UTC()
 		seq := base + 1
 		ins = ins.Values(at.UnixMilli()<<22|int64(i&0x3ff)<<12|seq&0xfff, benchTopic(i), i+1, seq, benchUser,
 			"b"+strconv.FormatInt(seq, 10), "text", "normal", fmt.Sprintf(`{"text":"bench message %d"}`, seq), 1, at, at)
-		if (i+1)%benchBatch == 0 || i == p.Topics-1 {
-			if _, err := ins.RunWith(p.DB).ExecContext(ctx); err != nil {
+		if (i+1)%benchBatch == 0 || i == topics-1 {
+			if _, err := ins.RunWith(db).ExecContext(ctx); err != nil {
 				return fmt.Errorf("bench: seed %s: %w", t.Name(), err)
 			}
 			ins = sq.Insert(t.Quoted()).Columns(cols...)
@@ -288,7 +295,7 @@ func (p *QueryParams) fillMonth(ctx context.Context, t routing.Table, base, n in
 			"JSON_OBJECT('text', CONCAT('bench message ', seqid + "+shift+"))", "version",
 			"FROM_UNIXTIME("+created+" / 1000000)", "FROM_UNIXTIME("+created+" / 1000000)").
 			From(t.Quoted()).Where(sq.LtOrEq{"seqid": base + n - have})
-		if _, err := sq.Insert(t.Quoted()).Columns(cols...).Select(sel).RunWith(p.DB).ExecContext(ctx); err != nil {
+		if _, err := sq.Insert(t.Quoted()).Columns(cols...).Select(sel).RunWith(db).ExecContext(ctx); err != nil {
 			return fmt.Errorf("bench: double %s: %w", t.Name(), err)
 		}
 	}
@@ -406,6 +413,17 @@ func (p *QueryParams) runStaged(ctx context.Context, name string, readers int, s
 	return r
 }
 
+// checkPage fails a page read that failed or was not a full page.
+func checkPage(got int, err error) error {
+	if err != nil {
+		return err
+	}
+	if got != benchPage {
+		return fmt.Errorf("page of %d messages, want %d", got, benchPage)
+	}
+	return nil
+}
+
 // Measure runs every read of the report on the fixture.
 func (p *QueryParams) Measure(ctx context.Context) (QueryReport, error) {
 	var rep QueryReport
@@ -425,15 +443,6 @@ func (p *QueryParams) Measure(ctx context.Context) (QueryReport, error) {
 			return inOne(rng), cur
 		}
 		return within(rng, prevBase, prevN), prev
-	}
-	checkPage := func(got int, err error) error {
-		if err != nil {
-			return err
-		}
-		if got != benchPage {
-			return fmt.Errorf("page of %d messages, want %d", got, benchPage)
-		}
-		return nil
 	}
 	rep.OneMonth = p.run(ctx, "service page, one month", p.Concurrency, func(ctx context.Context, rng *rand.Rand) error {
 		return checkPage(p.Page(ctx, me, topic(rng), inOne(rng), benchPage))
