@@ -118,6 +118,12 @@ var msgChange string
 // next_version, version.lua).
 var MsgChange = version + msgChange
 
+// FloorRaise raises a topic's copy of its retention floor, never lowering
+// it (see modules/routing/floors.go).
+//
+//go:embed floor_raise.lua
+var FloorRaise string
+
 // HotPut puts a changed message back into the hot cache after the commit,
 // unless a later change moved the topic's message version on.
 //

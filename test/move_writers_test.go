@@ -96,7 +96,7 @@ func TestMoveFenceRefusesEveryWriter(t *testing.T) {
 			_, err := routing.SetStatus(ctx, env.DB, m, routing.StatusSealing, routing.StatusWritable)
 			return err
 		}},
-		{"retention floors", func() error { return routing.RaiseFloors(ctx, env.DB, []routing.Floor{{Topic: "mvw", Seq: seq + 1}}) }},
+		{"retention floors", func() error { return env.RaiseFloors(routing.Floor{Topic: "mvw", Seq: seq + 1}) }},
 		{"month table DDL", func() error { return routing.FencedDDL(ctx, env.DB, future.CreateDDL()) }},
 		{"migration", func() error {
 			return routing.PlanMigration(ctx, env.DB, routing.MigrationPlan{LegacyRows: 1, LegacyMinID: 1, LegacyMaxID: 1, MinMonth: m, MaxMonth: m})

@@ -3,6 +3,8 @@ package test
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -239,5 +241,99 @@ func TestRetentionPurgeSurvivesKill9(t *testing.T) {
 	}
 	if n := count("im_group_messages_"+months[1].String(), "kother"); n != 2 {
 		t.Fatalf("another topic's rows: %d of 2", n)
+	}
+}
+
+// TestFloorCopyInRedis: a page checks the retention floor in its Redis
+// round trip, not in MySQL: a raise writes the record and then the copy
+// (with a TTL), pages and exact reads answer from the copy even with the
+// record's table out of reach, a stranger is refused before the floor
+// says anything, a missing copy is read from the record and put back, and
+// a lower raise lowers neither.
+func TestFloorCopyInRedis(t *testing.T) {
+	ctx := context.Background()
+	e := startSend(t, harness.Options{Roles: []string{"send", "persist", "query"}})
+	const reader, stranger = 5, 9
+	e.group("fc", 1, "active")
+	e.member("fc", reader, "member", time.Time{})
+	for i := range 6 {
+		e.mustSend(e.Token(reader, ""), "fc", sendBody("fc-"+strconv.Itoa(i), "m"))
+	}
+	chWaitSettled(t, e.Env, "fc")
+	if err := e.RaiseFloors(routing.Floor{Topic: "fc", Seq: 4}); err != nil {
+		t.Fatal(err)
+	}
+	key := e.Keys().Floor("fc")
+	copyOf := func() string {
+		t.Helper()
+		v, err := e.Redis.Do(ctx, e.Redis.B().Get().Key(key).Build()).ToString()
+		if err != nil {
+			t.Fatalf("floor copy: %v", err)
+		}
+		return v
+	}
+	if v := copyOf(); v != "4" {
+		t.Fatalf("floor copy after the raise: %q, want 4", v)
+	}
+	if ttl, err := e.Redis.Do(ctx, e.Redis.B().Ttl().Key(key).Build()).AsInt64(); err != nil || ttl <= 0 {
+		t.Fatalf("floor copy TTL: %d %v", ttl, err)
+	}
+	pages := func(what string) {
+		t.Helper()
+		if got := rpList(t, e.Env, reader, "fc", nil).seqs(); !slices.Equal(got, []int64{6, 5, 4}) {
+			t.Fatalf("%s: latest page %v, want [6 5 4]", what, got)
+		}
+		if got := rpList(t, e.Env, reader, "fc", url.Values{"since": {"0"}}).seqs(); !slices.Equal(got, []int64{4, 5, 6}) {
+			t.Fatalf("%s: since page %v, want [4 5 6]", what, got)
+		}
+		if got := rpList(t, e.Env, reader, "fc", url.Values{"before": {"4"}}).seqs(); len(got) != 0 {
+			t.Fatalf("%s: before the floor %v, want nothing", what, got)
+		}
+	}
+	pages("copy in Redis")
+
+	// the record out of reach: pages answer from the copy alone
+	rename := func(from, to string) {
+		t.Helper()
+		if _, err := e.DB.ExecContext(ctx, "RENAME TABLE "+from+" TO "+to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rename("im_topic_floors", "im_topic_floors_away")
+	restored := false
+	defer func() {
+		if !restored {
+			rename("im_topic_floors_away", "im_topic_floors")
+		}
+	}()
+	pages("record out of reach")
+	rename("im_topic_floors_away", "im_topic_floors")
+	restored = true
+
+	// a stranger learns nothing, wherever the cursor is
+	for _, q := range []string{"?before=3", "?since=1", ""} {
+		if code, body := e.Do("GET", "/v1/topics/fc/messages"+q, e.Token(stranger, ""), nil); code != 403 {
+			t.Fatalf("stranger %s: %d %s", q, code, body)
+		}
+	}
+
+	// a missing copy: read from the record, then put back
+	if err := e.Redis.Do(ctx, e.Redis.B().Del().Key(key).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	pages("copy missing")
+	if v := copyOf(); v != "4" {
+		t.Fatalf("floor copy put back: %q, want 4", v)
+	}
+	if code, body := e.Do("GET", "/v1/topics/fc/messages/2", e.Token(reader, ""), nil); code != 404 || !strings.Contains(string(body), "expired") {
+		t.Fatalf("an expired seq: %d %s", code, body)
+	}
+
+	// never down: neither the record nor the copy
+	if err := e.RaiseFloors(routing.Floor{Topic: "fc", Seq: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := routing.LoadFloor(ctx, e.DB, "fc"); err != nil || rec != 4 || copyOf() != "4" {
+		t.Fatalf("after a lower raise: record %d (%v), copy %s; want 4 and 4", rec, err, copyOf())
 	}
 }

@@ -293,7 +293,7 @@ func TestRetentionResumesAStoppedDrop(t *testing.T) {
 	if ok, err := routing.SetStatus(ctx, e.DB, m3, routing.StatusExpiring, routing.StatusSealed); err != nil || !ok {
 		t.Fatalf("mark expiring: %v %v", ok, err)
 	}
-	if err := routing.RaiseFloors(ctx, e.DB, []routing.Floor{{Topic: "rr", Seq: 7}}); err != nil {
+	if err := e.RaiseFloors(routing.Floor{Topic: "rr", Seq: 7}); err != nil {
 		t.Fatal(err)
 	}
 	plan, err := e.App.Retention().Plan(ctx, e.Tenant)

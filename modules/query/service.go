@@ -98,12 +98,12 @@ func (s *Service) get(ctx context.Context, p httpapi.Principal, topic string, se
 	if err != nil {
 		return message.Message{}, 0, err
 	}
-	// below the retention floor: removed, and said so
-	if err := s.r.CheckExpired(ctx, db, topic, seq); err != nil {
-		return message.Message{}, 0, err
-	}
 	keys, err := s.p.KeySpace.Tenant(p.Tenant)
 	if err != nil {
+		return message.Message{}, 0, err
+	}
+	// below the retention floor: removed, and said so
+	if err := s.r.CheckExpired(ctx, db, keys, topic, seq); err != nil {
 		return message.Message{}, 0, err
 	}
 	if m, ok, err := s.r.HotOne(ctx, keys, topic, seq); err == nil && ok {

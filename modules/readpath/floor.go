@@ -10,10 +10,11 @@ import (
 )
 
 // History begins at a topic's retention floor: every seq below it is past
-// retention and removed (modules/retention raises the floor before it
-// removes a row). The floor is read from MySQL with each read, never
-// cached, so no copy of a removed message — the hot cache, a process's
-// recent copy — is served once the removal answered.
+// retention and removed (modules/retention raises the floor's record and
+// its Redis copy before it removes a row). Each read checks the copy — a
+// page in its one Redis round trip — never a per-process cache, so no copy
+// of a removed message (the hot cache, a process's recent copy) is served
+// once the removal answered; see routing.Floors.
 
 // ErrExpired answers a read of a seq below the floor.
 func errExpired() error {
@@ -21,14 +22,14 @@ func errExpired() error {
 		WithDetails(map[string]any{"reason": "expired"})
 }
 
-// Floor is the topic's retention floor (0: nothing expired).
-func (s *Reader) Floor(ctx context.Context, db *sql.DB, topic string) (int64, error) {
-	return routing.LoadFloor(ctx, db, topic)
+// floors reads the topics' retention floors.
+func (s *Reader) floors() routing.Floors {
+	return routing.Floors{Redis: s.p.Redis, Scripts: s.p.Scripts}
 }
 
 // CheckExpired answers 404 expired for a seq below the topic's floor.
-func (s *Reader) CheckExpired(ctx context.Context, db *sql.DB, topic string, seq int64) error {
-	f, err := s.Floor(ctx, db, topic)
+func (s *Reader) CheckExpired(ctx context.Context, db *sql.DB, keys routing.Keys, topic string, seq int64) error {
+	f, err := s.floors().Load(ctx, db, keys, topic)
 	if err != nil {
 		return err
 	}

@@ -149,6 +149,8 @@ func (s *Reader) readPage(ctx context.Context, p httpapi.Principal, keys routing
 	if withRoute {
 		cmds = append(cmds, s.p.Router.RouteCmds(keys, topic)...)
 	}
+	nf := len(cmds)
+	cmds = append(cmds, s.floors().CopyCmd(keys, topic))
 	na := len(cmds)
 	member := p.Role != httpapi.RoleAdmin
 	if member {
@@ -161,14 +163,17 @@ func (s *Reader) readPage(ctx context.Context, p httpapi.Principal, keys routing
 		}
 	}
 	r := pageReads{At: at}
+	var err error
+	if r.Floor, err = s.floors().Resolve(ctx, db, keys, topic, res[nf]); err != nil {
+		return pageReads{}, err
+	}
 	if withBound {
-		var err error
 		if r.Bound, err = s.p.Flight.BoundResolve(ctx, p.Tenant, topic, res[:ns]); err != nil {
 			return pageReads{}, httpapi.Wrap(httpapi.CodeUnavailable, "settled watermark unavailable", err)
 		}
 	}
 	if withRoute {
-		r.Route = res[nd:na]
+		r.Route = res[nd:nf]
 	}
 	r.View.Top, r.Last, r.Err = hotResolve(res[ns:nh], o, hb, floor, n)
 	if base != nil && r.Err == nil && base.ver != r.View.Top.Version {
@@ -180,7 +185,6 @@ func (s *Reader) readPage(ctx context.Context, p httpapi.Principal, keys routing
 		base = nil
 	}
 	r.View.base = base
-	var err error
 	r.Hidden, err = s.hiddenResolve(ctx, db, keys, topic, p.UserID, res[nh:nd])
 	return r, err
 }

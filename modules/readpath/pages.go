@@ -74,18 +74,22 @@ func (s *Reader) page(ctx context.Context, p httpapi.Principal, req pageRequest,
 	if err != nil {
 		return plan{}, nil, 0, err
 	}
-	floor, err := s.Floor(ctx, db, req.Topic)
-	if err != nil {
-		return plan{}, nil, 0, err
-	}
-	if req.Order == Asc {
-		req.Cursor = max(req.Cursor, floor-1)
-	} else if req.Cursor <= floor {
-		return plan{req: req}, nil, floor, nil
-	}
 	r, err := s.readPage(ctx, p, keys, db, req)
 	if err != nil {
 		return plan{}, nil, 0, err
+	}
+	floor := r.Floor
+	switch {
+	case req.Order == Asc && req.Cursor < floor-1:
+		// a walk from below the floor starts at it: read again from there
+		req.Cursor = floor - 1
+		if r, err = s.readPage(ctx, p, keys, db, req); err != nil {
+			return plan{}, nil, 0, err
+		}
+		floor = max(floor, r.Floor)
+		req.Cursor = max(req.Cursor, floor-1)
+	case req.Order == Desc && req.Cursor <= floor:
+		return plan{req: req}, nil, floor, nil
 	}
 	pl := planPage(req, r)
 	page, err := s.run(ctx, db, p.Tenant, keys, pl, start)

@@ -42,6 +42,8 @@ type pageReads struct {
 	Hidden HiddenView
 	Route  []rueidis.RedisResult // the route's reads, when prefetched (routing.Router.RouteCmds)
 	Bound  routing.Bound         // how far a forward page may go (Asc only)
+	// Floor: the topic's retention floor (0: nothing expired)
+	Floor int64
 }
 
 // plan is the source plan of one list page, built by planPage purely from

@@ -365,7 +365,7 @@ func (p *jobRun) purge(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := routing.RaiseFloors(ctx, db, []routing.Floor{{Topic: topic, Seq: last + 1}}); err != nil {
+	if err := p.r.floors().Raise(ctx, db, p.keys, []routing.Floor{{Topic: topic, Seq: last + 1}}); err != nil {
 		return err
 	}
 	forget := func() error { return p.r.forget(ctx, p.keys, topic, last) }

@@ -307,7 +307,7 @@ func (r *Retention) dropMonth(ctx context.Context, tenant string, db *sql.DB, ke
 	for i, row := range rows {
 		floors[i] = routing.Floor{Topic: row.Topic, Seq: row.MaxSeq + 1}
 	}
-	if err := routing.RaiseFloors(ctx, db, floors); err != nil {
+	if err := r.floors().Raise(ctx, db, keys, floors); err != nil {
 		return err
 	}
 	for _, row := range rows {
@@ -346,7 +346,7 @@ func (r *Retention) trimTopic(ctx context.Context, db *sql.DB, keys routing.Keys
 	if err != nil {
 		return 0, err
 	}
-	if err := routing.RaiseFloors(ctx, db, []routing.Floor{{Topic: tr.Topic, Seq: tr.MaxSeq + 1}}); err != nil {
+	if err := r.floors().Raise(ctx, db, keys, []routing.Floor{{Topic: tr.Topic, Seq: tr.MaxSeq + 1}}); err != nil {
 		return 0, err
 	}
 	var removed int64
@@ -403,6 +403,11 @@ func (r *Retention) forget(ctx context.Context, keys routing.Keys, topic string,
 		return fmt.Errorf("retention: caches of %s: %w", topic, err)
 	}
 	return nil
+}
+
+// floors raises topics' retention floors: the record, then readers' copy.
+func (r *Retention) floors() routing.Floors {
+	return routing.Floors{Redis: r.p.Redis, Scripts: r.p.Scripts}
 }
 
 // routeBatch bounds the topics of one Redis round trip.

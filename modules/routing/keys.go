@@ -192,6 +192,10 @@ const MessagesVersionTTL = 24 * time.Hour
 // HotRange is the topic's hot-cache coverage record.
 func (k Keys) HotRange(topic string) string { return k.prefix + "hotrange:" + topic }
 
+// Floor is the copy of a topic's retention floor that readers check
+// (STRING seq, with a TTL; the record is im_topic_floors, see floors.go).
+func (k Keys) Floor(topic string) string { return k.prefix + "floor:" + topic }
+
 // Group and Members cache the ACL facts of a topic.
 func (k Keys) Group(topic string) string   { return k.prefix + "acl:group:" + topic }
 func (k Keys) Members(topic string) string { return k.prefix + "acl:members:" + topic }

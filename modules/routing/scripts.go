@@ -32,13 +32,14 @@ type Scripts struct {
 	IdemRetry      *rueidis.Lua
 	FenceLift      *rueidis.Lua
 	CursorFill     *rueidis.Lua
-	// CursorPut, VersionBump, MsgChange and HotPut run inside a pipeline
-	// of other commands (a batch of changes tells every topic's caches in
-	// one round trip)
+	// CursorPut, VersionBump, MsgChange, HotPut and FloorRaise run inside
+	// a pipeline of other commands (a batch of changes tells every topic's
+	// caches in one round trip)
 	CursorPut   *Pipelined
 	VersionBump *Pipelined
 	MsgChange   *Pipelined
 	HotPut      *Pipelined
+	FloorRaise  *Pipelined
 }
 
 // NewScripts prepares every script once per process.
@@ -64,6 +65,7 @@ func NewScripts() *Scripts {
 		VersionBump:    NewPipelined(lua.VersionBump),
 		MsgChange:      NewPipelined(lua.MsgChange),
 		HotPut:         NewPipelined(lua.HotPut),
+		FloorRaise:     NewPipelined(lua.FloorRaise),
 	}
 }
 

@@ -205,6 +205,12 @@ func (e *Env) Keys() routing.Keys {
 	return k
 }
 
+// RaiseFloors raises topics' retention floors as the retention does:
+// the record, then readers' copy in Redis.
+func (e *Env) RaiseFloors(floors ...routing.Floor) error {
+	return routing.Floors{Redis: e.Redis, Scripts: routing.NewScripts()}.Raise(context.Background(), e.DB, e.Keys(), floors)
+}
+
 // Activate makes m the tenant's active month (`imshard shard activate`).
 func (e *Env) Activate(m routing.Month) {
 	e.T.Helper()
