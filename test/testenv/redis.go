@@ -12,12 +12,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/imshard/imshard/modules/localsrv"
 )
 
-const (
-	redisReadyTimeout = 30 * time.Second
-	portAttempts      = 5
-)
+const redisReadyTimeout = 30 * time.Second
 
 // portInUse are log lines meaning we lost the race for a "free" port.
 var redisPortInUse = []string{"Address already in use", "Could not create server TCP listening socket"}
@@ -31,7 +30,7 @@ type RedisServer struct {
 	Dir  string // its --dir (temp, removed on cleanup)
 
 	t testing.TB
-	p *proc
+	p *localsrv.Proc
 }
 
 // StartRedis starts redis-server --port P --bind 127.0.0.1 --save ""
@@ -48,14 +47,14 @@ func StartRedis(t testing.TB, extraArgs ...string) *RedisServer {
 // another one.
 func startRedisIn(t testing.TB, dir string, extra func(port int) []string) *RedisServer {
 	t.Helper()
-	bin, err := lookBin("redis-server")
+	bin, err := localsrv.LookBin("redis-server")
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
 	s := &RedisServer{Dir: dir, t: t}
 	t.Cleanup(func() {
 		if s.p != nil {
-			if err := s.p.stop(syscall.SIGKILL, 10*time.Second); err != nil {
+			if err := s.p.Stop(syscall.SIGKILL, 10*time.Second); err != nil {
 				t.Errorf("testenv: %v", err)
 			}
 		}
@@ -69,19 +68,19 @@ func startRedisIn(t testing.TB, dir string, extra func(port int) []string) *Redi
 		}
 		args = append(args, extra(port)...)
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		s.p = &proc{name: "redis-server " + s.Addr, bin: bin, args: args, logPath: filepath.Join(dir, "redis.log")}
-		if err := s.p.start(); err != nil {
+		s.p = &localsrv.Proc{Name: "redis-server " + s.Addr, Bin: bin, Args: args, LogPath: filepath.Join(dir, "redis.log")}
+		if err := s.p.Start(); err != nil {
 			t.Fatalf("testenv: %v", err)
 		}
 		err := s.waitReady()
 		if err == nil {
 			return s
 		}
-		if attempt < portAttempts && s.p.logContains(redisPortInUse...) {
-			_ = s.p.stop(syscall.SIGKILL, 5*time.Second)
+		if attempt < localsrv.PortAttempts && s.p.LogContains(redisPortInUse...) {
+			_ = s.p.Stop(syscall.SIGKILL, 5*time.Second)
 			continue
 		}
-		t.Fatalf("testenv: %v\nlog %s:\n%s", err, s.p.logPath, s.p.logExcerpt())
+		t.Fatalf("testenv: %v\nlog %s:\n%s", err, s.p.LogPath, s.p.LogExcerpt())
 	}
 }
 
@@ -96,12 +95,12 @@ func (s *RedisServer) waitReady() error {
 		}
 		last = fmt.Errorf("%v", errOr(err, "reply "+pong))
 		select {
-		case <-s.p.exited():
-			return fmt.Errorf("%s exited before answering PING", s.p.name)
+		case <-s.p.Exited():
+			return fmt.Errorf("%s exited before answering PING", s.p.Name)
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s does not answer PING after %v: %v", s.p.name, redisReadyTimeout, last)
+			return fmt.Errorf("%s does not answer PING after %v: %v", s.p.Name, redisReadyTimeout, last)
 		}
 	}
 }
@@ -109,7 +108,7 @@ func (s *RedisServer) waitReady() error {
 // Stop shuts the server down with SIGTERM and waits for it to exit.
 func (s *RedisServer) Stop() {
 	s.t.Helper()
-	if err := s.p.stop(syscall.SIGTERM, 30*time.Second); err != nil {
+	if err := s.p.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
 		s.t.Fatalf("testenv: stop: %v", err)
 	}
 }
@@ -117,7 +116,7 @@ func (s *RedisServer) Stop() {
 // Kill kills the server with SIGKILL and waits for it to exit.
 func (s *RedisServer) Kill() {
 	s.t.Helper()
-	if err := s.p.stop(syscall.SIGKILL, 10*time.Second); err != nil {
+	if err := s.p.Stop(syscall.SIGKILL, 10*time.Second); err != nil {
 		s.t.Fatalf("testenv: kill: %v", err)
 	}
 }
@@ -126,11 +125,11 @@ func (s *RedisServer) Kill() {
 // waits until it answers PING. The server must be stopped.
 func (s *RedisServer) Start() {
 	s.t.Helper()
-	if err := s.p.start(); err != nil {
+	if err := s.p.Start(); err != nil {
 		s.t.Fatalf("testenv: restart: %v", err)
 	}
 	if err := s.waitReady(); err != nil {
-		s.t.Fatalf("testenv: restart: %v\nlog %s:\n%s", err, s.p.logPath, s.p.logExcerpt())
+		s.t.Fatalf("testenv: restart: %v\nlog %s:\n%s", err, s.p.LogPath, s.p.LogExcerpt())
 	}
 }
 
@@ -169,7 +168,7 @@ func StartRedisCluster(t testing.TB, n int) []string {
 		t.Helper()
 		var logs strings.Builder
 		for _, s := range nodes {
-			fmt.Fprintf(&logs, "\nlog %s:\n%s", s.p.logPath, s.p.logExcerpt())
+			fmt.Fprintf(&logs, "\nlog %s:\n%s", s.p.LogPath, s.p.LogExcerpt())
 		}
 		t.Fatalf("testenv: redis cluster: "+format+"%s", append(args, logs.String())...)
 	}

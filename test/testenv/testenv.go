@@ -13,7 +13,6 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"fmt"
-	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -23,6 +22,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/rueidis"
+
+	"github.com/imshard/imshard/modules/localsrv"
 )
 
 const (
@@ -275,10 +276,27 @@ func OpenDB(t testing.TB, dsn string) *sql.DB {
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := localsrv.FreePort()
 	if err != nil {
-		t.Fatalf("testenv: find a free port: %v", err)
+		t.Fatalf("testenv: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
+}
+
+// shortTempDir makes a temp dir with a short path (unix socket paths must stay
+// under 108 bytes, which t.TempDir() does not guarantee). It is removed on
+// cleanup; register it before the cleanup that kills processes using it so
+// that it runs after it.
+func shortTempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ims")
+	if err != nil {
+		t.Fatalf("testenv: make temp dir: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("testenv: remove %s: %v", dir, err)
+		}
+	})
+	return dir
 }

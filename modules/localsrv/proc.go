@@ -1,6 +1,6 @@
 //go:build unix
 
-package testenv
+package localsrv
 
 import (
 	"bytes"
@@ -14,41 +14,40 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
 
-// proc is a child server process (redis-server, mariadbd) that can be stopped
+// Proc is a child server process (redis-server, mariadbd) that can be stopped
 // and started again with the same arguments. Its stdout and stderr are
-// appended to logPath.
-type proc struct {
-	name    string
-	bin     string
-	args    []string
-	logPath string
+// appended to LogPath.
+type Proc struct {
+	Name    string
+	Bin     string
+	Args    []string
+	LogPath string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the current process has exited
 }
 
-// start launches the process. It must not be running.
-func (p *proc) start() error {
+// Start launches the process. It must not be running.
+func (p *Proc) Start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.done != nil {
 		select {
 		case <-p.done:
 		default:
-			return fmt.Errorf("%s is already running (pid %d)", p.name, p.cmd.Process.Pid)
+			return fmt.Errorf("%s is already running (pid %d)", p.Name, p.cmd.Process.Pid)
 		}
 	}
-	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(f, "=== testenv %s: starting %s %s\n", time.Now().Format(time.RFC3339Nano), p.bin, quoteArgs(p.args))
-	cmd := exec.Command(p.bin, p.args...)
+	fmt.Fprintf(f, "=== localsrv %s: starting %s %s\n", time.Now().Format(time.RFC3339Nano), p.Bin, quoteArgs(p.Args))
+	cmd := exec.Command(p.Bin, p.Args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = sysProcAttr()
 	// Start and Wait on one goroutine locked to its OS thread: Pdeathsig fires
@@ -62,12 +61,12 @@ func (p *proc) start() error {
 		defer close(done)
 		defer f.Close()
 		if err := cmd.Start(); err != nil {
-			started <- fmt.Errorf("start %s: %w", p.bin, err)
+			started <- fmt.Errorf("start %s: %w", p.Bin, err)
 			return
 		}
 		started <- nil
 		err := cmd.Wait()
-		fmt.Fprintf(f, "=== testenv %s: %s exited: %v\n", time.Now().Format(time.RFC3339Nano), p.name, err)
+		fmt.Fprintf(f, "=== localsrv %s: %s exited: %v\n", time.Now().Format(time.RFC3339Nano), p.Name, err)
 	}()
 	if err := <-started; err != nil {
 		return err
@@ -76,9 +75,9 @@ func (p *proc) start() error {
 	return nil
 }
 
-// exited returns a channel closed once the current process has exited
+// Exited returns a channel closed once the current process has exited
 // (already closed if it was never started).
-func (p *proc) exited() <-chan struct{} {
+func (p *Proc) Exited() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.done == nil {
@@ -89,10 +88,10 @@ func (p *proc) exited() <-chan struct{} {
 	return p.done
 }
 
-// stop sends sig to the process group and waits for the process to exit; if
+// Stop sends sig to the process group and waits for the process to exit; if
 // it has not exited after grace, it is killed with SIGKILL. Stopping a process
 // that is not running is a no-op.
-func (p *proc) stop(sig syscall.Signal, grace time.Duration) error {
+func (p *Proc) Stop(sig syscall.Signal, grace time.Duration) error {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
 	p.mu.Unlock()
@@ -119,21 +118,21 @@ func (p *proc) stop(sig syscall.Signal, grace time.Duration) error {
 		if sig == syscall.SIGKILL {
 			return nil
 		}
-		return fmt.Errorf("%s did not exit within %v after %v; killed it", p.name, grace, sig)
+		return fmt.Errorf("%s did not exit within %v after %v; killed it", p.Name, grace, sig)
 	case <-time.After(10 * time.Second):
-		return fmt.Errorf("%s (pid %d) did not exit even after SIGKILL", p.name, pid)
+		return fmt.Errorf("%s (pid %d) did not exit even after SIGKILL", p.Name, pid)
 	}
 }
 
-// logExcerpt returns, indented for failure messages, the error-looking lines
+// LogExcerpt returns, indented for failure messages, the error-looking lines
 // of the process log followed by its last lines.
-func (p *proc) logExcerpt() string { return fileExcerpt(p.logPath) }
+func (p *Proc) LogExcerpt() string { return FileExcerpt(p.LogPath) }
 
 var errorWords = []string{"ERROR", "Error", "error", "FATAL", "Could not", "Can't", "Aborting", "exited"}
 
-// fileExcerpt returns up to 15 error-looking lines of the file and then its
+// FileExcerpt returns up to 15 error-looking lines of the file and then its
 // last 15 lines, indented.
-func fileExcerpt(path string) string {
+func FileExcerpt(path string) string {
 	b, err := readTail(path, 256<<10)
 	if err != nil {
 		return fmt.Sprintf("\t(no log: %v)", err)
@@ -175,10 +174,10 @@ func readTail(path string, max int64) ([]byte, error) {
 	return io.ReadAll(f)
 }
 
-// logContains reports whether the log contains any of the substrings (used to
+// LogContains reports whether the log contains any of the substrings (used to
 // detect a lost race for a free port).
-func (p *proc) logContains(subs ...string) bool {
-	b, err := os.ReadFile(p.logPath)
+func (p *Proc) LogContains(subs ...string) bool {
+	b, err := os.ReadFile(p.LogPath)
 	if err != nil {
 		return false
 	}
@@ -190,27 +189,9 @@ func (p *proc) logContains(subs ...string) bool {
 	return false
 }
 
-// shortTempDir makes a temp dir with a short path (unix socket paths must stay
-// under 108 bytes, which t.TempDir() does not guarantee). It is removed on
-// cleanup; register it before the cleanup that kills processes using it so
-// that it runs after it.
-func shortTempDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "ims")
-	if err != nil {
-		t.Fatalf("testenv: make temp dir: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("testenv: remove %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
-// lookBin finds the first of names on PATH or in /usr/sbin, /usr/bin,
+// LookBin finds the first of names on PATH or in /usr/sbin, /usr/bin,
 // /usr/local/bin.
-func lookBin(names ...string) (string, error) {
+func LookBin(names ...string) (string, error) {
 	for _, n := range names {
 		if p, err := exec.LookPath(n); err == nil {
 			return p, nil
