@@ -23,9 +23,9 @@ import (
 // its raw limit on the same services in the same run (docs/performance.md).
 func newBenchCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "bench", Short: "Measure a path beside its raw limit on the same services",
-		Example: "  imshard bench send --duration=10s\n  imshard bench query --only='raw SQL'\n  imshard bench rotation\n  imshard bench archive --rows=100000 --topics=100",
+		Example: "  imshard bench send --duration=10s\n  imshard bench query --only='raw SQL'\n  imshard bench rotation\n  imshard bench archive --rows=100000 --topics=100\n  imshard bench move --rows=200000",
 	}
-	c.AddCommand(newBenchSendCmd(g), newBenchQueryCmd(g), newBenchPersistCmd(g), newBenchInboxCmd(g), newBenchStreamCmd(g), newBenchMigrateCmd(g), newBenchLimitsCmd(g), newBenchRotationCmd(g), newBenchArchiveCmd(g))
+	c.AddCommand(newBenchSendCmd(g), newBenchQueryCmd(g), newBenchPersistCmd(g), newBenchInboxCmd(g), newBenchStreamCmd(g), newBenchMigrateCmd(g), newBenchLimitsCmd(g), newBenchRotationCmd(g), newBenchArchiveCmd(g), newBenchMoveCmd(g))
 	return c
 }
 
@@ -48,6 +48,22 @@ func benchTenant(cfg *config.Config, id string) string {
 	cfg.Tenants = append(tenants, config.Tenant{ID: id, JWTSecret: secret, Limits: config.TenantLimits{
 		Send: config.TenantSendLimits{Tenant: off, User: off, Topic: off}, Reads: off, Changes: off}})
 	return secret
+}
+
+// benchKafka points k at an in-process Kafka kept in memory when it names
+// no brokers (nothing to clean up; the bench's own roles and clients reach
+// it) and returns what stops it.
+func benchKafka(k *config.Kafka) (stop func(), err error) {
+	if len(k.Brokers) > 0 {
+		return func() {}, nil
+	}
+	k.DataDir = ""
+	cluster, private, err := app.StartPrivateKafka(*k)
+	if err != nil {
+		return nil, err
+	}
+	*k = private
+	return cluster.Close, nil
 }
 
 // runBench loads the configuration, runs a bench until it ends or a

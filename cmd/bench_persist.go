@@ -76,15 +76,11 @@ func runBenchPersist(ctx context.Context, cfg *config.Config, o *benchPersistOpt
 	k := cfg.Kafka
 	k.Topic, k.DLQTopic, k.Group = k.Topic+".bench-"+suffix, k.DLQTopic+".bench-"+suffix, "imshard-bench-"+suffix
 	external := len(k.Brokers) > 0
-	if !external {
-		k.DataDir = ""
-		cluster, private, err := app.StartPrivateKafka(k)
-		if err != nil {
-			return bench.PersistReport{}, err
-		}
-		defer cluster.Close()
-		k = private
+	stopKafka, err := benchKafka(&k)
+	if err != nil {
+		return bench.PersistReport{}, err
 	}
+	defer stopKafka()
 	conn, err := app.KafkaOpts(k)
 	if err != nil {
 		return bench.PersistReport{}, err

@@ -134,17 +134,12 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 		}
 		cfg.HTTP.Addr, cfg.Metrics.Addr = "127.0.0.1:0", "127.0.0.1:0"
 		cfg.HTTP.ShutdownDelay = 0 // no load balancer to drain
-		if len(cfg.Kafka.Brokers) == 0 {
-			// the in-process Kafka in memory (nothing to clean up), started
-			// here so that the preparation's persist process reaches it too
-			cfg.Kafka.DataDir = ""
-			cluster, private, err := app.StartPrivateKafka(cfg.Kafka)
-			if err != nil {
-				return bench.SendReport{}, err
-			}
-			defer cluster.Close()
-			cfg.Kafka = private
+		// started here so that the preparation's persist process reaches it too
+		stopKafka, err := benchKafka(&cfg.Kafka)
+		if err != nil {
+			return bench.SendReport{}, err
 		}
+		defer stopKafka()
 	} else {
 		if len(cfg.Kafka.Brokers) == 0 {
 			return bench.SendReport{}, usagef("--addr needs kafka.brokers: the reference send must produce to the API's Kafka")

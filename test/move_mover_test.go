@@ -183,7 +183,7 @@ func TestMoveTenantCopiesCatchesUpAndSwitches(t *testing.T) {
 				return killed // the mover dies as it starts copying
 			}
 		}
-		if step == "fenced" && copies < 100 {
+		if step == move.HookFenced && copies < 100 {
 			fenced.Store(true)
 			copies = 100
 			return killed // and again just after the fence was raised

@@ -132,7 +132,7 @@ func TestMoveReverse(t *testing.T) {
 	}
 
 	// a reverse killed just after its fence rose, then resumed
-	killAt = "fenced"
+	killAt = move.HookFenced
 	if r, err = move.Reverse(ctx, tenant, moved, store, o); err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,10 @@ type QueryParams struct {
 	Duration    time.Duration
 	Warmup      time.Duration
 	Only        []string // run only the runs whose name contains one of these (all when empty)
-	Progress    io.Writer
+	// MonthsOnly builds the month tables without the legacy table's copy
+	// of their rows (the move bench's fixture, which reads no legacy page)
+	MonthsOnly bool
+	Progress   io.Writer
 }
 
 // tablePage runs, through r, the statement a `before` page runs on one
@@ -203,7 +206,7 @@ func (p *QueryParams) Check() error {
 // Build writes the fixture: Topics topics of Rows/Topics messages each,
 // spread over the months of Tables as a year of history is, ids and times
 // growing with seq across all topics (as real traffic interleaves them);
-// the same rows in the legacy single table; the mirror, Redis routes,
+// the same rows in the legacy single table (unless MonthsOnly); the mirror, Redis routes,
 // groups with a member, and the hot cache of the first topics. Rows are
 // made by doubling (INSERT … SELECT of the table onto itself with seq
 // shifted), not one by one.
@@ -219,15 +222,10 @@ func (p *QueryParams) Build(ctx context.Context) error {
 		}
 		p.logf("bench: %s filled (%d rows, %s)", t.Name(), n*int64(p.Topics), time.Since(start).Round(time.Second))
 	}
-	if _, err := p.DB.ExecContext(ctx, routing.LegacyDDL()); err != nil {
-		return fmt.Errorf("bench: create legacy table: %w", err)
-	}
-	for _, t := range p.Tables {
-		if _, err := sq.Insert("`" + routing.LegacyTable + "`").Select(sq.Select("*").From(t.Quoted()).OrderBy("message_id")).
-			RunWith(p.DB).ExecContext(ctx); err != nil {
-			return fmt.Errorf("bench: legacy copy of %s: %w", t.Name(), err)
+	if !p.MonthsOnly {
+		if err := p.buildLegacy(ctx, start); err != nil {
+			return err
 		}
-		p.logf("bench: legacy table has %s's rows (%s)", t.Name(), time.Since(start).Round(time.Second))
 	}
 	for _, t := range p.Tables {
 		if err := routing.Fenced(ctx, p.DB, func(tx *sql.Tx) error { return routing.MirrorFromTable(ctx, tx, t) }); err != nil {
@@ -253,6 +251,21 @@ func (p *QueryParams) Build(ctx context.Context) error {
 	}
 	p.logf("bench: mirror, routes and groups written (%s)", time.Since(start).Round(time.Second))
 	return p.fillHotCache(ctx)
+}
+
+// buildLegacy copies the month tables' rows into the legacy single table.
+func (p *QueryParams) buildLegacy(ctx context.Context, start time.Time) error {
+	if _, err := p.DB.ExecContext(ctx, routing.LegacyDDL()); err != nil {
+		return fmt.Errorf("bench: create legacy table: %w", err)
+	}
+	for _, t := range p.Tables {
+		if _, err := sq.Insert("`" + routing.LegacyTable + "`").Select(sq.Select("*").From(t.Quoted()).OrderBy("message_id")).
+			RunWith(p.DB).ExecContext(ctx); err != nil {
+			return fmt.Errorf("bench: legacy copy of %s: %w", t.Name(), err)
+		}
+		p.logf("bench: legacy table has %s's rows (%s)", t.Name(), time.Since(start).Round(time.Second))
+	}
+	return nil
 }
 
 // fillMonth writes seqs base+1 … base+n of each of topics topics
@@ -300,6 +313,18 @@ func fillMonth(ctx context.Context, db *sql.DB, t routing.Table, topics int, bas
 		}
 	}
 	return nil
+}
+
+// Load is the fixture as a MoveTenant of the move bench: it sends to the
+// hot topics, whose seq counters the fixture set, and reads pages of every
+// topic.
+func (p *QueryParams) Load(token string) MoveTenant {
+	t := MoveTenant{Tenant: p.Tenant, Token: token, Last: p.last()}
+	for i := range p.Topics {
+		t.ReadTopics = append(t.ReadTopics, benchTopic(i))
+	}
+	t.SendTopics = t.ReadTopics[:min(benchHotTopics, p.Topics)]
+	return t
 }
 
 // fillHotCache puts the newest messages of the first topics in the hot

@@ -40,6 +40,13 @@ const (
 	StepFinished   = "finished"
 )
 
+// The switch's parts StepHook is called at.
+const (
+	HookFenced   = "fenced"
+	HookVerify   = "verify"
+	HookVerified = "verified"
+)
+
 // Errors a caller tells apart.
 var (
 	ErrBusy      = errors.New("move: another mover runs this tenant's move")
@@ -69,8 +76,10 @@ type Options struct {
 	// switch may find changed (default DefaultMaxSwitchLag); more refuses
 	// the switch (ErrSwitchRefused).
 	MaxSwitchLag int
-	// StepHook, when set, is called as each step begins (tests stop a
-	// mover there).
+	// StepHook, when set, is called as each step begins and, inside the
+	// switch, as its parts begin: HookFenced (the source fence is up),
+	// HookVerify and HookVerified (the verification's start and end).
+	// Tests stop a mover there; `imshard bench move` times the parts.
 	StepHook func(step string) error
 }
 
@@ -392,6 +401,14 @@ func (m *Mover) setStep(ctx context.Context, step string) error {
 	return nil
 }
 
+// hook calls Options.StepHook, when set, at step.
+func (m *Mover) hook(step string) error {
+	if m.o.StepHook == nil {
+		return nil
+	}
+	return m.o.StepHook(step)
+}
+
 // State is the move's state as last read or written.
 func (m *Mover) State() State { return m.st }
 
@@ -399,10 +416,8 @@ func (m *Mover) State() State { return m.st }
 // between chunks, a cancelled one returns ErrCancelled.
 func (m *Mover) Run(ctx context.Context) error {
 	for {
-		if m.o.StepHook != nil {
-			if err := m.o.StepHook(m.st.Step); err != nil {
-				return err
-			}
+		if err := m.hook(m.st.Step); err != nil {
+			return err
 		}
 		var err error
 		switch m.st.Step {
@@ -803,15 +818,19 @@ func (m *Mover) fenceAndVerify(ctx context.Context, next int64) error {
 	if err := routing.RaiseFence(ctx, m.lock, next); err != nil {
 		return fmt.Errorf("move: source: %w", err)
 	}
-	if m.o.StepHook != nil {
-		if err := m.o.StepHook("fenced"); err != nil {
-			return err
-		}
+	if err := m.hook(HookFenced); err != nil {
+		return err
 	}
 	if _, err := m.catchUp(ctx, true); err != nil {
 		return err
 	}
+	if err := m.hook(HookVerify); err != nil {
+		return err
+	}
 	if err := m.verify(ctx); err != nil {
+		return err
+	}
+	if err := m.hook(HookVerified); err != nil {
 		return err
 	}
 	if _, err := m.dst.ExecContext(ctx, "UPDATE im_tenant_fence SET epoch = GREATEST(epoch, ?) WHERE id = 1", next); err != nil {

@@ -36,6 +36,20 @@ func quoteAll(names []string) string {
 	return strings.Join(q, ", ")
 }
 
+// CopiedTables names the tables of the tenant database db that a move
+// copies and verifies (every base table but the ones skipped).
+func CopiedTables(ctx context.Context, db *sql.DB) ([]string, error) {
+	tables, err := listTables(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(tables))
+	for i, t := range tables {
+		names[i] = t.name
+	}
+	return names, nil
+}
+
 // listTables reads the tenant database's base tables, their columns and
 // primary keys; a table without a primary key cannot be chunked and fails.
 func listTables(ctx context.Context, db *sql.DB) ([]table, error) {
