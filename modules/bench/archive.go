@@ -46,6 +46,7 @@ type ArchiveReport struct {
 	TableBytes   int64         // data_length + index_length of the month table
 	ArchiveBytes int64         // the month's archive objects (Parquet and manifest)
 	RawSelect    time.Duration // one SELECT of every row of the month table
+	RawOrdered   time.Duration // the same in (topic, seqid) order, the archive's
 	Export       time.Duration // the archive's export step
 	ArchiveRun   time.Duration // the whole archive: pre-checks, export, verification, mark
 	TablePage    QueryResult   // the page from the month table, before archiving
@@ -55,6 +56,10 @@ type ArchiveReport struct {
 
 // RawRate is rows per second of the raw SELECT.
 func (r ArchiveReport) RawRate() float64 { return perSecond(r.Rows, r.RawSelect) }
+
+// RawOrderedRate is rows per second of the raw SELECT in the archive's
+// order.
+func (r ArchiveReport) RawOrderedRate() float64 { return perSecond(r.Rows, r.RawOrdered) }
 
 // ExportRate is rows per second of the export.
 func (r ArchiveReport) ExportRate() float64 { return perSecond(r.Rows, r.Export) }
@@ -110,6 +115,9 @@ func (p *ArchiveParams) Run(ctx context.Context) (ArchiveReport, error) {
 	if rep.RawSelect, err = p.rawSelect(ctx, rep.Rows); err != nil {
 		return rep, err
 	}
+	if rep.RawOrdered, err = p.rawSelect(ctx, rep.Rows, "topic", "seqid"); err != nil {
+		return rep, err
+	}
 	runs := &QueryParams{Duration: p.Duration, Warmup: p.Warmup, Progress: p.Progress}
 	rep.TablePage = runs.run(ctx, "month-table page (before archiving)", 1, p.page)
 	p.logf("bench: archiving %s …", p.Table.Month())
@@ -153,18 +161,18 @@ func (p *ArchiveParams) tableBytes(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// rawSelect times one SELECT of every row of the month table, each row
-// scanned into the driver's values as the export scans them: the raw
-// limit of the export.
-func (p *ArchiveParams) rawSelect(ctx context.Context, want int64) (time.Duration, error) {
-	p.logf("bench: raw SELECT of %s …", p.Table.Name())
+// rawSelect times one SELECT of every row of the month table, in orderBy
+// order when given, each row scanned into the driver's values as the
+// export scans them: the raw limit of the export.
+func (p *ArchiveParams) rawSelect(ctx context.Context, want int64, orderBy ...string) (time.Duration, error) {
+	p.logf("bench: raw SELECT of %s %v …", p.Table.Name(), orderBy)
 	cols := routing.LegacyColumnNames()
 	vals, ptrs := make([]any, len(cols)), make([]any, len(cols))
 	for i := range vals {
 		ptrs[i] = &vals[i]
 	}
 	start := time.Now()
-	rows, err := sq.Select(cols...).From(p.Table.Quoted()).RunWith(p.DB).QueryContext(ctx)
+	rows, err := sq.Select(cols...).From(p.Table.Quoted()).OrderBy(orderBy...).RunWith(p.DB).QueryContext(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("bench: raw SELECT of %s: %w", p.Table.Name(), err)
 	}
