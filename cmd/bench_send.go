@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -132,14 +133,6 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 			unhit := &config.Rate{PerSecond: 1_000_000, Burst: 1_000_000}
 			cfg.Tenants[len(cfg.Tenants)-1].Limits.Send = config.TenantSendLimits{Tenant: unhit, User: unhit, Topic: unhit}
 		}
-		cfg.HTTP.Addr, cfg.Metrics.Addr = "127.0.0.1:0", "127.0.0.1:0"
-		cfg.HTTP.ShutdownDelay = 0 // no load balancer to drain
-		// started here so that the preparation's persist process reaches it too
-		stopKafka, err := benchKafka(&cfg.Kafka)
-		if err != nil {
-			return bench.SendReport{}, err
-		}
-		defer stopKafka()
 	} else {
 		if len(cfg.Kafka.Brokers) == 0 {
 			return bench.SendReport{}, usagef("--addr needs kafka.brokers: the reference send must produce to the API's Kafka")
@@ -156,30 +149,21 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 	if err := routing.ValidTenant(o.tenant); err != nil {
 		return bench.SendReport{}, usagef("--tenant: %v", err)
 	}
-	a := app.New(cfg, g.logger(cfg))
+	var a *app.App
 	baseURL := "http://" + o.addr
 	var conn []kgo.Opt
 	var persist func(context.Context) (func(), error)
 	if o.addr == "" {
-		if err := a.Start(ctx, []string{app.Send}); err != nil {
+		r, err := startBenchSend(ctx, cfg, g, o.tenant)
+		if err != nil {
 			return bench.SendReport{}, err
 		}
-		runCtx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- a.Run(runCtx) }()
-		defer func() { cancel(); <-done }()
-		baseURL = "http://" + a.APIAddr()
-		if err := prepareBenchTenant(ctx, a, o.tenant); err != nil {
-			return bench.SendReport{}, err
-		}
-		db, dbErr := a.Pools().DB(ctx, o.tenant)
-		if dbErr != nil {
-			return bench.SendReport{}, dbErr
-		}
-		defer func() { err = errors.Join(err, dropBenchTenant(ctx, a, db, o.tenant)) }()
+		defer func() { err = errors.Join(err, r.stop()) }()
+		a, baseURL = r.a, "http://"+r.a.APIAddr()
 		conn = a.KafkaConn()
-		persist = func(ctx context.Context) (func(), error) { return runPersist(ctx, cfg, g) }
+		persist = r.persist
 	} else {
+		a = app.New(cfg, g.logger(cfg))
 		if err := a.StartTools(ctx); err != nil {
 			return bench.SendReport{}, err
 		}
@@ -207,6 +191,63 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 		Persist:  persist, ProduceTimeout: cfg.Send.ProduceTimeout,
 		Progress: g.stderr,
 	})
+}
+
+// benchSend is a send role of this process for a bench tenant of its own,
+// its months ready (prepareBenchTenant).
+type benchSend struct {
+	a  *app.App
+	db *sql.DB // the tenant's database
+	// persist starts a persist role beside it (runPersist)
+	persist func(context.Context) (func(), error)
+	// stop drops the tenant and stops the role (and the in-memory Kafka)
+	stop func() error
+}
+
+// startBenchSend starts the send role of cfg (which has the bench tenant)
+// on loopback ports, on the in-memory Kafka unless kafka.brokers are set.
+func startBenchSend(ctx context.Context, cfg *config.Config, g *globals, tenant string) (_ *benchSend, err error) {
+	cfg.HTTP.Addr, cfg.Metrics.Addr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.HTTP.ShutdownDelay = 0 // no load balancer to drain
+	var undo []func()
+	stop := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	// started here so that a persist role of the bench reaches it too
+	stopKafka, err := benchKafka(&cfg.Kafka)
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, stopKafka)
+	a := app.New(cfg, g.logger(cfg))
+	if err := a.Start(ctx, []string{app.Send}); err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	undo = append(undo, func() { cancel(); <-done })
+	if err := prepareBenchTenant(ctx, a, tenant); err != nil {
+		return nil, err
+	}
+	db, err := a.Pools().DB(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	return &benchSend{a: a, db: db,
+		persist: func(ctx context.Context) (func(), error) { return runPersist(ctx, cfg, g) },
+		stop: func() error {
+			err := dropBenchTenant(ctx, a, db, tenant)
+			stop()
+			return err
+		}}, nil
 }
 
 // runPersist starts a persist role of its own in this process, against the

@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
+	"github.com/imshard/imshard/test/testenv"
 )
 
 // BenchmarkEraseWalk: how long an erase takes to find one user's messages
@@ -117,4 +119,34 @@ func BenchmarkEraseBatched(b *testing.B) {
 	b.ReportMetric(float64(10_000*b.N)/erase.Seconds(), "erase-msg/s")
 	b.ReportMetric(float64(10_000*b.N)/raw.Seconds(), "raw-msg/s")
 	b.ReportMetric(raw.Seconds()/erase.Seconds(), "ratio")
+}
+
+// `imshard bench retention` runs end to end — the expired month filled,
+// sealed and dropped by the retention run under a send load beside the
+// load without it, the user erased through the job beside a raw UPDATE —
+// in a tenant of its own that it drops, and rejects bad usage with exit 2
+// (figures are not asserted: they belong to docs/performance.md).
+func TestRetentionBenchCommand(t *testing.T) {
+	t.Parallel()
+	tenant := testenv.NewTenant(t)
+	cfg := tenantConfig(t, tenant, "")
+	code, out := runCLI(t, nil, "--config", cfg, "bench", "retention", "--tenant", tenant,
+		"--rows=400", "--topics=4", "--erase-messages=60", "--rate=50", "--duration=1s")
+	for _, want := range []string{"without a drop", "across the retention run", "retention run: 1 month(s), 400 rows dropped",
+		"month drop (retention run)", "not judged: below the bar's size", "send p99 across the drop / without it (mean)",
+		"erase job: 120 messages", "erase job rate / raw UPDATE rate", "archived month: none"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("bench retention: exit %d, want %q in\n%s", code, want, out)
+		}
+	}
+	var n int
+	if err := testenv.MySQL(t).QueryRowContext(context.Background(), "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE ?",
+		"%"+tenant+"%").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("bench retention left %d databases of its tenant: %v", n, err)
+	}
+	for _, bad := range [][]string{{"--rows=0"}, {"--rate=0"}, {"--erase-messages=2"}, {"--tenant=Bad-Id"}} {
+		if code, out := runCLI(t, nil, append([]string{"--config", cfg, "bench", "retention"}, bad...)...); code != 2 {
+			t.Fatalf("bench retention %v: exit %d, want 2\n%s", bad, code, out)
+		}
+	}
 }

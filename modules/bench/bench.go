@@ -1,4 +1,4 @@
-// Package bench holds the drivers of `imshard bench send|persist|query|inbox|stream|migrate|limits|rotation|archive|move`:
+// Package bench holds the drivers of `imshard bench send|persist|query|inbox|stream|migrate|limits|rotation|archive|move|retention`:
 // each measures a path of a role beside its raw limit — the same work
 // without the role around it — on the same services in the same run. The
 // roles' code reaches it only through what cmd passes in, so no role

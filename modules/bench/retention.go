@@ -1,0 +1,280 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// RetentionParams drive `imshard bench retention`: (a) a month past the
+// tenant's retention, filled with Rows messages, dropped by the retention
+// run while an open-loop send load runs, beside the same load without a
+// drop; (b) a user's EraseMessages messages over the three months of
+// EraseTables erased through the erase job, beside a raw UPDATE of the
+// same rows.
+type RetentionParams struct {
+	// Load is the send load's API, tenant and clients (Concurrency: the
+	// clients that prepare its groups).
+	Load     SendParams
+	Rate     float64       // sends per second of the load
+	Duration time.Duration // each load run
+
+	DB     *sql.DB
+	Routes *routing.Routes
+
+	// Expired is the month past retention (registered, empty); Seal seals
+	// it once filled, as the patrol does a month past its grace.
+	Expired routing.Table
+	Rows    int
+	Topics  int
+	Seal    func(context.Context) error
+	// Drop is the retention run of the tenant.
+	Drop func(context.Context) (Dropped, error)
+
+	// EraseTables are three registered months within retention.
+	EraseTables   []routing.Table
+	EraseMessages int
+	EraseUser     int64
+	// Erase runs the erase job of user to its end.
+	Erase func(ctx context.Context, user int64) (Erased, error)
+
+	Progress io.Writer
+}
+
+// Dropped is what the retention run removed.
+type Dropped struct {
+	Months int
+	Rows   int64
+}
+
+// Erased is the erase job's end as GET /v1/admin/jobs/{id} shows it.
+type Erased struct {
+	Done           bool
+	State          string
+	Messages       int64
+	Months         map[string]int64
+	PendingArchive []string
+}
+
+// RetentionReport is both parts' figures.
+type RetentionReport struct {
+	Rows    int64 // rows of the expired month
+	Dropped Dropped
+	// the load without a drop, across it, and without one again (how much
+	// two runs without a drop differ on this machine)
+	Steady, During, After RoundResult
+	DropTook              time.Duration
+
+	UserMessages int64 // the user's messages in the three months
+	Erased       Erased
+	EraseTook    time.Duration
+	RawTook      time.Duration // the raw UPDATEs of the same rows
+}
+
+// DropP99Ratio is the send p99 across the drop over the p99 without it:
+// the mean of the runs before and after it, so that a drift of the
+// machine's load over the three runs falls on both sides alike.
+func (r RetentionReport) DropP99Ratio() float64 {
+	return 2 * float64(r.During.P99) / float64(max(r.Steady.P99+r.After.P99, 1))
+}
+
+// EraseRatio is the erase job's messages per second over the raw UPDATE's.
+func (r RetentionReport) EraseRatio() float64 {
+	return r.RawTook.Seconds() / max(r.EraseTook.Seconds(), 1e-9)
+}
+
+// retentionTopics is the load's topics.
+const retentionTopics = 16
+
+// eraseTopics is the topics a month of the user's messages spreads over;
+// one message in eraseEvery of them is the user's.
+const (
+	eraseTopics = 40
+	eraseEvery  = 4
+)
+
+// Retention builds the fixtures, then measures both parts.
+func Retention(ctx context.Context, p RetentionParams) (RetentionReport, error) {
+	var rep RetentionReport
+	if len(p.EraseTables) != 3 || p.Topics < 1 || p.Rows < p.Topics || p.EraseMessages < 3 || p.Rate <= 0 || p.Duration <= 0 {
+		return rep, fmt.Errorf("bench: retention: three erase months, rows >= topics >= 1, erase messages >= 3, a rate and a duration")
+	}
+	start := time.Now()
+	perTopic := int64((p.Rows + p.Topics - 1) / p.Topics)
+	if err := p.fill(ctx, p.Expired, p.Topics, 0, perTopic); err != nil {
+		return rep, err
+	}
+	if err := p.Seal(ctx); err != nil {
+		return rep, fmt.Errorf("bench: seal %s: %w", p.Expired.Name(), err)
+	}
+	rep.Rows = int64(p.Topics) * perTopic
+	p.logf("bench: %s filled with %d rows over %d topics and sealed (%s)", p.Expired.Name(), rep.Rows, p.Topics, time.Since(start).Round(time.Second))
+	// each month holds a third of the user's messages, one of eraseEvery
+	// rows of its topics (the first of the expired month's, their seqs
+	// going on after it)
+	perMonth := (p.EraseMessages + 2) / 3
+	erasePer := int64(eraseEvery * ((perMonth + eraseTopics - 1) / eraseTopics))
+	for i, t := range p.EraseTables {
+		if err := p.fill(ctx, t, eraseTopics, perTopic+int64(i)*erasePer, erasePer); err != nil {
+			return rep, err
+		}
+		res, err := sq.Update(t.Quoted()).Set("from_user", p.EraseUser).Where(sq.Expr("seqid % ? = 0", eraseEvery)).
+			RunWith(p.DB).ExecContext(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("bench: the user's messages in %s: %w", t.Name(), err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return rep, err
+		}
+		rep.UserMessages += n
+	}
+	p.logf("bench: %d messages of user %d over %s, %s and %s (%s)", rep.UserMessages, p.EraseUser,
+		p.EraseTables[0].Name(), p.EraseTables[1].Name(), p.EraseTables[2].Name(), time.Since(start).Round(time.Second))
+
+	if err := p.dropUnderLoad(ctx, &rep); err != nil {
+		return rep, err
+	}
+	return rep, p.erase(ctx, &rep)
+}
+
+func (p *RetentionParams) logf(format string, args ...any) {
+	if p.Progress != nil {
+		fmt.Fprintf(p.Progress, format+"\n", args...)
+	}
+}
+
+// fill writes seqs base+1 … base+n of topics topics into t (fillMonth),
+// then the route mirror's rows and the Redis routes of its topics.
+func (p *RetentionParams) fill(ctx context.Context, t routing.Table, topics int, base, n int64) error {
+	if err := fillMonth(ctx, p.DB, t, topics, base, n); err != nil {
+		return err
+	}
+	if err := routing.Fenced(ctx, p.DB, func(tx *sql.Tx) error { return routing.MirrorFromTable(ctx, tx, t) }); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	settle := make([]routing.Settlement, topics)
+	for i := range settle {
+		settle[i] = routing.Settlement{Topic: benchTopic(i), Ranges: []routing.MonthRange{{Month: t.Month(), MinSeq: base + 1, MaxSeq: base + n, Count: n}}}
+	}
+	return p.Routes.Settle(ctx, p.Load.Tenant, settle)
+}
+
+// dropUnderLoad runs the load without a drop, across the retention run
+// (started a quarter into the run) and without one again.
+func (p *RetentionParams) dropUnderLoad(ctx context.Context, rep *RetentionReport) error {
+	conns := max(p.Load.Concurrency, openLoopWorkers)
+	b := &sendBench{p: p.Load, run: strconv.FormatInt(time.Now().UnixNano(), 36),
+		hc: &http.Client{Transport: &http.Transport{MaxIdleConns: conns, MaxIdleConnsPerHost: conns}}}
+	topics := make([]string, retentionTopics)
+	for i := range topics {
+		topics[i] = fmt.Sprintf("rs-%s-%d", b.run, i)
+	}
+	p.logf("bench: preparing %d groups of %d members for the send load", len(topics), benchMembers)
+	stopPersist := func() {}
+	if p.Load.Persist != nil {
+		var err error
+		if stopPersist, err = p.Load.Persist(ctx); err != nil {
+			return err
+		}
+	}
+	keys, err := p.Load.KeySpace.Tenant(p.Load.Tenant)
+	if err == nil {
+		err = b.setup(ctx, topics)
+	}
+	if err == nil {
+		err = b.awaitHorizon(ctx, keys, topics[0], p.logf)
+	}
+	stopPersist()
+	if err != nil {
+		return err
+	}
+	tokens := make([]string, benchMembers)
+	for u := range tokens {
+		if tokens[u], err = httpapi.Sign(p.Load.Secret, p.Load.Tenant, int64(u+1), "", 24*time.Hour); err != nil {
+			return err
+		}
+	}
+	send := func(ctx context.Context, w int, n int64) error {
+		return b.post(ctx, p.Load.BaseURL, tokens[w%benchMembers], topics[n%int64(len(topics))], b.run+"-"+strconv.FormatInt(n, 10), "retention bench")
+	}
+	run := func(name string, drop bool) (RoundResult, error) {
+		p.logf("bench: %.0f sends/s for %s, %s", p.Rate, p.Duration, name)
+		dropped := make(chan error, 1)
+		if drop {
+			go func() {
+				if err := sleepCtx(ctx, p.Duration/4); err != nil {
+					dropped <- err
+					return
+				}
+				t0 := time.Now()
+				d, err := p.Drop(ctx)
+				rep.DropTook, rep.Dropped = time.Since(t0), d
+				dropped <- err
+			}()
+		} else {
+			dropped <- nil
+		}
+		s, err := b.openLoop(ctx, p.Duration, p.Rate, send)
+		if derr := <-dropped; err == nil {
+			err = derr
+		}
+		if err != nil {
+			return RoundResult{}, err
+		}
+		return s.result(name)
+	}
+	if rep.Steady, err = run("without a drop", false); err != nil {
+		return err
+	}
+	if rep.During, err = run("across the retention run", true); err != nil {
+		return fmt.Errorf("bench: retention run: %w", err)
+	}
+	p.logf("bench: retention run dropped %d months, %d rows in %s", rep.Dropped.Months, rep.Dropped.Rows, rep.DropTook.Round(time.Millisecond))
+	rep.After, err = run("without a drop, again", false)
+	return err
+}
+
+// erase times a raw UPDATE of the user's rows in the three months, puts
+// the rows back as they were, then times the erase job.
+func (p *RetentionParams) erase(ctx context.Context, rep *RetentionReport) error {
+	update := func(q sq.UpdateBuilder) error {
+		for _, t := range p.EraseTables {
+			if _, err := q.Table(t.Quoted()).Where(sq.Eq{"from_user": p.EraseUser}).RunWith(p.DB).ExecContext(ctx); err != nil {
+				return fmt.Errorf("bench: update %s: %w", t.Name(), err)
+			}
+		}
+		return nil
+	}
+	p.logf("bench: raw UPDATE of user %d's %d rows", p.EraseUser, rep.UserMessages)
+	t0 := time.Now()
+	if err := update(sq.Update("").Set("status", "deleted").Set("content", nil).Set("head", nil).Set("version", sq.Expr("version + 1"))); err != nil {
+		return err
+	}
+	rep.RawTook = time.Since(t0)
+	// the content fillMonth wrote
+	if err := update(sq.Update("").Set("status", "normal").Set("version", sq.Expr("version - 1")).
+		Set("content", sq.Expr("JSON_OBJECT('text', CONCAT('bench message ', seqid))"))); err != nil {
+		return err
+	}
+	p.logf("bench: the erase job of user %d", p.EraseUser)
+	t0 = time.Now()
+	var err error
+	if rep.Erased, err = p.Erase(ctx, p.EraseUser); err != nil {
+		return err
+	}
+	rep.EraseTook = time.Since(t0)
+	if !rep.Erased.Done || rep.Erased.Messages != rep.UserMessages {
+		return fmt.Errorf("bench: the erase job ended %s with %d of %d messages erased", rep.Erased.State, rep.Erased.Messages, rep.UserMessages)
+	}
+	return nil
+}
