@@ -337,3 +337,96 @@ func TestFloorCopyInRedis(t *testing.T) {
 		t.Fatalf("after a lower raise: record %d (%v), copy %s; want 4 and 4", rec, err, copyOf())
 	}
 }
+
+// TestRetentionEraseSurvivesKill9: a shard manager process running a user
+// erase is killed with SIGKILL right after the erase's first batch
+// committed (1,000 of the user's 1,500 messages of the oldest month
+// erased, the job still running under its lease); a new shard manager
+// process takes the job over once the lease expired and finishes it from
+// there: every message of the user in the three months is erased exactly
+// once — one tombstone version, one change event and one delete revision
+// each, no revision left with content — another user's message is
+// untouched, and the job's report counts each month's messages once.
+func TestRetentionEraseSurvivesKill9(t *testing.T) {
+	ctx := context.Background()
+	e := startSend(t, harness.Options{Roles: []string{"send", "query"}})
+	now := e.Now()
+	m3, m2, m1 := now.Add(-3), now.Add(-2), now.Add(-1)
+	retFixture(t, e, m3, "ka", 1, 1500)
+	retFixture(t, e, m2, "ka", 1501, 1800)
+	retFixture(t, e, m1, "kbb", 1, 300)
+	at := m1.Start().Add(time.Hour)
+	if _, err := sq.Insert("im_group_messages_"+m1.String()).Columns("message_id", "topic", "group_id", "seqid", "from_user", "content", "created_at", "updated_at").
+		Values(999999, "kbb", 1, 301, 6, `{"text":"other"}`, at, at).RunWith(e.DB).ExecContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// the fixture's edit revisions keep what the messages said before
+	if _, err := sq.Update("im_message_revisions").Set("content", `{"text":"before"}`).RunWith(e.DB).ExecContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.Activate(now)
+	count := func(table string, where sq.Sqlizer) int {
+		t.Helper()
+		var n int
+		if err := sq.Select("COUNT(*)").From(table).Where(where).RunWith(e.DB).QueryRowContext(ctx).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	erased := func(m routing.Month) int {
+		return count("im_group_messages_"+m.String(), sq.Eq{"from_user": 5, "status": "deleted", "content": nil})
+	}
+
+	id := retStartJob(t, e, "POST", "/v1/admin/users/5/erase")
+	cfg := tenantConfig(t, e.Tenant, "shard: {lock_ttl: 1s}\n")
+	shardmgr := func(env ...string) *faultsProc {
+		env = append(env, fmt.Sprintf("IMSHARD_METRICS_ADDR=127.0.0.1:%d", testenv.FreePort(t)))
+		return faultsStart(t, env, "serve", "--roles=shardmgr", "--config", cfg)
+	}
+	p := shardmgr(testhook.CrashAfterJobBatchEnv + "=1")
+	if err := p.wait(t, 8*time.Second); err == nil {
+		t.Fatalf("the shard manager was not killed\n%s", p.out.String())
+	}
+	var state string
+	var removed int64
+	if err := e.DB.QueryRowContext(ctx, "SELECT state, rows_removed FROM im_jobs WHERE job_id = ?", id).Scan(&state, &removed); err != nil {
+		t.Fatal(err)
+	}
+	if state != "running" || removed != 1000 || erased(m3) != 1000 || erased(m2) != 0 {
+		t.Fatalf("killed mid-erase: state %s, %d messages recorded, %d erased in %s, %d in %s", state, removed, erased(m3), m3, erased(m2), m2)
+	}
+	sendWaitFor(t, 3*time.Second, "the lease expired", func() bool {
+		return count("im_jobs", sq.And{sq.Eq{"job_id": id}, sq.Expr("lease_until < NOW(3)")}) == 1
+	})
+	shardmgr()
+	var j retJob
+	sendWaitFor(t, 8*time.Second, "the job done", func() bool {
+		j = retGetJob(t, e, id)
+		return j.State == "done"
+	})
+	if j.RowsRemoved != 2100 || j.Report.Months[m3.String()] != 1500 || j.Report.Months[m2.String()] != 300 || j.Report.Months[m1.String()] != 300 {
+		t.Fatalf("after the resumed erase: %+v", j)
+	}
+	for _, c := range []struct {
+		table string
+		where sq.Sqlizer
+		want  int
+	}{
+		{"im_group_messages_" + m3.String(), sq.Eq{"from_user": 5, "status": "deleted", "content": nil, "version": 2}, 1500},
+		{"im_group_messages_" + m2.String(), sq.Eq{"from_user": 5, "status": "deleted", "content": nil, "version": 2}, 300},
+		{"im_group_messages_" + m1.String(), sq.Eq{"from_user": 5, "status": "deleted", "content": nil, "version": 2}, 300},
+		{"im_group_messages_" + m1.String(), sq.Eq{"from_user": 6, "status": "normal"}, 1},
+		{"im_message_revisions", sq.NotEq{"content": nil}, 0},
+		{"im_message_revisions", sq.Eq{"action": "delete"}, 2100},
+		{"im_change_outbox", sq.Eq{"topic": "ka"}, 1800},
+		{"im_change_outbox", sq.Eq{"topic": "kbb"}, 300},
+	} {
+		if n := count(c.table, c.where); n != c.want {
+			t.Errorf("%s where %v: %d, want %d", c.table, c.where, n, c.want)
+		}
+	}
+	var events, seqs int
+	if err := e.DB.QueryRowContext(ctx, "SELECT COUNT(*), COUNT(DISTINCT topic, JSON_VALUE(event, '$.seq_id')) FROM im_change_outbox").Scan(&events, &seqs); err != nil || events != seqs {
+		t.Fatalf("change events: %d for %d messages (%v)", events, seqs, err)
+	}
+}

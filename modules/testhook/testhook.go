@@ -84,12 +84,12 @@ func Break[T any](name string, broken, right T) T {
 // commit. Read only by a test build, as BreakEnv.
 const CrashArchiveEnv = "IMSHARD_TEST_CRASH_ARCHIVE"
 
-// CrashAfterJobBatchEnv arms the purge job's failpoint: with
+// CrashAfterJobBatchEnv arms the jobs' failpoint: with
 // IMSHARD_TEST_CRASH_AFTER_JOB_BATCH=N the process kills itself with
-// SIGKILL right after its Nth batch of a purge's messages committed (with
-// the job's progress), before the topic's caches are told — a runner that
-// takes the job over must finish it from there. Read only by a test build,
-// as BreakEnv.
+// SIGKILL right after its Nth batch of a purge's or an erase's messages
+// committed (with the job's progress) — a purge's before the topic's
+// caches are told — and a runner that takes the job over must finish it
+// from there. Read only by a test build, as BreakEnv.
 const CrashAfterJobBatchEnv = "IMSHARD_TEST_CRASH_AFTER_JOB_BATCH"
 
 // CrashMoveEnv arms the tenant move's failpoints: with

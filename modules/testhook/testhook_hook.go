@@ -31,7 +31,7 @@ var (
 		n, _ := strconv.ParseInt(os.Getenv(CrashAfterAckEnv), 10, 64)
 		return n
 	})
-	// the purge batches committed, for CrashAfterJobBatchEnv
+	// the purge and erase batches committed, for CrashAfterJobBatchEnv
 	jobBatches      atomic.Int64
 	crashAtJobBatch = sync.OnceValue(func() int64 {
 		n, _ := strconv.ParseInt(os.Getenv(CrashAfterJobBatchEnv), 10, 64)
@@ -65,7 +65,7 @@ func CrashAfterAck() { crashAt(&acks, crashAtAck()) }
 // process kills itself and never returns.
 func CrashAfterRelay() { crashAt(&relayed, crashAtRelay()) }
 
-// CrashAfterJobBatch is the purge job's failpoint after a batch committed
+// CrashAfterJobBatch is the jobs' failpoint after a batch committed
 // (CrashAfterJobBatchEnv): at the armed batch the process kills itself
 // and never returns.
 func CrashAfterJobBatch() { crashAt(&jobBatches, crashAtJobBatch()) }
