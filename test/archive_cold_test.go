@@ -16,6 +16,7 @@ import (
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/archive"
 	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 )
@@ -173,20 +174,25 @@ func coldCompare(t *testing.T, bucket string, limits []int) {
 	if _, err := env.DB.Exec("RENAME TABLE " + table.Quoted() + " TO `" + table.Name() + "_away`"); err != nil {
 		t.Fatal(err)
 	}
-	after := coldWalk(t, env, ids, limits, window)
-	if len(after) != len(before) {
-		t.Fatalf("%d answers from the archive, %d from the table", len(after), len(before))
+	coldSame(t, "table", before, "archive", coldWalk(t, env, ids, limits, window))
+}
+
+// coldSame fails unless walks a and b (coldWalk) answered alike.
+func coldSame(t *testing.T, aName string, a map[string]string, bName string, b map[string]string) {
+	t.Helper()
+	if len(a) != len(b) {
+		t.Fatalf("%d answers from the %s, %d from the %s", len(b), bName, len(a), aName)
 	}
 	diffs := 0
-	for req, want := range before {
-		if got := after[req]; got != want {
+	for req, want := range a {
+		if got := b[req]; got != want {
 			if diffs++; diffs <= 5 {
-				t.Errorf("%s:\n table:   %s\n archive: %s", req, want, after[req])
+				t.Errorf("%s:\n %s: %s\n %s: %s", req, aName, want, bName, got)
 			}
 		}
 	}
 	if diffs > 0 {
-		t.Fatalf("%d of %d answers differ", diffs, len(before))
+		t.Fatalf("%d of %d answers differ", diffs, len(a))
 	}
 }
 
@@ -209,4 +215,76 @@ func TestArchiveColdReadsAnswerAsTheTableOnS3(t *testing.T) {
 	srv := httptest.NewServer(gofakes3.New(backend).Server())
 	t.Cleanup(srv.Close)
 	coldCompare(t, "s3://archive?endpoint="+srv.URL+"&use_path_style=true&region=us-east-1&anonymous=true", []int{10})
+}
+
+// Changes of archived messages (a recall, an edit, a delete for everyone)
+// land in the month's overlay, never in the archive: every read answers
+// with them — and the same bytes after the restore has written them into
+// the table, and again after the month is archived once more (the new
+// archive holds them; the mark clears the overlay).
+func TestArchivedMonthChangesLiveInTheOverlay(t *testing.T) {
+	ctx := context.Background()
+	env, old, ids := coldEnv(t, "file://"+t.TempDir())
+	window := url.Values{"from": {time.Now().Add(-24 * time.Hour).UTC().Format(time.RFC3339)},
+		"to": {time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}}
+	archiver := env.App.NewArchiver()
+	if rep, err := archiver.Archive(ctx, env.Tenant, old, false); err != nil || rep.Step != archive.StepMarked {
+		t.Fatalf("archive: %+v %v", rep, err)
+	}
+	table, _ := routing.TableFor(old)
+	kept := tableChecksum(t, env, table)
+	admin := env.Token(1, httpapi.RoleAdmin)
+	if code, r := chRecall(t, env, admin, "arch-a", 9, nil); code != 200 || r.Message.Status != message.StatusRecalled {
+		t.Fatalf("recall of an archived message: %d %+v", code, r.Error)
+	}
+	if code, r := chEdit(t, env, env.Token(102, ""), "arch-b", 10, chEditBody("edited twice", 1)); code != 200 || chText(r.Message) != "edited twice" {
+		t.Fatalf("edit of an archived message: %d %+v", code, r.Error)
+	}
+	if code, r := chEdit(t, env, env.Token(102, ""), "arch-b", 10, chEditBody("stale", 1)); code != 409 {
+		t.Fatalf("an edit of an archived message at an old version: %d %+v", code, r.Error)
+	}
+	if code, r := chDeleteAll(t, env, admin, "arch-c", 11, "spam"); code != 200 || r.Message.Status != message.StatusDeleted {
+		t.Fatalf("delete for everyone of an archived message: %d %+v", code, r.Error)
+	}
+	if code, r := chRecall(t, env, admin, "arch-a", 9, nil); code != 200 || r.ChangeSeq != 0 {
+		t.Fatalf("a repeated recall of an archived message: %d %+v", code, r)
+	}
+	if revs := chRevisions(t, env, "arch-b", 10); len(revs) != 1 || revs[0].action != message.ActionEdit || revs[0].month != old.String() {
+		t.Fatalf("the edit's revision: %+v", revs)
+	}
+	if got := tableChecksum(t, env, table); got != kept {
+		t.Fatal("a change of an archived month wrote its kept table")
+	}
+	var overlaid int
+	if err := env.DB.QueryRow("SELECT COUNT(*) FROM im_archive_overlay WHERE shard_month = ?", old.String()).Scan(&overlaid); err != nil || overlaid != 3 {
+		t.Fatalf("overlay rows: %d %v, want 3", overlaid, err)
+	}
+	var p rpPage
+	if code := rpGet(t, env, rpMember, "", "/v1/topics/arch-a/messages/9", nil); code != 200 {
+		t.Fatalf("read of the recalled archived message: %d", code)
+	}
+	_ = rpGet(t, env, rpMember, "", "/v1/topics/arch-b/messages?before=11&limit=1", &p)
+	if len(p.Messages) != 1 || chText(p.Messages[0]) != "edited twice" {
+		t.Fatalf("a page over the edited archived message: %+v", p.Messages)
+	}
+	archived := coldWalk(t, env, ids, []int{4}, window)
+
+	if _, err := archiver.Restore(ctx, env.Tenant, old); err != nil {
+		t.Fatal(err)
+	}
+	coldSame(t, "archive and overlay", archived, "restored table", coldWalk(t, env, ids, []int{4}, window))
+
+	// archived again: the new archive holds the changes, the overlay is
+	// cleared
+	if _, err := env.DB.Exec("UPDATE im_group_message_shards SET unarchived_at = unarchived_at - INTERVAL ? MICROSECOND WHERE shard_month = ?",
+		routing.RestoreSettle.Microseconds(), old.String()); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := archiver.Archive(ctx, env.Tenant, old, false); err != nil || rep.Step != archive.StepMarked {
+		t.Fatalf("archive again: %+v %v", rep, err)
+	}
+	if err := env.DB.QueryRow("SELECT COUNT(*) FROM im_archive_overlay WHERE shard_month = ?", old.String()).Scan(&overlaid); err != nil || overlaid != 0 {
+		t.Fatalf("overlay rows after the mark: %d %v, want 0", overlaid, err)
+	}
+	coldSame(t, "archive and overlay", archived, "archived again", coldWalk(t, env, ids, []int{4}, window))
 }

@@ -231,19 +231,21 @@ func TestArchiveSurvivesAKillAtEveryStep(t *testing.T) {
 // A change that lands after the verification refuses the mark (the month
 // goes back to be exported and verified again, and the next run archives
 // it with the change); once the month is archived, a recall or a delete
-// for everyone of its messages answers 409 month_archived and changes
-// nothing (an edit takes the same path after its sender checks). Right
-// after a restore, while another process's catalog cache may still read
-// the month from its archive, a change answers 409 month_restoring with
-// retry_after_ms; once that window has passed it goes through.
-func TestArchiveMarkRefusesAChangedMonthAndArchivedMonthsRefuseChanges(t *testing.T) {
+// for everyone of its messages goes to the month's overlay and leaves the
+// table (kept for archive.keep_table) alone; the restore writes them into
+// the table. Right after a restore, while another process's catalog cache
+// may still read the month from its archive, a change answers 409
+// month_restoring with retry_after_ms; once that window has passed it
+// goes through.
+func TestArchiveMarkRefusesAChangedMonthAndArchivedMonthsTakeChanges(t *testing.T) {
+	url := "file://" + t.TempDir()
 	env := harness.Start(t, harness.Options{Mutate: func(c *config.Config) {
 		c.Shard.SealingDays = 0
 		c.Send.ProduceTimeout = time.Second
+		c.Archive.URL = url // where the service reads the archive from
 	}})
 	old, n := sealedMonth(t, env)
 	ctx := context.Background()
-	url := "file://" + t.TempDir()
 	cfg := tenantConfig(t, env.Tenant, "send: {produce_timeout: 1s}\narchive: {url: \""+url+"\"}\n")
 	if code, out := runCLI(t, []string{testhook.CrashArchiveEnv + "=" + archive.StepMarked},
 		"shard", "archive", "--config", cfg, "--tenant", env.Tenant, "--month", old.String()); code == 0 {
@@ -274,33 +276,35 @@ func TestArchiveMarkRefusesAChangedMonthAndArchivedMonthsRefuseChanges(t *testin
 	v := version()
 	for name, change := range map[string]func() (int, chResult){
 		"recall": func() (int, chResult) { return chRecall(t, env, admin, "arch-a", 6, nil) },
-		"delete": func() (int, chResult) { return chDeleteAll(t, env, admin, "arch-a", 6, "") },
+		"delete": func() (int, chResult) { return chDeleteAll(t, env, admin, "arch-c", 7, "") },
 	} {
-		code, r := change()
-		if code != 409 || r.Error.Code != httpapi.CodeConflict || r.Error.Details["reason"] != "month_archived" {
+		if code, r := change(); code != 200 || r.ChangeSeq == 0 {
 			t.Fatalf("%s of an archived message: %d %+v", name, code, r.Error)
 		}
 	}
 	if got := version(); got != v {
-		t.Fatalf("an archived message changed: version %d, was %d", got, v)
+		t.Fatalf("an archived month's kept table changed: version %d, was %d", got, v)
 	}
 
 	if _, err := archiverFor(env, url, 0).Restore(ctx, env.Tenant, old); err != nil {
 		t.Fatal(err)
 	}
+	if got := version(); got != v+1 {
+		t.Fatalf("the restore did not write the overlay into the table: version %d, want %d", got, v+1)
+	}
 	code, r := chRecall(t, env, admin, "arch-a", 6, nil)
 	if code != 409 || r.Error.Details["reason"] != "month_restoring" || r.Error.Details["retry_after_ms"] == nil {
 		t.Fatalf("recall right after the restore: %d %+v", code, r.Error)
 	}
-	if got := version(); got != v {
-		t.Fatalf("a message changed right after the restore: version %d, was %d", got, v)
+	if got := version(); got != v+1 {
+		t.Fatalf("a message changed right after the restore: version %d, was %d", got, v+1)
 	}
 	// the window passed (every catalog cache reads the table again)
 	if _, err := env.DB.Exec("UPDATE im_group_message_shards SET unarchived_at = unarchived_at - INTERVAL ? MICROSECOND WHERE shard_month = ?",
 		routing.RestoreSettle.Microseconds(), old.String()); err != nil {
 		t.Fatal(err)
 	}
-	if code, r := chRecall(t, env, admin, "arch-a", 6, nil); code != 200 {
+	if code, r := chRecall(t, env, admin, "arch-a", 8, nil); code != 200 || r.ChangeSeq == 0 {
 		t.Fatalf("recall once the restore settled: %d %+v", code, r.Error)
 	}
 }

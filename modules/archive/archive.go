@@ -385,6 +385,11 @@ func (a *Archiver) mark(ctx context.Context, db *sql.DB, tenant string, t routin
 		if _, err := routing.SetArchived(ctx, tx, m, true); err != nil {
 			return err
 		}
+		// what an earlier restore merged is in the table this archive
+		// was exported from
+		if err := routing.ClearOverlay(ctx, tx, m); err != nil {
+			return err
+		}
 		if err := setMarked(ctx, tx, m); err != nil {
 			return err
 		}

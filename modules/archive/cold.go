@@ -236,6 +236,9 @@ func (c *Cold) rows(ctx context.Context, bucket *blob.Bucket, e *coldEntry, r re
 		}
 		err = g.read(from, to, r.Desc, want, func(row *Row) bool {
 			rr := row.readRow()
+			if r.Patch != nil {
+				r.Patch(&rr)
+			}
 			if r.Keep == nil || r.Keep(&rr) {
 				out = append(out, rr)
 			}

@@ -26,9 +26,10 @@ type RestoreReport struct {
 // Restore brings an archived month back: the month table (re)created and
 // filled from the archive where it lacks rows (INSERT IGNORE, so a run
 // killed half-way is simply run again), compared topic by topic with the
-// archive, and only then the catalog row set back to sealed and the
-// month's archive record removed, in one transaction under the catalog
-// row's exclusive lock. The archive objects stay; nothing is deleted
+// archive, and only then the changes made while it was archived (the
+// month's overlay) written into the table, the catalog row set back to
+// sealed and the month's archive record removed, in one transaction under
+// the catalog row's exclusive lock. The archive objects stay; nothing is deleted
 // before the table is verified. It holds the tenant's archive lock.
 func (a *Archiver) Restore(ctx context.Context, tenant string, m routing.Month) (RestoreReport, error) {
 	rep := RestoreReport{Tenant: tenant, Month: m}
@@ -82,7 +83,7 @@ func (a *Archiver) restore(ctx context.Context, db *sql.DB, rep RestoreReport) (
 			return rep, err
 		}
 	}
-	if err := a.unmark(ctx, db, m); err != nil {
+	if err := a.unmark(ctx, db, t); err != nil {
 		return rep, err
 	}
 	a.p.Catalog.Invalidate(tenant)
@@ -127,9 +128,11 @@ func (a *Archiver) reload(ctx context.Context, db *sql.DB, bucket *blob.Bucket, 
 	return n, err
 }
 
-// unmark sets the month back to sealed and forgets its archive run, in
-// one transaction under the catalog row's exclusive lock.
-func (a *Archiver) unmark(ctx context.Context, db *sql.DB, m routing.Month) error {
+// unmark merges the month's overlay into table t, sets the month back to
+// sealed and forgets its archive run, in one transaction under the catalog
+// row's exclusive lock (no change of the month is under way).
+func (a *Archiver) unmark(ctx context.Context, db *sql.DB, t routing.Table) error {
+	m := t.Month()
 	err := routing.Fenced(ctx, db, func(tx *sql.Tx) error {
 		status, err := routing.LockForArchive(ctx, tx, m)
 		if err != nil {
@@ -137,6 +140,10 @@ func (a *Archiver) unmark(ctx context.Context, db *sql.DB, m routing.Month) erro
 		}
 		if status != routing.StatusArchived {
 			return fmt.Errorf("%w: %s is %s", ErrNotArchived, m, status)
+		}
+		// the changes made while the month was archived
+		if _, err := routing.MergeOverlay(ctx, tx, t); err != nil {
+			return err
 		}
 		if _, err := routing.SetArchived(ctx, tx, m, false); err != nil {
 			return err

@@ -172,8 +172,8 @@ func (s *Service) DeleteAll(ctx context.Context, p httpapi.Principal, topic stri
 // transaction after its writes with what they changed (messages made
 // tombstones, revisions without content); its error rolls the batch back
 // and is answered as it is. A message already deleted, or no longer
-// stored, is left out; archived months are refused as a change is (409
-// month_archived).
+// stored, is left out; one of an archived month changes its overlay row,
+// as a change does.
 func (s *Service) EraseMessages(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef, reason string,
 	before func(messages, revisions int64) error) (messages, revisions int64, err error) {
 	if len(refs) == 0 {
@@ -300,10 +300,11 @@ func (s *Service) changeTables(ctx context.Context, db *sql.DB, tenant string, t
 	return tables, true, nil
 }
 
-// monthArchived answers a change of a message in an archived month: the
-// archive is never rewritten in place, and nothing changed.
+// monthArchived answers a change of a message in an archived month while
+// the tenant still migrates from its legacy table (the change would copy
+// the legacy row into the month's table): nothing changed.
 func monthArchived() error {
-	return httpapi.Errorf(httpapi.CodeConflict, "the message's month is archived; archived messages cannot be changed").
+	return httpapi.Errorf(httpapi.CodeConflict, "the message's month is archived and its topic still migrates from the legacy table").
 		WithDetails(map[string]any{"reason": "month_archived"})
 }
 
@@ -380,6 +381,7 @@ type written struct {
 type changedMsg struct {
 	old, next message.Message
 	table     routing.Table
+	overlay   bool // an archived message: its overlay row changes, not the table
 	changeSeq int64
 }
 
@@ -394,7 +396,7 @@ func (s *Service) changeIn(ctx context.Context, tx *sql.Tx, keys routing.Keys, t
 	if err != nil {
 		return w, err
 	}
-	if legacy && archived {
+	if legacy && len(archived) > 0 {
 		return w, monthArchived()
 	}
 	if legacy {
@@ -410,11 +412,16 @@ func (s *Service) changeIn(ctx context.Context, tx *sql.Tx, keys routing.Keys, t
 	if err != nil {
 		return w, err
 	}
+	if len(archived) > 0 && len(locked) < len(c.refs) {
+		more, err := s.lockArchived(ctx, tx, c.tenant, archived, unlocked(c.refs, locked))
+		if err != nil {
+			return w, err
+		}
+		locked = append(locked, more...)
+		sortLocked(locked)
+	}
 	// a batch's message gone meanwhile has nothing left to change; a
 	// request's is not found
-	if len(locked) == 0 && archived {
-		return w, monthArchived()
-	}
 	if len(locked) == 0 && flying {
 		return w, httpapi.Errorf(httpapi.CodeConflict,
 			"the message is not stored yet (still on its way from the queue); retry after retry_after_ms").
@@ -430,7 +437,7 @@ func (s *Service) changeIn(ctx context.Context, tx *sql.Tx, keys routing.Keys, t
 			return w, err
 		}
 		if next.Version != l.msg.Version {
-			w.changed = append(w.changed, changedMsg{old: l.msg, next: next, table: l.table})
+			w.changed = append(w.changed, changedMsg{old: l.msg, next: next, table: l.table, overlay: l.overlay})
 		}
 	}
 	if len(w.changed) == 0 {
@@ -484,10 +491,12 @@ func (s *Service) tellCaches(ctx context.Context, keys routing.Keys, changed []c
 	return versions, nil
 }
 
-// lockedMsg is a message a change locked, and the table it is in.
+// lockedMsg is a message a change locked, and the table it is in (or,
+// overlay, the archived month whose overlay row was locked).
 type lockedMsg struct {
-	msg   message.Message
-	table routing.Table
+	msg     message.Message
+	table   routing.Table
+	overlay bool
 }
 
 // lockMessages reads the messages refs (sorted) from tables, locking
@@ -525,9 +534,89 @@ func lockMessages(ctx context.Context, tx *sql.Tx, tables []routing.Table, refs 
 		}
 		left = slices.DeleteFunc(slices.Clone(left), func(r routing.MessageRef) bool { return found[r] })
 	}
-	slices.SortFunc(out, func(a, b lockedMsg) int {
+	sortLocked(out)
+	return out, nil
+}
+
+// sortLocked puts locked messages in refs order.
+func sortLocked(ls []lockedMsg) {
+	slices.SortFunc(ls, func(a, b lockedMsg) int {
 		return cmp.Or(cmp.Compare(a.msg.Topic, b.msg.Topic), cmp.Compare(a.msg.Seq, b.msg.Seq))
 	})
+}
+
+// unlocked are the refs (sorted) none of locked is.
+func unlocked(refs []routing.MessageRef, locked []lockedMsg) []routing.MessageRef {
+	got := make(map[routing.MessageRef]bool, len(locked))
+	for _, l := range locked {
+		got[routing.MessageRef{Topic: l.msg.Topic, Seq: l.msg.Seq}] = true
+	}
+	return slices.DeleteFunc(slices.Clone(refs), func(r routing.MessageRef) bool { return got[r] })
+}
+
+// lockArchived locks the messages refs (sorted) of the archived months
+// (each from the first month whose archive holds it; one in none is left
+// out): their overlay rows, seeded from the archive where the overlay has
+// none yet, then read locked — so a change that seeded the same row first
+// is waited for and read as it committed. The answer is the archive's rows
+// with their overlay rows over them. The archive is never written.
+func (s *Service) lockArchived(ctx context.Context, tx *sql.Tx, tenant string, months []routing.Table, refs []routing.MessageRef) ([]lockedMsg, error) {
+	type found struct {
+		row   readpath.Row
+		table routing.Table
+	}
+	var rows []found
+	var seed []routing.OverlayRow
+	left := refs
+	for _, t := range months {
+		got := map[routing.MessageRef]bool{}
+		for i := 0; i < len(left); {
+			topic, seqs := left[i].Topic, []int64{}
+			for ; i < len(left) && left[i].Topic == topic; i++ {
+				seqs = append(seqs, left[i].Seq)
+			}
+			rs, err := s.r.ArchiveRows(ctx, tenant, t.Month(), topic, seqs)
+			if err != nil {
+				return nil, httpapi.Wrap(httpapi.CodeUnavailable, "archive unavailable", err)
+			}
+			for _, r := range rs {
+				rows = append(rows, found{r, t})
+				seed = append(seed, routing.OverlayRow{Topic: r.Topic, Seq: r.Seq, Month: t.Month(), MessageID: r.MessageID,
+					Status: r.Status, Content: r.Content, Head: r.Head, Version: r.Version, UpdatedAt: r.UpdatedAt})
+				got[routing.MessageRef{Topic: r.Topic, Seq: r.Seq}] = true
+			}
+		}
+		left = slices.DeleteFunc(slices.Clone(left), func(r routing.MessageRef) bool { return got[r] })
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	if err := routing.SeedOverlay(ctx, tx, seed); err != nil {
+		return nil, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+	}
+	lockRefs := make([]routing.MessageRef, len(rows))
+	for i, f := range rows {
+		lockRefs[i] = routing.MessageRef{Topic: f.row.Topic, Seq: f.row.Seq}
+	}
+	routing.SortRefs(lockRefs)
+	ov, err := routing.LockOverlay(ctx, tx, lockRefs)
+	if err != nil {
+		return nil, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+	}
+	out := make([]lockedMsg, 0, len(rows))
+	for _, f := range rows {
+		o, ok := ov[routing.MessageRef{Topic: f.row.Topic, Seq: f.row.Seq}]
+		if !ok {
+			return nil, fmt.Errorf("changes: overlay row of %s/%d missing after its seed", f.row.Topic, f.row.Seq)
+		}
+		r := f.row
+		readpath.Overlaid(&r, o)
+		m, err := r.Message()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, lockedMsg{msg: m, table: f.table, overlay: true})
+	}
 	return out, nil
 }
 
@@ -600,16 +689,23 @@ func writeChanges(ctx context.Context, tx *sql.Tx, c changeReq, changed []change
 	case message.ActionDelete:
 		up = up.Set("deleted_at", at)
 	}
+	// where each message's row is: its month table, or its archived
+	// month's overlay
+	type target struct {
+		table   routing.Table
+		overlay bool
+	}
 	refs := make([]routing.MessageRef, len(changed))
-	byTable := map[routing.Table][]routing.MessageRef{}
-	var tables []routing.Table
+	byTable := map[target][]routing.MessageRef{}
+	var tables []target
 	var mentions []routing.Mention
 	for i, ch := range changed {
 		refs[i] = routing.MessageRef{Topic: ch.old.Topic, Seq: ch.old.Seq}
-		if _, ok := byTable[ch.table]; !ok {
-			tables = append(tables, ch.table)
+		t := target{ch.table, ch.overlay}
+		if _, ok := byTable[t]; !ok {
+			tables = append(tables, t)
 		}
-		byTable[ch.table] = append(byTable[ch.table], refs[i])
+		byTable[t] = append(byTable[t], refs[i])
 		if ch.old.Status == message.StatusNormal && ch.next.Status != message.StatusNormal {
 			// a recalled or deleted message no longer counts in anyone's
 			// mention_unread
@@ -621,8 +717,14 @@ func writeChanges(ctx context.Context, tx *sql.Tx, c changeReq, changed []change
 		}
 	}
 	for _, t := range tables {
+		if t.overlay {
+			if _, err := routing.OverlayUpdate(up, byTable[t]).RunWith(tx).ExecContext(ctx); err != nil {
+				return 0, err
+			}
+			continue
+		}
 		q := up.Where(routing.RefsCond(byTable[t], "topic", "seqid"))
-		if _, err := q.Table(t.Quoted()).RunWith(tx).ExecContext(ctx); err != nil {
+		if _, err := q.Table(t.table.Quoted()).RunWith(tx).ExecContext(ctx); err != nil {
 			return 0, err
 		}
 		if legacy {

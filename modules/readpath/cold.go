@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/imshard/imshard/modules/message"
@@ -21,7 +22,10 @@ import (
 // ColdMonths (modules/archive implements it; app wires it) and applies to
 // their rows what a month table's statement applies: seq bounds, order,
 // deleted-for-everyone rows, the caller's deletion ranges, the limit; the
-// retention floor and the rest are applied after either tier alike.
+// retention floor and the rest are applied after either tier alike. The
+// changes of archived messages (recall, edit, delete for everyone) are in
+// the month's overlay (routing.LoadOverlay), put over the archive's rows
+// before anything else looks at them.
 
 // ColdRange is one archived month's share of a read: the rows of Topic
 // with Lo <= seq <= Hi, in seq order (descending when Desc), at most Limit
@@ -31,7 +35,10 @@ type ColdRange struct {
 	Lo, Hi int64
 	Desc   bool
 	Limit  int
-	Keep   func(*Row) bool
+	// Patch, when set, changes each row before Keep sees it (the month's
+	// overlay)
+	Patch func(*Row)
+	Keep  func(*Row) bool
 }
 
 // ColdMonths reads archived months.
@@ -88,6 +95,9 @@ func (s *Reader) coldList(ctx context.Context, db *sql.DB, tenant string, m rout
 	if err != nil {
 		return nil, err
 	}
+	if r.Patch, err = s.overlay(ctx, db, m, q.Topic, r.Lo, r.Hi); err != nil {
+		return nil, err
+	}
 	r.Keep = func(row *Row) bool {
 		return (q.KeepDeleted || row.Status != message.StatusDeleted) && !hidden.Hides(row.Seq) && (match == nil || match(row))
 	}
@@ -97,6 +107,43 @@ func (s *Reader) coldList(ctx context.Context, db *sql.DB, tenant string, m rout
 	}
 	s.m.coldReads.Inc()
 	return messagesOf(rows)
+}
+
+// overlay puts month m's overlay rows of topic with lo <= seq <= hi over
+// the archive's rows (nil: there are none).
+func (s *Reader) overlay(ctx context.Context, db *sql.DB, m routing.Month, topic string, lo, hi int64) (func(*Row), error) {
+	ov, err := routing.LoadOverlay(ctx, db, m, topic, lo, hi)
+	if err != nil || len(ov) == 0 {
+		return nil, err
+	}
+	return func(r *Row) {
+		if o, ok := ov[r.Seq]; ok {
+			Overlaid(r, o)
+		}
+	}, nil
+}
+
+// Overlaid puts an overlay row (a change of the archived message r) over r.
+func Overlaid(r *Row, o routing.OverlayRow) {
+	r.Status, r.Content, r.Head, r.Version, r.UpdatedAt = o.Status, o.Content, o.Head, o.Version, o.UpdatedAt
+}
+
+// ArchiveRows are the rows of topic's seqs in archived month m as the
+// archive holds them (no overlay), in seq order; a seq the month does not
+// hold is left out.
+func (s *Reader) ArchiveRows(ctx context.Context, tenant string, m routing.Month, topic string, seqs []int64) ([]Row, error) {
+	if len(seqs) == 0 {
+		return nil, nil
+	}
+	if s.p.Cold == nil {
+		return nil, ErrNoColdTier
+	}
+	want := make(map[int64]bool, len(seqs))
+	for _, q := range seqs {
+		want[q] = true
+	}
+	return s.p.Cold.Rows(ctx, tenant, m, ColdRange{Topic: topic, Lo: slices.Min(seqs), Hi: slices.Max(seqs), Limit: len(want),
+		Keep: func(r *Row) bool { return want[r.Seq] }})
 }
 
 // coldHidden is the caller's deletion ranges of topic reaching above lo
@@ -122,7 +169,11 @@ func (s *Reader) OneIn(ctx context.Context, db *sql.DB, tenant string, t routing
 	if err != nil || hidden.Hides(seq) {
 		return message.Message{}, false, err
 	}
-	rows, err := s.p.Cold.Rows(ctx, tenant, t.Month(), ColdRange{Topic: topic, Lo: seq, Hi: seq, Limit: 1})
+	patch, err := s.overlay(ctx, db, t.Month(), topic, seq, seq)
+	if err != nil {
+		return message.Message{}, false, err
+	}
+	rows, err := s.p.Cold.Rows(ctx, tenant, t.Month(), ColdRange{Topic: topic, Lo: seq, Hi: seq, Limit: 1, Patch: patch})
 	if err != nil || len(rows) == 0 {
 		return message.Message{}, false, err
 	}
@@ -148,6 +199,13 @@ func (s *Reader) ByIDIn(ctx context.Context, db *sql.DB, tenant string, t routin
 	row, ok, err := s.p.Cold.ByID(ctx, tenant, t.Month(), id)
 	if err != nil || !ok {
 		return message.Message{}, false, err
+	}
+	patch, err := s.overlay(ctx, db, t.Month(), row.Topic, row.Seq, row.Seq)
+	if err != nil {
+		return message.Message{}, false, err
+	}
+	if patch != nil {
+		patch(&row)
 	}
 	s.m.coldReads.Inc()
 	m, err := row.Message()

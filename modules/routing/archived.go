@@ -21,15 +21,16 @@ const RestoreSettle = CatalogTTL + time.Second
 var ErrMonthRestoring = errors.New("catalog: the month was just restored from its archive")
 
 // LockForChange takes, in tx, a shared lock on the catalog rows of tables'
-// months and returns the tables whose months are not archived, and whether
-// one was. A change of a month's rows runs under this lock, so the
+// months and splits tables into those whose months are open and those
+// archived. A change of a month's rows runs under this lock, so the
 // archive's mark (LockForArchive, an exclusive lock on the same row) waits
 // for every change already under way, and every change after the mark
-// sees the month archived and leaves its table alone. A month restored
+// sees the month archived and leaves its table alone (it changes the
+// month's overlay, overlay.go). A month restored
 // less than RestoreSettle ago refuses the change (ErrMonthRestoring).
-func LockForChange(ctx context.Context, tx sq.BaseRunner, tables []Table) (open []Table, archived bool, err error) {
+func LockForChange(ctx context.Context, tx sq.BaseRunner, tables []Table) (open, archived []Table, err error) {
 	if len(tables) == 0 {
-		return nil, false, nil
+		return nil, nil, nil
 	}
 	months := make([]string, len(tables))
 	for i, t := range tables {
@@ -40,7 +41,7 @@ func LockForChange(ctx context.Context, tx sq.BaseRunner, tables []Table) (open 
 		From(catalogTable).Where(sq.Eq{"shard_month": months}).
 		Suffix("LOCK IN SHARE MODE").RunWith(tx).QueryContext(ctx)
 	if err != nil {
-		return nil, false, fmt.Errorf("catalog: lock for change: %w", err)
+		return nil, nil, fmt.Errorf("catalog: lock for change: %w", err)
 	}
 	defer rows.Close()
 	gone := map[string]bool{}
@@ -49,20 +50,20 @@ func LockForChange(ctx context.Context, tx sq.BaseRunner, tables []Table) (open 
 		var m, st string
 		var restored bool
 		if err := rows.Scan(&m, &st, &restored); err != nil {
-			return nil, false, fmt.Errorf("catalog: lock for change: %w", err)
+			return nil, nil, fmt.Errorf("catalog: lock for change: %w", err)
 		}
 		gone[m] = Status(st) == StatusArchived
 		settling = settling || restored && !gone[m]
 	}
 	if err := rows.Err(); err != nil {
-		return nil, false, fmt.Errorf("catalog: lock for change: %w", err)
+		return nil, nil, fmt.Errorf("catalog: lock for change: %w", err)
 	}
 	if settling {
-		return nil, false, ErrMonthRestoring
+		return nil, nil, ErrMonthRestoring
 	}
 	for _, t := range tables {
 		if gone[t.Month().String()] {
-			archived = true
+			archived = append(archived, t)
 		} else {
 			open = append(open, t)
 		}

@@ -1,0 +1,136 @@
+package routing
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+)
+
+// overlayTable holds the changes of archived messages
+// (sql/migrations/0024_archive_overlay.sql). An archive object is never
+// rewritten: a change of a message whose month is archived seeds the
+// message's row here from the archive (SeedOverlay), locks it
+// (LockOverlay) and changes it (OverlayUpdate) as it would change a month
+// table's row; readers put these rows over the archive's (LoadOverlay); a
+// restore writes them into the month table in the transaction that sets
+// the month back to sealed (MergeOverlay), and the next archive's mark
+// clears them (ClearOverlay), under the catalog row's exclusive lock both.
+const overlayTable = "im_archive_overlay"
+
+// OverlayRow is the changed state of one archived message: the columns a
+// change writes.
+type OverlayRow struct {
+	Topic         string
+	Seq           int64
+	Month         Month
+	MessageID     int64
+	Status        string
+	Content, Head []byte // nil: NULL
+	Version       int
+	UpdatedAt     time.Time
+}
+
+var overlayColumns = []string{"topic", "seqid", "shard_month", "message_id", "status", "content", "head", "version", "updated_at"}
+
+// SeedOverlay writes rows — archived messages as their archive holds them
+// — where the overlay has none for them yet (a row changed before keeps
+// its change).
+func SeedOverlay(ctx context.Context, tx sq.BaseRunner, rows []OverlayRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	q := sq.Insert(overlayTable).Options("IGNORE").Columns(overlayColumns...)
+	for _, r := range rows {
+		q = q.Values(r.Topic, r.Seq, r.Month.String(), r.MessageID, r.Status, jsonOrNull(r.Content), jsonOrNull(r.Head), r.Version, r.UpdatedAt)
+	}
+	if _, err := q.RunWith(tx).ExecContext(ctx); err != nil {
+		return fmt.Errorf("overlay: seed: %w", err)
+	}
+	return nil
+}
+
+func jsonOrNull(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
+}
+
+// LockOverlay reads the overlay rows of refs, locking them (FOR UPDATE).
+func LockOverlay(ctx context.Context, tx sq.BaseRunner, refs []MessageRef) (map[MessageRef]OverlayRow, error) {
+	out := map[MessageRef]OverlayRow{}
+	if len(refs) == 0 {
+		return out, nil
+	}
+	err := scanOverlay(ctx, sq.Select(overlayColumns...).From(overlayTable).Where(RefsCond(refs, "topic", "seqid")).
+		Suffix("FOR UPDATE").RunWith(tx), func(r OverlayRow) { out[MessageRef{Topic: r.Topic, Seq: r.Seq}] = r })
+	return out, err
+}
+
+// OverlayUpdate is up (a change's SET clauses) aimed at the overlay rows
+// of refs.
+func OverlayUpdate(up sq.UpdateBuilder, refs []MessageRef) sq.UpdateBuilder {
+	return up.Table(overlayTable).Where(RefsCond(refs, "topic", "seqid"))
+}
+
+// LoadOverlay reads the overlay rows of topic in month m with
+// lo <= seq <= hi, by seq.
+func LoadOverlay(ctx context.Context, db sq.BaseRunner, m Month, topic string, lo, hi int64) (map[int64]OverlayRow, error) {
+	out := map[int64]OverlayRow{}
+	err := scanOverlay(ctx, sq.Select(overlayColumns...).From(overlayTable).
+		Where(sq.Eq{"topic": topic, "shard_month": m.String()}).Where("seqid BETWEEN ? AND ?", lo, hi).RunWith(db),
+		func(r OverlayRow) { out[r.Seq] = r })
+	return out, err
+}
+
+func scanOverlay(ctx context.Context, q sq.SelectBuilder, fn func(OverlayRow)) error {
+	rows, err := q.QueryContext(ctx)
+	if err != nil {
+		return fmt.Errorf("overlay: read: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r OverlayRow
+		var m string
+		if err := rows.Scan(&r.Topic, &r.Seq, &m, &r.MessageID, &r.Status, &r.Content, &r.Head, &r.Version, &r.UpdatedAt); err != nil {
+			return fmt.Errorf("overlay: scan: %w", err)
+		}
+		if r.Month, err = ParseMonth(m); err != nil {
+			return fmt.Errorf("overlay: %w", err)
+		}
+		fn(r)
+	}
+	return rows.Err()
+}
+
+// MergeOverlay writes month table t's overlay rows into the table (a
+// restore, in the transaction that sets the month back to sealed, under
+// the catalog row's exclusive lock); it reports the rows merged. The rows
+// stay until the month's next archive mark clears them: a process whose
+// catalog copy still reads the archive (routing.RestoreSettle) keeps
+// reading them over it.
+func MergeOverlay(ctx context.Context, tx *sql.Tx, t Table) (int64, error) {
+	res, err := tx.ExecContext(ctx, "UPDATE "+t.Quoted()+" AS m JOIN "+overlayTable+
+		` AS o ON o.topic = m.topic AND o.seqid = m.seqid
+		SET m.status = o.status, m.content = o.content, m.head = o.head, m.version = o.version, m.updated_at = o.updated_at,
+			m.recalled_at = COALESCE(o.recalled_at, m.recalled_at), m.recalled_by = COALESCE(o.recalled_by, m.recalled_by),
+			m.deleted_at = COALESCE(o.deleted_at, m.deleted_at)
+		WHERE o.shard_month = ?`, t.Month().String())
+	if err != nil {
+		return 0, fmt.Errorf("overlay: merge into %s: %w", t.Name(), err)
+	}
+	return RowsOf(res, nil)
+}
+
+// ClearOverlay deletes month m's overlay rows (an archive's mark, under
+// the catalog row's exclusive lock: what a restore merged is in the table
+// the new archive was exported from).
+func ClearOverlay(ctx context.Context, tx sq.BaseRunner, m Month) error {
+	if _, err := sq.Delete(overlayTable).Where(sq.Eq{"shard_month": m.String()}).RunWith(tx).ExecContext(ctx); err != nil {
+		return fmt.Errorf("overlay: clear %s: %w", m, err)
+	}
+	return nil
+}
