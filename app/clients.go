@@ -531,6 +531,9 @@ func (a *App) Retention() *retention.Retention {
 			before func(messages, revisions int64) error) (int64, int64, error) {
 			return a.NewChanges().EraseMessages(ctx, tenant, m, refs, reason, before)
 		},
+		ArchivedSentBy: func(ctx context.Context, tenant string, m routing.Month, user int64) ([]routing.MessageRef, error) {
+			return a.NewColdReader().SentBy(ctx, tenant, m, user)
+		},
 		Log:        a.Log.With().Str("module", "retention").Logger(),
 		Registerer: a.Registry,
 	})

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -287,4 +290,97 @@ func TestArchivedMonthChangesLiveInTheOverlay(t *testing.T) {
 		t.Fatalf("overlay rows after the mark: %d %v, want 0", overlaid, err)
 	}
 	coldSame(t, "archive and overlay", archived, "archived again", coldWalk(t, env, ids, []int{4}, window))
+}
+
+// A user erase reaches archived months: it finds the user's messages by a
+// scan of the archive and makes them tombstones in the month's overlay —
+// every read answers them deleted, the other users' messages are as they
+// were, the archive object and the kept table are untouched — and the
+// restore brings the tombstones into the table.
+func TestRetentionEraseReachesArchivedMonths(t *testing.T) {
+	ctx := context.Background()
+	bucket := t.TempDir()
+	env, old, _ := coldEnv(t, "file://"+bucket)
+	if rep, err := env.App.NewArchiver().Archive(ctx, env.Tenant, old, false); err != nil || rep.Step != archive.StepMarked {
+		t.Fatalf("archive: %+v %v", rep, err)
+	}
+	table, _ := routing.TableFor(old)
+	kept := tableChecksum(t, env, table)
+	objects := func() string {
+		t.Helper()
+		var b strings.Builder
+		err := filepath.WalkDir(bucket, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			info, err := d.Info()
+			fmt.Fprintln(&b, path, info.Size(), info.ModTime().UnixNano())
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	before := objects()
+	const user = 101
+	sent := map[string][]int64{}
+	rows, err := env.DB.Query("SELECT topic, seqid FROM "+table.Quoted()+" WHERE from_user = ? AND status <> 'deleted' ORDER BY topic, seqid", user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		var topic string
+		var seq int64
+		if err := rows.Scan(&topic, &seq); err != nil {
+			t.Fatal(err)
+		}
+		sent[topic] = append(sent[topic], seq)
+		n++
+	}
+	rows.Close()
+	if n < 10 {
+		t.Fatalf("the month holds %d messages of user %d", n, user)
+	}
+	e := &sendEnv{Env: env, svc: env.Token(900, "service")}
+	job := retWaitJob(t, e, retStartJob(t, e, "POST", "/v1/admin/users/"+strconv.Itoa(user)+"/erase"))
+	if job.Report.Months[old.String()] != int64(n) {
+		t.Fatalf("erase report %+v, want %d messages of %s", job.Report, n, old)
+	}
+	for topic, seqs := range sent {
+		for _, seq := range seqs {
+			var m message.Message
+			if code := rpGet(t, env, rpOther, "", "/v1/topics/"+topic+"/messages/"+strconv.FormatInt(seq, 10), &m); code != 200 ||
+				m.Status != message.StatusDeleted || len(m.Content) > 0 && string(m.Content) != "null" || int64(m.FromUser) != user {
+				t.Fatalf("erased %s/%d: %d %+v", topic, seq, code, m)
+			}
+		}
+	}
+	var p rpPage
+	_ = rpGet(t, env, rpOther, "", "/v1/topics/arch-a/messages?limit=100", &p)
+	others := 0
+	for _, m := range p.Messages {
+		if int64(m.FromUser) == user {
+			t.Fatalf("an erased message in a page: %+v", m)
+		}
+		others++
+	}
+	if others == 0 {
+		t.Fatal("the other users' messages are gone")
+	}
+	if tableChecksum(t, env, table) != kept || objects() != before {
+		t.Fatal("the erase wrote the archive or the kept table")
+	}
+	// asked again: nothing left to change
+	if again := retWaitJob(t, e, retStartJob(t, e, "POST", "/v1/admin/users/"+strconv.Itoa(user)+"/erase")); again.Report.Months[old.String()] != 0 {
+		t.Fatalf("a second erase: %+v", again.Report)
+	}
+	if _, err := env.App.NewArchiver().Restore(ctx, env.Tenant, old); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := env.DB.QueryRow("SELECT COUNT(*) FROM "+table.Quoted()+" WHERE from_user = ? AND (status <> 'deleted' OR content IS NOT NULL)", user).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("after the restore, %d messages of the user are not tombstones (%v)", left, err)
+	}
 }

@@ -168,6 +168,32 @@ func (c *Cold) ByID(ctx context.Context, tenant string, m routing.Month, id int6
 	return rows[0], true, nil
 }
 
+// SentBy is every message user sent in tenant's archived month m, in
+// (topic, seq) order, as the archive holds them (a user erase; the archive
+// has no sender index, so it reads each row group once, in one range
+// request each).
+func (c *Cold) SentBy(ctx context.Context, tenant string, m routing.Month, user int64) ([]routing.MessageRef, error) {
+	return retryStale(ctx, c, tenant, m, func(e *coldEntry, bucket *blob.Bucket) ([]routing.MessageRef, error) {
+		var out []routing.MessageRef
+		for i := range e.groups {
+			g, err := c.fetchGroup(ctx, bucket, e, i)
+			if err != nil {
+				return nil, err
+			}
+			err = g.read(0, e.file.RowGroups()[i].NumRows(), false, func() int { return groupBatch }, func(r *Row) bool {
+				if r.FromUser == user {
+					out = append(out, routing.MessageRef{Topic: r.Topic, Seq: r.SeqID})
+				}
+				return true
+			})
+			if err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	})
+}
+
 // IDRange implements readpath.ColdMonths, from the manifest.
 func (c *Cold) IDRange(ctx context.Context, tenant string, m routing.Month) (int64, int64, bool, error) {
 	e, _, err := c.entry(ctx, tenant, m)

@@ -1,6 +1,7 @@
 package retention
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -61,14 +62,15 @@ func (r *Retention) StartErase(ctx context.Context, tenant string, user int64) (
 	return r.queue(ctx, tenant, db, KindErase, strconv.FormatInt(int64(user), 10))
 }
 
-// erase makes every message the user sent, in every month not archived, a
-// tombstone through the delete-for-everyone path, its revisions' content
-// cleared, then removes the user's read cursors, preferences and hidden
-// ranges. Messages in a held topic are left and the topic named in the
-// report. Walks each month by its sender index (from_user, topic, seqid)
-// and erases each batch of it in one transaction (eraseBatch), so a run
-// taken over redoes at most the batch under way; a tombstone is left as it
-// is.
+// erase makes every message the user sent, in every month, a tombstone
+// through the delete-for-everyone path, its revisions' content cleared,
+// then removes the user's read cursors, preferences and hidden ranges.
+// Messages in a held topic are left and the topic named in the report.
+// Walks each month table by its sender index (from_user, topic, seqid), an
+// archived month by a scan of its archive (the tombstones go to the
+// month's overlay, never into the archive), and erases each batch in one
+// transaction (eraseBatch), so a run taken over redoes at most the batch
+// under way; a tombstone is left as it is.
 func (p *jobRun) erase(ctx context.Context) error {
 	user, db := int64(p.job.UserID), p.db
 	if err := p.unheld(ctx); err != nil {
@@ -81,20 +83,13 @@ func (p *jobRun) erase(ctx context.Context) error {
 	rep := &p.job.Report
 	rep.PendingArchive = rep.PendingArchive[:0]
 	for _, s := range shards {
-		if s.Status == routing.StatusArchived {
-			rep.PendingArchive = append(rep.PendingArchive, s.Month.String())
-			continue
-		}
-		t, err := routing.TableFor(s.Month)
+		next, err := p.sentIn(ctx, s, user)
 		if err != nil {
-			return err
-		}
-		if err := ensureSenderIndex(ctx, db, t); err != nil {
 			return err
 		}
 		last := routing.MessageRef{}
 		for {
-			refs, err := sentBy(ctx, db, t, user, last)
+			refs, err := next(last)
 			if err != nil || len(refs) == 0 {
 				if err != nil {
 					return err
@@ -116,6 +111,32 @@ func (p *jobRun) erase(ctx context.Context) error {
 	}
 	p.r.p.Log.Info().Str("tenant", p.tenant).Int64("user", user).Int64("messages", p.job.RowsRemoved).Msg("user erased")
 	return p.record(ctx, StateDone)
+}
+
+// sentIn answers the batches of what user sent in month s, each the next
+// after last: from the month table's sender index, or from the archive of
+// an archived month (read once).
+func (p *jobRun) sentIn(ctx context.Context, s routing.Shard, user int64) (func(last routing.MessageRef) ([]routing.MessageRef, error), error) {
+	if s.Status == routing.StatusArchived {
+		all, err := p.r.p.ArchivedSentBy(ctx, p.tenant, s.Month, user)
+		if err != nil {
+			return nil, fmt.Errorf("erase: messages of %d in the archive of %s: %w", user, s.Month, err)
+		}
+		return func(last routing.MessageRef) ([]routing.MessageRef, error) {
+			from, _ := slices.BinarySearchFunc(all, last, func(r, l routing.MessageRef) int {
+				return cmp.Or(cmp.Compare(r.Topic, l.Topic), cmp.Compare(r.Seq, l.Seq+1))
+			})
+			return all[from:min(len(all), from+batch)], nil
+		}, nil
+	}
+	t, err := routing.TableFor(s.Month)
+	if err != nil {
+		return nil, err
+	}
+	if err := ensureSenderIndex(ctx, p.db, t); err != nil {
+		return nil, err
+	}
+	return func(last routing.MessageRef) ([]routing.MessageRef, error) { return sentBy(ctx, p.db, t, user, last) }, nil
 }
 
 // errHeldMeanwhile: a topic of the batch came under a hold after the batch

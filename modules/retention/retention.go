@@ -36,9 +36,12 @@ type Params struct {
 	Months  func(tenant string) int
 	LockTTL time.Duration
 	// Erase deletes a batch of messages for everyone (a user erase).
-	Erase      Eraser
-	Log        zerolog.Logger
-	Registerer prometheus.Registerer
+	Erase Eraser
+	// ArchivedSentBy lists what a user sent in an archived month, in
+	// (topic, seq) order (a user erase).
+	ArchivedSentBy func(ctx context.Context, tenant string, m routing.Month, user int64) ([]routing.MessageRef, error)
+	Log            zerolog.Logger
+	Registerer     prometheus.Registerer
 }
 
 // Retention plans and runs the removal of what is past retention.
