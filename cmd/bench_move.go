@@ -101,6 +101,16 @@ func runBenchMove(ctx context.Context, cfg *config.Config, o *benchMoveOptions, 
 	if err != nil {
 		return rep, err
 	}
+	// the private target starts first and stops last: the roles hold
+	// connections to it until they stop
+	var srv *localsrv.MariaDB
+	if o.to == "" {
+		var stop func()
+		if srv, stop, err = startTargetServer(g.stderr); err != nil {
+			return rep, err
+		}
+		defer stop()
+	}
 	a := app.New(cfg, g.logger(cfg))
 	if err := a.Start(ctx, []string{app.Send, app.Persist, app.Query}); err != nil {
 		return rep, err
@@ -115,12 +125,7 @@ func runBenchMove(ctx context.Context, cfg *config.Config, o *benchMoveOptions, 
 		return rep, err
 	}
 	to := o.to
-	if to == "" {
-		srv, stop, err := startTargetServer(g.stderr)
-		if err != nil {
-			return rep, err
-		}
-		defer stop()
+	if srv != nil {
 		if to, err = onServer(at.DSN, srv.Addr); err != nil {
 			return rep, err
 		}
