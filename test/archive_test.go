@@ -488,7 +488,8 @@ func TestArchiveBenchCommand(t *testing.T) {
 		}
 	}
 	for _, bar := range []string{"export rate / raw SELECT rate", "archived bytes / table data + index",
-		"archived page p99 warm / month-table page p99", "archived page p99 cold (empty cache)", "archive export            2000 rows"} {
+		"archived page p99 warm / month-table page p99", "archived page p99 cold (empty cache)", "archive export            2000 rows",
+		"InnoDB buffer pool"} {
 		if !strings.Contains(out, bar) {
 			t.Fatalf("bench archive: want %q in\n%s", bar, out)
 		}

@@ -44,6 +44,7 @@ type ArchiveReport struct {
 	Rows         int64
 	Build        time.Duration
 	TableBytes   int64         // data_length + index_length of the month table
+	BufferPool   int64         // the server's innodb_buffer_pool_size
 	ArchiveBytes int64         // the month's archive objects (Parquet and manifest)
 	RawSelect    time.Duration // one SELECT of every row of the month table
 	RawOrdered   time.Duration // the same in (topic, seqid) order, the archive's
@@ -109,7 +110,7 @@ func (p *ArchiveParams) Run(ctx context.Context) (ArchiveReport, error) {
 	rep.Build = time.Since(start)
 	p.logf("bench: %s filled and sealed (%d rows, %s)", p.Table.Name(), rep.Rows, rep.Build.Round(time.Second))
 	var err error
-	if rep.TableBytes, err = p.tableBytes(ctx); err != nil {
+	if rep.TableBytes, rep.BufferPool, err = p.tableBytes(ctx); err != nil {
 		return rep, err
 	}
 	if rep.RawSelect, err = p.rawSelect(ctx, rep.Rows); err != nil {
@@ -145,20 +146,21 @@ func (p *ArchiveParams) page(ctx context.Context, rng *rand.Rand) error {
 }
 
 // tableBytes is the month table's data_length + index_length, its
-// statistics refreshed first (the fixture was just written).
-func (p *ArchiveParams) tableBytes(ctx context.Context) (int64, error) {
+// statistics refreshed first (the fixture was just written), and the
+// buffer pool's size: a table larger than the pool reads its pages from
+// disk, which a reader of the month-table figures must know.
+func (p *ArchiveParams) tableBytes(ctx context.Context) (table, pool int64, err error) {
 	rows, err := p.DB.QueryContext(ctx, "ANALYZE TABLE "+p.Table.Quoted())
 	if err != nil {
-		return 0, fmt.Errorf("bench: analyze %s: %w", p.Table.Name(), err)
+		return 0, 0, fmt.Errorf("bench: analyze %s: %w", p.Table.Name(), err)
 	}
 	rows.Close()
-	var n int64
-	if err := sq.Select("data_length + index_length").From("information_schema.TABLES").
+	if err := sq.Select("data_length + index_length", "@@innodb_buffer_pool_size").From("information_schema.TABLES").
 		Where(sq.Expr("table_schema = DATABASE()")).Where(sq.Eq{"table_name": p.Table.Name()}).
-		RunWith(p.DB).QueryRowContext(ctx).Scan(&n); err != nil {
-		return 0, fmt.Errorf("bench: size of %s: %w", p.Table.Name(), err)
+		RunWith(p.DB).QueryRowContext(ctx).Scan(&table, &pool); err != nil {
+		return 0, 0, fmt.Errorf("bench: size of %s: %w", p.Table.Name(), err)
 	}
-	return n, nil
+	return table, pool, nil
 }
 
 // rawSelect times one SELECT of every row of the month table, in orderBy
