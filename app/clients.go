@@ -531,6 +531,9 @@ func (a *App) Retention() *retention.Retention {
 			before func(messages, revisions int64) error) (int64, int64, error) {
 			return a.NewChanges().EraseMessages(ctx, tenant, m, refs, reason, before)
 		},
+		DropArchive: func(ctx context.Context, tenant string, m routing.Month) error {
+			return a.NewArchiver().Remove(ctx, tenant, m)
+		},
 		ArchivedSentBy: func(ctx context.Context, tenant string, m routing.Month, user int64) ([]routing.MessageRef, error) {
 			return a.NewColdReader().SentBy(ctx, tenant, m, user)
 		},

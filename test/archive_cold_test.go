@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -382,5 +383,53 @@ func TestRetentionEraseReachesArchivedMonths(t *testing.T) {
 	var left int
 	if err := env.DB.QueryRow("SELECT COUNT(*) FROM "+table.Quoted()+" WHERE from_user = ? AND (status <> 'deleted' OR content IS NOT NULL)", user).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("after the restore, %d messages of the user are not tombstones (%v)", left, err)
+	}
+}
+
+// A month past retention that is archived is dropped whole like a sealed
+// one — its archive objects, overlay and record with it — once its every
+// topic expired; its floors are raised first, so no read reaches it after.
+func TestRetentionDropsAnArchivedMonth(t *testing.T) {
+	ctx := context.Background()
+	bucket := t.TempDir()
+	env, old, _ := coldEnv(t, "file://"+bucket)
+	if rep, err := env.App.NewArchiver().Archive(ctx, env.Tenant, old, false); err != nil || rep.Step != archive.StepMarked {
+		t.Fatalf("archive: %+v %v", rep, err)
+	}
+	if code, r := chRecall(t, env, env.Token(1, httpapi.RoleAdmin), "arch-a", 9, nil); code != 200 {
+		t.Fatalf("recall of an archived message: %d %+v", code, r.Error)
+	}
+	monthDir := filepath.Join(bucket, env.Tenant, old.String())
+	if entries, err := os.ReadDir(monthDir); len(entries) == 0 {
+		t.Fatalf("no archive objects in %s: %v", monthDir, err)
+	}
+	env.Reload(func(c *config.Config) { c.Tenants[0].RetentionMonths = 2 })
+	plan, err := env.App.Retention().Plan(ctx, env.Tenant)
+	if err != nil || len(plan.Drops) != 1 || plan.Drops[0].Month != old.String() || !plan.Drops[0].Archived || plan.Drops[0].Rows != 81 {
+		t.Fatalf("plan: %+v %v", plan, err)
+	}
+	rep, err := env.App.Retention().Run(ctx, env.Tenant)
+	if err != nil || rep.Months != 1 || rep.RowsDropped != 81 {
+		t.Fatalf("run: %+v %v", rep, err)
+	}
+	if entries, err := os.ReadDir(monthDir); len(entries) != 0 || err != nil && !os.IsNotExist(err) {
+		t.Fatalf("the month's archive objects are still there: %v %v", entries, err)
+	}
+	for table, want := range map[string]int{"im_archives": 0, "im_archive_overlay": 0, "im_group_message_shards": 0} {
+		var n int
+		if err := env.DB.QueryRow("SELECT COUNT(*) FROM "+table+" WHERE shard_month = ?", old.String()).Scan(&n); err != nil || n != want {
+			t.Fatalf("%s rows of %s: %d %v", table, old, n, err)
+		}
+	}
+	code, body := env.Do("GET", "/v1/topics/arch-a/messages/5", env.Token(rpMember, ""), nil)
+	if code != 404 || !strings.Contains(string(body), "expired") {
+		t.Fatalf("an expired seq of the dropped archived month: %d %s", code, body)
+	}
+	var p rpPage
+	if code := rpGet(t, env, rpMember, "", "/v1/topics/arch-a/messages?limit=50", &p); code != 200 || len(p.Messages) != 0 || p.HasMore {
+		t.Fatalf("the latest page after the drop: %d %+v", code, p)
+	}
+	if again, err := env.App.Retention().Run(ctx, env.Tenant); err != nil || again.Months != 0 {
+		t.Fatalf("a second run: %+v %v", again, err)
 	}
 }

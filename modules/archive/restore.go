@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 
 	sq "github.com/Masterminds/squirrel"
 	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
 
 	"github.com/imshard/imshard/modules/routing"
 )
@@ -156,5 +158,56 @@ func (a *Archiver) unmark(ctx context.Context, db *sql.DB, t routing.Table) erro
 	if err != nil {
 		return fmt.Errorf("archive: restore %s: %w", m, err)
 	}
+	return nil
+}
+
+// Remove deletes month m's archive, if it has one — every object under the
+// month's prefix, then its overlay rows and its archive record — for a
+// month that leaves whole (retention). Objects first: a run stopped
+// half-way leaves the record, and running it again deletes what is left.
+// It holds the tenant's archive lock (ErrBusy while an archive or restore
+// runs: the retention run fails and the next one finishes the drop).
+func (a *Archiver) Remove(ctx context.Context, tenant string, m routing.Month) error {
+	db, err := a.p.DBs.DB(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	return exclusive(ctx, db, func() error { return a.remove(ctx, db, tenant, m) })
+}
+
+func (a *Archiver) remove(ctx context.Context, db *sql.DB, tenant string, m routing.Month) error {
+	st, err := loadState(ctx, db, m)
+	if err != nil || st.step == "" {
+		return err
+	}
+	bucket, err := OpenBucket(ctx, a.p.Config.URL)
+	if err != nil {
+		return err
+	}
+	defer bucket.Close()
+	it := bucket.List(&blob.ListOptions{Prefix: tenant + "/" + m.String() + "/"})
+	for {
+		obj, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("archive: list %s: %w", m, err)
+		}
+		if err := bucket.Delete(ctx, obj.Key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			return fmt.Errorf("archive: delete %s: %w", obj.Key, err)
+		}
+	}
+	err = routing.Fenced(ctx, db, func(tx *sql.Tx) error {
+		if err := routing.ClearOverlay(ctx, tx, m); err != nil {
+			return err
+		}
+		_, err := sq.Delete(stateTable).Where(sq.Eq{"shard_month": m.String()}).RunWith(tx).ExecContext(ctx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("archive: remove %s: %w", m, err)
+	}
+	a.p.Log.Info().Str("tenant", tenant).Str("month", m.String()).Msg("archive removed")
 	return nil
 }

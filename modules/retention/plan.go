@@ -41,6 +41,8 @@ type Drop struct {
 	Topics int    `json:"topics"`
 	// Resumed: a run stopped while removing it; this one finishes it.
 	Resumed bool `json:"resumed,omitempty"`
+	// Archived: the month is archived; its archive objects go with it.
+	Archived bool `json:"archived,omitempty"`
 
 	month routing.Month
 }
@@ -92,8 +94,9 @@ func (p Plan) Rows() int64 {
 //
 // A month whose every topic is past retention goes whole; one that keeps
 // some topic loses only the expired topics' rows. Only a sealed month is
-// touched: one still taking rows may yet get some, an archived one is
-// removed through the archive store. A held topic (held in any month of
+// touched, and an archived one when it goes whole (its archive objects
+// with it): one still taking rows may yet get some, and an archive is
+// never rewritten to trim a topic out of it. A held topic (held in any month of
 // the plan) keeps its rows in every month: a month holding one is never
 // dropped whole, its other expired topics are trimmed instead. A month already being dropped (expiring: its floors were raised
 // before the hold came) is finished.
@@ -147,7 +150,7 @@ func Decide(tenant string, now routing.Month, tenantMonths int, override map[str
 		if !whole && len(expired) == 0 {
 			continue
 		}
-		if st != routing.StatusSealed {
+		if st != routing.StatusSealed && (st != routing.StatusArchived || !whole) {
 			var n int64
 			for _, r := range expired {
 				n += r.Count
@@ -159,7 +162,7 @@ func Decide(tenant string, now routing.Month, tenantMonths int, override map[str
 			continue
 		}
 		if whole {
-			p.Drops = append(p.Drops, Drop{Month: m.String(), Rows: rows, Topics: len(ms.Topics), month: m})
+			p.Drops = append(p.Drops, Drop{Month: m.String(), Rows: rows, Topics: len(ms.Topics), Archived: st == routing.StatusArchived, month: m})
 			continue
 		}
 		for _, r := range expired {
@@ -172,7 +175,7 @@ func Decide(tenant string, now routing.Month, tenantMonths int, override map[str
 
 func skipReason(st routing.Status) string {
 	if st == routing.StatusArchived {
-		return "archived: its object in the archive is removed by the archive store"
+		return "archived, with topics that stay: an archive is never rewritten to trim a topic out of it (restore the month to trim it)"
 	}
 	return fmt.Sprintf("month is %s, not sealed: it may still take rows", st)
 }

@@ -44,32 +44,35 @@ func row(topic string, lo, hi int64) routing.MirrorRow {
 func TestDecide(t *testing.T) {
 	now := routing.MustMonth("202612")
 	months := []MonthState{
-		month("202608", routing.StatusSealed, 30, row("a", 1, 10), row("b", 1, 20)),     // every topic expired: drop
-		month("202609", routing.StatusSealed, 25, row("a", 11, 20), row("keep", 1, 15)), // "keep" keeps it: trim a
-		month("202603", routing.StatusArchived, -1, row("a", 21, 30)),                   // archived: skipped
-		month("202611", routing.StatusSealed, 10, row("a", 31, 40)),                     // within retention
-		month("202607", routing.StatusExpiring, 7, row("x", 1, 7)),                      // resumed
-		month("202606", routing.StatusSealing, -1, row("b", 100, 104)),                  // not sealed
-		month("202605", routing.StatusSealed, 0),                                        // empty and expired: drop
-		month("202604", routing.StatusSealed, 5, row("short", 1, 5), row("keep", 1, 9)), // per-topic shorter
+		month("202608", routing.StatusSealed, 30, row("a", 1, 10), row("b", 1, 20)),       // every topic expired: drop
+		month("202609", routing.StatusSealed, 25, row("a", 11, 20), row("keep", 1, 15)),   // "keep" keeps it: trim a
+		month("202603", routing.StatusArchived, -1, row("a", 21, 30)),                     // archived, every topic expired: drop
+		month("202602", routing.StatusArchived, 9, row("a", 41, 45), row("keep", 16, 19)), // archived, "keep" keeps it: skipped
+		month("202611", routing.StatusSealed, 10, row("a", 31, 40)),                       // within retention
+		month("202607", routing.StatusExpiring, 7, row("x", 1, 7)),                        // resumed
+		month("202606", routing.StatusSealing, -1, row("b", 100, 104)),                    // not sealed
+		month("202605", routing.StatusSealed, 0),                                          // empty and expired: drop
+		month("202604", routing.StatusSealed, 5, row("short", 1, 5), row("keep", 1, 9)),   // per-topic shorter
 	}
 	p := Decide("t", now, 2, map[string]int{"keep": 0}, months)
-	if len(p.Drops) != 3 || p.Drops[0].Month != "202608" || p.Drops[0].Rows != 30 || p.Drops[1].Month != "202607" ||
-		!p.Drops[1].Resumed || p.Drops[2].Month != "202605" {
+	if len(p.Drops) != 4 || p.Drops[0].Month != "202608" || p.Drops[0].Rows != 30 || p.Drops[0].Archived ||
+		p.Drops[1].Month != "202603" || !p.Drops[1].Archived || p.Drops[1].Rows != 10 ||
+		p.Drops[2].Month != "202607" || !p.Drops[2].Resumed || p.Drops[3].Month != "202605" {
 		t.Fatalf("drops %+v", p.Drops)
 	}
 	if len(p.Trims) != 2 || p.Trims[0].Topic != "a" || p.Trims[0].Month != "202609" || p.Trims[0].Rows != 10 ||
 		p.Trims[1].Topic != "short" || p.Trims[1].Month != "202604" {
 		t.Fatalf("trims %+v", p.Trims)
 	}
-	if len(p.Skipped) != 2 || p.Skipped[0].Month != "202603" || p.Skipped[1].Month != "202606" || p.Skipped[1].Rows != 5 {
+	if len(p.Skipped) != 2 || p.Skipped[0].Month != "202602" || p.Skipped[0].Topics != 1 || p.Skipped[0].Rows != 5 ||
+		p.Skipped[1].Month != "202606" || p.Skipped[1].Rows != 5 {
 		t.Fatalf("skipped %+v", p.Skipped)
 	}
-	if p.Rows() != 30+7+0+10+5 {
+	if p.Rows() != 30+10+7+0+10+5 {
 		t.Fatalf("rows %d", p.Rows())
 	}
 	// nothing expires with retention 0 and no group shorter
-	if p := Decide("t", now, 0, nil, months[:4]); len(p.Drops)+len(p.Trims)+len(p.Skipped) != 0 {
+	if p := Decide("t", now, 0, nil, months[:5]); len(p.Drops)+len(p.Trims)+len(p.Skipped) != 0 {
 		t.Fatalf("retention 0 removed %+v", p)
 	}
 	// a group's own shorter retention under a tenant keeping forever

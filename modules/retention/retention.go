@@ -37,6 +37,9 @@ type Params struct {
 	LockTTL time.Duration
 	// Erase deletes a batch of messages for everyone (a user erase).
 	Erase Eraser
+	// DropArchive removes month m's archive, if it has one: its objects,
+	// its overlay and its record (a month dropped whole).
+	DropArchive func(ctx context.Context, tenant string, m routing.Month) error
 	// ArchivedSentBy lists what a user sent in an archived month, in
 	// (topic, seq) order (a user erase).
 	ArchivedSentBy func(ctx context.Context, tenant string, m routing.Month, user int64) ([]routing.MessageRef, error)
@@ -288,19 +291,17 @@ func topicsOf(rows []routing.MirrorRow) []string {
 }
 
 // dropMonth removes month m whole. It is the one place a month leaves
-// because of retention: marked expiring (so a stopped run resumes it),
-// every topic's floor raised past it, then its side rows, route fields and
-// mirror rows, then the table itself and its catalog row. Each step can
-// run again.
+// because of retention: every topic's floor raised past it (so no reader
+// reaches it any more, whichever tier it is read from), marked expiring
+// (so a stopped run resumes it), then its side rows, route fields and
+// mirror rows, then the table itself, its archive (objects, overlay,
+// record: an archived month's) and its catalog row. Each step can run
+// again.
 func (r *Retention) dropMonth(ctx context.Context, tenant string, db *sql.DB, keys routing.Keys, m routing.Month) error {
 	t, err := routing.TableFor(m)
 	if err != nil {
 		return err
 	}
-	if _, err := routing.SetStatus(ctx, db, m, routing.StatusExpiring, routing.StatusSealed); err != nil {
-		return err
-	}
-	r.p.Catalog.Invalidate(tenant)
 	rows, err := routing.MirrorMonthRows(ctx, db, m)
 	if err != nil {
 		return err
@@ -313,6 +314,10 @@ func (r *Retention) dropMonth(ctx context.Context, tenant string, db *sql.DB, ke
 	if err := r.floors().Raise(ctx, db, keys, floors); err != nil {
 		return err
 	}
+	if _, err := routing.SetStatus(ctx, db, m, routing.StatusExpiring, routing.StatusSealed, routing.StatusArchived); err != nil {
+		return err
+	}
+	r.p.Catalog.Invalidate(tenant)
 	for _, row := range rows {
 		if err := clearSide(ctx, db, row.Topic, row.MaxSeq); err != nil {
 			return err
@@ -334,6 +339,9 @@ func (r *Retention) dropMonth(ctx context.Context, tenant string, db *sql.DB, ke
 	// DDL on its own statement; disk goes back at once (file per table)
 	if err := routing.FencedDDL(ctx, db, t.DropDDL()); err != nil {
 		return fmt.Errorf("retention: drop %s: %w", t.Name(), err)
+	}
+	if err := r.p.DropArchive(ctx, tenant, m); err != nil {
+		return fmt.Errorf("retention: archive of %s: %w", m, err)
 	}
 	if err := routing.UnregisterShard(ctx, db, m); err != nil {
 		return err
