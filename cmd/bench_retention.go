@@ -186,5 +186,9 @@ func printBenchRetention(w io.Writer, o *benchRetentionOptions, rep bench.Retent
 		rep.RawTook.Round(time.Millisecond), float64(rep.UserMessages)/rep.RawTook.Seconds())
 	fmt.Fprintf(w, "%-52s %6.3f (bar >= %.1f: %s)\n", "erase job rate / raw UPDATE rate", rep.EraseRatio(), eraseBar,
 		judge(rep.EraseRatio() >= eraseBar, rep.UserMessages >= eraseBarMsg, ">= 10,000 messages"))
-	fmt.Fprintln(w, "archived month: none — the erase job leaves archived months to the archive (report: pending_archive), so the three months are tables")
+	pending := "none"
+	if len(rep.Erased.PendingArchive) > 0 {
+		pending = strings.Join(rep.Erased.PendingArchive, ", ")
+	}
+	fmt.Fprintf(w, "archived month: none — the erase job leaves archived months to the archive (its report's pending_archive: %s), so the three months are tables\n", pending)
 }
