@@ -23,7 +23,7 @@ import (
 // its raw limit on the same services in the same run (docs/performance.md).
 func newBenchCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "bench", Short: "Measure a path beside its raw limit on the same services",
-		Example: "  imshard bench send --duration=10s\n  imshard bench query --only='raw SQL'\n  imshard bench rotation\n  imshard bench archive --rows=100000 --topics=100\n  imshard bench move --rows=200000\n  imshard bench retention",
+		Example: "  imshard bench send --duration=10s\n  imshard bench query --only='raw SQL'\n  imshard bench rotation\n  imshard bench archive --rows=100000 --topics=100\n  imshard bench move --rows=200000 --topics=200\n  imshard bench retention",
 	}
 	c.AddCommand(newBenchSendCmd(g), newBenchQueryCmd(g), newBenchPersistCmd(g), newBenchInboxCmd(g), newBenchStreamCmd(g), newBenchMigrateCmd(g), newBenchLimitsCmd(g), newBenchRotationCmd(g), newBenchArchiveCmd(g), newBenchMoveCmd(g), newBenchRetentionCmd(g))
 	return c

@@ -39,7 +39,7 @@ func newBenchMoveCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:     "move",
 		Short:   "A live tenant move under a steady send and read load, another tenant beside it; copy beside a raw streamed copy",
-		Example: "  imshard bench move\n  imshard bench move --to='root@tcp(db2:3306)/imshard_bench_move' --rows=200000",
+		Example: "  imshard bench move\n  imshard bench move --to='root@tcp(db2:3306)/imshard_bench_move' --rows=200000 --topics=200",
 		Long: "Builds a tenant of its own (--rows messages over --topics topics and --months month tables ending with\n" +
 			"the current one) and a second tenant beside it, starts the send, persist and query roles in this process\n" +
 			"and a steady open-loop load: --send-rate sends/s to each tenant, --read-rate pages/s of the moving one.\n" +
@@ -76,6 +76,11 @@ func newBenchMoveCmd(g *globals) *cobra.Command {
 		}
 		if o.tenant == o.other {
 			return usagef("--tenant and --other must differ")
+		}
+		// the fixture's shape, checked before any server starts
+		shape := bench.QueryParams{Rows: o.rows, Topics: o.topics, Tables: make([]routing.Table, o.months)}
+		if err := shape.Check(); err != nil {
+			return usagef("%v", err)
 		}
 		return runBench(g, "", func(ctx context.Context, cfg *config.Config) (bench.MoveReport, error) {
 			return runBenchMove(ctx, cfg, o, g)
@@ -211,13 +216,8 @@ func moveFixture(ctx context.Context, a *app.App, o *benchMoveOptions, progress 
 		}
 		p.Tables = append(p.Tables, t)
 	}
-	if p.DB, err = a.Pools().DB(ctx, o.tenant); err != nil {
-		return nil, err
-	}
-	if err := p.Check(); err != nil {
-		return nil, usagef("%v", err)
-	}
-	return p, nil
+	p.DB, err = a.Pools().DB(ctx, o.tenant)
+	return p, err
 }
 
 // otherTenant makes the tenant beside the move a few topics with user 1 a

@@ -36,7 +36,7 @@ func TestMoveBenchCommand(t *testing.T) {
 			t.Errorf("bench move left %d databases of %s (%v)", n, id, err)
 		}
 	}
-	for _, bad := range [][]string{{"--rows=0"}, {"--months=1"}, {"--tenant=Bad-Id"}, {"--other", tenant, "--tenant", tenant}} {
+	for _, bad := range [][]string{{"--rows=0"}, {"--months=1"}, {"--rows=1000"}, {"--tenant=Bad-Id"}, {"--other", tenant, "--tenant", tenant}} {
 		if code, out := runCLI(t, nil, append([]string{"--config", cfg, "bench", "move"}, bad...)...); code != 2 {
 			t.Fatalf("bench move %v: exit %d, want 2\n%s", bad, code, out)
 		}
