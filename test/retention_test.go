@@ -17,9 +17,16 @@ import (
 	"github.com/imshard/imshard/test/testenv"
 )
 
-// retFixture writes seqs lo..hi of topic into month m's table (with a
-// mention of user 7 on each) and the mirror, as persist would.
+// retFixture writes seqs lo..hi of topic, sent by user 5, into month m's
+// table (with a mention of user 7 on each) and the mirror, as persist
+// would.
 func retFixture(t *testing.T, e *sendEnv, m routing.Month, topic string, lo, hi int64) {
+	t.Helper()
+	retFixtureBy(t, e, m, topic, lo, hi, func(int64) int64 { return 5 })
+}
+
+// retFixtureBy is retFixture with each seq's sender from(seq).
+func retFixtureBy(t *testing.T, e *sendEnv, m routing.Month, topic string, lo, hi int64, from func(seq int64) int64) {
 	t.Helper()
 	ctx := context.Background()
 	table, err := routing.TableFor(m)
@@ -30,7 +37,7 @@ func retFixture(t *testing.T, e *sendEnv, m routing.Month, topic string, lo, hi 
 	q := sq.Insert(table.Quoted()).Columns("message_id", "topic", "group_id", "seqid", "from_user", "content", "created_at", "updated_at")
 	var ms []routing.Mention
 	for s := lo; s <= hi; s++ {
-		q = q.Values(int64(m.Int())*1_000_000+s*1000+int64(len(topic)), topic, 1, s, 5, `{"text":"old"}`, at, at)
+		q = q.Values(int64(m.Int())*1_000_000+s*1000+int64(len(topic)), topic, 1, s, from(s), `{"text":"old"}`, at, at)
 		ms = append(ms, routing.MentionsOf(topic, s, []int64{7}, false)...)
 	}
 	if _, err := q.RunWith(e.DB).ExecContext(ctx); err != nil {

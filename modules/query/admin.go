@@ -101,7 +101,8 @@ func (s *Service) AdminMessage(ctx context.Context, p httpapi.Principal, id int6
 // snowflake id in whatever month holds it (reply previews, favourites,
 // file references), tombstones included. A message the caller may not
 // read — another topic's, or one the caller hid — is not found: the answer
-// never tells that an id exists elsewhere.
+// never tells that an id exists elsewhere. One below its topic's retention
+// floor answers 404 expired, as an exact read does.
 func (s *Service) MessageByID(ctx context.Context, p httpapi.Principal, id int64) (message.Message, error) {
 	db, err := s.p.DBs.DB(ctx, p.Tenant)
 	if err != nil {
@@ -120,6 +121,11 @@ func (s *Service) MessageByID(ctx context.Context, p httpapi.Principal, id int64
 	}
 	keys, err := s.p.KeySpace.Tenant(p.Tenant)
 	if err != nil {
+		return message.Message{}, err
+	}
+	// below the retention floor: removed (or, in an archived month, hidden
+	// until the month goes), and said so
+	if err := s.r.CheckExpired(ctx, db, keys, m.Topic, m.Seq); err != nil {
 		return message.Message{}, err
 	}
 	hv, err := s.r.HiddenOf(ctx, db, keys, m.Topic, p.UserID)

@@ -96,12 +96,23 @@ func (s *Service) Search(ctx context.Context, p httpapi.Principal, topic string,
 	if err != nil {
 		return readpath.BeforePage{}, err
 	}
+	keys, err := s.p.KeySpace.Tenant(p.Tenant)
+	if err != nil {
+		return readpath.BeforePage{}, err
+	}
+	// history begins at the retention floor: an archived month keeps the
+	// rows below it (a purge or a trim hides them by the floor alone)
+	floor, err := s.r.RetentionFloor(ctx, db, keys, topic)
+	if err != nil {
+		return readpath.BeforePage{}, err
+	}
 	q := readpath.ListQuery{Topic: topic, User: p.UserID, Order: readpath.Desc, Bound: before, Limit: r.Limit + 1,
-		Match: &readpath.TextMatch{From: r.From, To: r.To, Like: likePattern(r.Q)}}
+		Floor: max(floor-1, 0), Match: &readpath.TextMatch{From: r.From, To: r.To, Like: likePattern(r.Q)}}
 	page, touched, err := s.r.WalkSources(ctx, db, p.Tenant, q, readpath.Sources(q, tables, leg))
 	if err != nil {
 		return readpath.BeforePage{}, err
 	}
+	page = readpath.AboveFloor(page, floor)
 	s.r.Observe(touched, false, time.Since(start).Seconds())
 	page, more := readpath.Truncate(page, r.Limit)
 	return readpath.BeforePage{Messages: readpath.NonNil(page), NextBefore: readpath.NextBefore(page), HasMore: more}, nil

@@ -27,9 +27,14 @@ func (s *Reader) floors() routing.Floors {
 	return routing.Floors{Redis: s.p.Redis, Scripts: s.p.Scripts}
 }
 
+// RetentionFloor is the topic's retention floor (0: nothing expired).
+func (s *Reader) RetentionFloor(ctx context.Context, db *sql.DB, keys routing.Keys, topic string) (int64, error) {
+	return s.floors().Load(ctx, db, keys, topic)
+}
+
 // CheckExpired answers 404 expired for a seq below the topic's floor.
 func (s *Reader) CheckExpired(ctx context.Context, db *sql.DB, keys routing.Keys, topic string, seq int64) error {
-	f, err := s.floors().Load(ctx, db, keys, topic)
+	f, err := s.RetentionFloor(ctx, db, keys, topic)
 	if err != nil {
 		return err
 	}

@@ -262,7 +262,7 @@ func orderSources(q ListQuery, tables []routing.Table, leg routing.LegacySource)
 	mq := q
 	if leg.Hi > 0 && leg.Split {
 		if q.Order == Desc {
-			mq.Floor = leg.Hi
+			mq.Floor = max(q.Floor, leg.Hi)
 		} else {
 			mq.Bound = max(q.Bound, leg.Hi)
 		}

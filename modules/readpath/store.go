@@ -263,7 +263,7 @@ type ListQuery struct {
 	Order       Order
 	Bound       int64 // exclusive: seq < bound (Desc) or seq > bound (Asc)
 	UpTo        int64 // Asc only: seq <= upTo (a since page's settled watermark; unbounded for context)
-	Floor       int64 // Desc only, when above 0: seq > floor (month tables above a migration's cutover_seq)
+	Floor       int64 // Desc only, when above 0: seq > floor (month tables above a migration's cutover_seq, a search below the retention floor)
 	Limit       int
 	KeepDeleted bool // context keeps globally deleted rows as tombstones
 	HidNothing  bool // the caller is known to have no deletion range: no anti-join
