@@ -288,8 +288,9 @@ func (s *scheduler) done(b *batch) {
 
 // park queues b (done, with records left to retry) ahead of its tenant's
 // other batches and parks the tenant for delay(n), n its consecutive
-// failures so far; it returns the delay.
-func (s *scheduler) park(b *batch, now time.Time, delay func(n int) time.Duration) time.Duration {
+// failures so far; it returns the delay and the failures now (1: the
+// tenant was not parked before).
+func (s *scheduler) park(b *batch, now time.Time, delay func(n int) time.Duration) (time.Duration, int) {
 	l := s.lanes[b.key.tenant]
 	if l == nil {
 		l = &lane{}
@@ -301,7 +302,7 @@ func (s *scheduler) park(b *batch, now time.Time, delay func(n int) time.Duratio
 	l.until = now.Add(d)
 	b.probe = false
 	s.queue = append([]*batch{b}, s.queue...)
-	return d
+	return d, l.fails
 }
 
 // resume ends the tenant's parking when b, its probe, succeeded; it reports

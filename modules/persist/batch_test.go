@@ -314,8 +314,8 @@ func TestSchedulerParksATenantAndLetsOthersRun(t *testing.T) {
 	s.push(b1)
 	s.push(b2)
 	s.done(a1)
-	if d := s.park(a1, t0, delay); d != time.Second {
-		t.Fatalf("first backoff %v", d)
+	if d, n := s.park(a1, t0, delay); d != time.Second || n != 1 {
+		t.Fatalf("first backoff %v, failures %d", d, n)
 	}
 	if n, ev := s.parked(); n != 1 || ev[nil] != 4 {
 		t.Fatalf("parked %d tenants, %v events", n, ev)
@@ -343,8 +343,8 @@ func TestSchedulerParksATenantAndLetsOthersRun(t *testing.T) {
 		t.Fatal("no wake-up while the probe runs")
 	}
 	s.done(probe)
-	if d := s.park(probe, t0.Add(time.Second), delay); d != 2*time.Second {
-		t.Fatalf("second backoff %v, want longer", d)
+	if d, n := s.park(probe, t0.Add(time.Second), delay); d != 2*time.Second || n != 2 {
+		t.Fatalf("second backoff %v, want longer; failures %d", d, n)
 	}
 	probe = s.next(t0.Add(3 * time.Second))
 	if probe != a1 {

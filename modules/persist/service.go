@@ -449,12 +449,23 @@ func (s *Service) settle(sch *scheduler, b *batch) {
 	if b.fail == moved {
 		delay = func(int) time.Duration { return movedRetry }
 	}
-	d := sch.park(b, time.Now(), delay)
+	d, fails := sch.park(b, time.Now(), delay)
 	s.m.retries.WithLabelValues(b.fail.String()).Inc()
 	s.m.persisted.WithLabelValues(k.month.String(), statusRetry).Add(float64(len(b.recs)))
-	s.p.Log.Warn().Err(b.err).Str("tenant", k.tenant).Str("month", k.month.String()).Int("events", len(b.recs)).
-		Str("reason", b.fail.String()).Dur("retry_in", d).Msg("persist: batch failed; tenant parked, others proceed")
+	// a warning when the tenant is parked and every parkedLogEvery
+	// failures after (a move's switch retries every 100 ms); the rest at
+	// debug, counted in imshard_persist_retries_total
+	ev := s.p.Log.Debug()
+	if fails == 1 || fails%parkedLogEvery == 0 {
+		ev = s.p.Log.Warn()
+	}
+	ev.Err(b.err).Str("tenant", k.tenant).Str("month", k.month.String()).Int("events", len(b.recs)).
+		Str("reason", b.fail.String()).Int("failures", fails).Dur("retry_in", d).Msg("persist: batch failed; tenant parked, others proceed")
 }
+
+// parkedLogEvery is how many failures of a parked tenant pass between two
+// warnings about it.
+const parkedLogEvery = 100
 
 func (s *Service) dispatch(sch *scheduler, b *batch) {
 	kept := b.recs[:0]
