@@ -146,6 +146,12 @@ func TestRetentionDropsAndTrims(t *testing.T) {
 	e.member("rmix", 5, "member", time.Time{})
 	retFixture(t, e, m2, "rmix", 1, 4)
 	retFixture(t, e, now.Add(-1), "rmix", 5, 7)
+	// user 9's hidden ranges of rmix (hi exclusive): one wholly past the
+	// floor the drop raises to 5, one reaching past it
+	if _, err := sq.Insert("im_dellog").Columns("topic", "deletedfor", "low", "hi").Values("rmix", 9, 1, 5).Values("rmix", 9, 2, 7).
+		RunWith(e.DB).ExecContext(ctx); err != nil {
+		t.Fatal(err)
+	}
 	e.Activate(now)
 	mg := e.App.NewShardManager()
 	for _, m := range []routing.Month{m3, m2} {
@@ -197,6 +203,10 @@ func TestRetentionDropsAndTrims(t *testing.T) {
 		{"im_group_message_topic_shards", sq.Eq{"topic": "rkeep"}, 1},
 		{"im_topic_mentions", sq.Eq{"topic": "ra"}, 0},
 		{"im_topic_mentions", sq.Eq{"topic": "rkeep"}, 3},
+		{"im_topic_mentions", sq.Eq{"topic": "rmix"}, 3},
+		{"im_topic_mentions", sq.And{sq.Eq{"topic": "rmix"}, sq.Lt{"seq": 5}}, 0},
+		{"im_dellog", sq.Eq{"topic": "rmix"}, 1},
+		{"im_dellog", sq.Eq{"topic": "rmix", "low": 5, "hi": 7}, 1},
 		{"im_message_revisions", sq.Eq{"topic": "ra"}, 0},
 		{"im_message_revisions", sq.Eq{"topic": "rkeep"}, 1},
 		{"im_topic_floors", sq.Eq{"topic": "ra", "floor_seq": 11}, 1},

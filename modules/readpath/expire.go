@@ -23,20 +23,35 @@ func DropRevisionsUpTo(ctx context.Context, tx *sql.Tx, topic string, last int64
 		Limit(limit).RunWith(tx).ExecContext(ctx))
 }
 
-// DropHiddenUpTo deletes up to limit hidden ranges of topic that end at or
-// below last+1 (nothing they hide stays), reporting how many went.
-func DropHiddenUpTo(ctx context.Context, tx *sql.Tx, topic string, last int64, limit uint64) (int64, error) {
-	return routing.RowsOf(sq.Delete(dellogTable).Where(sq.Eq{"topic": topic}).Where(sq.LtOrEq{"hi": last + 1}).
-		Limit(limit).RunWith(tx).ExecContext(ctx))
+// DropHiddenBelow deletes up to limit hidden ranges of the floors'
+// topics that end at or below their topic's floor (nothing they hide
+// stays), many topics in one statement, reporting how many went.
+func DropHiddenBelow(ctx context.Context, tx *sql.Tx, floors []routing.Floor, limit uint64) (int64, error) {
+	if len(floors) == 0 {
+		return 0, nil
+	}
+	gone := make(sq.Or, len(floors))
+	for i, f := range floors {
+		gone[i] = sq.And{sq.Eq{"topic": f.Topic}, sq.LtOrEq{"hi": f.Seq}}
+	}
+	return routing.RowsOf(sq.Delete(dellogTable).Where(gone).Limit(limit).RunWith(tx).ExecContext(ctx))
 }
 
-// CutHiddenAt starts every hidden range of topic that reaches below the
-// floor (last+1) at the floor: ranges stay disjoint, and none names an
-// expired seq.
-func CutHiddenAt(ctx context.Context, tx *sql.Tx, topic string, last int64) error {
-	if _, err := sq.Update(dellogTable).Set("low", last+1).Where(sq.Eq{"topic": topic}).
-		Where(sq.LtOrEq{"low": last}).RunWith(tx).ExecContext(ctx); err != nil {
-		return fmt.Errorf("readpath: hidden ranges of %s: %w", topic, err)
+// CutHiddenAt starts every hidden range of the floors' topics that
+// reaches below its topic's floor at the floor, in one statement: ranges
+// stay disjoint, and none names an expired seq.
+func CutHiddenAt(ctx context.Context, tx *sql.Tx, floors []routing.Floor) error {
+	if len(floors) == 0 {
+		return nil
+	}
+	low := sq.Case("topic")
+	below := make(sq.Or, len(floors))
+	for i, f := range floors {
+		low = low.When(sq.Expr("?", f.Topic), sq.Expr("?", f.Seq))
+		below[i] = sq.And{sq.Eq{"topic": f.Topic}, sq.Lt{"low": f.Seq}}
+	}
+	if _, err := sq.Update(dellogTable).Set("low", low).Where(below).RunWith(tx).ExecContext(ctx); err != nil {
+		return fmt.Errorf("readpath: hidden ranges below the floors of %d topics: %w", len(floors), err)
 	}
 	return nil
 }

@@ -409,10 +409,11 @@ func (p *jobRun) purge(ctx context.Context) error {
 	if err := side(ctx, "revisions", func(tx *sql.Tx) (int64, error) { return readpath.DropRevisionsUpTo(ctx, tx, topic, last, batch) }); err != nil {
 		return err
 	}
-	if err := side(ctx, "hidden_ranges", func(tx *sql.Tx) (int64, error) { return readpath.DropHiddenUpTo(ctx, tx, topic, last, batch) }); err != nil {
+	floor := []routing.Floor{{Topic: topic, Seq: last + 1}}
+	if err := side(ctx, "hidden_ranges", func(tx *sql.Tx) (int64, error) { return readpath.DropHiddenBelow(ctx, tx, floor, batch) }); err != nil {
 		return err
 	}
-	if err := side(ctx, "mentions", func(tx *sql.Tx) (int64, error) { return routing.DropMentionsUpTo(ctx, tx, topic, last, batch) }); err != nil {
+	if err := side(ctx, "mentions", func(tx *sql.Tx) (int64, error) { return routing.DropMentionsBelow(ctx, tx, floor, batch) }); err != nil {
 		return err
 	}
 	if err := side(ctx, "read_cursors", func(tx *sql.Tx) (int64, error) { return acl.DropTopicCursors(ctx, tx, topic, batch) }); err != nil {

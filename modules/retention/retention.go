@@ -318,10 +318,8 @@ func (r *Retention) dropMonth(ctx context.Context, tenant string, db *sql.DB, ke
 		return err
 	}
 	r.p.Catalog.Invalidate(tenant)
-	for _, row := range rows {
-		if err := clearSide(ctx, db, row.Topic, row.MaxSeq); err != nil {
-			return err
-		}
+	if err := clearSide(ctx, db, floors); err != nil {
+		return err
 	}
 	if err := deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) {
 		return readpath.DropMonthRevisions(ctx, tx, m.String(), batch)
@@ -370,7 +368,7 @@ func (r *Retention) trimTopic(ctx context.Context, db *sql.DB, keys routing.Keys
 	if err != nil {
 		return removed, fmt.Errorf("retention: trim %s in %s: %w", tr.Topic, t.Name(), err)
 	}
-	if err := clearSide(ctx, db, tr.Topic, tr.MaxSeq); err != nil {
+	if err := clearSide(ctx, db, []routing.Floor{{Topic: tr.Topic, Seq: tr.MaxSeq + 1}}); err != nil {
 		return removed, err
 	}
 	if err := deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) {
@@ -389,19 +387,27 @@ func (r *Retention) trimTopic(ctx context.Context, db *sql.DB, keys routing.Keys
 	return removed, nil
 }
 
-// clearSide removes what refers to the topic's seqs up to last beside the
-// message rows: mention rows, and hidden ranges (a range reaching past
-// last is cut at the floor).
-func clearSide(ctx context.Context, db *sql.DB, topic string, last int64) error {
-	if err := deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) { return routing.DropMentionsUpTo(ctx, tx, topic, last, batch) }); err != nil {
-		return err
+// sideTopics bounds the topics of one statement clearing side rows: a
+// month of thousands of topics is cleared in a few statements, not three
+// transactions a topic.
+const sideTopics = 100
+
+// clearSide removes what refers to the floors' topics' seqs below their
+// floors beside the message rows: mention rows, and hidden ranges (a range
+// reaching past a floor is cut at it), sideTopics topics at a time.
+func clearSide(ctx context.Context, db *sql.DB, floors []routing.Floor) error {
+	for part := range slices.Chunk(floors, sideTopics) {
+		if err := deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) { return routing.DropMentionsBelow(ctx, tx, part, batch) }); err != nil {
+			return err
+		}
+		if err := deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) { return readpath.DropHiddenBelow(ctx, tx, part, batch) }); err != nil {
+			return fmt.Errorf("retention: hidden ranges: %w", err)
+		}
+		if err := routing.Fenced(ctx, db, func(tx *sql.Tx) error { return readpath.CutHiddenAt(ctx, tx, part) }); err != nil {
+			return err
+		}
 	}
-	if err := deleteAll(ctx, db, func(tx *sql.Tx) (int64, error) {
-		return readpath.DropHiddenUpTo(ctx, tx, topic, last, batch)
-	}); err != nil {
-		return fmt.Errorf("retention: hidden ranges of %s: %w", topic, err)
-	}
-	return routing.Fenced(ctx, db, func(tx *sql.Tx) error { return readpath.CutHiddenAt(ctx, tx, topic, last) })
+	return nil
 }
 
 // forget takes topic's seqs up to last out of its hot cache and moves its

@@ -126,13 +126,20 @@ func CopyLegacyMentions(ctx context.Context, tx *sql.Tx, where sq.Sqlizer) error
 	return nil
 }
 
-// DropMentionsUpTo removes the topic's entries for seqs at or below last
-// (past retention), at most limit per statement; it reports how many went.
-func DropMentionsUpTo(ctx context.Context, tx *sql.Tx, topic string, last int64, limit uint64) (int64, error) {
-	res, err := sq.Delete(mentionsTable).Where(sq.Eq{"topic": topic}).Where(sq.LtOrEq{"seq": last}).
-		Limit(limit).RunWith(tx).ExecContext(ctx)
+// DropMentionsBelow removes the entries of each floor's topic for seqs
+// below its floor (past retention), at most limit per statement, many
+// topics in one; it reports how many went.
+func DropMentionsBelow(ctx context.Context, tx *sql.Tx, floors []Floor, limit uint64) (int64, error) {
+	if len(floors) == 0 {
+		return 0, nil
+	}
+	below := make(sq.Or, len(floors))
+	for i, f := range floors {
+		below[i] = sq.And{sq.Eq{"topic": f.Topic}, sq.Lt{"seq": f.Seq}}
+	}
+	res, err := sq.Delete(mentionsTable).Where(below).Limit(limit).RunWith(tx).ExecContext(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("mentions: drop %s up to %d: %w", topic, last, err)
+		return 0, fmt.Errorf("mentions: drop below the floors of %d topics: %w", len(floors), err)
 	}
 	n, _ := res.RowsAffected()
 	return n, nil
