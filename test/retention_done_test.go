@@ -136,6 +136,21 @@ func TestRetentionLeavesNothingExpiredPurgedOrErased(t *testing.T) {
 				t.Fatalf("%s/%d by id: %d %s", topic, seq, code, body)
 			}
 		}
+		// a context around the oldest listed seq reaches no lower than the floor
+		if len(listed) > 0 {
+			var c struct {
+				Messages []message.Message `json:"messages"`
+			}
+			path := "/v1/topics/" + topic + "/messages/" + strconv.FormatInt(listed[0], 10) + "/context?before=5&after=2"
+			if code := rpGet(t, e.Env, reader, "", path, &c); code != 200 || len(c.Messages) == 0 {
+				t.Fatalf("%s: context: %d %+v", topic, code, c)
+			}
+			for _, m := range c.Messages {
+				if !slices.Contains(stored, m.Seq) || !slices.Contains(listed, m.Seq) && m.Status != message.StatusDeleted {
+					t.Fatalf("%s: context holds %+v", topic, m)
+				}
+			}
+		}
 		// search in the archived month: only messages still normal are hits
 		var s rpPage
 		window := url.Values{"q": {"old"}, "from": {m2.Start().Format(time.RFC3339)}, "to": {m2.Start().Add(48 * time.Hour).Format(time.RFC3339)}, "limit": {"50"}}
@@ -163,13 +178,22 @@ func TestRetentionLeavesNothingExpiredPurgedOrErased(t *testing.T) {
 			}
 		}
 	}
+	// badges count what pages list; the list and a sync show no last
+	// message of the purged group
 	_, badges := rsUnread(t, e, reader)
-	if badges["dpp"].Unread != 0 {
-		t.Fatalf("the purged group's badge: %+v", badges["dpp"])
+	if badges["dpp"].Unread != 0 || badges["dk"].Unread != 4 || badges["dhhh"].Unread != 12 {
+		t.Fatalf("badges: dpp %+v, dk %+v, dhhh %+v; want 0, 4, 12", badges["dpp"], badges["dk"], badges["dhhh"])
 	}
+	last := map[string]*message.Message{}
 	for _, tp := range rsTopics(t, e, reader, 50) {
+		last[tp.Topic] = tp.LastMessage
+	}
+	for _, tp := range rsSync(t, e, reader, "", 50).Topics {
 		if tp.Topic == "dpp" && tp.LastMessage != nil {
-			t.Fatalf("the purged group in the list: %+v", tp)
+			t.Fatalf("the purged group in a sync: %+v", tp)
 		}
+	}
+	if last["dpp"] != nil || last["dk"] == nil || last["dk"].Seq != 12 || last["dhhh"] == nil || last["dhhh"].Seq != 12 {
+		t.Fatalf("the topic list's last messages: %+v", last)
 	}
 }

@@ -194,7 +194,9 @@ func (c *unreadCount) take(user, seq, from int64, countable bool) bool {
 // walks the sources holding seqs above the cursor newest first — the month
 // tables and, while the tenant migrates, the legacy table, bounded as a
 // page bounds them (sources) — and stops at UnreadCap+1: a badge costs at
-// most that many index entries.
+// most that many index entries. An archived month is read through the read
+// path (its archive with its overlay, coldWalk), never from a table it may
+// have kept: that table does not see the month's changes since.
 func (s *Service) countUnread(ctx context.Context, db *sql.DB, tenant string, user int64, u userTopic) (unreadCount, error) {
 	out := unreadCount{readSeq: u.readSeq}
 	leg, err := s.p.Migrations.Legacy(ctx, tenant, u.topic)
@@ -209,8 +211,29 @@ func (s *Service) countUnread(ctx context.Context, db *sql.DB, tenant string, us
 		return out, err
 	}
 	srcs := readpath.Sources(readpath.ListQuery{Topic: u.topic, User: user, Order: readpath.Desc, Bound: math.MaxInt64}, tables, leg)
-	for _, src := range srcs {
-		own, err := s.st.ownNewest(ctx, db, src, user, u.readSeq)
+	// an archived month is read from its archive and overlay (coldWalk)
+	cold := make([]bool, len(srcs))
+	for i, src := range srcs {
+		if !src.Month.IsZero() {
+			if cold[i], err = s.r.Archived(ctx, tenant, src.Month); err != nil {
+				return out, err
+			}
+		}
+	}
+	for i, src := range srcs {
+		var own int64
+		if cold[i] {
+			// the SQL's view: every status, hidden ones included
+			err = s.coldWalk(ctx, db, tenant, src, u.readSeq, func(q *readpath.ListQuery) { q.KeepDeleted, q.HidNothing = true, true },
+				func(m message.Message) bool {
+					if int64(m.FromUser) == user {
+						own = m.Seq
+					}
+					return own > 0
+				})
+		} else {
+			own, err = s.st.ownNewest(ctx, db, src, user, u.readSeq)
+		}
 		if err != nil {
 			return out, err
 		}
@@ -219,7 +242,16 @@ func (s *Service) countUnread(ctx context.Context, db *sql.DB, tenant string, us
 			break
 		}
 	}
-	for _, src := range srcs {
+	for i, src := range srcs {
+		if cold[i] {
+			err := s.coldWalk(ctx, db, tenant, src, out.readSeq, func(*readpath.ListQuery) {}, func(m message.Message) bool {
+				return out.take(user, m.Seq, int64(m.FromUser), m.Status == message.StatusNormal)
+			})
+			if err != nil || out.capped {
+				return out, err
+			}
+			continue
+		}
 		bound := src.Q.Bound
 		for {
 			n, last, err := s.st.unreadRows(ctx, db, src, user, out.readSeq, bound, &out)
@@ -233,6 +265,32 @@ func (s *Service) countUnread(ctx context.Context, db *sql.DB, tenant string, us
 		}
 	}
 	return out, nil
+}
+
+// coldWalk hands fn the messages of src — an archived month's source —
+// above after, newest first, read from the archive with its overlay
+// unreadWalkRow at a time (set tunes each read's query: tombstones, the
+// caller's deletion ranges), until fn says it has its answer.
+func (s *Service) coldWalk(ctx context.Context, db *sql.DB, tenant string, src readpath.Source, after int64,
+	set func(*readpath.ListQuery), fn func(message.Message) bool) error {
+	q := src.Q
+	q.Floor, q.Limit = max(q.Floor, after), unreadWalkRow
+	set(&q)
+	for {
+		ms, err := s.r.ReadSource(ctx, db, tenant, readpath.Source{Table: src.Table, Month: src.Month, Q: q})
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			if fn(m) {
+				return nil
+			}
+		}
+		if len(ms) < unreadWalkRow {
+			return nil
+		}
+		q.Bound = ms[len(ms)-1].Seq
+	}
 }
 
 // tablesAbove is the month tables that hold seqs above seq, newest first
@@ -482,6 +540,15 @@ func (s *Service) countMany(ctx context.Context, db *sql.DB, tenant string, user
 	}
 	var chunks []chunk
 	for m, idx := range byMonth {
+		archived, err := s.r.Archived(ctx, tenant, m)
+		if err != nil {
+			return nil, err
+		}
+		if archived {
+			// read from its archive: walked one by one
+			alone = append(alone, idx...)
+			continue
+		}
 		tables, err := s.p.Router.Tables(ctx, tenant, []routing.Month{m})
 		if err != nil {
 			return nil, err

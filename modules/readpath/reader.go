@@ -205,7 +205,7 @@ func (s *Reader) WalkSources(ctx context.Context, db *sql.DB, tenant string, q L
 		if src.full {
 			src.Q.Limit = want
 		}
-		rows, err := s.read(ctx, db, tenant, src)
+		rows, err := s.ReadSource(ctx, db, tenant, src)
 		if err != nil {
 			return nil, touched, err
 		}
@@ -215,8 +215,9 @@ func (s *Reader) WalkSources(ctx context.Context, db *sql.DB, tenant string, q L
 	return page, touched, nil
 }
 
-// read is one source's rows, from its table or its month's archive.
-func (s *Reader) read(ctx context.Context, db *sql.DB, tenant string, src Source) ([]message.Message, error) {
+// ReadSource is one source's rows, from its table or its month's archive
+// (with its overlay).
+func (s *Reader) ReadSource(ctx context.Context, db *sql.DB, tenant string, src Source) ([]message.Message, error) {
 	if !src.Month.IsZero() {
 		cold, err := s.Archived(ctx, tenant, src.Month)
 		if err != nil {
