@@ -20,8 +20,10 @@ import (
 // The whole lifecycle at once: three months of three groups — the oldest
 // past retention, the middle one archived, the newest kept — then a
 // retention run, a purge of a dissolved group, an erase of one user and a
-// legal hold on one group; every read API then shows nothing expired,
-// purged or erased, and everything held.
+// legal hold on one group; every read API — pages both ways, exact reads,
+// reads by id, contexts, search, revisions, badges, the topic list, a
+// sync and a stream's catch-up — then shows nothing expired, purged or
+// erased, and everything held.
 func TestRetentionLeavesNothingExpiredPurgedOrErased(t *testing.T) {
 	ctx := context.Background()
 	e := startSend(t, harness.Options{Roles: []string{"all"}, Mutate: func(c *config.Config) {
@@ -195,5 +197,33 @@ func TestRetentionLeavesNothingExpiredPurgedOrErased(t *testing.T) {
 	}
 	if last["dpp"] != nil || last["dk"] == nil || last["dk"].Seq != 12 || last["dhhh"] == nil || last["dhhh"].Seq != 12 {
 		t.Fatalf("the topic list's last messages: %+v", last)
+	}
+	// a stream caught up from the start: nothing below the floor, the
+	// erased messages as tombstones, their changes without content
+	c := stMustDial(t, e.Env, "/v1/topics/dk/stream?since=0&changes_since=0", tok)
+	var frames []string
+	for {
+		f, err := c.next()
+		if err != nil {
+			t.Fatalf("catch-up after %v: %v", frames, err)
+		}
+		if f.Type == "live" {
+			break
+		}
+		frames = append(frames, f.Type)
+		switch f.Type {
+		case "message":
+			m := f.Message
+			if m.Seq < 5 || int64(m.FromUser) == erased && (m.Status == message.StatusNormal || chText(m) != "") {
+				t.Fatalf("catch-up message %+v", m)
+			}
+		case "change":
+			if f.Change.Seq < 5 || f.Change.Action != message.ActionDelete || by(f.Change.Seq) != erased {
+				t.Fatalf("catch-up change %+v", f.Change)
+			}
+		}
+	}
+	if !slices.Contains(frames, "message") || !slices.Contains(frames, "change") {
+		t.Fatalf("catch-up frames %v", frames)
 	}
 }
