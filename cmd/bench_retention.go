@@ -55,11 +55,11 @@ func newBenchRetentionCmd(g *globals) *cobra.Command {
 		Short: "Drop an expired month under a send load beside the load without it; a user erase beside a raw UPDATE",
 		Long: "Starts the send role in this process for a bench tenant of its own with retention_months=3, then:\n" +
 			"(a) fills the month before the three it keeps with --rows messages over --topics topics (INSERT …\n" +
-			"SELECT doublings, the route mirror and Redis routes), seals it, and sends --rate messages a second (open\n" +
-			"loop) for --duration without a drop, across the retention run (started a quarter into the run), and\n" +
-			"without one again; prints the run's duration (bar <= 5 s at >= 1M rows) and the send p99 across it over\n" +
-			"the mean p99 of the two runs without it (bar <= 1.1), and the second of those over the first (no bar: how\n" +
-			"much two runs without a drop differ on this machine);\n" +
+			"SELECT doublings, a mention row for every tenth message, the route mirror and Redis routes), seals it,\n" +
+			"and sends --rate messages a second (open loop) for --duration without a drop, across the retention run\n" +
+			"(started a quarter into the run), and without one again; prints the run's duration (bar <= 5 s at >= 1M\n" +
+			"rows) and the send p99 across it over the mean p99 of the two runs without it (bar <= 1.1), and the second\n" +
+			"of those over the first (no bar: how much two runs without a drop differ on this machine);\n" +
 			"(b) writes --erase-messages messages of one user over the three months kept (a quarter of the rows of\n" +
 			"40 topics a month), times a raw UPDATE of them to tombstones, puts them back, and times the erase job of\n" +
 			"the user (the job of POST /v1/admin/users/{uid}/erase); prints the job's rate over the raw rate (bar >= 0.5).\n" +
@@ -148,8 +148,8 @@ func runBenchRetention(ctx context.Context, cfg *config.Config, o *benchRetentio
 }
 
 func printBenchRetention(w io.Writer, o *benchRetentionOptions, rep bench.RetentionReport) {
-	fmt.Fprintf(w, "retention bench: rows=%d topics=%d rate=%.0f/s duration=%s/run erase-messages=%d GOMAXPROCS=%d\n",
-		rep.Rows, o.topics, o.rate, o.duration, rep.UserMessages, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(w, "retention bench: rows=%d topics=%d mention-rows=%d rate=%.0f/s duration=%s/run erase-messages=%d GOMAXPROCS=%d\n",
+		rep.Rows, o.topics, rep.Mentions, o.rate, o.duration, rep.UserMessages, runtime.GOMAXPROCS(0))
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond)) }
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "send load\tsends\terrors\tachieved/s\tp50\tp99\tp99.9")

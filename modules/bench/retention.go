@@ -67,8 +67,9 @@ type Erased struct {
 
 // RetentionReport is both parts' figures.
 type RetentionReport struct {
-	Rows    int64 // rows of the expired month
-	Dropped Dropped
+	Rows     int64 // rows of the expired month
+	Mentions int64 // its mention rows
+	Dropped  Dropped
 	// the load without a drop, across it, and without one again (how much
 	// two runs without a drop differ on this machine)
 	Steady, During, After RoundResult
@@ -113,11 +114,16 @@ func Retention(ctx context.Context, p RetentionParams) (RetentionReport, error) 
 	if err := p.fill(ctx, p.Expired, p.Topics, 0, perTopic); err != nil {
 		return rep, err
 	}
+	var err error
+	if rep.Mentions, err = p.mention(ctx, perTopic); err != nil {
+		return rep, err
+	}
 	if err := p.Seal(ctx); err != nil {
 		return rep, fmt.Errorf("bench: seal %s: %w", p.Expired.Name(), err)
 	}
 	rep.Rows = int64(p.Topics) * perTopic
-	p.logf("bench: %s filled with %d rows over %d topics and sealed (%s)", p.Expired.Name(), rep.Rows, p.Topics, time.Since(start).Round(time.Second))
+	p.logf("bench: %s filled with %d rows over %d topics (%d mention rows) and sealed (%s)", p.Expired.Name(), rep.Rows, p.Topics,
+		rep.Mentions, time.Since(start).Round(time.Second))
 	// each month holds a third of the user's messages, one of eraseEvery
 	// rows of its topics (the first of the expired month's, their seqs
 	// going on after it)
@@ -167,6 +173,37 @@ func (p *RetentionParams) fill(ctx context.Context, t routing.Table, topics int,
 		settle[i] = routing.Settlement{Topic: benchTopic(i), Ranges: []routing.MonthRange{{Month: t.Month(), MinSeq: base + 1, MaxSeq: base + n, Count: n}}}
 	}
 	return p.Routes.Settle(ctx, p.Load.Tenant, settle)
+}
+
+// mentionEvery: one message in mentionEvery of the expired month mentions
+// a user, so that its drop deletes mention rows as a real month's does.
+const mentionEvery = 10
+
+// mention writes the expired month's mention rows, a few thousand per
+// statement, and reports how many.
+func (p *RetentionParams) mention(ctx context.Context, perTopic int64) (int64, error) {
+	var ms []routing.Mention
+	var n int64
+	flush := func() error {
+		err := routing.Fenced(ctx, p.DB, func(tx *sql.Tx) error { return routing.AddMentions(ctx, tx, ms) })
+		n += int64(len(ms))
+		ms = ms[:0]
+		return err
+	}
+	for i := range p.Topics {
+		for seq := int64(mentionEvery); seq <= perTopic; seq += mentionEvery {
+			ms = append(ms, routing.Mention{Topic: benchTopic(i), User: benchMembers + 1, Seq: seq})
+			if len(ms) == 5000 {
+				if err := flush(); err != nil {
+					return n, fmt.Errorf("bench: mentions: %w", err)
+				}
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return n, fmt.Errorf("bench: mentions: %w", err)
+	}
+	return n, nil
 }
 
 // dropUnderLoad runs the load without a drop, across the retention run
