@@ -63,9 +63,9 @@ func newBenchRetentionCmd(g *globals) *cobra.Command {
 			"(b) writes --erase-messages messages of one user over the three months kept (a quarter of the rows of\n" +
 			"40 topics a month), times a raw UPDATE of them to tombstones, puts them back, and times the erase job of\n" +
 			"the user (the job of POST /v1/admin/users/{uid}/erase); prints the job's rate over the raw rate (bar >= 0.5).\n" +
-			"No month is archived: the erase job leaves an archived month to the archive (its report lists it under\n" +
-			"pending_archive), so the three months are tables. The tenant database and its Redis keys are dropped\n" +
-			"afterwards.",
+			"No month is archived: the erase job reaches an archived month too (a scan of its archive, tombstones in\n" +
+			"its overlay), but a bench month was never active, so the archive cannot prove it complete; the three\n" +
+			"months are tables. The tenant database and its Redis keys are dropped afterwards.",
 		Example: "  imshard bench retention\n  imshard bench retention --rows=100000 --erase-messages=3000 --duration=5s",
 		Args:    cobra.NoArgs,
 	}
@@ -190,5 +190,5 @@ func printBenchRetention(w io.Writer, o *benchRetentionOptions, rep bench.Retent
 	if len(rep.Erased.PendingArchive) > 0 {
 		pending = strings.Join(rep.Erased.PendingArchive, ", ")
 	}
-	fmt.Fprintf(w, "archived month: none — the erase job leaves archived months to the archive (its report's pending_archive: %s), so the three months are tables\n", pending)
+	fmt.Fprintf(w, "archived month: none (pending_archive: %s) — a bench month was never active, so the archive cannot prove it complete; the three months are tables\n", pending)
 }
