@@ -38,7 +38,7 @@ var overlayColumns = []string{"topic", "seqid", "shard_month", "message_id", "st
 // SeedOverlay writes rows — archived messages as their archive holds them
 // — where the overlay has none for them yet (a row changed before keeps
 // its change).
-func SeedOverlay(ctx context.Context, tx sq.BaseRunner, rows []OverlayRow) error {
+func SeedOverlay(ctx context.Context, tx *sql.Tx, rows []OverlayRow) error {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -128,7 +128,7 @@ func MergeOverlay(ctx context.Context, tx *sql.Tx, t Table) (int64, error) {
 // ClearOverlay deletes month m's overlay rows (an archive's mark, under
 // the catalog row's exclusive lock: what a restore merged is in the table
 // the new archive was exported from).
-func ClearOverlay(ctx context.Context, tx sq.BaseRunner, m Month) error {
+func ClearOverlay(ctx context.Context, tx *sql.Tx, m Month) error {
 	if _, err := sq.Delete(overlayTable).Where(sq.Eq{"shard_month": m.String()}).RunWith(tx).ExecContext(ctx); err != nil {
 		return fmt.Errorf("overlay: clear %s: %w", m, err)
 	}
