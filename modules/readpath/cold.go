@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
@@ -91,18 +92,34 @@ func (s *Reader) coldList(ctx context.Context, db *sql.DB, tenant string, m rout
 	if r.Lo > r.Hi {
 		return nil, nil
 	}
-	hidden, err := s.coldHidden(ctx, db, q.Topic, q.User, r.Lo, q.HidNothing)
-	if err != nil {
-		return nil, err
+	// the caller's deletion ranges and the month's overlay are read from
+	// MySQL while the archive's rows are fetched; Patch and Keep wait for
+	// them, and the read fails with their error
+	type mysqlSide struct {
+		hidden Hidden
+		patch  func(*Row)
+		err    error
 	}
-	if r.Patch, err = s.overlay(ctx, db, m, q.Topic, r.Lo, r.Hi); err != nil {
-		return nil, err
+	ch := make(chan mysqlSide, 1)
+	go func() {
+		var sd mysqlSide
+		if sd.hidden, sd.err = s.coldHidden(ctx, db, q.Topic, q.User, r.Lo, q.HidNothing); sd.err == nil {
+			sd.patch, sd.err = s.overlay(ctx, db, m, q.Topic, r.Lo, r.Hi)
+		}
+		ch <- sd
+	}()
+	side := sync.OnceValue(func() mysqlSide { return <-ch })
+	r.Patch = func(row *Row) {
+		if p := side().patch; p != nil {
+			p(row)
+		}
 	}
 	r.Keep = func(row *Row) bool {
-		return (q.KeepDeleted || row.Status != message.StatusDeleted) && !hidden.Hides(row.Seq) && (match == nil || match(row))
+		sd := side()
+		return sd.err == nil && (q.KeepDeleted || row.Status != message.StatusDeleted) && !sd.hidden.Hides(row.Seq) && (match == nil || match(row))
 	}
 	rows, err := s.p.Cold.Rows(ctx, tenant, m, r)
-	if err != nil {
+	if err := errors.Join(err, side().err); err != nil {
 		return nil, err
 	}
 	s.m.coldReads.Inc()
