@@ -101,7 +101,8 @@ func (s *Service) Search(ctx context.Context, p httpapi.Principal, topic string,
 		return readpath.BeforePage{}, err
 	}
 	// history begins at the retention floor: an archived month keeps the
-	// rows below it (a purge or a trim hides them by the floor alone)
+	// rows below it (a purge or a trim hides them by the floor alone);
+	// every source's query stops at it (ListQuery.Floor)
 	floor, err := s.r.RetentionFloor(ctx, db, keys, topic)
 	if err != nil {
 		return readpath.BeforePage{}, err
@@ -112,7 +113,6 @@ func (s *Service) Search(ctx context.Context, p httpapi.Principal, topic string,
 	if err != nil {
 		return readpath.BeforePage{}, err
 	}
-	page = readpath.AboveFloor(page, floor)
 	s.r.Observe(touched, false, time.Since(start).Seconds())
 	page, more := readpath.Truncate(page, r.Limit)
 	return readpath.BeforePage{Messages: readpath.NonNil(page), NextBefore: readpath.NextBefore(page), HasMore: more}, nil
