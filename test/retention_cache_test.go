@@ -201,20 +201,7 @@ func TestRetentionPurgeSurvivesKill9(t *testing.T) {
 	}
 
 	id := retStartJob(t, e, "DELETE", "/v1/topics/kp?purge=true")
-	cfg := tenantConfig(t, e.Tenant, "shard: {lock_ttl: 1s}\n")
-	shardmgr := func(env ...string) *faultsProc {
-		env = append(env, fmt.Sprintf("IMSHARD_METRICS_ADDR=127.0.0.1:%d", testenv.FreePort(t)))
-		return faultsStart(t, env, "serve", "--roles=shardmgr", "--config", cfg)
-	}
-	p := shardmgr(testhook.CrashAfterJobBatchEnv + "=2")
-	if err := p.wait(t, 8*time.Second); err == nil {
-		t.Fatalf("the shard manager was not killed\n%s", p.out.String())
-	}
-	var state string
-	var removed int64
-	if err := e.DB.QueryRowContext(ctx, "SELECT state, rows_removed FROM im_jobs WHERE job_id = ?", id).Scan(&state, &removed); err != nil {
-		t.Fatal(err)
-	}
+	state, removed, shardmgr := retKillJob(t, e, id, 2)
 	if state != "running" || removed != 6 || kpRows() != 3 {
 		t.Fatalf("killed mid-purge: state %s, %d rows recorded, %d left", state, removed, kpRows())
 	}
@@ -338,6 +325,27 @@ func TestFloorCopyInRedis(t *testing.T) {
 	}
 }
 
+// retKillJob runs job id in a shard manager process that the failpoint
+// kills right after the job's batch-th batch committed, and returns the
+// job's state and rows_removed as the kill left them, and a starter of
+// shard manager processes (one takes the job over once its lease expired).
+func retKillJob(t *testing.T, e *sendEnv, id string, batch int) (state string, removed int64, shardmgr func(env ...string) *faultsProc) {
+	t.Helper()
+	cfg := tenantConfig(t, e.Tenant, "shard: {lock_ttl: 1s}\n")
+	shardmgr = func(env ...string) *faultsProc {
+		env = append(env, fmt.Sprintf("IMSHARD_METRICS_ADDR=127.0.0.1:%d", testenv.FreePort(t)))
+		return faultsStart(t, env, "serve", "--roles=shardmgr", "--config", cfg)
+	}
+	p := shardmgr(fmt.Sprintf("%s=%d", testhook.CrashAfterJobBatchEnv, batch))
+	if err := p.wait(t, 8*time.Second); err == nil {
+		t.Fatalf("the shard manager was not killed\n%s", p.out.String())
+	}
+	if err := e.DB.QueryRowContext(context.Background(), "SELECT state, rows_removed FROM im_jobs WHERE job_id = ?", id).Scan(&state, &removed); err != nil {
+		t.Fatal(err)
+	}
+	return state, removed, shardmgr
+}
+
 // TestRetentionEraseSurvivesKill9: a shard manager process running a user
 // erase is killed with SIGKILL right after the erase's first batch
 // committed (1,000 of the user's 1,500 messages of the oldest month
@@ -378,20 +386,7 @@ func TestRetentionEraseSurvivesKill9(t *testing.T) {
 	}
 
 	id := retStartJob(t, e, "POST", "/v1/admin/users/5/erase")
-	cfg := tenantConfig(t, e.Tenant, "shard: {lock_ttl: 1s}\n")
-	shardmgr := func(env ...string) *faultsProc {
-		env = append(env, fmt.Sprintf("IMSHARD_METRICS_ADDR=127.0.0.1:%d", testenv.FreePort(t)))
-		return faultsStart(t, env, "serve", "--roles=shardmgr", "--config", cfg)
-	}
-	p := shardmgr(testhook.CrashAfterJobBatchEnv + "=1")
-	if err := p.wait(t, 8*time.Second); err == nil {
-		t.Fatalf("the shard manager was not killed\n%s", p.out.String())
-	}
-	var state string
-	var removed int64
-	if err := e.DB.QueryRowContext(ctx, "SELECT state, rows_removed FROM im_jobs WHERE job_id = ?", id).Scan(&state, &removed); err != nil {
-		t.Fatal(err)
-	}
+	state, removed, shardmgr := retKillJob(t, e, id, 1)
 	if state != "running" || removed != 1000 || erased(m3) != 1000 || erased(m2) != 0 {
 		t.Fatalf("killed mid-erase: state %s, %d messages recorded, %d erased in %s, %d in %s", state, removed, erased(m3), m3, erased(m2), m2)
 	}
