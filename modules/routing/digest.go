@@ -91,6 +91,15 @@ func CanonicalRow(buf *bytes.Buffer, vals []any) error {
 // (MariaDB keeps the text as sent, MySQL 8 its own binary form); text that
 // is not JSON is kept, marked.
 func CanonicalJSON(buf *bytes.Buffer, raw []byte) error {
+	if n := buf.Len(); !canonicalFast(buf, raw) {
+		buf.Truncate(n)
+		return reencodeJSON(buf, raw)
+	}
+	return nil
+}
+
+// reencodeJSON is CanonicalJSON's decoding path.
+func reencodeJSON(buf *bytes.Buffer, raw []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
