@@ -783,4 +783,16 @@ func TestRetentionEraseManyTopics(t *testing.T) {
 			t.Errorf("%s: %d events, want 60", topic, next[topic])
 		}
 	}
+	// each revision is its event's: the message's id, month and version
+	// after the erase, change_seq = seq here, by the system, the job's reason
+	for _, m := range []routing.Month{m2, m1} {
+		var n int
+		if err := sq.Select("COUNT(*)").From("im_message_revisions AS r").
+			Join("im_group_messages_" + m.String() + " AS g ON g.topic = r.topic AND g.seqid = r.seqid AND g.message_id = r.message_id AND g.version = r.version").
+			Where(sq.Eq{"r.shard_month": m.String(), "r.actor": 0, "r.action": "delete", "r.content": nil, "r.head": nil,
+				"r.reason": "user erase (job " + j.ID + ")"}).
+			Where("r.change_seq = r.seqid").RunWith(e.DB).QueryRowContext(ctx).Scan(&n); err != nil || n != 1200 {
+			t.Errorf("revisions of %s matching their messages and events: %d (%v), want 1200", m, n, err)
+		}
+	}
 }

@@ -675,9 +675,12 @@ func (s *Service) apply(c changeReq, old message.Message) (message.Message, erro
 // and records the revisions (the content and head before the change; none
 // for an erase, whose messages' earlier revisions lose theirs too) and the
 // change events, all in tx: one statement of each kind for the whole
-// batch. The changes share their action, content and head, so one UPDATE
-// per table sets them all; each row's version moves on by one, as apply
-// computed. Answers how many earlier revisions an erase cleared.
+// batch (the change_seqs of several topics take two). The changes share
+// their action, content and head, so one UPDATE per table sets them all;
+// each row's version moves on by one, as apply computed. An erase's
+// revisions of month-table rows are copied from the rows by one INSERT …
+// SELECT (readpath.RecordErasedRevisions) rather than sent row by row.
+// Answers how many earlier revisions an erase cleared.
 func writeChanges(ctx context.Context, tx *sql.Tx, c changeReq, changed []changedMsg, legacy bool) (int64, error) {
 	next := changed[0].next
 	at := next.UpdatedAt.Time
@@ -745,37 +748,56 @@ func writeChanges(ctx context.Context, tx *sql.Tx, c changeReq, changed []change
 		}
 		cleared = n
 	}
-	revs := make([]readpath.NewRevision, len(changed))
+	// an erase's revisions of month-table rows come from the rows
+	// themselves (its batch is one month, so each topic's run there
+	// numbers from the run's first change_seq); the others, and those of
+	// overlay rows, from here
+	var revs []readpath.NewRevision
 	evs := make([]feed.Event, len(changed))
-	for i := 0; i < len(changed); {
-		// the topic's run of changes takes its change_seqs at once, in seq
-		// order (changed is sorted)
-		topic, j := changed[i].old.Topic, i
-		for j < len(changed) && changed[j].old.Topic == topic {
-			j++
+	// each topic's run of changes takes its change_seqs at once, in seq
+	// order (changed is sorted), all topics in one allocation
+	var runs []readpath.ChangeRun
+	for i, ch := range changed {
+		if i == 0 || changed[i-1].old.Topic != ch.old.Topic {
+			runs = append(runs, readpath.ChangeRun{Topic: ch.old.Topic})
 		}
-		first, err := readpath.NextChangeSeqs(ctx, tx, topic, int64(j-i))
-		if err != nil {
-			return 0, err
-		}
-		for k := i; k < j; k++ {
+		runs[len(runs)-1].N++
+	}
+	starts, err := readpath.NextChangeSeqs(ctx, tx, runs)
+	if err != nil {
+		return 0, err
+	}
+	firsts := make(map[string]int64, len(runs))
+	k := 0
+	for r, run := range runs {
+		firsts[run.Topic] = starts[r]
+		for i := range run.N {
 			ch := &changed[k]
-			ch.changeSeq = first + int64(k-i)
-			content, head := ch.old.Content, ch.old.Head
-			if c.erase {
-				content, head = nil, nil
+			ch.changeSeq = starts[r] + i
+			if !c.erase || ch.overlay {
+				rev := readpath.NewRevision{Topic: run.Topic, Month: ch.table.Month(), Seq: ch.old.Seq, MessageID: ch.old.MessageID,
+					Action: c.action, Version: ch.next.Version, Content: ch.old.Content, Head: ch.old.Head, Actor: c.actor, Reason: c.reason,
+					ChangeSeq: ch.changeSeq, At: at}
+				if c.erase {
+					rev.Content, rev.Head = nil, nil
+				}
+				revs = append(revs, rev)
 			}
-			revs[k] = readpath.NewRevision{Topic: topic, Month: ch.table.Month(), Seq: ch.old.Seq, MessageID: ch.old.MessageID,
-				Action: c.action, Version: ch.next.Version, Content: content, Head: head, Actor: c.actor, Reason: c.reason,
-				ChangeSeq: ch.changeSeq, At: at}
-			evs[k] = feed.Event{Tenant: c.tenant, Topic: topic, ChangeSeq: ch.changeSeq, Action: c.action,
+			evs[k] = feed.Event{Tenant: c.tenant, Topic: run.Topic, ChangeSeq: ch.changeSeq, Action: c.action,
 				SeqID: ch.old.Seq, MessageID: ch.old.MessageID, ShardMonth: ch.table.Month().String(), Version: ch.next.Version,
 				Actor: message.ID(c.actor), Reason: c.reason, At: ch.next.UpdatedAt, Message: &ch.next}
+			k++
 		}
-		i = j
 	}
 	if err := readpath.RecordRevisions(ctx, tx, revs); err != nil {
 		return 0, err
+	}
+	for _, t := range tables {
+		if c.erase && !t.overlay {
+			if err := readpath.RecordErasedRevisions(ctx, tx, t.table, byTable[t], firsts, c.action, c.actor, c.reason, at); err != nil {
+				return 0, err
+			}
+		}
 	}
 	if err := feed.RecordAll(ctx, tx, evs); err != nil {
 		return 0, err

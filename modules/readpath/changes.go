@@ -66,23 +66,77 @@ type NewRevision struct {
 // LAST_INSERT_ID, so the row lock orders concurrent changes of the topic
 // and a rolled back change gives its number back.
 func NextChangeSeq(ctx context.Context, tx *sql.Tx, topic string) (int64, error) {
-	return NextChangeSeqs(ctx, tx, topic, 1)
+	firsts, err := NextChangeSeqs(ctx, tx, []ChangeRun{{Topic: topic, N: 1}})
+	if err != nil {
+		return 0, err
+	}
+	return firsts[0], nil
 }
 
-// NextChangeSeqs allocates n consecutive change_seqs of topic in tx, as
-// NextChangeSeq allocates one, and returns the first: a batch of changes of
-// the topic takes its numbers in one statement and one row lock.
-func NextChangeSeqs(ctx context.Context, tx *sql.Tx, topic string, n int64) (int64, error) {
-	res, err := sq.Insert(topicChangesTable).Columns("topic", "change_seq").Values(topic, sq.Expr("LAST_INSERT_ID(?)", n)).
-		Suffix("ON DUPLICATE KEY UPDATE change_seq = LAST_INSERT_ID(change_seq + ?)", n).RunWith(tx).ExecContext(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("readpath: next change_seq: %w", err)
+// ChangeRun is a run of N changes of one topic that takes consecutive
+// change_seqs; a call names each topic once.
+type ChangeRun struct {
+	Topic string
+	N     int64
+}
+
+// NextChangeSeqs allocates each run's change_seqs in tx, as NextChangeSeq
+// allocates one, and answers the first of each, in runs order: one upsert
+// for all of them (the topics' row locks taken in runs order, sorted by
+// topic as a batch's refs are), then, for more than one topic, one read of
+// what it left (a batch of changes of forty topics takes two statements,
+// not forty).
+func NextChangeSeqs(ctx context.Context, tx *sql.Tx, runs []ChangeRun) ([]int64, error) {
+	q := sq.Insert(topicChangesTable).Columns("topic", "change_seq")
+	if len(runs) == 1 {
+		q = q.Values(runs[0].Topic, sq.Expr("LAST_INSERT_ID(?)", runs[0].N)).
+			Suffix("ON DUPLICATE KEY UPDATE change_seq = LAST_INSERT_ID(change_seq + ?)", runs[0].N)
+	} else {
+		for _, r := range runs {
+			q = q.Values(r.Topic, r.N)
+		}
+		q = q.Suffix("ON DUPLICATE KEY UPDATE change_seq = change_seq + VALUES(change_seq)")
 	}
-	last, err := res.LastInsertId()
+	res, err := q.RunWith(tx).ExecContext(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("readpath: next change_seq: %w", err)
+		return nil, fmt.Errorf("readpath: next change_seq: %w", err)
 	}
-	return last - n + 1, nil
+	last := make(map[string]int64, len(runs))
+	if len(runs) == 1 {
+		if last[runs[0].Topic], err = res.LastInsertId(); err != nil {
+			return nil, fmt.Errorf("readpath: next change_seq: %w", err)
+		}
+	} else {
+		topics := make([]string, len(runs))
+		for i, r := range runs {
+			topics[i] = r.Topic
+		}
+		rows, err := sq.Select("topic", "change_seq").From(topicChangesTable).Where(sq.Eq{"topic": topics}).RunWith(tx).QueryContext(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("readpath: next change_seqs: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var topic string
+			var cs int64
+			if err := rows.Scan(&topic, &cs); err != nil {
+				return nil, fmt.Errorf("readpath: next change_seqs: %w", err)
+			}
+			last[topic] = cs
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("readpath: next change_seqs: %w", err)
+		}
+	}
+	firsts := make([]int64, len(runs))
+	for i, r := range runs {
+		cs, ok := last[r.Topic]
+		if !ok {
+			return nil, fmt.Errorf("readpath: next change_seqs: no row of topic %q", r.Topic)
+		}
+		firsts[i] = cs - r.N + 1
+	}
+	return firsts, nil
 }
 
 // RecordRevision writes r in tx.
@@ -107,6 +161,40 @@ func RecordRevisions(ctx context.Context, tx *sql.Tx, rs []NewRevision) error {
 	}
 	if _, err := q.RunWith(tx).ExecContext(ctx); err != nil {
 		return fmt.Errorf("readpath: record revision: %w", err)
+	}
+	return nil
+}
+
+// RecordErasedRevisions writes the revisions of an erase of the messages
+// refs (sorted, each changed by the erase) of month table t in tx, as
+// RecordRevisions would write them from rs: one per message with its
+// version after the change, no content or head, action, actor and reason
+// alike, and the change_seqs of each topic's run numbered in seq order
+// from firsts[topic]. One INSERT … SELECT from the month table: the
+// rows' ids and versions never leave MySQL, and the statement carries the
+// refs instead of every column of a thousand rows.
+func RecordErasedRevisions(ctx context.Context, tx *sql.Tx, t routing.Table, refs []routing.MessageRef, firsts map[string]int64,
+	action string, actor int64, reason string, at time.Time) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	var why any
+	if reason != "" {
+		why = reason
+	}
+	first := sq.Case("m.topic")
+	for topic, seq := range firsts {
+		first = first.When(sq.Expr("?", topic), sq.Expr("?", seq))
+	}
+	sel := sq.Select().Column("m.topic").Column("?", t.Month().String()).Columns("m.seqid", "m.message_id").Column("?", action).
+		Columns("m.version", "NULL", "NULL").Column("?", actor).Column("?", why).
+		Column(sq.Expr("(?) + ROW_NUMBER() OVER (PARTITION BY m.topic ORDER BY m.seqid) - 1", first)).Column("?", at).
+		From(t.Quoted() + " AS m").Where(routing.RefsCond(refs, "m.topic", "m.seqid"))
+	q := sq.Insert(revisionsTable).
+		Columns("topic", "shard_month", "seqid", "message_id", "action", "version", "content", "head", "actor", "reason", "change_seq", "created_at").
+		Select(sel)
+	if _, err := q.RunWith(tx).ExecContext(ctx); err != nil {
+		return fmt.Errorf("readpath: record erased revisions: %w", err)
 	}
 	return nil
 }
