@@ -173,17 +173,17 @@ func runBenchMove(ctx context.Context, cfg *config.Config, o *benchMoveOptions, 
 		BaseURL: "http://" + a.APIAddr(), Moving: fixture.Load(token), Other: other,
 		SendRate: o.sendRate, ReadRate: o.readRate, Warmup: o.warmup, Baseline: o.baseline, Tail: o.tail,
 		Source: src, Tables: move.CopiedTables, RawTarget: raw, ChunkRows: o.chunkRows,
-		Move: func(ctx context.Context, mark func(string)) (int64, error) {
+		Move: func(ctx context.Context, mark func(string)) (bench.MoveSwitch, error) {
 			opts := move.Options{TLS: tlsCfg, ChunkRows: o.chunkRows, StepHook: func(step string) error { mark(step); return nil }}
 			m, err := move.Begin(ctx, o.tenant, at, to, a.PlacementStore(), opts)
 			if err != nil {
-				return 0, err
+				return bench.MoveSwitch{}, err
 			}
 			defer m.Close()
 			if err := m.Run(ctx); err != nil {
-				return 0, err
+				return bench.MoveSwitch{}, err
 			}
-			return m.State().SwitchMS, nil
+			return bench.MoveSwitch{MS: m.State().SwitchMS, FencedKeys: m.Work().Keys, Chunks: m.Work().Chunks}, nil
 		},
 		Epoch: func() (int64, error) {
 			p, err := a.Pools().Placement(o.tenant)
@@ -344,10 +344,11 @@ func printBenchMove(w io.Writer, o *benchMoveOptions, rep bench.MoveReport) {
 	fmt.Fprintf(w, "%-44s %d accepted, %d rows, %d distinct on the target (%s)\n", "moving tenant: sends stored exactly once",
 		rep.Accepted, rep.Stored, rep.Distinct, verdict(rep.Stored == rep.Accepted && rep.Distinct == rep.Accepted))
 	fmt.Fprintf(w, "%-44s %s (bar <= 2 s: %s; the move recorded a switch of %d ms)\n", "persistence paused (fence → roles follow)",
-		ms(rep.Pause), verdict(rep.Pause <= 2*time.Second), rep.SwitchMS)
+		ms(rep.Pause), verdict(rep.Pause <= 2*time.Second), rep.Switch.MS)
 	fmt.Fprintf(w, "%-44s %s (bar <= 2 s: %s; the same window: changes are refused from the fence until the roles follow)\n",
 		"changes held", ms(rep.Pause), verdict(rep.Pause <= 2*time.Second))
-	fmt.Fprintf(w, "%-44s final catch-up %s, verification %s, move %v in all\n", "the switch's parts", ms(rep.CatchUp), ms(rep.Verify), rep.Move.Round(time.Millisecond))
+	fmt.Fprintf(w, "%-44s verification before the fence %s; behind it %s (%d marked rows, %d unverified chunks copied and verified); move %v in all\n",
+		"the switch's parts", ms(rep.Verify), ms(rep.Fenced), rep.Switch.FencedKeys, rep.Switch.Chunks, rep.Move.Round(time.Millisecond))
 	ratio := 0.0
 	if rep.OtherIdle.P99 > 0 {
 		ratio = float64(rep.OtherMoving.P99) / float64(rep.OtherIdle.P99)

@@ -50,9 +50,8 @@ type MoveParams struct {
 	RawTarget *sql.DB
 	ChunkRows int
 	// Move runs the move to done, calling mark as each step and each part
-	// of the switch begins; it returns the switch's duration as the move
-	// recorded it.
-	Move func(ctx context.Context, mark func(step string)) (switchMS int64, err error)
+	// of the switch begins; it returns the switch as the move recorded it.
+	Move func(ctx context.Context, mark func(step string)) (MoveSwitch, error)
 	// Epoch is the placement epoch this process's roles follow for the
 	// Moving tenant; DB its pool there.
 	Epoch func() (int64, error)
@@ -67,10 +66,19 @@ type MoveParams struct {
 const (
 	markCopy     = "copy"
 	markCatchUp  = "catchup"
-	markFenced   = "fenced"
 	markVerify   = "verify"
 	markVerified = "verified"
+	markFenced   = "fenced"
+	markSynced   = "synced"
 )
+
+// MoveSwitch is the switch as the move recorded it: its duration, and the
+// marked rows and unverified chunks it copied and verified behind the
+// fence.
+type MoveSwitch struct {
+	MS                 int64
+	FencedKeys, Chunks int
+}
 
 // OpLog is what a steady load did: operations, failures (the first one's
 // error), and the latency percentiles of a window.
@@ -91,16 +99,16 @@ type MoveReport struct {
 	// step took Copy for them. RawRows took Raw in the raw copy.
 	Rows, RawRows int64
 	Copy, Raw     time.Duration
-	// the switch: the final catch-up (fence to verification), the
-	// verification of VerifyRows rows, the switch as the move recorded
-	// it, and the pause: from the source fence until this process's roles
-	// follow the target (persistence parks and changes are refused
-	// meanwhile)
-	CatchUp, Verify time.Duration
-	VerifyRows      int64
-	SwitchMS        int64
-	Pause           time.Duration
-	Move            time.Duration // the whole move
+	// the switch: the verification of VerifyRows rows before the fence,
+	// the work behind it (fence to synced: the marked rows and unverified
+	// chunks copied and verified), the switch as the move recorded it, and
+	// the pause: from the source fence until this process's roles follow
+	// the target (persistence parks and changes are refused meanwhile)
+	Verify, Fenced time.Duration
+	VerifyRows     int64
+	Switch         MoveSwitch
+	Pause          time.Duration
+	Move           time.Duration // the whole move
 	// the Moving tenant's accepted sends (201) and their messages on the
 	// target: rows and distinct client ids
 	Accepted, Stored, Distinct int64
@@ -289,7 +297,7 @@ func Move(ctx context.Context, p MoveParams) (MoveReport, error) {
 	}
 	p.logf("move of %s (%d rows) …", p.Moving.Tenant, rep.Rows)
 	moveFrom := time.Now()
-	if rep.SwitchMS, err = p.Move(ctx, mark); err != nil {
+	if rep.Switch, err = p.Move(ctx, mark); err != nil {
 		return rep, fmt.Errorf("bench: move: %w", err)
 	}
 	moveDone := time.Now()
@@ -307,7 +315,7 @@ func Move(ctx context.Context, p MoveParams) (MoveReport, error) {
 	}
 	rep.Move = end.Sub(moveFrom)
 	rep.Copy = marks[markCatchUp].Sub(marks[markCopy])
-	rep.CatchUp = marks[markVerify].Sub(marks[markFenced])
+	rep.Fenced = marks[markSynced].Sub(marks[markFenced])
 	rep.Verify = marks[markVerified].Sub(marks[markVerify])
 	rep.Pause = followed.Sub(marks[markFenced])
 	rep.OtherMoving = other.window(moveFrom, end)

@@ -48,8 +48,8 @@ func Cancel(ctx context.Context, tenant string, at tenantdb.Placement, store *pl
 	}
 	defer src.Close()
 	// the mover sees the step between chunks and stops; its lock says when
-	res, err := src.ExecContext(ctx, "UPDATE im_tenant_move SET step = ? WHERE id = 1 AND step IN (?, ?, ?, ?)",
-		StepCancelling, StepPlan, StepCopy, StepCatchUp, StepCancelling)
+	res, err := src.ExecContext(ctx, "UPDATE im_tenant_move SET step = ? WHERE id = 1 AND step IN (?, ?, ?, ?, ?)",
+		StepCancelling, StepPlan, StepCopy, StepCatchUp, StepVerify, StepCancelling)
 	if err != nil {
 		return false, err
 	}
@@ -77,6 +77,9 @@ func Cancel(ctx context.Context, tenant string, at tenantdb.Placement, store *pl
 		if err := dropTarget(ctx, src, st.Peer, o.TLS); err != nil {
 			return false, err
 		}
+	}
+	if err := dropMarks(ctx, src); err != nil {
+		return false, err
 	}
 	if _, err := src.ExecContext(ctx, "DELETE FROM im_tenant_move_chunks"); err != nil {
 		return false, err

@@ -14,7 +14,7 @@ import (
 
 // Steps lists every step of a move, in order (the values of
 // imshard_move_step's step label).
-var Steps = []string{StepPlan, StepCopy, StepCatchUp, StepSwitch, StepDone, StepCancelling, StepCancelled, StepFinished}
+var Steps = []string{StepPlan, StepCopy, StepCatchUp, StepVerify, StepSwitch, StepDone, StepCancelling, StepCancelled, StepFinished}
 
 // WatchInterval is how often the shard manager reads the tenants' move
 // records into the imshard_move_* series.

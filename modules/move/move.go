@@ -1,9 +1,11 @@
 // Package move moves a live tenant's database to another MySQL server:
 // plan, copy in primary key chunks checksummed in the database on both
-// sides, catch up on the chunks whose checksum changed, then switch behind
-// the fence (the source refuses writers of the old epoch), verify, and
-// write the new placement record. Its state lives in the source database
-// (im_tenant_move, im_tenant_move_chunks); every step can be re-run, so a
+// sides, catch up on the chunks whose checksum changed, verify every chunk
+// on both servers, then switch behind the fence (the source refuses
+// writers of the old epoch): copy and verify only the rows changed since
+// the verification (marked by triggers on the source), and write the new
+// placement record. Its state lives in the source database (im_tenant_move,
+// im_tenant_move_chunks, im_tenant_move_marks); every step can be re-run, so a
 // mover killed at any point is resumed by running it again. A reverse move
 // is the same move from a done move's target back onto the copy its source
 // kept: only the chunks that differ are copied.
@@ -28,11 +30,13 @@ import (
 )
 
 // Steps of a move, in order; cancelling and cancelled end it before the
-// switch, finished after `finish` dropped the source.
+// switch, finished after `finish` dropped the source. verify compares
+// every chunk on both servers before the switch, with nothing held.
 const (
 	StepPlan       = "plan"
 	StepCopy       = "copy"
 	StepCatchUp    = "catchup"
+	StepVerify     = "verify"
 	StepSwitch     = "switch"
 	StepDone       = "done"
 	StepCancelling = "cancelling"
@@ -40,11 +44,13 @@ const (
 	StepFinished   = "finished"
 )
 
-// The switch's parts StepHook is called at.
+// The parts StepHook is called at, beside the steps, in order: the
+// verification step compared every chunk, the switch's source fence is
+// up, and the copy and verification behind it are done.
 const (
-	HookFenced   = "fenced"
-	HookVerify   = "verify"
 	HookVerified = "verified"
+	HookFenced   = "fenced"
+	HookSynced   = "synced"
 )
 
 // Errors a caller tells apart.
@@ -76,9 +82,10 @@ type Options struct {
 	// switch may find changed (default DefaultMaxSwitchLag); more refuses
 	// the switch (ErrSwitchRefused).
 	MaxSwitchLag int
-	// StepHook, when set, is called as each step begins and, inside the
-	// switch, as its parts begin: HookFenced (the source fence is up),
-	// HookVerify and HookVerified (the verification's start and end).
+	// StepHook, when set, is called as each step begins and at the parts
+	// of the verification and the switch: HookVerified (every chunk
+	// compared), HookFenced (the source fence is up) and HookSynced (the
+	// copy and verification behind it are done).
 	// Tests stop a mover there; `imshard bench move` times the parts.
 	StepHook func(step string) error
 }
@@ -128,6 +135,7 @@ type Mover struct {
 	store    *placement.Store
 	o        Options
 	lock     *sql.Conn
+	work     SwitchWork
 }
 
 // OpenDB opens a database handle for the move: strict, UTC, and times kept
@@ -342,8 +350,8 @@ func ReadState(ctx context.Context, dsn string, tlsCfg *tls.Config) (State, erro
 // (the shard manager's retention and archive wait for the move).
 func Moving(ctx context.Context, db *sql.DB) (bool, error) {
 	var n int
-	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM im_tenant_move WHERE id = 1 AND step IN (?, ?, ?, ?)",
-		StepPlan, StepCopy, StepCatchUp, StepSwitch).Scan(&n)
+	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM im_tenant_move WHERE id = 1 AND step IN (?, ?, ?, ?, ?)",
+		StepPlan, StepCopy, StepCatchUp, StepVerify, StepSwitch).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("move: read step: %w", err)
 	}
@@ -412,6 +420,9 @@ func (m *Mover) hook(step string) error {
 // State is the move's state as last read or written.
 func (m *Mover) State() State { return m.st }
 
+// Work is what this mover's switch copied and verified behind the fence.
+func (m *Mover) Work() SwitchWork { return m.work }
+
 // Run drives the move from its recorded step to done; a paused move waits
 // between chunks, a cancelled one returns ErrCancelled.
 func (m *Mover) Run(ctx context.Context) error {
@@ -438,6 +449,10 @@ func (m *Mover) Run(ctx context.Context) error {
 				}
 			}
 			if err == nil {
+				err = m.setStep(ctx, StepVerify)
+			}
+		case StepVerify:
+			if err = m.verifyAll(ctx); err == nil {
 				err = m.setStep(ctx, StepSwitch)
 			}
 		case StepSwitch:
@@ -448,6 +463,9 @@ func (m *Mover) Run(ctx context.Context) error {
 		case StepDone:
 			// last of the bookkeeping, after the source's: a mover killed
 			// between the two is completed by a run that finds it done
+			if err := dropMarks(ctx, m.src); err != nil {
+				return err
+			}
 			return m.targetDone(ctx)
 		case StepCancelling, StepCancelled:
 			return ErrCancelled
@@ -507,10 +525,15 @@ func (m *Mover) plan(ctx context.Context) error {
 }
 
 // planTables records the chunks of every source table not yet planned,
-// creating its table on the target from the source's own definition.
+// creating its table on the target from the source's own definition, and
+// its mark triggers on the source first.
 func (m *Mover) planTables(ctx context.Context) ([]table, error) {
 	tables, err := listTables(ctx, m.src)
 	if err != nil {
+		return nil, err
+	}
+	// before a table's first chunk is recorded: every change after it is marked
+	if err := m.markTriggers(ctx, tables); err != nil {
 		return nil, err
 	}
 	for _, t := range tables {
@@ -573,10 +596,12 @@ type storedChunk struct {
 	copied   bool
 }
 
-func (m *Mover) chunks(ctx context.Context, onlyPending bool) ([]storedChunk, error) {
+// chunks reads the recorded chunks the condition where selects (all
+// when it is empty).
+func (m *Mover) chunks(ctx context.Context, where string) ([]storedChunk, error) {
 	q := "SELECT table_name, chunk_no, lo_key, hi_key, checksum, copied FROM im_tenant_move_chunks"
-	if onlyPending {
-		q += " WHERE copied = 0"
+	if where != "" {
+		q += " WHERE " + where
 	}
 	rows, err := m.src.QueryContext(ctx, q+" ORDER BY table_name, chunk_no")
 	if err != nil {
@@ -680,7 +705,7 @@ func (m *Mover) copyAll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pending, err := m.chunks(ctx, true)
+	pending, err := m.chunks(ctx, "copied = 0")
 	if err != nil {
 		return err
 	}
@@ -699,7 +724,7 @@ func (m *Mover) catchUp(ctx context.Context, both bool) (int, error) {
 	for _, t := range tables {
 		byName[t.name] = t
 	}
-	all, err := m.chunks(ctx, false)
+	all, err := m.chunks(ctx, "")
 	if err != nil {
 		return 0, err
 	}
@@ -734,10 +759,10 @@ func (m *Mover) catchUp(ctx context.Context, both bool) (int, error) {
 	return len(stale), nil
 }
 
-// switchOver raises the source fence (its UPDATE waits for the writers in
-// flight; from its commit no writer of the old epoch changes the source),
-// copies what is left, verifies every table (per topic for month tables),
-// raises the target's fence, records the switch on the target, writes the
+// switchOver raises the source fence (its UPDATE
+// waits for the writers in flight; from its commit no writer of the old
+// epoch changes the source), copies and verifies what changed since the
+// verification (fenceAndVerify), raises the target's fence, records the switch on the target, writes the
 // placement record everywhere and records the step done on the source.
 // The target's row is written before the placement record: from the
 // record on, the target takes the tenant's writes, and a switch resumed
@@ -798,9 +823,13 @@ func (m *Mover) targetSwitched(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// fenceAndVerify is the switch's fenced part: the pre-checks (unless the
-// fence is up already), the source fence, the final catch-up, the
-// verification and the target's fence.
+// fenceAndVerify is the switch's fenced part. Unless the fence is up
+// already: the pre-checks and the copy of the rows marked since the
+// verification step (drainMarks), before the fence. Then the source
+// fence, the copy and verification of what was marked since and of the
+// chunks not verified (fencedSync), and the target's fence. A switch
+// resumed with the fence up finds the marks and the verified flags as the
+// killed one left them.
 func (m *Mover) fenceAndVerify(ctx context.Context, next int64) error {
 	var fence int64
 	if err := m.src.QueryRowContext(ctx, "SELECT epoch FROM im_tenant_fence WHERE id = 1").Scan(&fence); err != nil {
@@ -812,6 +841,9 @@ func (m *Mover) fenceAndVerify(ctx context.Context, next int64) error {
 		if err := m.preSwitch(ctx); err != nil {
 			return err
 		}
+		if err := m.drainMarks(ctx); err != nil {
+			return err
+		}
 	}
 	// on the mover's own connection, which holds its lock: RaiseFence
 	// takes the fence's DDL lock there too
@@ -821,16 +853,10 @@ func (m *Mover) fenceAndVerify(ctx context.Context, next int64) error {
 	if err := m.hook(HookFenced); err != nil {
 		return err
 	}
-	if _, err := m.catchUp(ctx, true); err != nil {
+	if err := m.fencedSync(ctx); err != nil {
 		return err
 	}
-	if err := m.hook(HookVerify); err != nil {
-		return err
-	}
-	if err := m.verify(ctx); err != nil {
-		return err
-	}
-	if err := m.hook(HookVerified); err != nil {
+	if err := m.hook(HookSynced); err != nil {
 		return err
 	}
 	if _, err := m.dst.ExecContext(ctx, "UPDATE im_tenant_fence SET epoch = GREATEST(epoch, ?) WHERE id = 1", next); err != nil {
@@ -845,34 +871,6 @@ func (m *Mover) targetDone(ctx context.Context) error {
 	if _, err := m.dst.ExecContext(ctx, "UPDATE im_tenant_move SET step = ?, switch_ms = ? WHERE id = 1 AND role = 'target' AND step = ?",
 		StepDone, m.st.SwitchMS, StepSwitch); err != nil {
 		return fmt.Errorf("move: record the move done on the target: %w", err)
-	}
-	return nil
-}
-
-// verify compares every table's rows on both sides: per topic for month
-// tables, whole for the others (count, CRC sum and xor).
-func (m *Mover) verify(ctx context.Context) error {
-	tables, err := listTables(ctx, m.src)
-	if err != nil {
-		return err
-	}
-	for _, t := range tables {
-		a, err := t.groups(ctx, m.src)
-		if err != nil {
-			return err
-		}
-		b, err := t.groups(ctx, m.dst)
-		if err != nil {
-			return err
-		}
-		if len(a) != len(b) {
-			return fmt.Errorf("move: verify %s: %d groups on the source, %d on the target", t.name, len(a), len(b))
-		}
-		for k, v := range a {
-			if b[k] != v {
-				return fmt.Errorf("move: verify %s %q: source %s, target %s", t.name, k, v, b[k])
-			}
-		}
 	}
 	return nil
 }

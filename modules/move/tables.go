@@ -14,10 +14,8 @@ var skipped = map[string]bool{
 	"im_tenant_fence":       true,
 	"im_tenant_move":        true,
 	"im_tenant_move_chunks": true,
+	"im_tenant_move_marks":  true,
 }
-
-// monthPrefix names the month tables, verified per topic.
-const monthPrefix = "im_group_messages_"
 
 // table is one copied table: its columns in order and its primary key.
 type table struct {
@@ -149,10 +147,31 @@ func (t table) rowHash() string {
 	return "CRC32(CONCAT_WS(0x1f, " + strings.Join(parts, ", ") + "))"
 }
 
+// keysWhere is the condition of the rows whose primary keys are keys.
+func (t table) keysWhere(keys [][]any) (string, []any) {
+	one := make([]string, len(t.pk))
+	for i, c := range t.pk {
+		one[i] = quote(c) + " = ?"
+	}
+	row := "(" + strings.Join(one, " AND ") + ")"
+	conds := make([]string, len(keys))
+	args := make([]any, 0, len(keys)*len(t.pk))
+	for i, k := range keys {
+		conds[i] = row
+		args = append(args, k...)
+	}
+	return strings.Join(conds, " OR "), args
+}
+
 // checksum is the rows' count, CRC sum and CRC xor in the range, computed
 // in the database.
 func (t table) checksum(ctx context.Context, db *sql.DB, c chunk) (string, error) {
 	cond, args := t.where(c)
+	return t.checksumWhere(ctx, db, cond, args)
+}
+
+// checksumWhere is checksum over the rows cond selects.
+func (t table) checksumWhere(ctx context.Context, db *sql.DB, cond string, args []any) (string, error) {
 	h := t.rowHash()
 	var n, sum, xor int64
 	q := "SELECT COUNT(*), COALESCE(SUM(" + h + "), 0), COALESCE(BIT_XOR(" + h + "), 0) FROM " + quote(t.name) + " WHERE " + cond
@@ -160,32 +179,6 @@ func (t table) checksum(ctx context.Context, db *sql.DB, c chunk) (string, error
 		return "", fmt.Errorf("move: checksum %s: %w", t.name, err)
 	}
 	return fmt.Sprintf("%d:%d:%d", n, sum, xor), nil
-}
-
-// groups is, per group (a month table's topic; "" for the whole table),
-// the rows' count and CRC sum: the verification of the switch.
-func (t table) groups(ctx context.Context, db *sql.DB) (map[string]string, error) {
-	h := t.rowHash()
-	key := "''"
-	if strings.HasPrefix(t.name, monthPrefix) {
-		key = "`topic`"
-	}
-	rows, err := db.QueryContext(ctx, "SELECT "+key+", COUNT(*), COALESCE(SUM("+h+"), 0), COALESCE(BIT_XOR("+h+"), 0) FROM "+
-		quote(t.name)+" GROUP BY 1")
-	if err != nil {
-		return nil, fmt.Errorf("move: verify %s: %w", t.name, err)
-	}
-	defer rows.Close()
-	out := map[string]string{}
-	for rows.Next() {
-		var k string
-		var n, sum, xor int64
-		if err := rows.Scan(&k, &n, &sum, &xor); err != nil {
-			return nil, err
-		}
-		out[k] = fmt.Sprintf("%d:%d:%d", n, sum, xor)
-	}
-	return out, rows.Err()
 }
 
 // boundaries splits the table into chunks of size rows by primary key.
@@ -220,6 +213,11 @@ func (t table) boundaries(ctx context.Context, db *sql.DB, size int) ([]chunk, e
 // target transaction, and returns the rows and bytes it wrote.
 func (t table) copyChunk(ctx context.Context, src, dst *sql.DB, c chunk) (rowsN, bytesN int64, err error) {
 	cond, args := t.where(c)
+	return t.copyWhere(ctx, src, dst, cond, args)
+}
+
+// copyWhere is copyChunk for the rows cond selects.
+func (t table) copyWhere(ctx context.Context, src, dst *sql.DB, cond string, args []any) (rowsN, bytesN int64, err error) {
 	rows, err := src.QueryContext(ctx, "SELECT "+quoteAll(t.cols)+" FROM "+quote(t.name)+" WHERE "+cond+" ORDER BY "+quoteAll(t.pk), args...)
 	if err != nil {
 		return 0, 0, fmt.Errorf("move: read %s: %w", t.name, err)

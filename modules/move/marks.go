@@ -1,0 +1,381 @@
+package move
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"hash/crc32"
+	"strings"
+)
+
+// Change marks. Each table the move plans gets three triggers on the
+// source (AFTER INSERT, UPDATE, DELETE) that add the primary key of every
+// row a write changes to im_tenant_move_marks, in the writer's own
+// transaction: a committed change always has its mark. The target's
+// tables are created from SHOW CREATE TABLE, which carries no trigger.
+//
+// The verification step clears the marks and the chunks' verified flags
+// in one transaction, then proves every chunk equal on both servers
+// (recopying those that differ), with nothing held. From then on a row
+// that is not marked is as the verification saw it on both servers, so
+// the switch copies the marked rows before its fence (drainMarks) and,
+// behind it, copies and verifies only the rows marked since and the chunks
+// not proven (verified = 0: a table planned later, a chunk that kept
+// differing). A mark is removed only after its row was copied, and only by
+// its id: a change after the copy adds a mark of its own.
+
+// markTrigger names a table's trigger of one event (fixed length, whatever
+// the table's name).
+func markTrigger(tableName, event string) string {
+	return fmt.Sprintf("im_move_mark_%s_%08x", strings.ToLower(event[:3]), crc32.ChecksumIEEE([]byte(tableName)))
+}
+
+var markEvents = []string{"INSERT", "UPDATE", "DELETE"}
+
+// markTriggers creates the mark triggers the tables lack on the source.
+func (m *Mover) markTriggers(ctx context.Context, tables []table) error {
+	have, err := column(ctx, m.src, `SELECT trigger_name FROM information_schema.triggers
+		WHERE trigger_schema = DATABASE() AND trigger_name LIKE 'im\_move\_mark\_%'`)
+	if err != nil {
+		return fmt.Errorf("move: list the mark triggers: %w", err)
+	}
+	exists := map[string]bool{}
+	for _, n := range have {
+		exists[n] = true
+	}
+	for _, t := range tables {
+		var ints []string
+		for _, ev := range markEvents {
+			name := markTrigger(t.name, ev)
+			if exists[name] {
+				continue
+			}
+			if ints == nil {
+				// the kind of each key column, as encodeKey writes it
+				if ints, err = column(ctx, m.src, `SELECT CASE WHEN data_type NOT IN ('tinyint', 'smallint', 'mediumint', 'int', 'bigint') THEN 's'
+					WHEN column_type LIKE '%unsigned%' THEN 'u' ELSE 'i' END FROM information_schema.columns c
+					JOIN information_schema.statistics s USING (table_schema, table_name, column_name)
+					WHERE c.table_schema = DATABASE() AND c.table_name = ? AND s.index_name = 'PRIMARY' ORDER BY s.seq_in_index`, t.name); err != nil {
+					return fmt.Errorf("move: key types of %s: %w", t.name, err)
+				}
+				if len(ints) != len(t.pk) {
+					return fmt.Errorf("move: key types of %s: %d columns, want %d", t.name, len(ints), len(t.pk))
+				}
+			}
+			key := func(row string) string {
+				parts := make([]string, len(t.pk))
+				for i, c := range t.pk {
+					v := row + "." + quote(c)
+					if ints[i] == "s" {
+						v = "TO_BASE64(" + v + ")"
+					}
+					parts[i] = "CONCAT('" + ints[i] + ":', " + v + ")"
+				}
+				return "JSON_ARRAY(" + strings.Join(parts, ", ") + ")"
+			}
+			keys := "SELECT " + key("NEW") + " AS k"
+			switch ev {
+			case "DELETE":
+				keys = "SELECT " + key("OLD") + " AS k"
+			case "UPDATE":
+				// both when the key changed, one when not
+				keys = "SELECT " + key("OLD") + " AS k UNION SELECT " + key("NEW")
+			}
+			ddl := "CREATE TRIGGER IF NOT EXISTS " + quote(name) + " AFTER " + ev + " ON " + quote(t.name) +
+				" FOR EACH ROW INSERT INTO im_tenant_move_marks (table_name, key_text) SELECT '" +
+				strings.ReplaceAll(t.name, "'", "''") + "', k FROM (" + keys + ") AS ks"
+			if _, err := m.src.ExecContext(ctx, ddl); err != nil {
+				return fmt.Errorf("move: mark trigger on %s (the move's user needs the TRIGGER privilege): %w", t.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// dropMarks drops the mark triggers and the marks from the database db
+// (the move's source, once the move ended either way).
+func dropMarks(ctx context.Context, db *sql.DB) error {
+	names, err := column(ctx, db, `SELECT trigger_name FROM information_schema.triggers
+		WHERE trigger_schema = DATABASE() AND trigger_name LIKE 'im\_move\_mark\_%'`)
+	if err != nil {
+		return fmt.Errorf("move: list the mark triggers: %w", err)
+	}
+	for _, n := range names {
+		if _, err := db.ExecContext(ctx, "DROP TRIGGER IF EXISTS "+quote(n)); err != nil {
+			return fmt.Errorf("move: drop the mark trigger %s: %w", n, err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, "DELETE FROM im_tenant_move_marks"); err != nil {
+		return fmt.Errorf("move: clear the marks: %w", err)
+	}
+	return nil
+}
+
+// marked is the marks read at once: their ids, and the distinct keys per
+// table.
+type marked struct {
+	ids  []int64
+	keys map[string][][]any
+	n    int
+}
+
+func (m *Mover) readMarks(ctx context.Context) (marked, error) {
+	out := marked{keys: map[string][][]any{}}
+	rows, err := m.src.QueryContext(ctx, "SELECT id, table_name, key_text FROM im_tenant_move_marks ORDER BY id")
+	if err != nil {
+		return out, fmt.Errorf("move: read the marks: %w", err)
+	}
+	defer rows.Close()
+	seen := map[string]bool{}
+	for rows.Next() {
+		var id int64
+		var tbl, key string
+		if err := rows.Scan(&id, &tbl, &key); err != nil {
+			return out, err
+		}
+		out.ids = append(out.ids, id)
+		if seen[tbl+"\x00"+key] {
+			continue
+		}
+		seen[tbl+"\x00"+key] = true
+		vals, err := decodeKey(key)
+		if err != nil {
+			return out, err
+		}
+		out.keys[tbl] = append(out.keys[tbl], vals)
+		out.n++
+	}
+	return out, rows.Err()
+}
+
+// keyBatch is how many keys one statement of copyMarked names.
+const keyBatch = 200
+
+// copyMarked copies the marked rows onto the target (every row the
+// source no longer holds is deleted there) and, when verify is set,
+// compares them on both servers.
+func (m *Mover) copyMarked(ctx context.Context, tables []table, mk marked, verify bool) error {
+	byName := map[string]table{}
+	for _, t := range tables {
+		byName[t.name] = t
+	}
+	for name, keys := range mk.keys {
+		t, ok := byName[name]
+		if !ok {
+			return fmt.Errorf("move: table %s left the source during the move", name)
+		}
+		for i := 0; i < len(keys); i += keyBatch {
+			cond, args := t.keysWhere(keys[i:min(i+keyBatch, len(keys))])
+			rowsN, bytesN, err := t.copyWhere(ctx, m.src, m.dst, cond, args)
+			if err != nil {
+				return err
+			}
+			if _, err := m.src.ExecContext(ctx, `UPDATE im_tenant_move SET rows_copied = rows_copied + ?, bytes_copied = bytes_copied + ? WHERE id = 1`,
+				rowsN, bytesN); err != nil {
+				return err
+			}
+			if !verify {
+				continue
+			}
+			if err := t.sameWhere(ctx, m.src, m.dst, cond, args); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sameWhere compares the rows cond selects on both servers.
+func (t table) sameWhere(ctx context.Context, src, dst *sql.DB, cond string, args []any) error {
+	a, err := t.checksumWhere(ctx, src, cond, args)
+	if err != nil {
+		return err
+	}
+	b, err := t.checksumWhere(ctx, dst, cond, args)
+	if err != nil {
+		return err
+	}
+	if a != b {
+		return fmt.Errorf("move: verify %s: source %s, target %s", t.name, a, b)
+	}
+	return nil
+}
+
+// unmark removes the marks read (by id: a mark added since stays).
+func (m *Mover) unmark(ctx context.Context, ids []int64) error {
+	const batch = 1000
+	for i := 0; i < len(ids); i += batch {
+		part := ids[i:min(i+batch, len(ids))]
+		args := make([]any, len(part))
+		for j, id := range part {
+			args[j] = id
+		}
+		if _, err := m.src.ExecContext(ctx, "DELETE FROM im_tenant_move_marks WHERE id IN ("+
+			strings.TrimSuffix(strings.Repeat("?, ", len(part)), ", ")+")", args...); err != nil {
+			return fmt.Errorf("move: remove the marks copied: %w", err)
+		}
+	}
+	return nil
+}
+
+// verifyAll is the verification step, before the switch: it clears the marks and
+// the chunks' verified flags, then compares every chunk's checksum on both
+// servers, recopies the chunks that differ and compares them again, for
+// up to CatchUpRounds rounds; a chunk still differing is left unverified
+// for the switch. Chunks partition each table's key space (the first and
+// the last are open-ended), and a checksum holds the chunk's row count, so
+// the tables' row counts are compared too.
+func (m *Mover) verifyAll(ctx context.Context) error {
+	tables, err := m.planTables(ctx)
+	if err != nil {
+		return err
+	}
+	// the marks written since the plan go first, in batches: the clear
+	// below holds the writers' new marks back while it runs, so it must
+	// find few
+	for {
+		res, err := m.src.ExecContext(ctx, "DELETE FROM im_tenant_move_marks ORDER BY id LIMIT 10000")
+		if err != nil {
+			return fmt.Errorf("move: clear the marks: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n < 10000 {
+			break
+		}
+	}
+	tx, err := m.src.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "DELETE FROM im_tenant_move_marks"); err != nil {
+		_ = tx.Rollback()
+		return fmt.Errorf("move: clear the marks: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE im_tenant_move_chunks SET verified = 0"); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	for round := 0; round < m.o.CatchUpRounds; round++ {
+		differ, err := m.verifyChunks(ctx, tables)
+		if err != nil {
+			return err
+		}
+		if len(differ) == 0 {
+			break
+		}
+		if err := m.copyChunks(ctx, tables, differ); err != nil {
+			return err
+		}
+	}
+	return m.hook(HookVerified)
+}
+
+// verifyChunks compares the unverified chunks on both servers, flags the
+// equal ones verified and returns the others.
+func (m *Mover) verifyChunks(ctx context.Context, tables []table) ([]storedChunk, error) {
+	byName := map[string]table{}
+	for _, t := range tables {
+		byName[t.name] = t
+	}
+	pending, err := m.chunks(ctx, "verified = 0")
+	if err != nil {
+		return nil, err
+	}
+	var differ []storedChunk
+	for _, c := range pending {
+		if err := m.between(ctx); err != nil {
+			return nil, err
+		}
+		t, ok := byName[c.table]
+		if !ok {
+			return nil, fmt.Errorf("move: table %s left the source during the move", c.table)
+		}
+		a, err := t.checksum(ctx, m.src, c.chunk)
+		if err != nil {
+			return nil, err
+		}
+		b, err := t.checksum(ctx, m.dst, c.chunk)
+		if err != nil {
+			return nil, err
+		}
+		if a != b {
+			differ = append(differ, c)
+			continue
+		}
+		if _, err := m.src.ExecContext(ctx, "UPDATE im_tenant_move_chunks SET verified = 1 WHERE table_name = ? AND chunk_no = ?", c.table, c.no); err != nil {
+			return nil, err
+		}
+		// the record's time says the move progresses (ImshardMoveStalled)
+		if _, err := m.src.ExecContext(ctx, "UPDATE im_tenant_move SET updated_at = CURRENT_TIMESTAMP(3) WHERE id = 1"); err != nil {
+			return nil, err
+		}
+	}
+	return differ, nil
+}
+
+// drainMarks copies the rows marked since the verification, before the
+// fence, for up to CatchUpRounds rounds or until none is left, so that
+// the switch finds only what changed during the last round.
+func (m *Mover) drainMarks(ctx context.Context) error {
+	tables, err := m.planTables(ctx)
+	if err != nil {
+		return err
+	}
+	for round := 0; round < m.o.CatchUpRounds; round++ {
+		mk, err := m.readMarks(ctx)
+		if err != nil || mk.n == 0 {
+			return err
+		}
+		if err := m.copyMarked(ctx, tables, mk, false); err != nil {
+			return err
+		}
+		if err := m.unmark(ctx, mk.ids); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SwitchWork is what the switch copied and verified behind the fence: the
+// rows marked since the verification before it, and the chunks that
+// verification had not proven.
+type SwitchWork struct {
+	Keys, Chunks int
+}
+
+// fencedSync is the switch's work behind the source fence: it plans the
+// tables created since (their chunks unverified), copies and verifies the
+// marked rows, then copies and verifies the unverified chunks.
+func (m *Mover) fencedSync(ctx context.Context) error {
+	tables, err := m.planTables(ctx)
+	if err != nil {
+		return err
+	}
+	mk, err := m.readMarks(ctx)
+	if err != nil {
+		return err
+	}
+	if err := m.copyMarked(ctx, tables, mk, true); err != nil {
+		return err
+	}
+	m.work.Keys = mk.n
+	pending, err := m.chunks(ctx, "verified = 0")
+	if err != nil {
+		return err
+	}
+	m.work.Chunks = len(pending)
+	if err := m.copyChunks(ctx, tables, pending); err != nil {
+		return err
+	}
+	differ, err := m.verifyChunks(ctx, tables)
+	if err != nil {
+		return err
+	}
+	if len(differ) > 0 {
+		c := differ[0]
+		return fmt.Errorf("move: verify %s chunk %d: differs on the target after its copy behind the fence", c.table, c.no)
+	}
+	return nil
+}
