@@ -10,7 +10,8 @@ func (a *App) NewArchiver() *archive.Archiver {
 		return c.archiver
 	}
 	c.archiver = archive.New(archive.Params{
-		Config:         archive.Config{URL: a.Config.Archive.URL, RowsPerSecond: a.Config.Archive.RowsPerSecond},
+		Config: archive.Config{URL: a.Config.Archive.URL, RowsPerSecond: a.Config.Archive.RowsPerSecond,
+			SortDir: a.Config.Archive.SortDir, SortBytes: a.Config.Archive.SortBytes},
 		DBs:            c.pools,
 		Catalog:        c.catalog,
 		Redis:          c.redis,

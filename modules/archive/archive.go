@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"slices"
 	"sort"
@@ -40,6 +41,11 @@ import (
 type Config struct {
 	URL           string
 	RowsPerSecond int
+	// SortDir and SortBytes: where an export's sort writes its runs, and
+	// the rows it keeps in memory before it writes one (archive.sort_dir,
+	// archive.sort_bytes).
+	SortDir   string
+	SortBytes int64
 }
 
 // Params wires an Archiver.
@@ -468,49 +474,96 @@ func (p pace) wait(ctx context.Context, n int) error {
 	return p.lim.WaitN(ctx, n)
 }
 
-// scanTable reads t in (topic, seqid) order in keyset pages (each its own
-// short statement: no long transaction holds the table), throttled to
-// archive.rows_per_second, handing each row's driver values to fn.
+// scanTable reads t in its clustered order (message_id) in keyset pages
+// (each its own short statement: no long transaction holds the table),
+// throttled to archive.rows_per_second, handing each row's driver values
+// to fn (valid during the call only). The clustered order reads the
+// table's pages one after the other; what needs (topic, seqid) order
+// sorts the rows itself (sorter). The next page is read while fn works
+// through the last one, into one of two pages used in turn.
 func (a *Archiver) scanTable(ctx context.Context, db *sql.DB, t routing.Table, fn func(vals []any) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	pc := a.pace(scanChunk)
+	full, free := make(chan *page, 2), make(chan *page, 2)
+	for range 2 {
+		free <- newPage(pc.batch)
+	}
+	read := make(chan error, 1)
+	go func() {
+		defer close(full)
+		read <- a.readPages(ctx, db, t, pc, free, full)
+	}()
+	for pg := range full {
+		for _, vals := range pg.vals[:pg.n] {
+			if err := fn(vals); err != nil {
+				cancel()
+				for range full { // let the reader end
+				}
+				return err
+			}
+		}
+		free <- pg
+	}
+	return <-read
+}
+
+// page is one keyset page of scanTable: the rows' values, scanned in
+// place.
+type page struct {
+	vals, ptrs [][]any
+	n          int
+}
+
+func newPage(rows int) *page {
+	pg := &page{vals: make([][]any, rows), ptrs: make([][]any, rows)}
+	for i := range pg.vals {
+		pg.vals[i], pg.ptrs[i] = make([]any, columns), make([]any, columns)
+		for j := range pg.vals[i] {
+			pg.ptrs[i][j] = &pg.vals[i][j]
+		}
+	}
+	return pg
+}
+
+// readPages reads the pages of scanTable into pages from free, sending
+// each to full.
+func (a *Archiver) readPages(ctx context.Context, db *sql.DB, t routing.Table, pc pace, free <-chan *page, full chan<- *page) error {
 	cols := routing.LegacyColumnNames()
-	var lastTopic string
-	lastSeq := int64(-1 << 62)
+	last := int64(math.MinInt64)
 	for {
 		if err := pc.wait(ctx, pc.batch); err != nil {
 			return err
 		}
-		rows, err := sq.Select(cols...).From(t.Quoted()).
-			Where(sq.Or{sq.Gt{"topic": lastTopic}, sq.And{sq.Eq{"topic": lastTopic}, sq.Gt{"seqid": lastSeq}}}).
-			OrderBy("topic", "seqid").Limit(uint64(pc.batch)).RunWith(db).QueryContext(ctx)
+		var pg *page
+		select {
+		case pg = <-free:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		rows, err := sq.Select(cols...).From(t.Quoted()).Where(sq.Gt{"message_id": last}).
+			OrderBy("message_id").Limit(uint64(pc.batch)).RunWith(db).QueryContext(ctx)
 		if err != nil {
 			return fmt.Errorf("archive: read %s: %w", t.Name(), err)
 		}
-		n := 0
+		pg.n = 0
 		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
+			if err := rows.Scan(pg.ptrs[pg.n]...); err != nil {
 				rows.Close()
 				return err
 			}
-			if err := fn(vals); err != nil {
-				rows.Close()
-				return err
-			}
-			topic, _ := vals[1].([]byte)
-			lastTopic, lastSeq = string(topic), vals[3].(int64)
-			n++
+			pg.n++
 		}
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
 			return err
 		}
-		if n < pc.batch {
+		if pg.n > 0 {
+			last = pg.vals[pg.n-1][0].(int64)
+			full <- pg // room for both pages: never blocks
+		}
+		if pg.n < pc.batch {
 			return nil
 		}
 	}
@@ -581,44 +634,34 @@ func (a *Archiver) export(ctx context.Context, db *sql.DB, bucket *blob.Bucket, 
 	pw := newWriter(hw)
 	man := Manifest{SchemaVersion: SchemaVersion, Tenant: tenant, Month: t.Month().String(), Object: key, CreatedAt: time.Now().UTC()}
 	ranges := map[string]*TopicRange{}
-	batch := make([]Row, 0, 512)
-	flush := func() error {
-		if len(batch) == 0 {
+	rw := newRowWriter(pw, a.m.rows)
+	sorted := newSorter(a.p.Config.SortDir, a.p.Config.SortBytes)
+	defer sorted.Close()
+	digests, err := a.tableDigests(ctx, db, t, sorted.Add)
+	if err == nil {
+		err = sorted.Each(func(vals []any) error {
+			r, err := rowOf(vals)
+			if err != nil {
+				return err
+			}
+			tr := ranges[r.Topic]
+			if tr == nil {
+				tr = &TopicRange{Topic: r.Topic, MinSeq: r.SeqID, MinAt: r.CreatedAt, MaxAt: r.CreatedAt}
+				ranges[r.Topic] = tr
+			}
+			tr.MaxSeq, tr.Count = r.SeqID, tr.Count+1
+			tr.MinAt, tr.MaxAt = min(tr.MinAt, r.CreatedAt), max(tr.MaxAt, r.CreatedAt)
+			if man.Rows == 0 || r.MessageID < man.MinMessageID {
+				man.MinMessageID = r.MessageID
+			}
+			man.MaxMessageID = max(man.MaxMessageID, r.MessageID)
+			man.Rows++
+			rw.Add(r)
 			return nil
-		}
-		_, err := pw.Write(batch)
-		a.m.rows.Add(float64(len(batch)))
-		batch = batch[:0]
-		return err
+		})
 	}
-	digests, err := a.tableDigests(ctx, db, t, func(vals []any) error {
-		r, err := rowOf(vals)
-		if err != nil {
-			return err
-		}
-		tr := ranges[r.Topic]
-		if tr == nil {
-			tr = &TopicRange{Topic: r.Topic, MinSeq: r.SeqID, MinAt: r.CreatedAt, MaxAt: r.CreatedAt}
-			ranges[r.Topic] = tr
-		}
-		tr.MaxSeq, tr.Count = r.SeqID, tr.Count+1
-		tr.MinAt, tr.MaxAt = min(tr.MinAt, r.CreatedAt), max(tr.MaxAt, r.CreatedAt)
-		if man.Rows == 0 || r.MessageID < man.MinMessageID {
-			man.MinMessageID = r.MessageID
-		}
-		man.MaxMessageID = max(man.MaxMessageID, r.MessageID)
-		man.Rows++
-		batch = append(batch, r)
-		if len(batch) == cap(batch) {
-			return flush()
-		}
-		return nil
-	})
-	if err == nil {
-		err = flush()
-	}
-	if err == nil {
-		err = pw.Close()
+	if werr := rw.Close(); err == nil {
+		err = werr
 	}
 	if err == nil {
 		err = bw.Close()
@@ -637,6 +680,55 @@ func (a *Archiver) export(ctx context.Context, db *sql.DB, bucket *blob.Bucket, 
 	}
 	a.m.bytes.Add(float64(man.Bytes))
 	return man, nil
+}
+
+// rowWriter hands an export's rows to the Parquet writer in batches,
+// encoded in a goroutine of its own while the next batch is made.
+type rowWriter struct {
+	cur        []Row
+	full, free chan []Row
+	done       chan error
+}
+
+func newRowWriter(pw *parquet.GenericWriter[Row], written prometheus.Counter) *rowWriter {
+	// two batches: one being filled, one being written (or free)
+	w := &rowWriter{cur: make([]Row, 0, 512), full: make(chan []Row, 1), free: make(chan []Row, 2), done: make(chan error, 1)}
+	w.free <- make([]Row, 0, 512)
+	go func() {
+		var err error
+		for b := range w.full {
+			if err == nil {
+				_, err = pw.Write(b)
+				written.Add(float64(len(b)))
+			}
+			clear(b)
+			w.free <- b[:0]
+		}
+		if err == nil {
+			err = pw.Close()
+		}
+		w.done <- err
+	}()
+	return w
+}
+
+// Add queues one row.
+func (w *rowWriter) Add(r Row) {
+	w.cur = append(w.cur, r)
+	if len(w.cur) == cap(w.cur) {
+		w.full <- w.cur
+		w.cur = <-w.free
+	}
+}
+
+// Close writes what is queued, closes the Parquet writer and reports the
+// first error of either.
+func (w *rowWriter) Close() error {
+	if len(w.cur) > 0 {
+		w.full <- w.cur
+	}
+	close(w.full)
+	return <-w.done
 }
 
 // newWriter is the Parquet layout of SchemaVersion, writing to w.

@@ -61,7 +61,7 @@ func CanonicalRow(buf *bytes.Buffer, vals []any) error {
 		case nil:
 			buf.WriteString("\x00null")
 		case int64:
-			buf.WriteString(strconv.FormatInt(x, 10))
+			buf.Write(strconv.AppendInt(buf.AvailableBuffer(), x, 10))
 		case []byte:
 			if LegacyColumns[i].Type == "json" {
 				if err := CanonicalJSON(buf, x); err != nil {
@@ -79,7 +79,7 @@ func CanonicalRow(buf *bytes.Buffer, vals []any) error {
 			}
 			buf.WriteString(x)
 		case time.Time:
-			buf.WriteString(x.UTC().Format("2006-01-02 15:04:05.000"))
+			buf.Write(x.UTC().AppendFormat(buf.AvailableBuffer(), "2006-01-02 15:04:05.000"))
 		default:
 			fmt.Fprintf(buf, "%v", x)
 		}

@@ -1,0 +1,382 @@
+package archive
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"container/heap"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"time"
+)
+
+// sorter puts a month's rows, read in the table's clustered order
+// (message_id: sequential pages, where (topic, seqid) order would look up
+// every row through the secondary index), into the archive's (topic,
+// seqid) order. Rows are kept encoded (record) in chunks of memory up to a
+// byte budget; each full buffer is sorted and written to a run file in
+// dir, and Each merges the runs with what is left in memory. Run files
+// are unlinked as soon as they are created, so a killed export leaves
+// none; Close releases them.
+type sorter struct {
+	dir     string
+	budget  int64
+	chunks  [][]byte // the records in memory, appended to the last
+	entries []entry  // one per record in memory
+	size    int64
+	runs    []*os.File
+	// the topics seen, numbered in the order they came
+	ids    map[string]int32
+	topics [][]byte
+}
+
+// entry finds a record in the sorter's memory and holds its sort key.
+type entry struct {
+	chunk, off, n int32
+	topic         int32 // sorter.topics
+	seq           int64
+}
+
+// DefaultSortBytes is an export's sort buffer when none is configured.
+const DefaultSortBytes = 256 << 20
+
+// sortChunk is the size of one chunk of the sorter's memory.
+const sortChunk = 4 << 20
+
+// newSorter sorts in budget bytes of memory (DefaultSortBytes when not
+// positive), writing runs to dir (the system's temporary directory when
+// empty).
+func newSorter(dir string, budget int64) *sorter {
+	if budget <= 0 {
+		budget = DefaultSortBytes
+	}
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	return &sorter{dir: dir, budget: budget, ids: map[string]int32{}}
+}
+
+// Add takes one month-table row (its driver values), spilling the buffer
+// when it reaches the budget.
+func (s *sorter) Add(vals []any) error {
+	if len(vals) != columns {
+		return fmt.Errorf("archive: a row of %d columns, want %d", len(vals), columns)
+	}
+	k := len(s.chunks) - 1
+	if k < 0 || len(s.chunks[k]) > sortChunk-1024 {
+		s.chunks = append(s.chunks, make([]byte, 0, sortChunk))
+		k++
+	}
+	off := len(s.chunks[k])
+	rec, key, err := appendRecord(s.chunks[k], vals)
+	if err != nil {
+		return err
+	}
+	s.chunks[k] = rec
+	topic := rec[key.topicOff : key.topicOff+key.topicLen]
+	id, ok := s.ids[string(topic)]
+	if !ok {
+		id = int32(len(s.topics))
+		s.ids[string(topic)] = id
+		s.topics = append(s.topics, slices.Clone(topic))
+	}
+	e := entry{chunk: int32(k), off: int32(off), n: int32(len(rec) - off), topic: id, seq: key.seq}
+	s.entries = append(s.entries, e)
+	s.size += int64(e.n) + 32
+	if s.size < s.budget {
+		return nil
+	}
+	return s.spill()
+}
+
+func (s *sorter) record(e entry) []byte {
+	return s.chunks[e.chunk][e.off : e.off+e.n]
+}
+
+// sort orders the records in memory by (topic, seqid): the topics by
+// name, the records into one bucket per topic (a counting sort), then
+// each bucket by seq — which the clustered order mostly gives already
+// (message ids and seqs both follow time), so those sorts find their
+// buckets sorted.
+func (s *sorter) sort() {
+	order := make([]int32, len(s.topics))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return bytes.Compare(s.topics[a], s.topics[b]) })
+	count := make([]int, len(s.topics))
+	for _, e := range s.entries {
+		count[e.topic]++
+	}
+	rank := make([]int, len(s.topics)) // where a topic's bucket begins
+	at := 0
+	for _, id := range order {
+		rank[id] = at
+		at += count[id]
+	}
+	out := make([]entry, len(s.entries))
+	next := slices.Clone(rank)
+	for _, e := range s.entries {
+		out[next[e.topic]] = e
+		next[e.topic]++
+	}
+	for id := range rank {
+		bucket := out[rank[id]:next[id]]
+		if !slices.IsSortedFunc(bucket, bySeq) {
+			slices.SortFunc(bucket, bySeq)
+		}
+	}
+	s.entries = out
+}
+
+func bySeq(a, b entry) int { return cmp.Compare(a.seq, b.seq) }
+
+func (s *sorter) spill() error {
+	s.sort()
+	if err := os.MkdirAll(s.dir, 0o750); err != nil {
+		return fmt.Errorf("archive: sort directory: %w", err)
+	}
+	f, err := os.CreateTemp(s.dir, "imshard-archive-sort-*")
+	if err != nil {
+		return fmt.Errorf("archive: sort run: %w", err)
+	}
+	// unlinked at once: a killed run leaves no file behind
+	if err := os.Remove(f.Name()); err != nil {
+		f.Close()
+		return err
+	}
+	s.runs = append(s.runs, f)
+	w := bufio.NewWriterSize(f, 1<<20)
+	var n [binary.MaxVarintLen64]byte
+	for _, e := range s.entries {
+		w.Write(n[:binary.PutUvarint(n[:], uint64(e.n))])
+		w.Write(s.record(e))
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("archive: sort run: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	for i := range s.chunks {
+		s.chunks[i] = s.chunks[i][:0]
+	}
+	s.chunks, s.entries, s.size = s.chunks[:1], s.entries[:0], 0
+	return nil
+}
+
+// Each hands every row added to fn (as its driver values, valid only
+// during the call), in (topic, seqid) order; two rows of the same topic
+// and seq (the table's unique key forbids them) fail.
+func (s *sorter) Each(fn func(vals []any) error) error {
+	s.sort()
+	h := &mergeHeap{}
+	if len(s.entries) > 0 {
+		h.cursors = append(h.cursors, &cursor{s: s, mem: s.entries})
+	}
+	for _, f := range s.runs {
+		h.cursors = append(h.cursors, &cursor{run: bufio.NewReaderSize(f, 1<<20)})
+	}
+	for i := 0; i < len(h.cursors); {
+		ok, err := h.cursors[i].next()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			h.cursors = slices.Delete(h.cursors, i, i+1)
+			continue
+		}
+		i++
+	}
+	heap.Init(h)
+	var lastTopic []byte
+	lastSeq, first := int64(0), true
+	for h.Len() > 0 {
+		c := h.cursors[0]
+		if !first && keyCompare(lastTopic, lastSeq, c.topic, c.seq) >= 0 {
+			return fmt.Errorf("archive: rows out of order or repeated at topic %q seq %d", c.topic, c.seq)
+		}
+		if err := fn(c.vals[:]); err != nil {
+			return err
+		}
+		lastTopic, lastSeq, first = append(lastTopic[:0], c.topic...), c.seq, false
+		ok, err := c.next()
+		if err != nil {
+			return err
+		}
+		if ok {
+			heap.Fix(h, 0)
+		} else {
+			heap.Pop(h)
+		}
+	}
+	return nil
+}
+
+// Close releases the run files and the memory.
+func (s *sorter) Close() {
+	for _, f := range s.runs {
+		f.Close()
+	}
+	s.runs, s.chunks, s.entries = nil, nil, nil
+}
+
+func keyCompare(at []byte, as int64, bt []byte, bs int64) int {
+	if c := bytes.Compare(at, bt); c != 0 {
+		return c
+	}
+	return cmp.Compare(as, bs)
+}
+
+// cursor is one sorted source of the merge: the memory or a run; rec is
+// its current record, topic and seq its key.
+type cursor struct {
+	s     *sorter
+	mem   []entry
+	run   *bufio.Reader
+	buf   []byte
+	vals  [columns]any // the current record's values
+	topic []byte
+	seq   int64
+}
+
+func (c *cursor) next() (bool, error) {
+	var rec []byte
+	if c.run == nil {
+		if len(c.mem) == 0 {
+			return false, nil
+		}
+		rec, c.mem = c.s.record(c.mem[0]), c.mem[1:]
+	} else {
+		n, err := binary.ReadUvarint(c.run)
+		if errors.Is(err, io.EOF) {
+			return false, nil
+		}
+		if err == nil {
+			c.buf = slices.Grow(c.buf[:0], int(n))[:n]
+			_, err = io.ReadFull(c.run, c.buf)
+		}
+		if err != nil {
+			return false, fmt.Errorf("archive: sort run: %w", err)
+		}
+		rec = c.buf
+	}
+	if err := readRecord(rec, c.vals[:]); err != nil {
+		return false, err
+	}
+	topic, ok1 := c.vals[1].([]byte)
+	seq, ok2 := c.vals[3].(int64)
+	if !ok1 || !ok2 {
+		return false, errors.New("archive: sort run: a record without its topic and seq")
+	}
+	c.topic, c.seq = topic, seq
+	return true, nil
+}
+
+type mergeHeap struct{ cursors []*cursor }
+
+func (h *mergeHeap) Len() int { return len(h.cursors) }
+func (h *mergeHeap) Less(i, j int) bool {
+	a, b := h.cursors[i], h.cursors[j]
+	return keyCompare(a.topic, a.seq, b.topic, b.seq) < 0
+}
+func (h *mergeHeap) Swap(i, j int) { h.cursors[i], h.cursors[j] = h.cursors[j], h.cursors[i] }
+func (h *mergeHeap) Push(x any)    { h.cursors = append(h.cursors, x.(*cursor)) }
+func (h *mergeHeap) Pop() any {
+	c := h.cursors[len(h.cursors)-1]
+	h.cursors = h.cursors[:len(h.cursors)-1]
+	return c
+}
+
+// A record is a row's driver values in column order, each a kind byte
+// and its value: no value, an integer (varint), text (its length and its
+// bytes), a time (microseconds since the epoch, varint).
+const (
+	kindNull byte = iota
+	kindInt
+	kindText
+	kindTime
+)
+
+// recKey is where a record's sort key is: the topic's bytes (offsets into
+// the buffer the record was appended to) and the seq.
+type recKey struct {
+	topicOff, topicLen int
+	seq                int64
+}
+
+// appendRecord appends the record of vals to b.
+func appendRecord(b []byte, vals []any) ([]byte, recKey, error) {
+	var key recKey
+	for i, v := range vals {
+		switch x := v.(type) {
+		case nil:
+			b = append(b, kindNull)
+		case int64:
+			b = binary.AppendVarint(append(b, kindInt), x)
+			if i == 3 {
+				key.seq = x
+			}
+		case []byte:
+			b = binary.AppendUvarint(append(b, kindText), uint64(len(x)))
+			if i == 1 {
+				key.topicOff, key.topicLen = len(b), len(x)
+			}
+			b = append(b, x...)
+		case string:
+			b = binary.AppendUvarint(append(b, kindText), uint64(len(x)))
+			if i == 1 {
+				key.topicOff, key.topicLen = len(b), len(x)
+			}
+			b = append(b, x...)
+		case time.Time:
+			b = binary.AppendVarint(append(b, kindTime), x.UnixMicro())
+		default:
+			return b, key, fmt.Errorf("archive: column %d: %T cannot be sorted", i, v)
+		}
+	}
+	return b, key, nil
+}
+
+// readRecord decodes rec into vals (text slices rec).
+func readRecord(rec []byte, vals []any) error {
+	for i := range vals {
+		if len(rec) == 0 {
+			return errors.New("archive: sort run: a record ends early")
+		}
+		kind := rec[0]
+		rec = rec[1:]
+		switch kind {
+		case kindNull:
+			vals[i] = nil
+		case kindInt, kindTime:
+			x, n := binary.Varint(rec)
+			if n <= 0 {
+				return errors.New("archive: sort run: a bad integer")
+			}
+			rec = rec[n:]
+			if kind == kindInt {
+				vals[i] = x
+			} else {
+				vals[i] = time.UnixMicro(x).UTC()
+			}
+		case kindText:
+			l, n := binary.Uvarint(rec)
+			if n <= 0 || uint64(len(rec)-n) < l {
+				return errors.New("archive: sort run: a bad text")
+			}
+			vals[i] = rec[n : n+int(l)]
+			rec = rec[n+int(l):]
+		default:
+			return fmt.Errorf("archive: sort run: kind %d", kind)
+		}
+	}
+	if len(rec) != 0 {
+		return errors.New("archive: sort run: a record too long")
+	}
+	return nil
+}
