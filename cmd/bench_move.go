@@ -183,7 +183,8 @@ func runBenchMove(ctx context.Context, cfg *config.Config, o *benchMoveOptions, 
 			if err := m.Run(ctx); err != nil {
 				return bench.MoveSwitch{}, err
 			}
-			return bench.MoveSwitch{MS: m.State().SwitchMS, FencedKeys: m.Work().Keys, Chunks: m.Work().Chunks}, nil
+			w := m.Work()
+			return bench.MoveSwitch{MS: m.State().SwitchMS, FencedKeys: w.Keys, Compared: w.Compared, Chunks: w.Chunks}, nil
 		},
 		Epoch: func() (int64, error) {
 			p, err := a.Pools().Placement(o.tenant)
@@ -347,8 +348,8 @@ func printBenchMove(w io.Writer, o *benchMoveOptions, rep bench.MoveReport) {
 		ms(rep.Pause), verdict(rep.Pause <= 2*time.Second), rep.Switch.MS)
 	fmt.Fprintf(w, "%-44s %s (bar <= 2 s: %s; the same window: changes are refused from the fence until the roles follow)\n",
 		"changes held", ms(rep.Pause), verdict(rep.Pause <= 2*time.Second))
-	fmt.Fprintf(w, "%-44s verification before the fence %s; behind it %s (%d marked rows, %d unverified chunks copied and verified); move %v in all\n",
-		"the switch's parts", ms(rep.Verify), ms(rep.Fenced), rep.Switch.FencedKeys, rep.Switch.Chunks, rep.Move.Round(time.Millisecond))
+	fmt.Fprintf(w, "%-44s verification before the fence %s; behind it %s (%d marked rows copied and verified, %d unverified chunks compared, %d of them copied); move %v in all\n",
+		"the switch's parts", ms(rep.Verify), ms(rep.Fenced), rep.Switch.FencedKeys, rep.Switch.Compared, rep.Switch.Chunks, rep.Move.Round(time.Millisecond))
 	ratio := 0.0
 	if rep.OtherIdle.P99 > 0 {
 		ratio = float64(rep.OtherMoving.P99) / float64(rep.OtherIdle.P99)

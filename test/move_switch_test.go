@@ -63,16 +63,26 @@ func mvTriggers(t *testing.T, db *sql.DB) (triggers, marks int) {
 // changed since (marked by the source's triggers) and the chunks that
 // verification never proved. A row changed between the verification and
 // the fence is copied before it; rows changed just before the fence (an
-// update, an insert, a delete) are copied behind it; the mover is killed
+// update, an insert, a delete) are copied behind it; rows inserted past
+// the last chunk's start make the switch split it; the mover is killed
 // behind the fence and resumed, with a table created meanwhile. The
 // resumed switch copies the three marked rows and the new table's one
-// chunk, not the other chunks, and both copies end equal; the triggers
+// chunk, not the other chunks, and both copies end equal (a composite key's
+// chunks too); the triggers
 // and marks are gone once the move is done, and the target never had any.
 func TestMoveSwitchCopiesOnlyWhatChanged(t *testing.T) {
 	t.Parallel()
 	tenant, targetDSN, store, at, src, month := mvSwitchSetup(t)
 	ctx := context.Background()
 	mvInsert(t, src, month, "g_a", 1, 200)
+	// a composite key: chunks end inside a topic
+	for _, topic := range []string{"g_a", "g_b", "g_c"} {
+		for u := 1; u <= 25; u++ {
+			if _, err := src.Exec("INSERT INTO im_group_members (topic, user_id) VALUES (?, ?)", topic, u); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	table := "im_group_messages_" + month
 	later := "im_group_messages_209901"
 	exec := func(q string, args ...any) {
@@ -87,11 +97,14 @@ func TestMoveSwitchCopiesOnlyWhatChanged(t *testing.T) {
 		switch step {
 		case move.HookVerified:
 			exec("UPDATE "+table+" SET content = ? WHERE topic = 'g_a' AND seqid = 5", `{"text":"after the verification"}`)
+			// past the last chunk's start: the switch's catch-up splits it in 3
+			mvInsert(t, src, month, "g_b", 1, 45)
 		case move.HookFenced:
 			// writers that committed just before the fence
 			exec("UPDATE "+table+" SET content = ? WHERE topic = 'g_a' AND seqid = 7", `{"text":"before the fence"}`)
 			mvInsert(t, src, month, "g_a", 1000, 1)
 			exec("DELETE FROM " + table + " WHERE topic = 'g_a' AND seqid = 9")
+			exec("UPDATE im_group_members SET role = 'admin' WHERE topic = 'g_b' AND user_id = 16")
 			return killed
 		}
 		return nil
@@ -108,8 +121,8 @@ func TestMoveSwitchCopiesOnlyWhatChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if trig, marks := mvTriggers(t, src); trig != 3*len(tables) || marks != 3 {
-		t.Fatalf("source behind the fence: %d triggers (want 3 on each of %d tables), %d marks (want 3)", trig, len(tables), marks)
+	if trig, marks := mvTriggers(t, src); trig != 3*len(tables) || marks != 4 {
+		t.Fatalf("source behind the fence: %d triggers (want 3 on each of %d tables), %d marks (want 4)", trig, len(tables), marks)
 	}
 	// a table created after the verification (as the shard manager makes
 	// next month's), with a row
@@ -124,8 +137,8 @@ func TestMoveSwitchCopiesOnlyWhatChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Close()
-	if w := m.Work(); w != (move.SwitchWork{Keys: 3, Chunks: 1}) {
-		t.Fatalf("behind the fence: %+v, want the 3 marked rows and the new table's 1 chunk (the month table has 10)", w)
+	if w := m.Work(); w != (move.SwitchWork{Keys: 4, Compared: 4, Chunks: 1}) {
+		t.Fatalf("behind the fence: %+v, want the 4 marked rows, the 3 chunks split from the month table's last and the new table's 1 compared, and only the latter copied", w)
 	}
 	dst, _, err := move.OpenDB(targetDSN, nil, true)
 	if err != nil {
@@ -133,12 +146,24 @@ func TestMoveSwitchCopiesOnlyWhatChanged(t *testing.T) {
 	}
 	defer dst.Close()
 	want, got := mvDigest(t, src, table, later), mvDigest(t, dst, table, later)
-	if fmt.Sprint(want) != fmt.Sprint(got) || want[table+" g_a"] == "" || want[later+" g_b"] == "" {
+	if fmt.Sprint(want) != fmt.Sprint(got) || want[table+" g_a"] == "" || want[table+" g_b"] == "" || want[later+" g_b"] == "" {
 		t.Fatalf("digests: source %v, target %v", want, got)
 	}
 	var content string
 	if err := dst.QueryRow("SELECT content FROM " + table + " WHERE topic = 'g_a' AND seqid = 5").Scan(&content); err != nil || !strings.Contains(content, "after the verification") {
 		t.Fatalf("the row changed after the verification on the target: %q %v", content, err)
+	}
+	members := func(db *sql.DB) string {
+		t.Helper()
+		var s string
+		if err := db.QueryRow("SELECT CONCAT(COUNT(*), ':', SUM(CRC32(CONCAT_WS(':', topic, user_id, role))), ':', " +
+			"(SELECT role FROM im_group_members WHERE topic = 'g_b' AND user_id = 16)) FROM im_group_members").Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if a, b := members(src), members(dst); a != b || !strings.HasSuffix(a, ":admin") {
+		t.Fatalf("members: source %s, target %s", a, b)
 	}
 	var n int
 	if err := dst.QueryRow("SELECT COUNT(*) FROM " + table + " WHERE topic = 'g_a' AND seqid IN (9, 1000)").Scan(&n); err != nil || n != 1 {

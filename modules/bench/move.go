@@ -72,12 +72,12 @@ const (
 	markSynced   = "synced"
 )
 
-// MoveSwitch is the switch as the move recorded it: its duration, and the
-// marked rows and unverified chunks it copied and verified behind the
-// fence.
+// MoveSwitch is the switch as the move recorded it: its duration, and
+// behind the fence the marked rows it copied and verified, the unverified
+// chunks it compared and those of them it copied.
 type MoveSwitch struct {
-	MS                 int64
-	FencedKeys, Chunks int
+	MS                           int64
+	FencedKeys, Compared, Chunks int
 }
 
 // OpLog is what a steady load did: operations, failures (the first one's

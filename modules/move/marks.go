@@ -44,6 +44,7 @@ func (m *Mover) markTriggers(ctx context.Context, tables []table) error {
 		exists[n] = true
 	}
 	for _, t := range tables {
+		var ddls []string
 		var ints []string
 		for _, ev := range markEvents {
 			name := markTrigger(t.name, ev)
@@ -81,12 +82,38 @@ func (m *Mover) markTriggers(ctx context.Context, tables []table) error {
 				// both when the key changed, one when not
 				keys = "SELECT " + key("OLD") + " AS k UNION SELECT " + key("NEW")
 			}
-			ddl := "CREATE TRIGGER IF NOT EXISTS " + quote(name) + " AFTER " + ev + " ON " + quote(t.name) +
-				" FOR EACH ROW INSERT INTO im_tenant_move_marks (table_name, key_text) SELECT '" +
-				strings.ReplaceAll(t.name, "'", "''") + "', k FROM (" + keys + ") AS ks"
-			if _, err := m.src.ExecContext(ctx, ddl); err != nil {
-				return fmt.Errorf("move: mark trigger on %s (the move's user needs the TRIGGER privilege): %w", t.name, err)
-			}
+			ddls = append(ddls, "CREATE TRIGGER IF NOT EXISTS "+quote(name)+" AFTER "+ev+" ON "+quote(t.name)+
+				" FOR EACH ROW INSERT INTO im_tenant_move_marks (table_name, key_text) SELECT '"+
+				strings.ReplaceAll(t.name, "'", "''")+"', k FROM ("+keys+") AS ks")
+		}
+		if err := m.createLocked(ctx, t.name, ddls); err != nil {
+			return fmt.Errorf("move: mark trigger on %s (the move's user needs the TRIGGER and LOCK TABLES privileges): %w", t.name, err)
+		}
+	}
+	return nil
+}
+
+// createLocked runs a table's trigger statements under LOCK TABLES of the
+// table and the marks. Without it MariaDB fails a write that opened the
+// table while its triggers were being created with "Table
+// im_tenant_move_marks doesn't exist": its tables were gathered with
+// fewer triggers than it found.
+func (m *Mover) createLocked(ctx context.Context, name string, ddls []string) error {
+	if len(ddls) == 0 {
+		return nil
+	}
+	c, err := m.src.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, "LOCK TABLES "+quote(name)+" WRITE, im_tenant_move_marks WRITE"); err != nil {
+		return err
+	}
+	defer func() { _, _ = c.ExecContext(context.WithoutCancel(ctx), "UNLOCK TABLES") }()
+	for _, ddl := range ddls {
+		if _, err := c.ExecContext(ctx, ddl); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -183,6 +210,13 @@ func (m *Mover) copyMarked(ctx context.Context, tables []table, mk marked, verif
 		}
 	}
 	return nil
+}
+
+// unverified counts the chunks not proven equal.
+func (m *Mover) unverified(ctx context.Context) (int, error) {
+	var n int
+	err := m.src.QueryRowContext(ctx, "SELECT COUNT(*) FROM im_tenant_move_chunks WHERE verified = 0").Scan(&n)
+	return n, err
 }
 
 // sameWhere compares the rows cond selects on both servers.
@@ -338,16 +372,18 @@ func (m *Mover) drainMarks(ctx context.Context) error {
 	return nil
 }
 
-// SwitchWork is what the switch copied and verified behind the fence: the
-// rows marked since the verification before it, and the chunks that
-// verification had not proven.
+// SwitchWork is what the switch did behind the fence: the rows marked
+// since the verification step it copied and verified (Keys), the chunks
+// that step had not proven it compared on both servers (Compared), and
+// those of them it copied and verified because they differed (Chunks).
 type SwitchWork struct {
-	Keys, Chunks int
+	Keys, Compared, Chunks int
 }
 
 // fencedSync is the switch's work behind the source fence: it plans the
 // tables created since (their chunks unverified), copies and verifies the
-// marked rows, then copies and verifies the unverified chunks.
+// marked rows, then compares the unverified chunks and copies and
+// verifies those that differ.
 func (m *Mover) fencedSync(ctx context.Context) error {
 	tables, err := m.planTables(ctx)
 	if err != nil {
@@ -361,16 +397,18 @@ func (m *Mover) fencedSync(ctx context.Context) error {
 		return err
 	}
 	m.work.Keys = mk.n
-	pending, err := m.chunks(ctx, "verified = 0")
-	if err != nil {
-		return err
-	}
-	m.work.Chunks = len(pending)
-	if err := m.copyChunks(ctx, tables, pending); err != nil {
+	if m.work.Compared, err = m.unverified(ctx); err != nil {
 		return err
 	}
 	differ, err := m.verifyChunks(ctx, tables)
 	if err != nil {
+		return err
+	}
+	m.work.Chunks = len(differ)
+	if err := m.copyChunks(ctx, tables, differ); err != nil {
+		return err
+	}
+	if differ, err = m.verifyChunks(ctx, tables); err != nil {
 		return err
 	}
 	if len(differ) > 0 {

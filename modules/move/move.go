@@ -267,9 +267,12 @@ func Resume(ctx context.Context, tenant string, at tenantdb.Placement, store *pl
 	return Begin(ctx, tenant, at, st.Peer, store, o)
 }
 
-// Close releases the handles (and the mover's lock).
+// Close releases the handles (and the mover's lock: released before its
+// connection goes, so a mover opened right after finds it free, not held
+// until the server notices the connection closed).
 func (m *Mover) Close() {
 	if m.lock != nil {
+		_, _ = m.lock.ExecContext(context.Background(), "DO RELEASE_LOCK(CONCAT('imshard_move:', DATABASE()))")
 		_ = m.lock.Close()
 	}
 	_ = m.src.Close()
@@ -526,7 +529,8 @@ func (m *Mover) plan(ctx context.Context) error {
 
 // planTables records the chunks of every source table not yet planned,
 // creating its table on the target from the source's own definition, and
-// its mark triggers on the source first.
+// its mark triggers on the source first; it splits a planned table's last
+// chunk once it outgrew a chunk.
 func (m *Mover) planTables(ctx context.Context) ([]table, error) {
 	tables, err := listTables(ctx, m.src)
 	if err != nil {
@@ -537,24 +541,39 @@ func (m *Mover) planTables(ctx context.Context) ([]table, error) {
 		return nil, err
 	}
 	for _, t := range tables {
-		var n int
-		if err := m.src.QueryRowContext(ctx, "SELECT COUNT(*) FROM im_tenant_move_chunks WHERE table_name = ?", t.name).Scan(&n); err != nil {
+		// a planned table's last chunk is open-ended: the rows inserted
+		// past its start since (the active month's new messages) all land
+		// in it, so it is split again once it holds more than a chunk, and
+		// no chunk's copy or verification grows with the move's length
+		var tail chunk
+		var lo sql.NullString
+		err := m.src.QueryRowContext(ctx, "SELECT chunk_no, lo_key FROM im_tenant_move_chunks WHERE table_name = ? ORDER BY chunk_no DESC LIMIT 1", t.name).
+			Scan(&tail.no, &lo)
+		planned := err == nil
+		switch {
+		case planned && lo.Valid:
+			if tail.lo, err = decodeKey(lo.String); err != nil {
+				return nil, err
+			}
+		case planned:
+		case err != sql.ErrNoRows:
 			return nil, err
+		default:
+			var name, ddl string
+			if err := m.src.QueryRowContext(ctx, "SHOW CREATE TABLE "+quote(t.name)).Scan(&name, &ddl); err != nil {
+				return nil, fmt.Errorf("move: definition of %s: %w", t.name, err)
+			}
+			ddl = strings.Replace(ddl, "CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ", 1)
+			if _, err := m.dst.ExecContext(ctx, ddl); err != nil {
+				return nil, fmt.Errorf("move: create %s on the target: %w", t.name, err)
+			}
 		}
-		if n > 0 {
-			continue
-		}
-		var name, ddl string
-		if err := m.src.QueryRowContext(ctx, "SHOW CREATE TABLE "+quote(t.name)).Scan(&name, &ddl); err != nil {
-			return nil, fmt.Errorf("move: definition of %s: %w", t.name, err)
-		}
-		ddl = strings.Replace(ddl, "CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ", 1)
-		if _, err := m.dst.ExecContext(ctx, ddl); err != nil {
-			return nil, fmt.Errorf("move: create %s on the target: %w", t.name, err)
-		}
-		chunks, err := t.boundaries(ctx, m.src, m.o.ChunkRows)
+		chunks, err := t.boundaries(ctx, m.src, m.o.ChunkRows, tail)
 		if err != nil {
 			return nil, err
+		}
+		if planned && len(chunks) == 1 {
+			continue
 		}
 		tx, err := m.src.BeginTx(ctx, nil)
 		if err != nil {
@@ -568,7 +587,9 @@ func (m *Mover) planTables(ctx context.Context) ([]table, error) {
 			if c.hi != nil {
 				hi.String, hi.Valid = mustKey(c.hi)
 			}
-			if _, err := tx.ExecContext(ctx, "INSERT INTO im_tenant_move_chunks (table_name, chunk_no, lo_key, hi_key) VALUES (?, ?, ?, ?)",
+			// a split tail is replaced: its checksum was of the longer
+			// range, so it is copied and verified again
+			if _, err := tx.ExecContext(ctx, "REPLACE INTO im_tenant_move_chunks (table_name, chunk_no, lo_key, hi_key) VALUES (?, ?, ?, ?)",
 				t.name, c.no, lo, hi); err != nil {
 				_ = tx.Rollback()
 				return nil, err

@@ -116,22 +116,44 @@ type chunk struct {
 
 // where is the chunk's range condition and its arguments.
 func (t table) where(c chunk) (string, []any) {
-	pk := "(" + quoteAll(t.pk) + ")"
-	marks := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(t.pk)), ", ") + ")"
 	var conds []string
 	var args []any
 	if c.lo != nil {
-		conds = append(conds, pk+" > "+marks)
-		args = append(args, c.lo...)
+		cond, a := t.past(">", ">", c.lo)
+		conds, args = append(conds, cond), append(args, a...)
 	}
 	if c.hi != nil {
-		conds = append(conds, pk+" <= "+marks)
-		args = append(args, c.hi...)
+		cond, a := t.past("<", "<=", c.hi)
+		conds, args = append(conds, cond), append(args, a...)
 	}
 	if len(conds) == 0 {
 		return "1 = 1", nil
 	}
 	return strings.Join(conds, " AND "), args
+}
+
+// past is the primary key compared with key in key order: (a op ?) OR
+// (a = ? AND b op ?) … with last as the last column's operator. MariaDB
+// reads a row constructor comparison ((a, b) > (?, ?)) of a composite key
+// by scanning the whole index; this form is a range of the primary key.
+func (t table) past(op, last string, key []any) (string, []any) {
+	terms := make([]string, len(t.pk))
+	var args []any
+	for i, c := range t.pk {
+		parts := make([]string, 0, i+1)
+		for j := 0; j < i; j++ {
+			parts = append(parts, quote(t.pk[j])+" = ?")
+			args = append(args, key[j])
+		}
+		o := op
+		if i == len(t.pk)-1 {
+			o = last
+		}
+		parts = append(parts, quote(c)+" "+o+" ?")
+		args = append(args, key[i])
+		terms[i] = "(" + strings.Join(parts, " AND ") + ")"
+	}
+	return "(" + strings.Join(terms, " OR ") + ")", args
 }
 
 // rowHash is a row's CRC32 over every column's bytes and its NULL marks,
@@ -181,12 +203,13 @@ func (t table) checksumWhere(ctx context.Context, db *sql.DB, cond string, args 
 	return fmt.Sprintf("%d:%d:%d", n, sum, xor), nil
 }
 
-// boundaries splits the table into chunks of size rows by primary key.
-func (t table) boundaries(ctx context.Context, db *sql.DB, size int) ([]chunk, error) {
+// boundaries splits the table from the chunk from on (its number and
+// start) into chunks of size rows by primary key, the last open-ended.
+func (t table) boundaries(ctx context.Context, db *sql.DB, size int, from chunk) ([]chunk, error) {
 	var out []chunk
-	var lo []any
+	lo := from.lo
 	for {
-		c := chunk{no: len(out), lo: lo}
+		c := chunk{no: from.no + len(out), lo: lo}
 		cond, args := t.where(c)
 		q := "SELECT " + quoteAll(t.pk) + " FROM " + quote(t.name) + " WHERE " + cond +
 			" ORDER BY " + quoteAll(t.pk) + fmt.Sprintf(" LIMIT 1 OFFSET %d", size-1)
