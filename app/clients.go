@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -528,7 +529,7 @@ func (a *App) Retention() *retention.Retention {
 		// does one; only the job loop calls it, in a process that runs the
 		// read path
 		Erase: func(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef, reason string,
-			before func(messages, revisions int64) error) (int64, int64, error) {
+			before func(tx *sql.Tx, messages, revisions int64) error) (int64, int64, error) {
 			return a.NewChanges().EraseMessages(ctx, tenant, m, refs, reason, before)
 		},
 		DropArchive: func(ctx context.Context, tenant string, m routing.Month) error {

@@ -169,13 +169,13 @@ func (s *Service) DeleteAll(ctx context.Context, p httpapi.Principal, topic stri
 // after it — in one transaction, one statement of each kind and one Redis
 // round trip each side of the commit. The revisions keep no content, and
 // the messages' earlier revisions lose theirs. before runs in the
-// transaction after its writes with what they changed (messages made
-// tombstones, revisions without content); its error rolls the batch back
-// and is answered as it is. A message already deleted, or no longer
-// stored, is left out; one of an archived month changes its overlay row,
-// as a change does.
+// transaction (tx, for the caller's own writes) after its writes with what
+// they changed (messages made tombstones, revisions without content); its
+// error rolls the batch back and is answered as it is. A message already
+// deleted, or no longer stored, is left out; one of an archived month
+// changes its overlay row, as a change does.
 func (s *Service) EraseMessages(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef, reason string,
-	before func(messages, revisions int64) error) (messages, revisions int64, err error) {
+	before func(tx *sql.Tx, messages, revisions int64) error) (messages, revisions int64, err error) {
 	if len(refs) == 0 {
 		return 0, 0, nil
 	}
@@ -196,7 +196,10 @@ func (s *Service) EraseMessages(ctx context.Context, tenant string, m routing.Mo
 		return int64(len(w.changed)), int64(len(w.changed)) + w.revisionsCleared
 	}
 	c := changeReq{tenant: tenant, action: message.ActionDelete, topic: refs[0].Topic, seq: refs[0].Seq, reason: reason, refs: refs, erase: true}
-	w, err := s.changeTx(ctx, db, keys, []routing.Table{t}, c, false, false, func(w *written) error { return before(counts(w)) })
+	w, err := s.changeTx(ctx, db, keys, []routing.Table{t}, c, false, false, func(tx *sql.Tx, w *written) error {
+		n, revs := counts(w)
+		return before(tx, n, revs)
+	})
 	if errors.Is(err, errUnchanged) || errors.Is(err, readpath.ErrNotFound) {
 		return 0, 0, nil
 	}
@@ -332,7 +335,7 @@ var errUnchanged = errors.New("changes: nothing to change")
 // rolls the change back. A deadlock rolled the transaction back before
 // the caches were told (its statements come first): it runs again.
 func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, tables []routing.Table, c changeReq, flying, legacy bool,
-	before func(w *written) error) (written, error) {
+	before func(tx *sql.Tx, w *written) error) (written, error) {
 	var w written
 	var err error
 	for attempt := 1; ; attempt++ {
@@ -341,7 +344,7 @@ func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, t
 			if w, err = s.changeIn(ctx, tx, keys, tables, c, flying, legacy); err != nil || before == nil {
 				return err
 			}
-			return before(&w)
+			return before(tx, &w)
 		})
 		if !tenantdb.IsDeadlock(err) || attempt == maxChangeAttempts {
 			break

@@ -23,11 +23,11 @@ import (
 // it): in one transaction the rows become tombstones, revisions without
 // content and change events are recorded and the messages' earlier
 // revisions lose their content; caches and streams follow. before runs in
-// that transaction after its writes, with what they changed (messages,
-// revisions without content), and its error rolls the batch back. A
-// message already a tombstone is left out.
+// that transaction (tx) after its writes, with what they changed
+// (messages, revisions without content), and its error rolls the batch
+// back. A message already a tombstone is left out.
 type Eraser func(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef, reason string,
-	before func(messages, revisions int64) error) (messages, revisions int64, err error)
+	before func(tx *sql.Tx, messages, revisions int64) error) (messages, revisions int64, err error)
 
 // userHeld refuses an erase of a held user (409 conflict, details.reason
 // "legal_hold").
@@ -180,13 +180,13 @@ func (p *jobRun) eraseBatch(ctx context.Context, m routing.Month, refs []routing
 			}
 		}
 		committing := false
-		n, _, err := p.r.p.Erase(ctx, p.tenant, m, free, reason, func(n, revs int64) error {
+		n, _, err := p.r.p.Erase(ctx, p.tenant, m, free, reason, func(tx *sql.Tx, n, revs int64) error {
 			committing = true
 			if now, err := heldTopics(ctx, db, topics); err != nil || len(now) != len(held) {
 				return errors.Join(err, errHeldMeanwhile)
 			}
 			count(n, revs)
-			return p.progress(ctx)
+			return p.progress(ctx, tx)
 		})
 		if errors.Is(err, errHeldMeanwhile) {
 			count(0, 0)
@@ -201,7 +201,7 @@ func (p *jobRun) eraseBatch(ctx context.Context, m routing.Month, refs []routing
 			// nothing left to change in the batch: the holds and the lease
 			// are checked all the same
 			count(0, 0)
-			return p.progress(ctx)
+			return routing.Fenced(ctx, db, func(tx *sql.Tx) error { return p.progress(ctx, tx) })
 		}
 		return nil
 	}

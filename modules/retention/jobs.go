@@ -397,7 +397,7 @@ func (p *jobRun) purge(ctx context.Context) error {
 			rep.Months[s.Month.String()] += n
 			p.job.RowsRemoved += n
 			p.r.m.jobRows.WithLabelValues(p.tenant, KindPurge).Add(float64(n))
-			return n, p.progress(ctx)
+			return n, p.progress(ctx, tx)
 		}, func() error {
 			testhook.CrashAfterJobBatch()
 			return forget()
@@ -440,7 +440,7 @@ func (p *jobRun) side(ctx context.Context, kind string, step func(tx *sql.Tx) (i
 		if err != nil {
 			return n, err
 		}
-		return n, p.progress(ctx)
+		return n, p.progress(ctx, tx)
 	})
 }
 
@@ -456,17 +456,26 @@ func (p *jobRun) unheld(ctx context.Context) error {
 }
 
 // progress checks that no hold keeps what the job removes (unheld), then
-// records the report so far and renews the lease; errLeaseLost when the
-// job was paused or taken over meanwhile. A batch calls it before it
-// commits: either error rolls the batch back.
-func (p *jobRun) progress(ctx context.Context) error {
+// records the report so far and renews the lease in tx, the batch's own
+// transaction, so the report counts exactly the batches that committed;
+// errLeaseLost when the job was paused or taken over meanwhile. A batch
+// calls it before it commits: either error rolls the batch back.
+func (p *jobRun) progress(ctx context.Context, tx *sql.Tx) error {
 	if err := p.unheld(ctx); err != nil {
 		return err
 	}
-	return p.record(ctx, p.job.State)
+	return p.recordIn(ctx, tx, p.job.State)
 }
 
+// record records the job's state and report in a transaction of its own.
 func (p *jobRun) record(ctx context.Context, state string) error {
+	return routing.Fenced(ctx, p.db, func(tx *sql.Tx) error { return p.recordIn(ctx, tx, state) })
+}
+
+// recordIn records the job's state and report in tx, the lease renewed
+// (or, done, given up); errLeaseLost when the job is no longer this
+// runner's.
+func (p *jobRun) recordIn(ctx context.Context, tx *sql.Tx, state string) error {
 	rep, err := json.Marshal(p.job.Report)
 	if err != nil {
 		return err
@@ -478,7 +487,7 @@ func (p *jobRun) record(ctx context.Context, state string) error {
 		q = q.Set("lease_until", sq.Expr("NOW(3) + INTERVAL ? MICROSECOND", p.lease.Microseconds()))
 	}
 	ours := sq.Eq{"job_id": p.job.ID, "lease_owner": p.owner, "state": StateRunning}
-	n, err := routing.FencedRows(ctx, p.db, q.Where(ours))
+	n, err := routing.RowsOf(q.Where(ours).RunWith(tx).ExecContext(ctx))
 	if err != nil {
 		return fmt.Errorf("jobs: progress of %d: %w", p.job.ID, err)
 	}
@@ -488,7 +497,7 @@ func (p *jobRun) record(ctx context.Context, state string) error {
 	// MySQL counts changed rows only: an update within the same
 	// millisecond as the last one changes nothing and still holds the job
 	var held int
-	if err := sq.Select("COUNT(*)").From(jobsTable).Where(ours).RunWith(p.db).QueryRowContext(ctx).Scan(&held); err != nil {
+	if err := sq.Select("COUNT(*)").From(jobsTable).Where(ours).RunWith(tx).QueryRowContext(ctx).Scan(&held); err != nil {
 		return fmt.Errorf("jobs: progress of %d: %w", p.job.ID, err)
 	}
 	if held == 0 {
