@@ -79,13 +79,22 @@ type member struct {
 	start, end int
 }
 
-func (s *canonScan) object(depth int) bool {
-	s.i++ // {
-	s.out.WriteByte('{')
+// open writes the container opening at i ('{' or '['); empty reports
+// that it closed right after (close), written too.
+func (s *canonScan) open(close byte) (empty bool) {
+	s.out.WriteByte(s.b[s.i])
+	s.i++
 	s.space()
-	if s.i < len(s.b) && s.b[s.i] == '}' {
+	if s.i < len(s.b) && s.b[s.i] == close {
 		s.i++
-		s.out.WriteByte('}')
+		s.out.WriteByte(close)
+		return true
+	}
+	return false
+}
+
+func (s *canonScan) object(depth int) bool {
+	if s.open('}') {
 		return true
 	}
 	var members []member
@@ -159,12 +168,7 @@ func (s *canonScan) reorder(members []member) bool {
 }
 
 func (s *canonScan) array(depth int) bool {
-	s.i++ // [
-	s.out.WriteByte('[')
-	s.space()
-	if s.i < len(s.b) && s.b[s.i] == ']' {
-		s.i++
-		s.out.WriteByte(']')
+	if s.open(']') {
 		return true
 	}
 	for {
