@@ -182,10 +182,7 @@ const keyBatch = 200
 // source no longer holds is deleted there) and, when verify is set,
 // compares them on both servers.
 func (m *Mover) copyMarked(ctx context.Context, tables []table, mk marked, verify bool) error {
-	byName := map[string]table{}
-	for _, t := range tables {
-		byName[t.name] = t
-	}
+	byName := tablesByName(tables)
 	for name, keys := range mk.keys {
 		t, ok := byName[name]
 		if !ok {
@@ -309,10 +306,7 @@ func (m *Mover) verifyAll(ctx context.Context) error {
 // verifyChunks compares the unverified chunks on both servers, flags the
 // equal ones verified and returns the others.
 func (m *Mover) verifyChunks(ctx context.Context, tables []table) ([]storedChunk, error) {
-	byName := map[string]table{}
-	for _, t := range tables {
-		byName[t.name] = t
-	}
+	byName := tablesByName(tables)
 	pending, err := m.chunks(ctx, "verified = 0")
 	if err != nil {
 		return nil, err

@@ -677,10 +677,7 @@ func (m *Mover) between(ctx context.Context) error {
 // copyChunks copies the chunks, source checksum first (a row changed after
 // it makes the next comparison differ and the chunk copied again).
 func (m *Mover) copyChunks(ctx context.Context, tables []table, chunks []storedChunk) error {
-	byName := map[string]table{}
-	for _, t := range tables {
-		byName[t.name] = t
-	}
+	byName := tablesByName(tables)
 	for _, c := range chunks {
 		if err := m.between(ctx); err != nil {
 			return err
@@ -741,10 +738,7 @@ func (m *Mover) catchUp(ctx context.Context, both bool) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	byName := map[string]table{}
-	for _, t := range tables {
-		byName[t.name] = t
-	}
+	byName := tablesByName(tables)
 	all, err := m.chunks(ctx, "")
 	if err != nil {
 		return 0, err

@@ -24,6 +24,15 @@ type table struct {
 	pk   []string
 }
 
+// tablesByName indexes tables by name.
+func tablesByName(tables []table) map[string]table {
+	out := make(map[string]table, len(tables))
+	for _, t := range tables {
+		out[t.name] = t
+	}
+	return out
+}
+
 func quote(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" }
 
 func quoteAll(names []string) string {
