@@ -3,13 +3,16 @@ package test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/imshard/imshard/config"
+	"github.com/imshard/imshard/modules/move"
 	"github.com/imshard/imshard/modules/placement"
 	"github.com/imshard/imshard/modules/shardmgr"
+	"github.com/imshard/imshard/modules/tenantdb"
 	"github.com/imshard/imshard/test/harness"
 	"github.com/imshard/imshard/test/testenv"
 )
@@ -101,4 +104,28 @@ func mvStartSecond(t *testing.T, tenant string) (*testenv.MariaDB, string) {
 	t.Helper()
 	m := testenv.StartMariaDB(t)
 	return m, strings.ReplaceAll(m.DSNTemplate, "{tenant}", tenant)
+}
+
+// mvBeginStopped begins the move of tenant to targetDSN with chunks of 20
+// rows and runs it until its catch-up step, where it stops and closes:
+// copied, neither caught up nor switched. It returns the options, whose
+// hook stops any later run there too.
+func mvBeginStopped(t *testing.T, ctx context.Context, tenant string, at tenantdb.Placement, targetDSN string, store *placement.Store) move.Options {
+	t.Helper()
+	stopped := errors.New("stopped")
+	o := move.Options{ChunkRows: 20, StepHook: func(step string) error {
+		if step == move.StepCatchUp {
+			return stopped
+		}
+		return nil
+	}}
+	m, err := move.Begin(ctx, tenant, at, targetDSN, store, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Run(ctx); !errors.Is(err, stopped) {
+		t.Fatalf("run: %v, want it stopped at the catch-up", err)
+	}
+	m.Close()
+	return o
 }

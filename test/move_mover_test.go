@@ -325,26 +325,13 @@ func TestMoveOneAtATime(t *testing.T) {
 	mvInsert(t, src, now.String(), "g_a", 1, 50)
 
 	at := tenantdb.Placement{DSN: sourceDSN}
-	stopped := errors.New("stopped")
-	o := move.Options{ChunkRows: 20, StepHook: func(step string) error {
-		if step == move.StepCatchUp {
-			return stopped
-		}
-		return nil
-	}}
-	m, err := move.Begin(ctx, tenant, at, targetDSN, store, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Run(ctx); !errors.Is(err, stopped) {
-		t.Fatalf("first run: %v, want it stopped at the catch-up", err)
-	}
-	m.Close()
+	o := mvBeginStopped(t, ctx, tenant, at, targetDSN, store)
 	if _, err := move.Begin(ctx, tenant, at, thirdDSN, store, o); !errors.Is(err, move.ErrLastMoveOpen) {
 		t.Fatalf("a move elsewhere while one is under way: %v, want ErrLastMoveOpen", err)
 	}
 	o.StepHook = nil
-	if m, err = move.Begin(ctx, tenant, at, targetDSN, store, o); err != nil {
+	m, err := move.Begin(ctx, tenant, at, targetDSN, store, o)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Run(ctx); err != nil {

@@ -184,21 +184,7 @@ func TestMoveCancelDropsTheMarks(t *testing.T) {
 	tenant, targetDSN, store, at, src, month := mvSwitchSetup(t)
 	ctx := context.Background()
 	mvInsert(t, src, month, "g_a", 1, 30)
-	stopped := errors.New("stopped")
-	o := move.Options{ChunkRows: 20, StepHook: func(step string) error {
-		if step == move.StepCatchUp {
-			return stopped
-		}
-		return nil
-	}}
-	m, err := move.Begin(ctx, tenant, at, targetDSN, store, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Run(ctx); !errors.Is(err, stopped) {
-		t.Fatalf("run: %v, want it stopped at the catch-up", err)
-	}
-	m.Close()
+	o := mvBeginStopped(t, ctx, tenant, at, targetDSN, store)
 	mvInsert(t, src, month, "g_a", 100, 2)
 	if trig, marks := mvTriggers(t, src); trig == 0 || marks != 2 {
 		t.Fatalf("source while copying: %d triggers, %d marks (want 2)", trig, marks)
