@@ -41,18 +41,18 @@ type entry struct {
 	seq           int64
 }
 
-// DefaultSortBytes is an export's sort buffer when none is configured.
-const DefaultSortBytes = 256 << 20
+// defaultSortBytes is an export's sort buffer when none is configured.
+const defaultSortBytes = 256 << 20
 
 // sortChunk is the size of one chunk of the sorter's memory.
 const sortChunk = 4 << 20
 
-// newSorter sorts in budget bytes of memory (DefaultSortBytes when not
+// newSorter sorts in budget bytes of memory (defaultSortBytes when not
 // positive), writing runs to dir (the system's temporary directory when
 // empty).
 func newSorter(dir string, budget int64) *sorter {
 	if budget <= 0 {
-		budget = DefaultSortBytes
+		budget = defaultSortBytes
 	}
 	if dir == "" {
 		dir = os.TempDir()
@@ -322,17 +322,9 @@ func appendRecord(b []byte, vals []any) ([]byte, recKey, error) {
 				key.seq = x
 			}
 		case []byte:
-			b = binary.AppendUvarint(append(b, kindText), uint64(len(x)))
-			if i == 1 {
-				key.topicOff, key.topicLen = len(b), len(x)
-			}
-			b = append(b, x...)
+			b = appendText(b, &key, i, x)
 		case string:
-			b = binary.AppendUvarint(append(b, kindText), uint64(len(x)))
-			if i == 1 {
-				key.topicOff, key.topicLen = len(b), len(x)
-			}
-			b = append(b, x...)
+			b = appendText(b, &key, i, x)
 		case time.Time:
 			b = binary.AppendVarint(append(b, kindTime), x.UnixMicro())
 		default:
@@ -340,6 +332,16 @@ func appendRecord(b []byte, vals []any) ([]byte, recKey, error) {
 		}
 	}
 	return b, key, nil
+}
+
+// appendText appends column i's text, noting where it is when it is the
+// topic.
+func appendText[T []byte | string](b []byte, key *recKey, i int, x T) []byte {
+	b = binary.AppendUvarint(append(b, kindText), uint64(len(x)))
+	if i == 1 {
+		key.topicOff, key.topicLen = len(b), len(x)
+	}
+	return append(b, x...)
 }
 
 // readRecord decodes rec into vals (text slices rec).
