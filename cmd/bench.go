@@ -16,6 +16,7 @@ import (
 	"github.com/imshard/imshard/app"
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/bench"
+	"github.com/imshard/imshard/modules/routing"
 	imsql "github.com/imshard/imshard/sql"
 )
 
@@ -66,18 +67,67 @@ func benchKafka(k *config.Kafka) (stop func(), err error) {
 	return cluster.Close, nil
 }
 
-// runBench loads the configuration, runs a bench until it ends or a
-// signal stops it (profiling the CPU into cpuProfile when set) and prints
-// its report.
-func runBench[R any](g *globals, cpuProfile string,
+// benchFlags are the flags the benches share: the tenant a bench works in
+// and a CPU profile of its run. A bench's options embed them, declare
+// the ones it has with tenantFlag and cpuProfileFlag (or both at once
+// with ownTenant) and hand them to runBench, which checks the tenant
+// before anything starts.
+type benchFlags struct {
+	tenant     string
+	cpuProfile string
+	hasTenant  bool // --tenant is declared
+}
+
+// The help of the shared flags as most benches word it.
+const (
+	ownTenantHelp  = "the benchmark's own tenant (its database is dropped afterwards)"
+	cpuProfileHelp = "write a CPU profile of the whole run to this file"
+)
+
+// tenantFlag declares --tenant, naming def by default.
+func (f *benchFlags) tenantFlag(c *cobra.Command, def, help string) {
+	c.Flags().StringVar(&f.tenant, "tenant", def, help)
+	f.hasTenant = true
+}
+
+// cpuProfileFlag declares --cpuprofile.
+func (f *benchFlags) cpuProfileFlag(c *cobra.Command, help string) {
+	c.Flags().StringVar(&f.cpuProfile, "cpuprofile", "", help)
+}
+
+// ownTenant declares --tenant (a tenant of the bench's own, named def by
+// default) and --cpuprofile with their usual help.
+func (f *benchFlags) ownTenant(c *cobra.Command, def string) {
+	f.tenantFlag(c, def, ownTenantHelp)
+	f.cpuProfileFlag(c, cpuProfileHelp)
+}
+
+// checkTenant refuses a --tenant that cannot name a tenant.
+func (f *benchFlags) checkTenant() error {
+	if !f.hasTenant {
+		return nil
+	}
+	if err := routing.ValidTenant(f.tenant); err != nil {
+		return usagef("--tenant: %v", err)
+	}
+	return nil
+}
+
+// runBench checks f's tenant, loads the configuration, runs a bench until
+// it ends or a signal stops it (profiling the CPU into f's --cpuprofile
+// when set) and prints its report.
+func runBench[R any](g *globals, f *benchFlags,
 	run func(context.Context, *config.Config) (R, error), print func(io.Writer, R)) error {
+	if err := f.checkTenant(); err != nil {
+		return err
+	}
 	cfg, err := g.load(nil)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	return withCPUProfile(cpuProfile, func() error {
+	return withCPUProfile(f.cpuProfile, func() error {
 		rep, err := run(ctx, cfg)
 		if err != nil {
 			return err

@@ -23,13 +23,12 @@ import (
 )
 
 type benchArchiveOptions struct {
-	rows       int
-	topics     int
-	duration   time.Duration
-	warmup     time.Duration
-	tenant     string
-	url        string
-	cpuProfile string
+	rows     int
+	topics   int
+	duration time.Duration
+	warmup   time.Duration
+	url      string
+	benchFlags
 }
 
 // Bars of the archive (docs/performance.md).
@@ -61,17 +60,13 @@ func newBenchArchiveCmd(g *globals) *cobra.Command {
 	c.Flags().IntVar(&o.topics, "topics", 1000, "topics of the month")
 	c.Flags().DurationVar(&o.duration, "duration", 5*time.Second, "measured time of each page run")
 	c.Flags().DurationVar(&o.warmup, "warmup", time.Second, "unmeasured time before each page run")
-	c.Flags().StringVar(&o.tenant, "tenant", "bench_archive", "the benchmark's own tenant (its database is dropped afterwards)")
+	o.ownTenant(c, "bench_archive")
 	c.Flags().StringVar(&o.url, "url", "", "archive bucket URL (default: a temporary file:// directory)")
-	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		if o.rows < 1 || o.topics < 1 || o.topics > 1024 || o.duration <= 0 || o.warmup < 0 {
 			return usagef("--rows and --duration must be positive, --topics 1..1024, --warmup not negative")
 		}
-		if err := routing.ValidTenant(o.tenant); err != nil {
-			return usagef("--tenant: %v", err)
-		}
-		return runBench(g, o.cpuProfile, func(ctx context.Context, cfg *config.Config) (bench.ArchiveReport, error) {
+		return runBench(g, &o.benchFlags, func(ctx context.Context, cfg *config.Config) (bench.ArchiveReport, error) {
 			return runBenchArchive(ctx, cfg, o, g)
 		}, func(w io.Writer, rep bench.ArchiveReport) { printBenchArchive(w, o, rep) })
 	}

@@ -24,9 +24,8 @@ type benchInboxOptions struct {
 	users, topics, minPer, maxPer, heavy, messages int
 	concurrency                                    int
 	duration, warmup                               time.Duration
-	tenant                                         string
 	cold                                           bool
-	cpuProfile                                     string
+	benchFlags
 }
 
 func newBenchInboxCmd(g *globals) *cobra.Command {
@@ -53,18 +52,14 @@ func newBenchInboxCmd(g *globals) *cobra.Command {
 	c.Flags().IntVar(&o.concurrency, "concurrency", 4, "concurrent readers")
 	c.Flags().DurationVar(&o.duration, "duration", 10*time.Second, "measured time of each run")
 	c.Flags().DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time before each run")
-	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	c.Flags().BoolVar(&o.cold, "cold", false, "leave the hot caches and seq counters empty (every count reads the month tables)")
-	c.Flags().StringVar(&o.tenant, "tenant", "bench_inbox", "the benchmark's own tenant (its database is dropped afterwards)")
+	o.ownTenant(c, "bench_inbox")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		if o.users < 1 || o.topics < 1 || o.minPer < 1 || o.maxPer < o.minPer || o.maxPer > o.topics ||
 			o.heavy < 1 || o.heavy > o.users || o.messages < 1 || o.concurrency < 1 || o.duration <= 0 || o.warmup < 0 {
 			return usagef("need users, topics, messages, concurrency, duration > 0; 1 <= min-per <= max-per <= topics; 1 <= heavy <= users")
 		}
-		if err := routing.ValidTenant(o.tenant); err != nil {
-			return usagef("--tenant: %v", err)
-		}
-		return runBench(g, o.cpuProfile, func(ctx context.Context, cfg *config.Config) (bench.InboxReport, error) {
+		return runBench(g, &o.benchFlags, func(ctx context.Context, cfg *config.Config) (bench.InboxReport, error) {
 			return runBenchInbox(ctx, cfg, o, g)
 		}, func(w io.Writer, rep bench.InboxReport) { printBenchInbox(w, o, rep) })
 	}

@@ -20,7 +20,7 @@ type benchLimitsOptions struct {
 	perSecond float64
 	burst     int
 	offered   float64
-	tenant    string
+	benchFlags
 }
 
 // limitsBar is the largest deviation of the accepted rate from the limit
@@ -45,12 +45,12 @@ func newBenchLimitsCmd(g *globals) *cobra.Command {
 	c.Flags().Float64Var(&o.perSecond, "per-second", 100, "the user's send limit (limits.send.user.per_second)")
 	c.Flags().IntVar(&o.burst, "burst", 100, "the limit's burst (limits.send.user.burst): a second of the limit absorbs the load generator's own stalls on a busy machine")
 	c.Flags().Float64Var(&o.offered, "offered", 3, "the offered rate as a multiple of the limit")
-	c.Flags().StringVar(&o.tenant, "tenant", "bench_limits", "the bench's own tenant (created, then dropped)")
+	o.tenantFlag(c, "bench_limits", "the bench's own tenant (created, then dropped)")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		if o.processes < 1 || o.duration <= 0 || o.perSecond <= 0 || o.burst < 1 || o.offered <= 0 {
 			return usagef("--processes, --duration, --per-second, --burst and --offered must be positive")
 		}
-		return runBench(g, "", func(ctx context.Context, cfg *config.Config) (bench.LimitsReport, error) {
+		return runBench(g, &o.benchFlags, func(ctx context.Context, cfg *config.Config) (bench.LimitsReport, error) {
 			return runBenchLimits(ctx, cfg, o, g)
 		}, printBenchLimits)
 	}

@@ -24,8 +24,8 @@ type benchMigrateOptions struct {
 	topics, perTopic, months, batch, readers, rounds int
 	duration                                         time.Duration
 	scan                                             []int
-	tenant                                           string
 	keep                                             bool
+	benchFlags
 }
 
 func newBenchMigrateCmd(g *globals) *cobra.Command {
@@ -52,7 +52,7 @@ func newBenchMigrateCmd(g *globals) *cobra.Command {
 	c.Flags().IntVar(&o.rounds, "rounds", 2, "rounds of the two copies (odd rounds copy raw first, even ones backfill first)")
 	c.Flags().DurationVar(&o.duration, "duration", 15*time.Second, "each foreground round")
 	c.Flags().IntSliceVar(&o.scan, "scan-readers", nil, "after the other rounds, run the unthrottled backfill beside each of these reader counts (e.g. 0,1,2,4,8,16): its rate as the readers grow")
-	c.Flags().StringVar(&o.tenant, "tenant", "bench_migrate", "the benchmark's own tenant (its database is dropped afterwards)")
+	o.tenantFlag(c, "bench_migrate", ownTenantHelp)
 	c.Flags().BoolVar(&o.keep, "keep", false, "keep the tenant database")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		if o.topics < 1 || o.perTopic < o.months || o.months < 1 || o.months > 24 || o.readers < 1 || o.duration <= 0 || o.batch < 0 || o.rounds < 1 {
@@ -63,8 +63,8 @@ func newBenchMigrateCmd(g *globals) *cobra.Command {
 				return usagef("--scan-readers: reader counts are 0 or more, got %d", n)
 			}
 		}
-		if err := routing.ValidTenant(o.tenant); err != nil {
-			return usagef("--tenant: %v", err)
+		if err := o.checkTenant(); err != nil {
+			return err
 		}
 		cfg, err := g.load(nil)
 		if err != nil {

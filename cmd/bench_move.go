@@ -31,7 +31,8 @@ type benchMoveOptions struct {
 	rows, topics, months, chunkRows int
 	sendRate, readRate              float64
 	warmup, baseline, tail          time.Duration
-	to, tenant, other               string
+	to, other                       string
+	benchFlags
 }
 
 func newBenchMoveCmd(g *globals) *cobra.Command {
@@ -62,17 +63,15 @@ func newBenchMoveCmd(g *globals) *cobra.Command {
 	c.Flags().DurationVar(&o.baseline, "baseline", 20*time.Second, "the other tenant's sends measured without a move")
 	c.Flags().DurationVar(&o.tail, "tail", 3*time.Second, "load kept on after the move")
 	c.Flags().StringVar(&o.to, "to", "", "the target database's DSN on another server (default: a private mariadbd started and stopped here)")
-	c.Flags().StringVar(&o.tenant, "tenant", "bench_move", "the moving tenant (the benchmark's own: dropped afterwards)")
+	o.tenantFlag(c, "bench_move", "the moving tenant (the benchmark's own: dropped afterwards)")
 	c.Flags().StringVar(&o.other, "other", "bench_move_other", "the tenant beside it (the benchmark's own: dropped afterwards)")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		if o.rows < 1 || o.topics < 1 || o.topics > 1024 || o.months < 2 || o.months > 120 || o.chunkRows < 1 ||
 			o.sendRate <= 0 || o.readRate < 0 || o.warmup < 0 || o.baseline <= 0 || o.tail < 0 {
 			return usagef("--rows, --chunk-rows, --send-rate and --baseline must be positive, --topics 1..1024, --months 2..120")
 		}
-		for _, t := range []string{o.tenant, o.other} {
-			if err := routing.ValidTenant(t); err != nil {
-				return usagef("--tenant, --other: %v", err)
-			}
+		if err := routing.ValidTenant(o.other); err != nil {
+			return usagef("--other: %v", err)
 		}
 		if o.tenant == o.other {
 			return usagef("--tenant and --other must differ")
@@ -82,7 +81,7 @@ func newBenchMoveCmd(g *globals) *cobra.Command {
 		if err := shape.Check(); err != nil {
 			return usagef("%v", err)
 		}
-		return runBench(g, "", func(ctx context.Context, cfg *config.Config) (bench.MoveReport, error) {
+		return runBench(g, &o.benchFlags, func(ctx context.Context, cfg *config.Config) (bench.MoveReport, error) {
 			return runBenchMove(ctx, cfg, o, g)
 		}, func(w io.Writer, rep bench.MoveReport) { printBenchMove(w, o, rep) })
 	}

@@ -24,8 +24,8 @@ import (
 
 type benchPersistOptions struct {
 	rows, batch, writers, topics, pairs, legacyRows int
-	tenant, cpuProfile                              string
 	keep                                            bool
+	benchFlags
 }
 
 func newBenchPersistCmd(g *globals) *cobra.Command {
@@ -52,17 +52,14 @@ func newBenchPersistCmd(g *globals) *cobra.Command {
 	c.Flags().IntVar(&o.topics, "topics", 10_000, "topics the rows (and the legacy fixture's history) are spread over")
 	c.Flags().IntVar(&o.pairs, "pairs", minPairs, "rounds, each running both sides once; the bar reads medians of at least 5")
 	c.Flags().IntVar(&o.legacyRows, "legacy-rows", 2_000_000, "rows in the legacy table before its run (0 = no legacy run)")
-	c.Flags().StringVar(&o.tenant, "tenant", "bench_persist", "the benchmark's own tenant (its database is dropped afterwards)")
+	o.tenantFlag(c, "bench_persist", ownTenantHelp)
 	c.Flags().BoolVar(&o.keep, "keep", false, "keep the tenant database (and the legacy fixture) for the next run")
-	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (persist role and in-process Kafka included) to this file")
+	o.cpuProfileFlag(c, "write a CPU profile of the whole run (persist role and in-process Kafka included) to this file")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		if o.rows < 1 || o.batch < 1 || o.writers < 1 || o.topics < 1 || o.pairs < 1 || o.legacyRows < 0 {
 			return usagef("--rows, --batch, --writers, --topics and --pairs must be positive")
 		}
-		if err := routing.ValidTenant(o.tenant); err != nil {
-			return usagef("--tenant: %v", err)
-		}
-		return runBench(g, o.cpuProfile, func(ctx context.Context, cfg *config.Config) (bench.PersistReport, error) {
+		return runBench(g, &o.benchFlags, func(ctx context.Context, cfg *config.Config) (bench.PersistReport, error) {
 			return runBenchPersist(ctx, cfg, o, g)
 		}, func(w io.Writer, rep bench.PersistReport) { printBenchPersist(w, o, rep) })
 	}

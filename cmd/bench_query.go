@@ -30,10 +30,9 @@ type benchQueryOptions struct {
 	concurrency int
 	duration    time.Duration
 	warmup      time.Duration
-	tenant      string
 	keep        bool
-	cpuProfile  string
 	only        []string
+	benchFlags
 }
 
 func newBenchQueryCmd(g *globals) *cobra.Command {
@@ -57,18 +56,14 @@ func newBenchQueryCmd(g *globals) *cobra.Command {
 	c.Flags().IntVar(&o.concurrency, "concurrency", 16, "concurrent readers")
 	c.Flags().DurationVar(&o.duration, "duration", 20*time.Second, "measured time of each run")
 	c.Flags().DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time before each run")
-	c.Flags().StringVar(&o.tenant, "tenant", "bench_query", "the benchmark's own tenant (its database is dropped afterwards)")
+	o.ownTenant(c, "bench_query")
 	c.Flags().BoolVar(&o.keep, "keep", false, "keep the fixture for the next run (a complete kept fixture is always reused)")
-	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	c.Flags().StringArrayVar(&o.only, "only", nil, "run only the runs whose name contains this (repeatable; run names hold commas, so none are split: --only='service page, hot cache' --only='raw SQL')")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		if o.concurrency < 1 || o.topics < 1 || o.topics > 1024 || o.rows < 1 || o.duration <= 0 || o.months < 2 || o.months > 120 {
 			return usagef("--concurrency, --rows and --duration must be positive, --topics 1..1024, --months 2..120")
 		}
-		if err := routing.ValidTenant(o.tenant); err != nil {
-			return usagef("--tenant: %v", err)
-		}
-		return runBench(g, o.cpuProfile, func(ctx context.Context, cfg *config.Config) (bench.QueryReport, error) {
+		return runBench(g, &o.benchFlags, func(ctx context.Context, cfg *config.Config) (bench.QueryReport, error) {
 			return runBenchQuery(ctx, cfg, o, g)
 		}, func(w io.Writer, rep bench.QueryReport) { printBenchQuery(w, o, rep) })
 	}

@@ -27,8 +27,7 @@ type benchRetentionOptions struct {
 	eraseMessages int
 	rate          float64
 	duration      time.Duration
-	tenant        string
-	cpuProfile    string
+	benchFlags
 }
 
 // The bars of `imshard bench retention`.
@@ -74,16 +73,12 @@ func newBenchRetentionCmd(g *globals) *cobra.Command {
 	c.Flags().IntVar(&o.eraseMessages, "erase-messages", eraseBarMsg, "messages of the erased user, over three months")
 	c.Flags().Float64Var(&o.rate, "rate", 300, "sends per second of the send load")
 	c.Flags().DurationVar(&o.duration, "duration", 10*time.Second, "each send-load run")
-	c.Flags().StringVar(&o.tenant, "tenant", "bench_retention", "the benchmark's own tenant (its database is dropped afterwards)")
-	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	o.ownTenant(c, "bench_retention")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		if o.topics < 1 || o.topics > 1024 || o.rows < o.topics || o.eraseMessages < 3 || o.rate < 1 || o.duration <= 0 {
 			return usagef("--topics must be 1..1024, --rows at least --topics, --erase-messages at least 3, --rate at least 1, --duration positive")
 		}
-		if err := routing.ValidTenant(o.tenant); err != nil {
-			return usagef("--tenant: %v", err)
-		}
-		return runBench(g, o.cpuProfile, func(ctx context.Context, cfg *config.Config) (bench.RetentionReport, error) {
+		return runBench(g, &o.benchFlags, func(ctx context.Context, cfg *config.Config) (bench.RetentionReport, error) {
 			return runBenchRetention(ctx, cfg, o, g)
 		}, func(w io.Writer, rep bench.RetentionReport) { printBenchRetention(w, o, rep) })
 	}

@@ -19,15 +19,13 @@ import (
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/bench"
 	"github.com/imshard/imshard/modules/httpapi"
-	"github.com/imshard/imshard/modules/routing"
 )
 
 type benchRotationOptions struct {
 	rate        int
 	duration    time.Duration
 	concurrency int
-	tenant      string
-	cpuProfile  string
+	benchFlags
 }
 
 // rotationBar is the request rate a key rotation must hold with no request failed.
@@ -50,16 +48,12 @@ func newBenchRotationCmd(g *globals) *cobra.Command {
 	c.Flags().IntVar(&o.rate, "rate", rotationBar, "requests per second")
 	c.Flags().DurationVar(&o.duration, "duration", 20*time.Second, "measured time of each run")
 	c.Flags().IntVar(&o.concurrency, "concurrency", 64, "requests under way at most")
-	c.Flags().StringVar(&o.tenant, "tenant", "bench_rotation", "the benchmark's own tenant (its database is dropped afterwards)")
-	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	o.ownTenant(c, "bench_rotation")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		if o.rate < 1 || o.duration <= 0 || o.concurrency < 1 {
 			return usagef("--rate, --duration and --concurrency must be positive")
 		}
-		if err := routing.ValidTenant(o.tenant); err != nil {
-			return usagef("--tenant: %v", err)
-		}
-		return runBench(g, o.cpuProfile, func(ctx context.Context, cfg *config.Config) (bench.RotationReport, error) {
+		return runBench(g, &o.benchFlags, func(ctx context.Context, cfg *config.Config) (bench.RotationReport, error) {
 			return runBenchRotation(ctx, cfg, o, g)
 		}, func(w io.Writer, rep bench.RotationReport) { printBenchRotation(w, o, rep) })
 	}

@@ -33,10 +33,9 @@ type benchSendOptions struct {
 	rate        string
 	peer        string
 	addr        string
-	tenant      string
-	cpuProfile  string
 	profileHTTP string
 	limits      string
+	benchFlags
 }
 
 // The --limits of bench send: the cost of the send call's limit check
@@ -79,8 +78,8 @@ func newBenchSendCmd(g *globals) *cobra.Command {
 	c.Flags().StringVar(&o.rate, "rate", "auto", "open-loop arrival rates per second, comma-separated; auto = 50% and 80% of the median closed-loop HTTP rate; 0 = none")
 	c.Flags().StringVar(&o.peer, "peer", "", "shell command of an outside peer to run as a third side each round")
 	c.Flags().StringVar(&o.addr, "addr", "", "API address of a running send role (default: start one in-process)")
-	c.Flags().StringVar(&o.tenant, "tenant", "bench", "tenant to send as (with --addr: a configured tenant)")
-	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (in-process API included) to this file")
+	o.tenantFlag(c, "bench", "tenant to send as (with --addr: a configured tenant)")
+	o.cpuProfileFlag(c, "write a CPU profile of the whole run (in-process API included) to this file")
 	c.Flags().StringVar(&o.limits, "limits", limitsUnhit, "the in-process tenant's send limits: unhit (its tenant, user and topic buckets on at 1,000,000/s, decided on every send and never reached) or off (no bucket)")
 	c.Flags().StringVar(&o.profileHTTP, "profile-http", "", "write a CPU profile of the first round's HTTP side alone to this file (not with --cpuprofile)")
 	c.RunE = func(c *cobra.Command, _ []string) error {
@@ -97,7 +96,7 @@ func newBenchSendCmd(g *globals) *cobra.Command {
 		if o.profileHTTP != "" && o.cpuProfile != "" {
 			return usagef("--profile-http and --cpuprofile cannot run together (one CPU profile at a time)")
 		}
-		return runBench(g, o.cpuProfile, func(ctx context.Context, cfg *config.Config) (bench.SendReport, error) {
+		return runBench(g, &o.benchFlags, func(ctx context.Context, cfg *config.Config) (bench.SendReport, error) {
 			return runBenchSend(ctx, cfg, o, rates, shares, g)
 		}, func(w io.Writer, rep bench.SendReport) { printBenchSend(w, o, rep) })
 	}
@@ -145,9 +144,6 @@ func runBenchSend(ctx context.Context, cfg *config.Config, o *benchSendOptions, 
 		if secret == nil {
 			return bench.SendReport{}, usagef("--tenant %q is not configured", o.tenant)
 		}
-	}
-	if err := routing.ValidTenant(o.tenant); err != nil {
-		return bench.SendReport{}, usagef("--tenant: %v", err)
 	}
 	var a *app.App
 	baseURL := "http://" + o.addr

@@ -32,7 +32,7 @@ type benchStreamOptions struct {
 	hoardMB  int
 	clients  bool // this process is the client side the bench started
 
-	cpuProfile string
+	benchFlags
 }
 
 func newBenchStreamCmd(g *globals) *cobra.Command {
@@ -60,7 +60,7 @@ func newBenchStreamCmd(g *globals) *cobra.Command {
 	c.Flags().IntVar(&o.hoardMB, "hoard-mb", 18, "MB of history the hoarders catch up")
 	c.Flags().BoolVar(&o.clients, "clients", false, "run as the client side of a bench (started by the bench itself)")
 	_ = c.Flags().MarkHidden("clients")
-	c.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the server process (not the clients) to this file")
+	o.cpuProfileFlag(c, "write a CPU profile of the server process (not the clients) to this file")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		if o.clients {
 			return runBenchStreamClients(g)
@@ -71,7 +71,7 @@ func newBenchStreamCmd(g *globals) *cobra.Command {
 		if o.hoarders < 0 || o.hoardMB < 1 {
 			return usagef("--hoarders must be 0 or more and --hoard-mb positive")
 		}
-		return runBench(g, o.cpuProfile, func(ctx context.Context, cfg *config.Config) (streamResult, error) {
+		return runBench(g, &o.benchFlags, func(ctx context.Context, cfg *config.Config) (streamResult, error) {
 			return runBenchStream(ctx, cfg, o, g)
 		}, func(w io.Writer, rep streamResult) { printBenchStream(w, o, rep) })
 	}
