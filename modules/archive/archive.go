@@ -476,18 +476,21 @@ func (p pace) wait(ctx context.Context, n int) error {
 
 // scanTable reads t in its clustered order (message_id) in keyset pages
 // (each its own short statement: no long transaction holds the table),
-// throttled to archive.rows_per_second, handing each row's driver values
-// to fn (valid during the call only). The clustered order reads the
-// table's pages one after the other; what needs (topic, seqid) order
-// sorts the rows itself (sorter). The next page is read while fn works
-// through the last one, into one of two pages used in turn.
-func (a *Archiver) scanTable(ctx context.Context, db *sql.DB, t routing.Table, fn func(vals []any) error) error {
+// throttled to archive.rows_per_second, handing each row to fn as a
+// record (appendRecord) with its key, valid during the call only. The
+// clustered order reads the table's pages one after the other; what needs
+// (topic, seqid) order sorts the records itself (sorter). The reader
+// encodes each row into its page as the driver hands it over (no copy of
+// the driver's values in between), and reads the next page while fn works
+// through the last one, into one of two pages used in turn: on two cores
+// the reading and encoding run beside the hashing and sorting.
+func (a *Archiver) scanTable(ctx context.Context, db *sql.DB, t routing.Table, fn func(rec []byte, key recKey) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pc := a.pace(scanChunk)
 	full, free := make(chan *page, 2), make(chan *page, 2)
 	for range 2 {
-		free <- newPage(pc.batch)
+		free <- &page{recs: make([]pageRec, 0, pc.batch)}
 	}
 	read := make(chan error, 1)
 	go func() {
@@ -495,8 +498,8 @@ func (a *Archiver) scanTable(ctx context.Context, db *sql.DB, t routing.Table, f
 		read <- a.readPages(ctx, db, t, pc, free, full)
 	}()
 	for pg := range full {
-		for _, vals := range pg.vals[:pg.n] {
-			if err := fn(vals); err != nil {
+		for _, r := range pg.recs {
+			if err := fn(pg.buf[r.off:r.end], r.key); err != nil {
 				cancel()
 				for range full { // let the reader end
 				}
@@ -508,28 +511,36 @@ func (a *Archiver) scanTable(ctx context.Context, db *sql.DB, t routing.Table, f
 	return <-read
 }
 
-// page is one keyset page of scanTable: the rows' values, scanned in
-// place.
+// page is one keyset page of scanTable: its rows' records, one after the
+// other in buf.
 type page struct {
-	vals, ptrs [][]any
-	n          int
+	buf  []byte
+	recs []pageRec
 }
 
-func newPage(rows int) *page {
-	pg := &page{vals: make([][]any, rows), ptrs: make([][]any, rows)}
-	for i := range pg.vals {
-		pg.vals[i], pg.ptrs[i] = make([]any, columns), make([]any, columns)
-		for j := range pg.vals[i] {
-			pg.ptrs[i][j] = &pg.vals[i][j]
-		}
-	}
-	return pg
+type pageRec struct {
+	off, end int
+	key      recKey
+}
+
+// driverValue takes a column's value as the driver returns it, without
+// the copy database/sql makes of text for a *any: it is valid until the
+// next row is read.
+type driverValue struct{ v any }
+
+func (d *driverValue) Scan(src any) error {
+	d.v = src
+	return nil
 }
 
 // readPages reads the pages of scanTable into pages from free, sending
 // each to full.
 func (a *Archiver) readPages(ctx context.Context, db *sql.DB, t routing.Table, pc pace, free <-chan *page, full chan<- *page) error {
 	cols := routing.LegacyColumnNames()
+	dv, dest, vals := make([]driverValue, columns), make([]any, columns), make([]any, columns)
+	for i := range dv {
+		dest[i] = &dv[i]
+	}
 	last := int64(math.MinInt64)
 	for {
 		if err := pc.wait(ctx, pc.batch); err != nil {
@@ -546,48 +557,64 @@ func (a *Archiver) readPages(ctx context.Context, db *sql.DB, t routing.Table, p
 		if err != nil {
 			return fmt.Errorf("archive: read %s: %w", t.Name(), err)
 		}
-		pg.n = 0
+		pg.buf, pg.recs = pg.buf[:0], pg.recs[:0]
 		for rows.Next() {
-			if err := rows.Scan(pg.ptrs[pg.n]...); err != nil {
-				rows.Close()
-				return err
+			if err = rows.Scan(dest...); err != nil {
+				break
 			}
-			pg.n++
+			for i := range dv {
+				vals[i] = dv[i].v
+			}
+			id, ok := vals[0].(int64)
+			if !ok {
+				err = fmt.Errorf("archive: read %s: message_id %T", t.Name(), vals[0])
+				break
+			}
+			off := len(pg.buf)
+			var key recKey
+			if pg.buf, key, err = appendRecord(pg.buf, vals); err != nil {
+				break
+			}
+			pg.recs = append(pg.recs, pageRec{off: off, end: len(pg.buf), key: key})
+			last = id
 		}
-		err = rows.Err()
+		if err == nil {
+			err = rows.Err()
+		}
 		rows.Close()
 		if err != nil {
 			return err
 		}
-		if pg.n > 0 {
-			last = pg.vals[pg.n-1][0].(int64)
+		n := len(pg.recs)
+		if n > 0 {
 			full <- pg // room for both pages: never blocks
 		}
-		if pg.n < pc.batch {
+		if n < pc.batch {
 			return nil
 		}
 	}
 }
 
 // tableDigests hashes every topic of t (routing.Digest, as the migration
-// verifies); each row also goes to also when set.
-func (a *Archiver) tableDigests(ctx context.Context, db *sql.DB, t routing.Table, also func(vals []any) error) (map[string]*routing.Digest, error) {
+// verifies); each record also goes to also when set.
+func (a *Archiver) tableDigests(ctx context.Context, db *sql.DB, t routing.Table, also func(rec []byte, key recKey) error) (map[string]*routing.Digest, error) {
 	out := map[string]*routing.Digest{}
 	var buf bytes.Buffer
-	err := a.scanTable(ctx, db, t, func(vals []any) error {
-		sum, err := routing.RowSum(&buf, vals)
-		if err != nil {
+	err := a.scanTable(ctx, db, t, func(rec []byte, key recKey) error {
+		buf.Reset()
+		if err := canonicalRecord(&buf, rec); err != nil {
 			return err
 		}
-		topic, _ := vals[1].([]byte)
+		sum := sha256.Sum256(buf.Bytes())
+		topic := key.topic(rec)
 		d := out[string(topic)]
 		if d == nil {
 			d = &routing.Digest{}
 			out[string(topic)] = d
 		}
-		d.Add(vals[3].(int64), sum)
+		d.Add(key.seq, sum[:])
 		if also != nil {
-			return also(vals)
+			return also(rec, key)
 		}
 		return nil
 	})
@@ -639,11 +666,7 @@ func (a *Archiver) export(ctx context.Context, db *sql.DB, bucket *blob.Bucket, 
 	defer sorted.Close()
 	digests, err := a.tableDigests(ctx, db, t, sorted.Add)
 	if err == nil {
-		err = sorted.Each(func(vals []any) error {
-			r, err := rowOf(vals)
-			if err != nil {
-				return err
-			}
+		err = sorted.Each(func(r *Row) error {
 			tr := ranges[r.Topic]
 			if tr == nil {
 				tr = &TopicRange{Topic: r.Topic, MinSeq: r.SeqID, MinAt: r.CreatedAt, MaxAt: r.CreatedAt}
@@ -656,7 +679,7 @@ func (a *Archiver) export(ctx context.Context, db *sql.DB, bucket *blob.Bucket, 
 			}
 			man.MaxMessageID = max(man.MaxMessageID, r.MessageID)
 			man.Rows++
-			rw.Add(r)
+			rw.Add(*r)
 			return nil
 		})
 	}

@@ -2,7 +2,6 @@ package archive
 
 import (
 	"database/sql"
-	"fmt"
 	"time"
 
 	"github.com/imshard/imshard/modules/readpath"
@@ -42,72 +41,6 @@ type Row struct {
 
 // columns is how many values a table row has (routing.LegacyColumns).
 const columns = 25
-
-// rowOf converts a table row (routing.LegacyColumns' order, values as the
-// driver returns them with parseTime) to a Row.
-func rowOf(v []any) (Row, error) {
-	if len(v) != columns {
-		return Row{}, fmt.Errorf("archive: a row of %d columns, want %d", len(v), columns)
-	}
-	var r Row
-	var err error
-	i64 := func(x any) int64 {
-		n, ok := x.(int64)
-		if !ok && err == nil {
-			err = fmt.Errorf("archive: %T where an integer belongs", x)
-		}
-		return n
-	}
-	str := func(x any) string {
-		switch s := x.(type) {
-		case []byte:
-			return string(s)
-		case string:
-			return s
-		}
-		if err == nil {
-			err = fmt.Errorf("archive: %T where text belongs", x)
-		}
-		return ""
-	}
-	ostr := func(x any) *string {
-		if x == nil {
-			return nil
-		}
-		s := str(x)
-		return &s
-	}
-	oi64 := func(x any) *int64 {
-		if x == nil {
-			return nil
-		}
-		n := i64(x)
-		return &n
-	}
-	ts := func(x any) int64 {
-		t, ok := x.(time.Time)
-		if !ok && err == nil {
-			err = fmt.Errorf("archive: %T where a time belongs", x)
-		}
-		return t.UnixMicro()
-	}
-	ots := func(x any) *int64 {
-		if x == nil {
-			return nil
-		}
-		n := ts(x)
-		return &n
-	}
-	r = Row{
-		MessageID: i64(v[0]), Topic: str(v[1]), GroupID: i64(v[2]), SeqID: i64(v[3]), FromUser: i64(v[4]),
-		ClientMsgID: ostr(v[5]), MsgType: str(v[6]), Status: str(v[7]), Content: ostr(v[8]), Head: ostr(v[9]),
-		MentionedUserIDs: ostr(v[10]), MentionAll: i64(v[11]), ReplySeqID: oi64(v[12]), RootSeqID: oi64(v[13]),
-		FileCount: i64(v[14]), ContentSize: i64(v[15]), HasRisk: i64(v[16]), AuditStatus: str(v[17]),
-		Version: i64(v[18]), RecalledAt: ots(v[19]), RecalledBy: oi64(v[20]), DeletedAt: ots(v[21]),
-		ExpiresAt: ots(v[22]), CreatedAt: ts(v[23]), UpdatedAt: ts(v[24]),
-	}
-	return r, err
-}
 
 // values is the row as the driver would return it from the table, for
 // routing.CanonicalRow: the archive and the table hash alike.

@@ -11,7 +11,7 @@ import (
 	"io"
 	"os"
 	"slices"
-	"time"
+	"strings"
 )
 
 // sorter puts a month's rows, read in the table's clustered order
@@ -60,31 +60,27 @@ func newSorter(dir string, budget int64) *sorter {
 	return &sorter{dir: dir, budget: budget, ids: map[string]int32{}}
 }
 
-// Add takes one month-table row (its driver values), spilling the buffer
-// when it reaches the budget.
-func (s *sorter) Add(vals []any) error {
-	if len(vals) != columns {
-		return fmt.Errorf("archive: a row of %d columns, want %d", len(vals), columns)
-	}
+// Add copies one record (appendRecord) with its key into the buffer,
+// spilling the buffer when it reaches the budget.
+func (s *sorter) Add(rec []byte, key recKey) error {
 	k := len(s.chunks) - 1
-	if k < 0 || len(s.chunks[k]) > sortChunk-1024 {
-		s.chunks = append(s.chunks, make([]byte, 0, sortChunk))
-		k++
+	if k < 0 || len(s.chunks[k])+len(rec) > cap(s.chunks[k]) {
+		if k >= 0 && len(s.chunks[k]) == 0 { // a spill's emptied chunk, too small for rec
+			s.chunks = s.chunks[:k]
+		}
+		s.chunks = append(s.chunks, make([]byte, 0, max(sortChunk, len(rec))))
+		k = len(s.chunks) - 1
 	}
 	off := len(s.chunks[k])
-	rec, key, err := appendRecord(s.chunks[k], vals)
-	if err != nil {
-		return err
-	}
-	s.chunks[k] = rec
-	topic := rec[key.topicOff : key.topicOff+key.topicLen]
+	s.chunks[k] = append(s.chunks[k], rec...)
+	topic := key.topic(rec)
 	id, ok := s.ids[string(topic)]
 	if !ok {
 		id = int32(len(s.topics))
 		s.ids[string(topic)] = id
 		s.topics = append(s.topics, slices.Clone(topic))
 	}
-	e := entry{chunk: int32(k), off: int32(off), n: int32(len(rec) - off), topic: id, seq: key.seq}
+	e := entry{chunk: int32(k), off: int32(off), n: int32(len(rec)), topic: id, seq: key.seq}
 	s.entries = append(s.entries, e)
 	s.size += int64(e.n) + 32
 	if s.size < s.budget {
@@ -169,17 +165,18 @@ func (s *sorter) spill() error {
 	return nil
 }
 
-// Each hands every row added to fn (as its driver values, valid only
-// during the call), in (topic, seqid) order; two rows of the same topic
-// and seq (the table's unique key forbids them) fail.
-func (s *sorter) Each(fn func(vals []any) error) error {
+// Each hands every row added to fn (valid only during the call), in
+// (topic, seqid) order; two rows of the same topic and seq (the table's
+// unique key forbids them) fail.
+func (s *sorter) Each(fn func(r *Row) error) error {
 	s.sort()
+	in := interner{}
 	h := &mergeHeap{}
 	if len(s.entries) > 0 {
-		h.cursors = append(h.cursors, &cursor{s: s, mem: s.entries})
+		h.cursors = append(h.cursors, &cursor{s: s, in: in, mem: s.entries})
 	}
 	for _, f := range s.runs {
-		h.cursors = append(h.cursors, &cursor{run: bufio.NewReaderSize(f, 1<<20)})
+		h.cursors = append(h.cursors, &cursor{in: in, run: bufio.NewReaderSize(f, 1<<20)})
 	}
 	for i := 0; i < len(h.cursors); {
 		ok, err := h.cursors[i].next()
@@ -193,17 +190,17 @@ func (s *sorter) Each(fn func(vals []any) error) error {
 		i++
 	}
 	heap.Init(h)
-	var lastTopic []byte
+	var lastTopic string
 	lastSeq, first := int64(0), true
 	for h.Len() > 0 {
 		c := h.cursors[0]
-		if !first && keyCompare(lastTopic, lastSeq, c.topic, c.seq) >= 0 {
-			return fmt.Errorf("archive: rows out of order or repeated at topic %q seq %d", c.topic, c.seq)
+		if !first && keyCompare(lastTopic, lastSeq, c.row.Topic, c.row.SeqID) >= 0 {
+			return fmt.Errorf("archive: rows out of order or repeated at topic %q seq %d", c.row.Topic, c.row.SeqID)
 		}
-		if err := fn(c.vals[:]); err != nil {
+		if err := fn(&c.row); err != nil {
 			return err
 		}
-		lastTopic, lastSeq, first = append(lastTopic[:0], c.topic...), c.seq, false
+		lastTopic, lastSeq, first = c.row.Topic, c.row.SeqID, false
 		ok, err := c.next()
 		if err != nil {
 			return err
@@ -225,23 +222,22 @@ func (s *sorter) Close() {
 	s.runs, s.chunks, s.entries = nil, nil, nil
 }
 
-func keyCompare(at []byte, as int64, bt []byte, bs int64) int {
-	if c := bytes.Compare(at, bt); c != 0 {
+func keyCompare(at string, as int64, bt string, bs int64) int {
+	if c := strings.Compare(at, bt); c != 0 {
 		return c
 	}
 	return cmp.Compare(as, bs)
 }
 
-// cursor is one sorted source of the merge: the memory or a run; rec is
-// its current record, topic and seq its key.
+// cursor is one sorted source of the merge: the memory or a run; row is
+// its current record, decoded.
 type cursor struct {
-	s     *sorter
-	mem   []entry
-	run   *bufio.Reader
-	buf   []byte
-	vals  [columns]any // the current record's values
-	topic []byte
-	seq   int64
+	s   *sorter
+	in  interner
+	mem []entry
+	run *bufio.Reader
+	buf []byte
+	row Row
 }
 
 func (c *cursor) next() (bool, error) {
@@ -265,16 +261,9 @@ func (c *cursor) next() (bool, error) {
 		}
 		rec = c.buf
 	}
-	if err := readRecord(rec, c.vals[:]); err != nil {
-		return false, err
-	}
-	topic, ok1 := c.vals[1].([]byte)
-	seq, ok2 := c.vals[3].(int64)
-	if !ok1 || !ok2 {
-		return false, errors.New("archive: sort run: a record without its topic and seq")
-	}
-	c.topic, c.seq = topic, seq
-	return true, nil
+	var err error
+	c.row, err = decodeRow(rec, c.in)
+	return err == nil, err
 }
 
 type mergeHeap struct{ cursors []*cursor }
@@ -282,7 +271,7 @@ type mergeHeap struct{ cursors []*cursor }
 func (h *mergeHeap) Len() int { return len(h.cursors) }
 func (h *mergeHeap) Less(i, j int) bool {
 	a, b := h.cursors[i], h.cursors[j]
-	return keyCompare(a.topic, a.seq, b.topic, b.seq) < 0
+	return keyCompare(a.row.Topic, a.row.SeqID, b.row.Topic, b.row.SeqID) < 0
 }
 func (h *mergeHeap) Swap(i, j int) { h.cursors[i], h.cursors[j] = h.cursors[j], h.cursors[i] }
 func (h *mergeHeap) Push(x any)    { h.cursors = append(h.cursors, x.(*cursor)) }
@@ -290,95 +279,4 @@ func (h *mergeHeap) Pop() any {
 	c := h.cursors[len(h.cursors)-1]
 	h.cursors = h.cursors[:len(h.cursors)-1]
 	return c
-}
-
-// A record is a row's driver values in column order, each a kind byte
-// and its value: no value, an integer (varint), text (its length and its
-// bytes), a time (microseconds since the epoch, varint).
-const (
-	kindNull byte = iota
-	kindInt
-	kindText
-	kindTime
-)
-
-// recKey is where a record's sort key is: the topic's bytes (offsets into
-// the buffer the record was appended to) and the seq.
-type recKey struct {
-	topicOff, topicLen int
-	seq                int64
-}
-
-// appendRecord appends the record of vals to b.
-func appendRecord(b []byte, vals []any) ([]byte, recKey, error) {
-	var key recKey
-	for i, v := range vals {
-		switch x := v.(type) {
-		case nil:
-			b = append(b, kindNull)
-		case int64:
-			b = binary.AppendVarint(append(b, kindInt), x)
-			if i == 3 {
-				key.seq = x
-			}
-		case []byte:
-			b = appendText(b, &key, i, x)
-		case string:
-			b = appendText(b, &key, i, x)
-		case time.Time:
-			b = binary.AppendVarint(append(b, kindTime), x.UnixMicro())
-		default:
-			return b, key, fmt.Errorf("archive: column %d: %T cannot be sorted", i, v)
-		}
-	}
-	return b, key, nil
-}
-
-// appendText appends column i's text, noting where it is when it is the
-// topic.
-func appendText[T []byte | string](b []byte, key *recKey, i int, x T) []byte {
-	b = binary.AppendUvarint(append(b, kindText), uint64(len(x)))
-	if i == 1 {
-		key.topicOff, key.topicLen = len(b), len(x)
-	}
-	return append(b, x...)
-}
-
-// readRecord decodes rec into vals (text slices rec).
-func readRecord(rec []byte, vals []any) error {
-	for i := range vals {
-		if len(rec) == 0 {
-			return errors.New("archive: sort run: a record ends early")
-		}
-		kind := rec[0]
-		rec = rec[1:]
-		switch kind {
-		case kindNull:
-			vals[i] = nil
-		case kindInt, kindTime:
-			x, n := binary.Varint(rec)
-			if n <= 0 {
-				return errors.New("archive: sort run: a bad integer")
-			}
-			rec = rec[n:]
-			if kind == kindInt {
-				vals[i] = x
-			} else {
-				vals[i] = time.UnixMicro(x).UTC()
-			}
-		case kindText:
-			l, n := binary.Uvarint(rec)
-			if n <= 0 || uint64(len(rec)-n) < l {
-				return errors.New("archive: sort run: a bad text")
-			}
-			vals[i] = rec[n : n+int(l)]
-			rec = rec[n+int(l):]
-		default:
-			return fmt.Errorf("archive: sort run: kind %d", kind)
-		}
-	}
-	if len(rec) != 0 {
-		return errors.New("archive: sort run: a record too long")
-	}
-	return nil
 }

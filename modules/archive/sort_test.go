@@ -1,11 +1,17 @@
 package archive
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/imshard/imshard/modules/routing"
 )
 
 func sortRow(rng *rand.Rand, i int) Row {
@@ -33,23 +39,20 @@ func TestSorterOrdersAcrossRuns(t *testing.T) {
 		rng.Shuffle(len(in), func(i, j int) { in[i], in[j] = in[j], in[i] })
 		s := newSorter(t.TempDir(), budget)
 		for _, r := range in {
-			if err := s.Add(r.values()); err != nil {
-				t.Fatal(err)
-			}
+			addRow(t, s, r)
 		}
 		if spilled := len(s.runs) > 1; spilled != (budget < 1<<30) {
 			t.Fatalf("budget %d: %d runs", budget, len(s.runs))
 		}
 		var out []Row
-		if err := s.Each(func(vals []any) error {
-			r, err := rowOf(vals)
-			out = append(out, r)
-			return err
+		if err := s.Each(func(r *Row) error {
+			out = append(out, *r)
+			return nil
 		}); err != nil {
 			t.Fatal(err)
 		}
 		s.Close()
-		slices.SortFunc(in, func(a, b Row) int { return keyCompare([]byte(a.Topic), a.SeqID, []byte(b.Topic), b.SeqID) })
+		slices.SortFunc(in, func(a, b Row) int { return keyCompare(a.Topic, a.SeqID, b.Topic, b.SeqID) })
 		if !reflect.DeepEqual(in, out) {
 			t.Fatalf("budget %d: %d rows out, not the %d sorted rows in", budget, len(out), len(in))
 		}
@@ -58,34 +61,139 @@ func TestSorterOrdersAcrossRuns(t *testing.T) {
 		s := newSorter(t.TempDir(), budget)
 		r := sortRow(rand.New(rand.NewPCG(3, 3)), 1)
 		for range 2 {
-			if err := s.Add(r.values()); err != nil {
-				t.Fatal(err)
-			}
+			addRow(t, s, r)
 		}
-		if err := s.Each(func([]any) error { return nil }); err == nil {
+		if err := s.Each(func(*Row) error { return nil }); err == nil {
 			t.Fatalf("budget %d: a repeated (topic, seqid) passed", budget)
 		}
 		s.Close()
 	}
 }
 
-// TestReadRecordTruncated: a record cut anywhere is an error, not a row.
-func TestReadRecordTruncated(t *testing.T) {
-	r := sortRow(rand.New(rand.NewPCG(2, 2)), 3)
-	rec, _, err := appendRecord(nil, r.values())
+// addRow adds r to s as the export adds a row it read.
+func addRow(t *testing.T, s *sorter, r Row) {
+	t.Helper()
+	rec, key, err := appendRecord([]byte("a page's earlier records"), r.values())
 	if err != nil {
 		t.Fatal(err)
 	}
-	vals := make([]any, columns)
-	if err := readRecord(rec, vals); err != nil {
+	rec = rec[len("a page's earlier records"):]
+	if string(key.topic(rec)) != r.Topic || key.seq != r.SeqID {
+		t.Fatalf("key %q %d of %q %d", key.topic(rec), key.seq, r.Topic, r.SeqID)
+	}
+	if err := s.Add(rec, key); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := rowOf(vals); err != nil || !reflect.DeepEqual(got, r) {
-		t.Fatalf("round trip: %v %+v", err, got)
+}
+
+// TestDecodeRowTruncated: a record decodes into the row it was made from;
+// a record cut anywhere is an error, not a row.
+func TestDecodeRowTruncated(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 2))
+	for i := range 6 {
+		r := sortRow(rng, i)
+		rec, _, err := appendRecord(nil, r.values())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := decodeRow(rec, interner{}); err != nil || !reflect.DeepEqual(got, r) {
+			t.Fatalf("round trip: %v %+v", err, got)
+		}
+		for cut := range len(rec) {
+			if _, err := decodeRow(rec[:cut], interner{}); err == nil {
+				t.Fatalf("cut at %d of %d read as a row", cut, len(rec))
+			}
+		}
+		if _, err := decodeRow(append(rec, kindNull), interner{}); err == nil {
+			t.Fatal("a record too long read as a row")
+		}
 	}
-	for cut := range len(rec) {
-		if err := readRecord(rec[:cut], vals); err == nil {
-			t.Fatalf("cut at %d of %d read as a row", cut, len(rec))
+}
+
+// TestCanonicalRecord: a record hashes to the bytes routing.CanonicalRow
+// writes for the driver values it was made from, whatever the values (JSON
+// the fast path takes, JSON it leaves to the decoding path, text that is
+// not JSON, NULLs, times in any zone), and to the hashes archived
+// manifests hold.
+func TestCanonicalRecord(t *testing.T) {
+	at := time.Date(2026, 11, 3, 4, 5, 6, 789_654_000, time.FixedZone("X", 3600))
+	pinned := map[string][]any{
+		"8c420f20bc39df449cc69cbc5dc1c8bc778d4a3a3996cd445f1d0f964196071d": {int64(-9), []byte("中文"), int64(0),
+			int64(1 << 40), int64(-1), []byte(""), []byte("image"), []byte("recalled"),
+			[]byte(" {\"b\" : [1, 2.50, {\"z\":null,\"a\":\"<&>\"}], \"a\":\"x\\u0041\"} "), []byte(""), []byte("[3, 1]"),
+			int64(1), int64(5), int64(2), int64(3), int64(1024), int64(1), []byte("reject"), int64(4), at,
+			int64(42), at.Add(time.Hour), at.Add(-time.Microsecond), at, at.Add(time.Second)},
+		"6d43d956fc1f8aa82fc978e6f01f18507d3c4c0e0e1b296310b552c426287be0": {int64(3), []byte("t"), int64(3), int64(3),
+			int64(3), []byte("cmid"), []byte("text"), []byte("normal"), []byte(`not json`), []byte(`{"a":1,"a":2}`),
+			[]byte("[]"), int64(0), nil, nil, int64(0), int64(0), int64(0), []byte("pass"), int64(0), nil, nil, nil, nil, at, at},
+	}
+	rows := [][]any{}
+	for _, vals := range pinned {
+		rows = append(rows, vals)
+	}
+	rng := rand.New(rand.NewPCG(4, 4))
+	for i := range 200 {
+		rows = append(rows, func() []any { r := sortRow(rng, i); return r.values() }())
+	}
+	var want, got bytes.Buffer
+	for _, vals := range rows {
+		want.Reset()
+		got.Reset()
+		if err := routing.CanonicalRow(&want, vals); err != nil {
+			t.Fatal(err)
+		}
+		rec, _, err := appendRecord(nil, vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := canonicalRecord(&got, rec); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Bytes(), want.Bytes()) {
+			t.Fatalf("record %q, CanonicalRow %q", got.Bytes(), want.Bytes())
+		}
+	}
+	for sum, vals := range pinned {
+		rec, _, err := appendRecord(nil, vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Reset()
+		if err := canonicalRecord(&got, rec); err != nil {
+			t.Fatal(err)
+		}
+		if h := sha256.Sum256(got.Bytes()); hex.EncodeToString(h[:]) != sum {
+			t.Errorf("%q hashes to %x, archived manifests hold %s", got.Bytes(), h, sum)
+		}
+		if err := canonicalRecord(&got, rec[:len(rec)-1]); err == nil {
+			t.Error("a cut record hashed")
+		}
+	}
+}
+
+func BenchmarkDecodeRow(b *testing.B) {
+	r := sortRow(rand.New(rand.NewPCG(2, 2)), 4)
+	r.Content = new(string)
+	*r.Content = `{"text":"bench message 12345"}`
+	rec, _, _ := appendRecord(nil, r.values())
+	in := interner{}
+	for b.Loop() {
+		if _, err := decodeRow(rec, in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkCanonicalRecord(b *testing.B) {
+	r := sortRow(rand.New(rand.NewPCG(2, 2)), 4)
+	r.Content = new(string)
+	*r.Content = `{"text":"bench message 12345"}`
+	rec, _, _ := appendRecord(nil, r.values())
+	var buf bytes.Buffer
+	for b.Loop() {
+		buf.Reset()
+		if err := canonicalRecord(&buf, rec); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -51,40 +51,97 @@ func RowSum(buf *bytes.Buffer, vals []any) ([]byte, error) {
 // CanonicalRow writes one row (the month table's columns, LegacyColumns'
 // order, values as the driver returns them) in a form that does not depend
 // on the server: JSON re-encoded with sorted keys and no spaces, times in
-// UTC with milliseconds, each value tagged by kind.
+// UTC with milliseconds, each value tagged by kind. A row kept in another
+// shape (an archive export's records) writes the same bytes column by
+// column through CanonicalNull, CanonicalInt, CanonicalText and
+// CanonicalTime.
 func CanonicalRow(buf *bytes.Buffer, vals []any) error {
 	for i, v := range vals {
-		if i > 0 {
-			buf.WriteByte(0x1f)
-		}
 		switch x := v.(type) {
 		case nil:
-			buf.WriteString("\x00null")
+			CanonicalNull(buf, i)
 		case int64:
-			buf.Write(strconv.AppendInt(buf.AvailableBuffer(), x, 10))
+			CanonicalInt(buf, i, x)
 		case []byte:
-			if LegacyColumns[i].Type == "json" {
-				if err := CanonicalJSON(buf, x); err != nil {
-					return fmt.Errorf("column %s: %w", LegacyColumns[i].Name, err)
-				}
-				continue
+			if err := CanonicalText(buf, i, x); err != nil {
+				return err
 			}
-			buf.Write(x)
 		case string:
-			if LegacyColumns[i].Type == "json" {
-				if err := CanonicalJSON(buf, []byte(x)); err != nil {
-					return fmt.Errorf("column %s: %w", LegacyColumns[i].Name, err)
-				}
-				continue
+			if err := CanonicalText(buf, i, []byte(x)); err != nil {
+				return err
 			}
-			buf.WriteString(x)
 		case time.Time:
-			buf.Write(x.UTC().AppendFormat(buf.AvailableBuffer(), "2006-01-02 15:04:05.000"))
+			CanonicalTime(buf, i, x)
 		default:
+			canonicalSep(buf, i)
 			fmt.Fprintf(buf, "%v", x)
 		}
 	}
 	return nil
+}
+
+// canonicalSep separates column col (not the first) from the one before.
+func canonicalSep(buf *bytes.Buffer, col int) {
+	if col > 0 {
+		buf.WriteByte(0x1f)
+	}
+}
+
+// CanonicalNull writes column col of CanonicalRow's form, NULL.
+func CanonicalNull(buf *bytes.Buffer, col int) {
+	canonicalSep(buf, col)
+	buf.WriteString("\x00null")
+}
+
+// CanonicalInt writes column col of CanonicalRow's form, an integer.
+func CanonicalInt(buf *bytes.Buffer, col int, x int64) {
+	canonicalSep(buf, col)
+	buf.Write(strconv.AppendInt(buf.AvailableBuffer(), x, 10))
+}
+
+// CanonicalText writes column col of CanonicalRow's form, text (a JSON
+// column's in canonical JSON).
+func CanonicalText(buf *bytes.Buffer, col int, x []byte) error {
+	canonicalSep(buf, col)
+	if col < len(LegacyColumns) && LegacyColumns[col].Type == "json" {
+		if err := CanonicalJSON(buf, x); err != nil {
+			return fmt.Errorf("column %s: %w", LegacyColumns[col].Name, err)
+		}
+		return nil
+	}
+	buf.Write(x)
+	return nil
+}
+
+// CanonicalTime writes column col of CanonicalRow's form, a time.
+func CanonicalTime(buf *bytes.Buffer, col int, t time.Time) {
+	canonicalSep(buf, col)
+	buf.Write(appendCanonicalTime(buf.AvailableBuffer(), t))
+}
+
+// canonicalTimeLayout is a time in CanonicalRow's form: UTC, milliseconds
+// truncated.
+const canonicalTimeLayout = "2006-01-02 15:04:05.000"
+
+// appendCanonicalTime appends t.UTC().AppendFormat(canonicalTimeLayout)
+// (TestCanonicalTime), spelling the digits itself for the years 0–9999:
+// a table hash formats two or more times per row.
+func appendCanonicalTime(b []byte, t time.Time) []byte {
+	t = t.UTC()
+	y, mo, d := t.Date()
+	if y < 0 || y > 9999 {
+		return t.AppendFormat(b, canonicalTimeLayout)
+	}
+	h, mi, s := t.Clock()
+	ms := t.Nanosecond() / 1e6
+	two := func(b []byte, n int) []byte { return append(b, byte('0'+n/10), byte('0'+n%10)) }
+	b = two(two(b, y/100), y%100)
+	b = two(append(b, '-'), int(mo))
+	b = two(append(b, '-'), d)
+	b = two(append(b, ' '), h)
+	b = two(append(b, ':'), mi)
+	b = two(append(b, ':'), s)
+	return append(b, '.', byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10))
 }
 
 // CanonicalJSON re-encodes a JSON document with sorted keys and no spaces

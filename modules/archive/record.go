@@ -1,0 +1,219 @@
+package archive
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// A record is a month-table row's driver values in column order
+// (routing.LegacyColumns), each a kind byte and its value: no value, an
+// integer (varint), text (its length and its bytes), a time (microseconds
+// since the epoch, varint). The export encodes each row into a record as
+// it is read, hashes the record (canonicalRecord) and sorts records; only
+// the merge decodes them into Rows (decodeRow).
+const (
+	kindNull byte = iota
+	kindInt
+	kindText
+	kindTime
+)
+
+// recKey is where a record's sort key is: the topic's bytes (offsets into
+// the record) and the seq.
+type recKey struct {
+	topicOff, topicLen int
+	seq                int64
+}
+
+// topic is the record's topic, rec being the record key was made for.
+func (k recKey) topic(rec []byte) []byte { return rec[k.topicOff : k.topicOff+k.topicLen] }
+
+// appendRecord appends the record of vals to b; the key's offsets are
+// from the record's start.
+func appendRecord(b []byte, vals []any) ([]byte, recKey, error) {
+	var key recKey
+	start := len(b)
+	if len(vals) != columns {
+		return b, key, fmt.Errorf("archive: a row of %d columns, want %d", len(vals), columns)
+	}
+	for i, v := range vals {
+		switch x := v.(type) {
+		case nil:
+			b = append(b, kindNull)
+		case int64:
+			b = binary.AppendVarint(append(b, kindInt), x)
+			if i == 3 {
+				key.seq = x
+			}
+		case []byte:
+			b = appendText(b, &key, start, i, x)
+		case string:
+			b = appendText(b, &key, start, i, x)
+		case time.Time:
+			b = binary.AppendVarint(append(b, kindTime), x.UnixMicro())
+		default:
+			return b, key, fmt.Errorf("archive: column %d: %T cannot be sorted", i, v)
+		}
+	}
+	return b, key, nil
+}
+
+// appendText appends column i's text, noting where it is when it is the
+// topic.
+func appendText[T []byte | string](b []byte, key *recKey, start, i int, x T) []byte {
+	b = binary.AppendUvarint(append(b, kindText), uint64(len(x)))
+	if i == 1 {
+		key.topicOff, key.topicLen = len(b)-start, len(x)
+	}
+	return append(b, x...)
+}
+
+// fields reads a record's values one after the other, keeping the first
+// error (after which every value reads as NULL).
+type fields struct {
+	rec []byte
+	err error
+}
+
+// read decodes the next value: its kind, the integer (kindInt, or
+// microseconds for kindTime) or the text (slicing the record).
+func (f *fields) read() (kind byte, n int64, text []byte) {
+	if f.err != nil {
+		return kindNull, 0, nil
+	}
+	if len(f.rec) == 0 {
+		f.err = errors.New("archive: record: it ends early")
+		return kindNull, 0, nil
+	}
+	kind, rec := f.rec[0], f.rec[1:]
+	switch kind {
+	case kindNull:
+	case kindInt, kindTime:
+		x, k := binary.Varint(rec)
+		if k <= 0 {
+			f.err = errors.New("archive: record: a bad integer")
+			return kindNull, 0, nil
+		}
+		n, rec = x, rec[k:]
+	case kindText:
+		l, k := binary.Uvarint(rec)
+		if k <= 0 || uint64(len(rec)-k) < l {
+			f.err = errors.New("archive: record: a bad text")
+			return kindNull, 0, nil
+		}
+		text, rec = rec[k:k+int(l)], rec[k+int(l):]
+	default:
+		f.err = fmt.Errorf("archive: record: kind %d", kind)
+		return kindNull, 0, nil
+	}
+	f.rec = rec
+	return kind, n, text
+}
+
+// next is the next value, which must be of kind want or, optional, NULL
+// (null reports which).
+func (f *fields) next(want byte, optional bool) (n int64, text []byte, null bool) {
+	kind, n, text := f.read()
+	if kind != want && f.err == nil && (!optional || kind != kindNull) {
+		f.err = fmt.Errorf("archive: record: kind %d where %d belongs", kind, want)
+	}
+	return n, text, kind != want
+}
+
+// end reports the first error, or that the record has more than its row.
+func (f *fields) end() error {
+	if f.err == nil && len(f.rec) != 0 {
+		f.err = errors.New("archive: record: too long")
+	}
+	return f.err
+}
+
+func (f *fields) int() int64 {
+	n, _, _ := f.next(kindInt, false)
+	return n
+}
+
+func (f *fields) time() int64 {
+	n, _, _ := f.next(kindTime, false)
+	return n
+}
+
+// optional is an integer (kind) or NULL.
+func (f *fields) optional(kind byte) *int64 {
+	if n, _, null := f.next(kind, true); !null {
+		return &n
+	}
+	return nil
+}
+
+func (f *fields) text() []byte {
+	_, text, _ := f.next(kindText, false)
+	return text
+}
+
+func (f *fields) optText() *string {
+	if _, text, null := f.next(kindText, true); !null {
+		s := string(text)
+		return &s
+	}
+	return nil
+}
+
+// canonicalRecord writes the record's row in routing.CanonicalRow's form
+// (the same bytes as CanonicalRow of the driver values the record was made
+// from, TestCanonicalRecord): the table, its archive and a restore hash
+// alike.
+func canonicalRecord(buf *bytes.Buffer, rec []byte) error {
+	f := fields{rec: rec}
+	for i := range columns {
+		switch kind, n, text := f.read(); kind {
+		case kindNull:
+			routing.CanonicalNull(buf, i)
+		case kindInt:
+			routing.CanonicalInt(buf, i, n)
+		case kindText:
+			if err := routing.CanonicalText(buf, i, text); err != nil {
+				return err
+			}
+		case kindTime:
+			routing.CanonicalTime(buf, i, time.UnixMicro(n))
+		}
+	}
+	return f.end()
+}
+
+// interner gives one string per distinct text of the columns that repeat
+// (topic, msg_type, status, audit_status), up to a bound, so that the rows
+// decoded for the Parquet writer do not each allocate them.
+type interner map[string]string
+
+const internMax = 1 << 16
+
+func (in interner) get(b []byte) string {
+	if s, ok := in[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(in) < internMax {
+		in[s] = s
+	}
+	return s
+}
+
+// decodeRow is the Row of a record, its repeating texts through in.
+func decodeRow(rec []byte, in interner) (Row, error) {
+	f := fields{rec: rec}
+	r := Row{MessageID: f.int(), Topic: in.get(f.text()), GroupID: f.int(), SeqID: f.int(), FromUser: f.int(),
+		ClientMsgID: f.optText(), MsgType: in.get(f.text()), Status: in.get(f.text()), Content: f.optText(),
+		Head: f.optText(), MentionedUserIDs: f.optText(), MentionAll: f.int(), ReplySeqID: f.optional(kindInt),
+		RootSeqID: f.optional(kindInt), FileCount: f.int(), ContentSize: f.int(), HasRisk: f.int(),
+		AuditStatus: in.get(f.text()), Version: f.int(), RecalledAt: f.optional(kindTime),
+		RecalledBy: f.optional(kindInt), DeletedAt: f.optional(kindTime), ExpiresAt: f.optional(kindTime),
+		CreatedAt: f.time(), UpdatedAt: f.time()}
+	return r, f.end()
+}
