@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -432,4 +433,77 @@ func TestRetentionDropsAnArchivedMonth(t *testing.T) {
 	if again, err := env.App.Retention().Run(ctx, env.Tenant); err != nil || again.Months != 0 {
 		t.Fatalf("a second run: %+v %v", again, err)
 	}
+}
+
+// A read of an archived month asks MySQL for the month's overlay only
+// once the month may have one: a month without changes is read without
+// the lookup (skipped), and the first change of it — marked in the
+// tenant's set before its transaction commits — is seen by the next read,
+// in this process as in any other. Overlay rows written before the set
+// existed are found when it is first filled.
+func TestArchivedMonthOverlayLookedUpOnlyOnceChanged(t *testing.T) {
+	ctx := context.Background()
+	env, old, _ := coldEnv(t, "file://"+t.TempDir())
+	if rep, err := env.App.NewArchiver().Archive(ctx, env.Tenant, old, false); err != nil || rep.Step != archive.StepMarked {
+		t.Fatalf("archive: %+v %v", rep, err)
+	}
+	overlay := func(result string) float64 {
+		return persistMetric(t, env, "imshard_query_overlay_total", `result="`+result+`"`)
+	}
+	page := func(topic string, before int) message.Message {
+		t.Helper()
+		var p rpPage
+		if code := rpGet(t, env, rpMember, "", fmt.Sprintf("/v1/topics/%s/messages?before=%d&limit=1", topic, before), &p); code != 200 || len(p.Messages) != 1 {
+			t.Fatalf("page of %s before %d: %d %+v", topic, before, code, p.Messages)
+		}
+		return p.Messages[0]
+	}
+	skipped, read := overlay("skipped"), overlay("read")
+	for range 3 {
+		if m := page("arch-b", 11); m.Status == message.StatusRecalled {
+			t.Fatalf("an unchanged archived message: %+v", m)
+		}
+	}
+	if got := overlay("skipped") - skipped; got != 3 || overlay("read") != read {
+		t.Fatalf("overlay lookups of a month without changes: %v skipped, %v read (want 3, 0)", got, overlay("read")-read)
+	}
+	// another process changes the month after this one found it unchanged
+	if code, r := chRecall(t, env, env.Token(1, httpapi.RoleAdmin), "arch-b", 10, nil); code != 200 {
+		t.Fatalf("recall of an archived message: %d %+v", code, r.Error)
+	}
+	if m := page("arch-b", 11); m.Status != message.StatusRecalled {
+		t.Fatalf("the page after the recall: %+v", m)
+	}
+	if overlay("read") != read+1 {
+		t.Fatalf("overlay reads after the change: %v, want %v", overlay("read"), read+1)
+	}
+
+	// overlay rows from before the set: a tenant whose set was never filled
+	keys := env.Keys()
+	if err := env.Redis.Do(ctx, env.Redis.B().Del().Key(keys.OverlayMonths()).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.DB.Exec(`INSERT INTO im_archive_overlay (topic, seqid, shard_month, message_id, status, content, version, updated_at)
+		SELECT topic, seqid, ?, message_id, 'recalled', content, version + 1, updated_at FROM `+mustTable(t, old).Quoted()+
+		` WHERE topic = 'arch-c' AND seqid = 12`, old.String()); err != nil {
+		t.Fatal(err)
+	}
+	for m, want := range map[routing.Month]bool{old: true, old.Prev(): false} {
+		if may, err := routing.MayHaveOverlay(ctx, env.Redis, keys, env.DB, m); err != nil || may != want {
+			t.Fatalf("month %s with the set filled from the table: %v %v, want %v", m, may, err, want)
+		}
+	}
+	months, err := env.Redis.Do(ctx, env.Redis.B().Smembers().Key(keys.OverlayMonths()).Build()).AsStrSlice()
+	if slices.Sort(months); err != nil || !slices.Equal(months, []string{old.String(), "complete"}) {
+		t.Fatalf("the set filled from the table: %v %v", months, err)
+	}
+}
+
+func mustTable(t *testing.T, m routing.Month) routing.Table {
+	t.Helper()
+	tbl, err := routing.TableFor(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tbl
 }

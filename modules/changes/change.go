@@ -594,6 +594,17 @@ func (s *Service) lockArchived(ctx context.Context, tx *sql.Tx, tenant string, m
 	if len(rows) == 0 {
 		return nil, nil
 	}
+	// before the seed commits: a reader that finds the month unmarked has
+	// no overlay row of it to miss
+	var seeded []routing.Month
+	for _, o := range seed {
+		if !slices.Contains(seeded, o.Month) {
+			seeded = append(seeded, o.Month)
+		}
+	}
+	if err := s.r.MarkOverlay(ctx, tenant, seeded); err != nil {
+		return nil, httpapi.Wrap(httpapi.CodeUnavailable, "cache unavailable", err)
+	}
 	if err := routing.SeedOverlay(ctx, tx, seed); err != nil {
 		return nil, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
 	}

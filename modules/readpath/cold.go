@@ -104,7 +104,7 @@ func (s *Reader) coldList(ctx context.Context, db *sql.DB, tenant string, m rout
 	go func() {
 		var sd mysqlSide
 		if sd.hidden, sd.err = s.coldHidden(ctx, db, q.Topic, q.User, r.Lo, q.HidNothing); sd.err == nil {
-			sd.patch, sd.err = s.overlay(ctx, db, m, q.Topic, r.Lo, r.Hi)
+			sd.patch, sd.err = s.overlay(ctx, db, tenant, m, q.Topic, r.Lo, r.Hi)
 		}
 		ch <- sd
 	}()
@@ -127,8 +127,29 @@ func (s *Reader) coldList(ctx context.Context, db *sql.DB, tenant string, m rout
 }
 
 // overlay puts month m's overlay rows of topic with lo <= seq <= hi over
-// the archive's rows (nil: there are none).
-func (s *Reader) overlay(ctx context.Context, db *sql.DB, m routing.Month, topic string, lo, hi int64) (func(*Row), error) {
+// the archive's rows (nil: there are none). A month the tenant's set of
+// overlaid months does not list (routing.MayHaveOverlay) is not looked
+// for in MySQL; one it lists is remembered, and read from MySQL from then
+// on. Redis failing, MySQL is asked.
+func (s *Reader) overlay(ctx context.Context, db *sql.DB, tenant string, m routing.Month, topic string, lo, hi int64) (func(*Row), error) {
+	tm := tenant + "/" + m.String()
+	if _, known := s.overlaid.Load(tm); !known {
+		may := true
+		keys, err := s.p.KeySpace.Tenant(tenant)
+		if err == nil {
+			may, err = routing.MayHaveOverlay(ctx, s.p.Redis, keys, db, m)
+		}
+		switch {
+		case err != nil:
+			s.m.overlay.WithLabelValues(overlayError).Inc()
+		case !may:
+			s.m.overlay.WithLabelValues(overlaySkipped).Inc()
+			return nil, nil
+		default:
+			s.overlaid.Store(tm, true)
+		}
+	}
+	s.m.overlay.WithLabelValues(overlayRead).Inc()
 	ov, err := routing.LoadOverlay(ctx, db, m, topic, lo, hi)
 	if err != nil || len(ov) == 0 {
 		return nil, err
@@ -138,6 +159,17 @@ func (s *Reader) overlay(ctx context.Context, db *sql.DB, m routing.Month, topic
 			Overlaid(r, o)
 		}
 	}, nil
+}
+
+// MarkOverlay records that tenant's months are about to have overlay
+// rows (routing.MarkOverlay): a change calls it before the transaction
+// that seeds them commits.
+func (s *Reader) MarkOverlay(ctx context.Context, tenant string, months []routing.Month) error {
+	keys, err := s.p.KeySpace.Tenant(tenant)
+	if err != nil {
+		return err
+	}
+	return routing.MarkOverlay(ctx, s.p.Redis, keys, months)
 }
 
 // Overlaid puts an overlay row (a change of the archived message r) over r.
@@ -186,7 +218,7 @@ func (s *Reader) OneIn(ctx context.Context, db *sql.DB, tenant string, t routing
 	if err != nil || hidden.Hides(seq) {
 		return message.Message{}, false, err
 	}
-	patch, err := s.overlay(ctx, db, t.Month(), topic, seq, seq)
+	patch, err := s.overlay(ctx, db, tenant, t.Month(), topic, seq, seq)
 	if err != nil {
 		return message.Message{}, false, err
 	}
@@ -217,7 +249,7 @@ func (s *Reader) ByIDIn(ctx context.Context, db *sql.DB, tenant string, t routin
 	if err != nil || !ok {
 		return message.Message{}, false, err
 	}
-	patch, err := s.overlay(ctx, db, t.Month(), row.Topic, row.Seq, row.Seq)
+	patch, err := s.overlay(ctx, db, tenant, t.Month(), row.Topic, row.Seq, row.Seq)
 	if err != nil {
 		return message.Message{}, false, err
 	}

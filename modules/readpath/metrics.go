@@ -35,7 +35,16 @@ type metrics struct {
 	local   *prometheus.CounterVec
 	// coldReads counts reads of archived months served from their archive
 	coldReads prometheus.Counter
+	// overlay counts the overlay lookups of archived-month reads by result
+	overlay *prometheus.CounterVec
 }
+
+// Results of an archived-month read's overlay lookup (imshard_query_overlay_total).
+const (
+	overlayRead    = "read"    // the month may have overlay rows: MySQL was asked
+	overlaySkipped = "skipped" // the month has none: MySQL was not asked
+	overlayError   = "error"   // Redis could not tell: MySQL was asked
+)
 
 func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
 	f := promauto.With(reg)
@@ -47,6 +56,10 @@ func newMetrics(reg prometheus.Registerer, held func() int64) *metrics {
 		hidden:    f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_query_hidden_cache_total", Help: "Lookups of a caller's deletion ranges: hit, miss (read from MySQL), many (too many to cache: MySQL filters), error (Redis failed: MySQL filters)."}, []string{"result"}),
 		local:     f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_query_hot_local_total", Help: "List pages read over this process's copy of a topic's newest messages: hit (the copy and the Redis read above it answered), fallback (they fell short: a full hot-cache read followed), reset (the topic's seq counter went below the copy: dropped), changed (a message of the topic was recalled, edited or deleted since the copy was read: dropped)."}, []string{"result"}),
 		coldReads: f.NewCounter(prometheus.CounterOpts{Name: "imshard_query_cold_reads_total", Help: "Reads of archived months (a page's share of a month, one message, a lookup by id) served from their archive object."}),
+		overlay:   f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_query_overlay_total", Help: "Overlay lookups of reads of archived months: read (the month may have changes: MySQL asked), skipped (the month has none: MySQL not asked), error (Redis could not tell: MySQL asked)."}, []string{"result"}),
+	}
+	for _, r := range []string{overlayRead, overlaySkipped, overlayError} {
+		m.overlay.WithLabelValues(r)
 	}
 	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "imshard_query_hot_local_topics", Help: "Topics whose newest messages this process holds a copy of (at most hot_cache.local_topics)."}, func() float64 { return float64(held()) })
 	// exported as 0 from the start: rates and quantiles need no first event

@@ -39,6 +39,7 @@ import (
 	"context"
 	"database/sql"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,6 +80,11 @@ type Reader struct {
 	m      *metrics
 	st     *Store
 	recent *recents
+	// overlaid holds the tenant months ("tenant/YYYYMM") known to have had
+	// overlay rows: they stay in the tenant's set (routing.MarkOverlay), so
+	// this cache only ever grows, and a month in it is read without asking
+	// Redis first
+	overlaid sync.Map
 }
 
 // New builds the reader and registers its metrics; Close releases its

@@ -107,6 +107,11 @@ func (s KeySpace) DropTenantKeys(ctx context.Context, rdb rueidis.Client, tenant
 // ActiveMonth is the tenant's active month (STRING YYYYMM).
 func (k Keys) ActiveMonth() string { return k.prefix + "active_month" }
 
+// OverlayMonths is the SET of the months (YYYYMM) with rows in the
+// tenant's archive overlay, and overlayComplete once it lists them all
+// (routing.MayHaveOverlay).
+func (k Keys) OverlayMonths() string { return k.prefix + "overlay_months" }
+
 // ReadyMonths is the ZSET of months the shard manager made writable.
 func (k Keys) ReadyMonths() string { return k.prefix + "ready_months" }
 

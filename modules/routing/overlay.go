@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
+	"github.com/redis/rueidis"
 )
 
 // overlayTable holds the changes of archived messages
@@ -133,4 +135,67 @@ func ClearOverlay(ctx context.Context, tx *sql.Tx, m Month) error {
 		return fmt.Errorf("overlay: clear %s: %w", m, err)
 	}
 	return nil
+}
+
+// overlayComplete is the member of Keys.OverlayMonths that says the set
+// lists every month with overlay rows: the months found in the table when
+// the set was first filled, and every month a change marked since.
+const overlayComplete = "complete"
+
+// MarkOverlay adds months to the tenant's set of months with overlay rows
+// (Keys.OverlayMonths). A change calls it before the transaction that
+// seeds their first overlay rows commits, so that a reader that finds a
+// month missing from the complete set knows no overlay row of it had
+// committed when it looked. A month stays in the set (a later archive's
+// mark clears its rows, not its membership: readers then look for rows
+// and find none).
+func MarkOverlay(ctx context.Context, rdb rueidis.Client, keys Keys, months []Month) error {
+	if len(months) == 0 {
+		return nil
+	}
+	ms := make([]string, len(months))
+	for i, m := range months {
+		ms[i] = m.String()
+	}
+	if err := rdb.Do(ctx, rdb.B().Sadd().Key(keys.OverlayMonths()).Member(ms...).Build()).Error(); err != nil {
+		return fmt.Errorf("overlay: mark %v: %w", ms, err)
+	}
+	return nil
+}
+
+// MayHaveOverlay reports whether month m of the tenant (database db) may
+// have overlay rows: false only when the tenant's set is complete and does
+// not list m, so a read of an archived month without changes need not ask
+// MySQL. The first call for a tenant whose set is not complete yet (its
+// overlay rows were written before the set existed) fills it from the
+// table and marks it complete; a change marking a month meanwhile is in
+// the set whichever comes first.
+func MayHaveOverlay(ctx context.Context, rdb rueidis.Client, keys Keys, db sq.BaseRunner, m Month) (bool, error) {
+	got, err := rdb.Do(ctx, rdb.B().Smismember().Key(keys.OverlayMonths()).Member(m.String(), overlayComplete).Build()).AsIntSlice()
+	if err != nil {
+		return true, fmt.Errorf("overlay: months: %w", err)
+	}
+	if len(got) == 2 && (got[0] == 1 || got[1] == 1) {
+		return got[0] == 1, nil
+	}
+	rows, err := sq.Select("DISTINCT shard_month").From(overlayTable).RunWith(db).QueryContext(ctx)
+	if err != nil {
+		return true, fmt.Errorf("overlay: months: %w", err)
+	}
+	defer rows.Close()
+	ms := []string{overlayComplete}
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return true, fmt.Errorf("overlay: months: %w", err)
+		}
+		ms = append(ms, s)
+	}
+	if err := rows.Err(); err != nil {
+		return true, fmt.Errorf("overlay: months: %w", err)
+	}
+	if err := rdb.Do(ctx, rdb.B().Sadd().Key(keys.OverlayMonths()).Member(ms...).Build()).Error(); err != nil {
+		return true, fmt.Errorf("overlay: months: %w", err)
+	}
+	return slices.Contains(ms, m.String()), nil
 }
