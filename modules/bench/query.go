@@ -77,8 +77,7 @@ func tablePage(ctx context.Context, r *readpath.Reader, db *sql.DB, quoted, topi
 // from its archive when its month is archived (src.Month set).
 func sourcePage(ctx context.Context, r *readpath.Reader, db *sql.DB, tenant string, src readpath.Source, topic string, before int64, limit int) ([]message.Message, error) {
 	src.Q = readpath.ListQuery{Topic: topic, Order: readpath.Desc, Bound: before, Limit: limit, HidNothing: true}
-	ms, _, err := r.WalkSources(ctx, db, tenant, src.Q, []readpath.Source{src})
-	return ms, err
+	return r.ReadSource(ctx, db, tenant, src)
 }
 
 // QueryResult is one measured run.

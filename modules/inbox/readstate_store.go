@@ -193,7 +193,7 @@ func (c *unreadCount) take(user, seq, from int64, countable bool) bool {
 // not hidden by the caller. Gaps have no row, so they never count. It
 // walks the sources holding seqs above the cursor newest first — the month
 // tables and, while the tenant migrates, the legacy table, bounded as a
-// page bounds them (sources) — and stops at UnreadCap+1: a badge costs at
+// page bounds them (readpath.PlanCount) — and stops at UnreadCap+1: a badge costs at
 // most that many index entries. An archived month is read through the read
 // path (its archive with its overlay, coldWalk), never from a table it may
 // have kept: that table does not see the month's changes since.
@@ -203,28 +203,19 @@ func (s *Service) countUnread(ctx context.Context, db *sql.DB, tenant string, us
 	if err != nil {
 		return out, err
 	}
-	if u.mirror.LastSeq() <= u.readSeq && leg.Hi <= u.readSeq {
+	pl := readpath.PlanCount(u.topic, user, u.readSeq, u.mirror, leg)
+	if pl.None {
 		return out, nil
 	}
-	tables, err := s.tablesAbove(ctx, tenant, u.mirror, u.readSeq)
+	srcs, err := s.r.Sources(ctx, tenant, pl)
 	if err != nil {
 		return out, err
 	}
-	srcs := readpath.Sources(readpath.ListQuery{Topic: u.topic, User: user, Order: readpath.Desc, Bound: math.MaxInt64}, tables, leg)
-	// an archived month is read from its archive and overlay (coldWalk)
-	cold := make([]bool, len(srcs))
-	for i, src := range srcs {
-		if !src.Month.IsZero() {
-			if cold[i], err = s.r.Archived(ctx, tenant, src.Month); err != nil {
-				return out, err
-			}
-		}
-	}
-	for i, src := range srcs {
+	for _, src := range srcs {
 		var own int64
-		if cold[i] {
+		if src.Cold {
 			// the SQL's view: every status, hidden ones included
-			err = s.coldWalk(ctx, db, tenant, src, u.readSeq, func(q *readpath.ListQuery) { q.KeepDeleted, q.HidNothing = true, true },
+			err = s.coldWalk(ctx, db, tenant, src.Source, u.readSeq, func(q *readpath.ListQuery) { q.KeepDeleted, q.HidNothing = true, true },
 				func(m message.Message) bool {
 					if int64(m.FromUser) == user {
 						own = m.Seq
@@ -232,7 +223,7 @@ func (s *Service) countUnread(ctx context.Context, db *sql.DB, tenant string, us
 					return own > 0
 				})
 		} else {
-			own, err = s.st.ownNewest(ctx, db, src, user, u.readSeq)
+			own, err = s.st.ownNewest(ctx, db, src.Source, user, u.readSeq)
 		}
 		if err != nil {
 			return out, err
@@ -242,9 +233,9 @@ func (s *Service) countUnread(ctx context.Context, db *sql.DB, tenant string, us
 			break
 		}
 	}
-	for i, src := range srcs {
-		if cold[i] {
-			err := s.coldWalk(ctx, db, tenant, src, out.readSeq, func(*readpath.ListQuery) {}, func(m message.Message) bool {
+	for _, src := range srcs {
+		if src.Cold {
+			err := s.coldWalk(ctx, db, tenant, src.Source, out.readSeq, func(*readpath.ListQuery) {}, func(m message.Message) bool {
 				return out.take(user, m.Seq, int64(m.FromUser), m.Status == message.StatusNormal)
 			})
 			if err != nil || out.capped {
@@ -254,7 +245,7 @@ func (s *Service) countUnread(ctx context.Context, db *sql.DB, tenant string, us
 		}
 		bound := src.Q.Bound
 		for {
-			n, last, err := s.st.unreadRows(ctx, db, src, user, out.readSeq, bound, &out)
+			n, last, err := s.st.unreadRows(ctx, db, src.Source, user, out.readSeq, bound, &out)
 			if err != nil || out.capped {
 				return out, err
 			}
@@ -293,19 +284,6 @@ func (s *Service) coldWalk(ctx context.Context, db *sql.DB, tenant string, src r
 	}
 }
 
-// tablesAbove is the month tables that hold seqs above seq, newest first
-// (the mirror is written in the transaction that stores the rows, so its
-// max_seq is exact).
-func (s *Service) tablesAbove(ctx context.Context, tenant string, m routing.TopicMirror, seq int64) ([]routing.Table, error) {
-	var months []routing.Month
-	for _, r := range slices.Backward(m.Rows) {
-		if r.MaxSeq > seq {
-			months = append(months, r.Month)
-		}
-	}
-	return s.p.Router.Tables(ctx, tenant, months)
-}
-
 // lastMessage is the newest stored message of u the caller may see (a
 // recalled one as its tombstone; deleted for everyone and hidden ones are
 // skipped), read through the same walk as a page, and the topic's last
@@ -317,12 +295,7 @@ func (s *Service) lastMessage(ctx context.Context, db *sql.DB, tenant string, us
 	if err != nil {
 		return nil, last, err
 	}
-	tables, err := s.tablesAbove(ctx, tenant, u.mirror, 0)
-	if err != nil {
-		return nil, last, err
-	}
-	q := readpath.ListQuery{Topic: u.topic, User: user, Order: readpath.Desc, Bound: math.MaxInt64, Limit: 1}
-	page, _, err := s.r.WalkSources(ctx, db, tenant, q, readpath.Sources(q, tables, leg))
+	page, _, err := s.r.Walk(ctx, db, tenant, readpath.PlanLast(u.topic, user, u.mirror, leg))
 	if leg.Split {
 		last = max(last, leg.Hi)
 	}
@@ -514,22 +487,12 @@ func (s *Service) countMany(ctx context.Context, db *sql.DB, tenant string, user
 		if err != nil {
 			return nil, err
 		}
-		if leg.Hi > u.readSeq {
-			// the legacy table holds seqs above the cursor: walked alone
-			alone = append(alone, i)
+		pl := readpath.PlanCount(u.topic, user, u.readSeq, u.mirror, leg)
+		if pl.None {
 			continue
 		}
-		if u.mirror.LastSeq() <= u.readSeq {
-			continue
-		}
-		var months []routing.Month
-		for _, r := range u.mirror.Rows {
-			if r.MaxSeq > u.readSeq {
-				months = append(months, r.Month)
-			}
-		}
-		if len(months) == 1 {
-			byMonth[months[0]] = append(byMonth[months[0]], i)
+		if m, ok := pl.OneMonth(); ok {
+			byMonth[m] = append(byMonth[m], i)
 		} else {
 			alone = append(alone, i)
 		}

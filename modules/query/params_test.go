@@ -2,7 +2,6 @@ package query
 
 import (
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/readpath"
-	"github.com/imshard/imshard/modules/routing"
 )
 
 func TestParseList(t *testing.T) {
@@ -84,26 +82,6 @@ func TestParseSearch(t *testing.T) {
 		if _, err := ParseSearch(q, time.Now()); !httpapi.HasCode(err, httpapi.CodeInvalidArgument) {
 			t.Errorf("%q: want invalid_argument, got %v", s, err)
 		}
-	}
-}
-
-func TestSearchMonths(t *testing.T) {
-	at := func(s string) time.Time { tm, _ := time.Parse(time.RFC3339, s); return tm }
-	mirror := []routing.MirrorRow{
-		{MonthRange: routing.MonthRange{Month: routing.MustMonth("202608")}, MinCreatedAt: at("2026-08-01T00:00:00Z"), MaxCreatedAt: at("2026-08-31T23:59:59Z")},
-		// the active month lagged the calendar: September rows in 202608's
-		// successor start late, and 202609 holds a row from October 1st
-		{MonthRange: routing.MonthRange{Month: routing.MustMonth("202609")}, MinCreatedAt: at("2026-09-01T00:00:01Z"), MaxCreatedAt: at("2026-10-01T00:00:02Z")},
-		{MonthRange: routing.MonthRange{Month: routing.MustMonth("202610")}, MinCreatedAt: at("2026-10-01T00:00:03Z"), MaxCreatedAt: at("2026-10-20T00:00:00Z")},
-	}
-	reg := []routing.Month{routing.MustMonth("202607"), routing.MustMonth("202608"), routing.MustMonth("202609"), routing.MustMonth("202610")}
-	got := SearchMonths(mirror, reg, at("2026-10-01T00:00:00Z"), at("2026-10-02T00:00:00Z"))
-	if want := []routing.Month{routing.MustMonth("202610"), routing.MustMonth("202609")}; !slices.Equal(got, want) {
-		t.Fatalf("edge window: got %v, want %v", got, want)
-	}
-	got = SearchMonths(nil, reg, at("2026-09-10T00:00:00Z"), at("2026-10-02T00:00:00Z"))
-	if want := []routing.Month{routing.MustMonth("202610"), routing.MustMonth("202609"), routing.MustMonth("202608")}; !slices.Equal(got, want) {
-		t.Fatalf("no mirror: got %v, want %v", got, want)
 	}
 }
 

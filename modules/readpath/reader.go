@@ -27,12 +27,22 @@
 //  3. run executes it: fetches a follow-up and asks the plan again (walk,
 //     over), keeps what the page proved as the process's copy, or else
 //     resolves the route (Redis, the mirror, the bounded fallback) to
-//     month tables, orders them with the legacy table (Sources) and reads
+//     month tables, orders them with the legacy table (sources) and reads
 //     them one at a time until the page is full; a newest-first page adds
 //     what the cache holds and MySQL does not yet (withHeld).
 //  4. A since page lists the recorded gaps it stepped over — from the
 //     round trip unless resolving the bound recorded gaps after it — and
 //     how far it accounts for (Through), where the stream goes on.
+//
+// A read that walks a topic's tables outside a list page — a search, the
+// topic list's last message, an unread count — is planned and executed
+// the same way: PlanSearch, PlanLast and PlanCount build its WalkPlan
+// (the query, the months newest first, the legacy source, or nothing to
+// read) from what the caller already read (the topic's mirror, the legacy
+// source, the registered months, the retention floor), no I/O; Reader.Walk
+// executes it into rows, and Reader.Sources into its ordered sources, each
+// marked archived or not, for the inbox's count, which reads them with
+// statements of its own. The modules never order sources themselves.
 package readpath
 
 import (
@@ -184,7 +194,7 @@ func (s *Reader) Scan(ctx context.Context, db *sql.DB, tenant string, q ListQuer
 	if err != nil {
 		return nil, 0, err
 	}
-	page, touched, err := s.WalkSources(ctx, db, tenant, q, Sources(q, tables, tr.Legacy))
+	page, touched, err := s.walkSources(ctx, db, tenant, q, sources(q, tables, tr.Legacy))
 	if err != nil {
 		return nil, touched, err
 	}
@@ -192,14 +202,14 @@ func (s *Reader) Scan(ctx context.Context, db *sql.DB, tenant string, q ListQuer
 	return page, touched, nil
 }
 
-// WalkSources reads srcs (sources) in order, each for what the page still
+// walkSources reads srcs (sources) in order, each for what the page still
 // lacks (a source read whole for a page's worth), until the page holds
 // q.limit rows, merging rows met twice by seq: every list read of a topic's
 // messages — pages, context, search, the topic list's last message — walks
 // its month tables and, while the tenant migrates, the legacy table this
 // way; an archived month is read from its archive (coldList). It returns
 // the rows and how many sources it read.
-func (s *Reader) WalkSources(ctx context.Context, db *sql.DB, tenant string, q ListQuery, srcs []Source) ([]message.Message, int, error) {
+func (s *Reader) walkSources(ctx context.Context, db *sql.DB, tenant string, q ListQuery, srcs []Source) ([]message.Message, int, error) {
 	var page []message.Message
 	touched := 0
 	want := q.Limit
@@ -244,7 +254,7 @@ type Source struct {
 	full  bool // read whole (limit rows) even when the page is already full
 }
 
-// Sources orders the tables of a list page — the route's month tables and,
+// sources orders the tables of a list page — the route's month tables and,
 // while the tenant migrates, the legacy table bounded by leg — so that
 // each source holds only seqs beyond every row of the ones before it:
 // the walk can stop as soon as the page is full (invariant 7). After
@@ -254,7 +264,7 @@ type Source struct {
 // read whole and merged: the month tables hold seqs above every legacy one
 // then — but a process whose state lags may read this way while the
 // backfill already copies, so no source may end the walk early.
-func Sources(q ListQuery, tables []routing.Table, leg routing.LegacySource) []Source {
+func sources(q ListQuery, tables []routing.Table, leg routing.LegacySource) []Source {
 	out := orderSources(q, tables, leg)
 	if leg.Hi > 0 && !leg.Split {
 		for i := range out {

@@ -25,11 +25,11 @@ func TestSourcesOrderTheLegacyTable(t *testing.T) {
 		return out
 	}
 	// no migration: the month tables only
-	if got := Sources(ListQuery{Order: Desc, Bound: 100}, tables, routing.LegacySource{}); len(got) != 2 {
+	if got := sources(ListQuery{Order: Desc, Bound: 100}, tables, routing.LegacySource{}); len(got) != 2 {
 		t.Fatalf("no migration: %v", names(got))
 	}
 	// before cutover: months first (newest seqs), then the whole legacy table
-	got := Sources(ListQuery{Order: Desc, Bound: math.MaxInt64}, tables, routing.LegacySource{Hi: math.MaxInt64})
+	got := sources(ListQuery{Order: Desc, Bound: math.MaxInt64}, tables, routing.LegacySource{Hi: math.MaxInt64})
 	if len(got) != 3 || got[2].Table != legacy || got[2].Q.Bound != math.MaxInt64 || got[0].Q.Floor != 0 {
 		t.Fatalf("before cutover, desc: %v %+v", names(got), got)
 	}
@@ -39,22 +39,22 @@ func TestSourcesOrderTheLegacyTable(t *testing.T) {
 		}
 	}
 	// after cutover 50, desc below 200: months above 50, then legacy below 51
-	got = Sources(ListQuery{Order: Desc, Bound: 200}, tables, routing.LegacySource{Hi: 50, Split: true})
+	got = sources(ListQuery{Order: Desc, Bound: 200}, tables, routing.LegacySource{Hi: 50, Split: true})
 	if len(got) != 3 || got[0].Q.Floor != 50 || got[2].Table != legacy || got[2].Q.Bound != 51 || got[0].full {
 		t.Fatalf("after cutover, desc: %v %+v", names(got), got)
 	}
 	// desc entirely below the cutover: the legacy table alone
-	got = Sources(ListQuery{Order: Desc, Bound: 30}, tables, routing.LegacySource{Hi: 50, Split: true})
+	got = sources(ListQuery{Order: Desc, Bound: 30}, tables, routing.LegacySource{Hi: 50, Split: true})
 	if len(got) != 1 || got[0].Table != legacy || got[0].Q.Bound != 30 {
 		t.Fatalf("below cutover, desc: %v %+v", names(got), got)
 	}
 	// asc from 10: legacy up to 50 first, then months above 50
-	got = Sources(ListQuery{Order: Asc, Bound: 10, UpTo: Unbounded}, tables, routing.LegacySource{Hi: 50, Split: true})
+	got = sources(ListQuery{Order: Asc, Bound: 10, UpTo: Unbounded}, tables, routing.LegacySource{Hi: 50, Split: true})
 	if len(got) != 3 || got[0].Table != legacy || got[0].Q.UpTo != 50 || got[1].Q.Bound != 50 {
 		t.Fatalf("after cutover, asc: %v %+v", names(got), got)
 	}
 	// asc above the cutover: months only
-	got = Sources(ListQuery{Order: Asc, Bound: 60, UpTo: Unbounded}, tables, routing.LegacySource{Hi: 50, Split: true})
+	got = sources(ListQuery{Order: Asc, Bound: 60, UpTo: Unbounded}, tables, routing.LegacySource{Hi: 50, Split: true})
 	if len(got) != 2 || got[0].Q.Bound != 60 {
 		t.Fatalf("above cutover, asc: %v %+v", names(got), got)
 	}
