@@ -669,10 +669,9 @@ func (a *Archiver) export(ctx context.Context, db *sql.DB, bucket *blob.Bucket, 
 		err = sorted.Each(func(r *Row) error {
 			tr := ranges[r.Topic]
 			if tr == nil {
-				tr = &TopicRange{Topic: r.Topic, MinSeq: r.SeqID, MinAt: r.CreatedAt, MaxAt: r.CreatedAt}
+				tr = &TopicRange{Topic: r.Topic, MinAt: r.CreatedAt, MaxAt: r.CreatedAt}
 				ranges[r.Topic] = tr
 			}
-			tr.MaxSeq, tr.Count = r.SeqID, tr.Count+1
 			tr.MinAt, tr.MaxAt = min(tr.MinAt, r.CreatedAt), max(tr.MaxAt, r.CreatedAt)
 			if man.Rows == 0 || r.MessageID < man.MinMessageID {
 				man.MinMessageID = r.MessageID
@@ -764,11 +763,15 @@ func newWriter(w io.Writer) *parquet.GenericWriter[Row] {
 	)
 }
 
-// topicRanges orders the topics and hashes their hashes into one.
+// topicRanges orders the topics, completes each one's range from its
+// digest — the export writes exactly the rows it hashed, so the digest's
+// seq range and row count are the topic's in the archive — and hashes
+// their hashes into one.
 func topicRanges(ranges map[string]*TopicRange, digests map[string]*routing.Digest) ([]TopicRange, string) {
 	out := make([]TopicRange, 0, len(ranges))
 	for topic, r := range ranges {
-		r.Hash = digests[topic].Hex()
+		d := digests[topic]
+		r.MinSeq, r.MaxSeq, r.Count, r.Hash = d.Lo, d.Hi, d.N, d.Hex()
 		out = append(out, *r)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Topic < out[j].Topic })
