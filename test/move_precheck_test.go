@@ -40,8 +40,8 @@ func TestMoveSwitchPreChecksAndMetrics(t *testing.T) {
 	}
 	changed := false
 	o := move.Options{ChunkRows: 10, MaxSwitchLag: 2, StepHook: func(step string) error {
-		if step == move.StepSwitch && !changed {
-			// writes touch every chunk of the month table just before the switch
+		if step == move.StepPreCheck && !changed {
+			// writes touch every chunk of the month table just before the pre-checks
 			changed = true
 			_, err := src.Exec("UPDATE im_group_messages_" + month + " SET status = 'recalled' WHERE topic = 'g_p' AND seqid % 10 = 1")
 			return err

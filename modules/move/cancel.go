@@ -16,8 +16,10 @@ import (
 // Cancel ends the move recorded on the tenant's current placement. Before
 // the switch it stops the mover, drops the target copy and leaves the
 // source as it was; a reverse's target is the copy the reversed move kept,
-// so it stays, and the tenant is back at that move's done. Once the switch
-// began (the source fence is raised) it lowers nothing: it completes the
+// so it stays, and the tenant is back at that move's done. The switch's
+// pre-checks are a step of their own (precheck), before it, so a cancel
+// there cancels. Once the switch began (its fence about to rise or
+// raised) it lowers nothing: it completes the
 // switch, so the tenant ends wholly on the target; completed reports that.
 // Running it again is harmless.
 func Cancel(ctx context.Context, tenant string, at tenantdb.Placement, store *placement.Store, o Options) (completed bool, err error) {
@@ -48,14 +50,27 @@ func Cancel(ctx context.Context, tenant string, at tenantdb.Placement, store *pl
 	}
 	defer src.Close()
 	// the mover sees the step between chunks and stops; its lock says when
-	res, err := src.ExecContext(ctx, "UPDATE im_tenant_move SET step = ? WHERE id = 1 AND step IN (?, ?, ?, ?, ?)",
-		StepCancelling, StepPlan, StepCopy, StepCatchUp, StepVerify, StepCancelling)
+	// one conditional UPDATE: either it or the mover's step from precheck
+	// to switch takes effect (setStep), never both
+	res, err := src.ExecContext(ctx, "UPDATE im_tenant_move SET step = ? WHERE id = 1 AND step IN (?, ?, ?, ?, ?, ?)",
+		StepCancelling, StepPlan, StepCopy, StepCatchUp, StepVerify, StepPreCheck, StepCancelling)
 	if err != nil {
 		return false, err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		if cur, err := readState(ctx, src); err == nil && cur.Step == StepSwitch {
+		cur, err := readState(ctx, src)
+		if err != nil {
+			return false, err
+		}
+		switch cur.Step {
+		case StepCancelling:
+		case StepSwitch, StepDone, StepCancelled:
+			// the step moved on since it was read: decide again from
+			// the recorded step, never drop a target the switch may
+			// have made the tenant's database
 			return Cancel(ctx, tenant, at, store, o)
+		default:
+			return false, fmt.Errorf("move: the move of %s is at %s; it cannot be cancelled there", tenant, cur.Step)
 		}
 	}
 	c, err := src.Conn(ctx)

@@ -14,7 +14,7 @@ import (
 
 // Steps lists every step of a move, in order (the values of
 // imshard_move_step's step label).
-var Steps = []string{StepPlan, StepCopy, StepCatchUp, StepVerify, StepSwitch, StepDone, StepCancelling, StepCancelled, StepFinished}
+var Steps = []string{StepPlan, StepCopy, StepCatchUp, StepVerify, StepPreCheck, StepSwitch, StepDone, StepCancelling, StepCancelled, StepFinished}
 
 // WatchInterval is how often the shard manager reads the tenants' move
 // records into the imshard_move_* series.
@@ -53,7 +53,7 @@ func NewWatch(p WatchParams) *Watch {
 	tenant := []string{"tenant"}
 	return &Watch{p: p, exported: map[string]bool{},
 		step: f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_move_step",
-			Help: "1 for the step the tenant's move is at (plan, copy, catchup, switch, done, cancelling, cancelled, finished), 0 for the others (no series: the tenant never moved)."}, []string{"tenant", "step"}),
+			Help: "1 for the step the tenant's move is at (plan, copy, catchup, verify, precheck, switch, done, cancelling, cancelled, finished), 0 for the others (no series: the tenant never moved)."}, []string{"tenant", "step"}),
 		rows:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_move_rows_copied", Help: "Rows the tenant's move copied (chunks copied again in catch-up count again)."}, tenant),
 		bytes:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_move_bytes_copied", Help: "Bytes the tenant's move copied."}, tenant),
 		lag:       f.NewGaugeVec(prometheus.GaugeOpts{Name: "imshard_move_lag_chunks", Help: "Chunks of the tenant's move changed since their last copy, still to copy (the catch-up lag)."}, tenant),

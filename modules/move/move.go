@@ -31,12 +31,16 @@ import (
 
 // Steps of a move, in order; cancelling and cancelled end it before the
 // switch, finished after `finish` dropped the source. verify compares
-// every chunk on both servers before the switch, with nothing held.
+// every chunk on both servers before the switch, with nothing held;
+// precheck runs the switch's pre-checks (one more catch-up round) and
+// copies the rows marked since, still with nothing held, so a cancel
+// there cancels. switch begins as the pre-checks pass and raises the fence.
 const (
 	StepPlan       = "plan"
 	StepCopy       = "copy"
 	StepCatchUp    = "catchup"
 	StepVerify     = "verify"
+	StepPreCheck   = "precheck"
 	StepSwitch     = "switch"
 	StepDone       = "done"
 	StepCancelling = "cancelling"
@@ -45,12 +49,14 @@ const (
 )
 
 // The parts StepHook is called at, beside the steps, in order: the
-// verification step compared every chunk, the switch's source fence is
-// up, and the copy and verification behind it are done.
+// verification step compared every chunk, the pre-checks passed (the
+// step not yet switch), the switch's source fence is up, and the copy and
+// verification behind it are done.
 const (
-	HookVerified = "verified"
-	HookFenced   = "fenced"
-	HookSynced   = "synced"
+	HookVerified   = "verified"
+	HookPreChecked = "prechecked"
+	HookFenced     = "fenced"
+	HookSynced     = "synced"
 )
 
 // Errors a caller tells apart.
@@ -87,6 +93,8 @@ type Options struct {
 	// compared), HookFenced (the source fence is up) and HookSynced (the
 	// copy and verification behind it are done).
 	// Tests stop a mover there; `imshard bench move` times the parts.
+	// HookPreChecked (the pre-checks passed, the step is still precheck),
+	// HookFenced and HookSynced are the switch's.
 	StepHook func(step string) error
 }
 
@@ -353,8 +361,8 @@ func ReadState(ctx context.Context, dsn string, tlsCfg *tls.Config) (State, erro
 // (the shard manager's retention and archive wait for the move).
 func Moving(ctx context.Context, db *sql.DB) (bool, error) {
 	var n int
-	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM im_tenant_move WHERE id = 1 AND step IN (?, ?, ?, ?, ?)",
-		StepPlan, StepCopy, StepCatchUp, StepVerify, StepSwitch).Scan(&n)
+	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM im_tenant_move WHERE id = 1 AND step IN (?, ?, ?, ?, ?, ?)",
+		StepPlan, StepCopy, StepCatchUp, StepVerify, StepPreCheck, StepSwitch).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("move: read step: %w", err)
 	}
@@ -404,9 +412,27 @@ func SetPaused(ctx context.Context, dsn string, tlsCfg *tls.Config, paused bool)
 	return nil
 }
 
+// setStep moves the recorded step from the mover's to step, only if it is
+// still the mover's: a cancel that set cancelling meanwhile wins
+// (ErrCancelled), never overwritten — the two are one conditional UPDATE
+// each on the same row, so exactly one of them takes effect.
 func (m *Mover) setStep(ctx context.Context, step string) error {
-	if _, err := m.src.ExecContext(ctx, "UPDATE im_tenant_move SET step = ? WHERE id = 1", step); err != nil {
+	res, err := m.src.ExecContext(ctx, "UPDATE im_tenant_move SET step = ? WHERE id = 1 AND step = ?", step, m.st.Step)
+	if err != nil {
 		return fmt.Errorf("move: record step %s: %w", step, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		var cur string
+		if err := m.src.QueryRowContext(ctx, "SELECT step FROM im_tenant_move WHERE id = 1").Scan(&cur); err != nil {
+			return fmt.Errorf("move: record step %s: %w", step, err)
+		}
+		switch cur {
+		case step:
+		case StepCancelling, StepCancelled:
+			return ErrCancelled
+		default:
+			return fmt.Errorf("move: record step %s: the move is at %s, not %s", step, cur, m.st.Step)
+		}
 	}
 	m.st.Step = step
 	return nil
@@ -456,13 +482,18 @@ func (m *Mover) Run(ctx context.Context) error {
 			}
 		case StepVerify:
 			if err = m.verifyAll(ctx); err == nil {
-				err = m.setStep(ctx, StepSwitch)
+				err = m.setStep(ctx, StepPreCheck)
 			}
-		case StepSwitch:
-			if err = m.switchOver(ctx); errors.Is(err, ErrSwitchRefused) {
+		case StepPreCheck:
+			if err = m.preCheck(ctx); errors.Is(err, ErrSwitchRefused) {
 				// nothing is held: back to catch-up, for a run that retries
 				return errors.Join(err, m.setStep(ctx, StepCatchUp))
 			}
+			if err == nil {
+				err = m.setStep(ctx, StepSwitch)
+			}
+		case StepSwitch:
+			err = m.switchOver(ctx)
 		case StepDone:
 			// last of the bookkeeping, after the source's: a mover killed
 			// between the two is completed by a run that finds it done
@@ -745,6 +776,11 @@ func (m *Mover) catchUp(ctx context.Context, both bool) (int, error) {
 	}
 	var stale []storedChunk
 	for _, c := range all {
+		// a cancel or a pause is seen at every chunk compared, not only
+		// at the copies: the pass reads every chunk of the tenant
+		if err := m.between(ctx); err != nil {
+			return 0, err
+		}
 		t, ok := byName[c.table]
 		if !ok {
 			return 0, fmt.Errorf("move: table %s left the source during the move", c.table)
@@ -838,9 +874,24 @@ func (m *Mover) targetSwitched(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
+// preCheck is the precheck step: the pre-checks (preSwitch) and the copy
+// of the rows marked since the verification step (drainMarks), with
+// nothing held — its catch-up round reads every chunk, so it can take
+// as long as the catch-up step, and until the step is switch a cancel
+// cancels the move.
+func (m *Mover) preCheck(ctx context.Context) error {
+	if err := m.preSwitch(ctx); err != nil {
+		return err
+	}
+	if err := m.drainMarks(ctx); err != nil {
+		return err
+	}
+	return m.hook(HookPreChecked)
+}
+
 // fenceAndVerify is the switch's fenced part. Unless the fence is up
-// already: the pre-checks and the copy of the rows marked since the
-// verification step (drainMarks), before the fence. Then the source
+// already: the copy of the rows marked since the precheck step's
+// (drainMarks), before the fence. Then the source
 // fence, the copy and verification of what was marked since and of the
 // chunks not verified (fencedSync), and the target's fence. A switch
 // resumed with the fence up finds the marks and the verified flags as the
@@ -850,12 +901,10 @@ func (m *Mover) fenceAndVerify(ctx context.Context, next int64) error {
 	if err := m.src.QueryRowContext(ctx, "SELECT epoch FROM im_tenant_fence WHERE id = 1").Scan(&fence); err != nil {
 		return fmt.Errorf("move: source fence: %w", err)
 	}
-	// a switch resumed after its fence was raised goes on: refusing then
-	// would hold the tenant's writes
+	// the pre-checks passed in the precheck step; a switch resumed after
+	// its fence was raised goes on: refusing then would hold the tenant's
+	// writes
 	if fence < next {
-		if err := m.preSwitch(ctx); err != nil {
-			return err
-		}
 		if err := m.drainMarks(ctx); err != nil {
 			return err
 		}
