@@ -86,23 +86,23 @@ func (m *Mover) markTriggers(ctx context.Context, tables []table) error {
 				" FOR EACH ROW INSERT INTO im_tenant_move_marks (table_name, key_text) SELECT '"+
 				strings.ReplaceAll(t.name, "'", "''")+"', k FROM ("+keys+") AS ks")
 		}
-		if err := m.createLocked(ctx, t.name, ddls); err != nil {
+		if err := underLock(ctx, m.src, t.name, ddls); err != nil {
 			return fmt.Errorf("move: mark trigger on %s (the move's user needs the TRIGGER and LOCK TABLES privileges): %w", t.name, err)
 		}
 	}
 	return nil
 }
 
-// createLocked runs a table's trigger statements under LOCK TABLES of the
-// table and the marks. Without it MariaDB fails a write that opened the
-// table while its triggers were being created with "Table
-// im_tenant_move_marks doesn't exist": its tables were gathered with
-// fewer triggers than it found.
-func (m *Mover) createLocked(ctx context.Context, name string, ddls []string) error {
-	if len(ddls) == 0 {
+// underLock runs a table's trigger statements (their creation, their
+// drop) under LOCK TABLES of the table and the marks. Without it MariaDB
+// fails a write that opened the table while its triggers were being
+// created or dropped with "Table im_tenant_move_marks doesn't exist": its
+// tables were gathered with another set of triggers than it found.
+func underLock(ctx context.Context, db *sql.DB, name string, stmts []string) error {
+	if len(stmts) == 0 {
 		return nil
 	}
-	c, err := m.src.Conn(ctx)
+	c, err := db.Conn(ctx)
 	if err != nil {
 		return err
 	}
@@ -111,8 +111,8 @@ func (m *Mover) createLocked(ctx context.Context, name string, ddls []string) er
 		return err
 	}
 	defer func() { _, _ = c.ExecContext(context.WithoutCancel(ctx), "UNLOCK TABLES") }()
-	for _, ddl := range ddls {
-		if _, err := c.ExecContext(ctx, ddl); err != nil {
+	for _, q := range stmts {
+		if _, err := c.ExecContext(ctx, q); err != nil {
 			return err
 		}
 	}
@@ -122,14 +122,32 @@ func (m *Mover) createLocked(ctx context.Context, name string, ddls []string) er
 // dropMarks drops the mark triggers and the marks from the database db
 // (the move's source, once the move ended either way).
 func dropMarks(ctx context.Context, db *sql.DB) error {
-	names, err := column(ctx, db, `SELECT trigger_name FROM information_schema.triggers
-		WHERE trigger_schema = DATABASE() AND trigger_name LIKE 'im\_move\_mark\_%'`)
+	rows, err := db.QueryContext(ctx, `SELECT event_object_table, trigger_name FROM information_schema.triggers
+		WHERE trigger_schema = DATABASE() AND trigger_name LIKE 'im\_move\_mark\_%' ORDER BY event_object_table`)
 	if err != nil {
 		return fmt.Errorf("move: list the mark triggers: %w", err)
 	}
-	for _, n := range names {
-		if _, err := db.ExecContext(ctx, "DROP TRIGGER IF EXISTS "+quote(n)); err != nil {
-			return fmt.Errorf("move: drop the mark trigger %s: %w", n, err)
+	var order []string
+	drops := map[string][]string{}
+	for rows.Next() {
+		var tbl, n string
+		if err := rows.Scan(&tbl, &n); err != nil {
+			rows.Close()
+			return fmt.Errorf("move: list the mark triggers: %w", err)
+		}
+		if drops[tbl] == nil {
+			order = append(order, tbl)
+		}
+		drops[tbl] = append(drops[tbl], "DROP TRIGGER IF EXISTS "+quote(n))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("move: list the mark triggers: %w", err)
+	}
+	// under the table's lock, as they were created: the tenant writes on
+	for _, tbl := range order {
+		if err := underLock(ctx, db, tbl, drops[tbl]); err != nil {
+			return fmt.Errorf("move: drop the mark triggers of %s: %w", tbl, err)
 		}
 	}
 	if _, err := db.ExecContext(ctx, "DELETE FROM im_tenant_move_marks"); err != nil {
