@@ -41,10 +41,24 @@ func mvMonthInt(month string) int64 {
 // mvTopicRows counts topic's rows and distinct seqs over every month table of db.
 func mvTopicRows(t *testing.T, db *sql.DB, topic string) (rowsN, seqs int64) {
 	t.Helper()
+	for _, tb := range mvMonthTables(t, db) {
+		var a, b int64
+		if err := db.QueryRow("SELECT COUNT(*), COUNT(DISTINCT seqid) FROM "+tb+" WHERE topic = ?", topic).Scan(&a, &b); err != nil {
+			t.Fatal(err)
+		}
+		rowsN, seqs = rowsN+a, seqs+b
+	}
+	return rowsN, seqs
+}
+
+// mvMonthTables lists db's month tables.
+func mvMonthTables(t testing.TB, db *sql.DB) []string {
+	t.Helper()
 	names, err := db.Query("SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name LIKE 'im\\_group\\_messages\\_%'")
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer names.Close()
 	var tables []string
 	for names.Next() {
 		var n string
@@ -53,15 +67,10 @@ func mvTopicRows(t *testing.T, db *sql.DB, topic string) (rowsN, seqs int64) {
 		}
 		tables = append(tables, n)
 	}
-	names.Close()
-	for _, tb := range tables {
-		var a, b int64
-		if err := db.QueryRow("SELECT COUNT(*), COUNT(DISTINCT seqid) FROM "+tb+" WHERE topic = ?", topic).Scan(&a, &b); err != nil {
-			t.Fatal(err)
-		}
-		rowsN, seqs = rowsN+a, seqs+b
+	if err := names.Err(); err != nil {
+		t.Fatal(err)
 	}
-	return rowsN, seqs
+	return tables
 }
 
 // mvDigest is, per table and topic, the rows' count and hash.
