@@ -175,7 +175,9 @@ func OpenDB(dsn string, tlsCfg *tls.Config, withDB bool) (*sql.DB, *mysql.Config
 		return nil, nil, err
 	}
 	db := sql.OpenDB(conn)
-	db.SetMaxOpenConns(4)
+	// the mover's lock holds one; the verification reads verifyWorkers
+	// chunks at once
+	db.SetMaxOpenConns(verifyWorkers + 4)
 	return db, cfg, nil
 }
 

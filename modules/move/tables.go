@@ -201,11 +201,14 @@ func (t table) checksum(ctx context.Context, db *sql.DB, c chunk) (string, error
 	return t.checksumWhere(ctx, db, cond, args)
 }
 
-// checksumWhere is checksum over the rows cond selects.
+// checksumWhere is checksum over the rows cond selects. Each row's hash
+// is computed once, in a derived table its LIMIT keeps from being merged
+// into the outer query (merged, the sum and the xor would each compute
+// it: twice the work, for the same three numbers).
 func (t table) checksumWhere(ctx context.Context, db *sql.DB, cond string, args []any) (string, error) {
-	h := t.rowHash()
 	var n, sum, xor int64
-	q := "SELECT COUNT(*), COALESCE(SUM(" + h + "), 0), COALESCE(BIT_XOR(" + h + "), 0) FROM " + quote(t.name) + " WHERE " + cond
+	q := "SELECT COUNT(*), COALESCE(SUM(h), 0), COALESCE(BIT_XOR(h), 0) FROM (SELECT " + t.rowHash() + " AS h FROM " + quote(t.name) +
+		" WHERE " + cond + " LIMIT 18446744073709551615) AS hashed"
 	if err := db.QueryRowContext(ctx, q, args...).Scan(&n, &sum, &xor); err != nil {
 		return "", fmt.Errorf("move: checksum %s: %w", t.name, err)
 	}
