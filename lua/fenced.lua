@@ -596,7 +596,10 @@ end
 
 -- sent: everything after the broker's ack, in one call: the record acked,
 -- the seq no longer timing out into a gap, the message in the hot cache,
--- the realtime publish.
+-- the realtime publish — for one send or for several of the tenant's
+-- sends whose acks came together (the send role coalesces them: one call
+-- instead of one each). Send i (from 0) has KEYS[6i+1..6i+6] and
+-- ARGV[8i+1..8i+8], numbered below as for the first.
 --
 -- KEYS[1] idempotency HASH, KEYS[2] topic pending seqs, KEYS[3] hot cache,
 -- KEYS[4] the topic's realtime channel (SPUBLISH: a key for the slot),
@@ -630,42 +633,57 @@ end
 -- its event, and the record stays unacknowledged, so a retry sends the
 -- message afresh under a new seq (idem_retry.lua).
 --
--- Replies: 1 cached and published; 2 stored already and a change may have
--- come first: neither cached nor published (the record is acked all the
--- same); 0 the seq was abandoned: nothing done, the send must not answer
--- 201. The publish comes last: a failure before it is reported with it.
-local function sent(keys, args)
+-- Reply: an array with one element per send: 1 cached and published; 2
+-- stored already and a change may have come first: neither cached nor
+-- published (the record is acked all the same); 0 the seq was abandoned:
+-- nothing done, the send must not answer 201; a string, the error that
+-- stopped this send's part (the others' parts are done all the same). The
+-- publish comes last: a failure before it is reported with it.
+local function sent_one(keys, args, k, a)
   -- the entry the allocation made, when the caller knows it (a retry's
   -- may carry a later time): found by member, else by score
-  local acked = args[7] ~= '' and redis.call('ZREM', keys[2], args[7]) == 1
-  if not acked and redis.call('ZCOUNT', keys[2], args[1], args[1]) > 0 then
-    redis.call('ZREMRANGEBYSCORE', keys[2], args[1], args[1])
+  local acked = args[a + 7] ~= '' and redis.call('ZREM', keys[k + 2], args[a + 7]) == 1
+  if not acked and redis.call('ZCOUNT', keys[k + 2], args[a + 1], args[a + 1]) > 0 then
+    redis.call('ZREMRANGEBYSCORE', keys[k + 2], args[a + 1], args[a + 1])
     acked = true
   end
   if acked then
-    redis.call('ZADD', keys[2], args[1], args[1] .. ':a')
-  elseif redis.call('ZSCORE', keys[6], args[1]) then
+    redis.call('ZADD', keys[k + 2], args[a + 1], args[a + 1] .. ':a')
+  elseif redis.call('ZSCORE', keys[k + 6], args[a + 1]) then
     return 0
   end
-  local rec = redis.call('HMGET', keys[1], 'status', 'ver')
+  local rec = redis.call('HMGET', keys[k + 1], 'status', 'ver')
   if not rec[1] then
-    redis.call('HSET', keys[1], 'status', 'acked', 'resp', args[3])
-    redis.call('PEXPIRE', keys[1], args[2])
+    redis.call('HSET', keys[k + 1], 'status', 'acked', 'resp', args[a + 3])
+    redis.call('PEXPIRE', keys[k + 1], args[a + 2])
   elseif rec[1] ~= 'done' then
-    redis.call('HSET', keys[1], 'status', 'acked')
+    redis.call('HSET', keys[k + 1], 'status', 'acked')
   end
-  if not acked and rec[2] ~= (redis.call('GET', keys[5]) or '') then
+  if not acked and rec[2] ~= (redis.call('GET', keys[k + 5]) or '') then
     return 2
   end
-  if args[4] ~= '' then
-    redis.call('ZADD', keys[3], args[1], args[4])
-    redis.call('PEXPIRE', keys[3], args[5])
-    if tonumber(args[1]) % 16 == 0 then
-      redis.call('ZREMRANGEBYRANK', keys[3], 0, -tonumber(args[6]) - 1)
+  if args[a + 4] ~= '' then
+    redis.call('ZADD', keys[k + 3], args[a + 1], args[a + 4])
+    redis.call('PEXPIRE', keys[k + 3], args[a + 5])
+    if tonumber(args[a + 1]) % 16 == 0 then
+      redis.call('ZREMRANGEBYRANK', keys[k + 3], 0, -tonumber(args[a + 6]) - 1)
     end
   end
-  redis.call('SPUBLISH', keys[4], args[8])
+  redis.call('SPUBLISH', keys[k + 4], args[a + 8])
   return 1
+end
+
+local function sent(keys, args)
+  local out = {}
+  for i = 0, #keys / 6 - 1 do
+    local ok, r = pcall(sent_one, keys, args, 6 * i, 8 * i)
+    if not ok then
+      -- a redis.call error is a table {err = ...}
+      r = type(r) == 'table' and (r.err or 'error') or tostring(r)
+    end
+    out[i + 1] = r
+  end
+  return out
 end
 
 -- gate_get: the tenant's migration gate as this incarnation holds it.

@@ -292,9 +292,9 @@ func sentAfterAck(t *testing.T, env *harness.Env, topic string, from int64, clie
 	hc := env.Config.HotCache
 	args := []string{strconv.FormatInt(seq, 10), "60000", "{}", member, strconv.FormatInt(hc.TTL.Milliseconds(), 10),
 		strconv.Itoa(hc.MaxPerTopic), "", `{"type":"message","message":` + member + `}`}
-	n, err := routing.NewScripts().Fenced.Sent(context.Background(), env.Redis, keys, args).AsInt64()
-	if err != nil {
-		t.Fatal(err)
+	n, err := routing.NewScripts().Fenced.Sent(context.Background(), env.Redis, keys, args).AsIntSlice()
+	if err != nil || len(n) != 1 {
+		t.Fatalf("the call after the ack = %v %v, want one reply", n, err)
 	}
-	return n
+	return n[0]
 }

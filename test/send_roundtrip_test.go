@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -232,7 +233,49 @@ func TestSendAckAfterPersistDroppedItAsDuplicateNeverAnswered201(t *testing.T) {
 	keys := []string{k.Idempotency("room", 1, "dropped"), k.Pending("room"), k.HotMessages("room"), k.Realtime("room"),
 		k.MessagesVersion("room"), k.Abandoned("room")}
 	args := []string{strconv.FormatInt(al.Seq, 10), "60000", "{}", "", "0", "0", "", "{}"}
-	if n, err := routing.NewScripts().Fenced.Sent(ctx, e.Redis, keys, args).AsInt64(); err != nil || n != 0 {
-		t.Fatalf("the call after the ack of a seq persist dropped as a duplicate = %d %v, want 0 (answered 503)", n, err)
+	if n, err := routing.NewScripts().Fenced.Sent(ctx, e.Redis, keys, args).AsIntSlice(); err != nil || len(n) != 1 || n[0] != 0 {
+		t.Fatalf("the call after the ack of a seq persist dropped as a duplicate = %v %v, want [0] (answered 503)", n, err)
+	}
+}
+
+// The call after the ack takes several sends at once (the send role
+// coalesces the sends whose acks came together): each gets its own reply,
+// and a send whose part fails on a command fails alone — the parts of the
+// others are done.
+func TestSentCallTakesSeveralSendsEachItsOwnReply(t *testing.T) {
+	e := startSend(t, harness.Options{})
+	ctx := context.Background()
+	al, err := e.App.Allocator().Allocate(ctx, e.Tenant, "room")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := e.Keys()
+	// the second send's pending set is not a sorted set: its ZREM fails
+	if err := e.Redis.Do(ctx, e.Redis.B().Set().Key(k.Pending("broken")).Value("x").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	one := func(topic, cmid string, seq int64, pending string) ([]string, []string) {
+		return []string{k.Idempotency(topic, 1, cmid), k.Pending(topic), k.HotMessages(topic), k.Realtime(topic),
+				k.MessagesVersion(topic), k.Abandoned(topic)},
+			[]string{strconv.FormatInt(seq, 10), "60000", "{}", "", "0", "0", pending, "{}"}
+	}
+	k1, a1 := one("room", "first", al.Seq, "")
+	k2, a2 := one("broken", "second", 1, "1:1")
+	rep, err := routing.NewScripts().Fenced.Sent(ctx, e.Redis, append(k1, k2...), append(a1, a2...)).ToArray()
+	if err != nil || len(rep) != 2 {
+		t.Fatalf("the call for two sends = %v %v, want two replies", rep, err)
+	}
+	if n, err := rep[0].ToInt64(); err != nil || n != 1 {
+		t.Fatalf("the first send's reply = %v %v, want 1 (recorded, published)", n, err)
+	}
+	if msg, err := rep[1].ToString(); err != nil || !strings.Contains(msg, "WRONGTYPE") {
+		t.Fatalf("the failing send's reply = %q %v, want its WRONGTYPE error", msg, err)
+	}
+	if rec := e.idemRecord("room", 1, "first"); rec["status"] != "acked" {
+		t.Fatalf("the first send's record = %v, want acked beside the failing send", rec)
+	}
+	acked, err := e.Redis.Do(ctx, e.Redis.B().Zscore().Key(k.Pending("room")).Member(fmt.Sprintf("%d:a", al.Seq)).Build()).ToString()
+	if err != nil || acked != strconv.FormatInt(al.Seq, 10) {
+		t.Fatalf("the first send's pending entry = %q %v, want marked acked", acked, err)
 	}
 }

@@ -57,14 +57,26 @@ func readRedisStats(ctx context.Context, rdb rueidis.Client) (redisStats, error)
 // perSend is the Redis time per send between before and s: the command µs
 // of the side's top-level commands (each weighted by how often one send
 // issues it, at the average µs per call of the interval — a script's µs
-// include the commands it runs), and the whole server's CPU µs divided by
-// the sends (other clients of a shared server included).
+// include the commands it runs; a command weighted asObserved counts with
+// all its µs of the interval, divided by the sends), and the whole server's
+// CPU µs divided by the sends (other clients of a shared server included).
+// asObserved weighs a command a send issues a varying number of times (the
+// HTTP send's post-ack call is shared by the sends acknowledged together):
+// its whole time in the interval counts, other clients' calls of it on a
+// shared server included.
+const asObserved = -1
+
 func (s redisStats) perSend(before redisStats, weights map[string]float64, sends int64) (commandUS, cpuUS float64) {
 	if sends <= 0 {
 		return 0, 0
 	}
 	for cmd, w := range weights {
-		if calls := s.calls[cmd] - before.calls[cmd]; calls > 0 {
+		calls := s.calls[cmd] - before.calls[cmd]
+		switch {
+		case calls <= 0:
+		case w == asObserved:
+			commandUS += (s.usec[cmd] - before.usec[cmd]) / float64(sends)
+		default:
 			commandUS += w * (s.usec[cmd] - before.usec[cmd]) / calls
 		}
 	}

@@ -14,6 +14,7 @@ type metrics struct {
 	gaps     prometheus.Counter       // imshard_seq_gaps_total
 	postAck  *prometheus.CounterVec   // imshard_send_post_ack_failures_total{step}
 	dedupHit prometheus.Counter       // imshard_send_mysql_dedup_hits_total
+	ackBatch prometheus.Histogram     // imshard_send_post_ack_batch_size
 }
 
 // Result labels besides the API error codes.
@@ -42,6 +43,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		gaps:     f.NewCounter(prometheus.CounterOpts{Name: "imshard_seq_gaps_total", Help: "Seqs the send path allocated and abandoned, recorded as gaps."}),
 		postAck:  f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_send_post_ack_failures_total", Help: "Failures after the Kafka ack: the call recording it failed (pending, idempotency, hot_cache, publish) or came after the seq was recorded as a gap (late_after_gap); the send answered 503."}, []string{"step"}),
 		dedupHit: f.NewCounter(prometheus.CounterOpts{Name: "imshard_send_mysql_dedup_hits_total", Help: "Retries Redis had forgotten, answered from MySQL (the month tables)."}),
+		ackBatch: f.NewHistogram(prometheus.HistogramOpts{Name: "imshard_send_post_ack_batch_size", Help: "Sends recorded by one call after the Kafka ack: sends of a tenant whose acks came together share the call.", Buckets: []float64{1, 2, 4, 8, 16, 32, 64}}),
 	}
 	// exported as 0 from the start: the error-rate alert divides by them and
 	// sees a first failure as an increase, and the dashboard's rates and

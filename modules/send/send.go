@@ -539,7 +539,8 @@ func (a *attempt) settle(ctx context.Context, ev *message.Event, err error, dup 
 		return Response{}, fmt.Errorf("send: response: %w", err)
 	}
 	testhook.CrashAfterAck()
-	ctx, cancel := context.WithTimeout(ctx, postAckTimeout)
+	// detached: the call may carry other sends' acks with this one
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), postAckTimeout)
 	defer cancel()
 	reply, err := s.postAck(ctx, a, ev, body)
 	switch {
@@ -583,7 +584,7 @@ func (s *Service) postAck(ctx context.Context, a *attempt, ev *message.Event, re
 	keys := []string{a.key, a.keys.Pending(a.topic), a.keys.HotMessages(a.topic), a.keys.Realtime(a.topic),
 		a.keys.MessagesVersion(a.topic), a.keys.Abandoned(a.topic)}
 	args := []string{strconv.FormatInt(ev.SeqID, 10), s.idemTTL, string(resp), member, hotTTL, hotMax, a.pending, frame}
-	reply, err := s.p.Scripts.Fenced.Sent(ctx, s.p.Redis, keys, args).AsInt64()
+	reply, err := s.acks.do(ctx, a.tenant, keys, args)
 	if err != nil {
 		for _, step := range []string{stepIdempotency, stepPending, stepHotCache, stepPublish} {
 			s.m.postAck.WithLabelValues(step).Inc()
@@ -592,6 +593,25 @@ func (s *Service) postAck(ctx context.Context, a *attempt, ev *message.Event, re
 		return 0, fmt.Errorf("send: after the ack: %w", err)
 	}
 	return reply, nil
+}
+
+// sentCall is the batcher's call: the sent function for the sends laid end
+// to end in keys and args, one reply each.
+func (s *Service) sentCall(ctx context.Context, keys, args []string) ([]ackReply, error) {
+	msgs, err := s.p.Scripts.Fenced.Sent(ctx, s.p.Redis, keys, args).ToArray()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ackReply, len(msgs))
+	for i := range msgs {
+		if n, err := msgs[i].ToInt64(); err == nil {
+			out[i].n = n
+			continue
+		}
+		msg, _ := msgs[i].ToString()
+		out[i].err = errors.New(msg)
+	}
+	return out, nil
 }
 
 // framePrefix opens a new message's realtime frame; the message and "}"

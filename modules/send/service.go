@@ -77,6 +77,7 @@ type Service struct {
 	stale   string // send.produce_timeout in ms
 	hotTTL  string // hot_cache.ttl in ms
 	hotMax  string // hot_cache.max_per_topic
+	acks    *ackBatcher
 
 	wg       sync.WaitGroup // background work: produces answered 503, horizons
 	horizons sync.Map       // tenant → struct{}: one horizon computation each
@@ -96,6 +97,7 @@ func New(ctx context.Context, p Params) (*Service, error) {
 		hotTTL:  fmt.Sprint(p.HotCache.TTL.Milliseconds()),
 		hotMax:  fmt.Sprint(p.HotCache.MaxPerTopic),
 	}
+	s.acks = newAckBatcher(s.sentCall, func(n int) { s.m.ackBatch.Observe(float64(n)) })
 	s.lease = NewNodeLease(p.Redis, p.KeySpace, p.Scripts, p.LeaseTTL, s.ids, p.Log)
 	if err := s.lease.Acquire(ctx); err != nil {
 		return nil, err
