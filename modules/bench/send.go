@@ -35,7 +35,7 @@ type SendParams struct {
 	Pairs       int // rounds; each runs every side once, the first side rotating
 	BodyBytes   int // length of the message text
 	// open-loop arrival rates (per second); RateShares are fractions of the
-	// median closed-loop HTTP rate, used when Rates is empty
+	// reference send's median closed-loop rate, used when Rates is empty
 	Rates      []float64
 	RateShares []float64
 	Peer       string // shell command printing the peer's line; "" = none
@@ -94,6 +94,7 @@ type RoundResult struct {
 	AllocsPerSend  float64 // heap allocations per send in this process (client included), 0 = unknown
 	CPUUS          float64 // this process's CPU µs per send (user + system; the clients, and in-process the API and broker, included), 0 = unknown
 	PeakRSS        int64   // peak RSS of this process during the round, bytes, 0 = unknown
+	PeakInFlight   int64   // open loop: the most requests in flight at once (arrived, not answered)
 	Rate           float64 // sends per second
 	FirstErr       error
 	Offered        float64 // open loop: the arrival rate
@@ -328,7 +329,7 @@ func Send(ctx context.Context, p SendParams) (SendReport, error) {
 
 	rates := p.Rates
 	if len(rates) == 0 {
-		peak := rep.Median(SideHTTP).Rate
+		peak := rep.Median(SideReference).Rate
 		for _, share := range p.RateShares {
 			rates = append(rates, share*peak)
 		}
@@ -519,10 +520,11 @@ func (b *sendBench) post(ctx context.Context, base, token, topic, clientMsgID, t
 
 // sample is what one or more timed loops measured.
 type sample struct {
-	lats     []time.Duration
-	errs     int64
-	elapsed  time.Duration
-	firstErr error
+	lats         []time.Duration
+	errs         int64
+	elapsed      time.Duration
+	firstErr     error
+	peakInFlight int64 // open loop only
 }
 
 func (s sample) result(name string) (RoundResult, error) {
@@ -530,7 +532,7 @@ func (s sample) result(name string) (RoundResult, error) {
 		return RoundResult{}, fmt.Errorf("bench: %s: nothing succeeded: %v", name, s.firstErr)
 	}
 	r := RoundResult{Side: name, Sends: int64(len(s.lats)), Errors: s.errs, Elapsed: s.elapsed, FirstErr: s.firstErr,
-		Rate: float64(len(s.lats)) / s.elapsed.Seconds()}
+		Rate: float64(len(s.lats)) / s.elapsed.Seconds(), PeakInFlight: s.peakInFlight}
 	slices.Sort(s.lats)
 	r.P50, r.P99, r.P999 = quantile(s.lats, 0.5), quantile(s.lats, 0.99), quantile(s.lats, 0.999)
 	return r, nil
@@ -647,6 +649,9 @@ func (b *sendBench) openLoop(ctx context.Context, d time.Duration, rate float64,
 	lat := make([][]time.Duration, workers)
 	firstErrs := make([]error, workers)
 	var errs atomic.Int64
+	// in flight from its due time (an arrival waiting for a worker counts)
+	// to its answer; the peak says how far the queue grew
+	var inFlight, peak atomic.Int64
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -655,9 +660,12 @@ func (b *sendBench) openLoop(ctx context.Context, d time.Duration, rate float64,
 			defer wg.Done()
 			for at := range due {
 				if ctx.Err() != nil {
+					inFlight.Add(-1)
 					continue
 				}
-				if err := op(ctx, w, b.ops.Add(1)); err != nil {
+				err := op(ctx, w, b.ops.Add(1))
+				inFlight.Add(-1)
+				if err != nil {
 					errs.Add(1)
 					if firstErrs[w] == nil {
 						firstErrs[w] = err
@@ -679,9 +687,14 @@ func (b *sendBench) openLoop(ctx context.Context, d time.Duration, rate float64,
 		if ctx.Err() != nil {
 			break
 		}
+		if n := inFlight.Add(1); n > peak.Load() {
+			peak.Store(n) // only this goroutine raises it
+		}
 		due <- at
 	}
 	close(due)
 	wg.Wait()
-	return collect(ctx, start, lat, &errs, firstErrs)
+	out, err := collect(ctx, start, lat, &errs, firstErrs)
+	out.peakInFlight = peak.Load()
+	return out, err
 }
