@@ -31,9 +31,12 @@ func runCLI(t *testing.T, env []string, args ...string) (int, string) {
 // reads (stdout) and what it logs (stderr).
 func runCLIApart(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	// the binary first: its one build (a minute or more on a loaded
+	// machine) is not the command's time
+	bin := imshardBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, imshardBinary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Dir = t.TempDir()
 	var out, errOut bytes.Buffer
