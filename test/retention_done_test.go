@@ -218,8 +218,14 @@ func TestRetentionLeavesNothingExpiredPurgedOrErased(t *testing.T) {
 				t.Fatalf("catch-up message %+v", m)
 			}
 		case "change":
-			if f.Change.Seq < 5 || f.Change.Action != message.ActionDelete || by(f.Change.Seq) != erased {
+			// the erase's: one change of the user's seqs of a batch
+			if f.Change.Action != message.ActionErase || len(f.Change.Seqs) == 0 || f.Change.Seq != f.Change.Seqs[0] {
 				t.Fatalf("catch-up change %+v", f.Change)
+			}
+			for _, seq := range f.Change.Seqs {
+				if seq < 5 || by(seq) != erased {
+					t.Fatalf("catch-up change %+v", f.Change)
+				}
 			}
 		}
 	}

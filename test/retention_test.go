@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -668,7 +669,7 @@ func TestRetentionUserErase(t *testing.T) {
 		t.Fatalf("erase run: %d %v", n, err)
 	}
 	if j = retGetJob(t, e, j.ID); j.State != "done" || j.RowsRemoved != 5 ||
-		j.Report.Months[m2.String()] != 3 || j.Report.Months[m1.String()] != 2 || j.Report.Side["revisions"] != 5 ||
+		j.Report.Months[m2.String()] != 3 || j.Report.Months[m1.String()] != 2 || j.Report.Side["revisions"] != 0 ||
 		!slices.Equal(j.Report.HeldTopics, []string{"eccc"}) {
 		t.Fatalf("erase job: %+v", j)
 	}
@@ -682,7 +683,9 @@ func TestRetentionUserErase(t *testing.T) {
 		{"im_group_messages_" + m1.String(), sq.Eq{"topic": "eccc", "status": "normal"}, 2},
 		{"im_group_messages_" + m1.String(), sq.Eq{"topic": "ebb", "from_user": 6, "status": "normal"}, 1},
 		{"im_message_revisions", sq.And{sq.Eq{"topic": []string{"ea", "ebb"}}, sq.NotEq{"content": nil}}, 0},
-		{"im_change_outbox", sq.Eq{"topic": "ea"}, 3},
+		// one change of the topic's batch: its seqs in seq_ids, seqid the last
+		{"im_message_revisions", sq.Eq{"topic": "ea", "action": "erase", "seqid": 3, "message_id": 0, "seq_ids": "[1,2,3]"}, 1},
+		{"im_change_outbox", sq.Eq{"topic": "ea"}, 1},
 	} {
 		var n int
 		if err := sq.Select("COUNT(*)").From(c.table).Where(c.where).RunWith(e.DB).QueryRowContext(ctx).Scan(&n); err != nil || n != c.want {
@@ -700,10 +703,12 @@ func TestRetentionUserErase(t *testing.T) {
 }
 
 // TestRetentionEraseManyTopics: a user who wrote in 40 topics over two
-// months (1,200 messages a month, more than one batch of 1,000 each) is
-// erased batch by batch: every message a tombstone, no revision keeps content, one change event per message in each topic's
-// seq order with consecutive change_seqs, another user's message left, and
-// the report counts each month.
+// months (5,200 messages a month, more than one batch of 5,000 each) is
+// erased batch by batch: every message a tombstone, no revision keeps
+// content, one change (event and revision, action erase) per topic and
+// batch whose seq_ids cover the topic's seqs in order with consecutive
+// change_seqs, another user's message left, and the report counts each
+// month.
 func TestRetentionEraseManyTopics(t *testing.T) {
 	ctx := context.Background()
 	e := startSend(t, harness.Options{Roles: []string{"send", "query"}})
@@ -713,17 +718,17 @@ func TestRetentionEraseManyTopics(t *testing.T) {
 	for i := 1; i <= 40; i++ {
 		topic := "m" + strings.Repeat("t", i)
 		topics = append(topics, topic)
-		retFixture(t, e, m2, topic, 1, 30)
-		retFixture(t, e, m1, topic, 31, 60)
+		retFixture(t, e, m2, topic, 1, 130)
+		retFixture(t, e, m1, topic, 131, 260)
 	}
 	at := m1.Start().Add(time.Hour)
 	if _, err := sq.Insert("im_group_messages_"+m1.String()).Columns("message_id", "topic", "group_id", "seqid", "from_user", "content", "created_at", "updated_at").
-		Values(999999, topics[0], 1, 61, 6, `{"text":"other"}`, at, at).RunWith(e.DB).ExecContext(ctx); err != nil {
+		Values(999999, topics[0], 1, 261, 6, `{"text":"other"}`, at, at).RunWith(e.DB).ExecContext(ctx); err != nil {
 		t.Fatal(err)
 	}
 	e.Activate(now)
 	j := retWaitJob(t, e, retStartJob(t, e, "POST", "/v1/admin/users/5/erase"))
-	if j.RowsRemoved != 2400 || j.Report.Months[m2.String()] != 1200 || j.Report.Months[m1.String()] != 1200 || j.Report.Side["revisions"] != 2400 {
+	if j.RowsRemoved != 10400 || j.Report.Months[m2.String()] != 5200 || j.Report.Months[m1.String()] != 5200 || j.Report.Side["revisions"] != 0 {
 		t.Fatalf("erase job: %+v", j)
 	}
 	for _, c := range []struct {
@@ -731,12 +736,15 @@ func TestRetentionEraseManyTopics(t *testing.T) {
 		where sq.Sqlizer
 		want  int
 	}{
-		{"im_group_messages_" + m2.String(), sq.Eq{"from_user": 5, "status": "deleted", "content": nil, "version": 2}, 1200},
-		{"im_group_messages_" + m1.String(), sq.Eq{"from_user": 5, "status": "deleted", "content": nil, "version": 2}, 1200},
+		{"im_group_messages_" + m2.String(), sq.Eq{"from_user": 5, "status": "deleted", "content": nil, "version": 2}, 5200},
+		{"im_group_messages_" + m1.String(), sq.Eq{"from_user": 5, "status": "deleted", "content": nil, "version": 2}, 5200},
 		{"im_group_messages_" + m1.String(), sq.Eq{"from_user": 6, "status": "normal"}, 1},
 		{"im_message_revisions", sq.NotEq{"content": nil}, 0},
-		{"im_message_revisions", sq.Eq{"action": "delete"}, 2400},
-		{"im_change_outbox", nil, 2400},
+		{"im_message_revisions", sq.Eq{"action": "delete"}, 0},
+		// one change per topic and batch: 5,000 messages of a batch span
+		// 39 topics (the 39th split), so each month takes 41
+		{"im_message_revisions", sq.Eq{"action": "erase"}, 82},
+		{"im_change_outbox", nil, 82},
 	} {
 		q := sq.Select("COUNT(*)").From(c.table)
 		if c.where != nil {
@@ -747,14 +755,37 @@ func TestRetentionEraseManyTopics(t *testing.T) {
 			t.Errorf("%s where %v: %d (%v), want %d", c.table, c.where, n, err, c.want)
 		}
 	}
-	// each topic's events, in the order the relay reads them (by id): seqs
-	// 1..60 with change_seqs 1..60
+	// each topic's events, in the order the relay reads them (by id):
+	// change_seqs from 1 on, their seq_ids 1..60 in order, and each its
+	// revision's: same change_seq, seqs, month, by the system, the job's
+	// reason
+	revs := map[string]map[int64]string{}
+	rrows, err := sq.Select("topic", "change_seq", "seq_ids").From("im_message_revisions").
+		Where(sq.Eq{"action": "erase", "actor": 0, "content": nil, "head": nil, "message_id": 0, "reason": "user erase (job " + j.ID + ")"}).
+		Where("seqid = JSON_EXTRACT(seq_ids, CONCAT('$[', JSON_LENGTH(seq_ids) - 1, ']'))").RunWith(e.DB).QueryContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rrows.Next() {
+		var topic, seqs string
+		var cs int64
+		if err := rrows.Scan(&topic, &cs, &seqs); err != nil {
+			t.Fatal(err)
+		}
+		if revs[topic] == nil {
+			revs[topic] = map[int64]string{}
+		}
+		revs[topic][cs] = seqs
+	}
+	if err := errors.Join(rrows.Err(), rrows.Close()); err != nil {
+		t.Fatal(err)
+	}
 	rows, err := sq.Select("topic", "change_seq", "event").From("im_change_outbox").OrderBy("id").RunWith(e.DB).QueryContext(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	next := map[string]int64{}
+	next, changes := map[string]int64{}, map[string]int64{}
 	for rows.Next() {
 		var topic string
 		var cs int64
@@ -763,36 +794,34 @@ func TestRetentionEraseManyTopics(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ev struct {
-			SeqID     int64  `json:"seq_id"`
-			ChangeSeq int64  `json:"change_seq"`
-			Action    string `json:"action"`
+			SeqID     int64           `json:"seq_id"`
+			SeqIDs    []int64         `json:"seq_ids"`
+			ChangeSeq int64           `json:"change_seq"`
+			Action    string          `json:"action"`
+			Message   json.RawMessage `json:"message"`
 		}
 		if err := json.Unmarshal(raw, &ev); err != nil {
 			t.Fatal(err)
 		}
-		next[topic]++
-		if cs != next[topic] || ev.ChangeSeq != cs || ev.SeqID != cs || ev.Action != "delete" {
-			t.Fatalf("%s: event %d of the topic is change_seq %d %+v", topic, next[topic], cs, ev)
+		changes[topic]++
+		if cs != changes[topic] || ev.ChangeSeq != cs || ev.Action != "erase" || len(ev.SeqIDs) == 0 || ev.SeqID != ev.SeqIDs[0] || ev.Message != nil {
+			t.Fatalf("%s: event %d of the topic is change_seq %d %s", topic, changes[topic], cs, raw)
+		}
+		for _, seq := range ev.SeqIDs {
+			if next[topic]++; seq != next[topic] {
+				t.Fatalf("%s: event %d of the topic names seq %d, want %d: %s", topic, changes[topic], seq, next[topic], raw)
+			}
+		}
+		if b, _ := json.Marshal(ev.SeqIDs); revs[topic][cs] != string(b) {
+			t.Fatalf("%s: change_seq %d's revision names %q, its event %s", topic, cs, revs[topic][cs], b)
 		}
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
 	for _, topic := range topics {
-		if next[topic] != 60 {
-			t.Errorf("%s: %d events, want 60", topic, next[topic])
-		}
-	}
-	// each revision is its event's: the message's id, month and version
-	// after the erase, change_seq = seq here, by the system, the job's reason
-	for _, m := range []routing.Month{m2, m1} {
-		var n int
-		if err := sq.Select("COUNT(*)").From("im_message_revisions AS r").
-			Join("im_group_messages_" + m.String() + " AS g ON g.topic = r.topic AND g.seqid = r.seqid AND g.message_id = r.message_id AND g.version = r.version").
-			Where(sq.Eq{"r.shard_month": m.String(), "r.actor": 0, "r.action": "delete", "r.content": nil, "r.head": nil,
-				"r.reason": "user erase (job " + j.ID + ")"}).
-			Where("r.change_seq = r.seqid").RunWith(e.DB).QueryRowContext(ctx).Scan(&n); err != nil || n != 1200 {
-			t.Errorf("revisions of %s matching their messages and events: %d (%v), want 1200", m, n, err)
+		if next[topic] != 260 {
+			t.Errorf("%s: %d seqs erased, want 260", topic, next[topic])
 		}
 	}
 }

@@ -84,13 +84,9 @@ type changeReq struct {
 	content, head json.RawMessage // head nil: keep it
 	expected      int
 	// refs are the messages the change applies to: a request's change
-	// names one, (topic, seq); a batch (EraseMessages) many of one month
-	// table, sorted (routing.SortRefs). Every one gets the same change, so
-	// one statement of each kind writes them all.
+	// names one, (topic, seq). Every one gets the same change, so one
+	// statement of each kind writes them all.
 	refs []routing.MessageRef
-	// erase: the revisions the change records keep no content, and those
-	// the messages had lose theirs (a user erase)
-	erase bool
 }
 
 // Recall withdraws a message: its sender within send.recall_window; a
@@ -161,55 +157,6 @@ func (s *Service) DeleteAll(ctx context.Context, p httpapi.Principal, topic stri
 	return s.change(ctx, p, changeReq{action: message.ActionDelete, topic: topic, seq: seq, actor: p.UserID, reason: reason})
 }
 
-// EraseMessages deletes the messages refs of month m for everyone as one
-// change of many rows (a batch of a user erase, by actor 0, the system):
-// DeleteAll's change — the rows locked, made tombstones, their mentions
-// dropped, their change_seqs, revisions and change events recorded, the
-// caches told before the commit, the tombstones put back and published
-// after it — in one transaction, one statement of each kind and one Redis
-// round trip each side of the commit. The revisions keep no content, and
-// the messages' earlier revisions lose theirs. before runs in the
-// transaction (tx, for the caller's own writes) after its writes with what
-// they changed (messages made tombstones, revisions without content); its
-// error rolls the batch back and is answered as it is. A message already
-// deleted, or no longer stored, is left out; one of an archived month
-// changes its overlay row, as a change does.
-func (s *Service) EraseMessages(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef, reason string,
-	before func(tx *sql.Tx, messages, revisions int64) error) (messages, revisions int64, err error) {
-	if len(refs) == 0 {
-		return 0, 0, nil
-	}
-	if err := s.p.Migrations.GateChange(ctx, tenant); err != nil {
-		return 0, 0, err
-	}
-	refs = slices.Clone(refs)
-	routing.SortRefs(refs)
-	keys, db, err := s.r.Open(ctx, httpapi.Principal{Tenant: tenant}, refs[0].Topic)
-	if err != nil {
-		return 0, 0, err
-	}
-	t, err := routing.TableFor(m)
-	if err != nil {
-		return 0, 0, err
-	}
-	counts := func(w *written) (int64, int64) {
-		return int64(len(w.changed)), int64(len(w.changed)) + w.revisionsCleared
-	}
-	c := changeReq{tenant: tenant, action: message.ActionDelete, topic: refs[0].Topic, seq: refs[0].Seq, reason: reason, refs: refs, erase: true}
-	w, err := s.changeTx(ctx, db, keys, []routing.Table{t}, c, false, false, func(tx *sql.Tx, w *written) error {
-		n, revs := counts(w)
-		return before(tx, n, revs)
-	})
-	if errors.Is(err, errUnchanged) || errors.Is(err, readpath.ErrNotFound) {
-		return 0, 0, nil
-	}
-	if err != nil {
-		return 0, 0, err
-	}
-	messages, revisions = counts(&w)
-	return messages, revisions, nil
-}
-
 // member is the caller's membership of topic; anyone else is refused.
 func (s *Service) member(ctx context.Context, tenant, topic string, user int64) (acl.Membership, error) {
 	if err := routing.ValidTopic(topic); err != nil {
@@ -271,7 +218,7 @@ func (s *Service) change(ctx context.Context, p httpapi.Principal, c changeReq) 
 	if err != nil {
 		return ChangeResult{}, err
 	}
-	w, err := s.changeTx(ctx, db, keys, tables, c, flying, legacy, nil)
+	w, err := s.changeTx(ctx, db, keys, tables, c, flying, legacy)
 	switch {
 	case errors.Is(err, errUnchanged):
 		return ChangeResult{Message: w.old[0]}, nil
@@ -328,24 +275,34 @@ const maxChangeAttempts = 3
 var errUnchanged = errors.New("changes: nothing to change")
 
 // changeTx is steps 3 to 5 of a change, in a fenced transaction
-// (routing.Fenced: the placement fence is its first statement, so its
-// shared lock covers the whole transaction; a refusal answers 409
-// tenant_moving, modules/httpapi). before, when set, runs in the
-// transaction after the change's writes and before its commit; its error
-// rolls the change back. A deadlock rolled the transaction back before
-// the caches were told (its statements come first): it runs again.
-func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, tables []routing.Table, c changeReq, flying, legacy bool,
-	before func(tx *sql.Tx, w *written) error) (written, error) {
+// (runChange).
+func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, tables []routing.Table, c changeReq, flying, legacy bool) (written, error) {
 	var w written
+	err := runChange(ctx, db, func(tx *sql.Tx) error {
+		var err error
+		w, err = s.changeIn(ctx, tx, keys, tables, c, flying, legacy)
+		return err
+	}, false)
+	if err != nil {
+		return w, err
+	}
+	s.afterChange(context.WithoutCancel(ctx), keys, c, w)
+	return w, nil
+}
+
+// runChange runs fn, a change's transaction, fenced (routing.Fenced: the
+// placement fence is its first statement, so its shared lock covers the
+// whole transaction; a refusal answers 409 tenant_moving, modules/httpapi),
+// and again after a deadlock, which rolled it back before the caches were
+// told (a change's statements come first), up to maxChangeAttempts. Its
+// error is answered as a change answers it: a refusal, errUnchanged or
+// not found as it is; with own, any other error but a deadlock as it is
+// too (the caller's own refusal, or its statement's failure); the rest
+// (begin, commit) as 503.
+func runChange(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error, own bool) error {
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = routing.Fenced(ctx, db, func(tx *sql.Tx) error {
-			var err error
-			if w, err = s.changeIn(ctx, tx, keys, tables, c, flying, legacy); err != nil || before == nil {
-				return err
-			}
-			return before(tx, &w)
-		})
+		err = routing.Fenced(ctx, db, fn)
 		if !tenantdb.IsDeadlock(err) || attempt == maxChangeAttempts {
 			break
 		}
@@ -353,15 +310,14 @@ func (s *Service) changeTx(ctx context.Context, db *sql.DB, keys routing.Keys, t
 	var e *httpapi.Error
 	switch {
 	case err == nil:
+		return nil
 	case errors.Is(err, errUnchanged), errors.As(err, &e), errors.Is(err, routing.ErrPlacementMoved), errors.Is(err, readpath.ErrNotFound):
-		return w, err
-	case before != nil && !tenantdb.IsDeadlock(err):
-		return w, err // the caller's own refusal, or its statement's failure
-	default: // begin or commit
-		return w, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable: the change may not have been applied, retry", err)
+		return err
+	case own && !tenantdb.IsDeadlock(err):
+		return err
+	default:
+		return httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable: the change may not have been applied, retry", err)
 	}
-	s.afterChange(context.WithoutCancel(ctx), keys, c, w)
-	return w, nil
 }
 
 // written is what a change's transaction wrote, for what follows its
@@ -375,9 +331,6 @@ type written struct {
 	// versions: each changed topic's message version, as the change moved
 	// it (lua/msg_change.lua)
 	versions map[string]string
-	// revisionsCleared: earlier revisions of the messages whose content an
-	// erase cleared
-	revisionsCleared int64
 }
 
 // changedMsg is one message a change changed.
@@ -446,19 +399,24 @@ func (s *Service) changeIn(ctx context.Context, tx *sql.Tx, keys routing.Keys, t
 	if len(w.changed) == 0 {
 		return w, errUnchanged
 	}
-	if w.revisionsCleared, err = writeChanges(ctx, tx, c, w.changed, legacy); err != nil {
+	if err := writeChanges(ctx, tx, c, w.changed, legacy); err != nil {
 		return w, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
 	}
-	if w.versions, err = s.tellCaches(ctx, keys, w.changed); err != nil {
+	refs := make([]routing.MessageRef, len(w.changed))
+	for i, ch := range w.changed {
+		refs[i] = routing.MessageRef{Topic: ch.next.Topic, Seq: ch.next.Seq}
+	}
+	if w.versions, err = s.tellCaches(ctx, keys, refs); err != nil {
 		return w, httpapi.Wrap(httpapi.CodeUnavailable, "the caches cannot be told (Redis unavailable): nothing changed, retry", err)
 	}
 	return w, nil
 }
 
-// tellCaches takes the changed messages out of their topics' hot caches
-// and moves each topic's message version forward (lua/msg_change.lua, one
-// call per topic, all in one round trip), answering the versions set.
-func (s *Service) tellCaches(ctx context.Context, keys routing.Keys, changed []changedMsg) (map[string]string, error) {
+// tellCaches takes the changed messages (refs, sorted) out of their
+// topics' hot caches and moves each topic's message version forward
+// (lua/msg_change.lua, one call per topic, all in one round trip),
+// answering the versions set.
+func (s *Service) tellCaches(ctx context.Context, keys routing.Keys, changed []routing.MessageRef) (map[string]string, error) {
 	rdb, script := s.p.Redis, s.p.Scripts.MsgChange
 	ttl := strconv.FormatInt(routing.MessagesVersionTTL.Milliseconds(), 10)
 	type call struct {
@@ -467,12 +425,12 @@ func (s *Service) tellCaches(ctx context.Context, keys routing.Keys, changed []c
 	}
 	var calls []call
 	for i := 0; i < len(changed); {
-		topic := changed[i].next.Topic
+		topic := changed[i].Topic
 		args := []string{ttl}
 		// one stretch per run of consecutive seqs (changed is in seq order)
-		for i < len(changed) && changed[i].next.Topic == topic {
-			first, last := changed[i].next.Seq, changed[i].next.Seq
-			for i++; i < len(changed) && changed[i].next.Topic == topic && changed[i].next.Seq == last+1; i++ {
+		for i < len(changed) && changed[i].Topic == topic {
+			first, last := changed[i].Seq, changed[i].Seq
+			for i++; i < len(changed) && changed[i].Topic == topic && changed[i].Seq == last+1; i++ {
 				last++
 			}
 			args = append(args, strconv.FormatInt(first, 10), strconv.FormatInt(last, 10))
@@ -686,16 +644,12 @@ func (s *Service) apply(c changeReq, old message.Message) (message.Message, erro
 // writeChanges updates the changed rows to their next state (with legacy,
 // the legacy table's row too, alike), drops the mention index entries of
 // messages that stop being normal, allocates each topic's next change_seqs
-// and records the revisions (the content and head before the change; none
-// for an erase, whose messages' earlier revisions lose theirs too) and the
-// change events, all in tx: one statement of each kind for the whole
-// batch (the change_seqs of several topics take two). The changes share
-// their action, content and head, so one UPDATE per table sets them all;
-// each row's version moves on by one, as apply computed. An erase's
-// revisions of month-table rows are copied from the rows by one INSERT …
-// SELECT (readpath.RecordErasedRevisions) rather than sent row by row.
-// Answers how many earlier revisions an erase cleared.
-func writeChanges(ctx context.Context, tx *sql.Tx, c changeReq, changed []changedMsg, legacy bool) (int64, error) {
+// and records the revisions (the content and head before the change) and
+// the change events, all in tx: one statement of each kind (the
+// change_seqs of several topics take two). The changes share their
+// action, content and head, so one UPDATE per table sets them all; each
+// row's version moves on by one, as apply computed.
+func writeChanges(ctx context.Context, tx *sql.Tx, c changeReq, changed []changedMsg, legacy bool) error {
 	next := changed[0].next
 	at := next.UpdatedAt.Time
 	up := sq.Update("").Set("status", next.Status).Set("content", message.JSONColumn(next.Content)).
@@ -706,66 +660,29 @@ func writeChanges(ctx context.Context, tx *sql.Tx, c changeReq, changed []change
 	case message.ActionDelete:
 		up = up.Set("deleted_at", at)
 	}
-	// where each message's row is: its month table, or its archived
-	// month's overlay
-	type target struct {
-		table   routing.Table
-		overlay bool
-	}
-	refs := make([]routing.MessageRef, len(changed))
-	byTable := map[target][]routing.MessageRef{}
-	var tables []target
+	byTable := map[tableOf][]routing.MessageRef{}
+	var tables []tableOf
 	var mentions []routing.Mention
-	for i, ch := range changed {
-		refs[i] = routing.MessageRef{Topic: ch.old.Topic, Seq: ch.old.Seq}
-		t := target{ch.table, ch.overlay}
+	for _, ch := range changed {
+		t := tableOf{ch.table, ch.overlay}
 		if _, ok := byTable[t]; !ok {
 			tables = append(tables, t)
 		}
-		byTable[t] = append(byTable[t], refs[i])
+		byTable[t] = append(byTable[t], routing.MessageRef{Topic: ch.old.Topic, Seq: ch.old.Seq})
 		if ch.old.Status == message.StatusNormal && ch.next.Status != message.StatusNormal {
 			// a recalled or deleted message no longer counts in anyone's
 			// mention_unread
-			users := make([]int64, len(ch.old.MentionedUserIDs))
-			for i, id := range ch.old.MentionedUserIDs {
-				users[i] = int64(id)
-			}
-			mentions = append(mentions, routing.MentionsOf(ch.old.Topic, ch.old.Seq, users, ch.old.MentionAll)...)
+			mentions = append(mentions, mentionsOf(ch.old)...)
 		}
 	}
 	for _, t := range tables {
-		if t.overlay {
-			if _, err := routing.OverlayUpdate(up, byTable[t]).RunWith(tx).ExecContext(ctx); err != nil {
-				return 0, err
-			}
-			continue
-		}
-		q := up.Where(routing.RefsCond(byTable[t], "topic", "seqid"))
-		if _, err := q.Table(t.table.Quoted()).RunWith(tx).ExecContext(ctx); err != nil {
-			return 0, err
-		}
-		if legacy {
-			if _, err := q.Table(routing.LegacyQuoted()).RunWith(tx).ExecContext(ctx); err != nil {
-				return 0, err
-			}
+		if err := t.update(ctx, tx, up, byTable[t], legacy); err != nil {
+			return err
 		}
 	}
 	if err := routing.DropMentions(ctx, tx, mentions); err != nil {
-		return 0, err
+		return err
 	}
-	var cleared int64
-	if c.erase {
-		// before this change's revisions exist: those keep nothing anyway
-		n, err := readpath.EraseRevisionContent(ctx, tx, refs)
-		if err != nil {
-			return 0, err
-		}
-		cleared = n
-	}
-	// an erase's revisions of month-table rows come from the rows
-	// themselves (its batch is one month, so each topic's run there
-	// numbers from the run's first change_seq); the others, and those of
-	// overlay rows, from here
 	var revs []readpath.NewRevision
 	evs := make([]feed.Event, len(changed))
 	// each topic's run of changes takes its change_seqs at once, in seq
@@ -779,24 +696,16 @@ func writeChanges(ctx context.Context, tx *sql.Tx, c changeReq, changed []change
 	}
 	starts, err := readpath.NextChangeSeqs(ctx, tx, runs)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	firsts := make(map[string]int64, len(runs))
 	k := 0
 	for r, run := range runs {
-		firsts[run.Topic] = starts[r]
 		for i := range run.N {
 			ch := &changed[k]
 			ch.changeSeq = starts[r] + i
-			if !c.erase || ch.overlay {
-				rev := readpath.NewRevision{Topic: run.Topic, Month: ch.table.Month(), Seq: ch.old.Seq, MessageID: ch.old.MessageID,
-					Action: c.action, Version: ch.next.Version, Content: ch.old.Content, Head: ch.old.Head, Actor: c.actor, Reason: c.reason,
-					ChangeSeq: ch.changeSeq, At: at}
-				if c.erase {
-					rev.Content, rev.Head = nil, nil
-				}
-				revs = append(revs, rev)
-			}
+			revs = append(revs, readpath.NewRevision{Topic: run.Topic, Month: ch.table.Month(), Seq: ch.old.Seq, MessageID: ch.old.MessageID,
+				Action: c.action, Version: ch.next.Version, Content: ch.old.Content, Head: ch.old.Head, Actor: c.actor, Reason: c.reason,
+				ChangeSeq: ch.changeSeq, At: at})
 			evs[k] = feed.Event{Tenant: c.tenant, Topic: run.Topic, ChangeSeq: ch.changeSeq, Action: c.action,
 				SeqID: ch.old.Seq, MessageID: ch.old.MessageID, ShardMonth: ch.table.Month().String(), Version: ch.next.Version,
 				Actor: message.ID(c.actor), Reason: c.reason, At: ch.next.UpdatedAt, Message: &ch.next}
@@ -804,19 +713,43 @@ func writeChanges(ctx context.Context, tx *sql.Tx, c changeReq, changed []change
 		}
 	}
 	if err := readpath.RecordRevisions(ctx, tx, revs); err != nil {
-		return 0, err
+		return err
 	}
-	for _, t := range tables {
-		if c.erase && !t.overlay {
-			if err := readpath.RecordErasedRevisions(ctx, tx, t.table, byTable[t], firsts, c.action, c.actor, c.reason, at); err != nil {
-				return 0, err
-			}
-		}
+	return feed.RecordAll(ctx, tx, evs)
+}
+
+// tableOf is where a changed message's row is: its month table, or (overlay)
+// its archived month's overlay.
+type tableOf struct {
+	table   routing.Table
+	overlay bool
+}
+
+// update runs up on the rows refs of t (with legacy, the legacy table's
+// too, alike).
+func (t tableOf) update(ctx context.Context, tx *sql.Tx, up sq.UpdateBuilder, refs []routing.MessageRef, legacy bool) error {
+	if t.overlay {
+		_, err := routing.OverlayUpdate(up, refs).RunWith(tx).ExecContext(ctx)
+		return err
 	}
-	if err := feed.RecordAll(ctx, tx, evs); err != nil {
-		return 0, err
+	q := up.Where(routing.RefsCond(refs, "topic", "seqid"))
+	if _, err := q.Table(t.table.Quoted()).RunWith(tx).ExecContext(ctx); err != nil {
+		return err
 	}
-	return cleared, nil
+	if legacy {
+		_, err := q.Table(routing.LegacyQuoted()).RunWith(tx).ExecContext(ctx)
+		return err
+	}
+	return nil
+}
+
+// mentionsOf are m's mention index entries.
+func mentionsOf(m message.Message) []routing.Mention {
+	users := make([]int64, len(m.MentionedUserIDs))
+	for i, id := range m.MentionedUserIDs {
+		users[i] = int64(id)
+	}
+	return routing.MentionsOf(m.Topic, m.Seq, users, m.MentionAll)
 }
 
 // afterChange puts the changed messages back into their topics' hot

@@ -52,8 +52,11 @@ type Event struct {
 	Reason     string       `json:"reason,omitempty"`
 	At         message.Time `json:"at"`
 	// Message is the message as it is after the change, as the API shows
-	// it; nil when the change removed it.
+	// it; nil when the change removed it or changed several (an erase).
 	Message *message.Message `json:"message,omitempty"`
+	// SeqIDs: the seqs an erase (message.ActionErase) made tombstones,
+	// ascending, SeqID the first; absent on every other action.
+	SeqIDs []int64 `json:"seq_ids,omitempty"`
 }
 
 // Key is the record key, as the message events': tenant/topic keeps a
@@ -74,9 +77,9 @@ func Record(ctx context.Context, tx *sql.Tx, ev Event) error {
 }
 
 // RecordAll writes evs to the outbox in tx, in one statement, as Record
-// writes one: a batch of changes (a user erase) records its events in the
-// order of their rows' ids, so each topic's events are in change_seq order
-// as long as evs lists them so.
+// writes one: a batch of changes (a user erase, one event per topic)
+// records its events in the order of their rows' ids, so each topic's
+// events are in change_seq order as long as evs lists them so.
 func RecordAll(ctx context.Context, tx *sql.Tx, evs []Event) error {
 	if len(evs) == 0 {
 		return nil

@@ -177,13 +177,20 @@ const (
 	ActionRecall = "recall"
 	ActionEdit   = "edit"
 	ActionDelete = "delete"
+	// ActionErase is one change of many messages of a topic (a batch of a
+	// user erase): each of Change.Seqs became a tombstone by the delete's
+	// rule (status deleted, content, head and mentions cleared, version
+	// + 1, updated_at the change's At).
+	ActionErase = "erase"
 )
 
 // Change is the event a committed recall, edit or delete for everyone
 // emits on the topic's realtime channel, after the answer's state is in
 // MySQL and no cache serves the old one. ChangeSeq counts the topic's
 // changes from 1 without gaps or repeats (allocated in MySQL with the
-// change): a consumer that missed some resumes from the revisions.
+// change): a consumer that missed some resumes from the revisions. An
+// erase (ActionErase) changes every seq of Seqs (ascending; Seq is the
+// first), MessageID and Version 0: each message's version moved on by one.
 type Change struct {
 	Topic     string `json:"topic"`
 	Seq       int64  `json:"seq"`
@@ -193,6 +200,8 @@ type Change struct {
 	ChangeSeq int64  `json:"change_seq"`
 	Actor     ID     `json:"actor"`
 	At        Time   `json:"at"`
+	// Seqs: an erase's seqs; absent on every other action
+	Seqs []int64 `json:"seqs,omitempty"`
 }
 
 // typeError is the error of a JSON value b that is no t: a decoder adds the

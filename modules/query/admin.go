@@ -93,7 +93,7 @@ func (s *Service) AdminMessage(ctx context.Context, p httpapi.Principal, id int6
 	if err != nil {
 		return Located{}, err
 	}
-	loc.Revisions, err = readpath.RevisionsOf(ctx, db, message.ID(id))
+	loc.Revisions, err = readpath.RevisionsOf(ctx, db, loc.Message)
 	return loc, err
 }
 

@@ -1,11 +1,14 @@
 package readpath
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
@@ -60,6 +63,9 @@ type NewRevision struct {
 	Reason        string
 	ChangeSeq     int64
 	At            time.Time
+	// SeqIDs: an erase's seqs of the topic (Seq the last of them,
+	// MessageID 0); nil for a change of one message
+	SeqIDs []int64
 }
 
 // NextChangeSeq allocates topic's next change_seq in tx: an upsert through
@@ -150,51 +156,24 @@ func RecordRevisions(ctx context.Context, tx *sql.Tx, rs []NewRevision) error {
 		return nil
 	}
 	q := sq.Insert(revisionsTable).
-		Columns("topic", "shard_month", "seqid", "message_id", "action", "version", "content", "head", "actor", "reason", "change_seq", "created_at")
+		Columns("topic", "shard_month", "seqid", "message_id", "action", "version", "content", "head", "actor", "reason", "change_seq", "seq_ids", "created_at")
 	for _, r := range rs {
-		var reason any
+		var reason, seqs any
 		if r.Reason != "" {
 			reason = r.Reason
 		}
+		if r.SeqIDs != nil {
+			b, err := json.Marshal(r.SeqIDs)
+			if err != nil {
+				return fmt.Errorf("readpath: record revision: %w", err)
+			}
+			seqs = string(b)
+		}
 		q = q.Values(r.Topic, r.Month.String(), r.Seq, int64(r.MessageID), r.Action, r.Version, message.JSONColumn(r.Content),
-			message.JSONColumn(r.Head), r.Actor, reason, r.ChangeSeq, r.At)
+			message.JSONColumn(r.Head), r.Actor, reason, r.ChangeSeq, seqs, r.At)
 	}
 	if _, err := q.RunWith(tx).ExecContext(ctx); err != nil {
 		return fmt.Errorf("readpath: record revision: %w", err)
-	}
-	return nil
-}
-
-// RecordErasedRevisions writes the revisions of an erase of the messages
-// refs (sorted, each changed by the erase) of month table t in tx, as
-// RecordRevisions would write them from rs: one per message with its
-// version after the change, no content or head, action, actor and reason
-// alike, and the change_seqs of each topic's run numbered in seq order
-// from firsts[topic]. One INSERT … SELECT from the month table: the
-// rows' ids and versions never leave MySQL, and the statement carries the
-// refs instead of every column of a thousand rows.
-func RecordErasedRevisions(ctx context.Context, tx *sql.Tx, t routing.Table, refs []routing.MessageRef, firsts map[string]int64,
-	action string, actor int64, reason string, at time.Time) error {
-	if len(refs) == 0 {
-		return nil
-	}
-	var why any
-	if reason != "" {
-		why = reason
-	}
-	first := sq.Case("m.topic")
-	for topic, seq := range firsts {
-		first = first.When(sq.Expr("?", topic), sq.Expr("?", seq))
-	}
-	sel := sq.Select().Column("m.topic").Column("?", t.Month().String()).Columns("m.seqid", "m.message_id").Column("?", action).
-		Columns("m.version", "NULL", "NULL").Column("?", actor).Column("?", why).
-		Column(sq.Expr("(?) + ROW_NUMBER() OVER (PARTITION BY m.topic ORDER BY m.seqid) - 1", first)).Column("?", at).
-		From(t.Quoted() + " AS m").Where(routing.RefsCond(refs, "m.topic", "m.seqid"))
-	q := sq.Insert(revisionsTable).
-		Columns("topic", "shard_month", "seqid", "message_id", "action", "version", "content", "head", "actor", "reason", "change_seq", "created_at").
-		Select(sel)
-	if _, err := q.RunWith(tx).ExecContext(ctx); err != nil {
-		return fmt.Errorf("readpath: record erased revisions: %w", err)
 	}
 	return nil
 }
@@ -211,7 +190,7 @@ func ChangesAfter(ctx context.Context, db *sql.DB, topic string, after int64, li
 	if out.Last <= after {
 		return out, nil
 	}
-	rows, err := sq.Select("change_seq", "seqid", "message_id", "action", "version", "actor", "created_at").
+	rows, err := sq.Select("change_seq", "seqid", "message_id", "action", "version", "actor", "created_at", "seq_ids").
 		From(revisionsTable).Where(sq.And{sq.Eq{"topic": topic}, sq.Gt{"change_seq": after}}).
 		OrderBy("change_seq").Limit(uint64(limit) + 1).RunWith(db).QueryContext(ctx)
 	if err != nil {
@@ -221,8 +200,17 @@ func ChangesAfter(ctx context.Context, db *sql.DB, topic string, after int64, li
 	for rows.Next() {
 		c := message.Change{Topic: topic}
 		var id, actor int64
-		if err := rows.Scan(&c.ChangeSeq, &c.Seq, &id, &c.Action, &c.Version, &actor, &c.At.Time); err != nil {
+		var seqs []byte
+		if err := rows.Scan(&c.ChangeSeq, &c.Seq, &id, &c.Action, &c.Version, &actor, &c.At.Time, &seqs); err != nil {
 			return Changes{}, fmt.Errorf("readpath: changes: %w", err)
+		}
+		if seqs != nil {
+			// an erase: its revision's seqid is its last seq, its change
+			// names its first
+			if err := json.Unmarshal(seqs, &c.Seqs); err != nil || len(c.Seqs) == 0 {
+				return Changes{}, fmt.Errorf("readpath: changes: seq_ids of %s change_seq %d: %q", topic, c.ChangeSeq, seqs)
+			}
+			c.Seq = c.Seqs[0]
 		}
 		c.MessageID, c.Actor, c.At = message.ID(id), message.ID(actor), message.NewTime(c.At.Time)
 		out.Changes = append(out.Changes, c)
@@ -233,32 +221,47 @@ func ChangesAfter(ctx context.Context, db *sql.DB, topic string, after int64, li
 	return out, rows.Err()
 }
 
-// RevisionsOf reads the changes of message id, oldest first.
-func RevisionsOf(ctx context.Context, db *sql.DB, id message.ID) ([]Revision, error) {
-	rows, err := sq.Select("change_seq", "action", "version", "content", "head", "actor", "reason", "COALESCE(shard_month, '')", "created_at").
-		From(revisionsTable).Where(sq.Eq{"message_id": int64(id)}).OrderBy("change_seq", "id").
-		RunWith(db).QueryContext(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("readpath: revisions: %w", err)
-	}
-	defer rows.Close()
+// RevisionsOf reads the changes of message m, oldest first: its own
+// revisions, and that of the erase that named its seq (one per topic and
+// batch, message_id 0: the seq is in its seq_ids, at or below its seqid,
+// the last), shown with m's version, which the erase made (nothing
+// changes a deleted message after it).
+func RevisionsOf(ctx context.Context, db *sql.DB, m message.Message) ([]Revision, error) {
+	cols := []string{"change_seq", "action", "version", "content", "head", "actor", "reason", "COALESCE(shard_month, '')", "created_at"}
 	out := []Revision{}
-	for rows.Next() {
-		var r Revision
-		var content, head []byte
-		var actor int64
-		var reason sql.NullString
-		if err := rows.Scan(&r.ChangeSeq, &r.Action, &r.Version, &content, &head, &actor, &reason, &r.ShardMonth, &r.CreatedAt.Time); err != nil {
+	for _, where := range []sq.Sqlizer{
+		sq.Eq{"message_id": int64(m.MessageID)},
+		sq.And{sq.Eq{"topic": m.Topic, "action": message.ActionErase}, sq.GtOrEq{"seqid": m.Seq}, sq.Expr("JSON_CONTAINS(seq_ids, ?)", strconv.FormatInt(m.Seq, 10))},
+	} {
+		rows, err := sq.Select(cols...).From(revisionsTable).Where(where).OrderBy("change_seq", "id").RunWith(db).QueryContext(ctx)
+		if err != nil {
 			return nil, fmt.Errorf("readpath: revisions: %w", err)
 		}
-		r.Content, r.Head, r.Actor = rawOrNull(content), rawOrNull(head), message.ID(actor)
-		if reason.Valid {
-			r.Reason = &reason.String
+		for rows.Next() {
+			var r Revision
+			var content, head []byte
+			var actor int64
+			var reason sql.NullString
+			if err := rows.Scan(&r.ChangeSeq, &r.Action, &r.Version, &content, &head, &actor, &reason, &r.ShardMonth, &r.CreatedAt.Time); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("readpath: revisions: %w", err)
+			}
+			r.Content, r.Head, r.Actor = rawOrNull(content), rawOrNull(head), message.ID(actor)
+			if reason.Valid {
+				r.Reason = &reason.String
+			}
+			r.CreatedAt = message.NewTime(r.CreatedAt.Time)
+			if r.Action == message.ActionErase {
+				r.Version = m.Version
+			}
+			out = append(out, r)
 		}
-		r.CreatedAt = message.NewTime(r.CreatedAt.Time)
-		out = append(out, r)
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return nil, fmt.Errorf("readpath: revisions: %w", err)
+		}
 	}
-	return out, rows.Err()
+	slices.SortStableFunc(out, func(a, b Revision) int { return cmp.Compare(a.ChangeSeq, b.ChangeSeq) })
+	return out, nil
 }
 
 // rawOrNull is a JSON column's value, JSON null for SQL NULL.

@@ -126,7 +126,7 @@ func (p *jobRun) sentIn(ctx context.Context, s routing.Shard, user int64) (func(
 			from, _ := slices.BinarySearchFunc(all, last, func(r, l routing.MessageRef) int {
 				return cmp.Or(cmp.Compare(r.Topic, l.Topic), cmp.Compare(r.Seq, l.Seq+1))
 			})
-			return all[from:min(len(all), from+batch)], nil
+			return all[from:min(len(all), from+eraseBatchSize)], nil
 		}, nil
 	}
 	t, err := routing.TableFor(s.Month)
@@ -138,6 +138,17 @@ func (p *jobRun) sentIn(ctx context.Context, s routing.Shard, user int64) (func(
 	}
 	return func(last routing.MessageRef) ([]routing.MessageRef, error) { return sentBy(ctx, p.db, t, user, last) }, nil
 }
+
+// eraseBatchSize is how many of the user's messages one erase batch
+// changes, in one transaction: five times the other jobs' batch, since a
+// batch's fixed cost (its holds read again, its progress, one change_seq,
+// revision and event per topic, two Redis round trips, the commit) came
+// to about half of a batch of 1,000 (docs/performance.md, "Retention").
+// Its locks delay no send: they are the user's rows (read and updated by
+// key, no range), the change_seq rows of the batch's topics (a recall,
+// edit or delete there waits for the batch) and the job's row; a send's
+// persist inserts new rows and takes none of them.
+const eraseBatchSize = 5 * batch
 
 // errHeldMeanwhile: a topic of the batch came under a hold after the batch
 // read the holds; the batch rolls back and runs again without it.
@@ -234,7 +245,7 @@ func ensureSenderIndex(ctx context.Context, db *sql.DB, t routing.Table) error {
 func sentBy(ctx context.Context, db *sql.DB, t routing.Table, user int64, last routing.MessageRef) ([]routing.MessageRef, error) {
 	rows, err := sq.Select("topic", "seqid").From(t.Quoted()+" FORCE INDEX ("+senderIndex+")").Where(sq.Eq{"from_user": user}).
 		Where(sq.Or{sq.Gt{"topic": last.Topic}, sq.And{sq.Eq{"topic": last.Topic}, sq.Gt{"seqid": last.Seq}}}).
-		OrderBy("topic", "seqid").Limit(batch).RunWith(db).QueryContext(ctx)
+		OrderBy("topic", "seqid").Limit(eraseBatchSize).RunWith(db).QueryContext(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("erase: messages of %d in %s: %w", user, t.Name(), err)
 	}

@@ -140,6 +140,12 @@ func frameChange(id int64, topic string, seq, version, changeSeq int64) Op {
 		Change: &Change{Topic: topic, Seq: seq, MessageID: mid(topic, seq), Action: "edit", Version: version, ChangeSeq: changeSeq}}
 }
 
+// frameErase is an erase's change frame of seqs.
+func frameErase(id int64, topic string, changeSeq int64, seqs ...int64) Op {
+	return Op{Kind: Frame, Topic: topic, Stream: id, FrameType: "change",
+		Change: &Change{Topic: topic, Seq: seqs[0], MessageID: "0", Action: ActionErase, ChangeSeq: changeSeq, Seqs: seqs}}
+}
+
 // checkCase is one hand-written history and whether c must flag it.
 type checkCase struct {
 	name    string

@@ -49,6 +49,15 @@ func checkChangeOrder(ops []Op) []Violation {
 	byMsg := map[seqKey][]changed{}
 	numbered := map[topicKey]map[int64]*Op{}
 	for _, o := range all {
+		if o.Kind == Frame && o.Change != nil && o.Change.Action == ActionErase {
+			// an erase frame is one change of each of its seqs: committed
+			// before it was sent, each a tombstone from then on
+			for _, seq := range o.Change.Seqs {
+				k := seqKey{topicKey{o.Tenant, o.Change.Topic}, seq}
+				byMsg[k] = append(byMsg[k], changed{op: o, gone: true})
+			}
+			continue
+		}
 		if (o.Kind != Recall && o.Kind != Edit && o.Kind != DeleteAll) || o.Status != 200 {
 			continue
 		}

@@ -24,6 +24,13 @@ func TestChangeOrder(t *testing.T) {
 			flagged: true, detail: "content read after it was recalled"},
 		{name: "a tombstone after the recall", h: h().
 			at(0, 10, change(Recall, 1, "g", 1, 2, 1)).at(11, 12, at(1, 2, "recalled"))},
+		{name: "content read after an erase frame", h: h().
+			at(0, 1, stream(7, 2, "g", -1)).at(2, 2, frameLive(7, "g", 0, 3)).at(4, 4, frameErase(7, "g", 4, 1, 3)).
+			at(5, 6, at(3, 1, "normal")),
+			flagged: true, detail: "g seq 3: content read after it was recalled or deleted"},
+		{name: "tombstones after an erase frame", h: h().
+			at(0, 1, stream(7, 2, "g", -1)).at(2, 2, frameLive(7, "g", 0, 3)).at(4, 4, frameErase(7, "g", 4, 1, 3)).
+			at(5, 6, at(3, 2, "deleted")).at(5, 6, at(2, 1, "normal"))},
 		{name: "two changes with one change_seq", h: h().
 			at(0, 10, edit(1, "g", 1, 1, 2, 1)).at(0, 10, edit(1, "g", 2, 1, 2, 1)),
 			flagged: true, detail: "two changes answered change_seq 1"},

@@ -73,7 +73,9 @@ func checkNoDuplicate(ops []Op) []Violation {
 		if o.Kind == Send && o.Acked() && len(o.Messages) > 0 {
 			note(o, keyOf(o), o.Messages[0].Seq, o.Messages[0].MessageID, o.User, o.ClientMsgID)
 		}
-		if c := o.Change; c != nil && (o.Acked() || o.Kind == Frame) {
+		// an erase's change names its seqs, no message_id: nothing to
+		// tie a seq to
+		if c := o.Change; c != nil && c.Action != ActionErase && (o.Acked() || o.Kind == Frame) {
 			note(o, topicKey{o.Tenant, c.Topic}, c.Seq, c.MessageID, 0, "")
 		}
 	}

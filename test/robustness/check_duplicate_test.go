@@ -25,6 +25,8 @@ func TestNoDuplicate(t *testing.T) {
 		{name: "a seq twice on one stream", h: h().
 			at(0, 1, stream(7, 2, "g", 0)).at(2, 2, frameMsg(7, "g", 1)).at(3, 3, frameMsg(7, "g", 1)),
 			flagged: true, detail: "arrived twice on stream 7"},
+		{name: "an erase frame names seqs, no message", h: h().
+			at(0, 10, send(1, "g", 1)).at(11, 12, stream(7, 2, "g", 0)).at(13, 13, frameErase(7, "g", 1, 1))},
 		{name: "two sockets each get it once", h: h().
 			at(0, 1, stream(7, 2, "g", 0)).at(2, 2, frameMsg(7, "g", 1)).
 			at(4, 5, stream(8, 2, "g", 0)).at(6, 6, frameMsg(8, "g", 1))},

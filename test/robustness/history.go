@@ -78,10 +78,17 @@ type Change struct {
 	Topic     string `json:"topic"`
 	Seq       int64  `json:"seq"`
 	MessageID string `json:"message_id,omitempty"`
-	Action    string `json:"action"` // recall, edit, delete
+	Action    string `json:"action"` // recall, edit, delete, erase
 	Version   int64  `json:"version"`
 	ChangeSeq int64  `json:"change_seq"` // 0 when the answer carried none (a repeat)
+	// Seqs: an erase frame's seqs (Seq the first), each made a tombstone;
+	// it names no message_id and no version
+	Seqs []int64 `json:"seqs,omitempty"`
 }
+
+// ActionErase is the action of a user erase's change frame: one change of
+// every seq of its Seqs.
+const ActionErase = "erase"
 
 // TopicEntry is one topic of a list, unread or sync answer.
 type TopicEntry struct {

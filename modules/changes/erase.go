@@ -1,0 +1,256 @@
+package changes
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+	"github.com/redis/rueidis"
+
+	"github.com/imshard/imshard/modules/feed"
+	"github.com/imshard/imshard/modules/httpapi"
+	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/readpath"
+	"github.com/imshard/imshard/modules/routing"
+)
+
+// EraseMessages deletes the messages refs of month m for everyone as one
+// change per topic (a batch of a user erase, by actor 0, the system): in
+// one transaction the rows are locked, made tombstones by the delete's
+// rule (status deleted, content and head cleared, version + 1, updated_at
+// now), their mentions dropped and their earlier revisions' content
+// cleared; each topic of the batch takes one change_seq, one revision row
+// (action erase, no content, the topic's seqs in seq_ids) and one change
+// event (action erase, the seqs in seq_ids, no message: a reader rebuilds
+// each tombstone by that rule); the caches are told before the commit and
+// each topic's change frame (its seqs) published after it. before runs in
+// the transaction (tx, for the caller's own writes) after its writes with
+// what they changed (messages made tombstones, earlier revisions whose
+// content was cleared); its error rolls the batch back and is answered as
+// it is. A message already deleted, or no longer stored, is left out; one
+// of an archived month changes its overlay row, as a change does.
+//
+// A month table's rows are read for what the erase needs only (their
+// refs, status and mentions), never their content: the tombstone is the
+// same whatever they held.
+func (s *Service) EraseMessages(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef, reason string,
+	before func(tx *sql.Tx, messages, revisions int64) error) (messages, revisions int64, err error) {
+	if len(refs) == 0 {
+		return 0, 0, nil
+	}
+	if err := s.p.Migrations.GateChange(ctx, tenant); err != nil {
+		return 0, 0, err
+	}
+	refs = slices.Clone(refs)
+	routing.SortRefs(refs)
+	keys, db, err := s.r.Open(ctx, httpapi.Principal{Tenant: tenant}, refs[0].Topic)
+	if err != nil {
+		return 0, 0, err
+	}
+	t, err := routing.TableFor(m)
+	if err != nil {
+		return 0, 0, err
+	}
+	var e erased
+	err = runChange(ctx, db, func(tx *sql.Tx) error {
+		var err error
+		if e, err = s.eraseIn(ctx, tx, keys, t, tenant, refs, reason); err != nil {
+			return err
+		}
+		return before(tx, e.messages, e.revisionsCleared)
+	}, true)
+	if errors.Is(err, errUnchanged) || errors.Is(err, readpath.ErrNotFound) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	s.afterErase(context.WithoutCancel(ctx), keys, e)
+	return e.messages, e.revisionsCleared, nil
+}
+
+// erased is what an erase batch's transaction wrote, for what follows its
+// commit.
+type erased struct {
+	topics           []erasedTopic // in topic order
+	at               message.Time
+	messages         int64
+	revisionsCleared int64
+}
+
+// erasedTopic is one topic's change of an erase batch: its seqs
+// (ascending) and the change_seq they took.
+type erasedTopic struct {
+	topic     string
+	seqs      []int64
+	changeSeq int64
+}
+
+// eraseIn is EraseMessages' transaction; errUnchanged when no message of
+// refs is left to erase.
+func (s *Service) eraseIn(ctx context.Context, tx *sql.Tx, keys routing.Keys, t routing.Table, tenant string, refs []routing.MessageRef, reason string) (erased, error) {
+	e := erased{at: message.NewTime(time.Now())}
+	// the month's catalog row, shared: an archive's mark waits for the
+	// batch, and a batch after the mark changes the overlay instead
+	open, archived, err := routing.LockForChange(ctx, tx, []routing.Table{t})
+	if errors.Is(err, routing.ErrMonthRestoring) {
+		return e, monthRestoring()
+	}
+	if err != nil {
+		return e, err
+	}
+	var (
+		target   tableOf
+		live     []routing.MessageRef
+		mentions []routing.Mention
+	)
+	switch {
+	case len(open) > 0:
+		target = tableOf{table: open[0]}
+		live, mentions, err = lockErasable(ctx, tx, open[0], refs)
+	case len(archived) > 0:
+		target = tableOf{table: archived[0], overlay: true}
+		var locked []lockedMsg
+		locked, err = s.lockArchived(ctx, tx, tenant, archived, refs)
+		for _, l := range locked {
+			if l.msg.Status == message.StatusDeleted {
+				continue
+			}
+			live = append(live, routing.MessageRef{Topic: l.msg.Topic, Seq: l.msg.Seq})
+			if l.msg.Status == message.StatusNormal {
+				mentions = append(mentions, mentionsOf(l.msg)...)
+			}
+		}
+	}
+	if err != nil {
+		return e, err
+	}
+	if len(live) == 0 {
+		return e, errUnchanged
+	}
+	fail := func(err error) (erased, error) {
+		return e, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+	}
+	at := e.at.Time
+	up := sq.Update("").Set("status", message.StatusDeleted).Set("content", nil).Set("head", nil).
+		Set("version", sq.Expr("version + 1")).Set("updated_at", at).Set("deleted_at", at)
+	if err := target.update(ctx, tx, up, live, false); err != nil {
+		return fail(err)
+	}
+	if err := routing.DropMentions(ctx, tx, mentions); err != nil {
+		return fail(err)
+	}
+	// before this change's revisions exist: those keep nothing anyway
+	if e.revisionsCleared, err = readpath.EraseRevisionContent(ctx, tx, live); err != nil {
+		return fail(err)
+	}
+	e.messages = int64(len(live))
+	var runs []readpath.ChangeRun
+	for i, r := range live {
+		if i == 0 || live[i-1].Topic != r.Topic {
+			runs = append(runs, readpath.ChangeRun{Topic: r.Topic, N: 1})
+			e.topics = append(e.topics, erasedTopic{topic: r.Topic})
+		}
+		et := &e.topics[len(e.topics)-1]
+		et.seqs = append(et.seqs, r.Seq)
+	}
+	starts, err := readpath.NextChangeSeqs(ctx, tx, runs)
+	if err != nil {
+		return fail(err)
+	}
+	revs := make([]readpath.NewRevision, len(e.topics))
+	evs := make([]feed.Event, len(e.topics))
+	for i := range e.topics {
+		et := &e.topics[i]
+		et.changeSeq = starts[i]
+		revs[i] = readpath.NewRevision{Topic: et.topic, Month: t.Month(), Seq: et.seqs[len(et.seqs)-1], Action: message.ActionErase,
+			Reason: reason, ChangeSeq: et.changeSeq, At: at, SeqIDs: et.seqs}
+		evs[i] = feed.Event{Tenant: tenant, Topic: et.topic, ChangeSeq: et.changeSeq, Action: message.ActionErase,
+			SeqID: et.seqs[0], ShardMonth: t.Month().String(), Reason: reason, At: e.at, SeqIDs: et.seqs}
+	}
+	if err := readpath.RecordRevisions(ctx, tx, revs); err != nil {
+		return fail(err)
+	}
+	if err := feed.RecordAll(ctx, tx, evs); err != nil {
+		return fail(err)
+	}
+	if _, err := s.tellCaches(ctx, keys, live); err != nil {
+		return e, httpapi.Wrap(httpapi.CodeUnavailable, "the caches cannot be told (Redis unavailable): nothing changed, retry", err)
+	}
+	return e, nil
+}
+
+// lockErasable locks the rows refs (sorted) of month table t and answers
+// those not deleted yet, in refs order, with the mention index entries of
+// those still normal. It reads only that: the refs, the status and the
+// mentions, not the content an erase throws away.
+func lockErasable(ctx context.Context, tx *sql.Tx, t routing.Table, refs []routing.MessageRef) ([]routing.MessageRef, []routing.Mention, error) {
+	query, args, err := sq.Select("m.topic", "m.seqid", "m.status", "m.mentioned_user_ids", "m.mention_all").From(t.Quoted()+" AS m").
+		Where(routing.RefsCond(refs, "m.topic", "m.seqid")).OrderBy("m.topic", "m.seqid").Suffix("FOR UPDATE").ToSql()
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, nil, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+	}
+	defer rows.Close()
+	var live []routing.MessageRef
+	var mentions []routing.Mention
+	for rows.Next() {
+		var m message.Message
+		var users []byte
+		if err := rows.Scan(&m.Topic, &m.Seq, &m.Status, &users, &m.MentionAll); err != nil {
+			return nil, nil, fmt.Errorf("changes: erase: %w", err)
+		}
+		if m.Status == message.StatusDeleted {
+			continue
+		}
+		live = append(live, routing.MessageRef{Topic: m.Topic, Seq: m.Seq})
+		if m.Status != message.StatusNormal {
+			continue
+		}
+		if len(users) > 0 {
+			if err := json.Unmarshal(users, &m.MentionedUserIDs); err != nil {
+				return nil, nil, fmt.Errorf("changes: erase: mentioned_user_ids of %s/%d: %w", m.Topic, m.Seq, err)
+			}
+		}
+		mentions = append(mentions, mentionsOf(m)...)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+	}
+	return live, mentions, nil
+}
+
+// afterErase publishes each topic's change frame of an erase batch (action
+// erase, its seqs), all in one round trip. Best effort, as afterChange:
+// the caches were told before the commit (the erased messages are out of
+// the hot cache, which reads them again from MySQL), and a consumer that
+// missed a frame resumes from the revisions by change_seq.
+func (s *Service) afterErase(ctx context.Context, keys routing.Keys, e erased) {
+	ctx, cancel := context.WithTimeout(ctx, afterChangeTimeout)
+	defer cancel()
+	rdb := s.p.Redis
+	pubs := make(rueidis.Commands, len(e.topics))
+	for i, et := range e.topics {
+		ev, _ := json.Marshal(struct {
+			Type   string         `json:"type"`
+			Change message.Change `json:"change"`
+		}{"change", message.Change{Topic: et.topic, Seq: et.seqs[0], Action: message.ActionErase, ChangeSeq: et.changeSeq,
+			At: e.at, Seqs: et.seqs}})
+		pubs[i] = rdb.B().Spublish().Channel(keys.Realtime(et.topic)).Message(string(ev)).Build()
+	}
+	for i, r := range rdb.DoMulti(ctx, pubs...) {
+		if err := r.Error(); err != nil {
+			s.m.changeFollowups.WithLabelValues(stepPublish).Inc()
+			s.p.Log.Warn().Err(err).Str("topic", e.topics[i].topic).Int64("change_seq", e.topics[i].changeSeq).
+				Msg("erase event not published; consumers resume from the revisions")
+		}
+	}
+}
