@@ -12,11 +12,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
+	"github.com/redis/rueidis"
 
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/archive"
@@ -24,6 +26,7 @@ import (
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
+	"github.com/imshard/imshard/test/testenv"
 )
 
 // coldTopics are sealedMonth's topics and their last seqs.
@@ -33,13 +36,16 @@ var coldTopics = map[string]int64{"arch-a": 20, "arch-b": 27, "arch-c": 34}
 // its varied rows, a recalled, an edited and a deleted-for-everyone
 // message and ranges one member hid, archiving to bucket (a URL) — and the
 // month's message ids.
-func coldEnv(t *testing.T, bucket string) (*harness.Env, routing.Month, []int64) {
+func coldEnv(t *testing.T, bucket string, mutate ...func(*config.Config)) (*harness.Env, routing.Month, []int64) {
 	t.Helper()
 	env := harness.Start(t, harness.Options{Mutate: func(c *config.Config) {
 		c.Shard.SealingDays = 0
 		c.Send.ProduceTimeout = time.Second
 		c.HotCache.LocalTopics = 0 // no process copy: every page reads MySQL or the archive
 		c.Archive.URL = bucket
+		for _, m := range mutate {
+			m(c)
+		}
 	}})
 	old, _ := sealedMonth(t, env)
 	ctx := context.Background()
@@ -506,4 +512,54 @@ func mustTable(t *testing.T, m routing.Month) routing.Table {
 		t.Fatal(err)
 	}
 	return tbl
+}
+
+// Redis losing the set of overlaid months while a change of an archived
+// month is under way — after the change marked the month, before it
+// committed — lets a reader refill the set from MySQL without the month
+// and mark it complete: the change marks the month again once it
+// committed, so no reader after its answer skips its overlay.
+func TestArchivedMonthChangeSurvivesTheOverlaySetLostBeforeItsCommit(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartRedis(t)
+	wire := testenv.CountRedisCommands(t, srv.Addr)
+	env, old, _ := coldEnv(t, "file://"+t.TempDir(), func(c *config.Config) { c.Redis.Addrs = []string{wire.Addr} })
+	if rep, err := env.App.NewArchiver().Archive(ctx, env.Tenant, old, false); err != nil || rep.Step != archive.StepMarked {
+		t.Fatalf("archive: %+v %v", rep, err)
+	}
+	keys := env.Keys()
+	direct := testenv.RedisClient(t, srv.Addr)
+	// after the change's mark (SADD of the set), before its caches are
+	// told (the message-version script, the last Redis call before the
+	// commit): the set lost, and refilled by a reader while the change's
+	// rows were not committed
+	var marked atomic.Bool
+	wire.Before(func(args []string) bool {
+		switch {
+		case strings.EqualFold(args[0], "sadd") && len(args) > 1 && args[1] == keys.OverlayMonths():
+			marked.Store(true)
+		case marked.Load() && slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, keys.MessagesVersion("arch-b")) }):
+			return true
+		}
+		return false
+	}, func() {
+		for _, c := range []rueidis.Completed{
+			direct.B().Del().Key(keys.OverlayMonths()).Build(),
+			direct.B().Sadd().Key(keys.OverlayMonths()).Member("complete").Build(),
+		} {
+			if err := direct.Do(ctx, c).Error(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if code, r := chRecall(t, env, env.Token(1, httpapi.RoleAdmin), "arch-b", 10, nil); code != 200 {
+		t.Fatalf("recall of an archived message: %d %+v", code, r.Error)
+	}
+	if !marked.Load() {
+		t.Fatal("the change never marked the month")
+	}
+	var p rpPage
+	if code := rpGet(t, env, rpMember, "", "/v1/topics/arch-b/messages?before=11&limit=1", &p); code != 200 || len(p.Messages) != 1 || p.Messages[0].Status != message.StatusRecalled {
+		t.Fatalf("the page after the recall answered: %d %+v, want the message recalled", code, p.Messages)
+	}
 }

@@ -758,9 +758,31 @@ func mentionsOf(m message.Message) []routing.Mention {
 // effort: the change is committed and no cache serves its old version; a
 // failure costs a cache miss or a missed event (a consumer resumes from
 // the revisions by change_seq).
+// markOverlaidAgain marks the archived months a committed change overlaid
+// in the tenant's set of overlaid months (routing.MarkOverlay) a second
+// time. The mark before the commit is what readers rely on; this one
+// covers Redis losing the set between that mark and the commit: a reader
+// that refilled the set from MySQL then, before the commit, left the month
+// out and marked the set complete, and without this mark every later
+// reader would skip the month's overlay. After it, no reader after the
+// change's answer misses it.
+func (s *Service) markOverlaidAgain(ctx context.Context, keys routing.Keys, months []routing.Month) {
+	if err := routing.MarkOverlay(ctx, s.p.Redis, keys, months); err != nil {
+		s.m.changeFollowups.WithLabelValues(stepOverlayMark).Inc()
+		s.p.Log.Warn().Err(err).Msg("archived months overlaid by a change not marked again after its commit")
+	}
+}
+
 func (s *Service) afterChange(ctx context.Context, keys routing.Keys, c changeReq, w written) {
 	ctx, cancel := context.WithTimeout(ctx, afterChangeTimeout)
 	defer cancel()
+	var overlaid []routing.Month
+	for _, ch := range w.changed {
+		if m := ch.table.Month(); ch.overlay && !slices.Contains(overlaid, m) {
+			overlaid = append(overlaid, m)
+		}
+	}
+	s.markOverlaidAgain(ctx, keys, overlaid)
 	rdb, script := s.p.Redis, s.p.Scripts.HotPut
 	type put struct {
 		topic      string

@@ -77,7 +77,8 @@ func (s *Service) EraseMessages(ctx context.Context, tenant string, m routing.Mo
 // erased is what an erase batch's transaction wrote, for what follows its
 // commit.
 type erased struct {
-	topics           []erasedTopic // in topic order
+	topics           []erasedTopic   // in topic order
+	overlaid         []routing.Month // the archived month whose overlay the batch changed
 	at               message.Time
 	messages         int64
 	revisionsCleared int64
@@ -115,6 +116,7 @@ func (s *Service) eraseIn(ctx context.Context, tx *sql.Tx, keys routing.Keys, t 
 		live, mentions, err = lockErasable(ctx, tx, open[0], refs)
 	case len(archived) > 0:
 		target = tableOf{table: archived[0], overlay: true}
+		e.overlaid = []routing.Month{archived[0].Month()}
 		var locked []lockedMsg
 		locked, err = s.lockArchived(ctx, tx, tenant, archived, refs)
 		for _, l := range locked {
@@ -236,6 +238,7 @@ func lockErasable(ctx context.Context, tx *sql.Tx, t routing.Table, refs []routi
 func (s *Service) afterErase(ctx context.Context, keys routing.Keys, e erased) {
 	ctx, cancel := context.WithTimeout(ctx, afterChangeTimeout)
 	defer cancel()
+	s.markOverlaidAgain(ctx, keys, e.overlaid)
 	rdb := s.p.Redis
 	pubs := make(rueidis.Commands, len(e.topics))
 	for i, et := range e.topics {

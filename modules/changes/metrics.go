@@ -11,11 +11,12 @@ import (
 // Results and follow-up steps of the change path beside the error codes
 // (imshard_message_changes_total, imshard_message_change_followup_failures_total).
 const (
-	changeOK        = "ok"        // changed
-	changeUnchanged = "unchanged" // a repeated recall or delete: nothing to change
-	changeInFlight  = "in_flight" // the message was not stored yet: 409, retry
-	stepHotPut      = "hot_put"   // the changed message back into the hot cache
-	stepPublish     = "publish"   // the change event on the realtime channel
+	changeOK        = "ok"           // changed
+	changeUnchanged = "unchanged"    // a repeated recall or delete: nothing to change
+	changeInFlight  = "in_flight"    // the message was not stored yet: 409, retry
+	stepHotPut      = "hot_put"      // the changed message back into the hot cache
+	stepPublish     = "publish"      // the change event on the realtime channel
+	stepOverlayMark = "overlay_mark" // an archived month's overlay marked again after the commit
 )
 
 type metrics struct {
@@ -29,8 +30,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{}
 	m.changes = f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_message_changes_total", Help: "Message changes by action (recall, edit, delete) and result: ok, unchanged (a repeated recall or delete), in_flight (409: the message was not stored yet), or the error code answered (conflict, permission_denied, not_found, unavailable, ...)."}, []string{"action", "result"})
 	m.changeLatency = f.NewHistogramVec(prometheus.HistogramOpts{Name: "imshard_message_change_latency", Help: "Latency in seconds of message changes by action, whatever their result.", Buckets: []float64{.001, .002, .005, .01, .025, .05, .1, .25, 1}}, []string{"action"})
-	m.changeFollowups = f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_message_change_followup_failures_total", Help: "Best-effort steps after a committed change that failed: hot_put (the changed message was not put back into the hot cache: pages read MySQL for it), publish (the change event was not published)."}, []string{"step"})
-	for _, step := range []string{stepHotPut, stepPublish} {
+	m.changeFollowups = f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_message_change_followup_failures_total", Help: "Best-effort steps after a committed change that failed: hot_put (the changed message was not put back into the hot cache: pages read MySQL for it), publish (the change event was not published), overlay_mark (an archived month the change overlaid was not marked again after the commit: only if Redis also lost the tenant's set of overlaid months since the mark before it may readers skip the change)."}, []string{"step"})
+	for _, step := range []string{stepHotPut, stepPublish, stepOverlayMark} {
 		m.changeFollowups.WithLabelValues(step)
 	}
 	// exported as 0 from the start: the alerts on failures and on changes

@@ -21,6 +21,18 @@ type RedisCounter struct {
 
 	mu     sync.Mutex
 	counts map[string]int
+	match  func(args []string) bool // Before's
+	before func()
+}
+
+// Before runs fn once, just before the first command for which match
+// answers true is passed on (match sees every command, in the order the
+// proxy reads them, one at a time): what fn does to Redis comes between
+// what the client sent until then and that command.
+func (c *RedisCounter) Before(match func(args []string) bool, fn func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.match, c.before = match, fn
 }
 
 // CountRedisCommands starts a counting proxy to upstream; it is closed on
@@ -98,7 +110,14 @@ func (c *RedisCounter) forward(r *bufio.Reader, up io.Writer) {
 		}
 		c.mu.Lock()
 		c.counts[name]++
+		var fn func()
+		if c.before != nil && c.match(args) {
+			fn, c.before = c.before, nil
+		}
 		c.mu.Unlock()
+		if fn != nil {
+			fn()
+		}
 		if _, err := up.Write(raw); err != nil {
 			return
 		}
