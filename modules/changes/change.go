@@ -798,11 +798,8 @@ func (s *Service) afterChange(ctx context.Context, keys routing.Keys, c changeRe
 		member, _ := json.Marshal(next)
 		p := &puts[len(puts)-1]
 		p.args = append(p.args, strconv.FormatInt(next.Seq, 10), string(member))
-		ev, _ := json.Marshal(struct {
-			Type   string         `json:"type"`
-			Change message.Change `json:"change"`
-		}{"change", message.Change{Topic: topic, Seq: next.Seq, MessageID: next.MessageID, Action: c.action, Version: next.Version,
-			ChangeSeq: ch.changeSeq, Actor: message.ID(c.actor), At: next.UpdatedAt}})
+		ev := message.ChangeFrame(message.Change{Topic: topic, Seq: next.Seq, MessageID: next.MessageID, Action: c.action,
+			Version: next.Version, ChangeSeq: ch.changeSeq, Actor: message.ID(c.actor), At: next.UpdatedAt})
 		pubs = append(pubs, rdb.B().Spublish().Channel(keys.Realtime(topic)).Message(string(ev)).Build())
 	}
 	cmds := make(rueidis.Commands, 0, len(puts)+len(pubs))

@@ -242,11 +242,8 @@ func (s *Service) afterErase(ctx context.Context, keys routing.Keys, e erased) {
 	rdb := s.p.Redis
 	pubs := make(rueidis.Commands, len(e.topics))
 	for i, et := range e.topics {
-		ev, _ := json.Marshal(struct {
-			Type   string         `json:"type"`
-			Change message.Change `json:"change"`
-		}{"change", message.Change{Topic: et.topic, Seq: et.seqs[0], Action: message.ActionErase, ChangeSeq: et.changeSeq,
-			At: e.at, Seqs: et.seqs}})
+		ev := message.ChangeFrame(message.Change{Topic: et.topic, Seq: et.seqs[0], Action: message.ActionErase,
+			ChangeSeq: et.changeSeq, At: e.at, Seqs: et.seqs})
 		pubs[i] = rdb.B().Spublish().Channel(keys.Realtime(et.topic)).Message(string(ev)).Build()
 	}
 	for i, r := range rdb.DoMulti(ctx, pubs...) {

@@ -204,6 +204,16 @@ type Change struct {
 	Seqs []int64 `json:"seqs,omitempty"`
 }
 
+// ChangeFrame is the realtime frame of a change, {"type":"change","change":…}:
+// what the change path publishes and what a stream's catch-up writes.
+func ChangeFrame(c Change) []byte {
+	b, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Change Change `json:"change"`
+	}{"change", c}) // a Change always encodes
+	return b
+}
+
 // typeError is the error of a JSON value b that is no t: a decoder adds the
 // field it was meant for, so a client can be told which one is wrong.
 func typeError(b []byte, t reflect.Type) error {

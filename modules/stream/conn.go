@@ -607,8 +607,7 @@ func (c *conn) catchUpChanges(ctx context.Context, f *follow) {
 		return
 	}
 	for _, x := range ch.Changes {
-		b, _ := json.Marshal(changeFrame{Type: "change", Change: x})
-		if !c.send(b, time.Time{}) {
+		if !c.send(message.ChangeFrame(x), time.Time{}) {
 			return
 		}
 		f.changes = x.ChangeSeq
@@ -914,11 +913,6 @@ type resetFrame struct {
 	Type      string `json:"type"`
 	Topic     string `json:"topic"`
 	ChangeSeq int64  `json:"change_seq"`
-}
-
-type changeFrame struct {
-	Type   string         `json:"type"`
-	Change message.Change `json:"change"`
 }
 
 type liveFrame struct {
