@@ -352,18 +352,26 @@ func (p *QueryParams) fillHotCache(ctx context.Context) error {
 
 // hotFill is what the send path leaves in Redis for a topic's messages ms
 // (stored rows read back), last being the topic's last issued seq: the
-// messages in its hot cache and the seq counter.
+// messages in its hot cache, the seq counter, and the topic's message and
+// deletion-range versions (a send gives a topic both when it has none; a
+// process trusts its copies and remembered counts only under them, so a
+// fixture without them would measure every read on the untrusted path).
 func hotFill(rdb rueidis.Client, keys routing.Keys, topic string, ms []message.Message, last int64) []rueidis.Completed {
-	set := rdb.B().Set().Key(keys.Seq(topic)).Value(strconv.FormatInt(last, 10)).Build()
+	ver := strconv.FormatInt(time.Now().UnixMicro(), 10)
+	cmds := []rueidis.Completed{
+		rdb.B().Set().Key(keys.Seq(topic)).Value(strconv.FormatInt(last, 10)).Build(),
+		rdb.B().Set().Key(keys.MessagesVersion(topic)).Value(ver).PxMilliseconds(routing.MessagesVersionTTL.Milliseconds()).Build(),
+		rdb.B().Set().Key(keys.HiddenVersion(topic)).Value(ver).Build(),
+	}
 	if len(ms) == 0 {
-		return []rueidis.Completed{set}
+		return cmds
 	}
 	cmd := rdb.B().Zadd().Key(keys.HotMessages(topic)).ScoreMember()
 	for _, m := range ms {
 		raw, _ := json.Marshal(m)
 		cmd = cmd.ScoreMember(float64(m.Seq), string(raw))
 	}
-	return []rueidis.Completed{cmd.Build(), set}
+	return append(cmds, cmd.Build())
 }
 
 // run drives op from readers goroutines for Warmup, then measures it for
