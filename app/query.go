@@ -65,6 +65,7 @@ func (a *App) NewQuery() *query.Service {
 		Routes:     c.routes,
 		Flight:     c.flight,
 		Migrations: c.migs,
+		RouteCheck: a.NewRouteCheck(),
 	})
 }
 
@@ -94,7 +95,8 @@ func (a *App) NewInbox() *inbox.Service {
 // NewRouteCheck builds the route checker of `imshard route check|rebuild`.
 func (a *App) NewRouteCheck() *routecheck.Checker {
 	c := &a.clients
-	return &routecheck.Checker{Redis: c.redis, KeySpace: c.keys, Routes: c.routes, Catalog: c.catalog, DBs: c.pools}
+	return &routecheck.Checker{Redis: c.redis, KeySpace: c.keys, Routes: c.routes, Catalog: c.catalog, DBs: c.pools,
+		Archives: a.NewColdReader()}
 }
 
 // initQuery serves the message reads: pages, one message, context,

@@ -10,9 +10,8 @@ import (
 // directory when it starts with file://./), s3:// (S3, MinIO, Ceph: add
 // endpoint and use_path_style), gs://, azblob://. KeepTable is how long an
 // archived month's table is to stay before it is dropped; no step drops it
-// yet: the API reads archived months from their archive, but the inbox's
-// unread counts and activity, the route check and the mirror rebuild still
-// read month tables, so the table stays;
+// yet (every read of an archived month — the API, the inbox, the route
+// check, retention's holds — reads its archive);
 // RowsPerSecond throttles an archive's reads of the month table and a
 // restore's writes back into it (0: no limit). CacheBytes bounds each
 // process's cache of archived months' manifests and Parquet footers (the

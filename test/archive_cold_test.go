@@ -24,6 +24,7 @@ import (
 	"github.com/imshard/imshard/modules/archive"
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
+	"github.com/imshard/imshard/modules/routecheck"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
 	"github.com/imshard/imshard/test/testenv"
@@ -42,6 +43,8 @@ func coldEnv(t *testing.T, bucket string, mutate ...func(*config.Config)) (*harn
 		c.Shard.SealingDays = 0
 		c.Send.ProduceTimeout = time.Second
 		c.HotCache.LocalTopics = 0 // no process copy: every page reads MySQL or the archive
+		c.HotCache.LocalUsers = 0  // nor remembered badges: every count reads them too
+		c.HotCache.LocalRoutes = 0
 		c.Archive.URL = bucket
 		for _, m := range mutate {
 			m(c)
@@ -68,6 +71,12 @@ func coldEnv(t *testing.T, bucket string, mutate ...func(*config.Config)) (*harn
 	}
 	rpHide(t, env, "arch-b", rpMember, 2, 5)
 	rpHide(t, env, "arch-c", rpMember, 30, 33)
+	// read cursors inside the month: badges count the rest of it
+	for topic, seq := range map[string]int64{"arch-a": 3, "arch-b": 10, "arch-c": 31} {
+		if code, body := env.Do("PUT", "/v1/topics/"+topic+"/read", env.Token(rpMember, ""), map[string]any{"seq": seq}); code != 200 {
+			t.Fatalf("read cursor of %s: %d %s", topic, code, body)
+		}
+	}
 	table, _ := routing.TableFor(old)
 	rows, err := env.DB.Query("SELECT message_id FROM " + table.Quoted() + " ORDER BY message_id")
 	if err != nil {
@@ -166,7 +175,46 @@ func coldWalk(t *testing.T, env *harness.Env, ids []int64, limits []int, window 
 			get(rpAdmin, httpapi.RoleAdmin, "/v1/admin/messages/"+strconv.FormatInt(id, 10))
 		}
 	}
+	coldInbox(t, env, out)
 	return out
+}
+
+// coldInbox adds to out what the inbox answers the members who hid ranges
+// and who hid nothing: badges, the topic list at pages of 1 and 50, and a
+// sync from the start (each page's topics only: cursors and tokens carry
+// the time of the call).
+func coldInbox(t *testing.T, env *harness.Env, out map[string]string) {
+	t.Helper()
+	for _, user := range []int64{rpMember, rpOther} {
+		code, body := env.Do("GET", "/v1/me/unread", env.Token(user, ""), nil)
+		out[fmt.Sprint(user, " /v1/me/unread")] = fmt.Sprint(code, " ", string(body))
+		for _, limit := range []int{1, 50} {
+			q := url.Values{"limit": {strconv.Itoa(limit)}}
+			for page := 0; page < 10; page++ {
+				code, body := env.Do("GET", "/v1/me/topics?"+q.Encode(), env.Token(user, ""), nil)
+				var p struct {
+					Topics     json.RawMessage `json:"topics"`
+					NextCursor *string         `json:"next_cursor"`
+				}
+				_ = json.Unmarshal(body, &p)
+				out[fmt.Sprint(user, " /v1/me/topics ", limit, " ", page)] = fmt.Sprint(code, " ", string(p.Topics))
+				if p.NextCursor == nil {
+					break
+				}
+				q.Set("cursor", *p.NextCursor)
+			}
+		}
+		// by topic: a sync lists the oldest change first, and the route
+		// fixes between the walks change the topics
+		code, body = env.Do("GET", "/v1/me/sync?limit=50", env.Token(user, ""), nil)
+		var p struct {
+			Topics []json.RawMessage `json:"topics"`
+		}
+		_ = json.Unmarshal(body, &p)
+		slices.SortFunc(p.Topics, func(a, b json.RawMessage) int { return strings.Compare(string(a), string(b)) })
+		raw, _ := json.Marshal(p.Topics)
+		out[fmt.Sprint(user, " /v1/me/sync")] = fmt.Sprint(code, " ", string(raw))
+	}
 }
 
 // coldCompare walks the month from its table, archives it, takes the
@@ -177,6 +225,7 @@ func coldCompare(t *testing.T, bucket string, limits []int) {
 	window := url.Values{"from": {time.Now().Add(-24 * time.Hour).UTC().Format(time.RFC3339)},
 		"to": {time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}}
 	before := coldWalk(t, env, ids, limits, window)
+	routesBefore := coldRoutes(t, env, old)
 	rep, err := env.App.NewArchiver().Archive(context.Background(), env.Tenant, old, false)
 	if err != nil || rep.Step != archive.StepMarked {
 		t.Fatalf("archive: %+v %v", rep, err)
@@ -186,6 +235,41 @@ func coldCompare(t *testing.T, bucket string, limits []int) {
 		t.Fatal(err)
 	}
 	coldSame(t, "table", before, "archive", coldWalk(t, env, ids, limits, window))
+	coldSame(t, "table", routesBefore, "archive", coldRoutes(t, env, old))
+}
+
+// coldRoutes is what the route check answers of the tenant and of each
+// topic, and the month's mirror rows after a fix of each topic rewrote
+// them (from the month's table or its archive).
+func coldRoutes(t *testing.T, env *harness.Env, m routing.Month) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	rc := env.App.NewRouteCheck()
+	out := map[string]string{}
+	res, err := rc.Check(ctx, env.Tenant, nil, false, func(routecheck.Difference) {})
+	if err != nil {
+		t.Fatalf("route check: %v", err)
+	}
+	out["check"] = fmt.Sprint(res.Topics, res.Differences)
+	for topic := range coldTopics {
+		st, err := rc.Topic(ctx, env.Tenant, topic)
+		if err != nil {
+			t.Fatalf("route check of %s: %v", topic, err)
+		}
+		raw, _ := json.Marshal(st)
+		out["topic "+topic] = string(raw)
+		if err := rc.Fix(ctx, env.Tenant, topic); err != nil {
+			t.Fatalf("route fix of %s: %v", topic, err)
+		}
+	}
+	rows, err := routing.MirrorMonthRows(ctx, env.DB, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		out["mirror "+r.Topic] = fmt.Sprint(r.MinSeq, r.MaxSeq, r.Count, r.MinCreatedAt.UTC(), r.MaxCreatedAt.UTC())
+	}
+	return out
 }
 
 // coldSame fails unless walks a and b (coldWalk) answered alike.
@@ -561,5 +645,89 @@ func TestArchivedMonthChangeSurvivesTheOverlaySetLostBeforeItsCommit(t *testing.
 	var p rpPage
 	if code := rpGet(t, env, rpMember, "", "/v1/topics/arch-b/messages?before=11&limit=1", &p); code != 200 || len(p.Messages) != 1 || p.Messages[0].Status != message.StatusRecalled {
 		t.Fatalf("the page after the recall answered: %d %+v, want the message recalled", code, p.Messages)
+	}
+}
+
+// The topic list places a topic active since its snapshot by its newest
+// message created before the snapshot: when that is in an archived month,
+// it is read from the archive — the month's table is gone.
+func TestArchivedMonthTopicListActivityWithoutTheTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	env, old, _ := coldEnv(t, "file://"+t.TempDir())
+	type entry struct{ Topic, ActivityAt string }
+	list := func(q url.Values) ([]entry, *string) {
+		t.Helper()
+		var p struct {
+			Topics     []entry `json:"topics"`
+			NextCursor *string `json:"next_cursor"`
+		}
+		if code := rpGet(t, env, rpOther, "", "/v1/me/topics?"+q.Encode(), &p); code != 200 {
+			t.Fatalf("topic list %s: %d", q.Encode(), code)
+		}
+		return p.Topics, p.NextCursor
+	}
+	want, _ := list(url.Values{"limit": {"50"}})
+	if len(want) != len(coldTopics) {
+		t.Fatalf("topic list: %+v", want)
+	}
+	if rep, err := env.App.NewArchiver().Archive(ctx, env.Tenant, old, false); err != nil || rep.Step != archive.StepMarked {
+		t.Fatalf("archive: %+v %v", rep, err)
+	}
+	table := mustTable(t, old)
+	if _, err := env.DB.Exec("RENAME TABLE " + table.Quoted() + " TO `" + table.Name() + "_away`"); err != nil {
+		t.Fatal(err)
+	}
+	got, next := list(url.Values{"limit": {"1"}})
+	time.Sleep(5 * time.Millisecond)
+	// a message after the snapshot in every topic, in the current month
+	now := env.Now()
+	for topic, last := range coldTopics {
+		rpInsert(t, env, topic, now, rpRow{seq: last + 1, created: time.Now()})
+	}
+	for next != nil {
+		var page []entry
+		page, next = list(url.Values{"limit": {"1"}, "cursor": {*next}})
+		got = append(got, page...)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("topic list after the snapshot:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// A hold on a user keeps an archived month past retention whole when the
+// user sent messages in it: the held user's messages are found in the
+// month's archive (its table is gone), in the plan and again in the run.
+func TestRetentionHoldKeepsAnArchivedMonthWithoutItsTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	env, old, _ := coldEnv(t, "file://"+t.TempDir())
+	if rep, err := env.App.NewArchiver().Archive(ctx, env.Tenant, old, false); err != nil || rep.Step != archive.StepMarked {
+		t.Fatalf("archive: %+v %v", rep, err)
+	}
+	table := mustTable(t, old)
+	if _, err := env.DB.Exec("RENAME TABLE " + table.Quoted() + " TO `" + table.Name() + "_away`"); err != nil {
+		t.Fatal(err)
+	}
+	// user 101 sent seqs 1, 5, 9, … of every topic
+	if code, body := env.Do("PUT", "/v1/admin/holds/case-1", env.Token(1, httpapi.RoleAdmin),
+		map[string]any{"tenant": env.Tenant, "users": []int{101}, "reason": "litigation 7"}); code != 200 {
+		t.Fatalf("put hold: %d %s", code, body)
+	}
+	env.Reload(func(c *config.Config) { c.Tenants[0].RetentionMonths = 2 })
+	plan, err := env.App.Retention().Plan(ctx, env.Tenant)
+	if err != nil || len(plan.Drops) != 0 || len(plan.Held) != len(coldTopics) {
+		t.Fatalf("plan: %+v %v", plan, err)
+	}
+	for _, h := range plan.Held {
+		if h.Month != old.String() || h.Reason != "user 101 under hold case-1: litigation 7" {
+			t.Fatalf("held: %+v", h)
+		}
+	}
+	if rep, err := env.App.Retention().Run(ctx, env.Tenant); err != nil || rep.Months != 0 {
+		t.Fatalf("run: %+v %v", rep, err)
+	}
+	if _, st := archiveStep(t, env, old); st != routing.StatusArchived {
+		t.Fatalf("the held month is %s", st)
 	}
 }

@@ -203,6 +203,22 @@ func (c *Cold) IDRange(ctx context.Context, tenant string, m routing.Month) (int
 	return e.man.MinMessageID, e.man.MaxMessageID, e.man.Rows > 0, nil
 }
 
+// TopicRanges is every topic's seq range, row count and created_at span in
+// tenant's archived month m, from its manifest (the route check of a month
+// whose table may be gone).
+func (c *Cold) TopicRanges(ctx context.Context, tenant string, m routing.Month) ([]routing.MirrorRow, error) {
+	e, _, err := c.entry(ctx, tenant, m)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]routing.MirrorRow, len(e.man.Topics))
+	for i, t := range e.man.Topics {
+		out[i] = routing.MirrorRow{Topic: t.Topic, MonthRange: routing.MonthRange{Month: m, MinSeq: t.MinSeq, MaxSeq: t.MaxSeq, Count: t.Count},
+			MinCreatedAt: time.UnixMicro(t.MinAt).UTC(), MaxCreatedAt: time.UnixMicro(t.MaxAt).UTC()}
+	}
+	return out, nil
+}
+
 // retryStale runs read over the month's cached entry; when that fails —
 // the object changed under the entry (errStale), or a range the entry
 // named is gone — it drops the entry and runs read once more, afresh.

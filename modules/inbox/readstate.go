@@ -463,7 +463,7 @@ func (s *Service) Topics(ctx context.Context, p httpapi.Principal, limit int, cu
 // newest stored message created at or before snap, else when the caller
 // joined; ok is false for a topic joined after snap. Only a topic active
 // since snap costs a read (the (topic, created_at) index of its newest
-// months).
+// months; an archived month's rows of the topic from its archive).
 func (s *Service) activityAt(ctx context.Context, db *sql.DB, tenant string, u userTopic, snap time.Time) (time.Time, bool, error) {
 	if act := u.activity().Truncate(time.Millisecond); !act.After(snap) {
 		return act, true, nil
@@ -479,7 +479,17 @@ func (s *Service) activityAt(ctx context.Context, db *sql.DB, tenant string, u u
 		return time.Time{}, false, err
 	}
 	for _, t := range tables {
-		at, ok, err := s.st.newestAt(ctx, db, t, u.topic, snap)
+		archived, err := s.r.Archived(ctx, tenant, t.Month())
+		if err != nil {
+			return time.Time{}, false, err
+		}
+		newestAt := s.st.newestAt
+		if archived {
+			newestAt = func(ctx context.Context, db *sql.DB, t routing.Table, topic string, at time.Time) (time.Time, bool, error) {
+				return s.coldNewestAt(ctx, db, tenant, t, topic, at)
+			}
+		}
+		at, ok, err := newestAt(ctx, db, t, u.topic, snap)
 		if err != nil {
 			return time.Time{}, false, err
 		}

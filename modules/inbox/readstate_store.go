@@ -407,6 +407,23 @@ func (s store) newestAt(ctx context.Context, db *sql.DB, t routing.Table, topic 
 	return v.Time, v.Valid, rows.Err()
 }
 
+// coldNewestAt is newestAt of an archived month, read from its archive
+// (the table may be gone): every row of the topic in the month, deleted
+// ones included as the table's MAX counts them — created_at follows seq
+// only roughly, so no row can be skipped.
+func (s *Service) coldNewestAt(ctx context.Context, db *sql.DB, tenant string, t routing.Table, topic string, at time.Time) (time.Time, bool, error) {
+	var newest time.Time
+	src := readpath.Source{Table: t.Quoted(), Month: t.Month(), Q: readpath.ListQuery{Topic: topic, Order: readpath.Desc, Bound: math.MaxInt64}}
+	err := s.coldWalk(ctx, db, tenant, src, 0, func(q *readpath.ListQuery) { q.KeepDeleted, q.HidNothing = true, true },
+		func(m message.Message) bool {
+			if c := m.CreatedAt.Time; !c.After(at) && c.After(newest) {
+				newest = c
+			}
+			return false
+		})
+	return newest, !newest.IsZero(), err
+}
+
 // syncSafety is how far below MySQL's clock a sync token stays when the
 // running transactions cannot be read (no PROCESS privilege), and the least
 // it stays below in any case: a statement stamps updated_at when it starts

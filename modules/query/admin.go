@@ -297,8 +297,7 @@ func (s *Service) TopicRoute(ctx context.Context, p httpapi.Principal, topic str
 	if err := routing.ValidTopic(topic); err != nil {
 		return routecheck.TopicState{}, err
 	}
-	rc := &routecheck.Checker{Redis: s.p.Redis, KeySpace: s.p.KeySpace, Routes: s.p.Routes, Catalog: s.p.Catalog, DBs: s.p.DBs}
-	return rc.Topic(ctx, p.Tenant, topic)
+	return s.p.RouteCheck.Topic(ctx, p.Tenant, topic)
 }
 
 // Migration is the token's tenant's migration from the legacy single

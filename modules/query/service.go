@@ -17,6 +17,7 @@ import (
 	"github.com/imshard/imshard/modules/httpapi"
 	"github.com/imshard/imshard/modules/message"
 	"github.com/imshard/imshard/modules/readpath"
+	"github.com/imshard/imshard/modules/routecheck"
 	"github.com/imshard/imshard/modules/routing"
 )
 
@@ -34,6 +35,9 @@ type Params struct {
 	// Migrations answers whether a tenant migrates from its legacy table
 	// (dual reads).
 	Migrations *routing.Migrations
+	// RouteCheck answers the admin route view (archived months from their
+	// archives).
+	RouteCheck *routecheck.Checker
 }
 
 // Service answers reads.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -294,6 +295,35 @@ func joinWhy(have, why string) string {
 		return why
 	}
 	return have + "; " + why
+}
+
+// heldInMonth is heldIn of tenant's month m; an archived month's messages
+// of held users are read from its archive (its table may be gone), each
+// user's once (the archive has no sender index: every row group is read).
+func (r *Retention) heldInMonth(ctx context.Context, db *sql.DB, tenant string, m routing.Month, archived bool, topics []string, users map[int64]string) (map[string]string, error) {
+	if !archived {
+		return heldIn(ctx, db, m, topics, users)
+	}
+	held, err := heldTopics(ctx, db, topics)
+	if err != nil || len(users) == 0 {
+		return held, err
+	}
+	ids := slices.Sorted(maps.Keys(users))
+	for _, u := range ids {
+		refs, err := r.p.ArchivedSentBy(ctx, tenant, m, u)
+		if err != nil {
+			return nil, fmt.Errorf("holds: held user %d in the archive of %s: %w", u, m, err)
+		}
+		seen := map[string]bool{}
+		for _, ref := range refs {
+			if seen[ref.Topic] || !slices.Contains(topics, ref.Topic) {
+				continue
+			}
+			seen[ref.Topic] = true
+			held[ref.Topic] = joinWhy(held[ref.Topic], "user "+strconv.FormatInt(u, 10)+" under "+users[u])
+		}
+	}
+	return held, nil
 }
 
 // heldIn is why each of the month's topics is held (absent: not held): a

@@ -111,10 +111,10 @@ func (r *Retention) plan(ctx context.Context, tenant string, db *sql.DB) (Plan, 
 			return Plan{}, err
 		}
 		ms := MonthState{Shard: s, Topics: rows}
-		// only a sealed month is removed, and only its table is sure to
-		// be there to read held users' messages from
-		if s.Status == routing.StatusSealed {
-			if ms.Held, err = heldIn(ctx, db, s.Month, topicsOf(rows), users); err != nil {
+		// only a sealed or archived month is removed: its held users'
+		// messages are read from its table or its archive
+		if s.Status == routing.StatusSealed || s.Status == routing.StatusArchived {
+			if ms.Held, err = r.heldInMonth(ctx, db, tenant, s.Month, s.Status == routing.StatusArchived, topicsOf(rows), users); err != nil {
 				return Plan{}, err
 			}
 		}
@@ -184,7 +184,7 @@ func (r *Retention) Run(ctx context.Context, tenant string) (rep Report, err err
 	rep.HeldSincePlan = []Held{}
 	for _, d := range rep.Plan.Drops {
 		if !d.Resumed {
-			held, err := r.heldSincePlan(ctx, db, d.month, nil)
+			held, err := r.heldSincePlan(ctx, db, tenant, d.month, d.Archived, nil)
 			if err != nil {
 				return rep, err
 			}
@@ -217,7 +217,7 @@ func (r *Retention) Run(ctx context.Context, tenant string) (rep Report, err err
 					topics = append(topics, o.Topic)
 				}
 			}
-			late, err := r.heldSincePlan(ctx, db, t.month, topics)
+			late, err := r.heldSincePlan(ctx, db, tenant, t.month, false, topics)
 			if err != nil {
 				return rep, err
 			}
@@ -257,7 +257,7 @@ func (r *Retention) Run(ctx context.Context, tenant string) (rep Report, err err
 // heldSincePlan is what of month m a hold keeps now: the topics of the
 // month (nil: every topic in it) that a hold stored since the plan names,
 // or that a held user wrote in.
-func (r *Retention) heldSincePlan(ctx context.Context, db *sql.DB, m routing.Month, topics []string) ([]Held, error) {
+func (r *Retention) heldSincePlan(ctx context.Context, db *sql.DB, tenant string, m routing.Month, archived bool, topics []string) ([]Held, error) {
 	rows, err := routing.MirrorMonthRows(ctx, db, m)
 	if err != nil {
 		return nil, err
@@ -269,7 +269,7 @@ func (r *Retention) heldSincePlan(ctx context.Context, db *sql.DB, m routing.Mon
 	if err != nil {
 		return nil, err
 	}
-	why, err := heldIn(ctx, db, m, topicsOf(rows), users)
+	why, err := r.heldInMonth(ctx, db, tenant, m, archived, topicsOf(rows), users)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	sq "github.com/Masterminds/squirrel"
 	"github.com/go-sql-driver/mysql"
@@ -27,6 +28,29 @@ type Checker struct {
 	Routes   *routing.Routes
 	Catalog  *routing.Catalog
 	DBs      routing.DBs
+	// Archives answers an archived month's actual ranges from its archive
+	// (its table may be gone); nil fails the check of a tenant with an
+	// archived month.
+	Archives ArchivedMonths
+}
+
+// ArchivedMonths reads what an archived month holds without its table.
+type ArchivedMonths interface {
+	// TopicRanges is every topic's seq range, row count and created_at
+	// span in tenant's archived month m, as its archive recorded them.
+	TopicRanges(ctx context.Context, tenant string, m routing.Month) ([]routing.MirrorRow, error)
+}
+
+// errNoArchives fails the check of an archived month in a checker built
+// without an archive reader.
+var errNoArchives = errors.New("route check: the month is archived and no archive reader is configured")
+
+// month is one registered month as the check reads it: its table, or,
+// archived, the topics' ranges its archive recorded (an archived month
+// takes no rows, and its table may be gone).
+type month struct {
+	t        routing.Table
+	archived map[string]routing.MirrorRow // nil: the month is read from its table
 }
 
 // Range is a MonthRange as JSON.
@@ -129,22 +153,65 @@ type LegacyPart struct {
 	Tables     []Range `json:"tables"`
 }
 
-// tables lists the tenant's registered month tables, oldest first.
-func (c *Checker) tables(ctx context.Context, tenant string) ([]routing.Table, error) {
+// tables lists the tenant's registered months, oldest first, each
+// archived one with its archive's ranges.
+func (c *Checker) tables(ctx context.Context, tenant string) ([]month, error) {
 	list, err := c.Catalog.List(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]routing.Table, 0, len(list))
+	out := make([]month, 0, len(list))
 	for _, s := range list {
-		out = append(out, s.Table)
+		m := month{t: s.Table}
+		if s.Status == routing.StatusArchived {
+			if c.Archives == nil {
+				return nil, fmt.Errorf("%w: %s", errNoArchives, s.Month)
+			}
+			rows, err := c.Archives.TopicRanges(ctx, tenant, s.Month)
+			if err != nil {
+				return nil, fmt.Errorf("route check: archive of %s: %w", s.Month, err)
+			}
+			m.archived = make(map[string]routing.MirrorRow, len(rows))
+			for _, r := range rows {
+				m.archived[r.Topic] = r
+			}
+		}
+		out = append(out, m)
 	}
 	return out, nil
 }
 
+// archivedRow is the topic's range in archived month m within seqs (nil,
+// or the seqid bound of compareTopic and fixSeqs): the manifest has only
+// the whole range, so a bound that cuts through it fails.
+func archivedRow(m month, topic string, seqs sq.Sqlizer) (routing.MirrorRow, bool, error) {
+	r, ok := m.archived[topic]
+	if !ok || seqs == nil {
+		return r, ok, nil
+	}
+	var in bool
+	switch b := seqs.(type) {
+	case sq.Gt:
+		lo := b["seqid"].(int64)
+		if r.MinSeq <= lo && r.MaxSeq > lo {
+			return r, false, fmt.Errorf("route check: archived month %s of %s straddles seq %d", m.t.Month(), topic, lo)
+		}
+		in = r.MinSeq > lo
+	case sq.LtOrEq:
+		hi := b["seqid"].(int64)
+		if r.MinSeq <= hi && r.MaxSeq > hi {
+			return r, false, fmt.Errorf("route check: archived month %s of %s straddles seq %d", m.t.Month(), topic, hi)
+		}
+		in = r.MaxSeq <= hi
+	default:
+		return r, false, fmt.Errorf("route check: archived month %s: unsupported seq bound %T", m.t.Month(), seqs)
+	}
+	return r, in, nil
+}
+
 // actual reads the topic's real ranges: MIN/MAX/COUNT per month table, an
 // index-only read of uk_topic_seq; seqs, if not nil, bounds the seqs read.
-func actual(ctx context.Context, db *sql.DB, tables []routing.Table, topic string, seqs sq.Sqlizer) ([]routing.MonthRange, error) {
+func actual(ctx context.Context, db *sql.DB, tables []month, topic string, seqs sq.Sqlizer) ([]routing.MonthRange, error) {
 	rows, err := actualRows(ctx, db, tables, topic, false, seqs)
 	out := make([]routing.MonthRange, len(rows))
 	for i, r := range rows {
@@ -156,10 +223,25 @@ func actual(ctx context.Context, db *sql.DB, tables []routing.Table, topic strin
 // actualRows reads the topic's real ranges as mirror rows. forFix adds the
 // created_at bounds and reads with shared locks (in the caller's
 // transaction): the latest committed rows, and no new row of the topic in
-// these tables until the transaction ends.
-func actualRows(ctx context.Context, db sq.BaseRunner, tables []routing.Table, topic string, forFix bool, seqs sq.Sqlizer) ([]routing.MirrorRow, error) {
+// these tables until the transaction ends. An archived month's range is
+// its archive's (no row reaches an archived month).
+func actualRows(ctx context.Context, db sq.BaseRunner, tables []month, topic string, forFix bool, seqs sq.Sqlizer) ([]routing.MirrorRow, error) {
 	var out []routing.MirrorRow
-	for _, t := range tables {
+	for _, m := range tables {
+		t := m.t
+		if m.archived != nil {
+			r, ok, err := archivedRow(m, topic, seqs)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				if !forFix {
+					r.MinCreatedAt, r.MaxCreatedAt = time.Time{}, time.Time{}
+				}
+				out = append(out, r)
+			}
+			continue
+		}
 		var lo, hi sql.NullInt64
 		var first, last sql.NullTime
 		var n int64
@@ -231,7 +313,7 @@ type compared struct {
 // the routes), the views are compared with the rows above the topic's
 // cutover_seq, the rows up to it are returned apart as legacy; a view the
 // pass already widened (it goes topic by topic) is compared with every row.
-func compareTopic(ctx context.Context, db *sql.DB, tables []routing.Table, m routing.Migration, topic string, redis, mirror []routing.MonthRange) (compared, error) {
+func compareTopic(ctx context.Context, db *sql.DB, tables []month, m routing.Migration, topic string, redis, mirror []routing.MonthRange) (compared, error) {
 	var out compared
 	if m.State.AfterCutover() && !m.RoutesDone {
 		seq, err := routing.CutoverSeq(ctx, db, topic)
@@ -384,7 +466,7 @@ func (c *Checker) Check(ctx context.Context, tenant string, topics []string, fix
 }
 
 // allTopics is every topic any view knows, sorted.
-func (c *Checker) allTopics(ctx context.Context, db *sql.DB, tenant string, tables []routing.Table) ([]string, error) {
+func (c *Checker) allTopics(ctx context.Context, db *sql.DB, tenant string, tables []month) ([]string, error) {
 	set := map[string]bool{}
 	add := func(rows *sql.Rows, err error) error {
 		if err != nil {
@@ -400,9 +482,15 @@ func (c *Checker) allTopics(ctx context.Context, db *sql.DB, tenant string, tabl
 		}
 		return rows.Err()
 	}
-	for _, t := range tables {
-		if err := add(sq.Select("DISTINCT topic").From(t.Quoted()).RunWith(db).QueryContext(ctx)); err != nil {
-			return nil, fmt.Errorf("route check: topics of %s: %w", t.Name(), err)
+	for _, m := range tables {
+		for topic := range m.archived {
+			set[topic] = true
+		}
+		if m.archived != nil {
+			continue
+		}
+		if err := add(sq.Select("DISTINCT topic").From(m.t.Quoted()).RunWith(db).QueryContext(ctx)); err != nil {
+			return nil, fmt.Errorf("route check: topics of %s: %w", m.t.Name(), err)
 		}
 	}
 	mirrored, err := routing.MirrorTopics(ctx, db)
@@ -479,11 +567,11 @@ func (c *Checker) Fix(ctx context.Context, tenant, topic string) error {
 // fixAttempts bounds the retries of a fix that lost a deadlock.
 const fixAttempts = 5
 
-func (c *Checker) fixTx(ctx context.Context, db *sql.DB, tables []routing.Table, tenant, topic string) error {
+func (c *Checker) fixTx(ctx context.Context, db *sql.DB, tables []month, tenant, topic string) error {
 	return routing.Fenced(ctx, db, func(tx *sql.Tx) error { return c.fixIn(ctx, tx, tables, tenant, topic) })
 }
 
-func (c *Checker) fixIn(ctx context.Context, tx *sql.Tx, tables []routing.Table, tenant, topic string) error {
+func (c *Checker) fixIn(ctx context.Context, tx *sql.Tx, tables []month, tenant, topic string) error {
 	seqs, err := fixSeqs(ctx, tx, topic)
 	if err != nil {
 		return err
