@@ -22,11 +22,7 @@ import (
 // answers.
 func TestCopiesOfNewestMessages(t *testing.T) {
 	t.Parallel()
-	env := harness.Start(t, harness.Options{})
-	reader := harness.Start(t, harness.Options{Roles: []string{"query"}, Tenant: env.Tenant,
-		Mutate: func(c *config.Config) { c.HotCache.LocalMaxAge = time.Hour }})
-	rpGroup(t, env, "copy")
-	tok := env.Token(rpMember, "")
+	env, reader, tok := rpCopyReader(t, "copy")
 	for i := range 10 {
 		rpPost(t, env, tok, "copy", fmt.Sprintf("c%d", i), fmt.Sprintf("text %d", i))
 	}
@@ -112,11 +108,7 @@ func TestCopyReplacedOnceOld(t *testing.T) {
 // of the changes made before it went missing, so the edited message shows.
 func TestCopyNeverOutlivesALostMessageVersion(t *testing.T) {
 	t.Parallel()
-	env := harness.Start(t, harness.Options{})
-	reader := harness.Start(t, harness.Options{Roles: []string{"query"}, Tenant: env.Tenant,
-		Mutate: func(c *config.Config) { c.HotCache.LocalMaxAge = time.Hour }})
-	rpGroup(t, env, "lost")
-	tok := env.Token(rpMember, "")
+	env, reader, tok := rpCopyReader(t, "lost")
 	for i := range 5 {
 		rpPost(t, env, tok, "lost", fmt.Sprintf("l%d", i), fmt.Sprintf("text %d", i))
 	}

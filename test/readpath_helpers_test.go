@@ -49,6 +49,19 @@ func rpNoCopies(t *testing.T, env *harness.Env) *harness.Env {
 		Mutate: func(c *config.Config) { c.HotCache.LocalTopics = 0 }})
 }
 
+// rpCopyReader runs a send process and a second read process for its
+// tenant whose copies of topics' newest messages live an hour
+// (hot_cache.local_max_age), so a test's pages are read over them, and
+// creates topic's group; it returns both and a member's token.
+func rpCopyReader(t *testing.T, topic string) (env, reader *harness.Env, token string) {
+	t.Helper()
+	env = harness.Start(t, harness.Options{})
+	reader = harness.Start(t, harness.Options{Roles: []string{"query"}, Tenant: env.Tenant,
+		Mutate: func(c *config.Config) { c.HotCache.LocalMaxAge = time.Hour }})
+	rpGroup(t, env, topic)
+	return env, reader, env.Token(rpMember, "")
+}
+
 // rpCache puts a normal message of seq with text in topic's hot cache, as
 // send does once Kafka acknowledged it.
 func rpCache(t testing.TB, env *harness.Env, topic string, seq int64, text string) {

@@ -206,7 +206,7 @@ func (p *InboxParams) Build(ctx context.Context) (int64, error) {
 
 // fillHot leaves in Redis what sending the fixture's messages would: each
 // topic's messages in its hot cache (they are an hour old, within its
-// day) and its seq counter.
+// day), its seq counter and its versions.
 func (p *InboxParams) fillHot(ctx context.Context) error {
 	p.logf("bench: hot caches of %d topics", p.Topics)
 	keys, err := p.KeySpace.Tenant(p.Tenant)
@@ -221,10 +221,10 @@ func (p *InboxParams) fillHot(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			cmds = append(cmds, hotFill(p.Redis, keys, inboxTopic(i), ms, int64(p.Messages))...)
+			cmds = append(cmds, HotFill(p.Redis, keys, inboxTopic(i), ms, int64(p.Messages))...)
 		}
 		for _, r := range p.Redis.DoMulti(ctx, cmds...) {
-			if err := r.Error(); err != nil {
+			if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
 				return err
 			}
 		}

@@ -341,8 +341,8 @@ func (p *QueryParams) fillHotCache(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		for _, r := range p.Redis.DoMulti(ctx, hotFill(p.Redis, keys, topic, ms, last)...) {
-			if err := r.Error(); err != nil {
+		for _, r := range p.Redis.DoMulti(ctx, HotFill(p.Redis, keys, topic, ms, last)...) {
+			if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
 				return err
 			}
 		}
@@ -350,19 +350,13 @@ func (p *QueryParams) fillHotCache(ctx context.Context) error {
 	return nil
 }
 
-// hotFill is what the send path leaves in Redis for a topic's messages ms
+// HotFill is what the send path leaves in Redis for a topic's messages ms
 // (stored rows read back), last being the topic's last issued seq: the
-// messages in its hot cache, the seq counter, and the topic's message and
-// deletion-range versions (a send gives a topic both when it has none; a
-// process trusts its copies and remembered counts only under them, so a
-// fixture without them would measure every read on the untrusted path).
-func hotFill(rdb rueidis.Client, keys routing.Keys, topic string, ms []message.Message, last int64) []rueidis.Completed {
-	ver := strconv.FormatInt(time.Now().UnixMicro(), 10)
-	cmds := []rueidis.Completed{
-		rdb.B().Set().Key(keys.Seq(topic)).Value(strconv.FormatInt(last, 10)).Build(),
-		rdb.B().Set().Key(keys.MessagesVersion(topic)).Value(ver).PxMilliseconds(routing.MessagesVersionTTL.Milliseconds()).Build(),
-		rdb.B().Set().Key(keys.HiddenVersion(topic)).Value(ver).Build(),
-	}
+// messages in its hot cache, the seq counter and the topic's versions
+// (SentVersions).
+func HotFill(rdb rueidis.Client, keys routing.Keys, topic string, ms []message.Message, last int64) []rueidis.Completed {
+	cmds := append(SentVersions(rdb, keys, topic, time.Now()),
+		rdb.B().Set().Key(keys.Seq(topic)).Value(strconv.FormatInt(last, 10)).Build())
 	if len(ms) == 0 {
 		return cmds
 	}
@@ -372,6 +366,42 @@ func hotFill(rdb rueidis.Client, keys routing.Keys, topic string, ms []message.M
 		cmd = cmd.ScoreMember(float64(m.Seq), string(raw))
 	}
 	return append(cmds, cmd.Build())
+}
+
+// SentVersions are the versions a send gives a topic that holds none
+// (lua/fenced.lua, send): its message version, which lives
+// routing.MessagesVersionTTL, and its deletion-range version, each at
+// least the time in microseconds as next_version makes them. A query
+// process keeps a copy of a topic's newest messages, and remembers unread
+// counts, only under versions Redis holds: a fixture without them measures
+// every page parsing the whole hot cache, which no sent topic does.
+func SentVersions(rdb rueidis.Client, keys routing.Keys, topic string, now time.Time) []rueidis.Completed {
+	v := strconv.FormatInt(now.UnixMicro(), 10)
+	return []rueidis.Completed{
+		rdb.B().Set().Key(keys.MessagesVersion(topic)).Value(v).Nx().PxMilliseconds(routing.MessagesVersionTTL.Milliseconds()).Build(),
+		rdb.B().Set().Key(keys.HiddenVersion(topic)).Value(v).Nx().Build(),
+	}
+}
+
+// versionHot gives the hot topics the versions a send would have left
+// (SentVersions) where they are gone: a kept fixture outlives its message
+// versions' TTL.
+func (p *QueryParams) versionHot(ctx context.Context) error {
+	keys, err := p.KeySpace.Tenant(p.Tenant)
+	if err != nil {
+		return err
+	}
+	var cmds []rueidis.Completed
+	now := time.Now()
+	for i := range min(benchHotTopics, p.Topics) {
+		cmds = append(cmds, SentVersions(p.Redis, keys, benchTopic(i), now)...)
+	}
+	for _, r := range p.Redis.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 // run drives op from readers goroutines for Warmup, then measures it for
@@ -459,6 +489,9 @@ func checkPage(got int, err error) error {
 // Measure runs every read of the report on the fixture.
 func (p *QueryParams) Measure(ctx context.Context) (QueryReport, error) {
 	var rep QueryReport
+	if err := p.versionHot(ctx); err != nil {
+		return rep, err
+	}
 	prev, prevBase, prevN := p.prev()
 	cur, curBase, curN := p.cur()
 	me := httpapi.Principal{Tenant: p.Tenant, UserID: benchUser}
