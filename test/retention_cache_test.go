@@ -374,14 +374,7 @@ func TestRetentionEraseSurvivesKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.Activate(now)
-	count := func(table string, where sq.Sqlizer) int {
-		t.Helper()
-		var n int
-		if err := sq.Select("COUNT(*)").From(table).Where(where).RunWith(e.DB).QueryRowContext(ctx).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	count := func(table string, where sq.Sqlizer) int { return retCount(t, e, table, where) }
 	erased := func(m routing.Month) int {
 		return count("im_group_messages_"+m.String(), sq.Eq{"from_user": 5, "status": "deleted", "content": nil})
 	}

@@ -3,7 +3,6 @@ package changes
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -21,10 +20,10 @@ import (
 
 // EraseMessages deletes the messages refs of month m for everyone as one
 // change per topic (a batch of a user erase, by actor 0, the system): in
-// one transaction the rows are locked, made tombstones by the delete's
-// rule (status deleted, content and head cleared, version + 1, updated_at
-// now), their mentions dropped and their earlier revisions' content
-// cleared; each topic of the batch takes one change_seq, one revision row
+// one transaction the rows not deleted yet are made tombstones by the
+// delete's rule (status deleted, content and head cleared, version + 1,
+// updated_at now), their mention index entries dropped and their earlier
+// revisions' content cleared; each topic of the batch takes one change_seq, one revision row
 // (action erase, no content, the topic's seqs in seq_ids) and one change
 // event (action erase, the seqs in seq_ids, no message: a reader rebuilds
 // each tombstone by that rule); the caches are told before the commit and
@@ -35,9 +34,10 @@ import (
 // it is. A message already deleted, or no longer stored, is left out; one
 // of an archived month changes its overlay row, as a change does.
 //
-// A month table's rows are read for what the erase needs only (their
-// refs, status and mentions), never their content: the tombstone is the
-// same whatever they held.
+// A month table's rows are not read first when none of refs was deleted
+// before (tombstoneRows: one UPDATE that skips deleted rows, the mention
+// entries dropped by (topic, seq)), and for their status only when some
+// were; never their content: the tombstone is the same whatever they held.
 func (s *Service) EraseMessages(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef, reason string,
 	before func(tx *sql.Tx, messages, revisions int64) error) (messages, revisions int64, err error) {
 	if len(refs) == 0 {
@@ -105,27 +105,28 @@ func (s *Service) eraseIn(ctx context.Context, tx *sql.Tx, keys routing.Keys, t 
 	if err != nil {
 		return e, err
 	}
-	var (
-		target   tableOf
-		live     []routing.MessageRef
-		mentions []routing.Mention
-	)
+	fail := func(err error) (erased, error) {
+		return e, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+	}
+	at := e.at.Time
+	up := sq.Update("").Set("status", message.StatusDeleted).Set("content", nil).Set("head", nil).
+		Set("version", sq.Expr("version + 1")).Set("updated_at", at).Set("deleted_at", at)
+	var live []routing.MessageRef
 	switch {
 	case len(open) > 0:
-		target = tableOf{table: open[0]}
-		live, mentions, err = lockErasable(ctx, tx, open[0], refs)
+		live, err = tombstoneRows(ctx, tx, open[0], refs, up)
 	case len(archived) > 0:
-		target = tableOf{table: archived[0], overlay: true}
 		e.overlaid = []routing.Month{archived[0].Month()}
 		var locked []lockedMsg
 		locked, err = s.lockArchived(ctx, tx, tenant, archived, refs)
 		for _, l := range locked {
-			if l.msg.Status == message.StatusDeleted {
-				continue
+			if l.msg.Status != message.StatusDeleted {
+				live = append(live, routing.MessageRef{Topic: l.msg.Topic, Seq: l.msg.Seq})
 			}
-			live = append(live, routing.MessageRef{Topic: l.msg.Topic, Seq: l.msg.Seq})
-			if l.msg.Status == message.StatusNormal {
-				mentions = append(mentions, mentionsOf(l.msg)...)
+		}
+		if err == nil && len(live) > 0 {
+			if err = (tableOf{table: archived[0], overlay: true}).update(ctx, tx, up, live, false); err != nil {
+				return fail(err)
 			}
 		}
 	}
@@ -135,16 +136,7 @@ func (s *Service) eraseIn(ctx context.Context, tx *sql.Tx, keys routing.Keys, t 
 	if len(live) == 0 {
 		return e, errUnchanged
 	}
-	fail := func(err error) (erased, error) {
-		return e, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
-	}
-	at := e.at.Time
-	up := sq.Update("").Set("status", message.StatusDeleted).Set("content", nil).Set("head", nil).
-		Set("version", sq.Expr("version + 1")).Set("updated_at", at).Set("deleted_at", at)
-	if err := target.update(ctx, tx, up, live, false); err != nil {
-		return fail(err)
-	}
-	if err := routing.DropMentions(ctx, tx, mentions); err != nil {
+	if err := routing.DropMentionsAt(ctx, tx, live); err != nil {
 		return fail(err)
 	}
 	// before this change's revisions exist: those keep nothing anyway
@@ -187,47 +179,87 @@ func (s *Service) eraseIn(ctx context.Context, tx *sql.Tx, keys routing.Keys, t 
 	return e, nil
 }
 
+// eraseSavepoint is where tombstoneRows rolls its one-statement try back
+// to when a row of the batch was deleted before.
+const eraseSavepoint = "erase_rows"
+
+// byTopicSeq names a month table's (topic, seqid) key in an erase batch's
+// statements: left to choose, the optimizer weighs each of the four keys
+// that begin with the topic, range by range over the batch's thousands of
+// seqs, and on a month of a few tens of thousands of rows picked a scan of
+// the whole table; named, the statement costs what a raw UPDATE of the same
+// rows does (docs/performance.md, "Retention").
+const byTopicSeq = " FORCE INDEX (uk_topic_seq)"
+
+// tombstoneRows makes the rows refs (sorted) of month table t that are not
+// deleted yet tombstones (up, without its table and condition) and answers
+// them, in refs order. The usual batch (none of refs deleted before) is one
+// UPDATE that skips deleted rows and reads nothing first: when it changed
+// every row of refs, they are the answer. When it changed none, nothing is
+// left to erase (a batch redone after a resume). Otherwise (a message
+// deleted before, or no longer stored) it is rolled back to a savepoint and
+// the rows are read locked first for their status, so the answer, and the
+// batch's change, name exactly the rows the erase made tombstones.
+func tombstoneRows(ctx context.Context, tx *sql.Tx, t routing.Table, refs []routing.MessageRef, up sq.UpdateBuilder) ([]routing.MessageRef, error) {
+	fail := func(err error) ([]routing.MessageRef, error) {
+		return nil, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+	}
+	tombstone := func(refs []routing.MessageRef) (int64, error) {
+		return routing.RowsOf(up.Table(t.Quoted() + byTopicSeq).Where(routing.RefsCond(refs, "topic", "seqid")).
+			Where(sq.NotEq{"status": message.StatusDeleted}).RunWith(tx).ExecContext(ctx))
+	}
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+eraseSavepoint); err != nil {
+		return fail(err)
+	}
+	n, err := tombstone(refs)
+	switch {
+	case err != nil:
+		return fail(err)
+	case n == int64(len(refs)):
+		return refs, nil
+	case n == 0:
+		return nil, nil
+	}
+	if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+eraseSavepoint); err != nil {
+		return fail(err)
+	}
+	live, err := lockErasable(ctx, tx, t, refs)
+	if err != nil || len(live) == 0 {
+		return nil, err
+	}
+	if _, err := tombstone(live); err != nil {
+		return fail(err)
+	}
+	return live, nil
+}
+
 // lockErasable locks the rows refs (sorted) of month table t and answers
-// those not deleted yet, in refs order, with the mention index entries of
-// those still normal. It reads only that: the refs, the status and the
-// mentions, not the content an erase throws away.
-func lockErasable(ctx context.Context, tx *sql.Tx, t routing.Table, refs []routing.MessageRef) ([]routing.MessageRef, []routing.Mention, error) {
-	query, args, err := sq.Select("m.topic", "m.seqid", "m.status", "m.mentioned_user_ids", "m.mention_all").From(t.Quoted()+" AS m").
-		Where(routing.RefsCond(refs, "m.topic", "m.seqid")).OrderBy("m.topic", "m.seqid").Suffix("FOR UPDATE").ToSql()
+// those not deleted yet, in refs order. It reads only that: the refs and
+// the status, not the content an erase throws away.
+func lockErasable(ctx context.Context, tx *sql.Tx, t routing.Table, refs []routing.MessageRef) ([]routing.MessageRef, error) {
+	query, args, err := sq.Select("m.topic", "m.seqid").From(t.Quoted()+" AS m"+byTopicSeq).
+		Where(routing.RefsCond(refs, "m.topic", "m.seqid")).Where(sq.NotEq{"m.status": message.StatusDeleted}).
+		OrderBy("m.topic", "m.seqid").Suffix("FOR UPDATE").ToSql()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, nil, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+		return nil, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
 	}
 	defer rows.Close()
 	var live []routing.MessageRef
-	var mentions []routing.Mention
 	for rows.Next() {
-		var m message.Message
-		var users []byte
-		if err := rows.Scan(&m.Topic, &m.Seq, &m.Status, &users, &m.MentionAll); err != nil {
-			return nil, nil, fmt.Errorf("changes: erase: %w", err)
+		var r routing.MessageRef
+		if err := rows.Scan(&r.Topic, &r.Seq); err != nil {
+			return nil, fmt.Errorf("changes: erase: %w", err)
 		}
-		if m.Status == message.StatusDeleted {
-			continue
-		}
-		live = append(live, routing.MessageRef{Topic: m.Topic, Seq: m.Seq})
-		if m.Status != message.StatusNormal {
-			continue
-		}
-		if len(users) > 0 {
-			if err := json.Unmarshal(users, &m.MentionedUserIDs); err != nil {
-				return nil, nil, fmt.Errorf("changes: erase: mentioned_user_ids of %s/%d: %w", m.Topic, m.Seq, err)
-			}
-		}
-		mentions = append(mentions, mentionsOf(m)...)
+		live = append(live, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+		return nil, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
 	}
-	return live, mentions, nil
+	return live, nil
 }
 
 // afterErase publishes each topic's change frame of an erase batch (action

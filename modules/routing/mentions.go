@@ -73,6 +73,33 @@ func DropMentions(ctx context.Context, tx *sql.Tx, ms []Mention) error {
 	return nil
 }
 
+// mentionsBySeq is the index's (topic, seq) key.
+const mentionsBySeq = "idx_topic_seq"
+
+// DropMentionsAt removes every entry of the messages refs (sorted,
+// SortRefs), whoever they mention, in one statement by the index's
+// (topic, seq) key (sql/migrations/0027_mentions_by_seq.sql): a user
+// erase's batch, which drops its messages' entries without reading the
+// message rows for their mentioned users. A message that was recalled or
+// deleted has none left, so the entries that go are those of the messages
+// still normal.
+func DropMentionsAt(ctx context.Context, tx *sql.Tx, refs []MessageRef) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	cond, args, err := RefsCond(refs, "x.topic", "x.seq").ToSql()
+	if err != nil {
+		return err
+	}
+	// the index named: left to choose, the optimizer weighs the primary
+	// key's topic prefix too, range by range, which took longer than the
+	// delete (docs/performance.md, "Retention")
+	if _, err := tx.ExecContext(ctx, "DELETE x FROM "+mentionsTable+" AS x FORCE INDEX ("+mentionsBySeq+") WHERE "+cond, args...); err != nil {
+		return fmt.Errorf("mentions: drop %d messages' entries: %w", len(refs), err)
+	}
+	return nil
+}
+
 // MentionsAboveQuery is the statement reading a user's entries of the index
 // (alias x) — theirs and everyone's — above a cursor in each of branches
 // topics, leaving out the ranges the user hid (notHidden: that condition
