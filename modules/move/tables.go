@@ -3,6 +3,7 @@ package move
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -309,4 +310,44 @@ func (t table) copyWhere(ctx context.Context, src, dst *sql.DB, cond string, arg
 		return 0, 0, err
 	}
 	return int64(len(data)), bytesN, nil
+}
+
+// tableSum is the table's CHECKSUM TABLE: the sum (modulo 2^32) of a CRC32
+// of each row's bytes as the server holds them (every column's value and
+// the NULL flags), computed by the server in C as it reads the rows — no
+// SQL expression per row. It is NULL when the table is missing. Tables of
+// the same definition hold the same sum for the same rows, whatever their
+// row format or the order the rows were written in.
+func (t table) tableSum(ctx context.Context, db *sql.DB) (sql.NullInt64, error) {
+	var name string
+	var sum sql.NullInt64
+	if err := db.QueryRowContext(ctx, "CHECKSUM TABLE "+quote(t.name)).Scan(&name, &sum); err != nil {
+		return sum, fmt.Errorf("move: checksum table %s: %w", t.name, err)
+	}
+	return sum, nil
+}
+
+// sameTable compares the table's CHECKSUM TABLE on both servers, read at
+// once. A changed byte changes its row's CRC32, so the sum; a missing or
+// an extra row changes it unless that row's own CRC32 is 0.
+func (t table) sameTable(ctx context.Context, src, dst *sql.DB) (bool, error) {
+	sum, dsum, err := onBoth(src, dst, func(db *sql.DB) (sql.NullInt64, error) { return t.tableSum(ctx, db) })
+	if err != nil {
+		return false, err
+	}
+	return sum.Valid && dsum.Valid && sum.Int64 == dsum.Int64, nil
+}
+
+// onBoth runs read on the source and the target at once.
+func onBoth[T any](src, dst *sql.DB, read func(*sql.DB) (T, error)) (T, T, error) {
+	var b T
+	var berr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b, berr = read(dst)
+	}()
+	a, err := read(src)
+	<-done
+	return a, b, errors.Join(err, berr)
 }
