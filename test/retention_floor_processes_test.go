@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
@@ -24,6 +25,8 @@ func TestRetentionFloorSeenByEveryProcess(t *testing.T) {
 	for _, text := range []string{"a", "b", "c", "d", "e", "f"} {
 		rpPost(t, env, tok, "fl", "fl-"+text, text)
 	}
+	// persisted: a since page stops at the forward bound
+	waitFor(t, 30*time.Second, func() bool { return len(rpWalkSince(t, env, rpMember, "fl", 50)) == 6 })
 	procs := []*harness.Env{env, reader}
 	latest := func(e *harness.Env) []int64 {
 		return rpList(t, e, rpMember, "fl", url.Values{"limit": {"10"}}).seqs()
