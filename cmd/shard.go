@@ -227,7 +227,10 @@ func (g *globals) printShards(rows []shardJSON, empty []string) error {
 			active = "*"
 		}
 		status := r.Status
-		if !r.Exists {
+		switch {
+		case !r.Exists && r.Status == string(routing.StatusArchived):
+			status += " (table dropped)"
+		case !r.Exists:
 			status += " (TABLE MISSING)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Tenant, r.Month, r.Table, status, active, r.Rows,

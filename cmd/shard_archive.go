@@ -9,6 +9,7 @@ import (
 	"github.com/imshard/imshard/app"
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/archive"
+	"github.com/imshard/imshard/modules/routing"
 )
 
 type shardArchiveOptions struct {
@@ -24,9 +25,13 @@ func newShardArchiveCmd(g *globals) *cobra.Command {
 		Long: `Checks that the month is sealed and proven complete, hashes every topic of its
 table, writes the month as Parquet (zstd, (topic, seqid) order, bloom filter on topic)
 and a JSON manifest to archive.url, reads the archive back and compares it with the
-table. Each step is recorded in the tenant's im_archives table: run the command
-again after an interruption and it resumes. --dry-run only runs the checks and
-counts. The month table is read, never changed.`,
+table, then marks the month archived (read from its archive from then on). Each
+step is recorded in the tenant's im_archives table: run the command again after
+an interruption and it resumes. Once archive.keep_table (at least the catalog
+caches' settle time) has passed since the mark, the month's table is dropped
+by the shard manager's patrol, or by this command run again for the month.
+--dry-run only runs the checks and counts. Until the drop the month table is
+read, never changed.`,
 		Example: "  imshard shard archive --tenant=acme --month=202601 --dry-run\n  imshard shard archive --tenant=acme --month=202601",
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -54,6 +59,13 @@ counts. The month table is read, never changed.`,
 				}
 				fmt.Fprintf(g.stdout, "tenant %s: month %s %s: %d rows in %d topics, %d bytes at %s\n",
 					o.tenant, m, rep.Step, rep.Rows, rep.Topics, rep.Bytes, rep.Key)
+				switch {
+				case rep.TableDropped:
+					fmt.Fprintf(g.stdout, "tenant %s: month %s: table %s dropped; the month is read from its archive\n", o.tenant, m, archiveTable(m))
+				case rep.Step == archive.StepMarked:
+					fmt.Fprintf(g.stdout, "tenant %s: month %s: table %s (if still there) is dropped once archive.keep_table (%s, at least %s) has passed since the mark, by the shard manager's patrol or by this command run again\n",
+						o.tenant, m, archiveTable(m), cfg.Archive.KeepTable, routing.RestoreSettle)
+				}
 				return nil
 			})
 		},
@@ -61,6 +73,15 @@ counts. The month table is read, never changed.`,
 	o.bind(c)
 	c.Flags().BoolVar(&o.dryRun, "dry-run", false, "only check and count; write nothing")
 	return c
+}
+
+// archiveTable is month m's table name.
+func archiveTable(m routing.Month) string {
+	t, err := routing.TableFor(m)
+	if err != nil {
+		return m.String()
+	}
+	return t.Name()
 }
 
 // archiveText is a month's archive progress in `shard list` ("" when the

@@ -9,9 +9,11 @@ import (
 // URL is a gocloud.dev/blob bucket URL: file:// (relative to the working
 // directory when it starts with file://./), s3:// (S3, MinIO, Ceph: add
 // endpoint and use_path_style), gs://, azblob://. KeepTable is how long an
-// archived month's table is to stay before it is dropped; no step drops it
-// yet (every read of an archived month — the API, the inbox, the route
-// check, retention's holds — reads its archive);
+// archived month's table stays after the mark before it is dropped (the
+// shard manager's patrol, or `shard archive` of the month run again; never
+// within routing.RestoreSettle of the mark): no read of an archived month
+// — the API, the inbox, the route check, retention's holds — goes to its
+// table;
 // RowsPerSecond throttles an archive's reads of the month table and a
 // restore's writes back into it (0: no limit). CacheBytes bounds each
 // process's cache of archived months' manifests and Parquet footers (the

@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net/http/httptest"
@@ -217,9 +218,9 @@ func coldInbox(t *testing.T, env *harness.Env, out map[string]string) {
 	}
 }
 
-// coldCompare walks the month from its table, archives it, takes the
-// table away (so any read that still went to it fails) and walks again:
-// every answer must be byte-identical.
+// coldCompare walks the month from its table, archives it, lets the
+// archive drop the table (so any read that still went to it fails) and
+// walks again: every answer must be byte-identical.
 func coldCompare(t *testing.T, bucket string, limits []int) {
 	env, old, ids := coldEnv(t, bucket)
 	window := url.Values{"from": {time.Now().Add(-24 * time.Hour).UTC().Format(time.RFC3339)},
@@ -230,10 +231,7 @@ func coldCompare(t *testing.T, bucket string, limits []int) {
 	if err != nil || rep.Step != archive.StepMarked {
 		t.Fatalf("archive: %+v %v", rep, err)
 	}
-	table, _ := routing.TableFor(old)
-	if _, err := env.DB.Exec("RENAME TABLE " + table.Quoted() + " TO `" + table.Name() + "_away`"); err != nil {
-		t.Fatal(err)
-	}
+	coldDrop(t, env, old)
 	coldSame(t, "table", before, "archive", coldWalk(t, env, ids, limits, window))
 	coldSame(t, "table", routesBefore, "archive", coldRoutes(t, env, old))
 }
@@ -270,6 +268,40 @@ func coldRoutes(t *testing.T, env *harness.Env, m routing.Month) map[string]stri
 		out["mirror "+r.Topic] = fmt.Sprint(r.MinSeq, r.MaxSeq, r.Count, r.MinCreatedAt.UTC(), r.MaxCreatedAt.UTC())
 	}
 	return out
+}
+
+// coldDrop waits until the archiver drops archived month m's table (due
+// routing.RestoreSettle after the mark with archive.keep_table 0; not
+// before) and checks it is gone, counted.
+func coldDrop(t *testing.T, env *harness.Env, m routing.Month) {
+	t.Helper()
+	ctx := context.Background()
+	arch := env.App.NewArchiver()
+	if dropped, err := arch.DropTables(ctx, env.Tenant); err != nil && !errors.Is(err, archive.ErrBusy) || len(dropped) != 0 {
+		t.Fatalf("a drop right after the mark, before every catalog cache saw it: %v %v", dropped, err)
+	}
+	table := mustTable(t, m)
+	exists := func() bool { return tableExists(t, env, table) }
+	if !exists() {
+		t.Fatalf("the table of %s went right after the mark", m)
+	}
+	// this run's drop, or the shard manager patrol's (which may come first)
+	deadline := time.Now().Add(routing.RestoreSettle + 10*time.Second)
+	for exists() {
+		if _, err := arch.DropTables(ctx, env.Tenant); err != nil && !errors.Is(err, archive.ErrBusy) {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the table of %s was not dropped %s after the mark", m, routing.RestoreSettle+10*time.Second)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got := rpMetric(t, env, "imshard_archive_tables_dropped_total"); got != 1 {
+		t.Fatalf("imshard_archive_tables_dropped_total %v", got)
+	}
+	if dropped, err := arch.DropTables(ctx, env.Tenant); err != nil || len(dropped) != 0 {
+		t.Fatalf("a second drop: %v %v", dropped, err)
+	}
 }
 
 // coldSame fails unless walks a and b (coldWalk) answered alike.

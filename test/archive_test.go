@@ -98,6 +98,16 @@ func tableChecksum(t *testing.T, env *harness.Env, table routing.Table) string {
 	return fmt.Sprint(sum.Int64)
 }
 
+// tableExists reports whether month table table is in the tenant database.
+func tableExists(t *testing.T, env *harness.Env, table routing.Table) bool {
+	t.Helper()
+	var n int
+	if err := env.DB.QueryRow("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?", table.Name()).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
 // archiveStep is the month's recorded archive step and catalog status.
 func archiveStep(t *testing.T, env *harness.Env, m routing.Month) (string, routing.Status) {
 	t.Helper()
@@ -514,5 +524,60 @@ func TestArchiveBenchCommand(t *testing.T) {
 		if code, out := runCLI(t, nil, append([]string{"--config", cfg, "bench", "archive", "--tenant", tenant}, bad...)...); code != 2 {
 			t.Fatalf("bench archive %v: exit %d, want 2\n%s", bad, code, out)
 		}
+	}
+}
+
+// The archive's last step drops the month's table: not before
+// archive.keep_table has passed since the mark (nor before every catalog
+// cache saw the mark, with keep_table 0); a kill -9 right before the DROP
+// leaves the month archived with its table, and running the command again
+// drops it; shard list says the table is dropped; the restore brings the
+// same table back.
+func TestArchiveDropsTheTableAfterKeepTableAndSurvivesAKill(t *testing.T) {
+	t.Parallel()
+	env, old, n := archivedMonth(t)
+	table, _ := routing.TableFor(old)
+	before := tableChecksum(t, env, table)
+	exists := func() bool { return tableExists(t, env, table) }
+	bucket := "file://" + t.TempDir()
+	cfg := func(keep string) string {
+		return tenantConfig(t, env.Tenant, "send: {produce_timeout: 500ms}\narchive: {url: \""+bucket+"\", keep_table: "+keep+"}\n")
+	}
+	keep0, keepHour := cfg("0s"), cfg("1h")
+	args := func(cfg string) []string {
+		return []string{"shard", "archive", "--config", cfg, "--tenant", env.Tenant, "--month", old.String()}
+	}
+	code, out := runCLI(t, nil, args(keep0)...)
+	if code != 0 || !strings.Contains(out, "month "+old.String()+" marked: "+fmt.Sprint(n)+" rows") || !strings.Contains(out, "is dropped once archive.keep_table") {
+		t.Fatalf("archive: %d\n%s", code, out)
+	}
+	if !exists() {
+		t.Fatal("the table went with the mark, before every catalog cache saw it")
+	}
+	time.Sleep(routing.RestoreSettle + 500*time.Millisecond)
+	if code, out := runCLI(t, nil, args(keepHour)...); code != 0 || strings.Contains(out, "dropped;") || !exists() {
+		t.Fatalf("a run within keep_table: %d exists %v\n%s", code, exists(), out)
+	}
+	if code, out := runCLI(t, []string{testhook.CrashArchiveEnv + "=" + archive.CrashDropping}, args(keep0)...); code == 0 {
+		t.Fatalf("killed before the drop: the run finished\n%s", out)
+	}
+	if step, status := archiveStep(t, env, old); step != archive.StepMarked || status != routing.StatusArchived || !exists() {
+		t.Fatalf("killed before the drop: step %q status %s table %v", step, status, exists())
+	}
+	if code, out := runCLI(t, nil, args(keep0)...); code != 0 || !strings.Contains(out, "table "+table.Name()+" dropped") || exists() {
+		t.Fatalf("the run after the kill: %d exists %v\n%s", code, exists(), out)
+	}
+	if code, out := runCLI(t, nil, args(keep0)...); code != 0 || strings.Contains(out, "dropped;") {
+		t.Fatalf("a run after the drop: %d\n%s", code, out)
+	}
+	if code, out := runCLI(t, nil, "shard", "list", "--config", keep0, "--tenant", env.Tenant); code != 0 || !strings.Contains(out, "archived (table dropped)") {
+		t.Fatalf("shard list: %d\n%s", code, out)
+	}
+	if code, out := runCLI(t, nil, "shard", "restore", "--config", keep0, "--tenant", env.Tenant, "--month", old.String()); code != 0 ||
+		!strings.Contains(out, fmt.Sprintf("restored and sealed: %d rows, %d written back", n, n)) {
+		t.Fatalf("restore of the dropped month: %d\n%s", code, out)
+	}
+	if after := tableChecksum(t, env, table); after != before {
+		t.Fatalf("the restored table differs: checksum %s, was %s", after, before)
 	}
 }

@@ -46,6 +46,10 @@ type Config struct {
 	// archive.sort_bytes).
 	SortDir   string
 	SortBytes int64
+	// KeepTable is how long an archived month's table stays after the
+	// mark before it is dropped (archive.keep_table; at least
+	// routing.RestoreSettle).
+	KeepTable time.Duration
 }
 
 // Params wires an Archiver.
@@ -121,6 +125,9 @@ type Report struct {
 	DryRun bool
 	// Export is how long this run's export took (0: it exported nothing).
 	Export time.Duration
+	// TableDropped: this run dropped the month's table (a run of a month
+	// marked at least archive.keep_table ago).
+	TableDropped bool
 }
 
 // TopicRange is one topic's part of the archive, in the manifest.
@@ -213,6 +220,12 @@ func (a *Archiver) archive(ctx context.Context, db *sql.DB, rep Report, err erro
 	tenant, m, dryRun := rep.Tenant, rep.Month, rep.DryRun
 	st, err := loadState(ctx, db, m)
 	if err != nil || st.step == StepMarked {
+		if err == nil && !dryRun {
+			// marked: what is left is the table's drop, once due
+			var dropped []routing.Month
+			dropped, err = a.dropDue(ctx, db, tenant, m)
+			rep.TableDropped = len(dropped) > 0
+		}
 		return report(rep, st), err
 	}
 	t, err := a.precheck(ctx, db, tenant, m)
@@ -301,6 +314,9 @@ func (a *Archiver) Apply(ctx context.Context, tenant string) error {
 			break
 		}
 		_, err = a.Archive(ctx, tenant, m, false)
+	}
+	if err == nil {
+		_, err = a.DropTables(ctx, tenant)
 	}
 	if errors.Is(err, ErrBusy) {
 		return nil // a command archives or restores the tenant now; the next patrol goes on

@@ -14,6 +14,7 @@ type metrics struct {
 	failures       *prometheus.CounterVec
 	monthsRestored prometheus.Counter
 	rowsRestored   prometheus.Counter
+	tablesDropped  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -26,6 +27,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		failures:       f.NewCounterVec(prometheus.CounterOpts{Name: "imshard_archive_failures_total", Help: "Patrol archive runs that failed (a month not finishing its archive: its step and last error are in shard list)."}, []string{"tenant"}),
 		monthsRestored: f.NewCounter(prometheus.CounterOpts{Name: "imshard_archive_months_restored_total", Help: "Archived months restored to MySQL and verified (shard restore)."}),
 		rowsRestored:   f.NewCounter(prometheus.CounterOpts{Name: "imshard_archive_rows_restored_total", Help: "Rows written back from archives into month tables by restores."}),
+		tablesDropped:  f.NewCounter(prometheus.CounterOpts{Name: "imshard_archive_tables_dropped_total", Help: "Month tables dropped from MySQL after their month was archived, verified and marked (archive.keep_table after the mark)."}),
 		exportSeconds:  f.NewHistogram(prometheus.HistogramOpts{Name: "imshard_archive_export_seconds", Help: "Duration of one month's export.", Buckets: prometheus.ExponentialBuckets(0.1, 2, 14)}),
 	}
 }
