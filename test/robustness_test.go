@@ -227,9 +227,10 @@ func (run *rbRun) behind() string {
 				break
 			}
 		}
-		// a deleted message is left out of pages: the top may be one
+		// a message deleted for all is left out of pages: the top may be
+		// one (a recalled one stays, as its tombstone: a walk must reach it)
 		for ; top > since; top-- {
-			if op := run.cl.one(0, 0, rbAdmin, topic, top, ""); !op.Acked() || op.Messages[0].Status == message.StatusNormal {
+			if op := run.cl.one(0, 0, rbAdmin, topic, top, ""); !op.Acked() || op.Messages[0].Status != message.StatusDeleted {
 				break
 			}
 		}
