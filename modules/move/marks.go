@@ -19,8 +19,10 @@ import (
 // tables are created from SHOW CREATE TABLE, which carries no trigger.
 //
 // The verification step clears the marks and the chunks' verified flags
-// in one transaction, then proves every chunk equal on both servers
-// (recopying those that differ), with nothing held. From then on a row
+// (clearMarks), then proves every chunk equal — on the target alone
+// against the source checksum recorded with the chunk when no write
+// marked it since, else on both servers — recopying those that differ,
+// with nothing held. From then on a row
 // that is not marked is as the verification saw it on both servers, so
 // the switch copies the marked rows before its fence (drainMarks) and,
 // behind it, copies and verifies only the rows marked since and the chunks
@@ -256,6 +258,11 @@ func (t table) sameWhere(ctx context.Context, src, dst *sql.DB, cond string, arg
 
 // unmark removes the marks read (by id: a mark added since stays).
 func (m *Mover) unmark(ctx context.Context, ids []int64) error {
+	return deleteMarks(ctx, m.src, ids)
+}
+
+// deleteMarks removes the marks of the ids, on db or in a transaction.
+func deleteMarks(ctx context.Context, q execQuerier, ids []int64) error {
 	const batch = 1000
 	for i := 0; i < len(ids); i += batch {
 		part := ids[i:min(i+batch, len(ids))]
@@ -263,7 +270,7 @@ func (m *Mover) unmark(ctx context.Context, ids []int64) error {
 		for j, id := range part {
 			args[j] = id
 		}
-		if _, err := m.src.ExecContext(ctx, "DELETE FROM im_tenant_move_marks WHERE id IN ("+
+		if _, err := q.ExecContext(ctx, "DELETE FROM im_tenant_move_marks WHERE id IN ("+
 			strings.TrimSuffix(strings.Repeat("?, ", len(part)), ", ")+")", args...); err != nil {
 			return fmt.Errorf("move: remove the marks copied: %w", err)
 		}
@@ -271,10 +278,11 @@ func (m *Mover) unmark(ctx context.Context, ids []int64) error {
 	return nil
 }
 
-// verifyAll is the verification step, before the switch: it clears the marks and
-// the chunks' verified flags, proves the tables nobody wrote since whole
-// (verifyTables), then compares every chunk left on both
-// servers, recopies the chunks that differ and compares them again, for
+// verifyAll is the verification step, before the switch: it clears the
+// marks and the chunks' verified flags (clearMarks), proves the tables
+// nobody wrote since whole (verifyTables), then compares every chunk left
+// (on the target only against its recorded source checksum, or on both
+// servers: sameChunk), recopies the chunks that differ and compares them again, for
 // up to CatchUpRounds rounds; a chunk still differing is left unverified
 // for the switch. Chunks partition each table's key space (the first and
 // the last are open-ended), and a checksum holds the chunk's row count, so
@@ -284,38 +292,14 @@ func (m *Mover) verifyAll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// the marks written since the plan go first, in batches: the clear
-	// below holds the writers' new marks back while it runs, so it must
-	// find few
-	for {
-		res, err := m.src.ExecContext(ctx, "DELETE FROM im_tenant_move_marks ORDER BY id LIMIT 10000")
-		if err != nil {
-			return fmt.Errorf("move: clear the marks: %w", err)
-		}
-		if n, _ := res.RowsAffected(); n < 10000 {
-			break
-		}
-	}
-	tx, err := m.src.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, "DELETE FROM im_tenant_move_marks"); err != nil {
-		_ = tx.Rollback()
-		return fmt.Errorf("move: clear the marks: %w", err)
-	}
-	if _, err := tx.ExecContext(ctx, "UPDATE im_tenant_move_chunks SET verified = 0"); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
+	if err := m.clearMarks(ctx); err != nil {
 		return err
 	}
 	if err := m.verifyTables(ctx, tables); err != nil {
 		return err
 	}
 	for round := 0; round < m.o.CatchUpRounds; round++ {
-		differ, err := m.verifyChunks(ctx, tables)
+		differ, err := m.verifyChunks(ctx, tables, true)
 		if err != nil {
 			return err
 		}
@@ -330,9 +314,10 @@ func (m *Mover) verifyAll(ctx context.Context) error {
 }
 
 // verifyTables is the verification's first pass, over whole tables: a
-// table of two chunks or more, none of them proven and none of its rows
-// marked since the marks were cleared (a sealed month, a reference table:
-// what nobody writes), is compared by its CHECKSUM TABLE on both servers
+// table of two chunks or more, none of them proven or with its recorded
+// checksum blanked (the per-chunk pass records it again), and none of its
+// rows marked since the marks were cleared (a sealed month, a reference
+// table: what nobody writes), is compared by its CHECKSUM TABLE on both servers
 // at once, and when the two agree all its chunks are flagged verified in
 // one statement. The server computes that sum in C over the rows' stored
 // bytes, several times cheaper per row than the chunk checksum's SQL
@@ -342,19 +327,19 @@ func (m *Mover) verifyAll(ctx context.Context) error {
 // killed here has flagged the tables compared before; the step runs again
 // from its start anyway (it clears the flags).
 func (m *Mover) verifyTables(ctx context.Context, tables []table) error {
-	rows, err := m.src.QueryContext(ctx, "SELECT table_name, COUNT(*), SUM(verified) FROM im_tenant_move_chunks GROUP BY table_name")
+	rows, err := m.src.QueryContext(ctx, "SELECT table_name, COUNT(*), SUM(verified) + SUM(checksum = '') FROM im_tenant_move_chunks GROUP BY table_name")
 	if err != nil {
 		return err
 	}
 	whole := map[string]bool{}
 	for rows.Next() {
 		var name string
-		var n, verified int64
-		if err := rows.Scan(&name, &n, &verified); err != nil {
+		var n, verifiedOrBlank int64
+		if err := rows.Scan(&name, &n, &verifiedOrBlank); err != nil {
 			rows.Close()
 			return err
 		}
-		whole[name] = n >= 2 && verified == 0
+		whole[name] = n >= 2 && verifiedOrBlank == 0
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -412,13 +397,15 @@ const (
 	verifyFlagBatch = 64
 )
 
-// verifyChunks compares the unverified chunks on both servers, flags the
+// verifyChunks compares the unverified chunks on both servers (with
+// stored set, a chunk holding a recorded source checksum on the target
+// only: see sameChunk), flags the
 // equal ones verified and returns the others. verifyWorkers chunks are
 // compared at once, each chunk's two checksums read at once; the flags
 // are written verifyFlagBatch at a time (a flag lost with a killed mover
 // only costs that chunk's comparison behind the fence: a row changed
 // after its comparison is marked either way).
-func (m *Mover) verifyChunks(ctx context.Context, tables []table) ([]storedChunk, error) {
+func (m *Mover) verifyChunks(ctx context.Context, tables []table, stored bool) ([]storedChunk, error) {
 	byName := tablesByName(tables)
 	pending, err := m.chunks(ctx, "verified = 0")
 	if err != nil {
@@ -458,10 +445,11 @@ func (m *Mover) verifyChunks(ctx context.Context, tables []table) ([]storedChunk
 		g.Go(func() error {
 			defer workers.Done()
 			for c := range todo {
-				same, err := m.sameChunk(gctx, byName[c.table], c.chunk)
+				same, fresh, err := m.sameChunk(gctx, byName[c.table], c, stored)
 				if err != nil {
 					return err
 				}
+				c.checksum = fresh
 				select {
 				case done <- compared{c, same}:
 				case <-gctx.Done():
@@ -493,14 +481,22 @@ func (m *Mover) verifyChunks(ctx context.Context, tables []table) ([]storedChunk
 	return differ, m.flagVerified(ctx, equal)
 }
 
-// sameChunk compares the chunk's checksums, read on both servers at once.
-func (m *Mover) sameChunk(ctx context.Context, t table, c chunk) (bool, error) {
-	sum, dsum, err := onBoth(m.src, m.dst, func(db *sql.DB) (string, error) { return t.checksum(ctx, db, c) })
-	return err == nil && sum == dsum, err
+// sameChunk compares the chunk on both servers, its two checksums read
+// at once, and returns the source's (fresh); with stored set a chunk
+// holding a recorded source checksum is compared on the target only,
+// against it (see clearMarks), and fresh is empty.
+func (m *Mover) sameChunk(ctx context.Context, t table, c storedChunk, stored bool) (same bool, fresh string, err error) {
+	if stored && c.copied && c.checksum != "" {
+		dsum, err := t.checksum(ctx, m.dst, c.chunk)
+		return err == nil && dsum == c.checksum, "", err
+	}
+	sum, dsum, err := onBoth(m.src, m.dst, func(db *sql.DB) (string, error) { return t.checksum(ctx, db, c.chunk) })
+	return err == nil && sum == dsum, sum, err
 }
 
 // flagVerified flags the chunks verified, in one statement that also
-// says the move progresses (its record's time, ImshardMoveStalled).
+// says the move progresses (its record's time, ImshardMoveStalled), and
+// records the source checksum of those compared on both servers.
 func (m *Mover) flagVerified(ctx context.Context, chunks []storedChunk) error {
 	if len(chunks) == 0 {
 		return nil
@@ -518,6 +514,15 @@ func (m *Mover) flagVerified(ctx context.Context, chunks []storedChunk) error {
 	if _, err := tx.ExecContext(ctx, "UPDATE im_tenant_move_chunks SET verified = 1 WHERE "+strings.Join(conds, " OR "), args...); err != nil {
 		_ = tx.Rollback()
 		return err
+	}
+	for _, c := range chunks {
+		if c.checksum == "" {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, "UPDATE im_tenant_move_chunks SET checksum = ? WHERE table_name = ? AND chunk_no = ?", c.checksum, c.table, c.no); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
 	}
 	if _, err := tx.ExecContext(ctx, "UPDATE im_tenant_move SET updated_at = CURRENT_TIMESTAMP(3) WHERE id = 1"); err != nil {
 		_ = tx.Rollback()
@@ -577,7 +582,7 @@ func (m *Mover) fencedSync(ctx context.Context) error {
 	if m.work.Compared, err = m.unverified(ctx); err != nil {
 		return err
 	}
-	differ, err := m.verifyChunks(ctx, tables)
+	differ, err := m.verifyChunks(ctx, tables, false)
 	if err != nil {
 		return err
 	}
@@ -585,7 +590,7 @@ func (m *Mover) fencedSync(ctx context.Context) error {
 	if err := m.copyChunks(ctx, tables, differ); err != nil {
 		return err
 	}
-	if differ, err = m.verifyChunks(ctx, tables); err != nil {
+	if differ, err = m.verifyChunks(ctx, tables, false); err != nil {
 		return err
 	}
 	if len(differ) > 0 {

@@ -1,8 +1,9 @@
 // Package move moves a live tenant's database to another MySQL server:
 // plan, copy in primary key chunks checksummed in the database on both
 // sides, catch up on the chunks whose checksum changed, verify every chunk
-// on both servers (a table nobody writes, a sealed month, whole by
-// CHECKSUM TABLE), then switch behind the fence (the source refuses
+// (a table nobody writes, a sealed month, whole by CHECKSUM TABLE on both
+// servers; a chunk nobody wrote since its source checksum was recorded on
+// the target only), then switch behind the fence (the source refuses
 // writers of the old epoch): copy and verify only the rows changed since
 // the verification (marked by triggers on the source), and write the new
 // placement record. Its state lives in the source database (im_tenant_move,

@@ -45,14 +45,18 @@ func verifySetup(t *testing.T) (*Mover, string) {
 	return m, name
 }
 
-// verifyOnce runs the verification's two passes on every chunk, as
-// verifyAll's first round does: whether the whole-table pass proved the
+// verifyOnce runs the verification's first round as verifyAll does: the
+// marks cleared, then (after written, when set) the whole-table pass and
+// the per-chunk pass. It returns whether the whole-table pass proved the
 // table, and the chunks the per-chunk pass found differing.
-func verifyOnce(t *testing.T, m *Mover, name string) (bool, []storedChunk) {
+func verifyOnce(t *testing.T, m *Mover, name string, written func()) (bool, []storedChunk) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := m.src.ExecContext(ctx, "UPDATE im_tenant_move_chunks SET verified = 0"); err != nil {
+	if err := m.clearMarks(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if written != nil {
+		written()
 	}
 	tables, err := listTables(ctx, m.src)
 	if err != nil {
@@ -65,7 +69,7 @@ func verifyOnce(t *testing.T, m *Mover, name string) (bool, []storedChunk) {
 	if err := m.src.QueryRowContext(ctx, "SELECT COUNT(*) FROM im_tenant_move_chunks WHERE table_name = ? AND verified = 0", name).Scan(&left); err != nil {
 		t.Fatal(err)
 	}
-	differ, err := m.verifyChunks(ctx, tables)
+	differ, err := m.verifyChunks(ctx, tables, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +96,7 @@ func TestVerificationFindsEveryCorruption(t *testing.T) {
 		t.Fatal(err)
 	}
 	tbl := tablesByName(tables)[name]
-	if whole, differ := verifyOnce(t, m, name); !whole || len(differ) != 0 {
+	if whole, differ := verifyOnce(t, m, name, nil); !whole || len(differ) != 0 {
 		t.Fatalf("after the copy: whole-table pass proved %v, chunks differing %d; want true, 0", whole, len(differ))
 	}
 	corrupt := func(what string, q string, args ...any) {
@@ -104,7 +108,7 @@ func TestVerificationFindsEveryCorruption(t *testing.T) {
 		if n, _ := res.RowsAffected(); n != 1 {
 			t.Fatalf("%s: %d rows changed, want 1", what, n)
 		}
-		whole, differ := verifyOnce(t, m, name)
+		whole, differ := verifyOnce(t, m, name, nil)
 		if whole {
 			t.Errorf("%s: the whole-table pass proved the table equal", what)
 		}
@@ -124,7 +128,7 @@ func TestVerificationFindsEveryCorruption(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if whole, differ := verifyOnce(t, m, name); !whole || len(differ) != 0 {
+		if whole, differ := verifyOnce(t, m, name, nil); !whole || len(differ) != 0 {
 			t.Fatalf("%s, repaired: whole-table pass %v, chunks differing %d", what, whole, len(differ))
 		}
 	}
@@ -155,26 +159,18 @@ func TestVerificationFindsEveryCorruption(t *testing.T) {
 		}
 		corrupt("one byte of "+col, "UPDATE "+quote(name)+" SET "+set+" WHERE message_id = ?", row)
 	}
-	if _, err := m.src.ExecContext(ctx, "UPDATE "+quote(name)+" SET client_msg_id = '' WHERE message_id = 1200"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.src.ExecContext(ctx, "DELETE FROM im_tenant_move_marks"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.dst.ExecContext(ctx, "UPDATE "+quote(name)+" SET client_msg_id = '' WHERE message_id = 1200"); err != nil {
-		t.Fatal(err)
+	for _, db := range []*sql.DB{m.src, m.dst} {
+		if _, err := db.ExecContext(ctx, "UPDATE "+quote(name)+" SET client_msg_id = '' WHERE message_id = 1200"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	corrupt("an empty string made NULL", "UPDATE "+quote(name)+" SET client_msg_id = NULL WHERE message_id = 1200")
 	corrupt("a missing row", "DELETE FROM "+quote(name)+" WHERE message_id = 1077")
 	// message_id 1077 is the only free key inside the chunks once the row is gone
-	if _, err := m.dst.ExecContext(ctx, "DELETE FROM "+quote(name)+" WHERE message_id = 1077"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.src.ExecContext(ctx, "DELETE FROM "+quote(name)+" WHERE message_id = 1077"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.src.ExecContext(ctx, "DELETE FROM im_tenant_move_marks"); err != nil {
-		t.Fatal(err)
+	for _, db := range []*sql.DB{m.src, m.dst} {
+		if _, err := db.ExecContext(ctx, "DELETE FROM "+quote(name)+" WHERE message_id = 1077"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	extra := "INSERT INTO " + quote(name) + " (message_id, topic, group_id, seqid, from_user, created_at, updated_at) VALUES (?, 'extra', 1, ?, 1, NOW(3), NOW(3))"
 	corrupt("an extra row inside a chunk", extra, 1077, 1077)
@@ -182,13 +178,107 @@ func TestVerificationFindsEveryCorruption(t *testing.T) {
 
 	// written on the source since the marks were cleared: left to the
 	// chunks, which find it equal (the write was undone)
-	if _, err := m.src.ExecContext(ctx, "UPDATE "+quote(name)+" SET version = version + 1 WHERE message_id = 1010"); err != nil {
-		t.Fatal(err)
+	undone := func() {
+		for _, q := range []string{"version + 1", "version - 1"} {
+			if _, err := m.src.ExecContext(ctx, "UPDATE "+quote(name)+" SET version = "+q+" WHERE message_id = 1010"); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	if _, err := m.src.ExecContext(ctx, "UPDATE "+quote(name)+" SET version = version - 1 WHERE message_id = 1010"); err != nil {
-		t.Fatal(err)
-	}
-	if whole, differ := verifyOnce(t, m, name); whole || len(differ) != 0 {
+	if whole, differ := verifyOnce(t, m, name, undone); whole || len(differ) != 0 {
 		t.Fatalf("a marked table: whole-table pass proved %v, chunks differing %d; want false, 0", whole, len(differ))
+	}
+}
+
+// TestVerificationSeesTheSourceChangedSinceTheCopy: a chunk is compared
+// on the target only against the source checksum recorded at its copy,
+// unless a row of it was written since. Rows of the source written after
+// the copy (marked) make their chunks differ in the next verification
+// even when the marks were cleared by a verification killed right after
+// (their chunks' recorded checksums stay blank), and only those chunks:
+// the others are proven on the target alone.
+func TestVerificationSeesTheSourceChangedSinceTheCopy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, name := verifySetup(t)
+	exec := func(q string) {
+		t.Helper()
+		if _, err := m.src.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec("UPDATE " + quote(name) + " SET content = '{\"text\":\"changed\"}' WHERE message_id = 1030")
+	exec("DELETE FROM " + quote(name) + " WHERE message_id = 1180")
+	// a verification killed after it cleared the marks
+	if err := m.clearMarks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var blank int
+	if err := m.src.QueryRowContext(ctx, "SELECT COUNT(*) FROM im_tenant_move_chunks WHERE table_name = ? AND checksum = ''", name).Scan(&blank); err != nil {
+		t.Fatal(err)
+	}
+	if blank != 2 {
+		t.Fatalf("%d chunks blanked, want the 2 written", blank)
+	}
+	whole, differ := verifyOnce(t, m, name, nil)
+	if whole {
+		t.Fatal("the whole-table pass proved a table whose source changed")
+	}
+	var nos []int
+	for _, c := range differ {
+		nos = append(nos, c.no)
+	}
+	sort.Ints(nos)
+	// chunks of 50 keys from 1001: 1030 in chunk 0, 1180 in chunk 3
+	if fmt.Sprint(nos) != "[0 3]" {
+		t.Fatalf("chunks differing %v, want [0 3]", nos)
+	}
+	tables, err := listTables(ctx, m.src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.copyChunks(ctx, tables, differ); err != nil {
+		t.Fatal(err)
+	}
+	if whole, differ := verifyOnce(t, m, name, nil); !whole || len(differ) != 0 {
+		t.Fatalf("after the copy: whole-table pass %v, chunks differing %d", whole, len(differ))
+	}
+}
+
+// TestChunkIndexOf: a marked key of one integer column falls in the one
+// chunk holding it (the last chunk open-ended); any other key in every
+// chunk of its table.
+func TestChunkIndexOf(t *testing.T) {
+	idx := newChunkIndex([]storedChunk{
+		{chunk: chunk{no: 1, lo: []any{int64(10)}, hi: []any{int64(20)}}, table: "a"},
+		{chunk: chunk{no: 0, hi: []any{int64(10)}}, table: "a"},
+		{chunk: chunk{no: 2, lo: []any{int64(20)}}, table: "a"},
+		{chunk: chunk{no: 0, hi: []any{"m", int64(3)}}, table: "b"},
+		{chunk: chunk{no: 1, lo: []any{"m", int64(3)}}, table: "b"},
+	})
+	for _, tc := range []struct {
+		table string
+		key   []any
+		want  string
+	}{
+		{"a", []any{int64(-5)}, "[0]"},
+		{"a", []any{int64(10)}, "[0]"},
+		{"a", []any{int64(11)}, "[1]"},
+		{"a", []any{int64(20)}, "[1]"},
+		{"a", []any{int64(21)}, "[2]"},
+		{"a", []any{"x"}, "[0 1 2]"},
+		{"b", []any{"a", int64(1)}, "[0 1]"},
+		{"c", []any{int64(1)}, "[]"},
+	} {
+		got := map[int]bool{}
+		idx.of(tc.table, tc.key, got)
+		var nos []int
+		for no := range got {
+			nos = append(nos, no)
+		}
+		sort.Ints(nos)
+		if s := fmt.Sprint(nos); s != tc.want {
+			t.Errorf("%s %v: chunks %s, want %s", tc.table, tc.key, s, tc.want)
+		}
 	}
 }
