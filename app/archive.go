@@ -11,7 +11,8 @@ func (a *App) NewArchiver() *archive.Archiver {
 	}
 	c.archiver = archive.New(archive.Params{
 		Config: archive.Config{URL: a.Config.Archive.URL, RowsPerSecond: a.Config.Archive.RowsPerSecond,
-			SortDir: a.Config.Archive.SortDir, SortBytes: a.Config.Archive.SortBytes, KeepTable: a.Config.Archive.KeepTable},
+			SortDir: a.Config.Archive.SortDir, SortBytes: a.Config.Archive.SortBytes, KeepTable: a.Config.Archive.KeepTable,
+			IdempotencyTTL: a.Config.Send.IdempotencyTTL},
 		DBs:            c.pools,
 		Catalog:        c.catalog,
 		Redis:          c.redis,

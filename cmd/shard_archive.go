@@ -63,8 +63,8 @@ read, never changed.`,
 				case rep.TableDropped:
 					fmt.Fprintf(g.stdout, "tenant %s: month %s: table %s dropped; the month is read from its archive\n", o.tenant, m, archiveTable(m))
 				case rep.Step == archive.StepMarked:
-					fmt.Fprintf(g.stdout, "tenant %s: month %s: table %s (if still there) is dropped once archive.keep_table (%s, at least %s) has passed since the mark, by the shard manager's patrol or by this command run again\n",
-						o.tenant, m, archiveTable(m), cfg.Archive.KeepTable, routing.RestoreSettle)
+					fmt.Fprintf(g.stdout, "tenant %s: month %s: table %s (if still there) is dropped once archive.keep_table (%s, at least %s) has passed since the mark and send.idempotency_ttl + send.produce_timeout (%s) since the month's end, by the shard manager's patrol or by this command run again\n",
+						o.tenant, m, archiveTable(m), cfg.Archive.KeepTable, routing.RestoreSettle, cfg.Send.IdempotencyTTL+cfg.Send.ProduceTimeout)
 				}
 				return nil
 			})

@@ -540,10 +540,15 @@ func TestArchiveDropsTheTableAfterKeepTableAndSurvivesAKill(t *testing.T) {
 	before := tableChecksum(t, env, table)
 	exists := func() bool { return tableExists(t, env, table) }
 	bucket := "file://" + t.TempDir()
-	cfg := func(keep string) string {
-		return tenantConfig(t, env.Tenant, "send: {produce_timeout: 500ms}\narchive: {url: \""+bucket+"\", keep_table: "+keep+"}\n")
+	cfgTTL := func(keep, ttl string) string {
+		return tenantConfig(t, env.Tenant, "send: {produce_timeout: 500ms, idempotency_ttl: "+ttl+"}\narchive: {url: \""+bucket+"\", keep_table: "+keep+"}\n")
 	}
+	cfg := func(keep string) string { return cfgTTL(keep, "24h") }
 	keep0, keepHour := cfg("0s"), cfg("1h")
+	// a retry may still look for its first send in the table this long
+	// after the month's end: the table stays, whatever keep_table says
+	end := time.Date(old.Year(), time.Month(old.Num())+1, 1, 0, 0, 0, 0, time.UTC)
+	inReach := cfgTTL("0s", (time.Since(end) + time.Hour).Round(time.Hour).String())
 	args := func(cfg string) []string {
 		return []string{"shard", "archive", "--config", cfg, "--tenant", env.Tenant, "--month", old.String()}
 	}
@@ -557,6 +562,9 @@ func TestArchiveDropsTheTableAfterKeepTableAndSurvivesAKill(t *testing.T) {
 	time.Sleep(routing.RestoreSettle + 500*time.Millisecond)
 	if code, out := runCLI(t, nil, args(keepHour)...); code != 0 || strings.Contains(out, "dropped;") || !exists() {
 		t.Fatalf("a run within keep_table: %d exists %v\n%s", code, exists(), out)
+	}
+	if code, out := runCLI(t, nil, args(inReach)...); code != 0 || strings.Contains(out, "dropped;") || !exists() {
+		t.Fatalf("a run with the month's end within send.idempotency_ttl: %d exists %v\n%s", code, exists(), out)
 	}
 	if code, out := runCLI(t, []string{testhook.CrashArchiveEnv + "=" + archive.CrashDropping}, args(keep0)...); code == 0 {
 		t.Fatalf("killed before the drop: the run finished\n%s", out)

@@ -50,6 +50,12 @@ type Config struct {
 	// mark before it is dropped (archive.keep_table; at least
 	// routing.RestoreSettle).
 	KeepTable time.Duration
+	// IdempotencyTTL is send.idempotency_ttl: a retry within it whose
+	// idempotency record Redis lost is looked for in the tables of the
+	// active month and the one before, and a missing table reads as "not
+	// sent", so no month's table is dropped before the TTL (and the
+	// produce timeout) has passed since the month's end (dropDue).
+	IdempotencyTTL time.Duration
 }
 
 // Params wires an Archiver.

@@ -25,9 +25,19 @@ func (a *Archiver) dropWait() int64 {
 	return max(a.p.Config.KeepTable, routing.RestoreSettle).Microseconds()
 }
 
+// retryReach is how long after a month's end a send's retry may still look
+// for its first send in the month's table: send.idempotency_ttl after the
+// first send, which the produce timeout may have kept from being answered.
+// A month's table is never dropped within it, whatever keep_table says —
+// the retry would read the missing table as "not sent" and store the
+// message twice.
+func (a *Archiver) retryReach() int64 {
+	return (a.p.Config.IdempotencyTTL + a.p.ProduceTimeout).Microseconds()
+}
+
 // dropDue drops the tables of the tenant's archived months (only, when not
-// zero) whose wait (dropWait) has passed since their mark, and returns the
-// months dropped. The caller holds the tenant's archive lock: no restore
+// zero) whose wait (dropWait) has passed since their mark and whose end
+// is out of a retry's reach (retryReach), and returns the months dropped. The caller holds the tenant's archive lock: no restore
 // re-creates a table meanwhile, and a month restored before is sealed
 // again, its im_archives row gone. Dropping is the last step of an archive
 // and is idempotent: a run killed before or during the DROP leaves the
@@ -39,6 +49,7 @@ func (a *Archiver) dropDue(ctx context.Context, db *sql.DB, tenant string, only 
 		Join("information_schema.TABLES t ON t.TABLE_SCHEMA = DATABASE() AND t.TABLE_NAME = CONCAT(?, a.shard_month)", "im_group_messages_").
 		Where(sq.Eq{"a.step": StepMarked}).
 		Where("a.marked_at <= UTC_TIMESTAMP(3) - INTERVAL ? MICROSECOND", a.dropWait()).
+		Where("STR_TO_DATE(CONCAT(a.shard_month, '01'), '%Y%m%d') + INTERVAL 1 MONTH <= UTC_TIMESTAMP(3) - INTERVAL ? MICROSECOND", a.retryReach()).
 		OrderBy("a.shard_month")
 	if !only.IsZero() {
 		q = q.Where(sq.Eq{"a.shard_month": only.String()})
