@@ -214,7 +214,7 @@ func (m *Mover) copyMarked(ctx context.Context, tables []table, mk marked, verif
 		}
 		for i := 0; i < len(keys); i += keyBatch {
 			cond, args := t.keysWhere(keys[i:min(i+keyBatch, len(keys))])
-			rowsN, bytesN, err := t.copyWhere(ctx, m.src, m.dst, cond, args)
+			rowsN, bytesN, _, err := t.copyWhere(ctx, m.src, m.dst, cond, args)
 			if err != nil {
 				return err
 			}
@@ -240,13 +240,9 @@ func (m *Mover) unverified(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// sameWhere compares the rows cond selects on both servers.
+// sameWhere compares the rows cond selects on both servers, read at once.
 func (t table) sameWhere(ctx context.Context, src, dst *sql.DB, cond string, args []any) error {
-	a, err := t.checksumWhere(ctx, src, cond, args)
-	if err != nil {
-		return err
-	}
-	b, err := t.checksumWhere(ctx, dst, cond, args)
+	a, b, err := onBoth(src, dst, func(db *sql.DB) (string, error) { return t.checksumWhere(ctx, db, cond, args) })
 	if err != nil {
 		return err
 	}
@@ -320,8 +316,7 @@ func (m *Mover) verifyAll(ctx context.Context) error {
 // table: what nobody writes), is compared by its CHECKSUM TABLE on both servers
 // at once, and when the two agree all its chunks are flagged verified in
 // one statement. The server computes that sum in C over the rows' stored
-// bytes, several times cheaper per row than the chunk checksum's SQL
-// expression; a table that differs (written meanwhile, or a row wrong on
+// bytes as it reads them, with nothing sent; a table that differs (written meanwhile, or a row wrong on
 // the target) is left to the per-chunk comparison, which finds the
 // chunks to copy. verifyWorkers tables are compared at once. A mover
 // killed here has flagged the tables compared before; the step runs again

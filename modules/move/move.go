@@ -1,6 +1,6 @@
 // Package move moves a live tenant's database to another MySQL server:
-// plan, copy in primary key chunks checksummed in the database on both
-// sides, catch up on the chunks whose checksum changed, verify every chunk
+// plan, copy in primary key chunks, each checksummed over the rows its copy
+// read (a CRC-64 this process computes as the rows stream by), catch up on the chunks whose checksum changed, verify every chunk
 // (a table nobody writes, a sealed month, whole by CHECKSUM TABLE on both
 // servers; a chunk nobody wrote since its source checksum was recorded on
 // the target only), then switch behind the fence (the source refuses
@@ -709,8 +709,11 @@ func (m *Mover) between(ctx context.Context) error {
 	}
 }
 
-// copyChunks copies the chunks, source checksum first (a row changed after
-// it makes the next comparison differ and the chunk copied again).
+// copyChunks copies the chunks and records with each the checksum of the
+// rows its copy read (what the target then holds; a row changed on the
+// source after that read is marked, and makes the next comparison on both
+// servers differ). A reverse move first compares the chunk on both
+// servers and copies it only when it differs.
 func (m *Mover) copyChunks(ctx context.Context, tables []table, chunks []storedChunk) error {
 	byName := tablesByName(tables)
 	for _, c := range chunks {
@@ -721,23 +724,23 @@ func (m *Mover) copyChunks(ctx context.Context, tables []table, chunks []storedC
 		if !ok {
 			return fmt.Errorf("move: table %s left the source during the move", c.table)
 		}
-		sum, err := t.checksum(ctx, m.src, c.chunk)
-		if err != nil {
-			return err
-		}
 		var rowsN, bytesN int64
+		var sum string
 		same := false
 		if m.st.Reverse {
 			// the target holds the move's old copy: what did not change
 			// since the switch is there already
-			dsum, err := t.checksum(ctx, m.dst, c.chunk)
+			var dsum string
+			var err error
+			sum, dsum, err = onBoth(m.src, m.dst, func(db *sql.DB) (string, error) { return t.checksum(ctx, db, c.chunk) })
 			if err != nil {
 				return err
 			}
 			same = dsum == sum
 		}
 		if !same {
-			if rowsN, bytesN, err = t.copyChunk(ctx, m.src, m.dst, c.chunk); err != nil {
+			var err error
+			if rowsN, bytesN, sum, err = t.copyChunk(ctx, m.src, m.dst, c.chunk); err != nil {
 				return err
 			}
 		}

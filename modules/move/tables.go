@@ -3,9 +3,13 @@ package move
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc64"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // skipped are the tables a move does not copy: the schema versions and the
@@ -166,19 +170,6 @@ func (t table) past(op, last string, key []any) (string, []any) {
 	return "(" + strings.Join(terms, " OR ") + ")", args
 }
 
-// rowHash is a row's CRC32 over every column's bytes and its NULL marks,
-// computed by the server.
-func (t table) rowHash() string {
-	parts := make([]string, 0, len(t.cols)+1)
-	nulls := make([]string, len(t.cols))
-	for i, c := range t.cols {
-		parts = append(parts, "CAST("+quote(c)+" AS BINARY)")
-		nulls[i] = "ISNULL(" + quote(c) + ")"
-	}
-	parts = append(parts, "CONCAT("+strings.Join(nulls, ", ")+")")
-	return "CRC32(CONCAT_WS(0x1f, " + strings.Join(parts, ", ") + "))"
-}
-
 // keysWhere is the condition of the rows whose primary keys are keys.
 func (t table) keysWhere(keys [][]any) (string, []any) {
 	one := make([]string, len(t.pk))
@@ -195,25 +186,128 @@ func (t table) keysWhere(keys [][]any) (string, []any) {
 	return strings.Join(conds, " OR "), args
 }
 
-// checksum is the rows' count, CRC sum and CRC xor in the range, computed
-// in the database.
+// checksum is the chunk's rows' count and hash (see chunkSum) on db.
 func (t table) checksum(ctx context.Context, db *sql.DB, c chunk) (string, error) {
 	cond, args := t.where(c)
 	return t.checksumWhere(ctx, db, cond, args)
 }
 
-// checksumWhere is checksum over the rows cond selects. Each row's hash
-// is computed once, in a derived table its LIMIT keeps from being merged
-// into the outer query (merged, the sum and the xor would each compute
-// it: twice the work, for the same three numbers).
+// checksumWhere is the count and hash (see chunkSum) of the rows cond selects,
+// read once in primary key order and hashed here: the server only reads
+// and sends them, with no expression per row.
 func (t table) checksumWhere(ctx context.Context, db *sql.DB, cond string, args []any) (string, error) {
-	var n, sum, xor int64
-	q := "SELECT COUNT(*), COALESCE(SUM(h), 0), COALESCE(BIT_XOR(h), 0) FROM (SELECT " + t.rowHash() + " AS h FROM " + quote(t.name) +
-		" WHERE " + cond + " LIMIT 18446744073709551615) AS hashed"
-	if err := db.QueryRowContext(ctx, q, args...).Scan(&n, &sum, &xor); err != nil {
+	rows, err := db.QueryContext(ctx, t.selectWhere(cond), args...)
+	if err != nil {
 		return "", fmt.Errorf("move: checksum %s: %w", t.name, err)
 	}
-	return fmt.Sprintf("%d:%d:%d", n, sum, xor), nil
+	defer rows.Close()
+	raw := make([]sql.RawBytes, len(t.cols))
+	ptrs := make([]any, len(t.cols))
+	for i := range raw {
+		ptrs[i] = &raw[i]
+	}
+	var s chunkSum
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return "", fmt.Errorf("move: checksum %s: %w", t.name, err)
+		}
+		s.row(raw)
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("move: checksum %s: %w", t.name, err)
+	}
+	return s.String(), nil
+}
+
+// selectWhere reads every column of the rows cond selects in primary key
+// order: the copy's read and the checksum's, so both see the same values
+// of the same types (the same protocol for the same arguments).
+func (t table) selectWhere(cond string) string {
+	return "SELECT " + quoteAll(t.cols) + " FROM " + quote(t.name) + " WHERE " + cond + " ORDER BY " + quoteAll(t.pk)
+}
+
+// sumVersion prefixes every checksum chunkSum writes: a checksum recorded by a
+// mover that computed it another way never equals one of this kind, so its
+// chunk is compared on both servers (or copied) again, never taken as equal.
+const sumVersion = "h1"
+
+var crcTable = crc64.MakeTable(crc64.ECMA)
+
+// chunkSum is a chunk's checksum: its row count and a CRC-64 of its rows in
+// primary key order, each row written as every column's NULL mark (0) or
+// 1, its length and its bytes as the server sends them. The copy computes
+// it over the rows it reads (row values), the verification over the rows
+// it reads on either server (rows read as raw bytes); a changed byte in
+// any column, NULL for an empty string, a missing, an extra or a moved
+// row changes it.
+type chunkSum struct {
+	n   int64
+	crc uint64
+	buf []byte
+}
+
+// row adds a row read as raw bytes (nil: NULL).
+func (s *chunkSum) row(cols []sql.RawBytes) {
+	s.buf = s.buf[:0]
+	for _, c := range cols {
+		s.buf = appendCol(s.buf, c, c == nil)
+	}
+	s.add()
+}
+
+// values adds a row read as the driver's values. Each is turned into the
+// bytes database/sql gives a sql.RawBytes for it (numbers in decimal as
+// strconv formats them, a time in RFC 3339 with nanoseconds), so the
+// copy's checksum of a row equals the verification's.
+func (s *chunkSum) values(vals []any) error {
+	s.buf = s.buf[:0]
+	var scratch [32]byte
+	for _, v := range vals {
+		var b []byte
+		switch x := v.(type) {
+		case nil:
+		case []byte:
+			b = x
+		case string:
+			b = []byte(x)
+		case int64:
+			b = strconv.AppendInt(scratch[:0], x, 10)
+		case uint64:
+			b = strconv.AppendUint(scratch[:0], x, 10)
+		case float64:
+			b = strconv.AppendFloat(scratch[:0], x, 'g', -1, 64)
+		case float32:
+			b = strconv.AppendFloat(scratch[:0], float64(x), 'g', -1, 32)
+		case bool:
+			b = strconv.AppendBool(scratch[:0], x)
+		case time.Time:
+			b = x.AppendFormat(scratch[:0], time.RFC3339Nano)
+		default:
+			return fmt.Errorf("move: checksum: a value of type %T", v)
+		}
+		s.buf = appendCol(s.buf, b, v == nil)
+	}
+	s.add()
+	return nil
+}
+
+func appendCol(buf, b []byte, null bool) []byte {
+	if null {
+		return append(buf, 0)
+	}
+	buf = append(buf, 1)
+	buf = binary.AppendUvarint(buf, uint64(len(b)))
+	return append(buf, b...)
+}
+
+func (s *chunkSum) add() {
+	s.n++
+	s.crc = crc64.Update(s.crc, crcTable, s.buf)
+}
+
+// String is the checksum as recorded: version, row count, CRC-64.
+func (s *chunkSum) String() string {
+	return fmt.Sprintf("%s:%d:%016x", sumVersion, s.n, s.crc)
 }
 
 // boundaries splits the table from the chunk from on (its number and
@@ -246,19 +340,21 @@ func (t table) boundaries(ctx context.Context, db *sql.DB, size int, from chunk)
 }
 
 // copyChunk replaces the chunk's rows on the target by the source's, in one
-// target transaction, and returns the rows and bytes it wrote.
-func (t table) copyChunk(ctx context.Context, src, dst *sql.DB, c chunk) (rowsN, bytesN int64, err error) {
+// target transaction, and returns the rows and bytes it wrote and the
+// checksum of the rows it read (which the target now holds).
+func (t table) copyChunk(ctx context.Context, src, dst *sql.DB, c chunk) (rowsN, bytesN int64, checksum string, err error) {
 	cond, args := t.where(c)
 	return t.copyWhere(ctx, src, dst, cond, args)
 }
 
 // copyWhere is copyChunk for the rows cond selects.
-func (t table) copyWhere(ctx context.Context, src, dst *sql.DB, cond string, args []any) (rowsN, bytesN int64, err error) {
-	rows, err := src.QueryContext(ctx, "SELECT "+quoteAll(t.cols)+" FROM "+quote(t.name)+" WHERE "+cond+" ORDER BY "+quoteAll(t.pk), args...)
+func (t table) copyWhere(ctx context.Context, src, dst *sql.DB, cond string, args []any) (rowsN, bytesN int64, checksum string, err error) {
+	rows, err := src.QueryContext(ctx, t.selectWhere(cond), args...)
 	if err != nil {
-		return 0, 0, fmt.Errorf("move: read %s: %w", t.name, err)
+		return 0, 0, "", fmt.Errorf("move: read %s: %w", t.name, err)
 	}
 	var data [][]any
+	var s chunkSum
 	for rows.Next() {
 		vals := make([]any, len(t.cols))
 		ptrs := make([]any, len(t.cols))
@@ -267,7 +363,11 @@ func (t table) copyWhere(ctx context.Context, src, dst *sql.DB, cond string, arg
 		}
 		if err := rows.Scan(ptrs...); err != nil {
 			rows.Close()
-			return 0, 0, err
+			return 0, 0, "", err
+		}
+		if err := s.values(vals); err != nil {
+			rows.Close()
+			return 0, 0, "", err
 		}
 		for _, v := range vals {
 			switch x := v.(type) {
@@ -282,15 +382,15 @@ func (t table) copyWhere(ctx context.Context, src, dst *sql.DB, cond string, arg
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, 0, fmt.Errorf("move: read %s: %w", t.name, err)
+		return 0, 0, "", fmt.Errorf("move: read %s: %w", t.name, err)
 	}
 	tx, err := dst.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
 	defer func() { _ = tx.Rollback() }()
 	if _, err := tx.ExecContext(ctx, "DELETE FROM "+quote(t.name)+" WHERE "+cond, args...); err != nil {
-		return 0, 0, fmt.Errorf("move: clear %s on the target: %w", t.name, err)
+		return 0, 0, "", fmt.Errorf("move: clear %s on the target: %w", t.name, err)
 	}
 	const batch = 200
 	one := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(t.cols)), ", ") + ")"
@@ -303,13 +403,13 @@ func (t table) copyWhere(ctx context.Context, src, dst *sql.DB, cond string, arg
 			vals = append(vals, r...)
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO "+quote(t.name)+" ("+quoteAll(t.cols)+") VALUES "+strings.Join(marks, ", "), vals...); err != nil {
-			return 0, 0, fmt.Errorf("move: write %s on the target: %w", t.name, err)
+			return 0, 0, "", fmt.Errorf("move: write %s on the target: %w", t.name, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
-	return int64(len(data)), bytesN, nil
+	return int64(len(data)), bytesN, s.String(), nil
 }
 
 // tableSum is the table's CHECKSUM TABLE: the sum (modulo 2^32) of a CRC32

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	imsql "github.com/imshard/imshard/sql"
-	"github.com/imshard/imshard/test/testenv"
 )
 
 // BenchmarkVerifyAll times the verification step (verifyAll) of a copied
@@ -28,8 +27,7 @@ func BenchmarkVerifyAll(b *testing.B) {
 		}
 		total = n
 	}
-	_, src := testenv.MigratedTenantDB(b)
-	_, dst := testenv.MigratedTenantDB(b)
+	src, dst := moverDB(b), moverDB(b)
 	months := []string{"209001", "209002", "209003"}
 	for i, month := range months {
 		name := "im_group_messages_" + month
