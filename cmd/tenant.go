@@ -52,8 +52,8 @@ func newTenantMoveCmd(g *globals) *cobra.Command {
 		Use:   "move --tenant=T --to=DSN [--yes]",
 		Short: "Move a live tenant to another MySQL server (plan, copy, catch up, switch behind the fence)",
 		Long: `Plans the move (the target reachable, its database empty or absent, the same
-schema version), copies every table in primary key chunks checksummed in the
-database on both sides, catches up on the chunks that changed, then switches:
+schema version), copies every table in primary key chunks, each checksummed
+(row count, CRC-64 of its rows) over the rows its copy reads, catches up on the chunks that changed, then switches:
 raises the source's fence to the next epoch (writers of the old placement are
 refused from then on: persist parks, changes answer 409 tenant_moving), copies
 what is left, verifies every table (per topic for month tables), raises the
