@@ -12,8 +12,19 @@
 -- ARGV[1] version ttl ms; ARGV[2], ARGV[3], … stretches as (first, last)
 -- pairs of seqs
 -- returns the new version
-for i = 2, #ARGV, 2 do
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], ARGV[i], ARGV[i + 1])
+--
+-- A stretch that ends below the cache's lowest seq holds none of it and is
+-- skipped: an erase's thousands of old seqs cost one read, not one
+-- ZREMRANGEBYSCORE each (the first of a stretch may be "-inf", its last is
+-- a seq).
+local low = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
+if low then
+  low = tonumber(low)
+  for i = 2, #ARGV, 2 do
+    if tonumber(ARGV[i + 1]) >= low then
+      redis.call('ZREMRANGEBYSCORE', KEYS[1], ARGV[i], ARGV[i + 1])
+    end
+  end
 end
 local v = next_version(redis.call('GET', KEYS[2]))
 redis.call('SET', KEYS[2], v, 'PX', ARGV[1])

@@ -59,7 +59,8 @@ func CutHiddenAt(ctx context.Context, tx *sql.Tx, floors []routing.Floor) error 
 // EraseRevisionContent clears the content and head every revision of the
 // messages refs (sorted, routing.SortRefs) kept (a user erase: the message
 // is a tombstone, and its history keeps no copy of what it said), in one
-// statement, reporting how many revisions were cleared.
+// statement by a few ranges of the revisions' (topic, seqid) key
+// (routing.RefsSpanCond), reporting how many revisions were cleared.
 func EraseRevisionContent(ctx context.Context, tx *sql.Tx, refs []routing.MessageRef) (int64, error) {
 	if len(refs) == 0 {
 		return 0, nil
@@ -68,7 +69,7 @@ func EraseRevisionContent(ctx context.Context, tx *sql.Tx, refs []routing.Messag
 	// optimizer's weighing of each key by the batch's thousands of seqs
 	// cost more than the statement
 	return routing.RowsOf(sq.Update(revisionsTable+" FORCE INDEX (idx_topic_seq)").Set("content", nil).Set("head", nil).
-		Where(routing.RefsCond(refs, "topic", "seqid")).Where("(content IS NOT NULL OR head IS NOT NULL)").RunWith(tx).ExecContext(ctx))
+		Where(routing.RefsSpanCond(refs, "topic", "seqid")).Where("(content IS NOT NULL OR head IS NOT NULL)").RunWith(tx).ExecContext(ctx))
 }
 
 // DropUserHidden deletes up to limit of user's hidden ranges (in every

@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	sq "github.com/Masterminds/squirrel"
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/httpapi"
@@ -32,11 +33,11 @@ type Eraser func(ctx context.Context, tenant string, m routing.Month, refs []rou
 // userHeld refuses an erase of a held user (409 conflict, details.reason
 // "legal_hold").
 func userHeld(ctx context.Context, db *sql.DB, user int64) error {
-	users, err := heldUsers(ctx, db)
+	why, _, err := eraseHolds(ctx, db, user, nil)
 	if err != nil {
 		return err
 	}
-	if why, ok := users[user]; ok {
+	if why != "" {
 		return heldConflict("user", why)
 	}
 	return nil
@@ -70,7 +71,8 @@ func (r *Retention) StartErase(ctx context.Context, tenant string, user int64) (
 // archived month by a scan of its archive (the tombstones go to the
 // month's overlay, never into the archive), and erases each batch in one
 // transaction (eraseBatch), so a run taken over redoes at most the batch
-// under way; a tombstone is left as it is.
+// under way; a tombstone is left as it is. A batch shorter than
+// eraseBatchSize is the month's last: its walk is not read again.
 func (p *jobRun) erase(ctx context.Context) error {
 	user, db := int64(p.job.UserID), p.db
 	if err := p.unheld(ctx); err != nil {
@@ -101,16 +103,60 @@ func (p *jobRun) erase(ctx context.Context) error {
 			}
 			last = refs[len(refs)-1]
 			testhook.CrashAfterJobBatch()
+			if len(refs) < eraseBatchSize {
+				break
+			}
 		}
 	}
-	if err := p.side(ctx, "hidden_ranges", func(tx *sql.Tx) (int64, error) { return readpath.DropUserHidden(ctx, tx, user, batch) }); err != nil {
-		return err
+	return p.eraseSide(ctx)
+}
+
+// eraseSide removes the user's hidden ranges and read cursors, up to a
+// batch of each per transaction, with the job's progress in it (a hold on
+// the user placed meanwhile rolls it back and fails the job); the
+// transaction that finds fewer than a batch of both left records the job
+// done.
+func (p *jobRun) eraseSide(ctx context.Context) error {
+	user, side := int64(p.job.UserID), p.job.Report.Side
+	for {
+		var hidden, cursors int64
+		done := false
+		err := routing.Fenced(ctx, p.db, func(tx *sql.Tx) error {
+			var err error
+			if hidden, err = readpath.DropUserHidden(ctx, tx, user, batch); err != nil {
+				return err
+			}
+			if cursors, err = acl.DropUserCursors(ctx, tx, user, batch); err != nil {
+				return err
+			}
+			if err := userHeld(ctx, p.db, user); err != nil {
+				return err
+			}
+			side["hidden_ranges"] += hidden
+			side["read_cursors"] += cursors
+			done = hidden < batch && cursors < batch
+			state := p.job.State
+			if done {
+				state = StateDone
+			}
+			if err := p.recordIn(ctx, tx, state); err != nil {
+				side["hidden_ranges"] -= hidden
+				side["read_cursors"] -= cursors
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if done {
+			p.r.p.Log.Info().Str("tenant", p.tenant).Int64("user", user).Int64("messages", p.job.RowsRemoved).Msg("user erased")
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 	}
-	if err := p.side(ctx, "read_cursors", func(tx *sql.Tx) (int64, error) { return acl.DropUserCursors(ctx, tx, user, batch) }); err != nil {
-		return err
-	}
-	p.r.p.Log.Info().Str("tenant", p.tenant).Int64("user", user).Int64("messages", p.job.RowsRemoved).Msg("user erased")
-	return p.record(ctx, StateDone)
 }
 
 // sentIn answers the batches of what user sent in month s, each the next
@@ -133,10 +179,24 @@ func (p *jobRun) sentIn(ctx context.Context, s routing.Shard, user int64) (func(
 	if err != nil {
 		return nil, err
 	}
-	if err := ensureSenderIndex(ctx, p.db, t); err != nil {
-		return nil, err
-	}
-	return func(last routing.MessageRef) ([]routing.MessageRef, error) { return sentBy(ctx, p.db, t, user, last) }, nil
+	return func(last routing.MessageRef) ([]routing.MessageRef, error) {
+		refs, err := sentBy(ctx, p.db, t, user, last)
+		if !noSuchKey(err) {
+			return refs, err
+		}
+		// a month table made before the template had the sender index
+		if err := ensureSenderIndex(ctx, p.db, t); err != nil {
+			return nil, err
+		}
+		return sentBy(ctx, p.db, t, user, last)
+	}, nil
+}
+
+// noSuchKey reports whether err is the server's refusal of an index hint
+// naming a key the table lacks (ER_KEY_DOES_NOT_EXITS, 1176).
+func noSuchKey(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1176
 }
 
 // eraseBatchSize is how many of the user's messages one erase batch
@@ -164,8 +224,8 @@ func (p *jobRun) eraseBatch(ctx context.Context, m routing.Month, refs []routing
 	rep, db := &p.job.Report, p.db
 	month := m.String()
 	topics := []string{}
-	for _, r := range refs {
-		if !slices.Contains(topics, r.Topic) {
+	for _, r := range refs { // sorted: a topic's refs are together
+		if len(topics) == 0 || topics[len(topics)-1] != r.Topic {
 			topics = append(topics, r.Topic)
 		}
 	}
@@ -174,10 +234,14 @@ func (p *jobRun) eraseBatch(ctx context.Context, m routing.Month, refs []routing
 	count := func(n, revs int64) {
 		rep.Months[month], rep.Side["revisions"], p.job.RowsRemoved = baseMonth+n, baseRevs+revs, baseRows+n
 	}
+	user := int64(p.job.UserID)
 	for {
-		held, err := heldTopics(ctx, db, topics)
+		why, held, err := eraseHolds(ctx, db, user, topics)
 		if err != nil {
 			return err
+		}
+		if why != "" {
+			return fmt.Errorf("erase: %s: %w", month, heldConflict("user", why))
 		}
 		free := make([]routing.MessageRef, 0, len(refs))
 		for _, r := range refs {
@@ -193,11 +257,19 @@ func (p *jobRun) eraseBatch(ctx context.Context, m routing.Month, refs []routing
 		committing := false
 		n, _, err := p.r.p.Erase(ctx, p.tenant, m, free, reason, func(tx *sql.Tx, n, revs int64) error {
 			committing = true
-			if now, err := heldTopics(ctx, db, topics); err != nil || len(now) != len(held) {
-				return errors.Join(err, errHeldMeanwhile)
+			// the holds read again, the user's and the batch's topics' in
+			// one statement
+			why, now, err := eraseHolds(ctx, db, user, topics)
+			switch {
+			case err != nil:
+				return err
+			case why != "":
+				return heldConflict("user", why)
+			case !sameKeys(now, held):
+				return errHeldMeanwhile
 			}
 			count(n, revs)
-			return p.progress(ctx, tx)
+			return p.recordIn(ctx, tx, p.job.State)
 		})
 		if errors.Is(err, errHeldMeanwhile) {
 			count(0, 0)
@@ -216,6 +288,19 @@ func (p *jobRun) eraseBatch(ctx context.Context, m routing.Month, refs []routing
 		}
 		return nil
 	}
+}
+
+// sameKeys reports whether a and b hold the same keys.
+func sameKeys(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if _, ok := b[k]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // senderIndex is the month tables' (from_user, topic, seqid) index: an

@@ -242,7 +242,7 @@ func loadHolds(ctx context.Context, db *sql.DB, tenant string, where sq.Sqlizer)
 // joined with "; ").
 func heldUsers(ctx context.Context, db *sql.DB) (map[int64]string, error) {
 	out := map[int64]string{}
-	err := eachTarget(ctx, db, sq.Eq{"t.kind": kindUser}, func(target, why string) error {
+	err := eachTarget(ctx, db, sq.Eq{"t.kind": kindUser}, func(_, target, why string) error {
 		u, err := strconv.ParseInt(target, 10, 64)
 		if err != nil {
 			return fmt.Errorf("holds: held user %q: %w", target, err)
@@ -259,7 +259,7 @@ func heldTopics(ctx context.Context, db *sql.DB, topics []string) (map[string]st
 	for len(topics) > 0 {
 		part := topics[:min(len(topics), holdBatch)]
 		topics = topics[len(part):]
-		if err := eachTarget(ctx, db, sq.Eq{"t.kind": kindTopic, "t.target": part}, func(target, why string) error {
+		if err := eachTarget(ctx, db, sq.Eq{"t.kind": kindTopic, "t.target": part}, func(_, target, why string) error {
 			out[target] = joinWhy(out[target], why)
 			return nil
 		}); err != nil {
@@ -269,9 +269,41 @@ func heldTopics(ctx context.Context, db *sql.DB, topics []string) (map[string]st
 	return out, nil
 }
 
-// eachTarget calls fn with each target matching where and why it is held.
-func eachTarget(ctx context.Context, db *sql.DB, where sq.Sqlizer, fn func(target, why string) error) error {
-	rows, err := sq.Select("t.target", "h.hold_id", "h.reason").From(targetsTable+" t").
+// eraseHolds is what holds keep of an erase's batch, in one read (one
+// statement for up to holdBatch topics): why user is held ("" when not)
+// and why each of topics that a hold names is.
+func eraseHolds(ctx context.Context, db *sql.DB, user int64, topics []string) (string, map[string]string, error) {
+	userWhy, held := "", map[string]string{}
+	first := true
+	for first || len(topics) > 0 {
+		part := topics[:min(len(topics), holdBatch)]
+		topics = topics[len(part):]
+		where := sq.Or{}
+		if first {
+			where = append(where, sq.Eq{"t.kind": kindUser, "t.target": strconv.FormatInt(user, 10)})
+		}
+		if len(part) > 0 {
+			where = append(where, sq.Eq{"t.kind": kindTopic, "t.target": part})
+		}
+		first = false
+		if err := eachTarget(ctx, db, where, func(kind, target, why string) error {
+			if kind == kindUser {
+				userWhy = joinWhy(userWhy, why)
+			} else {
+				held[target] = joinWhy(held[target], why)
+			}
+			return nil
+		}); err != nil {
+			return "", nil, err
+		}
+	}
+	return userWhy, held, nil
+}
+
+// eachTarget calls fn with each target matching where, its kind and why it
+// is held.
+func eachTarget(ctx context.Context, db *sql.DB, where sq.Sqlizer, fn func(kind, target, why string) error) error {
+	rows, err := sq.Select("t.kind", "t.target", "h.hold_id", "h.reason").From(targetsTable+" t").
 		Join(holdsTable+" h ON h.hold_id = t.hold_id").Where(where).OrderBy("t.target", "h.hold_id").
 		RunWith(db).QueryContext(ctx)
 	if err != nil {
@@ -279,11 +311,11 @@ func eachTarget(ctx context.Context, db *sql.DB, where sq.Sqlizer, fn func(targe
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var target, id, reason string
-		if err := rows.Scan(&target, &id, &reason); err != nil {
+		var kind, target, id, reason string
+		if err := rows.Scan(&kind, &target, &id, &reason); err != nil {
 			return fmt.Errorf("holds: scan target: %w", err)
 		}
-		if err := fn(target, "hold "+id+": "+reason); err != nil {
+		if err := fn(kind, target, "hold "+id+": "+reason); err != nil {
 			return err
 		}
 	}

@@ -78,16 +78,16 @@ const mentionsBySeq = "idx_topic_seq"
 
 // DropMentionsAt removes every entry of the messages refs (sorted,
 // SortRefs), whoever they mention, in one statement by the index's
-// (topic, seq) key (sql/migrations/0027_mentions_by_seq.sql): a user
-// erase's batch, which drops its messages' entries without reading the
-// message rows for their mentioned users. A message that was recalled or
-// deleted has none left, so the entries that go are those of the messages
-// still normal.
+// (topic, seq) key (sql/migrations/0027_mentions_by_seq.sql), a few ranges
+// of it (RefsSpanCond): a user erase's batch, which drops its messages'
+// entries without reading the message rows for their mentioned users. A
+// message that was recalled or deleted has none left, so the entries that
+// go are those of the messages still normal.
 func DropMentionsAt(ctx context.Context, tx *sql.Tx, refs []MessageRef) error {
 	if len(refs) == 0 {
 		return nil
 	}
-	cond, args, err := RefsCond(refs, "x.topic", "x.seq").ToSql()
+	cond, args, err := RefsSpanCond(refs, "x.topic", "x.seq").ToSql()
 	if err != nil {
 		return err
 	}
