@@ -37,9 +37,10 @@ func (a *Archiver) retryReach() int64 {
 
 // dropDue drops the tables of the tenant's archived months (only, when not
 // zero) whose wait (dropWait) has passed since their mark and whose end
-// is out of a retry's reach (retryReach), and returns the months dropped. The caller holds the tenant's archive lock: no restore
-// re-creates a table meanwhile, and a month restored before is sealed
-// again, its im_archives row gone. Dropping is the last step of an archive
+// is out of a retry's reach (retryReach), and returns the months dropped.
+// The caller holds the tenant's archive lock: no restore re-creates a
+// table meanwhile, and a month restored before is sealed again, its
+// im_archives row gone. Dropping is the last step of an archive
 // and is idempotent: a run killed before or during the DROP leaves the
 // month archived (read from its archive) with or without its table, and
 // the next run (the patrol, or `shard archive` of the month) drops what
