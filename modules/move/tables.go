@@ -340,7 +340,9 @@ func (t table) boundaries(ctx context.Context, db *sql.DB, size int, from chunk)
 }
 
 // copyChunk replaces the chunk's rows on the target by the source's, in one
-// target transaction, and returns the rows and bytes it wrote and the
+// target transaction (the range deleted, the rows written by REPLACE, which
+// also deletes a target row of another range holding one of their unique
+// keys), and returns the rows and bytes it wrote and the
 // checksum of the rows it read (which the target now holds).
 func (t table) copyChunk(ctx context.Context, src, dst *sql.DB, c chunk) (rowsN, bytesN int64, checksum string, err error) {
 	cond, args := t.where(c)
@@ -402,7 +404,13 @@ func (t table) copyWhere(ctx context.Context, src, dst *sql.DB, cond string, arg
 			marks = append(marks, one)
 			vals = append(vals, r...)
 		}
-		if _, err := tx.ExecContext(ctx, "INSERT INTO "+quote(t.name)+" ("+quoteAll(t.cols)+") VALUES "+strings.Join(marks, ", "), vals...); err != nil {
+		// REPLACE, not INSERT: a stale target row outside the range (a key
+		// corrupted into the next chunk, a row the source deleted whose
+		// (topic, seqid) a row of this range now holds) that conflicts on
+		// a unique key is deleted, not a duplicate key error. The source
+		// holds no such pair, so that row is wrong on the target whatever
+		// it is; its own chunk then differs and is copied too.
+		if _, err := tx.ExecContext(ctx, "REPLACE INTO "+quote(t.name)+" ("+quoteAll(t.cols)+") VALUES "+strings.Join(marks, ", "), vals...); err != nil {
 			return 0, 0, "", fmt.Errorf("move: write %s on the target: %w", t.name, err)
 		}
 	}

@@ -212,13 +212,11 @@ func TestVerificationFindsEveryCorruption(t *testing.T) {
 				t.Fatalf("%s: chunks differing %+v, want only chunks of %s", what, differ, name)
 			}
 		}
-		// last first: a key moved into the next chunk is cleared there
-		// before its old chunk writes it back (the unique keys)
+		// in key order: a key moved into the next chunk is cleared there
+		// by its old chunk's copy (TestCopyClearsAStaleRowOfAnotherChunkHoldingItsUniqueKey)
 		sort.Slice(differ, func(i, j int) bool { return differ[i].no < differ[j].no })
-		for i := len(differ) - 1; i >= 0; i-- {
-			if err := m.copyChunks(ctx, tables, differ[i:i+1]); err != nil {
-				t.Fatal(err)
-			}
+		if err := m.copyChunks(ctx, tables, differ); err != nil {
+			t.Fatal(err)
 		}
 		if whole, differ := verifyOnce(t, m, name, nil); !whole || len(differ) != 0 {
 			t.Fatalf("%s, repaired: whole-table pass %v, chunks differing %d", what, whole, len(differ))
@@ -279,6 +277,50 @@ func TestVerificationFindsEveryCorruption(t *testing.T) {
 	}
 	if whole, differ := verifyOnce(t, m, name, undone); whole || len(differ) != 0 {
 		t.Fatalf("a marked table: whole-table pass proved %v, chunks differing %d; want false, 0", whole, len(differ))
+	}
+}
+
+// TestCopyClearsAStaleRowOfAnotherChunkHoldingItsUniqueKey: a target row
+// whose primary key was corrupted into the next chunk still holds its
+// (topic, seqid); copying the chunk it left first (chunks copied in key
+// order) writes the source's row back, and the stale row in the next chunk,
+// which that chunk's range delete does not reach, is removed with it
+// instead of failing the copy on uk_topic_seq. The next chunk's copy then
+// repairs it, and the table verifies equal.
+func TestCopyClearsAStaleRowOfAnotherChunkHoldingItsUniqueKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, name := verifySetup(t)
+	// 1077 (chunk 1: keys 1051-1100) made free on both servers, then the
+	// target's 1030 (chunk 0) moved there
+	for _, db := range []*sql.DB{m.src, m.dst} {
+		if _, err := db.ExecContext(ctx, "DELETE FROM "+quote(name)+" WHERE message_id = 1077"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.dst.ExecContext(ctx, "UPDATE "+quote(name)+" SET message_id = 1077 WHERE message_id = 1030"); err != nil {
+		t.Fatal(err)
+	}
+	_, differ := verifyOnce(t, m, name, nil)
+	sort.Slice(differ, func(i, j int) bool { return differ[i].no < differ[j].no })
+	var nos []int
+	for _, c := range differ {
+		nos = append(nos, c.no)
+	}
+	if fmt.Sprint(nos) != "[0 1]" {
+		t.Fatalf("chunks differing %v, want [0 1]", nos)
+	}
+	tables, err := listTables(ctx, m.src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range differ {
+		if err := m.copyChunks(ctx, tables, []storedChunk{c}); err != nil {
+			t.Fatalf("copy of chunk %d: %v", c.no, err)
+		}
+	}
+	if whole, differ := verifyOnce(t, m, name, nil); !whole || len(differ) != 0 {
+		t.Fatalf("repaired: whole-table pass %v, chunks differing %d", whole, len(differ))
 	}
 }
 
