@@ -47,7 +47,9 @@ func newBenchMoveCmd(g *globals) *cobra.Command {
 			"After --warmup it measures the other tenant's sends for --baseline without a move, copies the moving\n" +
 			"tenant's tables to the target server raw (one SELECT streamed into 200-row INSERTs, a transaction every\n" +
 			"--chunk-rows rows, one connection each side: MySQL has no INSERT … SELECT between two servers), then\n" +
-			"moves the tenant there (`imshard tenant move`, in this process) and keeps the load on for --tail.\n" +
+			"moves the tenant there with `imshard tenant move --yes` in a process of its own, as an operator runs it\n" +
+			"(continued by `tenant move resume` if it fails; `tenant move status` logged every 15 s), and keeps the\n" +
+			"load on for --tail.\n" +
 			"Without --to it starts a private mariadbd on a temporary port and data directory as the target and\n" +
 			"stops it at the end. It reports each figure beside its bar; both tenants' databases (source and\n" +
 			"target copies), placement record and Redis keys are dropped afterwards.",
@@ -172,19 +174,7 @@ func runBenchMove(ctx context.Context, cfg *config.Config, o *benchMoveOptions, 
 		BaseURL: "http://" + a.APIAddr(), Moving: fixture.Load(token), Other: other,
 		SendRate: o.sendRate, ReadRate: o.readRate, Warmup: o.warmup, Baseline: o.baseline, Tail: o.tail,
 		Source: src, Tables: move.CopiedTables, RawTarget: raw, ChunkRows: o.chunkRows,
-		Move: func(ctx context.Context, mark func(string)) (bench.MoveSwitch, error) {
-			opts := move.Options{TLS: tlsCfg, ChunkRows: o.chunkRows, StepHook: func(step string) error { mark(step); return nil }}
-			m, err := move.Begin(ctx, o.tenant, at, to, a.PlacementStore(), opts)
-			if err != nil {
-				return bench.MoveSwitch{}, err
-			}
-			defer m.Close()
-			if err := m.Run(ctx); err != nil {
-				return bench.MoveSwitch{}, err
-			}
-			w := m.Work()
-			return bench.MoveSwitch{MS: m.State().SwitchMS, FencedKeys: w.Keys, Compared: w.Compared, Chunks: w.Chunks}, nil
-		},
+		Move: (&moverProcess{g: g, tenant: o.tenant, secret: secret, to: to, chunkRows: o.chunkRows}).run,
 		Epoch: func() (int64, error) {
 			p, err := a.Pools().Placement(o.tenant)
 			return p.Epoch, err

@@ -40,9 +40,23 @@ func (g *globals) tenantMove(tenant string, fn func(ctx context.Context, at tena
 		if err != nil {
 			return err
 		}
-		return fn(ctx, at, move.Options{TLS: tlsCfg}, a)
+		// each step, and each part of the verification and the switch, as
+		// it begins: what an operator (and `bench move`) watches the mover by
+		hook := func(step string) error {
+			fmt.Fprintf(g.stdout, "%s%s at %s\n", reachedPrefix(tenant), step, time.Now().UTC().Format(time.RFC3339Nano))
+			return nil
+		}
+		return fn(ctx, at, move.Options{TLS: tlsCfg, StepHook: hook}, a)
 	})
 }
+
+// reachedPrefix begins the line a mover of tenant prints as it reaches a
+// step or a part of one ("tenant T: reached copy at <RFC 3339 time>").
+func reachedPrefix(tenant string) string { return "tenant " + tenant + ": reached " }
+
+// switchWorkFormat is the line a mover that switched prints at its end,
+// after "tenant T: ".
+const switchWorkFormat = "switch took %d ms; behind the fence %d marked rows copied and verified, %d unverified chunks compared, %d of them copied\n"
 
 func newTenantMoveCmd(g *globals) *cobra.Command {
 	var tenant, to string
@@ -109,6 +123,9 @@ func runMove(ctx context.Context, w io.Writer, tenant string, m *move.Mover) err
 	}
 	if err != nil {
 		return err
+	}
+	if st, work := m.State(), m.Work(); st.SwitchMS > 0 {
+		fmt.Fprintf(w, "tenant %s: "+switchWorkFormat, tenant, st.SwitchMS, work.Keys, work.Compared, work.Chunks)
 	}
 	fmt.Fprintf(w, "tenant %s: moved (step %s); check it, then `imshard tenant move finish --tenant=%s` drops the source copy\n", tenant, m.State().Step, tenant)
 	return nil
