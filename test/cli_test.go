@@ -31,10 +31,17 @@ func runCLI(t *testing.T, env []string, args ...string) (int, string) {
 // reads (stdout) and what it logs (stderr).
 func runCLIApart(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runCLIWithin(t, 60*time.Second, env, args...)
+}
+
+// runCLIWithin is runCLIApart for a command given limit to run (a
+// benchmark's, which starts servers and processes of its own).
+func runCLIWithin(t *testing.T, limit time.Duration, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	// the binary first: its one build (a minute or more on a loaded
 	// machine) is not the command's time
 	bin := imshardBinary(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), env...)
