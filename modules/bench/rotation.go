@@ -123,9 +123,14 @@ func (p *RotationParams) run(ctx context.Context, name string, cur *atomic.Point
 		go func() {
 			defer wg.Done()
 			for at := range due {
+				// counted before the token is read: a request that reads
+				// the old key's token is in the count from before the
+				// issuer switched, so the rotator's wait for none under way
+				// cannot pass between this read and its count
+				inFlightOld.Add(1)
 				t := cur.Load()
-				if t.gen == 0 {
-					inFlightOld.Add(1)
+				if t.gen != 0 {
+					inFlightOld.Add(-1)
 				}
 				err := p.get(ctx, t.token)
 				if t.gen == 0 {
