@@ -14,7 +14,7 @@ import (
 	"github.com/imshard/imshard/test/testenv"
 )
 
-func redisClient(t *testing.T) rueidis.Client {
+func redisClient(t testing.TB) rueidis.Client {
 	t.Helper()
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{testenv.RedisAddr()}, DisableCache: true})
 	if err != nil {
@@ -25,7 +25,7 @@ func redisClient(t *testing.T) rueidis.Client {
 }
 
 // noPrefix is the key space of an installation without redis.key_prefix.
-func noPrefix(t *testing.T) routing.KeySpace {
+func noPrefix(t testing.TB) routing.KeySpace {
 	t.Helper()
 	s, err := routing.NewKeySpace("")
 	if err != nil {
