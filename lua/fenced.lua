@@ -21,6 +21,31 @@ local function incarnation()
   return run_id
 end
 
+-- match is string.match for the strings every send parses again: the
+-- tenant's gate and horizon, a topic's reservation and cached group, a
+-- member's cached role. Each string's captures are kept in the VM (like
+-- the run_id), so one seen before costs a table lookup instead of a
+-- pattern match; a Lua string is a value, so the kept captures are the
+-- match's own. The memo is dropped whole once it holds memo_max strings.
+local memo, memo_n, memo_max = {}, 0, 4096
+local function match(s, pattern)
+  local by = memo[pattern]
+  if not by then
+    by = {}
+    memo[pattern] = by
+  end
+  local c = by[s]
+  if not c then
+    if memo_n >= memo_max then
+      by, memo_n = {}, 0
+      memo = {[pattern] = by}
+    end
+    c = {string.match(s, pattern)}
+    by[s], memo_n = c, memo_n + 1
+  end
+  return unpack(c)
+end
+
 -- the UTC month of an epoch second; the last day's answer is kept, so a send
 -- computes it once a day rather than once a call
 local month_day, month_of_day = nil, nil
@@ -56,7 +81,7 @@ local function reserved(res)
   if not res then
     return nil
   end
-  local stamp, hw = string.match(res, '^(%w+):(%d+)$')
+  local stamp, hw = match(res, '^(%w+):(%d+)$')
   if stamp ~= incarnation() then
     return nil
   end
@@ -81,7 +106,7 @@ local function gate_read(v)
   if not v then
     return 0
   end
-  local stamp, n, flags, state = string.match(v, '^(%w+):(%d+):([01][01]):(%w*)$')
+  local stamp, n, flags, state = match(v, '^(%w+):(%d+):([01][01]):(%w*)$')
   if stamp ~= incarnation() then
     return 0
   end
@@ -389,22 +414,22 @@ end
 -- anything, and charged only by the call that allocates (charge), so a
 -- refused send changes nothing and a send that takes slow paths is charged
 -- once. A retry answered from its record ({5}) or waiting for a live claim
--- ({6}) is decided before it and never charged. tats are the buckets'
--- stored values as the call's MGET read them; now is Redis time in µs.
+-- ({6}) is decided before it and never charged. The buckets' stored values
+-- are v[9..11] of the call's MGET; now is Redis time in µs.
 --
 -- A bucket's tat (theoretical arrival time) is when it is full again: each
 -- send it let through moves it an interval on; a send passes while
 -- tat + interval - burst * interval <= now. Reply: nil and
 -- the new tats with the tightest bucket (fewest left), or the refusing
 -- bucket that frees last and its wait.
-local function limit(tats, args, now)
+local function limit(v, args, now)
   local nexts, tight, left, reset = {}, 0, nil, 0
   local refused, wait = 0, 0
   for b = 1, 3 do
     local interval = tonumber(args[9 + 2 * b])
     if interval > 0 then
       local burst = tonumber(args[10 + 2 * b])
-      local tat = math.max(tonumber(tats[b] or '0') or 0, now)
+      local tat = math.max(tonumber(v[8 + b] or '0') or 0, now)
       local nxt = tat + interval
       local allow_at = nxt - interval * burst
       if allow_at > now then
@@ -505,7 +530,7 @@ local function send(keys, args)
     if g == '-' then
       return {7, 'nogroup'}
     end
-    local id, status = string.match(g, '^(%d+)|(.*)$')
+    local id, status = match(g, '^(%d+)|(.*)$')
     if not id then
       return {8}
     end
@@ -515,7 +540,7 @@ local function send(keys, args)
     if m == '-' then
       return {7, 'notmember'}
     end
-    local role, muted = string.match(m, '^(.*)|(%d+)$')
+    local role, muted = match(m, '^(.*)|(%d+)$')
     if not role then
       return {8}
     end
@@ -531,11 +556,11 @@ local function send(keys, args)
   if rec[1] and rec[5] ~= args[1] and now - tonumber(rec[4] or '0') < tonumber(args[3]) then
     return {6}
   end
-  local refusal, nexts, tight, left, reset = limit({v[9], v[10], v[11]}, args, now_us)
+  local refusal, nexts, tight, left, reset = limit(v, args, now_us)
   if refusal then
     return refusal
   end
-  local stamp, since = string.match(v[2] or '', '^(%w+):(%d+)$')
+  local stamp, since = match(v[2] or '', '^(%w+):(%d+)$')
   local set = stamp == incarnation()
   if args[6] == '1' or not set or now < tonumber(since) then
     -- Redis alone cannot vouch that this is a new send; MySQL can only

@@ -236,7 +236,9 @@ func (f *sendFixture) load(ctx context.Context, b *testing.B, cuts [][2]string) 
 	if err := f.rdb.Do(ctx, f.rdb.B().FunctionLoad().FunctionCode(strings.ReplaceAll(code, "{{version}}", v)).Build()).Error(); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = f.rdb.Do(context.Background(), f.rdb.B().FunctionDelete().LibraryName("imshard_fenced_"+v).Build()).Error() })
+	b.Cleanup(func() {
+		_ = f.rdb.Do(context.Background(), f.rdb.B().FunctionDelete().LibraryName("imshard_fenced_"+v).Build()).Error()
+	})
 	return v
 }
 
