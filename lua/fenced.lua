@@ -186,7 +186,7 @@ local function alloc_with(ready_key, seq_key, pending_key, auto, low, secs, ms, 
   redis.set_repl(redis.REPL_NONE)
   local seq = redis.call('INCR', seq_key)
   redis.set_repl(redis.REPL_ALL)
-  local member = seq .. ':' .. ms
+  local member = string.format('%d:%d', seq, ms)
   redis.call('ZADD', pending_key, seq, member)
   local ask = 0
   if hw - seq < tonumber(low) then
@@ -453,11 +453,14 @@ end
 
 -- charge stores the buckets' new tats, each expiring when its bucket would
 -- be full again (the state then says nothing a missing key does not).
+-- Both numbers are written with '%d' (exact up to 2^63; the tats are whole
+-- µs): a float's formatting — '%.0f', or a number argument, which Redis
+-- formats with '%.17g' — costs Redis about twice as much.
 local function charge(keys, nexts, now)
   for b = 1, 3 do
     if nexts[b] then
-      redis.call('SET', keys[14 + b], string.format('%.0f', nexts[b]), 'PX',
-        math.floor((nexts[b] - now) / 1000) + 1)
+      redis.call('SET', keys[14 + b], string.format('%d', nexts[b]), 'PX',
+        string.format('%d', (nexts[b] - now) / 1000 + 1))
     end
   end
 end

@@ -163,6 +163,8 @@ var sendSteps = []sendStep{
 	{name: "-limits(cut)", cuts: [][2]string{{`
   local refusal, nexts, tight, left, reset = limit(v, args, now_us)`, `
   local refusal, nexts, tight, left, reset = nil, {}, 0, 0, 0`}}},
+	{name: "-charge", cuts: [][2]string{{`
+  charge(keys, nexts, now_us)`, ``}}},
 	{name: "-sent(call)", args: func(a *sendStepArgs) { a.noSent = true }},
 }
 
