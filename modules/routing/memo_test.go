@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/imshard/imshard/lua"
 	"github.com/imshard/imshard/test/testenv"
 )
 
@@ -25,24 +23,8 @@ func TestFencedMemoAnswersAsAMatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const full = "local memo, memo_n, memo_max = {}, 0, 4096"
-	if strings.Count(lua.Fenced, full) != 1 {
-		t.Fatalf("the library no longer holds %q", full)
-	}
-	v := fmt.Sprintf("memo%d", time.Now().UnixNano())
-	code := strings.ReplaceAll(strings.Replace(lua.Fenced, full, "local memo, memo_n, memo_max = {}, 0, 2", 1), "{{version}}", v)
-	if err := rdb.Do(ctx, rdb.B().FunctionLoad().FunctionCode(code).Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = rdb.Do(context.Background(), rdb.B().FunctionDelete().LibraryName("imshard_fenced_"+v).Build()).Error()
-	})
-	info, err := rdb.Do(ctx, rdb.B().Info().Section("server").Build()).ToString()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, run, _ := strings.Cut(info, "run_id:")
-	run = strings.TrimSpace(strings.SplitN(run, "\n", 2)[0])
+	v := loadFenced(ctx, t, rdb, [][2]string{{"local memo, memo_n, memo_max = {}, 0, 4096", "local memo, memo_n, memo_max = {}, 0, 2"}})
+	run := serverRunID(ctx, t, rdb)
 	set := func(k, val string) {
 		t.Helper()
 		if err := rdb.Do(ctx, rdb.B().Set().Key(k).Value(val).Build()).Error(); err != nil {

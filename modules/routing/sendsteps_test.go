@@ -56,7 +56,7 @@ func BenchmarkSendSteps(b *testing.B) {
 
 // variant is the library's send as v has it.
 func (f *sendFixture) variant(ctx context.Context, b *testing.B, v sendStep) side {
-	fn := f.load(ctx, b, v.cuts)
+	fn := loadFenced(ctx, b, f.rdb, v.cuts)
 	a := f.args
 	if v.args != nil {
 		v.args(&a)
@@ -180,7 +180,6 @@ type sendFixture struct {
 	ref    *rueidis.Lua
 	refKey string
 	next   atomic.Int64
-	loaded int
 }
 
 const sendStepTopics, sendStepMembers = 100, 16
@@ -193,12 +192,7 @@ func newSendFixture(ctx context.Context, b *testing.B, rdb rueidis.Client, keys 
 		`"msg_type":"text","content":{"text":"` + content + `"},"created_at":"2026-12-07T12:00:00.000000Z"}`
 	f.frame = `{"type":"message","message":{"topic":"t","seq":1,"message_id":"7405438471239684096","from_user":"3",` +
 		`"msg_type":"text","content":{"text":"` + content + `"},"created_at":"2026-12-07T12:00:00.000000Z","shard_month":"202612"}}`
-	info, err := rdb.Do(ctx, rdb.B().Info().Section("server").Build()).ToString()
-	if err != nil {
-		b.Fatal(err)
-	}
-	_, runID, _ := strings.Cut(info, "run_id:")
-	runID = strings.TrimSpace(strings.SplitN(runID, "\n", 2)[0])
+	runID := serverRunID(ctx, b, rdb)
 	now := time.Now()
 	set := func(k, v string) rueidis.Completed { return rdb.B().Set().Key(k).Value(v).Build() }
 	cmds := rueidis.Commands{
@@ -223,23 +217,35 @@ func newSendFixture(ctx context.Context, b *testing.B, rdb rueidis.Client, keys 
 	return f
 }
 
-// load puts the library, cut as the variant asks, under a name of its own,
-// and answers the version its functions carry.
-func (f *sendFixture) load(ctx context.Context, b *testing.B, cuts [][2]string) string {
+// serverRunID is the run_id the fenced library stamps its strings with.
+func serverRunID(ctx context.Context, t testing.TB, rdb rueidis.Client) string {
+	t.Helper()
+	info, err := rdb.Do(ctx, rdb.B().Info().Section("server").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, id, _ := strings.Cut(info, "run_id:")
+	return strings.TrimSpace(strings.SplitN(id, "\n", 2)[0])
+}
+
+// loadFenced loads the fenced library with each cut's text replaced (a
+// text that is not there exactly once fails t) under a version of its own,
+// deleted on cleanup, and answers that version.
+func loadFenced(ctx context.Context, t testing.TB, rdb rueidis.Client, cuts [][2]string) string {
+	t.Helper()
 	code := lua.Fenced
 	for _, c := range cuts {
 		if strings.Count(code, c[0]) != 1 {
-			b.Fatalf("the library no longer holds exactly once the text this variant cuts:\n%s", c[0])
+			t.Fatalf("the library no longer holds exactly once the text this cut replaces:\n%s", c[0])
 		}
 		code = strings.Replace(code, c[0], c[1], 1)
 	}
-	f.loaded++
-	v := fmt.Sprintf("steps%d_%d", f.loaded, time.Now().UnixNano())
-	if err := f.rdb.Do(ctx, f.rdb.B().FunctionLoad().FunctionCode(strings.ReplaceAll(code, "{{version}}", v)).Build()).Error(); err != nil {
-		b.Fatal(err)
+	v := fmt.Sprintf("cut%d", time.Now().UnixNano())
+	if err := rdb.Do(ctx, rdb.B().FunctionLoad().FunctionCode(strings.ReplaceAll(code, "{{version}}", v)).Build()).Error(); err != nil {
+		t.Fatal(err)
 	}
-	b.Cleanup(func() {
-		_ = f.rdb.Do(context.Background(), f.rdb.B().FunctionDelete().LibraryName("imshard_fenced_"+v).Build()).Error()
+	t.Cleanup(func() {
+		_ = rdb.Do(context.Background(), rdb.B().FunctionDelete().LibraryName("imshard_fenced_"+v).Build()).Error()
 	})
 	return v
 }
