@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/test/harness"
 )
@@ -130,5 +132,46 @@ func TestCopyNeverOutlivesALostMessageVersion(t *testing.T) {
 		if m.Seq == 3 && (m.Version != 2 || chText(m) != "edited") {
 			t.Fatalf("seq 3 after the version was lost: version %d %q, want the edit (version 2)", m.Version, chText(m))
 		}
+	}
+}
+
+// TestCopyDroppedForAChangeKeepsUnstoredMessages: a process holding a
+// copy of a topic's newest messages reads only what lies above it; when
+// that read shows the topic's message version moved (a change of an older
+// message, which also took that message out of the cache), the copy goes
+// and the page must read the cache afresh from its cursor. Kept cut at the
+// copy, the read held none of the acknowledged messages persist has not
+// stored yet: the changed message's hole sent the page to MySQL, which
+// does not have them either, and the page topped out below them.
+func TestCopyDroppedForAChangeKeepsUnstoredMessages(t *testing.T) {
+	t.Parallel()
+	env := harness.Start(t, harness.Options{Roles: []string{"query"},
+		Mutate: func(c *config.Config) { c.HotCache.LocalMaxAge = time.Hour }})
+	rpThreeMonths(t, env, "moved")     // 1..70 stored
+	for s := int64(56); s <= 80; s++ { // 71..80 acknowledged, not stored yet
+		rpCache(t, env, "moved", s, "cached")
+	}
+	rpSetLast(t, env, "moved", 80)
+	latest := func() []int64 { return rpList(t, env, rpMember, "moved", url.Values{"limit": {"12"}}).seqs() }
+	rpExpect(t, "the first latest page", latest(), rpDesc(69, 80))
+	rpExpect(t, "the latest page over the copy", latest(), rpDesc(69, 80))
+	if rpMetric(t, env, "imshard_query_hot_local_total", "result=hit") < 1 {
+		t.Fatal("no page was read over the copy")
+	}
+	// an edit of 68, as the change path makes it: out of the cache, the
+	// topic's message version moved on
+	keys := env.Keys()
+	ctx := context.Background()
+	for _, c := range []rueidis.Completed{
+		env.Redis.B().Zremrangebyscore().Key(keys.HotMessages("moved")).Min("68").Max("68").Build(),
+		env.Redis.B().Set().Key(keys.MessagesVersion("moved")).Value("2").Build(),
+	} {
+		if err := env.Redis.Do(ctx, c).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rpExpect(t, "the latest page once a change moved the version", latest(), rpDesc(69, 80))
+	if n := rpMetric(t, env, "imshard_query_hot_local_total", "result=changed"); n != 1 {
+		t.Fatalf("copies dropped for a change: %v, want 1", n)
 	}
 }

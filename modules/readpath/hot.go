@@ -178,11 +178,16 @@ func (s *Reader) readPage(ctx context.Context, p httpapi.Principal, keys routing
 	r.View.Top, r.Last, r.Err = hotResolve(res[ns:nh], o, hb, floor, n)
 	if base != nil && r.Err == nil && base.ver != r.View.Top.Version {
 		// a message of the topic changed since the copy was read, or the
-		// version is gone: the copy may hold an old version of a message
-		// (the page reads the cache afresh)
+		// version is gone: the copy may hold an old version of a message.
+		// The page reads the cache afresh from its cursor: the read above
+		// the copy holds nothing below it, and a page sent to MySQL adds
+		// from this read what MySQL does not have yet (withHeld) — the
+		// acknowledged messages persist has not stored, which the copy
+		// held and the cut read does not.
 		s.recent.drop(topicKey{p.Tenant, topic})
 		s.m.local.WithLabelValues(localChanged).Inc()
 		base = nil
+		r.View.Top, r.Last, r.Err = hotResolve(rdb.DoMulti(ctx, s.hotCmds(keys, topic, o, bound, 0, n)...), o, bound, 0, n)
 	}
 	r.View.base = base
 	r.Hidden, err = s.hiddenResolve(ctx, db, keys, topic, p.UserID, res[nh:nd])
