@@ -109,6 +109,41 @@ func ProveComplete(ctx context.Context, db *sql.DB, rdb rueidis.Client, keys Key
 	return p, nil
 }
 
+// AwaitComplete waits until month m of the tenant is proven complete
+// while persist's progress is all the proof still waits for (the month
+// stopped being active, and persist's published progress has not passed
+// its deactivation plus produceTimeout yet): that progress only moves
+// forward, so the wait ends once persist runs and has caught up. Any other
+// reason is answered at once as an error, as is ctx's end.
+func AwaitComplete(ctx context.Context, db *sql.DB, rdb rueidis.Client, keys Keys, m Month, produceTimeout, poll time.Duration) error {
+	for {
+		shards, err := ListShards(ctx, db)
+		if err != nil {
+			return err
+		}
+		s := Shard{Month: m}
+		for _, x := range shards {
+			if x.Month == m {
+				s = x
+			}
+		}
+		p, err := ProveComplete(ctx, db, rdb, keys, s, produceTimeout)
+		switch {
+		case err != nil:
+			return err
+		case p.Complete():
+			return nil
+		case p.Reason != WaitConsumer:
+			return fmt.Errorf("completeness %s: %s: %s", m, p.Reason, p.Detail)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("completeness %s: %s: %w", m, p.Detail, ctx.Err())
+		case <-time.After(poll):
+		}
+	}
+}
+
 func fmtMillis(ms int64) string {
 	if ms <= 0 {
 		return "never"
