@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -448,6 +449,11 @@ func TestRetentionEraseReachesArchivedMonths(t *testing.T) {
 	}
 	before := objects()
 	const user = 101
+	// one of the user's messages changed after the archive: its overlay
+	// row is the one the erase changes
+	if code, r := chRecall(t, env, env.Token(1, httpapi.RoleAdmin), "arch-a", 9, nil); code != 200 || r.Message.Status != message.StatusRecalled {
+		t.Fatalf("recall of an archived message: %d %+v", code, r.Error)
+	}
 	sent := map[string][]int64{}
 	rows, err := env.DB.Query("SELECT topic, seqid FROM "+table.Quoted()+" WHERE from_user = ? AND status <> 'deleted' ORDER BY topic, seqid", user)
 	if err != nil {
@@ -495,6 +501,20 @@ func TestRetentionEraseReachesArchivedMonths(t *testing.T) {
 	}
 	if tableChecksum(t, env, table) != kept || objects() != before {
 		t.Fatal("the erase wrote the archive or the kept table")
+	}
+	// the tombstones by the delete's rule, each one version past the
+	// message's — the recalled one past its overlay row's
+	for seq, changes := range map[int64]int{9: 2, 13: 1} {
+		var archived, erased int
+		var content sql.NullString
+		var deletedAt sql.NullTime
+		if err := env.DB.QueryRow("SELECT version FROM "+table.Quoted()+" WHERE topic = 'arch-a' AND seqid = ?", seq).Scan(&archived); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.DB.QueryRow("SELECT version, content, deleted_at FROM im_archive_overlay WHERE topic = 'arch-a' AND seqid = ? AND status = 'deleted'", seq).
+			Scan(&erased, &content, &deletedAt); err != nil || erased != archived+changes || content.Valid || !deletedAt.Valid {
+			t.Fatalf("overlay tombstone of arch-a/%d: version %d (archived %d), content %v, deleted_at %v, %v", seq, erased, archived, content, deletedAt, err)
+		}
 	}
 	// asked again: nothing left to change
 	if again := retWaitJob(t, e, retStartJob(t, e, "POST", "/v1/admin/users/"+strconv.Itoa(user)+"/erase")); again.Report.Months[old.String()] != 0 {

@@ -131,7 +131,45 @@ var errStale = errors.New("archive: the archive object changed")
 // Rows implements readpath.ColdMonths.
 func (c *Cold) Rows(ctx context.Context, tenant string, m routing.Month, r readpath.ColdRange) ([]readpath.Row, error) {
 	return retryStale(ctx, c, tenant, m, func(e *coldEntry, bucket *blob.Bucket) ([]readpath.Row, error) {
-		return c.rows(ctx, bucket, e, r)
+		return c.rows(ctx, e, r, func(j int) (*group, error) { return c.fetchGroup(ctx, bucket, e, j) })
+	})
+}
+
+// RowsAt implements readpath.ColdMonths: each topic's rows of refs, read
+// as Rows reads a range of its seqs, with every row group fetched once —
+// refs are in the file's (topic, seqid) order, so the groups are visited
+// in order and a group the previous topic ended in is the one kept. A
+// change of many topics' messages at once (a user erase's batch) fetches
+// the few groups that hold them, not one group per topic.
+func (c *Cold) RowsAt(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef) ([]readpath.Row, error) {
+	return retryStale(ctx, c, tenant, m, func(e *coldEntry, bucket *blob.Bucket) ([]readpath.Row, error) {
+		var last *group
+		fetch := func(j int) (*group, error) {
+			if last == nil || last.i != j {
+				g, err := c.fetchGroup(ctx, bucket, e, j)
+				if err != nil {
+					return nil, err
+				}
+				last = g
+			}
+			return last, nil
+		}
+		var out []readpath.Row
+		for i := 0; i < len(refs); {
+			topic, want := refs[i].Topic, map[int64]bool{}
+			j := i
+			for ; j < len(refs) && refs[j].Topic == topic; j++ {
+				want[refs[j].Seq] = true
+			}
+			rows, err := c.rows(ctx, e, readpath.ColdRange{Topic: topic, Lo: refs[i].Seq, Hi: refs[j-1].Seq, Limit: len(want),
+				Keep: func(r *readpath.Row) bool { return want[r.Seq] }}, fetch)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, rows...)
+			i = j
+		}
+		return out, nil
 	})
 }
 
@@ -240,9 +278,9 @@ func retryStale[T any](ctx context.Context, c *Cold, tenant string, m routing.Mo
 	}
 }
 
-// rows reads r from the row groups that can hold its rows, in r's order,
-// stopping once r.Limit rows are kept.
-func (c *Cold) rows(ctx context.Context, bucket *blob.Bucket, e *coldEntry, r readpath.ColdRange) ([]readpath.Row, error) {
+// rows reads r from the row groups that can hold its rows (fetch: group j
+// of e), in r's order, stopping once r.Limit rows are kept.
+func (c *Cold) rows(ctx context.Context, e *coldEntry, r readpath.ColdRange, fetch func(j int) (*group, error)) ([]readpath.Row, error) {
 	i, ok := slices.BinarySearchFunc(e.man.Topics, r.Topic, func(t TopicRange, topic string) int { return cmp.Compare(t.Topic, topic) })
 	if !ok || r.Limit <= 0 {
 		return nil, nil
@@ -268,7 +306,7 @@ func (c *Cold) rows(ctx context.Context, bucket *blob.Bucket, e *coldEntry, r re
 	var out []readpath.Row
 	want := func() int { return r.Limit - len(out) }
 	for _, j := range groups {
-		g, err := c.fetchGroup(ctx, bucket, e, j)
+		g, err := fetch(j)
 		if err != nil {
 			return nil, err
 		}

@@ -129,6 +129,42 @@ func TestColdReadsFetchOnlyTheRowGroupsNeeded(t *testing.T) {
 	}
 }
 
+// RowsAt reads the rows of many topics' messages (a user erase's batch)
+// with each row group fetched once: sixty topics of 100 rows fit in one
+// row group, so their rows take one range request, where a read per topic
+// took one each; the rows come in refs' order, one the month lacks left
+// out.
+func TestColdRowsAtFetchesEachRowGroupOnce(t *testing.T) {
+	url := "file://" + t.TempDir()
+	m, _ := routing.ParseMonth("202601")
+	putMonth(t, url, "ten", m, 60, 100)
+	c := NewCold(url, 1<<20, prometheus.NewRegistry())
+	defer c.Close()
+	ctx := context.Background()
+	var refs []routing.MessageRef
+	for i := range 60 {
+		for seq := int64(4); seq <= 100; seq += 4 {
+			refs = append(refs, routing.MessageRef{Topic: fmt.Sprintf("t%d", i), Seq: seq})
+		}
+	}
+	routing.SortRefs(refs)
+	held := slices.Clone(refs)
+	refs = append(refs, routing.MessageRef{Topic: "t7", Seq: 101}, routing.MessageRef{Topic: "zz", Seq: 1})
+	routing.SortRefs(refs)
+	rows, err := c.RowsAt(ctx, "ten", m, refs)
+	if err != nil || len(rows) != len(held) {
+		t.Fatalf("rows at: %d rows, %v", len(rows), err)
+	}
+	for i, r := range rows {
+		if want := held[i]; r.Topic != want.Topic || r.Seq != want.Seq || string(r.Content) != fmt.Sprintf(`{"text":"%s-%d"}`, r.Topic, r.Seq) {
+			t.Fatalf("row %d: %+v, want %+v", i, r, want)
+		}
+	}
+	if n := testutil.ToFloat64(c.m.ranges); n != 2 {
+		t.Fatalf("rows of 60 topics made %v range requests, want 2 (the footer, one row group)", n)
+	}
+}
+
 // BenchmarkColdPage reads the newest 50 messages of a topic below a seq
 // from a warm cache (footer cached): a month of 1,000 topics of 200 rows,
 // about 80 topics a row group.

@@ -531,21 +531,15 @@ func (s *Service) lockArchived(ctx context.Context, tx *sql.Tx, tenant string, m
 	left := refs
 	for _, t := range months {
 		got := map[routing.MessageRef]bool{}
-		for i := 0; i < len(left); {
-			topic, seqs := left[i].Topic, []int64{}
-			for ; i < len(left) && left[i].Topic == topic; i++ {
-				seqs = append(seqs, left[i].Seq)
-			}
-			rs, err := s.r.ArchiveRows(ctx, tenant, t.Month(), topic, seqs)
-			if err != nil {
-				return nil, httpapi.Wrap(httpapi.CodeUnavailable, "archive unavailable", err)
-			}
-			for _, r := range rs {
-				rows = append(rows, found{r, t})
-				seed = append(seed, routing.OverlayRow{Topic: r.Topic, Seq: r.Seq, Month: t.Month(), MessageID: r.MessageID,
-					Status: r.Status, Content: r.Content, Head: r.Head, Version: r.Version, UpdatedAt: r.UpdatedAt})
-				got[routing.MessageRef{Topic: r.Topic, Seq: r.Seq}] = true
-			}
+		rs, err := s.r.ArchiveRows(ctx, tenant, t.Month(), left)
+		if err != nil {
+			return nil, httpapi.Wrap(httpapi.CodeUnavailable, "archive unavailable", err)
+		}
+		for _, r := range rs {
+			rows = append(rows, found{r, t})
+			seed = append(seed, routing.OverlayRow{Topic: r.Topic, Seq: r.Seq, Month: t.Month(), MessageID: r.MessageID,
+				Status: r.Status, Content: r.Content, Head: r.Head, Version: r.Version, UpdatedAt: r.UpdatedAt})
+			got[routing.MessageRef{Topic: r.Topic, Seq: r.Seq}] = true
 		}
 		left = slices.DeleteFunc(slices.Clone(left), func(r routing.MessageRef) bool { return got[r] })
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
+	"github.com/go-sql-driver/mysql"
 	"github.com/redis/rueidis"
 
 	"github.com/imshard/imshard/modules/feed"
@@ -117,6 +118,10 @@ func (s *Service) eraseIn(ctx context.Context, tx *sql.Tx, keys routing.Keys, t 
 		live, err = tombstoneRows(ctx, tx, open[0], refs, up)
 	case len(archived) > 0:
 		e.overlaid = []routing.Month{archived[0].Month()}
+		var done bool
+		if live, done, err = s.tombstoneArchived(ctx, tx, tenant, archived[0].Month(), refs, at); err != nil || done {
+			break
+		}
 		var locked []lockedMsg
 		locked, err = s.lockArchived(ctx, tx, tenant, archived, refs)
 		for _, l := range locked {
@@ -232,6 +237,62 @@ func tombstoneRows(ctx context.Context, tx *sql.Tx, t routing.Table, refs []rout
 	}
 	return live, nil
 }
+
+// tombstoneArchived makes the messages refs (sorted) of archived month m
+// tombstones in its overlay in the usual batch, where the overlay holds no
+// row of any of them yet: the archive's rows are read once (each row
+// group once), and those not deleted in it are inserted as tombstones by
+// the delete's rule (status deleted, content and head NULL, version + 1,
+// updated_at and deleted_at at) in one INSERT — what the seed, the locked
+// read and the UPDATE of a change leave, in one statement. done is false,
+// with nothing written, when the overlay held a row of one of them (the
+// INSERT's duplicate key, rolled back to a savepoint): the caller then
+// seeds, locks and changes them as any change does, so a message changed
+// since its archive is erased from its overlay row.
+func (s *Service) tombstoneArchived(ctx context.Context, tx *sql.Tx, tenant string, m routing.Month, refs []routing.MessageRef,
+	at time.Time) (live []routing.MessageRef, done bool, err error) {
+	fail := func(err error) ([]routing.MessageRef, bool, error) {
+		return nil, false, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+	}
+	rows, err := s.r.ArchiveRows(ctx, tenant, m, refs)
+	if err != nil {
+		return nil, false, httpapi.Wrap(httpapi.CodeUnavailable, "archive unavailable", err)
+	}
+	var tomb []routing.OverlayRow
+	for _, r := range rows {
+		if r.Status != message.StatusDeleted {
+			tomb = append(tomb, routing.OverlayRow{Topic: r.Topic, Seq: r.Seq, Month: m, MessageID: r.MessageID,
+				Status: message.StatusDeleted, Version: r.Version + 1, UpdatedAt: at})
+			live = append(live, routing.MessageRef{Topic: r.Topic, Seq: r.Seq})
+		}
+	}
+	if len(tomb) == 0 {
+		return nil, false, nil
+	}
+	// before the rows commit: a reader that finds the month unmarked has
+	// no overlay row of it to miss
+	if err := s.r.MarkOverlay(ctx, tenant, []routing.Month{m}); err != nil {
+		return nil, false, httpapi.Wrap(httpapi.CodeUnavailable, "cache unavailable", err)
+	}
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+eraseSavepoint); err != nil {
+		return fail(err)
+	}
+	err = routing.InsertOverlay(ctx, tx, tomb, at)
+	var me *mysql.MySQLError
+	switch {
+	case err == nil:
+		return live, true, nil
+	case !errors.As(err, &me) || me.Number != erDupEntry:
+		return fail(err)
+	}
+	if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+eraseSavepoint); err != nil {
+		return fail(err)
+	}
+	return nil, false, nil
+}
+
+// erDupEntry is MySQL's duplicate key error (ER_DUP_ENTRY).
+const erDupEntry = 1062
 
 // lockErasable locks the rows refs (sorted) of month table t and answers
 // those not deleted yet, in refs order. It reads only that: the refs and

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 
@@ -46,6 +45,9 @@ type ColdRange struct {
 type ColdMonths interface {
 	// Rows lists what r asks of tenant's archived month m.
 	Rows(ctx context.Context, tenant string, m routing.Month, r ColdRange) ([]Row, error)
+	// RowsAt are the rows of refs (sorted by topic and seq) the month
+	// holds, in refs' order.
+	RowsAt(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef) ([]Row, error)
 	// ByID is the row of message id in the month, if it holds it.
 	ByID(ctx context.Context, tenant string, m routing.Month, id int64) (Row, bool, error)
 	// IDRange is the month's lowest and highest message id (ok false: no
@@ -177,22 +179,17 @@ func Overlaid(r *Row, o routing.OverlayRow) {
 	r.Status, r.Content, r.Head, r.Version, r.UpdatedAt = o.Status, o.Content, o.Head, o.Version, o.UpdatedAt
 }
 
-// ArchiveRows are the rows of topic's seqs in archived month m as the
-// archive holds them (no overlay), in seq order; a seq the month does not
-// hold is left out.
-func (s *Reader) ArchiveRows(ctx context.Context, tenant string, m routing.Month, topic string, seqs []int64) ([]Row, error) {
-	if len(seqs) == 0 {
+// ArchiveRows are the rows of refs (sorted by topic and seq) in archived
+// month m as the archive holds them (no overlay), in refs' order; a
+// message the month does not hold is left out.
+func (s *Reader) ArchiveRows(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef) ([]Row, error) {
+	if len(refs) == 0 {
 		return nil, nil
 	}
 	if s.p.Cold == nil {
 		return nil, ErrNoColdTier
 	}
-	want := make(map[int64]bool, len(seqs))
-	for _, q := range seqs {
-		want[q] = true
-	}
-	return s.p.Cold.Rows(ctx, tenant, m, ColdRange{Topic: topic, Lo: slices.Min(seqs), Hi: slices.Max(seqs), Limit: len(want),
-		Keep: func(r *Row) bool { return want[r.Seq] }})
+	return s.p.Cold.RowsAt(ctx, tenant, m, refs)
 }
 
 // coldHidden is the caller's deletion ranges of topic reaching above lo

@@ -54,6 +54,30 @@ func SeedOverlay(ctx context.Context, tx *sql.Tx, rows []OverlayRow) error {
 	return nil
 }
 
+// InsertOverlay writes rows as new overlay rows, deleted_at set to
+// deletedAt (zero: NULL), with one plain INSERT: it fails with the
+// duplicate key error (ER_DUP_ENTRY) when the overlay holds a row of one
+// of them already, and writes nothing then. An erase batch's tombstones
+// of messages the overlay had no row of: what SeedOverlay, LockOverlay
+// and OverlayUpdate would leave, in one statement.
+func InsertOverlay(ctx context.Context, tx *sql.Tx, rows []OverlayRow, deletedAt time.Time) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	var deleted any
+	if !deletedAt.IsZero() {
+		deleted = deletedAt
+	}
+	q := sq.Insert(overlayTable).Columns(append(slices.Clone(overlayColumns), "deleted_at")...)
+	for _, r := range rows {
+		q = q.Values(r.Topic, r.Seq, r.Month.String(), r.MessageID, r.Status, jsonOrNull(r.Content), jsonOrNull(r.Head), r.Version, r.UpdatedAt, deleted)
+	}
+	if _, err := q.RunWith(tx).ExecContext(ctx); err != nil {
+		return fmt.Errorf("overlay: insert: %w", err)
+	}
+	return nil
+}
+
 func jsonOrNull(b []byte) any {
 	if b == nil {
 		return nil
