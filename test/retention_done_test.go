@@ -3,7 +3,6 @@ package test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/url"
 	"slices"
 	"strconv"
@@ -31,6 +30,7 @@ func TestRetentionLeavesNothingExpiredPurgedOrErased(t *testing.T) {
 		c.Tenants[0].RetentionMonths = 2
 		c.Archive.URL = "file://" + t.TempDir()
 		c.Shard.SealingDays = 0
+		c.Send.ProduceTimeout = time.Second // the proof's wait for persist after the months' deactivation
 	}})
 	now := e.Now()
 	m3, m2, m1 := now.Add(-3), now.Add(-2), now.Add(-1)
@@ -61,19 +61,18 @@ func TestRetentionLeavesNothingExpiredPurgedOrErased(t *testing.T) {
 		}
 	}
 	// the archive's proof needs persist's progress past the months'
-	// deactivation; the role's own persist publishes its real progress
-	// too, and may lower the mark persistPassed set until it gets there
-	for deadline := time.Now().Add(time.Minute); ; {
-		e.persistPassed()
-		rep, err := e.App.NewArchiver().Archive(ctx, e.Tenant, m2, false)
-		if errors.Is(err, archive.ErrIncomplete) && time.Now().Before(deadline) {
-			time.Sleep(200 * time.Millisecond)
-			continue
-		}
-		if err != nil || rep.Step != archive.StepMarked {
-			t.Fatalf("archive %s: %+v %v", m2, rep, err)
-		}
-		break
+	// deactivation plus the produce timeout: the all role's own persist
+	// publishes it, and it only moves forward, so the proof holds once that
+	// persist has caught up. A mark set by hand instead would race with it:
+	// its next publish writes its real, earlier progress over the mark
+	// before the proof reads it.
+	wait, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := routing.AwaitComplete(wait, e.DB, e.Redis, e.Keys(), m2, e.App.Config.Send.ProduceTimeout, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := e.App.NewArchiver().Archive(ctx, e.Tenant, m2, false); err != nil || rep.Step != archive.StepMarked {
+		t.Fatalf("archive %s: %+v %v", m2, rep, err)
 	}
 	admin := e.Token(1, httpapi.RoleAdmin)
 	if code, body := e.Do("PUT", "/v1/admin/holds/case-9", admin, map[string]any{"tenant": e.Tenant, "topics": []string{"dhhh"}, "reason": "investigation"}); code != 200 {
