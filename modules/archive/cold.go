@@ -131,43 +131,49 @@ var errStale = errors.New("archive: the archive object changed")
 // Rows implements readpath.ColdMonths.
 func (c *Cold) Rows(ctx context.Context, tenant string, m routing.Month, r readpath.ColdRange) ([]readpath.Row, error) {
 	return retryStale(ctx, c, tenant, m, func(e *coldEntry, bucket *blob.Bucket) ([]readpath.Row, error) {
-		return c.rows(ctx, e, r, func(j int) (*group, error) { return c.fetchGroup(ctx, bucket, e, j) })
+		return c.rows(ctx, bucket, e, r)
 	})
 }
 
-// RowsAt implements readpath.ColdMonths: each topic's rows of refs, read
-// as Rows reads a range of its seqs, with every row group fetched once —
-// refs are in the file's (topic, seqid) order, so the groups are visited
-// in order and a group the previous topic ended in is the one kept. A
-// change of many topics' messages at once (a user erase's batch) fetches
-// the few groups that hold them, not one group per topic.
+// RowsAt implements readpath.ColdMonths for a change of many topics'
+// messages at once (a user erase's batch): each row group that can hold
+// one of refs is fetched once and read once, forward, from the first row
+// of its first topic of refs to the last of its last (the topic column
+// decoded to find them), keeping the rows refs name. Reading a
+// group's window whole costs at most the group's rows; a read per topic
+// would fetch the group again and seek into it for each topic.
 func (c *Cold) RowsAt(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef) ([]readpath.Row, error) {
+	want := make(map[routing.MessageRef]bool, len(refs))
+	for _, r := range refs {
+		want[r] = true
+	}
 	return retryStale(ctx, c, tenant, m, func(e *coldEntry, bucket *blob.Bucket) ([]readpath.Row, error) {
-		var last *group
-		fetch := func(j int) (*group, error) {
-			if last == nil || last.i != j {
-				g, err := c.fetchGroup(ctx, bucket, e, j)
-				if err != nil {
-					return nil, err
-				}
-				last = g
-			}
-			return last, nil
-		}
 		var out []readpath.Row
-		for i := 0; i < len(refs); {
-			topic, want := refs[i].Topic, map[int64]bool{}
-			j := i
-			for ; j < len(refs) && refs[j].Topic == topic; j++ {
-				want[refs[j].Seq] = true
+		for j, sp := range e.groups {
+			// refs are in the file's (topic, seqid) order: the group's are
+			// those whose topic lies within its topics
+			lo := sort.Search(len(refs), func(i int) bool { return refs[i].Topic >= sp.topicLo })
+			hi := sort.Search(len(refs), func(i int) bool { return refs[i].Topic > sp.topicHi })
+			if lo >= hi {
+				continue
 			}
-			rows, err := c.rows(ctx, e, readpath.ColdRange{Topic: topic, Lo: refs[i].Seq, Hi: refs[j-1].Seq, Limit: len(want),
-				Keep: func(r *readpath.Row) bool { return want[r.Seq] }}, fetch)
+			g, err := c.fetchGroup(ctx, bucket, e, j)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, rows...)
-			i = j
+			from, to, err := g.topicSpan(e.cols, refs[lo].Topic, refs[hi-1].Topic)
+			if err != nil {
+				return nil, err
+			}
+			err = g.read(from, to, false, func() int { return groupBatch }, func(row *Row) bool {
+				if want[routing.MessageRef{Topic: row.Topic, Seq: row.SeqID}] {
+					out = append(out, row.readRow())
+				}
+				return true
+			})
+			if err != nil {
+				return nil, err
+			}
 		}
 		return out, nil
 	})
@@ -278,9 +284,9 @@ func retryStale[T any](ctx context.Context, c *Cold, tenant string, m routing.Mo
 	}
 }
 
-// rows reads r from the row groups that can hold its rows (fetch: group j
-// of e), in r's order, stopping once r.Limit rows are kept.
-func (c *Cold) rows(ctx context.Context, e *coldEntry, r readpath.ColdRange, fetch func(j int) (*group, error)) ([]readpath.Row, error) {
+// rows reads r from the row groups that can hold its rows, in r's order,
+// stopping once r.Limit rows are kept.
+func (c *Cold) rows(ctx context.Context, bucket *blob.Bucket, e *coldEntry, r readpath.ColdRange) ([]readpath.Row, error) {
 	i, ok := slices.BinarySearchFunc(e.man.Topics, r.Topic, func(t TopicRange, topic string) int { return cmp.Compare(t.Topic, topic) })
 	if !ok || r.Limit <= 0 {
 		return nil, nil
@@ -306,7 +312,7 @@ func (c *Cold) rows(ctx context.Context, e *coldEntry, r readpath.ColdRange, fet
 	var out []readpath.Row
 	want := func() int { return r.Limit - len(out) }
 	for _, j := range groups {
-		g, err := fetch(j)
+		g, err := c.fetchGroup(ctx, bucket, e, j)
 		if err != nil {
 			return nil, err
 		}
@@ -399,16 +405,7 @@ func (g *group) pages(col int, kind encoding.Kind, fn func(first int64, v encodi
 // bound is a binary search of a decoded key column — two columns decoded,
 // not the group's rows.
 func (g *group) window(cols keyColumns, topic string, lo, hi int64) (from, to int64, err error) {
-	t := []byte(topic)
-	var tFrom, tTo int64 // the topic's rows
-	err = g.pages(cols.topic, encoding.ByteArray, func(_ int64, v encoding.Values) bool {
-		data, offs := v.ByteArray()
-		at := func(k int) []byte { return data[offs[k]:offs[k+1]] }
-		n := len(offs) - 1
-		tFrom += int64(sort.Search(n, func(k int) bool { return bytes.Compare(at(k), t) >= 0 }))
-		tTo += int64(sort.Search(n, func(k int) bool { return bytes.Compare(at(k), t) > 0 }))
-		return true
-	})
+	tFrom, tTo, err := g.topicSpan(cols, topic, topic) // the topic's rows
 	if err != nil || tFrom == tTo {
 		return 0, 0, err
 	}
@@ -422,6 +419,22 @@ func (g *group) window(cols keyColumns, topic string, lo, hi int64) (from, to in
 			to += int64(sort.Search(len(in), func(k int) bool { return in[k] > hi }))
 		}
 		return first+int64(len(seqs)) < tTo
+	})
+	return from, to, err
+}
+
+// topicSpan is the rows [from, to) of the group whose topic lies within
+// [first, last]: the topic column decoded, each bound a binary search of
+// each page (the file is sorted by topic).
+func (g *group) topicSpan(cols keyColumns, first, last string) (from, to int64, err error) {
+	f, l := []byte(first), []byte(last)
+	err = g.pages(cols.topic, encoding.ByteArray, func(_ int64, v encoding.Values) bool {
+		data, offs := v.ByteArray()
+		at := func(k int) []byte { return data[offs[k]:offs[k+1]] }
+		n := len(offs) - 1
+		from += int64(sort.Search(n, func(k int) bool { return bytes.Compare(at(k), f) >= 0 }))
+		to += int64(sort.Search(n, func(k int) bool { return bytes.Compare(at(k), l) > 0 }))
+		return true
 	})
 	return from, to, err
 }

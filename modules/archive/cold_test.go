@@ -130,9 +130,10 @@ func TestColdReadsFetchOnlyTheRowGroupsNeeded(t *testing.T) {
 }
 
 // RowsAt reads the rows of many topics' messages (a user erase's batch)
-// with each row group fetched once: sixty topics of 100 rows fit in one
-// row group, so their rows take one range request, where a read per topic
-// took one each; the rows come in refs' order, one the month lacks left
+// with each row group fetched and read once: sixty topics of 100 rows fit
+// in one row group, so their rows take one range request, where a read
+// per topic took one each; three topics in three groups, one of them in
+// two, take three; the rows come in refs' order, one the month lacks left
 // out.
 func TestColdRowsAtFetchesEachRowGroupOnce(t *testing.T) {
 	url := "file://" + t.TempDir()
@@ -162,6 +163,27 @@ func TestColdRowsAtFetchesEachRowGroupOnce(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(c.m.ranges); n != 2 {
 		t.Fatalf("rows of 60 topics made %v range requests, want 2 (the footer, one row group)", n)
+	}
+
+	// topics across row groups: three topics of 7,000 rows in three groups
+	// of 8,192, the middle topic in two of them
+	putMonth(t, url, "ten", m.Next(), 3, 7000)
+	refs = refs[:0]
+	for _, topic := range []string{"t0", "t1", "t2"} {
+		for seq := int64(1); seq <= 7000; seq += 499 {
+			refs = append(refs, routing.MessageRef{Topic: topic, Seq: seq})
+		}
+	}
+	if rows, err = c.RowsAt(ctx, "ten", m.Next(), refs); err != nil || len(rows) != len(refs) {
+		t.Fatalf("rows at across groups: %d rows, %v", len(rows), err)
+	}
+	for i, r := range rows {
+		if r.Topic != refs[i].Topic || r.Seq != refs[i].Seq {
+			t.Fatalf("row %d across groups: %s/%d, want %+v", i, r.Topic, r.Seq, refs[i])
+		}
+	}
+	if n := testutil.ToFloat64(c.m.ranges); n != 2+4 {
+		t.Fatalf("rows of three topics in three groups made %v range requests, want 4 (the footer, three row groups)", n-2)
 	}
 }
 
