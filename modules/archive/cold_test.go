@@ -62,6 +62,19 @@ func putMonth(t testing.TB, url, tenant string, m routing.Month, topics, perTopi
 	}
 }
 
+// coldMonth is a reader caching cacheBytes over a bucket in a temporary
+// directory (its url) holding tenant "ten"'s month m of topics topics
+// of perTopic rows (putMonth); the reader is closed at the end of t.
+func coldMonth(t testing.TB, topics, perTopic int, cacheBytes int64) (*Cold, string, routing.Month) {
+	t.Helper()
+	url := "file://" + t.TempDir()
+	m, _ := routing.ParseMonth("202601")
+	putMonth(t, url, "ten", m, topics, perTopic)
+	c := NewCold(url, cacheBytes, prometheus.NewRegistry())
+	t.Cleanup(func() { _ = c.Close() })
+	return c, url, m
+}
+
 func seqsOf(rows []readpath.Row) []int64 {
 	out := make([]int64, len(rows))
 	for i, r := range rows {
@@ -136,11 +149,7 @@ func TestColdReadsFetchOnlyTheRowGroupsNeeded(t *testing.T) {
 // two, take three; the rows come in refs' order, one the month lacks left
 // out.
 func TestColdRowsAtFetchesEachRowGroupOnce(t *testing.T) {
-	url := "file://" + t.TempDir()
-	m, _ := routing.ParseMonth("202601")
-	putMonth(t, url, "ten", m, 60, 100)
-	c := NewCold(url, 1<<20, prometheus.NewRegistry())
-	defer c.Close()
+	c, url, m := coldMonth(t, 60, 100, 1<<20)
 	ctx := context.Background()
 	var refs []routing.MessageRef
 	for i := range 60 {
@@ -191,11 +200,7 @@ func TestColdRowsAtFetchesEachRowGroupOnce(t *testing.T) {
 // from a warm cache (footer cached): a month of 1,000 topics of 200 rows,
 // about 80 topics a row group.
 func BenchmarkColdPage(b *testing.B) {
-	url := "file://" + b.TempDir()
-	m, _ := routing.ParseMonth("202601")
-	putMonth(b, url, "ten", m, 1000, 200)
-	c := NewCold(url, 1<<26, prometheus.NewRegistry())
-	defer c.Close()
+	c, _, m := coldMonth(b, 1000, 200, 1<<26)
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := range b.N {
