@@ -198,8 +198,15 @@ func persistHeader(r *kgo.Record, key string) string {
 // labels contain every given label pair (`name{...}` lines).
 func persistMetric(t *testing.T, env *harness.Env, name string, labels ...string) float64 {
 	t.Helper()
+	return opsMetric(t, env.OpsURL, name, labels...)
+}
+
+// opsMetric is persistMetric of the process whose operations server is at
+// opsURL.
+func opsMetric(t *testing.T, opsURL, name string, labels ...string) float64 {
+	t.Helper()
 	sum := 0.0
-	for _, line := range strings.Split(opsMetrics(t, env.OpsURL), "\n") {
+	for _, line := range strings.Split(opsMetrics(t, opsURL), "\n") {
 		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
 			continue
 		}
