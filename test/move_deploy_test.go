@@ -17,6 +17,7 @@ import (
 
 	"github.com/imshard/imshard/modules/localsrv"
 	"github.com/imshard/imshard/modules/placement"
+	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/robustness"
 	"github.com/imshard/imshard/test/testenv"
 )
@@ -103,8 +104,18 @@ persist: {batch_size: 25, batch_linger: 5ms, retry_backoff: 10ms, retry_backoff_
 log: {level: info, format: json}
 limits: {send: {user: {per_second: 0}, topic: {per_second: 0}}, reads: {per_second: 0}, changes: {per_second: 0}}
 `, testenv.DSNTemplate(), testenv.RedisAddr(), broker, moving, moving, other, other))
-	if code, out := runCLI(t, nil, "--config", cfg, "shard", "ensure", "--months=1"); code != 0 {
-		t.Fatalf("shard ensure: %d\n%s", code, out)
+	now, err := routing.NewClock(testenv.Redis(t)).Month(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"shard", "ensure", "--from", now.String()},
+		{"shard", "activate", "--tenant", moving, "--month", now.String()},
+		{"shard", "activate", "--tenant", other, "--month", now.String()},
+	} {
+		if code, out := runCLI(t, nil, append([]string{"--config", cfg}, args...)...); code != 0 {
+			t.Fatalf("%v: %d\n%s", args, code, out)
+		}
 	}
 
 	roles := []*mdRole{
