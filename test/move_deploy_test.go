@@ -392,13 +392,25 @@ func (l *mdLoad) editor(ctx context.Context, actor int, r *rand.Rand) {
 	}
 }
 
+// mdByIDAfter is how long after a reader saw a message in a page it may
+// read it by id: more than persist takes to store it, a switch's pause
+// included (the bar is 2 s).
+const mdByIDAfter = 5 * time.Second
+
+// mdSeen is a message id a reader saw, and when.
+type mdSeen struct {
+	id string
+	at time.Time
+}
+
 // reader follows every topic's since chain from its own cursor, reads the
-// latest page and reads one message it saw by id, as a member; a since
+// latest page and reads by id one message it saw a while ago, as a member; a since
 // cursor or a latest page's top seq lower than one it read before is noted
 // as a read back in time.
 func (l *mdLoad) reader(ctx context.Context, actor int, r *rand.Rand) {
 	user := 1 + r.Int64N(mdUsers)
 	since, top := map[string]int64{}, map[string]int64{}
+	var seen []mdSeen
 	for ctx.Err() == nil {
 		topic := mdTopics[r.IntN(len(mdTopics))]
 		op := l.cl.since(actor, mdQueryAPI, user, topic, since[topic], 50)
@@ -419,7 +431,18 @@ func (l *mdLoad) reader(ctx context.Context, actor int, r *rand.Rand) {
 			}
 			top[topic] = max(top[topic], got)
 			m := op.Messages[r.IntN(len(op.Messages))]
-			l.cl.one(actor, mdQueryAPI, user, topic, 0, m.MessageID)
+			seen = append(seen, mdSeen{m.MessageID, time.Now()})
+		}
+		// by id: a message seen mdByIDAfter ago or more (the id is
+		// looked up in MySQL: one the hot cache shows, not stored yet,
+		// is not found)
+		i := 0
+		for i < len(seen) && time.Since(seen[i].at) >= mdByIDAfter {
+			i++
+		}
+		if i > 0 {
+			l.cl.one(actor, mdQueryAPI, user, "", 0, seen[r.IntN(i)].id)
+			seen = seen[i-1:]
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
