@@ -197,3 +197,53 @@ func TestMoveSendWaitsOutTheSwitch(t *testing.T) {
 		return n == 1
 	})
 }
+
+// TestChangeSeqAndCursorUnderTheMoveTriggers: while a move's mark triggers
+// are on the tenant's tables (from its copy to its end), an edit still
+// answers 200 with the topic's next change_seq and a read cursor write
+// answers the cursor it holds. Both read their value back from the
+// statement's LAST_INSERT_ID(expr); MariaDB does not report that value
+// to the client when a trigger of the statement inserted a row into a
+// table with an AUTO_INCREMENT key (the marks), so without reading it
+// back with SELECT LAST_INSERT_ID() the edit failed on the outbox with a
+// duplicate change_seq 0 (503) and the cursor write answered read_seq 0.
+func TestChangeSeqAndCursorUnderTheMoveTriggers(t *testing.T) {
+	t.Parallel()
+	l := mvStartLive(t, 1)
+	env, ctx := l.env, context.Background()
+	rpGroup(t, env, "mvt")
+	tok := env.Token(rpMember, "")
+	s1, _ := rpPost(t, env, tok, "mvt", "t1", "one")
+	s2, _ := rpPost(t, env, tok, "mvt", "t2", "two")
+	chWaitSettled(t, env, "mvt")
+	at, err := env.App.Pools().Placement(l.tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mvBeginStopped(t, ctx, l.tenant, at, l.targetDSN, l.store)
+	var triggers int
+	if err := l.src.QueryRow("SELECT COUNT(*) FROM information_schema.triggers WHERE trigger_schema = DATABASE()").Scan(&triggers); err != nil || triggers == 0 {
+		t.Fatalf("the move's triggers on the source: %d %v", triggers, err)
+	}
+	version := map[int64]int64{s1: 1, s2: 1}
+	for i, seq := range []int64{s1, s2, s1} {
+		code, body := env.Do("PATCH", fmt.Sprintf("/v1/topics/mvt/messages/%d", seq), tok,
+			map[string]any{"content": map[string]any{"text": fmt.Sprint("edit ", i)}, "expected_version": version[seq]})
+		version[seq]++
+		var r struct {
+			ChangeSeq int64 `json:"change_seq"`
+		}
+		if code != 200 || json.Unmarshal(body, &r) != nil || r.ChangeSeq != int64(i+1) {
+			t.Fatalf("edit %d of seq %d under the move's triggers: %d %s, want 200 with change_seq %d", i, seq, code, body, i+1)
+		}
+	}
+	for _, c := range []struct{ put, want int64 }{{s2, s2}, {s1, s2}} {
+		code, body := env.Do("PUT", "/v1/topics/mvt/read", tok, map[string]any{"seq": c.put})
+		var r struct {
+			ReadSeq int64 `json:"read_seq"`
+		}
+		if code != 200 || json.Unmarshal(body, &r) != nil || r.ReadSeq != c.want {
+			t.Fatalf("read cursor to %d under the move's triggers: %d %s, want read_seq %d", c.put, code, body, c.want)
+		}
+	}
+}

@@ -199,7 +199,8 @@ func memberships(ctx context.Context, st Stmts, db *sql.DB, user int64) ([]Membe
 
 // MarkRead moves user's cursor of topic up to seq (never down) in one
 // statement and returns the cursor it holds afterwards: the
-// LAST_INSERT_ID(expr) form hands the row's value back with the result.
+// LAST_INSERT_ID(expr) form leaves the row's value in the session, read
+// back in the same transaction (routing.LastInsertID).
 // It is a cached prepared statement, run in a fenced transaction: running
 // it twice is the same as once. The caller decided the membership
 // (MoveCursor).
@@ -209,14 +210,20 @@ func MarkRead(ctx context.Context, st Stmts, db *sql.DB, user int64, topic strin
 	if err != nil {
 		return 0, err
 	}
-	res, err := routing.FencedValue(ctx, db, func(tx *sql.Tx) (sql.Result, error) { return st.Exec(ctx, db, tx, query, args) })
+	held, err := routing.FencedValue(ctx, db, func(tx *sql.Tx) (int64, error) {
+		res, err := st.Exec(ctx, db, tx, query, args)
+		if err != nil {
+			return 0, err
+		}
+		if n, err := res.RowsAffected(); err == nil && n == 1 {
+			return seq, nil // inserted
+		}
+		return routing.LastInsertID(ctx, tx)
+	})
 	if err != nil {
 		return 0, fmt.Errorf("acl: read cursor %s/%d: %w", topic, user, err)
 	}
-	if n, err := res.RowsAffected(); err == nil && n == 1 {
-		return seq, nil // inserted
-	}
-	return res.LastInsertId()
+	return held, nil
 }
 
 // PutPrefs sets user's preferences of topic; a nil field of pr leaves one

@@ -68,9 +68,9 @@ type NewRevision struct {
 	SeqIDs []int64
 }
 
-// NextChangeSeq allocates topic's next change_seq in tx: an upsert through
-// LAST_INSERT_ID, so the row lock orders concurrent changes of the topic
-// and a rolled back change gives its number back.
+// NextChangeSeq allocates topic's next change_seq in tx: an upsert, so
+// the row lock orders concurrent changes of the topic and a rolled back
+// change gives its number back.
 func NextChangeSeq(ctx context.Context, tx *sql.Tx, topic string) (int64, error) {
 	firsts, err := NextChangeSeqs(ctx, tx, []ChangeRun{{Topic: topic, N: 1}})
 	if err != nil {
@@ -89,50 +89,38 @@ type ChangeRun struct {
 // NextChangeSeqs allocates each run's change_seqs in tx, as NextChangeSeq
 // allocates one, and answers the first of each, in runs order: one upsert
 // for all of them (the topics' row locks taken in runs order, sorted by
-// topic as a batch's refs are), then, for more than one topic, one read of
-// what it left (a batch of changes of forty topics takes two statements,
-// not forty).
+// topic as a batch's refs are), then one read of what it left (a batch of
+// changes of forty topics takes two statements, not forty). The read is
+// not the upsert's LAST_INSERT_ID(expr) reported with its result: while a
+// tenant moves, its mark triggers make MariaDB report 0 there
+// (TestChangeSeqAndCursorUnderTheMoveTriggers).
 func NextChangeSeqs(ctx context.Context, tx *sql.Tx, runs []ChangeRun) ([]int64, error) {
 	q := sq.Insert(topicChangesTable).Columns("topic", "change_seq")
-	if len(runs) == 1 {
-		q = q.Values(runs[0].Topic, sq.Expr("LAST_INSERT_ID(?)", runs[0].N)).
-			Suffix("ON DUPLICATE KEY UPDATE change_seq = LAST_INSERT_ID(change_seq + ?)", runs[0].N)
-	} else {
-		for _, r := range runs {
-			q = q.Values(r.Topic, r.N)
-		}
-		q = q.Suffix("ON DUPLICATE KEY UPDATE change_seq = change_seq + VALUES(change_seq)")
+	topics := make([]string, len(runs))
+	for i, r := range runs {
+		q = q.Values(r.Topic, r.N)
+		topics[i] = r.Topic
 	}
-	res, err := q.RunWith(tx).ExecContext(ctx)
-	if err != nil {
+	q = q.Suffix("ON DUPLICATE KEY UPDATE change_seq = change_seq + VALUES(change_seq)")
+	if _, err := q.RunWith(tx).ExecContext(ctx); err != nil {
 		return nil, fmt.Errorf("readpath: next change_seq: %w", err)
 	}
+	rows, err := sq.Select("topic", "change_seq").From(topicChangesTable).Where(sq.Eq{"topic": topics}).RunWith(tx).QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("readpath: next change_seqs: %w", err)
+	}
+	defer rows.Close()
 	last := make(map[string]int64, len(runs))
-	if len(runs) == 1 {
-		if last[runs[0].Topic], err = res.LastInsertId(); err != nil {
-			return nil, fmt.Errorf("readpath: next change_seq: %w", err)
-		}
-	} else {
-		topics := make([]string, len(runs))
-		for i, r := range runs {
-			topics[i] = r.Topic
-		}
-		rows, err := sq.Select("topic", "change_seq").From(topicChangesTable).Where(sq.Eq{"topic": topics}).RunWith(tx).QueryContext(ctx)
-		if err != nil {
+	for rows.Next() {
+		var topic string
+		var cs int64
+		if err := rows.Scan(&topic, &cs); err != nil {
 			return nil, fmt.Errorf("readpath: next change_seqs: %w", err)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var topic string
-			var cs int64
-			if err := rows.Scan(&topic, &cs); err != nil {
-				return nil, fmt.Errorf("readpath: next change_seqs: %w", err)
-			}
-			last[topic] = cs
-		}
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("readpath: next change_seqs: %w", err)
-		}
+		last[topic] = cs
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("readpath: next change_seqs: %w", err)
 	}
 	firsts := make([]int64, len(runs))
 	for i, r := range runs {
