@@ -134,14 +134,14 @@ limits: {send: {user: {per_second: 0}, topic: {per_second: 0}}, reads: {per_seco
 	for _, r := range roles {
 		waitReadyz(t, r.p, r.opsAddr)
 	}
-	keep := sync.OnceValue(func() string { return mdKeepLogs(t, roles) })
+	h := &robustness.History{}
+	keep := sync.OnceValue(func() string { return mdKeep(t, roles, h) })
 	defer func() {
 		if t.Failed() {
 			keep()
 		}
 	}()
 
-	h := &robustness.History{}
 	loads := []*mdLoad{mdNewLoad(t, h, moving, roles, 0), mdNewLoad(t, h, other, roles, 100)}
 	for _, l := range loads {
 		l.setUp()
@@ -219,9 +219,21 @@ limits: {send: {user: {per_second: 0}, topic: {per_second: 0}}, reads: {per_seco
 	}
 
 	ops := h.Ops()
-	var sends, reads, changes, held int
+	var sends, reads, changes, held, unstored int
+	// the ids a by-id read found: one not found before was not stored yet
+	found := map[string]bool{}
+	for i := range ops {
+		if ops[i].Kind == robustness.ByID && ops[i].Status == 200 {
+			found[ops[i].MessageID] = true
+		}
+	}
 	for i := range ops {
 		o := &ops[i]
+		if o.Kind == robustness.ByID && o.Status == 404 && found[o.MessageID] {
+			reads++
+			unstored++
+			continue
+		}
 		switch o.Kind {
 		case robustness.Send:
 			sends++
@@ -243,14 +255,10 @@ limits: {send: {user: {per_second: 0}, topic: {per_second: 0}}, reads: {per_seco
 		}
 	}
 	elapsed := time.Since(begin)
-	t.Logf("%d sends, %d reads, %d edits (%d answered 409 with retry_after_ms) in %v, load %s",
-		sends, reads, changes, held, elapsed.Round(time.Second), mdLoadAvg())
+	t.Logf("%d sends, %d reads (%d by id found once stored), %d edits (%d answered 409 with retry_after_ms) in %v, load %s",
+		sends, reads, unstored, changes, held, elapsed.Round(time.Second), mdLoadAvg())
 	if vs := robustness.Check(ops); len(vs) > 0 {
 		path := filepath.Join(keep(), "history.jsonl")
-		if f, err := os.Create(path); err == nil {
-			_ = h.Write(f)
-			f.Close()
-		}
 		for _, c := range robustness.Checkers {
 			if i := slices.IndexFunc(vs, func(v robustness.Violation) bool { return v.Checker == c.Name }); i >= 0 {
 				t.Errorf("checker %s: %s\nshrunk history:\n%s\nfull history: %s", c.Name, vs[i].Detail,
@@ -392,6 +400,18 @@ func (l *mdLoad) editor(ctx context.Context, actor int, r *rand.Rand) {
 	}
 }
 
+// byID reads message id as user; one not found (persist has not stored it
+// yet: a read by id looks in MySQL only) is read again every 200 ms, for
+// 20 s at most.
+func (l *mdLoad) byID(ctx context.Context, actor int, user int64, id string) {
+	for deadline := time.Now().Add(20 * time.Second); ctx.Err() == nil && time.Now().Before(deadline); {
+		if op := l.cl.one(actor, mdQueryAPI, user, "", 0, id); op.Status != 404 {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // mdByIDAfter is how long after a reader saw a message in a page it may
 // read it by id: more than persist takes to store it, a switch's pause
 // included (the bar is 2 s).
@@ -404,7 +424,8 @@ type mdSeen struct {
 }
 
 // reader follows every topic's since chain from its own cursor, reads the
-// latest page and reads by id one message it saw a while ago, as a member; a since
+// latest page and reads by id one message it saw a while ago, as a member
+// (again until it is found: see byID); a since
 // cursor or a latest page's top seq lower than one it read before is noted
 // as a read back in time.
 func (l *mdLoad) reader(ctx context.Context, actor int, r *rand.Rand) {
@@ -427,7 +448,7 @@ func (l *mdLoad) reader(ctx context.Context, actor int, r *rand.Rand) {
 				got = max(got, m.Seq)
 			}
 			if got < top[topic] {
-				l.backInTime(fmt.Sprintf("the latest page of %s topped at %d after %d", topic, got, top[topic]))
+				l.backInTime(fmt.Sprintf("the latest page of %s (op %d, %s) topped at %d after %d", topic, op.ID, op.Start.Format("15:04:05.000"), got, top[topic]))
 			}
 			top[topic] = max(top[topic], got)
 			m := op.Messages[r.IntN(len(op.Messages))]
@@ -441,7 +462,7 @@ func (l *mdLoad) reader(ctx context.Context, actor int, r *rand.Rand) {
 			i++
 		}
 		if i > 0 {
-			l.cl.one(actor, mdQueryAPI, user, "", 0, seen[r.IntN(i)].id)
+			l.byID(ctx, actor, user, seen[r.IntN(i)].id)
 			seen = seen[i-1:]
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -586,15 +607,19 @@ func mdWaitEpoch(t *testing.T, roles []*mdRole, tenant string, epoch int64) {
 	}
 }
 
-// mdKeepLogs writes every role process's log to a directory that outlives
-// the test and returns it.
-func mdKeepLogs(t *testing.T, roles []*mdRole) string {
+// mdKeep writes every role process's log and the history (JSON lines,
+// history.jsonl) to a directory that outlives the test and returns it.
+func mdKeep(t *testing.T, roles []*mdRole, h *robustness.History) string {
 	dir, err := os.MkdirTemp("", "imshard-movedeploy-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range roles {
 		_ = os.WriteFile(filepath.Join(dir, r.name+".log"), []byte(r.p.out.String()), 0o600)
+	}
+	if f, err := os.Create(filepath.Join(dir, "history.jsonl")); err == nil {
+		_ = h.Write(f)
+		f.Close()
 	}
 	t.Logf("the processes' logs: %s", dir)
 	return dir
