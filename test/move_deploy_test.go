@@ -176,6 +176,11 @@ limits: {send: {user: {per_second: 0}, topic: {per_second: 0}}, reads: {per_seco
 			t.Fatalf("tenant move %v: %v\n%s", args, err, p.out.String())
 		}
 		t.Logf("tenant move %v: %v, load %s", args, time.Since(start).Round(time.Millisecond), mdLoadAvg())
+		for _, line := range strings.Split(p.out.String(), "\n") {
+			if strings.Contains(line, "switch took") {
+				t.Log(line)
+			}
+		}
 		return p.out.String()
 	}
 	out := mover("--tenant="+moving, "--to="+targetDSN, "--yes")
