@@ -292,7 +292,7 @@ limits: {send: {user: {per_second: 0}, topic: {per_second: 0}}, reads: {per_seco
 		if !r.p.running() {
 			t.Errorf("%s exited\n%s", r.name, r.p.out.String())
 		}
-		if r.roles != "query" && !strings.Contains(r.p.out.String(), "tenant placement changed") {
+		if !strings.Contains(r.p.out.String(), "tenant placement changed") {
 			t.Errorf("%s never logged that it followed the new placement", r.name)
 		}
 	}
