@@ -682,30 +682,15 @@ func (a *Archiver) export(ctx context.Context, db *sql.DB, bucket *blob.Bucket, 
 	hw := &hashingWriter{w: bw, h: sha256.New()}
 	pw := newWriter(hw)
 	man := Manifest{SchemaVersion: SchemaVersion, Tenant: tenant, Month: t.Month().String(), Object: key, CreatedAt: time.Now().UTC()}
-	ranges := map[string]*TopicRange{}
-	rw := newRowWriter(pw, a.m.rows)
+	ranges, digests := map[string]*TopicRange{}, map[string]*routing.Digest{}
 	sorted := newSorter(a.p.Config.SortDir, a.p.Config.SortBytes)
 	defer sorted.Close()
-	digests, err := a.tableDigests(ctx, db, t, sorted.Add)
+	err = a.scanTable(ctx, db, t, sorted.Add)
 	if err == nil {
-		err = sorted.Each(func(r *Row) error {
-			tr := ranges[r.Topic]
-			if tr == nil {
-				tr = &TopicRange{Topic: r.Topic, MinAt: r.CreatedAt, MaxAt: r.CreatedAt}
-				ranges[r.Topic] = tr
-			}
-			tr.MinAt, tr.MaxAt = min(tr.MinAt, r.CreatedAt), max(tr.MaxAt, r.CreatedAt)
-			if man.Rows == 0 || r.MessageID < man.MinMessageID {
-				man.MinMessageID = r.MessageID
-			}
-			man.MaxMessageID = max(man.MaxMessageID, r.MessageID)
-			man.Rows++
-			rw.Add(*r)
-			return nil
-		})
+		err = writeSorted(ctx, sorted, pw, &man, ranges, digests, func(rows int64) { a.m.rows.Add(float64(rows)) })
 	}
-	if werr := rw.Close(); err == nil {
-		err = werr
+	if err == nil {
+		err = pw.Close()
 	}
 	if err == nil {
 		err = bw.Close()
@@ -724,55 +709,6 @@ func (a *Archiver) export(ctx context.Context, db *sql.DB, bucket *blob.Bucket, 
 	}
 	a.m.bytes.Add(float64(man.Bytes))
 	return man, nil
-}
-
-// rowWriter hands an export's rows to the Parquet writer in batches,
-// encoded in a goroutine of its own while the next batch is made.
-type rowWriter struct {
-	cur        []Row
-	full, free chan []Row
-	done       chan error
-}
-
-func newRowWriter(pw *parquet.GenericWriter[Row], written prometheus.Counter) *rowWriter {
-	// two batches: one being filled, one being written (or free)
-	w := &rowWriter{cur: make([]Row, 0, 512), full: make(chan []Row, 1), free: make(chan []Row, 2), done: make(chan error, 1)}
-	w.free <- make([]Row, 0, 512)
-	go func() {
-		var err error
-		for b := range w.full {
-			if err == nil {
-				_, err = pw.Write(b)
-				written.Add(float64(len(b)))
-			}
-			clear(b)
-			w.free <- b[:0]
-		}
-		if err == nil {
-			err = pw.Close()
-		}
-		w.done <- err
-	}()
-	return w
-}
-
-// Add queues one row.
-func (w *rowWriter) Add(r Row) {
-	w.cur = append(w.cur, r)
-	if len(w.cur) == cap(w.cur) {
-		w.full <- w.cur
-		w.cur = <-w.free
-	}
-}
-
-// Close writes what is queued, closes the Parquet writer and reports the
-// first error of either.
-func (w *rowWriter) Close() error {
-	if len(w.cur) > 0 {
-		w.full <- w.cur
-	}
-	close(w.full)
-	return <-w.done
 }
 
 // newWriter is the Parquet layout of SchemaVersion, writing to w.

@@ -164,6 +164,16 @@ func (f *fields) optText() *string {
 	return nil
 }
 
+// recordKey is a record's sort key, its topic and seq (columns 1 and 3).
+func recordKey(rec []byte) (topic []byte, seq int64, err error) {
+	f := fields{rec: rec}
+	f.int()
+	topic = f.text()
+	f.int()
+	seq = f.int()
+	return topic, seq, f.err
+}
+
 // canonicalRecord writes the record's row in routing.CanonicalRow's form
 // (the same bytes as CanonicalRow of the driver values the record was made
 // from, TestCanonicalRecord): the table, its archive and a restore hash

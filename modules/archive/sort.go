@@ -11,7 +11,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strings"
 )
 
 // sorter puts a month's rows, read in the table's clustered order
@@ -165,18 +164,17 @@ func (s *sorter) spill() error {
 	return nil
 }
 
-// Each hands every row added to fn (valid only during the call), in
-// (topic, seqid) order; two rows of the same topic and seq (the table's
-// unique key forbids them) fail.
-func (s *sorter) Each(fn func(r *Row) error) error {
+// Each hands every record added to fn (valid only during the call), in
+// (topic, seqid) order; two records of the same topic and seq (the
+// table's unique key forbids them) fail.
+func (s *sorter) Each(fn func(rec []byte) error) error {
 	s.sort()
-	in := interner{}
 	h := &mergeHeap{}
 	if len(s.entries) > 0 {
-		h.cursors = append(h.cursors, &cursor{s: s, in: in, mem: s.entries})
+		h.cursors = append(h.cursors, &cursor{s: s, mem: s.entries})
 	}
 	for _, f := range s.runs {
-		h.cursors = append(h.cursors, &cursor{in: in, run: bufio.NewReaderSize(f, 1<<20)})
+		h.cursors = append(h.cursors, &cursor{run: bufio.NewReaderSize(f, 1<<20)})
 	}
 	for i := 0; i < len(h.cursors); {
 		ok, err := h.cursors[i].next()
@@ -190,17 +188,18 @@ func (s *sorter) Each(fn func(r *Row) error) error {
 		i++
 	}
 	heap.Init(h)
-	var lastTopic string
+	var lastTopic []byte
 	lastSeq, first := int64(0), true
 	for h.Len() > 0 {
 		c := h.cursors[0]
-		if !first && keyCompare(lastTopic, lastSeq, c.row.Topic, c.row.SeqID) >= 0 {
-			return fmt.Errorf("archive: rows out of order or repeated at topic %q seq %d", c.row.Topic, c.row.SeqID)
+		if !first && keyCompare(lastTopic, lastSeq, c.topic, c.seq) >= 0 {
+			return fmt.Errorf("archive: rows out of order or repeated at topic %q seq %d", c.topic, c.seq)
 		}
-		if err := fn(&c.row); err != nil {
+		if err := fn(c.rec); err != nil {
 			return err
 		}
-		lastTopic, lastSeq, first = c.row.Topic, c.row.SeqID, false
+		// the topic outlives the record's buffer, which next reuses
+		lastTopic, lastSeq, first = append(lastTopic[:0], c.topic...), c.seq, false
 		ok, err := c.next()
 		if err != nil {
 			return err
@@ -222,47 +221,47 @@ func (s *sorter) Close() {
 	s.runs, s.chunks, s.entries = nil, nil, nil
 }
 
-func keyCompare(at string, as int64, bt string, bs int64) int {
-	if c := strings.Compare(at, bt); c != 0 {
+func keyCompare(at []byte, as int64, bt []byte, bs int64) int {
+	if c := bytes.Compare(at, bt); c != 0 {
 		return c
 	}
 	return cmp.Compare(as, bs)
 }
 
-// cursor is one sorted source of the merge: the memory or a run; row is
-// its current record, decoded.
+// cursor is one sorted source of the merge: the memory or a run; rec is
+// its current record, topic and seq its key.
 type cursor struct {
-	s   *sorter
-	in  interner
-	mem []entry
-	run *bufio.Reader
-	buf []byte
-	row Row
+	s     *sorter
+	mem   []entry
+	run   *bufio.Reader
+	buf   []byte
+	rec   []byte
+	topic []byte
+	seq   int64
 }
 
 func (c *cursor) next() (bool, error) {
-	var rec []byte
 	if c.run == nil {
 		if len(c.mem) == 0 {
 			return false, nil
 		}
-		rec, c.mem = c.s.record(c.mem[0]), c.mem[1:]
-	} else {
-		n, err := binary.ReadUvarint(c.run)
-		if errors.Is(err, io.EOF) {
-			return false, nil
-		}
-		if err == nil {
-			c.buf = slices.Grow(c.buf[:0], int(n))[:n]
-			_, err = io.ReadFull(c.run, c.buf)
-		}
-		if err != nil {
-			return false, fmt.Errorf("archive: sort run: %w", err)
-		}
-		rec = c.buf
+		e := c.mem[0]
+		c.rec, c.topic, c.seq, c.mem = c.s.record(e), c.s.topics[e.topic], e.seq, c.mem[1:]
+		return true, nil
 	}
-	var err error
-	c.row, err = decodeRow(rec, c.in)
+	n, err := binary.ReadUvarint(c.run)
+	if errors.Is(err, io.EOF) {
+		return false, nil
+	}
+	if err == nil {
+		c.buf = slices.Grow(c.buf[:0], int(n))[:n]
+		_, err = io.ReadFull(c.run, c.buf)
+	}
+	if err != nil {
+		return false, fmt.Errorf("archive: sort run: %w", err)
+	}
+	c.rec = c.buf
+	c.topic, c.seq, err = recordKey(c.rec)
 	return err == nil, err
 }
 
@@ -271,7 +270,7 @@ type mergeHeap struct{ cursors []*cursor }
 func (h *mergeHeap) Len() int { return len(h.cursors) }
 func (h *mergeHeap) Less(i, j int) bool {
 	a, b := h.cursors[i], h.cursors[j]
-	return keyCompare(a.row.Topic, a.row.SeqID, b.row.Topic, b.row.SeqID) < 0
+	return keyCompare(a.topic, a.seq, b.topic, b.seq) < 0
 }
 func (h *mergeHeap) Swap(i, j int) { h.cursors[i], h.cursors[j] = h.cursors[j], h.cursors[i] }
 func (h *mergeHeap) Push(x any)    { h.cursors = append(h.cursors, x.(*cursor)) }

@@ -45,14 +45,15 @@ func TestSorterOrdersAcrossRuns(t *testing.T) {
 			t.Fatalf("budget %d: %d runs", budget, len(s.runs))
 		}
 		var out []Row
-		if err := s.Each(func(r *Row) error {
-			out = append(out, *r)
-			return nil
+		if err := s.Each(func(rec []byte) error {
+			r, err := decodeRow(rec, interner{})
+			out = append(out, r)
+			return err
 		}); err != nil {
 			t.Fatal(err)
 		}
 		s.Close()
-		slices.SortFunc(in, func(a, b Row) int { return keyCompare(a.Topic, a.SeqID, b.Topic, b.SeqID) })
+		slices.SortFunc(in, func(a, b Row) int { return keyCompare([]byte(a.Topic), a.SeqID, []byte(b.Topic), b.SeqID) })
 		if !reflect.DeepEqual(in, out) {
 			t.Fatalf("budget %d: %d rows out, not the %d sorted rows in", budget, len(out), len(in))
 		}
@@ -63,7 +64,7 @@ func TestSorterOrdersAcrossRuns(t *testing.T) {
 		for range 2 {
 			addRow(t, s, r)
 		}
-		if err := s.Each(func(*Row) error { return nil }); err == nil {
+		if err := s.Each(func([]byte) error { return nil }); err == nil {
 			t.Fatalf("budget %d: a repeated (topic, seqid) passed", budget)
 		}
 		s.Close()

@@ -172,3 +172,19 @@ func reencodeJSON(buf *bytes.Buffer, raw []byte) error {
 	buf.Write(out)
 	return nil
 }
+
+// Merge folds in the rows another digest holds, as if each were added
+// here (the fold does not depend on the rows' order).
+func (d *Digest) Merge(o Digest) {
+	if o.N == 0 {
+		return
+	}
+	if d.N == 0 || o.Lo < d.Lo {
+		d.Lo = o.Lo
+	}
+	d.Hi = max(d.Hi, o.Hi)
+	d.N += o.N
+	for i := range d.Sum {
+		d.Sum[i] ^= o.Sum[i]
+	}
+}
