@@ -69,7 +69,7 @@ func (a *Archiver) restore(ctx context.Context, db *sql.DB, rep RestoreReport) (
 	if err := routing.FencedDDL(ctx, db, t.CreateDDL()); err != nil {
 		return rep, fmt.Errorf("archive: create %s: %w", t.Name(), err)
 	}
-	have, err := a.tableDigests(ctx, db, t, nil)
+	have, err := a.tableDigests(ctx, db, t)
 	if err != nil {
 		return rep, err
 	}
@@ -77,7 +77,7 @@ func (a *Archiver) restore(ctx context.Context, db *sql.DB, rep RestoreReport) (
 		if rep.Restored, err = a.reload(ctx, db, bucket, key, t); err != nil {
 			return rep, err
 		}
-		if have, err = a.tableDigests(ctx, db, t, nil); err != nil {
+		if have, err = a.tableDigests(ctx, db, t); err != nil {
 			return rep, err
 		}
 		if err := compare(have, want); err != nil {
