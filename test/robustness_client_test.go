@@ -124,14 +124,16 @@ func (c *rbClient) call(op robustness.Op, node int, as int64, method, path strin
 				Code    string `json:"code"`
 				Message string `json:"message"`
 				Details struct {
-					CurrentVersion int64 `json:"current_version"`
-					RetryAfterMS   int64 `json:"retry_after_ms"`
+					CurrentVersion int64  `json:"current_version"`
+					RetryAfterMS   int64  `json:"retry_after_ms"`
+					Reason         string `json:"reason"`
 				} `json:"details"`
 			} `json:"error"`
 		}
 		_ = json.Unmarshal(answer, &e)
 		op.Code, op.Err = e.Error.Code, e.Error.Message
 		op.CurrentVersion, op.RetryAfterMS = e.Error.Details.CurrentVersion, e.Error.Details.RetryAfterMS
+		op.Reason = e.Error.Details.Reason
 	}
 	c.h.Finish(id, op)
 	return op

@@ -10,13 +10,18 @@ import (
 
 const casName = "cas"
 
+// movingReason is the details.reason of a change refused while a tenant
+// move's switch holds the tenant's writes.
+const movingReason = "tenant_moving"
+
 // CAS: the changes of one message are linearizable against its version.
 var CAS = Checker{
 	Name: casName,
 	Invariant: "the recalls, edits and deletes of each message are linearizable: an edit with expected_version E " +
 		"succeeds exactly when the message is at E and normal (so of edits based on one version one succeeds), " +
 		"and answers the next version; a 409 means it was not (at details.current_version when given, still " +
-		"unchanged when the message was not stored yet); a recall or delete moves the version once and makes " +
+		"unchanged when the message was not stored yet, in any state when the tenant's writes were held by a move's " +
+		"switch); a recall or delete moves the version once and makes " +
 		"edits conflict; an op without an answer may have applied at any time after it began",
 	Check: checkCAS,
 }
@@ -37,6 +42,7 @@ type casOutput struct {
 	version    int64
 	current    int64
 	notStored  bool
+	held       bool // refused while a move's switch held the tenant's writes
 	unanswered bool
 }
 
@@ -67,6 +73,10 @@ func casStep(s casState, in casInput, out casOutput) []casState {
 		return []casState{next}
 	case out.status != 409:
 		return nil
+	case out.held:
+		// refused before looking at the message: nothing changed, and
+		// nothing is said of its state
+		return []casState{s}
 	case out.notStored:
 		// nothing has changed the message yet
 		if s == (casState{1, "normal"}) {
@@ -121,7 +131,8 @@ func checkCAS(ops []Op) []Violation {
 			history[i] = porcupine.Operation{ClientId: o.Client, Call: o.Start.UnixNano(), Return: ret,
 				Input: casInput{o.Kind, o.ExpectedVersion},
 				Output: casOutput{status: o.Status, version: changeVersion(o), current: o.CurrentVersion,
-					notStored: o.RetryAfterMS > 0, unanswered: o.Unknown()}}
+					notStored: o.RetryAfterMS > 0 && o.Reason != movingReason, held: o.Reason == movingReason,
+					unanswered: o.Unknown()}}
 		}
 		if !porcupine.CheckOperations(casModel, history) {
 			out = append(out, violation(casName,

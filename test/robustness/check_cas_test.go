@@ -10,6 +10,8 @@ func TestCAS(t *testing.T) {
 	}
 	notStored := status(edit(1, "g", 1, 1, 0, 0), 409, "conflict")
 	notStored.RetryAfterMS = 50
+	held := status(edit(1, "g", 1, 2, 0, 0), 409, "conflict")
+	held.RetryAfterMS, held.Reason = 250, "tenant_moving"
 	runCases(t, CAS, []checkCase{
 		{name: "two edits on one version: one wins", h: h().
 			at(0, 10, edit(1, "g", 1, 1, 2, 1)).at(0, 10, conflict(edit(1, "g", 1, 1, 0, 0), 2))},
@@ -34,6 +36,8 @@ func TestCAS(t *testing.T) {
 			at(0, 10, deleteAll("g", 1, 2, 1)).at(11, 20, conflict(change(Recall, 1, "g", 1, 0, 0), 0)).
 			at(21, 30, deleteAll("g", 1, 2, 0))},
 		{name: "not stored yet, then edited", h: h().at(0, 10, notStored).at(11, 20, edit(1, "g", 1, 1, 2, 1))},
+		{name: "an edit refused while a move holds the tenant's writes, after an edit answered, then retried", h: h().
+			at(0, 10, edit(1, "g", 1, 1, 2, 1)).at(11, 20, held).at(21, 30, edit(1, "g", 1, 2, 3, 2))},
 		{name: "not stored yet after an edit answered", h: h().
 			at(0, 10, edit(1, "g", 1, 1, 2, 1)).at(11, 20, notStored),
 			flagged: true, detail: "not linearizable"},

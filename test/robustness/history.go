@@ -150,6 +150,10 @@ type Op struct {
 	// version)
 	CurrentVersion int64 `json:"current_version,omitempty"`
 	RetryAfterMS   int64 `json:"retry_after_ms,omitempty"`
+	// a 409's details.reason: "tenant_moving" when the tenant's writes were
+	// held by a move's switch (nothing changed, and nothing is said of the
+	// message)
+	Reason string `json:"reason,omitempty"`
 
 	// streams
 	Stream       int64    `json:"stream,omitempty"`        // the socket's id, shared by its open/frames/close
