@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/imshard/imshard/modules/move"
-	"github.com/imshard/imshard/modules/placement"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/testhook"
 	"github.com/imshard/imshard/test/testenv"
@@ -61,16 +60,7 @@ func TestMoveCLIKilledCancelledAndResumed(t *testing.T) {
 	t.Parallel()
 	tenant := testenv.NewTenant(t)
 	_, targetDSN := mvStartSecond(t, tenant)
-	sourceDSN := strings.ReplaceAll(testenv.DSNTemplate(), "{tenant}", tenant)
-	servers, err := placement.DefaultServers([]string{sourceDSN})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := placement.Open(servers, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Delete(context.Background(), tenant); _ = store.Close() })
+	sourceDSN, store := mvSourceStore(t, tenant)
 	cfg := tenantConfig(t, tenant, "")
 	if code, out := runCLI(t, nil, "--config", cfg, "shard", "ensure", "--months=2"); code != 0 {
 		t.Fatalf("shard ensure: %d %s", code, out)

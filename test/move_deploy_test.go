@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/imshard/imshard/modules/localsrv"
-	"github.com/imshard/imshard/modules/placement"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/robustness"
 	"github.com/imshard/imshard/test/testenv"
@@ -80,18 +79,8 @@ func TestMoveDeploySplitRolesUnderLoad(t *testing.T) {
 	begin := time.Now()
 	moving, other := testenv.NewTenant(t), testenv.NewTenant(t)
 	_, targetDSN := mvStartSecond(t, moving)
-	sourceDSN := strings.ReplaceAll(testenv.DSNTemplate(), "{tenant}", moving)
+	sourceDSN, _ := mvSourceStore(t, moving)
 	broker := faultsDevKafka(t)
-
-	servers, err := placement.DefaultServers([]string{sourceDSN})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := placement.Open(servers, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Delete(context.Background(), moving); _ = store.Close() })
 
 	// one configuration file for every process, as /etc/imshard/imshard.yaml
 	cfg := faultsWriteConfig(t, fmt.Sprintf(`http: {shutdown_grace: 10s}

@@ -98,6 +98,24 @@ func mvFence(t *testing.T, db *sql.DB) int64 {
 	return e
 }
 
+// mvSourceStore is the tenant's DSN on the shared server (where a move
+// starts) and the placement records kept beside it; the tenant's record is
+// removed when the test ends.
+func mvSourceStore(t *testing.T, tenant string) (string, *placement.Store) {
+	t.Helper()
+	sourceDSN := strings.ReplaceAll(testenv.DSNTemplate(), "{tenant}", tenant)
+	servers, err := placement.DefaultServers([]string{sourceDSN})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := placement.Open(servers, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Delete(context.Background(), tenant); _ = store.Close() })
+	return sourceDSN, store
+}
+
 // mvStartSecond starts a private MariaDB server and returns it with the
 // DSN the tenant's database would have there.
 func mvStartSecond(t *testing.T, tenant string) (*testenv.MariaDB, string) {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/imshard/imshard/modules/move"
-	"github.com/imshard/imshard/modules/placement"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/modules/tenantdb"
 	"github.com/imshard/imshard/test/testenv"
@@ -308,16 +307,7 @@ func TestMoveOneAtATime(t *testing.T) {
 	tenant := testenv.NewTenant(t)
 	second, targetDSN := mvStartSecond(t, tenant)
 	thirdDSN := strings.ReplaceAll(second.DSNTemplate, "{tenant}", tenant+"c")
-	sourceDSN := strings.ReplaceAll(testenv.DSNTemplate(), "{tenant}", tenant)
-	servers, err := placement.DefaultServers([]string{sourceDSN})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := placement.Open(servers, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Delete(context.Background(), tenant); _ = store.Close() })
+	sourceDSN, store := mvSourceStore(t, tenant)
 	if code, out := runCLI(t, nil, "--config", tenantConfig(t, tenant, ""), "shard", "ensure", "--months=1"); code != 0 {
 		t.Fatalf("shard ensure: %d %s", code, out)
 	}

@@ -22,16 +22,9 @@ func mvSwitchSetup(t *testing.T) (tenant, targetDSN string, store *placement.Sto
 	t.Helper()
 	tenant = testenv.NewTenant(t)
 	_, targetDSN = mvStartSecond(t, tenant)
-	sourceDSN := strings.ReplaceAll(testenv.DSNTemplate(), "{tenant}", tenant)
-	at = tenantdb.Placement{DSN: sourceDSN}
-	servers, err := placement.DefaultServers([]string{sourceDSN})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if store, err = placement.Open(servers, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Delete(context.Background(), tenant); _ = store.Close() })
+	sourceDSN, st := mvSourceStore(t, tenant)
+	store, at = st, tenantdb.Placement{DSN: sourceDSN}
+	var err error
 	if code, out := runCLI(t, nil, "--config", tenantConfig(t, tenant, ""), "shard", "ensure", "--months=1"); code != 0 {
 		t.Fatalf("shard ensure: %d %s", code, out)
 	}
