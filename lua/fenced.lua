@@ -670,7 +670,8 @@ end
 local function sent_one(keys, args, k, a)
   -- the entry the allocation made, when the caller knows it (a retry's
   -- may carry a later time): found by member, else by score
-  local acked = args[a + 7] ~= '' and redis.call('ZREM', keys[k + 2], args[a + 7]) == 1
+  local own = args[a + 7] ~= '' and redis.call('ZREM', keys[k + 2], args[a + 7]) == 1
+  local acked = own
   if not acked and redis.call('ZCOUNT', keys[k + 2], args[a + 1], args[a + 1]) > 0 then
     redis.call('ZREMRANGEBYSCORE', keys[k + 2], args[a + 1], args[a + 1])
     acked = true
@@ -680,15 +681,28 @@ local function sent_one(keys, args, k, a)
   elseif redis.call('ZSCORE', keys[k + 6], args[a + 1]) then
     return 0
   end
-  local rec = redis.call('HMGET', keys[k + 1], 'status', 'ver')
-  if not rec[1] then
-    redis.call('HSET', keys[k + 1], 'status', 'acked', 'resp', args[a + 3])
-    redis.call('PEXPIRE', keys[k + 1], args[a + 2])
-  elseif rec[1] ~= 'done' then
-    redis.call('HSET', keys[k + 1], 'status', 'acked')
-  end
-  if not acked and rec[2] ~= (redis.call('GET', keys[k + 5]) or '') then
-    return 2
+  if own then
+    -- The allocation's own entry was still there, so the record needs no
+    -- read: persist replaces the entry before it stores the seq (its
+    -- claim) and removes it in the same step that marks the record done,
+    -- so the record is not done; it is the one send stored (pending, or
+    -- failed by a produce that gave up before this ack) unless Redis lost
+    -- it, which the status field's being new tells.
+    if redis.call('HSET', keys[k + 1], 'status', 'acked') == 1 then
+      redis.call('HSET', keys[k + 1], 'resp', args[a + 3])
+      redis.call('PEXPIRE', keys[k + 1], args[a + 2])
+    end
+  else
+    local rec = redis.call('HMGET', keys[k + 1], 'status', 'ver')
+    if not rec[1] then
+      redis.call('HSET', keys[k + 1], 'status', 'acked', 'resp', args[a + 3])
+      redis.call('PEXPIRE', keys[k + 1], args[a + 2])
+    elseif rec[1] ~= 'done' then
+      redis.call('HSET', keys[k + 1], 'status', 'acked')
+    end
+    if not acked and rec[2] ~= (redis.call('GET', keys[k + 5]) or '') then
+      return 2
+    end
   end
   if args[a + 4] ~= '' then
     redis.call('ZADD', keys[k + 3], args[a + 1], args[a + 4])

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/imshard/imshard/config"
 	"github.com/imshard/imshard/modules/routing"
 	"github.com/imshard/imshard/test/harness"
@@ -173,42 +175,68 @@ func TestSendOnRedisCluster(t *testing.T) {
 
 // Redis losing a send's record between its two calls (a flush, a
 // failover): the call after the ack writes it again as acked with the 201
-// body it is given, so a retry still answers 200 with the original body
-// and produces nothing.
+// body it is given, expiring as a record does, so a retry still answers
+// 200 with the original body and produces nothing — whether the call finds
+// the seq by the pending entry the send call returned (it then writes the
+// record without reading it first) or only by its seq.
 func TestSendAckRewritesALostRecord(t *testing.T) {
 	e := startSend(t, harness.Options{})
 	e.group("room", 7, "active")
 	e.member("room", 1, "member", time.Time{})
 	user := e.Token(1, "")
-	code, raw := e.Do("POST", "/v1/topics/room/messages", user, sendBody("lost-between", "x"))
-	if code != 201 {
-		t.Fatalf("send: %d %s", code, raw)
-	}
-	var first sendResp
-	if err := json.Unmarshal(raw, &first); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	k := e.Keys()
-	idem := k.Idempotency("room", 1, "lost-between")
-	if err := e.Redis.Do(ctx, e.Redis.B().Del().Key(idem).Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	// what the send's post-ack call does when the record is gone
-	lib := routing.NewScripts().Fenced
-	keys := []string{idem, k.Pending("room"), k.HotMessages("room"), k.Realtime("room"), k.MessagesVersion("room"),
-		k.Abandoned("room")}
-	args := []string{strconv.FormatInt(first.Seq, 10), "60000", string(raw), "", "0", "0", "", "{}"}
-	if err := lib.Sent(ctx, e.Redis, keys, args).Error(); err != nil {
-		t.Fatal(err)
-	}
-	if rec := e.idemRecord("room", 1, "lost-between"); rec["status"] != "acked" || rec["resp"] == "" {
-		t.Fatalf("record written again as %v", rec)
-	}
-	status, again := e.send(user, "room", sendBody("lost-between", "other text"))
-	first.Duplicate = true
-	if status != 200 || again != first {
-		t.Fatalf("retry after the record was lost = %d %+v, want 200 %+v", status, again, first)
+	for _, own := range []bool{false, true} {
+		t.Run(fmt.Sprintf("own entry %v", own), func(t *testing.T) {
+			cmid := fmt.Sprintf("lost-between-%v", own)
+			code, raw := e.Do("POST", "/v1/topics/room/messages", user, sendBody(cmid, "x"))
+			if code != 201 {
+				t.Fatalf("send: %d %s", code, raw)
+			}
+			var first sendResp
+			if err := json.Unmarshal(raw, &first); err != nil {
+				t.Fatal(err)
+			}
+			seq := strconv.FormatInt(first.Seq, 10)
+			idem := k.Idempotency("room", 1, cmid)
+			cmds := rueidis.Commands{e.Redis.B().Del().Key(idem).Build()}
+			member := ""
+			if own {
+				// the seq's entry as the send call left it, before its ack
+				member = seq + ":" + strconv.FormatInt(time.Now().UnixMilli(), 10)
+				cmds = append(cmds, e.Redis.B().Zremrangebyscore().Key(k.Pending("room")).Min(seq).Max(seq).Build(),
+					e.Redis.B().Zadd().Key(k.Pending("room")).ScoreMember().ScoreMember(float64(first.Seq), member).Build())
+			}
+			for _, r := range e.Redis.DoMulti(ctx, cmds...) {
+				if err := r.Error(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// what the send's post-ack call does when the record is gone
+			keys := []string{idem, k.Pending("room"), k.HotMessages("room"), k.Realtime("room"), k.MessagesVersion("room"),
+				k.Abandoned("room")}
+			args := []string{seq, "60000", string(raw), "", "0", "0", member, "{}"}
+			if err := routing.NewScripts().Fenced.Sent(ctx, e.Redis, keys, args).Error(); err != nil {
+				t.Fatal(err)
+			}
+			if rec := e.idemRecord("room", 1, cmid); rec["status"] != "acked" || rec["resp"] == "" {
+				t.Fatalf("record written again as %v", rec)
+			}
+			if ttl, err := e.Redis.Do(ctx, e.Redis.B().Pttl().Key(idem).Build()).AsInt64(); err != nil || ttl <= 0 || ttl > 60000 {
+				t.Fatalf("record written again with PTTL %d (%v), want the TTL the call was given", ttl, err)
+			}
+			if own {
+				got, err := e.Redis.Do(ctx, e.Redis.B().Zrange().Key(k.Pending("room")).Min(seq).Max(seq).Byscore().Build()).AsStrSlice()
+				if err != nil || len(got) != 1 || got[0] != seq+":a" {
+					t.Fatalf("pending entries of the seq after the ack = %v (%v), want the ack's mark alone", got, err)
+				}
+			}
+			status, again := e.send(user, "room", sendBody(cmid, "other text"))
+			first.Duplicate = true
+			if status != 200 || again != first {
+				t.Fatalf("retry after the record was lost = %d %+v, want 200 %+v", status, again, first)
+			}
+		})
 	}
 }
 

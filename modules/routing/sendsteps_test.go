@@ -127,7 +127,8 @@ var sendSteps = []sendStep{
   local rec = {}`}}},
 	{name: "-pending", cuts: [][2]string{{`
   redis.call('ZADD', pending_key, seq, member)`, ``}, {`
-  local acked = args[a + 7] ~= '' and redis.call('ZREM', keys[k + 2], args[a + 7]) == 1
+  local own = args[a + 7] ~= '' and redis.call('ZREM', keys[k + 2], args[a + 7]) == 1
+  local acked = own
   if not acked and redis.call('ZCOUNT', keys[k + 2], args[a + 1], args[a + 1]) > 0 then
     redis.call('ZREMRANGEBYSCORE', keys[k + 2], args[a + 1], args[a + 1])
     acked = true
@@ -137,7 +138,7 @@ var sendSteps = []sendStep{
   elseif redis.call('ZSCORE', keys[k + 6], args[a + 1]) then
     return 0
   end`, `
-  local acked = true`}}},
+  local own, acked = true, true`}}},
 	{name: "-ackmark", cuts: [][2]string{{`
   if acked then
     redis.call('ZADD', keys[k + 2], args[a + 1], args[a + 1] .. ':a')
@@ -148,14 +149,10 @@ var sendSteps = []sendStep{
   redis.call('HSET', keys[1], 'status', 'pending', 'event', args[9], 'gid', gid, 'seq', a[2], 'month', a[3],
     'ver', ver)
   redis.call('PEXPIRE', keys[1], args[2])`, ``}, {`
-  local rec = redis.call('HMGET', keys[k + 1], 'status', 'ver')
-  if not rec[1] then
-    redis.call('HSET', keys[k + 1], 'status', 'acked', 'resp', args[a + 3])
-    redis.call('PEXPIRE', keys[k + 1], args[a + 2])
-  elseif rec[1] ~= 'done' then
-    redis.call('HSET', keys[k + 1], 'status', 'acked')
-  end`, `
-  local rec = {}`}}},
+    if redis.call('HSET', keys[k + 1], 'status', 'acked') == 1 then
+      redis.call('HSET', keys[k + 1], 'resp', args[a + 3])
+      redis.call('PEXPIRE', keys[k + 1], args[a + 2])
+    end`, ``}}},
 	{name: "-hotcache", args: func(a *sendStepArgs) { a.hot = false }},
 	{name: "-publish", cuts: [][2]string{{`
   redis.call('SPUBLISH', keys[k + 4], args[a + 8])`, ``}}},
