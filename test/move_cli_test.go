@@ -3,14 +3,11 @@ package test
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -204,49 +201,7 @@ func TestMoveCLIKilledAfterThePlacement(t *testing.T) {
 	}
 
 	// sends and reads through the move, the crash and the resume
-	rpGroup(t, env, "mvk")
-	tok := env.Token(rpMember, "")
-	var mu sync.Mutex
-	var seqs []int64
-	var failed atomic.Int64
-	var failure atomic.Value
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			code, body := env.Do("POST", "/v1/topics/mvk/messages", tok, map[string]any{
-				"client_msg_id": fmt.Sprintf("mvk%d", i), "msg_type": "text", "content": map[string]any{"text": fmt.Sprint(i)}})
-			var r sendResp
-			if code != 201 || json.Unmarshal(body, &r) != nil || r.Duplicate {
-				failed.Add(1)
-				failure.Store(fmt.Sprintf("send %d: %d %s", i, code, body))
-				continue
-			}
-			mu.Lock()
-			seqs = append(seqs, r.Seq)
-			mu.Unlock()
-			if code, body := env.Do("GET", "/v1/topics/mvk/messages?limit=20", tok, nil); code != 200 {
-				failed.Add(1)
-				failure.Store(fmt.Sprintf("read: %d %s", code, body))
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
-	stopped := false
-	stopSends := func() {
-		if !stopped {
-			stopped = true
-			close(stop)
-			<-done
-		}
-	}
-	defer stopSends()
-	sentN := func() int64 { mu.Lock(); defer mu.Unlock(); return int64(len(seqs)) }
+	tr := mvStartTraffic(t, env, "mvk", true)
 	sendWaitFor(t, 10*time.Second, "sends stored on the source", func() bool {
 		n, _ := mvTopicRows(t, src, "mvk")
 		return n >= 20
@@ -276,7 +231,7 @@ func TestMoveCLIKilledAfterThePlacement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := sentN()
+	before := tr.sent()
 	sendWaitFor(t, 15*time.Second, "sends stored on the target", func() bool {
 		n, _ := mvTopicRows(t, dst, "mvk")
 		return n >= before+20
@@ -314,23 +269,13 @@ func TestMoveCLIKilledAfterThePlacement(t *testing.T) {
 	if recs, _, err := store.Load(ctx); err != nil || recs[tenant].Epoch != at.Epoch+1 || recs[tenant].DSN != targetDSN {
 		t.Fatalf("placement after resume: %+v %v", recs[tenant], err)
 	}
-	sendWaitFor(t, 10*time.Second, "more sends after resume", func() bool { return sentN() >= before+40 })
-	stopSends()
-	if failed.Load() > 0 {
-		t.Fatalf("%d sends or reads failed; last: %v", failed.Load(), failure.Load())
-	}
+	sendWaitFor(t, 10*time.Second, "more sends after resume", func() bool { return tr.sent() >= before+40 })
+	tr.stopClean(t)
 
 	// every 201 exactly once on the target, and read back in full
-	var rowsN, distinct int64
-	count := func() { rowsN, distinct = mvTopicRows(t, dst, "mvk") }
-	sendWaitFor(t, 15*time.Second, "every send stored on the target", func() bool { count(); return rowsN >= sentN() })
-	time.Sleep(300 * time.Millisecond)
-	count()
-	if rowsN != sentN() || distinct != rowsN {
-		t.Fatalf("topic mvk on the target: %d rows, %d seqs; %d sends answered 201", rowsN, distinct, sentN())
-	}
+	tr.wantStoredOnce(t, dst)
 	read := rpWalkSince(t, env, rpMember, "mvk", 50)
-	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	seqs := tr.sortedSeqs()
 	if fmt.Sprint(read) != fmt.Sprint(seqs) {
 		t.Fatalf("read back %d seqs %v\nwant the %d answered %v", len(read), read, len(seqs), seqs)
 	}
@@ -367,39 +312,7 @@ func TestMoveSigstoppedPersistWritesOnceOnTheTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rpGroup(t, env, "mvz")
-	tok := env.Token(rpMember, "")
-	var sent, failed atomic.Int64
-	var failure atomic.Value
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			code, body := env.Do("POST", "/v1/topics/mvz/messages", tok, map[string]any{
-				"client_msg_id": fmt.Sprintf("mvz%d", i), "msg_type": "text", "content": map[string]any{"text": fmt.Sprint(i)}})
-			if code != 201 {
-				failed.Add(1)
-				failure.Store(fmt.Sprintf("send %d: %d %s", i, code, body))
-				continue
-			}
-			sent.Add(1)
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
-	stopped := false
-	stopSends := func() {
-		if !stopped {
-			stopped = true
-			close(stop)
-			<-done
-		}
-	}
-	defer stopSends()
+	tr := mvStartTraffic(t, env, "mvz", false)
 
 	p := faultsStart(t, nil, "--config", tenantConfig(t, tenant, ""), "tenant", "move", "--tenant="+tenant, "--to="+targetDSN, "--yes", "--chunk-rows=5")
 	sendWaitFor(t, 60*time.Second, "the mover catches up", func() bool {
@@ -412,7 +325,7 @@ func TestMoveSigstoppedPersistWritesOnceOnTheTarget(t *testing.T) {
 		t.Fatalf("the mover got past the catch-up (%s) before its SIGSTOP\n%s", step, p.out.String())
 	}
 	// persist keeps writing to the source while the mover sleeps
-	before := sent.Load()
+	before := tr.sent()
 	sendWaitFor(t, 15*time.Second, "sends stored on the source while the mover is stopped", func() bool {
 		n, _ := mvTopicRows(t, src, "mvz")
 		return n >= before+50
@@ -423,20 +336,10 @@ func TestMoveSigstoppedPersistWritesOnceOnTheTarget(t *testing.T) {
 	}
 	mvWaitEpoch(t, env, at.Epoch+1)
 	time.Sleep(300 * time.Millisecond)
-	stopSends()
-	if failed.Load() > 0 {
-		t.Fatalf("%d sends failed; last: %v", failed.Load(), failure.Load())
-	}
+	tr.stopClean(t)
 	dst, err := env.App.Pools().DB(ctx, tenant)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rowsN, seqs int64
-	count := func() { rowsN, seqs = mvTopicRows(t, dst, "mvz") }
-	sendWaitFor(t, 15*time.Second, "every send stored on the target", func() bool { count(); return rowsN >= sent.Load() })
-	time.Sleep(300 * time.Millisecond)
-	count()
-	if rowsN != sent.Load() || seqs != rowsN {
-		t.Fatalf("topic mvz on the target: %d rows, %d seqs; %d sends answered 201", rowsN, seqs, sent.Load())
-	}
+	tr.wantStoredOnce(t, dst)
 }

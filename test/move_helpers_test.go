@@ -3,8 +3,13 @@ package test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,4 +151,99 @@ func mvBeginStopped(t *testing.T, ctx context.Context, tenant string, at tenantd
 	}
 	m.Close()
 	return o
+}
+
+// mvTraffic is a member's sends to a group of its own, each followed by a
+// read of the latest page when reads is set, every 5 ms from a goroutine
+// while a test moves the tenant: it keeps the seqs of the sends answered
+// 201 (a first time) and counts every other answer as a failure.
+type mvTraffic struct {
+	topic      string
+	mu         sync.Mutex
+	seqs       []int64
+	failed     atomic.Int64
+	failure    atomic.Value
+	stop, done chan struct{}
+	once       sync.Once
+}
+
+// mvStartTraffic makes the group topic and starts its traffic; the test's
+// cleanup stops it if the test did not.
+func mvStartTraffic(t *testing.T, env *harness.Env, topic string, reads bool) *mvTraffic {
+	t.Helper()
+	rpGroup(t, env, topic)
+	tok := env.Token(rpMember, "")
+	tr := &mvTraffic{topic: topic, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(tr.done)
+		for i := 0; ; i++ {
+			select {
+			case <-tr.stop:
+				return
+			default:
+			}
+			code, body := env.Do("POST", "/v1/topics/"+topic+"/messages", tok, map[string]any{
+				"client_msg_id": fmt.Sprintf("%s%d", topic, i), "msg_type": "text", "content": map[string]any{"text": fmt.Sprint(i)}})
+			var r sendResp
+			if code != 201 || json.Unmarshal(body, &r) != nil || r.Duplicate {
+				tr.failed.Add(1)
+				tr.failure.Store(fmt.Sprintf("send %d: %d %s", i, code, body))
+				continue
+			}
+			tr.mu.Lock()
+			tr.seqs = append(tr.seqs, r.Seq)
+			tr.mu.Unlock()
+			if reads {
+				if code, body := env.Do("GET", "/v1/topics/"+topic+"/messages?limit=20", tok, nil); code != 200 {
+					tr.failed.Add(1)
+					tr.failure.Store(fmt.Sprintf("read: %d %s", code, body))
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(tr.halt)
+	return tr
+}
+
+func (tr *mvTraffic) halt() { tr.once.Do(func() { close(tr.stop); <-tr.done }) }
+
+// sent is how many sends were answered 201 so far.
+func (tr *mvTraffic) sent() int64 {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return int64(len(tr.seqs))
+}
+
+// sortedSeqs are the seqs of the sends answered 201, in order.
+func (tr *mvTraffic) sortedSeqs() []int64 {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	out := slices.Clone(tr.seqs)
+	slices.Sort(out)
+	return out
+}
+
+// stopClean stops the traffic and fails the test if a send or read failed.
+func (tr *mvTraffic) stopClean(t *testing.T) {
+	t.Helper()
+	tr.halt()
+	if n := tr.failed.Load(); n > 0 {
+		t.Fatalf("%d sends or reads to %s failed; last: %v", n, tr.topic, tr.failure.Load())
+	}
+}
+
+// wantStoredOnce waits until db (where the tenant ended) holds as many of
+// the topic's rows as sends were answered 201, then, a moment later, wants
+// exactly that many, each seq once: every acknowledged send stored once.
+func (tr *mvTraffic) wantStoredOnce(t *testing.T, db *sql.DB) {
+	t.Helper()
+	var rowsN, seqs int64
+	count := func() { rowsN, seqs = mvTopicRows(t, db, tr.topic) }
+	sendWaitFor(t, 15*time.Second, "every send to "+tr.topic+" stored", func() bool { count(); return rowsN >= tr.sent() })
+	time.Sleep(300 * time.Millisecond)
+	count()
+	if rowsN != tr.sent() || seqs != rowsN {
+		t.Fatalf("topic %s: %d rows, %d seqs; %d sends answered 201", tr.topic, rowsN, seqs, tr.sent())
+	}
 }

@@ -147,36 +147,7 @@ func TestMoveTenantCopiesCatchesUpAndSwitches(t *testing.T) {
 
 	// sends (persist running in the same process) and reads go on through
 	// the whole move: every send answers 201, every read 200
-	rpGroup(t, env, "mvs")
-	tok := env.Token(rpMember, "")
-	var sent, failed atomic.Int64
-	var failure atomic.Value
-	sendsDone := make(chan struct{})
-	moved := make(chan struct{})
-	go func() {
-		defer close(sendsDone)
-		after := 0
-		for i := 0; after < 10; i++ {
-			select {
-			case <-moved:
-				after++
-			default:
-			}
-			code, body := env.Do("POST", "/v1/topics/mvs/messages", tok, map[string]any{
-				"client_msg_id": fmt.Sprintf("mv%d", i), "msg_type": "text", "content": map[string]any{"text": fmt.Sprint(i)}})
-			if code != 201 {
-				failed.Add(1)
-				failure.Store(fmt.Sprintf("send %d: %d %s", i, code, body))
-				continue
-			}
-			sent.Add(1)
-			if code, body := env.Do("GET", "/v1/topics/mvs/messages?limit=20", tok, nil); code != 200 {
-				failed.Add(1)
-				failure.Store(fmt.Sprintf("read: %d %s", code, body))
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
+	tr := mvStartTraffic(t, env, "mvs", true)
 
 	at, err := env.App.Pools().Placement(tenant)
 	if err != nil {
@@ -233,11 +204,9 @@ func TestMoveTenantCopiesCatchesUpAndSwitches(t *testing.T) {
 	}
 	wg.Wait()
 	mvWaitEpoch(t, env, at.Epoch+1)
-	close(moved)
-	<-sendsDone
-	if failed.Load() > 0 {
-		t.Fatalf("%d sends or reads failed during the move; last: %v", failed.Load(), failure.Load())
-	}
+	before := tr.sent()
+	sendWaitFor(t, 10*time.Second, "sends after the move", func() bool { return tr.sent() >= before+10 })
+	tr.stopClean(t)
 	dst, err := env.App.Pools().DB(ctx, tenant)
 	if err != nil {
 		t.Fatal(err)
@@ -255,23 +224,9 @@ func TestMoveTenantCopiesCatchesUpAndSwitches(t *testing.T) {
 		t.Fatalf("target fence %d, want %d", e, at.Epoch+1)
 	}
 	// every message sent during the move is on the target exactly once
-	var rowsN, seqs int64
-	count := func() { rowsN, seqs = mvTopicRows(t, dst, "mvs") }
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if count(); rowsN >= sent.Load() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sends not stored on the target: %d of %d", rowsN, sent.Load())
-		}
-	}
-	time.Sleep(300 * time.Millisecond)
-	count()
-	if rowsN != sent.Load() || seqs != rowsN {
-		t.Fatalf("topic mvs on the target: %d rows, %d seqs; %d sends answered 201", rowsN, seqs, sent.Load())
-	}
-	if onSource, _ := mvTopicRows(t, srcDB, "mvs"); onSource > rowsN {
-		t.Fatalf("the source holds %d rows of mvs, more than the target's %d", onSource, rowsN)
+	tr.wantStoredOnce(t, dst)
+	if onSource, _ := mvTopicRows(t, srcDB, "mvs"); onSource > tr.sent() {
+		t.Fatalf("the source holds %d rows of mvs, more than the target's %d", onSource, tr.sent())
 	}
 	if n := persistMetric(t, env, "group_message_dead_letter_total"); n != 0 {
 		t.Fatalf("%v events dead-lettered during the move", n)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,43 +38,7 @@ func TestMoveReverse(t *testing.T) {
 	}
 
 	// sends and reads run through both moves: every send 201, every read 200
-	rpGroup(t, env, "mvr")
-	tok := env.Token(rpMember, "")
-	var sent, failed atomic.Int64
-	var failure atomic.Value
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			code, body := env.Do("POST", "/v1/topics/mvr/messages", tok, map[string]any{
-				"client_msg_id": fmt.Sprintf("mvr%d", i), "msg_type": "text", "content": map[string]any{"text": fmt.Sprint(i)}})
-			if code != 201 {
-				failed.Add(1)
-				failure.Store(fmt.Sprintf("send %d: %d %s", i, code, body))
-				continue
-			}
-			sent.Add(1)
-			if code, body := env.Do("GET", "/v1/topics/mvr/messages?limit=20", tok, nil); code != 200 {
-				failed.Add(1)
-				failure.Store(fmt.Sprintf("read: %d %s", code, body))
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
-	stopped := false
-	stopSends := func() {
-		if !stopped {
-			stopped = true
-			close(stop)
-			<-done
-		}
-	}
-	defer stopSends()
+	tr := mvStartTraffic(t, env, "mvr", true)
 
 	m, err := move.Begin(ctx, tenant, at, targetDSN, store, o)
 	if err != nil {
@@ -154,10 +117,7 @@ func TestMoveReverse(t *testing.T) {
 		t.Fatalf("placement after the reverse: %+v %v, want the source %s", back, err, at.DSN)
 	}
 	time.Sleep(300 * time.Millisecond) // sends on the source again
-	stopSends()
-	if failed.Load() > 0 {
-		t.Fatalf("%d sends or reads failed during the moves; last: %v", failed.Load(), failure.Load())
-	}
+	tr.stopClean(t)
 
 	srcDB, _, err := move.OpenDB(at.DSN, nil, true)
 	if err != nil {
@@ -171,14 +131,7 @@ func TestMoveReverse(t *testing.T) {
 		t.Fatalf("target fence %d, want %d", e, at.Epoch+2)
 	}
 	// every sent message exactly once on the source
-	var rowsN, seqs int64
-	count := func() { rowsN, seqs = mvTopicRows(t, srcDB, "mvr") }
-	sendWaitFor(t, 15*time.Second, "sends stored on the source", func() bool { count(); return rowsN >= sent.Load() })
-	time.Sleep(300 * time.Millisecond)
-	count()
-	if rowsN != sent.Load() || seqs != rowsN {
-		t.Fatalf("topic mvr on the source: %d rows, %d seqs; %d sends answered 201", rowsN, seqs, sent.Load())
-	}
+	tr.wantStoredOnce(t, srcDB)
 	// the rows written on the target before the reverse are on the source,
 	// per topic-month as the target has them
 	want, got := mvDigest(t, dst, tables...), mvDigest(t, srcDB, tables...)
