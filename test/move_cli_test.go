@@ -185,16 +185,11 @@ func TestMoveCLIKilledAfterThePlacement(t *testing.T) {
 	l := mvStartLive(t, 1)
 	tenant, targetDSN, env, store, src := l.tenant, l.targetDSN, l.env, l.store, l.src
 	ctx := context.Background()
-	now := env.Now()
-	months := []string{now.String(), now.Next().String()}
-	tables := []string{"im_group_messages_" + months[0], "im_group_messages_" + months[1]}
+	months, tables := l.months, l.tables
 	for _, m := range months {
 		mvInsert(t, src, m, "g_a", 1, 150)
 	}
-	at, err := env.App.Pools().Placement(tenant)
-	if err != nil {
-		t.Fatal(err)
-	}
+	at := l.at
 	cfg := tenantConfig(t, tenant, "")
 	cli := func(args ...string) (int, string) {
 		return runCLI(t, nil, append([]string{"--config", cfg, "tenant", "move"}, args...)...)
@@ -209,7 +204,7 @@ func TestMoveCLIKilledAfterThePlacement(t *testing.T) {
 
 	p := faultsStart(t, []string{testhook.CrashMoveEnv + "=" + testhook.MovePlaced},
 		"--config", cfg, "tenant", "move", "--tenant="+tenant, "--to="+targetDSN, "--yes", "--chunk-rows=40")
-	err = p.wait(t, 60*time.Second)
+	err := p.wait(t, 60*time.Second)
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Fatalf("the mover was to kill itself after the placement write: %v\n%s", err, p.out.String())
@@ -305,13 +300,10 @@ func TestMoveSigstoppedPersistWritesOnceOnTheTarget(t *testing.T) {
 	l := mvStartLive(t, 1)
 	tenant, targetDSN, env, src := l.tenant, l.targetDSN, l.env, l.src
 	ctx := context.Background()
-	for _, m := range []string{env.Now().String(), env.Now().Next().String()} {
+	for _, m := range l.months {
 		mvInsert(t, src, m, "g_a", 1, 300)
 	}
-	at, err := env.App.Pools().Placement(tenant)
-	if err != nil {
-		t.Fatal(err)
-	}
+	at := l.at
 	tr := mvStartTraffic(t, env, "mvz", false)
 
 	p := faultsStart(t, nil, "--config", tenantConfig(t, tenant, ""), "tenant", "move", "--tenant="+tenant, "--to="+targetDSN, "--yes", "--chunk-rows=5")

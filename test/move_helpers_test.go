@@ -24,14 +24,17 @@ import (
 
 // mvLive is a live tenant to move: a second server started as its target
 // (targetDSN), the service following its placement every 200 ms, the
-// placement store, and the tenant's database (src) with its month tables
-// up to monthsAhead after the current one.
+// placement store, the tenant's placement (at) and database (src) with its
+// month tables up to monthsAhead after the current one (months, tables).
 type mvLive struct {
 	tenant    string
 	targetDSN string
 	env       *harness.Env
 	store     *placement.Store
+	at        tenantdb.Placement
 	src       *sql.DB
+	months    []string
+	tables    []string
 }
 
 func mvStartLive(t *testing.T, monthsAhead int) mvLive {
@@ -49,6 +52,13 @@ func mvStartLive(t *testing.T, monthsAhead int) mvLive {
 	var err error
 	if l.src, err = l.env.App.Pools().DB(ctx, l.tenant); err != nil {
 		t.Fatal(err)
+	}
+	if l.at, err = l.env.App.Pools().Placement(l.tenant); err != nil {
+		t.Fatal(err)
+	}
+	for m, i := l.env.Now(), 0; i <= monthsAhead; m, i = m.Next(), i+1 {
+		l.months = append(l.months, m.String())
+		l.tables = append(l.tables, "im_group_messages_"+m.String())
 	}
 	return l
 }

@@ -108,9 +108,7 @@ func TestMoveTenantCopiesCatchesUpAndSwitches(t *testing.T) {
 	l := mvStartLive(t, 1)
 	tenant, targetDSN, env, store, src := l.tenant, l.targetDSN, l.env, l.store, l.src
 	ctx := context.Background()
-	now := env.Now()
-	months := []string{now.String(), now.Next().String()}
-	tables := []string{"im_group_messages_" + months[0], "im_group_messages_" + months[1]}
+	months, tables := l.months, l.tables
 	for _, m := range months {
 		mvInsert(t, src, m, "g_a", 1, 120)
 		mvInsert(t, src, m, "g_b", 1, 45)
@@ -149,10 +147,7 @@ func TestMoveTenantCopiesCatchesUpAndSwitches(t *testing.T) {
 	// the whole move: every send answers 201, every read 200
 	tr := mvStartTraffic(t, env, "mvs", true)
 
-	at, err := env.App.Pools().Placement(tenant)
-	if err != nil {
-		t.Fatal(err)
-	}
+	at := l.at
 	killed := errors.New("killed")
 	copies := 0
 	o := move.Options{ChunkRows: 50, StepHook: func(step string) error {

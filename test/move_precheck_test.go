@@ -34,10 +34,7 @@ func TestMoveSwitchPreChecksAndMetrics(t *testing.T) {
 		t.Fatalf("series of a tenant that never moved: %d families, %v", len(families), err)
 	}
 
-	at, err := env.App.Pools().Placement(tenant)
-	if err != nil {
-		t.Fatal(err)
-	}
+	at := l.at
 	changed := false
 	o := move.Options{ChunkRows: 10, MaxSwitchLag: 2, StepHook: func(step string) error {
 		if step == move.StepPreCheck && !changed {

@@ -22,16 +22,11 @@ func TestMoveReverse(t *testing.T) {
 	l := mvStartLive(t, 1)
 	tenant, targetDSN, env, store, src := l.tenant, l.targetDSN, l.env, l.store, l.src
 	ctx := context.Background()
-	now := env.Now()
-	months := []string{now.String(), now.Next().String()}
-	tables := []string{"im_group_messages_" + months[0], "im_group_messages_" + months[1]}
+	months, tables := l.months, l.tables
 	for _, m := range months {
 		mvInsert(t, src, m, "g_a", 1, 120)
 	}
-	at, err := env.App.Pools().Placement(tenant)
-	if err != nil {
-		t.Fatal(err)
-	}
+	at := l.at
 	o := move.Options{ChunkRows: 1000, CatchUpRounds: 2}
 	if _, err := move.Reverse(ctx, tenant, at, store, o); !errors.Is(err, move.ErrNoMove) {
 		t.Fatalf("reverse without a move: %v, want ErrNoMove", err)

@@ -218,10 +218,7 @@ func TestChangeSeqAndCursorUnderTheMoveTriggers(t *testing.T) {
 	s1, _ := rpPost(t, env, tok, "mvt", "t1", "one")
 	s2, _ := rpPost(t, env, tok, "mvt", "t2", "two")
 	chWaitSettled(t, env, "mvt")
-	at, err := env.App.Pools().Placement(l.tenant)
-	if err != nil {
-		t.Fatal(err)
-	}
+	at := l.at
 	mvBeginStopped(t, ctx, l.tenant, at, l.targetDSN, l.store)
 	var triggers int
 	if err := l.src.QueryRow("SELECT COUNT(*) FROM information_schema.triggers WHERE trigger_schema = DATABASE()").Scan(&triggers); err != nil || triggers == 0 {
