@@ -266,7 +266,7 @@ func printBenchStream(w io.Writer, o *benchStreamOptions, rep streamResult) {
 			i+1, r.Sent, float64(r.Sent)/max(r.Seconds, 1e-9), r.Skipped, r.Errors)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "run\tframes\tp50\tp99")
-		for _, l := range []bench.StreamLatency{r.Delivery, r.Arrival, r.Published, r.Send, r.PubSub} {
+		for _, l := range []bench.StreamLatency{r.Delivery, r.Arrival, r.Published, r.FanOut, r.Send, r.PubSub} {
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", l.Name, l.Count, l.P50.Round(time.Microsecond), l.P99.Round(time.Microsecond))
 		}
 		_ = tw.Flush()

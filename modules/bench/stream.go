@@ -95,11 +95,15 @@ type StreamRound struct {
 	// Published is the send's due time → its publication read by a plain
 	// subscriber of the topic's channel: Delivery without the fan-out
 	Published StreamLatency
-	PubSub    StreamLatency // raw SPUBLISH's due time → subscriber, same rate and due times, same round
-	Sent      int
-	Skipped   int // due but not sent: every sender was busy (the rate was not reached)
-	Errors    int
-	Seconds   float64 // the sending time, for the rate achieved
+	// FanOut is the stream's own share: a frame's read by a socket's
+	// client after the plain subscriber read the same publication (the
+	// sampled topics' frames; 0 for a frame read first)
+	FanOut  StreamLatency
+	PubSub  StreamLatency // raw SPUBLISH's due time → subscriber, same rate and due times, same round
+	Sent    int
+	Skipped int // due but not sent: every sender was busy (the rate was not reached)
+	Errors  int
+	Seconds float64 // the sending time, for the rate achieved
 }
 
 // Ratios are the round's delivery p99 over the raw pub/sub p99: from the
@@ -179,7 +183,7 @@ func Stream(ctx context.Context, p StreamParams) (StreamReport, error) {
 		return StreamReport{}, err
 	}
 	var frames atomic.Pointer[frameLatencies] // the round's, swapped between rounds
-	frames.Store(&frameLatencies{})
+	frames.Store(&frameLatencies{read: map[int64][]time.Time{}})
 	socks := make([]*websocket.Conn, p.Sockets)
 	var wg sync.WaitGroup
 	defer func() {
@@ -287,6 +291,8 @@ func streamRound(ctx context.Context, p StreamParams, frames *atomic.Pointer[fra
 	// their topics' channels (a sample of topics): the send up to its
 	// publication, which delivery includes, apart from the fan-out
 	var published latencies
+	pubRead := map[int64]time.Time{} // due time → the plain subscriber's read of it
+	var pubMu sync.Mutex
 	for i := range min(p.Topics, publishedSample) {
 		t, name := topic(i)
 		keys, err := p.KeySpace.Tenant(t.ID)
@@ -294,8 +300,12 @@ func streamRound(ctx context.Context, p StreamParams, frames *atomic.Pointer[fra
 			return StreamRound{}, err
 		}
 		stop, err := subscribe(ctx, p.Redis, keys.Realtime(name), func(m string) {
-			if d, _, ok := frameAges([]byte(m), time.Now()); ok {
+			at := time.Now()
+			if due, d, _, ok := frameAges([]byte(m), at); ok {
 				published.add(d)
+				pubMu.Lock()
+				pubRead[due] = at
+				pubMu.Unlock()
 			}
 		})
 		if err != nil {
@@ -305,7 +315,7 @@ func streamRound(ctx context.Context, p StreamParams, frames *atomic.Pointer[fra
 	}
 
 	p.progress("stream bench: sending %d/s for %s", p.Rate, p.Duration)
-	fl := &frameLatencies{}
+	fl := &frameLatencies{read: map[int64][]time.Time{}}
 	frames.Store(fl)
 	var sent, errs, skipped atomic.Int64
 	var sendLat latencies
@@ -358,9 +368,14 @@ func streamRound(ctx context.Context, p StreamParams, frames *atomic.Pointer[fra
 	time.Sleep(time.Second) // the last frames in flight
 	stopSubs()
 	subs = nil
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
 	rep.Delivery = fl.delivery.report("delivery (send due → frame)")
 	rep.Arrival = fl.arrival.report("delivery (send arrival → frame)")
 	rep.Published = published.report(fmt.Sprintf("send → publication (%d topics)", min(p.Topics, publishedSample)))
+	pubMu.Lock()
+	defer pubMu.Unlock()
+	rep.FanOut = fanOut(pubRead, fl.read).report(fmt.Sprintf("publication → frame (%d topics)", min(p.Topics, publishedSample)))
 	rep.Send = sendLat.report("send (due → 201)")
 	rep.PubSub = raw.report("raw SPUBLISH (due) → subscriber")
 	rep.Sent, rep.Skipped, rep.Errors = int(sent.Load()), int(skipped.Load()), int(errs.Load())
@@ -390,10 +405,36 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 	}
 }
 
-// frameLatencies are the frames' ages of one round.
+// frameLatencies are the frames' ages of one round, and when each was
+// read, by its due time (one lock per frame: the clients share the
+// machine with the server).
 type frameLatencies struct {
+	mu       sync.Mutex
 	delivery latencies // from the send's due time
 	arrival  latencies // from the moment the server took the send in
+	read     map[int64][]time.Time
+}
+
+func (fl *frameLatencies) add(due int64, at time.Time, sinceDue, sinceArrival time.Duration) {
+	fl.mu.Lock()
+	fl.delivery.d = append(fl.delivery.d, sinceDue)
+	fl.arrival.d = append(fl.arrival.d, sinceArrival)
+	fl.read[due] = append(fl.read[due], at)
+	fl.mu.Unlock()
+}
+
+// fanOut is each frame's read after the plain subscriber's read of the
+// same publication (0 for a frame read first), for the publications the
+// subscriber read: the time the stream adds to a message, apart from the
+// send's.
+func fanOut(published map[int64]time.Time, read map[int64][]time.Time) *latencies {
+	l := &latencies{}
+	for due, pub := range published {
+		for _, at := range read[due] {
+			l.d = append(l.d, max(at.Sub(pub), 0))
+		}
+	}
+	return l
 }
 
 // readFrames reads a bench socket until it closes, timing each message
@@ -405,43 +446,42 @@ func readFrames(ws *websocket.Conn, frames *atomic.Pointer[frameLatencies]) {
 		if err != nil {
 			return
 		}
-		if d, a, ok := frameAges(b, time.Now()); ok {
-			fl := frames.Load()
-			fl.delivery.add(d)
-			fl.arrival.add(a)
+		at := time.Now()
+		if due, d, a, ok := frameAges(b, at); ok {
+			frames.Load().add(due, at, d, a)
 		}
 	}
 }
 
-// frameAges is how long before at the message frame (or realtime payload)
-// b was due to be sent — its text is the send's due time in Unix
-// nanoseconds — and how long before at the server took the send in: its
+// frameAges is the due time of the message frame (or realtime payload) b
+// — its text is the send's due time in Unix nanoseconds —, how long before
+// at it was due to be sent, and how long before at the server took the send in: its
 // created_at, which the send sets once the request is decoded, kept to the
 // millisecond by truncation, so that age is never shorter than the real
 // one. It only looks for the two values, not parsing the frame: the clients
 // share the machine with the server, and their CPU would show in the
 // latency.
-func frameAges(b []byte, at time.Time) (sinceDue, sinceArrival time.Duration, ok bool) {
+func frameAges(b []byte, at time.Time) (due int64, sinceDue, sinceArrival time.Duration, ok bool) {
 	if !bytes.HasPrefix(b, []byte(`{"type":"message"`)) {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	text, ok := quotedAfter(b, `"text":"`)
 	if !ok {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	ns, err := strconv.ParseInt(string(text), 10, 64)
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	created, ok := quotedAfter(b, `"created_at":"`)
 	if !ok {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	took, err := time.Parse(message.TimeFormat, string(created))
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	return at.Sub(time.Unix(0, ns)), at.Sub(took), true
+	return ns, at.Sub(time.Unix(0, ns)), at.Sub(took), true
 }
 
 // quotedAfter is the text between key (ending in an opening quote) and the

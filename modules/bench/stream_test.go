@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -31,9 +32,13 @@ func TestFrameAges(t *testing.T) {
 		{"a change frame", []byte(`{"type":"change","topic":"t","seq":3}`), 0, 0, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			d, a, ok := frameAges(c.frame, at)
-			if ok != c.ok || d != c.sinceDue || a != c.arr {
-				t.Fatalf("frameAges = %v, %v, %v; want %v, %v, %v", d, a, ok, c.sinceDue, c.arr, c.ok)
+			n, d, a, ok := frameAges(c.frame, at)
+			wantDue := int64(0)
+			if c.ok {
+				wantDue = due.UnixNano()
+			}
+			if ok != c.ok || n != wantDue || d != c.sinceDue || a != c.arr {
+				t.Fatalf("frameAges = %v, %v, %v, %v; want %v, %v, %v, %v", n, d, a, ok, wantDue, c.sinceDue, c.arr, c.ok)
 			}
 		})
 	}
@@ -57,5 +62,23 @@ func TestStreamMedianRatios(t *testing.T) {
 	}
 	if a, d := (StreamReport{}).MedianRatios(); a != 0 || d != 0 {
 		t.Fatalf("no rounds: %v, %v", a, d)
+	}
+}
+
+// TestFanOut: each frame of a publication the plain subscriber read counts
+// from that read, a frame read before it as 0; frames of publications it
+// did not read (topics outside its sample) do not count.
+func TestFanOut(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 17, 0, 0, 0, time.UTC)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	l := fanOut(map[int64]time.Time{1: ms(10), 2: ms(20)}, map[int64][]time.Time{
+		1: {ms(11), ms(13), ms(9)},
+		2: {ms(24)},
+		3: {ms(50)},
+	})
+	slices.Sort(l.d)
+	want := []time.Duration{0, time.Millisecond, 3 * time.Millisecond, 4 * time.Millisecond}
+	if !slices.Equal(l.d, want) {
+		t.Fatalf("fan-out %v; want %v", l.d, want)
 	}
 }
