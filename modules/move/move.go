@@ -50,11 +50,14 @@ const (
 	StepFinished   = "finished"
 )
 
-// The parts StepHook is called at, beside the steps, in order: the
-// verification step compared every chunk, the pre-checks passed (the
+// The parts StepHook is called at, beside the steps, in order: the copy
+// step's proof of a table it copied begins and ends (once per table no
+// write marked: proveTable), the verification step compared every chunk, the pre-checks passed (the
 // step not yet switch), the switch's source fence is up, and the copy and
 // verification behind it are done.
 const (
+	HookProving    = "proving"
+	HookProven     = "proven"
 	HookVerified   = "verified"
 	HookPreChecked = "prechecked"
 	HookFenced     = "fenced"
@@ -91,9 +94,10 @@ type Options struct {
 	// the switch (ErrSwitchRefused).
 	MaxSwitchLag int
 	// StepHook, when set, is called as each step begins and at the parts
-	// of the verification and the switch: HookVerified (every chunk
-	// compared), HookFenced (the source fence is up) and HookSynced (the
-	// copy and verification behind it are done).
+	// of the copy, the verification and the switch: HookProving and
+	// HookProven (a copied table's proof begins and ends), HookVerified
+	// (every chunk compared), HookFenced (the source fence is up) and
+	// HookSynced (the copy and verification behind it are done).
 	// Tests stop a mover there; `imshard bench move` times the parts.
 	// HookPreChecked (the pre-checks passed, the step is still precheck),
 	// HookFenced and HookSynced are the switch's.
@@ -756,6 +760,8 @@ func (m *Mover) copyChunks(ctx context.Context, tables []table, chunks []storedC
 	return nil
 }
 
+// copyAll is the copy step: it copies the chunks not copied yet table by
+// table, and proves each table right after its copy (proveTable).
 func (m *Mover) copyAll(ctx context.Context) error {
 	tables, err := m.planTables(ctx)
 	if err != nil {
@@ -765,7 +771,21 @@ func (m *Mover) copyAll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return m.copyChunks(ctx, tables, pending)
+	byName := tablesByName(tables)
+	for len(pending) > 0 {
+		n := 1
+		for n < len(pending) && pending[n].table == pending[0].table {
+			n++
+		}
+		if err := m.copyChunks(ctx, tables, pending[:n]); err != nil {
+			return err
+		}
+		if err := m.proveTable(ctx, byName[pending[0].table]); err != nil {
+			return err
+		}
+		pending = pending[n:]
+	}
+	return nil
 }
 
 // catchUp compares every chunk's source checksum (with the target's too

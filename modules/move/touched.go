@@ -90,14 +90,15 @@ func atMost(key, hi []any) (below, ok bool) {
 // last transaction.
 const markBatch = 10000
 
-// clearMarks removes every mark and clears the chunks' verified flags,
-// blanking first the recorded checksum of each chunk a mark falls in. The
+// clearMarks removes every mark and clears the chunks' verified flags but
+// for the chunks the copy step proved (proveTable), blanking first the
+// recorded checksum and the proof of each chunk a mark falls in. The
 // marks go in batches (each batch's chunks blanked before its marks are
 // removed, by id), then the last ones in a transaction that locks them
 // (under REPEATABLE READ holding the writers' new marks back until it
 // commits: it must find few), removes those by id and clears the flags. A mover killed between a blank and the
 // removal finds the marks again; a blank stays until the chunk's next
-// comparison on both servers or copy.
+// comparison on both servers or copy, a proof taken back for good.
 func (m *Mover) clearMarks(ctx context.Context) error {
 	all, err := m.chunks(ctx, "")
 	if err != nil {
@@ -130,15 +131,18 @@ func (m *Mover) clearMarks(ctx context.Context) error {
 	if err := deleteMarks(ctx, tx, ids); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, "UPDATE im_tenant_move_chunks SET verified = 0"); err != nil {
+	// a chunk the copy step proved, and no mark removed here or before fell
+	// in since, holds what the proof saw on both servers but for the rows
+	// still marked (the switch copies those)
+	if _, err := tx.ExecContext(ctx, "UPDATE im_tenant_move_chunks SET verified = proven"); err != nil {
 		return err
 	}
 	return tx.Commit()
 }
 
 // blankMarked reads the marks (the clause tail after the query: an order
-// and a limit, or a lock) and blanks the recorded checksum of the chunks
-// they fall in; it returns the marks' ids.
+// and a limit, or a lock) and blanks the recorded checksum and the proof
+// of the chunks they fall in; it returns the marks' ids.
 func (m *Mover) blankMarked(ctx context.Context, q execQuerier, idx chunkIndex, tail string) ([]int64, error) {
 	rows, err := q.QueryContext(ctx, "SELECT id, table_name, key_text FROM im_tenant_move_marks"+tail)
 	if err != nil {
@@ -175,7 +179,7 @@ func (m *Mover) blankMarked(ctx context.Context, q execQuerier, idx chunkIndex, 
 		}
 		for i := 0; i < len(list); i += 1000 {
 			part := list[i:min(i+1000, len(list))]
-			if _, err := q.ExecContext(ctx, "UPDATE im_tenant_move_chunks SET checksum = '' WHERE table_name = ? AND chunk_no IN ("+
+			if _, err := q.ExecContext(ctx, "UPDATE im_tenant_move_chunks SET checksum = '', proven = 0 WHERE table_name = ? AND chunk_no IN ("+
 				strings.TrimSuffix(strings.Repeat("?, ", len(part)), ", ")+")", append([]any{name}, part...)...); err != nil {
 				return nil, fmt.Errorf("move: blank the checksums of the marked chunks: %w", err)
 			}

@@ -137,6 +137,38 @@ func TestChecksumOfTheCopyIsTheServers(t *testing.T) {
 	}
 }
 
+// provenChunks counts the chunks of table name the copy step proved.
+func provenChunks(t *testing.T, m *Mover, name string) int {
+	t.Helper()
+	var n int
+	if err := m.src.QueryRowContext(context.Background(), "SELECT COUNT(*) FROM im_tenant_move_chunks WHERE table_name = ? AND proven = 1", name).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// reprove takes the copy step's proof of the table back and, when again
+// is set, takes it anew (proveTable) and says whether it proved every
+// chunk.
+func reprove(t *testing.T, m *Mover, tbl table, again bool) bool {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := m.src.ExecContext(ctx, "UPDATE im_tenant_move_chunks SET proven = 0 WHERE table_name = ?", tbl.name); err != nil {
+		t.Fatal(err)
+	}
+	if !again {
+		return false
+	}
+	if err := m.proveTable(ctx, tbl); err != nil {
+		t.Fatal(err)
+	}
+	var all int
+	if err := m.src.QueryRowContext(ctx, "SELECT COUNT(*) FROM im_tenant_move_chunks WHERE table_name = ?", tbl.name).Scan(&all); err != nil {
+		t.Fatal(err)
+	}
+	return provenChunks(t, m, tbl.name) == all
+}
+
 // verifyOnce runs the verification's first round as verifyAll does: the
 // marks cleared, then (after written, when set) the whole-table pass and
 // the per-chunk pass. It returns whether the whole-table pass proved the
@@ -168,17 +200,17 @@ func verifyOnce(t *testing.T, m *Mover, name string, written func()) (bool, []st
 	return left == 0, differ
 }
 
-// TestVerificationFindsEveryCorruption: after a copy both passes of the
-// verification prove the month table equal (the whole-table pass by
-// CHECKSUM TABLE, no chunk left to the per-chunk pass); then the target
-// is corrupted in one way at a time — one byte of one column of one row,
-// for every column; a value made NULL where the source holds an empty
-// string; a row missing; a row added inside a chunk and past the last —
-// and each time the whole-table pass proves nothing and the per-chunk
-// pass names the row's chunk (both chunks the key left and entered when
-// the key itself changed), which a copy repairs. A table
-// written on the source since the marks were cleared is left to the
-// per-chunk pass.
+// TestVerificationFindsEveryCorruption: after a copy the copy step's proof
+// and both passes of the verification prove the month table equal (the
+// whole-table pass by CHECKSUM TABLE, no chunk left to the per-chunk
+// pass); then the target is corrupted in one way at a time — one byte of
+// one column of one row, for every column; a value made NULL where the
+// source holds an empty string; a row missing; a row added inside a chunk
+// and past the last — and each time the copy step's proof and the
+// whole-table pass prove nothing and the per-chunk pass names the row's
+// chunk (both chunks the key left and entered when the key itself
+// changed), which a copy repairs. A table written on the source since the
+// marks were cleared is left to the per-chunk pass.
 func TestVerificationFindsEveryCorruption(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -188,6 +220,11 @@ func TestVerificationFindsEveryCorruption(t *testing.T) {
 		t.Fatal(err)
 	}
 	tbl := tablesByName(tables)[name]
+	if n := provenChunks(t, m, name); n != 7 {
+		t.Fatalf("after the copy: %d chunks proven by the copy step, want the table's 7", n)
+	}
+	// the verification step's own passes, without the copy step's proof
+	reprove(t, m, tbl, false)
 	if whole, differ := verifyOnce(t, m, name, nil); !whole || len(differ) != 0 {
 		t.Fatalf("after the copy: whole-table pass proved %v, chunks differing %d; want true, 0", whole, len(differ))
 	}
@@ -199,6 +236,11 @@ func TestVerificationFindsEveryCorruption(t *testing.T) {
 		}
 		if n, _ := res.RowsAffected(); n != 1 {
 			t.Fatalf("%s: %d rows changed, want 1", what, n)
+		}
+		// the copy step's proof, as if the copy had written the target so
+		// (it proves nothing), then the verification step's passes
+		if reprove(t, m, tbl, true) {
+			t.Errorf("%s: the copy step's proof proved the table equal", what)
 		}
 		whole, differ := verifyOnce(t, m, name, nil)
 		if whole {
@@ -301,6 +343,14 @@ func TestCopyClearsAStaleRowOfAnotherChunkHoldingItsUniqueKey(t *testing.T) {
 	if _, err := m.dst.ExecContext(ctx, "UPDATE "+quote(name)+" SET message_id = 1077 WHERE message_id = 1030"); err != nil {
 		t.Fatal(err)
 	}
+	tables, err := listTables(ctx, m.src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// as if the copy had written the target so
+	if reprove(t, m, tablesByName(tables)[name], true) {
+		t.Fatal("the copy step's proof proved the table equal")
+	}
 	_, differ := verifyOnce(t, m, name, nil)
 	sort.Slice(differ, func(i, j int) bool { return differ[i].no < differ[j].no })
 	var nos []int
@@ -309,10 +359,6 @@ func TestCopyClearsAStaleRowOfAnotherChunkHoldingItsUniqueKey(t *testing.T) {
 	}
 	if fmt.Sprint(nos) != "[0 1]" {
 		t.Fatalf("chunks differing %v, want [0 1]", nos)
-	}
-	tables, err := listTables(ctx, m.src)
-	if err != nil {
-		t.Fatal(err)
 	}
 	for _, c := range differ {
 		if err := m.copyChunks(ctx, tables, []storedChunk{c}); err != nil {
@@ -374,8 +420,71 @@ func TestVerificationSeesTheSourceChangedSinceTheCopy(t *testing.T) {
 	if err := m.copyChunks(ctx, tables, differ); err != nil {
 		t.Fatal(err)
 	}
-	if whole, differ := verifyOnce(t, m, name, nil); !whole || len(differ) != 0 {
-		t.Fatalf("after the copy: whole-table pass %v, chunks differing %d", whole, len(differ))
+	// the other chunks still proven by the copy step: the two copied are
+	// compared on the target only
+	if _, differ := verifyOnce(t, m, name, nil); len(differ) != 0 {
+		t.Fatalf("after the copy: chunks differing %d", len(differ))
+	}
+}
+
+// TestVerificationTakesBackTheProofOfATableWrittenSince: the copy step
+// proves a table nobody wrote right after its copy (every chunk proven,
+// which the verification step takes as verified without reading it). A
+// write on the source after that proof — an edit, a delete and an insert
+// in a sealed month — takes the proof back from exactly the chunks the
+// marks fall in as the verification step clears the marks, so the
+// verification compares those on both servers, finds them differing and
+// copies them, and the target ends holding the source's rows. Without the
+// proof taken back the chunks stay verified and the writes never reach the
+// target (their marks are gone).
+func TestVerificationTakesBackTheProofOfATableWrittenSince(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, name := verifySetup(t)
+	if n := provenChunks(t, m, name); n != 7 {
+		t.Fatalf("after the copy: %d chunks proven, want the table's 7", n)
+	}
+	for _, q := range []string{
+		"UPDATE " + quote(name) + " SET content = '{\"text\":\"edited\"}' WHERE message_id = 1030",
+		"DELETE FROM " + quote(name) + " WHERE message_id = 1180",
+		"INSERT INTO " + quote(name) + " (message_id, topic, group_id, seqid, from_user, created_at, updated_at) VALUES (5000, 'late', 1, 5000, 1, NOW(3), NOW(3))",
+	} {
+		if _, err := m.src.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// the step's first round: six chunks of 50 keys from 1001, then the
+	// open-ended one: 1030 in chunk 0, 1180 in chunk 3, 5000 in chunk 6
+	whole, differ := verifyOnce(t, m, name, nil)
+	if whole {
+		t.Fatal("a table written since its proof verified without the chunk pass")
+	}
+	var nos []int
+	for _, c := range differ {
+		nos = append(nos, c.no)
+	}
+	sort.Ints(nos)
+	if fmt.Sprint(nos) != "[0 3 6]" {
+		t.Fatalf("chunks differing %v, want [0 3 6]", nos)
+	}
+	if n := provenChunks(t, m, name); n != 4 {
+		t.Fatalf("%d chunks still proven, want the 4 not written", n)
+	}
+	// the whole step, as the mover runs it
+	if err := m.verifyAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := m.unverified(ctx); err != nil || left != 0 {
+		t.Fatalf("after the step: %d chunks unverified (%v), want 0", left, err)
+	}
+	tables, err := listTables(ctx, m.src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl := tablesByName(tables)[name]
+	sum, dsum, err := onBoth(m.src, m.dst, func(db *sql.DB) (string, error) { return tbl.checksum(ctx, db, chunk{}) })
+	if err != nil || sum != dsum {
+		t.Fatalf("after the step: source %s, target %s (%v)", sum, dsum, err)
 	}
 }
 
