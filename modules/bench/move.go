@@ -65,6 +65,8 @@ type MoveParams struct {
 // parts of its switch).
 const (
 	markCopy     = "copy"
+	markProving  = "proving"
+	markProven   = "proven"
 	markCatchUp  = "catchup"
 	markVerify   = "verify"
 	markVerified = "verified"
@@ -99,16 +101,19 @@ type MoveReport struct {
 	// step took Copy for them. RawRows took Raw in the raw copy.
 	Rows, RawRows int64
 	Copy, Raw     time.Duration
-	// the switch: the verification of VerifyRows rows before the fence,
-	// the work behind it (fence to synced: the marked rows and unverified
-	// chunks copied and verified), the switch as the move recorded it, and
-	// the pause: from the source fence until this process's roles follow
-	// the target (persistence parks and changes are refused meanwhile)
-	Verify, Fenced time.Duration
-	VerifyRows     int64
-	Switch         MoveSwitch
-	Pause          time.Duration
-	Move           time.Duration // the whole move
+	// the verification of VerifyRows rows: the copy step's proofs of the
+	// tables nobody wrote (Proofs: its proving to proven parts, summed)
+	// and the verify step (Verify, before the fence); then the switch: the
+	// work behind the fence (fence to synced: the marked rows and
+	// unverified chunks copied and verified), the switch as the move
+	// recorded it, and the pause: from the source fence until this
+	// process's roles follow the target (persistence parks and changes
+	// are refused meanwhile)
+	Proofs, Verify, Fenced time.Duration
+	VerifyRows             int64
+	Switch                 MoveSwitch
+	Pause                  time.Duration
+	Move                   time.Duration // the whole move
 	// the Moving tenant's accepted sends (201) and their messages on the
 	// target: rows and distinct client ids
 	Accepted, Stored, Distinct int64
@@ -120,8 +125,13 @@ func (r MoveReport) CopyRate() float64 { return Rate(r.Rows, r.Copy) }
 // RawRate: see CopyRate.
 func (r MoveReport) RawRate() float64 { return Rate(r.RawRows, r.Raw) }
 
-// VerifyRate: see CopyRate.
-func (r MoveReport) VerifyRate() float64 { return Rate(r.VerifyRows, r.Verify) }
+// VerifyRate is the verification's rate over all the time it took, the
+// copy step's proofs and the verify step; StepVerifyRate the verify
+// step's alone. See CopyRate.
+func (r MoveReport) VerifyRate() float64 { return Rate(r.VerifyRows, r.Proofs+r.Verify) }
+
+// StepVerifyRate: see VerifyRate.
+func (r MoveReport) StepVerifyRate() float64 { return Rate(r.VerifyRows, r.Verify) }
 
 func (p *MoveParams) logf(format string, args ...any) {
 	if p.Progress != nil {
@@ -275,7 +285,13 @@ func Move(ctx context.Context, p MoveParams) (MoveReport, error) {
 	mark := func(step string) {
 		mu.Lock()
 		marks[step] = time.Now()
+		if step == markProven {
+			rep.Proofs += marks[markProven].Sub(marks[markProving])
+		}
 		mu.Unlock()
+		if step == markProving || step == markProven {
+			return // once per table
+		}
 		p.logf("move: %s", step)
 		if step != markFenced {
 			return

@@ -63,45 +63,56 @@ func CopiedTables(ctx context.Context, db *sql.DB) ([]string, error) {
 }
 
 // listTables reads the tenant database's base tables, their columns and
-// primary keys; a table without a primary key cannot be chunked and fails.
+// primary keys, in three queries whatever the number of tables (the plan
+// runs at every step); a table without a primary key cannot be chunked and
+// fails.
 func listTables(ctx context.Context, db *sql.DB) ([]table, error) {
-	rows, err := db.QueryContext(ctx, `SELECT table_name FROM information_schema.tables
+	names, err := column(ctx, db, `SELECT table_name FROM information_schema.tables
 		WHERE table_schema = DATABASE() AND table_type = 'BASE TABLE' ORDER BY table_name`)
 	if err != nil {
 		return nil, fmt.Errorf("move: list tables: %w", err)
 	}
-	var names []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		if !skipped[n] {
-			names = append(names, n)
-		}
+	cols, err := columnsByTable(ctx, db, `SELECT table_name, column_name FROM information_schema.columns
+		WHERE table_schema = DATABASE() ORDER BY table_name, ordinal_position`)
+	if err != nil {
+		return nil, fmt.Errorf("move: list columns: %w", err)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
+	pks, err := columnsByTable(ctx, db, `SELECT table_name, column_name FROM information_schema.statistics
+		WHERE table_schema = DATABASE() AND index_name = 'PRIMARY' ORDER BY table_name, seq_in_index`)
+	if err != nil {
+		return nil, fmt.Errorf("move: list primary keys: %w", err)
 	}
 	out := make([]table, 0, len(names))
 	for _, n := range names {
-		t := table{name: n}
-		if t.cols, err = column(ctx, db, `SELECT column_name FROM information_schema.columns
-			WHERE table_schema = DATABASE() AND table_name = ? ORDER BY ordinal_position`, n); err != nil {
-			return nil, err
+		if skipped[n] {
+			continue
 		}
-		if t.pk, err = column(ctx, db, `SELECT column_name FROM information_schema.statistics
-			WHERE table_schema = DATABASE() AND table_name = ? AND index_name = 'PRIMARY' ORDER BY seq_in_index`, n); err != nil {
-			return nil, err
-		}
+		t := table{name: n, cols: cols[n], pk: pks[n]}
 		if len(t.pk) == 0 {
 			return nil, fmt.Errorf("move: table %s has no primary key", n)
 		}
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// columnsByTable reads query's rows of (table, column) into each table's
+// columns, in the order read.
+func columnsByTable(ctx context.Context, db *sql.DB, query string) (map[string][]string, error) {
+	rows, err := db.QueryContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string][]string{}
+	for rows.Next() {
+		var tbl, col string
+		if err := rows.Scan(&tbl, &col); err != nil {
+			return nil, err
+		}
+		out[tbl] = append(out[tbl], col)
+	}
+	return out, rows.Err()
 }
 
 func column(ctx context.Context, db *sql.DB, query string, args ...any) ([]string, error) {
