@@ -18,8 +18,11 @@ import (
 // transaction: a committed change always has its mark. The target's
 // tables are created from SHOW CREATE TABLE, which carries no trigger.
 //
-// The verification step clears the marks and the chunks' verified flags
-// (clearMarks), then proves every chunk equal — on the target alone
+// The copy step proves each table no write marked whole right after its
+// copy (proveTable: its chunks flagged proven). The verification step
+// clears the marks and the chunks' verified flags but the proven ones
+// (clearMarks, which takes the proof back from every chunk a mark falls
+// in), then proves every other chunk equal — on the target alone
 // against the source checksum recorded with the chunk when no write
 // marked it since, else on both servers — recopying those that differ,
 // with nothing held. From then on a row
@@ -275,7 +278,8 @@ func deleteMarks(ctx context.Context, q execQuerier, ids []int64) error {
 }
 
 // verifyAll is the verification step, before the switch: it clears the
-// marks and the chunks' verified flags (clearMarks), proves the tables
+// marks and the chunks' verified flags but those of the chunks the copy
+// step proved and no mark fell in since (clearMarks), proves the tables
 // nobody wrote since whole (verifyTables), then compares every chunk left
 // (on the target only against its recorded source checksum, or on both
 // servers: sameChunk), recopies the chunks that differ and compares them again, for
@@ -310,7 +314,7 @@ func (m *Mover) verifyAll(ctx context.Context) error {
 }
 
 // verifyTables is the verification's first pass, over whole tables: a
-// table of two chunks or more, none of them proven or with its recorded
+// table of two chunks or more, none of them verified (the copy step proved it) or with its recorded
 // checksum blanked (the per-chunk pass records it again), and none of its
 // rows marked since the marks were cleared (a sealed month, a reference
 // table: what nobody writes), is compared by its CHECKSUM TABLE on both servers

@@ -1,9 +1,12 @@
 // Package move moves a live tenant's database to another MySQL server:
 // plan, copy in primary key chunks, each checksummed over the rows its copy
-// read (a CRC-64 this process computes as the rows stream by), catch up on the chunks whose checksum changed, verify every chunk
-// (a table nobody writes, a sealed month, whole by CHECKSUM TABLE on both
-// servers; a chunk nobody wrote since its source checksum was recorded on
-// the target only), then switch behind the fence (the source refuses
+// read (a CRC-64 this process computes as the rows stream by), each table
+// nobody writes (a sealed month) proven whole right after its copy by
+// CHECKSUM TABLE on both servers, catch up on the chunks whose checksum
+// changed, verify every chunk not proven (a table nobody wrote since the
+// marks were cleared whole by CHECKSUM TABLE on both servers; a chunk
+// nobody wrote since its source checksum was recorded on the target
+// only), then switch behind the fence (the source refuses
 // writers of the old epoch): copy and verify only the rows changed since
 // the verification (marked by triggers on the source), and write the new
 // placement record. Its state lives in the source database (im_tenant_move,
