@@ -314,8 +314,9 @@ func (m *Mover) verifyAll(ctx context.Context) error {
 }
 
 // verifyTables is the verification's first pass, over whole tables: a
-// table of two chunks or more, none of them verified (the copy step proved it) or with its recorded
-// checksum blanked (the per-chunk pass records it again), and none of its
+// table of two chunks or more, none of them verified already (by the copy
+// step's proof) or with its recorded checksum blanked (the per-chunk pass
+// records it again), and none of its
 // rows marked since the marks were cleared (a sealed month, a reference
 // table: what nobody writes), is compared by its CHECKSUM TABLE on both servers
 // at once, and when the two agree all its chunks are flagged verified in
