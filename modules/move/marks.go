@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -435,12 +436,14 @@ func (m *Mover) flagTable(ctx context.Context, name, flag string) error {
 	return tx.Commit()
 }
 
-// verifyWorkers is how many chunks the verification compares at once,
-// each on both servers at once; verifyFlagBatch how many equal chunks it
-// flags verified in one statement.
+// verifyWorkers is how many chunks (or runs of chunks: targetRun) the
+// verification compares at once, each on both servers at once;
+// verifyFlagBatch how many equal chunks it flags verified in one
+// statement; runChunks the most chunks one target-only read covers.
 const (
 	verifyWorkers   = 4
 	verifyFlagBatch = 64
+	runChunks       = 16
 )
 
 // verifyChunks compares the unverified chunks on both servers (with
@@ -467,21 +470,28 @@ func (m *Mover) verifyChunks(ctx context.Context, tables []table, stored bool) (
 		same bool
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	todo := make(chan storedChunk)
+	todo := make(chan []storedChunk)
 	done := make(chan compared)
 	g.Go(func() error {
 		defer close(todo)
-		for i, c := range pending {
-			if i%verifyFlagBatch == 0 {
+		fed := 0
+		for len(pending) > 0 {
+			n := 1
+			if stored {
+				n = max(1, targetRun(pending))
+			}
+			if fed/verifyFlagBatch != (fed+n)/verifyFlagBatch || fed == 0 {
 				if err := m.between(gctx); err != nil {
 					return err
 				}
 			}
 			select {
-			case todo <- c:
+			case todo <- pending[:n]:
 			case <-gctx.Done():
 				return gctx.Err()
 			}
+			fed += n
+			pending = pending[n:]
 		}
 		return nil
 	})
@@ -490,16 +500,39 @@ func (m *Mover) verifyChunks(ctx context.Context, tables []table, stored bool) (
 		workers.Add(1)
 		g.Go(func() error {
 			defer workers.Done()
-			for c := range todo {
-				same, fresh, err := m.sameChunk(gctx, byName[c.table], c, stored)
-				if err != nil {
-					return err
+			for run := range todo {
+				t := byName[run[0].table]
+				var out []compared
+				if len(run) > 1 {
+					same, err := t.sameRun(gctx, m.dst, run)
+					if err != nil {
+						return err
+					}
+					if same {
+						for _, c := range run {
+							c.checksum = ""
+							out = append(out, compared{c, true})
+						}
+					}
 				}
-				c.checksum = fresh
-				select {
-				case done <- compared{c, same}:
-				case <-gctx.Done():
-					return gctx.Err()
+				if out == nil {
+					// one chunk, or a run that differs somewhere: each
+					// chunk of it on its own
+					for _, c := range run {
+						same, fresh, err := m.sameChunk(gctx, t, c, stored)
+						if err != nil {
+							return err
+						}
+						c.checksum = fresh
+						out = append(out, compared{c, same})
+					}
+				}
+				for _, r := range out {
+					select {
+					case done <- r:
+					case <-gctx.Done():
+						return gctx.Err()
+					}
 				}
 			}
 			return nil
@@ -538,6 +571,104 @@ func (m *Mover) sameChunk(ctx context.Context, t table, c storedChunk, stored bo
 	}
 	sum, dsum, err := onBoth(m.src, m.dst, func(db *sql.DB) (string, error) { return t.checksum(ctx, db, c.chunk) })
 	return err == nil && sum == dsum, sum, err
+}
+
+// targetRun is how many chunks from the first of pending (in table and
+// chunk order) make one run for sameRun, at most runChunks: the next ones
+// of the same table, each copied with a recorded checksum of this kind
+// (compared on the target only), none blank, and not the whole table.
+// 0 or 1: no run.
+func targetRun(pending []storedChunk) int {
+	n := 0
+	for n < len(pending) && n < runChunks {
+		c := pending[n]
+		if _, ok := c.storedRows(); !ok || c.table != pending[0].table || c.no != pending[0].no+n {
+			break
+		}
+		n++
+	}
+	if n > 1 && pending[0].lo == nil && pending[n-1].hi == nil {
+		// a read of the whole table takes no argument, so the text
+		// protocol, and the chunks' checksums were recorded over the
+		// binary one's values (a float's text differs between the two)
+		n--
+	}
+	return n
+}
+
+// storedRows is the row count the chunk's recorded checksum holds, when it
+// is compared on the target only against it (copied, a checksum of this
+// kind).
+func (c storedChunk) storedRows() (int64, bool) {
+	if !c.copied {
+		return 0, false
+	}
+	rest, ok := strings.CutPrefix(c.checksum, sumVersion+":")
+	if !ok {
+		return 0, false
+	}
+	count, _, ok := strings.Cut(rest, ":")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(count, 10, 64)
+	return n, err == nil && n >= 0
+}
+
+// sameRun compares a run of consecutive chunks (targetRun) on db, the
+// target, against their recorded checksums in one read of the rows from
+// the first chunk's start to the last one's end: the rows in key order
+// are cut into pieces of each chunk's recorded row count and each piece
+// hashed (chunkSum). When every piece equals its chunk's checksum and no
+// row is left over, the target's rows of the range are, in order, the
+// source's rows of the chunks as recorded, each therefore in its own
+// chunk's range: every chunk is equal. Otherwise it says nothing of which
+// chunk differs (a missing row shifts every piece after it; an extra row
+// in a chunk's range can make the next piece differ instead of its own)
+// and the caller compares each chunk on its own.
+func (t table) sameRun(ctx context.Context, db *sql.DB, run []storedChunk) (bool, error) {
+	counts := make([]int64, len(run))
+	for i, c := range run {
+		counts[i], _ = c.storedRows()
+	}
+	cond, args := t.where(chunk{lo: run[0].lo, hi: run[len(run)-1].hi})
+	rows, err := db.QueryContext(ctx, t.selectWhere(cond), args...)
+	if err != nil {
+		return false, fmt.Errorf("move: checksum %s: %w", t.name, err)
+	}
+	defer rows.Close()
+	raw := make([]sql.RawBytes, len(t.cols))
+	ptrs := make([]any, len(t.cols))
+	for i := range raw {
+		ptrs[i] = &raw[i]
+	}
+	i := 0
+	var s chunkSum
+	for rows.Next() {
+		for i < len(run) && s.n == counts[i] {
+			if s.String() != run[i].checksum {
+				return false, nil
+			}
+			i, s = i+1, chunkSum{buf: s.buf}
+		}
+		if i == len(run) {
+			return false, nil // a row past the last piece
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return false, fmt.Errorf("move: checksum %s: %w", t.name, err)
+		}
+		s.row(raw)
+	}
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("move: checksum %s: %w", t.name, err)
+	}
+	for ; i < len(run); i++ {
+		if s.n != counts[i] || s.String() != run[i].checksum {
+			return false, nil
+		}
+		s = chunkSum{buf: s.buf}
+	}
+	return true, nil
 }
 
 // flagVerified flags the chunks verified, in one statement that also

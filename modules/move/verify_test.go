@@ -488,6 +488,85 @@ func TestVerificationTakesBackTheProofOfATableWrittenSince(t *testing.T) {
 	}
 }
 
+// TestVerificationReadsARunOfChunksOnce: the chunks compared on the target
+// only are read in runs (targetRun: consecutive chunks of a table holding
+// a recorded checksum, never the whole table, whose read would take the
+// text protocol), and a run is equal only when each piece of its rows, cut
+// by the recorded row counts, equals its chunk's checksum and no row is
+// left over: a row missing, a value changed, a row added inside a chunk or
+// after the last piece's rows (still inside the run's range) each fail
+// the run; a chunk without a recorded checksum ends it.
+func TestVerificationReadsARunOfChunksOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, name := verifySetup(t)
+	tables, err := listTables(ctx, m.src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := m.chunks(ctx, "table_name = '"+name+"'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// seven chunks: six of 50 keys from 1001, the open-ended last
+	if n := targetRun(all); n != 6 {
+		t.Fatalf("run of %d chunks, want 6 (the whole table's 7 less its open end)", n)
+	}
+	if n := targetRun(all[2:]); n != 5 {
+		t.Fatalf("run from chunk 2: %d chunks, want 5", n)
+	}
+	blank := append([]storedChunk(nil), all...)
+	blank[3].checksum = ""
+	if n := targetRun(blank); n != 3 {
+		t.Fatalf("run with chunk 3 blank: %d chunks, want 3", n)
+	}
+	// keys 1077 (chunk 1) and 1250 (the last of chunk 4) made free on
+	// both servers, the chunks copied again
+	for _, db := range []*sql.DB{m.src, m.dst} {
+		if _, err := db.ExecContext(ctx, "DELETE FROM "+quote(name)+" WHERE message_id IN (1077, 1250)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.copyChunks(ctx, tables, []storedChunk{all[1], all[4]}); err != nil {
+		t.Fatal(err)
+	}
+	if all, err = m.chunks(ctx, "table_name = '"+name+"'"); err != nil {
+		t.Fatal(err)
+	}
+	run := all[1:5] // keys 1051 to 1250
+	same := func() bool {
+		t.Helper()
+		ok, err := tablesByName(tables)[name].sameRun(ctx, m.dst, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !same() {
+		t.Fatal("the copied run differs")
+	}
+	extra := "INSERT INTO " + quote(name) + " (message_id, topic, group_id, seqid, from_user, created_at, updated_at) VALUES (%d, 'extra', 1, %[1]d, 1, NOW(3), NOW(3))"
+	for _, tc := range []struct{ what, corrupt string }{
+		{"a row missing", "DELETE FROM " + quote(name) + " WHERE message_id = 1100"},
+		{"a value changed", "UPDATE " + quote(name) + " SET version = version + 1 WHERE message_id = 1200"},
+		{"a row added inside a chunk", fmt.Sprintf(extra, 1077)},
+		{"a row added after the last piece's rows", fmt.Sprintf(extra, 1250)},
+	} {
+		if _, err := m.dst.ExecContext(ctx, tc.corrupt); err != nil {
+			t.Fatalf("%s: %v", tc.what, err)
+		}
+		if same() {
+			t.Errorf("%s: the run is equal", tc.what)
+		}
+		if err := m.copyChunks(ctx, tables, run); err != nil {
+			t.Fatal(err)
+		}
+		if !same() {
+			t.Fatalf("%s, repaired: the run differs", tc.what)
+		}
+	}
+}
+
 // TestChunkIndexOf: a marked key of one integer column falls in the one
 // chunk holding it (the last chunk open-ended); any other key in every
 // chunk of its table.
