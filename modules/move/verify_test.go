@@ -137,6 +137,26 @@ func TestChecksumOfTheCopyIsTheServers(t *testing.T) {
 	}
 }
 
+// tablesOf lists the tables of the mover's source.
+func tablesOf(t *testing.T, m *Mover) []table {
+	t.Helper()
+	tables, err := listTables(context.Background(), m.src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tables
+}
+
+// chunkNos is the chunks' numbers, in order.
+func chunkNos(chunks []storedChunk) string {
+	nos := make([]int, len(chunks))
+	for i, c := range chunks {
+		nos[i] = c.no
+	}
+	sort.Ints(nos)
+	return fmt.Sprint(nos)
+}
+
 // provenChunks counts the chunks of table name the copy step proved.
 func provenChunks(t *testing.T, m *Mover, name string) int {
 	t.Helper()
@@ -182,10 +202,7 @@ func verifyOnce(t *testing.T, m *Mover, name string, written func()) (bool, []st
 	if written != nil {
 		written()
 	}
-	tables, err := listTables(ctx, m.src)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tables := tablesOf(t, m)
 	if err := m.verifyTables(ctx, tables); err != nil {
 		t.Fatal(err)
 	}
@@ -215,10 +232,7 @@ func TestVerificationFindsEveryCorruption(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	m, name := verifySetup(t)
-	tables, err := listTables(ctx, m.src)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tables := tablesOf(t, m)
 	tbl := tablesByName(tables)[name]
 	if n := provenChunks(t, m, name); n != 7 {
 		t.Fatalf("after the copy: %d chunks proven by the copy step, want the table's 7", n)
@@ -343,22 +357,15 @@ func TestCopyClearsAStaleRowOfAnotherChunkHoldingItsUniqueKey(t *testing.T) {
 	if _, err := m.dst.ExecContext(ctx, "UPDATE "+quote(name)+" SET message_id = 1077 WHERE message_id = 1030"); err != nil {
 		t.Fatal(err)
 	}
-	tables, err := listTables(ctx, m.src)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tables := tablesOf(t, m)
 	// as if the copy had written the target so
 	if reprove(t, m, tablesByName(tables)[name], true) {
 		t.Fatal("the copy step's proof proved the table equal")
 	}
 	_, differ := verifyOnce(t, m, name, nil)
 	sort.Slice(differ, func(i, j int) bool { return differ[i].no < differ[j].no })
-	var nos []int
-	for _, c := range differ {
-		nos = append(nos, c.no)
-	}
-	if fmt.Sprint(nos) != "[0 1]" {
-		t.Fatalf("chunks differing %v, want [0 1]", nos)
+	if nos := chunkNos(differ); nos != "[0 1]" {
+		t.Fatalf("chunks differing %s, want [0 1]", nos)
 	}
 	for _, c := range differ {
 		if err := m.copyChunks(ctx, tables, []storedChunk{c}); err != nil {
@@ -404,19 +411,11 @@ func TestVerificationSeesTheSourceChangedSinceTheCopy(t *testing.T) {
 	if whole {
 		t.Fatal("the whole-table pass proved a table whose source changed")
 	}
-	var nos []int
-	for _, c := range differ {
-		nos = append(nos, c.no)
-	}
-	sort.Ints(nos)
 	// chunks of 50 keys from 1001: 1030 in chunk 0, 1180 in chunk 3
-	if fmt.Sprint(nos) != "[0 3]" {
-		t.Fatalf("chunks differing %v, want [0 3]", nos)
+	if nos := chunkNos(differ); nos != "[0 3]" {
+		t.Fatalf("chunks differing %s, want [0 3]", nos)
 	}
-	tables, err := listTables(ctx, m.src)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tables := tablesOf(t, m)
 	if err := m.copyChunks(ctx, tables, differ); err != nil {
 		t.Fatal(err)
 	}
@@ -459,13 +458,8 @@ func TestVerificationTakesBackTheProofOfATableWrittenSince(t *testing.T) {
 	if whole {
 		t.Fatal("a table written since its proof verified without the chunk pass")
 	}
-	var nos []int
-	for _, c := range differ {
-		nos = append(nos, c.no)
-	}
-	sort.Ints(nos)
-	if fmt.Sprint(nos) != "[0 3 6]" {
-		t.Fatalf("chunks differing %v, want [0 3 6]", nos)
+	if nos := chunkNos(differ); nos != "[0 3 6]" {
+		t.Fatalf("chunks differing %s, want [0 3 6]", nos)
 	}
 	if n := provenChunks(t, m, name); n != 4 {
 		t.Fatalf("%d chunks still proven, want the 4 not written", n)
@@ -477,10 +471,7 @@ func TestVerificationTakesBackTheProofOfATableWrittenSince(t *testing.T) {
 	if left, err := m.unverified(ctx); err != nil || left != 0 {
 		t.Fatalf("after the step: %d chunks unverified (%v), want 0", left, err)
 	}
-	tables, err := listTables(ctx, m.src)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tables := tablesOf(t, m)
 	tbl := tablesByName(tables)[name]
 	sum, dsum, err := onBoth(m.src, m.dst, func(db *sql.DB) (string, error) { return tbl.checksum(ctx, db, chunk{}) })
 	if err != nil || sum != dsum {
@@ -500,10 +491,7 @@ func TestVerificationReadsARunOfChunksOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	m, name := verifySetup(t)
-	tables, err := listTables(ctx, m.src)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tables := tablesOf(t, m)
 	all, err := m.chunks(ctx, "table_name = '"+name+"'")
 	if err != nil {
 		t.Fatal(err)
