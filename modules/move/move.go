@@ -54,10 +54,10 @@ const (
 )
 
 // The parts StepHook is called at, beside the steps, in order: the copy
-// step's proof of a table it copied begins and ends (once per table no
-// write marked: proveTable), the verification step compared every chunk, the pre-checks passed (the
-// step not yet switch), the switch's source fence is up, and the copy and
-// verification behind it are done.
+// step's proof of a table it copied begins and ends (once per table of two
+// chunks or more: proveTable), the verification step compared every
+// chunk, the pre-checks passed (the step not yet switch), the switch's
+// source fence is up, and the copy and verification behind it are done.
 const (
 	HookProving    = "proving"
 	HookProven     = "proven"
