@@ -140,6 +140,7 @@ func (r *Retention) queue(ctx context.Context, tenant string, db *sql.DB, kind, 
 		return Job{}, fmt.Errorf("jobs: queue %s of %s: %w", kind, target, err)
 	}
 	r.p.Log.Info().Str("tenant", tenant).Str("kind", kind).Str("target", target).Int64("job", id).Msg("job queued")
+	r.woken()
 	return r.Job(ctx, tenant, id)
 }
 
@@ -191,6 +192,9 @@ func (r *Retention) SetPaused(ctx context.Context, tenant string, id int64, paus
 	if err != nil {
 		return Job{}, fmt.Errorf("jobs: pause %d: %w", id, err)
 	}
+	if n > 0 && !pause {
+		r.woken()
+	}
 	j, err := r.Job(ctx, tenant, id)
 	if err != nil || n > 0 {
 		return j, err
@@ -198,12 +202,24 @@ func (r *Retention) SetPaused(ctx context.Context, tenant string, id int64, paus
 	return j, httpapi.Errorf(httpapi.CodeConflict, "job is "+j.State).WithDetails(map[string]any{"state": j.State})
 }
 
-// jobPoll is how often the job loop looks for a job to run.
+// jobPoll is how often the job loop looks for a job to run when no job
+// queued in its own process woke it.
 const jobPoll = 5 * time.Second
 
+// woken wakes this process's job loop, if it runs one, at once: a job
+// queued or resumed through this process starts without waiting for the
+// poll. A wake while the loop is busy is kept for the pass after it.
+func (r *Retention) woken() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
 // RunJobLoop runs the tenants' jobs until ctx ends (the shard manager
-// role): every jobPoll, each tenant's next runnable job (queued, or
-// running with an expired lease) is taken under a lease of lease and run.
+// role): every jobPoll, and whenever a job is queued or resumed in this
+// process (woken), each tenant's next runnable job (queued, or running
+// with an expired lease) is taken under a lease of lease and run.
 func (r *Retention) RunJobLoop(ctx context.Context, tenants func() []string, lease time.Duration) error {
 	host, _ := os.Hostname()
 	owner := host + "/" + strconv.Itoa(os.Getpid()) + "/" + strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -214,6 +230,7 @@ func (r *Retention) RunJobLoop(ctx context.Context, tenants func() []string, lea
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-r.wake:
 		}
 		for _, tenant := range tenants() {
 			if err := r.countStalled(ctx, tenant); err != nil && ctx.Err() == nil {
@@ -223,7 +240,7 @@ func (r *Retention) RunJobLoop(ctx context.Context, tenants func() []string, lea
 				r.p.Log.Error().Err(err).Str("tenant", tenant).Msg("job run failed; retrying at the next poll")
 			}
 		}
-		t.Reset(jobPoll)
+		t.Reset(r.poll)
 	}
 }
 

@@ -52,6 +52,11 @@ type Retention struct {
 	p     Params
 	m     *metrics
 	clock routing.Clock
+	// wake tells this process's job loop that a job was queued or resumed
+	// here (woken); poll is how often it looks for jobs all the same: for
+	// those queued by another process, or taken over from a runner that died
+	wake chan struct{}
+	poll time.Duration
 }
 
 // New builds a Retention.
@@ -59,7 +64,7 @@ func New(p Params) *Retention {
 	if p.LockTTL <= 0 {
 		p.LockTTL = 30 * time.Second
 	}
-	return &Retention{p: p, m: newMetrics(p.Registerer), clock: routing.NewClock(p.Redis)}
+	return &Retention{p: p, m: newMetrics(p.Registerer), clock: routing.NewClock(p.Redis), wake: make(chan struct{}, 1), poll: jobPoll}
 }
 
 // batch bounds the rows of one delete statement: each is its own short
