@@ -528,14 +528,14 @@ func (a *App) Retention() *retention.Retention {
 		// a user erase deletes its batches of messages as delete-for-everyone
 		// does one; only the job loop calls it, in a process that runs the
 		// read path
-		Erase: func(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef, reason string,
+		Erase: func(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef, scan *routing.ArchiveScan, reason string,
 			before func(tx *sql.Tx, messages, revisions int64) error) (int64, int64, error) {
-			return a.NewChanges().EraseMessages(ctx, tenant, m, refs, reason, before)
+			return a.NewChanges().EraseMessages(ctx, tenant, m, refs, scan, reason, before)
 		},
 		DropArchive: func(ctx context.Context, tenant string, m routing.Month) error {
 			return a.NewArchiver().Remove(ctx, tenant, m)
 		},
-		ArchivedSentBy: func(ctx context.Context, tenant string, m routing.Month, user int64) ([]routing.MessageRef, error) {
+		ArchivedSentBy: func(ctx context.Context, tenant string, m routing.Month, user int64) ([]routing.ArchivedRow, error) {
 			return a.NewColdReader().SentBy(ctx, tenant, m, user)
 		},
 		Log:        a.Log.With().Str("module", "retention").Logger(),

@@ -213,12 +213,12 @@ func (c *Cold) ByID(ctx context.Context, tenant string, m routing.Month, id int6
 }
 
 // SentBy is every message user sent in tenant's archived month m, in
-// (topic, seq) order, as the archive holds them (a user erase; the archive
-// has no sender index, so it reads each row group once, in one range
-// request each).
-func (c *Cold) SentBy(ctx context.Context, tenant string, m routing.Month, user int64) ([]routing.MessageRef, error) {
-	return retryStale(ctx, c, tenant, m, func(e *coldEntry, bucket *blob.Bucket) ([]routing.MessageRef, error) {
-		var out []routing.MessageRef
+// (topic, seq) order, as the archive holds them (a user erase, which makes
+// its tombstones from these rows; the archive has no sender index, so it
+// reads each row group once, in one range request each).
+func (c *Cold) SentBy(ctx context.Context, tenant string, m routing.Month, user int64) ([]routing.ArchivedRow, error) {
+	return retryStale(ctx, c, tenant, m, func(e *coldEntry, bucket *blob.Bucket) ([]routing.ArchivedRow, error) {
+		var out []routing.ArchivedRow
 		for i := range e.groups {
 			g, err := c.fetchGroup(ctx, bucket, e, i)
 			if err != nil {
@@ -226,7 +226,7 @@ func (c *Cold) SentBy(ctx context.Context, tenant string, m routing.Month, user 
 			}
 			err = g.read(0, e.file.RowGroups()[i].NumRows(), false, func() int { return groupBatch }, func(r *Row) bool {
 				if r.FromUser == user {
-					out = append(out, routing.MessageRef{Topic: r.Topic, Seq: r.SeqID})
+					out = append(out, routing.ArchivedRow{Topic: r.Topic, Seq: r.SeqID, MessageID: r.MessageID, Status: r.Status, Version: int(r.Version)})
 				}
 				return true
 			})

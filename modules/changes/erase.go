@@ -39,7 +39,10 @@ import (
 // before (tombstoneRows: one UPDATE that skips deleted rows, the mention
 // entries dropped by (topic, seq)), and for their status only when some
 // were; never their content: the tombstone is the same whatever they held.
-func (s *Service) EraseMessages(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef, reason string,
+// scan, when not nil, is the caller's read of archived month m that found
+// refs: their tombstones are made from its rows while it is current
+// (routing.ArchiveScan), without reading the archive again.
+func (s *Service) EraseMessages(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef, scan *routing.ArchiveScan, reason string,
 	before func(tx *sql.Tx, messages, revisions int64) error) (messages, revisions int64, err error) {
 	if len(refs) == 0 {
 		return 0, 0, nil
@@ -60,7 +63,7 @@ func (s *Service) EraseMessages(ctx context.Context, tenant string, m routing.Mo
 	var e erased
 	err = runChange(ctx, db, func(tx *sql.Tx) error {
 		var err error
-		if e, err = s.eraseIn(ctx, tx, keys, t, tenant, refs, reason); err != nil {
+		if e, err = s.eraseIn(ctx, tx, keys, t, tenant, refs, scan, reason); err != nil {
 			return err
 		}
 		return before(tx, e.messages, e.revisionsCleared)
@@ -95,7 +98,8 @@ type erasedTopic struct {
 
 // eraseIn is EraseMessages' transaction; errUnchanged when no message of
 // refs is left to erase.
-func (s *Service) eraseIn(ctx context.Context, tx *sql.Tx, keys routing.Keys, t routing.Table, tenant string, refs []routing.MessageRef, reason string) (erased, error) {
+func (s *Service) eraseIn(ctx context.Context, tx *sql.Tx, keys routing.Keys, t routing.Table, tenant string, refs []routing.MessageRef,
+	scan *routing.ArchiveScan, reason string) (erased, error) {
 	e := erased{at: message.NewTime(time.Now())}
 	// the month's catalog row, shared: an archive's mark waits for the
 	// batch, and a batch after the mark changes the overlay instead
@@ -119,7 +123,7 @@ func (s *Service) eraseIn(ctx context.Context, tx *sql.Tx, keys routing.Keys, t 
 	case len(archived) > 0:
 		e.overlaid = []routing.Month{archived[0].Month()}
 		var done bool
-		if live, done, err = s.tombstoneArchived(ctx, tx, tenant, archived[0].Month(), refs, at); err != nil || done {
+		if live, done, err = s.tombstoneArchived(ctx, tx, tenant, archived[0].Month(), refs, scan, at); err != nil || done {
 			break
 		}
 		var locked []lockedMsg
@@ -240,8 +244,9 @@ func tombstoneRows(ctx context.Context, tx *sql.Tx, t routing.Table, refs []rout
 
 // tombstoneArchived makes the messages refs (sorted) of archived month m
 // tombstones in its overlay in the usual batch, where the overlay holds no
-// row of any of them yet: the archive's rows are read once (each row
-// group once), and those not deleted in it are inserted as tombstones by
+// row of any of them yet: the archive's rows are taken from scan while it
+// is current, else read once (each row group once; archivedRows), and
+// those not deleted in it are inserted as tombstones by
 // the delete's rule (status deleted, content and head NULL, version + 1,
 // updated_at and deleted_at at) in one INSERT — what the seed, the locked
 // read and the UPDATE of a change leave, in one statement. done is false,
@@ -250,13 +255,13 @@ func tombstoneRows(ctx context.Context, tx *sql.Tx, t routing.Table, refs []rout
 // seeds, locks and changes them as any change does, so a message changed
 // since its archive is erased from its overlay row.
 func (s *Service) tombstoneArchived(ctx context.Context, tx *sql.Tx, tenant string, m routing.Month, refs []routing.MessageRef,
-	at time.Time) (live []routing.MessageRef, done bool, err error) {
+	scan *routing.ArchiveScan, at time.Time) (live []routing.MessageRef, done bool, err error) {
 	fail := func(err error) ([]routing.MessageRef, bool, error) {
 		return nil, false, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
 	}
-	rows, err := s.r.ArchiveRows(ctx, tenant, m, refs)
+	rows, err := s.archivedRows(ctx, tx, tenant, m, refs, scan)
 	if err != nil {
-		return nil, false, httpapi.Wrap(httpapi.CodeUnavailable, "archive unavailable", err)
+		return nil, false, err
 	}
 	var tomb []routing.OverlayRow
 	for _, r := range rows {
@@ -289,6 +294,33 @@ func (s *Service) tombstoneArchived(ctx context.Context, tx *sql.Tx, tenant stri
 		return fail(err)
 	}
 	return nil, false, nil
+}
+
+// archivedRows are the rows of refs (sorted) in archived month m as its
+// archive holds them, in refs' order: scan's, when the month is still
+// archived at scan's epoch (checked under the catalog row's shared lock
+// the transaction holds, so the archive cannot change before the batch
+// commits), else read from the archive.
+func (s *Service) archivedRows(ctx context.Context, tx *sql.Tx, tenant string, m routing.Month, refs []routing.MessageRef,
+	scan *routing.ArchiveScan) ([]routing.ArchivedRow, error) {
+	if scan != nil && scan.Month == m {
+		current, err := scan.Current(ctx, tx)
+		if err != nil {
+			return nil, httpapi.Wrap(httpapi.CodeUnavailable, "message store unavailable", err)
+		}
+		if current {
+			return scan.At(refs), nil
+		}
+	}
+	rs, err := s.r.ArchiveRows(ctx, tenant, m, refs)
+	if err != nil {
+		return nil, httpapi.Wrap(httpapi.CodeUnavailable, "archive unavailable", err)
+	}
+	out := make([]routing.ArchivedRow, len(rs))
+	for i, r := range rs {
+		out[i] = routing.ArchivedRow{Topic: r.Topic, Seq: r.Seq, MessageID: r.MessageID, Status: r.Status, Version: r.Version}
+	}
+	return out, nil
 }
 
 // erDupEntry is MySQL's duplicate key error (ER_DUP_ENTRY).

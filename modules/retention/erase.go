@@ -26,8 +26,10 @@ import (
 // revisions lose their content; caches and streams follow. before runs in
 // that transaction (tx) after its writes, with what they changed
 // (messages, revisions without content), and its error rolls the batch
-// back. A message already a tombstone is left out.
-type Eraser func(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef, reason string,
+// back. A message already a tombstone is left out. scan, for an archived
+// month, is the read of its archive that found refs: the tombstones are
+// made from its rows while the archive is still the one it read.
+type Eraser func(ctx context.Context, tenant string, m routing.Month, refs []routing.MessageRef, scan *routing.ArchiveScan, reason string,
 	before func(tx *sql.Tx, messages, revisions int64) error) (messages, revisions int64, err error)
 
 // userHeld refuses an erase of a held user (409 conflict, details.reason
@@ -72,7 +74,10 @@ func (r *Retention) StartErase(ctx context.Context, tenant string, user int64) (
 // month's overlay, never into the archive), and erases each batch in one
 // transaction (eraseBatch), so a run taken over redoes at most the batch
 // under way; a tombstone is left as it is. A batch shorter than
-// eraseBatchSize is the month's last: its walk is not read again.
+// eraseBatchSize is the month's last: its walk is not read again. The
+// archived months' scans start at once and run while the tables' batches
+// go first: a scan decodes every row group of its month in this process
+// while a batch's work is MySQL's.
 func (p *jobRun) erase(ctx context.Context) error {
 	user, db := int64(p.job.UserID), p.db
 	if err := p.unheld(ctx); err != nil {
@@ -82,10 +87,26 @@ func (p *jobRun) erase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	scans := map[routing.Month]*pendingScan{}
+	defer func() {
+		cancel()
+		for _, ps := range scans {
+			<-ps.done
+		}
+	}()
+	for _, s := range shards {
+		if s.Status == routing.StatusArchived {
+			scans[s.Month] = p.scanArchived(ctx, s.Month, user)
+		}
+	}
+	slices.SortStableFunc(shards, func(a, b routing.Shard) int {
+		return cmp.Compare(boolInt(a.Status == routing.StatusArchived), boolInt(b.Status == routing.StatusArchived))
+	})
 	rep := &p.job.Report
 	rep.PendingArchive = rep.PendingArchive[:0]
 	for _, s := range shards {
-		next, err := p.sentIn(ctx, s, user)
+		next, scan, err := p.sentIn(ctx, s, user, scans[s.Month])
 		if err != nil {
 			return err
 		}
@@ -98,7 +119,7 @@ func (p *jobRun) erase(ctx context.Context) error {
 				}
 				break
 			}
-			if err := p.eraseBatch(ctx, s.Month, refs); err != nil {
+			if err := p.eraseBatch(ctx, s.Month, refs, scan); err != nil {
 				return err
 			}
 			last = refs[len(refs)-1]
@@ -159,25 +180,62 @@ func (p *jobRun) eraseSide(ctx context.Context) error {
 	}
 }
 
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// pendingScan is an archived month's scan for what the user sent, under
+// way (done closes when it ended).
+type pendingScan struct {
+	done chan struct{}
+	scan *routing.ArchiveScan
+	ok   bool // the month was archived when the scan began
+	err  error
+}
+
+// scanArchived starts the scan of archived month m for what user sent.
+func (p *jobRun) scanArchived(ctx context.Context, m routing.Month, user int64) *pendingScan {
+	ps := &pendingScan{done: make(chan struct{})}
+	go func() {
+		defer close(ps.done)
+		ps.scan, ps.ok, ps.err = routing.ScanArchived(ctx, p.db, m, func() ([]routing.ArchivedRow, error) {
+			return p.r.p.ArchivedSentBy(ctx, p.tenant, m, user)
+		})
+	}()
+	return ps
+}
+
 // sentIn answers the batches of what user sent in month s, each the next
-// after last: from the month table's sender index, or from the archive of
-// an archived month (read once).
-func (p *jobRun) sentIn(ctx context.Context, s routing.Shard, user int64) (func(last routing.MessageRef) ([]routing.MessageRef, error), error) {
-	if s.Status == routing.StatusArchived {
-		all, err := p.r.p.ArchivedSentBy(ctx, p.tenant, s.Month, user)
-		if err != nil {
-			return nil, fmt.Errorf("erase: messages of %d in the archive of %s: %w", user, s.Month, err)
+// after last: from the archive of an archived month (pending: its scan,
+// read once; with the scan, which the batches make their tombstones from),
+// or from the month table's sender index (also when the month was restored
+// before its scan began).
+func (p *jobRun) sentIn(ctx context.Context, s routing.Shard, user int64, pending *pendingScan) (func(last routing.MessageRef) ([]routing.MessageRef, error), *routing.ArchiveScan, error) {
+	if pending != nil {
+		<-pending.done
+		if pending.err != nil {
+			return nil, nil, fmt.Errorf("erase: messages of %d in the archive of %s: %w", user, s.Month, pending.err)
 		}
+	}
+	if pending != nil && pending.ok {
+		all := pending.scan.Rows
 		return func(last routing.MessageRef) ([]routing.MessageRef, error) {
-			from, _ := slices.BinarySearchFunc(all, last, func(r, l routing.MessageRef) int {
+			from, _ := slices.BinarySearchFunc(all, last, func(r routing.ArchivedRow, l routing.MessageRef) int {
 				return cmp.Or(cmp.Compare(r.Topic, l.Topic), cmp.Compare(r.Seq, l.Seq+1))
 			})
-			return all[from:min(len(all), from+eraseBatchSize)], nil
-		}, nil
+			refs := make([]routing.MessageRef, 0, min(len(all)-from, eraseBatchSize))
+			for _, r := range all[from:min(len(all), from+eraseBatchSize)] {
+				refs = append(refs, routing.MessageRef{Topic: r.Topic, Seq: r.Seq})
+			}
+			return refs, nil
+		}, pending.scan, nil
 	}
 	t, err := routing.TableFor(s.Month)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return func(last routing.MessageRef) ([]routing.MessageRef, error) {
 		refs, err := sentBy(ctx, p.db, t, user, last)
@@ -189,7 +247,7 @@ func (p *jobRun) sentIn(ctx context.Context, s routing.Shard, user int64) (func(
 			return nil, err
 		}
 		return sentBy(ctx, p.db, t, user, last)
-	}, nil
+	}, nil, nil
 }
 
 // noSuchKey reports whether err is the server's refusal of an index hint
@@ -219,8 +277,8 @@ var errHeldMeanwhile = errors.New("erase: a topic of the batch was held meanwhil
 // topics reported. Before the batch commits the holds are read again (a
 // hold on the user rolls it back and fails the job; one on a topic rolls
 // it back and runs it again without the topic) and the job's progress is
-// recorded with the batch counted.
-func (p *jobRun) eraseBatch(ctx context.Context, m routing.Month, refs []routing.MessageRef) error {
+// recorded with the batch counted. scan is an archived month's (sentIn).
+func (p *jobRun) eraseBatch(ctx context.Context, m routing.Month, refs []routing.MessageRef, scan *routing.ArchiveScan) error {
 	rep, db := &p.job.Report, p.db
 	month := m.String()
 	topics := []string{}
@@ -255,7 +313,7 @@ func (p *jobRun) eraseBatch(ctx context.Context, m routing.Month, refs []routing
 			}
 		}
 		committing := false
-		n, _, err := p.r.p.Erase(ctx, p.tenant, m, free, reason, func(tx *sql.Tx, n, revs int64) error {
+		n, _, err := p.r.p.Erase(ctx, p.tenant, m, free, scan, reason, func(tx *sql.Tx, n, revs int64) error {
 			committing = true
 			// the holds read again, the user's and the batch's topics' in
 			// one statement

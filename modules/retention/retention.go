@@ -41,8 +41,8 @@ type Params struct {
 	// its overlay and its record (a month dropped whole).
 	DropArchive func(ctx context.Context, tenant string, m routing.Month) error
 	// ArchivedSentBy lists what a user sent in an archived month, in
-	// (topic, seq) order (a user erase).
-	ArchivedSentBy func(ctx context.Context, tenant string, m routing.Month, user int64) ([]routing.MessageRef, error)
+	// (topic, seq) order, as its archive holds them (a user erase).
+	ArchivedSentBy func(ctx context.Context, tenant string, m routing.Month, user int64) ([]routing.ArchivedRow, error)
 	Log            zerolog.Logger
 	Registerer     prometheus.Registerer
 }

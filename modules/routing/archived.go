@@ -1,10 +1,12 @@
 package routing
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
@@ -85,4 +87,85 @@ func LockForArchive(ctx context.Context, tx sq.BaseRunner, m Month) (Status, err
 		return "", fmt.Errorf("catalog: lock %s: %w", m, err)
 	}
 	return Status(st), nil
+}
+
+// ArchivedRow is a message of an archived month as its archive holds it:
+// its key and what a tombstone of it is made from.
+type ArchivedRow struct {
+	Topic     string
+	Seq       int64
+	MessageID int64
+	Status    string
+	Version   int
+}
+
+// ArchiveScan is a read of a whole archived month (a user erase's walk of
+// what the user sent: Rows, in (topic, seq) order) with the month's
+// archive epoch read before it: the time of its last restore
+// (unarchived_at, NULL when never restored). An archive object is never
+// rewritten while its month stays archived, and only a restore moves the
+// month out of archived, so a later moment that finds the month archived
+// at the same epoch finds the very object the scan read (Current).
+type ArchiveScan struct {
+	Month Month
+	Rows  []ArchivedRow
+	epoch sql.NullTime
+}
+
+// ScanArchived reads month m's archive epoch, then, when the month is
+// archived, runs read (the scan of its archive); ok is false, with nothing
+// read, when the month is not archived.
+func ScanArchived(ctx context.Context, db sq.BaseRunner, m Month, read func() ([]ArchivedRow, error)) (scan *ArchiveScan, ok bool, err error) {
+	epoch, archived, err := archiveEpoch(ctx, db, m)
+	if err != nil || !archived {
+		return nil, false, err
+	}
+	rows, err := read()
+	if err != nil {
+		return nil, false, err
+	}
+	return &ArchiveScan{Month: m, Rows: rows, epoch: epoch}, true, nil
+}
+
+// Current reports whether the month is still archived at the scan's epoch
+// (its archive the object the scan read), reading the catalog row with a
+// shared lock: in a change's transaction, after LockForChange, the answer
+// holds until the transaction ends.
+func (s *ArchiveScan) Current(ctx context.Context, tx sq.BaseRunner) (bool, error) {
+	epoch, archived, err := archiveEpoch(ctx, tx, s.Month)
+	if err != nil {
+		return false, err
+	}
+	return archived && epoch.Valid == s.epoch.Valid && epoch.Time.Equal(s.epoch.Time), nil
+}
+
+// At is the scan's rows of refs (sorted), in refs' order; a ref the scan
+// did not find is left out.
+func (s *ArchiveScan) At(refs []MessageRef) []ArchivedRow {
+	out := make([]ArchivedRow, 0, len(refs))
+	for _, r := range refs {
+		i, ok := slices.BinarySearchFunc(s.Rows, r, func(a ArchivedRow, r MessageRef) int {
+			return cmp.Or(cmp.Compare(a.Topic, r.Topic), cmp.Compare(a.Seq, r.Seq))
+		})
+		if ok {
+			out = append(out, s.Rows[i])
+		}
+	}
+	return out
+}
+
+// archiveEpoch reads month m's unarchived_at and whether it is archived,
+// with a shared lock on its catalog row (the latest committed version, not
+// a transaction's snapshot).
+func archiveEpoch(ctx context.Context, db sq.BaseRunner, m Month) (epoch sql.NullTime, archived bool, err error) {
+	var st string
+	err = sq.Select("status", "unarchived_at").From(catalogTable).Where(sq.Eq{"shard_month": m.String()}).
+		Suffix("LOCK IN SHARE MODE").RunWith(db).QueryRowContext(ctx).Scan(&st, &epoch)
+	if errors.Is(err, sql.ErrNoRows) {
+		return epoch, false, nil
+	}
+	if err != nil {
+		return epoch, false, fmt.Errorf("catalog: archive epoch of %s: %w", m, err)
+	}
+	return epoch, Status(st) == StatusArchived, nil
 }
