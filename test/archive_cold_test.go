@@ -529,6 +529,62 @@ func TestRetentionEraseReachesArchivedMonths(t *testing.T) {
 	}
 }
 
+// An erase batch makes its tombstones from its month's scan only while the
+// month is still archived at the scan's epoch: a scan made before a
+// restore and a new archive, with the message changed between them, is
+// not used — the tombstone is one version past the new archive's row, not
+// past the row the scan found.
+func TestRetentionEraseScanOfAnEarlierArchive(t *testing.T) {
+	ctx := context.Background()
+	env, old, _ := coldEnv(t, "file://"+t.TempDir())
+	archiver := env.App.NewArchiver()
+	if rep, err := archiver.Archive(ctx, env.Tenant, old, false); err != nil || rep.Step != archive.StepMarked {
+		t.Fatalf("archive: %+v %v", rep, err)
+	}
+	const user = 101
+	scan, ok, err := routing.ScanArchived(ctx, env.DB, old, func() ([]routing.ArchivedRow, error) {
+		return env.App.NewColdReader().SentBy(ctx, env.Tenant, old, user)
+	})
+	if err != nil || !ok {
+		t.Fatalf("scan of the archived month: %v %v", ok, err)
+	}
+	i := slices.IndexFunc(scan.Rows, func(r routing.ArchivedRow) bool { return r.Status == message.StatusNormal })
+	if i < 0 {
+		t.Fatalf("no message of user %d as sent in the archive: %+v", user, scan.Rows)
+	}
+	msg := scan.Rows[i]
+	if current, err := scan.Current(ctx, env.DB); err != nil || !current {
+		t.Fatalf("the scan of the month as it is archived is not current: %v", err)
+	}
+	if _, err := archiver.Restore(ctx, env.Tenant, old); err != nil {
+		t.Fatal(err)
+	}
+	table, _ := routing.TableFor(old)
+	if _, err := env.DB.Exec("UPDATE "+table.Quoted()+" SET version = version + 3 WHERE topic = ? AND seqid = ?", msg.Topic, msg.Seq); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.DB.Exec("UPDATE im_group_message_shards SET unarchived_at = unarchived_at - INTERVAL ? MICROSECOND WHERE shard_month = ?",
+		routing.RestoreSettle.Microseconds(), old.String()); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := archiver.Archive(ctx, env.Tenant, old, false); err != nil || rep.Step != archive.StepMarked {
+		t.Fatalf("archive again: %+v %v", rep, err)
+	}
+	if current, err := scan.Current(ctx, env.DB); err != nil || current {
+		t.Fatalf("the scan of the earlier archive is current: %v", err)
+	}
+	n, _, err := env.App.NewChanges().EraseMessages(ctx, env.Tenant, old, []routing.MessageRef{{Topic: msg.Topic, Seq: msg.Seq}}, scan,
+		"test", func(*sql.Tx, int64, int64) error { return nil })
+	if err != nil || n != 1 {
+		t.Fatalf("erase: %d %v", n, err)
+	}
+	var version int
+	if err := env.DB.QueryRow("SELECT version FROM im_archive_overlay WHERE topic = ? AND seqid = ? AND status = 'deleted' AND content IS NULL",
+		msg.Topic, msg.Seq).Scan(&version); err != nil || version != msg.Version+4 {
+		t.Fatalf("the tombstone of %s/%d: version %d (%v), want %d: one past the new archive's", msg.Topic, msg.Seq, version, err, msg.Version+4)
+	}
+}
+
 // A month past retention that is archived is dropped whole like a sealed
 // one — its archive objects, overlay and record with it — once its every
 // topic expired; its floors are raised first, so no read reaches it after.
