@@ -11,7 +11,6 @@ import (
 
 	sq "github.com/Masterminds/squirrel"
 	"github.com/go-sql-driver/mysql"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/imshard/imshard/modules/acl"
 	"github.com/imshard/imshard/modules/httpapi"
@@ -74,10 +73,11 @@ func (r *Retention) StartErase(ctx context.Context, tenant string, user int64) (
 // archived month by a scan of its archive (the tombstones go to the
 // month's overlay, never into the archive), and erases each batch in one
 // transaction (eraseBatch), so a run taken over redoes at most the batch
-// under way; a tombstone is left as it is. The archived months and the
-// month tables are walked side by side, each side one month after the
-// other: an archived month's scan decodes its archive in this process and
-// its batch inserts overlay rows while a table's batch updates its rows.
+// under way; a tombstone is left as it is. A batch shorter than
+// eraseBatchSize is the month's last: its walk is not read again. The
+// archived months' scans start at once and run while the tables' batches
+// go first: a scan decodes every row group of its month in this process
+// while a batch's work is MySQL's.
 func (p *jobRun) erase(ctx context.Context) error {
 	user, db := int64(p.job.UserID), p.db
 	if err := p.unheld(ctx); err != nil {
@@ -87,55 +87,49 @@ func (p *jobRun) erase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.job.Report.PendingArchive = p.job.Report.PendingArchive[:0]
-	var tables, archived []routing.Shard
+	ctx, cancel := context.WithCancel(ctx)
+	scans := map[routing.Month]*pendingScan{}
+	defer func() {
+		cancel()
+		for _, ps := range scans {
+			<-ps.done
+		}
+	}()
 	for _, s := range shards {
 		if s.Status == routing.StatusArchived {
-			archived = append(archived, s)
-		} else {
-			tables = append(tables, s)
+			scans[s.Month] = p.scanArchived(ctx, s.Month, user)
 		}
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	for _, side := range [][]routing.Shard{archived, tables} {
-		g.Go(func() error {
-			for _, s := range side {
-				if err := p.eraseMonth(gctx, s, user); err != nil {
+	slices.SortStableFunc(shards, func(a, b routing.Shard) int {
+		return cmp.Compare(boolInt(a.Status == routing.StatusArchived), boolInt(b.Status == routing.StatusArchived))
+	})
+	rep := &p.job.Report
+	rep.PendingArchive = rep.PendingArchive[:0]
+	for _, s := range shards {
+		next, scan, err := p.sentIn(ctx, s, user, scans[s.Month])
+		if err != nil {
+			return err
+		}
+		last := routing.MessageRef{}
+		for {
+			refs, err := next(last)
+			if err != nil || len(refs) == 0 {
+				if err != nil {
 					return err
 				}
+				break
 			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return err
+			if err := p.eraseBatch(ctx, s.Month, refs, scan); err != nil {
+				return err
+			}
+			last = refs[len(refs)-1]
+			testhook.CrashAfterJobBatch()
+			if len(refs) < eraseBatchSize {
+				break
+			}
+		}
 	}
 	return p.eraseSide(ctx)
-}
-
-// eraseMonth erases what user sent in month s, batch after batch. A batch
-// shorter than eraseBatchSize is the month's last: its walk is not read
-// again.
-func (p *jobRun) eraseMonth(ctx context.Context, s routing.Shard, user int64) error {
-	next, scan, err := p.sentIn(ctx, s, user)
-	if err != nil {
-		return err
-	}
-	last := routing.MessageRef{}
-	for {
-		refs, err := next(last)
-		if err != nil || len(refs) == 0 {
-			return err
-		}
-		if err := p.eraseBatch(ctx, s.Month, refs, scan); err != nil {
-			return err
-		}
-		last = refs[len(refs)-1]
-		testhook.CrashAfterJobBatch()
-		if len(refs) < eraseBatchSize {
-			return nil
-		}
-	}
 }
 
 // eraseSide removes the user's hidden ranges and read cursors, up to a
@@ -186,28 +180,48 @@ func (p *jobRun) eraseSide(ctx context.Context) error {
 	}
 }
 
-// sentIn answers the batches of what user sent in month s, each the next
-// after last: from the archive of an archived month (read once; with the
-// scan, which the batches make their tombstones from), or from the month
-// table's sender index (also when the month was restored before its scan
-// began).
-func (p *jobRun) sentIn(ctx context.Context, s routing.Shard, user int64) (func(last routing.MessageRef) ([]routing.MessageRef, error), *routing.ArchiveScan, error) {
-	var scan *routing.ArchiveScan
-	if s.Status == routing.StatusArchived {
-		var ok bool
-		var err error
-		scan, ok, err = routing.ScanArchived(ctx, p.db, s.Month, func() ([]routing.ArchivedRow, error) {
-			return p.r.p.ArchivedSentBy(ctx, p.tenant, s.Month, user)
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// pendingScan is an archived month's scan for what the user sent, under
+// way (done closes when it ended).
+type pendingScan struct {
+	done chan struct{}
+	scan *routing.ArchiveScan
+	ok   bool // the month was archived when the scan began
+	err  error
+}
+
+// scanArchived starts the scan of archived month m for what user sent.
+func (p *jobRun) scanArchived(ctx context.Context, m routing.Month, user int64) *pendingScan {
+	ps := &pendingScan{done: make(chan struct{})}
+	go func() {
+		defer close(ps.done)
+		ps.scan, ps.ok, ps.err = routing.ScanArchived(ctx, p.db, m, func() ([]routing.ArchivedRow, error) {
+			return p.r.p.ArchivedSentBy(ctx, p.tenant, m, user)
 		})
-		if err != nil {
-			return nil, nil, fmt.Errorf("erase: messages of %d in the archive of %s: %w", user, s.Month, err)
-		}
-		if !ok {
-			scan = nil
+	}()
+	return ps
+}
+
+// sentIn answers the batches of what user sent in month s, each the next
+// after last: from the archive of an archived month (pending: its scan,
+// read once; with the scan, which the batches make their tombstones from),
+// or from the month table's sender index (also when the month was restored
+// before its scan began).
+func (p *jobRun) sentIn(ctx context.Context, s routing.Shard, user int64, pending *pendingScan) (func(last routing.MessageRef) ([]routing.MessageRef, error), *routing.ArchiveScan, error) {
+	if pending != nil {
+		<-pending.done
+		if pending.err != nil {
+			return nil, nil, fmt.Errorf("erase: messages of %d in the archive of %s: %w", user, s.Month, pending.err)
 		}
 	}
-	if scan != nil {
-		all := scan.Rows
+	if pending != nil && pending.ok {
+		all := pending.scan.Rows
 		return func(last routing.MessageRef) ([]routing.MessageRef, error) {
 			from, _ := slices.BinarySearchFunc(all, last, func(r routing.ArchivedRow, l routing.MessageRef) int {
 				return cmp.Or(cmp.Compare(r.Topic, l.Topic), cmp.Compare(r.Seq, l.Seq+1))
@@ -217,7 +231,7 @@ func (p *jobRun) sentIn(ctx context.Context, s routing.Shard, user int64) (func(
 				refs = append(refs, routing.MessageRef{Topic: r.Topic, Seq: r.Seq})
 			}
 			return refs, nil
-		}, scan, nil
+		}, pending.scan, nil
 	}
 	t, err := routing.TableFor(s.Month)
 	if err != nil {
@@ -274,29 +288,9 @@ func (p *jobRun) eraseBatch(ctx context.Context, m routing.Month, refs []routing
 		}
 	}
 	reason := "user erase (job " + strconv.FormatInt(int64(p.job.ID), 10) + ")"
-	// the batch's counts in the job's, with p.mu held from the record of
-	// the report in the batch's transaction to its end (ended): a batch of
-	// the other side records its report only after this one committed (and
-	// counts it) or rolled back (and left its counts out). Held only over
-	// the job row's update and the commit, it waits on no lock the other
-	// side's transaction can hold.
-	var counted, countedRevs int64
-	locked := false
+	baseMonth, baseRevs, baseRows := rep.Months[month], rep.Side["revisions"], p.job.RowsRemoved
 	count := func(n, revs int64) {
-		rep.Months[month] += n - counted
-		rep.Side["revisions"] += revs - countedRevs
-		p.job.RowsRemoved += n - counted
-		counted, countedRevs = n, revs
-	}
-	ended := func(committed bool) {
-		if !locked {
-			return
-		}
-		if !committed {
-			count(0, 0)
-		}
-		locked = false
-		p.mu.Unlock()
+		rep.Months[month], rep.Side["revisions"], p.job.RowsRemoved = baseMonth+n, baseRevs+revs, baseRows+n
 	}
 	user := int64(p.job.UserID)
 	for {
@@ -313,13 +307,11 @@ func (p *jobRun) eraseBatch(ctx context.Context, m routing.Month, refs []routing
 				free = append(free, r)
 			}
 		}
-		p.mu.Lock()
 		for _, t := range topics {
 			if _, ok := held[t]; ok && !slices.Contains(rep.HeldTopics, t) {
 				rep.HeldTopics = append(rep.HeldTopics, t)
 			}
 		}
-		p.mu.Unlock()
 		committing := false
 		n, _, err := p.r.p.Erase(ctx, p.tenant, m, free, scan, reason, func(tx *sql.Tx, n, revs int64) error {
 			committing = true
@@ -334,30 +326,22 @@ func (p *jobRun) eraseBatch(ctx context.Context, m routing.Month, refs []routing
 			case !sameKeys(now, held):
 				return errHeldMeanwhile
 			}
-			if !locked {
-				p.mu.Lock()
-				locked = true
-			}
 			count(n, revs)
-			if err := p.recordIn(ctx, tx, p.job.State); err != nil {
-				ended(false)
-				return err
-			}
-			return nil
+			return p.recordIn(ctx, tx, p.job.State)
 		})
-		ended(err == nil)
 		if errors.Is(err, errHeldMeanwhile) {
+			count(0, 0)
 			continue
 		}
 		if err != nil {
+			count(0, 0)
 			return fmt.Errorf("erase: %s: %w", month, err)
 		}
 		p.r.m.jobRows.WithLabelValues(p.tenant, KindErase).Add(float64(n))
 		if !committing {
 			// nothing left to change in the batch: the holds and the lease
 			// are checked all the same
-			p.mu.Lock()
-			defer p.mu.Unlock()
+			count(0, 0)
 			return routing.Fenced(ctx, db, func(tx *sql.Tx) error { return p.progress(ctx, tx) })
 		}
 		return nil

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"sync"
 	"time"
 
 	sq "github.com/Masterminds/squirrel"
@@ -368,9 +367,6 @@ type jobRun struct {
 	job    Job
 	owner  string
 	lease  time.Duration
-	// mu guards job while an erase's two sides run their batches at once
-	// (eraseBatch), and orders their records of its report
-	mu sync.Mutex
 }
 
 // purge removes one topic's history: its floor raised past every stored
