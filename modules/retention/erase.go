@@ -74,10 +74,9 @@ func (r *Retention) StartErase(ctx context.Context, tenant string, user int64) (
 // month's overlay, never into the archive), and erases each batch in one
 // transaction (eraseBatch), so a run taken over redoes at most the batch
 // under way; a tombstone is left as it is. A batch shorter than
-// eraseBatchSize is the month's last: its walk is not read again. The
-// archived months' scans start at once and run while the tables' batches
-// go first: a scan decodes every row group of its month in this process
-// while a batch's work is MySQL's.
+// eraseBatchSize is the month's last: its walk is not read again. Months
+// go oldest first, one after the other: a topic's erase changes follow its
+// seqs.
 func (p *jobRun) erase(ctx context.Context) error {
 	user, db := int64(p.job.UserID), p.db
 	if err := p.unheld(ctx); err != nil {
@@ -87,26 +86,10 @@ func (p *jobRun) erase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	scans := map[routing.Month]*pendingScan{}
-	defer func() {
-		cancel()
-		for _, ps := range scans {
-			<-ps.done
-		}
-	}()
-	for _, s := range shards {
-		if s.Status == routing.StatusArchived {
-			scans[s.Month] = p.scanArchived(ctx, s.Month, user)
-		}
-	}
-	slices.SortStableFunc(shards, func(a, b routing.Shard) int {
-		return cmp.Compare(boolInt(a.Status == routing.StatusArchived), boolInt(b.Status == routing.StatusArchived))
-	})
 	rep := &p.job.Report
 	rep.PendingArchive = rep.PendingArchive[:0]
 	for _, s := range shards {
-		next, scan, err := p.sentIn(ctx, s, user, scans[s.Month])
+		next, scan, err := p.sentIn(ctx, s, user)
 		if err != nil {
 			return err
 		}
@@ -180,48 +163,28 @@ func (p *jobRun) eraseSide(ctx context.Context) error {
 	}
 }
 
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// pendingScan is an archived month's scan for what the user sent, under
-// way (done closes when it ended).
-type pendingScan struct {
-	done chan struct{}
-	scan *routing.ArchiveScan
-	ok   bool // the month was archived when the scan began
-	err  error
-}
-
-// scanArchived starts the scan of archived month m for what user sent.
-func (p *jobRun) scanArchived(ctx context.Context, m routing.Month, user int64) *pendingScan {
-	ps := &pendingScan{done: make(chan struct{})}
-	go func() {
-		defer close(ps.done)
-		ps.scan, ps.ok, ps.err = routing.ScanArchived(ctx, p.db, m, func() ([]routing.ArchivedRow, error) {
-			return p.r.p.ArchivedSentBy(ctx, p.tenant, m, user)
-		})
-	}()
-	return ps
-}
-
 // sentIn answers the batches of what user sent in month s, each the next
-// after last: from the archive of an archived month (pending: its scan,
-// read once; with the scan, which the batches make their tombstones from),
-// or from the month table's sender index (also when the month was restored
-// before its scan began).
-func (p *jobRun) sentIn(ctx context.Context, s routing.Shard, user int64, pending *pendingScan) (func(last routing.MessageRef) ([]routing.MessageRef, error), *routing.ArchiveScan, error) {
-	if pending != nil {
-		<-pending.done
-		if pending.err != nil {
-			return nil, nil, fmt.Errorf("erase: messages of %d in the archive of %s: %w", user, s.Month, pending.err)
+// after last: from the archive of an archived month (read once; with the
+// scan, which the batches make their tombstones from), or from the month
+// table's sender index (also when the month was restored before its scan
+// began).
+func (p *jobRun) sentIn(ctx context.Context, s routing.Shard, user int64) (func(last routing.MessageRef) ([]routing.MessageRef, error), *routing.ArchiveScan, error) {
+	var scan *routing.ArchiveScan
+	if s.Status == routing.StatusArchived {
+		var ok bool
+		var err error
+		scan, ok, err = routing.ScanArchived(ctx, p.db, s.Month, func() ([]routing.ArchivedRow, error) {
+			return p.r.p.ArchivedSentBy(ctx, p.tenant, s.Month, user)
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("erase: messages of %d in the archive of %s: %w", user, s.Month, err)
+		}
+		if !ok {
+			scan = nil
 		}
 	}
-	if pending != nil && pending.ok {
-		all := pending.scan.Rows
+	if scan != nil {
+		all := scan.Rows
 		return func(last routing.MessageRef) ([]routing.MessageRef, error) {
 			from, _ := slices.BinarySearchFunc(all, last, func(r routing.ArchivedRow, l routing.MessageRef) int {
 				return cmp.Or(cmp.Compare(r.Topic, l.Topic), cmp.Compare(r.Seq, l.Seq+1))
@@ -231,7 +194,7 @@ func (p *jobRun) sentIn(ctx context.Context, s routing.Shard, user int64, pendin
 				refs = append(refs, routing.MessageRef{Topic: r.Topic, Seq: r.Seq})
 			}
 			return refs, nil
-		}, pending.scan, nil
+		}, scan, nil
 	}
 	t, err := routing.TableFor(s.Month)
 	if err != nil {
