@@ -171,16 +171,13 @@ func (p *jobRun) eraseSide(ctx context.Context) error {
 func (p *jobRun) sentIn(ctx context.Context, s routing.Shard, user int64) (func(last routing.MessageRef) ([]routing.MessageRef, error), *routing.ArchiveScan, error) {
 	var scan *routing.ArchiveScan
 	if s.Status == routing.StatusArchived {
-		var ok bool
 		var err error
-		scan, ok, err = routing.ScanArchived(ctx, p.db, s.Month, func() ([]routing.ArchivedRow, error) {
+		// nil, with nothing read, when the month is no longer archived
+		scan, _, err = routing.ScanArchived(ctx, p.db, s.Month, func() ([]routing.ArchivedRow, error) {
 			return p.r.p.ArchivedSentBy(ctx, p.tenant, s.Month, user)
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("erase: messages of %d in the archive of %s: %w", user, s.Month, err)
-		}
-		if !ok {
-			scan = nil
 		}
 	}
 	if scan != nil {
