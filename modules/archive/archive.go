@@ -465,8 +465,10 @@ func (a *Archiver) precheck(ctx context.Context, db *sql.DB, tenant string, m ro
 	return s.Table, nil
 }
 
-// scanChunk is how many rows one keyset-paged read of the table takes.
-const scanChunk = 2000
+// scanChunk is how many rows one keyset-paged read of the table takes:
+// at a few hundred bytes a record, a page of about a megabyte, and a
+// month of a million rows in a hundred statements.
+const scanChunk = 10000
 
 // pace is archive.rows_per_second over one pass of a run (a read of the
 // month table, a restore's writes into it): the pass moves rows in
@@ -498,16 +500,17 @@ func (p pace) wait(ctx context.Context, n int) error {
 
 // scanTable reads t in its clustered order (message_id) in keyset pages
 // (each its own short statement: no long transaction holds the table),
-// throttled to archive.rows_per_second, handing each row to fn as a
-// record (appendRecord) with its key, valid during the call only. The
-// clustered order reads the table's pages one after the other; what needs
-// (topic, seqid) order sorts the records itself (sorter). The reader
-// encodes each row into its page as the driver hands it over (no copy of
-// the driver's values in between), and reads the next page while fn works
-// through the last one, into one of two pages used in turn: on two cores
-// the reading and encoding run beside what fn does (the export's sort
-// copying the records, the verification's hashing).
-func (a *Archiver) scanTable(ctx context.Context, db *sql.DB, t routing.Table, fn func(rec []byte, key recKey) error) error {
+// throttled to archive.rows_per_second, handing each page of records
+// (appendRecord) to fn. The clustered order reads the table's pages one
+// after the other; what needs (topic, seqid) order sorts the records
+// itself (sorter). The reader encodes each row into its page as the
+// driver hands it over (no copy of the driver's values in between), and
+// reads the next page while fn works through the last one: on two cores
+// the reading and encoding run beside what fn does (the verification's
+// hashing). A page fn keeps (keep: the export's sorter holds its records
+// where the reader wrote them, not copied) is not read into again; the
+// reader takes a new one in its place.
+func (a *Archiver) scanTable(ctx context.Context, db *sql.DB, t routing.Table, fn func(pg *page) (keep bool, err error)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pc := a.pace(scanChunk)
@@ -521,13 +524,15 @@ func (a *Archiver) scanTable(ctx context.Context, db *sql.DB, t routing.Table, f
 		read <- a.readPages(ctx, db, t, pc, free, full)
 	}()
 	for pg := range full {
-		for _, r := range pg.recs {
-			if err := fn(pg.buf[r.off:r.end], r.key); err != nil {
-				cancel()
-				for range full { // let the reader end
-				}
-				return err
+		keep, err := fn(pg)
+		if err != nil {
+			cancel()
+			for range full { // let the reader end
 			}
+			return err
+		}
+		if keep { // its records' entries are copied: the slice is free
+			pg = &page{buf: make([]byte, 0, cap(pg.buf)), recs: pg.recs}
 		}
 		free <- pg
 	}
@@ -623,20 +628,23 @@ func (a *Archiver) readPages(ctx context.Context, db *sql.DB, t routing.Table, p
 func (a *Archiver) tableDigests(ctx context.Context, db *sql.DB, t routing.Table) (map[string]*routing.Digest, error) {
 	out := map[string]*routing.Digest{}
 	var buf bytes.Buffer
-	err := a.scanTable(ctx, db, t, func(rec []byte, key recKey) error {
-		buf.Reset()
-		if err := canonicalRecord(&buf, rec); err != nil {
-			return err
+	err := a.scanTable(ctx, db, t, func(pg *page) (bool, error) {
+		for _, r := range pg.recs {
+			rec := pg.buf[r.off:r.end]
+			buf.Reset()
+			if err := canonicalRecord(&buf, rec); err != nil {
+				return false, err
+			}
+			sum := sha256.Sum256(buf.Bytes())
+			topic := r.key.topic(rec)
+			d := out[string(topic)]
+			if d == nil {
+				d = &routing.Digest{}
+				out[string(topic)] = d
+			}
+			d.Add(r.key.seq, sum[:])
 		}
-		sum := sha256.Sum256(buf.Bytes())
-		topic := key.topic(rec)
-		d := out[string(topic)]
-		if d == nil {
-			d = &routing.Digest{}
-			out[string(topic)] = d
-		}
-		d.Add(key.seq, sum[:])
-		return nil
+		return false, nil
 	})
 	return out, err
 }
@@ -683,7 +691,7 @@ func (a *Archiver) export(ctx context.Context, db *sql.DB, bucket *blob.Bucket, 
 	ranges, digests := map[string]*TopicRange{}, map[string]*routing.Digest{}
 	sorted := newSorter(a.p.Config.SortDir, a.p.Config.SortBytes)
 	defer sorted.Close()
-	err = a.scanTable(ctx, db, t, sorted.Add)
+	err = a.scanTable(ctx, db, t, func(pg *page) (bool, error) { return true, sorted.Add(pg.buf, pg.recs) })
 	if err == nil {
 		err = writeSorted(ctx, sorted, pw, &man, ranges, digests, func(rows int64) { a.m.rows.Add(float64(rows)) })
 	}

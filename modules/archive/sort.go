@@ -16,15 +16,15 @@ import (
 // sorter puts a month's rows, read in the table's clustered order
 // (message_id: sequential pages, where (topic, seqid) order would look up
 // every row through the secondary index), into the archive's (topic,
-// seqid) order. Rows are kept encoded (record) in chunks of memory up to a
-// byte budget; each full buffer is sorted and written to a run file in
+// seqid) order. Rows are kept encoded (record) in the pages they were read
+// into (chunks), up to a byte budget; each full buffer is sorted and written to a run file in
 // dir, and Each merges the runs with what is left in memory. Run files
 // are unlinked as soon as they are created, so a killed export leaves
 // none; Close releases them.
 type sorter struct {
 	dir     string
 	budget  int64
-	chunks  [][]byte // the records in memory, appended to the last
+	chunks  [][]byte // the records in memory: the pages added
 	entries []entry  // one per record in memory
 	size    int64
 	runs    []*os.File
@@ -43,9 +43,6 @@ type entry struct {
 // defaultSortBytes is an export's sort buffer when none is configured.
 const defaultSortBytes = 256 << 20
 
-// sortChunk is the size of one chunk of the sorter's memory.
-const sortChunk = 4 << 20
-
 // newSorter sorts in budget bytes of memory (defaultSortBytes when not
 // positive), writing runs to dir (the system's temporary directory when
 // empty).
@@ -59,29 +56,23 @@ func newSorter(dir string, budget int64) *sorter {
 	return &sorter{dir: dir, budget: budget, ids: map[string]int32{}}
 }
 
-// Add copies one record (appendRecord) with its key into the buffer,
-// spilling the buffer when it reaches the budget.
-func (s *sorter) Add(rec []byte, key recKey) error {
-	k := len(s.chunks) - 1
-	if k < 0 || len(s.chunks[k])+len(rec) > cap(s.chunks[k]) {
-		if k >= 0 && len(s.chunks[k]) == 0 { // a spill's emptied chunk, too small for rec
-			s.chunks = s.chunks[:k]
+// Add takes a page of records (appendRecord), each at buf[r.off:r.end]
+// with its key: the sorter keeps buf, which the caller must not write
+// again, and spills what it holds when it reaches the budget.
+func (s *sorter) Add(buf []byte, recs []pageRec) error {
+	k := int32(len(s.chunks))
+	s.chunks = append(s.chunks, buf)
+	for _, r := range recs {
+		topic := r.key.topic(buf[r.off:r.end])
+		id, ok := s.ids[string(topic)]
+		if !ok {
+			id = int32(len(s.topics))
+			s.ids[string(topic)] = id
+			s.topics = append(s.topics, slices.Clone(topic))
 		}
-		s.chunks = append(s.chunks, make([]byte, 0, max(sortChunk, len(rec))))
-		k = len(s.chunks) - 1
+		s.entries = append(s.entries, entry{chunk: k, off: int32(r.off), n: int32(r.end - r.off), topic: id, seq: r.key.seq})
 	}
-	off := len(s.chunks[k])
-	s.chunks[k] = append(s.chunks[k], rec...)
-	topic := key.topic(rec)
-	id, ok := s.ids[string(topic)]
-	if !ok {
-		id = int32(len(s.topics))
-		s.ids[string(topic)] = id
-		s.topics = append(s.topics, slices.Clone(topic))
-	}
-	e := entry{chunk: int32(k), off: int32(off), n: int32(len(rec)), topic: id, seq: key.seq}
-	s.entries = append(s.entries, e)
-	s.size += int64(e.n) + 32
+	s.size += int64(len(buf)) + 32*int64(len(recs)) // an entry each, and its slice's room to grow
 	if s.size < s.budget {
 		return nil
 	}
@@ -157,10 +148,8 @@ func (s *sorter) spill() error {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	for i := range s.chunks {
-		s.chunks[i] = s.chunks[i][:0]
-	}
-	s.chunks, s.entries, s.size = s.chunks[:1], s.entries[:0], 0
+	clear(s.chunks) // the pages written out are the collector's
+	s.chunks, s.entries, s.size = s.chunks[:0], s.entries[:0], 0
 	return nil
 }
 

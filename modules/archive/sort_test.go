@@ -78,11 +78,11 @@ func addRow(t *testing.T, s *sorter, r Row) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec = rec[len("a page's earlier records"):]
-	if string(key.topic(rec)) != r.Topic || key.seq != r.SeqID {
-		t.Fatalf("key %q %d of %q %d", key.topic(rec), key.seq, r.Topic, r.SeqID)
+	pr := pageRec{off: len("a page's earlier records"), end: len(rec), key: key}
+	if got := rec[pr.off:pr.end]; string(key.topic(got)) != r.Topic || key.seq != r.SeqID {
+		t.Fatalf("key %q %d of %q %d", key.topic(got), key.seq, r.Topic, r.SeqID)
 	}
-	if err := s.Add(rec, key); err != nil {
+	if err := s.Add(rec, []pageRec{pr}); err != nil {
 		t.Fatal(err)
 	}
 }
