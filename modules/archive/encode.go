@@ -55,7 +55,7 @@ type encodedGroup struct {
 
 // encoder turns record groups into encoded groups; one per goroutine.
 type encoder struct {
-	in    interner
+	dec   *rowDecoder
 	rows  []Row
 	canon bytes.Buffer
 	pw    *parquet.GenericWriter[Row]
@@ -64,16 +64,16 @@ type encoder struct {
 func (e *encoder) encode(g *recGroup) (*encodedGroup, error) {
 	out := &encodedGroup{n: g.n}
 	e.rows = e.rows[:0]
+	e.dec.records(g.buf)
 	start := 0
 	for _, end := range g.ends {
-		rec := g.buf[start:end]
-		start = end
 		e.canon.Reset()
-		if err := canonicalRecord(&e.canon, rec); err != nil {
+		if err := canonicalRecord(&e.canon, g.buf[start:end]); err != nil {
 			return nil, err
 		}
 		sum := sha256.Sum256(e.canon.Bytes())
-		r, err := decodeRow(rec, e.in)
+		r, err := e.dec.row(start, end)
+		start = end
 		if err != nil {
 			return nil, err
 		}
@@ -103,6 +103,7 @@ func (e *encoder) encode(g *recGroup) (*encodedGroup, error) {
 		err = e.pw.Close()
 	}
 	clear(e.rows) // the texts are not kept past the group
+	e.dec.reset()
 	out.file = file.Bytes()
 	return out, err
 }
@@ -166,7 +167,7 @@ func writeSorted(ctx context.Context, s *sorter, pw *parquet.GenericWriter[Row],
 	var encoders errgroup.Group
 	for range workers {
 		encoders.Go(func() error {
-			e := &encoder{in: interner{}}
+			e := &encoder{dec: newRowDecoder()}
 			for rg := range todo {
 				enc, err := e.encode(rg)
 				if err != nil {

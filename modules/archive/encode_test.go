@@ -3,6 +3,7 @@ package archive
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -105,4 +106,30 @@ func TestWriteSortedStopsOnABadRecord(t *testing.T) {
 	if err == nil {
 		t.Fatal("a bad record was written")
 	}
+}
+
+// BenchmarkEncodeGroup: one encoder hashing, decoding and encoding a row
+// group of rows shaped as bench archive's month (a client id and a short
+// JSON text, the other optional columns NULL), per row.
+func BenchmarkEncodeGroup(b *testing.B) {
+	g := &recGroup{}
+	for i := range rowGroupRows {
+		id, text := fmt.Sprintf("b%d", i), fmt.Sprintf(`{"text": "bench message %d"}`, i)
+		r := Row{MessageID: int64(i), Topic: fmt.Sprintf("bench_topic_%04d", i/8), GroupID: 7, SeqID: int64(i), FromUser: int64(i % 16),
+			ClientMsgID: &id, MsgType: "text", Status: "normal", Content: &text, AuditStatus: "pass", Version: 1,
+			CreatedAt: 1 << 50, UpdatedAt: 1 << 50}
+		rec, _, err := appendRecord(nil, r.values())
+		if err != nil {
+			b.Fatal(err)
+		}
+		g.add(rec)
+	}
+	e := &encoder{dec: newRowDecoder()}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := e.encode(g); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*rowGroupRows), "ns/row")
 }

@@ -15,7 +15,7 @@ import (
 // integer (varint), text (its length and its bytes), a time (microseconds
 // since the epoch, varint). The export encodes each row into a record as
 // it is read, hashes the record (canonicalRecord) and sorts records; only
-// the merge decodes them into Rows (decodeRow).
+// the merge decodes them into Rows (rowDecoder).
 const (
 	kindNull byte = iota
 	kindInt
@@ -143,26 +143,11 @@ func (f *fields) time() int64 {
 	return n
 }
 
-// optional is an integer (kind) or NULL.
-func (f *fields) optional(kind byte) *int64 {
-	if n, _, null := f.next(kind, true); !null {
-		return &n
-	}
-	return nil
-}
-
 func (f *fields) text() []byte {
 	_, text, _ := f.next(kindText, false)
 	return text
 }
 
-func (f *fields) optText() *string {
-	if _, text, null := f.next(kindText, true); !null {
-		s := string(text)
-		return &s
-	}
-	return nil
-}
 
 // recordKey is a record's sort key, its topic and seq (columns 1 and 3).
 func recordKey(rec []byte) (topic []byte, seq int64, err error) {
@@ -197,33 +182,81 @@ func canonicalRecord(buf *bytes.Buffer, rec []byte) error {
 	return f.end()
 }
 
-// interner gives one string per distinct text of the columns that repeat
-// (topic, msg_type, status, audit_status), up to a bound, so that the rows
-// decoded for the Parquet writer do not each allocate them.
-type interner map[string]string
+// rowDecoder decodes records into Rows for the Parquet writer without an
+// allocation per value: the texts that repeat (topic, msg_type, status,
+// audit_status) come from a table of them (up to internMax), the optional
+// texts are slices of one string holding the records given (records), and
+// the optional values the Rows point to are kept in two slabs, reused
+// (reset) once the Rows are written.
+type rowDecoder struct {
+	in   map[string]string
+	buf  []byte // the records given
+	text string // the same, as a string
+	strs []string
+	ints []int64
+}
 
 const internMax = 1 << 16
 
-func (in interner) get(b []byte) string {
-	if s, ok := in[string(b)]; ok {
+func newRowDecoder() *rowDecoder { return &rowDecoder{in: map[string]string{}} }
+
+// records gives d the records rows are decoded from: the Rows decoded
+// since hold on to the string made of them, not to buf.
+func (d *rowDecoder) records(buf []byte) {
+	d.buf, d.text = buf, string(buf)
+}
+
+// reset lets the slabs be reused: no Row decoded before is read again.
+func (d *rowDecoder) reset() {
+	clear(d.strs) // the texts are not kept past their Rows
+	d.strs, d.ints, d.buf, d.text = d.strs[:0], d.ints[:0], nil, ""
+}
+
+// row is the Row of the record at buf[start:end] of the records given.
+func (d *rowDecoder) row(start, end int) (Row, error) {
+	f := fields{rec: d.buf[start:end]}
+	r := Row{MessageID: f.int(), Topic: d.intern(f.text()), GroupID: f.int(), SeqID: f.int(), FromUser: f.int(),
+		ClientMsgID: d.optText(&f, end), MsgType: d.intern(f.text()), Status: d.intern(f.text()), Content: d.optText(&f, end),
+		Head: d.optText(&f, end), MentionedUserIDs: d.optText(&f, end), MentionAll: f.int(), ReplySeqID: d.optional(&f, kindInt),
+		RootSeqID: d.optional(&f, kindInt), FileCount: f.int(), ContentSize: f.int(), HasRisk: f.int(),
+		AuditStatus: d.intern(f.text()), Version: f.int(), RecalledAt: d.optional(&f, kindTime),
+		RecalledBy: d.optional(&f, kindInt), DeletedAt: d.optional(&f, kindTime), ExpiresAt: d.optional(&f, kindTime),
+		CreatedAt: f.time(), UpdatedAt: f.time()}
+	return r, f.end()
+}
+
+// intern is the one string of b's text.
+func (d *rowDecoder) intern(b []byte) string {
+	if s, ok := d.in[string(b)]; ok {
 		return s
 	}
 	s := string(b)
-	if len(in) < internMax {
-		in[s] = s
+	if len(d.in) < internMax {
+		d.in[s] = s
 	}
 	return s
 }
 
-// decodeRow is the Row of a record, its repeating texts through in.
-func decodeRow(rec []byte, in interner) (Row, error) {
-	f := fields{rec: rec}
-	r := Row{MessageID: f.int(), Topic: in.get(f.text()), GroupID: f.int(), SeqID: f.int(), FromUser: f.int(),
-		ClientMsgID: f.optText(), MsgType: in.get(f.text()), Status: in.get(f.text()), Content: f.optText(),
-		Head: f.optText(), MentionedUserIDs: f.optText(), MentionAll: f.int(), ReplySeqID: f.optional(kindInt),
-		RootSeqID: f.optional(kindInt), FileCount: f.int(), ContentSize: f.int(), HasRisk: f.int(),
-		AuditStatus: in.get(f.text()), Version: f.int(), RecalledAt: f.optional(kindTime),
-		RecalledBy: f.optional(kindInt), DeletedAt: f.optional(kindTime), ExpiresAt: f.optional(kindTime),
-		CreatedAt: f.time(), UpdatedAt: f.time()}
-	return r, f.end()
+// optText is the next value, a text or NULL, of the record f reads,
+// which ends at end of the records given: its text is the same bytes of
+// d.text.
+func (d *rowDecoder) optText(f *fields, end int) *string {
+	_, text, null := f.next(kindText, true)
+	if null {
+		return nil
+	}
+	at := end - len(f.rec) // where text ends: the record's rest follows it
+	d.strs = append(d.strs, d.text[at-len(text):at])
+	return &d.strs[len(d.strs)-1] // a slab grown leaves this one to the Rows
+}
+
+// optional is the next value, an integer (kind) or NULL, of the record f
+// reads.
+func (d *rowDecoder) optional(f *fields, kind byte) *int64 {
+	n, _, null := f.next(kind, true)
+	if null {
+		return nil
+	}
+	d.ints = append(d.ints, n)
+	return &d.ints[len(d.ints)-1]
 }

@@ -46,7 +46,7 @@ func TestSorterOrdersAcrossRuns(t *testing.T) {
 		}
 		var out []Row
 		if err := s.Each(func(rec []byte) error {
-			r, err := decodeRow(rec, interner{})
+			r, err := decodeRecord(rec)
 			out = append(out, r)
 			return err
 		}); err != nil {
@@ -87,6 +87,15 @@ func addRow(t *testing.T, s *sorter, r Row) {
 	}
 }
 
+// decodeRecord is the Row of rec, decoded from the middle of other bytes
+// as the export's records are.
+func decodeRecord(rec []byte) (Row, error) {
+	const before = "an earlier record"
+	d := newRowDecoder()
+	d.records(append([]byte(before), rec...))
+	return d.row(len(before), len(before)+len(rec))
+}
+
 // TestDecodeRowTruncated: a record decodes into the row it was made from;
 // a record cut anywhere is an error, not a row.
 func TestDecodeRowTruncated(t *testing.T) {
@@ -97,15 +106,15 @@ func TestDecodeRowTruncated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, err := decodeRow(rec, interner{}); err != nil || !reflect.DeepEqual(got, r) {
+		if got, err := decodeRecord(rec); err != nil || !reflect.DeepEqual(got, r) {
 			t.Fatalf("round trip: %v %+v", err, got)
 		}
 		for cut := range len(rec) {
-			if _, err := decodeRow(rec[:cut], interner{}); err == nil {
+			if _, err := decodeRecord(rec[:cut]); err == nil {
 				t.Fatalf("cut at %d of %d read as a row", cut, len(rec))
 			}
 		}
-		if _, err := decodeRow(append(rec, kindNull), interner{}); err == nil {
+		if _, err := decodeRecord(append(rec, kindNull)); err == nil {
 			t.Fatal("a record too long read as a row")
 		}
 	}
@@ -177,11 +186,13 @@ func BenchmarkDecodeRow(b *testing.B) {
 	r.Content = new(string)
 	*r.Content = `{"text":"bench message 12345"}`
 	rec, _, _ := appendRecord(nil, r.values())
-	in := interner{}
+	d := newRowDecoder()
+	d.records(rec)
 	for b.Loop() {
-		if _, err := decodeRow(rec, in); err != nil {
+		if _, err := d.row(0, len(rec)); err != nil {
 			b.Fatal(err)
 		}
+		d.ints, d.strs = d.ints[:0], d.strs[:0]
 	}
 }
 

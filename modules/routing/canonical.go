@@ -97,8 +97,8 @@ func (s *canonScan) object(depth int) bool {
 	if s.open('}') {
 		return true
 	}
-	var members []member
-	sorted := true
+	var small [8]member // most objects' members, without an allocation
+	members, sorted := small[:0], true
 	for {
 		s.space()
 		start := s.out.Len()
