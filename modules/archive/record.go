@@ -148,7 +148,6 @@ func (f *fields) text() []byte {
 	return text
 }
 
-
 // recordKey is a record's sort key, its topic and seq (columns 1 and 3).
 func recordKey(rec []byte) (topic []byte, seq int64, err error) {
 	f := fields{rec: rec}
