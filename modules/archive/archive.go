@@ -31,6 +31,7 @@ import (
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/fileblob" // file:// buckets
 	_ "gocloud.dev/blob/s3blob"   // s3:// buckets (S3, MinIO, Ceph)
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
 	"github.com/imshard/imshard/modules/routing"
@@ -503,31 +504,44 @@ func (p pace) wait(ctx context.Context, n int) error {
 // throttled to archive.rows_per_second, handing each page of records
 // (appendRecord) to fn. The clustered order reads the table's pages one
 // after the other; what needs (topic, seqid) order sorts the records
-// itself (sorter). The reader encodes each row into its page as the
-// driver hands it over (no copy of the driver's values in between), and
-// reads the next page while fn works through the last one: on two cores
-// the reading and encoding run beside what fn does (the verification's
-// hashing). A page fn keeps (keep: the export's sorter holds its records
-// where the reader wrote them, not copied) is not read into again; the
-// reader takes a new one in its place.
+// itself (sorter). The message ids are cut into scanReaders ranges, each
+// read by a reader of its own on a connection of its own (the server
+// reads and sends them on as many threads), and fn is handed their pages
+// as they come, from one range or the other: what it does with them
+// (the export's sort, the verification's per-topic XOR of hashes) does
+// not depend on their order. A reader encodes each row into its page as
+// the driver hands it over (no copy of the driver's values in between)
+// and reads its next page while fn works through the last one. A page fn
+// keeps (keep: the export's sorter holds its records where the reader
+// wrote them, not copied) is not read into again; the reader takes a new
+// one in its place.
 func (a *Archiver) scanTable(ctx context.Context, db *sql.DB, t routing.Table, fn func(pg *page) (keep bool, err error)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	bounds, err := scanRanges(ctx, db, t)
+	if err != nil {
+		return err
+	}
 	pc := a.pace(scanChunk)
-	full, free := make(chan *page, 2), make(chan *page, 2)
-	for range 2 {
+	pages := 2 * (len(bounds) - 1) // two a reader: one read into while fn has the other
+	full, free := make(chan *page, pages), make(chan *page, pages)
+	for range pages {
 		free <- &page{recs: make([]pageRec, 0, pc.batch)}
+	}
+	readers, rctx := errgroup.WithContext(ctx) // the first reader's error stops the others
+	for i := range len(bounds) - 1 {
+		readers.Go(func() error { return a.readPages(rctx, db, t, pc, bounds[i], bounds[i+1], free, full) })
 	}
 	read := make(chan error, 1)
 	go func() {
 		defer close(full)
-		read <- a.readPages(ctx, db, t, pc, free, full)
+		read <- readers.Wait()
 	}()
 	for pg := range full {
 		keep, err := fn(pg)
 		if err != nil {
 			cancel()
-			for range full { // let the reader end
+			for range full { // let the readers end
 			}
 			return err
 		}
@@ -537,6 +551,35 @@ func (a *Archiver) scanTable(ctx context.Context, db *sql.DB, t routing.Table, f
 		free <- pg
 	}
 	return <-read
+}
+
+// scanReaders is how many ranges of message ids scanTable reads at once.
+const scanReaders = 2
+
+// scanRanges is the bounds of scanTable's ranges of t's message ids
+// (cutIDs), a single range for an empty table.
+func scanRanges(ctx context.Context, db *sql.DB, t routing.Table) ([]int64, error) {
+	var lo, hi sql.NullInt64
+	if err := sq.Select("MIN(message_id)", "MAX(message_id)").From(t.Quoted()).RunWith(db).QueryRowContext(ctx).Scan(&lo, &hi); err != nil {
+		return nil, fmt.Errorf("archive: read %s: %w", t.Name(), err)
+	}
+	if !lo.Valid || !hi.Valid {
+		return []int64{math.MinInt64, math.MaxInt64}, nil
+	}
+	return cutIDs(lo.Int64, hi.Int64, scanReaders), nil
+}
+
+// cutIDs cuts the message ids into n ranges, (bounds[i], bounds[i+1]],
+// of about as many ids each between lo and hi, the first and the last
+// open (from MinInt64, to MaxInt64): together they hold every id, in the
+// table or not.
+func cutIDs(lo, hi int64, n int) []int64 {
+	span := uint64(hi) - uint64(lo) // the distance, whatever the signs
+	bounds := []int64{math.MinInt64}
+	for i := 1; i < n; i++ {
+		bounds = append(bounds, lo+int64(span/uint64(n)*uint64(i)))
+	}
+	return append(bounds, math.MaxInt64)
 }
 
 // page is one keyset page of scanTable: its rows' records, one after the
@@ -561,15 +604,15 @@ func (d *driverValue) Scan(src any) error {
 	return nil
 }
 
-// readPages reads the pages of scanTable into pages from free, sending
-// each to full.
-func (a *Archiver) readPages(ctx context.Context, db *sql.DB, t routing.Table, pc pace, free <-chan *page, full chan<- *page) error {
+// readPages reads the rows of ids in (after, upTo] for scanTable into
+// pages from free, sending each to full.
+func (a *Archiver) readPages(ctx context.Context, db *sql.DB, t routing.Table, pc pace, after, upTo int64, free <-chan *page, full chan<- *page) error {
 	cols := routing.LegacyColumnNames()
 	dv, dest, vals := make([]driverValue, columns), make([]any, columns), make([]any, columns)
 	for i := range dv {
 		dest[i] = &dv[i]
 	}
-	last := int64(math.MinInt64)
+	last := after
 	for {
 		if err := pc.wait(ctx, pc.batch); err != nil {
 			return err
@@ -581,7 +624,7 @@ func (a *Archiver) readPages(ctx context.Context, db *sql.DB, t routing.Table, p
 			return ctx.Err()
 		}
 		rows, err := sq.Select(cols...).From(t.Quoted()).Where(sq.Gt{"message_id": last}).
-			OrderBy("message_id").Limit(uint64(pc.batch)).RunWith(db).QueryContext(ctx)
+			Where(sq.LtOrEq{"message_id": upTo}).OrderBy("message_id").Limit(uint64(pc.batch)).RunWith(db).QueryContext(ctx)
 		if err != nil {
 			return fmt.Errorf("archive: read %s: %w", t.Name(), err)
 		}
@@ -615,7 +658,7 @@ func (a *Archiver) readPages(ctx context.Context, db *sql.DB, t routing.Table, p
 		}
 		n := len(pg.recs)
 		if n > 0 {
-			full <- pg // room for both pages: never blocks
+			full <- pg // room for every page: never blocks
 		}
 		if n < pc.batch {
 			return nil

@@ -72,7 +72,7 @@ func (s *sorter) Add(buf []byte, recs []pageRec) error {
 		}
 		s.entries = append(s.entries, entry{chunk: k, off: int32(r.off), n: int32(r.end - r.off), topic: id, seq: r.key.seq})
 	}
-	s.size += int64(len(buf)) + 32*int64(len(recs)) // an entry each, and its slice's room to grow
+	s.size += int64(cap(buf)) + 32*int64(len(recs)) // an entry each, and its slice's room to grow
 	if s.size < s.budget {
 		return nil
 	}
