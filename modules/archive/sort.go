@@ -85,9 +85,10 @@ func (s *sorter) record(e entry) []byte {
 
 // sort orders the records in memory by (topic, seqid): the topics by
 // name, the records into one bucket per topic (a counting sort), then
-// each bucket by seq — which the clustered order mostly gives already
-// (message ids and seqs both follow time), so those sorts find their
-// buckets sorted.
+// each bucket by seq — which pages of one range of message ids give
+// already (ids and seqs both follow time), so a bucket of one range is
+// found sorted; scanTable's ranges come interleaved, and a bucket with
+// records of both is sorted again.
 func (s *sorter) sort() {
 	order := make([]int32, len(s.topics))
 	for i := range order {
