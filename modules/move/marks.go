@@ -632,35 +632,25 @@ func (t table) sameRun(ctx context.Context, db *sql.DB, run []storedChunk) (bool
 		counts[i], _ = c.storedRows()
 	}
 	cond, args := t.where(chunk{lo: run[0].lo, hi: run[len(run)-1].hi})
-	rows, err := db.QueryContext(ctx, t.selectWhere(cond), args...)
-	if err != nil {
-		return false, fmt.Errorf("move: checksum %s: %w", t.name, err)
-	}
-	defer rows.Close()
-	raw := make([]sql.RawBytes, len(t.cols))
-	ptrs := make([]any, len(t.cols))
-	for i := range raw {
-		ptrs[i] = &raw[i]
-	}
-	i := 0
+	i, same := 0, true
 	var s chunkSum
-	for rows.Next() {
+	err := t.scanRaw(ctx, db, cond, args, func(raw []sql.RawBytes) bool {
 		for i < len(run) && s.n == counts[i] {
 			if s.String() != run[i].checksum {
-				return false, nil
+				same = false
+				return false
 			}
 			i, s = i+1, chunkSum{buf: s.buf}
 		}
 		if i == len(run) {
-			return false, nil // a row past the last piece
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			return false, fmt.Errorf("move: checksum %s: %w", t.name, err)
+			same = false // a row past the last piece
+			return false
 		}
 		s.row(raw)
-	}
-	if err := rows.Err(); err != nil {
-		return false, fmt.Errorf("move: checksum %s: %w", t.name, err)
+		return true
+	})
+	if err != nil || !same {
+		return false, err
 	}
 	for ; i < len(run); i++ {
 		if s.n != counts[i] || s.String() != run[i].checksum {

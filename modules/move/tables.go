@@ -207,9 +207,21 @@ func (t table) checksum(ctx context.Context, db *sql.DB, c chunk) (string, error
 // read once in primary key order and hashed here: the server only reads
 // and sends them, with no expression per row.
 func (t table) checksumWhere(ctx context.Context, db *sql.DB, cond string, args []any) (string, error) {
+	var s chunkSum
+	err := t.scanRaw(ctx, db, cond, args, func(raw []sql.RawBytes) bool {
+		s.row(raw)
+		return true
+	})
+	return s.String(), err
+}
+
+// scanRaw reads the rows cond selects on db (selectWhere) as raw bytes,
+// handing each to row until row answers false or the rows end; the bytes
+// are valid only during the call.
+func (t table) scanRaw(ctx context.Context, db *sql.DB, cond string, args []any, row func([]sql.RawBytes) bool) error {
 	rows, err := db.QueryContext(ctx, t.selectWhere(cond), args...)
 	if err != nil {
-		return "", fmt.Errorf("move: checksum %s: %w", t.name, err)
+		return fmt.Errorf("move: checksum %s: %w", t.name, err)
 	}
 	defer rows.Close()
 	raw := make([]sql.RawBytes, len(t.cols))
@@ -217,17 +229,18 @@ func (t table) checksumWhere(ctx context.Context, db *sql.DB, cond string, args 
 	for i := range raw {
 		ptrs[i] = &raw[i]
 	}
-	var s chunkSum
 	for rows.Next() {
 		if err := rows.Scan(ptrs...); err != nil {
-			return "", fmt.Errorf("move: checksum %s: %w", t.name, err)
+			return fmt.Errorf("move: checksum %s: %w", t.name, err)
 		}
-		s.row(raw)
+		if !row(raw) {
+			return nil
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return "", fmt.Errorf("move: checksum %s: %w", t.name, err)
+		return fmt.Errorf("move: checksum %s: %w", t.name, err)
 	}
-	return s.String(), nil
+	return nil
 }
 
 // selectWhere reads every column of the rows cond selects in primary key
