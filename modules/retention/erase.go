@@ -173,7 +173,7 @@ func (p *jobRun) sentIn(ctx context.Context, s routing.Shard, user int64) (func(
 	if s.Status == routing.StatusArchived {
 		var err error
 		// nil, with nothing read, when the month is no longer archived
-		scan, _, err = routing.ScanArchived(ctx, p.db, s.Month, func() ([]routing.ArchivedRow, error) {
+		scan, err = routing.ScanArchived(ctx, p.db, s.Month, func() ([]routing.ArchivedRow, error) {
 			return p.r.p.ArchivedSentBy(ctx, p.tenant, s.Month, user)
 		})
 		if err != nil {

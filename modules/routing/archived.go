@@ -113,18 +113,18 @@ type ArchiveScan struct {
 }
 
 // ScanArchived reads month m's archive epoch, then, when the month is
-// archived, runs read (the scan of its archive); ok is false, with nothing
-// read, when the month is not archived.
-func ScanArchived(ctx context.Context, db sq.BaseRunner, m Month, read func() ([]ArchivedRow, error)) (scan *ArchiveScan, ok bool, err error) {
+// archived, runs read (the scan of its archive); the scan is nil, with
+// nothing read, when the month is not archived.
+func ScanArchived(ctx context.Context, db sq.BaseRunner, m Month, read func() ([]ArchivedRow, error)) (*ArchiveScan, error) {
 	epoch, archived, err := archiveEpoch(ctx, db, m)
 	if err != nil || !archived {
-		return nil, false, err
+		return nil, err
 	}
 	rows, err := read()
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	return &ArchiveScan{Month: m, Rows: rows, epoch: epoch}, true, nil
+	return &ArchiveScan{Month: m, Rows: rows, epoch: epoch}, nil
 }
 
 // Current reports whether the month is still archived at the scan's epoch
