@@ -163,11 +163,12 @@ func mvBeginStopped(t *testing.T, ctx context.Context, tenant string, at tenantd
 	return o
 }
 
-// mvTraffic is a member's sends to a group of its own, each followed by a
-// read of the latest page when reads is set, every 5 ms from a goroutine
-// while a test moves the tenant: it keeps the seqs of the sends answered
-// 201 (a first time) and counts every other answer as a failure.
-type mvTraffic struct {
+// liveTraffic is a user's sends to a group, each followed by a read of
+// the latest page when reads is set, every 5 ms from a goroutine while a
+// test moves the tenant or archives a month: it keeps the seqs of the
+// sends answered 201 (a first time) and counts every other answer as a
+// failure.
+type liveTraffic struct {
 	topic      string
 	mu         sync.Mutex
 	seqs       []int64
@@ -177,13 +178,19 @@ type mvTraffic struct {
 	once       sync.Once
 }
 
-// mvStartTraffic makes the group topic and starts its traffic; the test's
-// cleanup stops it if the test did not.
-func mvStartTraffic(t *testing.T, env *harness.Env, topic string, reads bool) *mvTraffic {
+// mvStartTraffic makes the group topic (rpGroup) and starts rpMember's
+// traffic to it (startLiveTraffic).
+func mvStartTraffic(t *testing.T, env *harness.Env, topic string, reads bool) *liveTraffic {
 	t.Helper()
 	rpGroup(t, env, topic)
-	tok := env.Token(rpMember, "")
-	tr := &mvTraffic{topic: topic, stop: make(chan struct{}), done: make(chan struct{})}
+	return startLiveTraffic(t, env, topic, env.Token(rpMember, ""), reads)
+}
+
+// startLiveTraffic starts the traffic of the member whose token is tok to
+// group topic; the test's cleanup stops it if the test did not.
+func startLiveTraffic(t *testing.T, env *harness.Env, topic, tok string, reads bool) *liveTraffic {
+	t.Helper()
+	tr := &liveTraffic{topic: topic, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(tr.done)
 		for i := 0; ; i++ {
@@ -216,17 +223,17 @@ func mvStartTraffic(t *testing.T, env *harness.Env, topic string, reads bool) *m
 	return tr
 }
 
-func (tr *mvTraffic) halt() { tr.once.Do(func() { close(tr.stop); <-tr.done }) }
+func (tr *liveTraffic) halt() { tr.once.Do(func() { close(tr.stop); <-tr.done }) }
 
 // sent is how many sends were answered 201 so far.
-func (tr *mvTraffic) sent() int64 {
+func (tr *liveTraffic) sent() int64 {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	return int64(len(tr.seqs))
 }
 
 // sortedSeqs are the seqs of the sends answered 201, in order.
-func (tr *mvTraffic) sortedSeqs() []int64 {
+func (tr *liveTraffic) sortedSeqs() []int64 {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	out := slices.Clone(tr.seqs)
@@ -235,7 +242,7 @@ func (tr *mvTraffic) sortedSeqs() []int64 {
 }
 
 // stopClean stops the traffic and fails the test if a send or read failed.
-func (tr *mvTraffic) stopClean(t *testing.T) {
+func (tr *liveTraffic) stopClean(t *testing.T) {
 	t.Helper()
 	tr.halt()
 	if n := tr.failed.Load(); n > 0 {
@@ -246,7 +253,7 @@ func (tr *mvTraffic) stopClean(t *testing.T) {
 // wantStoredOnce waits until db (where the tenant ended) holds as many of
 // the topic's rows as sends were answered 201, then, a moment later, wants
 // exactly that many, each seq once: every acknowledged send stored once.
-func (tr *mvTraffic) wantStoredOnce(t *testing.T, db *sql.DB) {
+func (tr *liveTraffic) wantStoredOnce(t *testing.T, db *sql.DB) {
 	t.Helper()
 	var rowsN, seqs int64
 	count := func() { rowsN, seqs = mvTopicRows(t, db, tr.topic) }
