@@ -793,12 +793,20 @@ const MigrationStaleAfter = 3 * MigrationRefresh
 // needs. A shipped binary never reads it.
 const MigrationPinnedEnv = "IMSHARD_TEST_MIGRATION_PINNED"
 
+// TenantDBs are the tenants' pools that also say which tenants the
+// configuration names now (a reload may remove one).
+type TenantDBs interface {
+	DBs
+	Has(tenant string) bool
+}
+
 // Migrations is the in-process cache of every tenant's migration state:
 // the dual read and the write gate's first, local check consult it without
 // a round trip. Run refreshes the tenants asked about from MySQL every
-// MigrationRefresh; a tenant's first question reads MySQL once.
+// MigrationRefresh, and forgets a tenant the configuration no longer names;
+// a tenant's first question reads MySQL once.
 type Migrations struct {
-	dbs    DBs
+	dbs    TenantDBs
 	rdb    rueidis.Client
 	space  KeySpace
 	lib    *FencedLib
@@ -825,7 +833,7 @@ type migrationCopy struct {
 
 // NewMigrations builds the cache; rdb, space and scripts reach the gate in
 // Redis (GateChange).
-func NewMigrations(dbs DBs, rdb rueidis.Client, space KeySpace, scripts *Scripts, log zerolog.Logger) *Migrations {
+func NewMigrations(dbs TenantDBs, rdb rueidis.Client, space KeySpace, scripts *Scripts, log zerolog.Logger) *Migrations {
 	c, err := lru.New[[2]string, int64](100_000)
 	if err != nil {
 		panic(err)
@@ -904,20 +912,34 @@ func (g *Migrations) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		g.mu.RLock()
-		tenants := make([]string, 0, len(g.states))
-		for k := range g.states {
-			tenants = append(tenants, k)
+		g.refresh(ctx)
+	}
+}
+
+// refresh reads every known tenant's state again. A tenant the
+// configuration no longer names is forgotten instead: its pool is gone, so
+// a read could only fail, once a refresh period, for as long as the process
+// runs; a question about it afterwards fails as for any unknown tenant.
+func (g *Migrations) refresh(ctx context.Context) {
+	g.mu.RLock()
+	tenants := make([]string, 0, len(g.states))
+	for k := range g.states {
+		tenants = append(tenants, k)
+	}
+	g.mu.RUnlock()
+	for _, tenant := range tenants {
+		if !g.dbs.Has(tenant) {
+			g.mu.Lock()
+			delete(g.states, tenant)
+			g.mu.Unlock()
+			continue
 		}
-		g.mu.RUnlock()
-		for _, tenant := range tenants {
-			rctx, cancel := context.WithTimeout(ctx, g.every)
-			if _, err := g.load(rctx, tenant); err != nil && ctx.Err() == nil {
-				g.log.Warn().Err(err).Str("tenant", tenant).Dur("stale_after", g.stale).
-					Msg("migration state refresh failed; the tenant's sends and changes are refused once the last state read is older than stale_after")
-			}
-			cancel()
+		rctx, cancel := context.WithTimeout(ctx, g.every)
+		if _, err := g.load(rctx, tenant); err != nil && ctx.Err() == nil {
+			g.log.Warn().Err(err).Str("tenant", tenant).Dur("stale_after", g.stale).
+				Msg("migration state refresh failed; the tenant's sends and changes are refused once the last state read is older than stale_after")
 		}
+		cancel()
 	}
 }
 

@@ -1,10 +1,12 @@
 package routing
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,11 +86,37 @@ func TestMigrationTransitions(t *testing.T) {
 	}
 }
 
-// unreachableDBs is a MySQL that never answers.
-type unreachableDBs struct{}
+// unreachableDBs is a MySQL that never answers, for tenants the
+// configuration names (all but those in gone).
+type unreachableDBs struct{ gone map[string]bool }
 
 func (unreachableDBs) DB(context.Context, string) (*sql.DB, error) {
 	return nil, errors.New("mysql unreachable")
+}
+
+func (d unreachableDBs) Has(tenant string) bool { return !d.gone[tenant] }
+
+// TestMigrationsForgetATenantTheConfigurationDropped: a tenant removed from
+// the configuration (a reload) leaves the refresh loop at its next pass,
+// without a read or a warning — before, its refresh failed and warned once
+// a second for as long as the process ran — while a tenant still named is
+// read again (here, unreachably: warned about and kept).
+func TestMigrationsForgetATenantTheConfigurationDropped(t *testing.T) {
+	var logs bytes.Buffer
+	g := NewMigrations(unreachableDBs{gone: map[string]bool{"gone": true}}, nil, KeySpace{}, NewScripts(), zerolog.New(&logs))
+	now := g.now()
+	g.states["gone"] = migrationCopy{state: MigrationNone, readAt: now}
+	g.states["kept"] = migrationCopy{state: MigrationNone, readAt: now}
+	g.refresh(context.Background())
+	if _, ok := g.states["gone"]; ok {
+		t.Error("the removed tenant's state is still refreshed")
+	}
+	if _, ok := g.states["kept"]; !ok {
+		t.Error("a configured tenant's state was forgotten on a failed refresh")
+	}
+	if out := logs.String(); strings.Contains(out, `"tenant":"gone"`) || !strings.Contains(out, `"tenant":"kept"`) {
+		t.Errorf("warnings: %s; want one for kept only", out)
+	}
 }
 
 // TestMigrationGateRefusesWritesOnceTheStateCopyIsStale: a process whose
