@@ -2,7 +2,7 @@
 # The test command: bash test/run.sh [extra go test args, e.g. -run X -v]
 # Brings up MariaDB and Redis and installs the test tools (test/services.sh --test-tools),
 # then gofmt, go vet, staticcheck, deadcode, the OpenAPI linter and the race-enabled tests:
-# about 6-7 minutes on a 2-core machine, most of it in `go test` of ./test, which prints
+# about 15 minutes on a quiet 2-core machine, most of it in `go test` of ./test, which prints
 # nothing until its package ends.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
