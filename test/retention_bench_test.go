@@ -135,7 +135,9 @@ func TestRetentionBenchCommand(t *testing.T) {
 		"--rows=400", "--topics=4", "--erase-messages=60", "--rate=50", "--duration=1s")
 	for _, want := range []string{"without a drop", "across the retention run", "retention run: 1 month(s), 400 rows dropped",
 		"month drop (retention run)", "not judged: below the bar's size", "send p99 across the drop / without it (mean)",
-		"erase job: 120 messages", "erase job rate / raw UPDATE rate", "40 of the user's messages (erased into its overlay"} {
+		"first erase (user 1000001, the tenant's overlay empty): 120 messages", "warm-up erase: 80 messages of the archived month",
+		"erase job (user 1000002, the steady state): 120 messages", "erase job rate / raw UPDATE rate",
+		"40 of each user's messages (erased into its overlay"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Fatalf("bench retention: exit %d, want %q in\n%s", code, want, out)
 		}
