@@ -113,8 +113,9 @@ type coldEntry struct {
 	bytes  int64
 }
 
-// keyColumns are the indexes of the columns reads find rows by.
-type keyColumns struct{ topic, seq, id int }
+// keyColumns are the indexes of the columns reads find rows by, and of
+// those a user erase's scan reads (SentBy).
+type keyColumns struct{ topic, seq, id, from, status, version int }
 
 // groupSpan is a row group's byte range and the column statistics a read
 // selects it by.
@@ -215,7 +216,8 @@ func (c *Cold) ByID(ctx context.Context, tenant string, m routing.Month, id int6
 // SentBy is every message user sent in tenant's archived month m, in
 // (topic, seq) order, as the archive holds them (a user erase, which makes
 // its tombstones from these rows; the archive has no sender index, so it
-// reads each row group once, in one range request each).
+// reads each row group once, in one range request each, and decodes only
+// the columns it needs: sentBy).
 func (c *Cold) SentBy(ctx context.Context, tenant string, m routing.Month, user int64) ([]routing.ArchivedRow, error) {
 	return retryStale(ctx, c, tenant, m, func(e *coldEntry, bucket *blob.Bucket) ([]routing.ArchivedRow, error) {
 		var out []routing.ArchivedRow
@@ -224,18 +226,71 @@ func (c *Cold) SentBy(ctx context.Context, tenant string, m routing.Month, user 
 			if err != nil {
 				return nil, err
 			}
-			err = g.read(0, e.file.RowGroups()[i].NumRows(), false, func() int { return groupBatch }, func(r *Row) bool {
-				if r.FromUser == user {
-					out = append(out, routing.ArchivedRow{Topic: r.Topic, Seq: r.SeqID, MessageID: r.MessageID, Status: r.Status, Version: int(r.Version)})
-				}
-				return true
-			})
+			rows, err := g.sentBy(e.cols, user)
 			if err != nil {
 				return nil, err
 			}
+			out = append(out, rows...)
 		}
 		return out, nil
 	})
+}
+
+// sentBy is the group's rows whose from_user is user, in file order: the
+// from_user column decoded, then, when a row matches, the five columns a
+// tombstone is made from (topic, seqid, message_id, status, version), the
+// matching rows' values picked out of their pages — no row of the group
+// assembled, none of its other twenty columns (the content among them)
+// decompressed. Those columns are required and plain in SchemaVersion's
+// layout, as the key columns are (pages).
+func (g *group) sentBy(cols keyColumns, user int64) ([]routing.ArchivedRow, error) {
+	var at []int64
+	err := g.pages(cols.from, encoding.Int64, func(first int64, v encoding.Values) bool {
+		for k, u := range v.Int64() {
+			if u == user {
+				at = append(at, first+int64(k))
+			}
+		}
+		return true
+	})
+	if err != nil || len(at) == 0 {
+		return nil, err
+	}
+	out := make([]routing.ArchivedRow, len(at))
+	// each column's pages in order, the values of the rows at (ascending)
+	ints := func(col int, set func(r *routing.ArchivedRow, x int64)) error {
+		k := 0
+		return g.pages(col, encoding.Int64, func(first int64, v encoding.Values) bool {
+			xs := v.Int64()
+			for ; k < len(at) && at[k] < first+int64(len(xs)); k++ {
+				set(&out[k], xs[at[k]-first])
+			}
+			return k < len(at)
+		})
+	}
+	strs := func(col int, set func(r *routing.ArchivedRow, s string)) error {
+		k := 0
+		return g.pages(col, encoding.ByteArray, func(first int64, v encoding.Values) bool {
+			data, offs := v.ByteArray()
+			for n := int64(len(offs) - 1); k < len(at) && at[k] < first+n; k++ {
+				j := at[k] - first
+				set(&out[k], string(data[offs[j]:offs[j+1]]))
+			}
+			return k < len(at)
+		})
+	}
+	for _, err := range []error{
+		strs(cols.topic, func(r *routing.ArchivedRow, s string) { r.Topic = s }),
+		ints(cols.seq, func(r *routing.ArchivedRow, x int64) { r.Seq = x }),
+		ints(cols.id, func(r *routing.ArchivedRow, x int64) { r.MessageID = x }),
+		strs(cols.status, func(r *routing.ArchivedRow, s string) { r.Status = s }),
+		ints(cols.version, func(r *routing.ArchivedRow, x int64) { r.Version = int(x) }),
+	} {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // IDRange implements readpath.ColdMonths, from the manifest.
@@ -659,6 +714,15 @@ func spans(f *parquet.File) ([]groupSpan, keyColumns, error) {
 		return nil, cols, err
 	}
 	if cols.id, err = col("message_id"); err != nil {
+		return nil, cols, err
+	}
+	if cols.from, err = col("from_user"); err != nil {
+		return nil, cols, err
+	}
+	if cols.status, err = col("status"); err != nil {
+		return nil, cols, err
+	}
+	if cols.version, err = col("version"); err != nil {
 		return nil, cols, err
 	}
 	groups := f.RowGroups()
