@@ -699,31 +699,13 @@ func load(ctx context.Context, bucket *blob.Bucket, tenant string, m routing.Mon
 // key columns are.
 func spans(f *parquet.File) ([]groupSpan, keyColumns, error) {
 	var cols keyColumns
-	col := func(name string) (int, error) {
+	for name, at := range map[string]*int{"topic": &cols.topic, "seqid": &cols.seq, "message_id": &cols.id,
+		"from_user": &cols.from, "status": &cols.status, "version": &cols.version} {
 		leaf, ok := f.Schema().Lookup(name)
 		if !ok {
-			return 0, fmt.Errorf("no column %s", name)
+			return nil, cols, fmt.Errorf("no column %s", name)
 		}
-		return leaf.ColumnIndex, nil
-	}
-	var err error
-	if cols.topic, err = col("topic"); err != nil {
-		return nil, cols, err
-	}
-	if cols.seq, err = col("seqid"); err != nil {
-		return nil, cols, err
-	}
-	if cols.id, err = col("message_id"); err != nil {
-		return nil, cols, err
-	}
-	if cols.from, err = col("from_user"); err != nil {
-		return nil, cols, err
-	}
-	if cols.status, err = col("status"); err != nil {
-		return nil, cols, err
-	}
-	if cols.version, err = col("version"); err != nil {
-		return nil, cols, err
+		*at = leaf.ColumnIndex
 	}
 	groups := f.RowGroups()
 	out := make([]groupSpan, len(groups))
