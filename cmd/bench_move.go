@@ -353,7 +353,7 @@ func printBenchMove(w io.Writer, o *benchMoveOptions, rep bench.MoveReport) {
 	fmt.Fprintf(w, "%-44s %.0f rows/s (%d rows in %v) beside the raw streamed copy's %.0f rows/s (%d rows in %v): %.2f x (bar >= 0.50: %s)\n",
 		"copy", rep.CopyRate(), rep.Rows, rep.Copy.Round(time.Millisecond), rep.RawRate(), rep.RawRows, rep.Raw.Round(time.Millisecond),
 		copyRatio, verdict(copyRatio >= 0.5))
-	fmt.Fprintf(w, "%-44s %.0f rows/s over all its time (%d rows in %v: the copy step's proofs of the tables nobody wrote %v, the verify step %v) (bar >= 200000: %s); the verify step alone %.0f rows/s\n",
+	fmt.Fprintf(w, "%-44s %.0f rows/s over all the move's time on it (%d rows in %v: the copy step's wait for its proofs of the tables nobody wrote %v, the verify step %v) (bar >= 200000: %s); the verify step alone %.0f rows/s; the proofs ran beside the copy over %v\n",
 		"verification", rep.VerifyRate(), rep.VerifyRows, (rep.Proofs + rep.Verify).Round(time.Millisecond), rep.Proofs.Round(time.Millisecond),
-		rep.Verify.Round(time.Millisecond), verdict(rep.VerifyRate() >= 200_000), rep.StepVerifyRate())
+		rep.Verify.Round(time.Millisecond), verdict(rep.VerifyRate() >= 200_000), rep.StepVerifyRate(), rep.ProofSpan.Round(time.Millisecond))
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/imshard/imshard/modules/bench"
+	"github.com/imshard/imshard/modules/move"
 )
 
 // moverProcess runs a move the way an operator does: this executable's
@@ -75,7 +76,7 @@ func (p *moverProcess) run(ctx context.Context, mark func(string)) (bench.MoveSw
 	if err != nil {
 		return sw, errors.Join(append(errs, err)...)
 	}
-	if st.Move.Step != "done" {
+	if st.Move.Step != move.StepDone {
 		return sw, errors.Join(append(errs, fmt.Errorf("bench: the move is at step %s after %d mover processes", st.Move.Step, moverAttempts))...)
 	}
 	sw.MS = st.Move.SwitchMS

@@ -62,11 +62,14 @@ type MoveParams struct {
 }
 
 // Move's step names as Move marks them (the move module's steps and the
-// parts of its switch).
+// parts of its copy, verification and switch: move.StepCopy, move.HookProving
+// and the others, which this package does not import; a test holds them
+// equal).
 const (
 	markCopy     = "copy"
 	markProving  = "proving"
 	markProven   = "proven"
+	markCopied   = "copied"
 	markCatchUp  = "catchup"
 	markVerify   = "verify"
 	markVerified = "verified"
@@ -101,19 +104,22 @@ type MoveReport struct {
 	// step took Copy for them. RawRows took Raw in the raw copy.
 	Rows, RawRows int64
 	Copy, Raw     time.Duration
-	// the verification of VerifyRows rows: the copy step's proofs of the
-	// tables nobody wrote (Proofs: its proving to proven parts, summed)
-	// and the verify step (Verify, before the fence); then the switch: the
+	// the verification of VerifyRows rows: the copy step's wait for its
+	// proofs of the tables nobody wrote (Proofs: from its copied part to
+	// its end; the proofs run beside the copy, from the first proving to
+	// the last proven part: ProofSpan) and the verify step (Verify, before
+	// the fence); then the switch: the
 	// work behind the fence (fence to synced: the marked rows and
 	// unverified chunks copied and verified), the switch as the move
 	// recorded it, and the pause: from the source fence until this
 	// process's roles follow the target (persistence parks and changes
 	// are refused meanwhile)
-	Proofs, Verify, Fenced time.Duration
-	VerifyRows             int64
-	Switch                 MoveSwitch
-	Pause                  time.Duration
-	Move                   time.Duration // the whole move
+	Proofs, ProofSpan time.Duration
+	Verify, Fenced    time.Duration
+	VerifyRows        int64
+	Switch            MoveSwitch
+	Pause             time.Duration
+	Move              time.Duration // the whole move
 	// the Moving tenant's accepted sends (201) and their messages on the
 	// target: rows and distinct client ids
 	Accepted, Stored, Distinct int64
@@ -125,9 +131,9 @@ func (r MoveReport) CopyRate() float64 { return Rate(r.Rows, r.Copy) }
 // RawRate: see CopyRate.
 func (r MoveReport) RawRate() float64 { return Rate(r.RawRows, r.Raw) }
 
-// VerifyRate is the verification's rate over all the time it took, the
-// copy step's proofs and the verify step; StepVerifyRate the verify
-// step's alone. See CopyRate.
+// VerifyRate is the verification's rate over all the time the move spent
+// on it, the copy step's wait for its proofs and the verify step;
+// StepVerifyRate the verify step's alone. See CopyRate.
 func (r MoveReport) VerifyRate() float64 { return Rate(r.VerifyRows, r.Proofs+r.Verify) }
 
 // StepVerifyRate: see VerifyRate.
@@ -277,6 +283,7 @@ func Move(ctx context.Context, p MoveParams) (MoveReport, error) {
 		return rep, err
 	}
 	marks := map[string]time.Time{}
+	var firstProving, lastProven time.Time
 	var mu sync.Mutex
 	var followed time.Time
 	var watch sync.WaitGroup
@@ -284,9 +291,16 @@ func Move(ctx context.Context, p MoveParams) (MoveReport, error) {
 	defer cancelWatch()
 	mark := func(step string) {
 		mu.Lock()
-		marks[step] = time.Now()
-		if step == markProven {
-			rep.Proofs += marks[markProven].Sub(marks[markProving])
+		now := time.Now()
+		switch step {
+		case markProving:
+			if firstProving.IsZero() {
+				firstProving = now
+			}
+		case markProven:
+			lastProven = now
+		default:
+			marks[step] = now
 		}
 		mu.Unlock()
 		if step == markProving || step == markProven {
@@ -330,7 +344,10 @@ func Move(ctx context.Context, p MoveParams) (MoveReport, error) {
 		end = followed
 	}
 	rep.Move = end.Sub(moveFrom)
-	rep.Copy = marks[markCatchUp].Sub(marks[markCopy])
+	// the copy's own time; from the copied mark the step waits for its proofs
+	rep.Copy = marks[markCopied].Sub(marks[markCopy])
+	rep.Proofs = marks[markCatchUp].Sub(marks[markCopied])
+	rep.ProofSpan = lastProven.Sub(firstProving)
 	rep.Fenced = marks[markSynced].Sub(marks[markFenced])
 	rep.Verify = marks[markVerified].Sub(marks[markVerify])
 	rep.Pause = followed.Sub(marks[markFenced])

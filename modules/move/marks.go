@@ -384,8 +384,8 @@ func (m *Mover) verifyTables(ctx context.Context, tables []table) error {
 // proven) or has a mark: clearMarks takes the proof back from the chunks
 // a mark falls in before it removes that mark, and the verification step
 // compares those chunks again. HookProving and HookProven bracket the
-// proof, the look for a mark included (`imshard bench move` counts it in
-// the verification's time).
+// proof, the look for a mark included. It runs beside the copy of the
+// next tables (copyAll).
 func (m *Mover) proveTable(ctx context.Context, t table) error {
 	if err := m.hook(HookProving); err != nil {
 		return err
@@ -410,6 +410,10 @@ func (m *Mover) proveTable(ctx context.Context, t table) error {
 	}
 	return m.hook(HookProven)
 }
+
+// proofWorkers is how many tables the copy step proves at once beside its
+// copy (each proof one CHECKSUM TABLE per server, read at once).
+const proofWorkers = 2
 
 // The flags of a chunk flagTable sets: compared equal in the verification
 // step (cleared at its start), or by the copy step's proof (cleared by a

@@ -23,9 +23,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/imshard/imshard/modules/placement"
 	"github.com/imshard/imshard/modules/routing"
@@ -55,12 +57,16 @@ const (
 
 // The parts StepHook is called at, beside the steps, in order: the copy
 // step's proof of a table it copied begins and ends (once per table of two
-// chunks or more: proveTable), the verification step compared every
-// chunk, the pre-checks passed (the step not yet switch), the switch's
-// source fence is up, and the copy and verification behind it are done.
+// chunks or more: proveTable; beside the copy of the next tables, so
+// between the copy step's other parts), the copy step copied every chunk
+// (from then on it waits for the proofs still running), the verification
+// step compared every chunk, the pre-checks passed (the step not yet
+// switch), the switch's source fence is up, and the copy and verification
+// behind it are done.
 const (
 	HookProving    = "proving"
 	HookProven     = "proven"
+	HookCopied     = "copied"
 	HookVerified   = "verified"
 	HookPreChecked = "prechecked"
 	HookFenced     = "fenced"
@@ -98,12 +104,15 @@ type Options struct {
 	MaxSwitchLag int
 	// StepHook, when set, is called as each step begins and at the parts
 	// of the copy, the verification and the switch: HookProving and
-	// HookProven (a copied table's proof begins and ends), HookVerified
+	// HookProven (a copied table's proof begins and ends, beside the
+	// copy), HookCopied (every chunk copied; the proofs still running
+	// waited for until the step ends), HookVerified
 	// (every chunk compared), HookFenced (the source fence is up) and
 	// HookSynced (the copy and verification behind it are done).
 	// Tests stop a mover there; `imshard bench move` times the parts.
 	// HookPreChecked (the pre-checks passed, the step is still precheck),
-	// HookFenced and HookSynced are the switch's.
+	// HookFenced and HookSynced are the switch's. The mover makes one
+	// call at a time.
 	StepHook func(step string) error
 }
 
@@ -153,6 +162,7 @@ type Mover struct {
 	o        Options
 	lock     *sql.Conn
 	work     SwitchWork
+	hookMu   sync.Mutex
 }
 
 // OpenDB opens a database handle for the move: strict, UTC, and times kept
@@ -449,11 +459,14 @@ func (m *Mover) setStep(ctx context.Context, step string) error {
 	return nil
 }
 
-// hook calls Options.StepHook, when set, at step.
+// hook calls Options.StepHook, when set, at step: one call at a time
+// (the copy step's proofs run beside its copy).
 func (m *Mover) hook(step string) error {
 	if m.o.StepHook == nil {
 		return nil
 	}
+	m.hookMu.Lock()
+	defer m.hookMu.Unlock()
 	return m.o.StepHook(step)
 }
 
@@ -766,7 +779,12 @@ func (m *Mover) copyChunks(ctx context.Context, tables []table, chunks []storedC
 // copyAll is the copy step: it copies the chunks not copied yet table by
 // table, and proves each table of two chunks or more right after its copy
 // (proveTable; a table of one chunk, mostly empty, costs the verification
-// step one read on the target, less than a proof's round trips).
+// step one read on the target, less than a proof's round trips). A proof
+// runs beside the copy of the next tables, proofWorkers at once (the copy
+// waits for a free one), so the move waits only for the proofs still
+// running when the last chunk is copied (HookCopied to the step's end). A
+// mover killed meanwhile leaves those tables unproven: the verification
+// step compares them.
 func (m *Mover) copyAll(ctx context.Context) error {
 	tables, err := m.planTables(ctx)
 	if err != nil {
@@ -777,22 +795,28 @@ func (m *Mover) copyAll(ctx context.Context) error {
 		return err
 	}
 	byName := tablesByName(tables)
+	// a proof that fails cancels the copy; a copy that fails waits for the
+	// proofs running (each one CHECKSUM TABLE per server)
+	proofs, pctx := errgroup.WithContext(ctx)
+	proofs.SetLimit(proofWorkers)
 	for len(pending) > 0 {
 		n := 1
 		for n < len(pending) && pending[n].table == pending[0].table {
 			n++
 		}
-		if err := m.copyChunks(ctx, tables, pending[:n]); err != nil {
-			return err
+		if err := m.copyChunks(pctx, tables, pending[:n]); err != nil {
+			return errors.Join(err, proofs.Wait())
 		}
 		if pending[n-1].no > 0 {
-			if err := m.proveTable(ctx, byName[pending[0].table]); err != nil {
-				return err
-			}
+			t := byName[pending[0].table]
+			proofs.Go(func() error { return m.proveTable(pctx, t) })
 		}
 		pending = pending[n:]
 	}
-	return nil
+	if err := m.hook(HookCopied); err != nil {
+		return errors.Join(err, proofs.Wait())
+	}
+	return proofs.Wait()
 }
 
 // catchUp compares every chunk's source checksum (with the target's too
