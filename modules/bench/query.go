@@ -269,10 +269,13 @@ func (p *QueryParams) buildLegacy(ctx context.Context, start time.Time) error {
 
 // fillMonth writes seqs base+1 … base+n of each of topics topics
 // (benchTopic) into t: seq base+1 of each topic by multi-row inserts, then
-// doublings.
+// doublings. Their times spread over the month up to now at most: the
+// current month's rows all lie in the past, as real traffic's do, so that a
+// send made during the bench takes ids above every fixture row (a move's
+// last chunk, not one in the middle of its key range).
 func fillMonth(ctx context.Context, db *sql.DB, t routing.Table, topics int, base, n int64) error {
 	m := t.Month()
-	span := m.End().Sub(m.Start()) - time.Minute
+	span := max(min(m.End().Sub(m.Start()), time.Since(m.Start()))-time.Minute, time.Minute)
 	stepUs := span.Microseconds() / (n * int64(topics))
 	startUs := m.Start().UnixMicro()
 	// created_at and message_id of (topic i = group_id-1, k-th seq of the
