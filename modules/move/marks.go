@@ -28,11 +28,14 @@ import (
 // marked it since, else on both servers — recopying those that differ,
 // with nothing held. From then on a row
 // that is not marked is as the verification saw it on both servers, so
-// the switch copies the marked rows before its fence (drainMarks) and,
-// behind it, copies and verifies only the rows marked since and the chunks
-// not proven (verified = 0: a table planned later, a chunk that kept
-// differing). A mark is removed only after its row was copied, and only by
-// its id: a change after the copy adds a mark of its own.
+// the switch copies and compares the marked rows before its fence
+// (drainMarks) and, behind it, copies and verifies only the rows marked
+// since and the chunks not proven (verified = 0: a table planned later, a
+// chunk that kept differing, a chunk copied again since: copyChunks takes
+// its proof back). A mark is removed only after its row was copied and
+// compared equal on both servers (or its chunk's proof taken back, by
+// clearMarks), and only by its id: a change after the copy adds a mark of
+// its own.
 
 // markTrigger names a table's trigger of one event (fixed length, whatever
 // the table's name).
@@ -166,38 +169,43 @@ func dropMarks(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// marked is the marks read at once: their ids, and the distinct keys per
-// table.
+// marked is the marks read at once: the distinct keys per table, each
+// with the ids of the marks that name it.
 type marked struct {
-	ids  []int64
-	keys map[string][][]any
+	keys map[string][]markedKey
 	n    int
 }
 
+// markedKey is a row's key and the marks that name it.
+type markedKey struct {
+	vals []any
+	ids  []int64
+}
+
 func (m *Mover) readMarks(ctx context.Context) (marked, error) {
-	out := marked{keys: map[string][][]any{}}
+	out := marked{keys: map[string][]markedKey{}}
 	rows, err := m.src.QueryContext(ctx, "SELECT id, table_name, key_text FROM im_tenant_move_marks ORDER BY id")
 	if err != nil {
 		return out, fmt.Errorf("move: read the marks: %w", err)
 	}
 	defer rows.Close()
-	seen := map[string]bool{}
+	seen := map[string]int{}
 	for rows.Next() {
 		var id int64
 		var tbl, key string
 		if err := rows.Scan(&id, &tbl, &key); err != nil {
 			return out, err
 		}
-		out.ids = append(out.ids, id)
-		if seen[tbl+"\x00"+key] {
+		if i, ok := seen[tbl+"\x00"+key]; ok {
+			out.keys[tbl][i].ids = append(out.keys[tbl][i].ids, id)
 			continue
 		}
-		seen[tbl+"\x00"+key] = true
 		vals, err := decodeKey(key)
 		if err != nil {
 			return out, err
 		}
-		out.keys[tbl] = append(out.keys[tbl], vals)
+		seen[tbl+"\x00"+key] = len(out.keys[tbl])
+		out.keys[tbl] = append(out.keys[tbl], markedKey{vals: vals, ids: []int64{id}})
 		out.n++
 	}
 	return out, rows.Err()
@@ -207,34 +215,51 @@ func (m *Mover) readMarks(ctx context.Context) (marked, error) {
 const keyBatch = 200
 
 // copyMarked copies the marked rows onto the target (every row the
-// source no longer holds is deleted there) and, when verify is set,
-// compares them on both servers.
-func (m *Mover) copyMarked(ctx context.Context, tables []table, mk marked, verify bool) error {
+// source no longer holds is deleted there) a batch of keys at a time, and
+// compares each batch on both servers right after its copy. It returns
+// the ids of the marks whose rows compared equal, and the first batch
+// that differed ("" when none did): before the fence a row written again
+// between its copy and the comparison differs, and its marks stay for
+// the next round or the switch; behind it nothing writes, so a
+// difference is an error of the copy.
+func (m *Mover) copyMarked(ctx context.Context, tables []table, mk marked) (proven []int64, differ string, err error) {
 	byName := tablesByName(tables)
 	for name, keys := range mk.keys {
 		t, ok := byName[name]
 		if !ok {
-			return fmt.Errorf("move: table %s left the source during the move", name)
+			return nil, "", fmt.Errorf("move: table %s left the source during the move", name)
 		}
 		for i := 0; i < len(keys); i += keyBatch {
-			cond, args := t.keysWhere(keys[i:min(i+keyBatch, len(keys))])
+			batch := keys[i:min(i+keyBatch, len(keys))]
+			vals := make([][]any, len(batch))
+			for j, k := range batch {
+				vals[j] = k.vals
+			}
+			cond, args := t.keysWhere(vals)
 			rowsN, bytesN, _, err := t.copyWhere(ctx, m.src, m.dst, cond, args)
 			if err != nil {
-				return err
+				return nil, "", err
 			}
 			if _, err := m.src.ExecContext(ctx, `UPDATE im_tenant_move SET rows_copied = rows_copied + ?, bytes_copied = bytes_copied + ? WHERE id = 1`,
 				rowsN, bytesN); err != nil {
-				return err
+				return nil, "", err
 			}
-			if !verify {
+			a, b, err := onBoth(m.src, m.dst, func(db *sql.DB) (string, error) { return t.checksumWhere(ctx, db, cond, args) })
+			if err != nil {
+				return nil, "", err
+			}
+			if a != b {
+				if differ == "" {
+					differ = fmt.Sprintf("%s: source %s, target %s", t.name, a, b)
+				}
 				continue
 			}
-			if err := t.sameWhere(ctx, m.src, m.dst, cond, args); err != nil {
-				return err
+			for _, k := range batch {
+				proven = append(proven, k.ids...)
 			}
 		}
 	}
-	return nil
+	return proven, differ, nil
 }
 
 // unverified counts the chunks not proven equal.
@@ -242,18 +267,6 @@ func (m *Mover) unverified(ctx context.Context) (int, error) {
 	var n int
 	err := m.src.QueryRowContext(ctx, "SELECT COUNT(*) FROM im_tenant_move_chunks WHERE verified = 0").Scan(&n)
 	return n, err
-}
-
-// sameWhere compares the rows cond selects on both servers, read at once.
-func (t table) sameWhere(ctx context.Context, src, dst *sql.DB, cond string, args []any) error {
-	a, b, err := onBoth(src, dst, func(db *sql.DB) (string, error) { return t.checksumWhere(ctx, db, cond, args) })
-	if err != nil {
-		return err
-	}
-	if a != b {
-		return fmt.Errorf("move: verify %s: source %s, target %s", t.name, a, b)
-	}
-	return nil
 }
 
 // unmark removes the marks read (by id: a mark added since stays).
@@ -704,7 +717,11 @@ func (m *Mover) flagVerified(ctx context.Context, chunks []storedChunk) error {
 
 // drainMarks copies the rows marked since the verification, before the
 // fence, for up to CatchUpRounds rounds or until none is left, so that
-// the switch finds only what changed during the last round.
+// the switch finds only what changed during the last round. A mark goes
+// only once its row compared equal on both servers after its copy (a row
+// that is not marked stays as the verification, or this comparison, saw
+// it on both); a row written again meanwhile keeps its marks for the next
+// round, or for the switch, which copies and verifies it behind the fence.
 func (m *Mover) drainMarks(ctx context.Context) error {
 	tables, err := m.planTables(ctx)
 	if err != nil {
@@ -715,10 +732,11 @@ func (m *Mover) drainMarks(ctx context.Context) error {
 		if err != nil || mk.n == 0 {
 			return err
 		}
-		if err := m.copyMarked(ctx, tables, mk, false); err != nil {
+		proven, _, err := m.copyMarked(ctx, tables, mk)
+		if err != nil {
 			return err
 		}
-		if err := m.unmark(ctx, mk.ids); err != nil {
+		if err := m.unmark(ctx, proven); err != nil {
 			return err
 		}
 	}
@@ -746,8 +764,10 @@ func (m *Mover) fencedSync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := m.copyMarked(ctx, tables, mk, true); err != nil {
+	if _, differ, err := m.copyMarked(ctx, tables, mk); err != nil {
 		return err
+	} else if differ != "" {
+		return fmt.Errorf("move: verify %s: differs on the target after its copy behind the fence", differ)
 	}
 	m.work.Keys = mk.n
 	if m.work.Compared, err = m.unverified(ctx); err != nil {

@@ -764,7 +764,10 @@ func (m *Mover) copyChunks(ctx context.Context, tables []table, chunks []storedC
 				return err
 			}
 		}
-		if _, err := m.src.ExecContext(ctx, `UPDATE im_tenant_move_chunks SET checksum = ?, copied = 1 WHERE table_name = ? AND chunk_no = ?`,
+		// a chunk written on the target is proven again: by the
+		// verification's comparison against this checksum, or behind the
+		// fence when the pre-checks' catch-up copied it
+		if _, err := m.src.ExecContext(ctx, `UPDATE im_tenant_move_chunks SET checksum = ?, copied = 1, verified = 0, proven = 0 WHERE table_name = ? AND chunk_no = ?`,
 			sum, c.table, c.no); err != nil {
 			return err
 		}
