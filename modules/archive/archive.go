@@ -530,7 +530,7 @@ func (a *Archiver) scanTable(ctx context.Context, db *sql.DB, t routing.Table, f
 	}
 	readers, rctx := errgroup.WithContext(ctx) // the first reader's error stops the others
 	for i := range len(bounds) - 1 {
-		readers.Go(func() error { return a.readPages(rctx, db, t, pc, bounds[i], bounds[i+1], free, full) })
+		readers.Go(func() error { return a.readPages(rctx, db, t, pc, i, bounds[i], bounds[i+1], free, full) })
 	}
 	read := make(chan error, 1)
 	go func() {
@@ -583,10 +583,11 @@ func cutIDs(lo, hi int64, n int) []int64 {
 }
 
 // page is one keyset page of scanTable: its rows' records, one after the
-// other in buf.
+// other in buf, read from scanTable's range rng of message ids.
 type page struct {
 	buf  []byte
 	recs []pageRec
+	rng  int
 }
 
 type pageRec struct {
@@ -604,9 +605,9 @@ func (d *driverValue) Scan(src any) error {
 	return nil
 }
 
-// readPages reads the rows of ids in (after, upTo] for scanTable into
-// pages from free, sending each to full.
-func (a *Archiver) readPages(ctx context.Context, db *sql.DB, t routing.Table, pc pace, after, upTo int64, free <-chan *page, full chan<- *page) error {
+// readPages reads the rows of ids in (after, upTo], scanTable's range rng,
+// into pages from free, sending each to full.
+func (a *Archiver) readPages(ctx context.Context, db *sql.DB, t routing.Table, pc pace, rng int, after, upTo int64, free <-chan *page, full chan<- *page) error {
 	cols := routing.LegacyColumnNames()
 	dv, dest, vals := make([]driverValue, columns), make([]any, columns), make([]any, columns)
 	for i := range dv {
@@ -628,7 +629,7 @@ func (a *Archiver) readPages(ctx context.Context, db *sql.DB, t routing.Table, p
 		if err != nil {
 			return fmt.Errorf("archive: read %s: %w", t.Name(), err)
 		}
-		pg.buf, pg.recs = pg.buf[:0], pg.recs[:0]
+		pg.buf, pg.recs, pg.rng = pg.buf[:0], pg.recs[:0], rng
 		for rows.Next() {
 			if err = rows.Scan(dest...); err != nil {
 				break
@@ -734,7 +735,7 @@ func (a *Archiver) export(ctx context.Context, db *sql.DB, bucket *blob.Bucket, 
 	ranges, digests := map[string]*TopicRange{}, map[string]*routing.Digest{}
 	sorted := newSorter(a.p.Config.SortDir, a.p.Config.SortBytes)
 	defer sorted.Close()
-	err = a.scanTable(ctx, db, t, func(pg *page) (bool, error) { return true, sorted.Add(pg.buf, pg.recs) })
+	err = a.scanTable(ctx, db, t, func(pg *page) (bool, error) { return true, sorted.Add(pg) })
 	if err == nil {
 		err = writeSorted(ctx, sorted, pw, &man, ranges, digests, func(rows int64) { a.m.rows.Add(float64(rows)) })
 	}

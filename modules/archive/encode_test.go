@@ -98,7 +98,7 @@ func TestWriteSortedStopsOnABadRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Add(bad[:len(bad)-1], []pageRec{{end: len(bad) - 1, key: key}}); err != nil {
+	if err := s.Add(&page{buf: bad[:len(bad)-1], recs: []pageRec{{end: len(bad) - 1, key: key}}}); err != nil {
 		t.Fatal(err)
 	}
 	var got bytes.Buffer

@@ -17,25 +17,33 @@ import (
 // (message_id: sequential pages, where (topic, seqid) order would look up
 // every row through the secondary index), into the archive's (topic,
 // seqid) order. Rows are kept encoded (record) in the pages they were read
-// into (chunks), up to a byte budget; each full buffer is sorted and written to a run file in
-// dir, and Each merges the runs with what is left in memory. Run files
-// are unlinked as soon as they are created, so a killed export leaves
-// none; Close releases them.
+// into (held), up to a byte budget; each full buffer is sorted and written
+// to a run file in dir, and Each merges the runs with what is left in
+// memory. Run files are unlinked as soon as they are created, so a killed
+// export leaves none; Close releases them.
 type sorter struct {
-	dir     string
-	budget  int64
-	chunks  [][]byte // the records in memory: the pages added
-	entries []entry  // one per record in memory
-	size    int64
-	runs    []*os.File
+	dir    string
+	budget int64
+	held   []heldPage // the pages added, in the order they came
+	size   int64
+	runs   []*os.File
 	// the topics seen, numbered in the order they came
 	ids    map[string]int32
 	topics [][]byte
 }
 
+// heldPage is a page of records the sorter keeps: their buffer, an entry
+// for each record, in the page's order, and the range of message ids it
+// was read from (page.rng).
+type heldPage struct {
+	buf     []byte
+	entries []entry
+	rng     int
+}
+
 // entry finds a record in the sorter's memory and holds its sort key.
 type entry struct {
-	chunk, off, n int32
+	chunk, off, n int32 // chunk: its page in sorter.held
 	topic         int32 // sorter.topics
 	seq           int64
 }
@@ -56,23 +64,24 @@ func newSorter(dir string, budget int64) *sorter {
 	return &sorter{dir: dir, budget: budget, ids: map[string]int32{}}
 }
 
-// Add takes a page of records (appendRecord), each at buf[r.off:r.end]
-// with its key: the sorter keeps buf, which the caller must not write
+// Add takes a page of records (appendRecord), each at pg.buf[r.off:r.end]
+// with its key: the sorter keeps pg.buf, which the caller must not write
 // again, and spills what it holds when it reaches the budget.
-func (s *sorter) Add(buf []byte, recs []pageRec) error {
-	k := int32(len(s.chunks))
-	s.chunks = append(s.chunks, buf)
-	for _, r := range recs {
-		topic := r.key.topic(buf[r.off:r.end])
+func (s *sorter) Add(pg *page) error {
+	k := int32(len(s.held))
+	h := heldPage{buf: pg.buf, entries: make([]entry, len(pg.recs)), rng: pg.rng}
+	for i, r := range pg.recs {
+		topic := r.key.topic(pg.buf[r.off:r.end])
 		id, ok := s.ids[string(topic)]
 		if !ok {
 			id = int32(len(s.topics))
 			s.ids[string(topic)] = id
 			s.topics = append(s.topics, slices.Clone(topic))
 		}
-		s.entries = append(s.entries, entry{chunk: k, off: int32(r.off), n: int32(r.end - r.off), topic: id, seq: r.key.seq})
+		h.entries[i] = entry{chunk: k, off: int32(r.off), n: int32(r.end - r.off), topic: id, seq: r.key.seq}
 	}
-	s.size += int64(cap(buf)) + 32*int64(len(recs)) // an entry each, and its slice's room to grow
+	s.held = append(s.held, h)
+	s.size += int64(cap(pg.buf)) + 48*int64(len(pg.recs)) // an entry each, and its copy in sort's order
 	if s.size < s.budget {
 		return nil
 	}
@@ -80,24 +89,29 @@ func (s *sorter) Add(buf []byte, recs []pageRec) error {
 }
 
 func (s *sorter) record(e entry) []byte {
-	return s.chunks[e.chunk][e.off : e.off+e.n]
+	return s.held[e.chunk].buf[e.off : e.off+e.n]
 }
 
-// sort orders the records in memory by (topic, seqid): the topics by
-// name, the records into one bucket per topic (a counting sort), then
-// each bucket by seq — which pages of one range of message ids give
-// already (ids and seqs both follow time), so a bucket of one range is
-// found sorted; scanTable's ranges come interleaved, and a bucket with
-// records of both is sorted again.
-func (s *sorter) sort() {
+// sorted is the records in memory in (topic, seqid) order: the topics by
+// name, the records into one bucket per topic (a counting sort), then each
+// bucket by seq. The records go into their buckets range by range (page.rng),
+// each range's pages in the order they came: pages of one range of message
+// ids come in id order, and ids and seqs both follow time, so a topic's
+// bucket is found sorted — its records of each range in seq order, the
+// ranges one after the other — and sorted again only when it is not.
+func (s *sorter) sorted() []entry {
 	order := make([]int32, len(s.topics))
 	for i := range order {
 		order[i] = int32(i)
 	}
 	slices.SortFunc(order, func(a, b int32) int { return bytes.Compare(s.topics[a], s.topics[b]) })
 	count := make([]int, len(s.topics))
-	for _, e := range s.entries {
-		count[e.topic]++
+	ranges := 0
+	for _, h := range s.held {
+		for _, e := range h.entries {
+			count[e.topic]++
+		}
+		ranges = max(ranges, h.rng+1)
 	}
 	rank := make([]int, len(s.topics)) // where a topic's bucket begins
 	at := 0
@@ -105,11 +119,18 @@ func (s *sorter) sort() {
 		rank[id] = at
 		at += count[id]
 	}
-	out := make([]entry, len(s.entries))
+	out := make([]entry, at)
 	next := slices.Clone(rank)
-	for _, e := range s.entries {
-		out[next[e.topic]] = e
-		next[e.topic]++
+	for rng := range ranges {
+		for _, h := range s.held {
+			if h.rng != rng {
+				continue
+			}
+			for _, e := range h.entries {
+				out[next[e.topic]] = e
+				next[e.topic]++
+			}
+		}
 	}
 	for id := range rank {
 		bucket := out[rank[id]:next[id]]
@@ -117,13 +138,13 @@ func (s *sorter) sort() {
 			slices.SortFunc(bucket, bySeq)
 		}
 	}
-	s.entries = out
+	return out
 }
 
 func bySeq(a, b entry) int { return cmp.Compare(a.seq, b.seq) }
 
 func (s *sorter) spill() error {
-	s.sort()
+	entries := s.sorted()
 	if err := os.MkdirAll(s.dir, 0o750); err != nil {
 		return fmt.Errorf("archive: sort directory: %w", err)
 	}
@@ -139,7 +160,7 @@ func (s *sorter) spill() error {
 	s.runs = append(s.runs, f)
 	w := bufio.NewWriterSize(f, 1<<20)
 	var n [binary.MaxVarintLen64]byte
-	for _, e := range s.entries {
+	for _, e := range entries {
 		w.Write(n[:binary.PutUvarint(n[:], uint64(e.n))])
 		w.Write(s.record(e))
 	}
@@ -149,8 +170,8 @@ func (s *sorter) spill() error {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	clear(s.chunks) // the pages written out are the collector's
-	s.chunks, s.entries, s.size = s.chunks[:0], s.entries[:0], 0
+	clear(s.held) // the pages written out are the collector's
+	s.held, s.size = s.held[:0], 0
 	return nil
 }
 
@@ -158,10 +179,9 @@ func (s *sorter) spill() error {
 // (topic, seqid) order; two records of the same topic and seq (the
 // table's unique key forbids them) fail.
 func (s *sorter) Each(fn func(rec []byte) error) error {
-	s.sort()
 	h := &mergeHeap{}
-	if len(s.entries) > 0 {
-		h.cursors = append(h.cursors, &cursor{s: s, mem: s.entries})
+	if mem := s.sorted(); len(mem) > 0 {
+		h.cursors = append(h.cursors, &cursor{s: s, mem: mem})
 	}
 	for _, f := range s.runs {
 		h.cursors = append(h.cursors, &cursor{run: bufio.NewReaderSize(f, 1<<20)})
@@ -208,7 +228,7 @@ func (s *sorter) Close() {
 	for _, f := range s.runs {
 		f.Close()
 	}
-	s.runs, s.chunks, s.entries = nil, nil, nil
+	s.runs, s.held = nil, nil
 }
 
 func keyCompare(at []byte, as int64, bt []byte, bs int64) int {
