@@ -606,9 +606,28 @@ func (d *driverValue) Scan(src any) error {
 }
 
 // readPages reads the rows of ids in (after, upTo], scanTable's range rng,
-// into pages from free, sending each to full.
+// into pages from free, sending each to full. Its pages are one prepared
+// statement on a connection of its own, executed page after page: the
+// server sends the rows in the binary protocol, which neither it nor the
+// driver turns into decimal text and back (the integers and times are
+// the same values the text protocol gives, so are their records and
+// hashes).
 func (a *Archiver) readPages(ctx context.Context, db *sql.DB, t routing.Table, pc pace, rng int, after, upTo int64, free <-chan *page, full chan<- *page) error {
-	cols := routing.LegacyColumnNames()
+	query, _, err := sq.Select(routing.LegacyColumnNames()...).From(t.Quoted()).Where("message_id > ? AND message_id <= ?").
+		OrderBy("message_id").Limit(uint64(pc.batch)).ToSql()
+	if err != nil {
+		return err
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("archive: read %s: %w", t.Name(), err)
+	}
+	defer conn.Close()
+	stmt, err := conn.PrepareContext(ctx, query)
+	if err != nil {
+		return fmt.Errorf("archive: read %s: %w", t.Name(), err)
+	}
+	defer stmt.Close()
 	dv, dest, vals := make([]driverValue, columns), make([]any, columns), make([]any, columns)
 	for i := range dv {
 		dest[i] = &dv[i]
@@ -624,8 +643,7 @@ func (a *Archiver) readPages(ctx context.Context, db *sql.DB, t routing.Table, p
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		rows, err := sq.Select(cols...).From(t.Quoted()).Where(sq.Gt{"message_id": last}).
-			Where(sq.LtOrEq{"message_id": upTo}).OrderBy("message_id").Limit(uint64(pc.batch)).RunWith(db).QueryContext(ctx)
+		rows, err := stmt.QueryContext(ctx, last, upTo)
 		if err != nil {
 			return fmt.Errorf("archive: read %s: %w", t.Name(), err)
 		}
