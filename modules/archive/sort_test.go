@@ -44,17 +44,7 @@ func TestSorterOrdersAcrossRuns(t *testing.T) {
 		if spilled := len(s.runs) > 1; spilled != (budget < 1<<30) {
 			t.Fatalf("budget %d: %d runs", budget, len(s.runs))
 		}
-		var out []Row
-		if err := s.Each(func(rec []byte) error {
-			r, err := decodeRecord(rec)
-			out = append(out, r)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		s.Close()
-		slices.SortFunc(in, func(a, b Row) int { return keyCompare([]byte(a.Topic), a.SeqID, []byte(b.Topic), b.SeqID) })
-		if !reflect.DeepEqual(in, out) {
+		if out, ok := sortedOut(t, s, in); !ok {
 			t.Fatalf("budget %d: %d rows out, not the %d sorted rows in", budget, len(out), len(in))
 		}
 	}
@@ -106,21 +96,27 @@ func TestSorterTakesRangesInTurn(t *testing.T) {
 				}
 			}
 		}
-		var out []Row
-		if err := s.Each(func(rec []byte) error {
-			r, err := decodeRecord(rec)
-			out = append(out, r)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		s.Close()
 		in := append(slices.Clone(ranges[0]), ranges[1]...)
-		slices.SortFunc(in, func(a, b Row) int { return keyCompare([]byte(a.Topic), a.SeqID, []byte(b.Topic), b.SeqID) })
-		if !reflect.DeepEqual(in, out) {
+		if out, ok := sortedOut(t, s, in); !ok {
 			t.Fatalf("lower seqs later %v: %d rows out, not the %d sorted rows in", lowerLater, len(out), len(in))
 		}
 	}
+}
+
+// sortedOut reads every row out of s, in its order, and closes it; ok:
+// they are the rows in, sorted (in is sorted in place).
+func sortedOut(t *testing.T, s *sorter, in []Row) (out []Row, ok bool) {
+	t.Helper()
+	if err := s.Each(func(rec []byte) error {
+		r, err := decodeRecord(rec)
+		out = append(out, r)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	slices.SortFunc(in, func(a, b Row) int { return keyCompare([]byte(a.Topic), a.SeqID, []byte(b.Topic), b.SeqID) })
+	return out, reflect.DeepEqual(in, out)
 }
 
 // addRow adds r to s as the export adds a row it read.
