@@ -2,10 +2,13 @@ package test
 
 import (
 	"database/sql"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/imshard/imshard/modules/bench"
+	"github.com/imshard/imshard/modules/move"
 	"github.com/imshard/imshard/test/testenv"
 )
 
@@ -45,5 +48,18 @@ func TestMoveBenchCommand(t *testing.T) {
 		if code, out := runCLI(t, nil, append([]string{"--config", cfg, "bench", "move"}, bad...)...); code != 2 {
 			t.Fatalf("bench move %v: exit %d, want 2\n%s", bad, code, out)
 		}
+	}
+}
+
+// TestMoveBenchMarksAreTheMoversNames: the step and part names bench move
+// times the move by are the ones the mover reaches (its steps and
+// StepHook's parts), which `tenant move` prints and the bench reads back;
+// a renamed step would leave its mark unset and its figure wrong, not
+// failing.
+func TestMoveBenchMarksAreTheMoversNames(t *testing.T) {
+	want := []string{move.StepCopy, move.HookProving, move.HookProven, move.HookCopied, move.StepCatchUp,
+		move.StepVerify, move.HookVerified, move.HookFenced, move.HookSynced}
+	if !slices.Equal(bench.MoveMarks, want) {
+		t.Errorf("bench move marks %q, the mover reaches %q", bench.MoveMarks, want)
 	}
 }

@@ -63,8 +63,8 @@ type MoveParams struct {
 
 // Move's step names as Move marks them (the move module's steps and the
 // parts of its copy, verification and switch: move.StepCopy, move.HookProving
-// and the others, which this package does not import; a test holds them
-// equal).
+// and the others, which this package does not import; a test of test/
+// holds them equal: MoveMarks).
 const (
 	markCopy     = "copy"
 	markProving  = "proving"
@@ -76,6 +76,10 @@ const (
 	markFenced   = "fenced"
 	markSynced   = "synced"
 )
+
+// MoveMarks are the names above in the mover's order of steps and parts;
+// the tests hold them equal to the move module's.
+var MoveMarks = []string{markCopy, markProving, markProven, markCopied, markCatchUp, markVerify, markVerified, markFenced, markSynced}
 
 // MoveSwitch is the switch as the move recorded it: its duration, and
 // behind the fence the marked rows it copied and verified, the unverified
