@@ -481,12 +481,8 @@ func TestAcceptance14_IllegalMonthsAndTableNamesRejected(t *testing.T) {
 
 func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", d)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !pollUntil(d, cond) {
+		t.Fatalf("condition not met within %v", d)
 	}
 }
 

@@ -259,10 +259,7 @@ func (tr *liveTraffic) wantStoredOnce(t *testing.T, db *sql.DB) {
 	count := func() { rowsN, seqs = mvTopicRows(t, db, tr.topic) }
 	// a parked tenant's persistence resumes with its backoff, slowly on a
 	// loaded machine: wait long, and fail with the counts, not a timeout
-	deadline := time.Now().Add(60 * time.Second)
-	for count(); rowsN < tr.sent() && time.Now().Before(deadline); count() {
-		time.Sleep(50 * time.Millisecond)
-	}
+	pollUntil(60*time.Second, func() bool { count(); return rowsN >= tr.sent() })
 	time.Sleep(300 * time.Millisecond)
 	count()
 	if rowsN != tr.sent() || seqs != rowsN {

@@ -220,13 +220,22 @@ func (e *sendEnv) idemRecord(topic string, from int64, clientMsgID string) map[s
 // sendWaitFor polls cond until it holds or the deadline passes.
 func sendWaitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !pollUntil(d, cond) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// pollUntil polls cond every 10 ms until it holds (true) or d has passed
+// (false).
+func pollUntil(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			return false
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return true
 }
 
 // groupOfUsers creates topic as an active group of owner 7 whose members
