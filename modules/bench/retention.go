@@ -182,15 +182,14 @@ func Retention(ctx context.Context, p RetentionParams) (RetentionReport, error) 
 		if err := p.fill(ctx, t, eraseTopics, perTopic+int64(i)*erasePer, erasePer); err != nil {
 			return rep, err
 		}
-		senders := []struct {
+		// a user and the remainders of the seqs (mod eraseEvery) they sent
+		type sender struct {
 			user int64
 			rems []int
-		}{{p.EraseUser, []int{0}}, {p.EraseUser + 1, []int{2}}}
+		}
+		senders := []sender{{p.EraseUser, []int{0}}, {p.EraseUser + 1, []int{2}}}
 		if i == 0 {
-			senders = append(senders, struct {
-				user int64
-				rems []int
-			}{p.EraseUser + 2, []int{1, 3}})
+			senders = append(senders, sender{p.EraseUser + 2, []int{1, 3}})
 		}
 		var ns []int64
 		for _, s := range senders {
